@@ -1,0 +1,1 @@
+//! corefarm bench (work in progress)

@@ -1,0 +1,1 @@
+//! corefarm client (work in progress)

@@ -1,0 +1,1 @@
+//! corefarm node (work in progress)

@@ -1,0 +1,1 @@
+//! corefarm server (work in progress)

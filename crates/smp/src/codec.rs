@@ -1,0 +1,197 @@
+//! Async framing of SMP messages over tokio byte streams.
+//!
+//! Reads go into one growing `BytesMut`; once a header is known the buffer
+//! reserves room for the whole message so the kernel copies the payload
+//! straight into the memory the frame will live in, and the frame is split
+//! off without another copy. `read_frame` is cancel-safe (partial data stays
+//! in the buffer), so it can sit in a `tokio::select!`.
+
+use std::io;
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+
+use crate::error::ProtocolError;
+use crate::header::{Header, HEADER_LEN};
+use crate::message::{Frame, OutFrame};
+
+/// Smallest read we ask the kernel for, so that streams of small messages
+/// are read many per syscall.
+const MIN_READ: usize = 16 * 1024;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("i/o error: {0}")]
+    Io(#[from] io::Error),
+    #[error("protocol error: {0}")]
+    Protocol(#[from] ProtocolError),
+}
+
+/// Incremental frame decoder shared by the async and blocking readers.
+#[derive(Debug)]
+pub struct Decoder {
+    buf: BytesMut,
+    max_payload: u32,
+}
+
+impl Decoder {
+    pub fn new(max_payload: u32) -> Self {
+        Decoder {
+            buf: BytesMut::with_capacity(MIN_READ),
+            max_payload,
+        }
+    }
+
+    pub fn max_payload(&self) -> u32 {
+        self.max_payload
+    }
+
+    /// Extracts one complete frame if the buffer holds one. On a partial
+    /// frame it reserves room for the rest and returns `None`.
+    pub fn decode(&mut self) -> Result<Option<Frame>, ProtocolError> {
+        if self.buf.len() < HEADER_LEN {
+            self.buf.reserve(MIN_READ);
+            return Ok(None);
+        }
+        let hb: [u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().expect("8 bytes");
+        let header = Header::decode(&hb, self.max_payload)?;
+        let total = HEADER_LEN + header.size as usize;
+        if self.buf.len() < total {
+            // Room for the rest of this frame plus a little more, so that
+            // the next header usually arrives in the same read.
+            self.buf
+                .reserve(total - self.buf.len() + HEADER_LEN.max(MIN_READ / 4));
+            return Ok(None);
+        }
+        self.buf.advance(HEADER_LEN);
+        let payload = self.buf.split_to(header.size as usize).freeze();
+        Ok(Some(Frame {
+            ty: header.ty,
+            payload,
+        }))
+    }
+
+    /// Buffer the next read should fill.
+    pub fn buffer(&mut self) -> &mut BytesMut {
+        &mut self.buf
+    }
+
+    pub fn buffered(&self) -> usize {
+        self.buf.len()
+    }
+}
+
+/// Reads frames from an async byte stream.
+#[derive(Debug)]
+pub struct FrameReader<R> {
+    inner: R,
+    dec: Decoder,
+}
+
+impl<R: AsyncRead + Unpin> FrameReader<R> {
+    pub fn new(inner: R, max_payload: u32) -> Self {
+        FrameReader {
+            inner,
+            dec: Decoder::new(max_payload),
+        }
+    }
+
+    /// Next frame; `Ok(None)` on a clean end of stream between messages.
+    pub async fn read_frame(&mut self) -> Result<Option<Frame>, ReadError> {
+        loop {
+            if let Some(f) = self.dec.decode()? {
+                return Ok(Some(f));
+            }
+            if self.inner.read_buf(self.dec.buffer()).await? == 0 {
+                return match self.dec.buffered() {
+                    0 => Ok(None),
+                    n => Err(ProtocolError::TruncatedStream(n).into()),
+                };
+            }
+        }
+    }
+
+    pub fn get_ref(&self) -> &R {
+        &self.inner
+    }
+
+    pub fn into_inner(self) -> R {
+        self.inner
+    }
+}
+
+/// Writes one frame with vectored writes (header and body in one syscall).
+pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, mut frame: OutFrame) -> io::Result<()> {
+    while frame.has_remaining() {
+        w.write_buf(&mut frame).await.and_then(|n| {
+            if n == 0 {
+                Err(io::ErrorKind::WriteZero.into())
+            } else {
+                Ok(())
+            }
+        })?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::header::MsgType;
+    use bytes::Bytes;
+
+    #[tokio::test]
+    async fn reads_frames_across_arbitrary_splits() {
+        let mut wire = Vec::new();
+        for i in 0..50u32 {
+            wire.extend(OutFrame::data(i, Bytes::from(vec![i as u8; i as usize * 97])).to_vec());
+        }
+        let (mut a, b) = tokio::io::duplex(333);
+        let writer = tokio::spawn(async move {
+            for chunk in wire.chunks(1000) {
+                a.write_all(chunk).await.unwrap();
+            }
+        });
+        let mut r = FrameReader::new(b, 1 << 20);
+        for i in 0..50u32 {
+            let f = r.read_frame().await.unwrap().unwrap();
+            assert_eq!(f.ty, MsgType::Data);
+            assert_eq!(&f.payload[..4], &i.to_le_bytes());
+            assert_eq!(f.payload.len(), 4 + i as usize * 97);
+        }
+        writer.await.unwrap();
+        assert!(r.read_frame().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn truncated_stream_is_an_error() {
+        let wire = OutFrame::data(1, Bytes::from_static(b"abcdef")).to_vec();
+        let mut r = FrameReader::new(&wire[..wire.len() - 2], 1024);
+        assert!(matches!(
+            r.read_frame().await,
+            Err(ReadError::Protocol(ProtocolError::TruncatedStream(_)))
+        ));
+    }
+
+    #[tokio::test]
+    async fn oversize_header_fails_before_allocating() {
+        let wire = [3u8, 0, 0, 0, 0xFF, 0xFF, 0xFF, 0xFF];
+        let mut r = FrameReader::new(&wire[..], 1024);
+        assert!(matches!(
+            r.read_frame().await,
+            Err(ReadError::Protocol(ProtocolError::TooLarge { .. }))
+        ));
+    }
+
+    #[tokio::test]
+    async fn write_frame_is_byte_exact() {
+        let mut out = Vec::new();
+        write_frame(
+            &mut out,
+            OutFrame::data(0x01020304, Bytes::from_static(b"xy")),
+        )
+        .await
+        .unwrap();
+        assert_eq!(out, [3, 0, 0, 0, 6, 0, 0, 0, 4, 3, 2, 1, b'x', b'y']);
+    }
+}

@@ -1,0 +1,111 @@
+use thiserror::Error;
+
+/// Why a byte sequence is not a valid SMP message. Every variant names the
+/// offending field so that the reason can be sent back to the peer verbatim.
+#[derive(Debug, Error, Clone, PartialEq, Eq)]
+pub enum ProtocolError {
+    #[error("unknown message type {0}")]
+    UnknownType(u8),
+    #[error("payload of {size} bytes exceeds the limit of {max} bytes")]
+    TooLarge { size: u32, max: u32 },
+    #[error("{what}: payload of {got} bytes is too short, need at least {need}")]
+    Truncated {
+        what: &'static str,
+        got: usize,
+        need: usize,
+    },
+    #[error("configuration declares {cores} cores but the payload holds only {room} bytes for the core table")]
+    CoreTableTooLong { cores: u32, room: usize },
+    #[error("configuration has input size 0")]
+    ZeroInputSize,
+    #[error("benchmarking configuration needs input and output sizes of at least 16 bytes, got {input} and {output}")]
+    BenchmarkTooSmall { input: u32, output: u32 },
+    #[error("data of {len} bytes is not a whole number of {unit}-byte {what}")]
+    NotMultiple {
+        len: usize,
+        unit: u32,
+        what: &'static str,
+    },
+    #[error("data message carries no {0}")]
+    EmptyData(&'static str),
+    #[error("hello is not valid: {0}")]
+    BadHello(String),
+    #[error("error message reason is not UTF-8")]
+    BadReason,
+    #[error("connection closed in the middle of a message ({0} bytes buffered)")]
+    TruncatedStream(usize),
+}
+
+/// Codes carried by the `Error` extension message. Stable on the wire.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u32)]
+pub enum ErrorCode {
+    /// The message could not be parsed.
+    Malformed = 1,
+    /// The payload exceeded the receiver's limit.
+    TooLarge = 2,
+    /// A valid message arrived in a state that does not accept it.
+    UnexpectedMessage = 3,
+    /// Data arrived before any configuration.
+    NotConfigured = 4,
+    /// Data size is not a whole number of inputs/outputs.
+    BadDataSize = 5,
+    /// No node is left to process the user's data.
+    NoNodes = 6,
+    /// Configuration failed (on every node, or on this node).
+    ConfigurationFailed = 7,
+    /// A peer stopped responding.
+    Timeout = 8,
+    /// A hardware core failed while processing this data.
+    CoreFailure = 9,
+    /// Anything else; the reason says what.
+    Internal = 10,
+}
+
+impl ErrorCode {
+    pub fn from_u32(v: u32) -> Option<Self> {
+        use ErrorCode::*;
+        Some(match v {
+            1 => Malformed,
+            2 => TooLarge,
+            3 => UnexpectedMessage,
+            4 => NotConfigured,
+            5 => BadDataSize,
+            6 => NoNodes,
+            7 => ConfigurationFailed,
+            8 => Timeout,
+            9 => CoreFailure,
+            10 => Internal,
+            _ => return None,
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        use ErrorCode::*;
+        match self {
+            Malformed => "malformed",
+            TooLarge => "too-large",
+            UnexpectedMessage => "unexpected-message",
+            NotConfigured => "not-configured",
+            BadDataSize => "bad-data-size",
+            NoNodes => "no-nodes",
+            ConfigurationFailed => "configuration-failed",
+            Timeout => "timeout",
+            CoreFailure => "core-failure",
+            Internal => "internal",
+        }
+    }
+}
+
+impl ProtocolError {
+    /// The wire code that best describes this error.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ProtocolError::TooLarge { .. } => ErrorCode::TooLarge,
+            ProtocolError::NotMultiple { .. } | ProtocolError::EmptyData(_) => {
+                ErrorCode::BadDataSize
+            }
+            _ => ErrorCode::Malformed,
+        }
+    }
+}

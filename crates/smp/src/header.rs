@@ -1,0 +1,108 @@
+//! The 8-byte header of seed 000 §3.2.1: `u8 type`, three reserved bytes,
+//! `u32` little-endian payload size.
+
+use crate::error::ProtocolError;
+
+pub const HEADER_LEN: usize = 8;
+
+/// Message types. 1–3 are the seed's; 0x10 and up are corefarm extensions,
+/// only ever sent to a peer that announced itself with `Hello`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum MsgType {
+    Configuration = 1,
+    ConfigurationResponse = 2,
+    Data = 3,
+    Hello = 0x10,
+    Error = 0x11,
+    Credit = 0x12,
+}
+
+impl MsgType {
+    pub fn from_u8(v: u8) -> Result<Self, ProtocolError> {
+        Ok(match v {
+            1 => MsgType::Configuration,
+            2 => MsgType::ConfigurationResponse,
+            3 => MsgType::Data,
+            0x10 => MsgType::Hello,
+            0x11 => MsgType::Error,
+            0x12 => MsgType::Credit,
+            other => return Err(ProtocolError::UnknownType(other)),
+        })
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            MsgType::Configuration => "configuration",
+            MsgType::ConfigurationResponse => "configuration-response",
+            MsgType::Data => "data",
+            MsgType::Hello => "hello",
+            MsgType::Error => "error",
+            MsgType::Credit => "credit",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Header {
+    pub ty: MsgType,
+    pub size: u32,
+}
+
+impl Header {
+    pub fn new(ty: MsgType, size: u32) -> Self {
+        Header { ty, size }
+    }
+
+    /// Encodes the header; the reserved bytes are always written as zero.
+    pub fn encode(&self) -> [u8; HEADER_LEN] {
+        let s = self.size.to_le_bytes();
+        [self.ty as u8, 0, 0, 0, s[0], s[1], s[2], s[3]]
+    }
+
+    /// Decodes and validates a header. Reserved bytes are ignored on input
+    /// (the seed reserves them "for future use"), the type must be known and
+    /// the size must not exceed `max_payload`.
+    pub fn decode(b: &[u8; HEADER_LEN], max_payload: u32) -> Result<Self, ProtocolError> {
+        let ty = MsgType::from_u8(b[0])?;
+        let size = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+        if size > max_payload {
+            return Err(ProtocolError::TooLarge {
+                size,
+                max: max_payload,
+            });
+        }
+        Ok(Header { ty, size })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_little_endian() {
+        let h = Header::new(MsgType::Data, 0x0102_0304);
+        let b = h.encode();
+        assert_eq!(b, [3, 0, 0, 0, 4, 3, 2, 1]);
+        assert_eq!(Header::decode(&b, u32::MAX).unwrap(), h);
+    }
+
+    #[test]
+    fn rejects_unknown_type_and_oversize() {
+        assert_eq!(
+            Header::decode(&[9, 0, 0, 0, 0, 0, 0, 0], 10),
+            Err(ProtocolError::UnknownType(9))
+        );
+        assert_eq!(
+            Header::decode(&[3, 0, 0, 0, 11, 0, 0, 0], 10),
+            Err(ProtocolError::TooLarge { size: 11, max: 10 })
+        );
+    }
+
+    #[test]
+    fn reserved_bytes_are_ignored() {
+        let h = Header::decode(&[1, 0xAA, 0xBB, 0xCC, 12, 0, 0, 0], 100).unwrap();
+        assert_eq!(h, Header::new(MsgType::Configuration, 12));
+    }
+}

@@ -1,0 +1,95 @@
+//! The optional hello exchange (corefarm extension, type 0x10).
+//!
+//! A peer that opens with `Hello` gets the extensions; a peer that opens with
+//! a seed message (a configuration) gets exactly the seed's behaviour. The
+//! payload is a UTF-8 JSON object so that fields can be added without a new
+//! version; unknown fields are ignored.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::ProtocolError;
+
+/// Extension features a peer can announce. The server answers with the
+/// subset it will use on this connection.
+pub mod features {
+    /// The peer understands `Error` messages (type 0x11) carrying a reason.
+    pub const ERROR: &str = "error";
+    /// The user takes part in credit-based flow control (type 0x12):
+    /// it sends a data message only while it holds a credit.
+    pub const CREDIT: &str = "credit";
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct Hello {
+    /// Extension version, `PROTOCOL_VERSION` for this crate.
+    pub version: u32,
+    /// "user", "node" or "server".
+    pub role: String,
+    /// Free-form identity: a node's name, a user's program name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// Features the sender supports (see [`features`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub features: Vec<String>,
+    /// User: how many nodes it asks for (absent = every free node).
+    /// Server: how many nodes it assigned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<u32>,
+    /// Node: configuration targets it can run (see the image format).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
+    /// Server: the largest payload it accepts.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_message: Option<u32>,
+}
+
+impl Hello {
+    pub fn new(role: &str) -> Self {
+        Hello {
+            version: crate::PROTOCOL_VERSION,
+            role: role.to_string(),
+            ..Default::default()
+        }
+    }
+
+    pub fn has(&self, feature: &str) -> bool {
+        self.features.iter().any(|f| f == feature)
+    }
+
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("hello serialises")
+    }
+
+    pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
+        let h: Hello =
+            serde_json::from_slice(payload).map_err(|e| ProtocolError::BadHello(e.to_string()))?;
+        if !matches!(h.role.as_str(), "user" | "node" | "server") {
+            return Err(ProtocolError::BadHello(format!(
+                "unknown role {:?}",
+                h.role
+            )));
+        }
+        Ok(h)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_ignores_unknown_fields() {
+        let mut h = Hello::new("user");
+        h.features = vec![features::CREDIT.into()];
+        h.nodes = Some(2);
+        assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
+        let extra = br#"{"version":1,"role":"node","future":42}"#;
+        assert_eq!(Hello::decode(extra).unwrap().role, "node");
+    }
+
+    #[test]
+    fn rejects_bad_json_and_role() {
+        assert!(Hello::decode(b"not json").is_err());
+        assert!(Hello::decode(br#"{"version":1,"role":"admin"}"#).is_err());
+    }
+}

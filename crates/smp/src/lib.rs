@@ -1,0 +1,42 @@
+//! SMP — the Serial Messaging Protocol of seed 000 §3.2, plus the extensions
+//! corefarm negotiates with an optional hello exchange.
+//!
+//! Layout of the crate, one concept per file:
+//! - [`header`]: the 8-byte header every message starts with.
+//! - [`message`]: typed payloads (configuration, response, data, hello, error, credit),
+//!   parsed check-then-parse from an untrusted byte slice.
+//! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).
+//! - [`blocking`]: the same framing over `std::io` for synchronous peers.
+//!
+//! Every payload is a `bytes::Bytes`, so a frame read from one socket can be
+//! forwarded to another without copying its body.
+
+pub mod blocking;
+pub mod codec;
+pub mod error;
+pub mod header;
+pub mod hello;
+pub mod message;
+
+pub use error::{ErrorCode, ProtocolError};
+pub use header::{Header, MsgType, HEADER_LEN};
+pub use hello::Hello;
+pub use message::{
+    BenchmarkConfig, Configuration, ConfigurationResponse, CoreInfo, Credit, Data, ErrorMsg, Frame,
+    OutFrame,
+};
+
+/// Default upper bound on a payload: large enough for any realistic bitstream
+/// or batch of inputs, small enough that a hostile header cannot make a peer
+/// allocate 4 GiB.
+pub const DEFAULT_MAX_MESSAGE: u32 = 256 * 1024 * 1024;
+
+/// Version of the extension set announced in `Hello`.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Size of the `id` field that starts every data payload.
+pub const DATA_ID_LEN: usize = 4;
+
+/// Minimum input/output size of the benchmarking configuration (seed 000 §4.2.2):
+/// the node echoes the first 16 bytes of each input into its output.
+pub const BENCH_ECHO_LEN: usize = 16;
