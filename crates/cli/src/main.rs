@@ -1,1 +1,37 @@
-fn main() {}
+//! `corefarm`: one binary for every role of the system.
+
+use clap::{Parser, Subcommand};
+
+mod cmd_bench;
+mod cmd_image;
+
+#[derive(Parser)]
+#[command(name = "corefarm", version, about = "Distributed computing on accelerator nodes over SMP", long_about = None)]
+struct Cli {
+    /// Log filter (also RUST_LOG), e.g. "info" or "corefarm_server=debug".
+    #[arg(long, global = true, default_value = "warn")]
+    log: String,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Benchmarks: SMP echo, the benchmarking user, the full suite.
+    #[command(subcommand)]
+    Bench(cmd_bench::BenchCmd),
+    /// Build and inspect configuration images.
+    #[command(subcommand)]
+    Image(cmd_image::ImageCmd),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
+    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    match cli.cmd {
+        Cmd::Bench(c) => cmd_bench::run(c),
+        Cmd::Image(c) => cmd_image::run(c),
+    }
+}
