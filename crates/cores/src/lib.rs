@@ -3,6 +3,8 @@
 //! The node manager only sees [`Core`]: give it one input, get one output.
 //! Backends (native soft cores, RTL simulation, FPGA) implement it.
 
+pub mod toolchain;
+
 use corefarm_smp::Configuration;
 
 #[derive(Debug, thiserror::Error)]

@@ -1,0 +1,92 @@
+//! The client's error type. Every message says what went wrong and, where it
+//! matters, while doing what, so that it can be shown to a user unchanged.
+
+use std::io;
+use std::time::Duration;
+
+use corefarm_smp::{ErrorMsg, ProtocolError};
+
+pub type Result<T, E = ClientError> = std::result::Result<T, E>;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("could not resolve the server address {addr}: {source}")]
+    Resolve { addr: String, source: io::Error },
+    #[error("could not connect to the corefarm server at {addr}: {source}")]
+    Connect { addr: String, source: io::Error },
+    #[error("the server at {addr} did not complete the hello exchange: {detail}")]
+    Handshake { addr: String, detail: String },
+    #[error("the server closed the connection {during}")]
+    Closed { during: &'static str },
+    #[error("the connection was closed by this client")]
+    ClosedLocally,
+    #[error("timed out after {after:?} {during}")]
+    Timeout {
+        after: Duration,
+        during: &'static str,
+    },
+    #[error("configuration failed: {}", reason.as_deref().unwrap_or("the server gave no reason"))]
+    Configuration {
+        /// The configuration response's status, if one arrived.
+        status: Option<u8>,
+        /// The server's explanation (from an `Error` message), if it sent one.
+        reason: Option<String>,
+    },
+    #[error("server error: {0}")]
+    Server(ErrorMsg),
+    #[error("protocol error in a message from the server: {0}")]
+    Protocol(ProtocolError),
+    #[error("unexpected message from the server: {0}")]
+    Unexpected(String),
+    #[error("i/o error {during}: {source}")]
+    Io {
+        during: &'static str,
+        source: io::Error,
+    },
+    #[error("not configured: call configure() before submitting data")]
+    NotConfigured,
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+}
+
+impl ClientError {
+    /// The server's error message, if this error is one.
+    pub fn server_error(&self) -> Option<&ErrorMsg> {
+        match self {
+            ClientError::Server(e) => Some(e),
+            _ => None,
+        }
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, ClientError::Timeout { .. })
+    }
+}
+
+/// Why the connection stopped working, as recorded by the reader thread.
+/// Cloneable so that every waiter can be told.
+#[derive(Debug, Clone)]
+pub(crate) enum Failure {
+    Closed,
+    ClosedLocally,
+    Io(io::ErrorKind, String),
+    Protocol(ProtocolError),
+    Unexpected(String),
+    Server(ErrorMsg),
+}
+
+impl Failure {
+    pub(crate) fn to_error(&self, during: &'static str) -> ClientError {
+        match self {
+            Failure::Closed => ClientError::Closed { during },
+            Failure::ClosedLocally => ClientError::ClosedLocally,
+            Failure::Io(kind, msg) => ClientError::Io {
+                during,
+                source: io::Error::new(*kind, msg.clone()),
+            },
+            Failure::Protocol(e) => ClientError::Protocol(e.clone()),
+            Failure::Unexpected(what) => ClientError::Unexpected(what.clone()),
+            Failure::Server(e) => ClientError::Server(e.clone()),
+        }
+    }
+}

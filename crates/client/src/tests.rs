@@ -1,0 +1,504 @@
+//! Client tests against an in-test fake server: a thread that accepts one
+//! connection on 127.0.0.1:0 and runs a script of SMP reads and writes.
+
+use std::net::{TcpListener, TcpStream};
+use std::thread::JoinHandle;
+
+use bytes::Bytes;
+use corefarm_smp::blocking::{write_frame, FrameReader};
+use corefarm_smp::{
+    Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,
+    OutFrame,
+};
+
+use super::*;
+
+struct Peer {
+    r: FrameReader<TcpStream>,
+    w: TcpStream,
+}
+
+impl Peer {
+    fn read(&mut self) -> Frame {
+        self.r.read_frame().expect("read").expect("frame, not EOF")
+    }
+    fn expect(&mut self, ty: MsgType) -> Frame {
+        let f = self.read();
+        assert_eq!(f.ty, ty, "fake server expected {ty:?}");
+        f
+    }
+    fn send(&mut self, f: OutFrame) {
+        write_frame(&mut self.w, f).expect("write");
+    }
+    /// Answers a user hello with the given features.
+    fn hello(&mut self, features: &[&str], nodes: u32) -> Hello {
+        let h = Hello::decode(&self.expect(MsgType::Hello).payload).unwrap();
+        let mut reply = Hello::new("server");
+        reply.features = features.iter().map(|s| s.to_string()).collect();
+        reply.nodes = Some(nodes);
+        reply.max_message = Some(1 << 20);
+        self.send(reply.to_frame());
+        h
+    }
+    fn configured(&mut self, status: u8) -> Configuration {
+        let c = Configuration::parse(self.expect(MsgType::Configuration).payload).unwrap();
+        self.send(ConfigurationResponse { status }.to_frame());
+        c
+    }
+    fn data(&mut self) -> Data {
+        Data::parse(self.expect(MsgType::Data).payload).unwrap()
+    }
+    fn credit(&mut self, n: u32) {
+        self.send(Credit { messages: n }.to_frame());
+    }
+    /// True if the client closed its side (read returns end of stream).
+    fn at_eof(&mut self) -> bool {
+        matches!(self.r.read_frame(), Ok(None) | Err(_))
+    }
+}
+
+/// Starts a fake server running `script` on the first connection; returns
+/// its address and the thread (join it to see the script's assertions).
+fn fake<F>(script: F) -> (String, JoinHandle<()>)
+where
+    F: FnOnce(Peer) + Send + 'static,
+{
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let h = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let r = FrameReader::new(s.try_clone().unwrap(), 1 << 24);
+        script(Peer { r, w: s });
+    });
+    (addr, h)
+}
+
+fn legacy() -> ClientOptions {
+    ClientOptions {
+        legacy: true,
+        ..Default::default()
+    }
+}
+
+fn bench(input: u32, output: u32) -> Configuration {
+    BenchmarkConfig {
+        input_size: input,
+        output_size: output,
+        delay_us: 0,
+    }
+    .to_configuration()
+}
+
+/// Echo loop of a benchmarking node: output = first `out` bytes per input.
+fn echo(p: &mut Peer, n: usize, input: usize, out: usize) {
+    for _ in 0..n {
+        let d = p.data();
+        let mut v = Vec::new();
+        for chunk in d.data.chunks(input) {
+            v.extend_from_slice(&chunk[..out]);
+        }
+        p.send(OutFrame::data(d.id, Bytes::from(v)));
+    }
+}
+
+#[test]
+fn legacy_session_is_seed_bytes_only() {
+    let (addr, srv) = fake(|mut p| {
+        // The very first message must be the configuration: no hello.
+        let c = p.configured(0);
+        assert_eq!(c.benchmark().unwrap().input_size, 32);
+        echo(&mut p, 3, 32, 16);
+        assert!(p.at_eof());
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    assert_eq!(c.nodes(), None);
+    assert!(!c.credit_mode());
+    c.configure(&bench(32, 16)).unwrap();
+    let mut ids = Vec::new();
+    for k in 1..=3u8 {
+        ids.push(c.submit(Bytes::from(vec![k; 32 * k as usize])).unwrap());
+    }
+    assert_eq!(ids, [0, 1, 2]);
+    for k in 1..=3u32 {
+        let o = c.recv(None).unwrap();
+        assert_eq!(o.id, k - 1);
+        assert_eq!(o.count, k);
+        assert_eq!(o.data.len(), 16 * k as usize);
+        assert!(o.data.iter().all(|&b| b == k as u8));
+    }
+    drop(c);
+    srv.join().unwrap();
+}
+
+#[test]
+fn hello_negotiates_nodes_and_features() {
+    let (addr, srv) = fake(|mut p| {
+        let h = p.hello(&["error"], 3);
+        assert_eq!(h.role, "user");
+        assert_eq!(h.nodes, Some(2));
+        assert_eq!(h.name.as_deref(), Some("unit-test"));
+        assert!(h.has("credit") && h.has("error"));
+        p.configured(0);
+        // No credit feature agreed: data may flow without credit.
+        echo(&mut p, 1, 16, 16);
+    });
+    let opts = ClientOptions {
+        nodes: Some(2),
+        name: Some("unit-test".into()),
+        ..Default::default()
+    };
+    let c = Client::connect(&addr, opts).unwrap();
+    assert_eq!(c.nodes(), Some(3));
+    assert!(!c.credit_mode());
+    c.configure(&bench(16, 16)).unwrap();
+    let id = c.submit_slice(&[9u8; 16]).unwrap();
+    assert_eq!(c.recv(None).unwrap().id, id);
+    srv.join().unwrap();
+}
+
+#[test]
+fn submit_waits_for_credit() {
+    let (tx, rx) = mpsc::channel::<()>();
+    let (addr, srv) = fake(move |mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        p.credit(2);
+        p.data();
+        p.data();
+        // The third message must not come before a credit does.
+        p.w.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        assert!(p.r.read_frame().is_err(), "data sent without credit");
+        p.w.set_read_timeout(None).unwrap();
+        tx.send(()).unwrap();
+        p.credit(1);
+        assert_eq!(p.data().id, 2);
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    assert!(c.credit_mode());
+    c.configure(&bench(16, 16)).unwrap();
+    for _ in 0..3 {
+        c.submit(Bytes::from_static(&[1; 16])).unwrap();
+    }
+    // The third submit only returned after the server granted the credit.
+    rx.try_recv()
+        .expect("third submit returned before the credit was sent");
+    srv.join().unwrap();
+}
+
+#[test]
+fn credit_wait_times_out_with_a_clear_error() {
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        assert!(p.at_eof());
+    });
+    let opts = ClientOptions {
+        io_timeout: Some(Duration::from_millis(100)),
+        ..Default::default()
+    };
+    let c = Client::connect(&addr, opts).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let e = c.submit(Bytes::from_static(&[0; 16])).unwrap_err();
+    assert!(e.is_timeout(), "{e}");
+    assert!(e.to_string().contains("credit"), "{e}");
+    drop(c);
+    srv.join().unwrap();
+}
+
+#[test]
+fn configuration_failure_carries_the_servers_reason() {
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.expect(MsgType::Configuration);
+        p.send(
+            ErrorMsg::new(
+                ErrorMsg::NO_ID,
+                ErrorCode::ConfigurationFailed,
+                "bitstream rejected by every node",
+            )
+            .to_frame(),
+        );
+        p.send(ConfigurationResponse { status: 1 }.to_frame());
+        // A second try succeeds; the connection stays usable.
+        p.configured(0);
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    let e = c.configure(&bench(16, 16)).unwrap_err();
+    match &e {
+        ClientError::Configuration { status, reason } => {
+            assert_eq!(*status, Some(1));
+            assert!(reason.as_deref().unwrap().contains("bitstream rejected"));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        e.to_string().contains("bitstream rejected by every node"),
+        "{e}"
+    );
+    c.configure(&bench(16, 16)).unwrap();
+    srv.join().unwrap();
+}
+
+#[test]
+fn legacy_configuration_failure_is_a_status() {
+    let (addr, srv) = fake(|mut p| {
+        p.configured(3);
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    match c.configure(&bench(16, 16)).unwrap_err() {
+        ClientError::Configuration { status, reason } => {
+            assert_eq!(status, Some(3));
+            assert_eq!(reason, None);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    srv.join().unwrap();
+}
+
+#[test]
+fn server_closing_during_configuration_is_reported() {
+    let (addr, srv) = fake(|mut p| {
+        p.expect(MsgType::Configuration);
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    let e = c.configure(&bench(16, 16)).unwrap_err();
+    assert!(matches!(e, ClientError::Closed { .. }), "{e:?}");
+    assert!(
+        e.to_string().contains("server closed the connection"),
+        "{e}"
+    );
+    assert!(e.to_string().contains("configuration response"), "{e}");
+    srv.join().unwrap();
+}
+
+#[test]
+fn data_error_goes_to_recv_and_the_connection_continues() {
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        p.credit(2);
+        let d = p.data();
+        p.send(ErrorMsg::new(d.id, ErrorCode::CoreFailure, "core 0 timed out").to_frame());
+        p.credit(1);
+        echo(&mut p, 1, 16, 16);
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let bad = c.submit(Bytes::from_static(&[1; 16])).unwrap();
+    let e = c.recv(None).unwrap_err();
+    let se = e.server_error().expect("a server error");
+    assert_eq!(se.id, bad);
+    assert_eq!(se.code, ErrorCode::CoreFailure as u32);
+    assert!(e.to_string().contains("core 0 timed out"), "{e}");
+    let good = c.submit(Bytes::from_static(&[2; 16])).unwrap();
+    assert_eq!(c.recv(None).unwrap().id, good);
+    srv.join().unwrap();
+}
+
+#[test]
+fn error_without_id_fails_a_blocked_submit_and_recv() {
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        // No credit: the client blocks in submit until this error.
+        std::thread::sleep(Duration::from_millis(50));
+        p.send(
+            ErrorMsg::new(
+                ErrorMsg::NO_ID,
+                ErrorCode::NoNodes,
+                "every node disconnected",
+            )
+            .to_frame(),
+        );
+        assert!(p.at_eof());
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let e = c.submit(Bytes::from_static(&[0; 16])).unwrap_err();
+    assert_eq!(
+        e.server_error().unwrap().code,
+        ErrorCode::NoNodes as u32,
+        "{e}"
+    );
+    assert!(e.to_string().contains("every node disconnected"), "{e}");
+    // recv gets the error once, then keeps reporting it instead of hanging.
+    assert!(c.recv(None).unwrap_err().server_error().is_some());
+    assert!(c.recv(None).unwrap_err().server_error().is_some());
+    drop(c);
+    srv.join().unwrap();
+}
+
+#[test]
+fn recv_reports_a_closed_server_and_timeouts() {
+    let (tx, rx) = mpsc::channel::<()>();
+    let (addr, srv) = fake(move |mut p| {
+        p.configured(0);
+        rx.recv().unwrap();
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let e = c.recv(Some(Duration::from_millis(20))).unwrap_err();
+    assert!(e.is_timeout() && e.to_string().contains("timed out"), "{e}");
+    tx.send(()).unwrap();
+    srv.join().unwrap();
+    let e = c.recv(None).unwrap_err();
+    assert!(
+        e.to_string().contains("server closed the connection"),
+        "{e}"
+    );
+    let e = c.submit(Bytes::from_static(&[0; 16])).unwrap_err();
+    assert!(
+        e.to_string().contains("server closed the connection"),
+        "{e}"
+    );
+}
+
+#[test]
+fn connection_refused_names_the_address() {
+    // Bind then drop to get a port nobody listens on.
+    let addr = TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .to_string();
+    let e = Client::connect(&addr, legacy()).unwrap_err();
+    assert!(matches!(e, ClientError::Connect { .. }), "{e:?}");
+    assert!(e.to_string().contains(&addr), "{e}");
+}
+
+#[test]
+fn hello_refused_by_a_seed_only_server_suggests_legacy() {
+    let (addr, srv) = fake(|mut p| {
+        p.read(); // a seed server drops a connection that opens with a non-configuration
+    });
+    let e = Client::connect(&addr, ClientOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("legacy"), "{e}");
+    srv.join().unwrap();
+}
+
+#[test]
+fn local_validation_before_sending() {
+    let (addr, srv) = fake(|mut p| {
+        p.configured(0);
+        assert!(p.at_eof(), "nothing but the configuration was sent");
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    assert!(matches!(
+        c.submit(Bytes::from_static(&[0; 16])),
+        Err(ClientError::NotConfigured)
+    ));
+    c.configure(&bench(16, 32)).unwrap();
+    assert_eq!(c.sizes(), Some((16, 32)));
+    let e = c.submit(Bytes::from_static(&[0; 17])).unwrap_err();
+    assert!(matches!(e, ClientError::InvalidInput(_)), "{e}");
+    assert!(c.submit(Bytes::new()).is_err());
+    drop(c);
+    srv.join().unwrap();
+}
+
+#[test]
+fn split_halves_run_in_two_threads() {
+    const N: u32 = 2000;
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        p.credit(64);
+        for _ in 0..N {
+            let d = p.data();
+            p.send(OutFrame::data(d.id, d.data));
+            p.credit(1);
+        }
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let (tx, rx) = c.split();
+    let sender = std::thread::spawn(move || {
+        for i in 0..N {
+            let mut v = [0u8; 16];
+            v[..4].copy_from_slice(&i.to_le_bytes());
+            assert_eq!(tx.submit(Bytes::copy_from_slice(&v)).unwrap(), i);
+        }
+        tx
+    });
+    for i in 0..N {
+        let o = rx.recv(None).unwrap();
+        assert_eq!(o.id, i);
+        assert_eq!(&o.data[..4], &i.to_le_bytes());
+    }
+    drop(sender.join().unwrap());
+    drop(rx);
+    srv.join().unwrap();
+}
+
+#[test]
+fn map_yields_in_input_order_with_a_bounded_window() {
+    const WINDOW: usize = 4;
+    let (addr, srv) = fake(|mut p| {
+        p.configured(0);
+        // Answer each batch of WINDOW messages in reverse order, which only
+        // works if the client really keeps WINDOW in flight and reorders.
+        for _ in 0..5 {
+            let batch: Vec<Data> = (0..WINDOW).map(|_| p.data()).collect();
+            for d in batch.into_iter().rev() {
+                p.send(OutFrame::data(d.id, d.data));
+            }
+        }
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let inputs = (0..20u8).map(|k| Bytes::from(vec![k; 16]));
+    let out: Vec<Bytes> = c.map(inputs, WINDOW).collect::<Result<_>>().unwrap();
+    assert_eq!(out.len(), 20);
+    for (k, b) in out.iter().enumerate() {
+        assert!(b.iter().all(|&x| x == k as u8), "result {k} out of order");
+    }
+    srv.join().unwrap();
+}
+
+#[test]
+fn close_wakes_a_blocked_receiver_and_drop_closes_the_socket() {
+    let (addr, srv) = fake(|mut p| {
+        p.configured(0);
+        assert!(p.at_eof(), "client did not close its socket");
+    });
+    let c = Arc::new(Client::connect(&addr, legacy()).unwrap());
+    c.configure(&bench(16, 16)).unwrap();
+    let c2 = c.clone();
+    let waiter = std::thread::spawn(move || c2.recv(None));
+    std::thread::sleep(Duration::from_millis(20));
+    c.close();
+    let e = waiter.join().unwrap().unwrap_err();
+    assert!(matches!(e, ClientError::ClosedLocally), "{e:?}");
+    drop(c);
+    srv.join().unwrap();
+}
+
+#[test]
+fn borrowed_slice_writes_are_byte_exact() {
+    let mut out = Vec::new();
+    write_data_slice(&mut out, 0x0102_0304, b"xy").unwrap();
+    assert_eq!(
+        out,
+        OutFrame::data(0x0102_0304, Bytes::from_static(b"xy")).to_vec()
+    );
+}
+
+#[test]
+fn auto_ids_skip_the_no_id_marker() {
+    let (addr, srv) = fake(|mut p| {
+        p.configured(0);
+        for want in [u32::MAX - 1, 0] {
+            assert_eq!(p.data().id, want);
+        }
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    c.inner.next_id.store(u32::MAX - 1, Ordering::Relaxed);
+    assert_eq!(
+        c.submit(Bytes::from_static(&[0; 16])).unwrap(),
+        u32::MAX - 1
+    );
+    assert_eq!(c.submit(Bytes::from_static(&[0; 16])).unwrap(), 0);
+    srv.join().unwrap();
+}
