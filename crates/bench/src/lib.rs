@@ -1,1 +1,24 @@
-//! corefarm bench (work in progress)
+//! corefarm benchmarks (seed 000 chapter 4).
+//!
+//! - [`echo`]: the SMP echo server and clients of §4.2.1 (networking ceiling).
+//! - [`user`]: the benchmarking user of §4.2.2, driving a real server with the
+//!   benchmarking configuration and measuring throughput and latency.
+//! - [`compare`]: compares two suite result files point by point.
+//! - [`stats`]: latency histogram, throughput and spread arithmetic shared by all.
+//!
+//! The suite that sweeps these over the seed's parameter spaces lives in
+//! `bench/suite.py` (it runs the `corefarm` binary as separate processes).
+
+pub mod echo;
+pub mod stats;
+
+/// Monotonic nanoseconds since a process-wide epoch. Both the sending and the
+/// receiving loop of a benchmark read this clock, so a timestamp written into
+/// an input by one thread can be subtracted from "now" in another.
+pub fn now_ns() -> u64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    let epoch = *EPOCH.get_or_init(Instant::now);
+    epoch.elapsed().as_nanos() as u64
+}
