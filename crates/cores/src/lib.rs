@@ -1,11 +1,26 @@
-//! Hardware cores behind one interface (work in progress: see issue 3).
+//! Hardware cores behind one interface.
 //!
 //! The node manager only sees [`Core`]: give it one input, get one output.
-//! Backends (native soft cores, RTL simulation, FPGA) implement it.
+//! Every backend exposes a [`bus::Bus`] (an emulated CSR block around a
+//! native C function, an address decoder over Verilator instances, or the
+//! mmap'ed HPS-to-FPGA bridge) and the single [`driver::Driver`] runs the job
+//! cycle of seed 000 table 3.1 over it, so host code cannot tell backends
+//! apart. [`image`] is the container that carries the artifacts.
 
+pub mod bus;
+pub mod driver;
+pub mod fpga;
+pub mod image;
+pub mod native;
 pub mod toolchain;
 
-use corefarm_smp::Configuration;
+use std::path::Path;
+use std::time::Duration;
+
+use corefarm_smp::{Configuration, CoreInfo};
+
+pub use driver::{Driver, DriverOptions};
+pub use image::{ArtifactKind, Image, ImageBuilder, ImageError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {
@@ -17,21 +32,76 @@ pub enum CoreError {
 
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
+    /// This node cannot run the configuration (no matching backend).
     #[error("{0}")]
     Unsupported(String),
+    /// The configuration itself is wrong (bad image, checksum, sizes, table).
     #[error("{0}")]
     Invalid(String),
+    /// A backend failed while instantiating (dlopen, programming, mmap).
+    #[error("{0}")]
+    Backend(String),
+}
+
+/// Counters a core keeps for reporting.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CoreStats {
+    /// Jobs completed.
+    pub jobs: u64,
+    /// Jobs that timed out.
+    pub timeouts: u64,
+    /// Resets performed after a timeout.
+    pub resets: u64,
+    /// Wall-clock time spent in completed jobs.
+    pub busy: Duration,
+    /// Simulated clock cycles over all completed jobs (RTL simulation only).
+    pub cycles: Option<u64>,
+    /// Simulated clock cycles of the last completed job (RTL simulation only).
+    pub last_cycles: Option<u64>,
 }
 
 /// One hardware core instance, driven by exactly one core handler thread.
 pub trait Core: Send {
     /// Processes one input (`input_size` bytes) into one output (`output_size` bytes).
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError>;
+
+    /// Counters for reporting; backends without any return the default.
+    fn stats(&self) -> CoreStats {
+        CoreStats::default()
+    }
 }
 
 /// Node-side options that decide which backends may load and how.
-#[derive(Debug, Clone, Default)]
-pub struct LoadOptions {}
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Run native soft cores (`native-<arch>-linux` artifacts).
+    pub native: bool,
+    /// Run Verilator-built RTL simulations (`rtl-<arch>-linux` artifacts).
+    pub rtl: bool,
+    /// The Cyclone V FPGA backend; `None` (the default) disables it, and
+    /// raw bitstreams and `fpga-cyclonev` artifacts are then refused.
+    pub fpga: Option<fpga::FpgaOptions>,
+    /// Which artifact kind wins when an image carries several this node can run.
+    pub prefer: Vec<ArtifactKind>,
+    /// Job timeout and poll interval of the driver.
+    pub driver: DriverOptions,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        LoadOptions {
+            native: true,
+            rtl: true,
+            fpga: None,
+            prefer: vec![
+                ArtifactKind::Bitstream,
+                ArtifactKind::Native,
+                ArtifactKind::Rtl,
+            ],
+            driver: DriverOptions::default(),
+        }
+    }
+}
 
 /// The cores a configuration instantiates on this node.
 pub struct Loaded {
@@ -41,13 +111,211 @@ pub struct Loaded {
 }
 
 /// Configuration targets this node can run.
-pub fn supported_targets(_opts: &LoadOptions) -> Vec<String> {
-    Vec::new()
+pub fn supported_targets(opts: &LoadOptions) -> Vec<String> {
+    let mut t = Vec::new();
+    if opts.fpga.is_some() {
+        t.push(image::FPGA_TARGET.to_string());
+    }
+    if opts.native && native::dlopen_works() {
+        t.extend(image::native_target());
+    }
+    if opts.rtl && native::dlopen_works() {
+        t.extend(image::rtl_target());
+    }
+    t
+}
+
+/// Address windows of one core, for overlap checks: (name, start, length).
+fn windows(c: &CoreInfo, input_size: u32, output_size: u32) -> [(&'static str, u64, u64); 3] {
+    let r8 = |n: u32| (n as u64).div_ceil(8) * 8;
+    [
+        ("control", c.control as u64, bus::csr::SPAN),
+        ("input", c.input as u64, r8(input_size)),
+        ("output", c.output as u64, r8(output_size)),
+    ]
+}
+
+/// Refuses core tables no hardware design could have: unaligned bases,
+/// windows past 4 GiB, or two windows that overlap.
+fn check_core_table(cfg: &Configuration) -> Result<(), LoadError> {
+    let mut all = Vec::new();
+    for (i, c) in cfg.cores.iter().enumerate() {
+        for (name, start, len) in windows(c, cfg.input_size, cfg.output_size) {
+            if start % 8 != 0 {
+                return Err(LoadError::Invalid(format!(
+                    "core {i}: {name} base address {start:#x} is not 8-byte aligned"
+                )));
+            }
+            if start + len > 1 << 32 {
+                return Err(LoadError::Invalid(format!(
+                    "core {i}: {name} window {start:#x}+{len:#x} runs past the 32-bit address space"
+                )));
+            }
+            if len > 0 {
+                all.push((start, len, i, name));
+            }
+        }
+    }
+    all.sort();
+    for w in all.windows(2) {
+        let ((s0, l0, c0, n0), (s1, _, c1, n1)) = (w[0], w[1]);
+        if s0 + l0 > s1 {
+            return Err(LoadError::Invalid(format!(
+                "core table overlaps: core {c0} {n0} window {s0:#x}+{l0:#x} covers core {c1} {n1} base {s1:#x}"
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Instantiates the cores of a (non-benchmark) configuration.
-pub fn load(_cfg: &Configuration, _opts: &LoadOptions) -> Result<Loaded, LoadError> {
-    Err(LoadError::Unsupported(
-        "no hardware-core backend is built in yet".into(),
-    ))
+pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError> {
+    if cfg.benchmark().is_some() {
+        return Err(LoadError::Invalid(
+            "the benchmarking configuration is handled by the node manager, not by a core backend"
+                .into(),
+        ));
+    }
+    if cfg.cores.is_empty() {
+        return Err(LoadError::Invalid(
+            "configuration declares no hardware cores".into(),
+        ));
+    }
+    check_core_table(cfg)?;
+
+    if !image::is_image(&cfg.bitstream) {
+        return match &opts.fpga {
+            Some(f) => fpga::load(f, cfg, &cfg.bitstream, "raw bitstream", opts.driver),
+            None => Err(LoadError::Unsupported(format!(
+                "configuration carries a raw FPGA bitstream ({} bytes, no corefarm image magic) \
+                 but this node has no FPGA backend enabled; it runs {:?}",
+                cfg.bitstream.len(),
+                supported_targets(opts)
+            ))),
+        };
+    }
+
+    let img = Image::parse(cfg.bitstream.clone()).map_err(|e| LoadError::Invalid(e.to_string()))?;
+    let m = &img.manifest;
+    if m.input_size != cfg.input_size || m.output_size != cfg.output_size {
+        return Err(LoadError::Invalid(format!(
+            "image {:?} is built for {} input / {} output bytes but the configuration says {} / {}",
+            m.name, m.input_size, m.output_size, cfg.input_size, cfg.output_size
+        )));
+    }
+    if m.cores != cfg.cores {
+        return Err(LoadError::Invalid(format!(
+            "image {:?} describes {} cores but the configuration's core table ({} cores) differs from it",
+            m.name,
+            m.cores.len(),
+            cfg.cores.len()
+        )));
+    }
+    for r in img.verify() {
+        r.map_err(|e| LoadError::Invalid(e.to_string()))?;
+    }
+
+    for kind in &opts.prefer {
+        let target = match kind {
+            ArtifactKind::Bitstream if opts.fpga.is_some() => Some(image::FPGA_TARGET.to_string()),
+            ArtifactKind::Native if opts.native => image::native_target(),
+            ArtifactKind::Rtl if opts.rtl => image::rtl_target(),
+            _ => None,
+        };
+        let Some(idx) = target.as_deref().and_then(|t| img.find(t)) else {
+            continue;
+        };
+        let a = &m.artifacts[idx];
+        if a.kind != *kind {
+            return Err(LoadError::Invalid(format!(
+                "artifact {idx} has target {} but kind {}",
+                a.target,
+                a.kind.name()
+            )));
+        }
+        let bytes = img
+            .verified_artifact(idx)
+            .map_err(|e| LoadError::Invalid(e.to_string()))?;
+        let cores = match kind {
+            ArtifactKind::Native => native_cores(&bytes, &a.entry, cfg, opts.driver)?,
+            ArtifactKind::Rtl => {
+                return Err(LoadError::Unsupported(
+                    "RTL simulation backend is not built in yet".into(),
+                ))
+            }
+            ArtifactKind::Bitstream => {
+                let f = opts.fpga.as_ref().expect("checked above");
+                return fpga::load(f, cfg, &bytes, &m.name, opts.driver);
+            }
+        };
+        return Ok(Loaded {
+            description: format!(
+                "{} × {} {} ({})",
+                cores.len(),
+                kind.name(),
+                m.name,
+                a.target
+            ),
+            cores,
+        });
+    }
+    Err(LoadError::Unsupported(format!(
+        "image {:?} carries artifacts for {:?} but this node runs {:?}",
+        m.name,
+        img.targets(),
+        supported_targets(opts)
+    )))
+}
+
+fn native_cores(
+    so: &[u8],
+    entry: &str,
+    cfg: &Configuration,
+    dopts: DriverOptions,
+) -> Result<Vec<Box<dyn Core>>, LoadError> {
+    cfg.cores
+        .iter()
+        .map(|c| {
+            let lib = native::NativeLib::load(so, entry)?;
+            let bus = native::NativeBus::new(lib, *c, cfg.input_size, cfg.output_size)?;
+            let d = Driver::new(Box::new(bus), *c, cfg.input_size, cfg.output_size, dopts)
+                .map_err(|e| LoadError::Backend(e.to_string()))?;
+            Ok(Box::new(d) as Box<dyn Core>)
+        })
+        .collect()
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error(transparent)]
+    Toolchain(#[from] toolchain::ToolchainError),
+    #[error(transparent)]
+    Image(#[from] ImageError),
+    #[error("{0}")]
+    Io(String),
+}
+
+/// Compiles an HLS C/C++ `source` into a native soft core and wraps it in an
+/// image with the default core table for `cores` cores.
+pub fn build_native_image(
+    source: &Path,
+    entry: &str,
+    cores: u32,
+    input_size: u32,
+    output_size: u32,
+    name: &str,
+) -> Result<Vec<u8>, BuildError> {
+    let target = image::native_target().ok_or_else(|| {
+        BuildError::Io(format!("no native target for {}", std::env::consts::ARCH))
+    })?;
+    let dir =
+        tempfile::tempdir().map_err(|e| BuildError::Io(format!("temporary directory: {e}")))?;
+    let so = dir.path().join("core.so");
+    toolchain::build_native(source, &so)?;
+    let bytes =
+        std::fs::read(&so).map_err(|e| BuildError::Io(format!("reading {}: {e}", so.display())))?;
+    let table = image::default_core_table(cores, input_size, output_size)?;
+    Ok(ImageBuilder::new(name, input_size, output_size, table)
+        .artifact(target, ArtifactKind::Native, entry, bytes)
+        .build()?)
 }

@@ -1,0 +1,513 @@
+//! Configuration images: the container corefarm carries in the bitstream
+//! field of an SMP configuration message (docs/interfaces.md, docs/images.md).
+//!
+//! ```text
+//! 0   8  magic "CFIMAGE\0"
+//! 8   4  u32 LE format version (1)
+//! 12  4  u32 LE manifest length M
+//! 16  M  manifest, UTF-8 JSON
+//! 16+M   artifact bytes; artifact offsets are relative to 16+M
+//! ```
+//!
+//! Parsing is check-then-parse on untrusted bytes: every offset and length is
+//! checked against the bytes present, so a hostile image yields an error.
+
+use bytes::Bytes;
+use corefarm_smp::{Configuration, CoreInfo};
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+pub const MAGIC: &[u8; 8] = b"CFIMAGE\0";
+pub const VERSION: u32 = 1;
+/// Bytes before the manifest: magic, version, manifest length.
+pub const HEADER_LEN: usize = 16;
+/// Target name of Cyclone V SoC bitstreams (raw binary file, RBF).
+pub const FPGA_TARGET: &str = "fpga-cyclonev";
+/// Base of the HPS-to-FPGA bridge window, where default core tables start.
+pub const DEFAULT_BASE: u32 = 0xC000_0000;
+/// Upper bound on the manifest: it only holds a core table and a few
+/// artifact records, so anything bigger is garbage, not a configuration.
+pub const MAX_MANIFEST: u32 = 16 * 1024 * 1024;
+
+#[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
+pub enum ImageError {
+    #[error("not a corefarm image (no CFIMAGE magic)")]
+    NoMagic,
+    #[error("image is truncated: {0}")]
+    Truncated(String),
+    #[error("image format version {0} is not supported (this build reads version {VERSION})")]
+    Version(u32),
+    #[error("image manifest is invalid: {0}")]
+    Manifest(String),
+    #[error("artifact {index} ({target}) lies outside the image: offset {offset} + length {length} > {available} artifact bytes")]
+    OutOfBounds {
+        index: usize,
+        target: String,
+        offset: u64,
+        length: u64,
+        available: u64,
+    },
+    #[error("artifact {index} ({target}) fails its checksum: manifest says sha256 {expected}, content hashes to {actual}")]
+    Checksum {
+        index: usize,
+        target: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("{0}")]
+    Build(String),
+}
+
+/// What an artifact is, which decides the backend that can run it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArtifactKind {
+    /// Shared object exporting `void entry(const uint8_t*, uint8_t*)`.
+    Native,
+    /// Verilator-built shared object implementing the RTL simulation ABI.
+    Rtl,
+    /// Raw FPGA bitstream (Cyclone V RBF).
+    Bitstream,
+}
+
+impl ArtifactKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            ArtifactKind::Native => "native",
+            ArtifactKind::Rtl => "rtl",
+            ArtifactKind::Bitstream => "bitstream",
+        }
+    }
+}
+
+/// One artifact record of the manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ArtifactEntry {
+    pub target: String,
+    pub kind: ArtifactKind,
+    /// Native: the C symbol to call; RTL: the top module; bitstream: empty.
+    #[serde(default)]
+    pub entry: String,
+    pub offset: u64,
+    pub length: u64,
+    /// Lower-case hex SHA-256 of the artifact bytes.
+    pub sha256: String,
+}
+
+/// The JSON manifest.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub name: String,
+    pub input_size: u32,
+    pub output_size: u32,
+    pub cores: Vec<CoreInfo>,
+    pub artifacts: Vec<ArtifactEntry>,
+}
+
+/// A parsed image: manifest plus the artifact region (shared, not copied).
+#[derive(Debug, Clone)]
+pub struct Image {
+    pub manifest: Manifest,
+    data: Bytes,
+}
+
+/// Whether these bytes start with the image magic (otherwise, to a node, they
+/// are a raw Cyclone V bitstream).
+pub fn is_image(bytes: &[u8]) -> bool {
+    bytes.starts_with(MAGIC)
+}
+
+fn sha256_hex(data: &[u8]) -> String {
+    hex::encode(Sha256::digest(data))
+}
+
+impl Image {
+    /// Parses the container and checks every artifact's bounds. Checksums are
+    /// checked separately ([`Image::verify`]) so that `inspect` can report them.
+    pub fn parse(bytes: Bytes) -> Result<Image, ImageError> {
+        if !is_image(&bytes) {
+            return Err(ImageError::NoMagic);
+        }
+        if bytes.len() < HEADER_LEN {
+            return Err(ImageError::Truncated(format!(
+                "{} bytes, the header alone needs {HEADER_LEN}",
+                bytes.len()
+            )));
+        }
+        let u32_at =
+            |o: usize| u32::from_le_bytes([bytes[o], bytes[o + 1], bytes[o + 2], bytes[o + 3]]);
+        let version = u32_at(8);
+        if version != VERSION {
+            return Err(ImageError::Version(version));
+        }
+        let mlen = u32_at(12);
+        if mlen > MAX_MANIFEST {
+            return Err(ImageError::Manifest(format!(
+                "manifest length {mlen} exceeds the limit of {MAX_MANIFEST} bytes"
+            )));
+        }
+        let mend = HEADER_LEN + mlen as usize;
+        if bytes.len() < mend {
+            return Err(ImageError::Truncated(format!(
+                "manifest of {mlen} bytes declared, only {} present",
+                bytes.len() - HEADER_LEN
+            )));
+        }
+        let manifest: Manifest = serde_json::from_slice(&bytes[HEADER_LEN..mend])
+            .map_err(|e| ImageError::Manifest(e.to_string()))?;
+        let data = bytes.slice(mend..);
+        let available = data.len() as u64;
+        for (index, a) in manifest.artifacts.iter().enumerate() {
+            let fits = a
+                .offset
+                .checked_add(a.length)
+                .is_some_and(|end| end <= available);
+            if !fits {
+                return Err(ImageError::OutOfBounds {
+                    index,
+                    target: a.target.clone(),
+                    offset: a.offset,
+                    length: a.length,
+                    available,
+                });
+            }
+            if a.sha256.len() != 64 || !a.sha256.bytes().all(|c| c.is_ascii_hexdigit()) {
+                return Err(ImageError::Manifest(format!(
+                    "artifact {index} ({}) has a malformed sha256 {:?}",
+                    a.target, a.sha256
+                )));
+            }
+        }
+        if manifest.input_size == 0 {
+            return Err(ImageError::Manifest("input_size is 0".into()));
+        }
+        Ok(Image { manifest, data })
+    }
+
+    /// Bytes of artifact `index` (bounds were checked by `parse`), unverified.
+    pub fn artifact_bytes(&self, index: usize) -> Option<Bytes> {
+        let a = self.manifest.artifacts.get(index)?;
+        Some(
+            self.data
+                .slice(a.offset as usize..(a.offset + a.length) as usize),
+        )
+    }
+
+    /// Checks artifact `index` against its checksum and returns its bytes.
+    pub fn verified_artifact(&self, index: usize) -> Result<Bytes, ImageError> {
+        let a = self
+            .manifest
+            .artifacts
+            .get(index)
+            .ok_or_else(|| ImageError::Manifest(format!("no artifact {index}")))?;
+        let bytes = self.artifact_bytes(index).expect("index checked above");
+        let actual = sha256_hex(&bytes);
+        if !actual.eq_ignore_ascii_case(&a.sha256) {
+            return Err(ImageError::Checksum {
+                index,
+                target: a.target.clone(),
+                expected: a.sha256.clone(),
+                actual,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Checksum status of every artifact, in manifest order.
+    pub fn verify(&self) -> Vec<Result<(), ImageError>> {
+        (0..self.manifest.artifacts.len())
+            .map(|i| self.verified_artifact(i).map(|_| ()))
+            .collect()
+    }
+
+    /// Index of the first artifact for `target`.
+    pub fn find(&self, target: &str) -> Option<usize> {
+        self.manifest
+            .artifacts
+            .iter()
+            .position(|a| a.target == target)
+    }
+
+    /// Targets this image carries, in manifest order.
+    pub fn targets(&self) -> Vec<String> {
+        self.manifest
+            .artifacts
+            .iter()
+            .map(|a| a.target.clone())
+            .collect()
+    }
+}
+
+/// Artifacts to put in a new image.
+#[derive(Debug, Clone)]
+pub struct ImageBuilder {
+    name: String,
+    input_size: u32,
+    output_size: u32,
+    cores: Vec<CoreInfo>,
+    artifacts: Vec<(String, ArtifactKind, String, Vec<u8>)>,
+}
+
+impl ImageBuilder {
+    pub fn new(
+        name: impl Into<String>,
+        input_size: u32,
+        output_size: u32,
+        cores: Vec<CoreInfo>,
+    ) -> Self {
+        ImageBuilder {
+            name: name.into(),
+            input_size,
+            output_size,
+            cores,
+            artifacts: Vec::new(),
+        }
+    }
+
+    pub fn artifact(
+        mut self,
+        target: impl Into<String>,
+        kind: ArtifactKind,
+        entry: impl Into<String>,
+        bytes: Vec<u8>,
+    ) -> Self {
+        self.artifacts
+            .push((target.into(), kind, entry.into(), bytes));
+        self
+    }
+
+    /// Serialises the image: header, manifest, artifacts back to back.
+    pub fn build(self) -> Result<Vec<u8>, ImageError> {
+        if self.input_size == 0 {
+            return Err(ImageError::Build(
+                "input size must be at least 1 byte".into(),
+            ));
+        }
+        if self.cores.is_empty() {
+            return Err(ImageError::Build("an image needs at least one core".into()));
+        }
+        if self.artifacts.is_empty() {
+            return Err(ImageError::Build(
+                "an image needs at least one artifact".into(),
+            ));
+        }
+        let mut offset = 0u64;
+        let mut entries = Vec::with_capacity(self.artifacts.len());
+        for (target, kind, entry, bytes) in &self.artifacts {
+            entries.push(ArtifactEntry {
+                target: target.clone(),
+                kind: *kind,
+                entry: entry.clone(),
+                offset,
+                length: bytes.len() as u64,
+                sha256: sha256_hex(bytes),
+            });
+            offset += bytes.len() as u64;
+        }
+        let manifest = Manifest {
+            name: self.name,
+            input_size: self.input_size,
+            output_size: self.output_size,
+            cores: self.cores,
+            artifacts: entries,
+        };
+        let json = serde_json::to_vec(&manifest).map_err(|e| ImageError::Build(e.to_string()))?;
+        let mlen = u32::try_from(json.len())
+            .ok()
+            .filter(|&l| l <= MAX_MANIFEST)
+            .ok_or_else(|| ImageError::Build("manifest too large".into()))?;
+        let mut out = Vec::with_capacity(HEADER_LEN + json.len() + offset as usize);
+        out.extend_from_slice(MAGIC);
+        out.extend_from_slice(&VERSION.to_le_bytes());
+        out.extend_from_slice(&mlen.to_le_bytes());
+        out.extend_from_slice(&json);
+        for (_, _, _, bytes) in &self.artifacts {
+            out.extend_from_slice(bytes);
+        }
+        Ok(out)
+    }
+}
+
+/// The default core table of docs/interfaces.md: base 0xC000_0000,
+/// S = next power of two ≥ max(input_size, output_size, 4096); core i at
+/// control = base + 4·S·i, input = control + S, output = control + 2·S.
+/// Fails if the table would not fit the 32-bit address space.
+pub fn default_core_table(
+    n: u32,
+    input_size: u32,
+    output_size: u32,
+) -> Result<Vec<CoreInfo>, ImageError> {
+    let s = (input_size.max(output_size).max(4096) as u64).next_power_of_two();
+    let too_big = || {
+        ImageError::Build(format!(
+            "{n} cores with {s}-byte windows do not fit the 32-bit address space above {DEFAULT_BASE:#x}"
+        ))
+    };
+    let end = (DEFAULT_BASE as u64)
+        .checked_add(4 * s * n as u64)
+        .ok_or_else(too_big)?;
+    if end > 1 << 32 {
+        return Err(too_big());
+    }
+    Ok((0..n as u64)
+        .map(|i| {
+            let control = DEFAULT_BASE as u64 + 4 * s * i;
+            CoreInfo {
+                control: control as u32,
+                input: (control + s) as u32,
+                output: (control + 2 * s) as u32,
+            }
+        })
+        .collect())
+}
+
+/// Architecture name used in targets, for the machine this code runs on.
+pub fn host_arch() -> Option<&'static str> {
+    match std::env::consts::ARCH {
+        "x86_64" => Some("x86_64"),
+        "aarch64" => Some("aarch64"),
+        "arm" => Some("armv7"),
+        _ => None,
+    }
+}
+
+/// `native-<arch>-linux` for this machine.
+pub fn native_target() -> Option<String> {
+    if cfg!(target_os = "linux") {
+        host_arch().map(|a| format!("native-{a}-linux"))
+    } else {
+        None
+    }
+}
+
+/// `rtl-<arch>-linux` for this machine.
+pub fn rtl_target() -> Option<String> {
+    if cfg!(target_os = "linux") {
+        host_arch().map(|a| format!("rtl-{a}-linux"))
+    } else {
+        None
+    }
+}
+
+/// The SMP configuration that carries `image`: sizes and core table taken
+/// from its manifest, the whole image as the bitstream.
+pub fn configuration(image: Bytes) -> Result<Configuration, ImageError> {
+    let parsed = Image::parse(image.clone())?;
+    Ok(Configuration {
+        input_size: parsed.manifest.input_size,
+        output_size: parsed.manifest.output_size,
+        cores: parsed.manifest.cores,
+        bitstream: image,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> Vec<u8> {
+        ImageBuilder::new("vadd", 64, 32, default_core_table(2, 64, 32).unwrap())
+            .artifact(
+                "native-x86_64-linux",
+                ArtifactKind::Native,
+                "vadd",
+                b"ELF-ish".to_vec(),
+            )
+            .artifact(FPGA_TARGET, ArtifactKind::Bitstream, "", vec![0xAA; 100])
+            .build()
+            .unwrap()
+    }
+
+    #[test]
+    fn round_trip() {
+        let bytes = sample();
+        assert_eq!(&bytes[..8], MAGIC);
+        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 1);
+        let img = Image::parse(Bytes::from(bytes)).unwrap();
+        assert_eq!(img.manifest.name, "vadd");
+        assert_eq!(img.manifest.cores.len(), 2);
+        assert_eq!(img.targets(), vec!["native-x86_64-linux", FPGA_TARGET]);
+        assert!(img.verify().iter().all(|r| r.is_ok()));
+        assert_eq!(&img.verified_artifact(0).unwrap()[..], b"ELF-ish");
+        assert_eq!(img.verified_artifact(1).unwrap().len(), 100);
+        assert_eq!(img.manifest.artifacts[1].offset, 7);
+    }
+
+    #[test]
+    fn checksum_failure_is_reported() {
+        let mut bytes = sample();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1; // corrupt the bitstream artifact
+        let img = Image::parse(Bytes::from(bytes)).unwrap();
+        assert!(img.verified_artifact(0).is_ok());
+        let e = img.verified_artifact(1).unwrap_err();
+        assert!(matches!(e, ImageError::Checksum { index: 1, .. }), "{e}");
+        assert!(e.to_string().contains("checksum"));
+    }
+
+    #[test]
+    fn hostile_images_are_errors() {
+        let good = sample();
+        assert_eq!(
+            Image::parse(Bytes::from_static(b"RBFDATA")).unwrap_err(),
+            ImageError::NoMagic
+        );
+        // Every truncation of a valid image is an error, never a panic.
+        for cut in 0..good.len() {
+            let r = Image::parse(Bytes::copy_from_slice(&good[..cut]));
+            assert!(r.is_err(), "truncated to {cut} bytes parsed");
+        }
+        let mut v = good.clone();
+        v[8] = 2;
+        assert_eq!(
+            Image::parse(Bytes::from(v)).unwrap_err(),
+            ImageError::Version(2)
+        );
+        let mut v = good.clone();
+        v[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
+        assert!(Image::parse(Bytes::from(v)).is_err());
+        // An artifact pointing past the end.
+        let mlen = u32::from_le_bytes(good[12..16].try_into().unwrap()) as usize;
+        let json = std::str::from_utf8(&good[16..16 + mlen]).unwrap();
+        let bad = json.replace("\"length\":100", "\"length\":101");
+        let mut v = good[..16].to_vec();
+        v[12..16].copy_from_slice(&(bad.len() as u32).to_le_bytes());
+        v.extend_from_slice(bad.as_bytes());
+        v.extend_from_slice(&good[16 + mlen..]);
+        assert!(matches!(
+            Image::parse(Bytes::from(v)),
+            Err(ImageError::OutOfBounds { .. })
+        ));
+    }
+
+    #[test]
+    fn default_table_matches_the_contract() {
+        let t = default_core_table(3, 32768, 16384).unwrap();
+        let s = 32768;
+        assert_eq!(t[0].control, 0xC000_0000);
+        assert_eq!(t[0].input, 0xC000_0000 + s);
+        assert_eq!(t[0].output, 0xC000_0000 + 2 * s);
+        assert_eq!(t[2].control, 0xC000_0000 + 8 * s);
+        // Small sizes still get 4 KiB windows.
+        let t = default_core_table(2, 16, 16).unwrap();
+        assert_eq!(t[1].control - t[0].control, 4 * 4096);
+        assert!(default_core_table(4096, 1 << 20, 16).is_err());
+    }
+
+    #[test]
+    fn configuration_from_image() {
+        let bytes = Bytes::from(sample());
+        let cfg = configuration(bytes.clone()).unwrap();
+        assert_eq!(cfg.input_size, 64);
+        assert_eq!(cfg.output_size, 32);
+        assert_eq!(cfg.cores, default_core_table(2, 64, 32).unwrap());
+        assert_eq!(cfg.bitstream, bytes);
+    }
+
+    #[test]
+    fn host_targets() {
+        if let Some(t) = native_target() {
+            assert!(t.starts_with("native-") && t.ends_with("-linux"));
+        }
+    }
+}
