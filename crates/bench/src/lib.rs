@@ -11,6 +11,7 @@
 
 pub mod echo;
 pub mod stats;
+pub mod user;
 
 /// Monotonic nanoseconds since a process-wide epoch. Both the sending and the
 /// receiving loop of a benchmark read this clock, so a timestamp written into

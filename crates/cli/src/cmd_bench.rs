@@ -7,12 +7,59 @@ use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
 use corefarm_bench::echo::{self, EchoOptions, EchoReport};
 use corefarm_bench::stats::{human_bps, human_size};
+use corefarm_bench::user::{self, UserBenchOptions, UserReport};
 
 #[derive(Subcommand)]
 pub enum BenchCmd {
     /// SMP echo throughput (seed 000 §4.2.1). Without a subcommand, runs an
     /// in-process echo server on 127.0.0.1:0 and the clients against it.
     Echo(EchoArgs),
+    /// The benchmarking user (seed 000 §4.2.2): sends the benchmarking
+    /// configuration to a server and measures throughput and latency.
+    User(UserArgs),
+}
+
+#[derive(Args)]
+pub struct UserArgs {
+    /// The server's user port.
+    #[arg(long)]
+    server: String,
+    /// Bytes per input (at least 16: the timestamp the nodes echo).
+    #[arg(long, default_value_t = 32768)]
+    input_size: u32,
+    /// Bytes per output (at least 16).
+    #[arg(long, default_value_t = 16384)]
+    output_size: u32,
+    /// Simulated processing delay per input, microseconds.
+    #[arg(long, default_value_t = 0)]
+    delay_us: u32,
+    /// Inputs per data message.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// Measured seconds (after the warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds at the start excluded from every statistic.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Messages per second, paced by absolute deadlines (default: as fast as possible).
+    #[arg(long)]
+    rate_hz: Option<f64>,
+    /// Nodes to ask the server for in the hello (default: every free node).
+    #[arg(long, conflicts_with = "legacy")]
+    nodes: Option<u32>,
+    /// Seed-only protocol: no hello, no credit, no error messages.
+    #[arg(long)]
+    legacy: bool,
+    /// Seconds results may still arrive after the sender stopped.
+    #[arg(long, default_value_t = 10.0)]
+    drain_timeout: f64,
+    /// Print one JSON object (implies --quiet).
+    #[arg(long)]
+    json: bool,
+    /// No progress line on stderr.
+    #[arg(long)]
+    quiet: bool,
 }
 
 #[derive(Args)]
@@ -74,6 +121,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
                 None => echo_client(a.client),
             }
         }
+        BenchCmd::User(u) => user_bench(u),
     }
 }
 
@@ -131,5 +179,71 @@ fn print_echo(r: &EchoReport) {
         r.messages_per_s,
         r.window_s,
         r.errors
+    );
+}
+
+fn user_bench(a: UserArgs) -> Result<()> {
+    let opts = UserBenchOptions {
+        server: a.server,
+        input_size: a.input_size,
+        output_size: a.output_size,
+        delay_us: a.delay_us,
+        count: a.count,
+        duration: secs(a.duration, "--duration")?,
+        warmup: secs(a.warmup, "--warmup")?,
+        rate_hz: a.rate_hz,
+        nodes: a.nodes,
+        legacy: a.legacy,
+        drain_timeout: secs(a.drain_timeout, "--drain-timeout")?,
+        connect_timeout: Duration::from_secs(10),
+        progress: !(a.json || a.quiet),
+    };
+    let rep = user::run(&opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&rep)?);
+    } else {
+        print_user(&rep);
+    }
+    if !rep.ok {
+        bail!("benchmark failed: {}", rep.errors.join("; "));
+    }
+    Ok(())
+}
+
+fn print_user(r: &UserReport) {
+    let c = &r.config;
+    println!(
+        "{} inputs of {} per message -> {} outputs, delay {} us, {}{}",
+        c.count,
+        human_size(c.input_size as u64),
+        human_size(c.output_size as u64),
+        c.delay_us,
+        match c.rate_hz {
+            Some(hz) => format!("{hz} msg/s"),
+            None => "unthrottled".into(),
+        },
+        match r.session.nodes {
+            Some(n) => format!(", {n} node(s)"),
+            None => String::new(),
+        }
+    );
+    let t = &r.throughput;
+    println!(
+        "throughput: in {}  out {}  ({:.0} msg/s, {:.0} inputs/s; offered {})",
+        human_bps(t.input_bps),
+        human_bps(t.output_bps),
+        t.messages_per_s,
+        t.inputs_per_s,
+        human_bps(t.offered_input_bps)
+    );
+    let l = &r.latency;
+    println!(
+        "latency ms: avg {:.3}  min {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}  ({} samples)",
+        l.avg_ms, l.min_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms, l.samples
+    );
+    let k = &r.counts;
+    println!(
+        "messages: sent {}  received {}  missing {}  corrupted {}  failed {}",
+        k.sent_messages, k.received_messages, k.missing, k.corrupted, k.failed
     );
 }
