@@ -12,6 +12,7 @@ pub mod driver;
 pub mod fpga;
 pub mod image;
 pub mod native;
+pub mod rtl;
 pub mod toolchain;
 
 use std::path::Path;
@@ -238,11 +239,7 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
             .map_err(|e| LoadError::Invalid(e.to_string()))?;
         let cores = match kind {
             ArtifactKind::Native => native_cores(&bytes, &a.entry, cfg, opts.driver)?,
-            ArtifactKind::Rtl => {
-                return Err(LoadError::Unsupported(
-                    "RTL simulation backend is not built in yet".into(),
-                ))
-            }
+            ArtifactKind::Rtl => rtl_cores(&bytes, &a.entry, cfg, opts.driver)?,
             ArtifactKind::Bitstream => {
                 let f = opts.fpga.as_ref().expect("checked above");
                 return fpga::load(f, cfg, &bytes, &m.name, opts.driver);
@@ -285,6 +282,36 @@ fn native_cores(
         .collect()
 }
 
+fn rtl_cores(
+    so: &[u8],
+    top: &str,
+    cfg: &Configuration,
+    dopts: DriverOptions,
+) -> Result<Vec<Box<dyn Core>>, LoadError> {
+    let lib = std::sync::Arc::new(rtl::RtlLib::load(so)?);
+    if !top.is_empty() && lib.top() != top {
+        return Err(LoadError::Invalid(format!(
+            "RTL artifact was built from top module {:?} but the manifest names {top:?}",
+            lib.top()
+        )));
+    }
+    let map = std::sync::Arc::new(rtl::AddressMap::new(
+        &cfg.cores,
+        cfg.input_size,
+        cfg.output_size,
+    ));
+    cfg.cores
+        .iter()
+        .enumerate()
+        .map(|(i, c)| {
+            let bus = rtl::RtlBus::new(lib.clone(), map.clone(), i)?;
+            let d = Driver::new(Box::new(bus), *c, cfg.input_size, cfg.output_size, dopts)
+                .map_err(|e| LoadError::Backend(e.to_string()))?;
+            Ok(Box::new(d) as Box<dyn Core>)
+        })
+        .collect()
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
     #[error(transparent)]
@@ -293,6 +320,72 @@ pub enum BuildError {
     Image(#[from] ImageError),
     #[error("{0}")]
     Io(String),
+}
+
+/// What to put in a new image (`corefarm image build`).
+#[derive(Debug, Clone, Default)]
+pub struct BuildSpec {
+    pub name: String,
+    pub input_size: u32,
+    pub output_size: u32,
+    /// Number of cores for the default core table (ignored with `core_table`).
+    pub cores: u32,
+    /// Explicit core table instead of the default one.
+    pub core_table: Option<Vec<CoreInfo>>,
+    /// HLS C/C++ source and its component (entry) function → native artifact.
+    pub hls: Option<(std::path::PathBuf, String)>,
+    /// Verilog sources and top module → RTL simulation artifact.
+    pub verilog: Option<(Vec<std::path::PathBuf>, String)>,
+    /// Cyclone V raw binary file → `fpga-cyclonev` artifact.
+    pub rbf: Option<std::path::PathBuf>,
+}
+
+/// Builds every artifact the spec names (compiling HLS C++ natively and
+/// Verilog with Verilator for this machine) and packs them into one image.
+pub fn build_image(spec: &BuildSpec) -> Result<Vec<u8>, BuildError> {
+    let io = |what: &str, p: &Path, e: std::io::Error| {
+        BuildError::Io(format!("{what} {}: {e}", p.display()))
+    };
+    let table = match &spec.core_table {
+        Some(t) => t.clone(),
+        None => image::default_core_table(spec.cores, spec.input_size, spec.output_size)?,
+    };
+    let mut b = ImageBuilder::new(&spec.name, spec.input_size, spec.output_size, table);
+    let dir =
+        tempfile::tempdir().map_err(|e| BuildError::Io(format!("temporary directory: {e}")))?;
+    let no_target = || {
+        BuildError::Io(format!(
+            "no native target for architecture {}",
+            std::env::consts::ARCH
+        ))
+    };
+    if let Some((source, entry)) = &spec.hls {
+        let so = dir.path().join("native.so");
+        toolchain::build_native(source, &so)?;
+        let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
+        b = b.artifact(
+            image::native_target().ok_or_else(no_target)?,
+            ArtifactKind::Native,
+            entry,
+            bytes,
+        );
+    }
+    if let Some((sources, top)) = &spec.verilog {
+        let so = dir.path().join("rtl.so");
+        toolchain::build_rtl(sources, top, &so)?;
+        let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
+        b = b.artifact(
+            image::rtl_target().ok_or_else(no_target)?,
+            ArtifactKind::Rtl,
+            top,
+            bytes,
+        );
+    }
+    if let Some(rbf) = &spec.rbf {
+        let bytes = std::fs::read(rbf).map_err(|e| io("reading", rbf, e))?;
+        b = b.artifact(image::FPGA_TARGET, ArtifactKind::Bitstream, "", bytes);
+    }
+    Ok(b.build()?)
 }
 
 /// Compiles an HLS C/C++ `source` into a native soft core and wraps it in an
@@ -305,17 +398,12 @@ pub fn build_native_image(
     output_size: u32,
     name: &str,
 ) -> Result<Vec<u8>, BuildError> {
-    let target = image::native_target().ok_or_else(|| {
-        BuildError::Io(format!("no native target for {}", std::env::consts::ARCH))
-    })?;
-    let dir =
-        tempfile::tempdir().map_err(|e| BuildError::Io(format!("temporary directory: {e}")))?;
-    let so = dir.path().join("core.so");
-    toolchain::build_native(source, &so)?;
-    let bytes =
-        std::fs::read(&so).map_err(|e| BuildError::Io(format!("reading {}: {e}", so.display())))?;
-    let table = image::default_core_table(cores, input_size, output_size)?;
-    Ok(ImageBuilder::new(name, input_size, output_size, table)
-        .artifact(target, ArtifactKind::Native, entry, bytes)
-        .build()?)
+    build_image(&BuildSpec {
+        name: name.into(),
+        input_size,
+        output_size,
+        cores,
+        hls: Some((source.to_path_buf(), entry.into())),
+        ..BuildSpec::default()
+    })
 }
