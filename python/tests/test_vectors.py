@@ -33,3 +33,21 @@ def test_invalid_vector_pure_python(v):
         kind, payload = smp_ref.split_frame(wire, MAX)
         smp_ref.decode_payload(kind, payload, 16)
     assert e.value.kind == v["error"]
+
+
+corefarm = pytest.importorskip("corefarm", reason="extension not installed: run python/build.sh")
+
+
+@pytest.mark.parametrize("v", VECTORS["valid"], ids=ids(VECTORS["valid"]))
+def test_valid_vector_extension(v):
+    kind, fields = corefarm._corefarm.decode(bytes.fromhex(v["hex"]), MAX, v["decoded"].get("unit"))
+    assert kind == v["type"]
+    assert json.loads(fields) == v["decoded"]
+    assert corefarm._corefarm.encode(kind, json.dumps(v["decoded"])).hex() == v["hex"]
+
+
+@pytest.mark.parametrize("v", VECTORS["invalid"], ids=ids(VECTORS["invalid"]))
+def test_invalid_vector_extension(v):
+    with pytest.raises(corefarm.ProtocolError) as e:
+        corefarm._corefarm.decode(bytes.fromhex(v["hex"]), MAX, 16)
+    assert e.value.kind == v["error"]

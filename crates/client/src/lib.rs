@@ -32,7 +32,7 @@ use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::codec::ReadError;
 use corefarm_smp::hello::features;
 use corefarm_smp::{
-    BenchmarkConfig, Configuration, ErrorMsg, Hello, MsgType, OutFrame, DEFAULT_MAX_MESSAGE,
+    BenchmarkConfig, Configuration, CoreInfo, ErrorMsg, Hello, MsgType, OutFrame, DEFAULT_MAX_MESSAGE,
     HEADER_LEN,
 };
 
@@ -301,6 +301,31 @@ impl Receiver {
     pub fn close(&self) {
         self.inner.close();
     }
+}
+
+/// The default core table of docs/interfaces.md, for images that do not
+/// give one: base 0xC000_0000, span S = next power of two ≥ max(input,
+/// output, 4096); core i has control = base + 4·S·i, input = control + S,
+/// output = control + 2·S.
+pub fn default_core_table(n: u32, input_size: u32, output_size: u32) -> Result<Vec<CoreInfo>> {
+    const BASE: u64 = 0xC000_0000;
+    let span = u64::from(input_size.max(output_size).max(4096)).next_power_of_two();
+    (0..u64::from(n))
+        .map(|i| {
+            let control = BASE + 4 * span * i;
+            let fits = |a: u64| u32::try_from(a).ok();
+            match (fits(control), fits(control + span), fits(control + 2 * span + span - 1)) {
+                (Some(control), Some(input), Some(_)) => Ok(CoreInfo {
+                    control,
+                    input,
+                    output: control + 2 * span as u32,
+                }),
+                _ => Err(ClientError::InvalidInput(format!(
+                    "{n} cores of {span}-byte memories do not fit the 32-bit address space above 0xC0000000"
+                ))),
+            }
+        })
+        .collect()
 }
 
 /// Resolves `addr` and connects to the first address that accepts.

@@ -502,3 +502,18 @@ fn auto_ids_skip_the_no_id_marker() {
     assert_eq!(c.submit(Bytes::from_static(&[0; 16])).unwrap(), 0);
     srv.join().unwrap();
 }
+
+#[test]
+fn default_core_table_follows_the_documented_layout() {
+    let t = default_core_table(2, 32768, 16384).unwrap();
+    assert_eq!(
+        t,
+        [
+            CoreInfo { control: 0xC000_0000, input: 0xC000_8000, output: 0xC001_0000 },
+            CoreInfo { control: 0xC002_0000, input: 0xC002_8000, output: 0xC003_0000 },
+        ]
+    );
+    // Small sizes still get 4 KiB memories.
+    assert_eq!(default_core_table(1, 16, 16).unwrap()[0].input, 0xC000_1000);
+    assert!(default_core_table(64, 1 << 24, 16).is_err());
+}

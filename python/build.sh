@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Builds the corefarm Python wheel (release) with maturin and installs it
+# into the current Python (`python3`, or $PYTHON).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+py="${PYTHON:-python3}"
+if ! "$py" -m maturin --version >/dev/null 2>&1; then
+    "$py" -m pip install --quiet "maturin>=1.5,<2"
+fi
+out="$(mktemp -d)"
+trap 'rm -rf "$out"' EXIT
+"$py" -m maturin build --release --manifest-path "$here/Cargo.toml" --interpreter "$py" --out "$out" ${MATURIN_ARGS:-}
+"$py" -m pip install --quiet --force-reinstall --no-deps "$out"/corefarm-*.whl
+"$py" -c 'import corefarm, sys; print("installed corefarm from", corefarm.__file__, file=sys.stderr)'

@@ -1,0 +1,225 @@
+"""corefarm: stream data through a farm of hardware-core nodes.
+
+    import corefarm
+    with corefarm.connect("127.0.0.1:9999") as c:
+        c.configure("matmul.cfimg")          # or configure_benchmark(...)
+        for out in c.map(inputs, window=32):   # results in input order
+            ...
+
+The heavy lifting (sockets, framing, credit) is the Rust client in
+`corefarm._corefarm`; blocking calls release the GIL.
+"""
+
+import collections
+import json
+import os
+import struct
+
+from . import _corefarm
+from .errors import (
+    ERROR_CODES,
+    ConfigurationError,
+    ConnectionError,
+    Error,
+    InputError,
+    ProtocolError,
+    ServerError,
+    TimeoutError,
+)
+
+__all__ = [
+    "connect", "Client", "Output", "read_image_manifest", "default_core_table",
+    "Error", "ConnectionError", "ConfigurationError", "TimeoutError", "ServerError",
+    "ProtocolError", "InputError", "ERROR_CODES", "DEFAULT_PORT",
+]
+
+DEFAULT_PORT = 9999
+Output = _corefarm.Output
+_IMAGE_MAGIC = b"CFIMAGE\0"
+
+
+def default_core_table(cores, input_size, output_size):
+    """The documented default core table: a list of (control, input, output)."""
+    return _corefarm.default_core_table(cores, input_size, output_size)
+
+
+def read_image_manifest(image):
+    """The JSON manifest of a corefarm image (bytes), or None for raw bytes."""
+    if bytes(image[:8]) != _IMAGE_MAGIC or len(image) < 16:
+        return None
+    _version, length = struct.unpack_from("<II", image, 8)
+    if 16 + length > len(image):
+        raise ConfigurationError(f"image manifest of {length} bytes runs past the end of the image")
+    try:
+        return json.loads(bytes(image[16:16 + length]).decode("utf-8"))
+    except ValueError as e:
+        raise ConfigurationError(f"image manifest is not valid JSON: {e}") from None
+
+
+def _as_bytes_view(data):
+    """A C-contiguous unsigned-byte view of any buffer (bytes, bytearray,
+    memoryview, numpy array...) without copying."""
+    if isinstance(data, (bytes, bytearray)):
+        return data
+    try:
+        mv = memoryview(data)
+    except TypeError:
+        raise TypeError(f"data must support the buffer protocol, not {type(data).__name__}") from None
+    if not mv.c_contiguous:
+        raise InputError("data must be C-contiguous (use numpy.ascontiguousarray)")
+    if mv.format != "B" or mv.ndim != 1:
+        mv = mv.cast("B")
+    return mv
+
+
+def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legacy=False,
+            name=None, io_timeout=None):
+    """Connects to a corefarm server.
+
+    addr: "host:port" (port defaults to 9999). nodes: how many nodes to ask
+    for (None: all free ones). timeout: seconds for connecting and the hello
+    exchange; also the default io_timeout (configuration and credit waits).
+    legacy: skip the hello exchange (seed-only behaviour).
+    """
+    if ":" not in addr:
+        addr = f"{addr}:{DEFAULT_PORT}"
+    if io_timeout is None:
+        io_timeout = timeout
+    return Client(_corefarm.Client(addr, legacy=legacy, nodes=nodes, name=name,
+                                   connect_timeout=timeout, io_timeout=io_timeout))
+
+
+class Client:
+    """A connection to a corefarm server; use `connect()` to make one.
+    Usable as a context manager (closes on exit). Methods may be called from
+    two threads (one submitting, one receiving)."""
+
+    def __init__(self, raw):
+        self._raw = raw
+
+    # -- configuration -------------------------------------------------
+    def configure(self, image, input_size=None, output_size=None, cores=None):
+        """Configures the nodes with an image (bytes-like or a path).
+
+        Sizes and the core table default to the image manifest's; `cores`
+        may be a number of cores (default table) or a list of
+        (control, input, output) base addresses.
+        """
+        if isinstance(image, (str, os.PathLike)):
+            with open(image, "rb") as f:
+                image = f.read()
+        image = _as_bytes_view(image)
+        manifest = read_image_manifest(image) or {}
+        input_size = input_size if input_size is not None else manifest.get("input_size")
+        output_size = output_size if output_size is not None else manifest.get("output_size")
+        if input_size is None or output_size is None:
+            raise ConfigurationError("input_size and output_size are required for an image without a manifest")
+        if cores is None:
+            listed = manifest.get("cores")
+            cores = [(c["control"], c["input"], c["output"]) for c in listed] if listed else 1
+        if isinstance(cores, int):
+            cores = default_core_table(cores, input_size, output_size)
+        else:
+            cores = [tuple(c[k] for k in ("control", "input", "output")) if isinstance(c, dict) else tuple(c)
+                     for c in cores]
+        self._raw.configure(input_size, output_size, cores, image)
+
+    def configure_benchmark(self, input_size, output_size, delay_us=0):
+        """Sends the benchmarking configuration: nodes answer each input with
+        output_size bytes after delay_us, echoing the input's first 16 bytes."""
+        self._raw.configure_benchmark(input_size, output_size, delay_us)
+
+    # -- data ----------------------------------------------------------
+    def submit(self, data, id=None):
+        """Sends one data message (a whole number of inputs) and returns its id.
+        Accepts bytes, bytearray, memoryview, numpy arrays (contiguous).
+        Blocks while the server grants no credit."""
+        view = _as_bytes_view(data)
+        if id is None:
+            return self._raw.submit(view)
+        self._raw.submit_with_id(id, view)
+        return id
+
+    def recv(self, timeout=None):
+        """Next result as an Output (`.id`, `.data`, `.count`; `id, data = out`;
+        `memoryview(out)` without copying). Raises ServerError for a data
+        message the server could not process, TimeoutError after `timeout` s."""
+        return self._raw.recv(timeout)
+
+    def map(self, inputs, window=64):
+        """Yields the result bytes of each input in input order, keeping at
+        most `window` data messages in flight. A ServerError for one input is
+        raised when that input's turn comes."""
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        it = iter(inputs)
+        pending = collections.deque()
+        in_flight = set()
+        ready = {}
+        exhausted = False
+        while True:
+            while not exhausted and len(pending) < window:
+                try:
+                    item = next(it)
+                except StopIteration:
+                    exhausted = True
+                    break
+                ident = self.submit(item)
+                pending.append(ident)
+                in_flight.add(ident)
+            if not pending:
+                return
+            front = pending[0]
+            while front not in ready:
+                try:
+                    out = self._raw.recv(None)
+                except ServerError as e:
+                    if e.id in in_flight:
+                        ready[e.id] = e
+                        continue
+                    raise
+                ready[out.id] = out
+            pending.popleft()
+            in_flight.discard(front)
+            result = ready.pop(front)
+            if isinstance(result, Exception):
+                raise result
+            yield result.data
+
+    # -- connection ----------------------------------------------------
+    @property
+    def nodes(self):
+        """Nodes the server assigned (None in legacy mode)."""
+        return self._raw.nodes
+
+    @property
+    def credit_mode(self):
+        return self._raw.credit_mode
+
+    @property
+    def sizes(self):
+        """(input_size, output_size) in force, or None before configuring."""
+        return self._raw.sizes
+
+    @property
+    def server_hello(self):
+        h = self._raw.server_hello
+        return json.loads(h) if h is not None else None
+
+    @property
+    def addr(self):
+        return self._raw.addr
+
+    def close(self):
+        """Closes the connection; blocked calls in other threads raise ConnectionError."""
+        self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"<corefarm.Client {self.addr} nodes={self.nodes}>"

@@ -1,0 +1,71 @@
+"""Exceptions raised by corefarm. Everything derives from `corefarm.Error`;
+the connection and timeout errors also derive from the built-in
+ConnectionError / TimeoutError, so generic handlers catch them too."""
+
+import builtins
+
+
+class Error(Exception):
+    """Base class of every corefarm error."""
+
+
+class ConnectionError(Error, builtins.ConnectionError):
+    """Could not connect, the hello exchange failed, or the connection was lost."""
+
+
+class TimeoutError(Error, builtins.TimeoutError):
+    """A blocking call did not complete in time."""
+
+
+class ConfigurationError(Error):
+    """The configuration was refused (or data was sent before configuring).
+
+    `status` is the configuration response's status byte (None if none
+    arrived), `reason` the server's explanation when it sent one."""
+
+    def __init__(self, message, status=None, reason=None):
+        super().__init__(message)
+        self.status = status
+        self.reason = reason
+
+
+class ServerError(Error):
+    """The server reported an error: `code` (see ERROR_CODES), `reason`, and
+    `id`, the data message concerned (None if it concerns the whole session)."""
+
+    def __init__(self, message, code=0, reason="", id=None):
+        super().__init__(message)
+        self.code = code
+        self.reason = reason
+        self.id = id
+
+    @property
+    def code_name(self):
+        return ERROR_CODES.get(self.code, "unknown")
+
+
+class ProtocolError(Error):
+    """A message broke the SMP format; `kind` names the rule (see tests/vectors)."""
+
+    def __init__(self, message, kind=None):
+        super().__init__(message)
+        self.kind = kind
+
+
+class InputError(Error, ValueError):
+    """Data that cannot be sent as given (size not a whole number of inputs...)."""
+
+
+# Wire codes of the Error message (crates/smp/src/error.rs).
+ERROR_CODES = {
+    1: "malformed",
+    2: "too-large",
+    3: "unexpected-message",
+    4: "not-configured",
+    5: "bad-data-size",
+    6: "no-nodes",
+    7: "configuration-failed",
+    8: "timeout",
+    9: "core-failure",
+    10: "internal",
+}

@@ -1,0 +1,349 @@
+//! `corefarm._corefarm`: the PyO3 binding of corefarm-client. The Pythonic
+//! surface (argument handling, context manager, `map`) lives in
+//! python/corefarm; this module exposes the blocking client, releases the
+//! GIL around every blocking call, and turns `ClientError`s into the
+//! exception classes of `corefarm.errors`.
+
+use std::os::raw::c_int;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_client::{Client as RustClient, ClientError, ClientOptions, Output as RustOutput};
+use corefarm_smp::{Configuration, CoreInfo};
+use pyo3::buffer::PyBuffer;
+use pyo3::exceptions::PyValueError;
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyTuple};
+
+mod smp;
+
+/// Builds the `corefarm.errors` exception for a client error.
+fn to_py(e: ClientError) -> PyErr {
+    Python::attach(|py| {
+        let msg = e.to_string();
+        let made = (|| -> PyResult<PyErr> {
+            let errors = py.import("corefarm.errors")?;
+            let exc = match &e {
+                ClientError::Timeout { .. } => errors.getattr("TimeoutError")?.call1((msg,))?,
+                ClientError::Configuration { status, reason } => errors
+                    .getattr("ConfigurationError")?
+                    .call1((msg, *status, reason.clone()))?,
+                ClientError::NotConfigured => errors.getattr("ConfigurationError")?.call1((
+                    msg,
+                    None::<u8>,
+                    None::<String>,
+                ))?,
+                ClientError::Server(m) => errors.getattr("ServerError")?.call1((
+                    msg,
+                    m.code,
+                    m.reason.clone(),
+                    (m.id != corefarm_smp::ErrorMsg::NO_ID).then_some(m.id),
+                ))?,
+                ClientError::Protocol(_) | ClientError::Unexpected(_) => {
+                    errors.getattr("ProtocolError")?.call1((msg,))?
+                }
+                ClientError::InvalidInput(_) => errors.getattr("InputError")?.call1((msg,))?,
+                ClientError::Resolve { .. }
+                | ClientError::Connect { .. }
+                | ClientError::Handshake { .. }
+                | ClientError::Closed { .. }
+                | ClientError::ClosedLocally
+                | ClientError::Io { .. } => errors.getattr("ConnectionError")?.call1((msg,))?,
+            };
+            Ok(PyErr::from_value(exc))
+        })();
+        made.unwrap_or_else(|import_failed| import_failed)
+    })
+}
+
+/// A contiguous byte view of any buffer-protocol object (the Python layer
+/// casts other formats to bytes first).
+fn byte_buffer(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
+    let buf = PyBuffer::<u8>::get(obj)?;
+    if !buf.is_c_contiguous() {
+        return Err(PyValueError::new_err("data must be a C-contiguous buffer"));
+    }
+    Ok(buf)
+}
+
+/// Raw pointer and length of a buffer, movable into a GIL-free closure. The
+/// `PyBuffer` it comes from stays alive (and the export held) meanwhile.
+#[derive(Clone, Copy)]
+struct RawSlice(*const u8, usize);
+// SAFETY: only dereferenced while the owning PyBuffer is alive in the caller.
+unsafe impl Send for RawSlice {}
+
+impl RawSlice {
+    fn of(buf: &PyBuffer<u8>) -> Self {
+        RawSlice(buf.buf_ptr() as *const u8, buf.len_bytes())
+    }
+    /// # Safety
+    /// The buffer this was taken from must still be held.
+    unsafe fn get(&self) -> &[u8] {
+        if self.1 == 0 {
+            &[]
+        } else {
+            std::slice::from_raw_parts(self.0, self.1)
+        }
+    }
+}
+
+fn secs(t: Option<f64>) -> PyResult<Option<Duration>> {
+    t.map(|s| {
+        Duration::try_from_secs_f64(s)
+            .map_err(|_| PyValueError::new_err(format!("invalid timeout {s}")))
+    })
+    .transpose()
+}
+
+/// One result: `id`, `count` (outputs), `data` (bytes). Supports the buffer
+/// protocol, so `memoryview(out)` / `numpy.frombuffer(out)` do not copy.
+#[pyclass(frozen, module = "corefarm._corefarm")]
+struct Output {
+    #[pyo3(get)]
+    id: u32,
+    #[pyo3(get)]
+    count: u32,
+    data: Bytes,
+}
+
+#[pymethods]
+impl Output {
+    #[getter]
+    fn data<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.data)
+    }
+
+    fn __bytes__<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
+        PyBytes::new(py, &self.data)
+    }
+
+    fn __len__(&self) -> usize {
+        self.data.len()
+    }
+
+    /// `id, data = out`
+    fn __iter__<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let t = PyTuple::new(
+            py,
+            [
+                self.id.into_pyobject(py)?.into_any(),
+                self.data(py).into_any(),
+            ],
+        )?;
+        Ok(t.as_any().try_iter()?.into_any())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Output(id={}, count={}, {} bytes)",
+            self.id,
+            self.count,
+            self.data.len()
+        )
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        if view.is_null() {
+            return Err(PyValueError::new_err("NULL view in getbuffer"));
+        }
+        let data = &slf.get().data;
+        // SAFETY: `Bytes` never moves or changes its memory, and the view
+        // holds a reference to this (frozen) object until it is released.
+        let rc = ffi::PyBuffer_FillInfo(
+            view,
+            slf.as_ptr(),
+            data.as_ptr() as *mut std::os::raw::c_void,
+            data.len() as ffi::Py_ssize_t,
+            1,
+            flags,
+        );
+        if rc == -1 {
+            return Err(PyErr::fetch(slf.py()));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+}
+
+impl From<RustOutput> for Output {
+    fn from(o: RustOutput) -> Self {
+        Output {
+            id: o.id,
+            count: o.count,
+            data: o.data,
+        }
+    }
+}
+
+/// A connection to a corefarm server (see `corefarm.connect`).
+#[pyclass(frozen, module = "corefarm._corefarm")]
+struct Client {
+    inner: RustClient,
+}
+
+#[pymethods]
+impl Client {
+    #[new]
+    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        addr: String,
+        legacy: bool,
+        nodes: Option<u32>,
+        name: Option<String>,
+        connect_timeout: Option<f64>,
+        io_timeout: Option<f64>,
+        max_message: Option<u32>,
+    ) -> PyResult<Self> {
+        let mut opts = ClientOptions {
+            legacy,
+            nodes,
+            name: name.or_else(|| Some("python".into())),
+            connect_timeout: secs(connect_timeout)?,
+            io_timeout: secs(io_timeout)?,
+            ..Default::default()
+        };
+        if let Some(m) = max_message {
+            opts.max_message = m;
+        }
+        let inner = py
+            .detach(|| RustClient::connect(&addr, opts))
+            .map_err(to_py)?;
+        Ok(Client { inner })
+    }
+
+    /// configure(input_size, output_size, cores, bitstream): `cores` is a
+    /// list of (control, input, output) base addresses.
+    fn configure(
+        &self,
+        py: Python<'_>,
+        input_size: u32,
+        output_size: u32,
+        cores: Vec<(u32, u32, u32)>,
+        bitstream: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let buf = byte_buffer(bitstream)?;
+        let cfg = Configuration {
+            input_size,
+            output_size,
+            cores: cores
+                .into_iter()
+                .map(|(control, input, output)| CoreInfo {
+                    control,
+                    input,
+                    output,
+                })
+                .collect(),
+            // The configuration is sent once; a copy of the image is fine.
+            bitstream: Bytes::from(buf.to_vec(py)?),
+        };
+        py.detach(|| self.inner.configure(&cfg)).map_err(to_py)
+    }
+
+    fn configure_benchmark(
+        &self,
+        py: Python<'_>,
+        input_size: u32,
+        output_size: u32,
+        delay_us: u32,
+    ) -> PyResult<()> {
+        py.detach(|| {
+            self.inner
+                .configure_benchmark(input_size, output_size, delay_us)
+        })
+        .map_err(to_py)
+    }
+
+    /// submit(data) -> id. `data` is any C-contiguous byte buffer; it is
+    /// written to the socket straight from its memory, without the GIL.
+    fn submit(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u32> {
+        let buf = byte_buffer(data)?;
+        let raw = RawSlice::of(&buf);
+        // SAFETY: `buf` lives until after `detach` returns.
+        let r = py.detach(move || self.inner.submit_slice(unsafe { raw.get() }));
+        drop(buf);
+        r.map_err(to_py)
+    }
+
+    fn submit_with_id(&self, py: Python<'_>, id: u32, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buf = byte_buffer(data)?;
+        let raw = RawSlice::of(&buf);
+        // SAFETY: as in `submit`.
+        let r = py.detach(move || self.inner.submit_slice_with_id(id, unsafe { raw.get() }));
+        drop(buf);
+        r.map_err(to_py)
+    }
+
+    /// recv(timeout=None) -> Output; timeout in seconds.
+    #[pyo3(signature = (timeout=None))]
+    fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Output> {
+        let t = secs(timeout)?;
+        py.detach(|| self.inner.recv(t))
+            .map(Output::from)
+            .map_err(to_py)
+    }
+
+    fn close(&self, py: Python<'_>) {
+        py.detach(|| self.inner.close());
+    }
+
+    #[getter]
+    fn nodes(&self) -> Option<u32> {
+        self.inner.nodes()
+    }
+
+    #[getter]
+    fn credit_mode(&self) -> bool {
+        self.inner.credit_mode()
+    }
+
+    /// (input_size, output_size) of the configuration in force, or None.
+    #[getter]
+    fn sizes(&self) -> Option<(u32, u32)> {
+        self.inner.sizes()
+    }
+
+    /// The server's hello as a JSON string, or None in legacy mode.
+    #[getter]
+    fn server_hello(&self) -> Option<String> {
+        self.inner
+            .server_hello()
+            .map(|h| String::from_utf8_lossy(&h.encode()).into_owned())
+    }
+
+    #[getter]
+    fn addr(&self) -> String {
+        self.inner.addr().to_string()
+    }
+}
+
+/// The default core table of docs/interfaces.md for `n` cores.
+#[pyfunction]
+fn default_core_table(n: u32, input_size: u32, output_size: u32) -> PyResult<Vec<(u32, u32, u32)>> {
+    Ok(
+        corefarm_client::default_core_table(n, input_size, output_size)
+            .map_err(to_py)?
+            .into_iter()
+            .map(|c| (c.control, c.input, c.output))
+            .collect(),
+    )
+}
+
+#[pymodule]
+fn _corefarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<Client>()?;
+    m.add_class::<Output>()?;
+    m.add_function(wrap_pyfunction!(default_core_table, m)?)?;
+    m.add_function(wrap_pyfunction!(smp::decode, m)?)?;
+    m.add_function(wrap_pyfunction!(smp::encode, m)?)?;
+    m.add("DEFAULT_MAX_MESSAGE", corefarm_smp::DEFAULT_MAX_MESSAGE)?;
+    Ok(())
+}

@@ -1,0 +1,15 @@
+import glob
+import os
+import pathlib
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+SRC = HERE.parent  # python/: holds the package sources without the built extension
+
+# Let tests import their helpers (fakeserver, smp_ref) by name.
+sys.path.insert(0, str(HERE))
+
+# `python -m pytest` run from python/ puts the source tree first on sys.path,
+# which would shadow the installed package (the one with _corefarm built in).
+if not glob.glob(str(SRC / "corefarm" / "_corefarm*")):
+    sys.path[:] = [p for p in sys.path if pathlib.Path(p or os.getcwd()).resolve() != SRC]
