@@ -1,0 +1,280 @@
+//! Reference cores (top-level `cores/`) built with `corefarm_cores::toolchain`
+//! and checked by their C++ testbenches (`cores/*/tb_*.cpp`,
+//! `cores/tb/test_hls_native.cpp`), plus a Rust-side cross-check of the RTL
+//! and native forms through their ABIs.
+//!
+//! RTL tests skip with a printed message only when Verilator is absent; the
+//! CI installs it, so there they run.
+
+use std::ffi::{c_char, c_void, CStr};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Mutex, OnceLock};
+
+use corefarm_cores::toolchain::{self, BuildKind};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn cores_dir() -> PathBuf {
+    repo().join("cores")
+}
+
+/// Build products persist under the target dir so reruns hit the cache.
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("corefarm-cache")
+}
+
+/// Serialises builds: the machine is small and parallel Verilator builds of
+/// the same core would only duplicate work.
+fn build_lock() -> &'static Mutex<()> {
+    static L: OnceLock<Mutex<()>> = OnceLock::new();
+    L.get_or_init(|| Mutex::new(()))
+}
+
+fn build(kind: BuildKind, sources: &[&str]) -> PathBuf {
+    let _g = build_lock().lock().unwrap_or_else(|e| e.into_inner());
+    let sources: Vec<PathBuf> = sources.iter().map(|s| cores_dir().join(s)).collect();
+    toolchain::cached_build(&kind, &sources, "", &cache_dir())
+        .unwrap_or_else(|e| panic!("building {sources:?}: {e}"))
+}
+
+fn rtl(top: &str, source: &str) -> PathBuf {
+    build(BuildKind::Rtl { top: top.into() }, &[source])
+}
+
+fn native(source: &str) -> PathBuf {
+    build(BuildKind::Native, &[source])
+}
+
+/// Compiles a testbench program (cached by its sources' hash).
+fn testbench(source: &str) -> PathBuf {
+    let _g = build_lock().lock().unwrap_or_else(|e| e.into_inner());
+    let src = cores_dir().join(source);
+    let deps = [
+        src.clone(),
+        cores_dir().join("tb/cf_tb.h"),
+        cores_dir().join("tb/ref.h"),
+    ];
+    let key = toolchain::cache_key(&BuildKind::Native, &deps, "testbench").unwrap();
+    let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
+    let exe = cache_dir().join(format!("tb-{stem}-{}", &key[..16]));
+    if exe.is_file() {
+        return exe;
+    }
+    std::fs::create_dir_all(cache_dir()).unwrap();
+    let tmp = exe.with_extension("tmp");
+    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+    let out = Command::new(cxx)
+        .args(["-O2", "-std=c++17", "-Wall"])
+        .arg(format!("-I{}", cores_dir().join("tb").display()))
+        .arg(&src)
+        .arg("-ldl")
+        .arg("-o")
+        .arg(&tmp)
+        .output()
+        .expect("running c++");
+    assert!(
+        out.status.success(),
+        "compiling {}:\n{}",
+        src.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::fs::rename(&tmp, &exe).unwrap();
+    exe
+}
+
+/// Runs a testbench and asserts it passed; returns its stdout.
+fn run_testbench(exe: &Path, args: &[&std::ffi::OsStr]) -> String {
+    let out = Command::new(exe)
+        .args(args)
+        .output()
+        .expect("running testbench");
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    print!("{stdout}");
+    assert!(
+        out.status.success() && stdout.lines().last().is_some_and(|l| l.starts_with("PASS")),
+        "{} failed ({}):\n{stdout}\n{stderr}",
+        exe.display(),
+        out.status
+    );
+    stdout
+}
+
+fn skip_without_verilator(test: &str) -> bool {
+    if toolchain::verilator_available() {
+        return false;
+    }
+    println!(
+        "SKIP {test}: verilator (and make, c++) not installed; `apt-get install -y verilator`"
+    );
+    true
+}
+
+fn skip_without_cxx(test: &str) -> bool {
+    if toolchain::cxx_available() {
+        return false;
+    }
+    println!("SKIP {test}: no C++ compiler");
+    true
+}
+
+#[test]
+fn vadd_rtl_testbench() {
+    if skip_without_verilator("vadd_rtl_testbench") {
+        return;
+    }
+    let so = rtl("vadd", "vadd/vadd.v");
+    run_testbench(&testbench("vadd/tb_vadd.cpp"), &[so.as_os_str()]);
+}
+
+#[test]
+fn matmul_rtl_testbench() {
+    if skip_without_verilator("matmul_rtl_testbench") {
+        return;
+    }
+    let so = rtl("mat_mul_64x64", "matmul/matmul.v");
+    run_testbench(&testbench("matmul/tb_matmul.cpp"), &[so.as_os_str()]);
+}
+
+#[test]
+fn stuck_rtl_testbench() {
+    if skip_without_verilator("stuck_rtl_testbench") {
+        return;
+    }
+    let so = rtl("stuck", "stuck/stuck.v");
+    run_testbench(&testbench("stuck/tb_stuck.cpp"), &[so.as_os_str()]);
+}
+
+#[test]
+fn hls_sources_native() {
+    if skip_without_cxx("hls_sources_native") {
+        return;
+    }
+    let tb = testbench("tb/test_hls_native.cpp");
+    for (name, src) in [("vadd", "vadd/vadd.cpp"), ("matmul", "matmul/matmul.cpp")] {
+        let so = native(src);
+        run_testbench(&tb, &[name.as_ref(), so.as_os_str()]);
+    }
+}
+
+/// The RTL ABI, resolved from one shared object, for the Rust-side checks.
+struct Rtl {
+    _lib: libloading::Library,
+    top_name: unsafe extern "C" fn() -> *const c_char,
+    create: unsafe extern "C" fn() -> *mut c_void,
+    destroy: unsafe extern "C" fn(*mut c_void),
+    read: unsafe extern "C" fn(*mut c_void, u32, u32) -> u64,
+    write: unsafe extern "C" fn(*mut c_void, u32, u32, u64, u8),
+    tick: unsafe extern "C" fn(*mut c_void, u32),
+}
+
+impl Rtl {
+    fn open(path: &Path) -> Rtl {
+        // SAFETY: a shared object built by the toolchain from our sources;
+        // the symbol types are the documented RTL ABI.
+        unsafe {
+            let lib = libloading::Library::new(path).unwrap();
+            Rtl {
+                top_name: *lib.get(b"cf_rtl_top_name").unwrap(),
+                create: *lib.get(b"cf_rtl_create").unwrap(),
+                destroy: *lib.get(b"cf_rtl_destroy").unwrap(),
+                read: *lib.get(b"cf_rtl_read").unwrap(),
+                write: *lib.get(b"cf_rtl_write").unwrap(),
+                tick: *lib.get(b"cf_rtl_tick").unwrap(),
+                _lib: lib,
+            }
+        }
+    }
+
+    /// One job with the seed's host sequence: input, start, poll done,
+    /// output, clear done.
+    fn job(&self, inst: *mut c_void, input: &[u8], output: &mut [u8]) {
+        // SAFETY: `inst` comes from this library's cf_rtl_create.
+        unsafe {
+            for (w, chunk) in input.chunks(8).enumerate() {
+                let mut b = [0u8; 8];
+                b[..chunk.len()].copy_from_slice(chunk);
+                let be = (1u16 << chunk.len()) - 1;
+                (self.write)(inst, 1, w as u32, u64::from_le_bytes(b), be as u8);
+            }
+            (self.write)(inst, 0, 1, 1, 0xff);
+            let mut polls = 0;
+            while (self.read)(inst, 0, 3) & 1 == 0 {
+                (self.tick)(inst, 1024);
+                polls += 1;
+                assert!(polls < 1_000_000, "core never finished");
+            }
+            for (w, chunk) in output.chunks_mut(8).enumerate() {
+                let v = (self.read)(inst, 2, w as u32).to_le_bytes();
+                chunk.copy_from_slice(&v[..chunk.len()]);
+            }
+            (self.write)(inst, 0, 3, 1, 0xff);
+        }
+    }
+}
+
+/// The two forms of each reference core agree on the same random inputs,
+/// with both loaded in one process (the RTL objects export only the ABI, so
+/// two Verilator runtimes coexist).
+#[test]
+fn rtl_and_native_forms_agree() {
+    if skip_without_verilator("rtl_and_native_forms_agree") {
+        return;
+    }
+    let cases = [
+        (
+            "vadd",
+            "vadd/vadd.v",
+            "vadd/vadd.cpp",
+            "vadd",
+            2048usize,
+            1024usize,
+        ),
+        (
+            "mat_mul_64x64",
+            "matmul/matmul.v",
+            "matmul/matmul.cpp",
+            "mat_mul_64x64",
+            32768,
+            16384,
+        ),
+    ];
+    let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        // xorshift64*: deterministic data without an RNG dependency.
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    };
+    let libs: Vec<_> = cases
+        .iter()
+        .map(|(top, v, _, _, _, _)| Rtl::open(&rtl(top, v)))
+        .collect();
+    for ((top, _, cpp, entry, in_size, out_size), sim) in cases.iter().zip(&libs) {
+        // SAFETY: documented ABI signatures.
+        let name = unsafe { CStr::from_ptr((sim.top_name)()) };
+        assert_eq!(name.to_str().unwrap(), *top);
+        let nat = unsafe { libloading::Library::new(native(cpp)).unwrap() };
+        let f: libloading::Symbol<unsafe extern "C" fn(*const u8, *mut u8)> =
+            unsafe { nat.get(entry.as_bytes()).unwrap() };
+        let inst = unsafe { (sim.create)() };
+        assert!(!inst.is_null());
+        for job in 0..3 {
+            let input: Vec<u8> = (0..*in_size).map(|_| next() as u8).collect();
+            let mut want = vec![0u8; *out_size];
+            let mut got = vec![0xa5u8; *out_size];
+            unsafe { f(input.as_ptr(), want.as_mut_ptr()) };
+            sim.job(inst, &input, &mut got);
+            assert!(
+                want == got,
+                "{top} job {job}: RTL and native outputs differ"
+            );
+            assert!(want.iter().any(|&b| b != 0), "{top}: trivial output");
+        }
+        unsafe { (sim.destroy)(inst) };
+    }
+}
