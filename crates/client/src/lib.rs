@@ -32,8 +32,8 @@ use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::codec::ReadError;
 use corefarm_smp::hello::features;
 use corefarm_smp::{
-    BenchmarkConfig, Configuration, CoreInfo, ErrorMsg, Hello, MsgType, OutFrame, DEFAULT_MAX_MESSAGE,
-    HEADER_LEN,
+    BenchmarkConfig, Configuration, CoreInfo, ErrorMsg, Hello, MsgType, OutFrame,
+    DEFAULT_MAX_MESSAGE, HEADER_LEN,
 };
 
 pub use error::{ClientError, Result};

@@ -509,8 +509,16 @@ fn default_core_table_follows_the_documented_layout() {
     assert_eq!(
         t,
         [
-            CoreInfo { control: 0xC000_0000, input: 0xC000_8000, output: 0xC001_0000 },
-            CoreInfo { control: 0xC002_0000, input: 0xC002_8000, output: 0xC003_0000 },
+            CoreInfo {
+                control: 0xC000_0000,
+                input: 0xC000_8000,
+                output: 0xC001_0000
+            },
+            CoreInfo {
+                control: 0xC002_0000,
+                input: 0xC002_8000,
+                output: 0xC003_0000
+            },
         ]
     );
     // Small sizes still get 4 KiB memories.
