@@ -9,6 +9,7 @@
 //! The suite that sweeps these over the seed's parameter spaces lives in
 //! `bench/suite.py` (it runs the `corefarm` binary as separate processes).
 
+pub mod compare;
 pub mod echo;
 pub mod stats;
 pub mod user;

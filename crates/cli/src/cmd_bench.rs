@@ -17,6 +17,39 @@ pub enum BenchCmd {
     /// The benchmarking user (seed 000 §4.2.2): sends the benchmarking
     /// configuration to a server and measures throughput and latency.
     User(UserArgs),
+    /// Compare two result files (suite JSON or single reports) point by point;
+    /// exits 1 if anything got worse beyond the noise.
+    Compare(CompareArgs),
+    /// Run the benchmark suite (bench/suite.py) with this binary.
+    Suite(SuiteArgs),
+}
+
+#[derive(Args)]
+pub struct CompareArgs {
+    old: std::path::PathBuf,
+    new: std::path::PathBuf,
+    /// Smallest relative change that counts; the recorded spread of either
+    /// file widens it.
+    #[arg(long, default_value_t = 0.05)]
+    threshold: f64,
+    /// Print the comparison as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Args)]
+pub struct SuiteArgs {
+    /// echo, server, node, node-matmul, cluster, software or all.
+    experiment: String,
+    /// A few seconds per experiment.
+    #[arg(long)]
+    quick: bool,
+    /// Results directory (default: bench-results/ in the repository).
+    #[arg(long)]
+    out: Option<std::path::PathBuf>,
+    /// Further arguments passed to suite.py.
+    #[arg(last = true)]
+    rest: Vec<String>,
 }
 
 #[derive(Args)]
@@ -122,6 +155,8 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             }
         }
         BenchCmd::User(u) => user_bench(u),
+        BenchCmd::Compare(c) => compare(c),
+        BenchCmd::Suite(s) => suite(s),
     }
 }
 
@@ -246,4 +281,101 @@ fn print_user(r: &UserReport) {
         "messages: sent {}  received {}  missing {}  corrupted {}  failed {}",
         k.sent_messages, k.received_messages, k.missing, k.corrupted, k.failed
     );
+}
+
+fn compare(a: CompareArgs) -> Result<()> {
+    use corefarm_bench::compare::{self, Verdict};
+    let read = |p: &std::path::Path| -> Result<serde_json::Value> {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+    };
+    let c = compare::compare(&read(&a.old)?, &read(&a.new)?, a.threshold)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&c)?);
+    } else {
+        for p in &c.points {
+            if p.status != "ok" {
+                println!("{}: {}", p.key, p.status);
+                continue;
+            }
+            for m in &p.metrics {
+                let mark = match m.verdict {
+                    Verdict::Worse => "WORSE",
+                    Verdict::Better => "better",
+                    Verdict::Same => "same",
+                    Verdict::Info => "",
+                };
+                println!(
+                    "{:<48} {:<16} {:>12.4e} -> {:>12.4e}  x{:<7} (noise ±{:.0}%) {}",
+                    p.key,
+                    m.metric,
+                    m.old.mean,
+                    m.new.mean,
+                    m.ratio
+                        .map(|r| format!("{r:.3}"))
+                        .unwrap_or_else(|| "-".into()),
+                    m.allowed * 100.0,
+                    mark
+                );
+            }
+        }
+        for k in &c.only_in_old {
+            println!("{k}: only in {}", a.old.display());
+        }
+        for k in &c.only_in_new {
+            println!("{k}: only in {}", a.new.display());
+        }
+        println!(
+            "{} regression(s), {} improvement(s)",
+            c.regressions, c.improvements
+        );
+    }
+    if c.regressions > 0 {
+        std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// Finds bench/suite.py: $COREFARM_ROOT first, then the source tree this
+/// binary was built from.
+fn suite_script() -> Result<std::path::PathBuf> {
+    let mut tried = Vec::new();
+    if let Some(root) = std::env::var_os("COREFARM_ROOT") {
+        tried.push(std::path::Path::new(&root).join("bench/suite.py"));
+    }
+    tried.push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/suite.py"));
+    for p in &tried {
+        if p.is_file() {
+            return Ok(p.clone());
+        }
+    }
+    bail!(
+        "bench/suite.py not found (tried {}); set COREFARM_ROOT to the repository",
+        tried
+            .iter()
+            .map(|p| p.display().to_string())
+            .collect::<Vec<_>>()
+            .join(", ")
+    )
+}
+
+fn suite(a: SuiteArgs) -> Result<()> {
+    use std::os::unix::process::CommandExt;
+    let script = suite_script()?;
+    let mut cmd = std::process::Command::new("python3");
+    cmd.arg(&script).arg(&a.experiment);
+    if a.quick {
+        cmd.arg("--quick");
+    }
+    if let Some(out) = &a.out {
+        cmd.arg("--out").arg(out);
+    }
+    cmd.args(&a.rest);
+    // The suite drives this very binary unless told otherwise.
+    if std::env::var_os("COREFARM_BIN").is_none() {
+        cmd.env("COREFARM_BIN", std::env::current_exe()?);
+    }
+    let err = cmd.exec();
+    Err(err).with_context(|| format!("running python3 {}", script.display()))
 }
