@@ -304,6 +304,17 @@ pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), Toolc
     require(&verilator, VERILATOR_HINT)?;
     require("make", VERILATOR_HINT)?;
     require(&cxx_program(), CXX_HINT)?;
+    // Verilator's make compiles its runtime (verilated.cpp,
+    // verilated_threads.cpp) into the object from here; a package without
+    // it would fail late with a confusing make error.
+    let runtime = verilator_root()?.join("include").join("verilated.cpp");
+    if !runtime.is_file() {
+        return Err(ToolchainError::ToolMissing {
+            tool: verilator,
+            reason: format!("its runtime source {} is missing", runtime.display()),
+            hint: VERILATOR_HINT.into(),
+        });
+    }
 
     let dir = build_dir()?;
     let d = dir.path();
@@ -659,6 +670,29 @@ endmodule
             assert_eq!(cycles(inst), before + 1001);
             destroy(inst);
         }
+    }
+
+    #[test]
+    fn rtl_error_carries_verilator_output() {
+        if !verilator_available() {
+            eprintln!("SKIP rtl_error_carries_verilator_output: verilator not installed");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let src = write(
+            dir.path(),
+            "broken.v",
+            "module broken(input clock);\n  wire = ;\nendmodule\n",
+        );
+        let out = dir.path().join("broken.so");
+        let err = build_rtl(std::slice::from_ref(&src), "broken", &out).unwrap_err();
+        let text = err.to_string();
+        assert!(matches!(err, ToolchainError::Failed { .. }), "{text}");
+        assert!(
+            text.contains("broken.v"),
+            "verilator output missing from: {text}"
+        );
+        assert!(!out.exists());
     }
 
     #[test]
