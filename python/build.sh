@@ -11,4 +11,4 @@ out="$(mktemp -d)"
 trap 'rm -rf "$out"' EXIT
 "$py" -m maturin build --release --manifest-path "$here/Cargo.toml" --interpreter "$py" --out "$out" ${MATURIN_ARGS:-}
 "$py" -m pip install --quiet --force-reinstall --no-deps "$out"/corefarm-*.whl
-"$py" -c 'import corefarm, sys; print("installed corefarm from", corefarm.__file__, file=sys.stderr)'
+(cd / && "$py" -c 'import corefarm, sys; print("installed corefarm from", corefarm.__file__, file=sys.stderr)')
