@@ -1,8 +1,256 @@
-//! `corefarm image …` (owned by the hardware-cores work).
+//! `corefarm image …`: build and inspect configuration images
+//! (format: docs/images.md).
+
+use std::path::PathBuf;
+
+use anyhow::{bail, Context};
+use corefarm_cores::image::{self, Image};
+use corefarm_cores::BuildSpec;
+use corefarm_smp::CoreInfo;
 
 #[derive(clap::Subcommand)]
-pub enum ImageCmd {}
+pub enum ImageCmd {
+    /// Build a configuration image from HLS C++, Verilog and/or a Cyclone V bitstream.
+    ///
+    /// Every source given becomes one artifact, so one image can serve
+    /// nodes of different kinds: `--hls` is compiled with the C++ compiler
+    /// into a native soft core for this machine (native-<arch>-linux),
+    /// `--verilog` is Verilated into an RTL simulation (rtl-<arch>-linux),
+    /// `--rbf` is embedded as is (fpga-cyclonev). Without `--core-table`
+    /// the default table of docs/images.md is used for `--cores` cores.
+    ///
+    /// Example: corefarm image build --hls cores/vadd/vadd.cpp --entry vadd
+    ///   --verilog cores/vadd/vadd.v --top vadd --cores 4
+    ///   --input-size 2048 --output-size 1024 --name vadd -o vadd.cfimg
+    #[command(verbatim_doc_comment)]
+    Build(BuildArgs),
+    /// Show an image's manifest, artifacts and checksum status.
+    ///
+    /// Exits with an error if any checksum fails. A file without the image
+    /// magic is reported as a raw bitstream.
+    Inspect(InspectArgs),
+}
+
+#[derive(clap::Args)]
+pub struct BuildArgs {
+    /// HLS C/C++ source of the hardware core (compiled natively with corefarm/hls.h).
+    #[arg(long, value_name = "FILE", requires = "entry")]
+    hls: Option<PathBuf>,
+    /// Name of the component function in the HLS source (the C symbol nodes call).
+    #[arg(long, value_name = "NAME", requires = "hls")]
+    entry: Option<String>,
+    /// Verilog sources of the core (the port list of cores/README.md).
+    #[arg(long, value_name = "FILE", num_args = 1.., requires = "top")]
+    verilog: Vec<PathBuf>,
+    /// Top module of the Verilog sources.
+    #[arg(long, value_name = "NAME")]
+    top: Option<String>,
+    /// Cyclone V raw binary file (Quartus RBF) to embed as the fpga-cyclonev artifact.
+    #[arg(long, value_name = "FILE")]
+    rbf: Option<PathBuf>,
+    /// Number of cores for the default core table.
+    #[arg(long, default_value_t = 1, conflicts_with = "core_table")]
+    cores: u32,
+    /// Explicit core table: control:input:output base addresses per core,
+    /// comma separated, decimal or 0x-hex (e.g. 0x84140:0x50000:0x80000,...).
+    #[arg(long, value_name = "TABLE")]
+    core_table: Option<String>,
+    /// Bytes of one input.
+    #[arg(long)]
+    input_size: u32,
+    /// Bytes of one output.
+    #[arg(long)]
+    output_size: u32,
+    /// Name recorded in the manifest (shown in node logs).
+    #[arg(long)]
+    name: String,
+    /// Where to write the image.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct InspectArgs {
+    /// The image file.
+    file: PathBuf,
+    /// Print one JSON object instead of text.
+    #[arg(long)]
+    json: bool,
+}
 
 pub fn run(cmd: ImageCmd) -> anyhow::Result<()> {
-    match cmd {}
+    match cmd {
+        ImageCmd::Build(a) => build(a),
+        ImageCmd::Inspect(a) => inspect(a),
+    }
+}
+
+fn number(s: &str) -> anyhow::Result<u32> {
+    let s = s.trim().replace('_', "");
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u32::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    v.with_context(|| format!("{s:?} is not a 32-bit address"))
+}
+
+fn parse_table(s: &str) -> anyhow::Result<Vec<CoreInfo>> {
+    s.split(',')
+        .filter(|e| !e.trim().is_empty())
+        .enumerate()
+        .map(|(i, e)| {
+            let parts: Vec<&str> = e.split(':').collect();
+            let [c, inp, out] = parts.as_slice() else {
+                bail!("core table entry {i} ({e:?}) is not control:input:output");
+            };
+            Ok(CoreInfo {
+                control: number(c)?,
+                input: number(inp)?,
+                output: number(out)?,
+            })
+        })
+        .collect()
+}
+
+fn build(a: BuildArgs) -> anyhow::Result<()> {
+    if a.hls.is_none() && a.verilog.is_empty() && a.rbf.is_none() {
+        bail!("nothing to build: give at least one of --hls, --verilog or --rbf");
+    }
+    let core_table = a.core_table.as_deref().map(parse_table).transpose()?;
+    if core_table.as_ref().is_some_and(|t| t.is_empty()) {
+        bail!("--core-table lists no cores");
+    }
+    let spec = BuildSpec {
+        name: a.name,
+        input_size: a.input_size,
+        output_size: a.output_size,
+        cores: a.cores,
+        core_table,
+        hls: a.hls.zip(a.entry),
+        verilog: (!a.verilog.is_empty()).then(|| (a.verilog, a.top.unwrap_or_default())),
+        rbf: a.rbf,
+    };
+    let bytes = corefarm_cores::build_image(&spec).context("building the image")?;
+    std::fs::write(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
+    let img = Image::parse(bytes.into())?;
+    eprintln!(
+        "wrote {} ({} cores; artifacts: {})",
+        a.out.display(),
+        img.manifest.cores.len(),
+        img.targets().join(", ")
+    );
+    Ok(())
+}
+
+fn inspect(a: InspectArgs) -> anyhow::Result<()> {
+    let bytes = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    if !image::is_image(&bytes) {
+        if a.json {
+            println!(
+                "{}",
+                serde_json::json!({"file": a.file, "kind": "raw-bitstream", "bytes": bytes.len()})
+            );
+        } else {
+            println!(
+                "{}: not a corefarm image; a node treats its {} bytes as a raw Cyclone V bitstream",
+                a.file.display(),
+                bytes.len()
+            );
+        }
+        return Ok(());
+    }
+    let total = bytes.len();
+    let img = Image::parse(bytes.into())
+        .with_context(|| format!("{} is not a valid image", a.file.display()))?;
+    let status = img.verify();
+    let bad = status.iter().filter(|r| r.is_err()).count();
+    let m = &img.manifest;
+    if a.json {
+        let artifacts: Vec<_> = m
+            .artifacts
+            .iter()
+            .zip(&status)
+            .map(|(x, st)| {
+                let mut v = serde_json::to_value(x).expect("plain data");
+                v["checksum_ok"] = st.is_ok().into();
+                v
+            })
+            .collect();
+        let mut manifest = serde_json::to_value(m).expect("plain data");
+        manifest["artifacts"] = artifacts.into();
+        println!(
+            "{}",
+            serde_json::json!({
+                "file": a.file, "kind": "image", "bytes": total,
+                "version": image::VERSION, "manifest": manifest, "checksums_ok": bad == 0,
+            })
+        );
+    } else {
+        println!(
+            "{}: corefarm image v{}, {total} bytes",
+            a.file.display(),
+            image::VERSION
+        );
+        println!("name:        {}", m.name);
+        println!("input size:  {} bytes", m.input_size);
+        println!("output size: {} bytes", m.output_size);
+        println!("cores:       {}", m.cores.len());
+        for (i, c) in m.cores.iter().enumerate() {
+            println!(
+                "  core {i:>3}: control {:#010x}  input {:#010x}  output {:#010x}",
+                c.control, c.input, c.output
+            );
+        }
+        println!("artifacts:   {}", m.artifacts.len());
+        for (x, st) in m.artifacts.iter().zip(&status) {
+            let entry = if x.entry.is_empty() {
+                String::new()
+            } else {
+                format!(" entry {}", x.entry)
+            };
+            let check = match st {
+                Ok(()) => "sha256 ok".to_string(),
+                Err(e) => format!("BAD: {e}"),
+            };
+            println!(
+                "  {:<22} {:<9} {:>10} bytes{entry}  {check}",
+                x.target,
+                x.kind.name(),
+                x.length
+            );
+        }
+    }
+    if bad > 0 {
+        bail!("{bad} artifact(s) fail their checksum");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn core_table_parsing() {
+        let t = parse_table("0x84140:0x50000:0x80000, 16:32:0x40").unwrap();
+        assert_eq!(
+            t[0],
+            CoreInfo {
+                control: 0x84140,
+                input: 0x50000,
+                output: 0x80000
+            }
+        );
+        assert_eq!(
+            t[1],
+            CoreInfo {
+                control: 16,
+                input: 32,
+                output: 64
+            }
+        );
+        assert!(parse_table("1:2").is_err());
+        assert!(parse_table("1:2:zz").is_err());
+        assert!(parse_table("1:2:0x1_0000_0000").is_err());
+    }
 }
