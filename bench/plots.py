@@ -1,0 +1,193 @@
+"""One PNG per seed figure from a suite result document, with the seed's
+numbers (bench/seed_figures.json) drawn beside corefarm's where the seed
+printed them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+SEED = json.loads((Path(__file__).resolve().parent / "seed_figures.json").read_text())
+
+
+def _ok(doc):
+    return [p for p in doc["points"] if p["status"] == "ok"]
+
+
+def _mean(p, m):
+    return p["metrics"].get(m, {}).get("mean")
+
+
+def _err(p, m):
+    s = p["metrics"].get(m, {})
+    if s.get("mean") is None:
+        return (0, 0)
+    return (s["mean"] - s["min"], s["max"] - s["mean"])
+
+
+def _series(points, x, y):
+    pts = sorted((x(p), _mean(p, y), _err(p, y)) for p in points if _mean(p, y) is not None)
+    xs = [a for a, _, _ in pts]
+    ys = [b for _, b, _ in pts]
+    errs = [[e[0] for _, _, e in pts], [e[1] for _, _, e in pts]]
+    return xs, ys, errs
+
+
+def _save(fig, out: Path, name: str, title: str, machine: dict) -> Path:
+    fig.suptitle(title, fontsize=10)
+    fig.text(0.01, 0.005, f"corefarm on {machine.get('nproc')} CPUs ({machine.get('cpu')}), {machine.get('date')}",
+             fontsize=6, color="gray")
+    fig.tight_layout(rect=(0, 0.02, 1, 0.97))
+    path = out / name
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def plot_echo(doc, out):
+    fig, ax = plt.subplots(figsize=(7, 4))
+    pts = _ok(doc)
+    for n in sorted({p["key"]["clients"] for p in pts}):
+        xs, ys, e = _series([p for p in pts if p["key"]["clients"] == n], lambda p: p["key"]["size"], "throughput_bps")
+        ax.errorbar(xs, [y / 1e9 for y in ys], yerr=[[v / 1e9 for v in e[0]], [v / 1e9 for v in e[1]]],
+                    marker="o", ms=3, label=f"{n} client(s)")
+    ax.axhline(SEED["echo"]["plateau_bps"] / 1e9, ls="--", color="gray", label="seed plateau (16 Gbit/s)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("payload size (bytes)")
+    ax.set_ylabel("total throughput (Gbit/s)")
+    ax.legend(fontsize=7)
+    return [_save(fig, out, "fig4_1_echo.png", "Fig 4.1: SMP echo throughput vs payload size", doc["machine"])]
+
+
+def plot_server(doc, out):
+    pts = _ok(doc)
+    policies = [p for p in ("queue", "stack", "credit") if any(q["key"]["policy"] == p for q in pts)]
+    paths = []
+    for metric, scale, ylabel, name, title, seedkey in (
+        ("input_bps", 1e9, "throughput (Gbit/s)", "fig4_3_server_throughput.png",
+         "Fig 4.3: server throughput vs message size (zero delay)", "max_throughput"),
+        ("latency_avg_ms", 1, "average latency (ms)", "fig4_4_server_latency.png",
+         "Fig 4.4: server latency vs message size (zero delay)", "min_latency_ms"),
+    ):
+        if not policies:
+            break
+        fig, axes = plt.subplots(1, len(policies), figsize=(4.2 * len(policies), 3.8), squeeze=False, sharey=True)
+        for ax, pol in zip(axes[0], policies):
+            sel = [p for p in pts if p["key"]["policy"] == pol]
+            for n in sorted({p["key"]["nodes"] for p in sel}):
+                # Several (size, count) pairs share a message size: keep the best.
+                best = {}
+                for p in sel:
+                    if p["key"]["nodes"] != n or _mean(p, metric) is None:
+                        continue
+                    mb = p["key"]["input_size"] * p["key"]["count"]
+                    v = _mean(p, metric)
+                    if mb not in best or (v > best[mb] if metric.endswith("bps") else v < best[mb]):
+                        best[mb] = v
+                xs = sorted(best)
+                ax.plot(xs, [best[x] / scale for x in xs], marker="o", ms=3, label=f"{n} node(s)")
+            for s in SEED["server"][seedkey].get(pol, []):
+                v = s.get("bps", s.get("ms"))
+                ax.scatter([s["message_bytes"]], [v / scale], marker="x", color="black", zorder=5)
+            ax.set_xscale("log", base=2)
+            if metric.startswith("latency"):
+                ax.set_yscale("log")
+            ax.set_title(f"{pol} policy (x = seed)", fontsize=9)
+            ax.set_xlabel("message size (bytes)")
+            ax.legend(fontsize=7)
+        axes[0][0].set_ylabel(ylabel)
+        paths.append(_save(fig, out, name, title, doc["machine"]))
+    return paths
+
+
+def plot_node(doc, out):
+    fig, ax = plt.subplots(figsize=(6, 4))
+    xs, ys, e = _series(_ok(doc), lambda p: p["key"]["size"], "input_bps")
+    ax.plot(xs, [y / 1e6 for y in ys], marker="o", label="corefarm (node behind the server)")
+    for s in SEED["node"]["points"]:
+        ax.scatter([s["bytes"]], [s["bps"] / 1e6], marker="x", color="black", zorder=5, label="seed (393 Mbit/s @ 128 kB)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("data size (bytes)")
+    ax.set_ylabel("throughput (Mbit/s)")
+    ax.legend(fontsize=7)
+    return [_save(fig, out, "fig4_5_node.png", "Fig 4.5: load-free node throughput vs data size", doc["machine"])]
+
+
+def plot_cluster(doc, out):
+    pts = _ok(doc)
+    paths = []
+    c = SEED["cluster"]
+    for count, table, figs in ((1, c["table_4_1"], ("4_11", "4_12")), (4, c["table_4_2"], ("4_13", "4_14"))):
+        sel = [p for p in pts if p["key"]["test"] == "unthrottled" and p["key"]["count"] == count]
+        for metric, scale, ylabel, fig_no, seedcol in (("input_bps", 1e9, "throughput (Gbit/s)", figs[0], "bps"),
+                                                       ("latency_avg_ms", 1, "average latency (ms)", figs[1],
+                                                        "latency_avg_ms")):
+            fig, ax = plt.subplots(figsize=(6, 4))
+            xs, ys, _ = _series(sel, lambda p: p["key"]["nodes"], metric)
+            ax.plot(xs, [y / scale for y in ys], marker="o", label="corefarm")
+            rows = table["rows"]
+            ax.plot([r["nodes"] for r in rows], [r[seedcol] / scale for r in rows], ls="--", marker="x",
+                    color="gray", label=f"seed ({table['ref'].split(',')[0]})")
+            ax.set_xlabel("nodes")
+            ax.set_ylabel(ylabel)
+            if metric.startswith("latency"):
+                ax.set_yscale("log")
+            ax.legend(fontsize=7)
+            what = "throughput" if metric == "input_bps" else "latency"
+            paths.append(_save(fig, out, f"fig{fig_no}_cluster_{what}_count{count}.png",
+                               f"Fig {fig_no.replace('_', '.')}: {what}, {count} input(s)/message, unthrottled",
+                               doc["machine"]))
+    sel = [p for p in pts if p["key"]["test"] == "rate"]
+    for metric, scale, ylabel, fig_no, seedtab in (("input_bps", 1e9, "throughput (Gbit/s)", "4_15", "table_4_3"),
+                                                   ("latency_avg_ms", 1, "average latency (ms)", "4_16", "table_4_4")):
+        if not sel:
+            break
+        fig, ax = plt.subplots(figsize=(6, 4))
+        for i, rate in enumerate(sorted({p["key"]["rate_hz"] for p in sel})):
+            xs, ys, _ = _series([p for p in sel if p["key"]["rate_hz"] == rate], lambda p: p["key"]["nodes"], metric)
+            line, = ax.plot(xs, [y / scale for y in ys], marker="o", label=f"{rate / 1000:g} kHz")
+            rows = c[seedtab]["rows"]
+            col = "bps" if metric == "input_bps" else "latency_avg_ms"
+            if str(rate) in rows[0][col]:
+                ax.plot([r["nodes"] for r in rows], [r[col][str(rate)] / scale for r in rows], ls="--",
+                        color=line.get_color(), alpha=0.5)
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(ylabel)
+        if metric.startswith("latency"):
+            ax.set_yscale("log")
+        ax.legend(fontsize=7, title="solid: corefarm, dashed: seed", title_fontsize=7)
+        what = "throughput" if metric == "input_bps" else "latency"
+        paths.append(_save(fig, out, f"fig{fig_no}_cluster_{what}_rates.png",
+                           f"Fig {fig_no.replace('_', '.')}: {what}, 1 input/message, limited rate", doc["machine"]))
+    return paths
+
+
+def plot_software(doc, out):
+    sp = doc["params"].get("speedups") or []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    seed = SEED["speedups"]["rows"]
+    ax.bar([r["nodes"] - 0.8 for r in seed], [r["speedup"] for r in seed], width=1.6, color="gray", label="seed §4.6")
+    if sp:
+        ax.bar([r["nodes"] + 0.8 for r in sp], [r["speedup"] for r in sp], width=1.6, label="corefarm")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("speedup over software")
+    ax.legend(fontsize=7)
+    return [_save(fig, out, "sec4_6_speedup.png", "§4.6: cluster speedup over the software multiplier",
+                  doc["machine"])]
+
+
+PLOTTERS = {"echo": plot_echo, "server": plot_server, "node": plot_node, "cluster": plot_cluster,
+            "software": plot_software}
+
+
+def plot(doc: dict, out: Path) -> list[Path]:
+    f = PLOTTERS.get(doc["experiment"])
+    if f is None or not _ok(doc):
+        return []
+    return f(doc, Path(out))
