@@ -407,3 +407,46 @@ pub fn build_native_image(
         ..BuildSpec::default()
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn supported_targets_follow_options() {
+        let all = supported_targets(&LoadOptions {
+            fpga: Some(fpga::FpgaOptions::default()),
+            ..LoadOptions::default()
+        });
+        assert_eq!(all[0], image::FPGA_TARGET);
+        if let Some(n) = image::native_target() {
+            assert!(all.contains(&n) && all.contains(&image::rtl_target().unwrap()));
+        }
+        let none = supported_targets(&LoadOptions {
+            native: false,
+            rtl: false,
+            ..LoadOptions::default()
+        });
+        assert!(none.is_empty());
+        let default = supported_targets(&LoadOptions::default());
+        assert!(!default.iter().any(|t| t == image::FPGA_TARGET));
+    }
+
+    #[test]
+    fn benchmark_and_empty_configurations_are_not_loaded() {
+        let bench = corefarm_smp::BenchmarkConfig {
+            input_size: 16,
+            output_size: 16,
+            delay_us: 0,
+        }
+        .to_configuration();
+        assert!(matches!(
+            load(&bench, &LoadOptions::default()),
+            Err(LoadError::Invalid(_))
+        ));
+        let mut empty = bench.clone();
+        empty.bitstream = bytes::Bytes::from_static(b"12345");
+        let e = load(&empty, &LoadOptions::default()).err().unwrap();
+        assert!(e.to_string().contains("no hardware cores"), "{e}");
+    }
+}
