@@ -1,0 +1,75 @@
+"""docs/benchmarks.md generation from a small fixture of suite results."""
+
+import json
+import shutil
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent))
+
+import report  # noqa: E402
+import suite  # noqa: E402
+
+
+def build(tmp_path, with_png=True):
+    results = tmp_path / "results"
+    shutil.copytree(HERE / "fixture", results)
+    if with_png:
+        (results / "fig4_1_echo.png").write_bytes(b"\x89PNG fake")
+    out = tmp_path / "docs" / "benchmarks.md"
+    figs = tmp_path / "bench" / "figures"
+    assert report.main(["--results", str(results), "--out", str(out), "--figures", str(figs)]) == 0
+    return out.read_text(), figs
+
+
+def test_seed_numbers_sit_beside_corefarm_numbers(tmp_path):
+    text, _ = build(tmp_path)
+    # Table 4.1 row 1 (seed) and the fixture's 1-node point (corefarm), same row.
+    row = next(l for l in text.splitlines() if l.startswith("| 1 | 236.58 Mbit/s"))
+    assert "500.8 ms" in row and "250.00 Mbit/s ±10%" in row
+    # Table 4.3 cell: seed / corefarm.
+    assert "225.00 Mbit/s / **220.00 Mbit/s ±10%**" in text
+    # §4.2.2 seed lists and §4.2.3 / §4.5 / §4.6 numbers.
+    assert "9.62 Gbit/s @ 256 KiB" in text and "27.680 ms" not in text and "27.7 ms @ 256 KiB" in text
+    assert "393" in text and "96 MB/s" in text and "36 nodes ×11.5" in text
+    # Software baseline and our speedup against the seed's.
+    assert "100 MB/s of input" in text and "×1.50" in text and "×1.3" in text
+
+
+def test_machine_failures_figures_and_placeholders(tmp_path):
+    text, figs = build(tmp_path)
+    assert "Test CPU, 2 logical CPUs" in text and "`abcdef123456`" in text
+    assert "4 cores / 8 threads" in text
+    assert "failed: echo server exited" in text
+    assert "skipped: no driver" in text
+    # The plot is copied next to the document and linked relatively.
+    assert (figs / "fig4_1_echo.png").exists()
+    assert "![fig4_1_echo](../bench/figures/fig4_1_echo.png)" in text
+    # Every experiment has a marked reading placeholder; missing ones say so.
+    assert text.count(report.PLACEHOLDER.strip()) == len(report.ORDER)
+    assert "## Server" in text and "_Not run._" in text
+    assert "These are `--quick` results" not in text
+
+
+def test_quick_results_are_flagged(tmp_path):
+    results = tmp_path / "r"
+    shutil.copytree(HERE / "fixture", results)
+    d = json.loads((results / "echo.json").read_text())
+    d["quick"] = True
+    (results / "echo.json").write_text(json.dumps(d))
+    text = report.render(results, tmp_path / "b.md", tmp_path / "f", json.loads((HERE.parent / "seed_figures.json").read_text()))
+    assert "These are `--quick` results" in text
+
+
+def test_spread_and_grids():
+    s = suite.spread([1.0, 2.0, 3.0])
+    assert s == {"runs": 3, "mean": 2.0, "min": 1.0, "max": 3.0, "stdev": 1.0}
+    assert suite.spread([5.0])["stdev"] == 0.0
+    grid = suite.server_grid(False, 16 << 20)
+    assert (16, 1) in grid and (128 * 1024, 1) in grid
+    assert all(s * c <= 16 << 20 for s, c in grid)
+    assert max(s * c for s, c in grid) > 8 << 20
+    plan = suite.cluster_plan(False, 40)
+    assert plan["nodes"][0] == 1 and plan["nodes"][-1] == 40
+    assert plan["rates"] == [1000, 2000, 5000, 10000, 50000, 100000]
