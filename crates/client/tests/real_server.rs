@@ -1,0 +1,181 @@
+//! The client against the real `corefarm` binary (`corefarm local`: a server
+//! and simulated nodes in one process). The binary is looked up at
+//! $COREFARM_BIN, $CARGO_TARGET_DIR/{release,debug} and target/{release,debug};
+//! without one these tests print why and pass vacuously (the library itself
+//! is covered by the fake-server unit tests).
+
+use std::io::{BufRead, BufReader};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_client::{Client, ClientError, ClientOptions};
+
+fn binary() -> Option<PathBuf> {
+    let mut c: Vec<PathBuf> = Vec::new();
+    if let Some(b) = std::env::var_os("COREFARM_BIN") {
+        c.push(b.into());
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut targets = vec![root.join("target")];
+    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
+        targets.insert(0, t.into());
+    }
+    for t in targets {
+        c.push(t.join("release/corefarm"));
+        c.push(t.join("debug/corefarm"));
+    }
+    c.into_iter().find(|p| p.is_file())
+}
+
+/// `corefarm local` on OS-assigned ports; killed on drop.
+struct Cluster {
+    child: Child,
+    users: String,
+}
+
+impl Cluster {
+    fn start(nodes: u32) -> Option<Cluster> {
+        let Some(bin) = binary() else {
+            eprintln!(
+                "SKIPPED: no corefarm binary (cargo build -p corefarm-cli, or set COREFARM_BIN)"
+            );
+            return None;
+        };
+        let mut child = Command::new(bin)
+            .args(["local", "--nodes", &nodes.to_string()])
+            .args([
+                "--nodes-listen",
+                "127.0.0.1:0",
+                "--users-listen",
+                "127.0.0.1:0",
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("corefarm local starts");
+        let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+        let users = loop {
+            match lines.next() {
+                Some(Ok(l)) => {
+                    if let Some(u) = l.split_whitespace().find_map(|w| w.strip_prefix("users=")) {
+                        break u.to_string();
+                    }
+                }
+                _ => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!("corefarm local exited without a 'listening' line");
+                }
+            }
+        };
+        // Keep draining stdout so the child never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        Some(Cluster { child, users })
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn opts(nodes: Option<u32>) -> ClientOptions {
+    ClientOptions {
+        nodes,
+        io_timeout: Some(Duration::from_secs(30)),
+        ..Default::default()
+    }
+}
+
+fn tagged(k: u64, input: usize) -> Bytes {
+    let mut v = vec![0xA5u8; input];
+    v[..8].copy_from_slice(&k.to_le_bytes());
+    v[8..16].copy_from_slice(&(!k).to_le_bytes());
+    Bytes::from(v)
+}
+
+#[test]
+fn hello_credit_session_with_reconfiguration() {
+    let Some(cl) = Cluster::start(2) else { return };
+    let c = Client::connect(&cl.users, opts(Some(2))).unwrap();
+    assert_eq!(c.nodes(), Some(2));
+    assert!(c.credit_mode());
+    c.configure_benchmark(16, 16, 0).unwrap();
+    let out: Vec<Bytes> = c
+        .map((0..400).map(|k| tagged(k, 16)), 16)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for (k, o) in out.iter().enumerate() {
+        assert_eq!(o[..], tagged(k as u64, 16)[..]);
+    }
+    // Credits restart from zero with the new configuration.
+    c.configure_benchmark(64, 32, 20).unwrap();
+    let out: Vec<Bytes> = c
+        .map((0..50).map(|k| tagged(k, 64)), 8)
+        .collect::<Result<_, _>>()
+        .unwrap();
+    for (k, o) in out.iter().enumerate() {
+        assert_eq!(o.len(), 32);
+        assert_eq!(o[..16], tagged(k as u64, 64)[..16]);
+    }
+}
+
+#[test]
+fn seed_mode_session_and_split_loops() {
+    let Some(cl) = Cluster::start(2) else { return };
+    // A hello session asking for both nodes waits until they are registered.
+    drop(Client::connect(&cl.users, opts(Some(2))).unwrap());
+    let c = Client::connect(
+        &cl.users,
+        ClientOptions {
+            legacy: true,
+            ..opts(None)
+        },
+    )
+    .unwrap();
+    c.configure_benchmark(32, 16, 0).unwrap();
+    let (tx, rx) = c.split();
+    const N: u64 = 300;
+    let sender = std::thread::spawn(move || {
+        for k in 0..N {
+            let mut v = tagged(k, 32).to_vec();
+            v.extend_from_slice(&tagged(k + 1000, 32));
+            tx.submit(Bytes::from(v)).unwrap();
+        }
+        tx
+    });
+    let mut seen = vec![false; N as usize];
+    for _ in 0..N {
+        let o = rx.recv(Some(Duration::from_secs(30))).unwrap();
+        assert_eq!(o.count, 2);
+        let k = u64::from_le_bytes(o.data[..8].try_into().unwrap());
+        assert_eq!(k, u64::from(o.id));
+        assert_eq!(o.data[16..24], (k + 1000).to_le_bytes());
+        seen[k as usize] = true;
+    }
+    assert!(seen.iter().all(|&s| s));
+    drop(sender.join().unwrap());
+}
+
+#[test]
+fn unloadable_configuration_reports_the_servers_reason() {
+    let Some(cl) = Cluster::start(1) else { return };
+    let c = Client::connect(&cl.users, opts(Some(1))).unwrap();
+    let cfg = corefarm_smp::Configuration {
+        input_size: 64,
+        output_size: 64,
+        cores: corefarm_client::default_core_table(1, 64, 64).unwrap(),
+        bitstream: Bytes::from_static(b"definitely not a bitstream"),
+    };
+    match c.configure(&cfg).unwrap_err() {
+        ClientError::Configuration { reason, .. } => {
+            assert!(reason.is_some_and(|r| !r.is_empty()), "no reason given")
+        }
+        other => panic!("expected a configuration error, got {other}"),
+    }
+}
