@@ -5,7 +5,7 @@
 //! exception classes of `corefarm.errors`.
 
 use std::os::raw::c_int;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use corefarm_client::{Client as RustClient, ClientError, ClientOptions, Output as RustOutput};
@@ -285,10 +285,30 @@ impl Client {
     /// recv(timeout=None) -> Output; timeout in seconds.
     #[pyo3(signature = (timeout=None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Output> {
-        let t = secs(timeout)?;
-        py.detach(|| self.inner.recv(t))
-            .map(Output::from)
-            .map_err(to_py)
+        // Wait in slices so that Ctrl-C (a pending signal) interrupts a long wait.
+        const SLICE: Duration = Duration::from_millis(100);
+        let deadline = secs(timeout)?.map(|t| (Instant::now() + t, t));
+        loop {
+            let slice = match deadline {
+                None => SLICE,
+                Some((d, _)) => d.saturating_duration_since(Instant::now()).min(SLICE),
+            };
+            match py.detach(|| self.inner.recv(Some(slice))) {
+                Ok(o) => return Ok(o.into()),
+                Err(ClientError::Timeout { .. }) => {
+                    if let Some((d, total)) = deadline {
+                        if Instant::now() >= d {
+                            return Err(to_py(ClientError::Timeout {
+                                after: total,
+                                during: "waiting for a result",
+                            }));
+                        }
+                    }
+                    py.check_signals()?;
+                }
+                Err(e) => return Err(to_py(e)),
+            }
+        }
     }
 
     fn close(&self, py: Python<'_>) {

@@ -240,3 +240,24 @@ def test_close_from_another_thread_unblocks_recv():
     t.join(10)
     assert errors and "closed by this client" in str(errors[0])
     srv.join()
+
+
+def test_ctrl_c_interrupts_a_blocking_recv():
+    import _thread
+
+    release = threading.Event()
+
+    def script(p):
+        p.configuration()
+        release.wait(10)
+
+    srv = FakeServer(script)
+    with corefarm.connect(srv.addr, legacy=True) as c:
+        c.configure_benchmark(16, 16)
+        timer = threading.Timer(0.2, _thread.interrupt_main)
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            c.recv()   # no timeout: only the signal can end this wait
+        timer.join()
+    release.set()
+    srv.join()
