@@ -525,3 +525,29 @@ fn default_core_table_follows_the_documented_layout() {
     assert_eq!(default_core_table(1, 16, 16).unwrap()[0].input, 0xC000_1000);
     assert!(default_core_table(64, 1 << 24, 16).is_err());
 }
+
+#[test]
+fn error_before_a_successful_response_is_only_a_warning() {
+    // The server reports nodes dropped during configuration this way when
+    // at least one other node succeeded.
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 2);
+        p.expect(MsgType::Configuration);
+        p.send(
+            ErrorMsg::new(
+                ErrorMsg::NO_ID,
+                ErrorCode::ConfigurationFailed,
+                "node dropped: node-1 refused",
+            )
+            .to_frame(),
+        );
+        p.send(ConfigurationResponse { status: 0 }.to_frame());
+        p.credit(1);
+        echo(&mut p, 1, 16, 16);
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let id = c.submit(Bytes::from_static(&[3; 16])).unwrap();
+    assert_eq!(c.recv(None).unwrap().id, id);
+    srv.join().unwrap();
+}
