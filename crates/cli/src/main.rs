@@ -4,6 +4,7 @@ use clap::{Parser, Subcommand};
 
 mod cmd_bench;
 mod cmd_image;
+mod cmd_server;
 
 #[derive(Parser)]
 #[command(name = "corefarm", version, about = "Distributed computing on accelerator nodes over SMP", long_about = None)]
@@ -17,6 +18,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
+    /// Run the server: a node port for node managers and a user port for user programs.
+    Server(cmd_server::ServerArgs),
+    /// Run one or more node managers that connect to a server.
+    Node(cmd_server::NodeArgs),
+    /// Run a server and N simulated nodes in this process (an embedded local cluster).
+    Local(cmd_server::LocalArgs),
     /// Benchmarks: SMP echo, the benchmarking user, the full suite.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCmd),
@@ -29,8 +36,14 @@ fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     match cli.cmd {
+        Cmd::Server(a) => cmd_server::run_server(a),
+        Cmd::Node(a) => cmd_server::run_node(a),
+        Cmd::Local(a) => cmd_server::run_local(a),
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Image(c) => cmd_image::run(c),
     }

@@ -1,1 +1,130 @@
-//! corefarm node (work in progress)
+//! The corefarm node manager (seed 000 §3.4.2).
+//!
+//! One session per server connection, structured like the seed's node:
+//! - the receiving task ([`session`]) reads SMP messages, reconfigures on every
+//!   configuration message and queues each data message as a job;
+//! - core handlers ([`handlers`]) — one OS thread per hardware core — take jobs
+//!   from the input queue, run them on their core and push results;
+//! - the sending task writes results back to the server.
+//!
+//! A memory guard ([`guard`]) bounds the bytes held by queued jobs and results:
+//! when it is exhausted the receiving task stops reading, so TCP back-pressure
+//! slows the server down instead of the node over-allocating.
+
+pub mod guard;
+pub mod handlers;
+pub mod session;
+
+use std::time::Duration;
+
+use corefarm_cores::LoadOptions;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+/// Everything a node manager needs to know to run.
+#[derive(Debug, Clone)]
+pub struct NodeOptions {
+    /// Server node port, `HOST:PORT`.
+    pub server: String,
+    /// Identity announced in the hello exchange.
+    pub name: String,
+    /// Send a hello (corefarm extensions). Off = a seed-format node.
+    pub hello: bool,
+    /// Bytes of input and output data the node may hold at once.
+    pub memory_limit: usize,
+    /// Largest message accepted from the server.
+    pub max_message: u32,
+    /// Reconnect after the connection ends (with back-off).
+    pub reconnect: bool,
+    /// Which hardware-core backends may load and how.
+    pub load: LoadOptions,
+}
+
+impl Default for NodeOptions {
+    fn default() -> Self {
+        NodeOptions {
+            server: "127.0.0.1:8888".into(),
+            name: "node".into(),
+            hello: true,
+            memory_limit: 512 * 1024 * 1024,
+            max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
+            reconnect: true,
+            load: LoadOptions::default(),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    #[error("cannot connect to server {addr}: {source}")]
+    Connect {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("connection to server lost: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("server sent an invalid message: {0}")]
+    Protocol(#[from] corefarm_smp::ProtocolError),
+    #[error("{0}")]
+    Session(String),
+}
+
+/// Runs one node manager until `stop` is cancelled (or, without
+/// `reconnect`, until its connection ends).
+pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeError> {
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        let attempt = tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            r = TcpStream::connect(&opts.server) => r,
+        };
+        let result = match attempt {
+            Ok(stream) => {
+                backoff = Duration::from_millis(50);
+                tracing::info!(node = %opts.name, server = %opts.server, "connected");
+                session::run(stream, &opts, stop.clone()).await
+            }
+            Err(e) => Err(NodeError::Connect {
+                addr: opts.server.clone(),
+                source: e,
+            }),
+        };
+        match &result {
+            Ok(()) => tracing::info!(node = %opts.name, "session ended"),
+            Err(e) => tracing::warn!(node = %opts.name, "session ended: {e}"),
+        }
+        if !opts.reconnect || stop.is_cancelled() {
+            return result;
+        }
+        tokio::select! {
+            _ = stop.cancelled() => return Ok(()),
+            _ = tokio::time::sleep(backoff) => {}
+        }
+        backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Runs `count` independent node managers (separate connections) in this
+/// process, named `<name>-<i>`; used to simulate many nodes on few cores.
+pub async fn run_many(
+    opts: NodeOptions,
+    count: usize,
+    stop: CancellationToken,
+) -> Result<(), NodeError> {
+    if count == 1 {
+        return run(opts, stop).await;
+    }
+    let mut set = tokio::task::JoinSet::new();
+    for i in 0..count {
+        let mut o = opts.clone();
+        o.name = format!("{}-{}", opts.name, i);
+        set.spawn(run(o, stop.clone()));
+    }
+    let mut first_err = None;
+    while let Some(r) = set.join_next().await {
+        if let Ok(Err(e)) = r {
+            first_err.get_or_insert(e);
+        }
+    }
+    first_err.map_or(Ok(()), Err)
+}

@@ -1,1 +1,177 @@
-//! corefarm server (work in progress)
+//! The corefarm server (seed 000 §3.3).
+//!
+//! - [`nodeconn`]: one node connection = a reader task and a writer task that
+//!   outlive any single owner, so a node can move between the free pool and
+//!   user handlers without its byte stream being interrupted.
+//! - [`pool`]: the unassigned nodes and the users that still want nodes.
+//! - [`user`]: the per-user handler, a single-task state machine
+//!   (Initial → Nodes Configuration → Data Routing) that owns all routing state,
+//!   so the hot path needs no locks.
+//! - [`dispatch`]: the data demultiplexer policies (queue, stack, credit).
+
+pub mod dispatch;
+pub mod nodeconn;
+pub mod pool;
+pub mod user;
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::{TcpListener, TcpStream};
+use tokio_util::sync::CancellationToken;
+
+pub use dispatch::Policy;
+
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    pub nodes_listen: String,
+    pub users_listen: String,
+    pub policy: Policy,
+    /// Credit policy: data messages in flight per node.
+    pub credit: u32,
+    /// Credit toward users (hello users with the credit feature): messages a
+    /// user may have outstanding. Default: `credit × nodes`.
+    pub user_window: Option<u32>,
+    pub max_message: u32,
+    /// How long a node may take to answer a configuration.
+    pub config_timeout: Duration,
+    /// How long a node with work in flight may go without returning a result.
+    pub node_timeout: Duration,
+    /// How long one write to a peer may make no progress.
+    pub io_timeout: Duration,
+    /// How long a new user waits for nodes when none (or fewer than it asked for) are free.
+    pub node_wait: Duration,
+    /// How long a connected user may stay silent before its first message.
+    pub idle_timeout: Duration,
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions {
+            nodes_listen: "0.0.0.0:8888".into(),
+            users_listen: "0.0.0.0:9999".into(),
+            policy: Policy::Credit,
+            credit: 4,
+            user_window: None,
+            max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
+            config_timeout: Duration::from_secs(30),
+            node_timeout: Duration::from_secs(60),
+            io_timeout: Duration::from_secs(60),
+            node_wait: Duration::from_secs(5),
+            idle_timeout: Duration::from_secs(300),
+        }
+    }
+}
+
+pub(crate) struct Shared {
+    pub opts: ServerOptions,
+    pub pool: pool::Pool,
+    next_id: AtomicU64,
+}
+
+impl Shared {
+    pub fn next_id(&self) -> u64 {
+        self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+}
+
+/// A bound server, ready to run.
+pub struct Server {
+    shared: Arc<Shared>,
+    nodes: TcpListener,
+    users: TcpListener,
+}
+
+impl Server {
+    pub async fn bind(opts: ServerOptions) -> std::io::Result<Server> {
+        let nodes = TcpListener::bind(&opts.nodes_listen).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen for nodes on {}: {e}", opts.nodes_listen),
+            )
+        })?;
+        let users = TcpListener::bind(&opts.users_listen).await.map_err(|e| {
+            std::io::Error::new(
+                e.kind(),
+                format!("cannot listen for users on {}: {e}", opts.users_listen),
+            )
+        })?;
+        let shared = Arc::new(Shared {
+            opts,
+            pool: pool::Pool::default(),
+            next_id: AtomicU64::new(1),
+        });
+        Ok(Server {
+            shared,
+            nodes,
+            users,
+        })
+    }
+
+    pub fn nodes_addr(&self) -> SocketAddr {
+        self.nodes.local_addr().expect("bound listener")
+    }
+
+    pub fn users_addr(&self) -> SocketAddr {
+        self.users.local_addr().expect("bound listener")
+    }
+
+    /// Number of free (unassigned) nodes right now.
+    pub fn free_nodes(&self) -> usize {
+        self.shared.pool.free_count()
+    }
+
+    /// Accepts nodes and users until `stop` is cancelled.
+    pub async fn run(self, stop: CancellationToken) {
+        let Server {
+            shared,
+            nodes,
+            users,
+        } = self;
+        loop {
+            tokio::select! {
+                _ = stop.cancelled() => break,
+                r = nodes.accept() => match r {
+                    Ok((s, addr)) => {
+                        tune(&s);
+                        let conn = nodeconn::NodeConn::start(s, addr, &shared, stop.child_token());
+                        tracing::info!(node = %addr, id = conn.id, "node connected");
+                        shared.pool.add(conn);
+                    }
+                    Err(e) => accept_error(e).await,
+                },
+                r = users.accept() => match r {
+                    Ok((s, addr)) => {
+                        tune(&s);
+                        tracing::info!(user = %addr, "user connected");
+                        let shared = shared.clone();
+                        let stop = stop.child_token();
+                        tokio::spawn(async move { user::run(shared, s, addr, stop).await });
+                    }
+                    Err(e) => accept_error(e).await,
+                },
+            }
+        }
+        shared.pool.close_all();
+    }
+}
+
+fn tune(s: &TcpStream) {
+    let _ = s.set_nodelay(true);
+    // Keep-alive makes a half-open peer (host gone, no FIN) fail its reads
+    // eventually instead of holding a handler forever.
+    let sock = socket2::SockRef::from(s);
+    let ka = socket2::TcpKeepalive::new()
+        .with_time(Duration::from_secs(30))
+        .with_interval(Duration::from_secs(10))
+        .with_retries(3);
+    let _ = sock.set_tcp_keepalive(&ka);
+}
+
+async fn accept_error(e: std::io::Error) {
+    // Typically EMFILE: back off instead of spinning.
+    tracing::warn!("accept failed: {e}");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+}

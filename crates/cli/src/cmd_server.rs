@@ -1,0 +1,227 @@
+//! `corefarm server`, `corefarm node` and `corefarm local`.
+
+use std::time::Duration;
+
+use clap::Args;
+use corefarm_node::NodeOptions;
+use corefarm_server::{Policy, Server, ServerOptions};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Args, Clone)]
+pub struct ServerArgs {
+    /// Address the node port listens on (nodes connect here).
+    #[arg(long, default_value = "0.0.0.0:8888")]
+    pub nodes_listen: String,
+    /// Address the user port listens on (user programs connect here).
+    #[arg(long, default_value = "0.0.0.0:9999")]
+    pub users_listen: String,
+    #[command(flatten)]
+    pub tuning: ServerTuning,
+}
+
+#[derive(Args, Clone)]
+pub struct ServerTuning {
+    /// Data demultiplexer: queue and stack as in the seed (a node takes the next
+    /// message once its previous send completed), or credit (at most --credit
+    /// messages in flight per node, least-loaded first: low latency).
+    #[arg(long, default_value = "credit")]
+    pub policy: Policy,
+    /// Credit policy: data messages in flight per node.
+    #[arg(long, default_value_t = 4)]
+    pub credit: u32,
+    /// Messages a credit-aware user may have outstanding (default: credit × nodes).
+    #[arg(long)]
+    pub user_window: Option<u32>,
+    /// Largest accepted message payload, in bytes.
+    #[arg(long, default_value_t = corefarm_smp::DEFAULT_MAX_MESSAGE)]
+    pub max_message: u32,
+    /// Seconds a node may take to answer a configuration.
+    #[arg(long, default_value_t = 30.0)]
+    pub config_timeout: f64,
+    /// Seconds a node with work in flight may go without returning a result.
+    #[arg(long, default_value_t = 60.0)]
+    pub node_timeout: f64,
+    /// Seconds a write to a peer may make no progress before the peer is dropped.
+    #[arg(long, default_value_t = 60.0)]
+    pub io_timeout: f64,
+    /// Seconds a new user waits for free nodes when none (or fewer than it asked for) are free.
+    #[arg(long, default_value_t = 5.0)]
+    pub node_wait: f64,
+}
+
+impl ServerTuning {
+    pub fn options(&self, nodes_listen: String, users_listen: String) -> ServerOptions {
+        ServerOptions {
+            nodes_listen,
+            users_listen,
+            policy: self.policy,
+            credit: self.credit,
+            user_window: self.user_window,
+            max_message: self.max_message,
+            config_timeout: Duration::from_secs_f64(self.config_timeout),
+            node_timeout: Duration::from_secs_f64(self.node_timeout),
+            io_timeout: Duration::from_secs_f64(self.io_timeout),
+            node_wait: Duration::from_secs_f64(self.node_wait),
+            ..ServerOptions::default()
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+pub struct NodeArgs {
+    /// Server node port, HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:8888")]
+    pub server: String,
+    /// Number of independent node managers (separate connections) to run in this process.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+    #[command(flatten)]
+    pub node: NodeTuning,
+}
+
+#[derive(Args, Clone)]
+pub struct NodeTuning {
+    /// Node name announced to the server (suffixed with -<i> when --count > 1).
+    #[arg(long, default_value = "node")]
+    pub name: String,
+    /// Memory guard: bytes of queued input and unsent output a node may hold
+    /// before it stops reading from the server.
+    #[arg(long, default_value_t = 512 * 1024 * 1024)]
+    pub memory_limit: usize,
+    /// Behave exactly like a seed-format node: no hello, no error messages.
+    #[arg(long)]
+    pub no_hello: bool,
+    /// Exit when the connection ends instead of reconnecting.
+    #[arg(long)]
+    pub once: bool,
+}
+
+impl NodeTuning {
+    pub fn options(&self, server: String) -> NodeOptions {
+        NodeOptions {
+            server,
+            name: self.name.clone(),
+            hello: !self.no_hello,
+            memory_limit: self.memory_limit,
+            reconnect: !self.once,
+            ..NodeOptions::default()
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+pub struct LocalArgs {
+    /// Number of simulated nodes.
+    #[arg(long, default_value_t = 4)]
+    pub nodes: usize,
+    /// Address the node port listens on (port 0 = any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub nodes_listen: String,
+    /// Address the user port listens on (port 0 = any free port).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub users_listen: String,
+    #[command(flatten)]
+    pub tuning: ServerTuning,
+    #[command(flatten)]
+    pub node: NodeTuning,
+}
+
+pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?)
+}
+
+fn announce(server: &Server) {
+    use std::io::Write;
+    println!(
+        "listening nodes={} users={}",
+        server.nodes_addr(),
+        server.users_addr()
+    );
+    let _ = std::io::stdout().flush();
+}
+
+fn stop_on_signal(stop: &CancellationToken) {
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        let _ = tokio::signal::ctrl_c().await;
+        stop.cancel();
+    });
+}
+
+pub fn run_server(args: ServerArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let server =
+            Server::bind(args.tuning.options(args.nodes_listen, args.users_listen)).await?;
+        announce(&server);
+        let stop = CancellationToken::new();
+        stop_on_signal(&stop);
+        server.run(stop).await;
+        Ok(())
+    })
+}
+
+pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.count >= 1, "--count must be at least 1");
+    runtime()?.block_on(async {
+        let stop = CancellationToken::new();
+        stop_on_signal(&stop);
+        corefarm_node::run_many(args.node.options(args.server), args.count, stop).await?;
+        Ok(())
+    })
+}
+
+/// An embedded cluster: a server and `nodes` node managers in this process.
+pub struct LocalCluster {
+    pub users_addr: std::net::SocketAddr,
+    pub nodes_addr: std::net::SocketAddr,
+    pub stop: CancellationToken,
+}
+
+pub async fn start_local(
+    nodes: usize,
+    opts: ServerOptions,
+    node: NodeOptions,
+) -> anyhow::Result<(LocalCluster, tokio::task::JoinHandle<()>)> {
+    let server = Server::bind(opts).await?;
+    let stop = CancellationToken::new();
+    let cluster = LocalCluster {
+        users_addr: server.users_addr(),
+        nodes_addr: server.nodes_addr(),
+        stop: stop.clone(),
+    };
+    let mut node = node;
+    node.server = cluster.nodes_addr.to_string();
+    let handle = tokio::spawn({
+        let stop = stop.clone();
+        async move {
+            if nodes > 0 {
+                tokio::spawn(corefarm_node::run_many(node, nodes, stop.clone()));
+            }
+            server.run(stop).await;
+        }
+    });
+    Ok((cluster, handle))
+}
+
+pub fn run_local(args: LocalArgs) -> anyhow::Result<()> {
+    runtime()?.block_on(async {
+        let opts = args.tuning.options(args.nodes_listen, args.users_listen);
+        let (cluster, handle) =
+            start_local(args.nodes, opts, args.node.options(String::new())).await?;
+        println!(
+            "listening nodes={} users={}",
+            cluster.nodes_addr, cluster.users_addr
+        );
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        eprintln!(
+            "local cluster: {} node(s); connect users to {}",
+            args.nodes, cluster.users_addr
+        );
+        stop_on_signal(&cluster.stop);
+        let _ = handle.await;
+        Ok(())
+    })
+}

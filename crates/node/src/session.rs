@@ -1,0 +1,297 @@
+//! One connection to the server: the receiving task (this function) and the
+//! sending task it spawns.
+
+use corefarm_smp::codec::{write_frame, FrameReader, ReadError};
+use corefarm_smp::{
+    hello::features, Configuration, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Hello,
+    MsgType, OutFrame,
+};
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use crate::guard::MemoryGuard;
+use crate::handlers::{Engine, Job, Outgoing, Workers};
+use crate::{NodeError, NodeOptions};
+
+/// Frames for the sending task: results from core handlers, or control
+/// messages from the receiving task (responses, errors, hello).
+enum Out {
+    Core(Outgoing),
+    Frame(OutFrame),
+}
+
+struct Configured {
+    cfg: Configuration,
+    workers: Workers,
+}
+
+pub async fn run(
+    stream: TcpStream,
+    opts: &NodeOptions,
+    stop: CancellationToken,
+) -> Result<(), NodeError> {
+    stream.set_nodelay(true)?;
+    let (rd, wr) = stream.into_split();
+    let mut reader = FrameReader::new(rd, opts.max_message);
+    let session_stop = stop.child_token();
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Out>();
+    let (core_tx, mut core_rx) = mpsc::unbounded_channel::<Outgoing>();
+    // Core handlers use their own channel so they never see control frames;
+    // this forwarder merges them for the single writer.
+    {
+        let out_tx = out_tx.clone();
+        tokio::spawn(async move {
+            while let Some(o) = core_rx.recv().await {
+                if out_tx.send(Out::Core(o)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    let server_hello = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sender = tokio::spawn(send_loop(
+        wr,
+        out_rx,
+        session_stop.clone(),
+        server_hello.clone(),
+    ));
+
+    if opts.hello {
+        let mut h = Hello::new("node");
+        h.name = Some(opts.name.clone());
+        h.features = vec![features::ERROR.into()];
+        h.targets = corefarm_cores::supported_targets(&opts.load);
+        let _ = out_tx.send(Out::Frame(h.to_frame()));
+    }
+
+    let guard = MemoryGuard::new(opts.memory_limit);
+    let mut state: Option<Configured> = None;
+    let result = loop {
+        let frame = tokio::select! {
+            _ = session_stop.cancelled() => break Ok(()),
+            f = reader.read_frame() => f,
+        };
+        let frame = match frame {
+            Ok(Some(f)) => f,
+            Ok(None) => break Ok(()),
+            Err(ReadError::Io(e)) => break Err(NodeError::Io(e)),
+            Err(ReadError::Protocol(e)) => {
+                send_error(
+                    &out_tx,
+                    &server_hello,
+                    ErrorMsg::NO_ID,
+                    e.code(),
+                    e.to_string(),
+                );
+                break Err(NodeError::Protocol(e));
+            }
+        };
+        match frame.ty {
+            MsgType::Hello => match Hello::decode(&frame.payload) {
+                Ok(h) => {
+                    tracing::debug!(node = %opts.name, "server hello: {h:?}");
+                    server_hello
+                        .store(h.has(features::ERROR), std::sync::atomic::Ordering::Relaxed);
+                }
+                Err(e) => break Err(NodeError::Protocol(e)),
+            },
+            MsgType::Configuration => {
+                // Stop state: finish queued work of the old configuration first.
+                if let Some(old) = state.take() {
+                    let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
+                }
+                match configure(frame.payload, opts, &core_tx).await {
+                    Ok(c) => {
+                        tracing::info!(node = %opts.name, "configured: {}", describe(&c.cfg));
+                        state = Some(c);
+                        let _ =
+                            out_tx.send(Out::Frame(ConfigurationResponse { status: 0 }.to_frame()));
+                    }
+                    Err(reason) => {
+                        tracing::warn!(node = %opts.name, "configuration refused: {reason}");
+                        send_error(
+                            &out_tx,
+                            &server_hello,
+                            ErrorMsg::NO_ID,
+                            ErrorCode::ConfigurationFailed,
+                            reason,
+                        );
+                        let resp = ConfigurationResponse {
+                            status: ConfigurationResponse::FAILED,
+                        };
+                        let _ = out_tx.send(Out::Frame(resp.to_frame()));
+                    }
+                }
+            }
+            MsgType::Data => {
+                let Some(st) = state.as_ref() else {
+                    let reason = "data message before any configuration";
+                    send_error(
+                        &out_tx,
+                        &server_hello,
+                        ErrorMsg::NO_ID,
+                        ErrorCode::NotConfigured,
+                        reason,
+                    );
+                    break Err(NodeError::Session(reason.into()));
+                };
+                let data = match Data::parse(frame.payload) {
+                    Ok(d) => d,
+                    Err(e) => break Err(NodeError::Protocol(e)),
+                };
+                let count = match st.cfg.count_inputs(data.data.len()) {
+                    Ok(n) => n as usize,
+                    Err(e) => {
+                        send_error(&out_tx, &server_hello, data.id, e.code(), e.to_string());
+                        break Err(NodeError::Protocol(e));
+                    }
+                };
+                let bytes = data.data.len() + count * st.cfg.output_size as usize;
+                let reservation = tokio::select! {
+                    _ = session_stop.cancelled() => break Ok(()),
+                    r = guard.reserve(bytes) => r,
+                };
+                let job = Job {
+                    id: data.id,
+                    data: data.data,
+                    count,
+                    reservation,
+                };
+                if !st.workers.submit(job).await {
+                    break Err(NodeError::Session("core handlers stopped".into()));
+                }
+            }
+            MsgType::Error => match ErrorMsg::parse(&frame.payload) {
+                Ok(e) => tracing::warn!(node = %opts.name, "server reports: {e}"),
+                Err(e) => break Err(NodeError::Protocol(e)),
+            },
+            other => {
+                let reason = format!("unexpected {} message from the server", other.name());
+                send_error(
+                    &out_tx,
+                    &server_hello,
+                    ErrorMsg::NO_ID,
+                    ErrorCode::UnexpectedMessage,
+                    reason.clone(),
+                );
+                break Err(NodeError::Session(reason));
+            }
+        }
+    };
+    // Let the sending task flush what is queued (results, a final error),
+    // then stop the core handlers.
+    drop(out_tx);
+    drop(core_tx);
+    if let Some(st) = state.take() {
+        let _ = tokio::task::spawn_blocking(move || st.workers.stop()).await;
+    }
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), sender).await;
+    session_stop.cancel();
+    result
+}
+
+fn describe(cfg: &Configuration) -> String {
+    match cfg.benchmark() {
+        Some(b) => format!(
+            "benchmarking configuration: input {} B, output {} B, delay {} µs",
+            b.input_size, b.output_size, b.delay_us
+        ),
+        None => format!(
+            "{} cores, input {} B, output {} B, bitstream {} B",
+            cfg.cores.len(),
+            cfg.input_size,
+            cfg.output_size,
+            cfg.bitstream.len()
+        ),
+    }
+}
+
+async fn configure(
+    payload: bytes::Bytes,
+    opts: &NodeOptions,
+    results: &mpsc::UnboundedSender<Outgoing>,
+) -> Result<Configured, String> {
+    let cfg = Configuration::parse(payload).map_err(|e| e.to_string())?;
+    let engine = match cfg.benchmark() {
+        Some(b) => Engine::Benchmark(b),
+        None => {
+            let (c, load) = (cfg.clone(), opts.load.clone());
+            let loaded = tokio::task::spawn_blocking(move || corefarm_cores::load(&c, &load))
+                .await
+                .map_err(|e| format!("loading the configuration crashed: {e}"))?
+                .map_err(|e| e.to_string())?;
+            if loaded.cores.is_empty() {
+                return Err("the configuration instantiates no cores".into());
+            }
+            tracing::info!(node = %opts.name, "loaded {}", loaded.description);
+            Engine::Cores {
+                cores: loaded.cores,
+                input_size: cfg.input_size as usize,
+                output_size: cfg.output_size as usize,
+            }
+        }
+    };
+    let workers = Workers::start(engine, results.clone(), &opts.name);
+    Ok(Configured { cfg, workers })
+}
+
+fn send_error(
+    out: &mpsc::UnboundedSender<Out>,
+    negotiated: &std::sync::atomic::AtomicBool,
+    id: u32,
+    code: ErrorCode,
+    reason: impl Into<String>,
+) {
+    if negotiated.load(std::sync::atomic::Ordering::Relaxed) {
+        let _ = out.send(Out::Frame(ErrorMsg::new(id, code, reason).to_frame()));
+    }
+}
+
+async fn send_loop(
+    mut wr: tokio::net::tcp::OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Out>,
+    stop: CancellationToken,
+    negotiated: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) {
+    while let Some(o) = rx.recv().await {
+        let r = match o {
+            Out::Frame(f) => write_frame(&mut wr, f).await,
+            Out::Core(Outgoing::Result {
+                id,
+                data,
+                reservation,
+            }) => {
+                let r = write_frame(&mut wr, OutFrame::data(id, data)).await;
+                drop(reservation);
+                r
+            }
+            Out::Core(Outgoing::Failed {
+                id,
+                reason,
+                reservation,
+            }) => {
+                drop(reservation);
+                tracing::warn!("core failed on data id {id}: {reason}");
+                if negotiated.load(std::sync::atomic::Ordering::Relaxed) {
+                    write_frame(
+                        &mut wr,
+                        ErrorMsg::new(id, ErrorCode::CoreFailure, reason).to_frame(),
+                    )
+                    .await
+                } else {
+                    // A seed-format server has no way to hear about a failed
+                    // input; closing makes it re-dispatch instead of waiting forever.
+                    Err(std::io::Error::other(
+                        "core failure reported by closing the connection",
+                    ))
+                }
+            }
+        };
+        if let Err(e) = r {
+            tracing::warn!("sending to server failed: {e}");
+            stop.cancel();
+            return;
+        }
+    }
+}

@@ -1,0 +1,176 @@
+//! A node connection: a reader task and a writer task that live as long as
+//! the TCP connection, whoever currently owns the node (pool or user handler).
+//! The owner talks to them through channels, so ownership moves by moving a
+//! [`NodeConn`] value, without touching the socket.
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use corefarm_smp::codec::{write_frame, FrameReader};
+use corefarm_smp::{hello::features, Frame, Hello, MsgType, OutFrame};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use crate::Shared;
+
+/// Frames read from a node but not yet handled by its owner. Bounding them
+/// makes a node's socket back up when the owner (ultimately the user) is slow.
+const READ_AHEAD: usize = 16;
+
+pub enum NodeEvent {
+    /// A frame from the node; the permit is released when the owner is done with it.
+    Frame(Frame, OwnedSemaphorePermit),
+    /// One frame handed to the writer has been written to the socket.
+    Written,
+    /// The connection is gone; no further events follow.
+    Closed(String),
+}
+
+/// What a node told us about itself in its hello.
+#[derive(Debug, Clone, Default)]
+pub struct NodeInfo {
+    pub name: Option<String>,
+    pub targets: Vec<String>,
+    pub hello: bool,
+}
+
+pub struct NodeConn {
+    pub id: u64,
+    pub addr: SocketAddr,
+    pub info: Arc<Mutex<NodeInfo>>,
+    tx: mpsc::UnboundedSender<(OutFrame, bool)>,
+    pub events: mpsc::UnboundedReceiver<NodeEvent>,
+    closed: Arc<AtomicBool>,
+    kill: CancellationToken,
+}
+
+impl NodeConn {
+    pub(crate) fn start(
+        stream: TcpStream,
+        addr: SocketAddr,
+        shared: &Arc<Shared>,
+        kill: CancellationToken,
+    ) -> NodeConn {
+        let id = shared.next_id();
+        let (rd, mut wr) = stream.into_split();
+        // The flag says whether the owner wants a `Written` event for the frame
+        // (hello replies are the connection's own business).
+        let (tx, mut out_rx) = mpsc::unbounded_channel::<(OutFrame, bool)>();
+        let (ev_tx, events) = mpsc::unbounded_channel::<NodeEvent>();
+        let closed = Arc::new(AtomicBool::new(false));
+        let info = Arc::new(Mutex::new(NodeInfo::default()));
+        let io_timeout = shared.opts.io_timeout;
+
+        // Writer: frames from the owner, in order, one at a time.
+        {
+            let (ev_tx, closed, kill) = (ev_tx.clone(), closed.clone(), kill.clone());
+            tokio::spawn(async move {
+                let reason = loop {
+                    let (f, notify) = tokio::select! {
+                        _ = kill.cancelled() => break "connection closed by the server".to_string(),
+                        f = out_rx.recv() => match f { Some(f) => f, None => break "owner gone".to_string() },
+                    };
+                    match tokio::time::timeout(io_timeout, write_frame(&mut wr, f)).await {
+                        Ok(Ok(())) => {
+                            if notify {
+                                let _ = ev_tx.send(NodeEvent::Written);
+                            }
+                        }
+                        Ok(Err(e)) => break format!("write failed: {e}"),
+                        Err(_) => break format!("write made no progress for {io_timeout:?}"),
+                    }
+                };
+                closed.store(true, Ordering::Release);
+                kill.cancel();
+                let _ = ev_tx.send(NodeEvent::Closed(reason));
+            });
+        }
+        // Reader: frames to the owner; hellos are answered here so that no
+        // owner ever has to care about them.
+        {
+            let (tx, closed, kill, info) = (tx.clone(), closed.clone(), kill.clone(), info.clone());
+            let max = shared.opts.max_message;
+            tokio::spawn(async move {
+                let permits = Arc::new(Semaphore::new(READ_AHEAD));
+                let mut reader = FrameReader::new(rd, max);
+                let reason = loop {
+                    let permit = tokio::select! {
+                        _ = kill.cancelled() => break "connection closed by the server".to_string(),
+                        p = permits.clone().acquire_owned() => p.expect("never closed"),
+                    };
+                    let r = tokio::select! {
+                        _ = kill.cancelled() => break "connection closed by the server".to_string(),
+                        r = reader.read_frame() => r,
+                    };
+                    match r {
+                        Ok(Some(f)) if f.ty == MsgType::Hello => match Hello::decode(&f.payload) {
+                            Ok(h) if h.role == "node" => {
+                                tracing::info!(node = %addr, "node hello: name={:?} targets={:?}", h.name, h.targets);
+                                {
+                                    let mut i = info.lock().expect("node info lock");
+                                    i.name = h.name.clone();
+                                    i.targets = h.targets.clone();
+                                    i.hello = true;
+                                }
+                                let mut reply = Hello::new("server");
+                                reply.features = if h.has(features::ERROR) {
+                                    vec![features::ERROR.into()]
+                                } else {
+                                    vec![]
+                                };
+                                reply.max_message = Some(max);
+                                let _ = tx.send((reply.to_frame(), false));
+                            }
+                            Ok(h) => {
+                                break format!("hello with role {:?} on the node port", h.role)
+                            }
+                            Err(e) => break format!("invalid hello: {e}"),
+                        },
+                        Ok(Some(f)) => {
+                            if ev_tx.send(NodeEvent::Frame(f, permit)).is_err() {
+                                break "owner gone".into();
+                            }
+                        }
+                        Ok(None) => break "node closed the connection".into(),
+                        Err(e) => break format!("{e}"),
+                    }
+                };
+                closed.store(true, Ordering::Release);
+                kill.cancel();
+                let _ = ev_tx.send(NodeEvent::Closed(reason));
+            });
+        }
+        NodeConn {
+            id,
+            addr,
+            info,
+            tx,
+            events,
+            closed,
+            kill,
+        }
+    }
+
+    /// Queues a frame for the node. Returns false if the connection is gone.
+    pub fn send(&self, f: OutFrame) -> bool {
+        self.tx.send((f, true)).is_ok()
+    }
+
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    /// Closes the connection (the node manager reconnects and starts afresh).
+    pub fn close(&self) {
+        self.kill.cancel();
+    }
+
+    pub fn label(&self) -> String {
+        match &self.info.lock().expect("node info lock").name {
+            Some(n) => format!("{n}@{}", self.addr),
+            None => self.addr.to_string(),
+        }
+    }
+}

@@ -1,0 +1,114 @@
+//! Unassigned nodes, and the users that would take more of them.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::{mpsc, Notify};
+
+use crate::nodeconn::NodeConn;
+
+/// Messages from the outside world to a user handler.
+pub enum Control {
+    NodeJoined(NodeConn),
+}
+
+/// A user handler that accepts nodes joining mid-session.
+pub struct Waiter {
+    pub user: u64,
+    pub tx: mpsc::UnboundedSender<Control>,
+    /// `None`: every node it can get.
+    pub want: Option<u32>,
+    pub have: u32,
+    /// Nodes that refused this user's configuration: never offered again.
+    pub refused: HashSet<u64>,
+}
+
+#[derive(Default)]
+struct Inner {
+    free: Vec<NodeConn>,
+    waiters: Vec<Waiter>,
+}
+
+#[derive(Default)]
+pub struct Pool {
+    inner: Mutex<Inner>,
+    pub(crate) changed: Arc<Notify>,
+}
+
+impl Pool {
+    /// A node became free: give it to the neediest user that wants one,
+    /// otherwise keep it.
+    pub fn add(&self, mut conn: NodeConn) {
+        let mut g = self.inner.lock().expect("pool lock");
+        loop {
+            let best = g
+                .waiters
+                .iter()
+                .enumerate()
+                .filter(|(_, w)| w.want.is_none_or(|n| w.have < n) && !w.refused.contains(&conn.id))
+                .min_by_key(|(_, w)| w.have)
+                .map(|(i, _)| i);
+            let Some(i) = best else { break };
+            match g.waiters[i].tx.send(Control::NodeJoined(conn)) {
+                Ok(()) => {
+                    g.waiters[i].have += 1;
+                    return;
+                }
+                Err(mpsc::error::SendError(Control::NodeJoined(c))) => {
+                    conn = c;
+                    g.waiters.remove(i);
+                }
+            }
+        }
+        g.free.push(conn);
+        drop(g);
+        self.changed.notify_waiters();
+    }
+
+    /// Takes up to `want` live free nodes (all if `None`).
+    pub fn take(&self, want: Option<u32>) -> Vec<NodeConn> {
+        let mut g = self.inner.lock().expect("pool lock");
+        g.free.retain(|c| !c.is_closed());
+        let n = want.map_or(g.free.len(), |w| (w as usize).min(g.free.len()));
+        // Oldest first, so a long-idle node is not starved.
+        g.free.drain(..n).collect()
+    }
+
+    pub fn free_count(&self) -> usize {
+        let mut g = self.inner.lock().expect("pool lock");
+        g.free.retain(|c| !c.is_closed());
+        g.free.len()
+    }
+
+    pub fn register(&self, w: Waiter) {
+        self.inner.lock().expect("pool lock").waiters.push(w);
+    }
+
+    pub fn unregister(&self, user: u64) {
+        self.inner
+            .lock()
+            .expect("pool lock")
+            .waiters
+            .retain(|w| w.user != user);
+    }
+
+    /// Updates a registered user's bookkeeping.
+    pub fn update(&self, user: u64, f: impl FnOnce(&mut Waiter)) {
+        if let Some(w) = self
+            .inner
+            .lock()
+            .expect("pool lock")
+            .waiters
+            .iter_mut()
+            .find(|w| w.user == user)
+        {
+            f(w);
+        }
+    }
+
+    pub fn close_all(&self) {
+        for c in self.inner.lock().expect("pool lock").free.drain(..) {
+            c.close();
+        }
+    }
+}
