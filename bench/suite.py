@@ -272,6 +272,8 @@ class Context:
         self.duration = args.duration or (0.5 if self.quick else 10.0)
         self.warmup = args.warmup if args.warmup is not None else (0.2 if self.quick else 1.0)
         self.policy = args.policy
+        # Seconds results may trail the end of a run before the point fails.
+        self.drain = 3.0 if self.quick else 10.0
         self.max_nodes = args.max_nodes
         self.seq = 0
 
@@ -378,6 +380,26 @@ def user_point(ctx: Context, cl: Cluster, rec: Recorder, key: dict, *, input_siz
     return rec.add(key, runs, failure, {"message_bytes": input_size * count})
 
 
+def sweep(ctx: Context, rec: Recorder, policy: str, nodes: int, points: list[tuple[dict, dict]]) -> None:
+    """Runs user points against one cluster, starting a fresh cluster after a
+    failed point so that nodes left busy by a stuck run cannot fail the rest."""
+    pending = list(points)
+    while pending:
+        try:
+            with Cluster(ctx, policy, nodes) as cl:
+                while pending:
+                    key, kw = pending.pop(0)
+                    p = user_point(ctx, cl, rec, key, **kw)
+                    if p["status"] != "ok" and pending:
+                        log(f"restarting server and nodes after the failed point")
+                        break
+        except RuntimeError as e:
+            # The cluster itself did not start: every remaining point fails with that reason.
+            for key, kw in pending:
+                rec.add(key, [], str(e))
+            pending = []
+
+
 # ---------------------------------------------------------------- experiments
 
 def exp_echo(ctx: Context) -> dict:
@@ -432,14 +454,10 @@ def exp_server(ctx: Context) -> dict:
                     "duration_s": ctx.duration, "runs": ctx.runs})
     for policy in policies:
         for n in nodes_list:
-            try:
-                with Cluster(ctx, policy, n) as cl:
-                    for size, count in grid:
-                        key = {"policy": policy, "nodes": n, "input_size": size, "count": count}
-                        user_point(ctx, cl, rec, key, input_size=size, output_size=size, count=count, delay_us=0)
-            except RuntimeError as e:
-                for size, count in grid:
-                    rec.add({"policy": policy, "nodes": n, "input_size": size, "count": count}, [], str(e))
+            sweep(ctx, rec, policy, n, [
+                ({"policy": policy, "nodes": n, "input_size": size, "count": count},
+                 dict(input_size=size, output_size=size, count=count, delay_us=0, drain=ctx.drain))
+                for size, count in grid])
     return rec.write()
 
 
@@ -449,16 +467,11 @@ def exp_node(ctx: Context) -> dict:
     sizes = [16, 1 * KIB, 16 * KIB, 128 * KIB] if ctx.quick else [16 << (2 * i) for i in range(8)] + [128 * KIB]
     sizes = sorted(set(sizes))
     rec = Recorder(ctx, "node", len(sizes), {"sizes": sizes, "delay_us": 0, "method":
-                   "one simulated node behind the server (queue policy), one input per message"})
+                   f"one simulated node behind the server ({ctx.policy} policy), one input per message"})
     rec.notes.append("The seed isolated the node manager on the board and generated data inside it; here the "
                      "node is driven through the server over loopback, so the figure includes the server hop.")
-    try:
-        with Cluster(ctx, "queue", 1) as cl:
-            for size in sizes:
-                user_point(ctx, cl, rec, {"size": size}, input_size=size, output_size=size, count=1, delay_us=0)
-    except RuntimeError as e:
-        for size in sizes:
-            rec.add({"size": size}, [], str(e))
+    sweep(ctx, rec, ctx.policy, 1, [({"size": size}, dict(input_size=size, output_size=size, count=1, delay_us=0,
+                                                            drain=ctx.drain)) for size in sizes])
     return rec.write()
 
 
@@ -495,16 +508,11 @@ def exp_cluster(ctx: Context) -> dict:
                    {**plan, "policy": ctx.policy, "input_size": MM_INPUT, "output_size": MM_OUTPUT,
                     "duration_s": ctx.duration, "runs": ctx.runs})
     for n in plan["nodes"]:
-        try:
-            with Cluster(ctx, ctx.policy, n) as cl:
-                for mode, delay, count, rate in tests:
-                    key = {"test": mode, "delay_us": delay, "count": count, "rate_hz": rate or 0, "nodes": n}
-                    user_point(ctx, cl, rec, key, input_size=MM_INPUT, output_size=MM_OUTPUT, count=count,
-                               delay_us=delay, rate_hz=rate, drain=30.0)
-        except RuntimeError as e:
-            for mode, delay, count, rate in tests:
-                rec.add({"test": mode, "delay_us": delay, "count": count, "rate_hz": rate or 0, "nodes": n}, [],
-                        str(e))
+        sweep(ctx, rec, ctx.policy, n, [
+            ({"test": mode, "delay_us": delay, "count": count, "rate_hz": rate or 0, "nodes": n},
+             dict(input_size=MM_INPUT, output_size=MM_OUTPUT, count=count, delay_us=delay, rate_hz=rate,
+                  drain=ctx.drain * 3))
+            for mode, delay, count, rate in tests])
     return rec.write()
 
 
