@@ -94,17 +94,111 @@ pub struct NodeTuning {
     /// Exit when the connection ends instead of reconnecting.
     #[arg(long)]
     pub once: bool,
+    /// Hardware-core backends this node may load, comma-separated: native
+    /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator),
+    /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge). The node
+    /// announces the matching targets and refuses configurations it cannot run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "native,rtl",
+        value_parser = ["native", "rtl", "fpga"],
+        help_heading = "Backends"
+    )]
+    pub backends: Vec<String>,
+    /// Seconds one job may keep a core busy before the core counts as hung:
+    /// the job fails with an error, the core is reset where the backend can.
+    #[arg(long, default_value_t = 10.0, value_parser = NodeTuning::parse_seconds, help_heading = "Backends")]
+    pub core_timeout: f64,
+    /// File mapped for the HPS-to-FPGA bridge (opened read/write, O_SYNC).
+    #[arg(
+        long,
+        default_value = "/dev/mem",
+        help_heading = "FPGA backend (--backends fpga)"
+    )]
+    pub fpga_device: std::path::PathBuf,
+    /// Physical address of the bridge window; core-table
+    /// addresses in base..base+span are physical, those below span are
+    /// bridge-relative. Decimal or 0x-hex.
+    #[arg(long, default_value = "0xC0000000", value_parser = NodeTuning::parse_u64, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_base: u64,
+    /// Offset of the bridge within --fpga-device (default: --fpga-base,
+    /// which is right for /dev/mem). Decimal or 0x-hex.
+    #[arg(long, value_parser = NodeTuning::parse_u64, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_device_offset: Option<u64>,
+    /// Bytes of the bridge window. Decimal or 0x-hex.
+    #[arg(long, default_value = "0x3C000000", value_parser = NodeTuning::parse_u64, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_span: u64,
+    /// How bitstreams are programmed. `fpga-manager` uses the
+    /// socfpga kernels' /sys/class/fpga_manager/fpga0 with /lib/firmware;
+    /// anything else is a command line (shell-style quoting, not run by a
+    /// shell) where `{bitstream}` becomes the path of a file holding the
+    /// bitstream; without the placeholder the bitstream is piped to its
+    /// standard input, e.g. "dd of=/dev/fpga0". It must exit 0.
+    #[arg(long, default_value = "fpga-manager", value_parser = NodeTuning::parse_programmer, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_programmer: corefarm_cores::fpga::Programmer,
 }
 
 impl NodeTuning {
     pub fn options(&self, server: String) -> NodeOptions {
+        let has = |b: &str| self.backends.iter().any(|x| x == b);
+        let fpga = has("fpga").then(|| corefarm_cores::fpga::FpgaOptions {
+            programmer: self.fpga_programmer.clone(),
+            device: self.fpga_device.clone(),
+            device_offset: self.fpga_device_offset.unwrap_or(self.fpga_base),
+            base: self.fpga_base,
+            span: self.fpga_span,
+        });
+        let defaults = corefarm_cores::LoadOptions::default();
         NodeOptions {
             server,
             name: self.name.clone(),
             hello: !self.no_hello,
             memory_limit: self.memory_limit,
             reconnect: !self.once,
+            load: corefarm_cores::LoadOptions {
+                native: has("native"),
+                rtl: has("rtl"),
+                fpga,
+                driver: corefarm_cores::DriverOptions {
+                    timeout: Duration::from_secs_f64(self.core_timeout),
+                    ..defaults.driver
+                },
+                ..defaults
+            },
             ..NodeOptions::default()
+        }
+    }
+
+    /// `--fpga-base`/`--fpga-span`: decimal or 0x-prefixed hexadecimal.
+    fn parse_u64(s: &str) -> Result<u64, String> {
+        let t = s.trim().replace('_', "");
+        let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => t.parse(),
+        };
+        r.map_err(|e| format!("{s:?} is not a decimal or 0x-hex number: {e}"))
+    }
+
+    /// `--core-timeout`: positive, finite seconds (Duration panics otherwise).
+    fn parse_seconds(s: &str) -> Result<f64, String> {
+        match s.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(v),
+            _ => Err(format!("{s:?} is not a positive number of seconds")),
+        }
+    }
+
+    /// `--fpga-programmer`: `fpga-manager` or a command line.
+    fn parse_programmer(s: &str) -> Result<corefarm_cores::fpga::Programmer, String> {
+        if s.trim() == "fpga-manager" {
+            return Ok(corefarm_cores::fpga::Programmer::default());
+        }
+        match shlex::split(s) {
+            Some(argv) if !argv.is_empty() => Ok(corefarm_cores::fpga::Programmer::Command(argv)),
+            Some(_) => Err("empty programmer command".into()),
+            None => Err(format!(
+                "{s:?}: unbalanced quotes in the programmer command"
+            )),
         }
     }
 }
