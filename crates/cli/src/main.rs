@@ -3,6 +3,7 @@
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
+mod cmd_demo;
 mod cmd_image;
 mod cmd_server;
 
@@ -30,6 +31,8 @@ enum Cmd {
     /// Build and inspect configuration images.
     #[command(subcommand)]
     Image(cmd_image::ImageCmd),
+    /// Multiply random 64×64 int32 matrices on an embedded cluster, check every result, compare with software.
+    Demo(cmd_demo::DemoArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -46,5 +49,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Local(a) => cmd_server::run_local(a),
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Image(c) => cmd_image::run(c),
+        Cmd::Demo(a) => cmd_demo::run(a),
     }
 }
