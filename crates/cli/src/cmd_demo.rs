@@ -390,6 +390,8 @@ pub struct Software {
     pub matrices_per_s: f64,
     /// Input bytes per second (how seed §4.5 reports its 96 MB/s).
     pub mbyte_per_s_in: f64,
+    /// The function's output for one input equals the Rust reference.
+    pub output_verified: bool,
 }
 
 /// Seed §4.5: the same naive C++ function compiled with full optimisation,
@@ -409,7 +411,9 @@ fn software_baseline(so: &Path, seconds: f64, seed: u64) -> Result<Software> {
     // SAFETY: `in` holds INPUT_SIZE bytes and `out` OUTPUT_SIZE bytes, the
     // sizes the function reads and writes.
     unsafe { entry(inputs[0].as_ptr(), out.as_mut_ptr()) };
-    check(&inputs[0], &out).map_err(|r| anyhow!("the software baseline itself is wrong: {r}"))?;
+    // Not fatal here: the same object runs on native nodes, whose results
+    // are checked one by one and reported first.
+    let output_verified = check(&inputs[0], &out).is_ok();
     let start = Instant::now();
     let mut n = 0u64;
     while n == 0 || start.elapsed().as_secs_f64() < seconds {
@@ -426,6 +430,7 @@ fn software_baseline(so: &Path, seconds: f64, seed: u64) -> Result<Software> {
         seconds: secs,
         matrices_per_s: n as f64 / secs,
         mbyte_per_s_in: n as f64 * INPUT_SIZE as f64 / secs / 1e6,
+        output_verified,
     })
 }
 
@@ -779,6 +784,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
     anyhow::ensure!(
         all_verified,
         "only {verified} of {jobs} results were verified"
+    );
+    anyhow::ensure!(
+        report.software.output_verified,
+        "the software baseline ({}) computes a wrong product",
+        built.native_so.display()
     );
     Ok(())
 }
