@@ -55,7 +55,7 @@ def test_map_in_order_and_reconfiguration(cluster):
         c.configure_benchmark(16, 16)
         inputs = [struct.pack("<QQ", k, ~k & 0xFFFF) for k in range(300)]
         assert [r[:16] for r in c.map(inputs, window=16)] == inputs
-        # A new configuration on the same connection: credit restarts.
+        # A new configuration on the same connection: credit keeps flowing.
         c.configure_benchmark(32, 24, delay_us=50)
         assert c.sizes == (32, 24)
         inputs = [struct.pack("<QQ", k, 7) + bytes(16) for k in range(50)]

@@ -72,13 +72,12 @@ class RawUser:
             while True:
                 ty, p = self._next()
                 if ty == T_CREDIT:
-                    continue  # belongs to the previous configuration
+                    continue  # counted by _next; credits carry over
                 break
         finally:
             self.expect_config = False
         assert ty == T_CONFIGURATION_RESPONSE, f"expected a configuration response, got {ty}"
-        if self.credit is not None:
-            self.credit = 0  # credits restart with each configuration
+        # Unused credits stay valid across a reconfiguration.
         return p[0]
 
     def run(self, input_size, output_size, count, inputs, window=8):

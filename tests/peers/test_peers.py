@@ -39,7 +39,7 @@ def test_raw_user_hello_and_credit_with_real_nodes(corefarm_bin, server, spawn):
     # without credit with an error, which run() would raise.
     assert u.run(16, 16, count=300, inputs=1) == 300
     assert u.max_credit_seen > 0
-    # A second configuration: credits restart from zero and flow again.
+    # A second configuration: unused credits carry over, grants resume.
     assert u.configure_benchmark(32, 16) == 0, proc.stderr()
     assert u.run(32, 16, count=50, inputs=2) == 50
     u.close()

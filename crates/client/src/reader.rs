@@ -122,8 +122,8 @@ fn handle(
             if r.ok() {
                 st.sizes = st.pending_sizes;
                 *output_size = st.sizes.map(|s| s.1).unwrap_or(0);
-                // Credits restart from zero with every configuration.
-                st.credit = 0;
+                // Unused credits stay valid across a reconfiguration: the
+                // server counts them as granted (it only pauses new grants).
             }
             st.config_reply = Some(r);
             drop(st);
@@ -132,9 +132,9 @@ fn handle(
         MsgType::Credit => {
             let c = Credit::parse(&frame.payload).map_err(Failure::Protocol)?;
             let mut st = shared.lock();
-            // Credits sent before the server saw our new configuration belong
-            // to the old one; the new configuration's start after its response.
-            if credit_mode && !st.configuring {
+            // Every grant counts, even one crossing our reconfiguration on
+            // the wire: the server's count of our credit includes it.
+            if credit_mode {
                 st.credit += u64::from(c.messages);
                 drop(st);
                 shared.cond.notify_all();

@@ -551,3 +551,33 @@ fn error_before_a_successful_response_is_only_a_warning() {
     assert_eq!(c.recv(None).unwrap().id, id);
     srv.join().unwrap();
 }
+
+#[test]
+fn unused_credit_carries_over_a_reconfiguration() {
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        p.credit(3);
+        p.data();
+        // The client still holds 2 credits; a grant racing the new
+        // configuration on the wire counts as well.
+        p.expect(MsgType::Configuration);
+        p.credit(1);
+        p.send(ConfigurationResponse { status: 0 }.to_frame());
+        for _ in 0..3 {
+            p.data();
+        }
+        // No fourth message: that would have been sent without credit.
+        p.w.set_read_timeout(Some(Duration::from_millis(200)))
+            .unwrap();
+        assert!(p.r.read_frame().is_err(), "data sent without credit");
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    c.submit(Bytes::from_static(&[0; 16])).unwrap();
+    c.configure(&bench(32, 16)).unwrap();
+    for _ in 0..3 {
+        c.submit(Bytes::from_static(&[0; 32])).unwrap();
+    }
+    srv.join().unwrap();
+}

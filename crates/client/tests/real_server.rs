@@ -113,7 +113,7 @@ fn hello_credit_session_with_reconfiguration() {
     for (k, o) in out.iter().enumerate() {
         assert_eq!(o[..], tagged(k as u64, 16)[..]);
     }
-    // Credits restart from zero with the new configuration.
+    // Unused credits carry over to the new configuration; grants resume.
     c.configure_benchmark(64, 32, 20).unwrap();
     let out: Vec<Bytes> = c
         .map((0..50).map(|k| tagged(k, 64)), 8)
