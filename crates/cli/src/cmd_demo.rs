@@ -35,7 +35,7 @@ const HLS_SOURCE: &str = include_str!("../../../cores/matmul/matmul.cpp");
 const VERILOG_SOURCE: &str = include_str!("../../../cores/matmul/matmul.v");
 /// Above this many bytes of held results, results are checked as they arrive
 /// instead of after the timed run.
-const HOLD_LIMIT: usize = 1 << 30;
+const HOLD_LIMIT: usize = 256 << 20;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Serialize)]
 #[serde(rename_all = "lowercase")]
@@ -66,7 +66,7 @@ pub struct DemoArgs {
     /// Hardware cores (core-table entries) per node.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cores: u32,
-    /// Matrix pairs to multiply [default: 2000 native, 200 rtl].
+    /// Matrix pairs to multiply [default: 5000 native, 200 rtl].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub jobs: Option<u64>,
     /// Data messages the demo keeps in flight [default: 4 × nodes × cores];
@@ -366,8 +366,13 @@ fn stream(client: Client, s: &StreamSpec) -> Result<Streamed> {
     let sender_result = sender
         .join()
         .map_err(|_| anyhow!("the sending thread panicked"))?;
-    // A send error explains a receive error that follows from it.
-    sender_result.context("sending matrices")?;
+    match sender_result {
+        // Closed by the receiver above: its own error says why.
+        Err(ClientError::ClosedLocally) => {}
+        // The sender closes the connection on failure, so its error is the cause.
+        Err(e) => return Err(anyhow!(e).context("sending matrices")),
+        Ok(()) => {}
+    }
     outcome?;
     Ok(Streamed {
         elapsed,
