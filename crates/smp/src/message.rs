@@ -169,7 +169,7 @@ fn count_units(len: usize, unit: u32, what: &'static str) -> Result<u32, Protoco
     if len == 0 {
         return Err(ProtocolError::EmptyData(what));
     }
-    if len % unit as usize != 0 {
+    if !len.is_multiple_of(unit as usize) {
         return Err(ProtocolError::NotMultiple { len, unit, what });
     }
     Ok((len / unit as usize) as u32)
@@ -430,7 +430,7 @@ mod tests {
         v.extend_from_slice(&32768u32.to_le_bytes());
         v.extend_from_slice(&16384u32.to_le_bytes());
         v.extend_from_slice(&cores.to_le_bytes());
-        v.extend(std::iter::repeat(0xAB).take(table));
+        v.extend(std::iter::repeat_n(0xAB, table));
         v.extend_from_slice(bit);
         Bytes::from(v)
     }
