@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what corefarm needs on a fresh Debian/Ubuntu machine, skipping
+# whatever is already there: a C/C++ toolchain and Verilator (apt), the Python
+# packages for the bindings, tests and plots (pip), and checks for Rust.
+set -euo pipefail
+
+need_apt=()
+command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v verilator >/dev/null 2>&1 || need_apt+=(verilator)
+if ((${#need_apt[@]})); then
+    echo "setup: installing ${need_apt[*]} with apt-get" >&2
+    sudo_=""
+    [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+    $sudo_ apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+    echo "setup: Rust (stable, with cargo) is required: see https://rustup.rs" >&2
+    exit 1
+fi
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+
+py="${PYTHON:-python3}"
+missing=$("$py" - <<'PY'
+import importlib.util
+mods = {"maturin": "maturin>=1.5,<2", "numpy": "numpy", "pytest": "pytest",
+        "matplotlib": "matplotlib", "hypothesis": "hypothesis"}
+print(" ".join(spec for m, spec in mods.items() if importlib.util.find_spec(m) is None))
+PY
+)
+if [ -n "$missing" ]; then
+    echo "setup: pip installing $missing" >&2
+    PIP_ROOT_USER_ACTION=ignore "$py" -m pip install --quiet $missing
+fi

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# The whole corefarm test suite, from a fresh clone: installs what it needs,
+# checks formatting and lints, runs every Rust test (unit, property,
+# integration against the real binaries), builds and tests the Python package,
+# and runs the benchmark suite in --quick mode so the harness never rots.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+step() { printf '\n==> %s\n' "$*" >&2; }
+
+step "installing prerequisites"
+bash scripts/setup.sh
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy -D warnings"
+cargo clippy --workspace --all-targets --release -- -D warnings
+
+step "cargo test (release build, overflow checks on)"
+cargo test --workspace --release
+
+export COREFARM_BIN="$root/target/release/corefarm"
+
+step "python package (maturin) and pytest"
+bash python/build.sh
+python3 -m pytest -q python/tests tests/peers bench/tests
+
+step "benchmark suite, quick mode"
+"$COREFARM_BIN" bench suite all --quick --out "$root/target/bench-quick"
+
+echo "all tests passed" >&2
