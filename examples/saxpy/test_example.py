@@ -216,6 +216,46 @@ def test_what_a_node_refuses(corefarm_bin, image, native_image, work):
         assert run.run(c.users, str(image), inputs=80, batch=8)[0] == 80
 
 
+def test_verilog_template(corefarm_bin, work):
+    """examples/template/mycore.v passes the generic testbench and serves jobs."""
+    need_cxx()
+    need_verilator()
+    img, so, tb = work / "mycore.cfimg", work / "mycore_rtl.so", work / "tb_mycore"
+    sh(corefarm_bin, "image", "build", "--verilog", "examples/template/mycore.v", "--top", "mycore",
+       "--input-size", "1024", "--output-size", "1024", "--name", "mycore", "-o", img)
+    sh(sys.executable, "examples/extract_artifact.py", img, "rtl", so)
+    sh(os.environ.get("CXX", "c++"), "-O2", "-std=c++17", "-Icores/tb", "examples/template/tb_mycore.cpp",
+       "-o", tb, "-ldl")
+    assert "PASS tb_mycore" in sh(tb, so)
+
+    load_run_module()
+    import corefarm
+
+    messages = [os.urandom(3 * 1024) for _ in range(20)]  # 3 inputs per data message
+    with Local(corefarm_bin, 2, "--backends", "rtl") as c:
+        with corefarm.connect(c.users) as user:
+            user.configure(str(img))
+            results = list(user.map(messages, window=8))
+    assert results == [bytes(b ^ 0xFF for b in m) for m in messages]
+
+
+LISTING = re.compile(r"<!-- (same as|excerpt of) (\S+) -->\n```[\w+]*\n(.*?)```", re.S)
+
+
+def test_doc_listings_match_the_files():
+    """Code the doc shows is the code these tests run: whole files verbatim,
+    excerpts as exact substrings."""
+    doc = (ROOT / "docs" / "writing-a-core.md").read_text()
+    found = LISTING.findall(doc)
+    assert len(found) == 6
+    for how, path, body in found:
+        text = (ROOT / path).read_text()
+        if how == "same as":
+            assert body == text, f"docs/writing-a-core.md listing of {path} differs from the file"
+        else:
+            assert body in text, f"docs/writing-a-core.md excerpt of {path} is not in the file:\n{body}"
+
+
 @pytest.mark.skipif(os.environ.get("COREFARM_EXAMPLE_RUST") != "1",
                     reason="compiles the Rust user (about a minute): set COREFARM_EXAMPLE_RUST=1")
 def test_rust_user_program(corefarm_bin, image):
