@@ -25,7 +25,7 @@ export COREFARM_BIN="$root/target/release/corefarm"
 
 step "python package (maturin) and pytest"
 bash python/build.sh
-python3 -m pytest -q python/tests tests/peers bench/tests
+python3 -m pytest -q python/tests tests/peers bench/tests examples
 
 step "benchmark suite, quick mode"
 "$COREFARM_BIN" bench suite all --quick --out "$root/target/bench-quick"

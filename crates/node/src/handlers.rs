@@ -20,8 +20,11 @@ pub struct Job {
     pub reservation: Reservation,
 }
 
-/// What core handlers hand to the sending task.
+/// What the sending task writes: results from core handlers, and control
+/// frames (responses, errors, hello) from the receiving task, through one
+/// channel so results take no extra hop.
 pub enum Outgoing {
+    Frame(corefarm_smp::OutFrame),
     Result {
         id: u32,
         data: Bytes,
@@ -136,6 +139,17 @@ fn core_loop(
             return;
         }
     }
+}
+
+/// The benchmarking node's output for `count` inputs: zero-filled outputs
+/// whose first 16 bytes echo the first 16 bytes of each input.
+pub fn benchmark_output(cfg: &BenchmarkConfig, data: &[u8], count: usize) -> Bytes {
+    let (isz, osz) = (cfg.input_size as usize, cfg.output_size as usize);
+    let mut out = BytesMut::zeroed(count * osz);
+    for (i, o) in data.chunks_exact(isz).zip(out.chunks_exact_mut(osz)) {
+        o[..BENCH_ECHO_LEN].copy_from_slice(&i[..BENCH_ECHO_LEN]);
+    }
+    out.freeze()
 }
 
 fn benchmark_loop(

@@ -1,7 +1,7 @@
 //! One connection to the server: the receiving task (this function) and the
 //! sending task it spawns.
 
-use corefarm_smp::codec::{write_frame, FrameReader, ReadError};
+use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Hello,
     MsgType, OutFrame,
@@ -10,16 +10,9 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::guard::MemoryGuard;
-use crate::handlers::{Engine, Job, Outgoing, Workers};
+use crate::guard::{MemoryGuard, Reservation};
+use crate::handlers::{self, Engine, Job, Outgoing, Workers};
 use crate::{NodeError, NodeOptions};
-
-/// Frames for the sending task: results from core handlers, or control
-/// messages from the receiving task (responses, errors, hello).
-enum Out {
-    Core(Outgoing),
-    Frame(OutFrame),
-}
 
 struct Configured {
     cfg: Configuration,
@@ -35,20 +28,7 @@ pub async fn run(
     let (rd, wr) = stream.into_split();
     let mut reader = FrameReader::new(rd, opts.max_message);
     let session_stop = stop.child_token();
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Out>();
-    let (core_tx, mut core_rx) = mpsc::unbounded_channel::<Outgoing>();
-    // Core handlers use their own channel so they never see control frames;
-    // this forwarder merges them for the single writer.
-    {
-        let out_tx = out_tx.clone();
-        tokio::spawn(async move {
-            while let Some(o) = core_rx.recv().await {
-                if out_tx.send(Out::Core(o)).is_err() {
-                    break;
-                }
-            }
-        });
-    }
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let server_hello = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let sender = tokio::spawn(send_loop(
         wr,
@@ -62,7 +42,7 @@ pub async fn run(
         h.name = Some(opts.name.clone());
         h.features = vec![features::ERROR.into()];
         h.targets = corefarm_cores::supported_targets(&opts.load);
-        let _ = out_tx.send(Out::Frame(h.to_frame()));
+        let _ = out_tx.send(Outgoing::Frame(h.to_frame()));
     }
 
     let guard = MemoryGuard::new(opts.memory_limit);
@@ -101,12 +81,13 @@ pub async fn run(
                 if let Some(old) = state.take() {
                     let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
                 }
-                match configure(frame.payload, opts, &core_tx).await {
+                match configure(frame.payload, opts, &out_tx).await {
                     Ok(c) => {
                         tracing::info!(node = %opts.name, "configured: {}", describe(&c.cfg));
                         state = Some(c);
-                        let _ =
-                            out_tx.send(Out::Frame(ConfigurationResponse { status: 0 }.to_frame()));
+                        let _ = out_tx.send(Outgoing::Frame(
+                            ConfigurationResponse { status: 0 }.to_frame(),
+                        ));
                     }
                     Err(reason) => {
                         tracing::warn!(node = %opts.name, "configuration refused: {reason}");
@@ -120,7 +101,7 @@ pub async fn run(
                         let resp = ConfigurationResponse {
                             status: ConfigurationResponse::FAILED,
                         };
-                        let _ = out_tx.send(Out::Frame(resp.to_frame()));
+                        let _ = out_tx.send(Outgoing::Frame(resp.to_frame()));
                     }
                 }
             }
@@ -152,6 +133,17 @@ pub async fn run(
                     _ = session_stop.cancelled() => break Ok(()),
                     r = guard.reserve(bytes) => r,
                 };
+                // A zero-delay benchmarking node has nothing to wait for:
+                // answering here saves two thread hand-offs per message.
+                if let Some(b) = st.cfg.benchmark().filter(|b| b.delay_us == 0) {
+                    let out = handlers::benchmark_output(&b, &data.data, count);
+                    let _ = out_tx.send(Outgoing::Result {
+                        id: data.id,
+                        data: out,
+                        reservation,
+                    });
+                    continue;
+                }
                 let job = Job {
                     id: data.id,
                     data: data.data,
@@ -182,7 +174,6 @@ pub async fn run(
     // Let the sending task flush what is queued (results, a final error),
     // then stop the core handlers.
     drop(out_tx);
-    drop(core_tx);
     if let Some(st) = state.take() {
         let _ = tokio::task::spawn_blocking(move || st.workers.stop()).await;
     }
@@ -237,57 +228,79 @@ async fn configure(
 }
 
 fn send_error(
-    out: &mpsc::UnboundedSender<Out>,
+    out: &mpsc::UnboundedSender<Outgoing>,
     negotiated: &std::sync::atomic::AtomicBool,
     id: u32,
     code: ErrorCode,
     reason: impl Into<String>,
 ) {
     if negotiated.load(std::sync::atomic::Ordering::Relaxed) {
-        let _ = out.send(Out::Frame(ErrorMsg::new(id, code, reason).to_frame()));
+        let _ = out.send(Outgoing::Frame(ErrorMsg::new(id, code, reason).to_frame()));
+    }
+}
+
+/// A frame for the wire, holding its memory reservation; `None` when a
+/// seed-format server must be told about a core failure by closing.
+fn to_wire(o: Outgoing, held: &mut Vec<Reservation>, negotiated: bool) -> Option<OutFrame> {
+    match o {
+        Outgoing::Frame(f) => Some(f),
+        Outgoing::Result {
+            id,
+            data,
+            reservation,
+        } => {
+            held.push(reservation);
+            Some(OutFrame::data(id, data))
+        }
+        Outgoing::Failed {
+            id,
+            reason,
+            reservation,
+        } => {
+            held.push(reservation);
+            tracing::warn!("core failed on data id {id}: {reason}");
+            // A seed-format server has no way to hear about a failed input;
+            // closing makes it re-dispatch instead of waiting forever.
+            negotiated.then(|| ErrorMsg::new(id, ErrorCode::CoreFailure, reason).to_frame())
+        }
     }
 }
 
 async fn send_loop(
     mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Out>,
+    mut rx: mpsc::UnboundedReceiver<Outgoing>,
     stop: CancellationToken,
     negotiated: std::sync::Arc<std::sync::atomic::AtomicBool>,
 ) {
+    // Reservations are released only once their result is on the wire, so
+    // the memory guard also counts results waiting for the socket.
+    let mut held = Vec::new();
     while let Some(o) = rx.recv().await {
-        let r = match o {
-            Out::Frame(f) => write_frame(&mut wr, f).await,
-            Out::Core(Outgoing::Result {
-                id,
-                data,
-                reservation,
-            }) => {
-                let r = write_frame(&mut wr, OutFrame::data(id, data)).await;
-                drop(reservation);
-                r
+        let neg = negotiated.load(std::sync::atomic::Ordering::Relaxed);
+        let mut fatal = false;
+        let r = match to_wire(o, &mut held, neg) {
+            Some(first) => {
+                let more = || match to_wire(rx.try_recv().ok()?, &mut held, neg) {
+                    Some(f) => Some(f),
+                    None => {
+                        fatal = true;
+                        None
+                    }
+                };
+                write_batch(&mut wr, first, more).await.map(|_| ())
             }
-            Out::Core(Outgoing::Failed {
-                id,
-                reason,
-                reservation,
-            }) => {
-                drop(reservation);
-                tracing::warn!("core failed on data id {id}: {reason}");
-                if negotiated.load(std::sync::atomic::Ordering::Relaxed) {
-                    write_frame(
-                        &mut wr,
-                        ErrorMsg::new(id, ErrorCode::CoreFailure, reason).to_frame(),
-                    )
-                    .await
-                } else {
-                    // A seed-format server has no way to hear about a failed
-                    // input; closing makes it re-dispatch instead of waiting forever.
-                    Err(std::io::Error::other(
-                        "core failure reported by closing the connection",
-                    ))
-                }
+            None => {
+                fatal = true;
+                Ok(())
             }
         };
+        held.clear();
+        let r = r.and_then(|()| match fatal {
+            true => Err(std::io::Error::other(
+                "core failure reported by closing the connection",
+            )),
+            false => Ok(()),
+        });
         if let Err(e) = r {
             tracing::warn!("sending to server failed: {e}");
             stop.cancel();

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use corefarm_smp::codec::{write_frame, FrameReader};
+use corefarm_smp::codec::{write_batch, FrameReader};
 use corefarm_smp::{hello::features, Frame, Hello, MsgType, OutFrame};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
@@ -22,8 +22,9 @@ const READ_AHEAD: usize = 16;
 pub enum NodeEvent {
     /// A frame from the node; the permit is released when the owner is done with it.
     Frame(Frame, OwnedSemaphorePermit),
-    /// One frame handed to the writer has been written to the socket.
-    Written,
+    /// This many frames handed to the writer have been written to the
+    /// socket (only reported when the dispatch policy needs it).
+    Written(u64),
     /// The connection is gone; no further events follow.
     Closed(String),
 }
@@ -62,6 +63,9 @@ impl NodeConn {
         let closed = Arc::new(AtomicBool::new(false));
         let info = Arc::new(Mutex::new(NodeInfo::default()));
         let io_timeout = shared.opts.io_timeout;
+        // Queue and stack hand a node its next message once the previous
+        // write completed; the credit policy does not need write completions.
+        let track_writes = shared.opts.policy != crate::Policy::Credit;
 
         // Writer: frames from the owner, in order, one at a time.
         {
@@ -72,10 +76,17 @@ impl NodeConn {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
                         f = out_rx.recv() => match f { Some(f) => f, None => break "owner gone".to_string() },
                     };
-                    match tokio::time::timeout(io_timeout, write_frame(&mut wr, f)).await {
-                        Ok(Ok(())) => {
-                            if notify {
-                                let _ = ev_tx.send(NodeEvent::Written);
+                    let mut notified = notify as u64;
+                    let more = || {
+                        out_rx.try_recv().ok().map(|(f, n)| {
+                            notified += n as u64;
+                            f
+                        })
+                    };
+                    match tokio::time::timeout(io_timeout, write_batch(&mut wr, f, more)).await {
+                        Ok(Ok(_)) => {
+                            if track_writes && notified > 0 {
+                                let _ = ev_tx.send(NodeEvent::Written(notified));
                             }
                         }
                         Ok(Err(e)) => break format!("write failed: {e}"),

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corefarm_smp::codec::{write_frame, FrameReader, ReadError};
+use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
     Frame, Hello, MsgType, OutFrame,
@@ -114,8 +114,9 @@ pub(crate) async fn run(
     let writer_stop = stop.clone();
     let writer = tokio::spawn(async move {
         while let Some(f) = out_rx.recv().await {
-            match tokio::time::timeout(io_timeout, write_frame(&mut wr, f)).await {
-                Ok(Ok(())) => {}
+            let write = write_batch(&mut wr, f, || out_rx.try_recv().ok());
+            match tokio::time::timeout(io_timeout, write).await {
+                Ok(Ok(_)) => {}
                 Ok(Err(e)) => {
                     tracing::info!(user = %peer, "write to user failed: {e}");
                     break;
@@ -602,9 +603,9 @@ impl Handler {
 
     async fn on_node_event(&mut self, id: u64, ev: NodeEvent) -> Result<(), End> {
         match ev {
-            NodeEvent::Written => {
+            NodeEvent::Written(count) => {
                 if let Some(n) = self.nodes.get_mut(&id) {
-                    n.written += 1;
+                    n.written += count;
                 }
                 Ok(())
             }
@@ -751,7 +752,8 @@ impl Handler {
             return;
         };
         self.order.remove(id);
-        let idle = n.in_flight.is_empty() && n.sent == n.written && !n.tx.is_closed();
+        let writes_done = self.shared.opts.policy == crate::Policy::Credit || n.sent == n.written;
+        let idle = n.in_flight.is_empty() && writes_done && !n.tx.is_closed();
         match self.events.remove(&id) {
             Some(stream) if idle => {
                 n.tx.events = stream.into_inner();

@@ -134,6 +134,31 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, mut frame: OutFrame) 
     Ok(())
 }
 
+/// Writes `first` and whatever `more` yields right away (up to a batch) with
+/// vectored writes, so queued frames share syscalls. Returns the number of
+/// frames written. `more` should not wait: pass a channel's `try_recv`.
+pub async fn write_batch<W: AsyncWrite + Unpin>(
+    w: &mut W,
+    first: OutFrame,
+    mut more: impl FnMut() -> Option<OutFrame>,
+) -> io::Result<usize> {
+    let mut batch = crate::message::FrameBatch::default();
+    batch.push(first);
+    while !batch.is_full() {
+        match more() {
+            Some(f) => batch.push(f),
+            None => break,
+        }
+    }
+    let n = batch.len();
+    while batch.has_remaining() {
+        if w.write_buf(&mut batch).await? == 0 {
+            return Err(io::ErrorKind::WriteZero.into());
+        }
+    }
+    Ok(n)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,7 +23,7 @@ pub use header::{Header, MsgType, HEADER_LEN};
 pub use hello::Hello;
 pub use message::{
     BenchmarkConfig, Configuration, ConfigurationResponse, CoreInfo, Credit, Data, ErrorMsg, Frame,
-    OutFrame,
+    FrameBatch, OutFrame,
 };
 
 /// Default upper bound on a payload: large enough for any realistic bitstream

@@ -535,3 +535,103 @@ mod tests {
         assert!(e.to_string().contains("no-nodes"));
     }
 }
+
+/// Several frames written with one vectored write: a writer that finds more
+/// than one frame queued sends them together (a result and the credit that
+/// follows it cost one syscall, not two).
+#[derive(Debug, Default)]
+pub struct FrameBatch {
+    frames: std::collections::VecDeque<OutFrame>,
+    remaining: usize,
+}
+
+impl FrameBatch {
+    /// Frames per batch: two iovecs each, well under IOV_MAX.
+    pub const MAX_FRAMES: usize = 32;
+
+    pub fn push(&mut self, f: OutFrame) {
+        self.remaining += f.remaining();
+        self.frames.push_back(f);
+    }
+
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+
+    pub fn is_full(&self) -> bool {
+        self.frames.len() >= Self::MAX_FRAMES
+    }
+}
+
+impl Buf for FrameBatch {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+
+    fn chunk(&self) -> &[u8] {
+        self.frames.front().map_or(&[], |f| f.chunk())
+    }
+
+    fn advance(&mut self, mut cnt: usize) {
+        self.remaining -= cnt;
+        while cnt > 0 {
+            let f = self.frames.front_mut().expect("advance within remaining");
+            let n = cnt.min(f.remaining());
+            f.advance(n);
+            cnt -= n;
+            if !f.has_remaining() {
+                self.frames.pop_front();
+            }
+        }
+        while self.frames.front().is_some_and(|f| !f.has_remaining()) {
+            self.frames.pop_front();
+        }
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for f in &self.frames {
+            if n == dst.len() {
+                break;
+            }
+            n += f.chunks_vectored(&mut dst[n..]);
+        }
+        n
+    }
+}
+
+#[cfg(test)]
+mod batch_tests {
+    use super::*;
+
+    #[test]
+    fn batch_concatenates_frames_across_partial_advances() {
+        let frames: Vec<OutFrame> = (0..5u32)
+            .map(|i| OutFrame::data(i, Bytes::from(vec![i as u8; i as usize * 3])))
+            .collect();
+        let expect: Vec<u8> = frames.iter().flat_map(|f| f.to_vec()).collect();
+        for step in [1usize, 5, 13, 100] {
+            let mut b = FrameBatch::default();
+            frames.iter().cloned().for_each(|f| b.push(f));
+            let mut got = Vec::new();
+            while b.has_remaining() {
+                let mut slices = [std::io::IoSlice::new(&[]); 64];
+                let cnt = b.chunks_vectored(&mut slices);
+                let flat: Vec<u8> = slices[..cnt]
+                    .iter()
+                    .flat_map(|s| s.iter().copied())
+                    .collect();
+                assert_eq!(flat.len(), b.remaining());
+                let n = step.min(flat.len());
+                got.extend_from_slice(&flat[..n]);
+                b.advance(n);
+            }
+            assert_eq!(got, expect, "step {step}");
+            assert!(b.is_empty());
+        }
+    }
+}

@@ -1,0 +1,136 @@
+//! Property tests of the SMP decoder: whatever bytes arrive, in whatever
+//! pieces, decoding never panics, never buffers more than one maximal message,
+//! and re-encoding what it accepted gives back the same bytes.
+
+use bytes::{BufMut, Bytes};
+use corefarm_smp::codec::Decoder;
+use corefarm_smp::{
+    Configuration, ConfigurationResponse, Credit, Data, ErrorMsg, Frame, Hello, MsgType, OutFrame,
+};
+use proptest::prelude::*;
+
+const MAX: u32 = 4096;
+
+/// Feeds `bytes` in chunks of the given sizes; returns the frames decoded
+/// before the first error (if any), checking the buffer bound on the way.
+fn feed(bytes: &[u8], chunks: &[usize]) -> (Vec<Frame>, bool) {
+    let mut dec = Decoder::new(MAX);
+    let mut frames = Vec::new();
+    let mut rest = bytes;
+    let mut sizes = chunks.iter().cycle();
+    while !rest.is_empty() {
+        let n = (*sizes.next().unwrap()).clamp(1, rest.len());
+        dec.buffer().put_slice(&rest[..n]);
+        rest = &rest[n..];
+        loop {
+            match dec.decode() {
+                Ok(Some(f)) => frames.push(f),
+                Ok(None) => break,
+                Err(_) => return (frames, true),
+            }
+            // The decoder never reserves beyond one maximal message plus read slack.
+            assert!(dec.buffer().capacity() <= 8 + MAX as usize + 64 * 1024);
+        }
+        assert!(dec.buffer().capacity() <= 8 + MAX as usize + 64 * 1024);
+    }
+    (frames, false)
+}
+
+/// Parses a frame with the typed parser for its type; must never panic.
+fn parse_typed(f: &Frame) {
+    match f.ty {
+        MsgType::Configuration => {
+            if let Ok(c) = Configuration::parse(f.payload.clone()) {
+                assert_eq!(Bytes::from(c.encode_payload()), f.payload);
+            }
+        }
+        MsgType::ConfigurationResponse => {
+            let _ = ConfigurationResponse::parse(&f.payload);
+        }
+        MsgType::Data => {
+            if let Ok(d) = Data::parse(f.payload.clone()) {
+                assert_eq!(&d.to_frame().to_vec()[8..], &f.payload[..]);
+            }
+        }
+        MsgType::Hello => {
+            let _ = Hello::decode(&f.payload);
+        }
+        MsgType::Error => {
+            if let Ok(e) = ErrorMsg::parse(&f.payload) {
+                assert_eq!(&e.to_frame().to_vec()[8..], &f.payload[..]);
+            }
+        }
+        MsgType::Credit => {
+            let _ = Credit::parse(&f.payload);
+        }
+    }
+}
+
+fn valid_frame() -> impl Strategy<Value = Vec<u8>> {
+    prop_oneof![
+        (any::<u32>(), prop::collection::vec(any::<u8>(), 0..300))
+            .prop_map(|(id, d)| OutFrame::data(id, Bytes::from(d)).to_vec()),
+        (
+            1u32..100,
+            any::<u32>(),
+            prop::collection::vec((any::<u32>(), any::<u32>(), any::<u32>()), 0..5),
+            prop::collection::vec(any::<u8>(), 0..100)
+        )
+            .prop_map(|(i, o, cores, bit)| Configuration {
+                input_size: i,
+                output_size: o,
+                cores: cores
+                    .into_iter()
+                    .map(|(control, input, output)| corefarm_smp::CoreInfo {
+                        control,
+                        input,
+                        output
+                    })
+                    .collect(),
+                bitstream: Bytes::from(bit),
+            }
+            .to_frame()
+            .to_vec()),
+        any::<u8>().prop_map(|s| ConfigurationResponse { status: s }.to_frame().to_vec()),
+        any::<u32>().prop_map(|n| Credit { messages: n }.to_frame().to_vec()),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 512, ..ProptestConfig::default() })]
+
+    #[test]
+    fn arbitrary_bytes_never_panic(bytes in prop::collection::vec(any::<u8>(), 0..20_000),
+                                   chunks in prop::collection::vec(1usize..5000, 1..8)) {
+        let (frames, _) = feed(&bytes, &chunks);
+        for f in &frames {
+            prop_assert!(f.payload.len() <= MAX as usize);
+            parse_typed(f);
+        }
+    }
+
+    #[test]
+    fn valid_streams_decode_exactly(msgs in prop::collection::vec(valid_frame(), 1..20),
+                                    chunks in prop::collection::vec(1usize..700, 1..8)) {
+        let wire: Vec<u8> = msgs.concat();
+        let (frames, failed) = feed(&wire, &chunks);
+        prop_assert!(!failed);
+        prop_assert_eq!(frames.len(), msgs.len());
+        for (f, m) in frames.iter().zip(&msgs) {
+            let mut again = vec![f.ty as u8, 0, 0, 0];
+            again.extend_from_slice(&(f.payload.len() as u32).to_le_bytes());
+            again.extend_from_slice(&f.payload);
+            prop_assert_eq!(&again, m);
+            parse_typed(f);
+        }
+    }
+
+    #[test]
+    fn oversize_headers_are_refused_before_buffering(size in (MAX + 1)..=u32::MAX, ty in 1u8..4) {
+        let mut h = vec![ty, 0, 0, 0];
+        h.extend_from_slice(&size.to_le_bytes());
+        let (frames, failed) = feed(&h, &[8]);
+        prop_assert!(frames.is_empty());
+        prop_assert!(failed);
+    }
+}
