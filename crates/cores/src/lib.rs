@@ -362,6 +362,9 @@ pub fn build_image(spec: &BuildSpec) -> Result<Vec<u8>, BuildError> {
     if let Some((source, entry)) = &spec.hls {
         let so = dir.path().join("native.so");
         toolchain::build_native(source, &so)?;
+        // Catch a wrong --entry now rather than on every node at configuration time.
+        native::NativeLib::open(&so, entry)
+            .map_err(|e| BuildError::Io(format!("{}: {e}", source.display())))?;
         let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
         b = b.artifact(
             image::native_target().ok_or_else(no_target)?,

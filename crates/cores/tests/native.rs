@@ -186,11 +186,31 @@ fn wrong_target_is_refused() {
 
 #[test]
 fn missing_entry_symbol_is_refused() {
-    let Some((dir, _)) = vadd_image(1) else {
+    let Some((_dir, good)) = vadd_image(1) else {
         return;
     };
-    let img = corefarm_cores::build_native_image(&source(&dir), "nope", 1, 16, 8, "vadd").unwrap();
+    // `image build` refuses a missing entry, so forge such an image by hand,
+    // as a hand-made or corrupted image could be.
+    let good = image::Image::parse(Bytes::from(good)).unwrap();
+    let target = image::native_target().unwrap();
+    let so = good.artifact_bytes(good.find(&target).unwrap()).unwrap();
+    let img = ImageBuilder::new("vadd", 16, 8, good.manifest.cores.clone())
+        .artifact(target, ArtifactKind::Native, "nope", so.to_vec())
+        .build()
+        .unwrap();
     let cfg = image::configuration(Bytes::from(img)).unwrap();
     let e = refused(&cfg, &LoadOptions::default());
     assert!(e.to_string().contains("nope"), "{e}");
+}
+
+#[test]
+fn image_build_refuses_an_entry_the_object_does_not_export() {
+    if !corefarm_cores::toolchain::cxx_available() {
+        eprintln!("SKIP: no C++ compiler");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let err = corefarm_cores::build_native_image(&source(&dir), "not_vadd", 1, 16, 8, "vadd")
+        .expect_err("a missing entry symbol is a build error");
+    assert!(err.to_string().contains("not_vadd"), "{err}");
 }

@@ -177,7 +177,9 @@ pub async fn run(
     if let Some(st) = state.take() {
         let _ = tokio::task::spawn_blocking(move || st.workers.stop()).await;
     }
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(2), sender).await;
+    if let Ok(Ok(sent)) = tokio::time::timeout(std::time::Duration::from_secs(2), sender).await {
+        tracing::info!(node = %opts.name, "{sent} result message(s) sent in this session");
+    }
     session_stop.cancel();
     result
 }
@@ -271,7 +273,8 @@ async fn send_loop(
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     stop: CancellationToken,
     negotiated: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) {
+) -> u64 {
+    let mut results = 0u64;
     // Reservations are released only once their result is on the wire, so
     // the memory guard also counts results waiting for the socket.
     let mut held = Vec::new();
@@ -294,6 +297,7 @@ async fn send_loop(
                 Ok(())
             }
         };
+        results += held.len() as u64;
         held.clear();
         let r = r.and_then(|()| match fatal {
             true => Err(std::io::Error::other(
@@ -304,7 +308,8 @@ async fn send_loop(
         if let Err(e) = r {
             tracing::warn!("sending to server failed: {e}");
             stop.cancel();
-            return;
+            return results;
         }
     }
+    results
 }
