@@ -654,3 +654,44 @@ fn data_beyond_the_granted_credit_is_refused() {
     assert_eq!(e.code(), Some(ErrorCode::UnexpectedMessage), "{e}");
     assert!(e.reason.contains("credit"), "{e}");
 }
+
+#[test]
+fn a_node_joining_mid_session_is_configured_and_takes_over() {
+    let srv = server(&[]);
+    let mut first = nodes(&srv, 1);
+    let (mut u, reply) = User::hello(srv.users, None);
+    assert_eq!(reply.nodes, Some(1));
+    assert_eq!(u.configure(&bench(32, 32, 100)), 0);
+    assert_exactly_once(&stream(&mut u, 0..20, 1, 32, 32), 0..20);
+    // A second node connects while the user is routing: the server configures
+    // it with the user's configuration and adds it to the rotation.
+    let _second = nodes(&srv, 1);
+    std::thread::sleep(Duration::from_millis(1500));
+    // With the first node gone, only the newcomer can produce these results.
+    first.0.kill().unwrap();
+    let _ = first.0.wait();
+    assert_exactly_once(&stream(&mut u, 100..160, 2, 32, 32), 100..160);
+}
+
+#[test]
+fn a_tight_memory_guard_slows_the_node_but_loses_nothing() {
+    let srv = server(&[]);
+    // 100 KB of budget for 64 KiB inputs + 64 KiB outputs: at most one job at
+    // a time fits (an oversize job takes the whole budget and runs alone).
+    let _n = Proc(
+        Command::new(BIN)
+            .args([
+                "node",
+                "--server",
+                &srv.nodes.to_string(),
+                "--memory-limit",
+                "100000",
+            ])
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let (mut u, _) = User::hello(srv.users, Some(1));
+    assert_eq!(u.configure(&bench(64 * 1024, 64 * 1024, 0)), 0);
+    assert_exactly_once(&stream(&mut u, 0..200, 1, 64 * 1024, 64 * 1024), 0..200);
+}
