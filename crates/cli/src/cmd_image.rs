@@ -61,9 +61,10 @@ pub struct BuildArgs {
     /// Bytes of one output.
     #[arg(long)]
     output_size: u32,
-    /// Name recorded in the manifest (shown in node logs).
+    /// Name recorded in the manifest, shown in node logs (default: the HLS
+    /// entry, else the Verilog top, else the output file's stem).
     #[arg(long)]
-    name: String,
+    name: Option<String>,
     /// Where to write the image.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     out: PathBuf,
@@ -120,8 +121,14 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
     if core_table.as_ref().is_some_and(|t| t.is_empty()) {
         bail!("--core-table lists no cores");
     }
+    let name = a
+        .name
+        .or_else(|| a.entry.clone())
+        .or_else(|| a.top.clone())
+        .or_else(|| a.out.file_stem().map(|s| s.to_string_lossy().into_owned()))
+        .unwrap_or_else(|| "image".into());
     let spec = BuildSpec {
-        name: a.name,
+        name,
         input_size: a.input_size,
         output_size: a.output_size,
         cores: a.cores,
