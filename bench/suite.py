@@ -3,7 +3,9 @@
 
     python3 bench/suite.py EXPERIMENT [--quick] [--out DIR] [--runs N] [--duration S]
 
-EXPERIMENT is one of echo, server, node, node-matmul, cluster, software, all.
+EXPERIMENT is one of echo, server, node, node-matmul, cluster, software,
+headline, all. --compact selects the reduced sweeps of the documented
+~25-minute full run (docs/benchmarks.md gives the exact command).
 It drives the real `corefarm` binary ($COREFARM_BIN, else target/release/corefarm)
 as separate processes, the way the seed's Python scripts drove its programs:
 
@@ -12,6 +14,8 @@ as separate processes, the way the seed's Python scripts drove its programs:
     corefarm node --server IP:PORT --count N        (N simulated nodes)
     corefarm bench user --server IP:PORT ... --json (one measurement)
     corefarm bench echo server / echo client --json
+    corefarm bench node --input-size B --json       (node manager without server)
+    corefarm demo --nodes 1 --cores C --count K --target T --json
 
 Each experiment writes DIR/<experiment>.json and .csv (every point records its
 runs and their spread; a failed point records why) and one PNG per seed figure.
@@ -37,7 +41,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = ["echo", "server", "node", "node-matmul", "cluster", "software"]
+EXPERIMENTS = ["echo", "server", "node", "node-matmul", "cluster", "software", "headline"]
 KIB = 1024
 
 # Matrix multiplier sizes (seed 000 §4.3.2.3).
@@ -239,6 +243,7 @@ class Recorder:
             "machine": self.ctx.machine,
             "params": self.params,
             "elapsed_s": round(time.monotonic() - self.started, 3),
+            "load": {**self.ctx.load, "load_at_end": [round(x, 2) for x in os.getloadavg()]},
             "notes": self.notes,
             "points": self.points,
         }
@@ -275,7 +280,10 @@ class Context:
         # Seconds results may trail the end of a run before the point fails.
         self.drain = 3.0 if self.quick else 10.0
         self.max_nodes = args.max_nodes
+        self.compact = getattr(args, "compact", False)
+        self.headline_duration = getattr(args, "headline_duration", 5.0)
         self.seq = 0
+        self.load: dict = {}
 
     def need_binary(self) -> Path:
         if self.binary is None:
@@ -285,6 +293,25 @@ class Context:
     def child(self, args: list[str], name: str) -> Child:
         self.seq += 1
         return Child(args, self.logs, f"{self.seq:04d}-{name}")
+
+
+def wait_for_load(threshold: float | None, max_wait: float) -> dict:
+    """Waits (at most max_wait s) for the 1-minute load average to drop below threshold, so that other
+    users of the machine (compilers) do not leak into the figures. Returns what was seen."""
+    t0 = time.monotonic()
+    first = os.getloadavg()
+    if threshold is not None:
+        announced = False
+        while os.getloadavg()[0] >= threshold and time.monotonic() - t0 < max_wait:
+            if not announced:
+                log(f"waiting for the 1-minute load ({os.getloadavg()[0]:.2f}) to drop below {threshold} "
+                    f"(at most {max_wait:.0f} s)")
+                announced = True
+            time.sleep(5)
+    now = os.getloadavg()
+    return {"load_seen": [round(x, 2) for x in first], "load_at_start": [round(x, 2) for x in now],
+            "waited_s": round(time.monotonic() - t0, 1),
+            "threshold": threshold, "below_threshold": threshold is None or now[0] < threshold}
 
 
 class SkipExperiment(Exception):
@@ -407,6 +434,8 @@ def exp_echo(ctx: Context) -> dict:
     b = str(ctx.need_binary())
     if ctx.quick:
         sizes, clients = [1, 64, 4 * KIB, 64 * KIB, 1 << 20], [1, 2]
+    elif ctx.compact:
+        sizes, clients = [1 << i for i in range(0, 28, 3)], [1, 2, 4]
     else:
         sizes, clients = [1 << i for i in range(0, 28)], [1, 2, 3, 4]
     rec = Recorder(ctx, "echo", len(sizes) * len(clients), {"sizes": sizes, "clients": clients,
@@ -430,10 +459,15 @@ def exp_echo(ctx: Context) -> dict:
     return rec.write()
 
 
-def server_grid(quick: bool, max_message: int) -> list[tuple[int, int]]:
+def server_grid(quick: bool, max_message: int, compact: bool = False) -> list[tuple[int, int]]:
     """(input size, input count) pairs: input sizes 16 B -> 128 KiB, counts 1 -> as many as fit."""
     if quick:
         return [(16, 1), (1 * KIB, 16), (32 * KIB, 4)]
+    if compact:
+        # One pair per message size, 16 B -> 8 MiB (every 8x), the seed's
+        # 256-512 KB optimum included.
+        return [(16, 1), (128, 1), (1 * KIB, 1), (8 * KIB, 1), (32 * KIB, 2), (128 * KIB, 4),
+                (128 * KIB, 16), (128 * KIB, 64)]
     grid = []
     for size in [16 << (2 * i) for i in range(7)] + [128 * KIB]:  # 16 B, 64 B ... 64 KiB, 128 KiB
         count = 1
@@ -446,9 +480,9 @@ def server_grid(quick: bool, max_message: int) -> list[tuple[int, int]]:
 def exp_server(ctx: Context) -> dict:
     """§4.2.2 / figs 4.3, 4.4: zero-delay benchmarking configuration through the server."""
     ctx.need_binary()
-    grid = server_grid(ctx.quick, 16 << 20)
+    grid = server_grid(ctx.quick, 16 << 20, ctx.compact)
     policies = ["queue", "stack", "credit"]
-    nodes_list = [1, 2] if ctx.quick else [1, 2, 3, 4]
+    nodes_list = [1, 2] if ctx.quick else [1, 2, 4] if ctx.compact else [1, 2, 3, 4]
     rec = Recorder(ctx, "server", len(grid) * len(policies) * len(nodes_list),
                    {"grid": grid, "policies": policies, "nodes": nodes_list, "delay_us": 0,
                     "duration_s": ctx.duration, "runs": ctx.runs})
@@ -461,47 +495,131 @@ def exp_server(ctx: Context) -> dict:
     return rec.write()
 
 
+def node_point(ctx: Context, rec: Recorder, key: dict, size: int, window: int) -> dict:
+    """`corefarm bench node` ctx.runs times: one node manager, no server."""
+    b = str(ctx.need_binary())
+    args = [b, "bench", "node", "--input-size", str(size), "--output-size", str(size), "--count", "1",
+            "--window", str(window), "--duration", str(ctx.duration), "--warmup", str(ctx.warmup),
+            "--drain-timeout", str(ctx.drain), "--json"]
+    runs, failure = [], None
+    for _ in range(ctx.runs):
+        rep, err = run_json(args, ctx.duration + ctx.warmup + ctx.drain + 30)
+        if rep is not None and rep.get("ok"):
+            runs.append(user_metrics(rep))
+            continue
+        failure = "; ".join((rep or {}).get("errors", [])[:3]) or err or "failed"
+        break
+    return rec.add(key, runs, failure, {"message_bytes": size})
+
+
 def exp_node(ctx: Context) -> dict:
-    """§4.2.3 / fig 4.5: one node with zero-time cores, throughput vs data size."""
+    """§4.2.3 / fig 4.5: the node manager isolated (no server), zero-time cores, throughput vs data size."""
     ctx.need_binary()
-    sizes = [16, 1 * KIB, 16 * KIB, 128 * KIB] if ctx.quick else [16 << (2 * i) for i in range(8)] + [128 * KIB]
-    sizes = sorted(set(sizes))
-    rec = Recorder(ctx, "node", len(sizes), {"sizes": sizes, "delay_us": 0, "method":
-                   f"one simulated node behind the server ({ctx.policy} policy), one input per message"})
-    rec.notes.append("The seed isolated the node manager on the board and generated data inside it; here the "
-                     "node is driven through the server over loopback, so the figure includes the server hop.")
-    sweep(ctx, rec, ctx.policy, 1, [({"size": size}, dict(input_size=size, output_size=size, count=1, delay_us=0,
-                                                            drain=ctx.drain)) for size in sizes])
+    if ctx.quick:
+        sizes = [16, 1 * KIB, 16 * KIB, 128 * KIB]
+    else:
+        sizes = sorted(set([16 << (2 * i) for i in range(8)] + [128 * KIB, 1 << 20]))
+    window = 16
+    via_server = not ctx.quick
+    rec = Recorder(ctx, "node", len(sizes) * (2 if via_server else 1),
+                   {"sizes": sizes, "delay_us": 0, "window": window, "method":
+                    "`corefarm bench node`: the benchmark listens as a server node port, one `corefarm node` "
+                    f"connects, gets the benchmarking configuration (delay 0) and data messages of one input "
+                    f"streamed straight to it by a sender and a receiver thread, at most {window} in flight; "
+                    "output size = input size. `via-server` rows: the same node behind `corefarm server` "
+                    f"({ctx.policy} policy) driven by `bench user`, for the cost of the server hop."})
+    rec.notes.append("The seed isolated the node manager on its ARM board and generated the data inside it; "
+                     "here the node manager runs on the same 2-CPU machine as the benchmark and is fed over "
+                     "loopback TCP, so the figure includes one TCP hop each way but no server.")
+    for size in sizes:
+        node_point(ctx, rec, {"path": "direct", "size": size}, size, window)
+    if via_server:
+        sweep(ctx, rec, ctx.policy, 1, [({"path": "via-server", "size": size},
+                                         dict(input_size=size, output_size=size, count=1, delay_us=0,
+                                              drain=ctx.drain)) for size in sizes])
     return rec.write()
+
+
+def demo_metrics(rep: dict) -> dict:
+    m = {
+        "matrices_per_s": rep["matrices_per_s"], "input_bps": rep["gbit_per_s_in"] * 1e9,
+        "output_bps": rep["gbit_per_s_out"] * 1e9, "input_bytes_per_s": rep["gbit_per_s_in"] * 1e9 / 8,
+        "latency_avg_ms": rep["latency_ms"]["avg_ms"], "latency_p50_ms": rep["latency_ms"]["p50_ms"],
+        "latency_p99_ms": rep["latency_ms"]["p99_ms"],
+        "software_matrices_per_s": rep["software"]["matrices_per_s"],
+        "ratio_vs_software": rep["ratio_vs_software"],
+    }
+    if rep.get("rtl"):
+        m["rtl_cycles_per_job"] = rep["rtl"]["cycles_per_job"]
+        m["rtl_standalone_cycles_per_s"] = rep["rtl"]["standalone_cycles_per_s"]
+        m["rtl_cluster_cycles_per_s_per_instance"] = rep["rtl"]["cluster_cycles_per_s_per_instance"]
+    return m
+
+
+def demo_point(ctx: Context, rec: Recorder, key: dict, *, target: str, nodes: int, cores: int, count: int,
+               jobs: int, baseline_s: float) -> dict:
+    """`corefarm demo ... --json` ctx.runs times: real matrix products through server and node(s)."""
+    b = str(ctx.need_binary())
+    args = [b, "demo", "--target", target, "--nodes", str(nodes), "--cores", str(cores), "--count", str(count),
+            "--jobs", str(jobs), "--baseline-seconds", str(baseline_s), "--json"]
+    runs, failure = [], None
+    for _ in range(ctx.runs):
+        rep, err = run_json(args, 600)
+        if rep is not None and rep.get("all_verified") and not err:
+            runs.append(demo_metrics(rep))
+            continue
+        failure = err or ((rep or {}).get("first_bad_job") or {}).get("reason") or "failed"
+        break
+    return rec.add(key, runs, failure)
+
+
+def tool_available(name: str, env: str) -> bool:
+    return shutil.which(os.environ.get(env, name)) is not None
 
 
 def exp_node_matmul(ctx: Context) -> dict:
-    """§4.4.1 / fig 4.10: one node with 1..N matrix-multiplier cores x input counts 1-5."""
-    rec = Recorder(ctx, "node-matmul", 1, {})
-    reason = ("needs a driver that sends a real (image) configuration and streams matrices; `bench user` only "
-              "speaks the benchmarking configuration and no matrix-multiplier image builder is wired into the "
-              "CLI yet")
-    b = ctx.binary
-    if b is not None:
-        h = subprocess.run([str(b), "image", "--help"], capture_output=True, text=True)
-        if "matmul" in h.stdout or "mat-mul" in h.stdout:
-            reason = "matrix-multiplier image tooling found, but the node-matmul driver is not implemented yet"
-    log(f"node-matmul: skipped: {reason}")
-    rec.skip({"cores": "1..N", "count": "1..5"}, reason)
+    """§4.4.1 / fig 4.10: one node with 1..N matrix-multiplier cores x input counts 1-5, native and RTL."""
+    ctx.need_binary()
+    if ctx.quick:
+        plan = {"native": ([1, 2], [1, 4], 200)}
+    else:
+        plan = {"native": ([1, 2, 3, 4, 6, 8] if ctx.compact else [1, 2, 3, 4, 5, 6, 8, 11], [1, 2, 3, 4, 5], 6000),
+                "rtl": ([1, 2, 4], [1, 2, 3, 4, 5], 60)}
+    rtl_ok = tool_available("verilator", "VERILATOR")
+    planned = sum(len(c) * len(k) for c, k, _ in plan.values())
+    rec = Recorder(ctx, "node-matmul", planned, {
+        "plan": {t: {"cores": c, "counts": k, "jobs": j} for t, (c, k, j) in plan.items()},
+        "method": "`corefarm demo --nodes 1 --cores C --count K --target T --json`: one node manager with C "
+                  "64x64 int32 matrix-multiplier cores behind the embedded server, K matrix pairs per data "
+                  "message, every result checked against software after the timed run"})
+    rec.notes.append("The seed generated the matrices inside the node manager (no network); here they come from "
+                     "a client through the server over loopback, on the same 2 CPUs as the cores.")
+    if ctx.quick:
+        rec.notes.append("--quick runs the native target only (an uncached RTL build takes a minute).")
+    for target, (cores_list, counts, jobs) in plan.items():
+        for cores in cores_list:
+            for count in counts:
+                key = {"target": target, "cores": cores, "count": count}
+                if target == "rtl" and not rtl_ok:
+                    rec.skip(key, "Verilator not installed")
+                    continue
+                demo_point(ctx, rec, key, target=target, nodes=1, cores=cores, count=count, jobs=jobs,
+                           baseline_s=0.05)
     return rec.write()
 
 
-def cluster_plan(quick: bool, max_nodes: int) -> dict:
+def cluster_plan(quick: bool, max_nodes: int, compact: bool = False) -> dict:
     if quick:
         return {"nodes": [1, 4], "rates": [1000, 5000]}
-    nodes = [n for n in [1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44] if n <= max_nodes]
+    full = [1, 2, 4, 8, 12, 16, 24] if compact else [1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44]
+    nodes = [n for n in full if n <= max_nodes]
     return {"nodes": nodes, "rates": [1000, 2000, 5000, 10000, 50000, 100000]}
 
 
 def exp_cluster(ctx: Context) -> dict:
     """§4.4.2 / tables 4.1-4.4: simulated matrix-multiplier cluster."""
     ctx.need_binary()
-    plan = cluster_plan(ctx.quick, ctx.max_nodes)
+    plan = cluster_plan(ctx.quick, ctx.max_nodes, ctx.compact)
     tests = [("unthrottled", 919, 1, None), ("unthrottled", 919, 4, None)]
     tests += [("rate", 1117, 1, r) for r in plan["rates"]]
     rec = Recorder(ctx, "cluster", len(plan["nodes"]) * len(tests),
@@ -558,8 +676,99 @@ def exp_software(ctx: Context) -> dict:
     return rec.write()
 
 
+# Targets of the headline experiment (issues 2 and 3).
+TARGET_DELAY0_1NODE_BPS = 5e9
+TARGET_P50_MS = 10.0
+TARGET_RTL_CYCLES = 10e6
+
+
+def exp_headline(ctx: Context) -> dict:
+    """Issues 2 and 3 in one run: `bench user` through `corefarm server` (credit, and queue for comparison),
+    32 KiB inputs / 16 KiB outputs, delay 0 and 919 us, 1/2/4 nodes, beside `bench echo` at the same message
+    size; then native and RTL matrix multipliers per node against the software baseline (`corefarm demo`)."""
+    b = str(ctx.need_binary())
+    nodes_list = [1, 4] if ctx.quick else [1, 2, 4]
+    delays = [0, 919]
+    policies = ["credit", "queue"]
+    duration = ctx.duration if ctx.quick else max(ctx.duration, ctx.headline_duration)
+    rtl_ok = tool_available("verilator", "VERILATOR") and not ctx.quick
+    planned = len(nodes_list) * len(delays) * len(policies) + 1 + 1 + (1 if rtl_ok else 0)
+    rec = Recorder(ctx, "headline", planned, {
+        "input_size": MM_INPUT, "output_size": MM_OUTPUT, "count": 1, "delays_us": delays, "nodes": nodes_list,
+        "policies": policies, "duration_s": duration, "runs": ctx.runs,
+        "targets": {"delay0_1node_input_bps": TARGET_DELAY0_1NODE_BPS,
+                    "delay919_4nodes_p50_ms": TARGET_P50_MS, "rtl_cycles_per_s_per_instance": TARGET_RTL_CYCLES}})
+    saved = ctx.duration
+    ctx.duration = duration
+    try:
+        for policy in policies:
+            for n in nodes_list:
+                sweep(ctx, rec, policy, n, [
+                    ({"part": "user", "policy": policy, "nodes": n, "delay_us": d},
+                     dict(input_size=MM_INPUT, output_size=MM_OUTPUT, count=1, delay_us=d, drain=ctx.drain))
+                    for d in delays])
+        # The SMP ceiling at the same message size: 4-byte id + 32 KiB.
+        with ctx.child([b, "bench", "echo", "server", "--listen", "127.0.0.1:0"], "echo-server") as srv:
+            addr = srv.wait_line("listening").split()[1]
+            runs, failure = [], None
+            for _ in range(ctx.runs):
+                rep, err = run_json([b, "bench", "echo", "client", "--addr", addr, "--size", str(MM_INPUT),
+                                     "--clients", "1", "--duration", str(duration), "--warmup", str(ctx.warmup),
+                                     "--json"], duration + ctx.warmup + 60)
+                if rep is None or rep.get("errors"):
+                    failure = err or "echo errors"
+                    break
+                runs.append({"throughput_bps": rep["throughput_bps"], "messages_per_s": rep["messages_per_s"]})
+            rec.add({"part": "echo", "size": MM_INPUT + 4}, runs, failure)
+    finally:
+        ctx.duration = saved
+    # Issue 3: matrix multipliers per node against software, from the demo's JSON (same run).
+    jobs_native = 400 if ctx.quick else 12000
+    baseline = 0.2 if ctx.quick else 3.0
+    demo_point(ctx, rec, {"part": "matmul", "target": "native", "nodes": 1, "cores": 2, "count": 4},
+               target="native", nodes=1, cores=2, count=4, jobs=jobs_native, baseline_s=baseline)
+    if rtl_ok:
+        demo_point(ctx, rec, {"part": "matmul", "target": "rtl", "nodes": 1, "cores": 2, "count": 1},
+                   target="rtl", nodes=1, cores=2, count=1, jobs=200, baseline_s=baseline)
+    rec.params["verdicts"] = headline_verdicts(rec.points)
+    for v in rec.params["verdicts"]:
+        log(f"headline: {v['target']}: {v['measured']} -> {'MET' if v['met'] else 'MISSED'}")
+    return rec.write()
+
+
+def headline_verdicts(points: list[dict]) -> list[dict]:
+    """Whether the issues' targets are met, from the headline points."""
+    def get(part, metric, **key):
+        for p in points:
+            k = p["key"]
+            if k.get("part") == part and all(k.get(a) == v for a, v in key.items()) and p["status"] == "ok":
+                return p["metrics"].get(metric, {}).get("mean")
+        return None
+    out = []
+    t = get("user", "input_bps", policy="credit", nodes=1, delay_us=0)
+    if t is not None:
+        out.append({"target": "delay 0, 1 node (credit): input throughput >= 5 Gbit/s", "measured": human_bps(t),
+                    "met": t >= TARGET_DELAY0_1NODE_BPS, "ratio": t / TARGET_DELAY0_1NODE_BPS})
+    p50 = get("user", "latency_p50_ms", policy="credit", nodes=4, delay_us=919)
+    tc = get("user", "input_bps", policy="credit", nodes=4, delay_us=919)
+    tq = get("user", "input_bps", policy="queue", nodes=4, delay_us=919)
+    if p50 is not None:
+        out.append({"target": "delay 919 us, 4 nodes (credit): median latency < 10 ms", "measured": f"{p50:.3f} ms",
+                    "met": p50 < TARGET_P50_MS, "ratio": p50 / TARGET_P50_MS})
+    if tc is not None and tq is not None:
+        # "No less than queue" within 2 %: both sit at the nodes' capacity, run-to-run noise is about that.
+        out.append({"target": "delay 919 us, 4 nodes: credit throughput >= queue throughput (2 % noise allowed)",
+                    "measured": f"{human_bps(tc)} vs {human_bps(tq)}", "met": tc >= 0.98 * tq, "ratio": tc / tq})
+    c = get("matmul", "rtl_standalone_cycles_per_s", target="rtl")
+    if c is not None:
+        out.append({"target": "RTL matrix multiplier: >= 10 M simulated cycles/s per instance",
+                    "measured": f"{c / 1e6:.1f} M cycles/s", "met": c >= TARGET_RTL_CYCLES,
+                    "ratio": c / TARGET_RTL_CYCLES})
+    return out
+
+
 RUNNERS = {"echo": exp_echo, "server": exp_server, "node": exp_node, "node-matmul": exp_node_matmul,
-           "cluster": exp_cluster, "software": exp_software}
+           "cluster": exp_cluster, "software": exp_software, "headline": exp_headline}
 
 
 # ---------------------------------------------------------------- main
@@ -574,6 +783,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=float, help="warm-up seconds per run (default 0.2 quick, 1 full)")
     ap.add_argument("--policy", default="queue", help="server policy for node and cluster (seed: queue)")
     ap.add_argument("--max-nodes", type=int, default=44, help="largest node count of the cluster sweep")
+    ap.add_argument("--compact", action="store_true",
+                    help="reduced sweeps (echo every 8x, 8 server message sizes, 1/2/4 nodes, cluster to 24 nodes) "
+                         "for a full run of ~25 minutes on 2 CPUs")
+    ap.add_argument("--headline-duration", type=float, default=5.0,
+                    help="measured seconds per headline run (at least --duration)")
+    ap.add_argument("--wait-load", type=float, default=None,
+                    help="before each experiment, wait for the 1-minute load average to drop below this")
+    ap.add_argument("--wait-first", type=float, default=900.0,
+                    help="longest wait for --wait-load before the first experiment (s)")
+    ap.add_argument("--wait-between", type=float, default=90.0,
+                    help="longest wait for --wait-load between experiments (s)")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     ctx = Context(args)
@@ -582,7 +802,9 @@ def main(argv: list[str] | None = None) -> int:
         f"binary {ctx.binary or 'NOT FOUND'}; {ctx.machine['nproc']} CPUs ({ctx.machine['cpu']})")
     failed = 0
     t0 = time.monotonic()
-    for name in names:
+    for i, name in enumerate(names):
+        ctx.load = wait_for_load(args.wait_load, args.wait_first if i == 0 else args.wait_between)
+        log(f"{name}: 1/5/15-minute load {ctx.load['load_at_start']}")
         try:
             doc = RUNNERS[name](ctx)
         except SkipExperiment as e:
@@ -599,7 +821,14 @@ def main(argv: list[str] | None = None) -> int:
                     log(f"{name}: wrote {png}")
             except ImportError as e:
                 log(f"{name}: plots skipped ({e})")
-    log(f"suite finished in {time.monotonic() - t0:.0f} s; {failed} failed point(s); results in {ctx.out}")
+    total = time.monotonic() - t0
+    log(f"suite finished in {total:.0f} s; {failed} failed point(s); results in {ctx.out}")
+    if args.experiment == "all":
+        (ctx.out / "run.json").write_text(json.dumps({
+            "command": "python3 bench/suite.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "experiments": names, "total_s": round(total, 1), "failed_points": failed,
+            "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "machine": ctx.machine}, indent=1) + "\n")
     return 1 if failed else 0
 
 

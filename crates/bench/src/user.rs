@@ -201,9 +201,19 @@ struct Shared {
     corrupted: AtomicU64,
     failed: AtomicU64,
     errors: Mutex<Vec<String>>,
+    /// Every result (or per-message error) returns one credit to the sender:
+    /// a local window instead of server credit.
+    local_credit: bool,
 }
 
 impl Shared {
+    fn return_credit(&self) {
+        if self.local_credit {
+            *self.credits.lock().unwrap_or_else(|p| p.into_inner()) += 1;
+            self.credit_cv.notify_one();
+        }
+    }
+
     fn error(&self, e: String) {
         let mut v = self.errors.lock().unwrap_or_else(|p| p.into_inner());
         if v.len() < MAX_ERROR_SAMPLES {
@@ -298,7 +308,7 @@ fn handshake_frame(r: &mut FrameReader<TcpStream>, what: &str) -> Result<Frame> 
     }
 }
 
-fn validate(o: &UserBenchOptions) -> Result<()> {
+pub(crate) fn validate(o: &UserBenchOptions) -> Result<()> {
     if (o.input_size as usize) < BENCH_ECHO_LEN || (o.output_size as usize) < BENCH_ECHO_LEN {
         bail!("the benchmarking configuration needs input and output sizes of at least {BENCH_ECHO_LEN} bytes");
     }
@@ -398,6 +408,51 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
             t => bail!("unexpected {} message during configuration", t.name()),
         }
     }
+    measure(
+        stream,
+        reader,
+        o,
+        Measure {
+            benchmark: "user",
+            peer: o.server.clone(),
+            session,
+            initial_credit,
+            window: None,
+        },
+    )
+}
+
+/// What differs between the users of [`measure`].
+pub(crate) struct Measure {
+    /// The report's `benchmark` field.
+    pub benchmark: &'static str,
+    /// The report's `server` field: who was measured.
+    pub peer: String,
+    pub session: Session,
+    /// Credits granted before the first data message (server credit).
+    pub initial_credit: u64,
+    /// Local bound on data messages in flight (no server credit): the sender
+    /// starts with this many credits and the receiver returns one per result.
+    pub window: Option<u32>,
+}
+
+/// The measured part of a run, on a configured connection: the sender and
+/// receiver threads, the monitor, the report.
+pub(crate) fn measure(
+    stream: TcpStream,
+    mut reader: FrameReader<TcpStream>,
+    o: &UserBenchOptions,
+    m: Measure,
+) -> Result<UserReport> {
+    let Measure {
+        benchmark,
+        peer,
+        session,
+        initial_credit,
+        window: local_window,
+    } = m;
+    let mut writer = stream.try_clone()?;
+    let initial_credit = initial_credit + local_window.map_or(0, u64::from);
     // From here on the receiver wakes up regularly to check the clock.
     stream.set_read_timeout(Some(POLL))?;
 
@@ -422,6 +477,7 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
         corrupted: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         errors: Mutex::new(Vec::new()),
+        local_credit: local_window.is_some(),
     });
     let t0 = now_ns();
     let window = Window {
@@ -431,7 +487,8 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let sender = {
-        let (sh, o, credit) = (shared.clone(), o.clone(), session.credit);
+        let credit = session.credit || local_window.is_some();
+        let (sh, o) = (shared.clone(), o.clone());
         thread::Builder::new()
             .name("bench-send".into())
             .spawn(move || {
@@ -516,7 +573,10 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
         shared.error("the receiving thread panicked".into());
         LatencyHistogram::new()
     });
-    Ok(build_report(o, session, window, &shared, lat))
+    let mut rep = build_report(o, session, window, &shared, lat);
+    rep.benchmark = benchmark.into();
+    rep.server = peer;
+    Ok(rep)
 }
 
 fn send_loop(
@@ -640,6 +700,7 @@ fn recv_loop(
                     sh.corrupt(format!("result with unknown or repeated id {}", d.id));
                     continue;
                 };
+                sh.return_credit();
                 let (in_bytes, out_bytes) =
                     (sent.count as u64 * o.input_size as u64, d.data.len() as u64);
                 sh.recv_msgs.fetch_add(1, Ordering::Relaxed);
@@ -678,10 +739,15 @@ fn recv_loop(
                 if e.id == ErrorMsg::NO_ID {
                     bail!("server error: {e}");
                 }
-                sh.inflight
+                if sh
+                    .inflight
                     .lock()
                     .unwrap_or_else(|p| p.into_inner())
-                    .remove(&e.id);
+                    .remove(&e.id)
+                    .is_some()
+                {
+                    sh.return_credit();
+                }
                 sh.failed.fetch_add(1, Ordering::Relaxed);
                 sh.error(format!("server error: {e}"));
             }

@@ -17,6 +17,11 @@ pub enum BenchCmd {
     /// The benchmarking user (seed 000 §4.2.2): sends the benchmarking
     /// configuration to a server and measures throughput and latency.
     User(UserArgs),
+    /// The isolated node manager (seed 000 §4.2.3): listens as a server's
+    /// node port, starts one `corefarm node` against it (or waits for one,
+    /// --no-spawn), sends the benchmarking configuration with delay 0 and
+    /// streams data messages straight to the node. No server involved.
+    Node(NodeArgs),
     /// Compare two result files (suite JSON or single reports) point by point;
     /// exits 1 if anything got worse beyond the noise.
     Compare(CompareArgs),
@@ -39,7 +44,7 @@ pub struct CompareArgs {
 
 #[derive(Args)]
 pub struct SuiteArgs {
-    /// echo, server, node, node-matmul, cluster, software or all.
+    /// echo, server, node, node-matmul, cluster, software, headline or all.
     experiment: String,
     /// A few seconds per experiment.
     #[arg(long)]
@@ -88,6 +93,50 @@ pub struct UserArgs {
     #[arg(long, default_value_t = 10.0)]
     drain_timeout: f64,
     /// Print one JSON object (implies --quiet).
+    #[arg(long)]
+    json: bool,
+    /// No progress line on stderr.
+    #[arg(long)]
+    quiet: bool,
+}
+
+#[derive(Args)]
+pub struct NodeArgs {
+    /// Address to listen on as a server node port.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: String,
+    /// Do not start a node: print `listening IP:PORT` and wait for one
+    /// (`corefarm node --server IP:PORT`) to connect.
+    #[arg(long)]
+    no_spawn: bool,
+    /// Extra argument for the spawned `corefarm node` (repeatable).
+    #[arg(long = "node-arg", allow_hyphen_values = true)]
+    node_args: Vec<String>,
+    /// Bytes per input (at least 16).
+    #[arg(long, default_value_t = 32768)]
+    input_size: u32,
+    /// Bytes per output (at least 16) [default: the input size].
+    #[arg(long)]
+    output_size: Option<u32>,
+    /// Inputs per data message.
+    #[arg(long, default_value_t = 1)]
+    count: u32,
+    /// Data messages in flight at most.
+    #[arg(long, default_value_t = 16)]
+    window: u32,
+    /// Measured seconds (after the warm-up).
+    #[arg(long, default_value_t = 10.0)]
+    duration: f64,
+    /// Seconds at the start excluded from every statistic.
+    #[arg(long, default_value_t = 1.0)]
+    warmup: f64,
+    /// Seconds results may still arrive after the sender stopped.
+    #[arg(long, default_value_t = 10.0)]
+    drain_timeout: f64,
+    /// Seconds to wait for the node to connect.
+    #[arg(long, default_value_t = 15.0)]
+    accept_timeout: f64,
+    /// Print one JSON object (the `bench user` report, benchmark "node").
     #[arg(long)]
     json: bool,
     /// No progress line on stderr.
@@ -155,6 +204,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
             }
         }
         BenchCmd::User(u) => user_bench(u),
+        BenchCmd::Node(n) => node_bench(n),
         BenchCmd::Compare(c) => compare(c),
         BenchCmd::Suite(s) => suite(s),
     }
@@ -234,6 +284,55 @@ fn user_bench(a: UserArgs) -> Result<()> {
         progress: !(a.json || a.quiet),
     };
     let rep = user::run(&opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string(&rep)?);
+    } else {
+        print_user(&rep);
+    }
+    if !rep.ok {
+        bail!("benchmark failed: {}", rep.errors.join("; "));
+    }
+    Ok(())
+}
+
+fn node_bench(a: NodeArgs) -> Result<()> {
+    use corefarm_bench::node::{self, NodeBenchOptions, NodeSource};
+    let source = if a.no_spawn {
+        NodeSource::Accept
+    } else {
+        NodeSource::Spawn {
+            program: std::env::current_exe().context("locating the corefarm binary")?,
+            args: a.node_args.clone(),
+        }
+    };
+    let opts = NodeBenchOptions {
+        listen: a.listen.clone(),
+        source,
+        window: a.window,
+        accept_timeout: secs(a.accept_timeout, "--accept-timeout")?,
+        run: UserBenchOptions {
+            server: String::new(),
+            input_size: a.input_size,
+            output_size: a.output_size.unwrap_or(a.input_size),
+            delay_us: 0,
+            count: a.count,
+            duration: secs(a.duration, "--duration")?,
+            warmup: secs(a.warmup, "--warmup")?,
+            rate_hz: None,
+            nodes: None,
+            legacy: false,
+            drain_timeout: secs(a.drain_timeout, "--drain-timeout")?,
+            connect_timeout: Duration::from_secs(10),
+            progress: !(a.json || a.quiet),
+        },
+    };
+    let announce = a.no_spawn;
+    let rep = node::run(&opts, |addr| {
+        if announce {
+            println!("listening {addr}");
+            let _ = std::io::stdout().flush();
+        }
+    })?;
     if a.json {
         println!("{}", serde_json::to_string(&rep)?);
     } else {

@@ -69,6 +69,10 @@ pub struct DemoArgs {
     /// Matrix pairs to multiply [default: 5000 native, 200 rtl].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub jobs: Option<u64>,
+    /// Matrix pairs per data message (the seed's "input count", §4.4.1); a
+    /// node runs one message's inputs through one core, one after another.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub count: u32,
     /// Data messages the demo keeps in flight [default: 4 × nodes × cores];
     /// the server's credit may allow fewer.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
@@ -257,6 +261,8 @@ struct Streamed {
 
 struct StreamSpec {
     jobs: u64,
+    /// Inputs (matrix pairs) per data message; the last message may carry fewer.
+    count: u32,
     window: u32,
     seed: u64,
     timeout: Duration,
@@ -264,12 +270,21 @@ struct StreamSpec {
     quiet: bool,
 }
 
+/// Jobs (input indices) carried by data message `msg`.
+fn message_jobs(msg: usize, count: usize, jobs: usize) -> std::ops::Range<usize> {
+    let first = msg * count;
+    first..(first + count).min(jobs)
+}
+
 /// Streams the inputs through the cluster from a sender thread, receiving on
-/// this one; at most `window` inputs are outstanding.
+/// this one; at most `window` data messages (of `count` inputs each) are
+/// outstanding. Latency is per data message.
 fn stream(client: Client, s: &StreamSpec) -> Result<Streamed> {
     let jobs = s.jobs as usize;
+    let count = s.count.max(1) as usize;
+    let messages = jobs.div_ceil(count);
     let (tx, rx) = client.split();
-    let sent: Arc<Vec<AtomicU64>> = Arc::new((0..jobs).map(|_| AtomicU64::new(0)).collect());
+    let sent: Arc<Vec<AtomicU64>> = Arc::new((0..messages).map(|_| AtomicU64::new(0)).collect());
     let (tok_tx, tok_rx) = mpsc::sync_channel::<()>(s.window as usize);
     for _ in 0..s.window {
         tok_tx.send(()).expect("capacity is the window");
@@ -278,13 +293,17 @@ fn stream(client: Client, s: &StreamSpec) -> Result<Streamed> {
     let sender = std::thread::spawn({
         let (sent, seed) = (sent.clone(), s.seed);
         move || -> Result<(), ClientError> {
-            for job in 0..jobs {
+            for msg in 0..messages {
                 if tok_rx.recv().is_err() {
                     return Ok(()); // the receiver gave up; it reports why
                 }
-                let data = Bytes::from(input_for(seed, job as u64));
-                sent[job].store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-                if let Err(e) = tx.submit_with_id(job as u32, data) {
+                let range = message_jobs(msg, count, jobs);
+                let mut data = Vec::with_capacity(range.len() * INPUT_SIZE);
+                for job in range {
+                    data.extend_from_slice(&input_for(seed, job as u64));
+                }
+                sent[msg].store(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+                if let Err(e) = tx.submit_with_id(msg as u32, Bytes::from(data)) {
                     tx.close(); // wakes the receiver
                     return Err(e);
                 }
@@ -307,7 +326,7 @@ fn stream(client: Client, s: &StreamSpec) -> Result<Streamed> {
     };
     let mut hist = LatencyHistogram::new();
     let mut held: Vec<Option<Bytes>> = if s.hold { vec![None; jobs] } else { Vec::new() };
-    let mut seen = vec![false; jobs];
+    let mut seen = vec![false; messages];
     let (mut received, mut checked_inline, mut mismatched_inline, mut failed) =
         (0usize, 0u64, 0u64, 0u64);
     let mut first_bad: Option<BadJob> = None;
@@ -317,45 +336,66 @@ fn stream(client: Client, s: &StreamSpec) -> Result<Streamed> {
         }
     };
     let outcome: Result<()> = loop {
-        if received == jobs {
+        if received == messages {
             break Ok(());
         }
-        let (job, result) = match rx.recv(Some(s.timeout)) {
+        let (msg, result) = match rx.recv(Some(s.timeout)) {
             Ok(out) => (out.id as usize, Ok(out.data)),
-            Err(ClientError::Server(e)) if (e.id as usize) < jobs => {
+            Err(ClientError::Server(e)) if (e.id as usize) < messages => {
                 (e.id as usize, Err(format!("the server reports: {e}")))
             }
             Err(e) => {
                 break Err(anyhow!(e).context(format!(
-                    "streaming stopped after {received} of {jobs} results"
+                    "streaming stopped after {received} of {messages} results"
                 )))
             }
         };
-        if job >= jobs || seen[job] {
+        if msg >= messages || seen[msg] {
             break Err(anyhow!(
-                "the server returned id {job}, which is not an outstanding job"
+                "the server returned id {msg}, which is not an outstanding data message"
             ));
         }
-        seen[job] = true;
+        seen[msg] = true;
         received += 1;
         let now = start.elapsed().as_nanos() as u64;
-        hist.record(now.saturating_sub(sent[job].load(Ordering::Relaxed)));
+        hist.record(now.saturating_sub(sent[msg].load(Ordering::Relaxed)));
+        let range = message_jobs(msg, count, jobs);
+        let n = range.len();
         match result {
-            Ok(data) if s.hold => held[job] = Some(data),
+            Ok(data) if data.len() != n * OUTPUT_SIZE => {
+                mismatched_inline += n as u64;
+                checked_inline += n as u64;
+                note_bad(
+                    range.start as u64,
+                    format!(
+                        "the result of a message of {n} inputs is {} bytes, expected {}",
+                        data.len(),
+                        n * OUTPUT_SIZE
+                    ),
+                );
+            }
             Ok(data) => {
-                checked_inline += 1;
-                if let Err(r) = check(&input_for(s.seed, job as u64), &data) {
-                    mismatched_inline += 1;
-                    note_bad(job as u64, r);
+                for (i, job) in range.enumerate() {
+                    // A zero-copy view of this input's output inside the message.
+                    let out = data.slice(i * OUTPUT_SIZE..(i + 1) * OUTPUT_SIZE);
+                    if s.hold {
+                        held[job] = Some(out);
+                        continue;
+                    }
+                    checked_inline += 1;
+                    if let Err(r) = check(&input_for(s.seed, job as u64), &out) {
+                        mismatched_inline += 1;
+                        note_bad(job as u64, r);
+                    }
                 }
             }
             Err(r) => {
-                failed += 1;
-                note_bad(job as u64, r);
+                failed += n as u64;
+                note_bad(range.start as u64, r);
             }
         }
         let _ = tok_tx.send(());
-        bar.inc(1);
+        bar.inc(n as u64);
     };
     let elapsed = start.elapsed().as_secs_f64();
     bar.finish_and_clear();
@@ -497,6 +537,11 @@ pub struct Report {
     pub cores_per_node: u32,
     pub instances: u32,
     pub jobs: u64,
+    /// Inputs per data message.
+    pub count: u32,
+    /// Data messages sent (jobs ÷ count, rounded up).
+    pub messages: u64,
+    /// Data messages the demo kept in flight at most.
     pub window: u32,
     pub seed: u64,
     pub image_bytes: usize,
@@ -526,11 +571,12 @@ pub struct Report {
 fn print_human(r: &Report) {
     let l = &r.latency_ms;
     println!(
-        "corefarm demo: {} products of 64×64 int32 matrices (seed 000 §4.3) on {} node(s) × {} {} core(s)",
+        "corefarm demo: {} products of 64×64 int32 matrices (seed 000 §4.3) on {} node(s) × {} {} core(s), {} per message",
         r.jobs,
         r.nodes,
         r.cores_per_node,
-        r.target.name()
+        r.target.name(),
+        r.count
     );
     println!(
         "  image      {ENTRY}, {}, {} bytes ({} in {:.1} s, cache {})",
@@ -681,6 +727,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
             client,
             &StreamSpec {
                 jobs,
+                count: args.count,
                 window,
                 seed,
                 timeout,
@@ -750,6 +797,8 @@ pub fn run(args: DemoArgs) -> Result<()> {
         cores_per_node: args.cores,
         instances,
         jobs,
+        count: args.count,
+        messages: jobs.div_ceil(args.count as u64),
         window,
         seed,
         image_bytes,
@@ -852,6 +901,17 @@ mod tests {
         assert!(e.starts_with("C[2][9] = "), "{e}");
         let e = check(&input, &out[..100]).unwrap_err();
         assert!(e.contains("100 bytes"), "{e}");
+    }
+
+    #[test]
+    fn messages_cover_every_job_once() {
+        let (jobs, count): (usize, usize) = (11, 4);
+        let all: Vec<usize> = (0..jobs.div_ceil(count))
+            .flat_map(|m| message_jobs(m, count, jobs))
+            .collect();
+        assert_eq!(all, (0..jobs).collect::<Vec<_>>());
+        assert_eq!(message_jobs(2, 4, 11), 8..11);
+        assert_eq!(message_jobs(0, 1, 1), 0..1);
     }
 
     #[test]
