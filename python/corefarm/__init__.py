@@ -193,6 +193,12 @@ class Client:
         return self._raw.nodes
 
     @property
+    def warnings(self):
+        """What the server reported about the last successful configuration,
+        e.g. nodes that refused it and were dropped (an empty list if none)."""
+        return list(self._raw.warnings)
+
+    @property
     def credit_mode(self):
         return self._raw.credit_mode
 

@@ -321,6 +321,11 @@ impl Client {
     }
 
     #[getter]
+    fn warnings(&self) -> Vec<String> {
+        self.inner.warnings()
+    }
+
+    #[getter]
     fn credit_mode(&self) -> bool {
         self.inner.credit_mode()
     }

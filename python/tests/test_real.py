@@ -105,3 +105,41 @@ def test_unloadable_configuration_is_a_configuration_error(cluster):
         with pytest.raises(corefarm.ConfigurationError) as e:
             c.configure(b"definitely not a bitstream", input_size=64, output_size=64, cores=1)
         assert e.value.reason, "the server gave no reason"
+
+
+def _refusing_node(addr):
+    """A node (raw SMP) that refuses every configuration."""
+    import socket
+    host, port = addr.rsplit(":", 1)
+    s = socket.create_connection((host, int(port)))
+
+    def serve():
+        with s:
+            f = s.makefile("rb")
+            while True:
+                head = f.read(8)
+                if len(head) < 8:
+                    return
+                ty, size = struct.unpack("<B3xI", head)
+                f.read(size)
+                if ty == 1:
+                    s.sendall(struct.pack("<B3xIB", 2, 1, 1))
+
+    t = threading.Thread(target=serve, daemon=True)
+    t.start()
+    return s, t
+
+
+def test_nodes_dropped_during_configuration_are_reported_as_warnings():
+    cluster = Cluster(BIN, 1)
+    try:
+        sock, t = _refusing_node(cluster.nodes_addr)
+        with connect(cluster, nodes=2) as c:
+            assert c.nodes == 2
+            c.configure_benchmark(16, 16)
+            assert len(c.warnings) == 1 and "refused" in c.warnings[0], c.warnings
+            assert c.map([b"w" * 16] * 5, window=2).__next__()[:16] == b"w" * 16
+        sock.close()
+        t.join(5)
+    finally:
+        cluster.stop()

@@ -248,6 +248,12 @@ impl Client {
         self.inner.server_hello.as_ref().and_then(|h| h.nodes)
     }
 
+    /// What the server reported about the last successful configuration,
+    /// e.g. nodes that refused it and were dropped (empty if none).
+    pub fn warnings(&self) -> Vec<String> {
+        self.inner.shared.lock().warnings.clone()
+    }
+
     /// The server's hello, if the extensions were negotiated.
     pub fn server_hello(&self) -> Option<&Hello> {
         self.inner.server_hello.as_ref()
@@ -554,7 +560,7 @@ impl Inner {
             }
             st.configuring = true;
             st.config_reply = None;
-            st.config_error = None;
+            st.config_errors.clear();
             st.pending_sizes = Some((cfg.input_size, cfg.output_size));
         }
         {
@@ -568,10 +574,13 @@ impl Inner {
         let mut st = self.shared.lock();
         loop {
             if let Some(r) = st.config_reply.take() {
-                let reason = st.config_error.take().map(|e| e.to_string());
+                let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
                 return if r.ok() {
+                    st.warnings = errors.into_iter().map(|e| e.reason).collect();
                     Ok(())
                 } else {
+                    let reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
                     Err(ClientError::Configuration {
                         status: Some(r.status),
                         reason,
@@ -581,10 +590,12 @@ impl Inner {
             if let Some(f) = st.failed.clone() {
                 st.configuring = false;
                 // The server explained before it hung up: that is the error.
-                if let Some(e) = st.config_error.take() {
+                if !st.config_errors.is_empty() {
+                    let reasons: Vec<String> =
+                        st.config_errors.drain(..).map(|e| e.to_string()).collect();
                     return Err(ClientError::Configuration {
                         status: None,
-                        reason: Some(e.to_string()),
+                        reason: Some(reasons.join("; ")),
                     });
                 }
                 return Err(f.to_error("while waiting for the configuration response"));

@@ -33,8 +33,11 @@ pub(crate) struct State {
     /// Sizes of the configuration in force (input, output).
     pub sizes: Option<(u32, u32)>,
     pub config_reply: Option<ConfigurationResponse>,
-    /// Reason the server gave (Error without a data id) while configuring.
-    pub config_error: Option<ErrorMsg>,
+    /// Reasons the server gave (Errors without a data id) while configuring:
+    /// why it failed, or which nodes were dropped when it succeeded.
+    pub config_errors: Vec<ErrorMsg>,
+    /// Warnings of the last successful configuration (dropped nodes).
+    pub warnings: Vec<String>,
     /// Set once the connection can no longer be used.
     pub failed: Option<Failure>,
     /// Set by `close`, so that the reader's end-of-stream is not blamed on the server.
@@ -149,7 +152,7 @@ fn handle(
             let mut st = shared.lock();
             if st.configuring {
                 // The reason for the (failed) response that follows.
-                st.config_error = Some(e);
+                st.config_errors.push(e);
             } else {
                 if st.failed.is_none() {
                     st.failed = Some(Failure::Server(e.clone()));

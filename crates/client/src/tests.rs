@@ -547,6 +547,10 @@ fn error_before_a_successful_response_is_only_a_warning() {
     });
     let c = Client::connect(&addr, ClientOptions::default()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
+    assert_eq!(
+        c.warnings(),
+        vec!["node dropped: node-1 refused".to_string()]
+    );
     let id = c.submit(Bytes::from_static(&[3; 16])).unwrap();
     assert_eq!(c.recv(None).unwrap().id, id);
     srv.join().unwrap();
