@@ -107,8 +107,14 @@ def plot_server(doc, out):
 
 def plot_node(doc, out):
     fig, ax = plt.subplots(figsize=(6, 4))
-    xs, ys, e = _series(_ok(doc), lambda p: p["key"]["size"], "input_bps")
-    ax.plot(xs, [y / 1e6 for y in ys], marker="o", label="corefarm (node behind the server)")
+    labels = {"direct": "corefarm: node manager alone (bench node)", "via-server": "corefarm: node behind the server"}
+    for path in ("direct", "via-server"):
+        sel = [p for p in _ok(doc) if p["key"].get("path", "via-server") == path]
+        if not sel:
+            continue
+        xs, ys, e = _series(sel, lambda p: p["key"]["size"], "input_bps")
+        ax.errorbar(xs, [y / 1e6 for y in ys], yerr=[[v / 1e6 for v in e[0]], [v / 1e6 for v in e[1]]],
+                    marker="o", ms=3, label=labels[path])
     for s in SEED["node"]["points"]:
         ax.scatter([s["bytes"]], [s["bps"] / 1e6], marker="x", color="black", zorder=5, label="seed (393 Mbit/s @ 128 kB)")
     ax.set_xscale("log", base=2)
@@ -117,6 +123,62 @@ def plot_node(doc, out):
     ax.set_ylabel("throughput (Mbit/s)")
     ax.legend(fontsize=7)
     return [_save(fig, out, "fig4_5_node.png", "Fig 4.5: load-free node throughput vs data size", doc["machine"])]
+
+
+def plot_node_matmul(doc, out):
+    pts = _ok(doc)
+    targets = [t for t in ("native", "rtl") if any(p["key"]["target"] == t for p in pts)]
+    if not targets:
+        return []
+    fig, axes = plt.subplots(1, len(targets), figsize=(5.2 * len(targets), 4), squeeze=False)
+    s = SEED["node_matmul"]
+    for ax, t in zip(axes[0], targets):
+        sel = [p for p in pts if p["key"]["target"] == t]
+        for count in sorted({p["key"]["count"] for p in sel}):
+            xs, ys, e = _series([p for p in sel if p["key"]["count"] == count], lambda p: p["key"]["cores"],
+                                "input_bytes_per_s")
+            ax.errorbar(xs, [y / 1e6 for y in ys], yerr=[[v / 1e6 for v in e[0]], [v / 1e6 for v in e[1]]],
+                        marker="o", ms=3, label=f"count {count}")
+        ax.axhline(s["max_bytes_per_s"]["counts_2_to_5"] / 1e6, ls="--", color="gray",
+                   label="seed max (34 MB/s, FPGA board)")
+        if t == "rtl":
+            ax.set_yscale("log")
+        ax.set_title(f"{t} cores", fontsize=9)
+        ax.set_xlabel("matrix-multiplier cores on the node")
+        ax.set_ylabel("input throughput (MB/s)")
+        ax.legend(fontsize=7)
+    return [_save(fig, out, "fig4_10_node_matmul.png",
+                  "Fig 4.10: one node, matrix-multiplier cores x inputs per message", doc["machine"])]
+
+
+def plot_headline(doc, out):
+    pts = [p for p in _ok(doc) if p["key"].get("part") == "user"]
+    if not pts:
+        return []
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    delays = sorted({p["key"]["delay_us"] for p in pts})
+    for ax, metric, scale, ylabel in ((axes[0], "input_bps", 1e9, "input throughput (Gbit/s)"),
+                                      (axes[1], "latency_p50_ms", 1, "median latency (ms)")):
+        for pol in ("credit", "queue"):
+            for d in delays:
+                xs, ys, e = _series([p for p in pts if p["key"]["policy"] == pol and p["key"]["delay_us"] == d],
+                                    lambda p: p["key"]["nodes"], metric)
+                ax.errorbar(xs, [y / scale for y in ys], yerr=[[v / scale for v in e[0]], [v / scale for v in e[1]]],
+                            marker="o" if pol == "credit" else "x", ls="-" if pol == "credit" else "--", ms=4,
+                            label=f"{pol}, delay {d} µs")
+        ax.set_xlabel("nodes")
+        ax.set_ylabel(ylabel)
+        ax.set_xticks(sorted({p["key"]["nodes"] for p in pts}))
+        ax.legend(fontsize=7)
+    echo = [p for p in _ok(doc) if p["key"].get("part") == "echo"]
+    if echo:
+        axes[0].axhline(_mean(echo[0], "throughput_bps") / 1e9, color="gray", ls=":", label="SMP echo, same size")
+        axes[0].axhline(5, color="red", ls=":", lw=0.8)
+        axes[0].legend(fontsize=7)
+    axes[1].axhline(10, color="red", ls=":", lw=0.8)
+    axes[1].set_yscale("log")
+    return [_save(fig, out, "headline_user.png", "Headline: 32 KiB inputs, 16 KiB outputs through corefarm server",
+                  doc["machine"])]
 
 
 def plot_cluster(doc, out):
@@ -182,8 +244,8 @@ def plot_software(doc, out):
                   doc["machine"])]
 
 
-PLOTTERS = {"echo": plot_echo, "server": plot_server, "node": plot_node, "cluster": plot_cluster,
-            "software": plot_software}
+PLOTTERS = {"echo": plot_echo, "server": plot_server, "node": plot_node, "node-matmul": plot_node_matmul,
+            "cluster": plot_cluster, "software": plot_software, "headline": plot_headline}
 
 
 def plot(doc: dict, out: Path) -> list[Path]:

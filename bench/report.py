@@ -20,16 +20,29 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ORDER = ["echo", "server", "node", "node-matmul", "cluster", "software"]
+ORDER = ["headline", "echo", "server", "node", "node-matmul", "cluster", "software"]
 TITLES = {
+    "headline": "Headline: issue 2's table and issue 3's rows (one run)",
     "echo": "SMP echo (seed §4.2.1, figure 4.1)",
     "server": "Server, zero-delay benchmarking configuration (seed §4.2.2, figures 4.3 and 4.4)",
-    "node": "Load-free node (seed §4.2.3, figure 4.5)",
+    "node": "Load-free node manager, isolated (seed §4.2.3, figure 4.5)",
     "node-matmul": "Node with matrix-multiplier cores (seed §4.4.1, figure 4.10)",
     "cluster": "Simulated matrix-multiplier cluster (seed §4.4.2, tables 4.1-4.4)",
     "software": "Software baseline and speedups (seed §4.5, §4.6)",
 }
 PLACEHOLDER = "> **TODO (reading needs full-run numbers):** "
+# The plots each experiment writes (bench/plots.py), in document order.
+FIGURES = {
+    "headline": ["headline_user.png"],
+    "echo": ["fig4_1_echo.png"],
+    "server": ["fig4_3_server_throughput.png", "fig4_4_server_latency.png"],
+    "node": ["fig4_5_node.png"],
+    "node-matmul": ["fig4_10_node_matmul.png"],
+    "cluster": ["fig4_11_cluster_throughput_count1.png", "fig4_12_cluster_latency_count1.png",
+                "fig4_13_cluster_throughput_count4.png", "fig4_14_cluster_latency_count4.png",
+                "fig4_15_cluster_throughput_rates.png", "fig4_16_cluster_latency_rates.png"],
+    "software": ["sec4_6_speedup.png"],
+}
 
 
 def bps(v) -> str:
@@ -131,9 +144,19 @@ def sec_node(doc, seed):
     s = seed["node"]
     lines = [f"**Seed ({s['ref']}):** {s['text']}."]
     if doc:
-        rows = [[size(p["key"]["size"]), with_spread(p, "input_bps", bps), with_spread(p, "latency_avg_ms", ms),
-                 status_cell(p)] for p in doc["points"]]
-        lines += ["", "**corefarm:**", "", table(["data size", "throughput", "avg latency", "status"], rows)]
+        rows = [[p["key"].get("path", "via-server"), size(p["key"]["size"]), with_spread(p, "input_bps", bps),
+                 with_spread(p, "latency_avg_ms", ms), with_spread(p, "latency_p99_ms", ms), status_cell(p)]
+                for p in doc["points"]]
+        lines += ["", "**corefarm:**", "", table(["path", "data size", "throughput", "avg latency", "p99 latency",
+                                                  "status"], rows)]
+        d = {p["key"]["size"]: p for p in doc["points"] if p["key"].get("path") == "direct" and p["status"] == "ok"}
+        v = {p["key"]["size"]: p for p in doc["points"] if p["key"].get("path") == "via-server" and p["status"] == "ok"}
+        near = min(d, key=lambda x: abs(x - 128000), default=None)
+        if near is not None:
+            lines += ["", f"At {size(near)} (the seed's 128 kB point) the isolated node manager carries "
+                          f"{bps(mean(d[near], 'input_bps'))}, {mean(d[near], 'input_bps') / 393e6:.0f}× the seed's "
+                          f"393 Mbit/s" + (f"; behind the server {bps(mean(v[near], 'input_bps'))}" if near in v else "")
+                          + "."]
         lines += [f"", f"_Method:_ {doc['params'].get('method', '')}"] if doc["params"].get("method") else []
     return lines
 
@@ -143,10 +166,98 @@ def sec_node_matmul(doc, seed):
     lines = [f"**Seed ({s['ref']}):** {s['text']}; maximum {s['max_bytes_per_s']['counts_2_to_5'] / 1e6:g} MB/s "
              f"(counts 2-5), {s['max_bytes_per_s']['count_1'] / 1e6:g} MB/s (count 1); optimum "
              f"{s['optimal']['cores']} cores × {s['optimal']['count']} inputs; {s['core_time_ms']} ms per multiplication."]
-    if doc:
-        for p in doc["points"]:
+    if not doc:
+        return lines
+    pts = doc["points"]
+    for p in pts:
+        if p["key"].get("target") not in ("native", "rtl") and p["status"] != "ok":
+            lines += ["", f"**corefarm:** {p['status']}: {p.get('reason')}"]
+    for target in ("native", "rtl"):
+        sel = [p for p in pts if p["key"].get("target") == target]
+        if not sel:
+            continue
+        counts = sorted({p["key"]["count"] for p in sel})
+        cores = sorted({p["key"]["cores"] for p in sel})
+        by = {(p["key"]["cores"], p["key"]["count"]): p for p in sel}
+        rows = []
+        for c in cores:
+            row = [c]
+            for k in counts:
+                p = by.get((c, k))
+                if p is None:
+                    row.append("")
+                elif p["status"] != "ok":
+                    row.append(p["status"])
+                else:
+                    row.append(f"{with_spread(p, 'input_bytes_per_s', lambda v: f'{v / 1e6:.1f} MB/s')} "
+                               f"({mean(p, 'matrices_per_s'):,.0f}/s)")
+            rows.append(row)
+        lines += ["", f"**corefarm, {target} cores** (input MB/s and matrices/s; one node, every result checked):",
+                  "", table(["cores"] + [f"count {k}" for k in counts], rows)]
+        ok = [p for p in sel if p["status"] == "ok"]
+        if ok:
+            best = max(ok, key=lambda p: mean(p, "matrices_per_s") or 0)
+            lines += ["", f"Best {target}: {mean(best, 'matrices_per_s'):,.0f} matrices/s = "
+                          f"{mean(best, 'input_bytes_per_s') / 1e6:.1f} MB/s of input "
+                          f"({bps(mean(best, 'input_bps'))}) with {best['key']['cores']} core(s) × count "
+                          f"{best['key']['count']}; seed: 34 MB/s at 5 cores × count 4."]
+    return lines
+
+
+def sec_headline(doc, seed):
+    if not doc:
+        return ["The headline experiment was not run."]
+    pts = doc["points"]
+    prm = doc["params"]
+    lines = [f"`corefarm bench user` against `corefarm node` processes through `corefarm server`, "
+             f"{size(prm['input_size'])} inputs, {size(prm['output_size'])} outputs, one input per message, "
+             f"{prm['duration_s']:g} s measured per run, {prm['runs']} runs per point (± = half the range "
+             f"over runs). Latency is per message, from send to result.", ""]
+    rows = []
+    for p in pts:
+        k = p["key"]
+        if k.get("part") != "user":
+            continue
+        if p["status"] != "ok":
+            rows.append([k["policy"], k["nodes"], k["delay_us"], status_cell(p), "", "", "", "", ""])
+            continue
+        rows.append([k["policy"], k["nodes"], k["delay_us"], with_spread(p, "input_bps", bps),
+                     with_spread(p, "output_bps", bps), ms(mean(p, "latency_p50_ms")), ms(mean(p, "latency_p90_ms")),
+                     ms(mean(p, "latency_p99_ms")), ms(mean(p, "latency_max_ms"))])
+    lines += [table(["policy", "nodes", "delay µs", "input", "output", "p50", "p90", "p99", "max"], rows)]
+    for p in pts:
+        if p["key"].get("part") == "echo":
+            lines += ["", f"`corefarm bench echo` at the same message size ({p['key']['size']} B payload, one "
+                          f"client): {with_spread(p, 'throughput_bps', bps) if p['status'] == 'ok' else status_cell(p)} "
+                          f"each way."]
+    mm = [p for p in pts if p["key"].get("part") == "matmul"]
+    if mm:
+        rows = []
+        for p in mm:
+            k = p["key"]
             if p["status"] != "ok":
-                lines += ["", f"**corefarm:** {p['status']}: {p.get('reason')}"]
+                rows.append([k["target"], f"{k['nodes']} × {k['cores']} cores, count {k['count']}", status_cell(p),
+                             "", "", "", ""])
+                continue
+            rtl = (f"{mean(p, 'rtl_standalone_cycles_per_s') / 1e6:.1f} M alone, "
+                   f"{mean(p, 'rtl_cluster_cycles_per_s_per_instance') / 1e6:.1f} M in the cluster"
+                   if mean(p, "rtl_standalone_cycles_per_s") else "")
+            rows.append([k["target"], f"{k['nodes']} node × {k['cores']} cores, count {k['count']}",
+                         f"{with_spread(p, 'matrices_per_s', lambda v: f'{v:,.0f}')} "
+                         f"({mean(p, 'input_bytes_per_s') / 1e6:.0f} MB/s)",
+                         f"{mean(p, 'software_matrices_per_s'):,.0f} ({mean(p, 'software_matrices_per_s') * 32768 / 1e6:.0f} MB/s)",
+                         f"×{mean(p, 'ratio_vs_software'):.2f}", ms(mean(p, "latency_p50_ms")), rtl])
+        lines += ["", "**Issue 3: matrix multiplier per node against software** (`corefarm demo --json`: the same "
+                      "run measures the cluster, then the software baseline — the same C++ function called in a loop "
+                      "on one thread — and, for RTL, one simulated instance alone):", "",
+                  table(["target", "cluster", "corefarm matrices/s per node", "software matrices/s", "ratio",
+                         "p50 latency", "RTL simulated cycles/s per instance"], rows)]
+    verdicts = prm.get("verdicts") or []
+    if verdicts:
+        lines += ["", "**Targets:**", "",
+                  table(["target", "measured", "met?"],
+                        [[v["target"], v["measured"], ("**met**" if v["met"] else f"**missed** ({v['ratio']:.2f}× the target)")]
+                         for v in verdicts])]
     return lines
 
 
@@ -222,17 +333,19 @@ def sec_software(doc, seed):
     return lines
 
 
-SECTIONS = {"echo": sec_echo, "server": sec_server, "node": sec_node, "node-matmul": sec_node_matmul,
+SECTIONS = {"headline": sec_headline, "echo": sec_echo, "server": sec_server, "node": sec_node, "node-matmul": sec_node_matmul,
             "cluster": sec_cluster, "software": sec_software}
 
 READINGS = {
+    "headline": "whether the targets are met, by how much, and why.",
     "echo": "where the plateau starts on this machine and how it compares with the seed's 16 Gbit/s "
             "(the seed had 4 cores / 8 threads; here client and server share 2 cores).",
     "server": "queue vs stack vs credit at 2-4 nodes, the best message size, and whether the seed's "
               "256-512 KB optimum holds.",
     "node": "the growth of throughput with data size and the value at 128 KiB against the seed's 393 Mbit/s "
             "(the seed's node was an ARM board; here the node runs on the server's machine).",
-    "node-matmul": "needs the matrix-multiplier node driver (not implemented yet).",
+    "node-matmul": "how throughput grows with cores and inputs per message, where it peaks, against the seed's "
+                   "34 MB/s at 5 cores x 4 inputs.",
     "cluster": "the node count where throughput saturates and latency drops, for 1 and 4 inputs, and the "
                "server overhead when processing matches the offered rate (seed: ~283 µs). With 2 cores the "
                "saturation comes far earlier than the seed's 24-36 nodes.",
@@ -241,7 +354,8 @@ READINGS = {
 }
 
 
-def render(results: Path, out: Path, figures: Path, seed: dict) -> str:
+def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict | None = None) -> str:
+    readings = readings or {}
     docs = {}
     for name in ORDER:
         f = results / f"{name}.json"
@@ -254,7 +368,8 @@ def render(results: Path, out: Path, figures: Path, seed: dict) -> str:
     L = ["# corefarm benchmarks", "",
          "<!-- Generated by bench/report.py from suite results; edit the generator, not this file. -->", "",
          "Reproduce with `python3 bench/suite.py all [--quick]` (or `corefarm bench suite all`), then "
-         "`python3 bench/report.py`. Compare two runs with `corefarm bench compare OLD.json NEW.json`.", "",
+         "`python3 bench/report.py`. Compare two runs with `corefarm bench compare OLD.json NEW.json`. "
+         "One experiment alone: `corefarm bench suite headline` (issues 2 and 3), `node`, `node-matmul`, ….", "",
          "## Tools", "",
          "- `corefarm bench echo [server --listen A | client --addr A] --size B --clients N --duration S [--json]`: "
          "SMP echo; throughput = echoed payload bits/s, all clients together.",
@@ -271,6 +386,14 @@ def render(results: Path, out: Path, figures: Path, seed: dict) -> str:
          "window_messages, missing, corrupted, failed}, throughput{input_bps, output_bps, offered_input_bps, "
          "messages_per_s, inputs_per_s, send_rate_hz}, latency{samples, avg_ms, min_ms, p50_ms, p90_ms, p99_ms, "
          "max_ms}}`.",
+         "- `corefarm bench node [--no-spawn] [--node-arg A] --input-size B [--output-size B] --count K "
+         "--window W --duration S [--json]`: the node manager isolated (seed §4.2.3). It listens on 127.0.0.1:0 "
+         "as a server node port, starts one `corefarm node --server ADDR --once` (or waits for one), sends the "
+         "benchmarking configuration with delay 0 and streams data messages straight to the node from a sender "
+         "thread, at most W in flight, while a receiver thread checks every result; same report as `bench user`.",
+         "- `corefarm demo --target native|rtl --nodes N --cores C --count K --jobs J --json`: real 64×64 "
+         "matrix products (K per data message) through an embedded server and N node managers, every result "
+         "checked, with the software baseline and (RTL) simulated cycles/s measured in the same run.",
          "- `corefarm bench compare OLD.json NEW.json [--threshold 0.05] [--json]`: a metric regresses when it "
          "moves the wrong way by more than max(threshold, (max−min)/mean of either recording); exit 1 on any "
          "regression or newly failed point.",
@@ -289,6 +412,22 @@ def render(results: Path, out: Path, figures: Path, seed: dict) -> str:
          "thread each for the server and the user. This machine has 2 logical CPUs shared by the user, the "
          "server and every simulated node, so absolute numbers are lower and saturate earlier; the shapes "
          "of the curves are what compares.", ""]
+    run = {}
+    if (results / "run.json").exists():
+        run = json.loads((results / "run.json").read_text())
+    if run:
+        L += ["## This run", "",
+              f"`{run['command']}` with `COREFARM_BIN` = a release build of commit "
+              f"`{(machine.get('git_commit') or '?')[:12]}`: {len(run.get('experiments', []))} experiments in "
+              f"{run['total_s'] / 60:.1f} minutes (load waits included), {run['failed_points']} failed point(s).", ""]
+    loads = [[n, d["load"].get("load_at_start", ["?"])[0], d["load"].get("load_at_end", ["?"])[0],
+              f"{d['load'].get('waited_s', 0):.0f} s", f"{d.get('elapsed_s', 0):.0f} s"]
+             for n, d in docs.items() if d.get("load")]
+    if loads:
+        L += ["1-minute load average when each experiment started and ended (the suite itself keeps 1-2 "
+              "CPUs busy; it waited for the load of other users of the machine to fall below the threshold "
+              "first, at most the time shown):", "",
+              table(["experiment", "load at start", "load at end", "waited", "duration"], loads), ""]
     if quick:
         L += ["**These are `--quick` results** (short runs, few points, one run per point): they show the "
               "harness works end to end, not the system's performance.", ""]
@@ -301,15 +440,16 @@ def render(results: Path, out: Path, figures: Path, seed: dict) -> str:
         if doc:
             for note in doc.get("notes", []):
                 L += ["", f"_Note:_ {note}"]
-            pngs = sorted(results.glob(f"fig*_{name}*.png")) + sorted(results.glob(f"sec*_{name}*.png"))
-            if name == "software":
-                pngs += sorted(results.glob("sec4_6_speedup.png"))
-            for png in dict.fromkeys(pngs):
+            pngs = [results / f for f in FIGURES.get(name, []) if (results / f).exists()]
+            for png in pngs:
                 shutil.copy2(png, figures / png.name)
                 L += ["", f"![{png.stem}]({(rel / png.name).as_posix()})"]
         else:
             L += ["", "_Not run._"]
-        L += ["", "**Reading.**", "", PLACEHOLDER + READINGS[name], ""]
+        text = readings.get(name)
+        if isinstance(text, list):
+            text = "\n\n".join(text)
+        L += ["", "**Reading.**", "", text if text else PLACEHOLDER + READINGS[name], ""]
     return "\n".join(L).rstrip() + "\n"
 
 
@@ -319,10 +459,14 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
     ap.add_argument("--figures", default=str(HERE / "figures"), help="where plots are copied for the document")
     ap.add_argument("--seed", default=str(HERE / "seed_figures.json"))
+    ap.add_argument("--readings", default=str(HERE / "readings.json"),
+                    help="hand-written reading paragraphs per experiment, written from the results they describe")
     a = ap.parse_args(argv)
     seed = json.loads(Path(a.seed).read_text())
     out = Path(a.out).resolve()
-    text = render(Path(a.results), out, Path(a.figures).resolve(), seed)
+    rp = Path(a.readings)
+    readings = json.loads(rp.read_text()) if rp.exists() else {}
+    text = render(Path(a.results), out, Path(a.figures).resolve(), seed, readings)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}", file=sys.stderr)

@@ -19,7 +19,8 @@ def build(tmp_path, with_png=True):
         (results / "fig4_1_echo.png").write_bytes(b"\x89PNG fake")
     out = tmp_path / "docs" / "benchmarks.md"
     figs = tmp_path / "bench" / "figures"
-    assert report.main(["--results", str(results), "--out", str(out), "--figures", str(figs)]) == 0
+    assert report.main(["--results", str(results), "--out", str(out), "--figures", str(figs),
+                        "--readings", str(tmp_path / "no-readings.json")]) == 0
     return out.read_text(), figs
 
 
@@ -73,3 +74,56 @@ def test_spread_and_grids():
     plan = suite.cluster_plan(False, 40)
     assert plan["nodes"][0] == 1 and plan["nodes"][-1] == 40
     assert plan["rates"] == [1000, 2000, 5000, 10000, 50000, 100000]
+
+
+def _point(key, metrics, status="ok"):
+    return {"key": key, "status": status, "reason": None if status == "ok" else "boom", "runs": 1,
+            "metrics": {m: {"runs": 1, "mean": v, "min": v, "max": v, "stdev": 0.0} for m, v in metrics.items()}}
+
+
+def test_headline_verdicts_and_section(tmp_path):
+    pts = [
+        _point({"part": "user", "policy": "credit", "nodes": 1, "delay_us": 0}, {"input_bps": 6e9, "output_bps": 3e9,
+               "latency_p50_ms": 0.2, "latency_p90_ms": 0.3, "latency_p99_ms": 0.5, "latency_max_ms": 2.0}),
+        _point({"part": "user", "policy": "credit", "nodes": 4, "delay_us": 919}, {"input_bps": 1.0e9,
+               "latency_p50_ms": 12.0}),
+        _point({"part": "user", "policy": "queue", "nodes": 4, "delay_us": 919}, {"input_bps": 1.1e9,
+               "latency_p50_ms": 3.0}),
+        _point({"part": "matmul", "target": "rtl", "nodes": 1, "cores": 2, "count": 1},
+               {"matrices_per_s": 100.0, "input_bytes_per_s": 3.2e6, "software_matrices_per_s": 5000.0,
+                "ratio_vs_software": 0.02, "latency_p50_ms": 20.0, "rtl_standalone_cycles_per_s": 9e6,
+                "rtl_cluster_cycles_per_s_per_instance": 8e6}),
+    ]
+    v = {x["target"].split(":")[0]: x for x in suite.headline_verdicts(pts)}
+    assert v["delay 0, 1 node (credit)"]["met"] is True
+    assert v["delay 919 us, 4 nodes (credit)"]["met"] is False  # 12 ms
+    assert v["delay 919 us, 4 nodes"]["met"] is False  # 1.0 < 0.98 * 1.1 Gbit/s
+    assert v["RTL matrix multiplier"]["met"] is False and abs(v["RTL matrix multiplier"]["ratio"] - 0.9) < 1e-9
+    doc = {"experiment": "headline", "params": {"input_size": 32768, "output_size": 16384, "duration_s": 5,
+                                                "runs": 2, "verdicts": suite.headline_verdicts(pts)},
+           "points": pts}
+    text = "\n".join(report.sec_headline(doc, {}))
+    assert "| credit | 1 | 0 | 6.00 Gbit/s | 3.00 Gbit/s | 0.200 ms" in text
+    assert "**missed** (1.20× the target)" in text
+    assert "9.0 M alone, 8.0 M in the cluster" in text
+
+
+def test_node_matmul_table(tmp_path):
+    seed = json.loads((HERE.parent / "seed_figures.json").read_text())
+    pts = [_point({"target": "native", "cores": c, "count": k},
+                  {"matrices_per_s": 1000.0 * c * k, "input_bytes_per_s": 32768e3 * c * k, "input_bps": 8 * 32768e3 * c * k})
+           for c in (1, 2) for k in (1, 4)]
+    pts.append(_point({"target": "rtl", "cores": 1, "count": 1}, {}, status="failed"))
+    text = "\n".join(report.sec_node_matmul({"points": pts}, seed))
+    assert "| 2 | 65.5 MB/s (2,000/s) | 262.1 MB/s (8,000/s) |" in text
+    assert "Best native: 8,000 matrices/s" in text and "2 core(s) × count 4" in text
+    assert "| 1 | failed |" in text
+
+
+def test_readings_replace_placeholders(tmp_path):
+    results = tmp_path / "r"
+    shutil.copytree(HERE / "fixture", results)
+    seed = json.loads((HERE.parent / "seed_figures.json").read_text())
+    text = report.render(results, tmp_path / "b.md", tmp_path / "f", seed, {"echo": ["First.", "Second."]})
+    assert "First.\n\nSecond." in text
+    assert text.count(report.PLACEHOLDER.strip()) == len(report.ORDER) - 1
