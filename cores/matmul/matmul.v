@@ -14,7 +14,7 @@ module mat_mul_64x64 (
     input             avs_cra_write,
     input      [63:0] avs_cra_writedata,
     input       [7:0] avs_cra_byteenable,
-    output reg [63:0] avs_cra_readdata,
+    output     [63:0] avs_cra_readdata,
     input      [31:0] avs_in_address,
     input             avs_in_read,
     input             avs_in_write,
@@ -39,39 +39,15 @@ module mat_mul_64x64 (
     reg [31:0] mem_o[0:4095];
 
     // ---------------------------------------------------------------- CSR
-    reg busy, done, int_enable;
+    wire busy;
     reg [17:0] step;  // {i, j, k} of the multiply-accumulate in progress
     wire finish = busy && step == 18'h3FFFF;
-    wire start = avs_cra_write && avs_cra_address == 32'd1 &&
-                 avs_cra_byteenable[0] && avs_cra_writedata[0];
-    assign irq = done & int_enable;
-
-    always @(posedge clock) begin
-        if (!resetn) begin
-            busy <= 1'b0;
-            done <= 1'b0;
-            int_enable <= 1'b0;
-            avs_cra_readdata <= 64'd0;
-        end else begin
-            if (avs_cra_read)
-                case (avs_cra_address)
-                    32'd0: avs_cra_readdata <= {63'd0, busy};
-                    32'd2: avs_cra_readdata <= {63'd0, int_enable};
-                    32'd3: avs_cra_readdata <= {63'd0, done};
-                    default: avs_cra_readdata <= 64'd0;
-                endcase
-            if (avs_cra_write && avs_cra_address == 32'd2 && avs_cra_byteenable[0])
-                int_enable <= avs_cra_writedata[0];
-            // Completion wins over a same-cycle clear so no job end is lost.
-            if (finish) done <= 1'b1;
-            else if (avs_cra_write && avs_cra_address == 32'd3 &&
-                     avs_cra_byteenable[0] && avs_cra_writedata[0])
-                done <= 1'b0;
-            // A start while busy is ignored (table 3.1: busy = cannot accept).
-            if (finish) busy <= 1'b0;
-            else if (start) busy <= 1'b1;
-        end
-    end
+    cf_csr csr (
+        .clock(clock), .resetn(resetn),
+        .address(avs_cra_address), .read(avs_cra_read), .write(avs_cra_write),
+        .writedata(avs_cra_writedata), .byteenable(avs_cra_byteenable),
+        .readdata(avs_cra_readdata), .finish(finish), .busy(busy), .irq(irq)
+    );
 
     // ------------------------------------------------------------ datapath
     wire [5:0] i = step[17:12];

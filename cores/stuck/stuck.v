@@ -10,7 +10,7 @@ module stuck (
     input             avs_cra_write,
     input      [63:0] avs_cra_writedata,
     input       [7:0] avs_cra_byteenable,
-    output reg [63:0] avs_cra_readdata,
+    output     [63:0] avs_cra_readdata,
     input      [31:0] avs_in_address,
     input             avs_in_read,
     input             avs_in_write,
@@ -27,31 +27,15 @@ module stuck (
 );
     reg [63:0] mem_i[0:1];
     reg [63:0] mem_o[0:1];
-    reg busy, int_enable;
-    // done exists only so the register map matches; it never rises.
-    wire done = 1'b0;
-    assign irq = done & int_enable;
-
-    always @(posedge clock) begin
-        if (!resetn) begin
-            busy <= 1'b0;
-            int_enable <= 1'b0;
-            avs_cra_readdata <= 64'd0;
-        end else begin
-            if (avs_cra_read)
-                case (avs_cra_address)
-                    32'd0: avs_cra_readdata <= {63'd0, busy};
-                    32'd2: avs_cra_readdata <= {63'd0, int_enable};
-                    32'd3: avs_cra_readdata <= {63'd0, done};
-                    default: avs_cra_readdata <= 64'd0;
-                endcase
-            if (avs_cra_write && avs_cra_address == 32'd2 && avs_cra_byteenable[0])
-                int_enable <= avs_cra_writedata[0];
-            if (avs_cra_write && avs_cra_address == 32'd1 &&
-                avs_cra_byteenable[0] && avs_cra_writedata[0])
-                busy <= 1'b1;
-        end
-    end
+    // The job never finishes: busy rises on start and stays, done never rises.
+    wire busy;
+    wire finish = 1'b0;
+    cf_csr csr (
+        .clock(clock), .resetn(resetn),
+        .address(avs_cra_address), .read(avs_cra_read), .write(avs_cra_write),
+        .writedata(avs_cra_writedata), .byteenable(avs_cra_byteenable),
+        .readdata(avs_cra_readdata), .finish(finish), .busy(busy), .irq(irq)
+    );
 
     integer b;
     always @(posedge clock) begin

@@ -22,6 +22,9 @@ pub const HLS_HEADER: &str = include_str!("../../../include/corefarm/hls.h");
 
 /// `cores/rtl/cf_rtl_wrapper.cpp`: RTL ABI over the Verilated top module.
 pub const RTL_WRAPPER: &str = include_str!("../../../cores/rtl/cf_rtl_wrapper.cpp");
+/// The shared control/status register block (`cf_csr`), offered to every RTL
+/// build as a Verilog library so cores instantiate it without listing it.
+pub const RTL_CSR: &str = include_str!("../../../cores/rtl/cf_csr.v");
 
 /// Bumped whenever flags or the build recipe change, so cached objects built
 /// by an older recipe are not reused.
@@ -318,6 +321,7 @@ pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), Toolc
 
     let dir = build_dir()?;
     let d = dir.path();
+    std::fs::write(d.join("cf_csr.v"), RTL_CSR).map_err(io_err("writing cf_csr.v"))?;
     std::fs::write(d.join("cf_rtl_wrapper.cpp"), RTL_WRAPPER)
         .map_err(io_err("writing the RTL wrapper"))?;
     std::fs::write(
@@ -353,6 +357,8 @@ pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), Toolc
         .arg(jobs.to_string())
         .args(["-o", "cf_rtl.so"])
         .args(sources)
+        .arg("-v")
+        .arg(d.join("cf_csr.v"))
         .arg(d.join("cf_rtl_wrapper.cpp"));
     run("verilator", &mut cmd)?;
     let so = obj.join("cf_rtl.so");
@@ -433,6 +439,7 @@ pub fn cache_key(
             field(b"rtl");
             field(top.as_bytes());
             field(RTL_WRAPPER.as_bytes());
+            field(RTL_CSR.as_bytes());
         }
     }
     field(extra_key.as_bytes());
