@@ -20,11 +20,12 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ORDER = ["headline", "echo", "server", "node", "node-matmul", "cluster", "software"]
+ORDER = ["headline", "echo", "server", "policies", "node", "node-matmul", "cluster", "software"]
 TITLES = {
     "headline": "Headline: issue 2's table and issue 3's rows (one run)",
     "echo": "SMP echo (seed §4.2.1, figure 4.1)",
     "server": "Server, zero-delay benchmarking configuration (seed §4.2.2, figures 4.3 and 4.4)",
+    "policies": "Policies when the nodes are the bottleneck (seed §4.2.2's queue-vs-stack finding)",
     "node": "Load-free node manager, isolated (seed §4.2.3, figure 4.5)",
     "node-matmul": "Node with matrix-multiplier cores (seed §4.4.1, figure 4.10)",
     "cluster": "Simulated matrix-multiplier cluster (seed §4.4.2, tables 4.1-4.4)",
@@ -36,6 +37,7 @@ FIGURES = {
     "headline": ["headline_user.png"],
     "echo": ["fig4_1_echo.png"],
     "server": ["fig4_3_server_throughput.png", "fig4_4_server_latency.png"],
+    "policies": [],
     "node": ["fig4_5_node.png"],
     "node-matmul": ["fig4_10_node_matmul.png"],
     "cluster": ["fig4_11_cluster_throughput_count1.png", "fig4_12_cluster_latency_count1.png",
@@ -204,6 +206,20 @@ def sec_node_matmul(doc, seed):
     return lines
 
 
+def sec_policies(doc, seed):
+    if not doc:
+        return []
+    prm = doc["params"]
+    rows = [[p["key"]["policy"], p["key"]["nodes"],
+             with_spread(p, "input_bps", bps) if p["status"] == "ok" else status_cell(p),
+             ms(mean(p, "latency_p50_ms")), ms(mean(p, "latency_avg_ms")), ms(mean(p, "latency_p99_ms"))]
+            for p in doc["points"]]
+    return [f"`corefarm bench suite policies`: {size(prm['input_size'])} inputs, {size(prm['output_size'])} outputs, "
+            f"{prm['delay_us']} µs per input, {prm['duration_s']:g} s × {prm['runs']} runs per point. One node can "
+            f"process {1e6 / prm['delay_us']:.0f} inputs/s = {bps(1e6 / prm['delay_us'] * prm['input_size'] * 8)}.",
+            "", table(["policy", "nodes", "input", "p50", "avg latency", "p99"], rows)]
+
+
 def sec_headline(doc, seed):
     if not doc:
         return ["The headline experiment was not run."]
@@ -333,10 +349,11 @@ def sec_software(doc, seed):
     return lines
 
 
-SECTIONS = {"headline": sec_headline, "echo": sec_echo, "server": sec_server, "node": sec_node, "node-matmul": sec_node_matmul,
+SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server, "node": sec_node, "node-matmul": sec_node_matmul,
             "cluster": sec_cluster, "software": sec_software}
 
 READINGS = {
+    "policies": "queue vs stack vs credit when every node is busy.",
     "headline": "whether the targets are met, by how much, and why.",
     "echo": "where the plateau starts on this machine and how it compares with the seed's 16 Gbit/s "
             "(the seed had 4 cores / 8 threads; here client and server share 2 cores).",
@@ -419,14 +436,26 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
         L += ["## This run", "",
               f"`{run['command']}` with `COREFARM_BIN` = a release build of commit "
               f"`{(machine.get('git_commit') or '?')[:12]}`: {len(run.get('experiments', []))} experiments in "
-              f"{run['total_s'] / 60:.1f} minutes (load waits included), {run['failed_points']} failed point(s).", ""]
+              f"{run['total_s'] / 60:.1f} minutes (load waits included), {run['failed_points']} failed point(s).", "",
+              "Reproduce (the `--compact` sweeps keep the whole run near 25 minutes on 2 CPUs; without it the "
+              "suite runs the seed's full grids, many hours):", "",
+              "```sh",
+              "cargo build --release -p corefarm-cli",
+              "target/release/corefarm bench suite all --out bench/results -- --compact --runs 2 --duration 2 "
+              "--warmup 0.5 --wait-load 0.7 --wait-between 30",
+              "# issue 2/3 table and the busy-node policy comparison alone (both re-measured after the run):",
+              "target/release/corefarm bench suite headline --out DIR -- --runs 3 --duration 2 --warmup 0.5 --wait-load 0.7",
+              "target/release/corefarm bench suite policies --out DIR -- --runs 3 --duration 2 --warmup 0.5 --wait-load 0.7",
+              "python3 bench/report.py --results bench/results",
+              "```", ""]
     loads = [[n, d["load"].get("load_at_start", ["?"])[0], d["load"].get("load_at_end", ["?"])[0],
               f"{d['load'].get('waited_s', 0):.0f} s", f"{d.get('elapsed_s', 0):.0f} s"]
              for n, d in docs.items() if d.get("load")]
     if loads:
-        L += ["1-minute load average when each experiment started and ended (the suite itself keeps 1-2 "
-              "CPUs busy; it waited for the load of other users of the machine to fall below the threshold "
-              "first, at most the time shown):", "",
+        L += ["1-minute load average when each experiment started and ended, and how long the suite waited "
+              "for it to fall below the threshold first. The suite itself keeps 1-2 CPUs busy and the 1-minute "
+              "average decays over minutes, so a load above the threshold at the start of a later experiment "
+              "(the wait between experiments is capped) is mostly the previous experiment's own processes:", "",
               table(["experiment", "load at start", "load at end", "waited", "duration"], loads), ""]
     if quick:
         L += ["**These are `--quick` results** (short runs, few points, one run per point): they show the "

@@ -4,7 +4,8 @@
     python3 bench/suite.py EXPERIMENT [--quick] [--out DIR] [--runs N] [--duration S]
 
 EXPERIMENT is one of echo, server, node, node-matmul, cluster, software,
-headline, all. --compact selects the reduced sweeps of the documented
+headline, all (those seven), or policies (queue/stack/credit with 919 us
+nodes, not in all). --compact selects the reduced sweeps of the documented
 ~25-minute full run (docs/benchmarks.md gives the exact command).
 It drives the real `corefarm` binary ($COREFARM_BIN, else target/release/corefarm)
 as separate processes, the way the seed's Python scripts drove its programs:
@@ -42,6 +43,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["echo", "server", "node", "node-matmul", "cluster", "software", "headline"]
+# Named experiments that `all` does not run.
+EXTRA = ["policies"]
 KIB = 1024
 
 # Matrix multiplier sizes (seed 000 §4.3.2.3).
@@ -767,15 +770,33 @@ def headline_verdicts(points: list[dict]) -> list[dict]:
     return out
 
 
+def exp_policies(ctx: Context) -> dict:
+    """The seed's queue-vs-stack finding (§4.2.2) where nodes are the bottleneck: 32 KiB inputs, 16 KiB
+    outputs, 919 us per input, 2 and 4 nodes, each policy. Not part of `all`."""
+    ctx.need_binary()
+    nodes_list = [2] if ctx.quick else [2, 4]
+    policies = ["queue", "stack", "credit"]
+    rec = Recorder(ctx, "policies", len(nodes_list) * len(policies),
+                   {"input_size": MM_INPUT, "output_size": MM_OUTPUT, "delay_us": 919, "nodes": nodes_list,
+                    "policies": policies, "duration_s": ctx.duration, "runs": ctx.runs})
+    for pol in policies:
+        for n in nodes_list:
+            sweep(ctx, rec, pol, n, [({"policy": pol, "nodes": n, "delay_us": 919},
+                                      dict(input_size=MM_INPUT, output_size=MM_OUTPUT, count=1, delay_us=919,
+                                           drain=ctx.drain))])
+    return rec.write()
+
+
 RUNNERS = {"echo": exp_echo, "server": exp_server, "node": exp_node, "node-matmul": exp_node_matmul,
-           "cluster": exp_cluster, "software": exp_software, "headline": exp_headline}
+           "cluster": exp_cluster, "software": exp_software, "headline": exp_headline,
+           "policies": exp_policies}
 
 
 # ---------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("experiment", choices=EXPERIMENTS + ["all"])
+    ap.add_argument("experiment", choices=EXPERIMENTS + EXTRA + ["all"])
     ap.add_argument("--quick", action="store_true", help="a few seconds per experiment (CI)")
     ap.add_argument("--out", default=str(ROOT / "bench-results"), help="results directory")
     ap.add_argument("--runs", type=int, help="runs per point (default 1 quick, 3 full)")
