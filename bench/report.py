@@ -469,10 +469,13 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
         if doc:
             for note in doc.get("notes", []):
                 L += ["", f"_Note:_ {note}"]
-            pngs = [results / f for f in FIGURES.get(name, []) if (results / f).exists()]
-            for png in pngs:
-                shutil.copy2(png, figures / png.name)
-                L += ["", f"![{png.stem}]({(rel / png.name).as_posix()})"]
+            for fname in FIGURES.get(name, []):
+                png = results / fname
+                if png.exists():
+                    shutil.copy2(png, figures / fname)
+                elif not (figures / fname).exists():
+                    continue  # committed results keep their plots in the figures directory only
+                L += ["", f"![{Path(fname).stem}]({(rel / fname).as_posix()})"]
         else:
             L += ["", "_Not run._"]
         text = readings.get(name)
