@@ -258,3 +258,27 @@ extern "C" void mat_mul_64x64(const uint8_t *in_, uint8_t *out_) {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("first bad job: 0"), "{err}");
 }
+
+#[test]
+fn several_matrices_per_message_are_all_verified() {
+    if !have_cxx() {
+        eprintln!("SKIPPED: no C++ compiler ($CXX, default c++) to build the native core");
+        return;
+    }
+    // 7 jobs in messages of 3: the last message carries only one matrix pair.
+    let out = demo(
+        &[
+            "--json", "--jobs", "7", "--count", "3", "--nodes", "1", "--cores", "2",
+        ]
+        .into_iter()
+        .chain(["--baseline-seconds", "0.05", "--seed", "11"])
+        .collect::<Vec<_>>(),
+        &[],
+    );
+    let r = report(&out);
+    assert_eq!(r["count"], 3, "{r}");
+    assert_eq!(r["messages"], 3, "{r}");
+    assert_eq!(r["jobs"], 7, "{r}");
+    assert_eq!(r["verified"], 7, "{r}");
+    assert_eq!(r["all_verified"], true, "{r}");
+}
