@@ -614,7 +614,7 @@ def exp_node_matmul(ctx: Context) -> dict:
 def cluster_plan(quick: bool, max_nodes: int, compact: bool = False) -> dict:
     if quick:
         return {"nodes": [1, 4], "rates": [1000, 5000]}
-    full = [1, 2, 4, 8, 12, 16, 24] if compact else [1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44]
+    full = [1, 2, 4, 8, 16, 24, 32, 40, 44] if compact else [1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40, 44]
     nodes = [n for n in full if n <= max_nodes]
     return {"nodes": nodes, "rates": [1000, 2000, 5000, 10000, 50000, 100000]}
 
