@@ -14,19 +14,7 @@ use pyo3::types::PyBytes;
 use serde_json::{json, Value};
 
 fn kind(e: &ProtocolError) -> &'static str {
-    match e {
-        ProtocolError::UnknownType(_) => "unknown_type",
-        ProtocolError::TooLarge { .. } => "too_large",
-        ProtocolError::Truncated { .. } => "truncated",
-        ProtocolError::CoreTableTooLong { .. } => "core_table_too_long",
-        ProtocolError::ZeroInputSize => "zero_input_size",
-        ProtocolError::BenchmarkTooSmall { .. } => "benchmark_too_small",
-        ProtocolError::NotMultiple { .. } => "not_multiple",
-        ProtocolError::EmptyData(_) => "empty_data",
-        ProtocolError::BadHello(_) => "bad_hello",
-        ProtocolError::BadReason => "bad_reason",
-        ProtocolError::TruncatedStream(_) => "truncated_stream",
-    }
+    e.kind()
 }
 
 fn protocol_error(py: Python<'_>, e: ProtocolError) -> PyErr {

@@ -98,6 +98,24 @@ impl ErrorCode {
 }
 
 impl ProtocolError {
+    /// A stable machine-readable name for the kind of error (used by the
+    /// shared test vectors and the Python binding).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ProtocolError::UnknownType(_) => "unknown_type",
+            ProtocolError::TooLarge { .. } => "too_large",
+            ProtocolError::Truncated { .. } => "truncated",
+            ProtocolError::CoreTableTooLong { .. } => "core_table_too_long",
+            ProtocolError::ZeroInputSize => "zero_input_size",
+            ProtocolError::BenchmarkTooSmall { .. } => "benchmark_too_small",
+            ProtocolError::NotMultiple { .. } => "not_multiple",
+            ProtocolError::EmptyData(_) => "empty_data",
+            ProtocolError::BadHello(_) => "bad_hello",
+            ProtocolError::BadReason => "bad_reason",
+            ProtocolError::TruncatedStream(_) => "truncated_stream",
+        }
+    }
+
     /// The wire code that best describes this error.
     pub fn code(&self) -> ErrorCode {
         match self {
