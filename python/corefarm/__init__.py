@@ -21,6 +21,7 @@ from .errors import (
     ConfigurationError,
     ConnectionError,
     Error,
+    ImageError,
     InputError,
     ProtocolError,
     ServerError,
@@ -29,6 +30,7 @@ from .errors import (
 
 __all__ = [
     "connect", "Client", "Output", "read_image_manifest", "default_core_table",
+    "build_image", "inspect_image", "ImageError",
     "Error", "ConnectionError", "ConfigurationError", "TimeoutError", "ServerError",
     "ProtocolError", "InputError", "ERROR_CODES", "DEFAULT_PORT",
 ]
@@ -54,6 +56,43 @@ def read_image_manifest(image):
         return json.loads(bytes(image[16:16 + length]).decode("utf-8"))
     except ValueError as e:
         raise ConfigurationError(f"image manifest is not valid JSON: {e}") from None
+
+
+def build_image(*, input_size, output_size, cores=1, name=None, hls=None, entry=None,
+                verilog=None, top=None, rbf=None, core_table=None, out=None):
+    """Builds a configuration image, like `corefarm image build`.
+
+    `hls` + `entry`: an HLS-style C/C++ component compiled for this CPU;
+    `verilog` (a path or a list of paths) + `top`: Verilog simulated by
+    Verilator; `rbf`: a Cyclone V bitstream. Several may be combined. Returns
+    the image bytes, and writes them to `out` if given."""
+    if isinstance(verilog, (str, os.PathLike)):
+        verilog = [verilog]
+    table = [tuple(c) for c in core_table] if core_table is not None else None
+    image = _corefarm.build_image(
+        input_size=input_size, output_size=output_size, cores=cores, name=name,
+        hls=os.fspath(hls) if hls is not None else None, entry=entry,
+        verilog=[os.fspath(v) for v in verilog] if verilog is not None else None, top=top,
+        rbf=os.fspath(rbf) if rbf is not None else None, core_table=table)
+    if out is not None:
+        with open(out, "wb") as f:
+            f.write(image)
+    return image
+
+
+def inspect_image(image):
+    """The manifest of an image (bytes or a path) as a dict, with each
+    artifact's `checksum_ok` (and `checksum_error` when it fails)."""
+    if isinstance(image, (str, os.PathLike)):
+        with open(image, "rb") as f:
+            image = f.read()
+    manifest, checks = _corefarm.inspect_image(bytes(image))
+    m = json.loads(manifest)
+    for a, err in zip(m.get("artifacts", []), checks):
+        a["checksum_ok"] = err is None
+        if err is not None:
+            a["checksum_error"] = err
+    return m
 
 
 def _as_bytes_view(data):

@@ -69,3 +69,7 @@ ERROR_CODES = {
     9: "core-failure",
     10: "internal",
 }
+
+
+class ImageError(Error, ValueError):
+    """A configuration image could not be built or is not valid."""

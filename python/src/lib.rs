@@ -16,6 +16,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
+mod image;
 mod smp;
 
 /// Builds the `corefarm.errors` exception for a client error.
@@ -367,6 +368,8 @@ fn _corefarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<Output>()?;
     m.add_function(wrap_pyfunction!(default_core_table, m)?)?;
+    m.add_function(wrap_pyfunction!(image::build_image, m)?)?;
+    m.add_function(wrap_pyfunction!(image::inspect_image, m)?)?;
     m.add_function(wrap_pyfunction!(smp::decode, m)?)?;
     m.add_function(wrap_pyfunction!(smp::encode, m)?)?;
     m.add("DEFAULT_MAX_MESSAGE", corefarm_smp::DEFAULT_MAX_MESSAGE)?;

@@ -1,0 +1,59 @@
+"""Building and inspecting configuration images from Python, and running one."""
+
+import shutil
+
+import pytest
+
+import corefarm
+from realbin import Cluster, find_binary
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+VADD = ROOT / "cores" / "vadd" / "vadd.cpp"
+needs_cxx = pytest.mark.skipif(shutil.which("c++") is None, reason="no C++ compiler (c++)")
+
+
+@needs_cxx
+def test_build_inspect_and_run_a_native_image(tmp_path):
+    out = tmp_path / "vadd.cfimg"
+    image = corefarm.build_image(hls=VADD, entry="vadd", input_size=2048, output_size=1024, cores=2, out=out)
+    assert out.read_bytes() == image
+    m = corefarm.inspect_image(out)
+    assert (m["name"], m["input_size"], m["output_size"], len(m["cores"])) == ("vadd", 2048, 1024, 2)
+    assert [a["kind"] for a in m["artifacts"]] == ["native"]
+    assert all(a["checksum_ok"] for a in m["artifacts"])
+
+    binary = find_binary()
+    if binary is None:
+        pytest.skip("no corefarm binary to run the image on")
+    cluster = Cluster(binary, 1)
+    try:
+        with corefarm.connect(cluster.users_addr, nodes=1, timeout=30) as c:
+            c.configure(image)
+            a = bytes(range(256)) * 4
+            b = bytes([1]) * 1024
+            (out_bytes,) = list(c.map([a + b], window=1))
+            assert out_bytes == bytes((x + 1) & 0xFF for x in a)
+    finally:
+        cluster.stop()
+
+
+@needs_cxx
+def test_a_corrupted_image_fails_its_checksum(tmp_path):
+    image = bytearray(corefarm.build_image(hls=VADD, entry="vadd", input_size=2048, output_size=1024))
+    image[-10] ^= 0xFF
+    m = corefarm.inspect_image(bytes(image))
+    assert not m["artifacts"][0]["checksum_ok"]
+    assert "checksum" in m["artifacts"][0]["checksum_error"] or "sha256" in m["artifacts"][0]["checksum_error"]
+
+
+def test_build_errors_say_what_is_wrong(tmp_path):
+    with pytest.raises(ValueError, match="nothing to build"):
+        corefarm.build_image(input_size=16, output_size=16)
+    with pytest.raises(ValueError, match="go together"):
+        corefarm.build_image(input_size=16, output_size=16, hls=VADD)
+    bad = tmp_path / "bad.cpp"
+    bad.write_text("this is not C++\n")
+    with pytest.raises(corefarm.ImageError):
+        corefarm.build_image(input_size=16, output_size=16, hls=bad, entry="f")
+    with pytest.raises(corefarm.ImageError):
+        corefarm.inspect_image(b"CFIMAGE\0" + b"\xff" * 12)
