@@ -22,17 +22,10 @@ import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from corefarm_bin import LISTENING, find_binary  # noqa: E402
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
-LISTENING = re.compile(r"listening nodes=(\S+) users=(\S+)")
 SIZES = ["--input-size", "2056", "--output-size", "1024"]
-
-
-def find_binary():
-    candidates = [os.environ.get("COREFARM_BIN")]
-    for t in (os.environ.get("CARGO_TARGET_DIR"), ROOT / "target"):
-        if t:
-            candidates += [pathlib.Path(t) / "release" / "corefarm", pathlib.Path(t) / "debug" / "corefarm"]
-    return next((str(c) for c in candidates if c and os.path.isfile(c) and os.access(c, os.X_OK)), None)
 
 
 def load_run_module():

@@ -2,27 +2,15 @@
 $COREFARM_BIN, $CARGO_TARGET_DIR or target/{release,debug}, starts it on
 OS-assigned ports and always stops it."""
 
-import os
 import pathlib
-import re
+import sys
 import subprocess
 import tempfile
 import threading
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-LISTENING = re.compile(r"listening nodes=(\S+) users=(\S+)")
-
-
-def find_binary():
-    candidates = []
-    if os.environ.get("COREFARM_BIN"):
-        candidates.append(pathlib.Path(os.environ["COREFARM_BIN"]))
-    targets = [ROOT / "target"]
-    if os.environ.get("CARGO_TARGET_DIR"):
-        targets.insert(0, pathlib.Path(os.environ["CARGO_TARGET_DIR"]))
-    for t in targets:
-        candidates += [t / "release" / "corefarm", t / "debug" / "corefarm"]
-    return next((str(c) for c in candidates if c.is_file() and os.access(c, os.X_OK)), None)
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from corefarm_bin import LISTENING, find_binary  # noqa: E402,F401  (re-exported to the tests)
 
 
 class Cluster:

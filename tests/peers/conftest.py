@@ -1,9 +1,6 @@
 """Locates the corefarm binary and runs servers/nodes on OS-assigned ports."""
 
-import contextlib
-import os
 import pathlib
-import re
 import subprocess
 import sys
 import tempfile
@@ -14,23 +11,8 @@ import pytest
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(HERE))
-
-LISTENING = re.compile(r"listening nodes=(\S+) users=(\S+)")
-
-
-def find_binary():
-    candidates = []
-    if os.environ.get("COREFARM_BIN"):
-        candidates.append(pathlib.Path(os.environ["COREFARM_BIN"]))
-    targets = [ROOT / "target"]
-    if os.environ.get("CARGO_TARGET_DIR"):
-        targets.insert(0, pathlib.Path(os.environ["CARGO_TARGET_DIR"]))
-    for t in targets:
-        candidates += [t / "release" / "corefarm", t / "debug" / "corefarm"]
-    for c in candidates:
-        if c.is_file() and os.access(c, os.X_OK):
-            return str(c)
-    return None
+sys.path.insert(0, str(ROOT / "tests" / "support"))
+from corefarm_bin import LISTENING, find_binary  # noqa: E402
 
 
 @pytest.fixture(scope="session")
