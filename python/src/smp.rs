@@ -33,6 +33,8 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::Hello => "hello",
         MsgType::Error => "error",
         MsgType::Credit => "credit",
+        MsgType::StatusRequest => "status_request",
+        MsgType::Status => "status",
     }
 }
 
@@ -83,6 +85,9 @@ fn decode_inner(
             json!({"id": e.id, "code": e.code, "reason": e.reason})
         }
         MsgType::Credit => json!({"messages": Credit::parse(&f.payload)?.messages}),
+        MsgType::StatusRequest => json!({}),
+        MsgType::Status => serde_json::to_value(corefarm_smp::ClusterStatus::decode(&f.payload)?)
+            .unwrap_or(Value::Null),
     };
     Ok((type_name(f.ty), v))
 }
@@ -135,6 +140,7 @@ pub fn encode<'py>(py: Python<'py>, ty: &str, fields: &str) -> PyResult<Bound<'p
                 bitstream: hex_field(&v, "bitstream_hex")?,
             }
             .to_frame()
+            .map_err(|e| protocol_error(py, e))?
         }
         "configuration_response" => {
             let s = u8::try_from(u32_field(&v, "status")?)
@@ -145,7 +151,8 @@ pub fn encode<'py>(py: Python<'py>, ty: &str, fields: &str) -> PyResult<Bound<'p
             id: u32_field(&v, "id")?,
             data: hex_field(&v, "data_hex")?,
         }
-        .to_frame(),
+        .to_frame()
+        .map_err(|e| protocol_error(py, e))?,
         "hello" => serde_json::from_value::<Hello>(v)
             .map_err(|e| PyValueError::new_err(e.to_string()))?
             .to_frame(),

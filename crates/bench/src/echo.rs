@@ -106,7 +106,7 @@ async fn echo_connection(stream: TcpStream) -> Result<()> {
         }
         let mut batch = Vec::new();
         while let Some(f) = dec.decode()? {
-            batch.push(OutFrame::new(f.ty, f.payload));
+            batch.push(OutFrame::new(f.ty, f.payload)?);
         }
         if !batch.is_empty() && tx.send(batch).await.is_err() {
             break;
@@ -323,7 +323,7 @@ async fn client(stream: TcpStream, payload: Bytes, verify: bool, sh: Arc<Shared>
                     n += 1;
                 }
                 for _ in 0..n {
-                    queue.push_back(OutFrame::data(id, payload.clone()));
+                    queue.push_back(OutFrame::data(id, payload.clone())?);
                     id = id.wrapping_add(1);
                 }
                 sent.fetch_add(n as u64, Ordering::Release);
@@ -416,7 +416,7 @@ mod tests {
             out
         });
         let mut q: VecDeque<OutFrame> = (0..200u32)
-            .map(|i| OutFrame::data(i, Bytes::from(vec![i as u8; (i as usize * 7) % 300])))
+            .map(|i| OutFrame::data(i, Bytes::from(vec![i as u8; (i as usize * 7) % 300])).unwrap())
             .collect();
         write_frames(&mut a, &mut q).await.unwrap();
         assert!(q.is_empty());
@@ -443,7 +443,7 @@ mod tests {
                 let mut p = f.payload.to_vec();
                 let last = p.len() - 1;
                 p[last] ^= 0xFF;
-                let frame = OutFrame::new(f.ty, Bytes::from(p));
+                let frame = OutFrame::new(f.ty, Bytes::from(p)).unwrap();
                 if corefarm_smp::codec::write_frame(&mut wr, frame)
                     .await
                     .is_err()

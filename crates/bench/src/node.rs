@@ -144,7 +144,7 @@ pub fn run(o: &NodeBenchOptions, listening: impl FnOnce(SocketAddr)) -> Result<U
         output_size: uo.output_size,
         delay_us: 0,
     };
-    corefarm_smp::blocking::write_frame(&mut writer, cfg.to_configuration().to_frame())?;
+    corefarm_smp::blocking::write_frame(&mut writer, cfg.to_configuration().to_frame()?)?;
     let mut reason = None;
     loop {
         let f = match reader.read_frame() {

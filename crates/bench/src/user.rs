@@ -386,7 +386,7 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
         output_size: o.output_size,
         delay_us: o.delay_us,
     };
-    corefarm_smp::blocking::write_frame(&mut writer, cfg.to_configuration().to_frame())?;
+    corefarm_smp::blocking::write_frame(&mut writer, cfg.to_configuration().to_frame()?)?;
     let mut initial_credit = 0u64;
     let mut reason = None;
     loop {

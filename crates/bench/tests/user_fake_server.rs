@@ -71,7 +71,7 @@ fn serve(s: TcpStream, fault: Fault, credit: bool, nodes: u32) -> anyhow::Result
             out[2] ^= 0x40;
         }
         if !(fault == Fault::Drop && d.id == 5) {
-            write_frame(&mut w, OutFrame::data(d.id, Bytes::from(out)))?;
+            write_frame(&mut w, OutFrame::data(d.id, Bytes::from(out)).unwrap())?;
         }
         if hello && credit {
             write_frame(&mut w, Credit { messages: 1 }.to_frame())?;

@@ -144,7 +144,7 @@ impl User {
     }
 
     fn configure(&mut self, cfg: &Configuration) -> u8 {
-        self.send(cfg.to_frame());
+        self.send(cfg.to_frame().unwrap());
         loop {
             let f = self.recv().expect("configuration response");
             match f.ty {
@@ -238,7 +238,7 @@ fn stream(
     let mut got = 0;
     for id in ids {
         u.wait_credit_or_results(&mut seen, &mut got, count, osz);
-        u.send(OutFrame::data(id, payload(id, count, isz)));
+        u.send(OutFrame::data(id, payload(id, count, isz)).unwrap());
     }
     while got < total {
         let f = u.recv().expect("result");
@@ -320,7 +320,7 @@ fn seed_format_user_without_hello() {
     let mut w = u.w.try_clone().unwrap();
     let sender = std::thread::spawn(move || {
         for id in 0..200u32 {
-            write_frame(&mut w, OutFrame::data(id, payload(id, 1, 32))).unwrap();
+            write_frame(&mut w, OutFrame::data(id, payload(id, 1, 32)).unwrap()).unwrap();
         }
     });
     let mut seen = HashMap::new();
@@ -398,7 +398,7 @@ fn node_killed_mid_stream_every_result_arrives_once() {
             victim.0.kill().unwrap();
         }
         u.wait_credit_or_results(&mut seen, &mut got, 1, 64);
-        u.send(OutFrame::data(id, payload(id, 1, 64)));
+        u.send(OutFrame::data(id, payload(id, 1, 64)).unwrap());
     }
     while got < total as usize {
         let f = u.recv().expect("result after node loss");
@@ -423,13 +423,14 @@ fn fake_node(addr: SocketAddr, behaviour: &'static str) -> std::thread::JoinHand
                 MsgType::Data => {
                     let d = Data::parse(f.payload).unwrap();
                     let r = match behaviour {
-                        "short" => {
-                            write_frame(&mut w, OutFrame::data(d.id, Bytes::from(vec![0u8; 3])))
-                        }
+                        "short" => write_frame(
+                            &mut w,
+                            OutFrame::data(d.id, Bytes::from(vec![0u8; 3])).unwrap(),
+                        ),
                         "garbage" => w.write_all(&[0x77; 64]),
                         "wrong-id" => write_frame(
                             &mut w,
-                            OutFrame::data(d.id ^ 0x5555, Bytes::from(vec![0u8; 64])),
+                            OutFrame::data(d.id ^ 0x5555, Bytes::from(vec![0u8; 64])).unwrap(),
                         ),
                         _ => Ok(()),
                     };
@@ -488,7 +489,7 @@ fn no_node_left_gives_the_user_an_error_not_a_hang() {
     assert_eq!(reply.nodes, Some(1));
     assert_eq!(u.configure(&bench(16, 16, 0)), 0);
     u.wait_credit();
-    u.send(OutFrame::data(5, payload(5, 1, 16)));
+    u.send(OutFrame::data(5, payload(5, 1, 16)).unwrap());
     let e = u.expect_error().expect("an error message before the close");
     assert_eq!(e.code(), Some(ErrorCode::NoNodes), "{e}");
     assert_eq!(e.id, 5, "the pending input is named");
@@ -528,7 +529,9 @@ fn bad_user_input_is_refused_with_a_reason() {
         ),
         (
             "data before configuration",
-            OutFrame::data(1, Bytes::from_static(&[0; 16])).to_vec(),
+            OutFrame::data(1, Bytes::from_static(&[0; 16]))
+                .unwrap()
+                .to_vec(),
             ErrorCode::NotConfigured,
         ),
         (
@@ -538,7 +541,9 @@ fn bad_user_input_is_refused_with_a_reason() {
                 for x in [16u32, 16, 5, 0] {
                     p.extend_from_slice(&x.to_le_bytes());
                 }
-                OutFrame::new(MsgType::Configuration, Bytes::from(p)).to_vec()
+                OutFrame::new(MsgType::Configuration, Bytes::from(p))
+                    .unwrap()
+                    .to_vec()
             },
             ErrorCode::Malformed,
         ),
@@ -555,7 +560,7 @@ fn bad_user_input_is_refused_with_a_reason() {
     let (mut u, _) = User::hello(srv.users, Some(1));
     assert_eq!(u.configure(&bench(16, 16, 0)), 0);
     u.wait_credit();
-    u.send(OutFrame::data(7, Bytes::from(vec![0u8; 17])));
+    u.send(OutFrame::data(7, Bytes::from(vec![0u8; 17])).unwrap());
     let e = u.expect_error().unwrap();
     assert_eq!((e.code(), e.id), (Some(ErrorCode::BadDataSize), 7), "{e}");
     // A truncated message followed by a close: the server just drops that session.
@@ -573,7 +578,7 @@ fn seed_user_with_invalid_first_message_gets_a_negative_response() {
     let srv = server(&[]);
     let _n = nodes(&srv, 1);
     let mut u = User::connect(srv.users);
-    u.send(OutFrame::data(1, Bytes::from_static(&[0; 16])));
+    u.send(OutFrame::data(1, Bytes::from_static(&[0; 16])).unwrap());
     let f = u.recv().expect("a response before the close");
     assert_eq!(f.ty, MsgType::ConfigurationResponse);
     assert_ne!(ConfigurationResponse::parse(&f.payload).unwrap().status, 0);
@@ -600,7 +605,12 @@ fn user_that_stops_reading_gets_everything_intact_with_bounded_memory() {
     let mut w = u.w.try_clone().unwrap();
     let sender = std::thread::spawn(move || {
         for id in 0..total {
-            if write_frame(&mut w, OutFrame::data(id, payload(id, 1, 64 * 1024))).is_err() {
+            if write_frame(
+                &mut w,
+                OutFrame::data(id, payload(id, 1, 64 * 1024)).unwrap(),
+            )
+            .is_err()
+            {
                 return false;
             }
         }
@@ -648,8 +658,8 @@ fn data_beyond_the_granted_credit_is_refused() {
     let (mut u, _) = User::hello(srv.users, Some(1));
     assert_eq!(u.configure(&bench(16, 16, 500_000)), 0);
     u.wait_credit();
-    u.send(OutFrame::data(0, payload(0, 1, 16)));
-    u.send(OutFrame::data(1, payload(1, 1, 16)));
+    u.send(OutFrame::data(0, payload(0, 1, 16)).unwrap());
+    u.send(OutFrame::data(1, payload(1, 1, 16)).unwrap());
     let e = u.expect_error().expect("an error before the close");
     assert_eq!(e.code(), Some(ErrorCode::UnexpectedMessage), "{e}");
     assert!(e.reason.contains("credit"), "{e}");

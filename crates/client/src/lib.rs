@@ -20,7 +20,7 @@ mod error;
 mod map;
 mod reader;
 
-use std::io::{self, IoSlice, Write};
+use std::io;
 use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
@@ -28,12 +28,11 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use corefarm_smp::blocking::{write_frame, FrameReader};
+use corefarm_smp::blocking::{write_data_borrowed, write_frame, FrameReader};
 use corefarm_smp::codec::ReadError;
 use corefarm_smp::hello::features;
 use corefarm_smp::{
-    BenchmarkConfig, Configuration, CoreInfo, ErrorMsg, Hello, MsgType, OutFrame,
-    DEFAULT_MAX_MESSAGE, HEADER_LEN,
+    BenchmarkConfig, Configuration, CoreInfo, ErrorMsg, Hello, MsgType, DEFAULT_MAX_MESSAGE,
 };
 
 pub use error::{ClientError, Result};
@@ -501,8 +500,8 @@ impl Inner {
         }
         let mut w = lock(&self.writer);
         let r = match body {
-            Body::Shared(b) => write_frame(&mut *w, OutFrame::data(id, b)),
-            Body::Borrowed(b) => write_data_slice(&mut *w, id, b),
+            Body::Shared(b) => write_data_borrowed(&mut *w, id, &b),
+            Body::Borrowed(b) => write_data_borrowed(&mut *w, id, b),
         };
         r.map_err(|e| self.write_error(e, "while sending data"))
     }
@@ -565,7 +564,11 @@ impl Inner {
         }
         {
             let mut w = lock(&self.writer);
-            if let Err(e) = write_frame(&mut *w, cfg.to_frame()) {
+            let sent = cfg
+                .to_frame()
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
+                .and_then(|f| write_frame(&mut *w, f));
+            if let Err(e) = sent {
                 self.shared.lock().configuring = false;
                 return Err(self.write_error(e, "while sending the configuration"));
             }
@@ -664,34 +667,6 @@ impl Drop for Inner {
             let _ = h.join();
         }
     }
-}
-
-/// Writes a data message whose body is borrowed, header + id and body in
-/// vectored writes, without copying the body.
-fn write_data_slice<W: Write>(w: &mut W, id: u32, body: &[u8]) -> io::Result<()> {
-    let size = u32::try_from(body.len() + corefarm_smp::DATA_ID_LEN)
-        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "data message over 4 GiB"))?;
-    let mut head = [0u8; HEADER_LEN + 4];
-    head[..HEADER_LEN].copy_from_slice(&corefarm_smp::Header::new(MsgType::Data, size).encode());
-    head[HEADER_LEN..].copy_from_slice(&id.to_le_bytes());
-    let (mut h, mut b) = (&head[..], body);
-    while !h.is_empty() || !b.is_empty() {
-        let n = if h.is_empty() {
-            w.write(b)
-        } else {
-            w.write_vectored(&[IoSlice::new(h), IoSlice::new(b)])
-        };
-        let n = match n {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        let from_head = n.min(h.len());
-        h = &h[from_head..];
-        b = &b[n - from_head..];
-    }
-    Ok(())
 }
 
 #[cfg(test)]

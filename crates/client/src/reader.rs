@@ -132,6 +132,12 @@ fn handle(
             drop(st);
             shared.cond.notify_all();
         }
+        MsgType::StatusRequest | MsgType::Status => {
+            return Err(Failure::Unexpected(format!(
+                "a {} message the client did not ask for",
+                frame.ty.name()
+            )));
+        }
         MsgType::Credit => {
             let c = Credit::parse(&frame.payload).map_err(Failure::Protocol)?;
             let mut st = shared.lock();

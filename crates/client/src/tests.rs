@@ -97,7 +97,7 @@ fn echo(p: &mut Peer, n: usize, input: usize, out: usize) {
         for chunk in d.data.chunks(input) {
             v.extend_from_slice(&chunk[..out]);
         }
-        p.send(OutFrame::data(d.id, Bytes::from(v)));
+        p.send(OutFrame::data(d.id, Bytes::from(v)).unwrap());
     }
 }
 
@@ -406,7 +406,7 @@ fn split_halves_run_in_two_threads() {
         p.credit(64);
         for _ in 0..N {
             let d = p.data();
-            p.send(OutFrame::data(d.id, d.data));
+            p.send(OutFrame::data(d.id, d.data).unwrap());
             p.credit(1);
         }
     });
@@ -441,7 +441,7 @@ fn map_yields_in_input_order_with_a_bounded_window() {
         for _ in 0..5 {
             let batch: Vec<Data> = (0..WINDOW).map(|_| p.data()).collect();
             for d in batch.into_iter().rev() {
-                p.send(OutFrame::data(d.id, d.data));
+                p.send(OutFrame::data(d.id, d.data).unwrap());
             }
         }
     });
@@ -477,10 +477,12 @@ fn close_wakes_a_blocked_receiver_and_drop_closes_the_socket() {
 #[test]
 fn borrowed_slice_writes_are_byte_exact() {
     let mut out = Vec::new();
-    write_data_slice(&mut out, 0x0102_0304, b"xy").unwrap();
+    corefarm_smp::blocking::write_data_borrowed(&mut out, 0x0102_0304, b"xy").unwrap();
     assert_eq!(
         out,
-        OutFrame::data(0x0102_0304, Bytes::from_static(b"xy")).to_vec()
+        OutFrame::data(0x0102_0304, Bytes::from_static(b"xy"))
+            .unwrap()
+            .to_vec()
     );
 }
 

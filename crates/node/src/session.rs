@@ -252,7 +252,17 @@ fn to_wire(o: Outgoing, held: &mut Vec<Reservation>, negotiated: bool) -> Option
             reservation,
         } => {
             held.push(reservation);
-            Some(OutFrame::data(id, data))
+            // Results are sized by the configuration, whose limits were
+            // checked when it arrived; should one still not fit, the input
+            // fails with a reason instead of the sending task panicking.
+            Some(OutFrame::data(id, data).unwrap_or_else(|e| {
+                ErrorMsg::new(
+                    id,
+                    ErrorCode::Internal,
+                    format!("result cannot be sent: {e}"),
+                )
+                .to_frame()
+            }))
         }
         Outgoing::Failed {
             id,

@@ -85,7 +85,7 @@ struct Handler {
     want: Option<u32>,
     phase: Phase,
     cfg: Option<Configuration>,
-    cfg_frame: Option<Bytes>,
+    cfg_frame: Option<OutFrame>,
     /// A new configuration waiting for the data counter to reach zero.
     next_cfg: Option<(Configuration, Bytes)>,
     nodes: HashMap<u64, NodeState>,
@@ -460,7 +460,7 @@ impl Handler {
         self.order.add(id);
         // A node joining a configured user is configured at once and joins the rotation.
         if let Some(f) = &self.cfg_frame {
-            if st.tx.send(OutFrame::new(MsgType::Configuration, f.clone())) {
+            if st.tx.send(f.clone()) {
                 st.sent += 1;
                 st.slot = Slot::Configuring {
                     deadline: Instant::now() + self.shared.opts.config_timeout,
@@ -475,14 +475,21 @@ impl Handler {
         self.phase = Phase::Configuring;
         self.refusals.clear();
         self.cfg = Some(cfg);
-        self.cfg_frame = Some(payload.clone());
+        // The payload arrived within --max-message, so it always fits a frame.
+        let frame = match OutFrame::new(MsgType::Configuration, payload) {
+            Ok(f) => f,
+            Err(e) => {
+                return Err(self
+                    .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
+                    .await)
+            }
+        };
+        self.cfg_frame = Some(frame.clone());
         let deadline = Instant::now() + self.shared.opts.config_timeout;
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         for id in ids {
             let n = self.nodes.get_mut(&id).expect("listed");
-            if n.tx
-                .send(OutFrame::new(MsgType::Configuration, payload.clone()))
-            {
+            if n.tx.send(frame.clone()) {
                 n.sent += 1;
                 n.slot = Slot::Configuring { deadline };
             } else {
@@ -554,7 +561,11 @@ impl Handler {
         let internal = self.next_internal;
         self.next_internal = self.next_internal.wrapping_add(1);
         let n = self.nodes.get_mut(&id).expect("picked node exists");
-        let frame = OutFrame::data(internal, p.data.clone());
+        // The data arrived in a frame within --max-message, so it fits one again.
+        let Ok(frame) = OutFrame::data(internal, p.data.clone()) else {
+            self.redispatch.push_back(p);
+            return;
+        };
         if n.in_flight.is_empty() {
             n.last_progress = Instant::now();
         }
@@ -642,7 +653,11 @@ impl Handler {
                 }
                 n.last_progress = Instant::now();
                 self.outstanding -= 1;
-                self.send_user(OutFrame::data(p.user_id, d.data)).await
+                // A result of the configured size always fits (checked at configuration).
+                match OutFrame::data(p.user_id, d.data) {
+                    Ok(f) => self.send_user(f).await,
+                    Err(e) => Err(self.fail_user(p.user_id, e.code(), e.to_string()).await),
+                }
             }
             (MsgType::ConfigurationResponse, Slot::Configuring { .. }) => {
                 let ok = ConfigurationResponse::parse(&f.payload)

@@ -3,24 +3,36 @@
 
 use std::io::{self, IoSlice, Read, Write};
 
-use bytes::{Buf, BufMut};
+use bytes::Buf;
 
 use crate::codec::{Decoder, ReadError};
 use crate::error::ProtocolError;
-use crate::message::{Frame, OutFrame};
+use crate::header::{Header, MsgType, HEADER_LEN};
+use crate::message::Frame;
+use crate::outframe::OutFrame;
+use crate::DATA_ID_LEN;
 
 /// Reads frames from a blocking byte stream.
 #[derive(Debug)]
 pub struct FrameReader<R> {
     inner: R,
     dec: Decoder,
+    /// Size of the zeroed window offered to the next `read`: it follows what
+    /// reads actually return, so large messages are read in large steps
+    /// without zeroing much more than is filled.
+    window: usize,
 }
+
+/// Bounds of the read window.
+const MIN_WINDOW: usize = 16 * 1024;
+const MAX_WINDOW: usize = 4 * 1024 * 1024;
 
 impl<R: Read> FrameReader<R> {
     pub fn new(inner: R, max_payload: u32) -> Self {
         FrameReader {
             inner,
             dec: Decoder::new(max_payload),
+            window: MIN_WINDOW,
         }
     }
 
@@ -30,20 +42,26 @@ impl<R: Read> FrameReader<R> {
             if let Some(f) = self.dec.decode()? {
                 return Ok(Some(f));
             }
+            // `Read::read` may look at the slice it is given, so it must be
+            // initialised: the spare capacity is zeroed (safe `resize`), but
+            // only a window sized by recent reads, not the whole reservation.
             let buf = self.dec.buffer();
-            let spare = buf.chunk_mut();
-            // SAFETY: `read` only writes into the slice; we expose exactly the
-            // bytes it reports as written. The spare capacity is treated as
-            // uninitialised memory that `Read` implementations must not read.
-            let n = unsafe {
-                let s = std::slice::from_raw_parts_mut(spare.as_mut_ptr(), spare.len());
-                loop {
-                    match self.inner.read(s) {
-                        Ok(n) => break n,
-                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                        Err(e) => return Err(e.into()),
-                    }
+            let start = buf.len();
+            let want = buf.capacity().saturating_sub(start).max(1).min(self.window);
+            buf.resize(start + want, 0);
+            let r = loop {
+                match self.inner.read(&mut buf[start..]) {
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    r => break r,
                 }
+            };
+            let n = *r.as_ref().unwrap_or(&0);
+            buf.truncate(start + n);
+            let n = r?;
+            self.window = if n == want {
+                (want * 2).min(MAX_WINDOW)
+            } else {
+                (n * 2).clamp(MIN_WINDOW, MAX_WINDOW)
             };
             if n == 0 {
                 return match self.dec.buffered() {
@@ -51,8 +69,6 @@ impl<R: Read> FrameReader<R> {
                     n => Err(ProtocolError::TruncatedStream(n).into()),
                 };
             }
-            // SAFETY: `n` bytes were just written by `read`.
-            unsafe { self.dec.buffer().advance_mut(n) };
         }
     }
 
@@ -62,17 +78,38 @@ impl<R: Read> FrameReader<R> {
 }
 
 /// Writes one frame with vectored writes.
-pub fn write_frame<W: Write>(w: &mut W, mut frame: OutFrame) -> io::Result<()> {
-    while frame.has_remaining() {
+pub fn write_frame<W: Write>(w: &mut W, frame: OutFrame) -> io::Result<()> {
+    write_all_buf(w, frame)
+}
+
+/// Writes a data message whose body is borrowed from the caller (a Python
+/// buffer, a slice of a larger array): header and id from a small stack
+/// buffer, the body straight from `body`, no copy.
+pub fn write_data_borrowed<W: Write>(w: &mut W, id: u32, body: &[u8]) -> io::Result<()> {
+    let len = body.len() + DATA_ID_LEN;
+    let size = u32::try_from(len).map_err(|_| {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            ProtocolError::Unrepresentable(len),
+        )
+    })?;
+    let mut head = [0u8; HEADER_LEN + DATA_ID_LEN];
+    head[..HEADER_LEN].copy_from_slice(&Header::new(MsgType::Data, size).encode());
+    head[HEADER_LEN..].copy_from_slice(&id.to_le_bytes());
+    write_all_buf(w, Buf::chain(&head[..], body))
+}
+
+fn write_all_buf<W: Write>(w: &mut W, mut b: impl Buf) -> io::Result<()> {
+    while b.has_remaining() {
         let mut slices = [IoSlice::new(&[]); 2];
-        let cnt = frame.chunks_vectored(&mut slices);
+        let cnt = b.chunks_vectored(&mut slices);
         let n = match w.write_vectored(&slices[..cnt]) {
             Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(e),
         };
-        frame.advance(n);
+        b.advance(n);
     }
     Ok(())
 }
@@ -86,7 +123,11 @@ mod tests {
     fn blocking_round_trip() {
         let mut wire = Vec::new();
         for i in 0..10u32 {
-            write_frame(&mut wire, OutFrame::data(i, Bytes::from(vec![7u8; 40_000]))).unwrap();
+            write_frame(
+                &mut wire,
+                OutFrame::data(i, Bytes::from(vec![7u8; 40_000])).unwrap(),
+            )
+            .unwrap();
         }
         let mut r = FrameReader::new(&wire[..], 1 << 20);
         for i in 0..10u32 {
@@ -95,5 +136,66 @@ mod tests {
             assert_eq!(f.payload.len(), 40_004);
         }
         assert!(r.read_frame().unwrap().is_none());
+    }
+
+    #[test]
+    fn borrowed_writer_matches_outframe() {
+        let body = vec![9u8; 70_000];
+        let mut a = Vec::new();
+        write_data_borrowed(&mut a, 42, &body).unwrap();
+        let b = OutFrame::data(42, Bytes::from(body)).unwrap().to_vec();
+        assert_eq!(a, b);
+    }
+
+    /// A writer that takes at most 3 bytes per call exercises partial writes
+    /// across the header/body boundary.
+    struct Dribble(Vec<u8>);
+    impl Write for Dribble {
+        fn write(&mut self, b: &[u8]) -> io::Result<usize> {
+            let n = b.len().min(3);
+            self.0.extend_from_slice(&b[..n]);
+            Ok(n)
+        }
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn partial_writes_are_resumed() {
+        let mut d = Dribble(Vec::new());
+        write_data_borrowed(&mut d, 7, b"hello world").unwrap();
+        assert_eq!(
+            d.0,
+            OutFrame::data(7, Bytes::from_static(b"hello world"))
+                .unwrap()
+                .to_vec()
+        );
+    }
+
+    /// A reader that returns one byte at a time still yields whole frames.
+    #[test]
+    fn byte_by_byte_reader() {
+        let wire = OutFrame::data(1, Bytes::from(vec![5u8; 100_000]))
+            .unwrap()
+            .to_vec();
+        struct OneByte<'a>(&'a [u8]);
+        impl Read for OneByte<'_> {
+            fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+                if self.0.is_empty() || b.is_empty() {
+                    return Ok(0);
+                }
+                b[0] = self.0[0];
+                self.0 = &self.0[1..];
+                Ok(1)
+            }
+        }
+        let mut r = FrameReader::new(OneByte(&wire[..1000]), 1 << 20);
+        assert!(matches!(
+            r.read_frame(),
+            Err(ReadError::Protocol(ProtocolError::TruncatedStream(1000)))
+        ));
+        let mut r = FrameReader::new(OneByte(&wire), 1 << 20);
+        assert_eq!(r.read_frame().unwrap().unwrap().payload.len(), 100_004);
     }
 }

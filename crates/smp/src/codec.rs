@@ -13,7 +13,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 
 use crate::error::ProtocolError;
 use crate::header::{Header, HEADER_LEN};
-use crate::message::{Frame, OutFrame};
+use crate::message::Frame;
+use crate::outframe::OutFrame;
 
 /// Smallest read we ask the kernel for, so that streams of small messages
 /// are read many per syscall.
@@ -142,7 +143,7 @@ pub async fn write_batch<W: AsyncWrite + Unpin>(
     first: OutFrame,
     mut more: impl FnMut() -> Option<OutFrame>,
 ) -> io::Result<usize> {
-    let mut batch = crate::message::FrameBatch::default();
+    let mut batch = crate::outframe::FrameBatch::default();
     batch.push(first);
     while !batch.is_full() {
         match more() {
@@ -169,7 +170,11 @@ mod tests {
     async fn reads_frames_across_arbitrary_splits() {
         let mut wire = Vec::new();
         for i in 0..50u32 {
-            wire.extend(OutFrame::data(i, Bytes::from(vec![i as u8; i as usize * 97])).to_vec());
+            wire.extend(
+                OutFrame::data(i, Bytes::from(vec![i as u8; i as usize * 97]))
+                    .unwrap()
+                    .to_vec(),
+            );
         }
         let (mut a, b) = tokio::io::duplex(333);
         let writer = tokio::spawn(async move {
@@ -190,7 +195,9 @@ mod tests {
 
     #[tokio::test]
     async fn truncated_stream_is_an_error() {
-        let wire = OutFrame::data(1, Bytes::from_static(b"abcdef")).to_vec();
+        let wire = OutFrame::data(1, Bytes::from_static(b"abcdef"))
+            .unwrap()
+            .to_vec();
         let mut r = FrameReader::new(&wire[..wire.len() - 2], 1024);
         assert!(matches!(
             r.read_frame().await,
@@ -213,7 +220,7 @@ mod tests {
         let mut out = Vec::new();
         write_frame(
             &mut out,
-            OutFrame::data(0x01020304, Bytes::from_static(b"xy")),
+            OutFrame::data(0x01020304, Bytes::from_static(b"xy")).unwrap(),
         )
         .await
         .unwrap();

@@ -34,6 +34,24 @@ pub enum ProtocolError {
     BadReason,
     #[error("connection closed in the middle of a message ({0} bytes buffered)")]
     TruncatedStream(usize),
+    #[error(
+        "{what} size of {size} bytes plus the 4-byte id exceeds the message limit of {max} bytes"
+    )]
+    SizeOverLimit {
+        what: &'static str,
+        size: u32,
+        max: u32,
+    },
+    #[error("configuration has output size 0 but instantiates cores")]
+    ZeroOutputSize,
+    #[error("a payload of {0} bytes cannot be described by the 32-bit size field")]
+    Unrepresentable(usize),
+    #[error("inline prefix of {0} bytes is longer than the 8 bytes a frame carries")]
+    PrefixTooLong(usize),
+    #[error("core table: {0}")]
+    CoreTable(String),
+    #[error("status is not valid: {0}")]
+    BadStatus(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -113,13 +131,22 @@ impl ProtocolError {
             ProtocolError::BadHello(_) => "bad_hello",
             ProtocolError::BadReason => "bad_reason",
             ProtocolError::TruncatedStream(_) => "truncated_stream",
+            ProtocolError::SizeOverLimit { .. } => "size_over_limit",
+            ProtocolError::ZeroOutputSize => "zero_output_size",
+            ProtocolError::Unrepresentable(_) => "unrepresentable",
+            ProtocolError::PrefixTooLong(_) => "prefix_too_long",
+            ProtocolError::CoreTable(_) => "core_table",
+            ProtocolError::BadStatus(_) => "bad_status",
         }
     }
 
     /// The wire code that best describes this error.
     pub fn code(&self) -> ErrorCode {
         match self {
-            ProtocolError::TooLarge { .. } => ErrorCode::TooLarge,
+            ProtocolError::TooLarge { .. }
+            | ProtocolError::SizeOverLimit { .. }
+            | ProtocolError::Unrepresentable(_) => ErrorCode::TooLarge,
+            ProtocolError::ZeroOutputSize => ErrorCode::ConfigurationFailed,
             ProtocolError::NotMultiple { .. } | ProtocolError::EmptyData(_) => {
                 ErrorCode::BadDataSize
             }

@@ -16,6 +16,8 @@ pub enum MsgType {
     Hello = 0x10,
     Error = 0x11,
     Credit = 0x12,
+    StatusRequest = 0x13,
+    Status = 0x14,
 }
 
 impl MsgType {
@@ -27,6 +29,8 @@ impl MsgType {
             0x10 => MsgType::Hello,
             0x11 => MsgType::Error,
             0x12 => MsgType::Credit,
+            0x13 => MsgType::StatusRequest,
+            0x14 => MsgType::Status,
             other => return Err(ProtocolError::UnknownType(other)),
         })
     }
@@ -39,6 +43,8 @@ impl MsgType {
             MsgType::Hello => "hello",
             MsgType::Error => "error",
             MsgType::Credit => "credit",
+            MsgType::StatusRequest => "status-request",
+            MsgType::Status => "status",
         }
     }
 }

@@ -17,6 +17,9 @@ pub mod features {
     /// The user takes part in credit-based flow control (type 0x12):
     /// it sends a data message only while it holds a credit.
     pub const CREDIT: &str = "credit";
+    /// The user may ask the server what it is doing: `StatusRequest` (0x13,
+    /// empty) is answered by `Status` (0x14, a JSON [`crate::ClusterStatus`]).
+    pub const STATUS: &str = "status";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

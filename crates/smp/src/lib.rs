@@ -5,6 +5,8 @@
 //! - [`header`]: the 8-byte header every message starts with.
 //! - [`message`]: typed payloads (configuration, response, data, hello, error, credit),
 //!   parsed check-then-parse from an untrusted byte slice.
+//! - [`outframe`]: messages on their way out (header inline, body shared) and batches of them.
+//! - [`status`]: the status extension (what the server is doing, as JSON).
 //! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).
 //! - [`blocking`]: the same framing over `std::io` for synchronous peers.
 //!
@@ -17,14 +19,18 @@ pub mod error;
 pub mod header;
 pub mod hello;
 pub mod message;
+pub mod outframe;
+pub mod status;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use header::{Header, MsgType, HEADER_LEN};
 pub use hello::Hello;
 pub use message::{
-    BenchmarkConfig, Configuration, ConfigurationResponse, CoreInfo, Credit, Data, ErrorMsg, Frame,
-    FrameBatch, OutFrame,
+    default_core_table, BenchmarkConfig, Configuration, ConfigurationResponse, CoreInfo, Credit,
+    Data, ErrorMsg, Frame, DEFAULT_CORE_BASE,
 };
+pub use outframe::{FrameBatch, OutFrame};
+pub use status::{ClusterStatus, NodeState, NodeStatus, UserPhase, UserStatus};
 
 /// Default upper bound on a payload: large enough for any realistic bitstream
 /// or batch of inputs, small enough that a hostile header cannot make a peer

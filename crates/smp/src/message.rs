@@ -5,8 +5,9 @@
 use bytes::{Buf, Bytes};
 
 use crate::error::{ErrorCode, ProtocolError};
-use crate::header::{Header, MsgType, HEADER_LEN};
+use crate::header::MsgType;
 use crate::hello::Hello;
+use crate::outframe::OutFrame;
 use crate::{BENCH_ECHO_LEN, DATA_ID_LEN};
 
 /// A whole message as read from a stream: its type and its payload.
@@ -131,7 +132,8 @@ impl Configuration {
         v
     }
 
-    pub fn to_frame(&self) -> OutFrame {
+    /// Refused only if the bitstream makes the payload larger than a header can describe.
+    pub fn to_frame(&self) -> Result<OutFrame, ProtocolError> {
         OutFrame::new(MsgType::Configuration, Bytes::from(self.encode_payload()))
     }
 
@@ -144,6 +146,29 @@ impl Configuration {
     /// Same for a result coming back from a node.
     pub fn count_outputs(&self, data_len: usize) -> Result<u32, ProtocolError> {
         count_units(data_len, self.output_size, "outputs")
+    }
+
+    /// Checks that data for this configuration can travel on a link whose
+    /// payloads are limited to `max_message` bytes: one input and one output
+    /// (each after the 4-byte id) must fit, and a core configuration must
+    /// produce output. Called where a configuration enters (server from a
+    /// user, node from its server), so an impossible size is refused with a
+    /// reason instead of surfacing later as a huge allocation.
+    pub fn check_limits(&self, max_message: u32) -> Result<(), ProtocolError> {
+        let room = (max_message as u64).saturating_sub(DATA_ID_LEN as u64);
+        for (what, size) in [("input", self.input_size), ("output", self.output_size)] {
+            if size as u64 > room {
+                return Err(ProtocolError::SizeOverLimit {
+                    what,
+                    size,
+                    max: max_message,
+                });
+            }
+        }
+        if self.output_size == 0 && self.benchmark().is_none() {
+            return Err(ProtocolError::ZeroOutputSize);
+        }
+        Ok(())
     }
 }
 
@@ -203,7 +228,7 @@ impl ConfigurationResponse {
     }
 
     pub fn to_frame(&self) -> OutFrame {
-        OutFrame::with_prefix(MsgType::ConfigurationResponse, &[self.status], Bytes::new())
+        OutFrame::small(MsgType::ConfigurationResponse, &[self.status], Bytes::new())
     }
 }
 
@@ -227,7 +252,7 @@ impl Data {
         Ok(Data { id, data: payload })
     }
 
-    pub fn to_frame(&self) -> OutFrame {
+    pub fn to_frame(&self) -> Result<OutFrame, ProtocolError> {
         OutFrame::data(self.id, self.data.clone())
     }
 }
@@ -243,6 +268,8 @@ pub struct ErrorMsg {
 
 impl ErrorMsg {
     pub const NO_ID: u32 = u32::MAX;
+    /// Longest reason sent on the wire.
+    pub const MAX_REASON: usize = 4096;
 
     pub fn new(id: u32, code: ErrorCode, reason: impl Into<String>) -> Self {
         ErrorMsg {
@@ -272,14 +299,21 @@ impl ErrorMsg {
         ErrorCode::from_u32(self.code)
     }
 
+    /// The reason is cut to [`ErrorMsg::MAX_REASON`] bytes (on a character
+    /// boundary): reasons often quote peer input, which must not make an
+    /// error message unbounded.
     pub fn to_frame(&self) -> OutFrame {
-        let mut p = Vec::with_capacity(8);
-        p.extend_from_slice(&self.id.to_le_bytes());
-        p.extend_from_slice(&self.code.to_le_bytes());
-        OutFrame::with_prefix(
+        let mut p = [0u8; 8];
+        p[..4].copy_from_slice(&self.id.to_le_bytes());
+        p[4..].copy_from_slice(&self.code.to_le_bytes());
+        let mut end = self.reason.len().min(Self::MAX_REASON);
+        while !self.reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        OutFrame::small(
             MsgType::Error,
             &p,
-            Bytes::from(self.reason.clone().into_bytes()),
+            Bytes::copy_from_slice(&self.reason.as_bytes()[..end]),
         )
     }
 }
@@ -321,104 +355,45 @@ impl Credit {
     }
 
     pub fn to_frame(&self) -> OutFrame {
-        OutFrame::with_prefix(MsgType::Credit, &self.messages.to_le_bytes(), Bytes::new())
+        OutFrame::small(MsgType::Credit, &self.messages.to_le_bytes(), Bytes::new())
     }
 }
 
 impl Hello {
     pub fn to_frame(&self) -> OutFrame {
-        OutFrame::new(MsgType::Hello, Bytes::from(self.encode()))
+        OutFrame::small(MsgType::Hello, &[], Bytes::from(self.encode()))
     }
 }
 
-/// Longest fixed prefix an [`OutFrame`] carries inline (header + id/status/...).
-const HEAD_CAP: usize = HEADER_LEN + 8;
+/// Base address of the first core in the default core table.
+pub const DEFAULT_CORE_BASE: u32 = 0xC000_0000;
 
-/// A message ready to be written: header and a short fixed prefix inline, the
-/// body as a shared `Bytes`. Implements [`Buf`] with vectored chunks, so a
-/// writer sends header and body in one `writev` without copying the body.
-#[derive(Debug, Clone)]
-pub struct OutFrame {
-    head: [u8; HEAD_CAP],
-    head_len: u8,
-    head_pos: u8,
-    body: Bytes,
-}
-
-impl OutFrame {
-    pub fn new(ty: MsgType, payload: Bytes) -> Self {
-        Self::with_prefix(ty, &[], payload)
+/// The default core table (docs/protocol.md): base [`DEFAULT_CORE_BASE`],
+/// S = next power of two ≥ max(input_size, output_size, 4096); core i at
+/// control = base + 4·S·i, input = control + S, output = control + 2·S.
+/// Fails if the table would not fit the 32-bit address space.
+pub fn default_core_table(
+    n: u32,
+    input_size: u32,
+    output_size: u32,
+) -> Result<Vec<CoreInfo>, ProtocolError> {
+    let s = (input_size.max(output_size).max(4096) as u64).next_power_of_two();
+    let end = (DEFAULT_CORE_BASE as u64).saturating_add(4 * s * n as u64);
+    if end > 1 << 32 {
+        return Err(ProtocolError::CoreTable(format!(
+            "{n} cores with {s}-byte windows do not fit the 32-bit address space above {DEFAULT_CORE_BASE:#x}"
+        )));
     }
-
-    /// Frame whose payload is `prefix` (at most 8 bytes) followed by `body`.
-    pub fn with_prefix(ty: MsgType, prefix: &[u8], body: Bytes) -> Self {
-        assert!(prefix.len() <= HEAD_CAP - HEADER_LEN);
-        let size = prefix.len() + body.len();
-        let size = u32::try_from(size).expect("SMP payloads are limited to u32::MAX bytes");
-        let mut head = [0u8; HEAD_CAP];
-        head[..HEADER_LEN].copy_from_slice(&Header::new(ty, size).encode());
-        head[HEADER_LEN..HEADER_LEN + prefix.len()].copy_from_slice(prefix);
-        OutFrame {
-            head,
-            head_len: (HEADER_LEN + prefix.len()) as u8,
-            head_pos: 0,
-            body,
-        }
-    }
-
-    /// Data message with the given id and body.
-    pub fn data(id: u32, body: Bytes) -> Self {
-        Self::with_prefix(MsgType::Data, &id.to_le_bytes(), body)
-    }
-
-    /// Total bytes on the wire.
-    pub fn wire_len(&self) -> usize {
-        self.head_len as usize + self.body.len()
-    }
-
-    /// The whole encoded message as one contiguous buffer (tests, small frames).
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.wire_len());
-        v.extend_from_slice(&self.head[..self.head_len as usize]);
-        v.extend_from_slice(&self.body);
-        v
-    }
-}
-
-impl Buf for OutFrame {
-    fn remaining(&self) -> usize {
-        (self.head_len - self.head_pos) as usize + self.body.len()
-    }
-
-    fn chunk(&self) -> &[u8] {
-        if self.head_pos < self.head_len {
-            &self.head[self.head_pos as usize..self.head_len as usize]
-        } else {
-            &self.body
-        }
-    }
-
-    fn advance(&mut self, mut cnt: usize) {
-        let in_head = (self.head_len - self.head_pos) as usize;
-        let h = cnt.min(in_head);
-        self.head_pos += h as u8;
-        cnt -= h;
-        self.body.advance(cnt);
-    }
-
-    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        if n < dst.len() && self.head_pos < self.head_len {
-            dst[n] =
-                std::io::IoSlice::new(&self.head[self.head_pos as usize..self.head_len as usize]);
-            n += 1;
-        }
-        if n < dst.len() && !self.body.is_empty() {
-            dst[n] = std::io::IoSlice::new(&self.body);
-            n += 1;
-        }
-        n
-    }
+    Ok((0..n as u64)
+        .map(|i| {
+            let control = DEFAULT_CORE_BASE as u64 + 4 * s * i;
+            CoreInfo {
+                control: control as u32,
+                input: (control + s) as u32,
+                output: (control + 2 * s) as u32,
+            }
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -504,7 +479,7 @@ mod tests {
 
     #[test]
     fn data_and_outframe() {
-        let f = OutFrame::data(7, Bytes::from_static(b"abcd"));
+        let f = OutFrame::data(7, Bytes::from_static(b"abcd")).unwrap();
         let v = f.to_vec();
         assert_eq!(
             v,
@@ -534,104 +509,30 @@ mod tests {
         assert_eq!(ErrorMsg::parse(&v[8..]).unwrap(), e);
         assert!(e.to_string().contains("no-nodes"));
     }
-}
-
-/// Several frames written with one vectored write: a writer that finds more
-/// than one frame queued sends them together (a result and the credit that
-/// follows it cost one syscall, not two).
-#[derive(Debug, Default)]
-pub struct FrameBatch {
-    frames: std::collections::VecDeque<OutFrame>,
-    remaining: usize,
-}
-
-impl FrameBatch {
-    /// Frames per batch: two iovecs each, well under IOV_MAX.
-    pub const MAX_FRAMES: usize = 32;
-
-    pub fn push(&mut self, f: OutFrame) {
-        self.remaining += f.remaining();
-        self.frames.push_back(f);
-    }
-
-    pub fn len(&self) -> usize {
-        self.frames.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.frames.is_empty()
-    }
-
-    pub fn is_full(&self) -> bool {
-        self.frames.len() >= Self::MAX_FRAMES
-    }
-}
-
-impl Buf for FrameBatch {
-    fn remaining(&self) -> usize {
-        self.remaining
-    }
-
-    fn chunk(&self) -> &[u8] {
-        self.frames.front().map_or(&[], |f| f.chunk())
-    }
-
-    fn advance(&mut self, mut cnt: usize) {
-        self.remaining -= cnt;
-        while cnt > 0 {
-            let f = self.frames.front_mut().expect("advance within remaining");
-            let n = cnt.min(f.remaining());
-            f.advance(n);
-            cnt -= n;
-            if !f.has_remaining() {
-                self.frames.pop_front();
-            }
-        }
-        while self.frames.front().is_some_and(|f| !f.has_remaining()) {
-            self.frames.pop_front();
-        }
-    }
-
-    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        for f in &self.frames {
-            if n == dst.len() {
-                break;
-            }
-            n += f.chunks_vectored(&mut dst[n..]);
-        }
-        n
-    }
-}
-
-#[cfg(test)]
-mod batch_tests {
-    use super::*;
 
     #[test]
-    fn batch_concatenates_frames_across_partial_advances() {
-        let frames: Vec<OutFrame> = (0..5u32)
-            .map(|i| OutFrame::data(i, Bytes::from(vec![i as u8; i as usize * 3])))
-            .collect();
-        let expect: Vec<u8> = frames.iter().flat_map(|f| f.to_vec()).collect();
-        for step in [1usize, 5, 13, 100] {
-            let mut b = FrameBatch::default();
-            frames.iter().cloned().for_each(|f| b.push(f));
-            let mut got = Vec::new();
-            while b.has_remaining() {
-                let mut slices = [std::io::IoSlice::new(&[]); 64];
-                let cnt = b.chunks_vectored(&mut slices);
-                let flat: Vec<u8> = slices[..cnt]
-                    .iter()
-                    .flat_map(|s| s.iter().copied())
-                    .collect();
-                assert_eq!(flat.len(), b.remaining());
-                let n = step.min(flat.len());
-                got.extend_from_slice(&flat[..n]);
-                b.advance(n);
+    fn limits_refuse_sizes_that_cannot_travel() {
+        let bench = |i, o| {
+            BenchmarkConfig {
+                input_size: i,
+                output_size: o,
+                delay_us: 0,
             }
-            assert_eq!(got, expect, "step {step}");
-            assert!(b.is_empty());
-        }
+            .to_configuration()
+        };
+        assert!(bench(32, 0xFFFF_FFF0).check_limits(1 << 20).is_err());
+        assert!(bench(1 << 20, 16).check_limits(1 << 20).is_err());
+        assert!(bench((1 << 20) - 4, 16).check_limits(1 << 20).is_ok());
+        let mut c = Configuration::parse(cfg_payload(1, 12, b"xx")).unwrap();
+        c.output_size = 0;
+        assert_eq!(c.check_limits(1 << 20), Err(ProtocolError::ZeroOutputSize));
+    }
+
+    #[test]
+    fn default_core_table_layout() {
+        let t = default_core_table(2, 32768, 16384).unwrap();
+        assert_eq!(t[1].control, 0xC000_0000 + 4 * 32768);
+        assert_eq!(t[0].input, 0xC000_8000);
+        assert!(default_core_table(64, 1 << 24, 16).is_err());
     }
 }

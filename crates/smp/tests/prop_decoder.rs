@@ -49,7 +49,7 @@ fn parse_typed(f: &Frame) {
         }
         MsgType::Data => {
             if let Ok(d) = Data::parse(f.payload.clone()) {
-                assert_eq!(&d.to_frame().to_vec()[8..], &f.payload[..]);
+                assert_eq!(&d.to_frame().unwrap().to_vec()[8..], &f.payload[..]);
             }
         }
         MsgType::Hello => {
@@ -63,13 +63,17 @@ fn parse_typed(f: &Frame) {
         MsgType::Credit => {
             let _ = Credit::parse(&f.payload);
         }
+        MsgType::StatusRequest => {}
+        MsgType::Status => {
+            let _ = corefarm_smp::ClusterStatus::decode(&f.payload);
+        }
     }
 }
 
 fn valid_frame() -> impl Strategy<Value = Vec<u8>> {
     prop_oneof![
         (any::<u32>(), prop::collection::vec(any::<u8>(), 0..300))
-            .prop_map(|(id, d)| OutFrame::data(id, Bytes::from(d)).to_vec()),
+            .prop_map(|(id, d)| OutFrame::data(id, Bytes::from(d)).unwrap().to_vec()),
         (
             1u32..100,
             any::<u32>(),
@@ -90,6 +94,7 @@ fn valid_frame() -> impl Strategy<Value = Vec<u8>> {
                 bitstream: Bytes::from(bit),
             }
             .to_frame()
+            .unwrap()
             .to_vec()),
         any::<u8>().prop_map(|s| ConfigurationResponse { status: s }.to_frame().to_vec()),
         any::<u32>().prop_map(|n| Credit { messages: n }.to_frame().to_vec()),

@@ -54,7 +54,7 @@ fn decode(f: &Frame, unit: Option<u32>) -> Result<(Vec<u8>, Value), ProtocolErro
                 "bitstream_hex": hex::encode(&c.bitstream),
                 "benchmark": bench,
             });
-            (c.to_frame().to_vec(), v)
+            (c.to_frame()?.to_vec(), v)
         }
         MsgType::ConfigurationResponse => {
             let r = ConfigurationResponse::parse(&f.payload)?;
@@ -72,7 +72,7 @@ fn decode(f: &Frame, unit: Option<u32>) -> Result<(Vec<u8>, Value), ProtocolErro
             .to_configuration()
             .count_inputs(d.data.len())?;
             let v = serde_json::json!({"id": d.id, "data_hex": hex::encode(&d.data), "unit": unit, "count": count});
-            (d.to_frame().to_vec(), v)
+            (d.to_frame()?.to_vec(), v)
         }
         MsgType::Hello => {
             let h = Hello::decode(&f.payload)?;
@@ -88,6 +88,15 @@ fn decode(f: &Frame, unit: Option<u32>) -> Result<(Vec<u8>, Value), ProtocolErro
             let c = Credit::parse(&f.payload)?;
             let v = serde_json::json!({"messages": c.messages});
             (c.to_frame().to_vec(), v)
+        }
+        MsgType::StatusRequest => (
+            corefarm_smp::ClusterStatus::request_frame().to_vec(),
+            serde_json::json!({}),
+        ),
+        MsgType::Status => {
+            let s = corefarm_smp::ClusterStatus::decode(&f.payload)?;
+            let v = serde_json::to_value(&s).expect("status to JSON");
+            (s.to_frame().to_vec(), v)
         }
     })
 }
@@ -169,7 +178,7 @@ fn documented_core_table_matches_core_info() {
         bitstream: Bytes::from(hex::decode(cfg["bitstream_hex"].as_str().unwrap()).unwrap()),
     };
     assert_eq!(
-        hex::encode(c.to_frame().to_vec()),
+        hex::encode(c.to_frame().unwrap().to_vec()),
         doc["valid"][0]["hex"].as_str().unwrap()
     );
 }

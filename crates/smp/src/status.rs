@@ -1,0 +1,182 @@
+//! The status extension (type 0x13 request, 0x14 answer): one description of
+//! what the server is doing — its nodes and its users — that a hello user
+//! with the `status` feature can ask for at any time. Tests ask it instead of
+//! sleeping or reading logs; `corefarm status` prints it; later the metrics
+//! endpoint serves the same structure. JSON, so fields can be added without a
+//! new message type; unknown fields are ignored on decode.
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ProtocolError;
+use crate::header::MsgType;
+use crate::outframe::OutFrame;
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterStatus {
+    /// The asking user's id (as it appears in `users` and `NodeStatus::user`).
+    #[serde(default)]
+    pub you: Option<u64>,
+    /// Dispatch policy: "queue", "stack" or "credit".
+    #[serde(default)]
+    pub policy: String,
+    #[serde(default)]
+    pub max_message: u32,
+    #[serde(default)]
+    pub nodes: Vec<NodeStatus>,
+    #[serde(default)]
+    pub users: Vec<UserStatus>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NodeState {
+    /// In the pool, assigned to nobody.
+    #[default]
+    Free,
+    /// Assigned to a user, not configured yet.
+    Assigned,
+    /// A configuration was sent, no response yet.
+    Configuring,
+    /// Configured and taking data.
+    Ready,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct NodeStatus {
+    pub id: u64,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub addr: String,
+    #[serde(default)]
+    pub state: NodeState,
+    /// The user it is assigned to, if any.
+    #[serde(default)]
+    pub user: Option<u64>,
+    /// Data messages sent to it and not answered yet.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// Results it returned (for its current user).
+    #[serde(default)]
+    pub results: u64,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum UserPhase {
+    /// Connected, no configuration yet (seed 000 §3.3.1 "Initial").
+    #[default]
+    Initial,
+    /// Nodes are being configured.
+    Configuring,
+    /// Data routing.
+    Routing,
+}
+
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct UserStatus {
+    pub id: u64,
+    pub addr: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Whether it opened with a hello (false: a seed-format user).
+    #[serde(default)]
+    pub hello: bool,
+    #[serde(default)]
+    pub phase: UserPhase,
+    /// Ids of the nodes assigned to it.
+    #[serde(default)]
+    pub nodes: Vec<u64>,
+    /// Data messages accepted and not yet answered (the seed's data counter).
+    #[serde(default)]
+    pub outstanding: u64,
+    /// Of those, waiting in the server for a node.
+    #[serde(default)]
+    pub queued: u64,
+    /// Results delivered to it.
+    #[serde(default)]
+    pub results: u64,
+}
+
+/// Largest status answer a reader accepts: a cluster of thousands of nodes
+/// fits well within it.
+pub const MAX_STATUS: usize = 16 * 1024 * 1024;
+
+impl ClusterStatus {
+    pub fn encode(&self) -> Vec<u8> {
+        serde_json::to_vec(self).expect("status serialises")
+    }
+
+    pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
+        if payload.len() > MAX_STATUS {
+            return Err(ProtocolError::BadStatus(format!(
+                "{} bytes is over the {MAX_STATUS}-byte limit",
+                payload.len()
+            )));
+        }
+        serde_json::from_slice(payload).map_err(|e| ProtocolError::BadStatus(e.to_string()))
+    }
+
+    pub fn to_frame(&self) -> OutFrame {
+        OutFrame::small(MsgType::Status, &[], Bytes::from(self.encode()))
+    }
+
+    /// The (empty) request.
+    pub fn request_frame() -> OutFrame {
+        OutFrame::small(MsgType::StatusRequest, &[], Bytes::new())
+    }
+
+    pub fn node(&self, id: u64) -> Option<&NodeStatus> {
+        self.nodes.iter().find(|n| n.id == id)
+    }
+
+    pub fn user(&self, id: u64) -> Option<&UserStatus> {
+        self.users.iter().find(|u| u.id == id)
+    }
+
+    /// Nodes in the given state.
+    pub fn count_nodes(&self, state: NodeState) -> usize {
+        self.nodes.iter().filter(|n| n.state == state).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_unknown_fields() {
+        let s = ClusterStatus {
+            you: Some(3),
+            policy: "credit".into(),
+            max_message: 1024,
+            nodes: vec![NodeStatus {
+                id: 1,
+                addr: "127.0.0.1:5".into(),
+                state: NodeState::Ready,
+                user: Some(3),
+                ..Default::default()
+            }],
+            users: vec![UserStatus {
+                id: 3,
+                addr: "127.0.0.1:6".into(),
+                phase: UserPhase::Routing,
+                nodes: vec![1],
+                ..Default::default()
+            }],
+        };
+        assert_eq!(ClusterStatus::decode(&s.encode()).unwrap(), s);
+        let later = br#"{"nodes":[{"id":1,"addr":"x","state":"free","future":1}],"functions":[]}"#;
+        let d = ClusterStatus::decode(later).unwrap();
+        assert_eq!(d.count_nodes(NodeState::Free), 1);
+        assert!(ClusterStatus::decode(b"{").is_err());
+    }
+
+    #[test]
+    fn request_is_an_empty_frame() {
+        assert_eq!(
+            ClusterStatus::request_frame().to_vec(),
+            [0x13, 0, 0, 0, 0, 0, 0, 0]
+        );
+    }
+}
