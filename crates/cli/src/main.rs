@@ -3,9 +3,11 @@
 use clap::{Parser, Subcommand};
 
 mod cmd_bench;
-mod cmd_demo;
 mod cmd_image;
 mod cmd_server;
+#[cfg(test)]
+mod cmd_server_tests;
+mod demo;
 
 #[derive(Parser)]
 #[command(name = "corefarm", version, about = "Distributed computing on accelerator nodes over SMP", long_about = None)]
@@ -32,7 +34,7 @@ enum Cmd {
     #[command(subcommand)]
     Image(cmd_image::ImageCmd),
     /// Multiply random 64×64 int32 matrices on an embedded cluster, check every result, compare with software.
-    Demo(cmd_demo::DemoArgs),
+    Demo(demo::DemoArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -49,6 +51,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Local(a) => cmd_server::run_local(a),
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Image(c) => cmd_image::run(c),
-        Cmd::Demo(a) => cmd_demo::run(a),
+        Cmd::Demo(a) => demo::run(a),
     }
 }

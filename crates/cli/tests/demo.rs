@@ -3,6 +3,10 @@
 
 use std::process::{Command, Output};
 
+use tools::Tool;
+
+mod tools;
+
 const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
 
 fn demo(args: &[&str], env: &[(&str, &str)]) -> Output {
@@ -38,27 +42,12 @@ fn assert_all_verified(r: &serde_json::Value, jobs: u64) {
     assert!(r["ratio_vs_software"].as_f64().unwrap() > 0.0, "{r}");
 }
 
-fn have_cxx() -> bool {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    Command::new(cxx)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-}
-
-fn have_verilator() -> bool {
-    let v = std::env::var("VERILATOR").unwrap_or_else(|_| "verilator".into());
-    Command::new(v)
-        .arg("--version")
-        .output()
-        .is_ok_and(|o| o.status.success())
-        && have_cxx()
-}
+/// An RTL build needs all three.
+const RTL_TOOLS: &[Tool] = &[Tool::Cxx, Tool::Verilator, Tool::Make];
 
 #[test]
 fn native_demo_verifies_every_result() {
-    if !have_cxx() {
-        eprintln!("SKIPPED: no C++ compiler ($CXX, default c++) to build the native core");
+    if !tools::available(&[Tool::Cxx], "to build the native core") {
         return;
     }
     let out = demo(
@@ -91,8 +80,7 @@ fn native_demo_verifies_every_result() {
 
 #[test]
 fn rtl_demo_verifies_every_result_and_counts_cycles() {
-    if !have_verilator() {
-        eprintln!("SKIPPED: Verilator (or make, or a C++ compiler) is not installed");
+    if !tools::available(RTL_TOOLS, "to build the RTL simulation") {
         return;
     }
     let out = demo(
@@ -129,8 +117,7 @@ fn rtl_demo_verifies_every_result_and_counts_cycles() {
 
 #[test]
 fn human_report_names_the_figures() {
-    if !have_cxx() {
-        eprintln!("SKIPPED: no C++ compiler");
+    if !tools::available(&[Tool::Cxx], "to build the native core") {
         return;
     }
     let out = demo(&["--jobs", "5", "--baseline-seconds", "0.05"], &[]);
@@ -162,8 +149,8 @@ fn missing_compiler_is_a_clear_error() {
 
 #[test]
 fn missing_verilator_is_a_clear_error() {
-    if !have_cxx() {
-        eprintln!("SKIPPED: no C++ compiler (the compiler check comes first)");
+    // The compiler check comes first, so this error needs a working compiler.
+    if !tools::available(&[Tool::Cxx], "the demo checks for it before Verilator") {
         return;
     }
     let out = demo(
@@ -181,8 +168,7 @@ fn missing_verilator_is_a_clear_error() {
 /// name of the real build, so the demo runs it as its native core.
 #[test]
 fn a_wrong_core_fails_the_demo_naming_the_first_bad_job() {
-    if !have_cxx() {
-        eprintln!("SKIPPED: no C++ compiler");
+    if !tools::available(&[Tool::Cxx], "to build the native core") {
         return;
     }
     let cache = tempfile::tempdir().unwrap();
@@ -261,8 +247,7 @@ extern "C" void mat_mul_64x64(const uint8_t *in_, uint8_t *out_) {
 
 #[test]
 fn several_matrices_per_message_are_all_verified() {
-    if !have_cxx() {
-        eprintln!("SKIPPED: no C++ compiler ($CXX, default c++) to build the native core");
+    if !tools::available(&[Tool::Cxx], "to build the native core") {
         return;
     }
     // 7 jobs in messages of 3: the last message carries only one matrix pair.

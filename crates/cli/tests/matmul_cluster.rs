@@ -8,8 +8,9 @@
 
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -17,12 +18,17 @@ use corefarm_client::{Client, ClientOptions};
 use corefarm_cores::toolchain::{self, BuildKind};
 use corefarm_cores::{image, ArtifactKind, ImageBuilder};
 use rand::{Rng, SeedableRng};
+use tools::Tool;
+
+mod tools;
 
 const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
 const N: usize = 64;
 const INPUT: usize = 2 * N * N * 4;
 const OUTPUT: usize = N * N * 4;
 const ENTRY: &str = "mat_mul_64x64";
+/// Longest wait for a log line (an RTL node loads a Verilated model first).
+const LOG_WAIT: Duration = Duration::from_secs(60);
 
 /// A child process killed and reaped when dropped, so no test leaves one behind.
 struct Proc(Child);
@@ -34,39 +40,69 @@ impl Drop for Proc {
     }
 }
 
-/// A process whose stderr goes to a file, read back for its log lines.
+/// A process's stderr so far and whether it has ended; `grew` is signalled
+/// on every line and at the end.
+#[derive(Default)]
+struct Log {
+    state: Mutex<(String, bool)>,
+    grew: Condvar,
+}
+
+/// A process whose stderr (its log) is read line by line as it is written.
 struct Logged {
     _proc: Proc,
-    log: PathBuf,
+    log: Arc<Log>,
 }
 
 impl Logged {
-    fn log(&self) -> String {
-        std::fs::read_to_string(&self.log).unwrap_or_default()
+    /// Owns `child` and reads its piped stderr on a thread.
+    fn new(mut child: Child) -> Logged {
+        let stderr = child.stderr.take().expect("stderr is piped");
+        let log = Arc::new(Log::default());
+        std::thread::spawn({
+            let log = log.clone();
+            move || {
+                for line in BufReader::new(stderr).split(b'\n') {
+                    let Ok(line) = line else { break };
+                    let mut st = log.state.lock().unwrap();
+                    st.0.push_str(&String::from_utf8_lossy(&line));
+                    st.0.push('\n');
+                    log.grew.notify_all();
+                }
+                log.state.lock().unwrap().1 = true;
+                log.grew.notify_all();
+            }
+        });
+        Logged {
+            _proc: Proc(child),
+            log,
+        }
     }
 
-    /// Waits (bounded) for `needle` to appear in the log.
+    fn log(&self) -> String {
+        self.log.state.lock().unwrap().0.clone()
+    }
+
+    /// Waits for `needle` to appear in the log; false if the process ended
+    /// (or LOG_WAIT passed) without writing it.
     fn wait_for(&self, needle: &str) -> bool {
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while Instant::now() < deadline {
-            if self.log().contains(needle) {
+        let deadline = Instant::now() + LOG_WAIT;
+        let mut st = self.log.state.lock().unwrap();
+        loop {
+            if st.0.contains(needle) {
                 return true;
             }
-            std::thread::sleep(Duration::from_millis(20));
+            let now = Instant::now();
+            if st.1 || now >= deadline {
+                return false;
+            }
+            st = self.log.grew.wait_timeout(st, deadline - now).unwrap().0;
         }
-        false
     }
-}
-
-fn stderr_file(dir: &Path, name: &str) -> (PathBuf, std::fs::File) {
-    let path = dir.join(format!("{name}.log"));
-    let f = std::fs::File::create(&path).unwrap();
-    (path, f)
 }
 
 /// `corefarm server` on port 0; returns it with (node port, user port).
-fn server(dir: &Path) -> (Logged, SocketAddr, SocketAddr) {
-    let (log, err) = stderr_file(dir, "server");
+fn server() -> (Logged, SocketAddr, SocketAddr) {
     let mut child = Command::new(BIN)
         .args(["--log", "info", "server"])
         .args([
@@ -75,41 +111,38 @@ fn server(dir: &Path) -> (Logged, SocketAddr, SocketAddr) {
             "--users-listen",
             "127.0.0.1:0",
         ])
+        // A user waits this long for the nodes it asks for to be free.
         .args(["--node-wait", "30"])
         .stdout(Stdio::piped())
-        .stderr(err)
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start corefarm server");
     let stdout = child.stdout.take().unwrap();
-    let proc_ = Proc(child);
+    let logged = Logged::new(child);
     let mut line = String::new();
     BufReader::new(stdout).read_line(&mut line).unwrap();
     // "listening nodes=IP:PORT users=IP:PORT"
     let field = |key: &str| -> SocketAddr {
         line.split_whitespace()
             .find_map(|w| w.strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            .unwrap_or_else(|| panic!("no {key} in {line:?}; log:\n{}", logged.log()))
             .parse()
             .unwrap()
     };
     let (nodes, users) = (field("nodes="), field("users="));
-    (Logged { _proc: proc_, log }, nodes, users)
+    (logged, nodes, users)
 }
 
-fn node(dir: &Path, server: SocketAddr, name: &str, backends: &str) -> Logged {
-    let (log, err) = stderr_file(dir, name);
+fn node(server: SocketAddr, name: &str, backends: &str) -> Logged {
     let child = Command::new(BIN)
         .args(["--log", "info", "node", "--server"])
         .arg(server.to_string())
         .args(["--name", name, "--backends", backends])
         .stdout(Stdio::null())
-        .stderr(err)
+        .stderr(Stdio::piped())
         .spawn()
         .expect("start corefarm node");
-    Logged {
-        _proc: Proc(child),
-        log,
-    }
+    Logged::new(child)
 }
 
 /// One image with a native and an RTL artifact of cores/matmul and the
@@ -211,32 +244,21 @@ fn multiply(
     Ok(())
 }
 
-fn verilator_missing() -> Option<&'static str> {
-    if !toolchain::cxx_available() {
-        Some("no C++ compiler ($CXX, default c++)")
-    } else if !toolchain::verilator_available() {
-        Some("Verilator (or make) is not installed")
-    } else {
-        None
-    }
-}
-
 #[test]
 fn rtl_and_native_nodes_serve_one_user_correctly() {
-    if let Some(why) = verilator_missing() {
-        eprintln!("SKIPPED: {why}; this test needs RTL and native nodes");
+    let tools = [Tool::Cxx, Tool::Verilator, Tool::Make];
+    if !tools::available(&tools, "this test builds RTL and native nodes") {
         return;
     }
     let image = matmul_image(2);
-    let dir = tempfile::tempdir().unwrap();
-    let (srv, nodes_addr, users) = server(dir.path());
+    let (srv, nodes_addr, users) = server();
     let rtl = [
-        node(dir.path(), nodes_addr, "rtl-0", "rtl"),
-        node(dir.path(), nodes_addr, "rtl-1", "rtl"),
+        node(nodes_addr, "rtl-0", "rtl"),
+        node(nodes_addr, "rtl-1", "rtl"),
     ];
     let native = [
-        node(dir.path(), nodes_addr, "native-0", "native"),
-        node(dir.path(), nodes_addr, "native-1", "native"),
+        node(nodes_addr, "native-0", "native"),
+        node(nodes_addr, "native-1", "native"),
     ];
     let rtl_target = image::rtl_target().unwrap();
     let native_target = image::native_target().unwrap();
@@ -278,24 +300,27 @@ fn rtl_and_native_nodes_serve_one_user_correctly() {
 
     // Nothing reports per-node job counts, so show that each kind serves
     // by itself: without the native nodes, only the RTL simulations are left.
+    let killed = native.len() as u64;
     drop(native);
-    multiply_on_survivors(users, &image, 2);
+    multiply_on_survivors(users, &image, 2, killed);
     for n in &rtl {
         assert!(!n.log().contains("core failed"), "{}", n.log());
     }
 }
 
-/// After nodes were killed the server may not have seen their connections
-/// close yet, and a user given a dead node gets no results: retry that (a
-/// wrong product still fails at once).
-fn multiply_on_survivors(users: SocketAddr, image: &Bytes, nodes: u32) {
-    let mut last = String::new();
-    for attempt in 0..10 {
+/// The server may not have seen the killed nodes' connections close yet and
+/// hand one to the next user, which then gets no results. Each such attempt
+/// ends with the server dropping the dead nodes it handed out (their
+/// connections fail), and it waits (--node-wait) for live nodes to be free,
+/// so `killed` failed attempts at most precede one that must succeed. A
+/// wrong product still fails at once.
+fn multiply_on_survivors(users: SocketAddr, image: &Bytes, nodes: u32, killed: u64) {
+    let mut errors = Vec::new();
+    for attempt in 0..=killed {
         match multiply(users, nodes, image, 8, 100 + attempt) {
             Ok(()) => return,
-            Err(e) => last = e,
+            Err(e) => errors.push(e),
         }
-        std::thread::sleep(Duration::from_millis(200));
     }
-    panic!("the surviving nodes gave no results: {last}");
+    panic!("the surviving nodes gave no results: {errors:?}");
 }
