@@ -86,6 +86,30 @@ def spread(values: list[float]) -> dict:
     }
 
 
+def repo_relative(path: str | Path) -> str:
+    """A path as committed results record it: relative to the repository when
+    inside it, otherwise only its file name (results never name a path of the
+    machine they ran on)."""
+    p = Path(path).resolve()
+    try:
+        return str(p.relative_to(ROOT))
+    except ValueError:
+        return p.name
+
+
+def repo_relative_args(args: list[str]) -> list[str]:
+    out = []
+    for a in args:
+        if a.startswith("/"):
+            out.append(repo_relative(a))
+        elif a.startswith("--") and "=/" in a:
+            k, v = a.split("=", 1)
+            out.append(f"{k}={repo_relative(v)}")
+        else:
+            out.append(a)
+    return out
+
+
 def machine(binary: Path | None) -> dict:
     cpu = platform.processor() or ""
     try:
@@ -114,7 +138,7 @@ def machine(binary: Path | None) -> dict:
         "python": platform.python_version(),
         "date": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
         "git_commit": commit,
-        "binary": str(binary) if binary else None,
+        "binary": repo_relative(binary) if binary else None,
     }
 
 
@@ -846,7 +870,8 @@ def main(argv: list[str] | None = None) -> int:
     log(f"suite finished in {total:.0f} s; {failed} failed point(s); results in {ctx.out}")
     if args.experiment == "all":
         (ctx.out / "run.json").write_text(json.dumps({
-            "command": "python3 bench/suite.py " + " ".join(argv if argv is not None else sys.argv[1:]),
+            "command": "python3 bench/suite.py " + " ".join(
+                repo_relative_args(list(argv if argv is not None else sys.argv[1:]))),
             "experiments": names, "total_s": round(total, 1), "failed_points": failed,
             "finished": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
             "machine": ctx.machine}, indent=1) + "\n")

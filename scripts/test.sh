@@ -7,6 +7,10 @@ set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# Every test runs: a missing compiler, Verilator or binary is a failure, not a skip.
+export COREFARM_REQUIRE_TOOLS=1
+# The Rust user program of examples/saxpy is built and run too.
+export COREFARM_EXAMPLE_RUST=1
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "installing prerequisites"

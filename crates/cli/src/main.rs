@@ -38,12 +38,15 @@ enum Cmd {
 }
 
 fn main() -> anyhow::Result<()> {
+    use std::io::IsTerminal;
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&cli.log));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        // Colour codes only for a terminal: logs piped to a file stay plain text.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     match cli.cmd {
         Cmd::Server(a) => cmd_server::run_server(a),
