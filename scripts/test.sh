@@ -11,6 +11,9 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 export COREFARM_REQUIRE_TOOLS=1
 # The Rust user program of examples/saxpy is built and run too.
 export COREFARM_EXAMPLE_RUST=1
+# One target dir for the workspace and that standalone example, so the
+# example reuses the workspace's compiled dependencies.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "installing prerequisites"
@@ -25,7 +28,7 @@ cargo clippy --workspace --all-targets --release -- -D warnings
 step "cargo test (release build, overflow checks on)"
 cargo test --workspace --release
 
-export COREFARM_BIN="$root/target/release/corefarm"
+export COREFARM_BIN="$CARGO_TARGET_DIR/release/corefarm"
 
 step "python package (maturin) and pytest"
 bash python/build.sh
