@@ -42,6 +42,8 @@ impl Handler {
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
+        // The user was waiting on us, not idle.
+        self.last_activity = Instant::now();
         tracing::info!(user = %self.peer, "assigned {} node(s)", self.nodes.len());
     }
 
