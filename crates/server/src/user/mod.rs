@@ -71,7 +71,6 @@ enum Slot {
 /// One of the user's nodes.
 struct Node {
     conn_id: u64,
-    label: String,
     tx: NodeConn,
     slot: Slot,
     in_flight: HashMap<u32, Pending>,

@@ -65,7 +65,6 @@ impl Handler {
         conn.entry.assign(Some(self.user));
         let mut st = Node {
             conn_id: id,
-            label: conn.label(),
             tx: conn,
             slot: Slot::Idle,
             in_flight: HashMap::new(),
@@ -84,7 +83,7 @@ impl Handler {
                 st.tx.entry.set_state(NodeState::Configuring);
             }
         }
-        tracing::info!(user = %self.peer, node = %st.label, "node assigned");
+        tracing::info!(user = %self.peer, node = %st.tx.label(), "node assigned");
         self.nodes.insert(id, st);
     }
 
@@ -95,7 +94,7 @@ impl Handler {
             return Ok(());
         };
         if matches!(n.slot, Slot::Configuring { .. }) {
-            self.refusals.push(format!("{}: {reason}", n.label));
+            self.refusals.push(format!("{}: {reason}", n.tx.label()));
         }
         let mut moved: Vec<(u32, Pending)> = n.in_flight.into_iter().collect();
         moved.sort_by_key(|(k, _)| *k);
@@ -125,7 +124,7 @@ impl Handler {
         let n = self.nodes.remove(&id)?;
         self.order.remove(id);
         self.events.remove(&id);
-        tracing::warn!(user = %self.peer, node = %n.label, "node dropped: {reason}");
+        tracing::warn!(user = %self.peer, node = %n.tx.label(), "node dropped: {reason}");
         n.tx.close();
         let user = self.user;
         self.shared
@@ -145,7 +144,7 @@ impl Handler {
         match self.events.remove(&id) {
             Some(stream) if idle => {
                 n.tx.events = stream.into_inner();
-                tracing::info!(user = %self.peer, node = %n.label, "node returned to the pool");
+                tracing::info!(user = %self.peer, node = %n.tx.label(), "node returned to the pool");
                 self.shared.pool.add(n.tx);
             }
             _ => n.tx.close(),
@@ -183,7 +182,7 @@ impl Handler {
         for (id, reason) in expired {
             // Synthesise a close; the next loop turn handles it like any other loss.
             if let Some(n) = self.nodes.get(&id) {
-                tracing::warn!(user = %self.peer, node = %n.label, "{reason}");
+                tracing::warn!(user = %self.peer, node = %n.tx.label(), "{reason}");
                 n.tx.close();
             }
         }

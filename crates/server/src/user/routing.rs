@@ -153,9 +153,9 @@ impl Handler {
                 if ok {
                     n.slot = Slot::Ready;
                     n.tx.entry.set_state(NodeState::Ready);
-                    tracing::info!(user = %self.peer, node = %n.label, "node configured");
+                    tracing::info!(user = %self.peer, node = %n.tx.label(), "node configured");
                 } else {
-                    let reason = format!("{} refused the configuration", n.label);
+                    let reason = format!("{} refused the configuration", n.tx.label());
                     tracing::warn!(user = %self.peer, "{reason}");
                     self.refusals.push(reason);
                     let user = self.user;
@@ -176,7 +176,8 @@ impl Handler {
                     // A core failed on this input: the user hears about it by id.
                     n.last_progress = Instant::now();
                     n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
-                    let reason = format!("node {} failed on this input: {}", n.label, e.reason);
+                    let reason =
+                        format!("node {} failed on this input: {}", n.tx.label(), e.reason);
                     self.answered();
                     if self.hello.is_some() {
                         self.send_error(p.user_id, ErrorCode::CoreFailure, reason)
@@ -187,9 +188,10 @@ impl Handler {
                             .await)
                     }
                 } else {
-                    tracing::warn!(user = %self.peer, node = %n.label, "node reports: {e}");
+                    tracing::warn!(user = %self.peer, node = %n.tx.label(), "node reports: {e}");
                     if matches!(n.slot, Slot::Configuring { .. }) {
-                        self.refusals.push(format!("{}: {}", n.label, e.reason));
+                        self.refusals
+                            .push(format!("{}: {}", n.tx.label(), e.reason));
                     }
                     Ok(())
                 }
