@@ -4,49 +4,84 @@ use std::time::Duration;
 
 use clap::Args;
 use corefarm_node::NodeOptions;
-use corefarm_server::{Policy, Server, ServerOptions};
+use corefarm_server::{defaults, Policy, Server, ServerOptions};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Clone)]
 pub struct ServerArgs {
     /// Address the node port listens on (nodes connect here).
-    #[arg(long, default_value = "0.0.0.0:8888")]
+    #[arg(long, default_value = defaults::NODES_LISTEN)]
     pub nodes_listen: String,
     /// Address the user port listens on (user programs connect here).
-    #[arg(long, default_value = "0.0.0.0:9999")]
+    #[arg(long, default_value = defaults::USERS_LISTEN)]
     pub users_listen: String,
     #[command(flatten)]
     pub tuning: ServerTuning,
 }
 
+/// Seconds from the command line, zero allowed: finite and in range, since
+/// `Duration::from_secs_f64` panics otherwise.
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..1e9).contains(&v) => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds")),
+    }
+}
+
+/// Seconds for a timeout: zero would fire at once, so it must be positive.
+fn parse_timeout(s: &str) -> Result<f64, String> {
+    match parse_seconds(s)? {
+        v if v > 0.0 => Ok(v),
+        _ => Err(format!("{s:?}: a timeout must be more than 0 seconds")),
+    }
+}
+
+/// Server tuning; every default comes from `corefarm_server::defaults`.
 #[derive(Args, Clone)]
 pub struct ServerTuning {
     /// Data demultiplexer: queue and stack as in the seed (a node takes the next
     /// message once its previous send completed), or credit (at most --credit
     /// messages in flight per node, least-loaded first: low latency).
-    #[arg(long, default_value = "credit")]
+    #[arg(long, default_value_t = defaults::POLICY)]
     pub policy: Policy,
     /// Credit policy: data messages in flight per node.
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = defaults::CREDIT)]
     pub credit: u32,
     /// Messages a credit-aware user may have outstanding (default: credit × nodes).
     #[arg(long)]
     pub user_window: Option<u32>,
-    /// Largest accepted message payload, in bytes.
-    #[arg(long, default_value_t = corefarm_smp::DEFAULT_MAX_MESSAGE)]
+    /// Largest accepted message payload, in bytes. A configuration whose input
+    /// or output (plus the 4-byte id) would not fit is refused with a reason.
+    #[arg(long, default_value_t = defaults::MAX_MESSAGE)]
     pub max_message: u32,
     /// Seconds a node may take to answer a configuration.
-    #[arg(long, default_value_t = 30.0)]
+    #[arg(long, default_value_t = defaults::CONFIG_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub config_timeout: f64,
     /// Seconds a node with work in flight may go without returning a result.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = defaults::NODE_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub node_timeout: f64,
     /// Seconds a write to a peer may make no progress before the peer is dropped.
-    #[arg(long, default_value_t = 60.0)]
+    #[arg(long, default_value_t = defaults::IO_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub io_timeout: f64,
     /// Seconds a new user waits for free nodes when none (or fewer than it asked for) are free.
-    #[arg(long, default_value_t = 5.0)]
+    #[arg(long, default_value_t = defaults::NODE_WAIT.as_secs_f64(), value_parser = parse_seconds)]
     pub node_wait: f64,
+    /// Seconds a user with nothing outstanding may stay silent; then its
+    /// session ends (hello users get a timeout error) and its nodes return to
+    /// the pool for other users.
+    #[arg(long, default_value_t = defaults::USER_IDLE_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
+    pub user_idle_timeout: f64,
+    /// Seconds within which a begun message header must be complete, and
+    /// longest pause inside a message, for users and nodes alike (a peer
+    /// trickling bytes is cut off). Waiting between messages is not bounded by it.
+    #[arg(long, default_value_t = defaults::READ_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
+    pub read_timeout: f64,
+    /// Concurrent user connections; more are refused with a reason.
+    #[arg(long, default_value_t = defaults::MAX_USERS)]
+    pub max_users: usize,
+    /// Concurrent node connections; more are refused with a reason.
+    #[arg(long, default_value_t = defaults::MAX_NODES)]
+    pub max_nodes: usize,
 }
 
 impl ServerTuning {
@@ -62,7 +97,10 @@ impl ServerTuning {
             node_timeout: Duration::from_secs_f64(self.node_timeout),
             io_timeout: Duration::from_secs_f64(self.io_timeout),
             node_wait: Duration::from_secs_f64(self.node_wait),
-            ..ServerOptions::default()
+            user_idle_timeout: Duration::from_secs_f64(self.user_idle_timeout),
+            read_timeout: Duration::from_secs_f64(self.read_timeout),
+            max_users: self.max_users,
+            max_nodes: self.max_nodes,
         }
     }
 }

@@ -8,10 +8,17 @@
 //!   (Initial → Nodes Configuration → Data Routing) that owns all routing state,
 //!   so the hot path needs no locks.
 //! - [`dispatch`]: the data demultiplexer policies (queue, stack, credit).
+//! - `registry`: nodes and users as the status extension shows them
+//!   (atomics written by their owners, locked only on connect/disconnect).
+//! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
+//! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
+pub mod defaults;
 pub mod dispatch;
+mod limits;
 pub mod nodeconn;
 pub mod pool;
+mod registry;
 pub mod user;
 
 use std::net::SocketAddr;
@@ -19,7 +26,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+use corefarm_smp::ClusterStatus;
 use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use dispatch::Policy;
@@ -43,24 +52,36 @@ pub struct ServerOptions {
     pub io_timeout: Duration,
     /// How long a new user waits for nodes when none (or fewer than it asked for) are free.
     pub node_wait: Duration,
-    /// How long a connected user may stay silent before its first message.
-    pub idle_timeout: Duration,
+    /// How long a user with nothing outstanding may stay silent before its
+    /// session ends and its nodes return to the pool.
+    pub user_idle_timeout: Duration,
+    /// A frame whose header has begun must complete its header within this,
+    /// and its payload must make progress at least this often (users and nodes).
+    pub read_timeout: Duration,
+    /// Concurrent user connections; more are refused with a reason.
+    pub max_users: usize,
+    /// Concurrent node connections; more are refused with a reason.
+    pub max_nodes: usize,
 }
 
 impl Default for ServerOptions {
     fn default() -> Self {
+        use defaults::*;
         ServerOptions {
-            nodes_listen: "0.0.0.0:8888".into(),
-            users_listen: "0.0.0.0:9999".into(),
-            policy: Policy::Credit,
-            credit: 4,
+            nodes_listen: NODES_LISTEN.into(),
+            users_listen: USERS_LISTEN.into(),
+            policy: POLICY,
+            credit: CREDIT,
             user_window: None,
-            max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
-            config_timeout: Duration::from_secs(30),
-            node_timeout: Duration::from_secs(60),
-            io_timeout: Duration::from_secs(60),
-            node_wait: Duration::from_secs(5),
-            idle_timeout: Duration::from_secs(300),
+            max_message: MAX_MESSAGE,
+            config_timeout: CONFIG_TIMEOUT,
+            node_timeout: NODE_TIMEOUT,
+            io_timeout: IO_TIMEOUT,
+            node_wait: NODE_WAIT,
+            user_idle_timeout: USER_IDLE_TIMEOUT,
+            read_timeout: READ_TIMEOUT,
+            max_users: MAX_USERS,
+            max_nodes: MAX_NODES,
         }
     }
 }
@@ -68,12 +89,35 @@ impl Default for ServerOptions {
 pub(crate) struct Shared {
     pub opts: ServerOptions,
     pub pool: pool::Pool,
+    pub registry: registry::Registry,
     next_id: AtomicU64,
 }
 
 impl Shared {
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// The status extension's answer; `you` is the asking user, if any.
+    pub fn status(&self, you: Option<u64>) -> ClusterStatus {
+        ClusterStatus {
+            you,
+            policy: self.opts.policy.to_string(),
+            max_message: self.opts.max_message,
+            ..self.registry.snapshot()
+        }
+    }
+}
+
+/// What the server is doing, readable from outside the server task (tests,
+/// an embedding program). Obtain it with [`Server::status_handle`] before
+/// [`Server::run`] consumes the server.
+#[derive(Clone)]
+pub struct StatusHandle(Arc<Shared>);
+
+impl StatusHandle {
+    pub fn get(&self) -> ClusterStatus {
+        self.0.status(None)
     }
 }
 
@@ -101,6 +145,7 @@ impl Server {
         let shared = Arc::new(Shared {
             opts,
             pool: pool::Pool::default(),
+            registry: registry::Registry::default(),
             next_id: AtomicU64::new(1),
         });
         Ok(Server {
@@ -123,6 +168,16 @@ impl Server {
         self.shared.pool.free_count()
     }
 
+    /// The cluster's status now (nodes, users, counters).
+    pub fn status(&self) -> ClusterStatus {
+        self.shared.status(None)
+    }
+
+    /// A handle that keeps answering [`StatusHandle::get`] while the server runs.
+    pub fn status_handle(&self) -> StatusHandle {
+        StatusHandle(self.shared.clone())
+    }
+
     /// Accepts nodes and users until `stop` is cancelled.
     pub async fn run(self, stop: CancellationToken) {
         let Server {
@@ -130,14 +185,21 @@ impl Server {
             nodes,
             users,
         } = self;
+        let node_slots = Arc::new(Semaphore::new(shared.opts.max_nodes));
+        let user_slots = Arc::new(Semaphore::new(shared.opts.max_users));
+        let refusals = limits::Refusals::new(&shared);
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
                 r = nodes.accept() => match r {
                     Ok((s, addr)) => {
                         tune(&s);
-                        let conn = nodeconn::NodeConn::start(s, addr, &shared, stop.child_token());
-                        tracing::info!(node = %addr, id = conn.id, "node connected");
+                        let Ok(permit) = node_slots.clone().try_acquire_owned() else {
+                            refusals.refuse(limits::Port::Nodes, s, addr);
+                            continue;
+                        };
+                        let conn = nodeconn::NodeConn::start(s, addr, &shared, permit, stop.child_token());
+                        tracing::info!(node = %conn.label(), "node connected");
                         shared.pool.add(conn);
                     }
                     Err(e) => accept_error(e).await,
@@ -145,10 +207,17 @@ impl Server {
                 r = users.accept() => match r {
                     Ok((s, addr)) => {
                         tune(&s);
+                        let Ok(permit) = user_slots.clone().try_acquire_owned() else {
+                            refusals.refuse(limits::Port::Users, s, addr);
+                            continue;
+                        };
                         tracing::info!(user = %addr, "user connected");
                         let shared = shared.clone();
                         let stop = stop.child_token();
-                        tokio::spawn(async move { user::run(shared, s, addr, stop).await });
+                        tokio::spawn(async move {
+                            user::run(shared, s, addr, stop).await;
+                            drop(permit);
+                        });
                     }
                     Err(e) => accept_error(e).await,
                 },

@@ -5,7 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use corefarm_smp::codec::{write_batch, FrameReader};
 use corefarm_smp::{hello::features, Frame, Hello, MsgType, OutFrame};
@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use crate::registry::{NodeEntry, NodeInfo};
 use crate::Shared;
 
 /// Frames read from a node but not yet handled by its owner. Bounding them
@@ -29,18 +30,25 @@ pub enum NodeEvent {
     Closed(String),
 }
 
-/// What a node told us about itself in its hello.
-#[derive(Debug, Clone, Default)]
-pub struct NodeInfo {
-    pub name: Option<String>,
-    pub targets: Vec<String>,
-    pub hello: bool,
+/// Held by both tasks of a connection: when the last one ends, the node
+/// leaves the registry and its `--max-nodes` slot is free again.
+struct Slot {
+    shared: Arc<Shared>,
+    id: u64,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.shared.registry.remove_node(self.id);
+    }
 }
 
 pub struct NodeConn {
     pub id: u64,
     pub addr: SocketAddr,
-    pub info: Arc<Mutex<NodeInfo>>,
+    /// Identity and counters shown by the status extension.
+    pub entry: Arc<NodeEntry>,
     tx: mpsc::UnboundedSender<(OutFrame, bool)>,
     pub events: mpsc::UnboundedReceiver<NodeEvent>,
     closed: Arc<AtomicBool>,
@@ -48,20 +56,28 @@ pub struct NodeConn {
 }
 
 impl NodeConn {
+    /// Starts the connection's tasks. `permit` is its `--max-nodes` slot.
     pub(crate) fn start(
         stream: TcpStream,
         addr: SocketAddr,
         shared: &Arc<Shared>,
+        permit: OwnedSemaphorePermit,
         kill: CancellationToken,
     ) -> NodeConn {
         let id = shared.next_id();
+        let entry = Arc::new(NodeEntry::new(id, addr));
+        shared.registry.add_node(entry.clone());
+        let slot = Arc::new(Slot {
+            shared: shared.clone(),
+            id,
+            _permit: permit,
+        });
         let (rd, mut wr) = stream.into_split();
         // The flag says whether the owner wants a `Written` event for the frame
         // (hello replies are the connection's own business).
         let (tx, mut out_rx) = mpsc::unbounded_channel::<(OutFrame, bool)>();
         let (ev_tx, events) = mpsc::unbounded_channel::<NodeEvent>();
         let closed = Arc::new(AtomicBool::new(false));
-        let info = Arc::new(Mutex::new(NodeInfo::default()));
         let io_timeout = shared.opts.io_timeout;
         // Queue and stack hand a node its next message once the previous
         // write completed; the credit policy does not need write completions.
@@ -70,7 +86,9 @@ impl NodeConn {
         // Writer: frames from the owner, in order, one at a time.
         {
             let (ev_tx, closed, kill) = (ev_tx.clone(), closed.clone(), kill.clone());
+            let slot = slot.clone();
             tokio::spawn(async move {
+                let _slot = slot;
                 let reason = loop {
                     let (f, notify) = tokio::select! {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
@@ -101,11 +119,14 @@ impl NodeConn {
         // Reader: frames to the owner; hellos are answered here so that no
         // owner ever has to care about them.
         {
-            let (tx, closed, kill, info) = (tx.clone(), closed.clone(), kill.clone(), info.clone());
+            let (tx, closed, kill, entry) =
+                (tx.clone(), closed.clone(), kill.clone(), entry.clone());
             let max = shared.opts.max_message;
+            let read_timeout = shared.opts.read_timeout;
             tokio::spawn(async move {
+                let _slot = slot;
                 let permits = Arc::new(Semaphore::new(READ_AHEAD));
-                let mut reader = FrameReader::new(rd, max);
+                let mut reader = FrameReader::new(rd, max).with_read_timeout(read_timeout);
                 let reason = loop {
                     let permit = tokio::select! {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
@@ -118,13 +139,12 @@ impl NodeConn {
                     match r {
                         Ok(Some(f)) if f.ty == MsgType::Hello => match Hello::decode(&f.payload) {
                             Ok(h) if h.role == "node" => {
-                                tracing::info!(node = %addr, "node hello: name={:?} targets={:?}", h.name, h.targets);
-                                {
-                                    let mut i = info.lock().expect("node info lock");
-                                    i.name = h.name.clone();
-                                    i.targets = h.targets.clone();
-                                    i.hello = true;
-                                }
+                                entry.set_info(NodeInfo {
+                                    name: h.name.clone(),
+                                    targets: h.targets.clone(),
+                                    hello: true,
+                                });
+                                tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
                                 let mut reply = Hello::new("server");
                                 reply.features = if h.has(features::ERROR) {
                                     vec![features::ERROR.into()]
@@ -148,6 +168,10 @@ impl NodeConn {
                         Err(e) => break format!("{e}"),
                     }
                 };
+                if !kill.is_cancelled() {
+                    // Owners log their own losses; this covers free nodes too.
+                    tracing::info!(node = %entry.label(), "node connection ended: {reason}");
+                }
                 closed.store(true, Ordering::Release);
                 kill.cancel();
                 let _ = ev_tx.send(NodeEvent::Closed(reason));
@@ -156,7 +180,7 @@ impl NodeConn {
         NodeConn {
             id,
             addr,
-            info,
+            entry,
             tx,
             events,
             closed,
@@ -178,10 +202,8 @@ impl NodeConn {
         self.kill.cancel();
     }
 
+    /// `name@address`, as every log line names a node.
     pub fn label(&self) -> String {
-        match &self.info.lock().expect("node info lock").name {
-            Some(n) => format!("{n}@{}", self.addr),
-            None => self.addr.to_string(),
-        }
+        self.entry.label()
     }
 }

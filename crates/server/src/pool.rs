@@ -1,9 +1,9 @@
 //! Unassigned nodes, and the users that would take more of them.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
-use tokio::sync::{mpsc, Notify};
+use tokio::sync::mpsc;
 
 use crate::nodeconn::NodeConn;
 
@@ -32,7 +32,6 @@ struct Inner {
 #[derive(Default)]
 pub struct Pool {
     inner: Mutex<Inner>,
-    pub(crate) changed: Arc<Notify>,
 }
 
 impl Pool {
@@ -49,6 +48,7 @@ impl Pool {
                 .min_by_key(|(_, w)| w.have)
                 .map(|(i, _)| i);
             let Some(i) = best else { break };
+            conn.entry.assign(Some(g.waiters[i].user));
             match g.waiters[i].tx.send(Control::NodeJoined(conn)) {
                 Ok(()) => {
                     g.waiters[i].have += 1;
@@ -60,18 +60,35 @@ impl Pool {
                 }
             }
         }
+        conn.entry.assign(None);
         g.free.push(conn);
-        drop(g);
-        self.changed.notify_waiters();
     }
 
-    /// Takes up to `want` live free nodes (all if `None`).
-    pub fn take(&self, want: Option<u32>) -> Vec<NodeConn> {
+    /// Takes up to `want` free nodes for a registered user and counts them
+    /// as its own in one step, so a node joining meanwhile is not offered to
+    /// it beyond what it asked for. Also forgets the nodes that refused the
+    /// user's previous configuration: the next one may suit them.
+    pub fn take_for(&self, user: u64, want: Option<u32>) -> Vec<NodeConn> {
         let mut g = self.inner.lock().expect("pool lock");
-        g.free.retain(|c| !c.is_closed());
-        let n = want.map_or(g.free.len(), |w| (w as usize).min(g.free.len()));
+        let inner = &mut *g;
+        inner.free.retain(|c| !c.is_closed());
+        let Some(w) = inner.waiters.iter_mut().find(|w| w.user == user) else {
+            return Vec::new();
+        };
+        w.refused.clear();
+        w.want = want;
+        let free = inner.free.len();
+        let n = match want {
+            Some(n) => (n.saturating_sub(w.have) as usize).min(free),
+            None => free,
+        };
+        w.have += n as u32;
         // Oldest first, so a long-idle node is not starved.
-        g.free.drain(..n).collect()
+        let taken: Vec<NodeConn> = inner.free.drain(..n).collect();
+        for c in &taken {
+            c.entry.assign(Some(user));
+        }
+        taken
     }
 
     pub fn free_count(&self) -> usize {

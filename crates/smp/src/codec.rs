@@ -7,9 +7,11 @@
 //! in the buffer), so it can sit in a `tokio::select!`.
 
 use std::io;
+use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::time::Instant;
 
 use crate::error::ProtocolError;
 use crate::header::{Header, HEADER_LEN};
@@ -87,6 +89,14 @@ impl Decoder {
 pub struct FrameReader<R> {
     inner: R,
     dec: Decoder,
+    /// See [`FrameReader::with_read_timeout`].
+    read_timeout: Option<Duration>,
+    /// When the reader first waited for the rest of the current frame.
+    frame_started: Option<Instant>,
+    /// When the reader started waiting for the next bytes of a begun frame.
+    /// Kept across cancellations, so a `select!` that drops and re-creates
+    /// the read does not extend the peer's deadline.
+    waiting_since: Option<Instant>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -94,21 +104,66 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         FrameReader {
             inner,
             dec: Decoder::new(max_payload),
+            read_timeout: None,
+            frame_started: None,
+            waiting_since: None,
         }
+    }
+
+    /// Bounds how long a begun frame may take: its header must be complete
+    /// within `t` of its first byte, and the rest must make progress at least
+    /// every `t`. A peer that trickles a header one byte at a time, or stops
+    /// in the middle of a message, gets an `io::ErrorKind::TimedOut` error.
+    /// Waiting *between* frames is not bounded (that is an idle timeout, the
+    /// owner's business).
+    pub fn with_read_timeout(mut self, t: Duration) -> Self {
+        self.read_timeout = Some(t);
+        self
     }
 
     /// Next frame; `Ok(None)` on a clean end of stream between messages.
     pub async fn read_frame(&mut self) -> Result<Option<Frame>, ReadError> {
         loop {
             if let Some(f) = self.dec.decode()? {
+                self.frame_started = None;
+                self.waiting_since = None;
                 return Ok(Some(f));
             }
-            if self.inner.read_buf(self.dec.buffer()).await? == 0 {
+            let n = match self.read_timeout {
+                Some(t) if self.dec.buffered() > 0 => self.read_within(t).await?,
+                _ => self.inner.read_buf(self.dec.buffer()).await?,
+            };
+            if n == 0 {
                 return match self.dec.buffered() {
                     0 => Ok(None),
                     n => Err(ProtocolError::TruncatedStream(n).into()),
                 };
             }
+            self.waiting_since = None;
+        }
+    }
+
+    /// One read of a begun frame, bounded by the deadlines of `with_read_timeout`.
+    async fn read_within(&mut self, t: Duration) -> io::Result<usize> {
+        let now = Instant::now();
+        let started = *self.frame_started.get_or_insert(now);
+        let waiting = *self.waiting_since.get_or_insert(now);
+        let in_header = self.dec.buffered() < HEADER_LEN;
+        let deadline = if in_header {
+            (waiting + t).min(started + t)
+        } else {
+            waiting + t
+        };
+        match tokio::time::timeout_at(deadline, self.inner.read_buf(self.dec.buffer())).await {
+            Ok(r) => r,
+            Err(_) if in_header => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("a message header was not complete within {t:?}"),
+            )),
+            Err(_) => Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!("a message made no progress for {t:?}"),
+            )),
         }
     }
 
@@ -213,6 +268,65 @@ mod tests {
             r.read_frame().await,
             Err(ReadError::Protocol(ProtocolError::TooLarge { .. }))
         ));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn read_timeout_cuts_a_trickled_header_but_not_an_idle_peer() {
+        let t = Duration::from_secs(10);
+        let (mut a, b) = tokio::io::duplex(64);
+        let mut r = FrameReader::new(b, 1024).with_read_timeout(t);
+        // Idle between frames: no deadline (the read is still pending long after t).
+        let idle = tokio::time::timeout(t * 3, r.read_frame()).await;
+        assert!(
+            idle.is_err(),
+            "an idle peer is not cut off by the read timeout"
+        );
+        // One header byte every 3 s: each read makes progress, but the header
+        // as a whole takes longer than t.
+        let trickle = tokio::spawn(async move {
+            for b in [3u8, 0, 0, 0, 2, 0, 0, 0] {
+                a.write_all(&[b]).await.unwrap();
+                tokio::time::sleep(Duration::from_secs(3)).await;
+            }
+            a
+        });
+        let e = r.read_frame().await.unwrap_err();
+        match e {
+            ReadError::Io(e) => {
+                assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+                assert!(e.to_string().contains("header"), "{e}");
+            }
+            other => panic!("expected a timeout, got {other}"),
+        }
+        drop(trickle);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn read_timeout_needs_payload_progress_not_speed() {
+        let t = Duration::from_secs(10);
+        let (mut a, b) = tokio::io::duplex(64);
+        let mut r = FrameReader::new(b, 1024).with_read_timeout(t);
+        let wire = OutFrame::data(7, Bytes::from(vec![1u8; 20]))
+            .unwrap()
+            .to_vec();
+        let (head, rest) = wire.split_at(12);
+        a.write_all(head).await.unwrap();
+        // Payload bytes every 5 s (each gap < t): slow, but always progressing.
+        let rest = rest.to_vec();
+        let writer = tokio::spawn(async move {
+            for chunk in rest.chunks(4) {
+                tokio::time::sleep(Duration::from_secs(5)).await;
+                a.write_all(chunk).await.unwrap();
+            }
+            // Then half a message and silence.
+            a.write_all(&[3, 0, 0, 0, 9, 0, 0, 0, 1]).await.unwrap();
+            a
+        });
+        let f = r.read_frame().await.unwrap().unwrap();
+        assert_eq!(f.payload.len(), 24);
+        let e = r.read_frame().await.unwrap_err();
+        assert!(e.to_string().contains("no progress"), "{e}");
+        drop(writer);
     }
 
     #[tokio::test]

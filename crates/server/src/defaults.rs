@@ -1,0 +1,23 @@
+//! Default values of [`crate::ServerOptions`], in one place: the CLI shows and
+//! uses these same constants, so a default is never written twice.
+
+use std::time::Duration;
+
+use crate::Policy;
+
+pub const NODES_LISTEN: &str = "0.0.0.0:8888";
+pub const USERS_LISTEN: &str = "0.0.0.0:9999";
+pub const POLICY: Policy = Policy::Credit;
+/// Credit policy: data messages in flight per node.
+pub const CREDIT: u32 = 4;
+pub const MAX_MESSAGE: u32 = corefarm_smp::DEFAULT_MAX_MESSAGE;
+pub const CONFIG_TIMEOUT: Duration = Duration::from_secs(30);
+pub const NODE_TIMEOUT: Duration = Duration::from_secs(60);
+pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
+pub const NODE_WAIT: Duration = Duration::from_secs(5);
+/// Well under a minute: an idle user holds nodes other users may be waiting for.
+pub const USER_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
+/// A begun frame must finish its header within this, and make progress at least this often.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+pub const MAX_USERS: usize = 256;
+pub const MAX_NODES: usize = 1024;

@@ -1,0 +1,299 @@
+//! One shared picture of the cluster, for the status extension and for
+//! in-process tests.
+//!
+//! Cheap on the hot path: every node and user has an entry whose counters
+//! are atomics written only by the task that owns the node or user (relaxed
+//! increments, no lock per data message). The maps are locked only when a
+//! connection comes or goes, and when someone asks for a status.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex};
+
+use corefarm_smp::{ClusterStatus, NodeState, NodeStatus, UserPhase, UserStatus};
+
+/// What a node told us about itself in its hello.
+#[derive(Debug, Clone, Default)]
+pub struct NodeInfo {
+    pub name: Option<String>,
+    pub targets: Vec<String>,
+    pub hello: bool,
+}
+
+/// A connected node as the rest of the server sees it.
+#[derive(Debug)]
+pub struct NodeEntry {
+    pub id: u64,
+    pub addr: SocketAddr,
+    info: Mutex<NodeInfo>,
+    state: AtomicU8,
+    /// The user it is assigned to; 0 = none (ids start at 1).
+    user: AtomicU64,
+    pub in_flight: AtomicU64,
+    pub results: AtomicU64,
+}
+
+impl NodeEntry {
+    pub fn new(id: u64, addr: SocketAddr) -> Self {
+        NodeEntry {
+            id,
+            addr,
+            info: Mutex::new(NodeInfo::default()),
+            state: AtomicU8::new(node_state_code(NodeState::Free)),
+            user: AtomicU64::new(0),
+            in_flight: AtomicU64::new(0),
+            results: AtomicU64::new(0),
+        }
+    }
+
+    pub fn set_info(&self, info: NodeInfo) {
+        *self.info.lock().expect("node info lock") = info;
+    }
+
+    pub fn info(&self) -> NodeInfo {
+        self.info.lock().expect("node info lock").clone()
+    }
+
+    /// How logs name a node, everywhere: `name@address` (`node-<id>@address`
+    /// for a seed node, which has no name).
+    pub fn label(&self) -> String {
+        match &self.info.lock().expect("node info lock").name {
+            Some(n) => format!("{n}@{}", self.addr),
+            None => format!("node-{}@{}", self.id, self.addr),
+        }
+    }
+
+    /// A new owner: `None` = the free pool. Counters restart, since they
+    /// describe the node's work for its current user.
+    pub fn assign(&self, user: Option<u64>) {
+        self.user.store(user.unwrap_or(0), Ordering::Relaxed);
+        self.in_flight.store(0, Ordering::Relaxed);
+        self.results.store(0, Ordering::Relaxed);
+        let state = if user.is_some() {
+            NodeState::Assigned
+        } else {
+            NodeState::Free
+        };
+        self.set_state(state);
+    }
+
+    pub fn set_state(&self, s: NodeState) {
+        self.state.store(node_state_code(s), Ordering::Relaxed);
+    }
+
+    pub fn status(&self) -> NodeStatus {
+        let user = self.user.load(Ordering::Relaxed);
+        NodeStatus {
+            id: self.id,
+            name: self.info().name,
+            addr: self.addr.to_string(),
+            state: node_state_from(self.state.load(Ordering::Relaxed)),
+            user: (user != 0).then_some(user),
+            in_flight: self.in_flight.load(Ordering::Relaxed),
+            results: self.results.load(Ordering::Relaxed),
+        }
+    }
+}
+
+fn node_state_code(s: NodeState) -> u8 {
+    match s {
+        NodeState::Free => 0,
+        NodeState::Assigned => 1,
+        NodeState::Configuring => 2,
+        NodeState::Ready => 3,
+    }
+}
+
+fn node_state_from(v: u8) -> NodeState {
+    match v {
+        1 => NodeState::Assigned,
+        2 => NodeState::Configuring,
+        3 => NodeState::Ready,
+        _ => NodeState::Free,
+    }
+}
+
+/// A connected user, published by its handler task.
+#[derive(Debug)]
+pub struct UserEntry {
+    pub id: u64,
+    pub addr: SocketAddr,
+    name: Mutex<Option<String>>,
+    hello: AtomicBool,
+    phase: AtomicU8,
+    pub outstanding: AtomicU64,
+    pub queued: AtomicU64,
+    pub results: AtomicU64,
+}
+
+impl UserEntry {
+    pub fn new(id: u64, addr: SocketAddr) -> Self {
+        UserEntry {
+            id,
+            addr,
+            name: Mutex::new(None),
+            hello: AtomicBool::new(false),
+            phase: AtomicU8::new(0),
+            outstanding: AtomicU64::new(0),
+            queued: AtomicU64::new(0),
+            results: AtomicU64::new(0),
+        }
+    }
+
+    pub fn set_hello(&self, name: Option<String>) {
+        *self.name.lock().expect("user name lock") = name;
+        self.hello.store(true, Ordering::Relaxed);
+    }
+
+    pub fn set_phase(&self, p: UserPhase) {
+        let v = match p {
+            UserPhase::Initial => 0,
+            UserPhase::Configuring => 1,
+            UserPhase::Routing => 2,
+        };
+        self.phase.store(v, Ordering::Relaxed);
+    }
+
+    fn status(&self, nodes: Vec<u64>) -> UserStatus {
+        UserStatus {
+            id: self.id,
+            addr: self.addr.to_string(),
+            name: self.name.lock().expect("user name lock").clone(),
+            hello: self.hello.load(Ordering::Relaxed),
+            phase: match self.phase.load(Ordering::Relaxed) {
+                1 => UserPhase::Configuring,
+                2 => UserPhase::Routing,
+                _ => UserPhase::Initial,
+            },
+            nodes,
+            outstanding: self.outstanding.load(Ordering::Relaxed),
+            queued: self.queued.load(Ordering::Relaxed),
+            results: self.results.load(Ordering::Relaxed),
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    nodes: Mutex<BTreeMap<u64, Arc<NodeEntry>>>,
+    users: Mutex<BTreeMap<u64, Arc<UserEntry>>>,
+}
+
+impl Registry {
+    pub fn add_node(&self, e: Arc<NodeEntry>) {
+        self.nodes.lock().expect("registry lock").insert(e.id, e);
+    }
+
+    pub fn remove_node(&self, id: u64) {
+        self.nodes.lock().expect("registry lock").remove(&id);
+    }
+
+    pub fn add_user(&self, e: Arc<UserEntry>) {
+        self.users.lock().expect("registry lock").insert(e.id, e);
+    }
+
+    pub fn remove_user(&self, id: u64) {
+        self.users.lock().expect("registry lock").remove(&id);
+    }
+
+    /// Everything but the server-wide fields (policy, limits, who asks).
+    pub fn snapshot(&self) -> ClusterStatus {
+        let nodes: Vec<NodeStatus> = self
+            .nodes
+            .lock()
+            .expect("registry lock")
+            .values()
+            .map(|n| n.status())
+            .collect();
+        let users = self
+            .users
+            .lock()
+            .expect("registry lock")
+            .values()
+            .map(|u| {
+                let mine = nodes
+                    .iter()
+                    .filter(|n| n.user == Some(u.id))
+                    .map(|n| n.id)
+                    .collect();
+                u.status(mine)
+            })
+            .collect();
+        ClusterStatus {
+            nodes,
+            users,
+            ..ClusterStatus::default()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn addr(port: u16) -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], port))
+    }
+
+    #[test]
+    fn snapshot_lists_nodes_under_their_users() {
+        let r = Registry::default();
+        let (a, b) = (
+            Arc::new(NodeEntry::new(1, addr(10))),
+            Arc::new(NodeEntry::new(2, addr(11))),
+        );
+        a.set_info(NodeInfo {
+            name: Some("n0".into()),
+            hello: true,
+            ..Default::default()
+        });
+        r.add_node(a.clone());
+        r.add_node(b.clone());
+        let u = Arc::new(UserEntry::new(7, addr(20)));
+        u.set_hello(Some("prog".into()));
+        u.set_phase(UserPhase::Routing);
+        r.add_user(u.clone());
+        a.assign(Some(7));
+        a.set_state(NodeState::Ready);
+        a.in_flight.fetch_add(2, Ordering::Relaxed);
+        u.outstanding.fetch_add(2, Ordering::Relaxed);
+
+        let s = r.snapshot();
+        let n0 = s.node(1).unwrap();
+        assert_eq!(
+            (n0.state, n0.user, n0.in_flight),
+            (NodeState::Ready, Some(7), 2)
+        );
+        assert_eq!(n0.name.as_deref(), Some("n0"));
+        assert_eq!(s.node(2).unwrap().state, NodeState::Free);
+        let us = s.user(7).unwrap();
+        assert_eq!(us.nodes, vec![1]);
+        assert_eq!(
+            (us.phase, us.hello, us.outstanding),
+            (UserPhase::Routing, true, 2)
+        );
+
+        // Back to the pool: counters restart, the user no longer lists it.
+        a.assign(None);
+        let s = r.snapshot();
+        assert_eq!(s.node(1).unwrap().state, NodeState::Free);
+        assert_eq!(s.node(1).unwrap().in_flight, 0);
+        assert!(s.user(7).unwrap().nodes.is_empty());
+        r.remove_node(1);
+        r.remove_user(7);
+        let s = r.snapshot();
+        assert!(s.node(1).is_none() && s.user(7).is_none());
+    }
+
+    #[test]
+    fn labels_are_name_at_address() {
+        let n = NodeEntry::new(3, addr(12));
+        assert_eq!(n.label(), "node-3@127.0.0.1:12");
+        n.set_info(NodeInfo {
+            name: Some("fpga-a".into()),
+            ..Default::default()
+        });
+        assert_eq!(n.label(), "fpga-a@127.0.0.1:12");
+    }
+}

@@ -1,0 +1,146 @@
+//! Messages from the user: hello, configuration, data and status requests.
+
+use corefarm_smp::{
+    hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,
+    UserPhase as Phase,
+};
+
+use super::{End, Handler, NextCfg, Pending};
+
+/// Extension features the server agrees to when a user asks for them.
+const AGREED: [&str; 3] = [features::ERROR, features::CREDIT, features::STATUS];
+
+impl Handler {
+    pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {
+        match frame.ty {
+            MsgType::Hello
+                if self.phase == Phase::Initial && self.hello.is_none() && self.cfg.is_none() =>
+            {
+                self.on_hello(frame).await
+            }
+            MsgType::Configuration if self.phase != Phase::Configuring => {
+                self.on_configuration(frame).await
+            }
+            MsgType::Data if self.phase == Phase::Routing => self.on_data(frame).await,
+            MsgType::Data => {
+                let reason = "data message before a successful configuration".to_string();
+                Err(self
+                    .fail_user(ErrorMsg::NO_ID, ErrorCode::NotConfigured, reason)
+                    .await)
+            }
+            MsgType::StatusRequest if self.agreed(features::STATUS) => {
+                let status = self.shared.status(Some(self.user));
+                self.send_user(status.to_frame()).await
+            }
+            other => {
+                let reason = format!("unexpected {} message from the user", other.name());
+                Err(self
+                    .fail_user(ErrorMsg::NO_ID, ErrorCode::UnexpectedMessage, reason)
+                    .await)
+            }
+        }
+    }
+
+    pub(super) fn agreed(&self, feature: &str) -> bool {
+        self.hello.as_ref().is_some_and(|h| h.has(feature))
+    }
+
+    async fn on_hello(&mut self, frame: Frame) -> Result<(), End> {
+        let h = match Hello::decode(&frame.payload) {
+            Ok(h) if h.role == "user" => h,
+            Ok(h) => {
+                let reason = format!("hello with role {:?} on the user port", h.role);
+                return Err(self
+                    .fail_user(ErrorMsg::NO_ID, ErrorCode::Malformed, reason)
+                    .await);
+            }
+            Err(e) => {
+                return Err(self
+                    .fail_user(ErrorMsg::NO_ID, ErrorCode::Malformed, e.to_string())
+                    .await)
+            }
+        };
+        self.want = h.nodes.filter(|&n| n > 0);
+        let mut agreed = Hello::new("server");
+        agreed.features = AGREED
+            .iter()
+            .filter(|f| h.has(f))
+            .map(|f| f.to_string())
+            .collect();
+        self.hello = Some(agreed.clone());
+        self.entry.set_hello(h.name.clone());
+        self.take_nodes().await;
+        agreed.nodes = Some(self.nodes.len() as u32);
+        agreed.max_message = Some(self.shared.opts.max_message);
+        self.send_user(agreed.to_frame()).await
+    }
+
+    async fn on_configuration(&mut self, frame: Frame) -> Result<(), End> {
+        let payload = frame.payload.clone();
+        let cfg = match Configuration::parse(frame.payload) {
+            Ok(c) => c,
+            Err(e) => {
+                let reason = format!("invalid configuration: {e}");
+                return Err(self.fail_user(ErrorMsg::NO_ID, e.code(), reason).await);
+            }
+        };
+        tracing::info!(user = %self.peer, "configuration: input {} B, output {} B, {} cores, {} bytes of bitstream",
+            cfg.input_size, cfg.output_size, cfg.cores.len(), cfg.bitstream.len());
+        // Checked before any node sees it: a configuration whose results
+        // cannot be carried would otherwise make every node fail its first
+        // result and be dropped from the pool.
+        let verdict = cfg.check_limits(self.shared.opts.max_message);
+        if self.phase == Phase::Initial {
+            match verdict {
+                Ok(()) => {
+                    self.take_nodes().await;
+                    self.start_configuring(cfg, payload).await
+                }
+                Err(e) => self.refuse_configuration(e).await,
+            }
+        } else {
+            // Seed §3.3.1.3: wait until no data is in flight, then reconfigure.
+            self.next_cfg = Some(match verdict {
+                Ok(()) => NextCfg::Apply(cfg, payload),
+                Err(e) => NextCfg::Refuse(e),
+            });
+            Ok(())
+        }
+    }
+
+    async fn on_data(&mut self, frame: Frame) -> Result<(), End> {
+        let d = match Data::parse(frame.payload) {
+            Ok(d) => d,
+            Err(e) => {
+                return Err(self
+                    .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
+                    .await)
+            }
+        };
+        let cfg = self.cfg.as_ref().expect("routing implies a configuration");
+        let count = match cfg.count_inputs(d.data.len()) {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(self
+                    .fail_user(d.id, e.code(), format!("data id {}: {e}", d.id))
+                    .await)
+            }
+        };
+        if self.agreed(features::CREDIT) {
+            if self.credit == 0 {
+                let reason = "data message sent without credit".to_string();
+                return Err(self
+                    .fail_user(d.id, ErrorCode::UnexpectedMessage, reason)
+                    .await);
+            }
+            self.credit -= 1;
+        }
+        self.outstanding += 1;
+        self.dispatch(Pending {
+            user_id: d.id,
+            data: d.data,
+            count,
+        });
+        Ok(())
+    }
+}

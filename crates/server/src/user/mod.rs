@@ -1,0 +1,353 @@
+//! The per-user handler (seed 000 §3.3.1): one task that owns the user's
+//! connection, its nodes and every piece of routing state, so nothing on
+//! the data path takes a lock.
+//!
+//! States: Initial → Nodes Configuration → Data Routing, and back to Nodes
+//! Configuration on a new configuration once no data is in flight. Events come
+//! from the user socket, from the nodes (results, responses, write
+//! completions, disconnects), from the pool (nodes joining) and from a timer.
+//!
+//! - this file: the task, its event loop, replies and session endings;
+//! - [`frames`]: what the user sends (hello, configuration, data, status);
+//! - [`configure`]: configuring nodes, refusing configurations;
+//! - [`routing`]: dispatch, credit, results and messages from nodes;
+//! - [`nodes`]: taking, adopting, losing and releasing nodes; node timeouts.
+
+mod configure;
+mod frames;
+mod nodes;
+mod routing;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
+use corefarm_smp::{
+    hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
+    ProtocolError, UserPhase as Phase,
+};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{StreamExt, StreamMap};
+use tokio_util::sync::CancellationToken;
+
+use crate::dispatch::Order;
+use crate::nodeconn::{NodeConn, NodeEvent};
+use crate::pool::Control;
+use crate::registry::UserEntry;
+use crate::Shared;
+
+/// Results queued for the user's socket. Small: when the user stops reading,
+/// back-pressure reaches the nodes after a few messages.
+const USER_QUEUE: usize = 32;
+
+/// How often timers (node deadlines, the idle user) are checked.
+const TICK: Duration = Duration::from_millis(100);
+
+/// A data message accepted from the user and not yet answered.
+struct Pending {
+    user_id: u32,
+    data: Bytes,
+    count: u32,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Assigned but not configured yet (before the user's first configuration).
+    Idle,
+    Configuring {
+        deadline: Instant,
+    },
+    Ready,
+}
+
+/// One of the user's nodes.
+struct Node {
+    conn_id: u64,
+    tx: NodeConn,
+    slot: Slot,
+    in_flight: HashMap<u32, Pending>,
+    sent: u64,
+    written: u64,
+    last_progress: Instant,
+}
+
+/// A configuration that arrived while routing: applied (or refused) once
+/// no data is in flight, so its answer comes after every earlier result.
+enum NextCfg {
+    Apply(Configuration, Bytes),
+    Refuse(ProtocolError),
+}
+
+/// Why the session ends. Logged with the user's address.
+enum End {
+    Closed,
+    Error(String),
+}
+
+struct Handler {
+    shared: Arc<Shared>,
+    user: u64,
+    peer: SocketAddr,
+    entry: Arc<UserEntry>,
+    reader: FrameReader<OwnedReadHalf>,
+    out: mpsc::Sender<OutFrame>,
+    /// Features agreed in the hello; `None` for a seed-format user.
+    hello: Option<Hello>,
+    want: Option<u32>,
+    phase: Phase,
+    cfg: Option<Configuration>,
+    cfg_frame: Option<OutFrame>,
+    next_cfg: Option<NextCfg>,
+    nodes: HashMap<u64, Node>,
+    order: Order,
+    events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
+    /// Nodes the pool hands to this user after it registered.
+    ctl_tx: mpsc::UnboundedSender<Control>,
+    ctl_rx: mpsc::UnboundedReceiver<Control>,
+    registered: bool,
+    redispatch: VecDeque<Pending>,
+    next_internal: u32,
+    /// Data messages received and not yet answered (the seed's data counter).
+    outstanding: u64,
+    /// Credits granted to the user and not yet used.
+    credit: u64,
+    /// Reasons nodes gave for refusing the current configuration.
+    refusals: Vec<String>,
+    /// Last message from the user or answer to it (for --user-idle-timeout).
+    last_activity: Instant,
+}
+
+/// Removes the user from the registry however the task ends.
+struct Registered(Arc<Shared>, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.registry.remove_user(self.1);
+    }
+}
+
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    stream: TcpStream,
+    peer: SocketAddr,
+    stop: CancellationToken,
+) {
+    let user = shared.next_id();
+    let entry = Arc::new(UserEntry::new(user, peer));
+    shared.registry.add_user(entry.clone());
+    let _registered = Registered(shared.clone(), user);
+    let (rd, mut wr) = stream.into_split();
+    let (out, mut out_rx) = mpsc::channel::<OutFrame>(USER_QUEUE);
+    let io_timeout = shared.opts.io_timeout;
+    let writer_stop = stop.clone();
+    let writer = tokio::spawn(async move {
+        while let Some(f) = out_rx.recv().await {
+            let write = write_batch(&mut wr, f, || out_rx.try_recv().ok());
+            match tokio::time::timeout(io_timeout, write).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::info!(user = %peer, "write to user failed: {e}");
+                    break;
+                }
+                Err(_) => {
+                    tracing::warn!(user = %peer, "user stopped reading for {io_timeout:?}; closing");
+                    break;
+                }
+            }
+        }
+        writer_stop.cancel();
+    });
+    let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
+    let mut h = Handler {
+        reader: FrameReader::new(rd, shared.opts.max_message)
+            .with_read_timeout(shared.opts.read_timeout),
+        shared,
+        user,
+        peer,
+        entry,
+        out,
+        hello: None,
+        want: None,
+        phase: Phase::Initial,
+        cfg: None,
+        cfg_frame: None,
+        next_cfg: None,
+        nodes: HashMap::new(),
+        order: Order::default(),
+        events: StreamMap::new(),
+        ctl_tx,
+        ctl_rx,
+        registered: false,
+        redispatch: VecDeque::new(),
+        next_internal: 0,
+        outstanding: 0,
+        credit: 0,
+        refusals: Vec::new(),
+        last_activity: Instant::now(),
+    };
+    let end = h.main_loop(&stop).await;
+    match &end {
+        End::Closed => tracing::info!(user = %peer, "user session ended"),
+        End::Error(e) => tracing::warn!(user = %peer, "user session ended: {e}"),
+    }
+    h.release_nodes();
+    drop(h);
+    // The writer flushes what is queued (e.g. a final error) then exits.
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+impl Handler {
+    async fn main_loop(&mut self, stop: &CancellationToken) -> End {
+        let mut tick = tokio::time::interval(TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            if let Err(e) = self.pump().await {
+                return e;
+            }
+            self.publish();
+            let read_user = self.wants_user_input();
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return End::Closed,
+                Some((id, ev)) = self.events.next(), if !self.events.is_empty() => {
+                    if let Err(e) = self.on_node_event(id, ev).await { return e; }
+                }
+                Some(c) = self.ctl_rx.recv() => match c {
+                    Control::NodeJoined(conn) => self.adopt(conn),
+                },
+                _ = tick.tick() => {
+                    if let Err(e) = self.check_idle().await { return e; }
+                    self.check_timeouts();
+                }
+                r = self.reader.read_frame(), if read_user => {
+                    let frame = match r {
+                        Ok(Some(f)) => f,
+                        Ok(None) => return End::Closed,
+                        Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                            let reason = format!("{e} (--read-timeout)");
+                            return self.fail_user(ErrorMsg::NO_ID, ErrorCode::Timeout, reason).await;
+                        }
+                        Err(ReadError::Io(e)) => return End::Error(format!("read failed: {e}")),
+                        Err(ReadError::Protocol(e)) => {
+                            return self.fail_user(ErrorMsg::NO_ID, e.code(), e.to_string()).await;
+                        }
+                    };
+                    self.last_activity = Instant::now();
+                    if let Err(e) = self.on_user_frame(frame).await { return e; }
+                }
+            }
+        }
+    }
+
+    /// Counters for the status extension: two relaxed stores per event.
+    fn publish(&self) {
+        self.entry
+            .outstanding
+            .store(self.outstanding, Ordering::Relaxed);
+        self.entry
+            .queued
+            .store(self.redispatch.len() as u64, Ordering::Relaxed);
+    }
+
+    fn set_phase(&mut self, p: Phase) {
+        self.phase = p;
+        self.entry.set_phase(p);
+    }
+
+    /// Reads from the user only when the message could be acted on at once;
+    /// otherwise the data waits in the user's socket (TCP back-pressure).
+    fn wants_user_input(&mut self) -> bool {
+        match self.phase {
+            Phase::Initial => true,
+            Phase::Configuring => false,
+            Phase::Routing => {
+                self.next_cfg.is_none()
+                    && self.redispatch.is_empty()
+                    && self.pick_node(false).is_some()
+            }
+        }
+    }
+
+    /// A user with nothing outstanding that has been silent for
+    /// `--user-idle-timeout` ends its session, so its nodes go back to the
+    /// pool for users that are waiting. Ending it (rather than keeping a
+    /// session without nodes) is deliberate: giving the nodes back silently
+    /// would mean re-acquiring and re-configuring them behind the user's back
+    /// later, a delay and a failure (no node free) a seed-format user could
+    /// not be told about; an explicit end is something every client sees.
+    async fn check_idle(&mut self) -> Result<(), End> {
+        let limit = self.shared.opts.user_idle_timeout;
+        let busy = self.outstanding > 0
+            || !self.redispatch.is_empty()
+            || self.next_cfg.is_some()
+            || self.phase == Phase::Configuring;
+        if busy || self.last_activity.elapsed() <= limit {
+            return Ok(());
+        }
+        let reason = format!(
+            "idle for {limit:?} with nothing outstanding; session ended and its {} node(s) \
+             returned to the pool (--user-idle-timeout)",
+            self.nodes.len()
+        );
+        if self.hello.is_some() {
+            Err(self
+                .fail_user(ErrorMsg::NO_ID, ErrorCode::Timeout, reason)
+                .await)
+        } else {
+            // A seed-format user has no way to hear a reason: just close.
+            tracing::info!(user = %self.peer, "{reason}");
+            Err(End::Error(reason))
+        }
+    }
+
+    async fn send_user(&mut self, f: OutFrame) -> Result<(), End> {
+        self.out
+            .send(f)
+            .await
+            .map_err(|_| End::Error("user connection closed".into()))
+    }
+
+    async fn send_error(
+        &mut self,
+        id: u32,
+        code: ErrorCode,
+        reason: impl Into<String>,
+    ) -> Result<(), End> {
+        if self.hello.as_ref().is_some_and(|h| h.has(features::ERROR)) {
+            self.send_user(ErrorMsg::new(id, code, reason).to_frame())
+                .await
+        } else {
+            Ok(())
+        }
+    }
+
+    async fn send_response(&mut self, ok: bool) -> Result<(), End> {
+        let status = if ok {
+            ConfigurationResponse::OK
+        } else {
+            ConfigurationResponse::FAILED
+        };
+        self.send_user(ConfigurationResponse { status }.to_frame())
+            .await
+    }
+
+    /// Reports a fatal error to the user (as the protocol allows) and ends the session.
+    async fn fail_user(&mut self, id: u32, code: ErrorCode, reason: String) -> End {
+        tracing::warn!(user = %self.peer, "{reason}");
+        if self.hello.is_some() {
+            let _ = self.send_error(id, code, reason.clone()).await;
+        } else if self.phase == Phase::Initial {
+            // A seed user only understands a negative configuration response.
+            let _ = self.send_response(false).await;
+        }
+        End::Error(reason)
+    }
+}

@@ -1,0 +1,214 @@
+//! Data Routing state (seed 000 §3.3.1.3): data to nodes by policy, results
+//! back to the user, credit toward credit-aware users.
+
+use std::sync::atomic::Ordering;
+
+use corefarm_smp::{
+    hello::features, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg, Frame, MsgType,
+    NodeState, OutFrame, UserPhase as Phase,
+};
+use tokio::time::Instant;
+
+use super::{End, Handler, NextCfg, Pending, Slot};
+use crate::dispatch::Load;
+use crate::nodeconn::NodeEvent;
+
+impl Handler {
+    pub(super) fn pick_node(&mut self, commit: bool) -> Option<u64> {
+        let (policy, credit) = (self.shared.opts.policy, self.shared.opts.credit.max(1));
+        let nodes = &self.nodes;
+        let load = |id: u64| {
+            nodes
+                .get(&id)
+                .filter(|n| n.slot == Slot::Ready)
+                .map(|n| Load {
+                    unwritten: n.sent.saturating_sub(n.written),
+                    in_flight: n.in_flight.len(),
+                })
+        };
+        if commit {
+            self.order.pick(policy, credit, load)
+        } else {
+            self.order.peek(policy, credit, load).map(|(_, id)| id)
+        }
+    }
+
+    pub(super) fn dispatch(&mut self, p: Pending) {
+        let Some(id) = self.pick_node(true) else {
+            self.redispatch.push_back(p);
+            return;
+        };
+        let internal = self.next_internal;
+        self.next_internal = self.next_internal.wrapping_add(1);
+        let n = self.nodes.get_mut(&id).expect("picked node exists");
+        // The data arrived in a frame within --max-message, so it fits one again.
+        let Ok(frame) = OutFrame::data(internal, p.data.clone()) else {
+            self.redispatch.push_back(p);
+            return;
+        };
+        if n.in_flight.is_empty() {
+            n.last_progress = Instant::now();
+        }
+        n.in_flight.insert(internal, p);
+        n.tx.entry.in_flight.fetch_add(1, Ordering::Relaxed);
+        if n.tx.send(frame) {
+            n.sent += 1;
+        }
+        // On a failed send the node's Closed event follows and re-dispatches.
+    }
+
+    /// Housekeeping after every event: re-dispatch, reconfigure, grant credit.
+    pub(super) async fn pump(&mut self) -> Result<(), End> {
+        if self.phase != Phase::Routing {
+            return Ok(());
+        }
+        while !self.redispatch.is_empty() && self.pick_node(false).is_some() {
+            let p = self.redispatch.pop_front().expect("non-empty");
+            self.dispatch(p);
+        }
+        if self.next_cfg.is_some() && self.outstanding == 0 {
+            return match self.next_cfg.take().expect("checked") {
+                NextCfg::Apply(cfg, payload) => {
+                    tracing::info!(user = %self.peer, "reconfiguring");
+                    self.start_configuring(cfg, payload).await
+                }
+                NextCfg::Refuse(e) => self.refuse_configuration(e).await,
+            };
+        }
+        if self.agreed(features::CREDIT) && self.next_cfg.is_none() {
+            let ready = self
+                .nodes
+                .values()
+                .filter(|n| n.slot == Slot::Ready)
+                .count() as u64;
+            let opts = &self.shared.opts;
+            let window = opts
+                .user_window
+                .map_or(ready * opts.credit.max(1) as u64, |w| w as u64)
+                .max(1);
+            let used = self.outstanding + self.credit;
+            if used < window {
+                let grant = (window - used) as u32;
+                self.credit += grant as u64;
+                self.send_user(Credit { messages: grant }.to_frame())
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) async fn on_node_event(&mut self, id: u64, ev: NodeEvent) -> Result<(), End> {
+        match ev {
+            NodeEvent::Written(count) => {
+                if let Some(n) = self.nodes.get_mut(&id) {
+                    n.written += count;
+                }
+                Ok(())
+            }
+            NodeEvent::Closed(reason) => self.lose_node(id, &reason).await,
+            NodeEvent::Frame(f, _permit) => self.on_node_frame(id, f).await,
+        }
+    }
+
+    async fn on_node_frame(&mut self, id: u64, f: Frame) -> Result<(), End> {
+        let Some(n) = self.nodes.get_mut(&id) else {
+            return Ok(());
+        };
+        match (f.ty, n.slot) {
+            (MsgType::Data, Slot::Ready) => {
+                let d = match Data::parse(f.payload) {
+                    Ok(d) => d,
+                    Err(e) => return self.lose_node(id, &format!("bad data message: {e}")).await,
+                };
+                let Some(p) = n.in_flight.remove(&d.id) else {
+                    let reason = format!("result for unknown id {}", d.id);
+                    return self.lose_node(id, &reason).await;
+                };
+                let cfg = self.cfg.as_ref().expect("ready implies configured");
+                let expect = p.count as usize * cfg.output_size as usize;
+                if d.data.len() != expect {
+                    let reason = format!(
+                        "result of {} bytes for {} input(s), expected {expect}",
+                        d.data.len(),
+                        p.count
+                    );
+                    n.in_flight.insert(d.id, p);
+                    return self.lose_node(id, &reason).await;
+                }
+                n.last_progress = Instant::now();
+                n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
+                n.tx.entry.results.fetch_add(1, Ordering::Relaxed);
+                self.entry.results.fetch_add(1, Ordering::Relaxed);
+                self.answered();
+                // A result of the configured size always fits (checked at configuration).
+                match OutFrame::data(p.user_id, d.data) {
+                    Ok(f) => self.send_user(f).await,
+                    Err(e) => Err(self.fail_user(p.user_id, e.code(), e.to_string()).await),
+                }
+            }
+            (MsgType::ConfigurationResponse, Slot::Configuring { .. }) => {
+                let ok = ConfigurationResponse::parse(&f.payload)
+                    .map(|r| r.ok())
+                    .unwrap_or(false);
+                if ok {
+                    n.slot = Slot::Ready;
+                    n.tx.entry.set_state(NodeState::Ready);
+                    tracing::info!(user = %self.peer, node = %n.tx.label(), "node configured");
+                } else {
+                    let reason = format!("{} refused the configuration", n.tx.label());
+                    tracing::warn!(user = %self.peer, "{reason}");
+                    self.refusals.push(reason);
+                    let user = self.user;
+                    self.shared.pool.update(user, |w| {
+                        w.refused.insert(id);
+                        w.have = w.have.saturating_sub(1);
+                    });
+                    self.release_node(id);
+                }
+                self.finish_configuring_if_done().await
+            }
+            (MsgType::Error, _) => {
+                let e = match ErrorMsg::parse(&f.payload) {
+                    Ok(e) => e,
+                    Err(e) => return self.lose_node(id, &format!("bad error message: {e}")).await,
+                };
+                if let Some(p) = n.in_flight.remove(&e.id) {
+                    // A core failed on this input: the user hears about it by id.
+                    n.last_progress = Instant::now();
+                    n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    let reason =
+                        format!("node {} failed on this input: {}", n.tx.label(), e.reason);
+                    self.answered();
+                    if self.hello.is_some() {
+                        self.send_error(p.user_id, ErrorCode::CoreFailure, reason)
+                            .await
+                    } else {
+                        Err(self
+                            .fail_user(p.user_id, ErrorCode::CoreFailure, reason)
+                            .await)
+                    }
+                } else {
+                    tracing::warn!(user = %self.peer, node = %n.tx.label(), "node reports: {e}");
+                    if matches!(n.slot, Slot::Configuring { .. }) {
+                        self.refusals
+                            .push(format!("{}: {}", n.tx.label(), e.reason));
+                    }
+                    Ok(())
+                }
+            }
+            (ty, slot) => {
+                let reason = format!(
+                    "unexpected {} message from node in state {slot:?}",
+                    ty.name()
+                );
+                self.lose_node(id, &reason).await
+            }
+        }
+    }
+
+    /// One data message answered (a result or a per-input error).
+    fn answered(&mut self) {
+        self.outstanding -= 1;
+        self.last_activity = Instant::now();
+    }
+}
