@@ -97,6 +97,17 @@ impl Pool {
         g.free.len()
     }
 
+    /// Whether a user other than `except` is waiting with no node at all:
+    /// the contention that makes an idle user give its nodes back.
+    pub fn someone_starved(&self, except: u64) -> bool {
+        self.inner
+            .lock()
+            .expect("pool lock")
+            .waiters
+            .iter()
+            .any(|w| w.user != except && w.have == 0 && !w.tx.is_closed())
+    }
+
     pub fn register(&self, w: Waiter) {
         self.inner.lock().expect("pool lock").waiters.push(w);
     }

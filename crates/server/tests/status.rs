@@ -76,3 +76,23 @@ async fn a_status_request_without_the_feature_is_refused() {
     assert_eq!(e.code(), Some(ErrorCode::UnexpectedMessage), "{e}");
     u.closed().await;
 }
+
+#[tokio::test]
+async fn an_observer_asking_for_zero_nodes_takes_none() {
+    let srv = start(opts()).await;
+    let _a = FakeNode::spawn(srv.nodes, "n-a", 1, Behaviour::Echo).await;
+    srv.wait_free_nodes(1).await;
+    let (mut watcher, reply) = FakeUser::hello(srv.users, Some(0)).await;
+    assert_eq!(reply.nodes, Some(0));
+    let s = watcher.status().await;
+    assert_eq!(
+        s.count_nodes(NodeState::Free),
+        1,
+        "the observer holds no node"
+    );
+    // A computing user still gets the node while the observer is connected.
+    let (mut u, reply) = FakeUser::hello(srv.users, None).await;
+    assert_eq!(reply.nodes, Some(1));
+    assert_eq!(u.configure(&bench(16, 16)).await.0, 0);
+    assert_eq!(u.stream(0..5, 16, true).await.len(), 5);
+}

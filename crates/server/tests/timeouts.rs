@@ -71,7 +71,7 @@ async fn a_user_waiting_for_results_is_not_idle() {
     .await;
     let mut slow = FakeNode::spawn(srv.nodes, "slow", 1, Behaviour::Hold).await;
     srv.wait_free_nodes(1).await;
-    let (mut waiting, _) = FakeUser::hello(srv.users, None).await;
+    let (mut waiting, _) = FakeUser::hello(srv.users, Some(1)).await;
     assert_eq!(waiting.configure(&bench(16, 16)).await.0, 0);
     waiting.recv().await.expect("credit");
     waiting
@@ -81,9 +81,16 @@ async fn a_user_waiting_for_results_is_not_idle() {
         s.nodes.first().is_some_and(|n| n.in_flight == 1)
     })
     .await;
-    // A second, silent user is the clock: once it has timed out, the idle
+    // The clock: a second user holds the other node and goes idle while a
+    // third waits with none. Once the idle one has been ended, the idle
     // timeout has passed for the first one too.
-    let (mut clock, _) = FakeUser::hello(srv.users, None).await;
+    let _other = FakeNode::spawn(srv.nodes, "other", 2, Behaviour::Echo).await;
+    srv.wait_free_nodes(1).await;
+    let (mut clock, reply) = FakeUser::hello(srv.users, Some(1)).await;
+    assert_eq!(reply.nodes, Some(1));
+    assert_eq!(clock.configure(&bench(16, 16)).await.0, 0);
+    let (_starved, reply) = FakeUser::hello(srv.users, Some(1)).await;
+    assert_eq!(reply.nodes, Some(0));
     let e = clock.expect_error().await.unwrap();
     assert_eq!(e.code(), Some(ErrorCode::Timeout));
     slow.release();

@@ -34,7 +34,8 @@ pub struct Hello {
     /// Features the sender supports (see [`features`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub features: Vec<String>,
-    /// User: how many nodes it asks for (absent = every free node).
+    /// User: how many nodes it asks for (absent = every free node; 0 = none:
+    /// an observer that only asks for status).
     /// Server: how many nodes it assigned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u32>,

@@ -60,7 +60,9 @@ impl Handler {
                     .await)
             }
         };
-        self.want = h.nodes.filter(|&n| n > 0);
+        // `nodes: 0` asks for none: an observer (e.g. `corefarm status`)
+        // must not take nodes away from the users that compute.
+        self.want = h.nodes;
         let mut agreed = Hello::new("server");
         agreed.features = AGREED
             .iter()

@@ -277,8 +277,10 @@ impl Handler {
     }
 
     /// A user with nothing outstanding that has been silent for
-    /// `--user-idle-timeout` ends its session, so its nodes go back to the
-    /// pool for users that are waiting. Ending it (rather than keeping a
+    /// `--user-idle-timeout` while another user waits with no node at all
+    /// ends its session, so its nodes go back to the pool. Without
+    /// contention an idle session keeps its nodes: a program that pauses
+    /// between batches is not punished for it. Ending it (rather than keeping a
     /// session without nodes) is deliberate: giving the nodes back silently
     /// would mean re-acquiring and re-configuring them behind the user's back
     /// later, a delay and a failure (no node free) a seed-format user could
@@ -289,12 +291,16 @@ impl Handler {
             || !self.redispatch.is_empty()
             || self.next_cfg.is_some()
             || self.phase == Phase::Configuring;
-        if busy || self.last_activity.elapsed() <= limit {
+        if busy
+            || self.nodes.is_empty()
+            || self.last_activity.elapsed() <= limit
+            || !self.shared.pool.someone_starved(self.user)
+        {
             return Ok(());
         }
         let reason = format!(
-            "idle for {limit:?} with nothing outstanding; session ended and its {} node(s) \
-             returned to the pool (--user-idle-timeout)",
+            "idle for {limit:?} with nothing outstanding while another user waits for nodes; \
+             session ended and its {} node(s) returned to the pool (--user-idle-timeout)",
             self.nodes.len()
         );
         if self.hello.is_some() {

@@ -19,6 +19,9 @@ impl Handler {
     /// at every configuration from the Initial state, so a user whose nodes
     /// refused a configuration can try another one with whatever is free.
     pub(super) async fn take_nodes(&mut self) {
+        if self.want == Some(0) {
+            return;
+        }
         if !self.registered {
             self.registered = true;
             self.shared.pool.register(Waiter {
