@@ -220,14 +220,16 @@ impl Output {
         // (FillInfo refuses a writable request), and the view holds a
         // reference to this frozen object, which owns the `Bytes`, until
         // Python releases it.
-        let rc = ffi::PyBuffer_FillInfo(
-            view,
-            slf.as_ptr(),
-            data.as_ptr() as *mut std::os::raw::c_void,
-            data.len() as ffi::Py_ssize_t,
-            1,
-            flags,
-        );
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                data.as_ptr() as *mut std::os::raw::c_void,
+                data.len() as ffi::Py_ssize_t,
+                1,
+                flags,
+            )
+        };
         if rc == -1 {
             return Err(PyErr::fetch(slf.py()));
         }
