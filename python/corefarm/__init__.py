@@ -7,13 +7,14 @@
             ...
 
 The heavy lifting (sockets, framing, credit) is the Rust client in
-`corefarm._corefarm`; blocking calls release the GIL.
+`corefarm._corefarm`; blocking calls release the GIL. One `Client` may be
+used from many threads; `corefarm.aio` is the asyncio interface.
 """
 
-import collections
-import json
-import os
-import struct
+import collections as _collections
+import json as _json
+import os as _os
+import struct as _struct
 
 from . import _corefarm
 from .errors import (
@@ -26,17 +27,21 @@ from .errors import (
     ProtocolError,
     ServerError,
     TimeoutError,
+    UnsupportedError,
+    UsageError,
 )
 
 __all__ = [
-    "connect", "Client", "Output", "read_image_manifest", "default_core_table",
+    "connect", "Client", "Output", "Pending", "read_image_manifest", "default_core_table",
     "build_image", "inspect_image", "ImageError",
     "Error", "ConnectionError", "ConfigurationError", "TimeoutError", "ServerError",
-    "ProtocolError", "InputError", "ERROR_CODES", "DEFAULT_PORT",
+    "ProtocolError", "InputError", "UsageError", "UnsupportedError", "ERROR_CODES",
+    "DEFAULT_PORT",
 ]
 
 DEFAULT_PORT = 9999
 Output = _corefarm.Output
+Pending = _corefarm.Pending
 _IMAGE_MAGIC = b"CFIMAGE\0"
 
 
@@ -49,11 +54,11 @@ def read_image_manifest(image):
     """The JSON manifest of a corefarm image (bytes), or None for raw bytes."""
     if bytes(image[:8]) != _IMAGE_MAGIC or len(image) < 16:
         return None
-    _version, length = struct.unpack_from("<II", image, 8)
+    _version, length = _struct.unpack_from("<II", image, 8)
     if 16 + length > len(image):
         raise ConfigurationError(f"image manifest of {length} bytes runs past the end of the image")
     try:
-        return json.loads(bytes(image[16:16 + length]).decode("utf-8"))
+        return _json.loads(bytes(image[16:16 + length]).decode("utf-8"))
     except ValueError as e:
         raise ConfigurationError(f"image manifest is not valid JSON: {e}") from None
 
@@ -66,14 +71,14 @@ def build_image(*, input_size, output_size, cores=1, name=None, hls=None, entry=
     `verilog` (a path or a list of paths) + `top`: Verilog simulated by
     Verilator; `rbf`: a Cyclone V bitstream. Several may be combined. Returns
     the image bytes, and writes them to `out` if given."""
-    if isinstance(verilog, (str, os.PathLike)):
+    if isinstance(verilog, (str, _os.PathLike)):
         verilog = [verilog]
     table = [tuple(c) for c in core_table] if core_table is not None else None
     image = _corefarm.build_image(
         input_size=input_size, output_size=output_size, cores=cores, name=name,
-        hls=os.fspath(hls) if hls is not None else None, entry=entry,
-        verilog=[os.fspath(v) for v in verilog] if verilog is not None else None, top=top,
-        rbf=os.fspath(rbf) if rbf is not None else None, core_table=table)
+        hls=_os.fspath(hls) if hls is not None else None, entry=entry,
+        verilog=[_os.fspath(v) for v in verilog] if verilog is not None else None, top=top,
+        rbf=_os.fspath(rbf) if rbf is not None else None, core_table=table)
     if out is not None:
         with open(out, "wb") as f:
             f.write(image)
@@ -83,11 +88,11 @@ def build_image(*, input_size, output_size, cores=1, name=None, hls=None, entry=
 def inspect_image(image):
     """The manifest of an image (bytes or a path) as a dict, with each
     artifact's `checksum_ok` (and `checksum_error` when it fails)."""
-    if isinstance(image, (str, os.PathLike)):
+    if isinstance(image, (str, _os.PathLike)):
         with open(image, "rb") as f:
             image = f.read()
     manifest, checks = _corefarm.inspect_image(bytes(image))
-    m = json.loads(manifest)
+    m = _json.loads(manifest)
     for a, err in zip(m.get("artifacts", []), checks):
         a["checksum_ok"] = err is None
         if err is not None:
@@ -97,7 +102,8 @@ def inspect_image(image):
 
 def _as_bytes_view(data):
     """A C-contiguous unsigned-byte view of any buffer (bytes, bytearray,
-    memoryview, numpy array...) without copying."""
+    memoryview, numpy array...) without copying. The extension then sends
+    `bytes` from their memory and copies anything else (see Client.submit)."""
     if isinstance(data, (bytes, bytearray)):
         return data
     try:
@@ -130,8 +136,21 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
 
 class Client:
     """A connection to a corefarm server; use `connect()` to make one.
-    Usable as a context manager (closes on exit). Methods may be called from
-    two threads (one submitting, one receiving)."""
+    Usable as a context manager (closes on exit).
+
+    Any number of threads may use one client at once: every blocking call
+    releases the GIL, and results are routed by id to whoever waits for
+    them. `map()` and `submit_pending()` get their own results only;
+    `recv()` returns the results of plain `submit()` calls, in arrival
+    order, to whichever thread asks (one thread submitting and another
+    receiving works). `recv()` raises UsageError instead of waiting forever
+    when no plain submission is outstanding but `map()`/`Pending` ones are.
+
+    Data buffers: `bytes` are written to the socket straight from their
+    memory; any other buffer (bytearray, memoryview, numpy array) is copied
+    once, with the GIL held, before the GIL is released. So the caller may
+    reuse or modify a buffer as soon as `submit` returns, and another thread
+    writing to it meanwhile cannot change what is sent."""
 
     def __init__(self, raw):
         self._raw = raw
@@ -144,7 +163,7 @@ class Client:
         may be a number of cores (default table) or a list of
         (control, input, output) base addresses.
         """
-        if isinstance(image, (str, os.PathLike)):
+        if isinstance(image, (str, _os.PathLike)):
             with open(image, "rb") as f:
                 image = f.read()
         image = _as_bytes_view(image)
@@ -170,31 +189,39 @@ class Client:
 
     # -- data ----------------------------------------------------------
     def submit(self, data, id=None):
-        """Sends one data message (a whole number of inputs) and returns its id.
-        Accepts bytes, bytearray, memoryview, numpy arrays (contiguous).
-        Blocks while the server grants no credit."""
+        """Sends one data message (a whole number of inputs) and returns its
+        id; its result comes from `recv()`. Accepts bytes, bytearray,
+        memoryview, numpy arrays (contiguous). Blocks while the server grants
+        no credit."""
         view = _as_bytes_view(data)
         if id is None:
             return self._raw.submit(view)
         self._raw.submit_with_id(id, view)
         return id
 
+    def submit_pending(self, data):
+        """Sends one data message and returns a `Pending` (`.id`, `.done()`,
+        `.result(timeout=None)`): its result goes to that handle only, never
+        to `recv()` or another thread. Blocks while there is no credit."""
+        return self._raw.submit_pending(_as_bytes_view(data))
+
     def recv(self, timeout=None):
-        """Next result as an Output (`.id`, `.data`, `.count`; `id, data = out`;
-        `memoryview(out)` without copying). Raises ServerError for a data
-        message the server could not process, TimeoutError after `timeout` s."""
+        """Next result of a plain `submit()` as an Output (`.id`, `.data`,
+        `.count`; `id, data = out`; `memoryview(out)` without copying).
+        Raises ServerError for a data message the server could not process,
+        TimeoutError after `timeout` s, UsageError if only `map()`/`Pending`
+        results are in flight (they never come here)."""
         return self._raw.recv(timeout)
 
     def map(self, inputs, window=64):
         """Yields the result bytes of each input in input order, keeping at
-        most `window` data messages in flight. A ServerError for one input is
-        raised when that input's turn comes."""
+        most `window` data messages in flight. The results come to this
+        generator only, so several threads may each run a `map` on one
+        client. A ServerError for one input is raised when its turn comes."""
         if window < 1:
             raise ValueError("window must be at least 1")
         it = iter(inputs)
-        pending = collections.deque()
-        in_flight = set()
-        ready = {}
+        pending = _collections.deque()
         exhausted = False
         while True:
             while not exhausted and len(pending) < window:
@@ -203,27 +230,18 @@ class Client:
                 except StopIteration:
                     exhausted = True
                     break
-                ident = self.submit(item)
-                pending.append(ident)
-                in_flight.add(ident)
+                pending.append(self.submit_pending(item))
             if not pending:
                 return
-            front = pending[0]
-            while front not in ready:
-                try:
-                    out = self._raw.recv(None)
-                except ServerError as e:
-                    if e.id in in_flight:
-                        ready[e.id] = e
-                        continue
-                    raise
-                ready[out.id] = out
-            pending.popleft()
-            in_flight.discard(front)
-            result = ready.pop(front)
-            if isinstance(result, Exception):
-                raise result
-            yield result.data
+            yield pending.popleft().result().data
+
+    def status(self):
+        """What the server is doing, as a dict: "you" (this user's id),
+        "policy", "max_message", "nodes" (id, name, addr, state, user,
+        in_flight, results) and "users" (id, addr, name, hello, phase,
+        nodes, outstanding, queued, results). Raises UnsupportedError if the
+        server does not offer the status extension (or in legacy mode)."""
+        return _json.loads(self._raw.status())
 
     # -- connection ----------------------------------------------------
     @property
@@ -249,7 +267,7 @@ class Client:
     @property
     def server_hello(self):
         h = self._raw.server_hello
-        return json.loads(h) if h is not None else None
+        return _json.loads(h) if h is not None else None
 
     @property
     def addr(self):

@@ -2,18 +2,18 @@
 the connection and timeout errors also derive from the built-in
 ConnectionError / TimeoutError, so generic handlers catch them too."""
 
-import builtins
+import builtins as _builtins
 
 
 class Error(Exception):
     """Base class of every corefarm error."""
 
 
-class ConnectionError(Error, builtins.ConnectionError):
+class ConnectionError(Error, _builtins.ConnectionError):
     """Could not connect, the hello exchange failed, or the connection was lost."""
 
 
-class TimeoutError(Error, builtins.TimeoutError):
+class TimeoutError(Error, _builtins.TimeoutError):
     """A blocking call did not complete in time."""
 
 
@@ -54,6 +54,17 @@ class ProtocolError(Error):
 
 class InputError(Error, ValueError):
     """Data that cannot be sent as given (size not a whole number of inputs...)."""
+
+
+class UsageError(Error, RuntimeError):
+    """The client was used in a way that cannot work, e.g. `recv()` while
+    every result in flight belongs to a `map()` or a `Pending`; the message
+    says what to do instead (rather than waiting forever)."""
+
+
+class UnsupportedError(Error):
+    """The server does not offer what was asked (e.g. `status()` from a
+    server without the status extension, or in legacy mode)."""
 
 
 # Wire codes of the Error message (crates/smp/src/error.rs).

@@ -1,8 +1,12 @@
 //! `corefarm._corefarm`: the PyO3 binding of corefarm-client. The Pythonic
-//! surface (argument handling, context manager, `map`) lives in
+//! surface (argument handling, context manager, `map`, asyncio) lives in
 //! python/corefarm; this module exposes the blocking client, releases the
 //! GIL around every blocking call, and turns `ClientError`s into the
 //! exception classes of `corefarm.errors`.
+//!
+//! Submitted data is never read without the GIL from memory that Python
+//! code may change meanwhile: `bytes` (immutable) are sent straight from
+//! their memory, every other buffer is copied first, with the GIL held.
 
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
@@ -17,7 +21,10 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 mod image;
+mod pending;
 mod smp;
+
+use pending::{Completions, Pending};
 
 /// Builds the `corefarm.errors` exception for a client error.
 fn to_py(e: ClientError) -> PyErr {
@@ -45,6 +52,8 @@ fn to_py(e: ClientError) -> PyErr {
                     errors.getattr("ProtocolError")?.call1((msg,))?
                 }
                 ClientError::InvalidInput(_) => errors.getattr("InputError")?.call1((msg,))?,
+                ClientError::Usage(_) => errors.getattr("UsageError")?.call1((msg,))?,
+                ClientError::Unsupported(_) => errors.getattr("UnsupportedError")?.call1((msg,))?,
                 ClientError::Resolve { .. }
                 | ClientError::Connect { .. }
                 | ClientError::Handshake { .. }
@@ -58,6 +67,77 @@ fn to_py(e: ClientError) -> PyErr {
     })
 }
 
+/// The bytes of a data message, readable without the GIL.
+enum Payload<'py> {
+    /// A `bytes` object: immutable, and kept alive by this reference.
+    Immutable(Bound<'py, PyBytes>),
+    /// Any other buffer, copied while the GIL is held: another thread may
+    /// go on writing to the original without changing what is sent.
+    Copied(Vec<u8>),
+}
+
+impl<'py> Payload<'py> {
+    fn of(obj: &Bound<'py, PyAny>) -> PyResult<Self> {
+        if let Ok(b) = obj.cast::<PyBytes>() {
+            return Ok(Payload::Immutable(b.clone()));
+        }
+        Ok(Payload::Copied(byte_buffer(obj)?.to_vec(obj.py())?))
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Payload::Immutable(b) => b.as_bytes(),
+            Payload::Copied(v) => v,
+        }
+    }
+}
+
+/// Runs a blocking wait in slices with the GIL released, so that Ctrl-C (a
+/// pending signal) interrupts it and other threads run meanwhile.
+/// `attempt(slice)` returns `Ok(None)` when the slice ran out.
+pub(crate) fn wait_in_slices<T>(
+    py: Python<'_>,
+    timeout: Option<f64>,
+    during: &'static str,
+    mut attempt: impl FnMut(Duration) -> Result<Option<T>, ClientError> + Send,
+) -> PyResult<T>
+where
+    T: Send,
+{
+    const SLICE: Duration = Duration::from_millis(100);
+    let deadline = secs(timeout)?.map(|t| (Instant::now() + t, t));
+    loop {
+        let slice = match deadline {
+            None => SLICE,
+            Some((d, _)) => d.saturating_duration_since(Instant::now()).min(SLICE),
+        };
+        match py.detach(|| attempt(slice)) {
+            Ok(Some(v)) => return Ok(v),
+            Ok(None) => {
+                if let Some((d, total)) = deadline {
+                    if Instant::now() >= d {
+                        return Err(to_py(ClientError::Timeout {
+                            after: total,
+                            during,
+                        }));
+                    }
+                }
+                py.check_signals()?;
+            }
+            Err(e) => return Err(to_py(e)),
+        }
+    }
+}
+
+/// `Ok(None)` for a timeout, so that `wait_in_slices` goes on waiting.
+pub(crate) fn timeout_to_none<T>(r: Result<T, ClientError>) -> Result<Option<T>, ClientError> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(ClientError::Timeout { .. }) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
 /// A contiguous byte view of any buffer-protocol object (the Python layer
 /// casts other formats to bytes first).
 fn byte_buffer(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
@@ -68,29 +148,7 @@ fn byte_buffer(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
     Ok(buf)
 }
 
-/// Raw pointer and length of a buffer, movable into a GIL-free closure. The
-/// `PyBuffer` it comes from stays alive (and the export held) meanwhile.
-#[derive(Clone, Copy)]
-struct RawSlice(*const u8, usize);
-// SAFETY: only dereferenced while the owning PyBuffer is alive in the caller.
-unsafe impl Send for RawSlice {}
-
-impl RawSlice {
-    fn of(buf: &PyBuffer<u8>) -> Self {
-        RawSlice(buf.buf_ptr() as *const u8, buf.len_bytes())
-    }
-    /// # Safety
-    /// The buffer this was taken from must still be held.
-    unsafe fn get(&self) -> &[u8] {
-        if self.1 == 0 {
-            &[]
-        } else {
-            std::slice::from_raw_parts(self.0, self.1)
-        }
-    }
-}
-
-fn secs(t: Option<f64>) -> PyResult<Option<Duration>> {
+pub(crate) fn secs(t: Option<f64>) -> PyResult<Option<Duration>> {
     t.map(|s| {
         Duration::try_from_secs_f64(s)
             .map_err(|_| PyValueError::new_err(format!("invalid timeout {s}")))
@@ -145,6 +203,9 @@ impl Output {
         )
     }
 
+    /// # Safety
+    /// Called by Python's buffer protocol with `view` either null or valid
+    /// for writes (PEP 3118).
     unsafe fn __getbuffer__(
         slf: Bound<'_, Self>,
         view: *mut ffi::Py_buffer,
@@ -154,22 +215,30 @@ impl Output {
             return Err(PyValueError::new_err("NULL view in getbuffer"));
         }
         let data = &slf.get().data;
-        // SAFETY: `Bytes` never moves or changes its memory, and the view
-        // holds a reference to this (frozen) object until it is released.
-        let rc = ffi::PyBuffer_FillInfo(
-            view,
-            slf.as_ptr(),
-            data.as_ptr() as *mut std::os::raw::c_void,
-            data.len() as ffi::Py_ssize_t,
-            1,
-            flags,
-        );
+        // SAFETY: `view` is non-null and valid per the protocol; the memory
+        // is a `Bytes` that never moves or changes, exported read-only
+        // (FillInfo refuses a writable request), and the view holds a
+        // reference to this frozen object, which owns the `Bytes`, until
+        // Python releases it.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                data.as_ptr() as *mut std::os::raw::c_void,
+                data.len() as ffi::Py_ssize_t,
+                1,
+                flags,
+            )
+        };
         if rc == -1 {
             return Err(PyErr::fetch(slf.py()));
         }
         Ok(())
     }
 
+    /// # Safety
+    /// Nothing to release: the view's reference to this object keeps the
+    /// memory alive, and Python drops that reference itself.
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
 }
 
@@ -263,53 +332,68 @@ impl Client {
         .map_err(to_py)
     }
 
-    /// submit(data) -> id. `data` is any C-contiguous byte buffer; it is
-    /// written to the socket straight from its memory, without the GIL.
+    /// submit(data) -> id; the result comes from `recv`. `data`: `bytes`
+    /// (sent from its memory) or any C-contiguous buffer (copied first).
     fn submit(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u32> {
-        let buf = byte_buffer(data)?;
-        let raw = RawSlice::of(&buf);
-        // SAFETY: `buf` lives until after `detach` returns.
-        let r = py.detach(move || self.inner.submit_slice(unsafe { raw.get() }));
-        drop(buf);
-        r.map_err(to_py)
+        let payload = Payload::of(data)?;
+        let bytes = payload.as_slice();
+        py.detach(|| self.inner.submit_slice(bytes)).map_err(to_py)
     }
 
     fn submit_with_id(&self, py: Python<'_>, id: u32, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let buf = byte_buffer(data)?;
-        let raw = RawSlice::of(&buf);
-        // SAFETY: as in `submit`.
-        let r = py.detach(move || self.inner.submit_slice_with_id(id, unsafe { raw.get() }));
-        drop(buf);
-        r.map_err(to_py)
+        let payload = Payload::of(data)?;
+        let bytes = payload.as_slice();
+        py.detach(|| self.inner.submit_slice_with_id(id, bytes))
+            .map_err(to_py)
+    }
+
+    /// submit_pending(data) -> Pending: the result goes to that handle only.
+    fn submit_pending(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Pending> {
+        let payload = Payload::of(data)?;
+        let bytes = payload.as_slice();
+        py.detach(|| self.inner.submit_slice_pending(bytes))
+            .map(Pending::from)
+            .map_err(to_py)
+    }
+
+    /// try_submit_pending(data) -> Pending or None: None, sending nothing,
+    /// when the server grants no credit right now (never waits for credit).
+    fn try_submit_pending(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<Option<Pending>> {
+        let payload = Payload::of(data)?;
+        let bytes = payload.as_slice();
+        py.detach(|| self.inner.try_submit_slice_pending(bytes))
+            .map(|p| p.map(Pending::from))
+            .map_err(to_py)
     }
 
     /// recv(timeout=None) -> Output; timeout in seconds.
     #[pyo3(signature = (timeout=None))]
     fn recv(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Output> {
-        // Wait in slices so that Ctrl-C (a pending signal) interrupts a long wait.
-        const SLICE: Duration = Duration::from_millis(100);
-        let deadline = secs(timeout)?.map(|t| (Instant::now() + t, t));
-        loop {
-            let slice = match deadline {
-                None => SLICE,
-                Some((d, _)) => d.saturating_duration_since(Instant::now()).min(SLICE),
-            };
-            match py.detach(|| self.inner.recv(Some(slice))) {
-                Ok(o) => return Ok(o.into()),
-                Err(ClientError::Timeout { .. }) => {
-                    if let Some((d, total)) = deadline {
-                        if Instant::now() >= d {
-                            return Err(to_py(ClientError::Timeout {
-                                after: total,
-                                during: "waiting for a result",
-                            }));
-                        }
-                    }
-                    py.check_signals()?;
-                }
-                Err(e) => return Err(to_py(e)),
-            }
-        }
+        wait_in_slices(py, timeout, "waiting for a result", |slice| {
+            timeout_to_none(self.inner.recv(Some(slice)))
+        })
+        .map(Output::from)
+    }
+
+    /// status() -> the server's status as a JSON string.
+    fn status(&self, py: Python<'_>) -> PyResult<String> {
+        let s = py.detach(|| self.inner.status()).map_err(to_py)?;
+        Ok(String::from_utf8_lossy(&s.encode()).into_owned())
+    }
+
+    #[getter]
+    fn has_status(&self) -> bool {
+        self.inner.has_status()
+    }
+
+    /// Test hook: waits until `n` threads block in `recv`; False on timeout.
+    fn _wait_blocked_receivers(&self, py: Python<'_>, n: usize, timeout: f64) -> PyResult<bool> {
+        let t = secs(Some(timeout))?.unwrap_or_default();
+        Ok(py.detach(|| self.inner.wait_for_blocked_receivers(n, t)))
     }
 
     fn close(&self, py: Python<'_>) {
@@ -356,7 +440,7 @@ impl Client {
 fn default_core_table(n: u32, input_size: u32, output_size: u32) -> PyResult<Vec<(u32, u32, u32)>> {
     Ok(
         corefarm_client::default_core_table(n, input_size, output_size)
-            .map_err(to_py)?
+            .map_err(|e| to_py(ClientError::InvalidInput(e.to_string())))?
             .into_iter()
             .map(|c| (c.control, c.input, c.output))
             .collect(),
@@ -367,6 +451,8 @@ fn default_core_table(n: u32, input_size: u32, output_size: u32) -> PyResult<Vec
 fn _corefarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Client>()?;
     m.add_class::<Output>()?;
+    m.add_class::<Pending>()?;
+    m.add_class::<Completions>()?;
     m.add_function(wrap_pyfunction!(default_core_table, m)?)?;
     m.add_function(wrap_pyfunction!(image::build_image, m)?)?;
     m.add_function(wrap_pyfunction!(image::inspect_image, m)?)?;

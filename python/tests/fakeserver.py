@@ -8,6 +8,7 @@ import threading
 
 HDR = struct.Struct("<B3xI")
 CONFIGURATION, RESPONSE, DATA, HELLO, ERROR, CREDIT = 1, 2, 3, 0x10, 0x11, 0x12
+STATUS_REQUEST, STATUS = 0x13, 0x14
 NO_ID = 0xFFFFFFFF
 
 
@@ -68,6 +69,39 @@ class Peer:
     def error(self, ident, code, reason):
         self.send(ERROR, struct.pack("<II", ident, code) + reason.encode())
 
+    def status(self, status):
+        self.expect(STATUS_REQUEST)
+        self.send(STATUS, json.dumps(status).encode())
+
+    def reordering_echo(self, total, credit=8):
+        """Echoes `total` data messages, answering whatever has arrived in
+        reverse order (out of order whenever several are in flight), one
+        credit per answer. A reader thread feeds a queue; never waits for a
+        batch to fill, so it cannot deadlock with the client's window."""
+        import queue
+        q = queue.Queue()
+
+        def read():
+            for _ in range(total):
+                q.put(self.data())
+
+        reader = threading.Thread(target=read, daemon=True)
+        reader.start()
+        self.credit(credit)
+        answered = 0
+        while answered < total:
+            batch = [q.get(timeout=20)]
+            while True:
+                try:
+                    batch.append(q.get_nowait())
+                except queue.Empty:
+                    break
+            for ident, body in reversed(batch):
+                self.result(ident, body)
+                self.credit(1)
+                answered += 1
+        reader.join(20)
+
 
 class FakeServer:
     """Runs `script(peer)` on the first connection. `join()` re-raises the
@@ -87,6 +121,7 @@ class FakeServer:
             self.listener.settimeout(20)
             sock, _ = self.listener.accept()
             sock.settimeout(20)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with sock:
                 script(Peer(sock))
         except BaseException as e:  # reported by join()

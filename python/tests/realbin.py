@@ -23,6 +23,7 @@ class Cluster:
              "--users-listen", "127.0.0.1:0", *extra],
             stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, text=True)
         found = {}
+        scanned = threading.Event()
 
         def scan():
             for line in self.p.stdout:
@@ -30,14 +31,12 @@ class Cluster:
                 if m:
                     found["addrs"] = m.groups()
                     break
+            scanned.set()  # the line, or end of output: the process exited
             for _ in self.p.stdout:  # keep draining
                 pass
 
         threading.Thread(target=scan, daemon=True).start()
-        for _ in range(600):
-            if "addrs" in found or self.p.poll() is not None:
-                break
-            threading.Event().wait(0.1)
+        scanned.wait(60)
         if "addrs" not in found:
             self.stop()
             raise RuntimeError(f"corefarm local did not start: {self.stderr()}")

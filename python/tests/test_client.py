@@ -23,7 +23,7 @@ def test_submit_accepts_every_buffer_kind_and_recv_returns_outputs():
     def script(p):
         h = p.hello(nodes=2)
         assert h["role"] == "user" and h["nodes"] == 2
-        assert set(h["features"]) == {"error", "credit"}
+        assert set(h["features"]) == {"error", "credit", "status"}
         cfg = p.configuration()
         assert (cfg["input_size"], cfg["output_size"], cfg["cores"]) == (16, 8, [])
         assert struct.unpack("<I", cfg["bitstream"]) == (5,)
@@ -234,8 +234,7 @@ def test_close_from_another_thread_unblocks_recv():
 
     t = threading.Thread(target=wait)
     t.start()
-    import time
-    time.sleep(0.05)
+    assert c._raw._wait_blocked_receivers(1, 20), "recv never blocked"
     c.close()
     t.join(10)
     assert errors and "closed by this client" in str(errors[0])

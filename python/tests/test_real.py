@@ -143,3 +143,53 @@ def test_nodes_dropped_during_configuration_are_reported_as_warnings():
         t.join(5)
     finally:
         cluster.stop()
+
+
+def test_four_threads_map_on_one_client(cluster):
+    per_thread = 150
+    with connect(cluster, nodes=2, io_timeout=30) as c:
+        c.configure_benchmark(32, 16)
+        results, errors = {}, []
+
+        def mapper(t):
+            try:
+                inputs = [struct.pack("<QQ", t, k) + bytes(16) for k in range(per_thread)]
+                results[t] = (inputs, list(c.map(inputs, window=8)))
+            except Exception as e:  # reported below
+                errors.append(e)
+
+        threads = [threading.Thread(target=mapper, args=(t,)) for t in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+        assert not any(t.is_alive() for t in threads), "a mapping thread is stuck"
+        assert not errors, errors
+        for t in range(4):
+            inputs, out = results[t]
+            assert [r[:16] for r in out] == [i[:16] for i in inputs], f"thread {t}"
+
+
+def test_asyncio_client_against_the_real_cluster(cluster):
+    import asyncio
+
+    import corefarm.aio
+
+    async def main():
+        async with await corefarm.aio.connect(cluster.users_addr, nodes=2, timeout=30) as c:
+            await c.configure_benchmark(16, 16)
+            futs = [await c.submit(struct.pack("<QQ", k, 3)) for k in range(20)]
+            outs = await asyncio.gather(*futs)
+            assert [o.data for o in outs] == [struct.pack("<QQ", k, 3) for k in range(20)]
+            inputs = [struct.pack("<QQ", k, 4) for k in range(200)]
+
+            async def one_map(tag):
+                mine = [struct.pack("<QQ", k, tag) for k in range(100)]
+                return mine, [r async for r in c.map(mine, window=8)]
+
+            # Two maps interleaved on one loop, plus one more directly.
+            for mine, got in await asyncio.gather(one_map(5), one_map(6)):
+                assert got == mine
+            assert [r async for r in c.map(inputs, window=16)] == inputs
+
+    asyncio.run(main())

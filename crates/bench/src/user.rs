@@ -19,7 +19,7 @@
 //! measurement contains nothing but the socket and the framing.
 
 use std::collections::HashMap;
-use std::io::{self, IoSlice, Write};
+use std::io;
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
@@ -27,11 +27,11 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
-use corefarm_smp::blocking::FrameReader;
+use corefarm_smp::blocking::{write_data_borrowed, FrameReader};
 use corefarm_smp::codec::ReadError;
 use corefarm_smp::hello::features;
 use corefarm_smp::{
-    BenchmarkConfig, ConfigurationResponse, Credit, Data, ErrorMsg, Frame, Header, Hello, MsgType,
+    BenchmarkConfig, ConfigurationResponse, Credit, Data, ErrorMsg, Frame, Hello, MsgType,
     BENCH_ECHO_LEN, DEFAULT_MAX_MESSAGE,
 };
 use rand::RngCore;
@@ -269,29 +269,6 @@ fn check_result(data: &[u8], id: u32, sent: &InFlight, output_size: u32) -> Opti
         }
     }
     None
-}
-
-/// Writes a data message whose body is `buf` without copying it into a frame.
-fn write_data(w: &mut impl Write, id: u32, buf: &[u8]) -> io::Result<()> {
-    let mut head = [0u8; 12];
-    head[..8].copy_from_slice(&Header::new(MsgType::Data, (4 + buf.len()) as u32).encode());
-    head[8..].copy_from_slice(&id.to_le_bytes());
-    let mut off = 0; // bytes of head+buf already written
-    let total = head.len() + buf.len();
-    while off < total {
-        let n = if off < head.len() {
-            w.write_vectored(&[IoSlice::new(&head[off..]), IoSlice::new(buf)])
-        } else {
-            w.write(&buf[off - head.len()..])
-        };
-        match n {
-            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
-            Ok(n) => off += n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(e),
-        }
-    }
-    Ok(())
 }
 
 fn is_timeout(e: &ReadError) -> bool {
@@ -642,7 +619,7 @@ fn send_loop(
         if win.contains(ts) {
             sh.window_sent_msgs.fetch_add(1, Ordering::Relaxed);
         }
-        if let Err(e) = write_data(w, id, &buf) {
+        if let Err(e) = write_data_borrowed(w, id, &buf) {
             if sh.abort.load(Ordering::Acquire) {
                 return Ok(());
             }
@@ -883,19 +860,6 @@ mod tests {
             .contains("output 1"));
         // Outputs swapped between messages (ids differ).
         assert!(check_result(&out, 8, &sent, 20).is_some());
-    }
-
-    #[test]
-    fn write_data_frames_like_smp() {
-        let mut v = Vec::new();
-        write_data(&mut v, 9, b"0123456789abcdef").unwrap();
-        let f = corefarm_smp::blocking::FrameReader::new(&v[..], 1024)
-            .read_frame()
-            .unwrap()
-            .unwrap();
-        assert_eq!(f.ty, MsgType::Data);
-        let d = Data::parse(f.payload).unwrap();
-        assert_eq!((d.id, &d.data[..]), (9, &b"0123456789abcdef"[..]));
     }
 
     #[test]

@@ -47,6 +47,12 @@ pub enum ClientError {
     NotConfigured,
     #[error("invalid input: {0}")]
     InvalidInput(String),
+    /// The client was used in a way that cannot work (e.g. `recv` while
+    /// every result in flight belongs to a `Pending`); the message says how.
+    #[error("misuse of the client: {0}")]
+    Usage(String),
+    #[error("the server does not support {0}")]
+    Unsupported(&'static str),
 }
 
 impl ClientError {

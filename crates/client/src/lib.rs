@@ -12,32 +12,53 @@
 //! ```
 //!
 //! One background thread per connection reads every frame the server sends
-//! (results, credits, errors, configuration responses); writes happen on the
-//! caller's thread, header and body in one vectored write, so a submitted
-//! buffer reaches the kernel without being copied.
+//! (results, credits, errors, configuration and status responses); writes
+//! happen on the caller's thread, header and body in one vectored write, so a
+//! submitted buffer reaches the kernel without being copied.
+//!
+//! # One client, many threads: who gets which result
+//!
+//! Results are routed by the id of the data message they answer:
+//!
+//! - [`submit_pending`](Client::submit_pending) registers the id before the
+//!   data is written and returns a [`Pending`]; that result goes to that
+//!   handle only (wait, poll, callback or `.await`).
+//!   [`map`](Client::map) works this way, so any number of threads can run
+//!   `map`, `submit_pending` and `submit` + `recv` on one `Client` at once
+//!   and each gets its own results.
+//! - [`submit`](Client::submit) leaves the result to
+//!   [`recv`](Client::recv), which returns results of plain submissions in
+//!   arrival order to whichever thread calls it (the single-consumer and the
+//!   [`split`](Client::split) patterns).
+//!
+//! `recv` never returns a result that a `Pending` (or a `map`) waits for. A
+//! `recv` that could therefore only wait forever (no plain submission
+//! outstanding, nothing queued, but pending ones in flight) fails with
+//! [`ClientError::Usage`] instead of blocking. With nothing at all in flight
+//! it waits, since another thread may be about to submit.
 
+mod connect;
 mod error;
+mod inner;
 mod map;
+mod pending;
 mod reader;
 
-use std::io;
-use std::net::{Shutdown, SocketAddr, TcpStream, ToSocketAddrs};
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
-use corefarm_smp::blocking::{write_data_borrowed, write_frame, FrameReader};
-use corefarm_smp::codec::ReadError;
+use corefarm_smp::blocking::FrameReader;
 use corefarm_smp::hello::features;
-use corefarm_smp::{
-    BenchmarkConfig, Configuration, CoreInfo, ErrorMsg, Hello, MsgType, DEFAULT_MAX_MESSAGE,
-};
+use corefarm_smp::{BenchmarkConfig, ClusterStatus, Configuration, Hello, DEFAULT_MAX_MESSAGE};
 
+/// The default core table (docs/interfaces.md), for images that give none.
+pub use corefarm_smp::default_core_table;
 pub use error::{ClientError, Result};
+use inner::{Body, CreditWait, Inner, Route};
 pub use map::MapIter;
-use reader::{Event, Shared};
+pub use pending::Pending;
+use reader::Shared;
 
 /// Default TCP port of the server's user side.
 pub const DEFAULT_USER_PORT: u16 = 9999;
@@ -103,29 +124,11 @@ pub struct Receiver {
     inner: Arc<Inner>,
 }
 
-#[derive(Debug)]
-struct Inner {
-    addr: String,
-    opts: ClientOptions,
-    writer: Mutex<TcpStream>,
-    shared: Arc<Shared>,
-    events: Mutex<mpsc::Receiver<Event>>,
-    next_id: AtomicU32,
-    server_hello: Option<Hello>,
-    credit_mode: bool,
-    configure_lock: Mutex<()>,
-    reader: Mutex<Option<JoinHandle<()>>>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
-
 impl Client {
     /// Connects to `addr` ("host:port") and, unless `opts.legacy`, negotiates
     /// the extensions with a hello exchange.
     pub fn connect(addr: &str, opts: ClientOptions) -> Result<Client> {
-        let stream = open(addr, opts.connect_timeout)?;
+        let stream = connect::open(addr, opts.connect_timeout)?;
         let io = |during| move |source| ClientError::Io { during, source };
         stream
             .set_nodelay(true)
@@ -140,18 +143,14 @@ impl Client {
         let server_hello = if opts.legacy {
             None
         } else {
-            Some(handshake(addr, &opts, &mut writer, &mut reader)?)
+            Some(connect::handshake(addr, &opts, &mut writer, &mut reader)?)
         };
         let credit_mode = server_hello
             .as_ref()
             .is_some_and(|h| h.has(features::CREDIT));
 
         let shared = Arc::new(Shared::default());
-        let (tx, rx) = mpsc::channel();
-        let thread_shared = shared.clone();
-        let handle = std::thread::Builder::new()
-            .name("corefarm-client-reader".into())
-            .spawn(move || reader::run(reader, &thread_shared, tx, credit_mode))
+        let handle = inner::spawn_reader(reader, shared.clone(), credit_mode)
             .map_err(io("starting the reader thread"))?;
 
         Ok(Client {
@@ -160,11 +159,10 @@ impl Client {
                 opts,
                 writer: Mutex::new(writer),
                 shared,
-                events: Mutex::new(rx),
-                next_id: AtomicU32::new(0),
                 server_hello,
                 credit_mode,
                 configure_lock: Mutex::new(()),
+                status_lock: Mutex::new(()),
                 reader: Mutex::new(Some(handle)),
             }),
         })
@@ -194,41 +192,82 @@ impl Client {
     }
 
     /// Sends one data message (a whole number of inputs) under the next id,
-    /// which it returns. Blocks while the server grants no credit.
+    /// which it returns; its result goes to [`recv`](Client::recv). Blocks
+    /// while the server grants no credit.
     pub fn submit(&self, data: Bytes) -> Result<u32> {
-        self.inner.submit(data)
+        self.inner.submit(None, Body::Shared(data))
     }
 
-    /// Sends one data message under a caller-chosen id.
+    /// Sends one data message under a caller-chosen id (result to `recv`).
+    /// An id a [`Pending`] still waits for is refused ([`ClientError::Usage`]).
     pub fn submit_with_id(&self, id: u32, data: Bytes) -> Result<()> {
-        self.inner.send_data(id, Body::Shared(data))
+        self.inner.submit(Some(id), Body::Shared(data)).map(drop)
     }
 
     /// Like [`submit`](Client::submit) for borrowed memory: written straight
-    /// from `data` to the socket (used by the Python binding for buffers).
+    /// from `data` to the socket.
     pub fn submit_slice(&self, data: &[u8]) -> Result<u32> {
-        let id = self.inner.take_id();
-        self.inner.send_data(id, Body::Borrowed(data))?;
-        Ok(id)
+        self.inner.submit(None, Body::Borrowed(data))
     }
 
     /// Like [`submit_with_id`](Client::submit_with_id) for borrowed memory.
     pub fn submit_slice_with_id(&self, id: u32, data: &[u8]) -> Result<()> {
-        self.inner.send_data(id, Body::Borrowed(data))
+        self.inner.submit(Some(id), Body::Borrowed(data)).map(drop)
     }
 
-    /// Next result, or the server's error for a data message. `None` waits
-    /// without limit.
+    /// Sends one data message under the next id; its result (or the
+    /// server's error for it) goes to the returned [`Pending`] only. Blocks
+    /// while the server grants no credit.
+    pub fn submit_pending(&self, data: Bytes) -> Result<Pending> {
+        self.inner
+            .submit_pending(Body::Shared(data), CreditWait::Block)
+            .map(|p| p.expect("a blocking submit sends"))
+    }
+
+    /// Like [`submit_pending`](Client::submit_pending) for borrowed memory.
+    pub fn submit_slice_pending(&self, data: &[u8]) -> Result<Pending> {
+        self.inner
+            .submit_pending(Body::Borrowed(data), CreditWait::Block)
+            .map(|p| p.expect("a blocking submit sends"))
+    }
+
+    /// Like [`submit_slice_pending`](Client::submit_slice_pending), but
+    /// returns `Ok(None)` at once, sending nothing, when the server grants no
+    /// credit right now (for event loops that must not block).
+    pub fn try_submit_slice_pending(&self, data: &[u8]) -> Result<Option<Pending>> {
+        self.inner
+            .submit_pending(Body::Borrowed(data), CreditWait::NoWait)
+    }
+
+    /// Next result of a plain submission ([`submit`](Client::submit) and
+    /// friends), or the server's error for one; `None` waits without limit.
+    /// Results that a [`Pending`] or a [`map`](Client::map) waits for are
+    /// never returned here; see the crate docs for when this fails with
+    /// [`ClientError::Usage`] instead of waiting.
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Output> {
         self.inner.recv(timeout)
     }
 
-    /// Results in input order, keeping at most `window` data messages in flight.
+    /// Results in input order, keeping at most `window` data messages in
+    /// flight. The results are routed to this iterator only, so several
+    /// threads may each run a `map` on one client.
     pub fn map<I>(&self, inputs: I, window: usize) -> MapIter<'_, I::IntoIter>
     where
         I: IntoIterator<Item = Bytes>,
     {
         MapIter::new(self, inputs.into_iter(), window)
+    }
+
+    /// What the server is doing: its nodes and users (the status extension,
+    /// negotiated in the hello). Fails with [`ClientError::Unsupported`] in
+    /// legacy mode or when the server does not offer it.
+    pub fn status(&self) -> Result<ClusterStatus> {
+        self.inner.status()
+    }
+
+    /// Whether the server answers [`status`](Client::status) requests.
+    pub fn has_status(&self) -> bool {
+        self.server_hello().is_some_and(|h| h.has(features::STATUS))
     }
 
     /// Splits the client into a sender and a receiver for two threads. The
@@ -284,15 +323,13 @@ impl Sender {
         self.inner.configure(cfg)
     }
     pub fn submit(&self, data: Bytes) -> Result<u32> {
-        self.inner.submit(data)
+        self.inner.submit(None, Body::Shared(data))
     }
     pub fn submit_with_id(&self, id: u32, data: Bytes) -> Result<()> {
-        self.inner.send_data(id, Body::Shared(data))
+        self.inner.submit(Some(id), Body::Shared(data)).map(drop)
     }
     pub fn submit_slice(&self, data: &[u8]) -> Result<u32> {
-        let id = self.inner.take_id();
-        self.inner.send_data(id, Body::Borrowed(data))?;
-        Ok(id)
+        self.inner.submit(None, Body::Borrowed(data))
     }
     pub fn close(&self) {
         self.inner.close();
@@ -308,366 +345,44 @@ impl Receiver {
     }
 }
 
-/// The default core table of docs/interfaces.md, for images that do not
-/// give one: base 0xC000_0000, span S = next power of two ≥ max(input,
-/// output, 4096); core i has control = base + 4·S·i, input = control + S,
-/// output = control + 2·S.
-pub fn default_core_table(n: u32, input_size: u32, output_size: u32) -> Result<Vec<CoreInfo>> {
-    const BASE: u64 = 0xC000_0000;
-    let span = u64::from(input_size.max(output_size).max(4096)).next_power_of_two();
-    (0..u64::from(n))
-        .map(|i| {
-            let control = BASE + 4 * span * i;
-            let fits = |a: u64| u32::try_from(a).ok();
-            match (fits(control), fits(control + span), fits(control + 2 * span + span - 1)) {
-                (Some(control), Some(input), Some(_)) => Ok(CoreInfo {
-                    control,
-                    input,
-                    output: control + 2 * span as u32,
-                }),
-                _ => Err(ClientError::InvalidInput(format!(
-                    "{n} cores of {span}-byte memories do not fit the 32-bit address space above 0xC0000000"
-                ))),
-            }
-        })
-        .collect()
-}
-
-/// Resolves `addr` and connects to the first address that accepts.
-fn open(addr: &str, timeout: Option<Duration>) -> Result<TcpStream> {
-    let addrs: Vec<SocketAddr> = addr
-        .to_socket_addrs()
-        .map_err(|source| ClientError::Resolve {
-            addr: addr.to_string(),
-            source,
-        })?
-        .collect();
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address");
-    for a in addrs {
-        let r = match timeout {
-            Some(t) => TcpStream::connect_timeout(&a, t),
-            None => TcpStream::connect(a),
-        };
-        match r {
-            Ok(s) => return Ok(s),
-            Err(e) => last = e,
-        }
-    }
-    Err(ClientError::Connect {
-        addr: addr.to_string(),
-        source: last,
-    })
-}
-
-fn handshake(
-    addr: &str,
-    opts: &ClientOptions,
-    writer: &mut TcpStream,
-    reader: &mut FrameReader<TcpStream>,
-) -> Result<Hello> {
-    let fail = |detail: String| ClientError::Handshake {
-        addr: addr.to_string(),
-        detail,
-    };
-    let mut hello = Hello::new("user");
-    hello.name = opts.name.clone();
-    hello.features = vec![features::ERROR.into(), features::CREDIT.into()];
-    hello.nodes = opts.nodes;
-    write_frame(writer, hello.to_frame()).map_err(|e| fail(format!("sending hello: {e}")))?;
-
-    // The read timeout is per socket, so it also bounds the reader's clone;
-    // it is lifted again before the reader thread takes over.
-    reader
-        .get_ref()
-        .set_read_timeout(opts.connect_timeout)
-        .map_err(|e| fail(e.to_string()))?;
-    let frame = match reader.read_frame() {
-        Ok(Some(f)) => f,
-        Ok(None) => {
-            return Err(fail(
-                "the server closed the connection (a seed-only server? try legacy mode)".into(),
-            ))
-        }
-        Err(ReadError::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
-            return Err(fail(format!(
-                "no hello reply within {:?}",
-                opts.connect_timeout.unwrap_or_default()
-            )))
-        }
-        Err(e) => return Err(fail(e.to_string())),
-    };
-    reader
-        .get_ref()
-        .set_read_timeout(None)
-        .map_err(|e| fail(e.to_string()))?;
-    match frame.ty {
-        MsgType::Hello => {
-            let h = Hello::decode(&frame.payload).map_err(|e| fail(e.to_string()))?;
-            if h.role != "server" {
-                return Err(fail(format!(
-                    "the peer says it is a {:?}, not a server",
-                    h.role
-                )));
-            }
-            Ok(h)
-        }
-        // E.g. "no nodes available": the server's own words are the best message.
-        MsgType::Error => match ErrorMsg::parse(&frame.payload) {
-            Ok(e) => Err(ClientError::Server(e)),
-            Err(e) => Err(fail(e.to_string())),
-        },
-        other => Err(fail(format!(
-            "expected a hello reply, got a {} message",
-            other.name()
-        ))),
-    }
-}
-
-/// A data body: shared (`Bytes`, may outlive the call) or borrowed.
-enum Body<'a> {
-    Shared(Bytes),
-    Borrowed(&'a [u8]),
-}
-
-impl Body<'_> {
-    fn len(&self) -> usize {
-        match self {
-            Body::Shared(b) => b.len(),
-            Body::Borrowed(b) => b.len(),
-        }
-    }
-}
-
 impl Inner {
-    fn take_id(&self) -> u32 {
-        loop {
-            let id = self.next_id.fetch_add(1, Ordering::Relaxed);
-            // NO_ID would be ambiguous in the server's error messages.
-            if id != ErrorMsg::NO_ID {
-                return id;
-            }
-        }
+    fn submit(&self, id: Option<u32>, body: Body<'_>) -> Result<u32> {
+        let sent = self.send_data(id, body, Route::Recv, CreditWait::Block)?;
+        Ok(sent.expect("a blocking submit sends").0)
     }
 
-    fn submit(&self, data: Bytes) -> Result<u32> {
-        let id = self.take_id();
-        self.send_data(id, Body::Shared(data))?;
-        Ok(id)
-    }
-
-    fn deadline(&self) -> Option<Instant> {
-        self.opts.io_timeout.map(|t| Instant::now() + t)
-    }
-
-    fn send_data(&self, id: u32, body: Body<'_>) -> Result<()> {
-        let len = body.len();
-        {
-            let mut st = self.shared.lock();
-            if let Some(f) = &st.failed {
-                return Err(f.to_error("before this data could be sent"));
-            }
-            let (input_size, _) = st.sizes.ok_or(ClientError::NotConfigured)?;
-            if len == 0 || !len.is_multiple_of(input_size as usize) {
-                return Err(ClientError::InvalidInput(format!(
-                    "{len} bytes is not a whole, non-zero number of {input_size}-byte inputs"
-                )));
-            }
-            let max = self
-                .server_hello
-                .as_ref()
-                .and_then(|h| h.max_message)
-                .unwrap_or(u32::MAX) as usize;
-            if len + corefarm_smp::DATA_ID_LEN > max {
-                return Err(ClientError::InvalidInput(format!(
-                    "a data message of {len} bytes exceeds the server's limit of {max} bytes"
-                )));
-            }
-            if self.credit_mode {
-                let deadline = self.deadline();
-                while st.credit == 0 {
-                    if let Some(f) = &st.failed {
-                        return Err(f.to_error("while waiting for credit"));
-                    }
-                    st = self.wait(st, deadline, "waiting for credit from the server")?;
-                }
-                st.credit -= 1;
-            }
-        }
-        let mut w = lock(&self.writer);
-        let r = match body {
-            Body::Shared(b) => write_data_borrowed(&mut *w, id, &b),
-            Body::Borrowed(b) => write_data_borrowed(&mut *w, id, b),
-        };
-        r.map_err(|e| self.write_error(e, "while sending data"))
-    }
-
-    /// Waits on the state condvar until notified or `deadline`.
-    fn wait<'a>(
-        &self,
-        st: MutexGuard<'a, reader::State>,
-        deadline: Option<Instant>,
-        during: &'static str,
-    ) -> Result<MutexGuard<'a, reader::State>> {
-        let cond = &self.shared.cond;
-        match deadline {
-            None => Ok(cond.wait(st).unwrap_or_else(|p| p.into_inner())),
-            Some(d) => {
-                let left = d.saturating_duration_since(Instant::now());
-                if left.is_zero() {
-                    return Err(ClientError::Timeout {
-                        after: self.opts.io_timeout.unwrap_or_default(),
-                        during,
-                    });
-                }
-                Ok(cond
-                    .wait_timeout(st, left)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0)
-            }
-        }
-    }
-
-    /// A failed write usually means the server went away; if the reader
-    /// thread already knows why, that is the better message.
-    fn write_error(&self, e: io::Error, during: &'static str) -> ClientError {
-        if let Some(f) = &self.shared.lock().failed {
-            return f.to_error(during);
-        }
-        match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Timeout {
-                after: self.opts.io_timeout.unwrap_or_default(),
-                during: "sending to the server (it is not reading)",
-            },
-            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
-                ClientError::Closed { during }
-            }
-            _ => ClientError::Io { during, source: e },
-        }
-    }
-
-    fn configure(&self, cfg: &Configuration) -> Result<()> {
-        let _one_at_a_time = lock(&self.configure_lock);
-        {
-            let mut st = self.shared.lock();
-            if let Some(f) = &st.failed {
-                return Err(f.to_error("before the configuration could be sent"));
-            }
-            st.configuring = true;
-            st.config_reply = None;
-            st.config_errors.clear();
-            st.pending_sizes = Some((cfg.input_size, cfg.output_size));
-        }
-        {
-            let mut w = lock(&self.writer);
-            let sent = cfg
-                .to_frame()
-                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))
-                .and_then(|f| write_frame(&mut *w, f));
-            if let Err(e) = sent {
-                self.shared.lock().configuring = false;
-                return Err(self.write_error(e, "while sending the configuration"));
-            }
-        }
-        let deadline = self.deadline();
-        let mut st = self.shared.lock();
-        loop {
-            if let Some(r) = st.config_reply.take() {
-                let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
-                return if r.ok() {
-                    st.warnings = errors.into_iter().map(|e| e.reason).collect();
-                    Ok(())
-                } else {
-                    let reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-                    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
-                    Err(ClientError::Configuration {
-                        status: Some(r.status),
-                        reason,
-                    })
-                };
-            }
-            if let Some(f) = st.failed.clone() {
-                st.configuring = false;
-                // The server explained before it hung up: that is the error.
-                if !st.config_errors.is_empty() {
-                    let reasons: Vec<String> =
-                        st.config_errors.drain(..).map(|e| e.to_string()).collect();
-                    return Err(ClientError::Configuration {
-                        status: None,
-                        reason: Some(reasons.join("; ")),
-                    });
-                }
-                return Err(f.to_error("while waiting for the configuration response"));
-            }
-            st = self.wait(st, deadline, "waiting for the configuration response")?;
-        }
-    }
-
-    fn recv(&self, timeout: Option<Duration>) -> Result<Output> {
-        let rx = lock(&self.events);
-        let ev = match rx.try_recv() {
-            Ok(ev) => ev,
-            Err(mpsc::TryRecvError::Disconnected) => {
-                return Err(self.closed("while waiting for results"))
-            }
-            Err(mpsc::TryRecvError::Empty) => {
-                // A fatal server error was already delivered once; do not wait
-                // for results that will never come.
-                if let Some(f @ error::Failure::Server(_)) = &self.shared.lock().failed {
-                    return Err(f.to_error("while waiting for results"));
-                }
-                match timeout {
-                    None => rx
-                        .recv()
-                        .map_err(|_| self.closed("while waiting for results"))?,
-                    Some(t) => match rx.recv_timeout(t) {
-                        Ok(ev) => ev,
-                        Err(mpsc::RecvTimeoutError::Timeout) => {
-                            return Err(ClientError::Timeout {
-                                after: t,
-                                during: "waiting for a result",
-                            })
-                        }
-                        Err(mpsc::RecvTimeoutError::Disconnected) => {
-                            return Err(self.closed("while waiting for results"))
-                        }
-                    },
-                }
-            }
-        };
-        match ev {
-            Event::Data(o) => Ok(o),
-            Event::Error(e) => Err(ClientError::Server(e)),
-        }
-    }
-
-    fn closed(&self, during: &'static str) -> ClientError {
-        match &self.shared.lock().failed {
-            Some(f) => f.to_error(during),
-            None => ClientError::Closed { during },
-        }
-    }
-
-    fn close(&self) {
-        self.shared.lock().closing = true;
-        let _ = lock(&self.writer).shutdown(Shutdown::Both);
-        self.shared.fail(error::Failure::ClosedLocally);
+    fn submit_pending(&self, body: Body<'_>, wait: CreditWait) -> Result<Option<Pending>> {
+        let sent = self.send_data(None, body, Route::Pending, wait)?;
+        Ok(sent.map(|(_, p)| p.expect("routed to a pending")))
     }
 }
 
-impl Drop for Inner {
-    fn drop(&mut self) {
-        self.close();
-        // The reader sees end-of-stream after the shutdown and exits.
-        if let Some(h) = lock(&self.reader).take() {
-            let _ = h.join();
+#[doc(hidden)]
+impl Client {
+    /// Test hook: blocks until at least `n` threads wait in `recv` (true) or
+    /// `timeout` passes (false). Lets tests act on a blocked receiver
+    /// without sleeping.
+    pub fn wait_for_blocked_receivers(&self, n: usize, timeout: Duration) -> bool {
+        let deadline = std::time::Instant::now() + timeout;
+        let mut st = self.inner.shared.lock();
+        while st.receivers_waiting < n {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                return false;
+            }
+            st = self
+                .inner
+                .shared
+                .cond
+                .wait_timeout(st, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
+        true
     }
 }
 
+#[cfg(test)]
+mod routing_tests;
 #[cfg(test)]
 mod tests;

@@ -1,24 +1,25 @@
 //! `Client::map`: stream inputs through the farm and get results back in
-//! input order, with a bounded number of data messages in flight.
+//! input order, with a bounded number of data messages in flight. Each
+//! input is sent with `submit_pending`, so the results come to this
+//! iterator only, whatever other threads do with the client.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::{Client, ClientError, Result};
+use crate::{Client, ClientError, Pending, Result};
 
 /// Iterator returned by [`Client::map`]. Each item is the result of the
-/// input at the same position, or the error for it. After a connection-level
-/// error the iterator yields that error once and ends.
+/// input at the same position, or the server's error for it. After a
+/// connection-level error the iterator yields that error once and ends.
+/// Dropping it early abandons the results still in flight.
 #[derive(Debug)]
 pub struct MapIter<'a, I> {
     client: &'a Client,
     inputs: I,
     window: usize,
-    /// Ids in flight, oldest first.
-    pending: VecDeque<u32>,
-    /// Results that arrived ahead of an older one.
-    ready: HashMap<u32, Result<Bytes>>,
+    /// In flight, oldest first.
+    pending: VecDeque<Pending>,
     exhausted: bool,
     failed: bool,
 }
@@ -30,7 +31,6 @@ impl<'a, I: Iterator<Item = Bytes>> MapIter<'a, I> {
             inputs,
             window: window.max(1),
             pending: VecDeque::new(),
-            ready: HashMap::new(),
             exhausted: false,
             failed: false,
         }
@@ -38,6 +38,7 @@ impl<'a, I: Iterator<Item = Bytes>> MapIter<'a, I> {
 
     fn stop(&mut self, e: ClientError) -> Option<Result<Bytes>> {
         self.failed = true;
+        self.pending.clear();
         Some(Err(e))
     }
 }
@@ -51,29 +52,20 @@ impl<I: Iterator<Item = Bytes>> Iterator for MapIter<'_, I> {
         }
         while !self.exhausted && self.pending.len() < self.window {
             match self.inputs.next() {
-                Some(b) => match self.client.submit(b) {
-                    Ok(id) => self.pending.push_back(id),
+                Some(b) => match self.client.submit_pending(b) {
+                    Ok(p) => self.pending.push_back(p),
                     Err(e) => return self.stop(e),
                 },
                 None => self.exhausted = true,
             }
         }
-        let front = *self.pending.front()?;
-        loop {
-            if let Some(r) = self.ready.remove(&front) {
-                self.pending.pop_front();
-                return Some(r);
-            }
-            match self.client.recv(None) {
-                Ok(out) => {
-                    self.ready.insert(out.id, Ok(out.data));
-                }
-                // An error for one of our inputs is that input's result.
-                Err(ClientError::Server(e)) if self.pending.contains(&e.id) => {
-                    self.ready.insert(e.id, Err(ClientError::Server(e)));
-                }
-                Err(e) => return self.stop(e),
-            }
+        let front = self.pending.pop_front()?;
+        match front.wait(None) {
+            Ok(out) => Some(Ok(out.data)),
+            // The server's error for this input is this input's result; one
+            // for the whole session ends the map.
+            Err(ClientError::Server(e)) if e.id == front.id() => Some(Err(ClientError::Server(e))),
+            Err(e) => self.stop(e),
         }
     }
 }

@@ -1,18 +1,25 @@
 //! The per-connection reader thread and the state it shares with callers.
 //!
 //! The thread owns the read half of the socket and turns frames into state
-//! changes: credit and configuration responses update [`State`] (callers wait
-//! on the condvar), results and data errors go down a channel to `recv`.
+//! changes: credit, configuration and status responses update [`State`]
+//! (callers wait on `cond`); a result or data error goes to the [`Pending`]
+//! that registered its id, or else to the `recv` queue (callers wait on
+//! `results`).
+//!
+//! [`Pending`]: crate::Pending
 
+use std::collections::{HashMap, VecDeque};
 use std::net::TcpStream;
-use std::sync::mpsc;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use corefarm_smp::blocking::FrameReader;
 use corefarm_smp::codec::ReadError;
-use corefarm_smp::{ConfigurationResponse, Credit, Data, ErrorMsg, Frame, MsgType};
+use corefarm_smp::{
+    ClusterStatus, ConfigurationResponse, Credit, Data, ErrorMsg, Frame, MsgType, ProtocolError,
+};
 
 use crate::error::Failure;
+use crate::pending::{Outcome, Slot};
 use crate::Output;
 
 /// What `recv` can get.
@@ -42,12 +49,33 @@ pub(crate) struct State {
     pub failed: Option<Failure>,
     /// Set by `close`, so that the reader's end-of-stream is not blamed on the server.
     pub closing: bool,
+    /// Results and errors of plain submissions, oldest first, for `recv`.
+    pub queue: VecDeque<Event>,
+    /// Plain submissions whose result has not been queued yet.
+    pub unclaimed: u64,
+    /// Ids whose result goes to a `Pending` (dropped ones included, until
+    /// their result arrives and is discarded).
+    pub claims: HashMap<u32, Arc<Slot>>,
+    /// Next automatic id.
+    pub next_id: u32,
+    /// Threads blocked in `recv` and in a credit wait (the misuse check and
+    /// tests' signals use them).
+    pub receivers_waiting: usize,
+    pub credit_waiters: usize,
+    /// Status requests sent and answers received; the answer to request n
+    /// is the n-th (the server answers in order).
+    pub status_sent: u64,
+    pub status_received: u64,
+    pub status_reply: Option<Result<ClusterStatus, ProtocolError>>,
 }
 
 #[derive(Debug, Default)]
 pub(crate) struct Shared {
     state: Mutex<State>,
+    /// Credit, configuration, status, failure and waiter-count changes.
     pub cond: Condvar,
+    /// Something was queued for `recv`, or the connection failed.
+    pub results: Condvar,
 }
 
 impl Shared {
@@ -57,6 +85,8 @@ impl Shared {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Marks the connection unusable and gives every registered `Pending`
+    /// the reason.
     pub fn fail(&self, f: Failure) {
         let mut st = self.lock();
         if st.failed.is_none() {
@@ -66,17 +96,36 @@ impl Shared {
                 f
             });
         }
+        let failure = st.failed.clone().expect("set above");
+        let claims: Vec<Arc<Slot>> = st.claims.drain().map(|(_, s)| s).collect();
         drop(st);
         self.cond.notify_all();
+        self.results.notify_all();
+        for slot in claims {
+            slot.complete(Outcome::Failed(failure.clone()));
+        }
+    }
+
+    /// Routes a result or data error: to the `Pending` that claimed its id,
+    /// else to the `recv` queue.
+    fn deliver(&self, id: u32, event: Event) {
+        let mut st = self.lock();
+        if let Some(slot) = st.claims.remove(&id) {
+            drop(st);
+            slot.complete(match event {
+                Event::Data(o) => Outcome::Data(o),
+                Event::Error(e) => Outcome::Error(e),
+            });
+            return;
+        }
+        st.unclaimed = st.unclaimed.saturating_sub(1);
+        st.queue.push_back(event);
+        drop(st);
+        self.results.notify_one();
     }
 }
 
-pub(crate) fn run(
-    mut reader: FrameReader<TcpStream>,
-    shared: &Shared,
-    events: mpsc::Sender<Event>,
-    credit_mode: bool,
-) {
+pub(crate) fn run(mut reader: FrameReader<TcpStream>, shared: &Shared, credit_mode: bool) {
     // Output size of the configuration in force, to count outputs per result.
     let mut output_size = shared.lock().sizes.map(|s| s.1).unwrap_or(0);
     loop {
@@ -86,7 +135,7 @@ pub(crate) fn run(
             Err(ReadError::Io(e)) => return shared.fail(Failure::Io(e.kind(), e.to_string())),
             Err(ReadError::Protocol(e)) => return shared.fail(Failure::Protocol(e)),
         };
-        if let Err(f) = handle(frame, shared, &events, credit_mode, &mut output_size) {
+        if let Err(f) = handle(frame, shared, credit_mode, &mut output_size) {
             return shared.fail(f);
         }
     }
@@ -95,7 +144,6 @@ pub(crate) fn run(
 fn handle(
     frame: Frame,
     shared: &Shared,
-    events: &mpsc::Sender<Event>,
     credit_mode: bool,
     output_size: &mut u32,
 ) -> Result<(), Failure> {
@@ -106,12 +154,14 @@ fn handle(
                 0 => 0,
                 n => (d.data.len() / n as usize) as u32,
             };
-            // A dropped receiver only means nobody wants results any more.
-            let _ = events.send(Event::Data(Output {
-                id: d.id,
-                data: d.data,
-                count,
-            }));
+            shared.deliver(
+                d.id,
+                Event::Data(Output {
+                    id: d.id,
+                    data: d.data,
+                    count,
+                }),
+            );
         }
         MsgType::ConfigurationResponse => {
             let r = ConfigurationResponse::parse(&frame.payload).map_err(Failure::Protocol)?;
@@ -132,11 +182,24 @@ fn handle(
             drop(st);
             shared.cond.notify_all();
         }
-        MsgType::StatusRequest | MsgType::Status => {
-            return Err(Failure::Unexpected(format!(
-                "a {} message the client did not ask for",
-                frame.ty.name()
-            )));
+        MsgType::Status => {
+            let mut st = shared.lock();
+            if st.status_received >= st.status_sent {
+                return Err(Failure::Unexpected(
+                    "a status message the client did not ask for".into(),
+                ));
+            }
+            st.status_received += 1;
+            // A bad answer fails the request, not the connection: the
+            // frame boundaries are intact.
+            st.status_reply = Some(ClusterStatus::decode(&frame.payload));
+            drop(st);
+            shared.cond.notify_all();
+        }
+        MsgType::StatusRequest => {
+            return Err(Failure::Unexpected(
+                "a status request: only users ask for status".into(),
+            ));
         }
         MsgType::Credit => {
             let c = Credit::parse(&frame.payload).map_err(Failure::Protocol)?;
@@ -152,7 +215,7 @@ fn handle(
         MsgType::Error => {
             let e = ErrorMsg::parse(&frame.payload).map_err(Failure::Protocol)?;
             if e.id != ErrorMsg::NO_ID {
-                let _ = events.send(Event::Error(e));
+                shared.deliver(e.id, Event::Error(e));
                 return Ok(());
             }
             let mut st = shared.lock();
@@ -160,10 +223,10 @@ fn handle(
                 // The reason for the (failed) response that follows.
                 st.config_errors.push(e);
             } else {
-                if st.failed.is_none() {
-                    st.failed = Some(Failure::Server(e.clone()));
-                }
-                let _ = events.send(Event::Error(e));
+                // A session-wide error ends the session for every waiter.
+                drop(st);
+                shared.fail(Failure::Server(e));
+                return Ok(());
             }
             drop(st);
             shared.cond.notify_all();

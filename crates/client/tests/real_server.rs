@@ -1,8 +1,8 @@
 //! The client against the real `corefarm` binary (`corefarm local`: a server
 //! and simulated nodes in one process). The binary is looked up at
-//! $COREFARM_BIN, $CARGO_TARGET_DIR/{release,debug} and target/{release,debug};
-//! without one these tests print why and pass vacuously (the library itself
-//! is covered by the fake-server unit tests).
+//! $COREFARM_BIN, $CARGO_TARGET_DIR/{release,debug} and target/{release,debug}.
+//! Without one they are skipped with a notice on a developer's machine and
+//! fail, saying what to build, under `COREFARM_REQUIRE_TOOLS=1` (CI).
 
 use std::io::{BufRead, BufReader};
 use std::path::PathBuf;
@@ -38,9 +38,11 @@ struct Cluster {
 impl Cluster {
     fn start(nodes: u32) -> Option<Cluster> {
         let Some(bin) = binary() else {
-            eprintln!(
-                "SKIPPED: no corefarm binary (cargo build -p corefarm-cli, or set COREFARM_BIN)"
-            );
+            let what = "no corefarm binary (cargo build -p corefarm-cli, or set COREFARM_BIN)";
+            if std::env::var("COREFARM_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
+                panic!("COREFARM_REQUIRE_TOOLS=1 but there is {what}");
+            }
+            eprintln!("SKIPPED: {what}; set COREFARM_REQUIRE_TOOLS=1 to make this a failure");
             return None;
         };
         let mut child = Command::new(bin)
@@ -160,6 +162,29 @@ fn seed_mode_session_and_split_loops() {
     }
     assert!(seen.iter().all(|&s| s));
     drop(sender.join().unwrap());
+}
+
+#[test]
+fn four_threads_map_on_one_client() {
+    let Some(cl) = Cluster::start(2) else { return };
+    let c = std::sync::Arc::new(Client::connect(&cl.users, opts(Some(2))).unwrap());
+    c.configure_benchmark(32, 16, 0).unwrap();
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let inputs = (0..200).map(|k| tagged(t << 32 | k, 32));
+                let out: Vec<Bytes> = c.map(inputs, 8).collect::<Result<_, _>>().unwrap();
+                assert_eq!(out.len(), 200);
+                for (k, o) in out.iter().enumerate() {
+                    assert_eq!(o[..], tagged(t << 32 | k as u64, 32)[..16], "thread {t}");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
 }
 
 #[test]

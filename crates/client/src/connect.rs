@@ -1,0 +1,110 @@
+//! Opening the connection: name resolution, TCP connect and the hello
+//! exchange that negotiates the extensions.
+
+use std::io;
+use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
+use std::time::Duration;
+
+use corefarm_smp::blocking::{write_frame, FrameReader};
+use corefarm_smp::codec::ReadError;
+use corefarm_smp::hello::features;
+use corefarm_smp::{ErrorMsg, Hello, MsgType};
+
+use crate::{ClientError, ClientOptions, Result};
+
+/// Resolves `addr` and connects to the first address that accepts.
+pub(crate) fn open(addr: &str, timeout: Option<Duration>) -> Result<TcpStream> {
+    let addrs: Vec<SocketAddr> = addr
+        .to_socket_addrs()
+        .map_err(|source| ClientError::Resolve {
+            addr: addr.to_string(),
+            source,
+        })?
+        .collect();
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address");
+    for a in addrs {
+        let r = match timeout {
+            Some(t) => TcpStream::connect_timeout(&a, t),
+            None => TcpStream::connect(a),
+        };
+        match r {
+            Ok(s) => return Ok(s),
+            Err(e) => last = e,
+        }
+    }
+    Err(ClientError::Connect {
+        addr: addr.to_string(),
+        source: last,
+    })
+}
+
+pub(crate) fn handshake(
+    addr: &str,
+    opts: &ClientOptions,
+    writer: &mut TcpStream,
+    reader: &mut FrameReader<TcpStream>,
+) -> Result<Hello> {
+    let fail = |detail: String| ClientError::Handshake {
+        addr: addr.to_string(),
+        detail,
+    };
+    let mut hello = Hello::new("user");
+    hello.name = opts.name.clone();
+    hello.features = [features::ERROR, features::CREDIT, features::STATUS]
+        .map(String::from)
+        .to_vec();
+    hello.nodes = opts.nodes;
+    write_frame(writer, hello.to_frame()).map_err(|e| fail(format!("sending hello: {e}")))?;
+
+    // The read timeout is per socket, so it also bounds the reader's clone;
+    // it is lifted again before the reader thread takes over.
+    reader
+        .get_ref()
+        .set_read_timeout(opts.connect_timeout)
+        .map_err(|e| fail(e.to_string()))?;
+    let frame = match reader.read_frame() {
+        Ok(Some(f)) => f,
+        Ok(None) => {
+            return Err(fail(
+                "the server closed the connection (a seed-only server? try legacy mode)".into(),
+            ))
+        }
+        Err(ReadError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            return Err(fail(format!(
+                "no hello reply within {:?}",
+                opts.connect_timeout.unwrap_or_default()
+            )))
+        }
+        Err(e) => return Err(fail(e.to_string())),
+    };
+    reader
+        .get_ref()
+        .set_read_timeout(None)
+        .map_err(|e| fail(e.to_string()))?;
+    match frame.ty {
+        MsgType::Hello => {
+            let h = Hello::decode(&frame.payload).map_err(|e| fail(e.to_string()))?;
+            if h.role != "server" {
+                return Err(fail(format!(
+                    "the peer says it is a {:?}, not a server",
+                    h.role
+                )));
+            }
+            Ok(h)
+        }
+        // E.g. "no nodes available": the server's own words are the best message.
+        MsgType::Error => match ErrorMsg::parse(&frame.payload) {
+            Ok(e) => Err(ClientError::Server(e)),
+            Err(e) => Err(fail(e.to_string())),
+        },
+        other => Err(fail(format!(
+            "expected a hello reply, got a {} message",
+            other.name()
+        ))),
+    }
+}

@@ -1,0 +1,397 @@
+//! The connection shared by `Client`, `Sender` and `Receiver`: writes on the
+//! caller's thread, waits on the state the reader thread keeps.
+
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use corefarm_smp::blocking::{write_data_borrowed, write_frame};
+use corefarm_smp::hello::features;
+use corefarm_smp::{ClusterStatus, Configuration, ErrorMsg, Hello};
+
+use crate::error::Failure;
+use crate::pending::{Pending, Slot};
+use crate::reader::{self, Event, Shared, State};
+use crate::{ClientError, ClientOptions, Output, Result};
+
+#[derive(Debug)]
+pub(crate) struct Inner {
+    pub addr: String,
+    pub opts: ClientOptions,
+    pub writer: Mutex<TcpStream>,
+    pub shared: Arc<Shared>,
+    pub server_hello: Option<Hello>,
+    pub credit_mode: bool,
+    pub configure_lock: Mutex<()>,
+    pub status_lock: Mutex<()>,
+    pub reader: Mutex<Option<JoinHandle<()>>>,
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A data body: shared (`Bytes`, may outlive the call) or borrowed.
+pub(crate) enum Body<'a> {
+    Shared(Bytes),
+    Borrowed(&'a [u8]),
+}
+
+impl Body<'_> {
+    fn as_slice(&self) -> &[u8] {
+        match self {
+            Body::Shared(b) => b,
+            Body::Borrowed(b) => b,
+        }
+    }
+}
+
+/// Who gets a data message's result.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Route {
+    /// `recv` (any caller).
+    Recv,
+    /// A `Pending` returned to the submitter.
+    Pending,
+}
+
+/// What to do without credit.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CreditWait {
+    Block,
+    /// Return `Ok(None)` instead of waiting.
+    NoWait,
+}
+
+impl Inner {
+    fn deadline(&self) -> Option<Instant> {
+        self.opts.io_timeout.map(|t| Instant::now() + t)
+    }
+
+    /// Sends one data message. `id: None` takes the next automatic id.
+    /// Returns the id used and, for `Route::Pending`, its handle; `None`
+    /// when `wait` is `NoWait` and there is no credit.
+    pub fn send_data(
+        &self,
+        id: Option<u32>,
+        body: Body<'_>,
+        route: Route,
+        wait: CreditWait,
+    ) -> Result<Option<(u32, Option<Pending>)>> {
+        let len = body.as_slice().len();
+        let (id, pending) = {
+            let mut st = self.shared.lock();
+            if let Some(f) = &st.failed {
+                return Err(f.to_error("before this data could be sent"));
+            }
+            let (input_size, _) = st.sizes.ok_or(ClientError::NotConfigured)?;
+            if len == 0 || !len.is_multiple_of(input_size as usize) {
+                return Err(ClientError::InvalidInput(format!(
+                    "{len} bytes is not a whole, non-zero number of {input_size}-byte inputs"
+                )));
+            }
+            let max = self
+                .server_hello
+                .as_ref()
+                .and_then(|h| h.max_message)
+                .unwrap_or(u32::MAX) as usize;
+            if len + corefarm_smp::DATA_ID_LEN > max {
+                return Err(ClientError::InvalidInput(format!(
+                    "a data message of {len} bytes exceeds the server's limit of {max} bytes"
+                )));
+            }
+            if self.credit_mode {
+                let deadline = self.deadline();
+                while st.credit == 0 {
+                    if let Some(f) = &st.failed {
+                        return Err(f.to_error("while waiting for credit"));
+                    }
+                    if wait == CreditWait::NoWait {
+                        return Ok(None);
+                    }
+                    st.credit_waiters += 1;
+                    self.shared.cond.notify_all();
+                    let r = self.wait(st, deadline, "waiting for credit from the server");
+                    st = match r {
+                        Ok(mut st) => {
+                            st.credit_waiters -= 1;
+                            st
+                        }
+                        Err(e) => {
+                            self.shared.lock().credit_waiters -= 1;
+                            return Err(e);
+                        }
+                    };
+                }
+            }
+            let id = match id {
+                Some(id) if st.claims.contains_key(&id) => {
+                    return Err(ClientError::Usage(format!(
+                        "id {id} is already in flight for a pending result; \
+                         its answer could not be told apart"
+                    )))
+                }
+                Some(id) => id,
+                None => next_free_id(&mut st),
+            };
+            if self.credit_mode {
+                st.credit -= 1;
+            }
+            // Registered before the data is written, so that the result
+            // cannot arrive ahead of its route.
+            let pending = match route {
+                Route::Recv => {
+                    st.unclaimed += 1;
+                    None
+                }
+                Route::Pending => {
+                    let slot = Slot::new(id);
+                    st.claims.insert(id, slot.clone());
+                    Some(Pending::new(slot))
+                }
+            };
+            (id, pending)
+        };
+        let mut w = lock(&self.writer);
+        if let Err(e) = write_data_borrowed(&mut *w, id, body.as_slice()) {
+            drop(w);
+            return Err(self.write_failed(e, "while sending data"));
+        }
+        Ok(Some((id, pending)))
+    }
+
+    /// Waits on the state condvar until notified or `deadline`.
+    pub fn wait<'a>(
+        &self,
+        st: MutexGuard<'a, State>,
+        deadline: Option<Instant>,
+        during: &'static str,
+    ) -> Result<MutexGuard<'a, State>> {
+        let cond = &self.shared.cond;
+        match deadline {
+            None => Ok(cond.wait(st).unwrap_or_else(|p| p.into_inner())),
+            Some(d) => {
+                let left = d.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(ClientError::Timeout {
+                        after: self.opts.io_timeout.unwrap_or_default(),
+                        during,
+                    });
+                }
+                Ok(cond
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0)
+            }
+        }
+    }
+
+    /// A write that failed part-way leaves half a frame on the wire, so the
+    /// connection is closed; if the reader thread already knows why the
+    /// server went away, that is the better message.
+    fn write_failed(&self, e: io::Error, during: &'static str) -> ClientError {
+        if let Some(f) = &self.shared.lock().failed {
+            return f.to_error(during);
+        }
+        let err = match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Timeout {
+                after: self.opts.io_timeout.unwrap_or_default(),
+                during: "sending to the server (it is not reading)",
+            },
+            io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
+                ClientError::Closed { during }
+            }
+            _ => ClientError::Io {
+                during,
+                source: io::Error::new(e.kind(), e.to_string()),
+            },
+        };
+        let _ = lock(&self.writer).shutdown(Shutdown::Both);
+        self.shared.fail(Failure::Io(e.kind(), e.to_string()));
+        err
+    }
+
+    pub fn configure(&self, cfg: &Configuration) -> Result<()> {
+        let _one_at_a_time = lock(&self.configure_lock);
+        {
+            let mut st = self.shared.lock();
+            if let Some(f) = &st.failed {
+                return Err(f.to_error("before the configuration could be sent"));
+            }
+            st.configuring = true;
+            st.config_reply = None;
+            st.config_errors.clear();
+            st.pending_sizes = Some((cfg.input_size, cfg.output_size));
+        }
+        let frame = cfg.to_frame().map_err(|e| {
+            self.shared.lock().configuring = false;
+            ClientError::InvalidInput(e.to_string())
+        })?;
+        let sent = write_frame(&mut *lock(&self.writer), frame);
+        if let Err(e) = sent {
+            self.shared.lock().configuring = false;
+            return Err(self.write_failed(e, "while sending the configuration"));
+        }
+        let deadline = self.deadline();
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(r) = st.config_reply.take() {
+                let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
+                return if r.ok() {
+                    st.warnings = errors.into_iter().map(|e| e.reason).collect();
+                    Ok(())
+                } else {
+                    let reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+                    Err(ClientError::Configuration {
+                        status: Some(r.status),
+                        reason,
+                    })
+                };
+            }
+            if let Some(f) = st.failed.clone() {
+                st.configuring = false;
+                // The server explained before it hung up: that is the error.
+                if !st.config_errors.is_empty() {
+                    let reasons: Vec<String> =
+                        st.config_errors.drain(..).map(|e| e.to_string()).collect();
+                    return Err(ClientError::Configuration {
+                        status: None,
+                        reason: Some(reasons.join("; ")),
+                    });
+                }
+                return Err(f.to_error("while waiting for the configuration response"));
+            }
+            st = self.wait(st, deadline, "waiting for the configuration response")?;
+        }
+    }
+
+    pub fn status(&self) -> Result<ClusterStatus> {
+        if !self
+            .server_hello
+            .as_ref()
+            .is_some_and(|h| h.has(features::STATUS))
+        {
+            return Err(ClientError::Unsupported(
+                "the status extension (connect with a hello to a server that offers it)",
+            ));
+        }
+        // One request at a time: the answer to ours is the next one.
+        let _one_at_a_time = lock(&self.status_lock);
+        let mine = {
+            let mut st = self.shared.lock();
+            if let Some(f) = &st.failed {
+                return Err(f.to_error("before the status request could be sent"));
+            }
+            st.status_sent += 1;
+            st.status_sent
+        };
+        let sent = write_frame(&mut *lock(&self.writer), ClusterStatus::request_frame());
+        if let Err(e) = sent {
+            return Err(self.write_failed(e, "while asking for the status"));
+        }
+        let deadline = self.deadline();
+        let mut st = self.shared.lock();
+        loop {
+            // An earlier request that timed out may still be answered first.
+            if st.status_received >= mine {
+                let reply = st.status_reply.take().ok_or_else(|| {
+                    ClientError::Unexpected("a status answer went missing".into())
+                })?;
+                return reply.map_err(ClientError::Protocol);
+            }
+            if let Some(f) = &st.failed {
+                return Err(f.to_error("while waiting for the status"));
+            }
+            st = self.wait(st, deadline, "waiting for the status")?;
+        }
+    }
+
+    pub fn recv(&self, timeout: Option<Duration>) -> Result<Output> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(ev) = st.queue.pop_front() {
+                return match ev {
+                    Event::Data(o) => Ok(o),
+                    Event::Error(e) => Err(ClientError::Server(e)),
+                };
+            }
+            if let Some(f) = &st.failed {
+                return Err(f.to_error("while waiting for results"));
+            }
+            // Waiting could only end if another thread submitted: say so
+            // rather than hang (see the crate docs on recv and map).
+            if st.unclaimed == 0 && !st.claims.is_empty() {
+                return Err(ClientError::Usage(format!(
+                    "recv() only returns results of submit(); the {} data message(s) in \
+                     flight belong to map() or to Pending handles and are returned there",
+                    st.claims.len()
+                )));
+            }
+            st.receivers_waiting += 1;
+            self.shared.cond.notify_all();
+            let results = &self.shared.results;
+            let timed_out;
+            (st, timed_out) = match deadline {
+                None => (results.wait(st).unwrap_or_else(|p| p.into_inner()), false),
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    let (st, r) = results
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(|p| p.into_inner());
+                    (st, r.timed_out())
+                }
+            };
+            st.receivers_waiting -= 1;
+            if timed_out && st.queue.is_empty() && st.failed.is_none() {
+                return Err(ClientError::Timeout {
+                    after: timeout.unwrap_or_default(),
+                    during: "waiting for a result",
+                });
+            }
+        }
+    }
+
+    pub fn close(&self) {
+        self.shared.lock().closing = true;
+        let _ = lock(&self.writer).shutdown(Shutdown::Both);
+        self.shared.fail(Failure::ClosedLocally);
+    }
+}
+
+/// The next automatic id: not the NO_ID marker (ambiguous in the server's
+/// error messages) and not one a `Pending` still waits for (after a wrap).
+fn next_free_id(st: &mut State) -> u32 {
+    loop {
+        let id = st.next_id;
+        st.next_id = st.next_id.wrapping_add(1);
+        if id != ErrorMsg::NO_ID && !st.claims.contains_key(&id) {
+            return id;
+        }
+    }
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.close();
+        // The reader sees end-of-stream after the shutdown and exits.
+        if let Some(h) = lock(&self.reader).take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// Starts the reader thread for an open connection.
+pub(crate) fn spawn_reader(
+    reader: corefarm_smp::blocking::FrameReader<TcpStream>,
+    shared: Arc<Shared>,
+    credit_mode: bool,
+) -> io::Result<JoinHandle<()>> {
+    std::thread::Builder::new()
+        .name("corefarm-client-reader".into())
+        .spawn(move || reader::run(reader, &shared, credit_mode))
+}

@@ -1,0 +1,191 @@
+"""asyncio interface to corefarm, over the same Rust client.
+
+    import corefarm.aio
+    async with await corefarm.aio.connect("127.0.0.1:9999") as c:
+        await c.configure_benchmark(16, 16)
+        fut = await c.submit(b"x" * 16)          # sent; fut is an asyncio.Future
+        out = await fut                           # its Output
+        async for data in c.map(inputs, window=32):   # bytes, in input order
+            ...
+
+How it waits without blocking the event loop: each data message is sent
+with `submit_pending`, so its result is routed to its own handle; the
+client's reader thread signals a completion queue when a result arrives,
+and one helper thread per client (waiting on that queue with the GIL
+released) resolves the asyncio futures through `loop.call_soon_threadsafe`.
+Sending never waits on the loop either: with credit at hand it is one
+non-blocking write; without, the wait for credit runs in a worker thread
+(`asyncio.to_thread`), bounded by the client's `io_timeout`. `connect`,
+`configure` and `status` also run in a worker thread, bounded by the
+timeouts given to `connect`.
+"""
+
+import asyncio as _asyncio
+import itertools as _itertools
+import threading as _threading
+
+from . import Client as _Client
+from . import _as_bytes_view, _corefarm, connect as _connect_blocking
+
+__all__ = ["connect", "AsyncClient"]
+
+
+async def connect(addr="127.0.0.1:9999", nodes=None, timeout=10.0, *, legacy=False,
+                  name=None, io_timeout=None):
+    """Like `corefarm.connect`, awaitable; returns an AsyncClient."""
+    client = await _asyncio.to_thread(_connect_blocking, addr, nodes, timeout, legacy=legacy,
+                                      name=name, io_timeout=io_timeout)
+    return AsyncClient(client)
+
+
+class AsyncClient:
+    """An asyncio view of a `corefarm.Client`, bound to the running event
+    loop on first use. The blocking client stays usable from threads
+    (`.client`); results are routed by id, so they do not mix."""
+
+    def __init__(self, client):
+        if not isinstance(client, _Client):
+            raise TypeError("AsyncClient wraps a corefarm.Client (use corefarm.aio.connect)")
+        self.client = client
+        self._raw = client._raw
+        self._loop = None
+        self._completions = None
+        self._dispatcher = None
+        self._waiting = {}       # token -> (future, Pending)
+        self._tokens = _itertools.count()
+        self._lock = _threading.Lock()
+
+    # -- configuration, status ---------------------------------------------
+    async def configure(self, image, input_size=None, output_size=None, cores=None):
+        """See Client.configure."""
+        await _asyncio.to_thread(self.client.configure, image, input_size, output_size, cores)
+
+    async def configure_benchmark(self, input_size, output_size, delay_us=0):
+        """See Client.configure_benchmark."""
+        await _asyncio.to_thread(self.client.configure_benchmark, input_size, output_size,
+                                 delay_us)
+
+    async def status(self):
+        """See Client.status."""
+        return await _asyncio.to_thread(self.client.status)
+
+    # -- data ----------------------------------------------------------------
+    async def submit(self, data):
+        """Sends one data message (waiting for credit without blocking the
+        loop) and returns an asyncio.Future of its Output. The future raises
+        ServerError for this message, ConnectionError if the connection
+        ends first. The buffer is copied (or, for bytes, kept) before this
+        returns, so it may be reused at once."""
+        view = _as_bytes_view(data)
+        pending = self._raw.try_submit_pending(view)
+        if pending is None:
+            pending = await _asyncio.to_thread(self._raw.submit_pending, view)
+        return self._watch(pending)
+
+    async def run(self, data):
+        """Sends one data message and returns its Output."""
+        return await (await self.submit(data))
+
+    async def map(self, inputs, window=64):
+        """Async generator of the result bytes of each input, in input order,
+        with at most `window` data messages in flight. `inputs` may be an
+        iterable or an async iterable. Stopping early abandons the rest."""
+        if window < 1:
+            raise ValueError("window must be at least 1")
+        if hasattr(inputs, "__aiter__"):
+            source = inputs.__aiter__()
+
+            async def next_input():
+                try:
+                    return True, await source.__anext__()
+                except StopAsyncIteration:
+                    return False, None
+        else:
+            source = iter(inputs)
+
+            async def next_input():
+                try:
+                    return True, next(source)
+                except StopIteration:
+                    return False, None
+
+        in_flight = []
+        exhausted = False
+        try:
+            while True:
+                while not exhausted and len(in_flight) < window:
+                    more, item = await next_input()
+                    if not more:
+                        exhausted = True
+                        break
+                    in_flight.append(await self.submit(item))
+                if not in_flight:
+                    return
+                out = await in_flight.pop(0)
+                yield out.data
+        finally:
+            for fut in in_flight:
+                fut.cancel()
+
+    # -- plumbing ------------------------------------------------------------
+    def _watch(self, pending):
+        loop = _asyncio.get_running_loop()
+        with self._lock:
+            if self._loop is None:
+                self._loop = loop
+                self._completions = _corefarm.Completions()
+                self._dispatcher = _threading.Thread(
+                    target=self._dispatch, args=(loop, self._completions),
+                    name="corefarm-aio", daemon=True)
+                self._dispatcher.start()
+            elif self._loop is not loop:
+                raise RuntimeError("an AsyncClient is bound to the event loop that first used it")
+            token = next(self._tokens)
+            fut = loop.create_future()
+            self._waiting[token] = (fut, pending)
+        pending.notify(self._completions, token)
+        return fut
+
+    def _dispatch(self, loop, completions):
+        # A plain thread, not the loop's executor: it waits as long as the
+        # client lives, so it must not take one of the executor's workers.
+        while True:
+            tokens = completions.wait()
+            if tokens is None:
+                return
+            if tokens:
+                try:
+                    loop.call_soon_threadsafe(self._resolve, tokens)
+                except RuntimeError:  # the loop is closed: nobody is waiting
+                    return
+
+    def _resolve(self, tokens):
+        for token in tokens:
+            with self._lock:
+                fut, pending = self._waiting.pop(token, (None, None))
+            if fut is None or fut.done():
+                continue
+            try:
+                fut.set_result(pending.result(0))
+            except Exception as e:  # the server's or the connection's error
+                fut.set_exception(e)
+
+    def close(self):
+        """Closes the connection; awaited results raise ConnectionError."""
+        self.client.close()
+        with self._lock:
+            completions = self._completions
+        if completions is not None:
+            # The results the close failed were queued before this: the
+            # dispatcher passes them on before it sees the queue closed.
+            completions.close()
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc):
+        self.close()
+        return False
+
+    def __repr__(self):
+        return f"<corefarm.aio.AsyncClient {self.client.addr}>"
