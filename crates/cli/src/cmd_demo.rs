@@ -13,10 +13,10 @@ use bytes::Bytes;
 use clap::{Args, ValueEnum};
 use corefarm_bench::stats::{bits_per_second, human, LatencyHistogram, LatencySummary};
 use corefarm_client::{Client, ClientError, ClientOptions};
-use corefarm_cores::toolchain::{self, BuildKind};
-use corefarm_cores::{image, ArtifactKind, ImageBuilder, LoadOptions};
+use corefarm_cores::{image, ArtifactKind, LoadOptions};
 use corefarm_node::NodeOptions;
 use corefarm_server::ServerOptions;
+use corefarm_toolchain::{self as toolchain, BuildKind, ImageBuilder};
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 

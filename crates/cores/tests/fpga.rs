@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_cores::fpga::{FpgaOptions, Programmer};
-use corefarm_cores::image::{self, ArtifactKind, ImageBuilder};
+use corefarm_cores::image::{self, ArtifactKind};
 use corefarm_cores::{load, CoreError, DriverOptions, LoadError, LoadOptions};
 use corefarm_smp::{Configuration, CoreInfo};
+use corefarm_toolchain::ImageBuilder;
 use memmap2::MmapRaw;
 
 const BASE: u64 = 0xC000_0000;
