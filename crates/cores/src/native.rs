@@ -6,7 +6,7 @@
 //! bookkeeping around one synchronous function call: "start" is the call,
 //! "done" is its return, the input and output memories are the two
 //! pointers. Emulating the registers cost a second thread per core (so that
-//! the driver had something to time out) and four copies of every job, about
+//! the driver had something to time out) and five copies of every job, about
 //! 30 µs per 64×64 matrix product on the reference machine, for no
 //! protection: a thread running a C function cannot be stopped, so a timed
 //! out job only leaked a thread. [`NativeCore`] therefore calls the function
