@@ -13,8 +13,12 @@ used from many threads; `corefarm.aio` is the asyncio interface.
 
 import collections as _collections
 import json as _json
+import operator as _operator
 import os as _os
+import shutil as _shutil
 import struct as _struct
+import subprocess as _subprocess
+import tempfile as _tempfile
 
 from . import _corefarm
 from .errors import (
@@ -63,22 +67,70 @@ def read_image_manifest(image):
         raise ConfigurationError(f"image manifest is not valid JSON: {e}") from None
 
 
+def _corefarm_command():
+    """Path of the `corefarm` command: $COREFARM_BIN, else the one on PATH."""
+    env = _os.environ.get("COREFARM_BIN")
+    if env:
+        if _os.path.isfile(env) and _os.access(env, _os.X_OK):
+            return env
+        raise ImageError(f"COREFARM_BIN={env!r} is not an executable file")
+    found = _shutil.which("corefarm")
+    if found is None:
+        raise ImageError(
+            "building an image runs the `corefarm` command, which is not on PATH; "
+            "install it (cargo build --release -p corefarm-cli) and put it on PATH "
+            "or set COREFARM_BIN to its path")
+    return found
+
+
 def build_image(*, input_size, output_size, cores=1, name=None, hls=None, entry=None,
                 verilog=None, top=None, rbf=None, core_table=None, out=None):
-    """Builds a configuration image, like `corefarm image build`.
+    """Builds a configuration image by running `corefarm image build`.
 
     `hls` + `entry`: an HLS-style C/C++ component compiled for this CPU;
     `verilog` (a path or a list of paths) + `top`: Verilog simulated by
     Verilator; `rbf`: a Cyclone V bitstream. Several may be combined. Returns
-    the image bytes, and writes them to `out` if given."""
+    the image bytes, and writes them to `out` if given.
+
+    The compilers are driven by the `corefarm` command ($COREFARM_BIN, else
+    PATH), so this module carries no build toolchain; a missing command or a
+    failed build raises ImageError with the reason."""
+    if (hls is None) != (entry is None):
+        raise ValueError("hls= and entry= go together")
+    if (verilog is None) != (top is None):
+        raise ValueError("verilog= and top= go together")
+    if hls is None and verilog is None and rbf is None:
+        raise ValueError("nothing to build: give hls=, verilog= or rbf=")
     if isinstance(verilog, (str, _os.PathLike)):
         verilog = [verilog]
-    table = [tuple(c) for c in core_table] if core_table is not None else None
-    image = _corefarm.build_image(
-        input_size=input_size, output_size=output_size, cores=cores, name=name,
-        hls=_os.fspath(hls) if hls is not None else None, entry=entry,
-        verilog=[_os.fspath(v) for v in verilog] if verilog is not None else None, top=top,
-        rbf=_os.fspath(rbf) if rbf is not None else None, core_table=table)
+    if verilog is not None and not verilog:
+        raise ValueError("verilog= lists no sources")
+    name = name or entry or top or "image"
+    args = ["image", "build", f"--input-size={_operator.index(input_size)}",
+            f"--output-size={_operator.index(output_size)}", f"--name={name}"]
+    if hls is not None:
+        args += [f"--hls={_os.fspath(hls)}", f"--entry={entry}"]
+    if verilog is not None:
+        args += [f"--verilog={_os.fspath(v)}" for v in verilog] + [f"--top={top}"]
+    if rbf is not None:
+        args.append(f"--rbf={_os.fspath(rbf)}")
+    if core_table is not None:
+        table = ",".join(":".join(str(_operator.index(a)) for a in tuple(c)) for c in core_table)
+        args.append(f"--core-table={table}")
+    else:
+        args.append(f"--cores={_operator.index(cores)}")
+    command = _corefarm_command()
+    with _tempfile.TemporaryDirectory(prefix="corefarm-image-") as d:
+        path = _os.path.join(d, "image.cfimg")
+        try:
+            proc = _subprocess.run([command, *args, f"--output={path}"], stdin=_subprocess.DEVNULL,
+                                  stdout=_subprocess.PIPE, stderr=_subprocess.PIPE, text=True)
+        except OSError as e:
+            raise ImageError(f"cannot run {command}: {e}") from None
+        if proc.returncode != 0:
+            raise ImageError(f"corefarm image build failed: {proc.stderr.strip()}")
+        with open(path, "rb") as f:
+            image = f.read()
     if out is not None:
         with open(out, "wb") as f:
             f.write(image)

@@ -454,7 +454,6 @@ fn _corefarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pending>()?;
     m.add_class::<Completions>()?;
     m.add_function(wrap_pyfunction!(default_core_table, m)?)?;
-    m.add_function(wrap_pyfunction!(image::build_image, m)?)?;
     m.add_function(wrap_pyfunction!(image::inspect_image, m)?)?;
     m.add_function(wrap_pyfunction!(smp::decode, m)?)?;
     m.add_function(wrap_pyfunction!(smp::encode, m)?)?;

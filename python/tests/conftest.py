@@ -13,3 +13,11 @@ sys.path.insert(0, str(HERE))
 # which would shadow the installed package (the one with _corefarm built in).
 if not glob.glob(str(SRC / "corefarm" / "_corefarm*")):
     sys.path[:] = [p for p in sys.path if pathlib.Path(p or os.getcwd()).resolve() != SRC]
+
+# corefarm.build_image runs the `corefarm` command ($COREFARM_BIN, else PATH):
+# give it the binary the other tests use when the environment names none.
+if not os.environ.get("COREFARM_BIN"):
+    from realbin import find_binary
+
+    if find_binary():
+        os.environ["COREFARM_BIN"] = find_binary()

@@ -57,3 +57,28 @@ def test_build_errors_say_what_is_wrong(tmp_path):
         corefarm.build_image(input_size=16, output_size=16, hls=bad, entry="f")
     with pytest.raises(corefarm.ImageError):
         corefarm.inspect_image(b"CFIMAGE\0" + b"\xff" * 12)
+
+
+def test_build_image_without_the_corefarm_command_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("COREFARM_BIN", str(tmp_path / "no-corefarm-here"))
+    with pytest.raises(corefarm.ImageError, match="COREFARM_BIN"):
+        corefarm.build_image(input_size=16, output_size=16, rbf=__file__)
+    monkeypatch.delenv("COREFARM_BIN")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(corefarm.ImageError, match="not on PATH"):
+        corefarm.build_image(input_size=16, output_size=16, rbf=__file__)
+
+
+def test_build_image_passes_every_option_to_the_command(tmp_path):
+    # Needs the corefarm command (conftest finds a built one); without it
+    # build_image raises ImageError saying so.
+    rbf = tmp_path / "x.rbf"
+    rbf.write_bytes(b"\x01\x02\x03")
+    table = [(0x8_4140, 0x5_0000, 0x8_0000)]
+    image = corefarm.build_image(input_size=64, output_size=32, rbf=rbf, core_table=table, name="-dash")
+    m = corefarm.inspect_image(image)
+    assert (m["name"], m["input_size"], m["output_size"]) == ("-dash", 64, 32)
+    assert [(c["control"], c["input"], c["output"]) for c in m["cores"]] == table
+    assert [(a["kind"], a["length"], a["checksum_ok"]) for a in m["artifacts"]] == [("bitstream", 3, True)]
+    m = corefarm.inspect_image(corefarm.build_image(input_size=16, output_size=16, rbf=rbf, cores=3))
+    assert len(m["cores"]) == 3

@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context};
 use corefarm_cores::image::{self, Image};
-use corefarm_cores::BuildSpec;
 use corefarm_smp::CoreInfo;
+use corefarm_toolchain::BuildSpec;
 
 #[derive(clap::Subcommand)]
 pub enum ImageCmd {
@@ -137,7 +137,7 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
         verilog: (!a.verilog.is_empty()).then(|| (a.verilog, a.top.unwrap_or_default())),
         rbf: a.rbf,
     };
-    let bytes = corefarm_cores::build_image(&spec).context("building the image")?;
+    let bytes = corefarm_toolchain::build_image(&spec).context("building the image")?;
     std::fs::write(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
     let img = Image::parse(bytes.into())?;
     eprintln!(

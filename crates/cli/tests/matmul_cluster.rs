@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use corefarm_client::{Client, ClientOptions};
-use corefarm_cores::toolchain::{self, BuildKind};
-use corefarm_cores::{image, ArtifactKind, ImageBuilder};
+use corefarm_cores::{image, ArtifactKind};
+use corefarm_toolchain::{self as toolchain, BuildKind, ImageBuilder};
 use rand::{Rng, SeedableRng};
 use tools::Tool;
 

@@ -195,35 +195,41 @@ pub struct FpgaBus {
 }
 
 impl FpgaBus {
+    /// Pointer to `len` bytes at `addr`, checked to lie within the mapping
+    /// and to be 8-byte aligned in memory.
     fn ptr(&self, addr: u64, len: usize) -> Result<*mut u8, BusError> {
-        if addr % 8 != 0 {
+        let off = self.bridge.offset(addr, len)?;
+        // SAFETY: off + len <= span (checked by `offset`) and the mapping is
+        // `span` bytes long, so the result stays within it.
+        let p = unsafe { self.bridge.map.as_mut_ptr().add(off) };
+        if addr % 8 != 0 || p as usize % 8 != 0 {
             return Err(BusError::Unaligned { addr });
         }
-        let off = self.bridge.offset(addr, len)?;
-        // SAFETY: off + len is within the mapping (checked by `offset`).
-        Ok(unsafe { self.bridge.map.as_mut_ptr().add(off) })
+        Ok(p)
     }
 }
 
 impl Bus for FpgaBus {
     fn read64(&mut self, addr: u64) -> Result<u64, BusError> {
         let p = self.ptr(addr, 8)?;
-        // SAFETY: aligned, in bounds; volatile because it is device memory.
+        // SAFETY: 8 bytes within the mapping, aligned (both checked by
+        // `ptr`); volatile because it is device memory.
         Ok(unsafe { std::ptr::read_volatile(p as *const u64) })
     }
 
     fn write64(&mut self, addr: u64, value: u64) -> Result<(), BusError> {
         let p = self.ptr(addr, 8)?;
-        // SAFETY: as above.
+        // SAFETY: as in `read64`.
         unsafe { std::ptr::write_volatile(p as *mut u64, value) };
         Ok(())
     }
 
     fn read_block(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), BusError> {
-        let p = self.ptr(addr, buf.len())?;
+        // Whole words are read, so the partial last one must be mapped too.
+        let p = self.ptr(addr, buf.len().div_ceil(8) * 8)?;
         for (i, chunk) in buf.chunks_mut(8).enumerate() {
-            // SAFETY: whole words inside the window; the window length is
-            // rounded up to words, so a partial last word is mapped too.
+            // SAFETY: word i lies within the words `ptr` checked; aligned;
+            // volatile because it is device memory.
             let w = unsafe { std::ptr::read_volatile((p as *const u64).add(i)) };
             chunk.copy_from_slice(&w.to_le_bytes()[..chunk.len()]);
         }
@@ -235,12 +241,13 @@ impl Bus for FpgaBus {
         for (i, chunk) in data.chunks(8).enumerate() {
             if chunk.len() == 8 {
                 let w = u64::from_le_bytes(chunk.try_into().expect("8 bytes"));
-                // SAFETY: in bounds, aligned.
+                // SAFETY: a whole word within the `data.len()` bytes `ptr`
+                // checked; aligned; volatile because it is device memory.
                 unsafe { std::ptr::write_volatile((p as *mut u64).add(i), w) };
             } else {
                 // Byte writes for the tail: bytes past the data stay untouched.
                 for (j, b) in chunk.iter().enumerate() {
-                    // SAFETY: in bounds.
+                    // SAFETY: byte 8i+j < data.len(), within what `ptr` checked.
                     unsafe { std::ptr::write_volatile(p.add(8 * i + j), *b) };
                 }
             }

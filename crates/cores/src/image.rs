@@ -24,7 +24,7 @@ pub const HEADER_LEN: usize = 16;
 /// Target name of Cyclone V SoC bitstreams (raw binary file, RBF).
 pub const FPGA_TARGET: &str = "fpga-cyclonev";
 /// Base of the HPS-to-FPGA bridge window, where default core tables start.
-pub const DEFAULT_BASE: u32 = 0xC000_0000;
+pub const DEFAULT_BASE: u32 = corefarm_smp::DEFAULT_CORE_BASE;
 /// Upper bound on the manifest: it only holds a core table and a few
 /// artifact records, so anything bigger is garbage, not a configuration.
 pub const MAX_MANIFEST: u32 = 16 * 1024 * 1024;
@@ -238,96 +238,6 @@ impl Image {
     }
 }
 
-/// Artifacts to put in a new image.
-#[derive(Debug, Clone)]
-pub struct ImageBuilder {
-    name: String,
-    input_size: u32,
-    output_size: u32,
-    cores: Vec<CoreInfo>,
-    artifacts: Vec<(String, ArtifactKind, String, Vec<u8>)>,
-}
-
-impl ImageBuilder {
-    pub fn new(
-        name: impl Into<String>,
-        input_size: u32,
-        output_size: u32,
-        cores: Vec<CoreInfo>,
-    ) -> Self {
-        ImageBuilder {
-            name: name.into(),
-            input_size,
-            output_size,
-            cores,
-            artifacts: Vec::new(),
-        }
-    }
-
-    pub fn artifact(
-        mut self,
-        target: impl Into<String>,
-        kind: ArtifactKind,
-        entry: impl Into<String>,
-        bytes: Vec<u8>,
-    ) -> Self {
-        self.artifacts
-            .push((target.into(), kind, entry.into(), bytes));
-        self
-    }
-
-    /// Serialises the image: header, manifest, artifacts back to back.
-    pub fn build(self) -> Result<Vec<u8>, ImageError> {
-        if self.input_size == 0 {
-            return Err(ImageError::Build(
-                "input size must be at least 1 byte".into(),
-            ));
-        }
-        if self.cores.is_empty() {
-            return Err(ImageError::Build("an image needs at least one core".into()));
-        }
-        if self.artifacts.is_empty() {
-            return Err(ImageError::Build(
-                "an image needs at least one artifact".into(),
-            ));
-        }
-        let mut offset = 0u64;
-        let mut entries = Vec::with_capacity(self.artifacts.len());
-        for (target, kind, entry, bytes) in &self.artifacts {
-            entries.push(ArtifactEntry {
-                target: target.clone(),
-                kind: *kind,
-                entry: entry.clone(),
-                offset,
-                length: bytes.len() as u64,
-                sha256: sha256_hex(bytes),
-            });
-            offset += bytes.len() as u64;
-        }
-        let manifest = Manifest {
-            name: self.name,
-            input_size: self.input_size,
-            output_size: self.output_size,
-            cores: self.cores,
-            artifacts: entries,
-        };
-        let json = serde_json::to_vec(&manifest).map_err(|e| ImageError::Build(e.to_string()))?;
-        let mlen = u32::try_from(json.len())
-            .ok()
-            .filter(|&l| l <= MAX_MANIFEST)
-            .ok_or_else(|| ImageError::Build("manifest too large".into()))?;
-        let mut out = Vec::with_capacity(HEADER_LEN + json.len() + offset as usize);
-        out.extend_from_slice(MAGIC);
-        out.extend_from_slice(&VERSION.to_le_bytes());
-        out.extend_from_slice(&mlen.to_le_bytes());
-        out.extend_from_slice(&json);
-        for (_, _, _, bytes) in &self.artifacts {
-            out.extend_from_slice(bytes);
-        }
-        Ok(out)
-    }
-}
-
 /// The default core table of docs/interfaces.md: base 0xC000_0000,
 /// S = next power of two ≥ max(input_size, output_size, 4096); core i at
 /// control = base + 4·S·i, input = control + S, output = control + 2·S.
@@ -337,28 +247,8 @@ pub fn default_core_table(
     input_size: u32,
     output_size: u32,
 ) -> Result<Vec<CoreInfo>, ImageError> {
-    let s = (input_size.max(output_size).max(4096) as u64).next_power_of_two();
-    let too_big = || {
-        ImageError::Build(format!(
-            "{n} cores with {s}-byte windows do not fit the 32-bit address space above {DEFAULT_BASE:#x}"
-        ))
-    };
-    let end = (DEFAULT_BASE as u64)
-        .checked_add(4 * s * n as u64)
-        .ok_or_else(too_big)?;
-    if end > 1 << 32 {
-        return Err(too_big());
-    }
-    Ok((0..n as u64)
-        .map(|i| {
-            let control = DEFAULT_BASE as u64 + 4 * s * i;
-            CoreInfo {
-                control: control as u32,
-                input: (control + s) as u32,
-                output: (control + 2 * s) as u32,
-            }
-        })
-        .collect())
+    corefarm_smp::default_core_table(n, input_size, output_size)
+        .map_err(|e| ImageError::Build(e.to_string()))
 }
 
 /// Architecture name used in targets, for the machine this code runs on.
@@ -405,81 +295,6 @@ pub fn configuration(image: Bytes) -> Result<Configuration, ImageError> {
 mod tests {
     use super::*;
 
-    fn sample() -> Vec<u8> {
-        ImageBuilder::new("vadd", 64, 32, default_core_table(2, 64, 32).unwrap())
-            .artifact(
-                "native-x86_64-linux",
-                ArtifactKind::Native,
-                "vadd",
-                b"ELF-ish".to_vec(),
-            )
-            .artifact(FPGA_TARGET, ArtifactKind::Bitstream, "", vec![0xAA; 100])
-            .build()
-            .unwrap()
-    }
-
-    #[test]
-    fn round_trip() {
-        let bytes = sample();
-        assert_eq!(&bytes[..8], MAGIC);
-        assert_eq!(u32::from_le_bytes(bytes[8..12].try_into().unwrap()), 1);
-        let img = Image::parse(Bytes::from(bytes)).unwrap();
-        assert_eq!(img.manifest.name, "vadd");
-        assert_eq!(img.manifest.cores.len(), 2);
-        assert_eq!(img.targets(), vec!["native-x86_64-linux", FPGA_TARGET]);
-        assert!(img.verify().iter().all(|r| r.is_ok()));
-        assert_eq!(&img.verified_artifact(0).unwrap()[..], b"ELF-ish");
-        assert_eq!(img.verified_artifact(1).unwrap().len(), 100);
-        assert_eq!(img.manifest.artifacts[1].offset, 7);
-    }
-
-    #[test]
-    fn checksum_failure_is_reported() {
-        let mut bytes = sample();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 1; // corrupt the bitstream artifact
-        let img = Image::parse(Bytes::from(bytes)).unwrap();
-        assert!(img.verified_artifact(0).is_ok());
-        let e = img.verified_artifact(1).unwrap_err();
-        assert!(matches!(e, ImageError::Checksum { index: 1, .. }), "{e}");
-        assert!(e.to_string().contains("checksum"));
-    }
-
-    #[test]
-    fn hostile_images_are_errors() {
-        let good = sample();
-        assert_eq!(
-            Image::parse(Bytes::from_static(b"RBFDATA")).unwrap_err(),
-            ImageError::NoMagic
-        );
-        // Every truncation of a valid image is an error, never a panic.
-        for cut in 0..good.len() {
-            let r = Image::parse(Bytes::copy_from_slice(&good[..cut]));
-            assert!(r.is_err(), "truncated to {cut} bytes parsed");
-        }
-        let mut v = good.clone();
-        v[8] = 2;
-        assert_eq!(
-            Image::parse(Bytes::from(v)).unwrap_err(),
-            ImageError::Version(2)
-        );
-        let mut v = good.clone();
-        v[12..16].copy_from_slice(&u32::MAX.to_le_bytes());
-        assert!(Image::parse(Bytes::from(v)).is_err());
-        // An artifact pointing past the end.
-        let mlen = u32::from_le_bytes(good[12..16].try_into().unwrap()) as usize;
-        let json = std::str::from_utf8(&good[16..16 + mlen]).unwrap();
-        let bad = json.replace("\"length\":100", "\"length\":101");
-        let mut v = good[..16].to_vec();
-        v[12..16].copy_from_slice(&(bad.len() as u32).to_le_bytes());
-        v.extend_from_slice(bad.as_bytes());
-        v.extend_from_slice(&good[16 + mlen..]);
-        assert!(matches!(
-            Image::parse(Bytes::from(v)),
-            Err(ImageError::OutOfBounds { .. })
-        ));
-    }
-
     #[test]
     fn default_table_matches_the_contract() {
         let t = default_core_table(3, 32768, 16384).unwrap();
@@ -495,19 +310,26 @@ mod tests {
     }
 
     #[test]
-    fn configuration_from_image() {
-        let bytes = Bytes::from(sample());
-        let cfg = configuration(bytes.clone()).unwrap();
-        assert_eq!(cfg.input_size, 64);
-        assert_eq!(cfg.output_size, 32);
-        assert_eq!(cfg.cores, default_core_table(2, 64, 32).unwrap());
-        assert_eq!(cfg.bitstream, bytes);
-    }
-
-    #[test]
     fn host_targets() {
         if let Some(t) = native_target() {
             assert!(t.starts_with("native-") && t.ends_with("-linux"));
+        }
+    }
+
+    #[test]
+    fn raw_bytes_are_not_an_image() {
+        assert!(!is_image(b"RBFDATA"));
+        assert_eq!(
+            Image::parse(Bytes::from_static(b"RBFDATA")).unwrap_err(),
+            ImageError::NoMagic
+        );
+        // Every prefix of a header is an error, never a panic.
+        let mut header = MAGIC.to_vec();
+        header.extend_from_slice(&VERSION.to_le_bytes());
+        header.extend_from_slice(&4u32.to_le_bytes());
+        header.extend_from_slice(b"{}  ");
+        for cut in 0..=header.len() {
+            assert!(Image::parse(Bytes::copy_from_slice(&header[..cut])).is_err());
         }
     }
 }

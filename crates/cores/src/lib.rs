@@ -1,11 +1,14 @@
 //! Hardware cores behind one interface.
 //!
 //! The node manager only sees [`Core`]: give it one input, get one output.
-//! Every backend exposes a [`bus::Bus`] (an emulated CSR block around a
-//! native C function, an address decoder over Verilator instances, or the
-//! mmap'ed HPS-to-FPGA bridge) and the single [`driver::Driver`] runs the job
-//! cycle of seed 000 table 3.1 over it, so host code cannot tell backends
-//! apart. [`image`] is the container that carries the artifacts.
+//! The RTL simulation and FPGA backends expose a [`bus::Bus`] (an address
+//! decoder over Verilator instances, or the mmap'ed HPS-to-FPGA bridge) and
+//! the single [`driver::Driver`] runs the job cycle of seed 000 table 3.1
+//! over it; a native soft core is a C function called directly
+//! ([`native::NativeCore`], which says why it skips the register
+//! emulation). [`image`] reads and verifies the container that carries the
+//! artifacts; building cores and images is `corefarm-toolchain`'s job, so
+//! nodes never link a compiler driver.
 
 pub mod bus;
 pub mod driver;
@@ -13,15 +16,13 @@ pub mod fpga;
 pub mod image;
 pub mod native;
 pub mod rtl;
-pub mod toolchain;
 
-use std::path::Path;
 use std::time::Duration;
 
 use corefarm_smp::{Configuration, CoreInfo};
 
 pub use driver::{Driver, DriverOptions};
-pub use image::{ArtifactKind, Image, ImageBuilder, ImageError};
+pub use image::{ArtifactKind, Image, ImageError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum CoreError {
@@ -238,7 +239,7 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
             .verified_artifact(idx)
             .map_err(|e| LoadError::Invalid(e.to_string()))?;
         let cores = match kind {
-            ArtifactKind::Native => native_cores(&bytes, &a.entry, cfg, opts.driver)?,
+            ArtifactKind::Native => native_cores(&bytes, &a.entry, cfg)?,
             ArtifactKind::Rtl => rtl_cores(&bytes, &a.entry, cfg, opts.driver)?,
             ArtifactKind::Bitstream => {
                 let f = opts.fpga.as_ref().expect("checked above");
@@ -264,20 +265,19 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
     )))
 }
 
+/// One native core per core-table entry, each with its own dlopen'ed copy.
+/// The table only locates hardware windows; a native core has none.
 fn native_cores(
     so: &[u8],
     entry: &str,
     cfg: &Configuration,
-    dopts: DriverOptions,
 ) -> Result<Vec<Box<dyn Core>>, LoadError> {
     cfg.cores
         .iter()
-        .map(|c| {
+        .map(|_| {
             let lib = native::NativeLib::load(so, entry)?;
-            let bus = native::NativeBus::new(lib, *c, cfg.input_size, cfg.output_size)?;
-            let d = Driver::new(Box::new(bus), *c, cfg.input_size, cfg.output_size, dopts)
-                .map_err(|e| LoadError::Backend(e.to_string()))?;
-            Ok(Box::new(d) as Box<dyn Core>)
+            let core = native::NativeCore::new(lib, cfg.input_size, cfg.output_size);
+            Ok(Box::new(core) as Box<dyn Core>)
         })
         .collect()
 }
@@ -310,105 +310,6 @@ fn rtl_cores(
             Ok(Box::new(d) as Box<dyn Core>)
         })
         .collect()
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error(transparent)]
-    Toolchain(#[from] toolchain::ToolchainError),
-    #[error(transparent)]
-    Image(#[from] ImageError),
-    #[error("{0}")]
-    Io(String),
-}
-
-/// What to put in a new image (`corefarm image build`).
-#[derive(Debug, Clone, Default)]
-pub struct BuildSpec {
-    pub name: String,
-    pub input_size: u32,
-    pub output_size: u32,
-    /// Number of cores for the default core table (ignored with `core_table`).
-    pub cores: u32,
-    /// Explicit core table instead of the default one.
-    pub core_table: Option<Vec<CoreInfo>>,
-    /// HLS C/C++ source and its component (entry) function → native artifact.
-    pub hls: Option<(std::path::PathBuf, String)>,
-    /// Verilog sources and top module → RTL simulation artifact.
-    pub verilog: Option<(Vec<std::path::PathBuf>, String)>,
-    /// Cyclone V raw binary file → `fpga-cyclonev` artifact.
-    pub rbf: Option<std::path::PathBuf>,
-}
-
-/// Builds every artifact the spec names (compiling HLS C++ natively and
-/// Verilog with Verilator for this machine) and packs them into one image.
-pub fn build_image(spec: &BuildSpec) -> Result<Vec<u8>, BuildError> {
-    let io = |what: &str, p: &Path, e: std::io::Error| {
-        BuildError::Io(format!("{what} {}: {e}", p.display()))
-    };
-    let table = match &spec.core_table {
-        Some(t) => t.clone(),
-        None => image::default_core_table(spec.cores, spec.input_size, spec.output_size)?,
-    };
-    let mut b = ImageBuilder::new(&spec.name, spec.input_size, spec.output_size, table);
-    let dir =
-        tempfile::tempdir().map_err(|e| BuildError::Io(format!("temporary directory: {e}")))?;
-    let no_target = || {
-        BuildError::Io(format!(
-            "no native target for architecture {}",
-            std::env::consts::ARCH
-        ))
-    };
-    if let Some((source, entry)) = &spec.hls {
-        let so = dir.path().join("native.so");
-        toolchain::build_native(source, &so)?;
-        // Catch a wrong --entry now rather than on every node at configuration time.
-        native::NativeLib::open(&so, entry)
-            .map_err(|e| BuildError::Io(format!("{}: {e}", source.display())))?;
-        let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
-        b = b.artifact(
-            image::native_target().ok_or_else(no_target)?,
-            ArtifactKind::Native,
-            entry,
-            bytes,
-        );
-    }
-    if let Some((sources, top)) = &spec.verilog {
-        let so = dir.path().join("rtl.so");
-        toolchain::build_rtl(sources, top, &so)?;
-        let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
-        b = b.artifact(
-            image::rtl_target().ok_or_else(no_target)?,
-            ArtifactKind::Rtl,
-            top,
-            bytes,
-        );
-    }
-    if let Some(rbf) = &spec.rbf {
-        let bytes = std::fs::read(rbf).map_err(|e| io("reading", rbf, e))?;
-        b = b.artifact(image::FPGA_TARGET, ArtifactKind::Bitstream, "", bytes);
-    }
-    Ok(b.build()?)
-}
-
-/// Compiles an HLS C/C++ `source` into a native soft core and wraps it in an
-/// image with the default core table for `cores` cores.
-pub fn build_native_image(
-    source: &Path,
-    entry: &str,
-    cores: u32,
-    input_size: u32,
-    output_size: u32,
-    name: &str,
-) -> Result<Vec<u8>, BuildError> {
-    build_image(&BuildSpec {
-        name: name.into(),
-        input_size,
-        output_size,
-        cores,
-        hls: Some((source.to_path_buf(), entry.into())),
-        ..BuildSpec::default()
-    })
 }
 
 #[cfg(test)]

@@ -1,28 +1,39 @@
 //! Native soft cores: a shared object exporting
-//! `void entry(const uint8_t *in, uint8_t *out)` (docs/interfaces.md), run
-//! behind an emulated bus whose CSR block implements seed 000 table 3.1, so
-//! the same [`Driver`] drives it as it drives RTL simulation and the FPGA.
+//! `void entry(const uint8_t *in, uint8_t *out)` (docs/interfaces.md).
 //!
-//! The C function runs on a worker thread per core, started by the write to
-//! the start register: a function that never returns then shows up as a core
-//! that never raises done, which the driver turns into a timeout.
+//! Unlike the RTL and FPGA backends, a native core does not go through the
+//! [`crate::Driver`] and an emulated bus. Its CSR block would only be
+//! bookkeeping around one synchronous function call: "start" is the call,
+//! "done" is its return, the input and output memories are the two
+//! pointers. Emulating the registers cost a second thread per core (so that
+//! the driver had something to time out) and five copies of every job, about
+//! 30 µs per 64×64 matrix product on the reference machine, for no
+//! protection: a thread running a C function cannot be stopped, so a timed
+//! out job only leaked a thread. [`NativeCore`] therefore calls the function
+//! on the calling thread (the node's core handler thread) and is a
+//! [`Core`] like the others, so the node cannot tell the difference.
+//!
+//! A native function that never returns blocks its core handler thread for
+//! good; only running cores in a separate process could interrupt it.
 
 use std::path::Path;
-use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::sync::OnceLock;
+use std::time::Instant;
 
-use corefarm_smp::CoreInfo;
-
-use crate::bus::{csr, Bus, BusError};
-use crate::LoadError;
+use crate::{Core, CoreError, CoreStats, LoadError};
 
 type EntryFn = unsafe extern "C" fn(*const u8, *mut u8);
+
+/// Alignment the entry function may assume for both pointers: that of
+/// `max_align_t` on the supported targets, as a hardware memory's base
+/// address is aligned. C code casting `in` to `int *` or `double *` relies
+/// on it (a misaligned access faults on armv7).
+pub const ALIGN: usize = 16;
 
 /// One dlopen'ed copy of a native artifact. Each core gets its own copy so
 /// that static state in the C code is per core, as it is per hardware core.
 pub struct NativeLib {
-    // Kept alive as long as any worker (even an abandoned, stuck one) runs its code.
+    // Keeps the code of `entry` mapped.
     _lib: libloading::Library,
     entry: EntryFn,
 }
@@ -30,11 +41,6 @@ pub struct NativeLib {
 impl NativeLib {
     /// Writes `so` to a private temporary file, dlopens it and resolves `entry`.
     pub fn load(so: &[u8], entry: &str) -> Result<NativeLib, LoadError> {
-        if entry.is_empty() || entry.contains('\0') {
-            return Err(LoadError::Invalid(format!(
-                "invalid native entry symbol {entry:?}"
-            )));
-        }
         let file = tempfile::Builder::new()
             .prefix("corefarm-native-")
             .suffix(".so")
@@ -52,12 +58,19 @@ impl NativeLib {
 
     /// dlopens an existing shared object.
     pub fn open(path: &Path, entry: &str) -> Result<NativeLib, LoadError> {
+        if entry.is_empty() || entry.contains('\0') {
+            return Err(LoadError::Invalid(format!(
+                "invalid native entry symbol {entry:?}"
+            )));
+        }
         // SAFETY: loading runs the object's initialisers. The object comes from
         // a configuration the user chose to run on this node, which is the
         // trust model of the whole system (a bitstream can do anything too).
         let lib = unsafe { libloading::Library::new(path) }
             .map_err(|e| LoadError::Invalid(format!("native artifact cannot be loaded: {e}")))?;
-        // SAFETY: the ABI of docs/interfaces.md fixes the symbol's type.
+        // SAFETY: the native ABI (docs/interfaces.md) fixes the symbol's type
+        // as `void (const uint8_t *, uint8_t *)`; the copied function pointer
+        // is only used while `lib` (stored next to it) keeps the code mapped.
         let entry_fn = unsafe { lib.get::<EntryFn>(entry.as_bytes()) }
             .map(|s| *s)
             .map_err(|e| {
@@ -72,241 +85,198 @@ impl NativeLib {
     }
 }
 
-/// Register and memory state of one emulated core, shared with its worker.
-struct State {
-    input: Vec<u8>,
-    output: Vec<u8>,
-    busy: bool,
-    done: bool,
-    irq_enable: bool,
-    /// Bumped by reset: a worker from an older generation discards its result.
-    generation: u64,
+/// A heap buffer with an [`ALIGN`]-aligned window of `len` bytes, for jobs
+/// whose caller-provided slices are not aligned.
+struct Staging {
+    buf: Vec<u8>,
+    start: usize,
+    len: usize,
 }
 
-struct Shared {
-    state: Mutex<State>,
-    changed: Condvar,
-}
+impl Staging {
+    /// `len` is the length of an existing slice, so `len + ALIGN` fits a usize.
+    fn new(len: usize) -> Staging {
+        let buf = vec![0u8; len + ALIGN - 1];
+        // The buffer never grows, so its address and this offset stay valid.
+        let start = (ALIGN - buf.as_ptr() as usize % ALIGN) % ALIGN;
+        Staging { buf, start, len }
+    }
 
-impl Shared {
-    fn lock(&self) -> MutexGuard<'_, State> {
-        // A poisoned lock only means a thread panicked between two plain
-        // field updates; the state itself is still consistent.
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    fn bytes(&mut self) -> &mut [u8] {
+        &mut self.buf[self.start..self.start + self.len]
     }
 }
 
-/// Emulated bus of one native core: decodes its three windows, implements
-/// the CSR, runs the C function on its worker thread when started.
-pub struct NativeBus {
-    core: CoreInfo,
-    shared: Arc<Shared>,
-    lib: Arc<NativeLib>,
-    start_tx: mpsc::Sender<u64>,
+fn aligned(p: *const u8) -> bool {
+    p as usize % ALIGN == 0
+}
+
+/// One native soft core, run on the thread that calls [`Core::process`].
+///
+/// Copies: none when the caller's input and output slices are
+/// [`ALIGN`]-aligned (the input is passed as is, the function writes the
+/// output slice directly); otherwise one copy in and/or one copy out through
+/// a per-core aligned buffer. The function therefore finds unspecified bytes
+/// in `out` when it starts (docs/interfaces.md): it must write every byte it
+/// returns.
+pub struct NativeCore {
+    lib: NativeLib,
     input_size: usize,
     output_size: usize,
+    input_stage: Option<Staging>,
+    output_stage: Option<Staging>,
+    stats: CoreStats,
 }
 
-enum Window {
-    Csr(u64),
-    Input(usize),
-    Output(usize),
-}
-
-fn window_len(size: usize) -> u64 {
-    (size as u64).div_ceil(8) * 8
-}
-
-impl NativeBus {
-    pub fn new(
-        lib: NativeLib,
-        core: CoreInfo,
-        input_size: u32,
-        output_size: u32,
-    ) -> Result<NativeBus, LoadError> {
-        let (i, o) = (input_size as usize, output_size as usize);
-        let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                input: vec![0; window_len(i) as usize],
-                output: vec![0; window_len(o) as usize],
-                busy: false,
-                done: false,
-                irq_enable: false,
-                generation: 0,
-            }),
-            changed: Condvar::new(),
-        });
-        let lib = Arc::new(lib);
-        let start_tx = spawn_worker(&shared, &lib, i, o)?;
-        Ok(NativeBus {
-            core,
-            shared,
+impl NativeCore {
+    pub fn new(lib: NativeLib, input_size: u32, output_size: u32) -> NativeCore {
+        NativeCore {
             lib,
-            start_tx,
-            input_size: i,
-            output_size: o,
-        })
+            input_size: input_size as usize,
+            output_size: output_size as usize,
+            input_stage: None,
+            output_stage: None,
+            stats: CoreStats::default(),
+        }
     }
+}
 
-    fn decode(&self, addr: u64, len: usize) -> Result<Window, BusError> {
-        let end = addr + len as u64;
-        let within = |base: u32, span: u64| addr >= base as u64 && end <= base as u64 + span;
-        if within(self.core.control, csr::SPAN) {
-            Ok(Window::Csr(addr - self.core.control as u64))
-        } else if within(self.core.input, window_len(self.input_size)) {
-            Ok(Window::Input((addr - self.core.input as u64) as usize))
-        } else if within(self.core.output, window_len(self.output_size)) {
-            Ok(Window::Output((addr - self.core.output as u64) as usize))
+/// Calls the entry function.
+///
+/// # Safety
+/// `input` must point to the core's `input_size` readable bytes and
+/// `output` to its `output_size` writable bytes, both [`ALIGN`]-aligned,
+/// with no other access to them during the call.
+unsafe fn call(entry: EntryFn, input: *const u8, output: *mut u8) {
+    debug_assert!(aligned(input) && aligned(output));
+    // SAFETY: the caller provides what the native ABI (docs/interfaces.md)
+    // promises the function. The function is trusted to keep its side of
+    // the ABI (read at most input_size bytes of `in` without writing them,
+    // write at most output_size bytes of `out`), as the node trusts the
+    // code it loads with the whole process (see `NativeLib::open`).
+    unsafe { entry(input, output) }
+}
+
+impl Core for NativeCore {
+    fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+        if input.len() != self.input_size || output.len() != self.output_size {
+            return Err(CoreError::Failed(format!(
+                "job of {} input / {} output bytes for a core of {} / {}",
+                input.len(),
+                output.len(),
+                self.input_size,
+                self.output_size
+            )));
+        }
+        let started = Instant::now();
+        let entry = self.lib.entry;
+        let in_ptr = if aligned(input.as_ptr()) {
+            input.as_ptr()
         } else {
-            Err(BusError::Unmapped { addr, len })
-        }
-    }
-}
-
-fn spawn_worker(
-    shared: &Arc<Shared>,
-    lib: &Arc<NativeLib>,
-    input_size: usize,
-    output_size: usize,
-) -> Result<mpsc::Sender<u64>, LoadError> {
-    let (tx, rx) = mpsc::channel::<u64>();
-    let (shared, lib) = (shared.clone(), lib.clone());
-    std::thread::Builder::new()
-        .name("corefarm-native-core".into())
-        .spawn(move || {
-            // The C function sees exactly input_size / output_size bytes,
-            // like the hardware core sees its memories.
-            let mut inp = vec![0u8; input_size.max(1)];
-            let mut out = vec![0u8; output_size.max(1)];
-            // Ends when the bus (the sender) is dropped or reset.
-            while let Ok(generation) = rx.recv() {
-                {
-                    let st = shared.lock();
-                    inp[..input_size].copy_from_slice(&st.input[..input_size]);
-                    out[..output_size].copy_from_slice(&st.output[..output_size]);
-                }
-                // SAFETY: both buffers hold the sizes the core was built for;
-                // the function's signature is fixed by the native ABI.
-                unsafe { (lib.entry)(inp.as_ptr(), out.as_mut_ptr()) };
-                let mut st = shared.lock();
-                if st.generation != generation {
-                    continue; // reset while we ran: this result belongs to no one
-                }
-                st.output[..output_size].copy_from_slice(&out[..output_size]);
-                st.busy = false;
-                st.done = true;
-                shared.changed.notify_all();
-            }
-        })
-        .map_err(|e| LoadError::Backend(format!("cannot start a native core thread: {e}")))?;
-    Ok(tx)
-}
-
-impl Bus for NativeBus {
-    fn read64(&mut self, addr: u64) -> Result<u64, BusError> {
-        if addr % 8 != 0 {
-            return Err(BusError::Unaligned { addr });
-        }
-        let w = self.decode(addr, 8)?;
-        let st = self.shared.lock();
-        let word =
-            |m: &[u8], o: usize| u64::from_le_bytes(m[o..o + 8].try_into().expect("8 bytes"));
-        Ok(match w {
-            Window::Csr(csr::BUSY) => st.busy as u64,
-            Window::Csr(csr::INTERRUPT_ENABLE) => st.irq_enable as u64,
-            Window::Csr(csr::DONE) => st.done as u64,
-            Window::Csr(_) => 0,
-            Window::Input(o) => word(&st.input, o),
-            Window::Output(o) => word(&st.output, o),
-        })
-    }
-
-    fn write64(&mut self, addr: u64, value: u64) -> Result<(), BusError> {
-        if addr % 8 != 0 {
-            return Err(BusError::Unaligned { addr });
-        }
-        let w = self.decode(addr, 8)?;
-        let mut st = self.shared.lock();
-        match w {
-            Window::Csr(csr::START) => {
-                // Like the HLS CSR, a start while busy is ignored.
-                if value & 1 == 1 && !st.busy {
-                    st.busy = true;
-                    let generation = st.generation;
-                    drop(st);
-                    self.start_tx
-                        .send(generation)
-                        .map_err(|_| BusError::Other("native core thread has exited".into()))?;
-                }
-            }
-            Window::Csr(csr::INTERRUPT_ENABLE) => st.irq_enable = value & 1 == 1,
-            Window::Csr(csr::DONE) => {
-                if value & 1 == 1 {
-                    st.done = false;
-                }
-            }
-            Window::Csr(_) => {}
-            Window::Input(o) => st.input[o..o + 8].copy_from_slice(&value.to_le_bytes()),
-            Window::Output(o) => st.output[o..o + 8].copy_from_slice(&value.to_le_bytes()),
-        }
-        Ok(())
-    }
-
-    fn read_block(&mut self, addr: u64, buf: &mut [u8]) -> Result<(), BusError> {
-        let st_range = |o: usize| o..o + buf.len();
-        match self.decode(addr, buf.len())? {
-            Window::Input(o) => buf.copy_from_slice(&self.shared.lock().input[st_range(o)]),
-            Window::Output(o) => buf.copy_from_slice(&self.shared.lock().output[st_range(o)]),
-            Window::Csr(_) => return Err(BusError::Other("block read from a CSR".into())),
-        }
-        Ok(())
-    }
-
-    fn write_block(&mut self, addr: u64, data: &[u8]) -> Result<(), BusError> {
-        let r = |o: usize| o..o + data.len();
-        match self.decode(addr, data.len())? {
-            Window::Input(o) => self.shared.lock().input[r(o)].copy_from_slice(data),
-            Window::Output(o) => self.shared.lock().output[r(o)].copy_from_slice(data),
-            Window::Csr(_) => return Err(BusError::Other("block write to a CSR".into())),
-        }
-        Ok(())
-    }
-
-    fn idle(&mut self, budget: Duration) {
-        let st = self.shared.lock();
-        if st.busy && !st.done {
-            // Woken by the worker as soon as the function returns.
-            let _ = self.shared.changed.wait_timeout(st, budget);
-        }
-    }
-
-    /// Abandons a stuck worker (a thread cannot be killed: it keeps its own
-    /// buffers and library reference, and its result is discarded) and starts
-    /// a fresh one, like a reset line returns a hardware core to idle.
-    fn reset(&mut self, _control: u64) -> bool {
-        let Ok(tx) = spawn_worker(&self.shared, &self.lib, self.input_size, self.output_size)
-        else {
-            return false;
+            let stage = self
+                .input_stage
+                .get_or_insert_with(|| Staging::new(input.len()));
+            let bytes = stage.bytes();
+            bytes.copy_from_slice(input);
+            bytes.as_ptr()
         };
-        let mut st = self.shared.lock();
-        st.generation += 1;
-        st.busy = false;
-        st.done = false;
-        self.start_tx = tx;
-        true
+        if aligned(output.as_ptr()) {
+            // SAFETY: `in_ptr` is `input` or the input stage (input_size
+            // bytes, aligned, not touched again until the call returns);
+            // `output` is output_size bytes, aligned, borrowed mutably here.
+            unsafe { call(entry, in_ptr, output.as_mut_ptr()) };
+        } else {
+            let stage = self
+                .output_stage
+                .get_or_insert_with(|| Staging::new(output.len()));
+            let bytes = stage.bytes();
+            // SAFETY: as above; the output stage is output_size aligned
+            // bytes borrowed mutably here.
+            unsafe { call(entry, in_ptr, bytes.as_mut_ptr()) };
+            output.copy_from_slice(bytes);
+        }
+        self.stats.jobs += 1;
+        self.stats.busy += started.elapsed();
+        Ok(())
+    }
+
+    fn stats(&self) -> CoreStats {
+        self.stats.clone()
     }
 }
 
-/// Whether this process can dlopen shared objects at all (a static binary
-/// cannot), which native and RTL backends both need.
+/// Whether this process can load native and RTL artifacts: it has a
+/// dynamic loader (a static binary has none) and the temporary directory,
+/// where artifacts are written before dlopen, allows executable mappings (a
+/// `noexec` mount does not). Checked once per process.
 pub fn dlopen_works() -> bool {
+    static WORKS: OnceLock<bool> = OnceLock::new();
+    *WORKS.get_or_init(|| match can_dlopen(&std::env::temp_dir()) {
+        Ok(()) => true,
+        Err(why) => {
+            tracing::warn!("native and RTL cores are unavailable: {why}");
+            false
+        }
+    })
+}
+
+fn can_dlopen(dir: &Path) -> Result<(), String> {
     #[cfg(unix)]
     {
-        libloading::os::unix::Library::this();
-        true
+        // SAFETY: dlopen(NULL) returns a handle to the already loaded main
+        // program: it loads no new object, so no initialiser runs.
+        unsafe {
+            libloading::os::unix::Library::open(None::<&str>, libloading::os::unix::RTLD_LAZY)
+        }
+        .map_err(|e| format!("this process cannot dlopen ({e})"))?;
+        let mut file = tempfile::tempfile_in(dir)
+            .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+        std::io::Write::write_all(&mut file, &[0xc3])
+            .map_err(|e| format!("cannot write a file in {}: {e}", dir.display()))?;
+        // SAFETY: the file is private to this function (unnamed, just
+        // created), so nothing changes it while mapped; the mapping is
+        // neither read nor executed, only dropped.
+        unsafe { memmap2::MmapOptions::new().len(1).map_exec(&file) }
+            .map(drop)
+            .map_err(|e| {
+                format!(
+                    "{} does not allow executable mappings ({e}); set TMPDIR to a directory that does",
+                    dir.display()
+                )
+            })
     }
     #[cfg(not(unix))]
     {
-        false
+        let _ = dir;
+        Err("native and RTL cores need a Unix dynamic loader".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn this_process_can_dlopen_from_its_temp_dir() {
+        // The tests run as an ordinary dynamically linked program.
+        assert_eq!(can_dlopen(&std::env::temp_dir()), Ok(()));
+        assert!(dlopen_works());
+    }
+
+    #[test]
+    fn an_unusable_directory_is_reported() {
+        let dir = tempfile::tempdir().unwrap();
+        let gone = dir.path().join("missing");
+        let e = can_dlopen(&gone).unwrap_err();
+        assert!(e.contains("missing"), "{e}");
+    }
+
+    #[test]
+    fn staging_windows_are_aligned() {
+        for len in [0, 1, 15, 16, 17, 4096] {
+            let mut s = Staging::new(len);
+            assert_eq!(s.bytes().len(), len);
+            assert!(aligned(s.bytes().as_ptr()));
+        }
     }
 }

@@ -10,9 +10,10 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_cores::fpga::{FpgaOptions, Programmer};
-use corefarm_cores::image::{self, ArtifactKind, ImageBuilder};
+use corefarm_cores::image::{self, ArtifactKind};
 use corefarm_cores::{load, CoreError, DriverOptions, LoadError, LoadOptions};
 use corefarm_smp::{Configuration, CoreInfo};
+use corefarm_toolchain::ImageBuilder;
 use memmap2::MmapRaw;
 
 const BASE: u64 = 0xC000_0000;
@@ -49,6 +50,10 @@ fn fake_cores(file: &Path, table: Vec<CoreInfo>, size: usize, stuck: Vec<usize>)
     let thread = std::thread::spawn(move || {
         let p = map.as_mut_ptr();
         let off = |a: u32| (a as u64 - BASE) as usize;
+        // SAFETY (rd, wr and the byte copy below): the callers' tables put
+        // every window (CSR words, `size`-byte memories) inside the
+        // SPAN-byte file, which `map` (owned by this thread) maps whole;
+        // word offsets are multiples of 8 in a page-aligned mapping.
         let rd = |o: usize| unsafe { std::ptr::read_volatile(p.add(o) as *const u64) };
         let wr = |o: usize, v: u64| unsafe { std::ptr::write_volatile(p.add(o) as *mut u64, v) };
         while !s2.load(Ordering::SeqCst) {
@@ -64,6 +69,7 @@ fn fake_cores(file: &Path, table: Vec<CoreInfo>, size: usize, stuck: Vec<usize>)
                         continue;
                     }
                     for i in 0..size {
+                        // SAFETY: see `rd` above.
                         unsafe {
                             let b = std::ptr::read_volatile(p.add(off(c.input) + i));
                             std::ptr::write_volatile(p.add(off(c.output) + i), b ^ 0x5A);

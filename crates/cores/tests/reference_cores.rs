@@ -1,17 +1,19 @@
-//! Reference cores (top-level `cores/`) built with `corefarm_cores::toolchain`
+//! Reference cores (top-level `cores/`) built with `corefarm_toolchain`
 //! and checked by their C++ testbenches (`cores/*/tb_*.cpp`,
 //! `cores/tb/test_hls_native.cpp`), plus a Rust-side cross-check of the RTL
 //! and native forms through their ABIs.
 //!
-//! RTL tests skip with a printed message only when Verilator is absent; the
-//! CI installs it, so there they run.
+//! Without Verilator (or a C++ compiler) a test prints SKIP and returns,
+//! unless COREFARM_REQUIRE_TOOLS=1 (set by CI), where it fails instead.
 
 use std::ffi::{c_char, c_void, CStr};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::{Mutex, OnceLock};
 
-use corefarm_cores::toolchain::{self, BuildKind};
+use corefarm_cores::native::{NativeCore, NativeLib};
+use corefarm_cores::Core;
+use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, Tool};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -103,27 +105,9 @@ fn run_testbench(exe: &Path, args: &[&std::ffi::OsStr]) -> String {
     stdout
 }
 
-fn skip_without_verilator(test: &str) -> bool {
-    if toolchain::verilator_available() {
-        return false;
-    }
-    println!(
-        "SKIP {test}: verilator (and make, c++) not installed; `apt-get install -y verilator`"
-    );
-    true
-}
-
-fn skip_without_cxx(test: &str) -> bool {
-    if toolchain::cxx_available() {
-        return false;
-    }
-    println!("SKIP {test}: no C++ compiler");
-    true
-}
-
 #[test]
 fn vadd_rtl_testbench() {
-    if skip_without_verilator("vadd_rtl_testbench") {
+    if !require_tool(Tool::Verilator, "vadd_rtl_testbench") {
         return;
     }
     let so = rtl("vadd", "vadd/vadd.v");
@@ -132,7 +116,7 @@ fn vadd_rtl_testbench() {
 
 #[test]
 fn matmul_rtl_testbench() {
-    if skip_without_verilator("matmul_rtl_testbench") {
+    if !require_tool(Tool::Verilator, "matmul_rtl_testbench") {
         return;
     }
     let so = rtl("mat_mul_64x64", "matmul/matmul.v");
@@ -141,7 +125,7 @@ fn matmul_rtl_testbench() {
 
 #[test]
 fn stuck_rtl_testbench() {
-    if skip_without_verilator("stuck_rtl_testbench") {
+    if !require_tool(Tool::Verilator, "stuck_rtl_testbench") {
         return;
     }
     let so = rtl("stuck", "stuck/stuck.v");
@@ -150,7 +134,7 @@ fn stuck_rtl_testbench() {
 
 #[test]
 fn hls_sources_native() {
-    if skip_without_cxx("hls_sources_native") {
+    if !require_tool(Tool::Cxx, "hls_sources_native") {
         return;
     }
     let tb = testbench("tb/test_hls_native.cpp");
@@ -192,7 +176,9 @@ impl Rtl {
     /// One job with the seed's host sequence: input, start, poll done,
     /// output, clear done.
     fn job(&self, inst: *mut c_void, input: &[u8], output: &mut [u8]) {
-        // SAFETY: `inst` comes from this library's cf_rtl_create.
+        // SAFETY: `inst` comes from this library's cf_rtl_create and is not
+        // yet destroyed; interface 1/2 word numbers stay within the core's
+        // memories (input/output lengths are the core's sizes).
         unsafe {
             for (w, chunk) in input.chunks(8).enumerate() {
                 let mut b = [0u8; 8];
@@ -221,7 +207,7 @@ impl Rtl {
 /// two Verilator runtimes coexist).
 #[test]
 fn rtl_and_native_forms_agree() {
-    if skip_without_verilator("rtl_and_native_forms_agree") {
+    if !require_tool(Tool::Verilator, "rtl_and_native_forms_agree") {
         return;
     }
     let cases = [
@@ -255,19 +241,19 @@ fn rtl_and_native_forms_agree() {
         .map(|(top, v, _, _, _, _)| Rtl::open(&rtl(top, v)))
         .collect();
     for ((top, _, cpp, entry, in_size, out_size), sim) in cases.iter().zip(&libs) {
-        // SAFETY: documented ABI signatures.
+        // SAFETY: the RTL ABI returns a static NUL-terminated string.
         let name = unsafe { CStr::from_ptr((sim.top_name)()) };
         assert_eq!(name.to_str().unwrap(), *top);
-        let nat = unsafe { libloading::Library::new(native(cpp)).unwrap() };
-        let f: libloading::Symbol<unsafe extern "C" fn(*const u8, *mut u8)> =
-            unsafe { nat.get(entry.as_bytes()).unwrap() };
+        let lib = NativeLib::open(&native(cpp), entry).unwrap();
+        let mut nat = NativeCore::new(lib, *in_size as u32, *out_size as u32);
+        // SAFETY: cf_rtl_create has no preconditions.
         let inst = unsafe { (sim.create)() };
         assert!(!inst.is_null());
         for job in 0..3 {
             let input: Vec<u8> = (0..*in_size).map(|_| next() as u8).collect();
             let mut want = vec![0u8; *out_size];
             let mut got = vec![0xa5u8; *out_size];
-            unsafe { f(input.as_ptr(), want.as_mut_ptr()) };
+            nat.process(&input, &mut want).unwrap();
             sim.job(inst, &input, &mut got);
             assert!(
                 want == got,
@@ -275,6 +261,7 @@ fn rtl_and_native_forms_agree() {
             );
             assert!(want.iter().any(|&b| b != 0), "{top}: trivial output");
         }
+        // SAFETY: `inst` came from this library's cf_rtl_create, destroyed once.
         unsafe { (sim.destroy)(inst) };
     }
 }

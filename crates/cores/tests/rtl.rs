@@ -1,13 +1,13 @@
 //! RTL simulation backend with the reference Verilog cores, Verilated by
-//! toolchain::cached_build (cached under the test target dir).
+//! corefarm_toolchain::cached_build (cached under the test target dir).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use bytes::Bytes;
-use corefarm_cores::image::{self, ArtifactKind, ImageBuilder};
-use corefarm_cores::toolchain::{self, BuildKind};
+use corefarm_cores::image::{self, ArtifactKind};
 use corefarm_cores::{load, CoreError, DriverOptions, LoadOptions};
+use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
 
 fn repo() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
@@ -15,8 +15,7 @@ fn repo() -> PathBuf {
 
 /// Builds `cores/<dir>/<file>` with `top` and wraps it in an RTL-only image.
 fn rtl_image(dir: &str, file: &str, top: &str, cores: u32, i: u32, o: u32) -> Option<Vec<u8>> {
-    if !toolchain::verilator_available() {
-        eprintln!("SKIP: verilator (or make / a C++ compiler) is not installed");
+    if !require_tool(Tool::Verilator, &format!("RTL test of cores/{dir}")) {
         return None;
     }
     let src = repo().join("cores").join(dir).join(file);

@@ -9,9 +9,9 @@ use std::time::{Instant, SystemTime};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
-use corefarm_cores::toolchain::{self, BuildKind};
-use corefarm_cores::{image, ArtifactKind, ImageBuilder};
+use corefarm_cores::{image, ArtifactKind};
 use corefarm_smp::Configuration;
+use corefarm_toolchain::{self as toolchain, BuildKind, ImageBuilder};
 
 use super::workload::{INPUT_SIZE, OUTPUT_SIZE};
 use super::Target;
