@@ -1,6 +1,9 @@
 //! Integration tests of the server and node managers as real processes on
 //! 127.0.0.1 with OS-assigned ports: normal sessions, reconfiguration,
-//! concurrent users, node failures and bad input (issue 2, items 2–4).
+//! concurrent users, node failures and bad input (issue 2, items 2–4), and the
+//! hostile cases of the hardening issue (impossible sizes, idle users). Tests
+//! wait on the server's own account of itself (the status extension, asked
+//! by an observer that takes no node), never on sleeps or log text.
 
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -11,8 +14,8 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::{
-    hello::features, BenchmarkConfig, Configuration, ConfigurationResponse, Credit, Data,
-    ErrorCode, ErrorMsg, Frame, Hello, MsgType, OutFrame,
+    hello::features, BenchmarkConfig, ClusterStatus, Configuration, ConfigurationResponse, Credit,
+    Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType, NodeState, OutFrame,
 };
 
 const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
@@ -86,6 +89,55 @@ fn nodes(srv: &ServerProc, count: usize) -> Proc {
             .spawn()
             .expect("start corefarm node"),
     )
+}
+
+/// A hello user asking for no node (`nodes: 0`) and the status feature: it
+/// watches the server without taking anything from the users under test.
+struct Observer(User);
+
+impl Observer {
+    fn new(srv: &ServerProc) -> Observer {
+        let mut u = User::connect(srv.users);
+        let mut h = Hello::new("user");
+        h.name = Some("observer".into());
+        h.features = vec![features::ERROR.into(), features::STATUS.into()];
+        h.nodes = Some(0);
+        u.send(h.to_frame());
+        let reply = Hello::decode(&u.recv().expect("hello reply").payload).unwrap();
+        assert!(reply.has(features::STATUS), "the server offers status");
+        assert_eq!(reply.nodes, Some(0), "an observer takes no node");
+        Observer(u)
+    }
+
+    fn get(&mut self) -> ClusterStatus {
+        self.0.send(ClusterStatus::request_frame());
+        let f = self.0.recv().expect("status answer");
+        assert_eq!(f.ty, MsgType::Status);
+        ClusterStatus::decode(&f.payload).unwrap()
+    }
+
+    /// Asks until `cond` holds (the pause between questions is not the
+    /// synchronisation: the condition is). Fails with the last answer.
+    fn wait(&mut self, what: &str, cond: impl Fn(&ClusterStatus) -> bool) -> ClusterStatus {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let s = self.get();
+            if cond(&s) {
+                return s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "timed out waiting for {what}; status: {s:#?}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    fn wait_free(&mut self, n: usize) -> ClusterStatus {
+        self.wait(&format!("{n} free node(s)"), |s| {
+            s.count_nodes(NodeState::Free) == n
+        })
+    }
 }
 
 /// A user speaking SMP directly, so tests control every byte.
@@ -358,25 +410,21 @@ fn two_users_at_once_share_the_pool() {
 fn nodes_return_to_the_pool_when_a_user_leaves() {
     let srv = server(&[]);
     let _n = nodes(&srv, 2);
+    Observer::new(&srv).wait_free(2);
     {
         let (mut a, ra) = User::hello(srv.users, Some(2));
         assert_eq!(ra.nodes, Some(2));
         assert_eq!(a.configure(&bench(16, 16, 0)), 0);
         assert_exactly_once(&stream(&mut a, 0..10, 1, 16, 16), 0..10);
     }
-    // The departed user's nodes go back to the pool (asynchronously): a user
-    // asking for "every free node" soon gets both.
-    let mut b = None;
-    for _ in 0..50 {
-        let (u, rb) = User::hello(srv.users, None);
-        if rb.nodes == Some(2) {
-            b = Some(u);
-            break;
-        }
-        drop(u);
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let mut b = b.expect("both nodes are free again after the first user left");
+    // The departed user's nodes go back to the pool; the server says when.
+    Observer::new(&srv).wait_free(2);
+    let (mut b, rb) = User::hello(srv.users, None);
+    assert_eq!(
+        rb.nodes,
+        Some(2),
+        "both nodes are free again after the first user left"
+    );
     assert_eq!(b.configure(&bench(16, 16, 0)), 0);
     assert_exactly_once(&stream(&mut b, 0..10, 1, 16, 16), 0..10);
 }
@@ -598,39 +646,57 @@ fn user_that_stops_reading_gets_everything_intact_with_bounded_memory() {
     let srv = server(&[]);
     let _n = nodes(&srv, 4);
     // A seed-format user (no credit) that writes 64 MiB of inputs while not
-    // reading for three seconds: back-pressure must hold memory down.
-    let mut u = User::connect(srv.users);
-    assert_eq!(u.configure(&bench(64 * 1024, 64 * 1024, 0)), 0);
+    // reading: back-pressure must hold the server's memory down.
+    const SIZE: usize = 64 * 1024;
     let total = 1024u32;
+    let mut u = User::connect(srv.users);
+    assert_eq!(u.configure(&bench(SIZE as u32, SIZE as u32, 0)), 0);
+    let rss_before = rss_kib(srv.proc_.0.id());
+    let written = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
     let mut w = u.w.try_clone().unwrap();
+    let progress = written.clone();
     let sender = std::thread::spawn(move || {
         for id in 0..total {
-            if write_frame(
-                &mut w,
-                OutFrame::data(id, payload(id, 1, 64 * 1024)).unwrap(),
-            )
-            .is_err()
-            {
+            if write_frame(&mut w, OutFrame::data(id, payload(id, 1, SIZE)).unwrap()).is_err() {
                 return false;
             }
+            progress.store(id + 1, std::sync::atomic::Ordering::Release);
         }
         true
     });
-    std::thread::sleep(Duration::from_secs(3));
-    let server_rss = rss_kib(srv.proc_.0.id());
+    // The signal: the writer is blocked because nothing downstream takes
+    // more. Its count stops moving well before the stream is done (64 MiB do
+    // not fit the socket buffers on the way).
+    let mut last = (0, Instant::now());
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let now = written.load(std::sync::atomic::Ordering::Acquire);
+        if now != last.0 {
+            last = (now, Instant::now());
+        } else if last.1.elapsed() > Duration::from_millis(500) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the writer never stalled");
+        assert!(now < total, "64 MiB went in while the user read nothing");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let stalled_at = last.0 as u64 * SIZE as u64;
+    let grown = rss_kib(srv.proc_.0.id()).saturating_sub(rss_before) * 1024;
     let mut seen = HashMap::new();
     for _ in 0..total {
         let f = u.recv().expect("result");
         let d = Data::parse(f.payload).unwrap();
-        check_result(&d, 1, 64 * 1024, None);
+        check_result(&d, 1, SIZE, None);
         *seen.entry(d.id).or_insert(0) += 1;
     }
     assert!(sender.join().unwrap());
     assert_exactly_once(&seen, 0..total);
-    // 64 MiB went through; the server may hold socket-buffer-sized amounts, not the stream.
+    // Relative, not absolute: the server holds a fraction of what the user
+    // had pushed when it stalled (the rest waits in socket buffers and nodes),
+    // never the stream.
     assert!(
-        server_rss < 48 * 1024,
-        "server RSS while the user was not reading: {server_rss} KiB"
+        grown < stalled_at / 2,
+        "server memory grew by {grown} B while the user had written {stalled_at} B and read nothing"
     );
 }
 
@@ -669,6 +735,7 @@ fn data_beyond_the_granted_credit_is_refused() {
 fn a_node_joining_mid_session_is_configured_and_takes_over() {
     let srv = server(&[]);
     let mut first = nodes(&srv, 1);
+    Observer::new(&srv).wait_free(1);
     let (mut u, reply) = User::hello(srv.users, None);
     assert_eq!(reply.nodes, Some(1));
     assert_eq!(u.configure(&bench(32, 32, 100)), 0);
@@ -676,7 +743,9 @@ fn a_node_joining_mid_session_is_configured_and_takes_over() {
     // A second node connects while the user is routing: the server configures
     // it with the user's configuration and adds it to the rotation.
     let _second = nodes(&srv, 1);
-    std::thread::sleep(Duration::from_millis(1500));
+    Observer::new(&srv).wait("the newcomer configured", |s| {
+        s.count_nodes(NodeState::Ready) == 2
+    });
     // With the first node gone, only the newcomer can produce these results.
     first.0.kill().unwrap();
     let _ = first.0.wait();
@@ -704,4 +773,76 @@ fn a_tight_memory_guard_slows_the_node_but_loses_nothing() {
     let (mut u, _) = User::hello(srv.users, Some(1));
     assert_eq!(u.configure(&bench(64 * 1024, 64 * 1024, 0)), 0);
     assert_exactly_once(&stream(&mut u, 0..200, 1, 64 * 1024, 64 * 1024), 0..200);
+}
+
+/// A configuration whose results cannot travel (a benchmarking output of
+/// 0xFFFFFFF0 bytes) is refused with a reason before any node sees it; the
+/// session stays usable and every node serves the next user normally.
+#[test]
+fn impossible_sizes_are_refused_and_every_node_serves_the_next_user() {
+    let srv = server(&[]);
+    let _n = nodes(&srv, 2);
+    let mut obs = Observer::new(&srv);
+    obs.wait_free(2);
+    {
+        let (mut a, reply) = User::hello(srv.users, None);
+        assert_eq!(reply.nodes, Some(2));
+        a.send(bench(32, 0xFFFF_FFF0, 0).to_frame().unwrap());
+        let e = a.recv().expect("an error with the reason");
+        assert_eq!(e.ty, MsgType::Error);
+        let e = ErrorMsg::parse(&e.payload).unwrap();
+        assert_eq!(e.code(), Some(ErrorCode::TooLarge), "{e}");
+        assert!(e.reason.contains("output size"), "{e}");
+        let r = a.recv().expect("a negative response");
+        assert_eq!(r.ty, MsgType::ConfigurationResponse);
+        assert_ne!(ConfigurationResponse::parse(&r.payload).unwrap().status, 0);
+        // A core configuration without output is refused too.
+        let zero_out = Configuration {
+            input_size: 16,
+            output_size: 0,
+            cores: corefarm_smp::default_core_table(1, 16, 16).unwrap(),
+            bitstream: Bytes::from_static(b"not a bitstream"),
+        };
+        assert_ne!(a.configure(&zero_out), 0);
+        // Neither reached a node: both are still connected and usable.
+        let s = obs.get();
+        assert_eq!(s.nodes.len(), 2, "no node was dropped: {s:#?}");
+        // The same connection works with a sane configuration.
+        assert_eq!(a.configure(&bench(16, 16, 0)), 0);
+        assert_exactly_once(&stream(&mut a, 0..20, 1, 16, 16), 0..20);
+    }
+    obs.wait_free(2);
+    let (mut b, reply) = User::hello(srv.users, None);
+    assert_eq!(reply.nodes, Some(2));
+    assert_eq!(b.configure(&bench(16, 16, 200)), 0);
+    assert_exactly_once(&stream(&mut b, 0..200, 1, 16, 16), 0..200);
+    let s = obs.get();
+    assert_eq!(s.nodes.len(), 2);
+    assert!(
+        s.nodes.iter().all(|n| n.results > 0),
+        "every node served the second user: {s:#?}"
+    );
+}
+
+/// A user that configures and then goes silent gives its nodes back once
+/// another user waits for them (--user-idle-timeout).
+#[test]
+fn an_idle_user_gives_its_nodes_to_a_waiting_one() {
+    let srv = server(&["--user-idle-timeout", "1", "--node-wait", "30"]);
+    let _n = nodes(&srv, 2);
+    Observer::new(&srv).wait_free(2);
+    let (mut idle, reply) = User::hello(srv.users, None);
+    assert_eq!(reply.nodes, Some(2));
+    assert_eq!(idle.configure(&bench(16, 16, 0)), 0);
+    // The second user's hello waits (--node-wait) until the idle one is ended.
+    let (mut b, reply) = User::hello(srv.users, None);
+    // It is served as soon as the first node comes back; the other follows.
+    assert!(
+        reply.nodes.is_some_and(|n| n >= 1),
+        "nodes came back from the idle user: {reply:?}"
+    );
+    let e = idle.expect_error().expect("the idle user is told why");
+    assert_eq!(e.code(), Some(ErrorCode::Timeout), "{e}");
+    assert_eq!(b.configure(&bench(16, 16, 0)), 0);
+    assert_exactly_once(&stream(&mut b, 0..20, 1, 16, 16), 0..20);
 }
