@@ -193,3 +193,14 @@ def test_asyncio_client_against_the_real_cluster(cluster):
             assert [r async for r in c.map(inputs, window=16)] == inputs
 
     asyncio.run(main())
+
+
+def test_status_from_the_real_cluster(cluster):
+    with connect(cluster, nodes=2) as c:
+        c.configure_benchmark(16, 16)
+        assert len(list(c.map([tagged(k, 16) for k in range(30)], window=8))) == 30
+        s = c.status()
+        me = next(u for u in s["users"] if u["id"] == s["you"])
+        assert me["results"] == 30 and me["outstanding"] == 0
+        assert len(me["nodes"]) == 2
+        assert sum(n["state"] == "ready" for n in s["nodes"]) == 2

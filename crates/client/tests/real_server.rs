@@ -204,3 +204,28 @@ fn unloadable_configuration_reports_the_servers_reason() {
         other => panic!("expected a configuration error, got {other}"),
     }
 }
+
+#[test]
+fn status_from_a_real_server_and_an_observer_takes_no_node() {
+    let Some(cl) = Cluster::start(2) else { return };
+    let c = Client::connect(&cl.users, opts(Some(2))).unwrap();
+    assert!(c.has_status());
+    c.configure_benchmark(16, 16, 0).unwrap();
+    let n = c
+        .map((0..40).map(|k| tagged(k, 16)), 8)
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap()
+        .len();
+    assert_eq!(n, 40);
+    let s = c.status().unwrap();
+    let me = s.user(s.you.expect("the asker's id")).expect("listed");
+    assert_eq!((me.results, me.outstanding), (40, 0));
+    assert_eq!(me.nodes.len(), 2);
+    assert_eq!(s.count_nodes(corefarm_smp::NodeState::Ready), 2);
+    // An observer (nodes = 0) sees the same cluster and takes nothing.
+    let watcher = Client::connect(&cl.users, opts(Some(0))).unwrap();
+    assert_eq!(watcher.nodes(), Some(0));
+    let w = watcher.status().unwrap();
+    assert_eq!(w.users.len(), 2);
+    assert_eq!(w.count_nodes(corefarm_smp::NodeState::Ready), 2);
+}
