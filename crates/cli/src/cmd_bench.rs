@@ -45,7 +45,8 @@ pub struct CompareArgs {
 
 #[derive(Args)]
 pub struct SuiteArgs {
-    /// echo, server, node, node-matmul, cluster, software, headline or all.
+    /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
+    /// all (those eight) or policies.
     experiment: String,
     /// A few seconds per experiment.
     #[arg(long)]
