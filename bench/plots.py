@@ -79,18 +79,19 @@ def plot_server(doc, out):
         fig, axes = plt.subplots(1, len(policies), figsize=(4.2 * len(policies), 3.8), squeeze=False, sharey=True)
         for ax, pol in zip(axes[0], policies):
             sel = [p for p in pts if p["key"]["policy"] == pol]
-            for n in sorted({p["key"]["nodes"] for p in sel}):
+            for n, peers in sorted({(p["key"]["nodes"], p["key"].get("peers", "hello")) for p in sel}):
                 # Several (size, count) pairs share a message size: keep the best.
                 best = {}
                 for p in sel:
-                    if p["key"]["nodes"] != n or _mean(p, metric) is None:
+                    if (p["key"]["nodes"], p["key"].get("peers", "hello")) != (n, peers) or _mean(p, metric) is None:
                         continue
                     mb = p["key"]["input_size"] * p["key"]["count"]
                     v = _mean(p, metric)
                     if mb not in best or (v > best[mb] if metric.endswith("bps") else v < best[mb]):
                         best[mb] = v
                 xs = sorted(best)
-                ax.plot(xs, [best[x] / scale for x in xs], marker="o", ms=3, label=f"{n} node(s)")
+                ax.plot(xs, [best[x] / scale for x in xs], marker="o", ms=3, ls="-" if peers == "hello" else ":",
+                        label=f"{n} node(s)" + (", seed-format peers" if peers != "hello" else ""))
             for s in SEED["server"][seedkey].get(pol, []):
                 v = s.get("bps", s.get("ms"))
                 ax.scatter([s["message_bytes"]], [v / scale], marker="x", color="black", zorder=5)
@@ -152,7 +153,7 @@ def plot_node_matmul(doc, out):
 
 
 def plot_headline(doc, out):
-    pts = [p for p in _ok(doc) if p["key"].get("part") == "user"]
+    pts = [p for p in _ok(doc) if p["key"].get("part") == "user" and p["key"].get("peers", "hello") == "hello"]
     if not pts:
         return []
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))

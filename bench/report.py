@@ -20,9 +20,13 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
-ORDER = ["headline", "echo", "server", "policies", "node", "node-matmul", "cluster", "software"]
+sys.path.insert(0, str(HERE))
+import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
+
+ORDER = ["headline", "forwarding", "echo", "server", "policies", "node", "node-matmul", "cluster", "software"]
 TITLES = {
     "headline": "Headline: issue 2's table and issue 3's rows (one run)",
+    "forwarding": "Issue 7 targets: forwarding CPU, seed-format latency, the headline point",
     "echo": "SMP echo (seed §4.2.1, figure 4.1)",
     "server": "Server, zero-delay benchmarking configuration (seed §4.2.2, figures 4.3 and 4.4)",
     "policies": "Policies when the nodes are the bottleneck (seed §4.2.2's queue-vs-stack finding)",
@@ -35,6 +39,7 @@ PLACEHOLDER = "> **TODO (reading needs full-run numbers):** "
 # The plots each experiment writes (bench/plots.py), in document order.
 FIGURES = {
     "headline": ["headline_user.png"],
+    "forwarding": [],
     "echo": ["fig4_1_echo.png"],
     "server": ["fig4_3_server_throughput.png", "fig4_4_server_latency.png"],
     "policies": [],
@@ -89,6 +94,15 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     return "\n".join(out)
 
 
+def cpu_gb(p, metric="server_cpu_s_per_gb") -> str:
+    v = mean(p, metric)
+    return "-" if v is None else with_spread(p, metric, lambda x: f"{x:.3f}")
+
+
+def peers_label(k) -> str:
+    return " (seed peers)" if k.get("peers", "hello") != "hello" else ""
+
+
 def status_cell(p) -> str:
     if p["status"] == "ok":
         return "ok"
@@ -102,8 +116,11 @@ def sec_echo(doc, seed):
     lines = [f"**Seed ({s['ref']}):** {s['text']}. Plateau: {bps(s['plateau_bps'])} from {size(s['plateau_from_bytes'])}."]
     if doc:
         rows = [[p["key"]["clients"], size(p["key"]["size"]), with_spread(p, "throughput_bps", bps),
-                 with_spread(p, "messages_per_s", lambda v: f"{v:,.0f}"), status_cell(p)] for p in doc["points"]]
-        lines += ["", "**corefarm:**", "", table(["clients", "payload", "throughput", "messages/s", "status"], rows)]
+                 with_spread(p, "messages_per_s", lambda v: f"{v:,.0f}"), cpu_gb(p), status_cell(p)]
+                for p in doc["points"]]
+        lines += ["", "**corefarm** (server CPU-s/GB: the echo server process's CPU-seconds per decimal GB echoed, "
+                      "over the measurement window):", "",
+                  table(["clients", "payload", "throughput", "messages/s", "server CPU-s/GB", "status"], rows)]
         ok = [p for p in doc["points"] if p["status"] == "ok"]
         if ok:
             best = max(ok, key=lambda p: mean(p, "throughput_bps") or 0)
@@ -123,22 +140,32 @@ def sec_server(doc, seed):
     if doc:
         best = {}
         for p in doc["points"]:
-            k = (p["key"]["policy"], p["key"]["nodes"])
+            k = (p["key"]["policy"], p["key"].get("peers", "hello"), p["key"]["nodes"])
             best.setdefault(k, []).append(p)
         rows = []
-        for (pol, n), pts in best.items():
+        for (pol, peers, n), pts in best.items():
             ok = [p for p in pts if p["status"] == "ok"]
             failed = len(pts) - len(ok)
             if not ok:
-                rows.append([pol, n, "-", "-", f"all {failed} failed: {(pts[0].get('reason') or '')[:60]}"])
+                rows.append([pol, peers, n, "-", "-", "-", f"all {failed} failed: {(pts[0].get('reason') or '')[:60]}"])
                 continue
             t = max(ok, key=lambda p: mean(p, "input_bps") or 0)
             l = min(ok, key=lambda p: mean(p, "latency_avg_ms") or float("inf"))
-            rows.append([pol, n, f"{with_spread(t, 'input_bps', bps)} @ {size(t['message_bytes'])}",
-                         f"{with_spread(l, 'latency_avg_ms', ms)} @ {size(l['message_bytes'])}",
+            rows.append([pol, peers, n, f"{with_spread(t, 'input_bps', bps)} @ {size(t['message_bytes'])}",
+                         cpu_gb(t), f"{with_spread(l, 'latency_avg_ms', ms)} @ {size(l['message_bytes'])}",
                          f"{len(ok)} ok, {failed} failed"])
-        lines += ["", "**corefarm** (best point per policy and node count; every point is in server.csv):", "",
-                  table(["policy", "nodes", "max throughput", "min avg latency", "points"], rows)]
+        lines += ["", "**corefarm** (best point per policy, peers and node count; server CPU-s/GB at the best "
+                      "throughput point = `corefarm server`'s CPU-seconds per decimal GB forwarded, inputs + outputs; "
+                      "every point, with its CPU, is in server.csv):", "",
+                  table(["policy", "peers", "nodes", "max throughput", "server CPU-s/GB", "min avg latency",
+                         "points"], rows)]
+        cq = suite.credit_below_queue(doc)
+        lines += ["", f"Credit against queue at every grid point ({cq['compared']} compared): "
+                  + ("credit is nowhere below queue beyond the noise." if not cq["below"] else
+                     "credit below queue beyond the noise at " + "; ".join(
+                         f"{b['peers']} peers, {b['nodes']} node(s), {size(b['input_size'])} × {b['count']}: "
+                         f"{bps(b['credit_bps'])} vs {bps(b['queue_bps'])} (×{b['ratio']:.2f}, noise "
+                         f"±{b['noise'] * 100:.0f}%)" for b in cq["below"]) + ".")]
     return lines
 
 
@@ -235,17 +262,22 @@ def sec_headline(doc, seed):
         if k.get("part") != "user":
             continue
         if p["status"] != "ok":
-            rows.append([k["policy"], k["nodes"], k["delay_us"], status_cell(p), "", "", "", "", ""])
+            rows.append([k["policy"] + peers_label(k), k["nodes"], k["delay_us"], status_cell(p), "", "", "", "", "",
+                         ""])
             continue
-        rows.append([k["policy"], k["nodes"], k["delay_us"], with_spread(p, "input_bps", bps),
-                     with_spread(p, "output_bps", bps), ms(mean(p, "latency_p50_ms")), ms(mean(p, "latency_p90_ms")),
-                     ms(mean(p, "latency_p99_ms")), ms(mean(p, "latency_max_ms"))])
-    lines += [table(["policy", "nodes", "delay µs", "input", "output", "p50", "p90", "p99", "max"], rows)]
+        rows.append([k["policy"] + peers_label(k), k["nodes"], k["delay_us"], with_spread(p, "input_bps", bps),
+                     with_spread(p, "output_bps", bps), cpu_gb(p), ms(mean(p, "latency_p50_ms")),
+                     ms(mean(p, "latency_p90_ms")), ms(mean(p, "latency_p99_ms")), ms(mean(p, "latency_max_ms"))])
+    lines += [table(["policy", "nodes", "delay µs", "input", "output", "server CPU-s/GB", "p50", "p90", "p99", "max"],
+                    rows),
+              "", "Server CPU-s/GB: `corefarm server`'s CPU-seconds per decimal GB forwarded (inputs + outputs) over "
+                  "the measurement window. Seed peers: `bench user --legacy` and `corefarm node --no-hello`."]
     for p in pts:
         if p["key"].get("part") == "echo":
             lines += ["", f"`corefarm bench echo` at the same message size ({p['key']['size']} B payload, one "
                           f"client): {with_spread(p, 'throughput_bps', bps) if p['status'] == 'ok' else status_cell(p)} "
-                          f"each way."]
+                          f"each way" + (f", echo server {cpu_gb(p)} CPU-s/GB echoed"
+                                         if mean(p, "server_cpu_s_per_gb") is not None else "") + "."]
     mm = [p for p in pts if p["key"].get("part") == "matmul"]
     if mm:
         rows = []
@@ -275,6 +307,101 @@ def sec_headline(doc, seed):
                         [[v["target"], v["measured"], ("**met**" if v["met"] else f"**missed** ({v['ratio']:.2f}× the target)")]
                          for v in verdicts])]
     return lines
+
+
+def sec_forwarding(doc, seed, docs=None, before=None):
+    """Issue 7 item 6: each target, the figure before the server work (bench/results/before/), the figure of
+    this run, met or not."""
+    docs, before = docs or {}, before or {}
+    lines = []
+    if doc:
+        prm = doc["params"]
+        lat = prm.get("latency", {})
+        lines += [f"`corefarm bench suite forwarding`, one run: (1) {size(prm['size'])} inputs and outputs, zero "
+                  f"delay, one node, `bench echo`'s server against `corefarm server` with hello peers and with "
+                  f"seed-format peers (`bench user --legacy`, `corefarm node --no-hello`); (2) "
+                  f"{lat.get('delay_us', 919)} µs per input, {lat.get('nodes', 4)} nodes, {size(lat.get('input_size', 0))} "
+                  f"inputs, {size(lat.get('output_size', 0))} outputs. {prm['duration_s']:g} s measured per run, "
+                  f"{prm['runs']} runs per point. CPU is each server process's utime + stime from /proc over the "
+                  f"measurement window; CPU-s/GB = CPU-seconds per decimal GB forwarded (inputs + outputs) or "
+                  f"echoed.", ""]
+        pts = doc["points"]
+        echo = next((p for p in pts if p["key"].get("part") == "echo" and p["status"] == "ok"), None)
+        e = mean(echo, "server_cpu_s_per_gb") if echo else None
+        rows = []
+        for p in pts:
+            k = p["key"]
+            who = {"echo": "bench echo", "cpu": f"{k.get('peers')} peers", "latency": f"{k.get('user')} user"}.get(
+                k.get("part"), "?")
+            if p["status"] != "ok":
+                rows.append([k.get("part"), k.get("policy", ""), who, k.get("nodes", ""), k.get("delay_us", ""),
+                             status_cell(p)] + [""] * 7)
+                continue
+            thr = (with_spread(p, "throughput_bps", bps) + " each way" if k.get("part") == "echo"
+                   else f"{with_spread(p, 'input_bps', bps)} in, {bps(mean(p, 'output_bps'))} out")
+            f = mean(p, "server_cpu_s_per_gb")
+            rows.append([k.get("part"), k.get("policy", ""), who, k.get("nodes", 1), k.get("delay_us", 0), thr,
+                         f"{mean(p, 'server_cpus'):.2f}" if mean(p, "server_cpus") is not None else "-",
+                         cpu_gb(p), f"×{f / e:.2f}" if f is not None and e else "-",
+                         f"{mean(p, 'node_cpus'):.2f}" if mean(p, "node_cpus") is not None else "-",
+                         ms(mean(p, "latency_p50_ms")) if k.get("part") != "echo" else "",
+                         ms(mean(p, "latency_p99_ms")) if k.get("part") != "echo" else "",
+                         f"{mean(p, 'inputs_per_s') / (k['nodes'] * 1e6 / k['delay_us']) * 100:.1f} %"
+                         if k.get("delay_us") and mean(p, "inputs_per_s") else ""])
+        lines += [table(["part", "policy", "peers", "nodes", "delay µs", "throughput", "server CPUs",
+                         "server CPU-s/GB", "× echo", "node CPUs", "p50", "p99", "of capacity"], rows)]
+    # Targets: this run beside the recorded "before" run.
+    now = {v["id"]: v for v in suite.forwarding_verdicts(doc["points"])} if doc else {}
+    bdoc = before.get("forwarding")
+    then = {v["id"]: v for v in suite.forwarding_verdicts(bdoc["points"])} if bdoc else {}
+    rows = []
+    for vid in list(now) + [v for v in then if v not in now]:
+        v = now.get(vid) or then[vid]
+        rows.append([v["target"], then[vid]["measured"] if vid in then else "-",
+                     now[vid]["measured"] if vid in now else "-",
+                     ("**met**" if now[vid]["met"] else "**not met**") if vid in now else "not measured"])
+    cq_now = suite.credit_below_queue(docs["server"]) if docs.get("server") else None
+    cq_then = suite.credit_below_queue(before["server"]) if before.get("server") else None
+
+    def cq_text(cq):
+        if cq is None:
+            return "-"
+        if not cq["below"]:
+            return f"never below ({cq['compared']} points)"
+        return f"below at {len(cq['below'])} of {cq['compared']} points (worst ×" \
+               f"{min(b['ratio'] for b in cq['below']):.2f})"
+    if cq_now or cq_then:
+        rows.append(["`server` grid: credit never below queue (beyond max(2 %, spread)), same run",
+                     cq_text(cq_then), cq_text(cq_now),
+                     ("**met**" if not cq_now["below"] else "**not met**") if cq_now else "not measured"])
+    if rows:
+        src = (f"before: `{before['_path']}`" if before.get("_path") else "no before run recorded")
+        lines += ["", f"**Issue 7 targets** ({src}; now: this document's results):", "",
+                  table(["target", "before", "now", "met?"], rows)]
+    if cq_now and cq_now["below"]:
+        lines += ["", "Grid points where credit is below queue beyond the noise: " + "; ".join(
+            f"{b['peers']} peers, {b['nodes']} node(s), {size(b['input_size'])} × {b['count']}: "
+            f"{bps(b['credit_bps'])} vs {bps(b['queue_bps'])}" for b in cq_now["below"]) + "."]
+    return lines
+
+
+def load_before(path: Path) -> dict:
+    """Result files of the run recorded before a change (bench/results/before/), keyed by experiment."""
+    out = {}
+    if path.is_dir():
+        for f in sorted(path.glob("*.json")):
+            try:
+                d = json.loads(f.read_text())
+            except (OSError, json.JSONDecodeError):
+                continue
+            if isinstance(d, dict) and d.get("experiment"):
+                out[d["experiment"]] = d
+        if out:
+            try:
+                out["_path"] = path.resolve().relative_to(ROOT).as_posix()
+            except ValueError:
+                out["_path"] = path.name
+    return out
 
 
 def sec_cluster(doc, seed):
@@ -349,12 +476,14 @@ def sec_software(doc, seed):
     return lines
 
 
-SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server, "node": sec_node, "node-matmul": sec_node_matmul,
+SECTIONS = {"headline": sec_headline, "forwarding": sec_forwarding, "policies": sec_policies, "echo": sec_echo, "server": sec_server, "node": sec_node, "node-matmul": sec_node_matmul,
             "cluster": sec_cluster, "software": sec_software}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
     "headline": "whether the targets are met, by how much, and why.",
+    "forwarding": "where the server's CPU per byte goes compared with the echo server, and what changed since "
+                  "the before run.",
     "echo": "where the plateau starts on this machine and how it compares with the seed's 16 Gbit/s "
             "(the seed had 4 cores / 8 threads; here client and server share 2 cores).",
     "server": "queue vs stack vs credit at 2-4 nodes, the best message size, and whether the seed's "
@@ -371,8 +500,10 @@ READINGS = {
 }
 
 
-def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict | None = None) -> str:
+def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict | None = None,
+           before: Path | None = None) -> str:
     readings = readings or {}
+    before_docs = load_before(before if before is not None else HERE / "results" / "before")
     docs = {}
     for name in ORDER:
         f = results / f"{name}.json"
@@ -386,10 +517,16 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
          "<!-- Generated by bench/report.py from suite results; edit the generator, not this file. -->", "",
          "Reproduce with `python3 bench/suite.py all [--quick]` (or `corefarm bench suite all`), then "
          "`python3 bench/report.py`. Compare two runs with `corefarm bench compare OLD.json NEW.json`. "
-         "One experiment alone: `corefarm bench suite headline` (issues 2 and 3), `node`, `node-matmul`, ….", "",
+         "One experiment alone: `corefarm bench suite headline` (issues 2 and 3), `forwarding` (issue 7), `node`, "
+         "`node-matmul`, ….", "",
          "## Tools", "",
          "- `corefarm bench echo [server --listen A | client --addr A] --size B --clients N --duration S [--json]`: "
-         "SMP echo; throughput = echoed payload bits/s, all clients together.",
+         "SMP echo; throughput = echoed payload bits/s, all clients together. `--cpu-pid LABEL=PID` "
+         "(repeatable, also on `bench user`): the benchmark samples that process's (and its descendants') "
+         "utime + stime from /proc at the start and the end of its measurement window and reports "
+         "`cpu[{label, pid, cpu_s, user_s, sys_s, wall_s, cpus, processes}]`; the suite passes the server's pid "
+         "and records `server_cpus`, `server_cpu_s` and `server_cpu_s_per_gb` (CPU-seconds per decimal GB "
+         "forwarded, inputs + outputs, or echoed).",
          "- `corefarm bench user --server A --input-size B --output-size B --delay-us U --count K --duration S "
          "[--warmup S] [--rate-hz F] [--nodes N | --legacy] [--drain-timeout S] [--json] [--quiet]`: the "
          "benchmarking user. Each input carries `u64 send-time ns, u32 id, u32 index` in its first 16 bytes; "
@@ -465,7 +602,7 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
     for name in ORDER:
         L += [f"## {TITLES[name]}", ""]
         doc = docs.get(name)
-        L += SECTIONS[name](doc, seed)
+        L += (sec_forwarding(doc, seed, docs, before_docs) if name == "forwarding" else SECTIONS[name](doc, seed))
         if doc:
             for note in doc.get("notes", []):
                 L += ["", f"_Note:_ {note}"]
@@ -491,6 +628,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
     ap.add_argument("--figures", default=str(HERE / "figures"), help="where plots are copied for the document")
     ap.add_argument("--seed", default=str(HERE / "seed_figures.json"))
+    ap.add_argument("--before", default=str(HERE / "results" / "before"),
+                    help="results of the run before a change, shown beside this run's in the issue 7 targets")
     ap.add_argument("--readings", default=str(HERE / "readings.json"),
                     help="hand-written reading paragraphs per experiment, written from the results they describe")
     a = ap.parse_args(argv)
@@ -498,7 +637,7 @@ def main(argv=None) -> int:
     out = Path(a.out).resolve()
     rp = Path(a.readings)
     readings = json.loads(rp.read_text()) if rp.exists() else {}
-    text = render(Path(a.results), out, Path(a.figures).resolve(), seed, readings)
+    text = render(Path(a.results), out, Path(a.figures).resolve(), seed, readings, Path(a.before))
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}", file=sys.stderr)

@@ -4,8 +4,8 @@
     python3 bench/suite.py EXPERIMENT [--quick] [--out DIR] [--runs N] [--duration S]
 
 EXPERIMENT is one of echo, server, node, node-matmul, cluster, software,
-headline, all (those seven), or policies (queue/stack/credit with 919 us
-nodes, not in all). --compact selects the reduced sweeps of the documented
+headline, forwarding, all (those eight), or policies (queue/stack/credit with
+919 us nodes, not in all). --compact selects the reduced sweeps of the documented
 ~25-minute full run (docs/benchmarks.md gives the exact command).
 It drives the real `corefarm` binary ($COREFARM_BIN, else target/release/corefarm)
 as separate processes, the way the seed's Python scripts drove its programs:
@@ -13,10 +13,18 @@ as separate processes, the way the seed's Python scripts drove its programs:
     corefarm server --nodes-listen 127.0.0.1:0 --users-listen 127.0.0.1:0 --policy P
         -> prints "listening nodes=IP:PORT users=IP:PORT"
     corefarm node --server IP:PORT --count N        (N simulated nodes)
-    corefarm bench user --server IP:PORT ... --json (one measurement)
+    corefarm node ... --no-hello                    (seed-format nodes)
+    corefarm bench user --server IP:PORT ... --json (one measurement; --legacy: seed-format user)
     corefarm bench echo server / echo client --json
     corefarm bench node --input-size B --json       (node manager without server)
     corefarm demo --nodes 1 --cores C --count K --target T --json
+
+Wherever a server (`corefarm server`, or the echo server) runs as a process of
+its own, the benchmark is given its pid (`--cpu-pid server=PID`) and samples
+its utime + stime from /proc at the start and the end of the measurement
+window (warm-up and drain excluded); points record `server_cpus` (CPUs kept
+busy), `server_cpu_s` and `server_cpu_s_per_gb`: CPU-seconds per decimal GB
+of payload forwarded (inputs + outputs; for echo: bytes echoed).
 
 Each experiment writes DIR/<experiment>.json and .csv (every point records its
 runs and their spread; a failed point records why) and one PNG per seed figure.
@@ -42,7 +50,7 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXPERIMENTS = ["echo", "server", "node", "node-matmul", "cluster", "software", "headline"]
+EXPERIMENTS = ["echo", "server", "node", "node-matmul", "cluster", "software", "headline", "forwarding"]
 # Named experiments that `all` does not run.
 EXTRA = ["policies"]
 KIB = 1024
@@ -359,10 +367,11 @@ def find_binary(required: bool = True) -> Path | None:
 # ---------------------------------------------------------------- cluster helpers
 
 class Cluster:
-    """A server plus a node process with `nodes` simulated nodes."""
+    """A server plus a node process with `nodes` simulated nodes; `seed_nodes` runs them in the seed's
+    format (`corefarm node --no-hello`)."""
 
-    def __init__(self, ctx: Context, policy: str, nodes: int):
-        self.ctx, self.policy, self.nodes = ctx, policy, nodes
+    def __init__(self, ctx: Context, policy: str, nodes: int, seed_nodes: bool = False):
+        self.ctx, self.policy, self.nodes, self.seed_nodes = ctx, policy, nodes, seed_nodes
         self.server = self.node = None
 
     def __enter__(self):
@@ -373,8 +382,9 @@ class Cluster:
             line = self.server.wait_line("listening")
             fields = dict(f.split("=", 1) for f in line.split()[1:])
             self.nodes_addr, self.users_addr = fields["nodes"], fields["users"]
-            self.node = self.ctx.child([b, "node", "--server", self.nodes_addr, "--count", str(self.nodes)],
-                                       f"nodes-{self.nodes}")
+            self.node = self.ctx.child([b, "node", "--server", self.nodes_addr, "--count", str(self.nodes)]
+                                       + (["--no-hello"] if self.seed_nodes else []),
+                                       f"nodes-{self.nodes}{'-seed' if self.seed_nodes else ''}")
         except Exception:
             self.__exit__()
             raise
@@ -385,6 +395,10 @@ class Cluster:
             if c is not None:
                 c.kill()
 
+    def cpu_args(self) -> list[str]:
+        """Asks the benchmark to sample the server's and the nodes' CPU over its window."""
+        return ["--cpu-pid", f"server={self.server.proc.pid}", "--cpu-pid", f"nodes={self.node.proc.pid}"]
+
     def check(self) -> str | None:
         for c in (self.server, self.node):
             if c is not None and not c.alive():
@@ -392,37 +406,94 @@ class Cluster:
         return None
 
 
+def cpu_metrics(cpu: list[dict], bytes_per_s: float) -> dict:
+    """CPU of the watched processes over the measurement window, and per decimal GB of payload moved
+    (`bytes_per_s`: forwarded inputs + outputs, or bytes echoed). Labels: server -> server_*, nodes -> node_*."""
+    out = {}
+    for c in cpu or []:
+        name = {"server": "server", "nodes": "node"}.get(c["label"], c["label"])
+        out[f"{name}_cpu_s"] = c["cpu_s"]
+        out[f"{name}_cpus"] = c["cpus"]
+        if bytes_per_s > 0:
+            # CPUs busy / GB per second = CPU-seconds per GB; independent of small window misalignment.
+            out[f"{name}_cpu_s_per_gb"] = c["cpus"] / (bytes_per_s / 1e9)
+    return out
+
+
 def user_metrics(rep: dict) -> dict:
     t, l = rep["throughput"], rep["latency"]
-    return {
+    m = {
         "input_bps": t["input_bps"], "output_bps": t["output_bps"], "offered_input_bps": t["offered_input_bps"],
-        "messages_per_s": t["messages_per_s"], "send_rate_hz": t["send_rate_hz"],
+        "messages_per_s": t["messages_per_s"], "inputs_per_s": t.get("inputs_per_s"),
+        "send_rate_hz": t["send_rate_hz"],
         "latency_avg_ms": l["avg_ms"], "latency_min_ms": l["min_ms"], "latency_p50_ms": l["p50_ms"],
         "latency_p90_ms": l["p90_ms"], "latency_p99_ms": l["p99_ms"], "latency_max_ms": l["max_ms"],
     }
+    if rep.get("cpu"):
+        m["forwarded_bytes_per_s"] = (t["input_bps"] + t["output_bps"]) / 8
+        m.update(cpu_metrics(rep["cpu"], m["forwarded_bytes_per_s"]))
+    return m
+
+
+def echo_metrics(rep: dict) -> dict:
+    m = {"throughput_bps": rep["throughput_bps"], "messages_per_s": rep["messages_per_s"]}
+    if rep.get("cpu"):
+        m["echoed_bytes_per_s"] = rep["throughput_bps"] / 8
+        m.update(cpu_metrics(rep["cpu"], m["echoed_bytes_per_s"]))
+    return m
+
+
+def echo_runs(ctx: Context, srv: Child, addr: str, size: int, clients: int) -> tuple[list[dict], str | None]:
+    """`bench echo client` ctx.runs times against the echo server process `srv`, sampling its CPU."""
+    b = str(ctx.need_binary())
+    runs, failure = [], None
+    for _ in range(ctx.runs):
+        rep, err = run_json([b, "bench", "echo", "client", "--addr", addr, "--size", str(size), "--clients",
+                             str(clients), "--duration", str(ctx.duration), "--warmup", str(ctx.warmup),
+                             "--cpu-pid", f"server={srv.proc.pid}", "--json"], ctx.duration + ctx.warmup + 60)
+        if rep is None or rep.get("errors"):
+            failure = err or "; ".join((rep or {}).get("error_samples", [])) or "echo errors"
+            break
+        runs.append(echo_metrics(rep))
+    if failure and not srv.alive():
+        failure += f" [echo server exited: {srv.stderr_tail()}]"
+    return runs, failure
 
 
 def user_point(ctx: Context, cl: Cluster, rec: Recorder, key: dict, *, input_size: int, output_size: int,
-               count: int, delay_us: int, rate_hz: float | None = None, drain: float = 10.0) -> dict:
-    """Runs `bench user` ctx.runs times against the cluster and records the point."""
+               count: int, delay_us: int, rate_hz: float | None = None, drain: float = 10.0,
+               legacy: bool = False) -> dict:
+    """Runs `bench user` ctx.runs times against the cluster and records the point. `legacy`: a seed-format
+    user (no hello, so no node count and no credit)."""
     b = str(ctx.need_binary())
-    args = [b, "bench", "user", "--server", cl.users_addr, "--input-size", str(input_size), "--output-size",
-            str(output_size), "--count", str(count), "--delay-us", str(delay_us), "--duration", str(ctx.duration),
-            "--warmup", str(ctx.warmup), "--nodes", str(cl.nodes), "--drain-timeout", str(drain), "--json"]
+    base = [b, "bench", "user", "--server", cl.users_addr, "--input-size", str(input_size), "--output-size",
+            str(output_size), "--count", str(count), "--delay-us", str(delay_us), "--drain-timeout", str(drain),
+            "--json"]
+    args = base + ["--duration", str(ctx.duration), "--warmup", str(ctx.warmup)] + cl.cpu_args()
+    args += ["--legacy"] if legacy else ["--nodes", str(cl.nodes)]
     if rate_hz:
         args += ["--rate-hz", str(rate_hz)]
     runs, failure = [], None
     timeout = ctx.duration + ctx.warmup + drain + 30
-    for _ in range(ctx.runs):
+
+    def run_retrying(a: list[str]) -> tuple[dict | None, str]:
         # Nodes register asynchronously and return to the pool after each user,
-        # so "fewer nodes than asked for" is retried for a while.
+        # so "fewer nodes than asked for" (hello) or "no node" (seed format) is retried for a while.
         deadline = time.monotonic() + 15
         while True:
-            rep, err = run_json(args, timeout)
-            if rep is None and "assigned" in err and time.monotonic() < deadline and not cl.check():
+            rep, err = run_json(a, timeout)
+            if (rep is None and ("assigned" in err or "rejected" in err) and time.monotonic() < deadline
+                    and not cl.check()):
                 time.sleep(0.2)
                 continue
-            break
+            return rep, err
+
+    if legacy:
+        # A seed-format user takes whatever nodes are free when it configures; a short hello run that asks
+        # for all of them first makes sure every node has registered (late returns join during the warm-up).
+        run_retrying(base + ["--duration", "0.05", "--warmup", "0", "--nodes", str(cl.nodes)])
+    for _ in range(ctx.runs):
+        rep, err = run_retrying(args)
         if rep is not None and rep.get("ok"):
             runs.append(user_metrics(rep))
             continue
@@ -434,13 +505,14 @@ def user_point(ctx: Context, cl: Cluster, rec: Recorder, key: dict, *, input_siz
     return rec.add(key, runs, failure, {"message_bytes": input_size * count})
 
 
-def sweep(ctx: Context, rec: Recorder, policy: str, nodes: int, points: list[tuple[dict, dict]]) -> None:
+def sweep(ctx: Context, rec: Recorder, policy: str, nodes: int, points: list[tuple[dict, dict]],
+          seed_nodes: bool = False) -> None:
     """Runs user points against one cluster, starting a fresh cluster after a
     failed point so that nodes left busy by a stuck run cannot fail the rest."""
     pending = list(points)
     while pending:
         try:
-            with Cluster(ctx, policy, nodes) as cl:
+            with Cluster(ctx, policy, nodes, seed_nodes) as cl:
                 while pending:
                     key, kw = pending.pop(0)
                     p = user_point(ctx, cl, rec, key, **kw)
@@ -471,17 +543,7 @@ def exp_echo(ctx: Context) -> dict:
         addr = srv.wait_line("listening").split()[1]
         for n in clients:
             for size in sizes:
-                runs, failure = [], None
-                for _ in range(ctx.runs):
-                    rep, err = run_json([b, "bench", "echo", "client", "--addr", addr, "--size", str(size),
-                                         "--clients", str(n), "--duration", str(ctx.duration), "--warmup",
-                                         str(ctx.warmup), "--json"], ctx.duration + ctx.warmup + 60)
-                    if rep is None or rep.get("errors"):
-                        failure = err or "; ".join(rep.get("error_samples", [])) or "echo errors"
-                        break
-                    runs.append({"throughput_bps": rep["throughput_bps"], "messages_per_s": rep["messages_per_s"]})
-                if failure and not srv.alive():
-                    failure += f" [echo server exited: {srv.stderr_tail()}]"
+                runs, failure = echo_runs(ctx, srv, addr, size, n)
                 rec.add({"clients": n, "size": size}, runs, failure)
     return rec.write()
 
@@ -510,15 +572,23 @@ def exp_server(ctx: Context) -> dict:
     grid = server_grid(ctx.quick, 16 << 20, ctx.compact)
     policies = ["queue", "stack", "credit"]
     nodes_list = [1, 2] if ctx.quick else [1, 2, 4] if ctx.compact else [1, 2, 3, 4]
-    rec = Recorder(ctx, "server", len(grid) * len(policies) * len(nodes_list),
-                   {"grid": grid, "policies": policies, "nodes": nodes_list, "delay_us": 0,
-                    "duration_s": ctx.duration, "runs": ctx.runs})
+    # Hello peers everywhere; seed-format peers (`bench user --legacy`, `node --no-hello`) on every node
+    # count, or on 1 node only with --quick.
+    seed_nodes = nodes_list[:1] if ctx.quick else nodes_list
+    planned = len(grid) * len(policies) * (len(nodes_list) + len(seed_nodes))
+    rec = Recorder(ctx, "server", planned,
+                   {"grid": grid, "policies": policies, "nodes": nodes_list, "seed_peer_nodes": seed_nodes,
+                    "delay_us": 0, "duration_s": ctx.duration, "runs": ctx.runs})
     for policy in policies:
-        for n in nodes_list:
-            sweep(ctx, rec, policy, n, [
-                ({"policy": policy, "nodes": n, "input_size": size, "count": count},
-                 dict(input_size=size, output_size=size, count=count, delay_us=0, drain=ctx.drain))
-                for size, count in grid])
+        for peers in ("hello", "seed"):
+            for n in nodes_list if peers == "hello" else seed_nodes:
+                # Hello points keep the keys of earlier results, so `bench compare` pairs them.
+                extra = {"peers": "seed"} if peers == "seed" else {}
+                sweep(ctx, rec, policy, n, [
+                    ({"policy": policy, "nodes": n, "input_size": size, "count": count, **extra},
+                     dict(input_size=size, output_size=size, count=count, delay_us=0, drain=ctx.drain,
+                          legacy=peers == "seed"))
+                    for size, count in grid], seed_nodes=peers == "seed")
     return rec.write()
 
 
@@ -719,7 +789,7 @@ def exp_headline(ctx: Context) -> dict:
     policies = ["credit", "queue"]
     duration = ctx.duration if ctx.quick else max(ctx.duration, ctx.headline_duration)
     rtl_ok = tool_available("verilator", "VERILATOR") and not ctx.quick
-    planned = len(nodes_list) * len(delays) * len(policies) + 1 + 1 + (1 if rtl_ok else 0)
+    planned = len(nodes_list) * len(delays) * len(policies) + 2 + 1 + 1 + (1 if rtl_ok else 0)
     rec = Recorder(ctx, "headline", planned, {
         "input_size": MM_INPUT, "output_size": MM_OUTPUT, "count": 1, "delays_us": delays, "nodes": nodes_list,
         "policies": policies, "duration_s": duration, "runs": ctx.runs,
@@ -734,18 +804,16 @@ def exp_headline(ctx: Context) -> dict:
                     ({"part": "user", "policy": policy, "nodes": n, "delay_us": d},
                      dict(input_size=MM_INPUT, output_size=MM_OUTPUT, count=1, delay_us=d, drain=ctx.drain))
                     for d in delays])
+        # Seed-format peers (`bench user --legacy`, `node --no-hello`), credit (the server's default).
+        for n, d in ((1, 0), (4, 919)):
+            sweep(ctx, rec, "credit", n, [
+                ({"part": "user", "policy": "credit", "nodes": n, "delay_us": d, "peers": "seed"},
+                 dict(input_size=MM_INPUT, output_size=MM_OUTPUT, count=1, delay_us=d, drain=ctx.drain,
+                      legacy=True))], seed_nodes=True)
         # The SMP ceiling at the same message size: 4-byte id + 32 KiB.
         with ctx.child([b, "bench", "echo", "server", "--listen", "127.0.0.1:0"], "echo-server") as srv:
             addr = srv.wait_line("listening").split()[1]
-            runs, failure = [], None
-            for _ in range(ctx.runs):
-                rep, err = run_json([b, "bench", "echo", "client", "--addr", addr, "--size", str(MM_INPUT),
-                                     "--clients", "1", "--duration", str(duration), "--warmup", str(ctx.warmup),
-                                     "--json"], duration + ctx.warmup + 60)
-                if rep is None or rep.get("errors"):
-                    failure = err or "echo errors"
-                    break
-                runs.append({"throughput_bps": rep["throughput_bps"], "messages_per_s": rep["messages_per_s"]})
+            runs, failure = echo_runs(ctx, srv, addr, MM_INPUT, 1)
             rec.add({"part": "echo", "size": MM_INPUT + 4}, runs, failure)
     finally:
         ctx.duration = saved
@@ -765,10 +833,11 @@ def exp_headline(ctx: Context) -> dict:
 
 def headline_verdicts(points: list[dict]) -> list[dict]:
     """Whether the issues' targets are met, from the headline points."""
-    def get(part, metric, **key):
+    def get(part, metric, peers="hello", **key):
         for p in points:
             k = p["key"]
-            if k.get("part") == part and all(k.get(a) == v for a, v in key.items()) and p["status"] == "ok":
+            if (k.get("part") == part and k.get("peers", "hello") == peers
+                    and all(k.get(a) == v for a, v in key.items()) and p["status"] == "ok"):
                 return p["metrics"].get(metric, {}).get("mean")
         return None
     out = []
@@ -786,12 +855,148 @@ def headline_verdicts(points: list[dict]) -> list[dict]:
         # "No less than queue" within 2 %: both sit at the nodes' capacity, run-to-run noise is about that.
         out.append({"target": "delay 919 us, 4 nodes: credit throughput >= queue throughput (2 % noise allowed)",
                     "measured": f"{human_bps(tc)} vs {human_bps(tq)}", "met": tc >= 0.98 * tq, "ratio": tc / tq})
+    # Issue 7: the same point against the tighter targets, and a seed-format user there.
+    ips = get("user", "inputs_per_s", policy="credit", nodes=4, delay_us=919)
+    if ips is not None and p50 is not None:
+        cap = ips / (4 * 1e6 / 919)
+        out.append({"target": "issue 7, delay 919 us, 4 nodes (credit): >= 99 % of node capacity with median "
+                              "<= 2.0 ms", "measured": f"{cap * 100:.2f} % of capacity, p50 {p50:.3f} ms",
+                    "met": cap >= TARGET_CAPACITY and p50 <= TARGET_HEADLINE_P50_MS,
+                    "ratio": max(TARGET_CAPACITY / cap if cap else float("inf"), p50 / TARGET_HEADLINE_P50_MS)})
+    sp50 = get("user", "latency_p50_ms", peers="seed", policy="credit", nodes=4, delay_us=919)
+    if sp50 is not None:
+        out.append({"target": "issue 7, delay 919 us, 4 nodes (credit), seed-format peers: median < 10 ms",
+                    "measured": f"{sp50:.3f} ms", "met": sp50 < TARGET_SEED_P50_MS,
+                    "ratio": sp50 / TARGET_SEED_P50_MS})
     c = get("matmul", "rtl_standalone_cycles_per_s", target="rtl")
     if c is not None:
         out.append({"target": "RTL matrix multiplier: >= 10 M simulated cycles/s per instance",
                     "measured": f"{c / 1e6:.1f} M cycles/s", "met": c >= TARGET_RTL_CYCLES,
                     "ratio": c / TARGET_RTL_CYCLES})
     return out
+
+
+# Targets of issue 7 item 6.
+TARGET_CPU_RATIO = 1.3          # server CPU-s per GB forwarded / echo server CPU-s per GB echoed, at 32 KiB
+TARGET_SEED_P50_MS = 10.0       # seed-format user, 919 us, 4 nodes
+TARGET_CAPACITY = 0.99          # hello user, credit, 919 us, 4 nodes: fraction of the nodes' capacity ...
+TARGET_HEADLINE_P50_MS = 2.0    # ... with this median
+FWD_SIZE = 32 * KIB
+
+
+def exp_forwarding(ctx: Context) -> dict:
+    """Issue 7 item 6 in one run. (1) What forwarding costs: at 32 KiB inputs and outputs, zero delay, one node,
+    `corefarm server`'s CPU-seconds per GB forwarded (inputs + outputs) against `bench echo`'s server's
+    CPU-seconds per GB echoed, with hello peers and with seed-format peers (`bench user --legacy`,
+    `node --no-hello`), queue and credit. (2) Latency at 919 us per input with 4 nodes (32 KiB inputs, 16 KiB
+    outputs, as the headline): a seed-format user (credit, the server's default, and queue) and the headline
+    point (hello user, credit): fraction of the nodes' capacity and median."""
+    b = str(ctx.need_binary())
+    duration = ctx.duration if ctx.quick else max(ctx.duration, ctx.headline_duration)
+    policies = ["queue", "credit"]
+    rec = Recorder(ctx, "forwarding", 1 + 2 * len(policies) + 3, {
+        "size": FWD_SIZE, "policies": policies, "duration_s": duration, "runs": ctx.runs,
+        "latency": {"input_size": MM_INPUT, "output_size": MM_OUTPUT, "delay_us": 919, "nodes": 4},
+        "targets": {"server_cpu_per_gb_over_echo": TARGET_CPU_RATIO, "seed_user_p50_ms": TARGET_SEED_P50_MS,
+                    "capacity_fraction": TARGET_CAPACITY, "headline_p50_ms": TARGET_HEADLINE_P50_MS}})
+    saved = ctx.duration
+    ctx.duration = duration
+    try:
+        with ctx.child([b, "bench", "echo", "server", "--listen", "127.0.0.1:0"], "echo-server") as srv:
+            addr = srv.wait_line("listening").split()[1]
+            runs, failure = echo_runs(ctx, srv, addr, FWD_SIZE, 1)
+            rec.add({"part": "echo", "size": FWD_SIZE + 4}, runs, failure)
+        for policy in policies:
+            for peers in ("hello", "seed"):
+                sweep(ctx, rec, policy, 1, [
+                    ({"part": "cpu", "policy": policy, "peers": peers, "nodes": 1, "delay_us": 0},
+                     dict(input_size=FWD_SIZE, output_size=FWD_SIZE, count=1, delay_us=0, drain=ctx.drain,
+                          legacy=peers == "seed"))], seed_nodes=peers == "seed")
+        lat = dict(input_size=MM_INPUT, output_size=MM_OUTPUT, count=1, delay_us=919, drain=ctx.drain)
+        sweep(ctx, rec, "credit", 4, [
+            ({"part": "latency", "policy": "credit", "user": "seed", "nodes": 4, "delay_us": 919},
+             dict(lat, legacy=True)),
+            ({"part": "latency", "policy": "credit", "user": "hello", "nodes": 4, "delay_us": 919}, lat)])
+        # Without credit the queue policy lets a seed-format user fill the nodes' socket buffers: seconds of
+        # backlog (growing run over run as TCP buffers autotune), so its drain needs far longer than the others'.
+        sweep(ctx, rec, "queue", 4, [
+            ({"part": "latency", "policy": "queue", "user": "seed", "nodes": 4, "delay_us": 919},
+             dict(lat, legacy=True, drain=max(ctx.drain, 60.0)))])
+    finally:
+        ctx.duration = saved
+    rec.params["verdicts"] = forwarding_verdicts(rec.points)
+    for v in rec.params["verdicts"]:
+        log(f"forwarding: {v['target']}: {v['measured']} -> {'MET' if v['met'] else 'MISSED'}")
+    return rec.write()
+
+
+def _find(points: list[dict], metric: str, **key):
+    for p in points:
+        if p["status"] == "ok" and all(p["key"].get(a) == v for a, v in key.items()):
+            return p["metrics"].get(metric, {}).get("mean")
+    return None
+
+
+def forwarding_verdicts(points: list[dict]) -> list[dict]:
+    """Issue 7's targets, from the forwarding experiment's points (one run)."""
+    out = []
+    echo = _find(points, "server_cpu_s_per_gb", part="echo")
+    for policy in ("queue", "credit"):
+        for peers in ("hello", "seed"):
+            fwd = _find(points, "server_cpu_s_per_gb", part="cpu", policy=policy, peers=peers)
+            if fwd is None or not echo:
+                continue
+            r = fwd / echo
+            out.append({"id": f"cpu-{policy}-{peers}",
+                        "target": f"32 KiB, 1 node, delay 0, {policy}, {peers} peers: server CPU-s per GB forwarded "
+                                  f"<= {TARGET_CPU_RATIO}x the echo server's per GB echoed",
+                        "measured": f"{fwd:.3f} vs {echo:.3f} CPU-s/GB = {r:.2f}x", "value": r,
+                        "met": r <= TARGET_CPU_RATIO, "ratio": r / TARGET_CPU_RATIO})
+    p50 = _find(points, "latency_p50_ms", part="latency", policy="credit", user="seed")
+    p99 = _find(points, "latency_p99_ms", part="latency", policy="credit", user="seed")
+    if p50 is not None:
+        out.append({"id": "seed-user-p50", "target": "seed-format user, 919 us, 4 nodes (credit): median < 10 ms",
+                    "measured": f"p50 {p50:.3f} ms, p99 {p99:.3f} ms", "value": p50,
+                    "met": p50 < TARGET_SEED_P50_MS, "ratio": p50 / TARGET_SEED_P50_MS})
+    ips = _find(points, "inputs_per_s", part="latency", policy="credit", user="hello")
+    p50 = _find(points, "latency_p50_ms", part="latency", policy="credit", user="hello")
+    if ips is not None and p50 is not None:
+        cap = ips / (4 * 1e6 / 919)
+        out.append({"id": "headline-capacity", "target": "hello user, 919 us, 4 nodes (credit): >= 99 % of the "
+                    "nodes' capacity with median <= 2.0 ms",
+                    "measured": f"{cap * 100:.2f} % of capacity, p50 {p50:.3f} ms", "value": cap,
+                    "met": cap >= TARGET_CAPACITY and p50 <= TARGET_HEADLINE_P50_MS,
+                    "ratio": max(TARGET_CAPACITY / cap if cap else float("inf"), p50 / TARGET_HEADLINE_P50_MS)})
+    return out
+
+
+def credit_below_queue(server_doc: dict) -> dict:
+    """Issue 7: credit must never be below queue at any grid point of the `server` experiment (same run).
+    A point counts as below when credit's mean input throughput is under queue's by more than the noise:
+    max(2 %, half the relative range over runs of either policy)."""
+    by = {}
+    for p in server_doc.get("points", []):
+        if p["status"] != "ok" or "input_bps" not in p["metrics"]:
+            continue
+        k = p["key"]
+        ident = (k.get("peers", "hello"), k["nodes"], k["input_size"], k["count"])
+        by.setdefault(ident, {})[k["policy"]] = p["metrics"]["input_bps"]
+
+    def half_range(m):
+        return (m["max"] - m["min"]) / 2 / m["mean"] if m.get("mean") else 0.0
+
+    below, compared = [], 0
+    for (peers, n, size, count), pol in sorted(by.items()):
+        if "credit" not in pol or "queue" not in pol:
+            continue
+        compared += 1
+        c, q = pol["credit"], pol["queue"]
+        noise = max(0.02, half_range(c), half_range(q))
+        if c["mean"] < q["mean"] * (1 - noise):
+            below.append({"peers": peers, "nodes": n, "input_size": size, "count": count,
+                          "credit_bps": c["mean"], "queue_bps": q["mean"], "ratio": c["mean"] / q["mean"],
+                          "noise": noise})
+    return {"compared": compared, "below": below}
 
 
 def exp_policies(ctx: Context) -> dict:
@@ -813,7 +1018,7 @@ def exp_policies(ctx: Context) -> dict:
 
 RUNNERS = {"echo": exp_echo, "server": exp_server, "node": exp_node, "node-matmul": exp_node_matmul,
            "cluster": exp_cluster, "software": exp_software, "headline": exp_headline,
-           "policies": exp_policies}
+           "forwarding": exp_forwarding, "policies": exp_policies}
 
 
 # ---------------------------------------------------------------- main

@@ -84,7 +84,7 @@ def _point(key, metrics, status="ok"):
 def test_headline_verdicts_and_section(tmp_path):
     pts = [
         _point({"part": "user", "policy": "credit", "nodes": 1, "delay_us": 0}, {"input_bps": 6e9, "output_bps": 3e9,
-               "latency_p50_ms": 0.2, "latency_p90_ms": 0.3, "latency_p99_ms": 0.5, "latency_max_ms": 2.0}),
+               "server_cpu_s_per_gb": 0.5, "latency_p50_ms": 0.2, "latency_p90_ms": 0.3, "latency_p99_ms": 0.5, "latency_max_ms": 2.0}),
         _point({"part": "user", "policy": "credit", "nodes": 4, "delay_us": 919}, {"input_bps": 1.0e9,
                "latency_p50_ms": 12.0}),
         _point({"part": "user", "policy": "queue", "nodes": 4, "delay_us": 919}, {"input_bps": 1.1e9,
@@ -103,7 +103,7 @@ def test_headline_verdicts_and_section(tmp_path):
                                                 "runs": 2, "verdicts": suite.headline_verdicts(pts)},
            "points": pts}
     text = "\n".join(report.sec_headline(doc, {}))
-    assert "| credit | 1 | 0 | 6.00 Gbit/s | 3.00 Gbit/s | 0.200 ms" in text
+    assert "| credit | 1 | 0 | 6.00 Gbit/s | 3.00 Gbit/s | 0.500 | 0.200 ms" in text
     assert "**missed** (1.20× the target)" in text
     assert "9.0 M alone, 8.0 M in the cluster" in text
 
@@ -127,3 +127,84 @@ def test_readings_replace_placeholders(tmp_path):
     text = report.render(results, tmp_path / "b.md", tmp_path / "f", seed, {"echo": ["First.", "Second."]})
     assert "First.\n\nSecond." in text
     assert text.count(report.PLACEHOLDER.strip()) == len(report.ORDER) - 1
+
+
+def test_cpu_metrics_are_per_decimal_gb_moved():
+    rep = {"throughput": {"input_bps": 8e9, "output_bps": 8e9, "offered_input_bps": 8e9, "messages_per_s": 1.0,
+                          "inputs_per_s": 1.0, "send_rate_hz": 1.0},
+           "latency": {k: 1.0 for k in ("avg_ms", "min_ms", "p50_ms", "p90_ms", "p99_ms", "max_ms")},
+           "cpu": [{"label": "server", "pid": 1, "cpu_s": 4.0, "user_s": 3.0, "sys_s": 1.0, "wall_s": 5.0,
+                    "cpus": 0.8, "processes": 1},
+                   {"label": "nodes", "pid": 2, "cpu_s": 2.0, "user_s": 1.0, "sys_s": 1.0, "wall_s": 5.0,
+                    "cpus": 0.4, "processes": 1}]}
+    m = suite.user_metrics(rep)
+    # 1 GB/s in + 1 GB/s out forwarded; 0.8 CPUs busy -> 0.4 CPU-s per GB.
+    assert m["forwarded_bytes_per_s"] == 2e9
+    assert abs(m["server_cpu_s_per_gb"] - 0.4) < 1e-12 and m["server_cpus"] == 0.8 and m["server_cpu_s"] == 4.0
+    assert abs(m["node_cpu_s_per_gb"] - 0.2) < 1e-12
+    e = suite.echo_metrics({"throughput_bps": 8e9, "messages_per_s": 1.0, "cpu": rep["cpu"][:1]})
+    assert abs(e["server_cpu_s_per_gb"] - 0.8) < 1e-12  # 1 GB/s echoed
+    del rep["cpu"]
+    assert "server_cpu_s_per_gb" not in suite.user_metrics(rep)
+
+
+def _fwd_points(fwd_gb, echo_gb=0.5, seed_p50=30.0, ips=4300.0, p50=1.5):
+    pts = [_point({"part": "echo", "size": 32772}, {"throughput_bps": 1e10, "server_cpu_s_per_gb": echo_gb})]
+    for pol in ("queue", "credit"):
+        for peers in ("hello", "seed"):
+            pts.append(_point({"part": "cpu", "policy": pol, "peers": peers, "nodes": 1, "delay_us": 0},
+                              {"input_bps": 5e9, "output_bps": 5e9, "server_cpu_s_per_gb": fwd_gb[(pol, peers)],
+                               "server_cpus": 0.9}))
+    pts.append(_point({"part": "latency", "policy": "credit", "user": "seed", "nodes": 4, "delay_us": 919},
+                      {"latency_p50_ms": seed_p50, "latency_p99_ms": 2 * seed_p50, "inputs_per_s": 4000.0}))
+    pts.append(_point({"part": "latency", "policy": "credit", "user": "hello", "nodes": 4, "delay_us": 919},
+                      {"latency_p50_ms": p50, "latency_p99_ms": 3.0, "inputs_per_s": ips}))
+    return pts
+
+
+def test_forwarding_verdicts_and_targets_table(tmp_path):
+    fwd = {("queue", "hello"): 0.6, ("queue", "seed"): 1.0, ("credit", "hello"): 0.65, ("credit", "seed"): 0.7}
+    v = {x["id"]: x for x in suite.forwarding_verdicts(_fwd_points(fwd))}
+    assert v["cpu-queue-hello"]["met"] and abs(v["cpu-queue-hello"]["value"] - 1.2) < 1e-12
+    assert not v["cpu-queue-seed"]["met"]  # 2.0x the echo server
+    assert not v["seed-user-p50"]["met"]  # 30 ms
+    # 4300 inputs/s of 4 x 1088 possible = 98.79 % < 99 %.
+    assert not v["headline-capacity"]["met"] and "98.79 %" in v["headline-capacity"]["measured"]
+    good = {x["id"]: x for x in suite.forwarding_verdicts(_fwd_points(fwd, seed_p50=4.0, ips=4340.0))}
+    assert good["seed-user-p50"]["met"] and good["headline-capacity"]["met"]
+
+    before = {"forwarding": {"experiment": "forwarding", "points": _fwd_points({k: 1.25 for k in fwd}, seed_p50=38.0)},
+              "_path": "bench/results/before"}
+    doc = {"experiment": "forwarding", "points": _fwd_points(fwd, seed_p50=4.0, ips=4340.0),
+           "params": {"size": 32768, "duration_s": 5, "runs": 3,
+                      "latency": {"input_size": 32768, "output_size": 16384, "delay_us": 919, "nodes": 4}}}
+    server = {"points": [
+        _point({"policy": "queue", "nodes": 2, "input_size": 65536, "count": 1}, {"input_bps": 5e9}),
+        _point({"policy": "credit", "nodes": 2, "input_size": 65536, "count": 1}, {"input_bps": 4e9}),
+    ]}
+    text = "\n".join(report.sec_forwarding(doc, {}, {"server": server}, before))
+    row = next(l for l in text.splitlines() if "queue, seed peers" in l)
+    assert "= 2.50x" in row and "= 2.00x" in row and "**not met**" in row
+    row = next(l for l in text.splitlines() if "seed-format user" in l)
+    assert "p50 38.000 ms" in row and "p50 4.000 ms" in row and "**met**" in row
+    assert "bench/results/before" in text
+    row = next(l for l in text.splitlines() if "credit never below queue" in l)
+    assert "below at 1 of 1 points (worst ×0.80)" in row and "**not met**" in row
+    assert "| cpu | credit | seed peers | 1 | 0 |" in text and "×1.40" in text
+
+
+def test_credit_below_queue_allows_the_noise():
+    def pair(q, c, peers=None, spread=0.0):
+        extra = {"peers": peers} if peers else {}
+        pts = []
+        for pol, v in (("queue", q), ("credit", c)):
+            p = _point({"policy": pol, "nodes": 1, "input_size": 16, "count": 1, **extra}, {"input_bps": v})
+            p["metrics"]["input_bps"].update(min=v * (1 - spread), max=v * (1 + spread))
+            pts.append(p)
+        return pts
+    assert suite.credit_below_queue({"points": pair(100, 99)})["below"] == []  # within 2 %
+    assert len(suite.credit_below_queue({"points": pair(100, 95)})["below"]) == 1
+    assert suite.credit_below_queue({"points": pair(100, 95, spread=0.1)})["below"] == []  # runs spread ±10 %
+    # Seed-format and hello points are compared separately.
+    r = suite.credit_below_queue({"points": pair(100, 100) + pair(100, 50, peers="seed")})
+    assert r["compared"] == 2 and [b["peers"] for b in r["below"]] == ["seed"]

@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
+use crate::cpu::{CpuTarget, CpuUse, CpuWatch};
 use crate::stats::bits_per_second;
 
 /// Slices per `writev`: enough to batch dozens of small frames per syscall.
@@ -131,6 +132,9 @@ pub struct EchoOptions {
     pub warmup: Duration,
     /// Compare every echoed byte with what was sent.
     pub verify: bool,
+    /// Processes (the echo server) whose CPU time is sampled at the start
+    /// and the end of the measurement window; reported in `cpu`.
+    pub cpu_watch: Vec<CpuTarget>,
 }
 
 impl Default for EchoOptions {
@@ -142,6 +146,7 @@ impl Default for EchoOptions {
             duration: Duration::from_secs(10),
             warmup: Duration::from_millis(500),
             verify: true,
+            cpu_watch: Vec::new(),
         }
     }
 }
@@ -166,6 +171,9 @@ pub struct EchoReport {
     pub errors: u64,
     #[serde(default)]
     pub error_samples: Vec<String>,
+    /// CPU of the `cpu_watch` processes inside the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu: Vec<CpuUse>,
 }
 
 struct Shared {
@@ -245,6 +253,7 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
         errors: AtomicU64::new(0),
         samples: Default::default(),
     });
+    let cpu = CpuWatch::start(&opts.cpu_watch, shared.window_start, shared.window_end);
     let mut conns = Vec::new();
     for _ in 0..opts.clients {
         let s = TcpStream::connect(addr)
@@ -275,6 +284,11 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
             Err(_) => shared.error("echoes still missing after the drain timeout".into()),
         }
     }
+    // The sampler took its last reading at the window's end, before the drain.
+    let cpu = cpu.finish().unwrap_or_else(|e| {
+        shared.error(e);
+        Vec::new()
+    });
     let window = opts.duration.as_secs_f64();
     let messages = shared.messages.load(Ordering::Relaxed);
     let bytes = shared.bytes.load(Ordering::Relaxed);
@@ -295,6 +309,7 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
         total_messages: shared.total.load(Ordering::Relaxed),
         errors: shared.errors.load(Ordering::Relaxed),
         error_samples: samples,
+        cpu,
     })
 }
 
@@ -459,6 +474,7 @@ mod tests {
             duration: Duration::from_millis(200),
             warmup: Duration::from_millis(50),
             verify: true,
+            cpu_watch: Vec::new(),
         };
         let rep = run_async(&opts).await.unwrap();
         server.abort();

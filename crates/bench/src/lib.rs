@@ -6,12 +6,14 @@
 //! - [`node`]: the isolated node-manager benchmark of §4.2.3: the benchmark
 //!   is the node's server and streams data straight to one `corefarm node`.
 //! - [`compare`]: compares two suite result files point by point.
+//! - [`cpu`]: CPU time of another process (the server) over a measurement window.
 //! - [`stats`]: latency histogram, throughput and spread arithmetic shared by all.
 //!
 //! The suite that sweeps these over the seed's parameter spaces lives in
 //! `bench/suite.py` (it runs the `corefarm` binary as separate processes).
 
 pub mod compare;
+pub mod cpu;
 pub mod echo;
 pub mod node;
 pub mod stats;

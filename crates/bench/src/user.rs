@@ -70,6 +70,9 @@ pub struct UserBenchOptions {
     pub connect_timeout: Duration,
     /// One progress line per second on stderr.
     pub progress: bool,
+    /// Processes (the server) whose CPU time is sampled at the start and the
+    /// end of the measurement window; reported in `cpu`.
+    pub cpu_watch: Vec<crate::cpu::CpuTarget>,
 }
 
 impl Default for UserBenchOptions {
@@ -88,6 +91,7 @@ impl Default for UserBenchOptions {
             drain_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             progress: false,
+            cpu_watch: Vec::new(),
         }
     }
 }
@@ -110,6 +114,9 @@ pub struct UserReport {
     pub throughput: Throughput,
     /// Round trip per message sent inside the window.
     pub latency: LatencySummary,
+    /// CPU of the `cpu_watch` processes inside the window.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cpu: Vec<crate::cpu::CpuUse>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -461,6 +468,12 @@ pub(crate) fn measure(
         start: t0 + o.warmup.as_nanos() as u64,
         end: t0 + (o.warmup + o.duration).as_nanos() as u64,
     };
+    let t0_at = Instant::now();
+    let cpu = crate::cpu::CpuWatch::start(
+        &o.cpu_watch,
+        t0_at + o.warmup,
+        t0_at + o.warmup + o.duration,
+    );
 
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let sender = {
@@ -553,6 +566,13 @@ pub(crate) fn measure(
     let mut rep = build_report(o, session, window, &shared, lat);
     rep.benchmark = benchmark.into();
     rep.server = peer;
+    match cpu.finish() {
+        Ok(c) => rep.cpu = c,
+        Err(e) => {
+            rep.errors.push(e);
+            rep.ok = false;
+        }
+    }
     Ok(rep)
 }
 
@@ -830,6 +850,7 @@ fn build_report(
         counts,
         throughput,
         latency: lat.summary(),
+        cpu: Vec::new(),
     }
 }
 

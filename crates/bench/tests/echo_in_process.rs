@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use corefarm_bench::cpu::CpuTarget;
 use corefarm_bench::echo::{run, EchoOptions};
 
 #[test]
@@ -15,6 +16,11 @@ fn in_process_echo_round_trips_intact() {
             duration: Duration::from_millis(400),
             warmup: Duration::from_millis(100),
             verify: true,
+            // The server runs in this process: its CPU is ours.
+            cpu_watch: vec![CpuTarget {
+                label: "self".into(),
+                pid: std::process::id(),
+            }],
         })
         .unwrap();
         assert_eq!(rep.errors, 0, "{:?}", rep.error_samples);
@@ -22,5 +28,9 @@ fn in_process_echo_round_trips_intact() {
         assert_eq!(rep.bytes, rep.messages * size as u64);
         assert!(rep.total_messages >= rep.messages);
         assert!(rep.throughput_bps > 0.0);
+        // Echoing kept this process busy for the whole window.
+        assert_eq!(rep.cpu.len(), 1, "{rep:?}");
+        assert_eq!(rep.cpu[0].label, "self");
+        assert!(rep.cpu[0].cpu_s > 0.0, "{:?}", rep.cpu);
     }
 }

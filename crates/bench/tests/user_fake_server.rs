@@ -7,6 +7,7 @@ use std::thread::{self, JoinHandle};
 use std::time::Duration;
 
 use bytes::Bytes;
+use corefarm_bench::cpu::CpuTarget;
 use corefarm_bench::user::{run, UserBenchOptions};
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::hello::features;
@@ -113,6 +114,34 @@ fn clean_run_with_credit() {
     assert!((t.output_bps * 2.0 - t.input_bps).abs() < 1e-6 * t.input_bps);
     assert!(rep.latency.samples > 0 && rep.latency.min_ms <= rep.latency.max_ms);
     assert_eq!(rep.config.message_bytes, 192);
+}
+
+/// The server (here: this process, where the fake server runs) is watched
+/// over the measurement window only; without `cpu_watch` no CPU is reported.
+#[test]
+fn server_cpu_is_sampled_over_the_window() {
+    let (addr, h) = fake_server(Fault::None, true, 2);
+    let mut o = opts(addr);
+    o.cpu_watch = vec![CpuTarget {
+        label: "server".into(),
+        pid: std::process::id(),
+    }];
+    let rep = run(&o).unwrap();
+    h.join().unwrap();
+    assert!(rep.ok, "{:?}", rep.errors);
+    assert_eq!(rep.cpu.len(), 1, "{:?}", rep.cpu);
+    let c = &rep.cpu[0];
+    assert_eq!((c.label.as_str(), c.pid), ("server", std::process::id()));
+    assert!(c.wall_s > 0.0 && c.processes >= 1, "{c:?}");
+    assert!((c.cpu_s - c.user_s - c.sys_s).abs() < 1e-9);
+    let json = serde_json::to_value(&rep).unwrap();
+    assert_eq!(json["cpu"][0]["label"], "server");
+
+    let (addr, h) = fake_server(Fault::None, true, 2);
+    let rep = run(&opts(addr)).unwrap();
+    h.join().unwrap();
+    assert!(rep.cpu.is_empty());
+    assert!(serde_json::to_value(&rep).unwrap().get("cpu").is_none());
 }
 
 #[test]

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
+use corefarm_bench::cpu::{CpuTarget, CpuUse};
 use corefarm_bench::echo::{self, EchoOptions, EchoReport};
 use corefarm_bench::stats::{human_bps, human_size};
 use corefarm_bench::user::{self, UserBenchOptions, UserReport};
@@ -44,7 +45,8 @@ pub struct CompareArgs {
 
 #[derive(Args)]
 pub struct SuiteArgs {
-    /// echo, server, node, node-matmul, cluster, software, headline or all.
+    /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
+    /// all (those eight) or policies.
     experiment: String,
     /// A few seconds per experiment.
     #[arg(long)]
@@ -92,6 +94,10 @@ pub struct UserArgs {
     /// Seconds results may still arrive after the sender stopped.
     #[arg(long, default_value_t = 10.0)]
     drain_timeout: f64,
+    /// LABEL=PID: a process (the server; with its descendants) whose CPU
+    /// time over the measurement window goes into the report (repeatable).
+    #[arg(long = "cpu-pid", value_name = "LABEL=PID")]
+    cpu_pids: Vec<CpuTarget>,
     /// Print one JSON object (implies --quiet).
     #[arg(long)]
     json: bool,
@@ -184,6 +190,10 @@ struct EchoClientArgs {
     /// Skip the byte-by-byte comparison of echoes with what was sent.
     #[arg(long)]
     no_verify: bool,
+    /// LABEL=PID: a process (the echo server; with its descendants) whose
+    /// CPU time over the measurement window goes into the report (repeatable).
+    #[arg(long = "cpu-pid", value_name = "LABEL=PID")]
+    cpu_pids: Vec<CpuTarget>,
     /// Print one JSON object instead of a human summary.
     #[arg(long)]
     json: bool,
@@ -238,6 +248,7 @@ fn echo_client(c: EchoClientArgs) -> Result<()> {
         duration: secs(c.duration, "--duration")?,
         warmup: secs(c.warmup, "--warmup")?,
         verify: !c.no_verify,
+        cpu_watch: c.cpu_pids,
     };
     let rep = echo::run(&opts)?;
     if c.json {
@@ -265,6 +276,23 @@ fn print_echo(r: &EchoReport) {
         r.window_s,
         r.errors
     );
+    print_cpu(&r.cpu, r.bytes as f64 / r.window_s);
+}
+
+/// One line per watched process: CPU seconds in the window and per decimal
+/// GB of payload moved (`bytes_per_s`: echoed, or forwarded in + out).
+fn print_cpu(cpu: &[CpuUse], bytes_per_s: f64) {
+    for c in cpu {
+        let per_gb = if bytes_per_s > 0.0 {
+            format!("{:.3} CPU-s/GB", c.cpus / (bytes_per_s / 1e9))
+        } else {
+            "-".into()
+        };
+        println!(
+            "cpu {} (pid {}): {:.2} s over {:.2} s = {:.2} CPUs (user {:.2} s, sys {:.2} s), {per_gb}",
+            c.label, c.pid, c.cpu_s, c.wall_s, c.cpus, c.user_s, c.sys_s
+        );
+    }
 }
 
 fn user_bench(a: UserArgs) -> Result<()> {
@@ -282,6 +310,7 @@ fn user_bench(a: UserArgs) -> Result<()> {
         drain_timeout: secs(a.drain_timeout, "--drain-timeout")?,
         connect_timeout: Duration::from_secs(10),
         progress: !(a.json || a.quiet),
+        cpu_watch: a.cpu_pids,
     };
     let rep = user::run(&opts)?;
     if a.json {
@@ -324,6 +353,7 @@ fn node_bench(a: NodeArgs) -> Result<()> {
             drain_timeout: secs(a.drain_timeout, "--drain-timeout")?,
             connect_timeout: Duration::from_secs(10),
             progress: !(a.json || a.quiet),
+            cpu_watch: Vec::new(),
         },
     };
     let announce = a.no_spawn;
@@ -380,6 +410,7 @@ fn print_user(r: &UserReport) {
         "messages: sent {}  received {}  missing {}  corrupted {}  failed {}",
         k.sent_messages, k.received_messages, k.missing, k.corrupted, k.failed
     );
+    print_cpu(&r.cpu, (t.input_bps + t.output_bps) / 8.0);
 }
 
 fn compare(a: CompareArgs) -> Result<()> {
