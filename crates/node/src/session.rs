@@ -54,7 +54,16 @@ where
     let mut reader = FrameReader::new(rd, opts.max_message);
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let negotiated = Arc::new(AtomicBool::new(false));
-    let mut sender = tokio::spawn(sender::send_loop(wr, out_rx, negotiated.clone()));
+    // `ended` is cancelled when `stop` is, or when the sending task ends in
+    // any way (returns, panics, is aborted): its drop guard lives in the task.
+    let ended = stop.child_token();
+    let mut sender = tokio::spawn({
+        let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());
+        async move {
+            let _guard = guard;
+            sender::send_loop(wr, out_rx, negotiated).await
+        }
+    });
     let mut s = Session {
         opts,
         out: out_tx,
@@ -78,13 +87,15 @@ where
         // loading cores or draining the old configuration's queue: if it
         // ends, nothing the node does from here on can reach the server.
         let step = tokio::select! {
-            biased;
-            end = &mut sender => {
+            _ = ended.cancelled() => {
+                if stop.is_cancelled() {
+                    break Ok(());
+                }
+                let end = (&mut sender).await;
                 let e = sender_error(&end);
                 sender_end = Some(end);
                 break Err(e);
             }
-            _ = stop.cancelled() => break Ok(()),
             step = s.step(&mut reader) => step,
         };
         if let Some(end) = step {
