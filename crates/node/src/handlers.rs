@@ -1,13 +1,15 @@
 //! Core handlers: one OS thread per hardware core (seed 000 §3.4.2), fed from
 //! the shared input queue. Cores block (an FPGA poll loop, a simulated clock,
-//! a C function), so they get real threads rather than async tasks.
+//! a C function), so they get real threads rather than async tasks. An
+//! [`Engine`] whose cores are instantaneous (the zero-delay benchmarking
+//! core) is instead run by the receiving task itself, which saves two thread
+//! hand-offs per message; the session does not know the difference.
 
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
 use corefarm_cores::Core;
-use corefarm_smp::{BenchmarkConfig, BENCH_ECHO_LEN};
+use corefarm_smp::ErrorCode;
 use tokio::sync::mpsc;
 
 use crate::guard::Reservation;
@@ -30,77 +32,151 @@ pub enum Outgoing {
         data: Bytes,
         reservation: Reservation,
     },
+    /// The data message `id` produced no result: an `Error` for that id to
+    /// a server that negotiated errors, the end of the connection otherwise.
     Failed {
         id: u32,
+        code: ErrorCode,
         reason: String,
-        reservation: Reservation,
+        reservation: Option<Reservation>,
     },
 }
 
-/// What the node runs for the current configuration.
-pub enum Engine {
-    /// Seed 000 §4.2.2: no cores, a processing delay per input, 16 echoed bytes.
-    Benchmark(BenchmarkConfig),
-    /// Real hardware cores, one handler each.
-    Cores {
-        cores: Vec<Box<dyn Core>>,
-        input_size: usize,
-        output_size: usize,
-    },
+/// What the node runs for the current configuration: its cores and the sizes
+/// of one input and one output.
+pub struct Engine {
+    pub cores: Vec<Box<dyn Core>>,
+    pub input_size: usize,
+    pub output_size: usize,
+    /// The cores finish in negligible time without blocking, so the receiving
+    /// task runs the first one itself instead of starting handler threads.
+    pub inline: bool,
+}
+
+/// Runs every input of `job` through `core` into one output buffer,
+/// allocated once for the whole job and filled in place (zeroed first, so a
+/// core that writes only part of its output never exposes stale memory).
+pub fn run_job(core: &mut dyn Core, job: Job, input_size: usize, output_size: usize) -> Outgoing {
+    let mut out = BytesMut::zeroed(job.count * output_size);
+    let outputs = out.chunks_exact_mut(output_size.max(1));
+    for (n, (i, o)) in job.data.chunks_exact(input_size).zip(outputs).enumerate() {
+        if let Err(e) = core.process(i, o) {
+            return Outgoing::Failed {
+                id: job.id,
+                code: ErrorCode::CoreFailure,
+                reason: format!("input {n} of {}: {e}", job.count),
+                reservation: Some(job.reservation),
+            };
+        }
+    }
+    Outgoing::Result {
+        id: job.id,
+        data: out.freeze(),
+        reservation: job.reservation,
+    }
 }
 
 /// The running core handlers of one configuration.
 pub struct Workers {
-    input: async_channel::Sender<Job>,
-    threads: Vec<JoinHandle<()>>,
+    kind: Kind,
+    input_size: usize,
+    output_size: usize,
+    results: mpsc::UnboundedSender<Outgoing>,
+}
+
+enum Kind {
+    Inline(Box<dyn Core>),
+    Threads {
+        input: async_channel::Sender<Job>,
+        /// Kept to drop queued jobs when the session is aborted.
+        queue: async_channel::Receiver<Job>,
+        threads: Vec<JoinHandle<()>>,
+    },
 }
 
 impl Workers {
-    pub fn start(engine: Engine, results: mpsc::UnboundedSender<Outgoing>, node: &str) -> Self {
-        let (tx, rx) = async_channel::unbounded::<Job>();
-        let mut threads = Vec::new();
-        match engine {
-            Engine::Benchmark(cfg) => {
-                let (rx, results) = (rx.clone(), results.clone());
-                threads.push(spawn(format!("{node}-bench"), move || {
-                    benchmark_loop(cfg, rx, results)
-                }));
-            }
-            Engine::Cores {
-                cores,
-                input_size,
-                output_size,
-            } => {
-                for (i, core) in cores.into_iter().enumerate() {
+    /// Starts one handler thread per core (or none for an inline engine).
+    /// Fails only if the OS refuses a thread.
+    pub fn start(
+        engine: Engine,
+        results: mpsc::UnboundedSender<Outgoing>,
+        node: &str,
+    ) -> std::io::Result<Self> {
+        let (input_size, output_size) = (engine.input_size, engine.output_size);
+        let mut cores = engine.cores.into_iter();
+        let kind = match (engine.inline, cores.next()) {
+            (_, None) => return Err(std::io::Error::other("the engine has no cores")),
+            (true, Some(core)) => Kind::Inline(core),
+            (false, Some(first)) => {
+                let (tx, rx) = async_channel::unbounded::<Job>();
+                let mut threads = Vec::new();
+                for (i, core) in std::iter::once(first).chain(cores).enumerate() {
                     let (rx, results) = (rx.clone(), results.clone());
-                    threads.push(spawn(format!("{node}-core{i}"), move || {
-                        core_loop(core, input_size, output_size, rx, results)
-                    }));
+                    let t = std::thread::Builder::new()
+                        .name(format!("{node}-core{i}"))
+                        .spawn(move || core_loop(core, input_size, output_size, rx, results));
+                    match t {
+                        Ok(t) => threads.push(t),
+                        Err(e) => {
+                            // Threads already started see the closed queue and exit.
+                            drop(tx);
+                            return Err(e);
+                        }
+                    }
+                }
+                Kind::Threads {
+                    input: tx,
+                    queue: rx,
+                    threads,
                 }
             }
-        }
-        Workers { input: tx, threads }
+        };
+        Ok(Workers {
+            kind,
+            input_size,
+            output_size,
+            results,
+        })
     }
 
-    pub async fn submit(&self, job: Job) -> bool {
-        self.input.send(job).await.is_ok()
+    /// Queues a job (or, for an inline engine, runs it now). `false` once
+    /// nobody can take it any more (handlers or sending task gone).
+    pub async fn submit(&mut self, job: Job) -> bool {
+        match &mut self.kind {
+            Kind::Inline(core) => {
+                let out = run_job(core.as_mut(), job, self.input_size, self.output_size);
+                self.results.send(out).is_ok()
+            }
+            Kind::Threads { input, .. } => input.send(job).await.is_ok(),
+        }
     }
 
     /// Lets the handlers finish the queued jobs, then joins them (blocking:
     /// call from `spawn_blocking`).
     pub fn stop(self) {
-        drop(self.input);
-        for t in self.threads {
-            let _ = t.join();
+        if let Kind::Threads { input, threads, .. } = self.kind {
+            drop(input);
+            for t in threads {
+                let _ = t.join();
+            }
         }
     }
-}
 
-fn spawn(name: String, f: impl FnOnce() + Send + 'static) -> JoinHandle<()> {
-    std::thread::Builder::new()
-        .name(name)
-        .spawn(f)
-        .expect("spawn core handler thread")
+    /// Drops the queued jobs (their results could not be delivered), lets
+    /// each handler finish the input it is on, then joins them (blocking).
+    pub fn abort(self) {
+        self.drop_queued();
+        self.stop();
+    }
+
+    /// Closes the input queue and drops what it holds; handlers exit once
+    /// done with their current job.
+    fn drop_queued(&self) {
+        if let Kind::Threads { input, queue, .. } = &self.kind {
+            input.close();
+            while queue.try_recv().is_ok() {}
+        }
+    }
 }
 
 fn core_loop(
@@ -111,85 +187,154 @@ fn core_loop(
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     while let Ok(job) = rx.recv_blocking() {
-        let mut out = BytesMut::zeroed(job.count * output_size);
-        let mut failure = None;
-        for (i, o) in job
-            .data
-            .chunks_exact(input_size)
-            .zip(out.chunks_exact_mut(output_size.max(1)))
-        {
-            if let Err(e) = core.process(i, o) {
-                failure = Some(e.to_string());
-                break;
-            }
+        let out = run_job(core.as_mut(), job, input_size, output_size);
+        if results.send(out).is_err() {
+            return;
         }
-        let msg = match failure {
-            None => Outgoing::Result {
-                id: job.id,
-                data: out.freeze(),
-                reservation: job.reservation,
-            },
-            Some(reason) => Outgoing::Failed {
-                id: job.id,
-                reason,
-                reservation: job.reservation,
-            },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::MemoryGuard;
+    use corefarm_cores::CoreError;
+
+    /// Output = input + 1 byte-wise; fails on an input starting with 0xFF;
+    /// blocks on `gate` (if any) before each input.
+    #[derive(Default)]
+    struct PlusOne {
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+        started: Option<std::sync::mpsc::Sender<()>>,
+    }
+
+    impl Core for PlusOne {
+        fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+            if let Some(s) = &self.started {
+                let _ = s.send(());
+            }
+            if let Some(g) = &self.gate {
+                g.recv()
+                    .map_err(|_| CoreError::Failed("gate closed".into()))?;
+            }
+            if input[0] == 0xFF {
+                return Err(CoreError::Failed("bad input".into()));
+            }
+            for (o, i) in output.iter_mut().zip(input) {
+                *o = i.wrapping_add(1);
+            }
+            Ok(())
+        }
+    }
+
+    async fn job(guard: &MemoryGuard, id: u32, data: &[u8], count: usize) -> Job {
+        Job {
+            id,
+            data: Bytes::copy_from_slice(data),
+            count,
+            reservation: guard.reserve(data.len()).await,
+        }
+    }
+
+    #[tokio::test]
+    async fn run_job_fills_one_buffer_and_names_the_failing_input() {
+        let g = MemoryGuard::new(1 << 20);
+        let mut core = PlusOne::default();
+        match run_job(&mut core, job(&g, 7, &[1, 2, 3, 4, 5, 6], 3).await, 2, 3) {
+            Outgoing::Result { id, data, .. } => {
+                assert_eq!(id, 7);
+                // The third output byte of each input is left zero.
+                assert_eq!(&data[..], &[2, 3, 0, 4, 5, 0, 6, 7, 0]);
+            }
+            _ => panic!("expected a result"),
+        }
+        match run_job(&mut core, job(&g, 8, &[1, 2, 0xFF, 0], 2).await, 2, 2) {
+            Outgoing::Failed {
+                id, code, reason, ..
+            } => {
+                assert_eq!((id, code), (8, ErrorCode::CoreFailure));
+                assert!(reason.contains("input 1 of 2") && reason.contains("bad input"));
+            }
+            _ => panic!("expected a failure"),
+        }
+    }
+
+    #[tokio::test]
+    async fn threads_finish_queued_work_on_stop() {
+        let g = MemoryGuard::new(1 << 20);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let engine = Engine {
+            cores: vec![Box::new(PlusOne::default()), Box::new(PlusOne::default())],
+            input_size: 1,
+            output_size: 1,
+            inline: false,
         };
-        if results.send(msg).is_err() {
-            return;
+        let mut w = Workers::start(engine, tx, "t").unwrap();
+        for id in 0..20u32 {
+            assert!(w.submit(job(&g, id, &[id as u8], 1).await).await);
         }
+        tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(o) = rx.recv().await {
+            let Outgoing::Result { id, data, .. } = o else {
+                panic!("unexpected failure")
+            };
+            assert_eq!(data[0], id as u8 + 1);
+            seen.push(id);
+        }
+        seen.sort();
+        assert_eq!(seen, (0..20).collect::<Vec<_>>());
+        assert_eq!(g.available(), g.limit(), "every reservation released");
     }
-}
 
-/// The benchmarking node's output for `count` inputs: zero-filled outputs
-/// whose first 16 bytes echo the first 16 bytes of each input.
-pub fn benchmark_output(cfg: &BenchmarkConfig, data: &[u8], count: usize) -> Bytes {
-    let (isz, osz) = (cfg.input_size as usize, cfg.output_size as usize);
-    let mut out = BytesMut::zeroed(count * osz);
-    for (i, o) in data.chunks_exact(isz).zip(out.chunks_exact_mut(osz)) {
-        o[..BENCH_ECHO_LEN].copy_from_slice(&i[..BENCH_ECHO_LEN]);
+    #[tokio::test]
+    async fn abort_drops_queued_jobs() {
+        let g = MemoryGuard::new(1 << 20);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (open, gate) = std::sync::mpsc::channel();
+        let (started_tx, started) = std::sync::mpsc::channel();
+        let engine = Engine {
+            cores: vec![Box::new(PlusOne {
+                gate: Some(gate),
+                started: Some(started_tx),
+            })],
+            input_size: 1,
+            output_size: 1,
+            inline: false,
+        };
+        let mut w = Workers::start(engine, tx, "t").unwrap();
+        for id in 0..5u32 {
+            assert!(w.submit(job(&g, id, &[id as u8], 1).await).await);
+        }
+        // Job 0 is in the core: it finishes, the four queued ones are dropped.
+        tokio::task::spawn_blocking(move || started.recv().unwrap())
+            .await
+            .unwrap();
+        w.drop_queued();
+        open.send(()).unwrap();
+        tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+        let Some(Outgoing::Result { id: 0, .. }) = rx.recv().await else {
+            panic!("job 0 completes")
+        };
+        assert!(rx.recv().await.is_none(), "queued jobs produce nothing");
+        assert_eq!(g.available(), g.limit(), "their reservations are released");
     }
-    out.freeze()
-}
 
-fn benchmark_loop(
-    cfg: BenchmarkConfig,
-    rx: async_channel::Receiver<Job>,
-    results: mpsc::UnboundedSender<Outgoing>,
-) {
-    let (isz, osz) = (cfg.input_size as usize, cfg.output_size as usize);
-    let delay = Duration::from_micros(cfg.delay_us as u64);
-    // While inputs arrive back to back, each deadline is the previous one plus
-    // the delay, so the wake-up latency of one sleep is absorbed by the next
-    // instead of stretching every input (the node keeps its nominal rate).
-    // After a real idle gap the schedule restarts from now.
-    let slack = Duration::from_micros(500).min(delay);
-    let mut deadline = Instant::now();
-    while let Ok(job) = rx.recv_blocking() {
-        let mut out = BytesMut::zeroed(job.count * osz);
-        for (i, o) in job.data.chunks_exact(isz).zip(out.chunks_exact_mut(osz)) {
-            if !delay.is_zero() {
-                let now = Instant::now();
-                deadline = if now.saturating_duration_since(deadline) <= slack {
-                    deadline + delay
-                } else {
-                    now + delay
-                };
-                if deadline > now {
-                    std::thread::sleep(deadline - now);
-                }
-            }
-            o[..BENCH_ECHO_LEN].copy_from_slice(&i[..BENCH_ECHO_LEN]);
-        }
-        if results
-            .send(Outgoing::Result {
-                id: job.id,
-                data: out.freeze(),
-                reservation: job.reservation,
-            })
-            .is_err()
-        {
-            return;
-        }
+    #[tokio::test]
+    async fn inline_engine_answers_on_submit() {
+        let g = MemoryGuard::new(1 << 20);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let engine = Engine {
+            cores: vec![Box::new(PlusOne::default())],
+            input_size: 2,
+            output_size: 2,
+            inline: true,
+        };
+        let mut w = Workers::start(engine, tx, "t").unwrap();
+        assert!(w.submit(job(&g, 3, &[1, 2], 1).await).await);
+        let Ok(Outgoing::Result { id, data, .. }) = rx.try_recv() else {
+            panic!("the result is queued before submit returns")
+        };
+        assert_eq!((id, &data[..]), (3, &[2u8, 3][..]));
     }
 }

@@ -2,18 +2,24 @@
 //!
 //! One session per server connection, structured like the seed's node:
 //! - the receiving task ([`session`]) reads SMP messages, reconfigures on every
-//!   configuration message and queues each data message as a job;
+//!   configuration message ([`configure`]) and queues each data message as a job;
 //! - core handlers ([`handlers`]) — one OS thread per hardware core — take jobs
-//!   from the input queue, run them on their core and push results;
-//! - the sending task writes results back to the server.
+//!   from the input queue, run them on their core and push results; the
+//!   benchmarking configuration is one more core ([`bench`]);
+//! - the sending task ([`sender`]) writes results back to the server.
 //!
 //! A memory guard ([`guard`]) bounds the bytes held by queued jobs and results:
 //! when it is exhausted the receiving task stops reading, so TCP back-pressure
 //! slows the server down instead of the node over-allocating.
 
+pub mod bench;
+pub mod configure;
 pub mod guard;
 pub mod handlers;
+pub mod sender;
 pub mod session;
+
+pub use configure::CoreLoader;
 
 use std::time::Duration;
 
@@ -32,12 +38,15 @@ pub struct NodeOptions {
     pub hello: bool,
     /// Bytes of input and output data the node may hold at once.
     pub memory_limit: usize,
-    /// Largest message accepted from the server.
+    /// Largest payload accepted from the server, and the bound on one input
+    /// or one result: configurations whose sizes cannot fit are refused.
     pub max_message: u32,
     /// Reconnect after the connection ends (with back-off).
     pub reconnect: bool,
     /// Which hardware-core backends may load and how.
     pub load: LoadOptions,
+    /// Turns configurations into cores (default: `corefarm_cores::load`).
+    pub loader: CoreLoader,
 }
 
 impl Default for NodeOptions {
@@ -50,6 +59,7 @@ impl Default for NodeOptions {
             max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
             reconnect: true,
             load: LoadOptions::default(),
+            loader: CoreLoader::default(),
         }
     }
 }

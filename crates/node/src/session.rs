@@ -1,24 +1,34 @@
-//! One connection to the server: the receiving task (this function) and the
-//! sending task it spawns.
+//! One connection to the server: the receiving task (this module) and the
+//! sending task it spawns ([`crate::sender`]). The session ends when the
+//! server closes, sends something the node cannot accept, `stop` is
+//! cancelled — or the sending task ends, since a node that cannot answer
+//! must not keep taking work.
 
-use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::{
-    hello::features, Configuration, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Hello,
-    MsgType, OutFrame,
+    hello::features, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Hello, MsgType, DATA_ID_LEN,
 };
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::sync::mpsc;
+use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
 
-use crate::guard::{MemoryGuard, Reservation};
-use crate::handlers::{self, Engine, Job, Outgoing, Workers};
+use crate::configure::{self, Configured};
+use crate::guard::MemoryGuard;
+use crate::handlers::{Job, Outgoing};
+use crate::sender::{self, SendError};
 use crate::{NodeError, NodeOptions};
 
-struct Configured {
-    cfg: Configuration,
-    workers: Workers,
-}
+/// How long results queued when the session ends may take to reach the server.
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
 
+/// Runs a session over a connected socket.
 pub async fn run(
     stream: TcpStream,
     opts: &NodeOptions,
@@ -26,300 +36,270 @@ pub async fn run(
 ) -> Result<(), NodeError> {
     stream.set_nodelay(true)?;
     let (rd, wr) = stream.into_split();
-    let mut reader = FrameReader::new(rd, opts.max_message);
-    let session_stop = stop.child_token();
-    let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
-    let server_hello = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let sender = tokio::spawn(send_loop(
-        wr,
-        out_rx,
-        session_stop.clone(),
-        server_hello.clone(),
-    ));
+    run_io(rd, wr, opts, stop).await
+}
 
+/// Runs a session over any byte streams (the server's messages come from
+/// `rd`, the node's go to `wr`); [`run`] is this over a TCP socket.
+pub async fn run_io<R, W>(
+    rd: R,
+    wr: W,
+    opts: &NodeOptions,
+    stop: CancellationToken,
+) -> Result<(), NodeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let mut reader = FrameReader::new(rd, opts.max_message);
+    let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
+    let negotiated = Arc::new(AtomicBool::new(false));
+    // `ended` is cancelled when `stop` is, or when the sending task ends in
+    // any way (returns, panics, is aborted): its drop guard lives in the task.
+    let ended = stop.child_token();
+    let mut sender = tokio::spawn({
+        let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());
+        async move {
+            let _guard = guard;
+            sender::send_loop(wr, out_rx, negotiated).await
+        }
+    });
+    let mut s = Session {
+        opts,
+        out: out_tx,
+        negotiated,
+        limit: opts.max_message,
+        guard: MemoryGuard::new(opts.memory_limit),
+        state: None,
+    };
     if opts.hello {
         let mut h = Hello::new("node");
         h.name = Some(opts.name.clone());
         h.features = vec![features::ERROR.into()];
         h.targets = corefarm_cores::supported_targets(&opts.load);
-        let _ = out_tx.send(Outgoing::Frame(h.to_frame()));
+        h.max_message = Some(opts.max_message);
+        s.queue(Outgoing::Frame(h.to_frame()));
     }
 
-    let guard = MemoryGuard::new(opts.memory_limit);
-    let mut state: Option<Configured> = None;
+    let mut sender_end = None;
     let result = loop {
-        let frame = tokio::select! {
-            _ = session_stop.cancelled() => break Ok(()),
-            f = reader.read_frame() => f,
+        // The sending task is watched while reading, waiting for memory,
+        // loading cores or draining the old configuration's queue: if it
+        // ends, nothing the node does from here on can reach the server.
+        let step = tokio::select! {
+            _ = ended.cancelled() => {
+                if stop.is_cancelled() {
+                    break Ok(());
+                }
+                let end = (&mut sender).await;
+                let e = sender_error(&end);
+                sender_end = Some(end);
+                break Err(e);
+            }
+            step = s.step(&mut reader) => step,
         };
-        let frame = match frame {
+        if let Some(end) = step {
+            break end;
+        }
+    };
+
+    // Close the queue, let the core handlers finish (or, with no one left to
+    // send to, drop) their work, and give the sending task a moment to flush
+    // what is queued: results and a final error.
+    let Session { out, state, .. } = s;
+    drop(out);
+    if let Some(st) = state {
+        let abort = sender_end.is_some();
+        let w = st.workers;
+        let _ = tokio::task::spawn_blocking(move || if abort { w.abort() } else { w.stop() }).await;
+    }
+    let end = match sender_end {
+        Some(end) => end,
+        None => match tokio::time::timeout(FLUSH_TIMEOUT, &mut sender).await {
+            Ok(end) => end,
+            Err(_) => {
+                sender.abort();
+                tracing::warn!(node = %opts.name, "results not flushed within {FLUSH_TIMEOUT:?}; dropped");
+                return result;
+            }
+        },
+    };
+    match &end {
+        Ok(Ok(sent)) => {
+            tracing::info!(node = %opts.name, "{sent} result message(s) sent in this session")
+        }
+        _ if result.is_ok() => return Err(sender_error(&end)),
+        _ => {}
+    }
+    result
+}
+
+fn sender_error(end: &Result<Result<u64, SendError>, JoinError>) -> NodeError {
+    match end {
+        Ok(Err(SendError::Io(e))) => NodeError::Io(std::io::Error::new(e.kind(), e.to_string())),
+        Ok(Err(e @ SendError::Closed(_))) => NodeError::Session(e.to_string()),
+        Ok(Ok(_)) => NodeError::Session("the sending task ended early".into()),
+        Err(e) => NodeError::Session(format!("the sending task failed: {e}")),
+    }
+}
+
+/// The receiving task's state.
+struct Session<'a> {
+    opts: &'a NodeOptions,
+    out: mpsc::UnboundedSender<Outgoing>,
+    /// The server accepts error messages (it said so in its hello).
+    negotiated: Arc<AtomicBool>,
+    /// Largest payload on this link: ours, or the server's if smaller.
+    limit: u32,
+    guard: MemoryGuard,
+    state: Option<Configured>,
+}
+
+/// `None`: carry on; `Some(r)`: the session ends with `r`.
+type Step = Option<Result<(), NodeError>>;
+
+impl Session<'_> {
+    /// Reads and handles one message.
+    async fn step<R: AsyncRead + Unpin>(&mut self, reader: &mut FrameReader<R>) -> Step {
+        let frame = match reader.read_frame().await {
             Ok(Some(f)) => f,
-            Ok(None) => break Ok(()),
-            Err(ReadError::Io(e)) => break Err(NodeError::Io(e)),
+            Ok(None) => return Some(Ok(())),
+            Err(ReadError::Io(e)) => return Some(Err(NodeError::Io(e))),
             Err(ReadError::Protocol(e)) => {
-                send_error(
-                    &out_tx,
-                    &server_hello,
-                    ErrorMsg::NO_ID,
-                    e.code(),
-                    e.to_string(),
-                );
-                break Err(NodeError::Protocol(e));
+                self.error(ErrorMsg::NO_ID, e.code(), e.to_string());
+                return Some(Err(NodeError::Protocol(e)));
             }
         };
         match frame.ty {
             MsgType::Hello => match Hello::decode(&frame.payload) {
                 Ok(h) => {
-                    tracing::debug!(node = %opts.name, "server hello: {h:?}");
-                    server_hello
-                        .store(h.has(features::ERROR), std::sync::atomic::Ordering::Relaxed);
+                    tracing::debug!(node = %self.opts.name, "server hello: {h:?}");
+                    self.negotiated
+                        .store(h.has(features::ERROR), Ordering::Relaxed);
+                    if let Some(m) = h.max_message {
+                        self.limit = self.opts.max_message.min(m);
+                    }
+                    None
                 }
-                Err(e) => break Err(NodeError::Protocol(e)),
+                Err(e) => self.malformed(e),
             },
             MsgType::Configuration => {
-                // Stop state: finish queued work of the old configuration first.
-                if let Some(old) = state.take() {
-                    let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
-                }
-                match configure(frame.payload, opts, &out_tx).await {
-                    Ok(c) => {
-                        tracing::info!(node = %opts.name, "configured: {}", describe(&c.cfg));
-                        state = Some(c);
-                        let _ = out_tx.send(Outgoing::Frame(
-                            ConfigurationResponse { status: 0 }.to_frame(),
-                        ));
-                    }
-                    Err(reason) => {
-                        tracing::warn!(node = %opts.name, "configuration refused: {reason}");
-                        send_error(
-                            &out_tx,
-                            &server_hello,
-                            ErrorMsg::NO_ID,
-                            ErrorCode::ConfigurationFailed,
-                            reason,
-                        );
-                        let resp = ConfigurationResponse {
-                            status: ConfigurationResponse::FAILED,
-                        };
-                        let _ = out_tx.send(Outgoing::Frame(resp.to_frame()));
-                    }
-                }
+                self.configure(frame.payload).await;
+                None
             }
-            MsgType::Data => {
-                let Some(st) = state.as_ref() else {
-                    let reason = "data message before any configuration";
-                    send_error(
-                        &out_tx,
-                        &server_hello,
-                        ErrorMsg::NO_ID,
-                        ErrorCode::NotConfigured,
-                        reason,
-                    );
-                    break Err(NodeError::Session(reason.into()));
-                };
-                let data = match Data::parse(frame.payload) {
-                    Ok(d) => d,
-                    Err(e) => break Err(NodeError::Protocol(e)),
-                };
-                let count = match st.cfg.count_inputs(data.data.len()) {
-                    Ok(n) => n as usize,
-                    Err(e) => {
-                        send_error(&out_tx, &server_hello, data.id, e.code(), e.to_string());
-                        break Err(NodeError::Protocol(e));
-                    }
-                };
-                let bytes = data.data.len() + count * st.cfg.output_size as usize;
-                let reservation = tokio::select! {
-                    _ = session_stop.cancelled() => break Ok(()),
-                    r = guard.reserve(bytes) => r,
-                };
-                // A zero-delay benchmarking node has nothing to wait for:
-                // answering here saves two thread hand-offs per message.
-                if let Some(b) = st.cfg.benchmark().filter(|b| b.delay_us == 0) {
-                    let out = handlers::benchmark_output(&b, &data.data, count);
-                    let _ = out_tx.send(Outgoing::Result {
-                        id: data.id,
-                        data: out,
-                        reservation,
-                    });
-                    continue;
-                }
-                let job = Job {
-                    id: data.id,
-                    data: data.data,
-                    count,
-                    reservation,
-                };
-                if !st.workers.submit(job).await {
-                    break Err(NodeError::Session("core handlers stopped".into()));
-                }
-            }
+            MsgType::Data => self.data(frame.payload).await,
             MsgType::Error => match ErrorMsg::parse(&frame.payload) {
-                Ok(e) => tracing::warn!(node = %opts.name, "server reports: {e}"),
-                Err(e) => break Err(NodeError::Protocol(e)),
+                Ok(e) => {
+                    tracing::warn!(node = %self.opts.name, "server reports: {e}");
+                    None
+                }
+                Err(e) => self.malformed(e),
             },
             other => {
                 let reason = format!("unexpected {} message from the server", other.name());
-                send_error(
-                    &out_tx,
-                    &server_hello,
+                self.error(
                     ErrorMsg::NO_ID,
                     ErrorCode::UnexpectedMessage,
                     reason.clone(),
                 );
-                break Err(NodeError::Session(reason));
+                Some(Err(NodeError::Session(reason)))
             }
         }
-    };
-    // Let the sending task flush what is queued (results, a final error),
-    // then stop the core handlers.
-    drop(out_tx);
-    if let Some(st) = state.take() {
-        let _ = tokio::task::spawn_blocking(move || st.workers.stop()).await;
     }
-    if let Ok(Ok(sent)) = tokio::time::timeout(std::time::Duration::from_secs(2), sender).await {
-        tracing::info!(node = %opts.name, "{sent} result message(s) sent in this session");
-    }
-    session_stop.cancel();
-    result
-}
 
-fn describe(cfg: &Configuration) -> String {
-    match cfg.benchmark() {
-        Some(b) => format!(
-            "benchmarking configuration: input {} B, output {} B, delay {} µs",
-            b.input_size, b.output_size, b.delay_us
-        ),
-        None => format!(
-            "{} cores, input {} B, output {} B, bitstream {} B",
-            cfg.cores.len(),
-            cfg.input_size,
-            cfg.output_size,
-            cfg.bitstream.len()
-        ),
-    }
-}
-
-async fn configure(
-    payload: bytes::Bytes,
-    opts: &NodeOptions,
-    results: &mpsc::UnboundedSender<Outgoing>,
-) -> Result<Configured, String> {
-    let cfg = Configuration::parse(payload).map_err(|e| e.to_string())?;
-    let engine = match cfg.benchmark() {
-        Some(b) => Engine::Benchmark(b),
-        None => {
-            let (c, load) = (cfg.clone(), opts.load.clone());
-            let loaded = tokio::task::spawn_blocking(move || corefarm_cores::load(&c, &load))
-                .await
-                .map_err(|e| format!("loading the configuration crashed: {e}"))?
-                .map_err(|e| e.to_string())?;
-            if loaded.cores.is_empty() {
-                return Err("the configuration instantiates no cores".into());
+    /// A configuration stops the current core handlers once they have
+    /// finished the queued work (its results go out before the response),
+    /// then loads the new one. A refused configuration leaves the node
+    /// unconfigured; the session goes on.
+    async fn configure(&mut self, payload: Bytes) {
+        if let Some(old) = self.state.take() {
+            let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
+        }
+        match configure::configure(payload, self.opts, self.limit, &self.out).await {
+            Ok(c) => {
+                tracing::info!(node = %self.opts.name, "configured: {}", configure::describe(&c.cfg));
+                self.state = Some(c);
+                self.queue(Outgoing::Frame(
+                    ConfigurationResponse { status: 0 }.to_frame(),
+                ));
             }
-            tracing::info!(node = %opts.name, "loaded {}", loaded.description);
-            Engine::Cores {
-                cores: loaded.cores,
-                input_size: cfg.input_size as usize,
-                output_size: cfg.output_size as usize,
+            Err(reason) => {
+                tracing::warn!(node = %self.opts.name, "configuration refused: {reason}");
+                self.error(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, reason);
+                let status = ConfigurationResponse::FAILED;
+                self.queue(Outgoing::Frame(ConfigurationResponse { status }.to_frame()));
             }
         }
-    };
-    let workers = Workers::start(engine, results.clone(), &opts.name);
-    Ok(Configured { cfg, workers })
-}
-
-fn send_error(
-    out: &mpsc::UnboundedSender<Outgoing>,
-    negotiated: &std::sync::atomic::AtomicBool,
-    id: u32,
-    code: ErrorCode,
-    reason: impl Into<String>,
-) {
-    if negotiated.load(std::sync::atomic::Ordering::Relaxed) {
-        let _ = out.send(Outgoing::Frame(ErrorMsg::new(id, code, reason).to_frame()));
     }
-}
 
-/// A frame for the wire, holding its memory reservation; `None` when a
-/// seed-format server must be told about a core failure by closing.
-fn to_wire(o: Outgoing, held: &mut Vec<Reservation>, negotiated: bool) -> Option<OutFrame> {
-    match o {
-        Outgoing::Frame(f) => Some(f),
-        Outgoing::Result {
-            id,
-            data,
-            reservation,
-        } => {
-            held.push(reservation);
-            // Results are sized by the configuration, whose limits were
-            // checked when it arrived; should one still not fit, the input
-            // fails with a reason instead of the sending task panicking.
-            Some(OutFrame::data(id, data).unwrap_or_else(|e| {
-                ErrorMsg::new(
-                    id,
-                    ErrorCode::Internal,
-                    format!("result cannot be sent: {e}"),
-                )
-                .to_frame()
-            }))
-        }
-        Outgoing::Failed {
-            id,
-            reason,
-            reservation,
-        } => {
-            held.push(reservation);
-            tracing::warn!("core failed on data id {id}: {reason}");
-            // A seed-format server has no way to hear about a failed input;
-            // closing makes it re-dispatch instead of waiting forever.
-            negotiated.then(|| ErrorMsg::new(id, ErrorCode::CoreFailure, reason).to_frame())
-        }
-    }
-}
-
-async fn send_loop(
-    mut wr: tokio::net::tcp::OwnedWriteHalf,
-    mut rx: mpsc::UnboundedReceiver<Outgoing>,
-    stop: CancellationToken,
-    negotiated: std::sync::Arc<std::sync::atomic::AtomicBool>,
-) -> u64 {
-    let mut results = 0u64;
-    // Reservations are released only once their result is on the wire, so
-    // the memory guard also counts results waiting for the socket.
-    let mut held = Vec::new();
-    while let Some(o) = rx.recv().await {
-        let neg = negotiated.load(std::sync::atomic::Ordering::Relaxed);
-        let mut fatal = false;
-        let r = match to_wire(o, &mut held, neg) {
-            Some(first) => {
-                let more = || match to_wire(rx.try_recv().ok()?, &mut held, neg) {
-                    Some(f) => Some(f),
-                    None => {
-                        fatal = true;
-                        None
-                    }
-                };
-                write_batch(&mut wr, first, more).await.map(|_| ())
-            }
-            None => {
-                fatal = true;
-                Ok(())
+    /// Validates a data message, waits until the memory guard has room for
+    /// its input and output, and hands it to the core handlers.
+    async fn data(&mut self, payload: Bytes) -> Step {
+        let Some(cfg) = self.state.as_ref().map(|s| &s.cfg) else {
+            let reason = "data message before any configuration";
+            self.error(ErrorMsg::NO_ID, ErrorCode::NotConfigured, reason);
+            return Some(Err(NodeError::Session(reason.into())));
+        };
+        let output_size = cfg.output_size as u64;
+        let counted = cfg.count_inputs(payload.len().saturating_sub(DATA_ID_LEN));
+        let data = match Data::parse(payload) {
+            Ok(d) => d,
+            Err(e) => return self.malformed(e),
+        };
+        let count = match counted {
+            Ok(n) => n as u64,
+            Err(e) => {
+                self.error(data.id, e.code(), e.to_string());
+                return Some(Err(NodeError::Protocol(e)));
             }
         };
-        results += held.len() as u64;
-        held.clear();
-        let r = r.and_then(|()| match fatal {
-            true => Err(std::io::Error::other(
-                "core failure reported by closing the connection",
-            )),
-            false => Ok(()),
-        });
-        if let Err(e) = r {
-            tracing::warn!("sending to server failed: {e}");
-            stop.cancel();
-            return results;
+        // Inputs are bounded by the read limit, but many small inputs may
+        // ask for a result no frame can carry: that input fails, the
+        // session goes on.
+        let out_len = count * output_size;
+        if out_len + DATA_ID_LEN as u64 > self.limit as u64 {
+            self.queue(Outgoing::Failed {
+                id: data.id,
+                code: ErrorCode::TooLarge,
+                reason: format!(
+                    "{count} outputs of {output_size} bytes ({out_len} bytes) do not fit the \
+                     message limit of {} bytes",
+                    self.limit
+                ),
+                reservation: None,
+            });
+            return None;
+        }
+        let reservation = self.guard.reserve(data.data.len() + out_len as usize).await;
+        let job = Job {
+            id: data.id,
+            data: data.data,
+            count: count as usize,
+            reservation,
+        };
+        let st = self.state.as_mut().expect("configured: checked above");
+        if !st.workers.submit(job).await {
+            return Some(Err(NodeError::Session("the core handlers stopped".into())));
+        }
+        None
+    }
+
+    fn queue(&self, o: Outgoing) {
+        // A closed queue means the sending task ended; the session loop
+        // notices that and ends the session.
+        let _ = self.out.send(o);
+    }
+
+    /// Tells a server that negotiated error messages why (others have no way
+    /// to hear it).
+    fn error(&self, id: u32, code: ErrorCode, reason: impl Into<String>) {
+        if self.negotiated.load(Ordering::Relaxed) {
+            self.queue(Outgoing::Frame(ErrorMsg::new(id, code, reason).to_frame()));
         }
     }
-    results
+
+    fn malformed(&self, e: corefarm_smp::ProtocolError) -> Step {
+        self.error(ErrorMsg::NO_ID, e.code(), e.to_string());
+        Some(Err(NodeError::Protocol(e)))
+    }
 }

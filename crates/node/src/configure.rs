@@ -1,0 +1,196 @@
+//! Turning a configuration message into running core handlers: parse,
+//! check the sizes against the link's message limit, build the engine (the
+//! benchmarking core, or cores from a backend) and start its handlers.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use corefarm_cores::{LoadError, LoadOptions, Loaded};
+use corefarm_smp::Configuration;
+use tokio::sync::mpsc;
+
+use crate::bench::BenchCore;
+use crate::handlers::{Engine, Outgoing, Workers};
+use crate::NodeOptions;
+
+type LoadFn = dyn Fn(&Configuration, &LoadOptions) -> Result<Loaded, LoadError> + Send + Sync;
+
+/// How a node turns a (non-benchmark) configuration into cores:
+/// [`corefarm_cores::load`] by default; tests and embedding programs may
+/// supply their own. Called on a blocking thread.
+#[derive(Clone)]
+pub struct CoreLoader(Arc<LoadFn>);
+
+impl CoreLoader {
+    pub fn new(
+        f: impl Fn(&Configuration, &LoadOptions) -> Result<Loaded, LoadError> + Send + Sync + 'static,
+    ) -> Self {
+        CoreLoader(Arc::new(f))
+    }
+
+    pub fn load(&self, cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError> {
+        (self.0)(cfg, opts)
+    }
+}
+
+impl Default for CoreLoader {
+    fn default() -> Self {
+        CoreLoader::new(corefarm_cores::load)
+    }
+}
+
+impl std::fmt::Debug for CoreLoader {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CoreLoader")
+    }
+}
+
+/// The configuration a node runs and its core handlers.
+pub struct Configured {
+    pub cfg: Configuration,
+    pub workers: Workers,
+}
+
+/// Parses, checks and loads a configuration; `Err` is the reason sent back.
+/// `limit` is the largest payload the link carries (the node's own limit,
+/// lowered by the server's if it announced one).
+pub async fn configure(
+    payload: Bytes,
+    opts: &NodeOptions,
+    limit: u32,
+    results: &mpsc::UnboundedSender<Outgoing>,
+) -> Result<Configured, String> {
+    let cfg = Configuration::parse(payload).map_err(|e| e.to_string())?;
+    // Refused here, with a reason, rather than as an impossible allocation
+    // or an unsendable result once data flows.
+    cfg.check_limits(limit).map_err(|e| e.to_string())?;
+    let engine = match cfg.benchmark() {
+        Some(b) => BenchCore::engine(&b),
+        None => {
+            let (c, load, loader) = (cfg.clone(), opts.load.clone(), opts.loader.clone());
+            let loaded = tokio::task::spawn_blocking(move || loader.load(&c, &load))
+                .await
+                .map_err(|e| format!("loading the configuration crashed: {e}"))?
+                .map_err(|e| e.to_string())?;
+            if loaded.cores.is_empty() {
+                return Err("the configuration instantiates no cores".into());
+            }
+            tracing::info!(node = %opts.name, "loaded {}", loaded.description);
+            Engine {
+                cores: loaded.cores,
+                input_size: cfg.input_size as usize,
+                output_size: cfg.output_size as usize,
+                inline: false,
+            }
+        }
+    };
+    let workers = Workers::start(engine, results.clone(), &opts.name)
+        .map_err(|e| format!("cannot start the core handlers: {e}"))?;
+    Ok(Configured { cfg, workers })
+}
+
+/// One line for the log.
+pub fn describe(cfg: &Configuration) -> String {
+    match cfg.benchmark() {
+        Some(b) => format!(
+            "benchmarking configuration: input {} B, output {} B, delay {} µs",
+            b.input_size, b.output_size, b.delay_us
+        ),
+        None => format!(
+            "{} cores, input {} B, output {} B, bitstream {} B",
+            cfg.cores.len(),
+            cfg.input_size,
+            cfg.output_size,
+            cfg.bitstream.len()
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corefarm_smp::{BenchmarkConfig, CoreInfo};
+
+    fn opts(loader: CoreLoader) -> NodeOptions {
+        NodeOptions {
+            loader,
+            ..NodeOptions::default()
+        }
+    }
+
+    fn bench(i: u32, o: u32) -> Bytes {
+        let b = BenchmarkConfig {
+            input_size: i,
+            output_size: o,
+            delay_us: 0,
+        };
+        Bytes::from(b.to_configuration().encode_payload())
+    }
+
+    #[tokio::test]
+    async fn sizes_beyond_the_limit_are_refused_with_a_reason() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let o = opts(CoreLoader::default());
+        let why = configure(bench(32, 0xFFFF_FFF0), &o, 1 << 20, &tx)
+            .await
+            .err()
+            .unwrap();
+        assert!(
+            why.contains("output size") && why.contains("limit"),
+            "{why}"
+        );
+        assert!(configure(bench(32, 1 << 19), &o, 1 << 20, &tx)
+            .await
+            .is_ok());
+    }
+
+    #[tokio::test]
+    async fn zero_output_core_configurations_never_reach_the_loader() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let o = opts(CoreLoader::new(|_, _| panic!("must not load")));
+        let cfg = Configuration {
+            input_size: 8,
+            output_size: 0,
+            cores: vec![CoreInfo {
+                control: 0,
+                input: 64,
+                output: 128,
+            }],
+            bitstream: Bytes::from_static(b"image"),
+        };
+        let why = configure(Bytes::from(cfg.encode_payload()), &o, 1 << 20, &tx)
+            .await
+            .err()
+            .unwrap();
+        assert!(why.contains("output size 0"), "{why}");
+    }
+
+    #[tokio::test]
+    async fn loader_errors_and_empty_loads_are_reasons() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let cfg = Configuration {
+            input_size: 8,
+            output_size: 8,
+            cores: vec![CoreInfo {
+                control: 0,
+                input: 64,
+                output: 128,
+            }],
+            bitstream: Bytes::from_static(b"image"),
+        };
+        let payload = Bytes::from(cfg.encode_payload());
+        let o = opts(CoreLoader::new(|_, _| {
+            Err(LoadError::Unsupported("no such backend".into()))
+        }));
+        let why = configure(payload.clone(), &o, 1 << 20, &tx).await.err();
+        assert_eq!(why.as_deref(), Some("no such backend"));
+        let o = opts(CoreLoader::new(|_, _| {
+            Ok(Loaded {
+                cores: vec![],
+                description: "nothing".into(),
+            })
+        }));
+        let why = configure(payload, &o, 1 << 20, &tx).await.err().unwrap();
+        assert!(why.contains("no cores"), "{why}");
+    }
+}
