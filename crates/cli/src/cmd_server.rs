@@ -126,6 +126,11 @@ pub struct NodeTuning {
     /// before it stops reading from the server.
     #[arg(long, default_value_t = 512 * 1024 * 1024)]
     pub memory_limit: usize,
+    /// Largest message payload this node accepts or sends, in bytes; a
+    /// configuration whose inputs or outputs cannot fit is refused with the
+    /// reason (the server's own limit applies too when it is smaller).
+    #[arg(long, default_value_t = corefarm_smp::DEFAULT_MAX_MESSAGE)]
+    pub node_max_message: u32,
     /// Behave exactly like a seed-format node: no hello, no error messages.
     #[arg(long)]
     pub no_hello: bool,
@@ -193,6 +198,7 @@ impl NodeTuning {
             name: self.name.clone(),
             hello: !self.no_hello,
             memory_limit: self.memory_limit,
+            max_message: self.node_max_message,
             reconnect: !self.once,
             load: corefarm_cores::LoadOptions {
                 native: has("native"),

@@ -846,3 +846,44 @@ fn an_idle_user_gives_its_nodes_to_a_waiting_one() {
     assert_eq!(b.configure(&bench(16, 16, 0)), 0);
     assert_exactly_once(&stream(&mut b, 0..20, 1, 16, 16), 0..20);
 }
+
+/// The node checks sizes against its own limit too: a configuration the
+/// server could carry but the node cannot is refused by the node with the
+/// reason, and the user's session stays usable.
+#[test]
+fn a_node_refuses_sizes_beyond_its_own_limit() {
+    let srv = server(&[]);
+    let _n = Proc(
+        Command::new(BIN)
+            .args(["node", "--server", &srv.nodes.to_string()])
+            .args(["--name", "small", "--node-max-message", "65536"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start corefarm node"),
+    );
+    Observer::new(&srv).wait("the named node", |s| {
+        s.nodes.iter().any(|n| n.name.as_deref() == Some("small"))
+    });
+    let (mut u, reply) = User::hello(srv.users, None);
+    assert_eq!(reply.nodes, Some(1));
+    u.send(bench(16, 100_000, 0).to_frame().unwrap());
+    let mut reasons = Vec::new();
+    let status = loop {
+        let f = u.recv().expect("a response");
+        match f.ty {
+            MsgType::Error => reasons.push(ErrorMsg::parse(&f.payload).unwrap().reason),
+            MsgType::ConfigurationResponse => {
+                break ConfigurationResponse::parse(&f.payload).unwrap().status
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_ne!(status, 0);
+    let all = reasons.join("; ");
+    assert!(
+        all.contains("small") && all.contains("output size"),
+        "{all}"
+    );
+    assert_eq!(u.configure(&bench(16, 16, 0)), 0);
+    assert_exactly_once(&stream(&mut u, 0..10, 1, 16, 16), 0..10);
+}
