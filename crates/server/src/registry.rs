@@ -84,9 +84,11 @@ impl NodeEntry {
 
     pub fn status(&self) -> NodeStatus {
         let user = self.user.load(Ordering::Relaxed);
+        let info = self.info();
         NodeStatus {
             id: self.id,
-            name: self.info().name,
+            name: info.name,
+            targets: info.targets,
             addr: self.addr.to_string(),
             state: node_state_from(self.state.load(Ordering::Relaxed)),
             user: (user != 0).then_some(user),

@@ -48,6 +48,10 @@ pub struct NodeStatus {
     #[serde(default)]
     pub name: Option<String>,
     pub addr: String,
+    /// Configuration targets it announced in its hello (e.g.
+    /// `native-x86_64-linux`); empty for a seed-format node.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub targets: Vec<String>,
     #[serde(default)]
     pub state: NodeState,
     /// The user it is assigned to, if any.
