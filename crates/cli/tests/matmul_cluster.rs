@@ -270,7 +270,8 @@ fn rtl_and_native_nodes_serve_one_user_correctly() {
         ("native-0", &native_target),
         ("native-1", &native_target),
     ] {
-        let hello = format!("name=Some({name:?}) targets=[{target:?}]");
+        // The server names a node `name@address` in every log line.
+        let hello = format!("node hello: targets=[{target:?}] node={name}@");
         assert!(srv.wait_for(&hello), "no {hello} in\n{}", srv.log());
     }
 
