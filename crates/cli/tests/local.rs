@@ -96,11 +96,14 @@ fn observer_opts() -> ClientOptions {
     }
 }
 
-#[test]
-fn first_line_is_the_address_users_connect_to() {
+/// `corefarm local --nodes N` on port 0; returns it, its first two stdout
+/// lines, and an observer connected once all N nodes are free.
+fn local(nodes: usize, extra: &[&str]) -> (Proc, String, String, Client) {
     let mut child = Proc(
         Command::new(BIN)
-            .args(["local", "--nodes", "2", "--users-listen", "127.0.0.1:0"])
+            .args(["local", "--nodes", &nodes.to_string()])
+            .args(["--users-listen", "127.0.0.1:0"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -108,35 +111,46 @@ fn first_line_is_the_address_users_connect_to() {
             .expect("start corefarm local"),
     );
     let mut out = BufReader::new(child.0.stdout.take().unwrap());
-    let mut first = String::new();
+    let (mut first, mut second) = (String::new(), String::new());
     out.read_line(&mut first).unwrap();
-    let rest = first
-        .strip_prefix("corefarm local: users connect to ")
-        .unwrap_or_else(|| panic!("first line {first:?}"));
-    let addr = rest.split_whitespace().next().unwrap();
-    assert!(
-        rest.trim_end().ends_with("(2 simulated nodes)"),
-        "{first:?}"
-    );
-    // The machine-readable line follows, with the same user address.
-    let mut second = String::new();
     out.read_line(&mut second).unwrap();
-    assert!(
-        second.starts_with("listening nodes=")
-            && second.trim_end().ends_with(&format!("users={addr}")),
-        "{second:?}"
-    );
-
-    // Both nodes connected (an observer asks; the pause only spares the CPU).
-    let observer = Client::connect(addr, observer_opts()).expect("connect to the printed address");
+    let addr = first
+        .strip_prefix("corefarm local: users connect to ")
+        .unwrap_or_else(|| panic!("first line {first:?}"))
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_string();
+    // All nodes connected (an observer asks; the pause only spares the CPU).
+    let observer = Client::connect(&addr, observer_opts()).expect("connect to the printed address");
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while observer.status().unwrap().count_nodes(NodeState::Free) < 2 {
+    while observer.status().unwrap().count_nodes(NodeState::Free) < nodes {
         assert!(
             std::time::Instant::now() < deadline,
             "the nodes never connected"
         );
         std::thread::sleep(Duration::from_millis(20));
     }
+    (child, first, second, observer)
+}
+
+#[test]
+fn first_line_is_the_address_users_connect_to() {
+    let (_local, first, second, _observer) = local(2, &[]);
+    let rest = first
+        .strip_prefix("corefarm local: users connect to ")
+        .unwrap();
+    let addr = rest.split_whitespace().next().unwrap();
+    assert!(
+        rest.trim_end().ends_with("(2 simulated nodes)"),
+        "{first:?}"
+    );
+    // The machine-readable line follows, with the same user address.
+    assert!(
+        second.starts_with("listening nodes=")
+            && second.trim_end().ends_with(&format!("users={addr}")),
+        "{second:?}"
+    );
     let opts = ClientOptions {
         io_timeout: Some(Duration::from_secs(30)),
         ..ClientOptions::default()
@@ -148,5 +162,29 @@ fn first_line_is_the_address_users_connect_to() {
     assert_eq!((r.id, r.data.len()), (id, 16));
     let s = c.status().unwrap();
     assert_eq!(s.count_nodes(NodeState::Ready), 2, "{s:#?}");
+    assert!(c.warnings().is_empty(), "{:?}", c.warnings());
+    c.close();
+}
+
+/// The server's "fewer nodes than asked" warning reaches the Rust client as
+/// a configuration warning, and the session goes on.
+#[test]
+fn a_client_that_asks_for_more_nodes_than_exist_gets_a_warning() {
+    let (_local, first, _, _observer) = local(2, &["--node-wait", "0.2"]);
+    let addr = first.split_whitespace().nth(5).unwrap();
+    let opts = ClientOptions {
+        nodes: Some(3),
+        io_timeout: Some(Duration::from_secs(30)),
+        ..ClientOptions::default()
+    };
+    let c = Client::connect(addr, opts).unwrap();
+    assert_eq!(c.nodes(), Some(2));
+    c.configure_benchmark(16, 16, 0).unwrap();
+    assert_eq!(
+        c.warnings(),
+        ["asked for 3 nodes, 2 assigned (2 connected)"]
+    );
+    let id = c.submit(Bytes::from(vec![1u8; 16])).unwrap();
+    assert_eq!(c.recv(Some(Duration::from_secs(30))).unwrap().id, id);
     c.close();
 }
