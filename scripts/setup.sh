@@ -26,7 +26,7 @@ py="${PYTHON:-python3}"
 missing=$("$py" - <<'PY'
 import importlib.util
 mods = {"maturin": "maturin>=1.5,<2", "numpy": "numpy", "pytest": "pytest",
-        "matplotlib": "matplotlib", "hypothesis": "hypothesis"}
+        "matplotlib": "matplotlib", "hypothesis": "hypothesis", "pdoc": "pdoc"}
 print(" ".join(spec for m, spec in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )

@@ -34,6 +34,9 @@ step "python package (maturin) and pytest"
 bash python/build.sh
 python3 -m pytest -q python/tests tests/peers bench/tests examples
 
+step "Python API reference (pdoc: a warning or an undocumented public name fails)"
+python3 python/docs/build.py "$root/target/python-docs"
+
 step "benchmark suite, quick mode"
 "$COREFARM_BIN" bench suite all --quick --out "$root/target/bench-quick"
 

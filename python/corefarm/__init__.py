@@ -44,6 +44,11 @@ __all__ = [
 ]
 
 DEFAULT_PORT = 9999
+"""The server's user port when an address gives none (`corefarm local` and `corefarm server` listen there)."""
+# Bound here too so that the API reference shows its docstring (pdoc reads
+# a variable's docstring from the module that assigns it).
+ERROR_CODES = ERROR_CODES
+"""Names of the server's error codes by number (docs/protocol.md, type 0x11)."""
 Output = _corefarm.Output
 Pending = _corefarm.Pending
 _IMAGE_MAGIC = b"CFIMAGE\0"
@@ -309,6 +314,7 @@ class Client:
 
     @property
     def credit_mode(self):
+        """Whether the server grants credit (the hello agreed on it): submits wait for credit."""
         return self._raw.credit_mode
 
     @property
@@ -318,11 +324,13 @@ class Client:
 
     @property
     def server_hello(self):
+        """The server's hello as a dict (features, nodes, max_message), or None in legacy mode."""
         h = self._raw.server_hello
         return _json.loads(h) if h is not None else None
 
     @property
     def addr(self):
+        """The "host:port" this client connected to."""
         return self._raw.addr
 
     def close(self):

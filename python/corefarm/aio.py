@@ -47,6 +47,7 @@ class AsyncClient:
         if not isinstance(client, _Client):
             raise TypeError("AsyncClient wraps a corefarm.Client (use corefarm.aio.connect)")
         self.client = client
+        """The blocking `corefarm.Client` underneath (usable from other threads)."""
         self._raw = client._raw
         self._loop = None
         self._completions = None

@@ -26,7 +26,9 @@ class ConfigurationError(Error):
     def __init__(self, message, status=None, reason=None):
         super().__init__(message)
         self.status = status
+        """The configuration response's status byte, or None if none arrived."""
         self.reason = reason
+        """The server's explanation (its error messages), or None."""
 
 
 class ServerError(Error):
@@ -36,11 +38,15 @@ class ServerError(Error):
     def __init__(self, message, code=0, reason="", id=None):
         super().__init__(message)
         self.code = code
+        """The error code (a key of ERROR_CODES)."""
         self.reason = reason
+        """The server's explanation."""
         self.id = id
+        """The data message concerned, or None if the error concerns the whole session."""
 
     @property
     def code_name(self):
+        """The code's name, e.g. "no-nodes" ("unknown" for a code this version does not know)."""
         return ERROR_CODES.get(self.code, "unknown")
 
 
@@ -50,6 +56,7 @@ class ProtocolError(Error):
     def __init__(self, message, kind=None):
         super().__init__(message)
         self.kind = kind
+        """The rule broken, as named in tests/vectors/smp.json."""
 
 
 class InputError(Error, ValueError):
@@ -67,7 +74,6 @@ class UnsupportedError(Error):
     server without the status extension, or in legacy mode)."""
 
 
-# Wire codes of the Error message (crates/smp/src/error.rs).
 ERROR_CODES = {
     1: "malformed",
     2: "too-large",
@@ -80,6 +86,7 @@ ERROR_CODES = {
     9: "core-failure",
     10: "internal",
 }
+"""Names of the codes of the server's Error message, by number (docs/protocol.md, type 0x11)."""
 
 
 class ImageError(Error, ValueError):

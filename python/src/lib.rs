@@ -160,8 +160,10 @@ pub(crate) fn secs(t: Option<f64>) -> PyResult<Option<Duration>> {
 /// protocol, so `memoryview(out)` / `numpy.frombuffer(out)` do not copy.
 #[pyclass(frozen, module = "corefarm._corefarm")]
 struct Output {
+    /// The id of the data message this result answers.
     #[pyo3(get)]
     id: u32,
+    /// How many outputs of the configured output size `data` holds.
     #[pyo3(get)]
     count: u32,
     data: Bytes,
@@ -169,6 +171,7 @@ struct Output {
 
 #[pymethods]
 impl Output {
+    /// The outputs as `bytes` (a copy; `memoryview(out)` is not).
     #[getter]
     fn data<'py>(&self, py: Python<'py>) -> Bound<'py, PyBytes> {
         PyBytes::new(py, &self.data)

@@ -27,6 +27,7 @@ impl From<RustPending> for Pending {
 
 #[pymethods]
 impl Pending {
+    /// The id of the data message whose result this is.
     #[getter]
     fn id(&self) -> u32 {
         self.inner.id()

@@ -247,21 +247,94 @@ impl NodeTuning {
     }
 }
 
+/// `corefarm local`: only what applies to a cluster inside one process.
+/// The nodes are simulated here, so node flags about reaching a remote
+/// server (`--once`) or a board (the FPGA backend) are not offered.
 #[derive(Args, Clone)]
 pub struct LocalArgs {
     /// Number of simulated nodes.
     #[arg(long, default_value_t = 4)]
     pub nodes: usize,
-    /// Address the node port listens on (port 0 = any free port).
+    /// Address the user port listens on; the default is the port
+    /// `corefarm.connect()` and the Rust client use.
+    #[arg(long, default_value_t = local_users_listen())]
+    pub users_listen: String,
+    /// Address the node port listens on (port 0 = any free port). The
+    /// simulated nodes connect here; `corefarm node` can add more.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub nodes_listen: String,
-    /// Address the user port listens on (port 0 = any free port).
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub users_listen: String,
-    #[command(flatten)]
+    #[command(flatten, next_help_heading = "Server")]
     pub tuning: ServerTuning,
-    #[command(flatten)]
-    pub node: NodeTuning,
+    #[command(flatten, next_help_heading = "Simulated nodes")]
+    pub node: LocalNodeArgs,
+}
+
+/// Loopback only: an in-process cluster is not meant to be reachable from
+/// other machines unless `--users-listen` says so.
+fn local_users_listen() -> String {
+    format!("127.0.0.1:{}", corefarm_client::DEFAULT_USER_PORT)
+}
+
+/// The node flags that make sense for simulated nodes.
+#[derive(Args, Clone)]
+pub struct LocalNodeArgs {
+    /// Node name prefix (nodes are named <name>-<i>).
+    #[arg(long, default_value = "node")]
+    pub name: String,
+    /// Memory guard per node: bytes of queued input and unsent output it may
+    /// hold before it stops reading from the server.
+    #[arg(long, default_value_t = 512 * 1024 * 1024)]
+    pub memory_limit: usize,
+    /// Hardware-core backends the nodes may load, comma-separated: native
+    /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "native,rtl",
+        value_parser = ["native", "rtl"]
+    )]
+    pub backends: Vec<String>,
+    /// Seconds one job may keep a core busy before the core counts as hung.
+    #[arg(long, default_value_t = 10.0, value_parser = parse_timeout)]
+    pub core_timeout: f64,
+}
+
+impl LocalNodeArgs {
+    /// The node options: `corefarm node`'s defaults with these flags applied.
+    pub fn options(&self) -> anyhow::Result<NodeOptions> {
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            node: NodeTuning,
+        }
+        use clap::Parser;
+        let backends = self.backends.join(",");
+        let core_timeout = self.core_timeout.to_string();
+        let memory_limit = self.memory_limit.to_string();
+        let tuning = Defaults::try_parse_from([
+            "local",
+            "--name",
+            &self.name,
+            "--memory-limit",
+            &memory_limit,
+            "--backends",
+            &backends,
+            "--core-timeout",
+            &core_timeout,
+        ])?;
+        Ok(tuning.node.options(String::new()))
+    }
+}
+
+/// Where a program on this machine connects to reach `addr` (an unspecified
+/// address such as 0.0.0.0 listens on loopback too).
+fn connect_hint(addr: std::net::SocketAddr) -> std::net::SocketAddr {
+    use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+    match addr.ip() {
+        IpAddr::V4(ip) if ip.is_unspecified() => (Ipv4Addr::LOCALHOST, addr.port()).into(),
+        IpAddr::V6(ip) if ip.is_unspecified() => (Ipv6Addr::LOCALHOST, addr.port()).into(),
+        _ => addr,
+    }
 }
 
 pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
@@ -344,20 +417,24 @@ pub async fn start_local(
 }
 
 pub fn run_local(args: LocalArgs) -> anyhow::Result<()> {
+    let node = args.node.options()?;
     runtime()?.block_on(async {
         let opts = args.tuning.options(args.nodes_listen, args.users_listen);
-        let (cluster, handle) =
-            start_local(args.nodes, opts, args.node.options(String::new())).await?;
+        let (cluster, handle) = start_local(args.nodes, opts, node).await?;
+        // First line: what a person needs; second: what scripts parse
+        // (the same line as `corefarm server`).
+        println!(
+            "corefarm local: users connect to {} ({} simulated node{})",
+            connect_hint(cluster.users_addr),
+            args.nodes,
+            if args.nodes == 1 { "" } else { "s" }
+        );
         println!(
             "listening nodes={} users={}",
             cluster.nodes_addr, cluster.users_addr
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();
-        eprintln!(
-            "local cluster: {} node(s); connect users to {}",
-            args.nodes, cluster.users_addr
-        );
         stop_on_signal(&cluster.stop);
         let _ = handle.await;
         Ok(())

@@ -7,6 +7,7 @@ mod cmd_image;
 mod cmd_server;
 #[cfg(test)]
 mod cmd_server_tests;
+mod cmd_status;
 mod demo;
 
 #[derive(Parser)]
@@ -33,6 +34,8 @@ enum Cmd {
     /// Build and inspect configuration images.
     #[command(subcommand)]
     Image(cmd_image::ImageCmd),
+    /// Show the cluster (nodes, users, counters) as a server reports it; takes no node.
+    Status(cmd_status::StatusArgs),
     /// Multiply random 64×64 int32 matrices on an embedded cluster, check every result, compare with software.
     Demo(demo::DemoArgs),
 }
@@ -55,5 +58,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Image(c) => cmd_image::run(c),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Status(a) => cmd_status::run(a),
     }
 }

@@ -120,7 +120,7 @@ struct Handler {
     /// Credits granted to the user and not yet used.
     credit: u64,
     /// Reasons nodes gave for refusing the current configuration.
-    refusals: Vec<String>,
+    refusals: configure::Refusals,
     /// Last message from the user or answer to it (for --user-idle-timeout).
     last_activity: Instant,
 }
@@ -190,7 +190,7 @@ pub(crate) async fn run(
         next_internal: 0,
         outstanding: 0,
         credit: 0,
-        refusals: Vec::new(),
+        refusals: Default::default(),
         last_activity: Instant::now(),
     };
     let end = h.main_loop(&stop).await;

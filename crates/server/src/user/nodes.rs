@@ -97,7 +97,7 @@ impl Handler {
             return Ok(());
         };
         if matches!(n.slot, Slot::Configuring { .. }) {
-            self.refusals.push(format!("{}: {reason}", n.tx.label()));
+            self.refusals.reason(id, n.tx.label(), reason);
         }
         let mut moved: Vec<(u32, Pending)> = n.in_flight.into_iter().collect();
         moved.sort_by_key(|(k, _)| *k);

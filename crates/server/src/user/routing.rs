@@ -155,9 +155,8 @@ impl Handler {
                     n.tx.entry.set_state(NodeState::Ready);
                     tracing::info!(user = %self.peer, node = %n.tx.label(), "node configured");
                 } else {
-                    let reason = format!("{} refused the configuration", n.tx.label());
-                    tracing::warn!(user = %self.peer, "{reason}");
-                    self.refusals.push(reason);
+                    tracing::warn!(user = %self.peer, node = %n.tx.label(), "node refused the configuration");
+                    self.refusals.refused(id, n.tx.label());
                     let user = self.user;
                     self.shared.pool.update(user, |w| {
                         w.refused.insert(id);
@@ -190,8 +189,7 @@ impl Handler {
                 } else {
                     tracing::warn!(user = %self.peer, node = %n.tx.label(), "node reports: {e}");
                     if matches!(n.slot, Slot::Configuring { .. }) {
-                        self.refusals
-                            .push(format!("{}: {}", n.tx.label(), e.reason));
+                        self.refusals.reason(id, n.tx.label(), &e.reason);
                     }
                     Ok(())
                 }

@@ -1,0 +1,252 @@
+//! `corefarm status`: the cluster as the server sees it, asked over the
+//! status extension by an observer — a hello user with `nodes: 0`, which
+//! takes no node away from the users that compute.
+
+use std::time::Duration;
+
+use anyhow::Context;
+use clap::Args;
+use corefarm_client::{Client, ClientOptions};
+use corefarm_smp::{ClusterStatus, NodeState, UserPhase};
+
+#[derive(Args, Clone)]
+pub struct StatusArgs {
+    /// Server user port, HOST:PORT.
+    #[arg(long, default_value_t = format!("127.0.0.1:{}", corefarm_client::DEFAULT_USER_PORT))]
+    pub server: String,
+    /// Print the server's status answer as JSON (docs/protocol.md, type 0x14).
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds to wait for the connection and for the answer.
+    #[arg(long, default_value_t = 10.0)]
+    pub timeout: f64,
+}
+
+pub fn run(args: StatusArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        args.timeout.is_finite() && args.timeout > 0.0 && args.timeout < 1e9,
+        "--timeout must be a positive number of seconds"
+    );
+    let status = fetch(&args.server, Duration::from_secs_f64(args.timeout))?;
+    let text = if args.json {
+        serde_json::to_string_pretty(&status)? + "\n"
+    } else {
+        render(&status)
+    };
+    use std::io::Write;
+    match std::io::stdout().lock().write_all(text.as_bytes()) {
+        // `corefarm status | head` is not an error.
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
+    }
+}
+
+/// Connects as an observer and asks once.
+pub fn fetch(server: &str, timeout: Duration) -> anyhow::Result<ClusterStatus> {
+    let opts = ClientOptions {
+        nodes: Some(0),
+        name: Some("corefarm status".into()),
+        connect_timeout: Some(timeout),
+        io_timeout: Some(timeout),
+        ..ClientOptions::default()
+    };
+    // The client's error already names the address.
+    let client = Client::connect(server, opts)?;
+    let status = client
+        .status()
+        .with_context(|| format!("asking {server} for its status"))?;
+    client.close();
+    Ok(status)
+}
+
+/// The status as two tables. The observer's own session (`you`) is left
+/// out: it is this command.
+pub fn render(s: &ClusterStatus) -> String {
+    let mut out = format!(
+        "policy {}, max message {} bytes\n\nnodes: {}\n",
+        s.policy,
+        s.max_message,
+        s.nodes.len()
+    );
+    if !s.nodes.is_empty() {
+        let mut rows = vec![row(["ID", "NODE", "STATE", "USER", "IN-FLIGHT", "RESULTS"])];
+        for n in &s.nodes {
+            let label = match &n.name {
+                Some(name) => format!("{name}@{}", n.addr),
+                // As the server's logs name a node without a hello.
+                None => format!("node-{}@{}", n.id, n.addr),
+            };
+            rows.push(vec![
+                n.id.to_string(),
+                label,
+                node_state(n.state).into(),
+                n.user.map_or("-".into(), |u| u.to_string()),
+                n.in_flight.to_string(),
+                n.results.to_string(),
+            ]);
+        }
+        out += &table(&rows);
+    }
+    let users: Vec<_> = s.users.iter().filter(|u| Some(u.id) != s.you).collect();
+    out += &format!("\nusers: {}\n", users.len());
+    if !users.is_empty() {
+        let mut rows = vec![row([
+            "ID",
+            "ADDRESS",
+            "NAME",
+            "PHASE",
+            "NODES",
+            "OUTSTANDING",
+            "QUEUED",
+            "RESULTS",
+        ])];
+        for u in users {
+            let name = match (&u.name, u.hello) {
+                (Some(n), _) => n.clone(),
+                (None, false) => "(seed user)".into(),
+                (None, true) => "-".into(),
+            };
+            let nodes: Vec<String> = u.nodes.iter().map(|n| n.to_string()).collect();
+            rows.push(vec![
+                u.id.to_string(),
+                u.addr.clone(),
+                name,
+                user_phase(u.phase).into(),
+                if nodes.is_empty() {
+                    "-".into()
+                } else {
+                    nodes.join(",")
+                },
+                u.outstanding.to_string(),
+                u.queued.to_string(),
+                u.results.to_string(),
+            ]);
+        }
+        out += &table(&rows);
+    }
+    out
+}
+
+fn row<const N: usize>(cells: [&str; N]) -> Vec<String> {
+    cells.iter().map(|c| c.to_string()).collect()
+}
+
+/// Left-aligned columns two spaces apart, indented by two.
+fn table(rows: &[Vec<String>]) -> String {
+    let cols = rows.iter().map(Vec::len).max().unwrap_or(0);
+    let width: Vec<usize> = (0..cols)
+        .map(|c| {
+            rows.iter()
+                .filter_map(|r| r.get(c))
+                .map(|s| s.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let cells: Vec<String> = r
+            .iter()
+            .enumerate()
+            .map(|(c, s)| format!("{s:<w$}", w = width[c]))
+            .collect();
+        out += "  ";
+        out += cells.join("  ").trim_end();
+        out += "\n";
+    }
+    out
+}
+
+fn node_state(s: NodeState) -> &'static str {
+    match s {
+        NodeState::Free => "free",
+        NodeState::Assigned => "assigned",
+        NodeState::Configuring => "configuring",
+        NodeState::Ready => "ready",
+    }
+}
+
+fn user_phase(p: UserPhase) -> &'static str {
+    match p {
+        UserPhase::Initial => "initial",
+        UserPhase::Configuring => "configuring",
+        UserPhase::Routing => "routing",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corefarm_smp::{NodeStatus, UserStatus};
+
+    #[test]
+    fn tables_name_nodes_like_the_logs_and_leave_out_the_observer() {
+        let s = ClusterStatus {
+            you: Some(9),
+            policy: "credit".into(),
+            max_message: 1024,
+            nodes: vec![
+                NodeStatus {
+                    id: 1,
+                    name: Some("n0".into()),
+                    addr: "10.0.0.5:40112".into(),
+                    state: NodeState::Ready,
+                    user: Some(3),
+                    in_flight: 2,
+                    results: 118,
+                },
+                NodeStatus {
+                    id: 2,
+                    addr: "10.0.0.6:1".into(),
+                    ..NodeStatus::default()
+                },
+            ],
+            users: vec![
+                UserStatus {
+                    id: 3,
+                    addr: "10.0.0.9:51234".into(),
+                    name: Some("prog".into()),
+                    hello: true,
+                    phase: UserPhase::Routing,
+                    nodes: vec![1],
+                    outstanding: 2,
+                    queued: 0,
+                    results: 118,
+                },
+                UserStatus {
+                    id: 9,
+                    addr: "127.0.0.1:2".into(),
+                    name: Some("corefarm status".into()),
+                    hello: true,
+                    ..UserStatus::default()
+                },
+            ],
+        };
+        let expected = "\
+policy credit, max message 1024 bytes
+
+nodes: 2
+  ID  NODE               STATE  USER  IN-FLIGHT  RESULTS
+  1   n0@10.0.0.5:40112  ready  3     2          118
+  2   node-2@10.0.0.6:1  free   -     0          0
+
+users: 1
+  ID  ADDRESS         NAME  PHASE    NODES  OUTSTANDING  QUEUED  RESULTS
+  3   10.0.0.9:51234  prog  routing  1      2            0       118
+";
+        assert_eq!(render(&s), expected);
+    }
+
+    #[test]
+    fn an_empty_cluster_has_empty_sections() {
+        let s = ClusterStatus {
+            policy: "queue".into(),
+            max_message: 16,
+            ..ClusterStatus::default()
+        };
+        assert_eq!(
+            render(&s),
+            "policy queue, max message 16 bytes\n\nnodes: 0\n\nusers: 0\n"
+        );
+    }
+}
