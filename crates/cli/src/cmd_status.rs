@@ -194,6 +194,7 @@ mod tests {
                     user: Some(3),
                     in_flight: 2,
                     results: 118,
+                    ..Default::default()
                 },
                 NodeStatus {
                     id: 2,
