@@ -142,6 +142,7 @@ impl Handler {
             user_id: d.id,
             data: d.data,
             count,
+            sent: tokio::time::Instant::now(),
         });
         Ok(())
     }
