@@ -131,9 +131,10 @@ pub const MIN_WINDOW: u32 = 2;
 /// - **Grow** when the window starved the node: a result arrives with
 ///   nothing else in flight (the node has had nothing to do since it sent
 ///   it) although the window was full meanwhile, so the user's pace was not
-///   the limit. Twice within one epoch (a window's worth of results): a
-///   single starvation is more often a scheduling hiccup of a loaded
-///   machine than a window too small, and growing for it costs latency.
+///   the limit. Only when it happens in two epochs in a row (an epoch is a
+///   window's worth of results), or twice in one: a single starvation is
+///   more often a scheduling hiccup of a loaded machine than a window too
+///   small, and growing for it costs latency.
 /// - **Shrink** when messages only wait: each message's round trip
 ///   (dispatch to result) against the shortest one seen recently estimates
 ///   how many messages were queued ahead of it at the node
@@ -157,6 +158,8 @@ pub struct Window {
     seen: u32,
     /// Results this epoch that found the node starved.
     starved: u32,
+    /// The previous epoch had a starved result.
+    starved_before: bool,
     /// Shortest round trip since the window last grew. A message sent to an
     /// idle node measures it: at the start, and after every growth (which
     /// follows idleness). A stale base (the node became slower) makes the
@@ -177,6 +180,7 @@ impl Window {
             min_queued: u64::MAX,
             seen: 0,
             starved: 0,
+            starved_before: false,
             base: Duration::MAX,
         }
     }
@@ -194,8 +198,11 @@ impl Window {
     }
 
     /// A result came back after `rtt` with `left` messages still in flight.
-    /// `cap` bounds the window (the byte budget over the message size).
-    pub fn on_result(&mut self, left: usize, rtt: Duration, cap: u32) {
+    /// `user_blocked`: the user has no credit left, so it waits for the
+    /// windows even if this node never looked full (its next message is on
+    /// its way through the user). `cap` bounds the window (the byte budget
+    /// over the message size).
+    pub fn on_result(&mut self, left: usize, rtt: Duration, user_blocked: bool, cap: u32) {
         if !self.adaptive {
             return;
         }
@@ -205,19 +212,21 @@ impl Window {
         let cap = cap.clamp(1, MAX_WINDOW);
         let floor = MIN_WINDOW.min(cap);
         self.seen += 1;
-        if left == 0 && self.full {
+        if left == 0 && (self.full || user_blocked) {
             self.starved += 1;
         } else {
             self.min_queued = self.min_queued.min((queued * 1000.0) as u64);
         }
-        if self.starved >= 2 {
+        if self.starved >= 2 || (self.starved == 1 && self.starved_before) {
             self.cur = (self.cur + 1).min(cap);
             self.base = Duration::MAX;
+            self.starved_before = false;
             self.next_epoch();
         } else if self.seen > self.cur {
             if self.starved == 0 && self.min_queued as f64 > QUEUED_MAX * 1000.0 {
                 self.cur -= 1;
             }
+            self.starved_before = self.starved > 0;
             self.next_epoch();
         }
         self.cur = self.cur.clamp(floor, cap);
@@ -284,6 +293,7 @@ mod tests {
     fn credit_picks_least_loaded_and_respects_limit() {
         let mut o = order(3);
         let inflight: HashMap<u64, usize> = [(0, 2), (1, 1), (2, 2)].into();
+        let inflight = &inflight;
         let load = |window| {
             move |id| {
                 Some(Load {
@@ -336,7 +346,7 @@ mod tests {
             }
             while flight.front().is_some_and(|&(_, d)| d <= step) {
                 let (sent, done) = flight.pop_front().expect("non-empty");
-                w.on_result(flight.len(), ms(done - sent), cap);
+                w.on_result(flight.len(), ms(done - sent), true, cap);
             }
             // The user refills the window.
             while flight.len() + arrivals.len() < w.get() as usize {
@@ -364,23 +374,23 @@ mod tests {
     fn window_shrinks_when_messages_only_wait() {
         let ms = Duration::from_millis;
         let mut w = Window::new(8, true);
-        w.on_result(7, ms(1), MAX_WINDOW);
+        w.on_result(7, ms(1), true, MAX_WINDOW);
         // Every result then waited behind about four others.
         for _ in 0..2000 {
-            w.on_result(5, ms(5), MAX_WINDOW);
+            w.on_result(5, ms(5), true, MAX_WINDOW);
         }
         assert_eq!(w.get(), MIN_WINDOW);
         // A node the user does not keep busy gives no reason to grow.
         let mut w = Window::new(2, true);
         for _ in 0..50 {
             w.on_dispatch(1);
-            w.on_result(0, ms(1), MAX_WINDOW);
+            w.on_result(0, ms(1), false, MAX_WINDOW);
         }
         assert_eq!(w.get(), 2);
         // A fixed window stays what it was told.
         let mut w = Window::new(4, false);
         w.on_dispatch(4);
-        w.on_result(0, ms(1), MAX_WINDOW);
+        w.on_result(0, ms(1), true, MAX_WINDOW);
         assert_eq!(w.get(), 4);
     }
 }

@@ -168,9 +168,10 @@ impl Handler {
                 let left = n.in_flight.len();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
+                let blocked = self.agreed(features::CREDIT) && self.credit == 0;
                 let w = self.window(id);
                 let before = w.get();
-                w.on_result(left, now - p.sent, cap);
+                w.on_result(left, now - p.sent, blocked, cap);
                 if w.get() != before {
                     tracing::debug!(
                         node = id,
