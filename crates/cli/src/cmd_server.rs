@@ -40,8 +40,9 @@ fn parse_timeout(s: &str) -> Result<f64, String> {
 #[derive(Args, Clone)]
 pub struct ServerTuning {
     /// Data demultiplexer: queue and stack as in the seed (a node takes the next
-    /// message once its previous send completed), or credit (at most --credit
-    /// messages in flight per node, least-loaded first: low latency).
+    /// message once its previous send completed), or credit (a window of
+    /// messages in flight per node, adaptive by default, least-loaded first:
+    /// low latency).
     #[arg(long, default_value_t = defaults::POLICY)]
     pub policy: Policy,
     /// Credit policy: data messages in flight per node (where an adaptive
