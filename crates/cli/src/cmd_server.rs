@@ -40,14 +40,26 @@ fn parse_timeout(s: &str) -> Result<f64, String> {
 #[derive(Args, Clone)]
 pub struct ServerTuning {
     /// Data demultiplexer: queue and stack as in the seed (a node takes the next
-    /// message once its previous send completed), or credit (at most --credit
-    /// messages in flight per node, least-loaded first: low latency).
+    /// message once its previous send completed), or credit (a window of
+    /// messages in flight per node, adaptive by default, least-loaded first:
+    /// low latency).
     #[arg(long, default_value_t = defaults::POLICY)]
     pub policy: Policy,
-    /// Credit policy: data messages in flight per node.
+    /// Credit policy: data messages in flight per node (where an adaptive
+    /// window starts; the window itself with --credit-window fixed).
     #[arg(long, default_value_t = defaults::CREDIT)]
     pub credit: u32,
-    /// Messages a credit-aware user may have outstanding (default: credit × nodes).
+    /// Credit policy: `adaptive` grows a node's window while the window
+    /// starves it and shrinks it while messages only wait at the node;
+    /// `fixed` keeps --credit.
+    #[arg(long, default_value = if defaults::CREDIT_ADAPTIVE { "adaptive" } else { "fixed" },
+          value_parser = ["adaptive", "fixed"])]
+    pub credit_window: String,
+    /// Credit policy: bytes an adaptive window may keep in flight per node
+    /// (at least one message).
+    #[arg(long, default_value_t = defaults::CREDIT_MAX_BYTES)]
+    pub credit_max_bytes: u64,
+    /// Messages a credit-aware user may have outstanding (default: the sum of its nodes' windows).
     #[arg(long)]
     pub user_window: Option<u32>,
     /// Largest accepted message payload, in bytes. A configuration whose input
@@ -91,6 +103,8 @@ impl ServerTuning {
             users_listen,
             policy: self.policy,
             credit: self.credit,
+            credit_adaptive: self.credit_window == "adaptive",
+            credit_max_bytes: self.credit_max_bytes,
             user_window: self.user_window,
             max_message: self.max_message,
             config_timeout: Duration::from_secs_f64(self.config_timeout),

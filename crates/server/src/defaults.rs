@@ -10,6 +10,10 @@ pub const USERS_LISTEN: &str = "0.0.0.0:9999";
 pub const POLICY: Policy = Policy::Credit;
 /// Credit policy: data messages in flight per node.
 pub const CREDIT: u32 = 4;
+/// Credit policy: per-node windows adapt (start at `CREDIT`).
+pub const CREDIT_ADAPTIVE: bool = true;
+/// Credit policy: an adaptive window's byte budget per node.
+pub const CREDIT_MAX_BYTES: u64 = 32 << 20;
 pub const MAX_MESSAGE: u32 = corefarm_smp::DEFAULT_MAX_MESSAGE;
 pub const CONFIG_TIMEOUT: Duration = Duration::from_secs(30);
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(60);

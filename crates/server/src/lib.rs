@@ -38,10 +38,17 @@ pub struct ServerOptions {
     pub nodes_listen: String,
     pub users_listen: String,
     pub policy: Policy,
-    /// Credit policy: data messages in flight per node.
+    /// Credit policy: data messages in flight per node; the starting point
+    /// of the adaptive window, or the window itself when it is fixed.
     pub credit: u32,
+    /// Credit policy: adapt each node's window to keep it busy with the
+    /// least data waiting (see [`dispatch::Window`]).
+    pub credit_adaptive: bool,
+    /// Credit policy: bytes of data messages an adaptive window may hold
+    /// in flight per node (at least one message).
+    pub credit_max_bytes: u64,
     /// Credit toward users (hello users with the credit feature): messages a
-    /// user may have outstanding. Default: `credit × nodes`.
+    /// user may have outstanding. Default: the sum of its nodes' windows.
     pub user_window: Option<u32>,
     pub max_message: u32,
     /// How long a node may take to answer a configuration.
@@ -72,6 +79,8 @@ impl Default for ServerOptions {
             users_listen: USERS_LISTEN.into(),
             policy: POLICY,
             credit: CREDIT,
+            credit_adaptive: CREDIT_ADAPTIVE,
+            credit_max_bytes: CREDIT_MAX_BYTES,
             user_window: None,
             max_message: MAX_MESSAGE,
             config_timeout: CONFIG_TIMEOUT,

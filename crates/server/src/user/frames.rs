@@ -7,6 +7,14 @@ use corefarm_smp::{
 
 use super::{End, Handler, NextCfg, Pending};
 
+/// A configured user's receive buffer holds this many data messages of
+/// its input size (the kernel doubles the figure for its bookkeeping).
+const USER_RCVBUF_MESSAGES: usize = 2;
+/// Floor: tiny messages still travel many per window.
+const USER_RCVBUF_MIN: usize = 64 << 10;
+/// Above this the buffer is left to the kernel's auto-tuning.
+const USER_RCVBUF_MAX: usize = 1 << 20;
+
 /// Extension features the server agrees to when a user asks for them.
 const AGREED: [&str; 3] = [features::ERROR, features::CREDIT, features::STATUS];
 
@@ -92,6 +100,9 @@ impl Handler {
         // cannot be carried would otherwise make every node fail its first
         // result and be dropped from the pool.
         let verdict = cfg.check_limits(self.shared.opts.max_message);
+        if verdict.is_ok() {
+            self.bound_receive_buffer(cfg.input_size);
+        }
         if self.phase == Phase::Initial {
             match verdict {
                 Ok(()) => {
@@ -107,6 +118,26 @@ impl Handler {
                 Err(e) => NextCfg::Refuse(e),
             });
             Ok(())
+        }
+    }
+
+    /// Sizes the kernel's receive buffer of the user socket to a few data
+    /// messages of the configured input size. The server reads a user only
+    /// when a node can take the message, so whatever a user sends beyond
+    /// that waits in this buffer; a seed-format user (no credit) keeps it
+    /// full, and with the kernel's auto-tuning (megabytes) that wait was
+    /// tens of milliseconds. Large inputs keep auto-tuning: a buffer of a few
+    /// of them would exceed what the kernel grants anyway, and shrinking it
+    /// would cost throughput, not latency.
+    fn bound_receive_buffer(&self, input_size: u32) {
+        let message = input_size as usize + 12;
+        let want = USER_RCVBUF_MESSAGES * message;
+        if want > USER_RCVBUF_MAX {
+            return;
+        }
+        let sock = socket2::SockRef::from(self.reader.get_ref().as_ref());
+        if let Err(e) = sock.set_recv_buffer_size(want.max(USER_RCVBUF_MIN)) {
+            tracing::debug!(user = %self.peer, "cannot set the receive buffer: {e}");
         }
     }
 
@@ -142,6 +173,7 @@ impl Handler {
             user_id: d.id,
             data: d.data,
             count,
+            sent: tokio::time::Instant::now(),
         });
         Ok(())
     }

@@ -38,7 +38,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{StreamExt, StreamMap};
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::Order;
+use crate::dispatch::{Order, Window};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::Control;
 use crate::registry::UserEntry;
@@ -56,6 +56,8 @@ struct Pending {
     user_id: u32,
     data: Bytes,
     count: u32,
+    /// When it was (last) handed to a node: its round trip adapts the window.
+    sent: Instant,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -108,6 +110,9 @@ struct Handler {
     next_cfg: Option<NextCfg>,
     nodes: HashMap<u64, Node>,
     order: Order,
+    /// Credit policy: each node's adaptive window (by node id; kept apart
+    /// from [`Node`] so that taking and losing nodes need not know of it).
+    windows: HashMap<u64, Window>,
     events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
     /// Nodes the pool hands to this user after it registered.
     ctl_tx: mpsc::UnboundedSender<Control>,
@@ -182,6 +187,7 @@ pub(crate) async fn run(
         next_cfg: None,
         nodes: HashMap::new(),
         order: Order::default(),
+        windows: HashMap::new(),
         events: StreamMap::new(),
         ctl_tx,
         ctl_rx,

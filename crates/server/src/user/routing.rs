@@ -10,13 +10,14 @@ use corefarm_smp::{
 use tokio::time::Instant;
 
 use super::{End, Handler, NextCfg, Pending, Slot};
-use crate::dispatch::Load;
+use crate::dispatch::{Load, Window};
 use crate::nodeconn::NodeEvent;
 
 impl Handler {
     pub(super) fn pick_node(&mut self, commit: bool) -> Option<u64> {
-        let (policy, credit) = (self.shared.opts.policy, self.shared.opts.credit.max(1));
-        let nodes = &self.nodes;
+        let policy = self.shared.opts.policy;
+        let (nodes, windows) = (&self.nodes, &self.windows);
+        let initial = self.shared.opts.credit.max(1);
         let load = |id: u64| {
             nodes
                 .get(&id)
@@ -24,16 +25,36 @@ impl Handler {
                 .map(|n| Load {
                     unwritten: n.sent.saturating_sub(n.written),
                     in_flight: n.in_flight.len(),
+                    window: windows.get(&id).map_or(initial, Window::get),
                 })
         };
         if commit {
-            self.order.pick(policy, credit, load)
+            self.order.pick(policy, load)
         } else {
-            self.order.peek(policy, credit, load).map(|(_, id)| id)
+            self.order.peek(policy, load).map(|(_, id)| id)
         }
     }
 
-    pub(super) fn dispatch(&mut self, p: Pending) {
+    /// The node's credit window, created on first use.
+    fn window(&mut self, id: u64) -> &mut Window {
+        let opts = &self.shared.opts;
+        self.windows
+            .entry(id)
+            .or_insert_with(|| Window::new(opts.credit, opts.credit_adaptive))
+    }
+
+    /// Sum of the ready nodes' windows: what a credit-aware user may have
+    /// outstanding unless `--user-window` fixes it.
+    fn user_window(&self) -> u64 {
+        let initial = self.shared.opts.credit.max(1);
+        self.nodes
+            .iter()
+            .filter(|(_, n)| n.slot == Slot::Ready)
+            .map(|(id, _)| self.windows.get(id).map_or(initial, Window::get) as u64)
+            .sum()
+    }
+
+    pub(super) fn dispatch(&mut self, mut p: Pending) {
         let Some(id) = self.pick_node(true) else {
             self.redispatch.push_back(p);
             return;
@@ -46,14 +67,18 @@ impl Handler {
             self.redispatch.push_back(p);
             return;
         };
+        let now = Instant::now();
         if n.in_flight.is_empty() {
-            n.last_progress = Instant::now();
+            n.last_progress = now;
         }
+        p.sent = now;
         n.in_flight.insert(internal, p);
         n.tx.entry.in_flight.fetch_add(1, Ordering::Relaxed);
         if n.tx.send(frame) {
             n.sent += 1;
         }
+        let in_flight = n.in_flight.len();
+        self.window(id).on_dispatch(in_flight);
         // On a failed send the node's Closed event follows and re-dispatches.
     }
 
@@ -70,21 +95,19 @@ impl Handler {
             return match self.next_cfg.take().expect("checked") {
                 NextCfg::Apply(cfg, payload) => {
                     tracing::info!(user = %self.peer, "reconfiguring");
+                    // Service times change with the configuration: windows start afresh.
+                    self.windows.clear();
                     self.start_configuring(cfg, payload).await
                 }
                 NextCfg::Refuse(e) => self.refuse_configuration(e).await,
             };
         }
         if self.agreed(features::CREDIT) && self.next_cfg.is_none() {
-            let ready = self
-                .nodes
-                .values()
-                .filter(|n| n.slot == Slot::Ready)
-                .count() as u64;
-            let opts = &self.shared.opts;
-            let window = opts
+            let window = self
+                .shared
+                .opts
                 .user_window
-                .map_or(ready * opts.credit.max(1) as u64, |w| w as u64)
+                .map_or_else(|| self.user_window(), |w| w as u64)
                 .max(1);
             let used = self.outstanding + self.credit;
             if used < window {
@@ -105,7 +128,10 @@ impl Handler {
                 }
                 Ok(())
             }
-            NodeEvent::Closed(reason) => self.lose_node(id, &reason).await,
+            NodeEvent::Closed(reason) => {
+                self.windows.remove(&id);
+                self.lose_node(id, &reason).await
+            }
             NodeEvent::Frame(f, _permit) => self.on_node_frame(id, f).await,
         }
     }
@@ -135,9 +161,25 @@ impl Handler {
                     n.in_flight.insert(d.id, p);
                     return self.lose_node(id, &reason).await;
                 }
-                n.last_progress = Instant::now();
+                let now = Instant::now();
+                n.last_progress = now;
                 n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                 n.tx.entry.results.fetch_add(1, Ordering::Relaxed);
+                let left = n.in_flight.len();
+                let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
+                let cap = budget.min(u32::MAX as u64) as u32;
+                let blocked = self.agreed(features::CREDIT) && self.credit == 0;
+                let w = self.window(id);
+                let before = w.get();
+                w.on_result(left, now - p.sent, blocked, cap);
+                if w.get() != before {
+                    tracing::debug!(
+                        node = id,
+                        "credit window {before} -> {} (rtt {:?}, {left} left)",
+                        w.get(),
+                        now - p.sent
+                    );
+                }
                 self.entry.results.fetch_add(1, Ordering::Relaxed);
                 self.answered();
                 // A result of the configured size always fits (checked at configuration).
