@@ -586,7 +586,7 @@ def exp_server(ctx: Context) -> dict:
                 extra = {"peers": "seed"} if peers == "seed" else {}
                 sweep(ctx, rec, policy, n, [
                     ({"policy": policy, "nodes": n, "input_size": size, "count": count, **extra},
-                     dict(input_size=size, output_size=size, count=count, delay_us=0, drain=ctx.drain,
+                     dict(input_size=size, output_size=size, count=count, delay_us=0, drain=ctx.drain if peers == "hello" else max(ctx.drain, 60.0),
                           legacy=peers == "seed"))
                     for size, count in grid], seed_nodes=peers == "seed")
     return rec.write()
