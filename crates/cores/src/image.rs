@@ -482,10 +482,20 @@ mod tests {
     fn data_types_parse_print_and_count_bytes() {
         let t: DataType = "int32[64, 64]".parse().unwrap();
         assert_eq!((t.dtype, t.shape.as_slice()), (Dtype::Int32, &[64, 64][..]));
-        assert_eq!((t.to_string(), t.bytes()), ("int32[64,64]".into(), Some(16384)));
+        assert_eq!(
+            (t.to_string(), t.bytes()),
+            ("int32[64,64]".into(), Some(16384))
+        );
         let t: DataType = "int16[4127]".parse().unwrap();
         assert_eq!(t.bytes(), Some(8254));
-        for bad in ["int32", "int24[4]", "int32[]", "int32[0]", "int32[4", "int32[-1]"] {
+        for bad in [
+            "int32",
+            "int24[4]",
+            "int32[]",
+            "int32[0]",
+            "int32[4",
+            "int32[-1]",
+        ] {
             let e = bad.parse::<DataType>().unwrap_err();
             assert!(e.contains(bad) && e.contains("int16"), "{e}");
         }
@@ -507,22 +517,38 @@ mod tests {
     #[test]
     fn manifest_types_must_match_the_sizes() {
         let m = |t: &str| {
-            format!(
-                r#"{{"name":"x","input_size":8,"output_size":4,{t}"cores":[],"artifacts":[]}}"#
-            )
+            format!(r#"{{"name":"x","input_size":8,"output_size":4,{t}"cores":[],"artifacts":[]}}"#)
         };
         let ok = Image::parse(image_with(&m(
             r#""input_type":{"dtype":"int16","shape":[2,2]},"output_type":{"dtype":"float32","shape":[1]},"#,
         )))
         .unwrap();
         assert_eq!(ok.manifest.input_type.unwrap().to_string(), "int16[2,2]");
-        assert_eq!(Image::parse(image_with(&m(""))).unwrap().manifest.input_type, None);
+        assert_eq!(
+            Image::parse(image_with(&m("")))
+                .unwrap()
+                .manifest
+                .input_type,
+            None
+        );
         for (t, why) in [
-            (r#""input_type":{"dtype":"int32","shape":[4]},"#, "16 bytes but input_size is 8"),
-            (r#""output_type":{"dtype":"int8","shape":[]},"#, "dimensions"),
+            (
+                r#""input_type":{"dtype":"int32","shape":[4]},"#,
+                "16 bytes but input_size is 8",
+            ),
+            (
+                r#""output_type":{"dtype":"int8","shape":[]},"#,
+                "dimensions",
+            ),
             (r#""output_type":{"dtype":"int8","shape":[0]},"#, "zero"),
-            (r#""input_type":{"dtype":"float64","shape":[4294967295,4294967295,4294967295]},"#, "too many"),
-            (r#""input_type":{"dtype":"complex","shape":[1]},"#, "complex"),
+            (
+                r#""input_type":{"dtype":"float64","shape":[4294967295,4294967295,4294967295]},"#,
+                "too many",
+            ),
+            (
+                r#""input_type":{"dtype":"complex","shape":[1]},"#,
+                "complex",
+            ),
         ] {
             let e = Image::parse(image_with(&m(t))).unwrap_err().to_string();
             assert!(e.contains(why), "{t}: {e}");

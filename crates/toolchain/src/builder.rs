@@ -101,7 +101,9 @@ impl ImageBuilder {
             cores: self.cores,
             artifacts: entries,
         };
-        manifest.check().map_err(|e| ImageError::Build(e.to_string()))?;
+        manifest
+            .check()
+            .map_err(|e| ImageError::Build(e.to_string()))?;
         let json = serde_json::to_vec(&manifest).map_err(|e| ImageError::Build(e.to_string()))?;
         let mlen = u32::try_from(json.len())
             .ok()
@@ -217,7 +219,7 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
             .map_err(|e| BuildError::Io(format!("{}: {e}", source.display())))?;
         match probe_hls(source, entry)? {
             Ok(iface) => {
-                let at = |n: &str| format!("{} ({n} argument of {entry})", source.display());
+                let at = |n: &str| format!("the {n} argument of {entry} in {}", source.display());
                 input.hls = Some((at("first"), iface.input));
                 output.hls = Some((at("second"), iface.output));
             }
@@ -239,7 +241,7 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
         let params = top_parameters(sources, top)?;
         for (side, param) in [(&mut input, "INPUT_SIZE"), (&mut output, "OUTPUT_SIZE")] {
             match params.get(param) {
-                Some(&n) => side.verilog = Some((format!("parameter {param} of {top}"), n)),
+                Some(&n) => side.verilog = Some((format!("parameter {param} of module {top}"), n)),
                 None => side.unknown.push(format!(
                     "the Verilog top module {top} declares no {param} parameter"
                 )),
@@ -272,7 +274,12 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
     }
     if let Some(rbf) = &spec.rbf {
         let bytes = std::fs::read(rbf).map_err(|e| io("reading", rbf, e))?;
-        artifacts.push((image::FPGA_TARGET.into(), ArtifactKind::Bitstream, String::new(), bytes));
+        artifacts.push((
+            image::FPGA_TARGET.into(),
+            ArtifactKind::Bitstream,
+            String::new(),
+            bytes,
+        ));
     }
 
     let table = match &spec.core_table {
@@ -305,7 +312,10 @@ fn check_memories(
     let words = |n: u32| u64::from(n).div_ceil(8);
     let found = probe_memories(so, [words(input), words(output)])
         .map_err(|e| BuildError::Io(format!("loading the RTL build of {top}: {e}")))?;
-    for ((name, size), probe) in [("input", input), ("output", output)].into_iter().zip(found) {
+    for ((name, size), probe) in [("input", input), ("output", output)]
+        .into_iter()
+        .zip(found)
+    {
         let need = words(size);
         match probe {
             MemoryProbe::Words(w) if w == need => {}

@@ -148,12 +148,13 @@ pub fn probe_hls(
     }
     let program = tools::cxx_program();
     tools::require(&program, CXX_HINT)?;
-    let source = std::fs::canonicalize(source)
-        .map_err(io_err(format!("reading {}", source.display())))?;
+    let source =
+        std::fs::canonicalize(source).map_err(io_err(format!("reading {}", source.display())))?;
     let dir = tools::build_dir()?;
     let d = dir.path();
     let include = d.join("include");
-    std::fs::create_dir_all(include.join("corefarm")).map_err(io_err("creating the include dir"))?;
+    std::fs::create_dir_all(include.join("corefarm"))
+        .map_err(io_err("creating the include dir"))?;
     std::fs::write(include.join("cf_hls_real.h"), HLS_HEADER)
         .map_err(io_err("writing the probe header"))?;
     std::fs::write(include.join("corefarm").join("hls.h"), PROBE_HEADER)
@@ -301,7 +302,10 @@ component void h(hls_avalon_agent_memory_argument(8) double *in,
 
     #[test]
     fn sources_that_do_not_declare_two_memories_say_why() {
-        if !require_tool(Tool::Cxx, "sources_that_do_not_declare_two_memories_say_why") {
+        if !require_tool(
+            Tool::Cxx,
+            "sources_that_do_not_declare_two_memories_say_why",
+        ) {
             return;
         }
         let src = r#"

@@ -125,8 +125,9 @@ impl Rtl {
         // are used only while `_lib` keeps the object loaded.
         unsafe {
             let lib = libloading::Library::new(so).map_err(|e| e.to_string())?;
-            let version: unsafe extern "C" fn() -> u32 =
-                *lib.get(b"cf_rtl_abi_version\0").map_err(|e| e.to_string())?;
+            let version: unsafe extern "C" fn() -> u32 = *lib
+                .get(b"cf_rtl_abi_version\0")
+                .map_err(|e| e.to_string())?;
             if version() != 1 {
                 return Err(format!("RTL ABI version {} (expected 1)", version()));
             }
@@ -178,7 +179,7 @@ pub fn probe_memories(so: &Path, expected: [u64; 2]) -> Result<[MemoryProbe; 2],
         if !rtl.holds(iface, 0) {
             return MemoryProbe::NotWritable;
         }
-        if want >= 1 && want < MAX_WORDS && rtl.holds(iface, want - 1) && !rtl.holds(iface, want) {
+        if (1..MAX_WORDS).contains(&want) && rtl.holds(iface, want - 1) && !rtl.holds(iface, want) {
             return MemoryProbe::Words(want);
         }
         // Holding is monotonic in the word address for a memory that starts

@@ -14,8 +14,8 @@ pub(crate) struct Side {
     pub name: &'static str,
     pub flag_size: Option<u32>,
     pub flag_type: Option<DataType>,
-    /// Where the HLS source said it (e.g. "saxpy.cpp, first argument of
-    /// saxpy") and what it said.
+    /// Where the HLS source said it (e.g. "the first argument of saxpy in
+    /// saxpy.cpp") and what it said.
     pub hls: Option<(String, MemoryArg)>,
     /// Where the Verilog said it and the byte count.
     pub verilog: Option<(String, u64)>,
@@ -28,7 +28,8 @@ pub(crate) struct Side {
 pub(crate) struct Decided {
     pub size: u32,
     pub dtype: Option<DataType>,
-    /// E.g. "input: 2056 bytes, int32[514] (from saxpy.cpp, --input-size)".
+    /// E.g. "input: 2056 bytes, int32[514] (from the first argument of
+    /// saxpy in saxpy.cpp; --input-size)".
     pub note: String,
 }
 
@@ -102,7 +103,7 @@ pub(crate) fn decide(side: &Side) -> Result<Decided, String> {
         note: format!(
             "{}: {size} bytes{shown} (from {})",
             side.name,
-            sources.join(", ")
+            sources.join("; ")
         ),
         dtype,
     })
@@ -136,7 +137,7 @@ mod tests {
             _ => 1,
         };
         Some((
-            "core.cpp (first argument of f)".into(),
+            "the first argument of f in core.cpp".into(),
             MemoryArg {
                 bytes,
                 element,
@@ -159,14 +160,21 @@ mod tests {
             ..input()
         })
         .unwrap();
-        assert_eq!((d.size, d.dtype.unwrap().to_string()), (2056, "int32[514]".into()));
+        assert_eq!(
+            (d.size, d.dtype.unwrap().to_string()),
+            (2056, "int32[514]".into())
+        );
         let d = decide(&Side {
             verilog: Some(("saxpy.v parameter INPUT_SIZE".into(), 1024)),
             ..input()
         })
         .unwrap();
         assert_eq!((d.size, d.dtype), (1024, None));
-        assert!(d.note.contains("saxpy.v parameter INPUT_SIZE"), "{}", d.note);
+        assert!(
+            d.note.contains("saxpy.v parameter INPUT_SIZE"),
+            "{}",
+            d.note
+        );
         // Plain bytes carry no type.
         let d = decide(&Side {
             hls: hls(2048, Element::Bytes),
@@ -186,7 +194,7 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e,
-            "input size: --input-size says 2048 bytes but core.cpp (first argument of f) says 2056 bytes"
+            "input size: --input-size says 2048 bytes but the first argument of f in core.cpp says 2056 bytes"
         );
         let e = decide(&Side {
             flag_type: Some("int16[4127]".parse().unwrap()),

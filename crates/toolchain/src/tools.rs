@@ -41,7 +41,7 @@ pub enum ToolchainError {
     #[error("invalid build request: {0}")]
     Invalid(String),
     /// `--strict`: Verilator's lint warnings fail the build.
-    #[error("Verilator reported {} warning(s), which --strict makes errors:\n{}", .0.len(), .0.join("\n"))]
+    #[error("Verilator reported {} warning(s); --strict makes them errors:\n{}", .0.len(), .0.join("\n"))]
     Lint(Vec<String>),
 }
 
