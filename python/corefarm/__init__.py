@@ -193,6 +193,17 @@ class _Type:
         self.shape = tuple(int(d) for d in spec["shape"])
         self.spec = f"{self.name}[{','.join(map(str, self.shape))}]"
 
+    @classmethod
+    def from_manifest(cls, spec):
+        """A _Type, or None for a missing or unusable entry (nodes, which
+        validate manifests, refuse an image whose types do not fit)."""
+        try:
+            if spec["dtype"] in _DTYPES and all(int(d) >= 1 for d in spec["shape"]) and spec["shape"]:
+                return cls(spec)
+        except (KeyError, TypeError, ValueError):
+            pass
+        return None
+
     def numpy_dtype(self):
         try:
             import numpy
@@ -354,7 +365,7 @@ class Client:
         self._image = manifest.get("name", what)
         # Types describe the manifest's sizes; other sizes make them moot.
         if (input_size, output_size) == (manifest.get("input_size"), manifest.get("output_size")):
-            self._types = tuple(_Type(manifest[k]) if manifest.get(k) else None
+            self._types = tuple(_Type.from_manifest(manifest.get(k))
                                 for k in ("input_type", "output_type"))
 
     def configure_benchmark(self, input_size, output_size, delay_us=0):
