@@ -28,6 +28,8 @@ module saxpy (
     output            irq
 );
     localparam IN_WORDS = 257, OUT_WORDS = 128;
+    // Bytes of one input and one output: `corefarm image build` reads these.
+    localparam INPUT_SIZE = 2056, OUTPUT_SIZE = 1024;
     reg [63:0] mem_in[0:IN_WORDS-1];
     reg [63:0] mem_out[0:OUT_WORDS-1];
 

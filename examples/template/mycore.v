@@ -25,6 +25,8 @@ module mycore #(parameter WORDS = 128) (          // 1024-byte input and output
     output reg [63:0] avs_out_readdata,
     output            irq
 );
+    // Bytes of one input and one output: `corefarm image build` reads these.
+    localparam INPUT_SIZE = 8 * WORDS, OUTPUT_SIZE = 8 * WORDS;
     reg [63:0] mem_in[0:WORDS-1];
     reg [63:0] mem_out[0:WORDS-1];
 

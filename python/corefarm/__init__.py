@@ -19,6 +19,7 @@ import shutil as _shutil
 import struct as _struct
 import subprocess as _subprocess
 import tempfile as _tempfile
+import warnings as _warnings
 
 from . import _corefarm
 from .errors import (
@@ -88,14 +89,23 @@ def _corefarm_command():
     return found
 
 
-def build_image(*, input_size, output_size, cores=1, name=None, hls=None, entry=None,
-                verilog=None, top=None, rbf=None, core_table=None, out=None):
+def build_image(*, input_size=None, output_size=None, cores=1, name=None, hls=None, entry=None,
+                verilog=None, top=None, rbf=None, core_table=None, out=None,
+                input_type=None, output_type=None, strict=False):
     """Builds a configuration image by running `corefarm image build`.
 
     `hls` + `entry`: an HLS-style C/C++ component compiled for this CPU;
     `verilog` (a path or a list of paths) + `top`: Verilog simulated by
     Verilator; `rbf`: a Cyclone V bitstream. Several may be combined. Returns
     the image bytes, and writes them to `out` if given.
+
+    Sizes come from the sources (the HLS memory arguments, the Verilog top
+    module's INPUT_SIZE/OUTPUT_SIZE parameters); `input_size`/`output_size`
+    are needed only where no source states them and must agree otherwise.
+    `input_type`/`output_type` ("int16[4127]", "int32[64,64]") record the
+    element type and shape, which `Client` then checks arrays against.
+    Verilator's warnings become Python warnings (UserWarning); `strict=True`
+    makes them errors.
 
     The compilers are driven by the `corefarm` command ($COREFARM_BIN, else
     PATH), so this module carries no build toolchain; a missing command or a
@@ -111,8 +121,17 @@ def build_image(*, input_size, output_size, cores=1, name=None, hls=None, entry=
     if verilog is not None and not verilog:
         raise ValueError("verilog= lists no sources")
     name = name or entry or top or "image"
-    args = ["image", "build", f"--input-size={_operator.index(input_size)}",
-            f"--output-size={_operator.index(output_size)}", f"--name={name}"]
+    args = ["image", "build", f"--name={name}"]
+    if input_size is not None:
+        args.append(f"--input-size={_operator.index(input_size)}")
+    if output_size is not None:
+        args.append(f"--output-size={_operator.index(output_size)}")
+    if input_type is not None:
+        args.append(f"--input-type={input_type}")
+    if output_type is not None:
+        args.append(f"--output-type={output_type}")
+    if strict:
+        args.append("--strict")
     if hls is not None:
         args += [f"--hls={_os.fspath(hls)}", f"--entry={entry}"]
     if verilog is not None:
@@ -133,13 +152,107 @@ def build_image(*, input_size, output_size, cores=1, name=None, hls=None, entry=
         except OSError as e:
             raise ImageError(f"cannot run {command}: {e}") from None
         if proc.returncode != 0:
-            raise ImageError(f"corefarm image build failed: {proc.stderr.strip()}")
+            message = proc.stderr.strip()
+            if message.startswith("error: "):
+                message = message[len("error: "):]
+            raise ImageError(f"corefarm image build failed: {message}")
         with open(path, "rb") as f:
             image = f.read()
+    for w in _build_warnings(proc.stderr):
+        _warnings.warn(w, UserWarning, stacklevel=2)
     if out is not None:
         with open(out, "wb") as f:
             f.write(image)
     return image
+
+
+def _build_warnings(stderr):
+    """Verilator's `%Warning-…` blocks (first line and indented context) and
+    the builder's `warning: …` lines from `corefarm image build`."""
+    found = []
+    inside = False
+    for line in stderr.splitlines():
+        if line.startswith("%Warning") or line.startswith("warning: "):
+            found.append(line)
+            inside = line.startswith("%Warning")
+        elif inside and line[:1].isspace():
+            found[-1] += "\n" + line
+        else:
+            inside = False
+    return found
+
+
+# numpy's name of each manifest element type, little-endian as images are.
+_DTYPES = {
+    "int8": "<i1", "int16": "<i2", "int32": "<i4", "int64": "<i8",
+    "uint8": "<u1", "uint16": "<u2", "uint32": "<u4", "uint64": "<u8",
+    "float32": "<f4", "float64": "<f8",
+}
+
+
+class _Type:
+    """Element type and shape of one input or output, from a manifest."""
+
+    def __init__(self, spec):
+        self.name = spec["dtype"]
+        self.shape = tuple(int(d) for d in spec["shape"])
+        self.spec = f"{self.name}[{','.join(map(str, self.shape))}]"
+
+    @classmethod
+    def from_manifest(cls, spec):
+        """A _Type, or None for a missing or unusable entry (nodes, which
+        validate manifests, refuse an image whose types do not fit)."""
+        try:
+            if spec["dtype"] in _DTYPES and all(int(d) >= 1 for d in spec["shape"]) and spec["shape"]:
+                return cls(spec)
+        except (KeyError, TypeError, ValueError):
+            pass
+        return None
+
+    def numpy_dtype(self):
+        try:
+            import numpy
+        except ImportError:
+            raise UsageError(
+                f"this image's results are typed ({self.spec}); install numpy, or pass raw=True "
+                "to get bytes") from None
+        return numpy.dtype(_DTYPES[self.name])
+
+    def check(self, a, image):
+        """Number of inputs in array `a` (None: exactly one, no batch axis),
+        or InputError saying what the image takes."""
+        takes = f"image {image!r} takes {self.spec} inputs"
+        want = self.numpy_dtype()
+        if a.dtype != want:
+            raise InputError(
+                f"input array has dtype {a.dtype.str if a.dtype.byteorder == '>' else a.dtype} "
+                f"but {takes}; convert it with .astype(numpy.dtype({_DTYPES[self.name]!r}))")
+        shape = tuple(a.shape)
+        if shape == self.shape:
+            batch = None
+        elif len(shape) == len(self.shape) + 1 and shape[1:] == self.shape and shape[0] >= 1:
+            batch = shape[0]
+        else:
+            k = ", ".join(["k", *map(str, self.shape)])
+            raise InputError(
+                f"input array has shape {shape} but {takes}: pass shape {self.shape} for one "
+                f"input or ({k}) for k inputs")
+        if not a.flags.c_contiguous:
+            raise InputError(f"input array is not C-contiguous (use numpy.ascontiguousarray); {takes}")
+        return batch
+
+    def array(self, data, batch):
+        """`data` (k outputs' bytes) as a read-only array: shape `self.shape`
+        for one input without a batch axis, else (k, *self.shape)."""
+        import numpy
+        flat = numpy.frombuffer(data, dtype=self.numpy_dtype())
+        if batch is None:
+            return flat.reshape(self.shape)
+        return flat.reshape((-1, *self.shape))
+
+
+def _is_array(data):
+    return hasattr(data, "dtype") and hasattr(data, "shape") and hasattr(data, "flags")
 
 
 def inspect_image(image):
@@ -211,6 +324,8 @@ class Client:
 
     def __init__(self, raw):
         self._raw = raw
+        self._image = None          # name of the configured image
+        self._types = (None, None)  # _Type of one input / output, if the image says
 
     # -- configuration -------------------------------------------------
     def configure(self, image, input_size=None, output_size=None, cores=None):
@@ -218,17 +333,30 @@ class Client:
 
         Sizes and the core table default to the image manifest's; `cores`
         may be a number of cores (default table) or a list of
-        (control, input, output) base addresses.
+        (control, input, output) base addresses. Bytes that are not a
+        corefarm image are sent as a raw Cyclone V bitstream, which needs
+        `input_size` and `output_size`.
+
+        When the manifest records element types and shapes (`types`),
+        numpy arrays given to `submit`/`map` are checked against them and
+        `map` yields typed arrays.
         """
+        what = "this buffer"
         if isinstance(image, (str, _os.PathLike)):
+            what = _os.fspath(image)
             with open(image, "rb") as f:
                 image = f.read()
         image = _as_bytes_view(image)
-        manifest = read_image_manifest(image) or {}
+        manifest = read_image_manifest(image)
+        if manifest is None and (input_size is None or output_size is None):
+            raise ConfigurationError(
+                f"{what} is not a corefarm image (no CFIMAGE magic); to send a raw Cyclone V "
+                "bitstream, give input_size= and output_size=")
+        manifest = manifest or {}
         input_size = input_size if input_size is not None else manifest.get("input_size")
         output_size = output_size if output_size is not None else manifest.get("output_size")
         if input_size is None or output_size is None:
-            raise ConfigurationError("input_size and output_size are required for an image without a manifest")
+            raise ConfigurationError(f"the manifest of {what} has no input_size/output_size")
         if cores is None:
             listed = manifest.get("cores")
             cores = [(c["control"], c["input"], c["output"]) for c in listed] if listed else 1
@@ -237,20 +365,58 @@ class Client:
         else:
             cores = [tuple(c[k] for k in ("control", "input", "output")) if isinstance(c, dict) else tuple(c)
                      for c in cores]
+        self._image, self._types = None, (None, None)
         self._raw.configure(input_size, output_size, cores, image)
+        self._image = manifest.get("name", what)
+        # Types describe the manifest's sizes; other sizes make them moot.
+        if (input_size, output_size) == (manifest.get("input_size"), manifest.get("output_size")):
+            self._types = tuple(_Type.from_manifest(manifest.get(k))
+                                for k in ("input_type", "output_type"))
 
     def configure_benchmark(self, input_size, output_size, delay_us=0):
         """Sends the benchmarking configuration: nodes answer each input with
         output_size bytes after delay_us, echoing the input's first 16 bytes."""
+        self._image, self._types = None, (None, None)
         self._raw.configure_benchmark(input_size, output_size, delay_us)
+
+    @property
+    def types(self):
+        """(input type, output type) of the configured image, e.g.
+        ("int32[514]", "int32[256]"); None where the image records none."""
+        return tuple(t.spec if t else None for t in self._types)
+
+    def _prepare(self, data):
+        """The bytes view to send, and the batch: None for one typed input
+        without a batch axis, k for an array of k inputs, 0 for bytes."""
+        t = self._types[0]
+        batch = t.check(data, self._image) if t is not None and _is_array(data) else 0
+        return _as_bytes_view(data), batch
+
+    def array(self, result):
+        """A result (an Output or its bytes) as a read-only numpy array of
+        the image's output type: shaped as the type if it holds one output,
+        else (k, *shape). Raises UsageError if the configured image records
+        no output type."""
+        return self._array(result.data if isinstance(result, Output) else result, 0)
+
+    def _array(self, data, batch):
+        t = self._types[1]
+        if t is None:
+            raise UsageError("the configured image records no output type (build it with "
+                             "--output-type, or read the bytes)")
+        if batch == 0:  # bytes in: one output gets no batch axis
+            sizes = self._raw.sizes
+            batch = None if sizes and len(data) == sizes[1] else -1
+        return t.array(data, batch)
 
     # -- data ----------------------------------------------------------
     def submit(self, data, id=None):
         """Sends one data message (a whole number of inputs) and returns its
         id; its result comes from `recv()`. Accepts bytes, bytearray,
-        memoryview, numpy arrays (contiguous). Blocks while the server grants
-        no credit."""
-        view = _as_bytes_view(data)
+        memoryview, numpy arrays (contiguous; checked against the image's
+        input type when it has one). Blocks while the server grants no
+        credit."""
+        view, _ = self._prepare(data)
         if id is None:
             return self._raw.submit(view)
         self._raw.submit_with_id(id, view)
@@ -260,23 +426,34 @@ class Client:
         """Sends one data message and returns a `Pending` (`.id`, `.done()`,
         `.result(timeout=None)`): its result goes to that handle only, never
         to `recv()` or another thread. Blocks while there is no credit."""
-        return self._raw.submit_pending(_as_bytes_view(data))
+        view, _ = self._prepare(data)
+        return self._raw.submit_pending(view)
 
     def recv(self, timeout=None):
         """Next result of a plain `submit()` as an Output (`.id`, `.data`,
-        `.count`; `id, data = out`; `memoryview(out)` without copying).
+        `.count`; `id, data = out`; `memoryview(out)` without copying;
+        `client.array(out)` for the typed array).
         Raises ServerError for a data message the server could not process,
         TimeoutError after `timeout` s, UsageError if only `map()`/`Pending`
         results are in flight (they never come here)."""
         return self._raw.recv(timeout)
 
-    def map(self, inputs, window=64):
-        """Yields the result bytes of each input in input order, keeping at
-        most `window` data messages in flight. The results come to this
+    def map(self, inputs, window=64, raw=False):
+        """Yields the result of each input in input order, keeping at most
+        `window` data messages in flight. The results come to this
         generator only, so several threads may each run a `map` on one
-        client. A ServerError for one input is raised when its turn comes."""
+        client. A ServerError for one input is raised when its turn comes.
+
+        Results are bytes, or, when the image records an output type and
+        `raw` is false, read-only numpy arrays of that type: an input array
+        of the input shape gives one output shaped as the output type, a
+        batch (k, *input shape) gives (k, *output shape); bytes holding k
+        inputs give k outputs the same way (no batch axis for k = 1)."""
         if window < 1:
             raise ValueError("window must be at least 1")
+        typed = not raw and self._types[1] is not None
+        if typed:
+            self._types[1].numpy_dtype()  # no numpy: say so before sending anything
         it = iter(inputs)
         pending = _collections.deque()
         exhausted = False
@@ -287,10 +464,13 @@ class Client:
                 except StopIteration:
                     exhausted = True
                     break
-                pending.append(self.submit_pending(item))
+                view, batch = self._prepare(item)
+                pending.append((self._raw.submit_pending(view), batch))
             if not pending:
                 return
-            yield pending.popleft().result().data
+            p, batch = pending.popleft()
+            data = p.result().data
+            yield self._array(data, batch) if typed else data
 
     def status(self):
         """What the server is doing, as a dict: "you" (this user's id),

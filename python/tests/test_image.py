@@ -82,3 +82,57 @@ def test_build_image_passes_every_option_to_the_command(tmp_path):
     assert [(a["kind"], a["length"], a["checksum_ok"]) for a in m["artifacts"]] == [("bitstream", 3, True)]
     m = corefarm.inspect_image(corefarm.build_image(input_size=16, output_size=16, rbf=rbf, cores=3))
     assert len(m["cores"]) == 3
+
+
+SAXPY = ROOT / "examples" / "saxpy" / "saxpy.cpp"
+
+
+@needs_cxx
+def test_sizes_and_types_come_from_the_source_and_disagreeing_sizes_are_refused():
+    image = corefarm.build_image(hls=SAXPY, entry="saxpy")
+    m = corefarm.inspect_image(image)
+    assert (m["input_size"], m["output_size"]) == (2056, 1024)
+    assert m["input_type"] == {"dtype": "int32", "shape": [514]}
+    assert m["output_type"] == {"dtype": "int32", "shape": [256]}
+    with pytest.raises(corefarm.ImageError) as e:
+        corefarm.build_image(hls=SAXPY, entry="saxpy", input_size=2048)
+    assert "input size: --input-size says 2048 bytes but the first argument of saxpy in" in str(e.value)
+    assert str(e.value).endswith("saxpy.cpp says 2056 bytes")
+    m = corefarm.inspect_image(corefarm.build_image(hls=SAXPY, entry="saxpy", output_type="int32[16,16]"))
+    assert m["output_type"] == {"dtype": "int32", "shape": [16, 16]}
+
+
+@needs_cxx
+def test_a_typed_image_runs_on_a_cluster_with_arrays():
+    np = pytest.importorskip("numpy")
+    binary = find_binary()
+    if binary is None:
+        pytest.fail("no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN")
+    image = corefarm.build_image(hls=SAXPY, entry="saxpy", cores=2)
+    rng = np.random.default_rng(1)
+    batch = rng.integers(-1000, 1000, (5, 514), dtype=np.int32)
+    cluster = Cluster(binary, 1)
+    try:
+        with corefarm.connect(cluster.users_addr, nodes=1, timeout=30) as c:
+            c.configure(image)
+            assert c.types == ("int32[514]", "int32[256]")
+            with pytest.raises(corefarm.InputError, match="dtype int16 but image 'saxpy' takes int32"):
+                c.submit(batch.astype(np.int16))
+            (out,) = c.map([batch])
+            assert out.shape == (5, 256) and out.dtype == np.int32
+            assert np.array_equal(out, batch[:, :1] * batch[:, 2:258] + batch[:, 258:])
+    finally:
+        cluster.stop()
+
+
+def test_strict_turns_verilator_warnings_into_a_build_error(tmp_path):
+    if shutil.which("verilator") is None:
+        pytest.fail("Verilator is needed (apt-get install -y verilator make)")
+    src = (ROOT / "examples" / "template" / "mycore.v").read_text()
+    truncating = src.replace("reg [31:0] idx;", "reg [15:0] idx;")
+    assert truncating != src
+    v = tmp_path / "mycore.v"
+    v.write_text(truncating)
+    with pytest.raises(corefarm.ImageError) as e:
+        corefarm.build_image(verilog=v, top="mycore", strict=True)
+    assert "--strict makes them errors" in str(e.value) and "%Warning-WIDTH" in str(e.value)

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
-use corefarm_cores::image::{self, Image};
+use corefarm_cores::image::{self, DataType, Image};
 use corefarm_smp::CoreInfo;
 use corefarm_toolchain::BuildSpec;
 
@@ -19,11 +19,17 @@ pub enum ImageCmd {
     /// `--rbf` is embedded as is (fpga-cyclonev). Without `--core-table`
     /// the default table of docs/images.md is used for `--cores` cores.
     ///
+    /// Sizes come from the sources: the HLS entry's two
+    /// hls_avalon_agent_memory_argument(N) (evaluated by the compiler) and
+    /// the Verilog top module's INPUT_SIZE/OUTPUT_SIZE parameters. Give
+    /// --input-size/--output-size when no source states them; given, they
+    /// must agree. The Verilog memories are probed and must hold the sizes.
+    /// Verilator's warnings are shown; --strict makes them errors.
+    ///
     /// Example: corefarm image build --hls cores/vadd/vadd.cpp --entry vadd
-    ///   --verilog cores/vadd/vadd.v --top vadd --cores 4
-    ///   --input-size 2048 --output-size 1024 --name vadd -o vadd.cfimg
+    ///   --verilog cores/vadd/vadd.v --top vadd --cores 4 --name vadd -o vadd.cfimg
     #[command(verbatim_doc_comment)]
-    Build(BuildArgs),
+    Build(Box<BuildArgs>),
     /// Show an image's manifest, artifacts and checksum status.
     ///
     /// Exits with an error if any checksum fails. A file without the image
@@ -55,12 +61,22 @@ pub struct BuildArgs {
     /// comma separated, decimal or 0x-hex (e.g. 0x84140:0x50000:0x80000,...).
     #[arg(long, value_name = "TABLE")]
     core_table: Option<String>,
-    /// Bytes of one input.
+    /// Bytes of one input (default: from the sources; given, it must agree with them).
     #[arg(long)]
-    input_size: u32,
-    /// Bytes of one output.
+    input_size: Option<u32>,
+    /// Bytes of one output (default: from the sources; given, it must agree with them).
     #[arg(long)]
-    output_size: u32,
+    output_size: Option<u32>,
+    /// Element type and shape of one input, e.g. int16[4127] or int32[2,64,64]
+    /// (little-endian, C order; default: the HLS input pointer's element type).
+    #[arg(long, value_name = "TYPE", value_parser = parse_type)]
+    input_type: Option<DataType>,
+    /// Element type and shape of one output, e.g. int32[64,64].
+    #[arg(long, value_name = "TYPE", value_parser = parse_type)]
+    output_type: Option<DataType>,
+    /// Fail the build on Verilator's warnings (they are always shown).
+    #[arg(long)]
+    strict: bool,
     /// Name recorded in the manifest, shown in node logs (default: the HLS
     /// entry, else the Verilog top, else the output file's stem).
     #[arg(long)]
@@ -81,9 +97,13 @@ pub struct InspectArgs {
 
 pub fn run(cmd: ImageCmd) -> anyhow::Result<()> {
     match cmd {
-        ImageCmd::Build(a) => build(a),
+        ImageCmd::Build(a) => build(*a),
         ImageCmd::Inspect(a) => inspect(a),
     }
+}
+
+fn parse_type(s: &str) -> Result<DataType, String> {
+    s.parse()
 }
 
 fn number(s: &str) -> anyhow::Result<u32> {
@@ -131,20 +151,32 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
         name,
         input_size: a.input_size,
         output_size: a.output_size,
+        input_type: a.input_type,
+        output_type: a.output_type,
         cores: a.cores,
         core_table,
         hls: a.hls.zip(a.entry),
         verilog: (!a.verilog.is_empty()).then(|| (a.verilog, a.top.unwrap_or_default())),
         rbf: a.rbf,
+        strict: a.strict,
     };
-    let bytes = corefarm_toolchain::build_image(&spec).context("building the image")?;
-    std::fs::write(&a.out, &bytes).with_context(|| format!("writing {}", a.out.display()))?;
-    let img = Image::parse(bytes.into())?;
+    let built = corefarm_toolchain::build_image(&spec)?;
+    for w in &built.warnings {
+        // Verilator's own warnings already start with "%Warning-<kind>:".
+        let prefix = if w.starts_with('%') { "" } else { "warning: " };
+        eprintln!("{prefix}{w}");
+    }
+    std::fs::write(&a.out, &built.image).with_context(|| format!("writing {}", a.out.display()))?;
+    for n in &built.notes {
+        eprintln!("{n}");
+    }
+    let m = &built.manifest;
+    let targets: Vec<&str> = m.artifacts.iter().map(|x| x.target.as_str()).collect();
     eprintln!(
         "wrote {} ({} cores; artifacts: {})",
         a.out.display(),
-        img.manifest.cores.len(),
-        img.targets().join(", ")
+        m.cores.len(),
+        targets.join(", ")
     );
     Ok(())
 }
@@ -199,8 +231,17 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
             image::VERSION
         );
         println!("name:        {}", m.name);
-        println!("input size:  {} bytes", m.input_size);
-        println!("output size: {} bytes", m.output_size);
+        let typed = |t: &Option<DataType>| t.as_ref().map_or(String::new(), |t| format!(", {t}"));
+        println!(
+            "input size:  {} bytes{}",
+            m.input_size,
+            typed(&m.input_type)
+        );
+        println!(
+            "output size: {} bytes{}",
+            m.output_size,
+            typed(&m.output_type)
+        );
         println!("cores:       {}", m.cores.len());
         for (i, c) in m.cores.iter().enumerate() {
             println!(

@@ -40,7 +40,21 @@ enum Cmd {
     Demo(demo::DemoArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+/// Errors returned by a command are the user's to fix (a missing file, bad
+/// Verilog, sizes that disagree): print the message and its causes on one
+/// line and exit 1, never a backtrace. Bugs panic, and a panic still prints
+/// its backtrace under RUST_BACKTRACE.
+fn main() -> std::process::ExitCode {
+    match run() {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+fn run() -> anyhow::Result<()> {
     use std::io::IsTerminal;
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()

@@ -4,12 +4,18 @@
 use std::path::{Path, PathBuf};
 
 use corefarm_cores::image::{self, ArtifactEntry, Manifest, HEADER_LEN, MAGIC, MAX_MANIFEST};
-use corefarm_cores::image::{ArtifactKind, ImageError, VERSION};
+use corefarm_cores::image::{ArtifactKind, DataType, ImageError, VERSION};
 use corefarm_cores::native::NativeLib;
 use corefarm_smp::CoreInfo;
 use sha2::{Digest, Sha256};
 
+use corefarm_cores::image::Image;
+
+use crate::hls_probe::probe_hls;
+use crate::rtl_probe::{probe_memories, top_parameters, MemoryProbe};
+use crate::sizes::{decide, Side};
 use crate::tools::ToolchainError;
+use crate::verilator::RtlOptions;
 
 /// Artifacts to put in a new image.
 #[derive(Debug, Clone)]
@@ -17,6 +23,7 @@ pub struct ImageBuilder {
     name: String,
     input_size: u32,
     output_size: u32,
+    types: (Option<DataType>, Option<DataType>),
     cores: Vec<CoreInfo>,
     artifacts: Vec<(String, ArtifactKind, String, Vec<u8>)>,
 }
@@ -32,9 +39,17 @@ impl ImageBuilder {
             name: name.into(),
             input_size,
             output_size,
+            types: (None, None),
             cores,
             artifacts: Vec::new(),
         }
+    }
+
+    /// Records the element type and shape of one input and one output
+    /// (checked against the sizes by [`ImageBuilder::build`]).
+    pub fn types(mut self, input: Option<DataType>, output: Option<DataType>) -> Self {
+        self.types = (input, output);
+        self
     }
 
     pub fn artifact(
@@ -81,9 +96,14 @@ impl ImageBuilder {
             name: self.name,
             input_size: self.input_size,
             output_size: self.output_size,
+            input_type: self.types.0,
+            output_type: self.types.1,
             cores: self.cores,
             artifacts: entries,
         };
+        manifest
+            .check()
+            .map_err(|e| ImageError::Build(e.to_string()))?;
         let json = serde_json::to_vec(&manifest).map_err(|e| ImageError::Build(e.to_string()))?;
         let mlen = u32::try_from(json.len())
             .ok()
@@ -109,14 +129,25 @@ pub enum BuildError {
     Image(#[from] ImageError),
     #[error("{0}")]
     Io(String),
+    /// The sizes or types the flags and sources state disagree or are unknown.
+    #[error("{0}")]
+    Sizes(String),
 }
 
 /// What to put in a new image (`corefarm image build`).
 #[derive(Debug, Clone, Default)]
 pub struct BuildSpec {
     pub name: String,
-    pub input_size: u32,
-    pub output_size: u32,
+    /// Bytes of one input; `None`: from the sources (every statement of it,
+    /// here and in the sources, must agree).
+    pub input_size: Option<u32>,
+    /// Bytes of one output; `None`: from the sources.
+    pub output_size: Option<u32>,
+    /// Element type and shape of one input (recorded in the manifest; its
+    /// byte count must equal the input size).
+    pub input_type: Option<DataType>,
+    /// Element type and shape of one output.
+    pub output_type: Option<DataType>,
     /// Number of cores for the default core table (ignored with `core_table`).
     pub cores: u32,
     /// Explicit core table instead of the default one.
@@ -127,19 +158,36 @@ pub struct BuildSpec {
     pub verilog: Option<(Vec<PathBuf>, String)>,
     /// Cyclone V raw binary file → `fpga-cyclonev` artifact.
     pub rbf: Option<PathBuf>,
+    /// Verilator's warnings fail the build.
+    pub strict: bool,
+}
+
+/// A built image and what the build has to say about it.
+#[derive(Debug, Clone)]
+pub struct Built {
+    pub image: Vec<u8>,
+    pub manifest: Manifest,
+    /// Where the sizes and types came from, one line per side.
+    pub notes: Vec<String>,
+    /// Verilator's warnings, and checks that could not be made.
+    pub warnings: Vec<String>,
 }
 
 /// Builds every artifact the spec names (compiling HLS C++ natively and
 /// Verilog with Verilator for this machine) and packs them into one image.
-pub fn build_image(spec: &BuildSpec) -> Result<Vec<u8>, BuildError> {
+///
+/// Sizes: the HLS entry's `hls_avalon_agent_memory_argument(N)`s (evaluated
+/// by the compiler), the Verilog top module's `INPUT_SIZE`/`OUTPUT_SIZE`
+/// parameters, `input_size`/`output_size` and the types' byte counts must
+/// all agree; whichever are present decide. The Verilog memories are then
+/// probed through the built object's bus and must hold the sizes.
+pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
     let io = |what: &str, p: &Path, e: std::io::Error| {
         BuildError::Io(format!("{what} {}: {e}", p.display()))
     };
-    let table = match &spec.core_table {
-        Some(t) => t.clone(),
-        None => image::default_core_table(spec.cores, spec.input_size, spec.output_size)?,
-    };
-    let mut b = ImageBuilder::new(&spec.name, spec.input_size, spec.output_size, table);
+    if spec.hls.is_none() && spec.verilog.is_none() && spec.rbf.is_none() {
+        return Err(ImageError::Build("an image needs at least one artifact".into()).into());
+    }
     let dir =
         tempfile::tempdir().map_err(|e| BuildError::Io(format!("temporary directory: {e}")))?;
     let no_target = || {
@@ -148,40 +196,154 @@ pub fn build_image(spec: &BuildSpec) -> Result<Vec<u8>, BuildError> {
             std::env::consts::ARCH
         ))
     };
+    let mut input = Side {
+        name: "input",
+        flag_size: spec.input_size,
+        flag_type: spec.input_type.clone(),
+        ..Side::default()
+    };
+    let mut output = Side {
+        name: "output",
+        flag_size: spec.output_size,
+        flag_type: spec.output_type.clone(),
+        ..Side::default()
+    };
+    let mut warnings = Vec::new();
+    let mut artifacts = Vec::new();
+
     if let Some((source, entry)) = &spec.hls {
         let so = dir.path().join("native.so");
         crate::build_native(source, &so)?;
         // Catch a wrong --entry now rather than on every node at configuration time.
         NativeLib::open(&so, entry)
             .map_err(|e| BuildError::Io(format!("{}: {e}", source.display())))?;
+        match probe_hls(source, entry)? {
+            Ok(iface) => {
+                let at = |n: &str| format!("the {n} argument of {entry} in {}", source.display());
+                input.hls = Some((at("first"), iface.input));
+                output.hls = Some((at("second"), iface.output));
+            }
+            Err(why) => {
+                let why = format!("{}: {}", source.display(), why.0);
+                input.unknown.push(why.clone());
+                output.unknown.push(why);
+            }
+        }
         let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
-        b = b.artifact(
+        artifacts.push((
             image::native_target().ok_or_else(no_target)?,
             ArtifactKind::Native,
-            entry,
+            entry.clone(),
             bytes,
-        );
+        ));
     }
     if let Some((sources, top)) = &spec.verilog {
+        let params = top_parameters(sources, top)?;
+        for (side, param) in [(&mut input, "INPUT_SIZE"), (&mut output, "OUTPUT_SIZE")] {
+            match params.get(param) {
+                Some(&n) => side.verilog = Some((format!("parameter {param} of module {top}"), n)),
+                None => side.unknown.push(format!(
+                    "the Verilog top module {top} declares no {param} parameter"
+                )),
+            }
+        }
+    }
+    if spec.rbf.is_some() {
+        for side in [&mut input, &mut output] {
+            side.unknown.push("a bitstream does not state it".into());
+        }
+    }
+    let input = decide(&input).map_err(BuildError::Sizes)?;
+    let output = decide(&output).map_err(BuildError::Sizes)?;
+
+    if let Some((sources, top)) = &spec.verilog {
         let so = dir.path().join("rtl.so");
-        crate::build_rtl(sources, top, &so)?;
+        let opts = RtlOptions {
+            strict: spec.strict,
+        };
+        let built = crate::build_rtl_with(sources, top, &so, opts)?;
+        warnings.extend(built.warnings);
+        check_memories(&so, top, input.size, output.size, &mut warnings)?;
         let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
-        b = b.artifact(
+        artifacts.push((
             image::rtl_target().ok_or_else(no_target)?,
             ArtifactKind::Rtl,
-            top,
+            top.clone(),
             bytes,
-        );
+        ));
     }
     if let Some(rbf) = &spec.rbf {
         let bytes = std::fs::read(rbf).map_err(|e| io("reading", rbf, e))?;
-        b = b.artifact(image::FPGA_TARGET, ArtifactKind::Bitstream, "", bytes);
+        artifacts.push((
+            image::FPGA_TARGET.into(),
+            ArtifactKind::Bitstream,
+            String::new(),
+            bytes,
+        ));
     }
-    Ok(b.build()?)
+
+    let table = match &spec.core_table {
+        Some(t) => t.clone(),
+        None => image::default_core_table(spec.cores, input.size, output.size)?,
+    };
+    let mut b = ImageBuilder::new(&spec.name, input.size, output.size, table)
+        .types(input.dtype.clone(), output.dtype.clone());
+    for (target, kind, entry, bytes) in artifacts {
+        b = b.artifact(target, kind, entry, bytes);
+    }
+    let image = b.build()?;
+    let manifest = Image::parse(image.clone().into())?.manifest;
+    Ok(Built {
+        image,
+        manifest,
+        notes: vec![input.note, output.note],
+        warnings,
+    })
+}
+
+/// The RTL memories must hold the decided sizes (in whole 64-bit words).
+fn check_memories(
+    so: &Path,
+    top: &str,
+    input: u32,
+    output: u32,
+    warnings: &mut Vec<String>,
+) -> Result<(), BuildError> {
+    let words = |n: u32| u64::from(n).div_ceil(8);
+    let found = probe_memories(so, [words(input), words(output)])
+        .map_err(|e| BuildError::Io(format!("loading the RTL build of {top}: {e}")))?;
+    for ((name, size), probe) in [("input", input), ("output", output)]
+        .into_iter()
+        .zip(found)
+    {
+        let need = words(size);
+        match probe {
+            MemoryProbe::Words(w) if w == need => {}
+            MemoryProbe::Words(w) => {
+                return Err(BuildError::Sizes(format!(
+                    "{name} size: {size} bytes need {need} 64-bit words of {name} memory, but the \
+                     {name} memory of Verilog module {top} holds {w} words ({} bytes; probed \
+                     through its bus)",
+                    w * 8
+                )))
+            }
+            MemoryProbe::NotWritable if size == 0 => {}
+            MemoryProbe::NotWritable => warnings.push(format!(
+                "the {name} size was not checked against {top}: word 0 of its {name} memory \
+                 does not keep a value written through the bus"
+            )),
+            MemoryProbe::AtLeast(w) => warnings.push(format!(
+                "the {name} size was not checked against {top}: its {name} memory answers at \
+                 every word probed (at least {w}); reads beyond a memory must return 0"
+            )),
+        }
+    }
+    Ok(())
 }
 
 /// Compiles an HLS C/C++ `source` into a native soft core and wraps it in an
-/// image with the default core table for `cores` cores.
+/// image with the default core table for `cores` cores. The sizes must
+/// agree with the source's memory arguments.
 pub fn build_native_image(
     source: &Path,
     entry: &str,
@@ -190,14 +352,15 @@ pub fn build_native_image(
     output_size: u32,
     name: &str,
 ) -> Result<Vec<u8>, BuildError> {
-    build_image(&BuildSpec {
+    let built = build_image(&BuildSpec {
         name: name.into(),
-        input_size,
-        output_size,
+        input_size: Some(input_size),
+        output_size: Some(output_size),
         cores,
         hls: Some((source.to_path_buf(), entry.into())),
         ..BuildSpec::default()
-    })
+    })?;
+    Ok(built.image)
 }
 
 #[cfg(test)]
@@ -225,8 +388,8 @@ mod tests {
     fn a_spec_without_sources_or_with_a_missing_file_is_an_error() {
         let spec = BuildSpec {
             name: "x".into(),
-            input_size: 16,
-            output_size: 16,
+            input_size: Some(16),
+            output_size: Some(16),
             cores: 1,
             ..BuildSpec::default()
         };

@@ -17,17 +17,22 @@
 mod builder;
 mod cache;
 mod hls;
+pub mod hls_probe;
+pub mod rtl_probe;
+mod sizes;
 mod tools;
 mod verilator;
 
-pub use builder::{build_image, build_native_image, BuildError, BuildSpec, ImageBuilder};
+pub use builder::{build_image, build_native_image, BuildError, BuildSpec, Built, ImageBuilder};
 pub use cache::{cache_key, cached_build, default_cache_dir, BuildKind};
 pub use hls::{build_native, HLS_HEADER};
 pub use tools::{
     check_cxx, check_verilator, cxx_available, require_tool, verilator_available, Tool,
     ToolchainError,
 };
-pub use verilator::{build_rtl, verilator_root, RTL_CSR, RTL_WRAPPER};
+pub use verilator::{
+    build_rtl, build_rtl_with, verilator_root, RtlBuild, RtlOptions, RTL_CSR, RTL_WRAPPER,
+};
 
 #[cfg(test)]
 pub(crate) mod test_util {

@@ -40,6 +40,9 @@ pub enum ToolchainError {
     },
     #[error("invalid build request: {0}")]
     Invalid(String),
+    /// `--strict`: Verilator's lint warnings fail the build.
+    #[error("Verilator reported {} warning(s); --strict makes them errors:\n{}", .0.len(), .0.join("\n"))]
+    Lint(Vec<String>),
 }
 
 pub(crate) fn io_err(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> ToolchainError {
@@ -149,6 +152,11 @@ fn present_or_skip(check: Result<(), ToolchainError>, test: &str, strict: bool) 
 /// Runs `cmd`, turning a non-zero exit into [`ToolchainError::Failed`] that
 /// carries the tool's output.
 pub(crate) fn run(tool: &str, cmd: &mut Command) -> Result<(), ToolchainError> {
+    run_capture(tool, cmd).map(drop)
+}
+
+/// [`run`], returning the tool's stderr on success (where warnings go).
+pub(crate) fn run_capture(tool: &str, cmd: &mut Command) -> Result<String, ToolchainError> {
     let rendered = format!("{cmd:?}");
     // A parent make's jobserver settings would confuse Verilator's make.
     cmd.env_remove("MAKEFLAGS")
@@ -165,7 +173,7 @@ pub(crate) fn run(tool: &str, cmd: &mut Command) -> Result<(), ToolchainError> {
         },
     })?;
     if out.status.success() {
-        return Ok(());
+        return Ok(String::from_utf8_lossy(&out.stderr).into_owned());
     }
     let mut output = String::from_utf8_lossy(&out.stderr).into_owned();
     let stdout = String::from_utf8_lossy(&out.stdout);

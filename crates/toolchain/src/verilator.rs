@@ -42,11 +42,54 @@ fn valid_identifier(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// Verilates `sources` with `top` as the top module (which must have the
-/// corefarm port list, cores/README.md) and links the model, the embedded
-/// RTL wrapper and the Verilator runtime into one shared object at `out`
-/// exporting the RTL simulation ABI (docs/interfaces.md).
-pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), ToolchainError> {
+/// How [`build_rtl_with`] treats Verilator's warnings.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RtlOptions {
+    /// Verilator's warnings fail the build ([`ToolchainError::Lint`]).
+    pub strict: bool,
+}
+
+/// What a successful RTL build reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RtlBuild {
+    /// Verilator's warnings (lint: width truncation, unused bits, ...), one
+    /// entry per warning with its source excerpt, as Verilator printed them.
+    pub warnings: Vec<String>,
+}
+
+/// The `%Warning-…` blocks of Verilator's output: the first line and the
+/// indented lines after it (instance, source excerpt, hints).
+pub(crate) fn verilator_warnings(output: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let mut inside = false;
+    for line in output.lines() {
+        if line.starts_with("%Warning") {
+            out.push(line.to_string());
+            inside = true;
+        } else if inside && line.starts_with(char::is_whitespace) {
+            let last = out.last_mut().expect("inside a warning");
+            last.push('\n');
+            last.push_str(line);
+        } else {
+            inside = false;
+        }
+    }
+    out
+}
+
+/// True if Verilator failed only because warnings are fatal (no `%Error`
+/// other than its closing "Exiting due to N warning(s)").
+fn failed_on_warnings_only(output: &str) -> bool {
+    let errors = output
+        .lines()
+        .filter(|l| l.starts_with("%Error") && !l.contains("Exiting due to"))
+        .count();
+    errors == 0 && output.lines().any(|l| l.starts_with("%Warning"))
+}
+
+/// Checks what every Verilator run needs: sources, a valid top name, the
+/// tools. Returns the Verilator program.
+pub(crate) fn check_rtl_request(sources: &[PathBuf], top: &str) -> Result<String, ToolchainError> {
     if sources.is_empty() {
         return Err(ToolchainError::Invalid("no Verilog sources given".into()));
     }
@@ -60,6 +103,27 @@ pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), Toolc
     }
     let verilator = tools::verilator_program();
     tools::require(&verilator, VERILATOR_HINT)?;
+    Ok(verilator)
+}
+
+/// Verilates `sources` with `top` as the top module (which must have the
+/// corefarm port list, cores/README.md) and links the model, the embedded
+/// RTL wrapper and the Verilator runtime into one shared object at `out`
+/// exporting the RTL simulation ABI (docs/interfaces.md). Verilator's
+/// warnings are dropped; [`build_rtl_with`] returns them.
+pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), ToolchainError> {
+    build_rtl_with(sources, top, out, RtlOptions::default()).map(drop)
+}
+
+/// [`build_rtl`] with Verilator's lint warnings (on by default) returned,
+/// or, with `strict`, turned into a [`ToolchainError::Lint`] error.
+pub fn build_rtl_with(
+    sources: &[PathBuf],
+    top: &str,
+    out: &Path,
+    opts: RtlOptions,
+) -> Result<RtlBuild, ToolchainError> {
+    let verilator = check_rtl_request(sources, top)?;
     tools::require("make", VERILATOR_HINT)?;
     tools::require(&tools::cxx_program(), CXX_HINT)?;
     // Verilator's make compiles its runtime (verilated.cpp,
@@ -98,7 +162,7 @@ pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), Toolc
     cmd.args(["--cc", "--exe", "--build", "-O3"])
         // Speed over X-pessimism: cores must not depend on X propagation.
         .args(["--x-assign", "fast", "--x-initial", "fast", "--noassert"])
-        .args(["--no-timing", "-Wno-fatal", "-Wno-lint", "-Wno-style"])
+        .arg("--no-timing")
         .args(["--prefix", "Vcftop", "--top-module", top])
         .arg("-Mdir")
         .arg(&obj)
@@ -115,7 +179,20 @@ pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), Toolc
         .arg("-v")
         .arg(d.join("cf_csr.v"))
         .arg(d.join("cf_rtl_wrapper.cpp"));
-    tools::run("verilator", &mut cmd)?;
+    // Lint warnings stay on (Verilator's default set, no style warnings):
+    // a truncated accumulator is a bug worth seeing before any node runs it.
+    if !opts.strict {
+        cmd.arg("-Wno-fatal");
+    }
+    let warnings = match tools::run_capture("verilator", &mut cmd) {
+        Ok(stderr) => verilator_warnings(&stderr),
+        Err(ToolchainError::Failed { output, .. })
+            if opts.strict && failed_on_warnings_only(&output) =>
+        {
+            return Err(ToolchainError::Lint(verilator_warnings(&output)));
+        }
+        Err(e) => return Err(e),
+    };
     let so = obj.join("cf_rtl.so");
     if !so.is_file() {
         return Err(ToolchainError::Invalid(format!(
@@ -123,7 +200,8 @@ pub fn build_rtl(sources: &[PathBuf], top: &str, out: &Path) -> Result<(), Toolc
             so.display()
         )));
     }
-    tools::install(&so, out)
+    tools::install(&so, out)?;
+    Ok(RtlBuild { warnings })
 }
 
 #[cfg(test)]

@@ -1,0 +1,246 @@
+//! Deciding an image's input and output sizes (and types) from everything
+//! that states them: the flags, the HLS source's memory arguments, the
+//! Verilog top module's INPUT_SIZE/OUTPUT_SIZE parameters. All statements
+//! must agree; a side nothing states is an error that says what to give.
+
+use corefarm_cores::image::DataType;
+
+use crate::hls_probe::{Element, MemoryArg};
+
+/// Everything known about one side (input or output) of the core.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Side {
+    /// "input" or "output".
+    pub name: &'static str,
+    pub flag_size: Option<u32>,
+    pub flag_type: Option<DataType>,
+    /// Where the HLS source said it (e.g. "the first argument of saxpy in
+    /// saxpy.cpp") and what it said.
+    pub hls: Option<(String, MemoryArg)>,
+    /// Where the Verilog said it and the byte count.
+    pub verilog: Option<(String, u64)>,
+    /// Why a source could not tell (shown when nothing does).
+    pub unknown: Vec<String>,
+}
+
+/// The decided size and type of one side, with where they came from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Decided {
+    pub size: u32,
+    pub dtype: Option<DataType>,
+    /// E.g. "input: 2056 bytes, int32[514] (from the first argument of
+    /// saxpy in saxpy.cpp; --input-size)".
+    pub note: String,
+}
+
+fn flag(side: &Side, what: &str) -> String {
+    format!("--{}-{what}", side.name)
+}
+
+pub(crate) fn decide(side: &Side) -> Result<Decided, String> {
+    let mut claims: Vec<(String, u64)> = Vec::new();
+    if let Some(n) = side.flag_size {
+        claims.push((flag(side, "size"), u64::from(n)));
+    }
+    if let Some(t) = &side.flag_type {
+        let bytes = t
+            .bytes()
+            .ok_or_else(|| format!("{} {t} does not fit in memory", flag(side, "type")))?;
+        claims.push((format!("{} {t}", flag(side, "type")), bytes));
+    }
+    if let Some((at, m)) = &side.hls {
+        claims.push((at.clone(), m.bytes));
+    }
+    if let Some((at, n)) = &side.verilog {
+        claims.push((at.clone(), *n));
+    }
+    let Some((first_at, first)) = claims.first().cloned() else {
+        let mut why = side.unknown.join("; ");
+        if why.is_empty() {
+            why = "no source states it".into();
+        }
+        return Err(format!(
+            "cannot tell the {} size: {why}; give {} (or {})",
+            side.name,
+            flag(side, "size"),
+            flag(side, "type")
+        ));
+    };
+    if let Some((at, n)) = claims.iter().find(|(_, n)| *n != first) {
+        return Err(format!(
+            "{} size: {first_at} says {first} bytes but {at} says {n} bytes",
+            side.name
+        ));
+    }
+    let size = u32::try_from(first).map_err(|_| {
+        format!(
+            "{} size {first} bytes ({first_at}) exceeds 4 GiB",
+            side.name
+        )
+    })?;
+    let dtype = match (&side.flag_type, &side.hls) {
+        (Some(t), Some((at, m))) => {
+            if let Element::Typed(d) = m.element {
+                if d != t.dtype {
+                    return Err(format!(
+                        "{} {t} has {} elements but {at} declares a pointer to {}",
+                        flag(side, "type"),
+                        t.dtype.name(),
+                        d.name()
+                    ));
+                }
+            }
+            Some(t.clone())
+        }
+        (Some(t), None) => Some(t.clone()),
+        (None, Some((_, m))) => derived(m),
+        (None, None) => None,
+    };
+    let sources: Vec<&str> = claims.iter().map(|(at, _)| at.as_str()).collect();
+    let shown = dtype.as_ref().map_or(String::new(), |t| format!(", {t}"));
+    Ok(Decided {
+        size,
+        note: format!(
+            "{}: {size} bytes{shown} (from {})",
+            side.name,
+            sources.join("; ")
+        ),
+        dtype,
+    })
+}
+
+/// The type an HLS memory argument states: its element type, the memory's
+/// bytes / element size elements (none for plain bytes or a size that is
+/// not a whole number of elements).
+fn derived(m: &MemoryArg) -> Option<DataType> {
+    let Element::Typed(d) = m.element else {
+        return None;
+    };
+    let n = m.bytes / u64::from(d.size());
+    if n == 0 || m.bytes % u64::from(d.size()) != 0 {
+        return None;
+    }
+    Some(DataType {
+        dtype: d,
+        shape: vec![u32::try_from(n).ok()?],
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corefarm_cores::image::Dtype;
+
+    fn hls(bytes: u64, element: Element) -> Option<(String, MemoryArg)> {
+        let element_size = match element {
+            Element::Typed(d) => u64::from(d.size()),
+            _ => 1,
+        };
+        Some((
+            "the first argument of f in core.cpp".into(),
+            MemoryArg {
+                bytes,
+                element,
+                element_size,
+            },
+        ))
+    }
+
+    fn input() -> Side {
+        Side {
+            name: "input",
+            ..Side::default()
+        }
+    }
+
+    #[test]
+    fn sizes_come_from_the_source_when_omitted() {
+        let d = decide(&Side {
+            hls: hls(2056, Element::Typed(Dtype::Int32)),
+            ..input()
+        })
+        .unwrap();
+        assert_eq!(
+            (d.size, d.dtype.unwrap().to_string()),
+            (2056, "int32[514]".into())
+        );
+        let d = decide(&Side {
+            verilog: Some(("saxpy.v parameter INPUT_SIZE".into(), 1024)),
+            ..input()
+        })
+        .unwrap();
+        assert_eq!((d.size, d.dtype), (1024, None));
+        assert!(
+            d.note.contains("saxpy.v parameter INPUT_SIZE"),
+            "{}",
+            d.note
+        );
+        // Plain bytes carry no type.
+        let d = decide(&Side {
+            hls: hls(2048, Element::Bytes),
+            ..input()
+        })
+        .unwrap();
+        assert_eq!((d.size, d.dtype), (2048, None));
+    }
+
+    #[test]
+    fn disagreeing_statements_are_refused_with_both_numbers() {
+        let e = decide(&Side {
+            flag_size: Some(2048),
+            hls: hls(2056, Element::Typed(Dtype::Int32)),
+            ..input()
+        })
+        .unwrap_err();
+        assert_eq!(
+            e,
+            "input size: --input-size says 2048 bytes but the first argument of f in core.cpp says 2056 bytes"
+        );
+        let e = decide(&Side {
+            flag_type: Some("int16[4127]".parse().unwrap()),
+            verilog: Some(("t.v parameter INPUT_SIZE".into(), 8256)),
+            ..input()
+        })
+        .unwrap_err();
+        assert!(e.contains("8254") && e.contains("8256"), "{e}");
+        let e = decide(&Side {
+            flag_type: Some("int16[1028]".parse().unwrap()),
+            hls: hls(2056, Element::Typed(Dtype::Int32)),
+            ..input()
+        })
+        .unwrap_err();
+        assert!(e.contains("int16 elements") && e.contains("int32"), "{e}");
+    }
+
+    #[test]
+    fn a_type_reshapes_or_retypes_a_byte_memory() {
+        let d = decide(&Side {
+            flag_type: Some("int32[2,64,64]".parse().unwrap()),
+            hls: hls(32768, Element::Typed(Dtype::Int32)),
+            ..input()
+        })
+        .unwrap();
+        assert_eq!(d.dtype.unwrap().shape, vec![2, 64, 64]);
+        let d = decide(&Side {
+            flag_type: Some("int8[2048]".parse().unwrap()),
+            hls: hls(2048, Element::Bytes),
+            ..input()
+        })
+        .unwrap();
+        assert_eq!(d.dtype.unwrap().to_string(), "int8[2048]");
+    }
+
+    #[test]
+    fn nothing_stating_a_size_says_what_to_give() {
+        let e = decide(&Side {
+            unknown: vec!["t.v: the top module t declares no INPUT_SIZE parameter".into()],
+            ..input()
+        })
+        .unwrap_err();
+        assert!(
+            e.starts_with("cannot tell the input size: t.v: the top module")
+                && e.ends_with("give --input-size (or --input-type)"),
+            "{e}"
+        );
+    }
+}

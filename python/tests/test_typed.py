@@ -1,0 +1,131 @@
+"""Typed images: numpy inputs checked against the manifest's input type,
+results as arrays of its output type, bytes still available (fake server)."""
+
+import json
+import struct
+
+import pytest
+
+import corefarm
+from fakeserver import FakeServer
+
+np = pytest.importorskip("numpy")
+
+
+def typed_image(input_type, output_type, input_size, output_size):
+    manifest = json.dumps({
+        "name": "widen", "input_size": input_size, "output_size": output_size,
+        "input_type": input_type, "output_type": output_type,
+        "cores": [{"control": 1, "input": 2, "output": 3}], "artifacts": []}).encode()
+    return b"CFIMAGE\0" + struct.pack("<II", 1, len(manifest)) + manifest
+
+
+# One input: int16[4] (8 bytes); one output: int32[2,2] (16 bytes), the
+# inputs widened. The fake server computes exactly that.
+IMAGE = typed_image({"dtype": "int16", "shape": [4]}, {"dtype": "int32", "shape": [2, 2]}, 8, 16)
+
+
+def widen(body):
+    return np.frombuffer(body, dtype="<i2").astype("<i4").tobytes()
+
+
+def serve(messages):
+    def script(p):
+        p.hello()
+        p.configuration()
+        p.credit(64)
+        for _ in range(messages):
+            ident, body = p.data()
+            p.result(ident, widen(body))
+        assert p.at_eof(), "the client sent a data message it should have refused"
+    return FakeServer(script)
+
+
+def test_wrongly_typed_arrays_are_refused_before_anything_is_sent():
+    srv = serve(0)
+    with corefarm.connect(srv.addr) as c:
+        c.configure(IMAGE)
+        assert c.types == ("int16[4]", "int32[2,2]")
+        cases = [
+            # The foot-gun: int32[2] has the bytes of one int16[4] input.
+            (np.arange(2, dtype=np.int32),
+             "input array has dtype int32 but image 'widen' takes int16[4] inputs; convert it with "
+             ".astype(numpy.dtype('<i2'))"),
+            (np.arange(4, dtype=">i2"), "dtype >i2 but image 'widen' takes int16[4]"),
+            # Two inputs flattened: ambiguous, so refused with the shapes to use.
+            (np.arange(8, dtype=np.int16),
+             "input array has shape (8,) but image 'widen' takes int16[4] inputs: pass shape (4,) "
+             "for one input or (k, 4) for k inputs"),
+            (np.arange(8, dtype=np.int16).reshape(2, 2, 2), "shape (2, 2, 2)"),
+            (np.arange(8, dtype=np.int16)[::2], "not C-contiguous"),
+            (np.zeros((0, 4), dtype=np.int16), "shape (0, 4)"),
+        ]
+        for a, message in cases:
+            for send in (c.submit, c.submit_pending, lambda x: next(c.map([x]))):
+                with pytest.raises(corefarm.InputError) as e:
+                    send(a)
+                assert message in str(e.value)
+                assert isinstance(e.value, ValueError)
+    srv.join()
+
+
+def test_results_are_arrays_of_the_output_type_shaped_like_the_input():
+    srv = serve(6)
+    with corefarm.connect(srv.addr) as c:
+        c.configure(IMAGE)
+        one = np.array([1, -2, 3, 32767], dtype=np.int16)
+        batch = np.arange(12, dtype=np.int16).reshape(3, 4)
+        got = list(c.map([one, batch, one.tobytes(), batch.tobytes()], window=2))
+        assert got[0].dtype == np.dtype("<i4") and got[0].shape == (2, 2)
+        assert got[0].tolist() == [[1, -2], [3, 32767]]
+        assert got[1].shape == (3, 2, 2) and got[1].reshape(-1).tolist() == list(range(12))
+        assert got[2].shape == (2, 2)          # bytes of one input: no batch axis
+        assert got[3].shape == (3, 2, 2)
+        assert not got[0].flags.writeable      # a view of the received bytes
+        # The raw bytes stay available.
+        (raw,) = c.map([one], raw=True)
+        assert raw == widen(one.tobytes())
+        ident = c.submit(batch)
+        out = c.recv(timeout=10)
+        assert out.id == ident and c.array(out).shape == (3, 2, 2)
+        assert c.array(out.data)[2].tolist() == [[8, 9], [10, 11]]
+    srv.join()
+
+
+def test_untyped_configurations_keep_bytes():
+    def script(p):
+        p.hello()
+        p.configuration()
+        p.credit(4)
+        ident, body = p.data()
+        p.result(ident, body)
+
+    srv = FakeServer(script)
+    with corefarm.connect(srv.addr) as c:
+        c.configure_benchmark(8, 8)
+        assert c.types == (None, None)
+        # Any array is its bytes, as before.
+        assert next(c.map([np.arange(2, dtype=np.int32)])) == np.arange(2, dtype=np.int32).tobytes()
+        with pytest.raises(corefarm.UsageError, match="no output type"):
+            c.array(b"\0" * 8)
+    srv.join()
+
+
+def test_a_file_that_is_not_an_image_is_named_so(tmp_path):
+    def script(p):
+        p.hello()
+        assert p.at_eof(), "nothing is sent for a refused configure"
+
+    srv = FakeServer(script)
+    path = tmp_path / "notes.txt"
+    path.write_text("not an image")
+    with corefarm.connect(srv.addr) as c:
+        with pytest.raises(corefarm.ConfigurationError) as e:
+            c.configure(path)
+        assert str(e.value) == (
+            f"{path} is not a corefarm image (no CFIMAGE magic); to send a raw Cyclone V "
+            "bitstream, give input_size= and output_size=")
+        assert "input_size and output_size are required" not in str(e.value)
+        with pytest.raises(corefarm.ConfigurationError, match="this buffer is not a corefarm image"):
+            c.configure(b"RBF")
+    srv.join()
