@@ -265,13 +265,19 @@ class Client:
         results are in flight (they never come here)."""
         return self._raw.recv(timeout)
 
-    def map(self, inputs, window=64):
+    def map(self, inputs, window=64, cowork=None):
         """Yields the result bytes of each input in input order, keeping at
         most `window` data messages in flight. The results come to this
         generator only, so several threads may each run a `map` on one
-        client. A ServerError for one input is raised when its turn comes."""
+        client. A ServerError for one input is raised when its turn comes.
+        `cowork=True` (or a `corefarm.cowork.Cowork`) computes part of the
+        inputs on this machine too; see `corefarm.cowork`."""
         if window < 1:
             raise ValueError("window must be at least 1")
+        if cowork:
+            from . import cowork as _cowork
+            yield from _cowork.map(self, inputs, window, cowork)
+            return
         it = iter(inputs)
         pending = _collections.deque()
         exhausted = False
