@@ -438,7 +438,7 @@ class Client:
         results are in flight (they never come here)."""
         return self._raw.recv(timeout)
 
-    def map(self, inputs, window=64, raw=False):
+    def map(self, inputs, window=64, raw=False, cowork=None):
         """Yields the result of each input in input order, keeping at most
         `window` data messages in flight. The results come to this
         generator only, so several threads may each run a `map` on one
@@ -448,12 +448,23 @@ class Client:
         `raw` is false, read-only numpy arrays of that type: an input array
         of the input shape gives one output shaped as the output type, a
         batch (k, *input shape) gives (k, *output shape); bytes holding k
-        inputs give k outputs the same way (no batch axis for k = 1)."""
+        inputs give k outputs the same way (no batch axis for k = 1).
+
+        `cowork=True` (or a `corefarm.cowork.Cowork`) computes part of the
+        inputs on this machine too (seed 002, chapter 4); see
+        `corefarm.cowork`. Inputs are then checked and taken up front."""
         if window < 1:
             raise ValueError("window must be at least 1")
         typed = not raw and self._types[1] is not None
         if typed:
             self._types[1].numpy_dtype()  # no numpy: say so before sending anything
+        if cowork:
+            from . import cowork as _cowork
+            prepared = [self._prepare(item) for item in inputs]
+            results = _cowork.map(self, [v for v, _ in prepared], window, cowork)
+            for data, (_, batch) in zip(results, prepared):
+                yield self._array(data, batch) if typed else data
+            return
         it = iter(inputs)
         pending = _collections.deque()
         exhausted = False

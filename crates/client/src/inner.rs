@@ -27,6 +27,8 @@ pub(crate) struct Inner {
     pub credit_mode: bool,
     pub configure_lock: Mutex<()>,
     pub status_lock: Mutex<()>,
+    /// The last configuration the server accepted (for co-working).
+    pub configuration: Mutex<Option<Configuration>>,
     pub reader: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -242,6 +244,7 @@ impl Inner {
                 let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
                 return if r.ok() {
                     st.warnings = errors.into_iter().map(|e| e.reason).collect();
+                    *lock(&self.configuration) = Some(cfg.clone());
                     Ok(())
                 } else {
                     let reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();

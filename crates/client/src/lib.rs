@@ -38,6 +38,7 @@
 //! it waits, since another thread may be about to submit.
 
 mod connect;
+mod cowork;
 mod error;
 mod inner;
 mod map;
@@ -54,6 +55,7 @@ use corefarm_smp::{BenchmarkConfig, ClusterStatus, Configuration, Hello, DEFAULT
 
 /// The default core table (docs/interfaces.md), for images that give none.
 pub use corefarm_smp::default_core_table;
+pub use cowork::{Cowork, CoworkError, CoworkOptions, CoworkReport, CoworkRun, Estimates};
 pub use error::{ClientError, Result};
 use inner::{Body, CreditWait, Inner, Route};
 pub use map::MapIter;
@@ -163,6 +165,7 @@ impl Client {
                 credit_mode,
                 configure_lock: Mutex::new(()),
                 status_lock: Mutex::new(()),
+                configuration: Mutex::new(None),
                 reader: Mutex::new(Some(handle)),
             }),
         })
@@ -300,6 +303,11 @@ impl Client {
     /// Whether credit-based flow control is in force.
     pub fn credit_mode(&self) -> bool {
         self.inner.credit_mode
+    }
+
+    /// The last configuration the server accepted from this client.
+    pub fn configuration(&self) -> Option<Configuration> {
+        inner::lock(&self.inner.configuration).clone()
     }
 
     /// (input size, output size) of the configuration in force.

@@ -1,0 +1,361 @@
+//! CPU/cluster co-working: run one function on the local CPU and on the
+//! cluster at once (seed 002 chapter 4 and Algorithm 2).
+//!
+//! An image that carries a native artifact for this machine can be loaded
+//! here too (through `corefarm_cores::load`, the same code a node uses), so
+//! the client can compute some of the inputs itself while the cluster
+//! computes the rest:
+//!
+//! ```no_run
+//! use corefarm_client::{Client, ClientOptions, Cowork, CoworkOptions};
+//! # fn inputs() -> Vec<bytes::Bytes> { vec![] }
+//! let c = Client::connect("127.0.0.1:9999", ClientOptions::default())?;
+//! let cfg = corefarm_cores::image::configuration(std::fs::read("matmul.cfimg")?.into())?;
+//! c.configure(&cfg)?;
+//! let cowork = Cowork::load(&cfg, CoworkOptions::default())?;
+//! let run = c.map_cowork(&inputs(), 32, &cowork)?;
+//! println!("{} local, {} on the cluster", run.report.local_items, run.report.cluster_items);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+//!
+//! How the work is split (see docs/cowork.md):
+//!
+//! - Below the break-even size `N_L` (eq. 4.8) everything runs locally;
+//!   above it the cluster's share follows eq. 4.4, `α = α*[1 − X_c(D_a −
+//!   O_c)/N]`, re-evaluated on the work that remains each time the cluster
+//!   has room for more, so the split rebalances as results arrive.
+//! - Work is handed out in batches from one shared cursor: the local
+//!   threads and the cluster take the next batch when ready, so the faster
+//!   side takes more; batches shrink as the work runs out.
+//! - `X_c` is measured from the local batches, `X_a` and `D_a` from the
+//!   cluster's results; a [`Cowork`] remembers them for its next run, and
+//!   [`Cowork::set_cluster_throughput`] replaces the measured `X_a` with a
+//!   reported one.
+//! - While the client is not configured with this function, work goes on
+//!   locally in small batches, checking after each; if the cluster fails,
+//!   what it had not answered is computed locally.
+//!
+//! Results come back in input order and are the same bytes whichever side
+//! computed them (the same function on the same input).
+
+mod engine;
+mod policy;
+#[cfg(test)]
+mod tests;
+
+use std::sync::{Mutex, MutexGuard};
+use std::time::Instant;
+
+use bytes::Bytes;
+use corefarm_cores::{ArtifactKind, Core, CoreError, LoadError, LoadOptions};
+use corefarm_smp::Configuration;
+
+pub use policy::Estimates;
+
+use crate::{Client, ClientError};
+
+/// How a [`Cowork`] runs.
+#[derive(Debug, Clone)]
+pub struct CoworkOptions {
+    /// Local worker threads (one core each); 0: one per CPU.
+    pub threads: usize,
+    /// `C_COWORK_MAX` of Algorithm 2: most data messages a local thread
+    /// takes at once before it comes back to rebalance (and, while the
+    /// client is not configured, to check whether it is).
+    pub local_batch_max: usize,
+    /// `n_j` of Algorithm 2 (6 in the seed): a local thread takes
+    /// 1/(n_j · threads) of the local share at a time.
+    pub jobs: usize,
+    /// Which backends may run locally. Default: native soft cores only (an
+    /// RTL simulation computes the same results, far more slowly).
+    pub load: LoadOptions,
+}
+
+impl Default for CoworkOptions {
+    fn default() -> Self {
+        CoworkOptions {
+            threads: 0,
+            local_batch_max: 16,
+            jobs: 6,
+            load: LoadOptions {
+                native: true,
+                rtl: false,
+                fpga: None,
+                prefer: vec![ArtifactKind::Native],
+                ..LoadOptions::default()
+            },
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CoworkError {
+    #[error("cannot run this configuration on the local CPU: {0}")]
+    Load(#[from] LoadError),
+    #[error("input {index}: {reason}")]
+    Input { index: usize, reason: String },
+    #[error("the local core failed on input {index}: {error}")]
+    Local { index: usize, error: CoreError },
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+/// What a co-worked run did and measured.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CoworkReport {
+    /// Data messages computed locally.
+    pub local_items: usize,
+    /// Data messages computed by the cluster.
+    pub cluster_items: usize,
+    /// Why the cluster stopped taking work early, if it failed (its
+    /// unanswered messages were then computed locally).
+    pub cluster_error: Option<String>,
+    /// Model parameters in force at the end (earlier runs, this run's
+    /// measurements, a reported `X_a`).
+    pub estimates: Estimates,
+    /// What this run measured by itself.
+    pub measured: Estimates,
+    /// Wall-clock seconds of the run.
+    pub seconds: f64,
+}
+
+impl CoworkReport {
+    /// Eq. 4.8's break-even size with the final estimates, if known.
+    pub fn break_even(&self) -> Option<f64> {
+        self.estimates.partition().map(|p| p.break_even())
+    }
+}
+
+/// The results, in input order, and the report.
+#[derive(Debug, Clone)]
+pub struct CoworkRun {
+    pub results: Vec<Bytes>,
+    pub report: CoworkReport,
+}
+
+/// One function loaded on the local CPU, ready to co-work with a cluster
+/// configured with the same configuration. Runs one co-worked map at a time
+/// (concurrent calls wait); keeps its estimates between runs.
+pub struct Cowork {
+    cfg: Configuration,
+    opts: CoworkOptions,
+    cores: Mutex<Vec<Box<dyn Core>>>,
+    estimates: Mutex<Estimates>,
+    pinned_x_a: Mutex<Option<f64>>,
+    description: String,
+}
+
+impl std::fmt::Debug for Cowork {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cowork")
+            .field("description", &self.description)
+            .field("estimates", &self.estimates())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Cowork {
+    /// Loads `cfg`'s cores on this machine: `opts.threads` of them, loading
+    /// the configuration as many times as its core table needs.
+    pub fn load(cfg: &Configuration, opts: CoworkOptions) -> Result<Cowork, CoworkError> {
+        if cfg.input_size == 0 || cfg.output_size == 0 {
+            return Err(LoadError::Invalid(
+                "co-working needs a configuration with non-zero input and output sizes".into(),
+            )
+            .into());
+        }
+        let threads = match opts.threads {
+            0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+            n => n,
+        };
+        let mut cores: Vec<Box<dyn Core>> = Vec::with_capacity(threads);
+        let mut description = String::new();
+        while cores.len() < threads {
+            let loaded = corefarm_cores::load(cfg, &opts.load)?;
+            if loaded.cores.is_empty() {
+                return Err(LoadError::Invalid("the configuration loads no cores".into()).into());
+            }
+            description = loaded.description;
+            cores.extend(loaded.cores);
+        }
+        cores.truncate(threads);
+        // O_0 (eq. 4.5): starting and joining the local threads with no work.
+        let t = Instant::now();
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| ());
+            }
+        });
+        let o_0 = t.elapsed().as_secs_f64();
+        Ok(Cowork {
+            cfg: cfg.clone(),
+            opts,
+            cores: Mutex::new(cores),
+            estimates: Mutex::new(Estimates {
+                o_0: Some(o_0),
+                ..Estimates::default()
+            }),
+            pinned_x_a: Mutex::new(None),
+            description: format!("{threads} local thread(s) of {description}"),
+        })
+    }
+
+    /// A cowork over given cores (tests: fake cores, no image).
+    #[cfg(test)]
+    pub(crate) fn from_cores(
+        input_size: u32,
+        output_size: u32,
+        cores: Vec<Box<dyn Core>>,
+    ) -> Cowork {
+        Cowork {
+            cfg: Configuration {
+                input_size,
+                output_size,
+                cores: Vec::new(),
+                bitstream: Bytes::new(),
+            },
+            opts: CoworkOptions::default(),
+            cores: Mutex::new(cores),
+            estimates: Mutex::new(Estimates::default()),
+            pinned_x_a: Mutex::new(None),
+            description: "test cores".into(),
+        }
+    }
+
+    /// Loads the configuration `client` was last configured with.
+    pub fn for_client(client: &Client, opts: CoworkOptions) -> Result<Cowork, CoworkError> {
+        let cfg = client.configuration().ok_or(ClientError::NotConfigured)?;
+        Cowork::load(&cfg, opts)
+    }
+
+    /// The configuration this runs locally.
+    pub fn configuration(&self) -> &Configuration {
+        &self.cfg
+    }
+
+    /// Local threads.
+    pub fn threads(&self) -> usize {
+        lock(&self.cores).len()
+    }
+
+    /// "2 local thread(s) of 2 × native mat_mul_64x64 (native-x86_64-linux)".
+    pub fn description(&self) -> &str {
+        &self.description
+    }
+
+    /// The model parameters known so far (from earlier runs).
+    pub fn estimates(&self) -> Estimates {
+        let mut e = *lock(&self.estimates);
+        if let Some(x) = *lock(&self.pinned_x_a) {
+            e.x_a = Some(x);
+        }
+        e
+    }
+
+    /// Uses `x_a` data messages/s as the cluster's throughput instead of
+    /// measuring it (e.g. a per-function throughput the server reports);
+    /// `None` goes back to measuring.
+    pub fn set_cluster_throughput(&self, x_a: Option<f64>) {
+        *lock(&self.pinned_x_a) = x_a.filter(|x| x.is_finite() && *x > 0.0);
+    }
+
+    /// Checks every input is a whole, non-zero number of inputs.
+    fn check_inputs(&self, inputs: &[Bytes]) -> Result<(), CoworkError> {
+        let size = self.cfg.input_size as usize;
+        match inputs
+            .iter()
+            .position(|b| b.is_empty() || b.len() % size != 0)
+        {
+            Some(index) => Err(CoworkError::Input {
+                index,
+                reason: format!(
+                    "{} bytes is not a whole, non-zero number of {size}-byte inputs",
+                    inputs[index].len()
+                ),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Runs `inputs` locally and on `cluster` (see the module docs).
+    pub(crate) fn run<P: engine::ClusterPath>(
+        &self,
+        inputs: &[Bytes],
+        window: usize,
+        cluster: &P,
+        clock: &dyn policy::Clock,
+    ) -> Result<CoworkRun, CoworkError> {
+        self.check_inputs(inputs)?;
+        let mut cores = lock(&self.cores);
+        let knobs = policy::Knobs {
+            window,
+            threads: cores.len(),
+            local_max: self.opts.local_batch_max,
+            jobs: self.opts.jobs,
+        };
+        let pinned = Estimates {
+            x_a: *lock(&self.pinned_x_a),
+            ..Estimates::default()
+        };
+        let prior = *lock(&self.estimates);
+        let sizes = (self.cfg.input_size as usize, self.cfg.output_size as usize);
+        let (results, report) = engine::run(
+            inputs, sizes, &mut cores, cluster, clock, knobs, prior, pinned,
+        )?;
+        {
+            let mut e = lock(&self.estimates);
+            *e = e.merged(report.measured);
+        }
+        Ok(CoworkRun { results, report })
+    }
+}
+
+/// The cluster path over a real client: ready when the client's
+/// configuration is this one.
+struct ClientPath<'a> {
+    client: &'a Client,
+    cfg: &'a Configuration,
+}
+
+impl engine::ClusterPath for ClientPath<'_> {
+    type Ticket = crate::Pending;
+
+    fn ready(&self) -> bool {
+        self.client
+            .configuration()
+            .is_some_and(|c| c.input_size == self.cfg.input_size && c == *self.cfg)
+    }
+
+    fn submit(&self, data: &Bytes) -> Result<crate::Pending, ClientError> {
+        self.client.submit_pending(data.clone())
+    }
+
+    fn wait(&self, ticket: crate::Pending) -> Result<Bytes, ClientError> {
+        ticket.wait(None).map(|o| o.data)
+    }
+}
+
+impl Client {
+    /// Like [`map`](Client::map), computing part of the inputs on the local
+    /// CPU with `cowork`'s cores (see [`Cowork`] and the module docs of
+    /// `cowork`). `window`: most data messages in flight to the cluster.
+    /// The cluster is used only while this client is configured with
+    /// `cowork`'s configuration; until then (or if it fails) the work is
+    /// done locally.
+    pub fn map_cowork(
+        &self,
+        inputs: &[Bytes],
+        window: usize,
+        cowork: &Cowork,
+    ) -> Result<CoworkRun, CoworkError> {
+        let path = ClientPath {
+            client: self,
+            cfg: &cowork.cfg,
+        };
+        cowork.run(inputs, window, &path, &policy::WallClock::new())
+    }
+}

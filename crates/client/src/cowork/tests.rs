@@ -1,0 +1,387 @@
+//! The splitter with fake local cores, a fake cluster and a fake clock.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_cores::{Core, CoreError};
+
+use super::engine::{self, ClusterPath};
+use super::policy::{Clock, Estimates, Knobs, WallClock};
+use super::*;
+
+const IN: usize = 8;
+const OUT: usize = 4;
+
+/// The function both sides compute: 8 bytes in, 4 out.
+fn f(input: &[u8]) -> Vec<u8> {
+    input
+        .chunks(IN)
+        .flat_map(|c| (0..OUT).map(move |j| c[j].wrapping_mul(3) ^ c[j + OUT].rotate_left(1)))
+        .collect()
+}
+
+fn inputs(n: usize) -> Vec<Bytes> {
+    (0..n)
+        .map(|i| {
+            let k = 1 + i % 3; // 1 to 3 inputs per message
+            Bytes::from(
+                (0..k * IN)
+                    .map(|j| (i * 31 + j * 7) as u8)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .collect()
+}
+
+fn expected(inputs: &[Bytes]) -> Vec<Bytes> {
+    inputs.iter().map(|b| Bytes::from(f(b))).collect()
+}
+
+/// Shared by the fakes of one test.
+#[derive(Default)]
+struct World {
+    /// Jobs (single inputs) the local cores processed.
+    local_jobs: AtomicUsize,
+    /// Messages the fake cluster accepted.
+    submitted: Mutex<usize>,
+    grew: Condvar,
+    /// Time, advanced by the fakes.
+    clock: Mutex<f64>,
+}
+
+impl Clock for World {
+    fn now(&self) -> f64 {
+        *self.clock.lock().unwrap()
+    }
+}
+
+struct FakeCore {
+    w: Arc<World>,
+    /// Fail on a job whose first byte is this.
+    fail_on: Option<u8>,
+    /// At this many local jobs, wait for the cluster to have taken work.
+    gate_at: Option<usize>,
+    /// Seconds of fake time per job.
+    cost: f64,
+}
+
+impl Core for FakeCore {
+    fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+        if self.fail_on == Some(input[0]) {
+            return Err(CoreError::Failed("injected".into()));
+        }
+        let done = self.w.local_jobs.fetch_add(1, Ordering::SeqCst) + 1;
+        if self.gate_at.is_some_and(|g| done >= g) {
+            self.gate_at = None;
+            let st = self.w.submitted.lock().unwrap();
+            let (st, t) = self
+                .w
+                .grew
+                .wait_timeout_while(st, Duration::from_secs(20), |n| *n == 0)
+                .unwrap();
+            assert!(!t.timed_out() && *st > 0, "the cluster never took work");
+        }
+        *self.w.clock.lock().unwrap() += self.cost;
+        output.copy_from_slice(&f(input));
+        Ok(())
+    }
+}
+
+struct FakeCluster {
+    w: Arc<World>,
+    /// Ready once the local cores processed this many jobs (0: at once;
+    /// `usize::MAX`: never).
+    ready_after: usize,
+    /// Submissions past this many fail.
+    fail_after: Option<usize>,
+    /// Results one byte short.
+    short: bool,
+}
+
+impl ClusterPath for FakeCluster {
+    type Ticket = Result<Bytes, ClientError>;
+
+    fn ready(&self) -> bool {
+        self.w.local_jobs.load(Ordering::SeqCst) >= self.ready_after
+    }
+
+    fn submit(&self, data: &Bytes) -> Result<Self::Ticket, ClientError> {
+        let mut n = self.w.submitted.lock().unwrap();
+        if self.fail_after.is_some_and(|max| *n >= max) {
+            return Err(ClientError::Closed {
+                during: "while sending data",
+            });
+        }
+        *n += 1;
+        self.w.grew.notify_all();
+        let mut out = f(data);
+        if self.short {
+            out.pop();
+        }
+        Ok(Ok(Bytes::from(out)))
+    }
+
+    fn wait(&self, ticket: Self::Ticket) -> Result<Bytes, ClientError> {
+        ticket
+    }
+}
+
+fn cores(w: &Arc<World>, n: usize) -> Vec<Box<dyn Core>> {
+    (0..n)
+        .map(|_| {
+            Box::new(FakeCore {
+                w: w.clone(),
+                fail_on: None,
+                gate_at: None,
+                cost: 0.0,
+            }) as Box<dyn Core>
+        })
+        .collect()
+}
+
+fn cluster(w: &Arc<World>, ready_after: usize) -> FakeCluster {
+    FakeCluster {
+        w: w.clone(),
+        ready_after,
+        fail_after: None,
+        short: false,
+    }
+}
+
+const KNOBS: Knobs = Knobs {
+    window: 8,
+    threads: 0, // set from the cores
+    local_max: 16,
+    jobs: 6,
+};
+
+fn run(
+    w: &Arc<World>,
+    inputs: &[Bytes],
+    mut cores: Vec<Box<dyn Core>>,
+    cluster: &FakeCluster,
+    prior: Estimates,
+) -> Result<(Vec<Bytes>, CoworkReport), CoworkError> {
+    engine::run(
+        inputs,
+        (IN, OUT),
+        &mut cores,
+        cluster,
+        &**w,
+        KNOBS,
+        prior,
+        Estimates::default(),
+    )
+}
+
+#[test]
+fn both_sides_work_and_results_keep_input_order() {
+    let w = Arc::new(World::default());
+    let ins = inputs(300);
+    // Each local core's first job waits until the cluster has taken work,
+    // so both sides compute some of it however the threads race.
+    let gated: Vec<Box<dyn Core>> = (0..2)
+        .map(|_| {
+            Box::new(FakeCore {
+                w: w.clone(),
+                fail_on: None,
+                gate_at: Some(1),
+                cost: 0.0,
+            }) as Box<dyn Core>
+        })
+        .collect();
+    let (out, report) = run(&w, &ins, gated, &cluster(&w, 0), Estimates::default()).unwrap();
+    assert_eq!(out, expected(&ins));
+    assert!(
+        report.cluster_items > 0 && report.local_items > 0,
+        "{report:?}"
+    );
+    assert_eq!(report.local_items + report.cluster_items, ins.len());
+    assert_eq!(report.cluster_items, *w.submitted.lock().unwrap());
+    assert!(report.cluster_error.is_none());
+}
+
+#[test]
+fn unconfigured_cluster_leaves_everything_local() {
+    let w = Arc::new(World::default());
+    let ins = inputs(100);
+    let (out, report) = run(
+        &w,
+        &ins,
+        cores(&w, 2),
+        &cluster(&w, usize::MAX),
+        Estimates::default(),
+    )
+    .unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!((report.local_items, report.cluster_items), (100, 0));
+    assert_eq!(*w.submitted.lock().unwrap(), 0);
+}
+
+#[test]
+fn cluster_configured_midway_joins_in() {
+    let w = Arc::new(World::default());
+    let ins = inputs(400);
+    // The cluster is configured after 10 local jobs; the local core then
+    // waits at job 60 until the cluster has taken work, so it must join.
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: None,
+        gate_at: Some(60),
+        cost: 0.0,
+    };
+    let (out, report) = run(
+        &w,
+        &ins,
+        vec![Box::new(core)],
+        &cluster(&w, 10),
+        Estimates::default(),
+    )
+    .unwrap();
+    assert_eq!(out, expected(&ins));
+    assert!(report.cluster_items > 0, "{report:?}");
+    assert_eq!(report.local_items + report.cluster_items, 400);
+}
+
+#[test]
+fn below_break_even_nothing_goes_to_the_cluster() {
+    let w = Arc::new(World::default());
+    let ins = inputs(50);
+    // X_c = 10⁵/s and D_a = 10 ms: N_L ≈ 1000 > 50.
+    let prior = Estimates {
+        x_c: Some(1e5),
+        x_a: Some(1e5),
+        d_a: Some(0.010),
+        o_c: Some(0.0),
+        o_0: Some(0.0),
+    };
+    let (out, report) = run(&w, &ins, cores(&w, 2), &cluster(&w, 0), prior).unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!(report.cluster_items, 0);
+    assert_eq!(*w.submitted.lock().unwrap(), 0);
+    assert!(report.break_even().unwrap() > 50.0);
+}
+
+#[test]
+fn failed_cluster_work_is_done_locally() {
+    let w = Arc::new(World::default());
+    let ins = inputs(200);
+    let mut c = cluster(&w, 0);
+    c.fail_after = Some(5);
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: None,
+        gate_at: Some(3),
+        cost: 0.0,
+    };
+    let (out, report) = run(&w, &ins, vec![Box::new(core)], &c, Estimates::default()).unwrap();
+    assert_eq!(out, expected(&ins));
+    assert!(report.cluster_items <= 5, "{report:?}");
+    let why = report.cluster_error.as_deref().unwrap();
+    assert!(why.contains("closed the connection"), "{why}");
+    assert_eq!(report.local_items + report.cluster_items, 200);
+}
+
+#[test]
+fn results_of_the_wrong_size_are_refused() {
+    let w = Arc::new(World::default());
+    let ins = inputs(60);
+    let mut c = cluster(&w, 0);
+    c.short = true;
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: None,
+        gate_at: Some(2),
+        cost: 0.0,
+    };
+    let (out, report) = run(&w, &ins, vec![Box::new(core)], &c, Estimates::default()).unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!(report.cluster_items, 0);
+    let why = report.cluster_error.unwrap();
+    assert!(why.contains("expected"), "{why}");
+}
+
+#[test]
+fn a_local_failure_names_the_input() {
+    let w = Arc::new(World::default());
+    let ins = inputs(40);
+    let bad = ins[17][0];
+    assert!(
+        ins.iter()
+            .filter(|b| b.chunks(IN).any(|c| c[0] == bad))
+            .count()
+            == 1
+    );
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: Some(bad),
+        gate_at: None,
+        cost: 0.0,
+    };
+    let e = run(
+        &w,
+        &ins,
+        vec![Box::new(core)],
+        &cluster(&w, usize::MAX),
+        Estimates::default(),
+    )
+    .unwrap_err();
+    assert!(matches!(e, CoworkError::Local { index: 17, .. }), "{e}");
+}
+
+#[test]
+fn local_throughput_is_measured_on_the_fake_clock() {
+    let w = Arc::new(World::default());
+    let ins: Vec<Bytes> = (0..40).map(|i| Bytes::from(vec![i as u8; IN])).collect();
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: None,
+        gate_at: None,
+        cost: 0.002, // 2 ms per input: 500 inputs/s
+    };
+    let (_, report) = run(
+        &w,
+        &ins,
+        vec![Box::new(core)],
+        &cluster(&w, usize::MAX),
+        Estimates::default(),
+    )
+    .unwrap();
+    let x_c = report.measured.x_c.unwrap();
+    assert!((x_c - 500.0).abs() < 1e-6, "{x_c}");
+    assert!((report.seconds - 0.080).abs() < 1e-9, "{}", report.seconds);
+    assert_eq!(report.measured.x_a, None);
+}
+
+#[test]
+fn cowork_checks_inputs_and_keeps_estimates_between_runs() {
+    let w = Arc::new(World::default());
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: None,
+        gate_at: None,
+        cost: 0.001,
+    };
+    let cw = Cowork::from_cores(IN as u32, OUT as u32, vec![Box::new(core)]);
+    let e = cw
+        .run(
+            &[Bytes::from(vec![0u8; IN + 1])],
+            4,
+            &cluster(&w, 0),
+            &WallClock::new(),
+        )
+        .unwrap_err();
+    assert!(matches!(e, CoworkError::Input { index: 0, .. }), "{e}");
+    assert_eq!(cw.estimates().x_c, None);
+    let ins: Vec<Bytes> = (0..30).map(|i| Bytes::from(vec![i as u8; IN])).collect();
+    let r = cw.run(&ins, 4, &cluster(&w, usize::MAX), &*w).unwrap();
+    assert_eq!(r.results, expected(&ins));
+    assert_eq!(cw.estimates().x_c, r.report.measured.x_c);
+    assert!((cw.estimates().x_c.unwrap() - 1000.0).abs() < 1e-6);
+    cw.set_cluster_throughput(Some(1234.0));
+    assert_eq!(cw.estimates().x_a, Some(1234.0));
+    cw.set_cluster_throughput(Some(f64::NAN));
+    assert_eq!(cw.estimates().x_a, None);
+}

@@ -1,0 +1,219 @@
+//! Partitioning a workload between the CPU and an accelerator — seed 002
+//! §4.4 ("Partitioning model") and its use in chapter 5 (Algorithm 2).
+//!
+//! Two resources perform the same function on disjoint parts of a workload
+//! of `N` items. The accelerator (for corefarm: the cluster) gets the
+//! fraction `α`, the CPU the rest; the task is done when the slower side is
+//! done, so the best `α` makes both finish together (`T_a = T_c`).
+//!
+//! | symbol | field | meaning | unit |
+//! |---|---|---|---|
+//! | `X_c` | [`Partition::x_c`] | CPU throughput | items/s |
+//! | `X_a` | [`Partition::x_a`] | accelerator throughput | items/s |
+//! | `O_c` | [`Partition::o_c`] | CPU overhead of co-working: CPU time spent initiating the accelerator and collecting its results, which the CPU cannot spend on items | s |
+//! | `O_0` | [`Partition::o_0`] | the part of `O_c` that calling the function in software costs anyway, with `N = 0` | s |
+//! | `D_a` | [`Partition::d_a`] | accelerator latency: initiation plus return of the result, during which the accelerator processes nothing | s |
+//!
+//! The functions do not validate their inputs; [`Partition::check`] does
+//! (throughputs finite and positive, times finite and non-negative).
+
+/// Measured parameters of one CPU/accelerator pair (see the module table).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Partition {
+    /// `X_c`: CPU throughput, items/s.
+    pub x_c: f64,
+    /// `X_a`: accelerator throughput, items/s.
+    pub x_a: f64,
+    /// `O_c`: CPU overhead of initiating the accelerator and collecting its results, s.
+    pub o_c: f64,
+    /// `O_0`: the share of `O_c` a purely local call costs too (`N = 0`), s.
+    pub o_0: f64,
+    /// `D_a`: accelerator initiation plus result-return latency, s.
+    pub d_a: f64,
+}
+
+/// Eq. 4.2: `α* = X_a / (X_a + X_c)`, the accelerator's share of a large
+/// workload, where overheads and latencies are negligible: work is split in
+/// proportion to throughput.
+pub fn alpha_star(x_a: f64, x_c: f64) -> f64 {
+    x_a / (x_a + x_c)
+}
+
+impl Partition {
+    /// Why the parameters cannot be used, if they cannot.
+    pub fn check(&self) -> Result<(), String> {
+        for (name, v) in [("X_c", self.x_c), ("X_a", self.x_a)] {
+            if !(v.is_finite() && v > 0.0) {
+                return Err(format!(
+                    "{name} = {v} items/s: a throughput must be finite and > 0"
+                ));
+            }
+        }
+        for (name, v) in [("O_c", self.o_c), ("O_0", self.o_0), ("D_a", self.d_a)] {
+            if !(v.is_finite() && v >= 0.0) {
+                return Err(format!("{name} = {v} s: a time must be finite and >= 0"));
+            }
+        }
+        Ok(())
+    }
+
+    /// Eq. 4.2 for these throughputs.
+    pub fn alpha_star(&self) -> f64 {
+        alpha_star(self.x_a, self.x_c)
+    }
+
+    /// Eq. 4.4: `α = α* [1 − X_c (D_a − O_c) / N]`, the accelerator's share
+    /// of `n` items that makes eq. 4.3a and 4.3b equal. Not clamped: a
+    /// value ≤ 0 means the accelerator's latency exceeds what the CPU needs
+    /// for the whole workload (Algorithm 2 then keeps it all on the CPU).
+    pub fn alpha(&self, n: f64) -> f64 {
+        self.alpha_star() * (1.0 - self.x_c * (self.d_a - self.o_c) / n)
+    }
+
+    /// Eq. 4.3a: `T'_a = α N / X_a + D_a`, the accelerator's completion time.
+    pub fn accelerator_time(&self, alpha: f64, n: f64) -> f64 {
+        alpha * n / self.x_a + self.d_a
+    }
+
+    /// Eq. 4.3b: `T'_c = (1 − α) N / X_c + O_c`, the CPU's completion time
+    /// when it co-works.
+    pub fn cpu_time(&self, alpha: f64, n: f64) -> f64 {
+        (1.0 - alpha) * n / self.x_c + self.o_c
+    }
+
+    /// Left-hand side of eq. 4.5 and 4.6: `N / X_c + O_0`, the time of the
+    /// whole workload on the CPU alone.
+    pub fn cpu_only_time(&self, n: f64) -> f64 {
+        n / self.x_c + self.o_0
+    }
+
+    /// Eq. 4.8: `N_L = X_c [X_c (O_c − O_0) / X_a + D_a − O_0]`, the smallest
+    /// workload for which co-working is no slower than the CPU alone
+    /// (both inequalities 4.5 and 4.6 hold). Below it, everything stays on
+    /// the CPU (Algorithm 2, lines 1–4).
+    pub fn break_even(&self) -> f64 {
+        self.x_c * (self.x_c * (self.o_c - self.o_0) / self.x_a + self.d_a - self.o_0)
+    }
+
+    /// How many of `n` items go to the accelerator: 0 at or below
+    /// [`break_even`](Self::break_even) or when eq. 4.4 gives `α ≤ 0`,
+    /// else `α n` rounded, at most `n`.
+    pub fn accelerator_items(&self, n: u64) -> u64 {
+        let nf = n as f64;
+        if n == 0 || nf <= self.break_even() {
+            return 0;
+        }
+        let a = self.alpha(nf);
+        if a <= 0.0 {
+            return 0;
+        }
+        ((a * nf).round() as u64).min(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    /// X_c = 1000/s, X_a = 3000/s, O_c = 2 ms, O_0 = 1 ms, D_a = 10 ms.
+    fn p() -> Partition {
+        Partition {
+            x_c: 1000.0,
+            x_a: 3000.0,
+            o_c: 0.002,
+            o_0: 0.001,
+            d_a: 0.010,
+        }
+    }
+
+    #[test]
+    fn eq_4_2_splits_in_proportion_to_throughput() {
+        // 3000 / (3000 + 1000)
+        assert!(close(alpha_star(3000.0, 1000.0), 0.75));
+        assert!(close(p().alpha_star(), 0.75));
+        assert!(close(alpha_star(1.0, 1.0), 0.5));
+        // Eq. 4.1a = 4.1b at α*: 0.75·N/3000 = 0.25·N/1000.
+        let n = 1234.0;
+        assert!(close(0.75 * n / 3000.0, 0.25 * n / 1000.0));
+    }
+
+    #[test]
+    fn eq_4_4_corrects_for_latency_and_overhead() {
+        // α = 0.75 · [1 − 1000 · (0.010 − 0.002) / 100] = 0.75 · 0.92 = 0.69
+        let a = p().alpha(100.0);
+        assert!(close(a, 0.69), "{a}");
+        // Both sides finish together (eq. 4.3a = 4.3b):
+        // T'_a = 0.69·100/3000 + 0.010 = 0.033; T'_c = 0.31·100/1000 + 0.002 = 0.033.
+        assert!(close(p().accelerator_time(a, 100.0), 0.033));
+        assert!(close(p().cpu_time(a, 100.0), 0.033));
+        // Large N tends to α*; N = X_c (D_a − O_c) = 8 gives α = 0.
+        assert!(close(p().alpha(8.0e9), 0.75 * (1.0 - 1e-9)));
+        assert!(close(p().alpha(8.0), 0.0));
+        assert!(p().alpha(4.0) < 0.0);
+    }
+
+    #[test]
+    fn eq_4_8_break_even() {
+        // N_L = 1000 · [1000 · (0.002 − 0.001) / 3000 + 0.010 − 0.001]
+        //     = 1000 · [0.000333… + 0.009] = 9.333…
+        let nl = p().break_even();
+        assert!(close(nl, 9.0 + 1.0 / 3.0), "{nl}");
+        // At N_L both inequalities hold, 4.6 with equality given α N_L = X_c (O_c − O_0) (eq. 4.7).
+        let alpha = 1000.0 * (0.002 - 0.001) / nl;
+        assert!(p().cpu_only_time(nl) + 1e-12 >= p().cpu_time(alpha, nl));
+        assert!(close(
+            p().cpu_only_time(nl),
+            p().accelerator_time(alpha, nl)
+        ));
+        // No overhead and no latency: co-working always pays.
+        let free = Partition {
+            o_c: 0.0,
+            o_0: 0.0,
+            d_a: 0.0,
+            ..p()
+        };
+        assert_eq!(free.break_even(), 0.0);
+    }
+
+    #[test]
+    fn accelerator_items_follow_algorithm_2() {
+        let p = p();
+        assert_eq!(p.accelerator_items(0), 0);
+        assert_eq!(
+            p.accelerator_items(9),
+            0,
+            "below N_L = 9.33 all stays local"
+        );
+        // N = 20: α = 0.75 · (1 − 8/20) = 0.45 → 9 items.
+        assert_eq!(p.accelerator_items(20), 9);
+        // N = 100: 69 items (α = 0.69).
+        assert_eq!(p.accelerator_items(100), 69);
+        // A slow, far accelerator never gets work below its latency horizon.
+        let far = Partition { d_a: 1.0, ..p };
+        assert_eq!(far.accelerator_items(500), 0);
+    }
+
+    #[test]
+    fn check_refuses_unusable_parameters() {
+        assert!(p().check().is_ok());
+        let bad = [
+            Partition { x_c: 0.0, ..p() },
+            Partition {
+                x_a: f64::NAN,
+                ..p()
+            },
+            Partition { d_a: -1.0, ..p() },
+            Partition {
+                o_0: f64::INFINITY,
+                ..p()
+            },
+        ];
+        for b in bad {
+            assert!(b.check().is_err(), "{b:?}");
+        }
+    }
+}
