@@ -5,6 +5,7 @@ use clap::{Parser, Subcommand};
 mod cmd_bench;
 mod cmd_image;
 mod cmd_server;
+mod cmd_worker;
 #[cfg(test)]
 mod cmd_server_tests;
 mod demo;
@@ -35,6 +36,9 @@ enum Cmd {
     Image(cmd_image::ImageCmd),
     /// Multiply random 64×64 int32 matrices on an embedded cluster, check every result, compare with software.
     Demo(demo::DemoArgs),
+    /// Runs one isolated hardware core for a node manager (internal).
+    #[command(name = "__core-worker", hide = true)]
+    CoreWorker(cmd_worker::WorkerArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -55,5 +59,6 @@ fn main() -> anyhow::Result<()> {
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Image(c) => cmd_image::run(c),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::CoreWorker(a) => cmd_worker::run(a),
     }
 }
