@@ -7,6 +7,7 @@
 //   0xF2  writes through the pointer held in in[1..9] (zero: a null write)
 //   0xF3  never returns
 //   0xF4  calls abort()
+//   0xF5  writes its input (read-only for a core)
 //   0xFF  like 0xF2
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,9 @@ component void faulty(hls_avalon_agent_memory_argument(64) uint8_t *in,
         }
     case 0xF4:
         abort();
+    case 0xF5:
+        in[1] = 1;
+        return;
     default:
         for (int i = 0; i < 64; i++)
             out[i] = in[i] ^ 0x5A;

@@ -91,12 +91,13 @@ fn each_fault_fails_only_its_job() {
         "{}",
         loaded.description
     );
-    let faults: [(u8, &str); 5] = [
-        (0xF1, "SIGSEGV"),
+    let faults: [(u8, &str); 6] = [
+        (0xF1, "SIGSEGV: an invalid memory access at byte 64 of its 64-byte output"),
         (0xF2, "SIGSEGV"),
         (0xF3, "no result within 300ms"),
         (0xF4, "SIGABRT"),
-        (0xFF, "SIGSEGV"),
+        (0xFF, "SIGSEGV: an invalid memory access at address 0x0 (a null pointer)"),
+        (0xF5, "access at byte 1 of its 64-byte input memory, which is read-only"),
     ];
     for (n, (first, cause)) in faults.iter().enumerate() {
         good(&mut loaded.cores[0], n as u8);
@@ -108,8 +109,15 @@ fn each_fault_fails_only_its_job() {
         good(&mut loaded.cores[0], n as u8 + 100);
         good(&mut loaded.cores[1], n as u8 + 50);
     }
+    // The overrun is located: the first byte of the guard after the output.
+    let msg = fault(&mut loaded.cores[0], 0xF1);
+    assert!(
+        msg.contains("access at byte 64 of its 64-byte output memory, past its end"),
+        "{msg}"
+    );
+    good(&mut loaded.cores[0], 7);
     let s = loaded.cores[0].stats();
-    assert_eq!((s.jobs, s.resets, s.timeouts), (10, 5, 1));
+    assert_eq!((s.jobs, s.resets, s.timeouts), (13, 7, 1));
     assert_eq!(loaded.cores[1].stats().resets, 0);
 }
 

@@ -72,6 +72,12 @@ fn run() -> Result<(), String> {
     drop(region_fd);
     // The region lives until the process exits: the core may keep pointers.
     let region: &'static Region = Box::leak(Box::new(region));
+    let header = region.header();
+    header.fault.store(0, Ordering::Relaxed);
+    header
+        .worker_base
+        .store(region.at(0) as u64, Ordering::Relaxed);
+    report_faults(header)?;
 
     let mut core = match load(&init, artifact, region.header()) {
         Ok(c) => c,
@@ -96,7 +102,6 @@ fn run() -> Result<(), String> {
             std::slice::from_raw_parts_mut(region.at(layout.output), layout.output_size),
         )
     };
-    let header = region.header();
     loop {
         let (_, n) = rustix::net::recv(&sock, &mut buf[..], RecvFlags::empty())
             .map_err(|e| format!("control channel: {e}"))?;
@@ -127,6 +132,50 @@ fn run() -> Result<(), String> {
         };
         send(&sock, &done)?;
     }
+}
+
+/// Where the SIGSEGV/SIGBUS handler publishes the faulting address.
+static FAULT: std::sync::OnceLock<&'static Header> = std::sync::OnceLock::new();
+
+extern "C" fn on_fault(_sig: libc::c_int, info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    // Async-signal-safe: an atomic load of a set OnceLock and an atomic
+    // store. SA_RESETHAND restored the default action, so returning re-runs
+    // the access, which now kills the process with the same signal.
+    if let Some(h) = FAULT.get() {
+        // SAFETY: the kernel passes a valid siginfo to an SA_SIGINFO handler.
+        let addr = unsafe { (*info).si_addr() } as u64;
+        h.fault.store(addr.wrapping_add(1), Ordering::Relaxed);
+    }
+}
+
+/// Installs the fault handler, on an alternate stack so that a core that
+/// overflows its stack is reported too.
+fn report_faults(header: &'static Header) -> Result<(), String> {
+    let _ = FAULT.set(header);
+    let stack = Box::leak(vec![0u8; 64 * 1024].into_boxed_slice());
+    let ss = libc::stack_t {
+        ss_sp: stack.as_mut_ptr().cast(),
+        ss_flags: 0,
+        ss_size: stack.len(),
+    };
+    // SAFETY: the stack is leaked (lives until exit); the handler only
+    // makes async-signal-safe calls; sigaction structs are zero-initialised
+    // then filled.
+    unsafe {
+        if libc::sigaltstack(&ss, std::ptr::null_mut()) != 0 {
+            return Err(format!("sigaltstack: {}", std::io::Error::last_os_error()));
+        }
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_fault as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK | libc::SA_RESETHAND;
+        libc::sigemptyset(&mut sa.sa_mask);
+        for sig in [libc::SIGSEGV, libc::SIGBUS] {
+            if libc::sigaction(sig, &sa, std::ptr::null_mut()) != 0 {
+                return Err(format!("sigaction: {}", std::io::Error::last_os_error()));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A thread that ends this process as soon as the node's end of the

@@ -209,7 +209,7 @@ impl IsolatedCore {
         match self.recv(deadline) {
             Ok(Msg::Ready) => Ok(()),
             Ok(Msg::Refused(kind, why)) => {
-                self.reap(false);
+                self.reap();
                 Err(match kind {
                     RefusalKind::Unsupported => LoadError::Unsupported(why),
                     RefusalKind::Invalid => LoadError::Invalid(why),
@@ -223,7 +223,7 @@ impl IsolatedCore {
                     Err(Lost::Garbled(e)) => e,
                     Err(Lost::Closed) => String::new(),
                 };
-                let status = self.reap(true);
+                let status = self.reap();
                 Err(LoadError::Backend(format!(
                     "the core worker {} {}{} before its core was loaded (is it a corefarm executable?)",
                     self.shared.program.display(),
@@ -260,21 +260,26 @@ impl IsolatedCore {
         }
     }
 
-    /// Kills (if `kill`) and reaps the worker; describes how it ended.
-    fn reap(&mut self, kill: bool) -> String {
+    /// Kills and reaps the worker; describes how it ended.
+    fn reap(&mut self) -> String {
+        match self.reap_status() {
+            Ok(s) => describe(s, None),
+            Err(e) => e,
+        }
+    }
+
+    fn reap_status(&mut self) -> Result<std::process::ExitStatus, String> {
         let Some(mut w) = self.worker.take() else {
-            return "no worker".into();
+            return Err("was not running".into());
         };
         // Killing an exiting process does not change its exit status, so a
-        // crash is still reported as the crash.
-        if kill {
-            let _ = w.child.kill();
-        }
+        // crash is still reported as the crash; one that closed its channel
+        // and lives on is not waited for forever.
+        let _ = w.child.kill();
         drop(w.sock);
-        match w.child.wait() {
-            Ok(s) => describe(s),
-            Err(e) => format!("could not be reaped: {e}"),
-        }
+        w.child
+            .wait()
+            .map_err(|e| format!("could not be reaped: {e}"))
     }
 
     /// The job failed and the worker is gone: count the restart to come.
@@ -311,7 +316,7 @@ impl IsolatedCore {
         };
         let sock = &self.worker.as_ref().expect("started above").sock;
         if let Err(e) = rustix::net::send(sock, &job.encode(), SendFlags::NOSIGNAL) {
-            let status = self.reap(true);
+            let status = self.reap();
             return Err(self.lost(format!("control channel failed ({e}); the worker {status}")));
         }
         let deadline = Instant::now() + self.shared.watchdog;
@@ -343,16 +348,29 @@ impl IsolatedCore {
                 Ok(())
             }
             Ok(m) => {
-                let status = self.reap(true);
+                let status = self.reap();
                 Err(self.lost(format!("answered with {m:?}; the worker {status}")))
             }
             Err(Lost::Garbled(e)) => {
-                let status = self.reap(true);
+                let status = self.reap();
                 Err(self.lost(format!("broke the worker protocol ({e}); the worker {status}")))
             }
             Err(Lost::Closed) => {
-                let status = self.reap(true);
-                Err(self.lost(format!("the worker {status} during the job")))
+                let status = self.reap_status();
+                let h = self.region.header();
+                let fault = match h.fault.load(Ordering::Relaxed) {
+                    0 => None,
+                    a => Some(shm::describe_fault(
+                        &l,
+                        h.worker_base.load(Ordering::Relaxed),
+                        a - 1,
+                    )),
+                };
+                let how = match status {
+                    Ok(s) => describe(s, fault),
+                    Err(e) => e,
+                };
+                Err(self.lost(format!("the worker {how}")))
             }
             Err(Lost::TimedOut) => {
                 self.stats.timeouts += 1;
@@ -361,7 +379,7 @@ impl IsolatedCore {
                     .cycles_now
                     .load(Ordering::Relaxed)
                     .saturating_sub(h.cycles_at_start.load(Ordering::Relaxed));
-                self.reap(true);
+                self.reap();
                 let sim = if self.init.kind == "rtl" {
                     format!(" after {cycles} simulated cycles of the job")
                 } else {
@@ -400,7 +418,7 @@ impl Core for IsolatedCore {
 
 impl Drop for IsolatedCore {
     fn drop(&mut self) {
-        self.reap(true);
+        self.reap();
     }
 }
 
@@ -436,8 +454,13 @@ fn place_fds(fds: [RawFd; 3]) -> std::io::Result<()> {
     Ok(())
 }
 
-/// "was killed by SIGSEGV (…)" / "exited with status 3".
-fn describe(s: std::process::ExitStatus) -> String {
+/// "was killed by SIGSEGV (…)" / "exited with status 3"; `fault` says
+/// where a SIGSEGV or SIGBUS happened, when the worker could tell.
+fn describe(s: std::process::ExitStatus, fault: Option<String>) -> String {
+    if let (Some(sig @ (libc::SIGSEGV | libc::SIGBUS)), Some(at)) = (s.signal(), &fault) {
+        let name = if sig == libc::SIGSEGV { "SIGSEGV" } else { "SIGBUS" };
+        return format!("was killed by {name}: an invalid memory access {at}");
+    }
     if let Some(sig) = s.signal() {
         let (name, hint) = match sig {
             libc::SIGSEGV => ("SIGSEGV", " (invalid memory access: a write past the output memory, a write to the input memory, or a bad pointer)"),

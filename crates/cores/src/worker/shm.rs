@@ -81,6 +81,41 @@ pub struct Header {
     pub cycles_now: AtomicU64,
     /// `cycles_now` when the current job started.
     pub cycles_at_start: AtomicU64,
+    /// Address of the worker's own mapping of the region.
+    pub worker_base: AtomicU64,
+    /// Address whose access raised SIGSEGV or SIGBUS in the worker, plus one
+    /// (0: none), stored by its signal handler just before it dies.
+    pub fault: AtomicU64,
+}
+
+/// Where a faulting address lies, for the node's message.
+pub fn describe_fault(l: &Layout, base: u64, addr: u64) -> String {
+    let Some(off) = addr.checked_sub(base).filter(|&o| o < l.len as u64) else {
+        return if addr < 4096 {
+            format!("at address {addr:#x} (a null pointer)")
+        } else {
+            format!("at address {addr:#x}, outside its memories")
+        };
+    };
+    let off = off as usize;
+    let (isz, osz) = (l.input_size, l.output_size);
+    if off >= l.output {
+        let at = off - l.output;
+        let past = if at >= osz { ", past its end" } else { "" };
+        format!("at byte {at} of its {osz}-byte output memory{past}")
+    } else if off >= l.input && off < l.input + isz {
+        format!(
+            "at byte {} of its {isz}-byte input memory, which is read-only",
+            off - l.input
+        )
+    } else if off >= l.input {
+        format!(
+            "at byte {} of its {isz}-byte input memory, past its end",
+            off - l.input
+        )
+    } else {
+        format!("{} bytes before its input memory", l.input - off)
+    }
 }
 
 /// A mapping of the whole region.
