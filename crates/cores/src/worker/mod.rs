@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corefarm_smp::Configuration;
-use rustix::event::{PollFd, PollFlags, Timespec};
+use rustix::net::sockopt::Timeout;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
 pub use child::main;
@@ -61,6 +61,8 @@ struct Shared {
 struct Worker {
     child: Child,
     sock: OwnedFd,
+    /// The socket's receive timeout (zero: to be set).
+    timeout: Duration,
 }
 
 /// One core running in its own worker process (see the module docs).
@@ -73,6 +75,8 @@ pub struct IsolatedCore {
     worker: Option<Worker>,
     seq: u64,
     buf: Vec<u8>,
+    /// Copy of the output's slack, for the canary check.
+    scratch: Vec<u8>,
     stats: CoreStats,
 }
 
@@ -142,8 +146,10 @@ pub(crate) fn load_cores(
             worker: None,
             seq: 0,
             buf: vec![0; 4096],
+            scratch: Vec::new(),
             stats: CoreStats::default(),
         };
+        core.fill_slack();
         // Started here, waited for below: the workers load in parallel.
         core.worker = Some(core.spawn().map_err(LoadError::Backend)?);
         cores.push(core);
@@ -196,7 +202,11 @@ impl IsolatedCore {
             )
         })?;
         drop(theirs);
-        let w = Worker { child, sock: ours };
+        let w = Worker {
+            child,
+            sock: ours,
+            timeout: Duration::ZERO,
+        };
         // A worker that already died is reported by `wait_ready`, with its
         // exit status.
         let _ = rustix::net::send(&w.sock, &Msg::Init(self.init.clone()).encode(), SendFlags::NOSIGNAL);
@@ -234,30 +244,59 @@ impl IsolatedCore {
         }
     }
 
-    /// Receives one message before `deadline`.
+    /// Receives one message before `deadline`: a blocking recv bounded by
+    /// the socket's receive timeout (one system call per message; poll
+    /// before recv measurably cost throughput).
     fn recv(&mut self, deadline: Instant) -> Result<Msg, Lost> {
-        let sock = &self.worker.as_ref().expect("a running worker").sock;
+        let w = self.worker.as_mut().expect("a running worker");
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
-            let ts = Timespec {
-                tv_sec: left.as_secs() as _,
-                tv_nsec: left.subsec_nanos() as _,
-            };
-            let mut p = [PollFd::new(sock, PollFlags::IN)];
-            match rustix::event::poll(&mut p, Some(&ts)) {
-                Ok(0) if left.is_zero() => return Err(Lost::TimedOut),
-                Ok(0) => continue,
-                Ok(_) => break,
-                Err(rustix::io::Errno::INTR) => continue,
+            if left.is_zero() {
+                return Err(Lost::TimedOut);
+            }
+            // Set once per worker in the common case: every job's deadline
+            // is the watchdog from now, so the timeout already fits (to 2 %).
+            if w.timeout.is_zero() || w.timeout > left + left / 64 {
+                rustix::net::sockopt::set_socket_timeout(&w.sock, Timeout::Recv, Some(left))
+                    .map_err(|_| Lost::Closed)?;
+                w.timeout = left;
+            }
+            match rustix::net::recv(&w.sock, &mut self.buf[..], RecvFlags::empty()) {
+                Ok((_, 0)) => return Err(Lost::Closed),
+                Ok((_, n)) => {
+                    return Msg::decode(&self.buf[..n.min(self.buf.len())]).map_err(Lost::Garbled)
+                }
+                // Timed out (checked at the top) or interrupted: wait on.
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => {
+                    w.timeout = Duration::ZERO;
+                    continue;
+                }
                 Err(_) => return Err(Lost::Closed),
             }
         }
-        match rustix::net::recv(sock, &mut self.buf[..], RecvFlags::DONTWAIT) {
-            Ok((_, 0)) => Err(Lost::Closed),
-            Ok((_, n)) => Msg::decode(&self.buf[..n.min(self.buf.len())]).map_err(Lost::Garbled),
-            Err(rustix::io::Errno::AGAIN) => Err(Lost::Garbled("spurious wake-up".into())),
-            Err(_) => Err(Lost::Closed),
-        }
+    }
+
+    /// The output's slack, between its end and its guard page.
+    fn slack(&self) -> *mut u8 {
+        self.region.at(self.region.layout().slack().start)
+    }
+
+    /// Puts the canary into the output's slack: when the region is made and
+    /// after a job that may have overwritten it.
+    fn fill_slack(&mut self) {
+        let n = self.region.layout().slack().len();
+        // SAFETY: the slack lies inside the region's output area, and no
+        // worker runs a job while the node holds the memories.
+        unsafe { std::ptr::write_bytes(self.slack(), shm::CANARY, n) };
+    }
+
+    fn slack_intact(&mut self) -> bool {
+        let n = self.region.layout().slack().len();
+        self.scratch.resize(n, 0);
+        // SAFETY: as in `fill_slack`. Copied out rather than borrowed: the
+        // worker process could still be writing the region.
+        unsafe { std::ptr::copy_nonoverlapping(self.slack(), self.scratch.as_mut_ptr(), n) };
+        self.scratch.iter().all(|&b| b == shm::CANARY)
     }
 
     /// Kills and reaps the worker; describes how it ended.
@@ -285,6 +324,7 @@ impl IsolatedCore {
     /// The job failed and the worker is gone: count the restart to come.
     fn lost(&mut self, cause: String) -> CoreError {
         self.stats.resets += 1;
+        self.fill_slack();
         CoreError::Worker(format!(
             "{}: {cause}; the job's output is discarded and the core restarts for the next job",
             self.label()
@@ -305,10 +345,6 @@ impl IsolatedCore {
         // SAFETY: the worker is idle (between jobs) and the input memory is
         // input_size bytes inside the region; `input` has that length.
         unsafe { std::ptr::copy_nonoverlapping(input.as_ptr(), self.region.at(l.input), input.len()) };
-        for i in l.slack() {
-            // SAFETY: slack bytes lie inside the output area of the region.
-            unsafe { self.region.at(i).write_volatile(shm::CANARY) };
-        }
         self.seq += 1;
         let job = Msg::Job {
             seq: self.seq,
@@ -332,8 +368,8 @@ impl IsolatedCore {
                     }
                     return Err(CoreError::Worker(format!("{}: {e}", self.label())));
                 }
-                // SAFETY: the slack bytes are inside the region.
-                if l.slack().any(|i| unsafe { self.region.at(i).read_volatile() } != shm::CANARY) {
+                if !self.slack_intact() {
+                    self.fill_slack();
                     return Err(CoreError::Worker(format!(
                         "{}: wrote past the end of its {}-byte output memory; the job's output is discarded",
                         self.label(),
