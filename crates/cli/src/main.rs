@@ -5,9 +5,9 @@ use clap::{Parser, Subcommand};
 mod cmd_bench;
 mod cmd_image;
 mod cmd_server;
-mod cmd_worker;
 #[cfg(test)]
 mod cmd_server_tests;
+mod cmd_worker;
 mod demo;
 
 #[derive(Parser)]

@@ -14,6 +14,7 @@ use corefarm_client::{Client, ClientOptions};
 use corefarm_smp::NodeState;
 use tools::Tool;
 
+#[allow(dead_code)] // shared with the other tests; this one needs only the C++ compiler
 mod tools;
 
 const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
@@ -34,7 +35,14 @@ fn build_image(dir: &Path) -> Bytes {
     let st = Command::new(BIN)
         .args(["image", "build", "--hls"])
         .arg(&src)
-        .args(["--entry", "faulty", "--input-size", "64", "--output-size", "64"])
+        .args([
+            "--entry",
+            "faulty",
+            "--input-size",
+            "64",
+            "--output-size",
+            "64",
+        ])
         .args(["--cores", "2", "--name", "faulty", "-o"])
         .arg(&out)
         .env("COREFARM_CACHE", dir.join("cache"))
@@ -102,11 +110,17 @@ fn a_crashing_core_fails_its_jobs_and_the_nodes_stay() {
         match (inp[0], r) {
             (0xFF, Err(e)) => {
                 let e = e.to_string();
-                assert!(e.contains("(native faulty)") && e.contains("SIGSEGV"), "job {i}: {e}");
+                assert!(
+                    e.contains("(native faulty)") && e.contains("SIGSEGV"),
+                    "job {i}: {e}"
+                );
                 crashed += 1;
             }
             (0xF3, Err(e)) => {
-                assert!(e.to_string().contains("no result within 1s"), "job {i}: {e}");
+                assert!(
+                    e.to_string().contains("no result within 1s"),
+                    "job {i}: {e}"
+                );
                 hung += 1;
             }
             (_, Ok(out)) if inp[0] < 0x80 => {

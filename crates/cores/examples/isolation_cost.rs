@@ -39,8 +39,13 @@ fn main() {
     let jobs: u32 = args.next().map_or(2000, |a| a.parse().expect("jobs"));
     let rounds: u32 = args.next().map_or(5, |a| a.parse().expect("rounds"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cores/matmul/matmul.cpp");
-    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &toolchain::default_cache_dir())
-        .expect("build cores/matmul/matmul.cpp");
+    let so = toolchain::cached_build(
+        &BuildKind::Native,
+        &[src],
+        "",
+        &toolchain::default_cache_dir(),
+    )
+    .expect("build cores/matmul/matmul.cpp");
     let table = image::default_core_table(1, INPUT, OUTPUT).unwrap();
     let img = ImageBuilder::new("mat_mul_64x64", INPUT, OUTPUT, table)
         .artifact(
@@ -55,13 +60,21 @@ fn main() {
     // The worker: the crate's own worker executable next to this example's
     // directory (target/<profile>/), as `cargo build --bins` puts it.
     let exe = std::env::current_exe().unwrap();
-    let worker = exe.parent().unwrap().parent().unwrap().join("corefarm-core-worker");
+    let worker = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("corefarm-core-worker");
     let input: Vec<u8> = (0..INPUT).map(|i| (i * 7 % 251) as u8).collect();
     let mut output = vec![0u8; OUTPUT as usize];
     let mut best = [f64::MAX; 2];
     let mut cpu = [0.0; 2];
     for _ in 0..rounds {
-        for (k, isolation) in [Isolation::InProcess, Isolation::Process].into_iter().enumerate() {
+        for (k, isolation) in [Isolation::InProcess, Isolation::Process]
+            .into_iter()
+            .enumerate()
+        {
             let opts = LoadOptions {
                 isolation,
                 worker: WorkerCommand::Program(worker.clone()),

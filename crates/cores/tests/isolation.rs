@@ -96,8 +96,14 @@ fn each_fault_fails_only_its_job() {
         (0xF2, "SIGSEGV"),
         (0xF3, "no result within 300ms"),
         (0xF4, "SIGABRT"),
-        (0xFF, "SIGSEGV: an invalid memory access at address 0x0 (a null pointer)"),
-        (0xF5, "access at byte 1 of its 64-byte input memory, which is read-only"),
+        (
+            0xFF,
+            "SIGSEGV: an invalid memory access at address 0x0 (a null pointer)",
+        ),
+        (
+            0xF5,
+            "access at byte 1 of its 64-byte input memory, which is read-only",
+        ),
     ];
     for (n, (first, cause)) in faults.iter().enumerate() {
         good(&mut loaded.cores[0], n as u8);
@@ -136,7 +142,10 @@ fn a_small_overrun_into_the_slack_is_caught_by_the_canary() {
         .process(&input(1, 1), &mut out)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("wrote past the end of its 62-byte output"), "{e}");
+    assert!(
+        e.contains("wrote past the end of its 62-byte output"),
+        "{e}"
+    );
     assert!(out.iter().all(|&b| b == 0x11));
     let e = loaded.cores[0].process(&input(2, 2), &mut out).unwrap_err();
     assert!(e.to_string().contains("wrote past the end"), "{e}");
@@ -153,7 +162,10 @@ fn a_program_that_is_no_worker_fails_the_load_with_a_reason() {
         ..opts(1000)
     };
     let e = load(&cfg, &o).err().expect("load fails").to_string();
-    assert!(e.contains("exited with status 0 before its core was loaded"), "{e}");
+    assert!(
+        e.contains("exited with status 0 before its core was loaded"),
+        "{e}"
+    );
     let o = LoadOptions {
         worker: WorkerCommand::Program(repo().join("no-such-program")),
         ..opts(1000)
@@ -164,7 +176,10 @@ fn a_program_that_is_no_worker_fails_the_load_with_a_reason() {
 
 /// Builds `cores/<dir>/<dir>.v` (top = dir) into an RTL-only image.
 fn rtl_image(dir: &str, cores: u32, i: u32, o: u32) -> Option<Vec<u8>> {
-    if !require_tool(Tool::Verilator, &format!("isolated RTL test of cores/{dir}")) {
+    if !require_tool(
+        Tool::Verilator,
+        &format!("isolated RTL test of cores/{dir}"),
+    ) {
         return None;
     }
     let src = repo().join("cores").join(dir).join(format!("{dir}.v"));
@@ -217,7 +232,10 @@ fn isolated_rtl_hang_reports_cycles_and_the_core_recovers() {
     for _ in 0..2 {
         let e = loaded.cores[0].process(&[1; 16], &mut out).unwrap_err();
         let msg = e.to_string();
-        assert!(msg.starts_with("core 0 (rtl stuck): timed out after 100ms"), "{msg}");
+        assert!(
+            msg.starts_with("core 0 (rtl stuck): timed out after 100ms"),
+            "{msg}"
+        );
         let cycles: u64 = msg
             .split(", ")
             .nth(1)

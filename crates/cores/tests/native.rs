@@ -153,19 +153,13 @@ fn refusals_say_why() {
     // Sizes and core table must match the manifest.
     let mut cfg = good.clone();
     cfg.output_size = 8;
-    assert!(refused(&cfg, &opts())
-        .to_string()
-        .contains("16 / 8"));
+    assert!(refused(&cfg, &opts()).to_string().contains("16 / 8"));
     let mut cfg = good.clone();
     cfg.cores.pop();
-    assert!(refused(&cfg, &opts())
-        .to_string()
-        .contains("core table"));
+    assert!(refused(&cfg, &opts()).to_string().contains("core table"));
     let mut cfg = good.clone();
     cfg.cores[1] = cfg.cores[0];
-    assert!(refused(&cfg, &opts())
-        .to_string()
-        .contains("overlap"));
+    assert!(refused(&cfg, &opts()).to_string().contains("overlap"));
 
     // Native disabled: nothing this node can run.
     let no_native = LoadOptions {

@@ -112,7 +112,7 @@ fn load_one_core(target: Target, so: &Path) -> Result<Box<dyn Core>> {
         &img.configuration,
         &target.load_options(Isolation::InProcess),
     )
-        .map_err(|e| anyhow!("loading {}: {e}", so.display()))?;
+    .map_err(|e| anyhow!("loading {}: {e}", so.display()))?;
     loaded
         .cores
         .into_iter()

@@ -182,11 +182,17 @@ fn report_faults(header: &'static Header) -> Result<(), String> {
 /// channel closes, even while a job never returns: a worker must not
 /// outlive its node (a dead node cannot kill it any more).
 fn exit_with_the_node(sock: &OwnedFd) -> Result<(), String> {
-    let fd = sock.as_fd().try_clone_to_owned().map_err(|e| e.to_string())?;
+    let fd = sock
+        .as_fd()
+        .try_clone_to_owned()
+        .map_err(|e| e.to_string())?;
     std::thread::Builder::new()
         .name("node-watch".into())
         .spawn(move || loop {
-            let mut p = [rustix::event::PollFd::new(&fd, rustix::event::PollFlags::RDHUP)];
+            let mut p = [rustix::event::PollFd::new(
+                &fd,
+                rustix::event::PollFlags::RDHUP,
+            )];
             match rustix::event::poll(&mut p, None) {
                 Ok(_) if !p[0].revents().is_empty() => std::process::exit(0),
                 _ => continue,
@@ -203,17 +209,29 @@ fn read_artifact(fd: OwnedFd) -> Result<Vec<u8>, LoadError> {
     let file = std::fs::File::from(fd);
     let err = |e: std::io::Error| LoadError::Backend(format!("cannot read the artifact: {e}"));
     let len = file.metadata().map_err(err)?.len();
-    let mut so = vec![0u8; usize::try_from(len).map_err(|_| LoadError::Backend("artifact too large".into()))?];
+    let mut so = vec![
+        0u8;
+        usize::try_from(len)
+            .map_err(|_| LoadError::Backend("artifact too large".into()))?
+    ];
     file.read_exact_at(&mut so, 0).map_err(err)?;
     Ok(so)
 }
 
-fn load(init: &Init, artifact: OwnedFd, header: &'static Header) -> Result<Box<dyn Core>, LoadError> {
+fn load(
+    init: &Init,
+    artifact: OwnedFd,
+    header: &'static Header,
+) -> Result<Box<dyn Core>, LoadError> {
     let so = read_artifact(artifact)?;
     match init.kind.as_str() {
         "native" => {
             let lib = NativeLib::load(&so, &init.entry)?;
-            Ok(Box::new(NativeCore::new(lib, init.input_size, init.output_size)))
+            Ok(Box::new(NativeCore::new(
+                lib,
+                init.input_size,
+                init.output_size,
+            )))
         }
         "rtl" => {
             let lib = Arc::new(RtlLib::load(&so)?);

@@ -209,7 +209,11 @@ impl IsolatedCore {
         };
         // A worker that already died is reported by `wait_ready`, with its
         // exit status.
-        let _ = rustix::net::send(&w.sock, &Msg::Init(self.init.clone()).encode(), SendFlags::NOSIGNAL);
+        let _ = rustix::net::send(
+            &w.sock,
+            &Msg::Init(self.init.clone()).encode(),
+            SendFlags::NOSIGNAL,
+        );
         Ok(w)
     }
 
@@ -229,7 +233,9 @@ impl IsolatedCore {
             other => {
                 let why = match other {
                     Ok(m) => format!("sent {m:?} instead of a ready message"),
-                    Err(Lost::TimedOut) => format!("did not load its core within {READY_TIMEOUT:?}"),
+                    Err(Lost::TimedOut) => {
+                        format!("did not load its core within {READY_TIMEOUT:?}")
+                    }
                     Err(Lost::Garbled(e)) => e,
                     Err(Lost::Closed) => String::new(),
                 };
@@ -333,9 +339,9 @@ impl IsolatedCore {
 
     fn run_job(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
         if self.worker.is_none() {
-            let w = self.spawn().map_err(|e| {
-                CoreError::Worker(format!("{}: cannot restart: {e}", self.label()))
-            })?;
+            let w = self
+                .spawn()
+                .map_err(|e| CoreError::Worker(format!("{}: cannot restart: {e}", self.label())))?;
             self.worker = Some(w);
             self.wait_ready().map_err(|e| {
                 CoreError::Worker(format!("{}: restarting failed: {e}", self.label()))
@@ -344,7 +350,9 @@ impl IsolatedCore {
         let l = *self.region.layout();
         // SAFETY: the worker is idle (between jobs) and the input memory is
         // input_size bytes inside the region; `input` has that length.
-        unsafe { std::ptr::copy_nonoverlapping(input.as_ptr(), self.region.at(l.input), input.len()) };
+        unsafe {
+            std::ptr::copy_nonoverlapping(input.as_ptr(), self.region.at(l.input), input.len())
+        };
         self.seq += 1;
         let job = Msg::Job {
             seq: self.seq,
@@ -379,7 +387,11 @@ impl IsolatedCore {
                 // SAFETY: the worker completed the job and waits for the
                 // next one; the output memory is output_size bytes.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(self.region.at(l.output), output.as_mut_ptr(), output.len())
+                    std::ptr::copy_nonoverlapping(
+                        self.region.at(l.output),
+                        output.as_mut_ptr(),
+                        output.len(),
+                    )
                 };
                 Ok(())
             }
@@ -389,7 +401,9 @@ impl IsolatedCore {
             }
             Err(Lost::Garbled(e)) => {
                 let status = self.reap();
-                Err(self.lost(format!("broke the worker protocol ({e}); the worker {status}")))
+                Err(self.lost(format!(
+                    "broke the worker protocol ({e}); the worker {status}"
+                )))
             }
             Err(Lost::Closed) => {
                 let status = self.reap_status();
@@ -432,7 +446,10 @@ impl IsolatedCore {
 
 impl Core for IsolatedCore {
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
-        let (isz, osz) = (self.init.input_size as usize, self.init.output_size as usize);
+        let (isz, osz) = (
+            self.init.input_size as usize,
+            self.init.output_size as usize,
+        );
         if input.len() != isz || output.len() != osz {
             return Err(CoreError::Failed(format!(
                 "job of {} input / {} output bytes for a core of {isz} / {osz}",
@@ -494,7 +511,11 @@ fn place_fds(fds: [RawFd; 3]) -> std::io::Result<()> {
 /// where a SIGSEGV or SIGBUS happened, when the worker could tell.
 fn describe(s: std::process::ExitStatus, fault: Option<String>) -> String {
     if let (Some(sig @ (libc::SIGSEGV | libc::SIGBUS)), Some(at)) = (s.signal(), &fault) {
-        let name = if sig == libc::SIGSEGV { "SIGSEGV" } else { "SIGBUS" };
+        let name = if sig == libc::SIGSEGV {
+            "SIGSEGV"
+        } else {
+            "SIGBUS"
+        };
         return format!("was killed by {name}: an invalid memory access {at}");
     }
     if let Some(sig) = s.signal() {

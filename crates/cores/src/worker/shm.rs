@@ -184,7 +184,11 @@ impl Region {
         if worker {
             let rw = MprotectFlags::READ | MprotectFlags::WRITE;
             region.protect(0, layout.page, rw)?;
-            region.protect(layout.input_area, layout.input_area_len, MprotectFlags::READ)?;
+            region.protect(
+                layout.input_area,
+                layout.input_area_len,
+                MprotectFlags::READ,
+            )?;
             region.protect(layout.output_area, layout.output_area_len, rw)?;
         }
         Ok(region)
@@ -229,7 +233,14 @@ mod tests {
 
     #[test]
     fn memories_end_at_their_guards_and_start_aligned() {
-        for (i, o) in [(1, 1), (16, 16), (20, 12), (32768, 16384), (4096, 4097), (0, 8)] {
+        for (i, o) in [
+            (1, 1),
+            (16, 16),
+            (20, 12),
+            (32768, 16384),
+            (4096, 4097),
+            (0, 8),
+        ] {
             let l = Layout::new(i, o);
             assert_eq!(l.input % ALIGN, 0);
             assert_eq!(l.output % ALIGN, 0);
@@ -237,7 +248,10 @@ mod tests {
             assert!(l.output >= l.output_area);
             assert!(l.output + o <= l.output_area + l.output_area_len);
             assert!(l.slack().len() < l.page + ALIGN, "{i}/{o}: {:?}", l.slack());
-            assert_eq!((l.output + l.page - l.input % l.page) % l.page, l.page / 2 + 128);
+            assert_eq!(
+                (l.output + l.page - l.input % l.page) % l.page,
+                l.page / 2 + 128
+            );
             assert_eq!((l.input_area + l.input_area_len) % l.page, 0);
             assert_eq!(l.output_area, l.input_area + l.input_area_len + l.page);
             assert_eq!(l.len, l.output_area + l.output_area_len + l.page);
