@@ -257,4 +257,29 @@ mod tests {
             assert_eq!(l.len, l.output_area + l.output_area_len + l.page);
         }
     }
+
+    #[test]
+    fn faults_are_located() {
+        let l = Layout::new(64, 64);
+        let base = 0x7000_0000_0000u64;
+        let at = |off: usize| describe_fault(&l, base, base + off as u64);
+        assert_eq!(
+            at(l.output + 70),
+            "at byte 70 of its 64-byte output memory, past its end"
+        );
+        assert_eq!(
+            at(l.input + 3),
+            "at byte 3 of its 64-byte input memory, which is read-only"
+        );
+        assert_eq!(
+            at(l.input + 64),
+            "at byte 64 of its 64-byte input memory, past its end"
+        );
+        assert_eq!(at(l.input - 8), "8 bytes before its input memory");
+        assert_eq!(
+            describe_fault(&l, base, 0),
+            "at address 0x0 (a null pointer)"
+        );
+        assert!(describe_fault(&l, base, base - 1).contains("outside its memories"));
+    }
 }
