@@ -683,7 +683,11 @@ def exp_node_matmul(ctx: Context) -> dict:
         plan = {"native": ([1, 2, 3, 4, 6, 8] if ctx.compact else [1, 2, 3, 4, 5, 6, 8, 11], [1, 2, 3, 4, 5], 6000),
                 "rtl": ([1, 2, 4], [1, 2, 3, 4, 5], 60)}
     rtl_ok = tool_available("verilator", "VERILATOR")
-    planned = sum(len(c) * len(k) for c, k, _ in plan.values())
+    # Isolation cost (issue 12): native points run with the cores inside the node manager (unsafe) and in
+    # one worker process per core (the default), alternating run by run so both see the same machine load.
+    iso_cores = [2] if ctx.quick else [1, 2]
+    iso_jobs = plan["native"][2]
+    planned = sum(len(c) * len(k) for c, k, _ in plan.values()) + 2 * len(iso_cores)
     rec = Recorder(ctx, "node-matmul", planned, {
         "plan": {t: {"cores": c, "counts": k, "jobs": j} for t, (c, k, j) in plan.items()},
         "method": "`corefarm demo --nodes 1 --cores C --count K --target T --json`: one node manager with C "
@@ -702,6 +706,26 @@ def exp_node_matmul(ctx: Context) -> dict:
                     continue
                 demo_point(ctx, rec, key, target=target, nodes=1, cores=cores, count=count, jobs=jobs,
                            baseline_s=0.05)
+    rec.notes.append("Points with an `isolation` key compare `--isolation in-process` and `process` (worker "
+                     "processes, the default of every other point) at count 1, runs interleaved.")
+    b = str(ctx.need_binary())
+    for cores in iso_cores:
+        runs: dict[str, list[dict]] = {"in-process": [], "process": []}
+        failure: dict[str, str | None] = {"in-process": None, "process": None}
+        for _ in range(ctx.runs):
+            for isolation in runs:
+                if failure[isolation]:
+                    continue
+                rep, err = run_json([b, "demo", "--target", "native", "--nodes", "1", "--cores", str(cores),
+                                     "--count", "1", "--jobs", str(iso_jobs), "--baseline-seconds", "0.05",
+                                     "--isolation", isolation, "--json"], 600)
+                if rep is not None and rep.get("all_verified") and not err:
+                    runs[isolation].append(demo_metrics(rep))
+                else:
+                    failure[isolation] = err or "failed"
+        for isolation, r in runs.items():
+            rec.add({"target": "native", "cores": cores, "count": 1, "isolation": isolation}, r,
+                    failure[isolation])
     return rec.write()
 
 

@@ -28,6 +28,11 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--isolation`: process or in-process.
+pub fn parse_isolation(s: &str) -> Result<corefarm_cores::Isolation, String> {
+    s.trim().parse()
+}
+
 /// Seconds for a timeout: zero would fire at once, so it must be positive.
 fn parse_timeout(s: &str) -> Result<f64, String> {
     match parse_seconds(s)? {
@@ -167,6 +172,12 @@ pub struct NodeTuning {
     /// the job fails with an error, the core is reset where the backend can.
     #[arg(long, default_value_t = 10.0, value_parser = NodeTuning::parse_seconds, help_heading = "Backends")]
     pub core_timeout: f64,
+    /// Where native and RTL cores run: `process` (a worker process per
+    /// core: a core that crashes, overruns its memories or hangs fails its
+    /// job and is restarted) or `in-process` (on the node's threads, a
+    /// little faster but unsafe: a faulty core can take the node down).
+    #[arg(long, default_value_t = corefarm_cores::Isolation::Process, value_parser = parse_isolation, help_heading = "Backends")]
+    pub isolation: corefarm_cores::Isolation,
     /// File mapped for the HPS-to-FPGA bridge (opened read/write, O_SYNC).
     #[arg(
         long,
@@ -222,6 +233,7 @@ impl NodeTuning {
                     timeout: Duration::from_secs_f64(self.core_timeout),
                     ..defaults.driver
                 },
+                isolation: self.isolation,
                 ..defaults
             },
             ..NodeOptions::default()
@@ -311,6 +323,11 @@ pub struct LocalNodeArgs {
     /// Seconds one job may keep a core busy before the core counts as hung.
     #[arg(long, default_value_t = 10.0, value_parser = parse_timeout)]
     pub core_timeout: f64,
+    /// Where user cores run: `process` (a worker process per core, so a
+    /// crashing core fails only its job) or `in-process` (faster to start,
+    /// unsafe: a faulty core takes the node down).
+    #[arg(long, default_value_t = corefarm_cores::Isolation::Process, value_parser = parse_isolation)]
+    pub isolation: corefarm_cores::Isolation,
 }
 
 impl LocalNodeArgs {
@@ -325,8 +342,11 @@ impl LocalNodeArgs {
         let backends = self.backends.join(",");
         let core_timeout = self.core_timeout.to_string();
         let memory_limit = self.memory_limit.to_string();
+        let isolation = self.isolation.to_string();
         let tuning = Defaults::try_parse_from([
             "local",
+            "--isolation",
+            &isolation,
             "--name",
             &self.name,
             "--memory-limit",

@@ -8,6 +8,7 @@ mod cmd_server;
 #[cfg(test)]
 mod cmd_server_tests;
 mod cmd_status;
+mod cmd_worker;
 mod demo;
 
 #[derive(Parser)]
@@ -38,6 +39,9 @@ enum Cmd {
     Status(cmd_status::StatusArgs),
     /// Multiply random 64×64 int32 matrices on an embedded cluster, check every result, compare with software.
     Demo(demo::DemoArgs),
+    /// Runs one isolated hardware core for a node manager (internal).
+    #[command(name = "__core-worker", hide = true)]
+    CoreWorker(cmd_worker::WorkerArgs),
 }
 
 /// Errors returned by a command are the user's to fix (a missing file, bad
@@ -73,5 +77,6 @@ fn run() -> anyhow::Result<()> {
         Cmd::Image(c) => cmd_image::run(c),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Status(a) => cmd_status::run(a),
+        Cmd::CoreWorker(a) => cmd_worker::run(a),
     }
 }

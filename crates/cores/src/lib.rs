@@ -9,6 +9,11 @@
 //! emulation). [`image`] reads and verifies the container that carries the
 //! artifacts; building cores and images is `corefarm-toolchain`'s job, so
 //! nodes never link a compiler driver.
+//!
+//! Native and RTL cores are user code compiled for the CPU. By default
+//! ([`Isolation::Process`]) [`load`] runs each in a worker process of its
+//! own ([`worker`]), so a crash, an overrun or a hang fails one job, not the
+//! node.
 
 pub mod bus;
 pub mod driver;
@@ -16,6 +21,8 @@ pub mod fpga;
 pub mod image;
 pub mod native;
 pub mod rtl;
+#[cfg(target_os = "linux")]
+pub mod worker;
 
 use std::time::Duration;
 
@@ -30,6 +37,10 @@ pub enum CoreError {
     Failed(String),
     #[error("core timed out after {0:?}")]
     Timeout(std::time::Duration),
+    /// An isolated core's worker failed the job (crash, overrun, hang, or
+    /// an error reported by the worker); the message names the core.
+    #[error("{0}")]
+    Worker(String),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,8 +96,65 @@ pub struct LoadOptions {
     pub fpga: Option<fpga::FpgaOptions>,
     /// Which artifact kind wins when an image carries several this node can run.
     pub prefer: Vec<ArtifactKind>,
-    /// Job timeout and poll interval of the driver.
+    /// Job timeout and poll interval of the driver. The timeout also bounds
+    /// one job of an isolated core (its watchdog).
     pub driver: DriverOptions,
+    /// Where native and RTL cores run.
+    pub isolation: Isolation,
+    /// The executable started for each isolated core.
+    pub worker: WorkerCommand,
+}
+
+/// Where native and RTL cores (user code compiled for the CPU) run.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Isolation {
+    /// One worker process per core: a core that crashes, writes past its
+    /// memories or hangs fails its job and is restarted; the node goes on.
+    #[default]
+    Process,
+    /// On the node's core handler threads, without protection: a faulty
+    /// core can corrupt or kill the node process, and a native core that
+    /// never returns blocks its core for good. Saves one copy each way and
+    /// a process round trip per input.
+    InProcess,
+}
+
+impl Isolation {
+    pub fn name(self) -> &'static str {
+        match self {
+            Isolation::Process => "process",
+            Isolation::InProcess => "in-process",
+        }
+    }
+}
+
+impl std::str::FromStr for Isolation {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "process" => Ok(Isolation::Process),
+            "in-process" => Ok(Isolation::InProcess),
+            _ => Err(format!("{s:?} is not an isolation (process, in-process)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Isolation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The program a core worker runs: it is started with the argument
+/// `__core-worker` and must call `corefarm_cores::worker::main()` then.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum WorkerCommand {
+    /// This process's own executable (the `corefarm` binary handles the
+    /// subcommand).
+    #[default]
+    CurrentExe,
+    /// Another executable, e.g. in tests the crate's `corefarm-core-worker`.
+    Program(std::path::PathBuf),
 }
 
 impl Default for LoadOptions {
@@ -101,6 +169,8 @@ impl Default for LoadOptions {
                 ArtifactKind::Rtl,
             ],
             driver: DriverOptions::default(),
+            isolation: Isolation::default(),
+            worker: WorkerCommand::default(),
         }
     }
 }
@@ -238,7 +308,9 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
         let bytes = img
             .verified_artifact(idx)
             .map_err(|e| LoadError::Invalid(e.to_string()))?;
+        let isolated = opts.isolation == Isolation::Process && *kind != ArtifactKind::Bitstream;
         let cores = match kind {
+            _ if isolated => isolated_cores(*kind, &bytes, &a.entry, &m.name, cfg, opts)?,
             ArtifactKind::Native => native_cores(&bytes, &a.entry, cfg)?,
             ArtifactKind::Rtl => rtl_cores(&bytes, &a.entry, cfg, opts.driver)?,
             ArtifactKind::Bitstream => {
@@ -248,11 +320,12 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
         };
         return Ok(Loaded {
             description: format!(
-                "{} × {} {} ({})",
+                "{} × {} {} ({}, {})",
                 cores.len(),
                 kind.name(),
                 m.name,
-                a.target
+                a.target,
+                if isolated { "isolated" } else { "in-process" }
             ),
             cores,
         });
@@ -282,6 +355,43 @@ fn native_cores(
         .collect()
 }
 
+#[cfg(target_os = "linux")]
+fn isolated_cores(
+    kind: ArtifactKind,
+    so: &[u8],
+    entry: &str,
+    name: &str,
+    cfg: &Configuration,
+    opts: &LoadOptions,
+) -> Result<Vec<Box<dyn Core>>, LoadError> {
+    worker::load_cores(kind, so, entry, name, cfg, opts)
+}
+
+#[cfg(not(target_os = "linux"))]
+fn isolated_cores(
+    _: ArtifactKind,
+    _: &[u8],
+    _: &str,
+    _: &str,
+    _: &Configuration,
+    _: &LoadOptions,
+) -> Result<Vec<Box<dyn Core>>, LoadError> {
+    Err(LoadError::Unsupported(
+        "isolated cores need Linux; this node must run them in-process (unsafe)".into(),
+    ))
+}
+
+/// Refuses an RTL object built from another top module than the manifest names.
+pub(crate) fn check_rtl_top(lib: &rtl::RtlLib, top: &str) -> Result<(), LoadError> {
+    if !top.is_empty() && lib.top() != top {
+        return Err(LoadError::Invalid(format!(
+            "RTL artifact was built from top module {:?} but the manifest names {top:?}",
+            lib.top()
+        )));
+    }
+    Ok(())
+}
+
 fn rtl_cores(
     so: &[u8],
     top: &str,
@@ -289,12 +399,7 @@ fn rtl_cores(
     dopts: DriverOptions,
 ) -> Result<Vec<Box<dyn Core>>, LoadError> {
     let lib = std::sync::Arc::new(rtl::RtlLib::load(so)?);
-    if !top.is_empty() && lib.top() != top {
-        return Err(LoadError::Invalid(format!(
-            "RTL artifact was built from top module {:?} but the manifest names {top:?}",
-            lib.top()
-        )));
-    }
+    check_rtl_top(&lib, top)?;
     let map = std::sync::Arc::new(rtl::AddressMap::new(
         &cfg.cores,
         cfg.input_size,

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use bytes::Bytes;
 use corefarm_cores::image::{self, ArtifactKind};
-use corefarm_cores::{load, CoreError, LoadError, LoadOptions};
+use corefarm_cores::{load, CoreError, LoadError, LoadOptions, WorkerCommand};
 use corefarm_smp::Configuration;
 use corefarm_toolchain::{build_native_image, require_tool, ImageBuilder, Tool};
 
@@ -22,6 +22,14 @@ component void vadd(hls_avalon_agent_memory_argument(16) uint8_t *in,
     for (int i = 8; i < 16; i++) out[i] = calls;
 }
 "#;
+
+/// The default options (isolated cores), with this crate's worker executable.
+fn opts() -> LoadOptions {
+    LoadOptions {
+        worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
+        ..LoadOptions::default()
+    }
+}
 
 fn source(dir: &tempfile::TempDir) -> PathBuf {
     let p = dir.path().join("vadd.cpp");
@@ -54,7 +62,7 @@ fn native_image_runs_end_to_end() {
     assert_eq!(cfg.cores.len(), 3);
     // Through the SMP encoding, as a node receives it.
     let cfg = Configuration::parse(Bytes::from(cfg.encode_payload())).unwrap();
-    let mut loaded = load(&cfg, &LoadOptions::default()).unwrap();
+    let mut loaded = load(&cfg, &opts()).unwrap();
     assert_eq!(loaded.cores.len(), 3);
     assert!(
         loaded.description.contains("native vadd"),
@@ -79,7 +87,7 @@ fn unaligned_buffers_and_wrong_sizes() {
         return;
     };
     let cfg = image::configuration(Bytes::from(img)).unwrap();
-    let mut loaded = load(&cfg, &LoadOptions::default()).unwrap();
+    let mut loaded = load(&cfg, &opts()).unwrap();
     let core = &mut loaded.cores[0];
     // Slices at every offset within a 16-byte alignment: the core copies
     // through its aligned buffers where needed, with the same results.
@@ -127,7 +135,7 @@ fn refusals_say_why() {
     // Raw bitstream without an FPGA backend.
     let mut raw = good.clone();
     raw.bitstream = Bytes::from_static(b"\x00\x01not-an-image-rbf");
-    let e = refused(&raw, &LoadOptions::default());
+    let e = refused(&raw, &opts());
     assert!(
         matches!(e, LoadError::Unsupported(_)) && e.to_string().contains("no FPGA backend"),
         "{e}"
@@ -139,30 +147,24 @@ fn refusals_say_why() {
     bad[n - 100] ^= 0x40;
     let mut cfg = good.clone();
     cfg.bitstream = Bytes::from(bad);
-    let e = refused(&cfg, &LoadOptions::default());
+    let e = refused(&cfg, &opts());
     assert!(e.to_string().contains("checksum"), "{e}");
 
     // Sizes and core table must match the manifest.
     let mut cfg = good.clone();
     cfg.output_size = 8;
-    assert!(refused(&cfg, &LoadOptions::default())
-        .to_string()
-        .contains("16 / 8"));
+    assert!(refused(&cfg, &opts()).to_string().contains("16 / 8"));
     let mut cfg = good.clone();
     cfg.cores.pop();
-    assert!(refused(&cfg, &LoadOptions::default())
-        .to_string()
-        .contains("core table"));
+    assert!(refused(&cfg, &opts()).to_string().contains("core table"));
     let mut cfg = good.clone();
     cfg.cores[1] = cfg.cores[0];
-    assert!(refused(&cfg, &LoadOptions::default())
-        .to_string()
-        .contains("overlap"));
+    assert!(refused(&cfg, &opts()).to_string().contains("overlap"));
 
     // Native disabled: nothing this node can run.
     let no_native = LoadOptions {
         native: false,
-        ..LoadOptions::default()
+        ..opts()
     };
     let e = refused(&good, &no_native);
     assert!(
@@ -184,7 +186,7 @@ fn wrong_target_is_refused() {
         .build()
         .unwrap();
     let cfg = image::configuration(Bytes::from(img)).unwrap();
-    let e = refused(&cfg, &LoadOptions::default());
+    let e = refused(&cfg, &opts());
     assert!(matches!(e, LoadError::Unsupported(_)), "{e}");
     assert!(e.to_string().contains("native-riscv64-linux"), "{e}");
 }
@@ -204,7 +206,7 @@ fn missing_entry_symbol_is_refused() {
         .build()
         .unwrap();
     let cfg = image::configuration(Bytes::from(img)).unwrap();
-    let e = refused(&cfg, &LoadOptions::default());
+    let e = refused(&cfg, &opts());
     assert!(e.to_string().contains("nope"), "{e}");
 }
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_cores::image::{self, ArtifactKind};
-use corefarm_cores::{load, CoreError, DriverOptions, LoadOptions};
+use corefarm_cores::{load, CoreError, DriverOptions, Isolation, LoadOptions};
 use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
 
 fn repo() -> PathBuf {
@@ -38,6 +38,9 @@ fn opts(timeout_ms: u64) -> LoadOptions {
             timeout: Duration::from_millis(timeout_ms),
             poll: Duration::from_millis(1),
         },
+        // The driver's own timeout and reset, in this process; the
+        // isolated form is tested in isolation.rs.
+        isolation: Isolation::InProcess,
         ..LoadOptions::default()
     }
 }

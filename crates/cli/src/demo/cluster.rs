@@ -16,6 +16,7 @@ pub struct ClusterSpec {
     pub target: Target,
     pub nodes: u32,
     pub cores: u32,
+    pub isolation: corefarm_cores::Isolation,
 }
 
 /// Starts the cluster, configures its nodes with `cfg`, streams the
@@ -38,7 +39,7 @@ pub fn run(
     let node = NodeOptions {
         name: "demo-node".into(),
         reconnect: false,
-        load: c.target.load_options(),
+        load: c.target.load_options(c.isolation),
         ..NodeOptions::default()
     };
     let (cluster, handle) = rt.block_on(crate::cmd_server::start_local(

@@ -20,7 +20,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
 use corefarm_bench::stats::bits_per_second;
-use corefarm_cores::{Core, LoadOptions};
+use corefarm_cores::{Core, Isolation, LoadOptions};
 use rand::Rng;
 use serde::Serialize;
 
@@ -50,10 +50,11 @@ impl Target {
     }
 
     /// Loading restricted to this backend.
-    fn load_options(self) -> LoadOptions {
+    fn load_options(self, isolation: Isolation) -> LoadOptions {
         LoadOptions {
             native: self == Target::Native,
             rtl: self == Target::Rtl,
+            isolation,
             ..LoadOptions::default()
         }
     }
@@ -70,6 +71,10 @@ pub struct DemoArgs {
     /// Hardware cores (core-table entries) per node.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cores: u32,
+    /// Where the nodes run their cores: process (a worker process per
+    /// core, the node default) or in-process (unsafe, for comparison).
+    #[arg(long, default_value_t = Isolation::Process, value_parser = crate::cmd_server::parse_isolation)]
+    pub isolation: Isolation,
     /// Matrix pairs to multiply [default: 2000 native, 200 rtl].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub jobs: Option<u64>,
@@ -99,11 +104,15 @@ pub struct DemoArgs {
 }
 
 /// One core of the matrix multiplier in `so`, loaded by corefarm-cores the
-/// way a node loads it (one-core image, driver, backend).
+/// way a node loads it (one-core image, driver, backend), in this process:
+/// the standalone figures time the function and the simulator alone.
 fn load_one_core(target: Target, so: &Path) -> Result<Box<dyn Core>> {
     let img = image::matmul_image(target, so, 1)?;
-    let loaded = corefarm_cores::load(&img.configuration, &target.load_options())
-        .map_err(|e| anyhow!("loading {}: {e}", so.display()))?;
+    let loaded = corefarm_cores::load(
+        &img.configuration,
+        &target.load_options(Isolation::InProcess),
+    )
+    .map_err(|e| anyhow!("loading {}: {e}", so.display()))?;
     loaded
         .cores
         .into_iter()
@@ -149,6 +158,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
             target: args.target,
             nodes: args.nodes,
             cores: args.cores,
+            isolation: args.isolation,
         },
         &img.configuration,
         &StreamSpec {
@@ -179,6 +189,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let v = streamed.verify(seed);
     let report = Report {
         target: args.target,
+        isolation: args.isolation.name(),
         artifact: img.artifact,
         nodes: args.nodes,
         cores_per_node: args.cores,

@@ -16,6 +16,8 @@ use super::Target;
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub target: Target,
+    /// Where the nodes ran their cores: "process" or "in-process".
+    pub isolation: &'static str,
     pub artifact: String,
     pub nodes: u32,
     pub cores_per_node: u32,
@@ -92,11 +94,12 @@ impl Report {
 fn print_human(r: &Report) {
     let l = &r.latency_ms;
     println!(
-        "corefarm demo: {} products of 64×64 int32 matrices (seed 000 §4.3) on {} node(s) × {} {} core(s), {} per message",
+        "corefarm demo: {} products of 64×64 int32 matrices (seed 000 §4.3) on {} node(s) × {} {} core(s) ({}), {} per message",
         r.jobs,
         r.nodes,
         r.cores_per_node,
         r.target.name(),
+        r.isolation,
         r.count
     );
     println!(

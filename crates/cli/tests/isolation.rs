@@ -1,0 +1,165 @@
+//! Isolated cores in the real binary: `corefarm local` runs two node
+//! managers whose image (cores/faulty/faulty.cpp) crashes on inputs whose
+//! first byte is 0xFF and hangs on 0xF3. A user streams a mix: every good
+//! input gets its correct result, every faulty one an error naming the
+//! cause, and both nodes stay connected and keep serving.
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_client::{Client, ClientOptions};
+use corefarm_smp::NodeState;
+use tools::Tool;
+
+#[allow(dead_code)] // shared with the other tests; this one needs only the C++ compiler
+mod tools;
+
+const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
+
+/// A child process killed and reaped when dropped.
+struct Proc(Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn build_image(dir: &Path) -> Bytes {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cores/faulty/faulty.cpp");
+    let out = dir.join("faulty.cfimg");
+    let st = Command::new(BIN)
+        .args(["image", "build", "--hls"])
+        .arg(&src)
+        .args([
+            "--entry",
+            "faulty",
+            "--input-size",
+            "64",
+            "--output-size",
+            "64",
+        ])
+        .args(["--cores", "2", "--name", "faulty", "-o"])
+        .arg(&out)
+        .env("COREFARM_CACHE", dir.join("cache"))
+        .status()
+        .expect("run corefarm image build");
+    assert!(st.success(), "corefarm image build failed");
+    Bytes::from(std::fs::read(out).unwrap())
+}
+
+fn input(i: usize) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..64).map(|k| (k * 7 + i) as u8).collect();
+    v[0] = match i {
+        _ if i % 9 == 4 => 0xFF, // null write: SIGSEGV
+        37 => 0xF3,              // never returns: the core timeout
+        _ => (i % 0x80) as u8,
+    };
+    v[1..9].fill(0);
+    v
+}
+
+#[test]
+fn a_crashing_core_fails_its_jobs_and_the_nodes_stay() {
+    if !tools::available(&[Tool::Cxx], "this test builds a native core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    let mut child = Command::new(BIN)
+        .args(["local", "--nodes", "2", "--core-timeout", "1"])
+        .args([
+            "--users-listen",
+            "127.0.0.1:0",
+            "--nodes-listen",
+            "127.0.0.1:0",
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start corefarm local");
+    let stdout = child.stdout.take().unwrap();
+    let _local = Proc(child);
+    // "listening nodes=IP:PORT users=IP:PORT" follows the greeting line.
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let users = lines
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("users="))
+                .map(str::to_string)
+        })
+        .expect("corefarm local prints its user address");
+    // Keep reading, so the cluster never writes into a closed pipe.
+    std::thread::spawn(move || lines.for_each(drop));
+
+    let client = Client::connect(
+        &users,
+        ClientOptions {
+            nodes: Some(2),
+            io_timeout: Some(Duration::from_secs(30)),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(client.nodes(), Some(2));
+    let cfg = corefarm_cores::image::configuration(image).unwrap();
+    client.configure(&cfg).unwrap();
+
+    let n = 120;
+    let inputs: Vec<Vec<u8>> = (0..n).map(input).collect();
+    let results: Vec<_> = client
+        .map(inputs.iter().map(|v| Bytes::from(v.clone())), 8)
+        .collect();
+    assert_eq!(results.len(), n);
+    let (mut crashed, mut hung, mut good) = (0, 0, 0);
+    for (i, (inp, r)) in inputs.iter().zip(&results).enumerate() {
+        match (inp[0], r) {
+            (0xFF, Err(e)) => {
+                let e = e.to_string();
+                assert!(
+                    e.contains("(native faulty)") && e.contains("SIGSEGV"),
+                    "job {i}: {e}"
+                );
+                crashed += 1;
+            }
+            (0xF3, Err(e)) => {
+                assert!(
+                    e.to_string().contains("no result within 1s"),
+                    "job {i}: {e}"
+                );
+                hung += 1;
+            }
+            (_, Ok(out)) if inp[0] < 0x80 => {
+                let want: Vec<u8> = inp.iter().map(|b| b ^ 0x5A).collect();
+                assert_eq!(out[..], want[..], "job {i}");
+                good += 1;
+            }
+            (first, r) => panic!("job {i} (first byte {first:#x}): unexpected {r:?}"),
+        }
+    }
+    assert_eq!((crashed, hung, good), (13, 1, n - 14));
+
+    // Both nodes are still there, configured for this user.
+    let status = client.status().unwrap();
+    assert_eq!(status.nodes.len(), 2, "{status:?}");
+    assert!(
+        status
+            .nodes
+            .iter()
+            .all(|s| s.state == NodeState::Ready && s.user == status.you),
+        "{status:?}"
+    );
+    // And their cores (restarted where they crashed) keep computing.
+    let again: Vec<Vec<u8>> = (0..40).map(|i| input(i * 9)).collect();
+    for (inp, r) in again
+        .iter()
+        .zip(client.map(again.iter().map(|v| Bytes::from(v.clone())), 8))
+    {
+        let want: Vec<u8> = inp.iter().map(|b| b ^ 0x5A).collect();
+        assert_eq!(r.unwrap()[..], want[..]);
+    }
+}

@@ -1,0 +1,117 @@
+//! What isolating a core costs per job: the reference matrix multiplier
+//! (cores/matmul/matmul.cpp) loaded in-process and isolated, each called in
+//! a loop on this thread. Prints wall time per job (the best of several
+//! rounds, which filters out other load on the machine) and CPU time per
+//! job (this process plus its reaped workers).
+//!
+//! `cargo run --release -p corefarm-cores --example isolation_cost -- [jobs] [rounds]`
+
+use std::path::Path;
+use std::time::Instant;
+
+use bytes::Bytes;
+use corefarm_cores::image::{self, ArtifactKind};
+use corefarm_cores::{load, Isolation, LoadOptions, WorkerCommand};
+use corefarm_toolchain::{self as toolchain, BuildKind, ImageBuilder};
+
+const INPUT: u32 = 2 * 64 * 64 * 4;
+const OUTPUT: u32 = 64 * 64 * 4;
+
+fn cpu_seconds() -> f64 {
+    let (s, c) = cpu_split();
+    s + c
+}
+
+/// (this process, its reaped children) user+system seconds.
+fn cpu_split() -> (f64, f64) {
+    let t = |who| {
+        // SAFETY: getrusage fills the struct it is given.
+        let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+        unsafe { libc::getrusage(who, &mut u) };
+        let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+        tv(u.ru_utime) + tv(u.ru_stime)
+    };
+    (t(libc::RUSAGE_SELF), t(libc::RUSAGE_CHILDREN))
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let jobs: u32 = args.next().map_or(2000, |a| a.parse().expect("jobs"));
+    let rounds: u32 = args.next().map_or(5, |a| a.parse().expect("rounds"));
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cores/matmul/matmul.cpp");
+    let so = toolchain::cached_build(
+        &BuildKind::Native,
+        &[src],
+        "",
+        &toolchain::default_cache_dir(),
+    )
+    .expect("build cores/matmul/matmul.cpp");
+    let table = image::default_core_table(1, INPUT, OUTPUT).unwrap();
+    let img = ImageBuilder::new("mat_mul_64x64", INPUT, OUTPUT, table)
+        .artifact(
+            image::native_target().unwrap(),
+            ArtifactKind::Native,
+            "mat_mul_64x64",
+            std::fs::read(so).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    // The worker: the crate's own worker executable next to this example's
+    // directory (target/<profile>/), as `cargo build --bins` puts it.
+    let exe = std::env::current_exe().unwrap();
+    let worker = exe
+        .parent()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .join("corefarm-core-worker");
+    let input: Vec<u8> = (0..INPUT).map(|i| (i * 7 % 251) as u8).collect();
+    let mut output = vec![0u8; OUTPUT as usize];
+    let mut best = [f64::MAX; 2];
+    let mut cpu = [0.0; 2];
+    for _ in 0..rounds {
+        for (k, isolation) in [Isolation::InProcess, Isolation::Process]
+            .into_iter()
+            .enumerate()
+        {
+            let opts = LoadOptions {
+                isolation,
+                worker: WorkerCommand::Program(worker.clone()),
+                ..LoadOptions::default()
+            };
+            let c0 = cpu_seconds();
+            let s0 = cpu_split();
+            let mut loaded = load(&cfg, &opts).expect("load");
+            let core = &mut loaded.cores[0];
+            core.process(&input, &mut output).unwrap();
+            let t = Instant::now();
+            for _ in 0..jobs {
+                core.process(&input, &mut output).unwrap();
+            }
+            best[k] = best[k].min(t.elapsed().as_secs_f64() / jobs as f64);
+            drop(loaded); // reaps the worker, whose CPU time joins RUSAGE_CHILDREN
+            cpu[k] += (cpu_seconds() - c0) / (jobs + 1) as f64;
+            if std::env::var_os("SPLIT").is_some() {
+                let s1 = cpu_split();
+                eprintln!(
+                    "{isolation}: node {:.1} µs/job, worker {:.1} µs/job",
+                    (s1.0 - s0.0) / (jobs + 1) as f64 * 1e6,
+                    (s1.1 - s0.1) / (jobs + 1) as f64 * 1e6
+                );
+            }
+        }
+    }
+    for (k, name) in ["in-process", "process"].iter().enumerate() {
+        println!(
+            "{name:>10}: best wall {:.1} µs/job, mean CPU {:.1} µs/job",
+            best[k] * 1e6,
+            cpu[k] / rounds as f64 * 1e6
+        );
+    }
+    println!(
+        "isolation cost: wall {:+.1} % , CPU {:+.1} %",
+        (best[1] / best[0] - 1.0) * 100.0,
+        (cpu[1] / cpu[0] - 1.0) * 100.0
+    );
+}

@@ -1,0 +1,206 @@
+//! Control-channel messages between a node and a core worker. The channel
+//! is a `SOCK_SEQPACKET` socketpair, so every message is one datagram; the
+//! first byte is its tag. Everything is little-endian. Sizes are bounded
+//! and the node checks every message from the worker (it runs user code).
+
+use serde::{Deserialize, Serialize};
+
+/// Largest datagram either side sends or accepts.
+pub const MAX_MESSAGE: usize = 64 * 1024;
+/// Longest reason text a worker may send; longer ones are cut.
+pub const MAX_REASON: usize = 2048;
+
+/// What the worker runs: sent once, right after it starts.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct Init {
+    /// "native" or "rtl".
+    pub kind: String,
+    /// Native entry symbol, or the RTL top module ("" = not checked).
+    pub entry: String,
+    pub input_size: u32,
+    pub output_size: u32,
+    /// This core's (control, input, output) base addresses (RTL address map).
+    pub core: [u32; 3],
+    /// The driver's job timeout inside the worker (RTL), in microseconds.
+    pub timeout_us: u64,
+    pub poll_us: u64,
+    /// Bytes of the shared region the node created (checked by the worker).
+    pub region_len: u64,
+}
+
+/// Why a worker could not load its core (mirrors [`crate::LoadError`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RefusalKind {
+    Unsupported = 0,
+    Invalid = 1,
+    Backend = 2,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Msg {
+    /// node → worker: `I` + JSON [`Init`].
+    Init(Init),
+    /// worker → node: `R`, the core is loaded.
+    Ready,
+    /// worker → node: `E` + kind + reason; the worker then exits.
+    Refused(RefusalKind, String),
+    /// node → worker: `J` + seq u64 + count u32. The input is in the shared
+    /// input memory; `count` inputs (always 1 today) from its start.
+    Job { seq: u64, count: u32 },
+    /// worker → node: `D` + seq u64 + last job's cycles u64 (u64::MAX: none)
+    /// + status u8 (0 ok, 1 failed) + reason.
+    Done {
+        seq: u64,
+        cycles: Option<u64>,
+        error: Option<String>,
+    },
+}
+
+fn cut(s: &str) -> &str {
+    if s.len() <= MAX_REASON {
+        return s;
+    }
+    let mut end = MAX_REASON;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+impl Msg {
+    pub fn encode(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(32);
+        match self {
+            Msg::Init(i) => {
+                b.push(b'I');
+                b.extend(serde_json::to_vec(i).expect("Init serialises"));
+            }
+            Msg::Ready => b.push(b'R'),
+            Msg::Refused(k, why) => {
+                b.extend([b'E', *k as u8]);
+                b.extend(cut(why).as_bytes());
+            }
+            Msg::Job { seq, count } => {
+                b.push(b'J');
+                b.extend(seq.to_le_bytes());
+                b.extend(count.to_le_bytes());
+            }
+            Msg::Done { seq, cycles, error } => {
+                b.push(b'D');
+                b.extend(seq.to_le_bytes());
+                b.extend(cycles.unwrap_or(u64::MAX).to_le_bytes());
+                match error {
+                    None => b.push(0),
+                    Some(e) => {
+                        b.push(1);
+                        b.extend(cut(e).as_bytes());
+                    }
+                }
+            }
+        }
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Result<Msg, String> {
+        let u64_at = |o: usize| -> Result<u64, String> {
+            b.get(o..o + 8)
+                .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
+                .ok_or_else(|| format!("{}-byte message is too short", b.len()))
+        };
+        let text = |s: &[u8]| String::from_utf8_lossy(cut_bytes(s)).into_owned();
+        match b.first() {
+            Some(b'I') => serde_json::from_slice(&b[1..])
+                .map(Msg::Init)
+                .map_err(|e| format!("bad init message: {e}")),
+            Some(b'R') if b.len() == 1 => Ok(Msg::Ready),
+            Some(b'E') if b.len() >= 2 => {
+                let kind = match b[1] {
+                    0 => RefusalKind::Unsupported,
+                    1 => RefusalKind::Invalid,
+                    _ => RefusalKind::Backend,
+                };
+                Ok(Msg::Refused(kind, text(&b[2..])))
+            }
+            Some(b'J') if b.len() == 13 => Ok(Msg::Job {
+                seq: u64_at(1)?,
+                count: u32::from_le_bytes(b[9..13].try_into().expect("4 bytes")),
+            }),
+            Some(b'D') if b.len() >= 18 => {
+                let cycles = Some(u64_at(9)?).filter(|&c| c != u64::MAX);
+                let error = match b[17] {
+                    0 if b.len() == 18 => None,
+                    1 => Some(text(&b[18..])),
+                    _ => return Err("bad status in a completion".into()),
+                };
+                Ok(Msg::Done {
+                    seq: u64_at(1)?,
+                    cycles,
+                    error,
+                })
+            }
+            Some(t) => Err(format!(
+                "unexpected {}-byte message with tag {t:#04x}",
+                b.len()
+            )),
+            None => Err("empty message".into()),
+        }
+    }
+}
+
+fn cut_bytes(s: &[u8]) -> &[u8] {
+    &s[..s.len().min(MAX_REASON)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let init = Init {
+            kind: "rtl".into(),
+            entry: "vadd".into(),
+            input_size: 2048,
+            output_size: 1024,
+            core: [0xC000_0000, 0xC000_1000, 0xC000_2000],
+            timeout_us: 10_000_000,
+            poll_us: 1000,
+            region_len: 1 << 16,
+        };
+        for m in [
+            Msg::Init(init),
+            Msg::Ready,
+            Msg::Refused(RefusalKind::Invalid, "no entry".into()),
+            Msg::Job { seq: 7, count: 1 },
+            Msg::Done {
+                seq: 7,
+                cycles: Some(513),
+                error: None,
+            },
+            Msg::Done {
+                seq: u64::MAX - 1,
+                cycles: None,
+                error: Some("timed out".into()),
+            },
+        ] {
+            assert_eq!(Msg::decode(&m.encode()), Ok(m));
+        }
+    }
+
+    #[test]
+    fn malformed_messages_are_errors() {
+        for b in [
+            &b""[..],
+            b"J123",
+            b"Dshort",
+            b"R?",
+            b"Z",
+            b"I{not json",
+            &[b'D', 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
+        ] {
+            assert!(Msg::decode(b).is_err(), "{b:?}");
+        }
+        let long = Msg::Refused(RefusalKind::Backend, "x".repeat(10_000)).encode();
+        assert_eq!(long.len(), 2 + MAX_REASON);
+    }
+}

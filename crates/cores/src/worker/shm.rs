@@ -1,0 +1,285 @@
+//! The memory a node and one core worker share: a memfd holding a header
+//! page, the input memory and the output memory, each memory between
+//! guard pages.
+//!
+//! ```text
+//! page 0        header (worker-published counters)
+//! page 1        guard
+//! input area    input right-aligned against the next guard (16-byte aligned start)
+//! guard
+//! output area   output right-aligned against the next guard
+//! guard
+//! ```
+//!
+//! The worker maps the guards `PROT_NONE` and the input read-only, so a core
+//! that writes into its input, or far past its output, faults at once in
+//! its own process. The output does not end exactly at its guard: its
+//! start is placed half a page (plus 128 bytes) away from the input's start
+//! modulo the page size. With both memories page-aligned, as sizes that are
+//! multiples of 4 KiB would make them, every store to the output shares
+//! its page offset with loads from the input ("4K aliasing"), which cost
+//! the reference matrix product about 7 %. The slack this leaves between
+//! the output's end and its guard (less than a page + 16 bytes) holds a
+//! canary the node checks after every job, so a short overrun is caught
+//! too.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::ptr::NonNull;
+use std::sync::atomic::AtomicU64;
+
+use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
+
+/// Alignment of both memories, as [`crate::native::ALIGN`].
+const ALIGN: usize = crate::native::ALIGN;
+/// Byte the node keeps in the output's slack.
+pub const CANARY: u8 = 0xC5;
+
+/// Offsets of the region for one pair of sizes; both sides compute it from
+/// the sizes and the page size, so only the sizes travel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Layout {
+    pub page: usize,
+    pub input_area: usize,
+    pub input_area_len: usize,
+    pub output_area: usize,
+    pub output_area_len: usize,
+    pub input: usize,
+    pub input_size: usize,
+    pub output: usize,
+    pub output_size: usize,
+    pub len: usize,
+}
+
+impl Layout {
+    pub fn new(input_size: usize, output_size: usize) -> Layout {
+        let page = rustix::param::page_size();
+        let r16 = |n: usize| n.div_ceil(ALIGN) * ALIGN;
+        let area = |n: usize| r16(n).div_ceil(page).max(1) * page;
+        let input_area = 2 * page;
+        let input_area_len = area(input_size);
+        let input = input_area + input_area_len - r16(input_size);
+        let output_area = input_area + input_area_len + page;
+        // One page more than needed, to move the output's start (see above).
+        let output_area_len = area(output_size) + page;
+        let end = output_area + output_area_len - r16(output_size);
+        let want = (input + page / 2 + 128) % page;
+        let output = end - (end % page + page - want) % page;
+        Layout {
+            page,
+            input_area,
+            input_area_len,
+            output_area,
+            output_area_len,
+            input,
+            input_size,
+            output,
+            output_size,
+            len: output_area + output_area_len + page,
+        }
+    }
+
+    /// The output's slack before the guard page (less than a page + 16 bytes).
+    pub fn slack(&self) -> std::ops::Range<usize> {
+        self.output + self.output_size..self.output_area + self.output_area_len
+    }
+}
+
+/// Counters at the start of the header page. The worker stores, the node
+/// loads (after a job timed out, to say how far a simulation got).
+#[repr(C)]
+pub struct Header {
+    /// Simulated cycles of the core so far (RTL only).
+    pub cycles_now: AtomicU64,
+    /// `cycles_now` when the current job started.
+    pub cycles_at_start: AtomicU64,
+    /// Address of the worker's own mapping of the region.
+    pub worker_base: AtomicU64,
+    /// Address whose access raised SIGSEGV or SIGBUS in the worker, plus one
+    /// (0: none), stored by its signal handler just before it dies.
+    pub fault: AtomicU64,
+}
+
+/// Where a faulting address lies, for the node's message.
+pub fn describe_fault(l: &Layout, base: u64, addr: u64) -> String {
+    let Some(off) = addr.checked_sub(base).filter(|&o| o < l.len as u64) else {
+        return if addr < 4096 {
+            format!("at address {addr:#x} (a null pointer)")
+        } else {
+            format!("at address {addr:#x}, outside its memories")
+        };
+    };
+    let off = off as usize;
+    let (isz, osz) = (l.input_size, l.output_size);
+    if off >= l.output {
+        let at = off - l.output;
+        let past = if at >= osz { ", past its end" } else { "" };
+        format!("at byte {at} of its {osz}-byte output memory{past}")
+    } else if off >= l.input && off < l.input + isz {
+        format!(
+            "at byte {} of its {isz}-byte input memory, which is read-only",
+            off - l.input
+        )
+    } else if off >= l.input {
+        format!(
+            "at byte {} of its {isz}-byte input memory, past its end",
+            off - l.input
+        )
+    } else {
+        format!("{} bytes before its input memory", l.input - off)
+    }
+}
+
+/// A mapping of the whole region.
+pub struct Region {
+    ptr: NonNull<u8>,
+    layout: Layout,
+}
+
+// SAFETY: the region is plain shared memory; the owner accesses it through
+// raw pointers only while the protocol gives it the memory (see worker/).
+unsafe impl Send for Region {}
+
+/// A new memfd sized for `layout`.
+pub fn create(layout: &Layout) -> std::io::Result<OwnedFd> {
+    let fd = rustix::fs::memfd_create(
+        "corefarm-core",
+        rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
+    )?;
+    rustix::fs::ftruncate(&fd, layout.len as u64)?;
+    // The size can no longer change: neither side can make the other's
+    // mapping fault by truncating the file.
+    rustix::fs::fcntl_add_seals(
+        &fd,
+        rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW | rustix::fs::SealFlags::SEAL,
+    )?;
+    Ok(fd)
+}
+
+impl Region {
+    /// Maps `fd` (of at least `layout.len` bytes). `worker` applies the
+    /// worker's protections (guards, read-only input); the node maps all
+    /// of it read/write.
+    pub fn map(fd: impl AsFd, layout: Layout, worker: bool) -> std::io::Result<Region> {
+        let prot = if worker {
+            ProtFlags::empty()
+        } else {
+            ProtFlags::READ | ProtFlags::WRITE
+        };
+        // SAFETY: a fresh mapping chosen by the kernel (no fixed address),
+        // of a file that is at least `len` bytes and sealed against shrinking.
+        let p = unsafe {
+            rustix::mm::mmap(
+                std::ptr::null_mut(),
+                layout.len,
+                prot,
+                MapFlags::SHARED,
+                fd,
+                0,
+            )?
+        };
+        let region = Region {
+            ptr: NonNull::new(p.cast()).expect("mmap returned null"),
+            layout,
+        };
+        if worker {
+            let rw = MprotectFlags::READ | MprotectFlags::WRITE;
+            region.protect(0, layout.page, rw)?;
+            region.protect(
+                layout.input_area,
+                layout.input_area_len,
+                MprotectFlags::READ,
+            )?;
+            region.protect(layout.output_area, layout.output_area_len, rw)?;
+        }
+        Ok(region)
+    }
+
+    fn protect(&self, off: usize, len: usize, flags: MprotectFlags) -> std::io::Result<()> {
+        // SAFETY: page-aligned range inside our own mapping; nothing in this
+        // process holds references into it yet.
+        unsafe { rustix::mm::mprotect(self.ptr.as_ptr().add(off).cast(), len, flags)? };
+        Ok(())
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    pub fn header(&self) -> &Header {
+        // SAFETY: the header page is mapped read/write on both sides for the
+        // region's lifetime; it only holds atomics, which may be shared.
+        unsafe { &*self.ptr.as_ptr().cast::<Header>() }
+    }
+
+    /// Pointer to byte `off` of the region.
+    pub fn at(&self, off: usize) -> *mut u8 {
+        assert!(off <= self.layout.len);
+        // SAFETY: within the mapping (checked above).
+        unsafe { self.ptr.as_ptr().add(off) }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping made in `map`; no references
+        // into it outlive the region.
+        let _ = unsafe { rustix::mm::munmap(self.ptr.as_ptr().cast(), self.layout.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memories_end_at_their_guards_and_start_aligned() {
+        for (i, o) in [
+            (1, 1),
+            (16, 16),
+            (20, 12),
+            (32768, 16384),
+            (4096, 4097),
+            (0, 8),
+        ] {
+            let l = Layout::new(i, o);
+            assert_eq!(l.input % ALIGN, 0);
+            assert_eq!(l.output % ALIGN, 0);
+            assert!(l.input >= l.input_area && l.input + i <= l.input_area + l.input_area_len);
+            assert!(l.output >= l.output_area);
+            assert!(l.output + o <= l.output_area + l.output_area_len);
+            assert!(l.slack().len() < l.page + ALIGN, "{i}/{o}: {:?}", l.slack());
+            assert_eq!(
+                (l.output + l.page - l.input % l.page) % l.page,
+                l.page / 2 + 128
+            );
+            assert_eq!((l.input_area + l.input_area_len) % l.page, 0);
+            assert_eq!(l.output_area, l.input_area + l.input_area_len + l.page);
+            assert_eq!(l.len, l.output_area + l.output_area_len + l.page);
+        }
+    }
+
+    #[test]
+    fn faults_are_located() {
+        let l = Layout::new(64, 64);
+        let base = 0x7000_0000_0000u64;
+        let at = |off: usize| describe_fault(&l, base, base + off as u64);
+        assert_eq!(
+            at(l.output + 70),
+            "at byte 70 of its 64-byte output memory, past its end"
+        );
+        assert_eq!(
+            at(l.input + 3),
+            "at byte 3 of its 64-byte input memory, which is read-only"
+        );
+        assert_eq!(
+            at(l.input + 64),
+            "at byte 64 of its 64-byte input memory, past its end"
+        );
+        assert_eq!(at(l.input - 8), "8 bytes before its input memory");
+        assert_eq!(
+            describe_fault(&l, base, 0),
+            "at address 0x0 (a null pointer)"
+        );
+        assert!(describe_fault(&l, base, base - 1).contains("outside its memories"));
+    }
+}

@@ -1,0 +1,249 @@
+//! Isolated cores (the default): a core that overruns its output, writes
+//! through a null pointer, never returns or aborts fails only its own job,
+//! with a message naming the core and the cause; its next job runs on a
+//! fresh worker and the other cores carry on. The cores are
+//! `cores/faulty/faulty.cpp` (fault chosen by the first input byte) and,
+//! for RTL, the reference `vadd` and `stuck` Verilog cores.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_cores::image::{self, ArtifactKind};
+use corefarm_cores::{load, Core, CoreError, DriverOptions, LoadOptions, WorkerCommand};
+use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn opts(timeout_ms: u64) -> LoadOptions {
+    LoadOptions {
+        driver: DriverOptions {
+            timeout: Duration::from_millis(timeout_ms),
+            poll: Duration::from_millis(1),
+        },
+        worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
+        ..LoadOptions::default()
+    }
+}
+
+fn cache() -> PathBuf {
+    Path::new(env!("CARGO_TARGET_TMPDIR")).join("isolation-cache")
+}
+
+/// The faulty core in an image of `cores` cores with the given sizes.
+fn faulty_image(test: &str, cores: u32, input: u32, output: u32) -> Option<Vec<u8>> {
+    if !require_tool(Tool::Cxx, test) {
+        return None;
+    }
+    let src = repo().join("cores/faulty/faulty.cpp");
+    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache()).unwrap();
+    let table = image::default_core_table(cores, input, output).unwrap();
+    let target = image::native_target().unwrap();
+    let so = std::fs::read(so).unwrap();
+    Some(
+        ImageBuilder::new("faulty", input, output, table)
+            .artifact(target, ArtifactKind::Native, "faulty", so)
+            .build()
+            .unwrap(),
+    )
+}
+
+fn input(first: u8, salt: u8) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(3) ^ salt).collect();
+    v[0] = first;
+    if first >= 0xF0 {
+        v[1..9].fill(0); // the pointer written through by 0xF2 / 0xFF: null
+    }
+    v
+}
+
+fn good(core: &mut Box<dyn Core>, salt: u8) {
+    let i = input(salt & 0x7f, salt);
+    let mut out = vec![0u8; 64];
+    core.process(&i, &mut out).expect("a good job succeeds");
+    let want: Vec<u8> = i.iter().map(|b| b ^ 0x5A).collect();
+    assert_eq!(out, want);
+}
+
+fn fault(core: &mut Box<dyn Core>, first: u8) -> String {
+    let mut out = vec![0x11u8; 64];
+    let e = core
+        .process(&input(first, 9), &mut out)
+        .expect_err("a faulty job fails");
+    assert!(matches!(e, CoreError::Worker(_)), "{e:?}");
+    // Nothing the failed job wrote reaches the caller.
+    assert!(out.iter().all(|&b| b == 0x11), "output changed: {out:?}");
+    eprintln!("fault {first:#x}: {e}");
+    e.to_string()
+}
+
+#[test]
+fn each_fault_fails_only_its_job() {
+    let Some(img) = faulty_image("each_fault_fails_only_its_job", 2, 64, 64) else {
+        return;
+    };
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let mut loaded = load(&cfg, &opts(300)).unwrap();
+    assert!(
+        loaded.description.contains("isolated"),
+        "{}",
+        loaded.description
+    );
+    let faults: [(u8, &str); 6] = [
+        (0xF1, "SIGSEGV: an invalid memory access at byte "),
+        (0xF2, "SIGSEGV"),
+        (0xF3, "no result within 300ms"),
+        (0xF4, "SIGABRT"),
+        (
+            0xFF,
+            "SIGSEGV: an invalid memory access at address 0x0 (a null pointer)",
+        ),
+        (
+            0xF5,
+            "access at byte 1 of its 64-byte input memory, which is read-only",
+        ),
+    ];
+    for (n, (first, cause)) in faults.iter().enumerate() {
+        good(&mut loaded.cores[0], n as u8);
+        let msg = fault(&mut loaded.cores[0], *first);
+        assert!(msg.starts_with("core 0 (native faulty): "), "{msg}");
+        assert!(msg.contains(cause), "fault {first:#x}: {msg}");
+        assert!(msg.contains("restarts for the next job"), "{msg}");
+        // The same core works again, on a new worker; the other one never stopped.
+        good(&mut loaded.cores[0], n as u8 + 100);
+        good(&mut loaded.cores[1], n as u8 + 50);
+    }
+    // The overrun is located: in the guard page after the output.
+    let msg = fault(&mut loaded.cores[0], 0xF1);
+    assert!(
+        msg.contains("of its 64-byte output memory, past its end"),
+        "{msg}"
+    );
+    good(&mut loaded.cores[0], 7);
+    let s = loaded.cores[0].stats();
+    assert_eq!((s.jobs, s.resets, s.timeouts), (13, 7, 1));
+    assert_eq!(loaded.cores[1].stats().resets, 0);
+}
+
+#[test]
+fn a_small_overrun_into_the_slack_is_caught_by_the_canary() {
+    // The core writes 64 bytes; this image says 62, so two bytes land in
+    // the slack before the guard page rather than on it. The next job fails
+    // the same way: the canary was restored.
+    let Some(img) = faulty_image("a_small_overrun_is_caught", 1, 64, 62) else {
+        return;
+    };
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let mut loaded = load(&cfg, &opts(5000)).unwrap();
+    let mut out = vec![0x11u8; 62];
+    let e = loaded.cores[0]
+        .process(&input(1, 1), &mut out)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("wrote past the end of its 62-byte output"),
+        "{e}"
+    );
+    assert!(out.iter().all(|&b| b == 0x11));
+    let e = loaded.cores[0].process(&input(2, 2), &mut out).unwrap_err();
+    assert!(e.to_string().contains("wrote past the end"), "{e}");
+}
+
+#[test]
+fn a_program_that_is_no_worker_fails_the_load_with_a_reason() {
+    let Some(img) = faulty_image("a_program_that_is_no_worker", 1, 64, 64) else {
+        return;
+    };
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let o = LoadOptions {
+        worker: WorkerCommand::Program("true".into()),
+        ..opts(1000)
+    };
+    let e = load(&cfg, &o).err().expect("load fails").to_string();
+    assert!(
+        e.contains("exited with status 0 before its core was loaded"),
+        "{e}"
+    );
+    let o = LoadOptions {
+        worker: WorkerCommand::Program(repo().join("no-such-program")),
+        ..opts(1000)
+    };
+    let e = load(&cfg, &o).err().expect("load fails").to_string();
+    assert!(e.contains("cannot start the core worker"), "{e}");
+}
+
+/// Builds `cores/<dir>/<dir>.v` (top = dir) into an RTL-only image.
+fn rtl_image(dir: &str, cores: u32, i: u32, o: u32) -> Option<Vec<u8>> {
+    if !require_tool(
+        Tool::Verilator,
+        &format!("isolated RTL test of cores/{dir}"),
+    ) {
+        return None;
+    }
+    let src = repo().join("cores").join(dir).join(format!("{dir}.v"));
+    let kind = BuildKind::Rtl { top: dir.into() };
+    let so = toolchain::cached_build(&kind, &[src], "", &cache()).unwrap();
+    let table = image::default_core_table(cores, i, o).unwrap();
+    let target = image::rtl_target().unwrap();
+    Some(
+        ImageBuilder::new(dir, i, o, table)
+            .artifact(target, ArtifactKind::Rtl, dir, std::fs::read(so).unwrap())
+            .build()
+            .unwrap(),
+    )
+}
+
+#[test]
+fn isolated_rtl_vadd_computes_and_counts_cycles() {
+    let Some(img) = rtl_image("vadd", 2, 2048, 1024) else {
+        return;
+    };
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let mut loaded = load(&cfg, &opts(60_000)).unwrap();
+    assert!(
+        loaded.description.contains("rtl vadd") && loaded.description.contains("isolated"),
+        "{}",
+        loaded.description
+    );
+    for (k, core) in loaded.cores.iter_mut().enumerate() {
+        let input: Vec<u8> = (0..2048u32).map(|i| (i * 13 + k as u32) as u8).collect();
+        let mut out = vec![0u8; 1024];
+        core.process(&input, &mut out).unwrap();
+        let want: Vec<u8> = (0..1024)
+            .map(|i| input[i].wrapping_add(input[1024 + i]))
+            .collect();
+        assert_eq!(out, want);
+        let s = core.stats();
+        assert_eq!(s.jobs, 1);
+        assert!(s.last_cycles.unwrap() >= 256 + 128 + 128, "{s:?}");
+    }
+}
+
+#[test]
+fn isolated_rtl_hang_reports_cycles_and_the_core_recovers() {
+    let Some(img) = rtl_image("stuck", 1, 16, 16) else {
+        return;
+    };
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let mut loaded = load(&cfg, &opts(100)).unwrap();
+    let mut out = [0u8; 16];
+    for _ in 0..2 {
+        let e = loaded.cores[0].process(&[1; 16], &mut out).unwrap_err();
+        let msg = e.to_string();
+        assert!(
+            msg.starts_with("core 0 (rtl stuck): timed out after 100ms"),
+            "{msg}"
+        );
+        let cycles: u64 = msg
+            .split(", ")
+            .nth(1)
+            .and_then(|s| s.split(' ').next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no cycle count in {msg:?}"));
+        assert!(cycles > 1000, "{msg}");
+    }
+    let s = loaded.cores[0].stats();
+    assert_eq!((s.timeouts, s.jobs), (2, 0));
+}
