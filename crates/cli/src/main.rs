@@ -2,6 +2,12 @@
 
 use clap::{Parser, Subcommand};
 
+// Payload buffers of tens of KiB are allocated and freed per message on the
+// forwarding path; glibc's allocator returns such memory to the kernel and
+// faults it back in (page faults and zeroing per message), mimalloc keeps it.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cmd_bench;
 mod cmd_image;
 mod cmd_server;
