@@ -65,6 +65,12 @@ pub struct UserBenchOptions {
     pub nodes: Option<u32>,
     /// Seed-only behaviour: no hello, no extensions.
     pub legacy: bool,
+    /// SO_SNDBUF for the user's socket (`None`: the kernel's autotuning).
+    /// A user without credit has nothing else bounding the data it has
+    /// written but the server has not read yet; Linux grows the send buffer
+    /// to several MiB, which at a node-bound rate is tens of milliseconds of
+    /// queueing that only the sender can remove.
+    pub send_buffer: Option<usize>,
     /// How long results may still arrive after the sender stopped.
     pub drain_timeout: Duration,
     pub connect_timeout: Duration,
@@ -88,6 +94,7 @@ impl Default for UserBenchOptions {
             rate_hz: None,
             nodes: None,
             legacy: false,
+            send_buffer: None,
             drain_timeout: Duration::from_secs(10),
             connect_timeout: Duration::from_secs(10),
             progress: false,
@@ -335,6 +342,11 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
     let stream = TcpStream::connect_timeout(&addr, o.connect_timeout)
         .with_context(|| format!("connecting to the server at {addr}"))?;
     stream.set_nodelay(true)?;
+    if let Some(b) = o.send_buffer {
+        socket2::SockRef::from(&stream)
+            .set_send_buffer_size(b)
+            .context("setting --send-buffer")?;
+    }
     stream.set_read_timeout(Some(o.connect_timeout))?;
     let mut reader = FrameReader::new(stream.try_clone()?, DEFAULT_MAX_MESSAGE);
     let mut writer = stream.try_clone()?;

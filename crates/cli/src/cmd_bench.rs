@@ -91,6 +91,11 @@ pub struct UserArgs {
     /// Seed-only protocol: no hello, no credit, no error messages.
     #[arg(long)]
     legacy: bool,
+    /// SO_SNDBUF of the user's socket in bytes (default: the kernel's
+    /// autotuning). Without credit, this is what bounds the data waiting on
+    /// the user's side, hence its latency.
+    #[arg(long)]
+    send_buffer: Option<usize>,
     /// Seconds results may still arrive after the sender stopped.
     #[arg(long, default_value_t = 10.0)]
     drain_timeout: f64,
@@ -307,6 +312,7 @@ fn user_bench(a: UserArgs) -> Result<()> {
         rate_hz: a.rate_hz,
         nodes: a.nodes,
         legacy: a.legacy,
+        send_buffer: a.send_buffer,
         drain_timeout: secs(a.drain_timeout, "--drain-timeout")?,
         connect_timeout: Duration::from_secs(10),
         progress: !(a.json || a.quiet),
@@ -350,6 +356,7 @@ fn node_bench(a: NodeArgs) -> Result<()> {
             rate_hz: None,
             nodes: None,
             legacy: false,
+            send_buffer: None,
             drain_timeout: secs(a.drain_timeout, "--drain-timeout")?,
             connect_timeout: Duration::from_secs(10),
             progress: !(a.json || a.quiet),
