@@ -35,6 +35,7 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::Credit => "credit",
         MsgType::StatusRequest => "status_request",
         MsgType::Status => "status",
+        MsgType::Peer => "peer",
     }
 }
 
