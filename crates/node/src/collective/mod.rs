@@ -236,7 +236,7 @@ impl Group {
     }
 
     async fn send(
-        &self,
+        &mut self,
         ctx: &Ctx,
         dst: u32,
         coll: CollHeader,
@@ -245,6 +245,8 @@ impl Group {
         match tokio::time::timeout(self.opts.timeout, self.fab.send(dst, coll, data)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(FabricError::NoRoute { rank, .. })) => {
+                // A lost link or an abort already waiting explains it better.
+                self.pending_failure(ctx)?;
                 Err(self.peer_err(ctx, rank, "unreachable: the links toward it are down"))
             }
             Ok(Err(e)) => Err(self.local_err(ctx, e.to_string())),
@@ -258,7 +260,7 @@ impl Group {
 
     /// Sends `data` as chunks of one block to `dst`.
     async fn send_block(
-        &self,
+        &mut self,
         ctx: &Ctx,
         phase: u8,
         dst: u32,
@@ -269,6 +271,66 @@ impl Group {
             let h = ctx.header(phase, block, off as u64, data.len() as u64);
             self.send(ctx, dst, h, data.slice(off..off + len)).await?;
         }
+        Ok(())
+    }
+
+    /// Takes the events already waiting: chunks go to the stash, a lost link
+    /// or an abort becomes this call's error.
+    fn pending_failure(&mut self, ctx: &Ctx) -> Result<(), CollError> {
+        while let Some(ev) = self.fab.try_recv() {
+            if let Some(c) = self.on_event(ctx, ev)? {
+                self.stash(ctx, c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Turns an event into a chunk of this or a later call (`None`: stale),
+    /// or into this call's error.
+    fn on_event(&mut self, ctx: &Ctx, ev: Event) -> Result<Option<Chunk>, CollError> {
+        let (src, coll, data) = match ev {
+            Event::Chunk { src, coll, data } => (src, coll, data),
+            Event::Lost { rank, reason } => {
+                let e = self.peer_err(ctx, rank, format!("link lost: {reason}"));
+                self.failed = Some(e.clone());
+                return Err(e);
+            }
+            Event::Abort {
+                reporter,
+                culprit,
+                reason,
+                ..
+            } => {
+                let e = self.peer_err(
+                    ctx,
+                    culprit,
+                    format!("reported by rank {reporter}: {reason}"),
+                );
+                self.failed = Some(e.clone());
+                return Err(e);
+            }
+        };
+        // Chunks of an earlier call (that failed elsewhere) are stale.
+        if (coll.seq.wrapping_sub(ctx.seq) as i32) < 0 {
+            return Ok(None);
+        }
+        if coll.seq == ctx.seq && !ctx.matches(&coll) {
+            return Err(self.peer_err(ctx, src, format!("is running {}", label(&coll))));
+        }
+        Ok(Some(Chunk { src, coll, data }))
+    }
+
+    fn stash(&mut self, ctx: &Ctx, c: Chunk) -> Result<(), CollError> {
+        self.stash_bytes += c.data.len();
+        if self.stash_bytes > self.opts.max_stash {
+            let m = self.opts.max_stash;
+            return Err(self.peer_err(
+                ctx,
+                c.src,
+                format!("sent over {m} bytes ahead of this rank"),
+            ));
+        }
+        self.stash.entry(c.coll.seq).or_default().push_back(c);
         Ok(())
     }
 
@@ -300,53 +362,13 @@ impl Group {
                     return Err(self.peer_err(ctx, blame, format!("sent nothing for {t:?}")));
                 }
             };
-            let (src, coll, data) = match ev {
-                Event::Chunk { src, coll, data } => (src, coll, data),
-                Event::Lost { rank, reason } => {
-                    let e = self.peer_err(ctx, rank, format!("link lost: {reason}"));
-                    self.failed = Some(e.clone());
-                    return Err(e);
-                }
-                Event::Abort {
-                    reporter,
-                    culprit,
-                    reason,
-                    ..
-                } => {
-                    let e = self.peer_err(
-                        ctx,
-                        culprit,
-                        format!("reported by rank {reporter}: {reason}"),
-                    );
-                    self.failed = Some(e.clone());
-                    return Err(e);
-                }
-            };
-            // Chunks of an earlier, failed-elsewhere call are stale.
-            if coll.seq.wrapping_sub(ctx.seq) as i32 <= -1 {
+            let Some(c) = self.on_event(ctx, ev)? else {
                 continue;
+            };
+            if c.coll.seq == ctx.seq && c.coll.phase == phase && from.contains(&c.src) {
+                return Ok(c);
             }
-            if coll.seq == ctx.seq {
-                if !ctx.matches(&coll) {
-                    return Err(self.peer_err(ctx, src, format!("is running {}", label(&coll))));
-                }
-                if coll.phase == phase && from.contains(&src) {
-                    return Ok(Chunk { src, coll, data });
-                }
-            }
-            self.stash_bytes += data.len();
-            if self.stash_bytes > self.opts.max_stash {
-                let m = self.opts.max_stash;
-                return Err(self.peer_err(
-                    ctx,
-                    src,
-                    format!("sent over {m} bytes ahead of this rank"),
-                ));
-            }
-            self.stash
-                .entry(coll.seq)
-                .or_default()
-                .push_back(Chunk { src, coll, data });
+            self.stash(ctx, c)?;
         }
     }
 

@@ -198,7 +198,8 @@ impl Shared {
 
     /// Tells every other reachable member that a collective failed because of `culprit`.
     pub(crate) fn flood_abort(&self, culprit: u32, coll_seq: u32, reason: &str) {
-        for r in (0..self.n()).filter(|&r| r != self.rank && r != culprit) {
+        // The culprit too, if it still listens: it learns what the others saw.
+        for r in (0..self.n()).filter(|&r| r != self.rank) {
             let body = PeerBody::Abort {
                 culprit,
                 coll_seq,
@@ -234,17 +235,38 @@ impl Shared {
     }
 }
 
-/// One node's membership in a group. Dropping it closes its links.
+/// How long a dropped fabric's links may take to send what is queued
+/// (aborts telling the others why this member failed, typically).
+const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// One node's membership in a group. Dropping it stops reading its links,
+/// lets them send what is queued (bounded by a timeout), then closes them.
 pub struct Fabric {
     shared: Arc<Shared>,
     inbox: mpsc::Receiver<Event>,
-    tasks: Vec<JoinHandle<()>>,
+    readers: Vec<JoinHandle<()>>,
+    writers: Vec<JoinHandle<()>>,
 }
 
 impl Drop for Fabric {
     fn drop(&mut self) {
-        for t in &self.tasks {
+        for t in &self.readers {
             t.abort();
+        }
+        // Writers end once their queue is empty and closed.
+        self.shared.links.lock().expect("links lock").clear();
+        let writers = std::mem::take(&mut self.writers);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                for mut w in writers {
+                    rt.spawn(async move {
+                        if tokio::time::timeout(FLUSH_TIMEOUT, &mut w).await.is_err() {
+                            w.abort();
+                        }
+                    });
+                }
+            }
+            Err(_) => writers.iter().for_each(JoinHandle::abort),
         }
     }
 }
@@ -335,7 +357,7 @@ impl Fabric {
             duplicates: AtomicU64::new(0),
             dropped: AtomicU64::new(0),
         });
-        let mut tasks = Vec::new();
+        let (mut readers, mut writers) = (Vec::new(), Vec::new());
         for (nb, rd, wr) in links {
             let (tx, rx) = mpsc::unbounded_channel();
             let budget = Arc::new(Semaphore::new(shared.link_budget));
@@ -344,13 +366,14 @@ impl Fabric {
                 .lock()
                 .expect("links lock")
                 .insert(nb, LinkTx { tx, budget });
-            tasks.push(tokio::spawn(link::write_loop(rx, sched(), wr)));
-            tasks.push(tokio::spawn(link::read_loop(shared.clone(), nb, rd)));
+            writers.push(tokio::spawn(link::write_loop(rx, sched(), wr)));
+            readers.push(tokio::spawn(link::read_loop(shared.clone(), nb, rd)));
         }
         Ok(Fabric {
             shared,
             inbox,
-            tasks,
+            readers,
+            writers,
         })
     }
 
@@ -438,6 +461,11 @@ impl Fabric {
     /// Next event; `None` only once the fabric is shutting down.
     pub async fn recv(&mut self) -> Option<Event> {
         self.inbox.recv().await
+    }
+
+    /// An event already waiting, if any.
+    pub fn try_recv(&mut self) -> Option<Event> {
+        self.inbox.try_recv().ok()
     }
 
     /// Sends a raw peer message on the link to a neighbour (tests of
