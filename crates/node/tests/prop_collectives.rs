@@ -45,7 +45,7 @@ fn op(n: u32) -> impl Strategy<Value = Op> {
 fn topology(n: u32) -> impl Strategy<Value = Topology> {
     let mut t = vec![Topology::FullMesh, Topology::Ring, Topology::BinomialTree];
     for cols in [4, 3, 2] {
-        if n % cols == 0 && n > cols {
+        if n.is_multiple_of(cols) && n > cols {
             t.push(Topology::Torus { cols });
             break;
         }

@@ -227,7 +227,7 @@ impl CollHeader {
             total: u64_at(b, 32),
         };
         let end = c.offset.checked_add(data_len as u64);
-        if end.map_or(true, |e| e > c.total) {
+        if end.is_none_or(|e| e > c.total) {
             return Err(bad(format!(
                 "chunk of {data_len} bytes at offset {} overruns its block of {}",
                 c.offset, c.total

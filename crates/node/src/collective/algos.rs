@@ -169,7 +169,7 @@ impl Group {
                 .copied()
                 .find(|&c| {
                     tree.subtree(c)
-                        .any(|r| !blocks[&r].as_ref().is_some_and(|b| b.got == b.total))
+                        .any(|r| blocks[&r].as_ref().is_none_or(|b| b.got != b.total))
                 })
                 .unwrap_or(children[0]);
             let c = self.recv(ctx, phase, &children, blame).await?;

@@ -21,7 +21,7 @@ pub fn check(len: usize, dtype: DType, op: ReduceOp) -> Result<(), ReduceError> 
     if op == ReduceOp::None {
         return Err(ReduceError::NoOp(op));
     }
-    if len % dtype.size() != 0 {
+    if !len.is_multiple_of(dtype.size()) {
         return Err(ReduceError::Ragged { len, dtype });
     }
     Ok(())

@@ -36,7 +36,7 @@ impl Topology {
             return Err("a group needs at least one member".into());
         }
         if let Topology::Torus { cols } = *self {
-            if cols == 0 || n % cols != 0 {
+            if cols == 0 || !n.is_multiple_of(cols) {
                 return Err(format!(
                     "a torus with {cols} columns cannot hold {n} members"
                 ));
