@@ -8,6 +8,9 @@
 //!   benchmarking configuration is one more core ([`bench`]);
 //! - the sending task ([`sender`]) writes results back to the server.
 //!
+//! The node fabric ([`peer`]) links the node managers of a group over their
+//! peer ports; [`collective`] runs MPI-like collectives over it (issue 9).
+//!
 //! A memory guard ([`guard`]) bounds the bytes held by queued jobs and results:
 //! when it is exhausted the receiving task stops reading, so TCP back-pressure
 //! slows the server down instead of the node over-allocating.
