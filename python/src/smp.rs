@@ -35,6 +35,7 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::Credit => "credit",
         MsgType::StatusRequest => "status_request",
         MsgType::Status => "status",
+        MsgType::Peer => "peer",
     }
 }
 
@@ -88,6 +89,12 @@ fn decode_inner(
         MsgType::StatusRequest => json!({}),
         MsgType::Status => serde_json::to_value(corefarm_smp::ClusterStatus::decode(&f.payload)?)
             .unwrap_or(Value::Null),
+        // Node-to-node only (docs/protocol.md, type 0x15): the routing header.
+        MsgType::Peer => {
+            let h = corefarm_smp::PeerMsg::parse(f.payload)?.header;
+            json!({"kind": h.kind.name(), "ttl": h.ttl, "group": h.group,
+                   "src": h.src, "dst": h.dst, "seq": h.seq})
+        }
     };
     Ok((type_name(f.ty), v))
 }

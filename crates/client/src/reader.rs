@@ -237,6 +237,11 @@ fn handle(
                 frame.ty.name()
             )));
         }
+        MsgType::Peer => {
+            return Err(Failure::Unexpected(
+                "a peer message: only nodes send those, on their peer port".into(),
+            ));
+        }
     }
     Ok(())
 }

@@ -8,14 +8,19 @@
 //!   benchmarking configuration is one more core ([`bench`]);
 //! - the sending task ([`sender`]) writes results back to the server.
 //!
+//! The node fabric ([`peer`]) links the node managers of a group over their
+//! peer ports; [`collective`] runs MPI-like collectives over it (issue 9).
+//!
 //! A memory guard ([`guard`]) bounds the bytes held by queued jobs and results:
 //! when it is exhausted the receiving task stops reading, so TCP back-pressure
 //! slows the server down instead of the node over-allocating.
 
 pub mod bench;
+pub mod collective;
 pub mod configure;
 pub mod guard;
 pub mod handlers;
+pub mod peer;
 pub mod sender;
 pub mod session;
 
@@ -47,6 +52,11 @@ pub struct NodeOptions {
     pub load: LoadOptions,
     /// Turns configurations into cores (default: `corefarm_cores::load`).
     pub loader: CoreLoader,
+    /// The peer port of the node fabric ([`peer`]); `None`: no peer port.
+    /// An unspecified IP (the default, `0.0.0.0:0`) means the interface the
+    /// node reaches the server through; port 0 picks a free port. The bound
+    /// address is announced in the hello (`peer` field).
+    pub peer_listen: Option<std::net::SocketAddr>,
 }
 
 impl Default for NodeOptions {
@@ -60,6 +70,7 @@ impl Default for NodeOptions {
             reconnect: true,
             load: LoadOptions::default(),
             loader: CoreLoader::default(),
+            peer_listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
         }
     }
 }
@@ -83,6 +94,11 @@ pub enum NodeError {
 /// `reconnect`, until its connection ends).
 pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeError> {
     let mut backoff = Duration::from_millis(50);
+    // Bound once, on the first connection, and kept across reconnections so
+    // the advertised address stays valid. No group uses it until the server
+    // allocates groups (next increment of issue 9).
+    let mut peer: Option<peer::PeerListener> = None;
+    let mut opts = opts;
     loop {
         let attempt = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
@@ -91,6 +107,12 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
         let result = match attempt {
             Ok(stream) => {
                 backoff = Duration::from_millis(50);
+                if let (None, Some(want)) = (&peer, opts.peer_listen) {
+                    let l = bind_peer(want, &stream).await?;
+                    opts.peer_listen = Some(l.local_addr());
+                    tracing::info!(node = %opts.name, peer = %l.local_addr(), "peer port");
+                    peer = Some(l);
+                }
                 tracing::info!(node = %opts.name, server = %opts.server, "connected");
                 session::run(stream, &opts, stop.clone()).await
             }
@@ -112,6 +134,20 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
+}
+
+/// Binds the peer port; an unspecified IP becomes the one the node reaches the server from.
+async fn bind_peer(
+    want: std::net::SocketAddr,
+    server: &TcpStream,
+) -> Result<peer::PeerListener, NodeError> {
+    let mut addr = want;
+    if addr.ip().is_unspecified() {
+        addr.set_ip(server.local_addr()?.ip());
+    }
+    peer::PeerListener::bind(addr)
+        .await
+        .map_err(|e| NodeError::Session(e.to_string()))
 }
 
 /// Runs `count` independent node managers (separate connections) in this

@@ -78,6 +78,14 @@ where
         h.features = vec![features::ERROR.into()];
         h.targets = corefarm_cores::supported_targets(&opts.load);
         h.max_message = Some(opts.max_message);
+        // Advertised once `run` has bound it (a concrete address).
+        if let Some(a) = opts
+            .peer_listen
+            .filter(|a| a.port() != 0 && !a.ip().is_unspecified())
+        {
+            h.features.push(features::PEER.into());
+            h.peer = Some(a.to_string());
+        }
         s.queue(Outgoing::Frame(h.to_frame()));
     }
 

@@ -52,6 +52,8 @@ pub enum ProtocolError {
     CoreTable(String),
     #[error("status is not valid: {0}")]
     BadStatus(String),
+    #[error("peer message is not valid: {0}")]
+    BadPeer(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -137,6 +139,7 @@ impl ProtocolError {
             ProtocolError::PrefixTooLong(_) => "prefix_too_long",
             ProtocolError::CoreTable(_) => "core_table",
             ProtocolError::BadStatus(_) => "bad_status",
+            ProtocolError::BadPeer(_) => "bad_peer",
         }
     }
 

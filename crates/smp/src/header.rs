@@ -18,6 +18,8 @@ pub enum MsgType {
     Credit = 0x12,
     StatusRequest = 0x13,
     Status = 0x14,
+    /// Node-to-node message on a peer port ([`crate::peer`]).
+    Peer = 0x15,
 }
 
 impl MsgType {
@@ -31,6 +33,7 @@ impl MsgType {
             0x12 => MsgType::Credit,
             0x13 => MsgType::StatusRequest,
             0x14 => MsgType::Status,
+            0x15 => MsgType::Peer,
             other => return Err(ProtocolError::UnknownType(other)),
         })
     }
@@ -45,6 +48,7 @@ impl MsgType {
             MsgType::Credit => "credit",
             MsgType::StatusRequest => "status-request",
             MsgType::Status => "status",
+            MsgType::Peer => "peer",
         }
     }
 }

@@ -20,6 +20,10 @@ pub mod features {
     /// The user may ask the server what it is doing: `StatusRequest` (0x13,
     /// empty) is answered by `Status` (0x14, a JSON [`crate::ClusterStatus`]).
     pub const STATUS: &str = "status";
+    /// The node has a peer port for the node fabric (issue 9): its hello's
+    /// `peer` field is where other nodes of a group reach it with peer
+    /// messages (type 0x15, [`crate::peer`]); only nodes ever connect there.
+    pub const PEER: &str = "peer";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -45,6 +49,9 @@ pub struct Hello {
     /// Server: the largest payload it accepts.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_message: Option<u32>,
+    /// Node: its peer port, `IP:PORT` (with the `peer` feature).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peer: Option<String>,
 }
 
 impl Hello {

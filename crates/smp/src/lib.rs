@@ -6,6 +6,7 @@
 //! - [`message`]: typed payloads (configuration, response, data, hello, error, credit),
 //!   parsed check-then-parse from an untrusted byte slice.
 //! - [`outframe`]: messages on their way out (header inline, body shared) and batches of them.
+//! - [`peer`]: node-to-node messages of the node fabric (peer port only).
 //! - [`status`]: the status extension (what the server is doing, as JSON).
 //! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).
 //! - [`blocking`]: the same framing over `std::io` for synchronous peers.
@@ -20,6 +21,7 @@ pub mod header;
 pub mod hello;
 pub mod message;
 pub mod outframe;
+pub mod peer;
 pub mod status;
 
 pub use error::{ErrorCode, ProtocolError};
@@ -30,6 +32,9 @@ pub use message::{
     Data, ErrorMsg, Frame, DEFAULT_CORE_BASE,
 };
 pub use outframe::{FrameBatch, OutFrame};
+pub use peer::{
+    Algo, CollHeader, CollOp, DType, PeerBody, PeerFrame, PeerHeader, PeerKind, PeerMsg, ReduceOp,
+};
 pub use status::{ClusterStatus, NodeState, NodeStatus, UserPhase, UserStatus};
 
 /// Default upper bound on a payload: large enough for any realistic bitstream

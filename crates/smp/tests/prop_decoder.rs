@@ -67,6 +67,11 @@ fn parse_typed(f: &Frame) {
         MsgType::Status => {
             let _ = corefarm_smp::ClusterStatus::decode(&f.payload);
         }
+        MsgType::Peer => {
+            if let Ok(m) = corefarm_smp::PeerMsg::parse(f.payload.clone()) {
+                assert_eq!(&m.to_frame().unwrap().to_vec()[8..], &f.payload[..]);
+            }
+        }
     }
 }
 

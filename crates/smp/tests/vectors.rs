@@ -98,6 +98,8 @@ fn decode(f: &Frame, unit: Option<u32>) -> Result<(Vec<u8>, Value), ProtocolErro
             let v = serde_json::to_value(&s).expect("status to JSON");
             (s.to_frame().to_vec(), v)
         }
+        // Peer messages have their own vectors (tests/vectors/peer.json, peer_vectors.rs).
+        MsgType::Peer => panic!("smp.json holds no peer message"),
     })
 }
 

@@ -1,0 +1,289 @@
+//! The node fabric (issue 9, seed 001): links between the node managers of
+//! a group, over which peer messages (type 0x15) travel.
+//!
+//! - [`PeerListener`] is a node's peer port: it accepts links, checks their
+//!   hello and hands each to the group it names.
+//! - [`Fabric`] is one node's membership in a group: links to its
+//!   neighbours in the group's [`Topology`], forwarding through intermediate
+//!   nodes by a [`Router`], one [`LinkScheduler`] per link, duplicate
+//!   rejection per source ([`dedup`]), and an inbox of collective chunks for
+//!   [`crate::collective`].
+//!
+//! Only corefarm nodes ever connect to a peer port; the server and users
+//! never see peer messages.
+
+pub mod dedup;
+mod fabric;
+mod link;
+pub mod router;
+pub mod sched;
+pub mod topology;
+
+pub use fabric::{Event, Fabric, FabricStats};
+pub use router::{Router, ShortestPath};
+pub use sched::{LinkScheduler, Queued, RoundRobin, SchedulerFactory};
+pub use topology::Topology;
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use corefarm_smp::codec::FrameReader;
+use corefarm_smp::peer::COLL_HEADER_LEN;
+use corefarm_smp::{PeerBody, PeerHeader, PeerKind, PeerMsg, HEADER_LEN};
+use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::TcpListener;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+
+/// Largest peer payload a node accepts by default: a 1 MiB chunk and its headers.
+pub const DEFAULT_MAX_FRAME: u32 = (1 << 20) + 128;
+/// Links being opened at once by unknown peers; more wait their turn.
+const MAX_HANDSHAKES: usize = 64;
+/// How long an accepted connection has to send its hello.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A member of a group: its name (for messages) and peer address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub name: String,
+    pub addr: SocketAddr,
+}
+
+impl std::fmt::Display for Member {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}@{}", self.name, self.addr)
+    }
+}
+
+/// What a node needs to join a group; every member gets the same spec
+/// except `rank`.
+#[derive(Debug, Clone)]
+pub struct GroupSpec {
+    /// Identifies the group on every peer port it uses.
+    pub group: u32,
+    /// This node's rank: its index in `members`.
+    pub rank: u32,
+    pub members: Vec<Member>,
+    pub topology: Topology,
+    /// How long joining may take (every neighbour linked).
+    pub connect_timeout: Duration,
+    /// Bytes of this node's own messages that may wait on one link.
+    pub link_budget: usize,
+}
+
+impl GroupSpec {
+    pub fn new(group: u32, rank: u32, members: Vec<Member>, topology: Topology) -> Self {
+        GroupSpec {
+            group,
+            rank,
+            members,
+            topology,
+            connect_timeout: Duration::from_secs(10),
+            link_budget: 8 << 20,
+        }
+    }
+
+    pub fn size(&self) -> u32 {
+        self.members.len() as u32
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum FabricError {
+    #[error("group {group}: {reason}")]
+    Spec { group: u32, reason: String },
+    #[error("group {group}: cannot link to rank {rank} ({member}) within {timeout:?}: {reason}")]
+    Join {
+        group: u32,
+        rank: u32,
+        member: String,
+        timeout: Duration,
+        reason: String,
+    },
+    #[error("no route to rank {rank} ({member}): its links are down")]
+    NoRoute { rank: u32, member: String },
+    #[error("message of {size} bytes is over the peer frame limit of {max}")]
+    TooLarge { size: usize, max: u32 },
+    #[error("peer listener: {0}")]
+    Listen(String),
+}
+
+/// A link whose hello has been read, waiting for its group.
+pub(crate) struct Incoming {
+    pub hello: PeerHeader,
+    pub name: String,
+    pub reader: FrameReader<OwnedReadHalf>,
+    pub writer: OwnedWriteHalf,
+}
+
+type Registry = Arc<Mutex<HashMap<u32, mpsc::Sender<Incoming>>>>;
+
+/// A node's peer port.
+pub struct PeerListener {
+    addr: SocketAddr,
+    max_frame: u32,
+    registry: Registry,
+    task: JoinHandle<()>,
+}
+
+impl Drop for PeerListener {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl PeerListener {
+    /// Listens on `addr` (port 0: any free port).
+    pub async fn bind(addr: SocketAddr) -> Result<Self, FabricError> {
+        Self::bind_with(addr, DEFAULT_MAX_FRAME).await
+    }
+
+    pub async fn bind_with(addr: SocketAddr, max_frame: u32) -> Result<Self, FabricError> {
+        let l = TcpListener::bind(addr)
+            .await
+            .map_err(|e| FabricError::Listen(format!("cannot listen on {addr}: {e}")))?;
+        let addr = l
+            .local_addr()
+            .map_err(|e| FabricError::Listen(e.to_string()))?;
+        let registry = Registry::default();
+        let task = tokio::spawn(accept_loop(l, max_frame, registry.clone()));
+        Ok(PeerListener {
+            addr,
+            max_frame,
+            registry,
+            task,
+        })
+    }
+
+    pub fn local_addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    pub fn max_frame(&self) -> u32 {
+        self.max_frame
+    }
+
+    /// Largest collective chunk that fits a frame of this listener.
+    pub fn max_chunk(&self) -> usize {
+        self.max_frame as usize - corefarm_smp::peer::PEER_HEADER_LEN - COLL_HEADER_LEN
+    }
+
+    /// Routes links naming `group` to the returned receiver until the guard drops.
+    pub(crate) fn register(
+        &self,
+        group: u32,
+    ) -> Result<(mpsc::Receiver<Incoming>, RegistryGuard), FabricError> {
+        let (tx, rx) = mpsc::channel(64);
+        let mut reg = self.registry.lock().expect("registry lock");
+        if reg.contains_key(&group) {
+            return Err(FabricError::Spec {
+                group,
+                reason: "this node is already joining that group".into(),
+            });
+        }
+        reg.insert(group, tx);
+        Ok((
+            rx,
+            RegistryGuard {
+                group,
+                registry: self.registry.clone(),
+            },
+        ))
+    }
+}
+
+pub(crate) struct RegistryGuard {
+    group: u32,
+    registry: Registry,
+}
+
+impl Drop for RegistryGuard {
+    fn drop(&mut self) {
+        self.registry
+            .lock()
+            .expect("registry lock")
+            .remove(&self.group);
+    }
+}
+
+async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
+    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+    loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let (stream, from) = match l.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!("peer port: accept failed: {e}");
+                continue;
+            }
+        };
+        let registry = registry.clone();
+        tokio::spawn(async move {
+            let _permit = permit;
+            let _ = stream.set_nodelay(true);
+            let (rd, writer) = stream.into_split();
+            let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(HELLO_TIMEOUT);
+            let (hello, name) = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader))
+                .await
+            {
+                Ok(Ok(h)) => h,
+                Ok(Err(e)) => return tracing::warn!("peer port: {from}: {e}"),
+                Err(_) => {
+                    return tracing::warn!("peer port: {from}: no hello within {HELLO_TIMEOUT:?}")
+                }
+            };
+            let tx = registry
+                .lock()
+                .expect("registry lock")
+                .get(&hello.group)
+                .cloned();
+            match tx {
+                Some(tx) => {
+                    let _ = tx
+                        .send(Incoming {
+                            hello,
+                            name,
+                            reader,
+                            writer,
+                        })
+                        .await;
+                }
+                // The group may not be joined here yet: the dialer retries.
+                None => tracing::debug!("peer port: {from}: unknown group {}", hello.group),
+            }
+        });
+    }
+}
+
+/// Reads the first message of a link, which must be a peer hello.
+pub(crate) async fn read_hello(
+    reader: &mut FrameReader<OwnedReadHalf>,
+) -> Result<(PeerHeader, String), String> {
+    let f = match reader.read_frame().await {
+        Ok(Some(f)) => f,
+        Ok(None) => return Err("closed before its hello".into()),
+        Err(e) => return Err(e.to_string()),
+    };
+    if f.ty != corefarm_smp::MsgType::Peer {
+        return Err(format!(
+            "sent a {} message instead of a peer hello",
+            f.ty.name()
+        ));
+    }
+    match PeerMsg::parse(f.payload) {
+        Ok(PeerMsg {
+            header,
+            body: PeerBody::Hello { name },
+        }) if header.kind == PeerKind::Hello => Ok((header, name)),
+        Ok(m) => Err(format!("sent a peer {} before its hello", m.header.kind)),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Bytes of the SMP header and routing header in front of a chunk's data.
+pub const CHUNK_OVERHEAD: usize =
+    HEADER_LEN + corefarm_smp::peer::PEER_HEADER_LEN + COLL_HEADER_LEN;

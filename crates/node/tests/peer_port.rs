@@ -1,0 +1,81 @@
+//! The node manager's peer port: bound on the interface it reaches the
+//! server from, announced in its hello, and closed to anything that is not
+//! a peer hello of a group this node is joining.
+
+mod common;
+
+use common::*;
+use corefarm_node::peer::{Fabric, GroupSpec, Member, PeerListener, Topology};
+use corefarm_smp::codec::FrameReader;
+use corefarm_smp::hello::features;
+use corefarm_smp::{Hello, OutFrame};
+use tokio::io::AsyncWriteExt;
+use tokio::net::TcpStream;
+
+#[tokio::test]
+async fn hello_announces_the_peer_port() {
+    let (mut srv, node) = start(options()).await;
+    let h: Hello = srv.handshake(None).await;
+    assert!(h.has(features::PEER), "{h:?}");
+    let addr: std::net::SocketAddr = h.peer.expect("peer address").parse().unwrap();
+    assert_eq!(addr.ip().to_string(), "127.0.0.1");
+    assert_ne!(addr.port(), 0);
+    // Something that is not a peer hello is closed without an answer.
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(&Hello::new("user").to_frame().to_vec())
+        .await
+        .unwrap();
+    let mut r = FrameReader::new(s, 1 << 16);
+    assert!(within("close", r.read_frame()).await.unwrap().is_none());
+    drop(srv);
+    node.ended().await.unwrap();
+}
+
+#[tokio::test]
+async fn no_peer_port_when_disabled() {
+    let (mut srv, node) = start(corefarm_node::NodeOptions {
+        peer_listen: None,
+        ..options()
+    })
+    .await;
+    let h = srv.handshake(None).await;
+    assert!(!h.has(features::PEER) && h.peer.is_none());
+    drop(srv);
+    node.ended().await.unwrap();
+}
+
+#[tokio::test]
+async fn joining_fails_in_time_naming_a_member_that_never_links() {
+    let l = PeerListener::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    // Rank 1's address accepts connections but never joins the group.
+    let silent = PeerListener::bind("127.0.0.1:0".parse().unwrap())
+        .await
+        .unwrap();
+    let members = vec![
+        Member {
+            name: "a".into(),
+            addr: l.local_addr(),
+        },
+        Member {
+            name: "b".into(),
+            addr: silent.local_addr(),
+        },
+    ];
+    let mut spec = GroupSpec::new(9, 0, members, Topology::FullMesh);
+    spec.connect_timeout = std::time::Duration::from_millis(300);
+    let e = within("join to fail", Fabric::join(&l, spec))
+        .await
+        .err()
+        .expect("no link");
+    let text = e.to_string();
+    assert!(text.contains("rank 1 (b@127.0.0.1"), "{text}");
+    // A non-SMP stranger on the peer port gets nothing either.
+    let mut s = TcpStream::connect(l.local_addr()).await.unwrap();
+    s.write_all(&OutFrame::data(1, bytes::Bytes::new()).unwrap().to_vec())
+        .await
+        .unwrap();
+    let mut r = FrameReader::new(s, 1 << 16);
+    assert!(within("close", r.read_frame()).await.unwrap().is_none());
+}
