@@ -691,12 +691,14 @@ fn user_that_stops_reading_gets_everything_intact_with_bounded_memory() {
     }
     assert!(sender.join().unwrap());
     assert_exactly_once(&seen, 0..total);
-    // Relative, not absolute: the server holds a fraction of what the user
-    // had pushed when it stalled (the rest waits in socket buffers and nodes),
-    // never the stream.
+    // Relative, not absolute: what the server holds is bounded by its
+    // windows (messages in flight per node, kept for re-dispatch) and its
+    // allocator's granularity, not by the stream: a quarter of it at most.
+    let stream = total as u64 * SIZE as u64;
     assert!(
-        grown < stalled_at / 2,
-        "server memory grew by {grown} B while the user had written {stalled_at} B and read nothing"
+        grown < stream / 4,
+        "server memory grew by {grown} B while the user pushed a {stream} B stream \
+         ({stalled_at} B written when it stalled) and read nothing"
     );
 }
 
