@@ -100,7 +100,10 @@ impl Handler {
         // cannot be carried would otherwise make every node fail its first
         // result and be dropped from the pool.
         let verdict = cfg.check_limits(self.shared.opts.max_message);
-        if verdict.is_ok() {
+        // Only a user without credit needs it: credit already bounds what a
+        // hello user has sent and not had read, and a small buffer would cap
+        // its throughput for nothing.
+        if verdict.is_ok() && !self.agreed(features::CREDIT) {
             self.bound_receive_buffer(cfg.input_size);
         }
         if self.phase == Phase::Initial {
