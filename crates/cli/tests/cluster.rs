@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -18,17 +18,8 @@ use corefarm_smp::{
     Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType, NodeState, OutFrame,
 };
 
-const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
-
-/// A child process killed (and reaped) when dropped, so no test leaves one behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod support;
+use support::{Proc, BIN};
 
 struct ServerProc {
     proc_: Proc,

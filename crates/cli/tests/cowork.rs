@@ -4,9 +4,7 @@
 //! same image's native artifact itself. Co-worked results must be the same
 //! bytes, in the same order, as the all-cluster and all-local runs.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -18,70 +16,28 @@ use tools::Tool;
 #[allow(dead_code)] // this test needs only the C++ compiler
 mod tools;
 
-const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
+mod support;
+
 const N: usize = 64;
 const INPUT: usize = 2 * N * N * 4;
 const OUTPUT: usize = N * N * 4;
 
-/// A child process killed and reaped when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn build_image(dir: &Path) -> Bytes {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cores/matmul/matmul.cpp");
-    let out = dir.join("matmul.cfimg");
-    let st = Command::new(BIN)
-        .args(["image", "build", "--hls"])
-        .arg(&src)
-        .args(["--entry", "mat_mul_64x64", "--cores", "2"])
-        .args(["--input-size", &INPUT.to_string()])
-        .args(["--output-size", &OUTPUT.to_string()])
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("run corefarm image build");
-    assert!(st.success(), "corefarm image build failed");
-    Bytes::from(std::fs::read(out).unwrap())
-}
-
-/// `corefarm local --nodes 2` on OS-assigned ports; returns the user address.
-fn local_cluster() -> (Proc, String) {
-    let mut child = Command::new(BIN)
-        .args(["local", "--nodes", "2"])
-        .args([
-            "--nodes-listen",
-            "127.0.0.1:0",
-            "--users-listen",
-            "127.0.0.1:0",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("start corefarm local");
-    let stdout = child.stdout.take().unwrap();
-    let proc = Proc(child);
-    let mut lines = BufReader::new(stdout).lines();
-    let users = loop {
-        let line = lines
-            .next()
-            .expect("corefarm local exited without a 'listening' line")
-            .unwrap();
-        if let Some(u) = line
-            .split_whitespace()
-            .find_map(|w| w.strip_prefix("users="))
-        {
-            break u.to_string();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    (proc, users)
+    let (input, output) = (INPUT.to_string(), OUTPUT.to_string());
+    support::hls_image(
+        dir,
+        "matmul/matmul.cpp",
+        &[
+            "--entry",
+            "mat_mul_64x64",
+            "--cores",
+            "2",
+            "--input-size",
+            &input,
+            "--output-size",
+            &output,
+        ],
+    )
 }
 
 fn connect(users: &str, nodes: u32) -> Client {
@@ -122,7 +78,7 @@ fn cowork_results_equal_all_local_and_all_cluster() {
     }
     let dir = tempfile::tempdir().unwrap();
     let cfg = image::configuration(build_image(dir.path())).unwrap();
-    let (_cluster, users) = local_cluster();
+    let (_cluster, users) = support::local_cluster(2, &[]);
     let mut rng = rand::rngs::StdRng::seed_from_u64(2);
     let inputs: Vec<Bytes> = (0..120)
         .map(|_| {

@@ -4,9 +4,7 @@
 //! input gets its correct result, every faulty one an error naming the
 //! cause, and both nodes stay connected and keep serving.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -17,39 +15,22 @@ use tools::Tool;
 #[allow(dead_code)] // shared with the other tests; this one needs only the C++ compiler
 mod tools;
 
-const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
-
-/// A child process killed and reaped when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod support;
 
 fn build_image(dir: &Path) -> Bytes {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cores/faulty/faulty.cpp");
-    let out = dir.join("faulty.cfimg");
-    let st = Command::new(BIN)
-        .args(["image", "build", "--hls"])
-        .arg(&src)
-        .args([
-            "--entry",
-            "faulty",
-            "--input-size",
-            "64",
-            "--output-size",
-            "64",
-        ])
-        .args(["--cores", "2", "--name", "faulty", "-o"])
-        .arg(&out)
-        .env("COREFARM_CACHE", dir.join("cache"))
-        .status()
-        .expect("run corefarm image build");
-    assert!(st.success(), "corefarm image build failed");
-    Bytes::from(std::fs::read(out).unwrap())
+    let args = [
+        "--entry",
+        "faulty",
+        "--input-size",
+        "64",
+        "--output-size",
+        "64",
+    ];
+    support::hls_image(
+        dir,
+        "faulty/faulty.cpp",
+        &[&args[..], &["--cores", "2", "--name", "faulty"]].concat(),
+    )
 }
 
 fn input(i: usize) -> Vec<u8> {
@@ -70,31 +51,7 @@ fn a_crashing_core_fails_its_jobs_and_the_nodes_stay() {
     }
     let dir = tempfile::tempdir().unwrap();
     let image = build_image(dir.path());
-    let mut child = Command::new(BIN)
-        .args(["local", "--nodes", "2", "--core-timeout", "1"])
-        .args([
-            "--users-listen",
-            "127.0.0.1:0",
-            "--nodes-listen",
-            "127.0.0.1:0",
-        ])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start corefarm local");
-    let stdout = child.stdout.take().unwrap();
-    let _local = Proc(child);
-    // "listening nodes=IP:PORT users=IP:PORT" follows the greeting line.
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let users = lines
-        .find_map(|l| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix("users="))
-                .map(str::to_string)
-        })
-        .expect("corefarm local prints its user address");
-    // Keep reading, so the cluster never writes into a closed pipe.
-    std::thread::spawn(move || lines.for_each(drop));
+    let (_local, users) = support::local_cluster(2, &["--core-timeout", "1"]);
 
     let client = Client::connect(
         &users,

@@ -3,24 +3,15 @@
 //! offers only what applies to a cluster inside one process.
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_client::{Client, ClientOptions, DEFAULT_USER_PORT};
 use corefarm_smp::NodeState;
 
-const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
-
-/// A child process killed (and reaped) when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+mod support;
+use support::{Proc, BIN};
 
 fn help() -> String {
     let o = Command::new(BIN)

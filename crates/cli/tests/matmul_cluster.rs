@@ -23,7 +23,8 @@ use tools::Tool;
 
 mod tools;
 
-const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
+mod support;
+use support::{Proc, BIN};
 const N: usize = 64;
 const INPUT: usize = 2 * N * N * 4;
 const OUTPUT: usize = N * N * 4;
@@ -31,16 +32,6 @@ const ENTRY: &str = "mat_mul_64x64";
 /// Longest wait for the cluster to reach a state (an RTL node loads a
 /// Verilated model first).
 const LOG_WAIT: Duration = Duration::from_secs(60);
-
-/// A child process killed and reaped when dropped, so no test leaves one behind.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A process's stderr so far and whether it has ended; `grew` is signalled
 /// on every line and at the end.

@@ -67,7 +67,10 @@ pub struct CoworkOptions {
     /// 1/(n_j · threads) of the local share at a time.
     pub jobs: usize,
     /// Which backends may run locally. Default: native soft cores only (an
-    /// RTL simulation computes the same results, far more slowly).
+    /// RTL simulation computes the same results, far more slowly), run in
+    /// this process: the core is the user's own code in the user's own
+    /// program, and a worker process would need the `corefarm` binary
+    /// beside every program that co-works.
     pub load: LoadOptions,
 }
 
@@ -82,6 +85,7 @@ impl Default for CoworkOptions {
                 rtl: false,
                 fpga: None,
                 prefer: vec![ArtifactKind::Native],
+                isolation: corefarm_cores::Isolation::InProcess,
                 ..LoadOptions::default()
             },
         }

@@ -1,0 +1,74 @@
+//! What the real-binary tests share: a child process that is always killed,
+//! an embedded cluster on OS-assigned ports, and images built with the
+//! `corefarm image build` command itself.
+#![allow(dead_code)] // each test file uses part of it
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+use bytes::Bytes;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
+
+/// A child process killed (and reaped) when dropped, so no test leaves one behind.
+pub struct Proc(pub Child);
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// `corefarm local --nodes N` (plus `extra` flags) on 127.0.0.1 port 0;
+/// returns it with the user address it printed. Its stdout keeps being read,
+/// so it never writes into a closed pipe.
+pub fn local_cluster(nodes: u32, extra: &[&str]) -> (Proc, String) {
+    let mut child = Command::new(BIN)
+        .args(["local", "--nodes", &nodes.to_string()])
+        .args([
+            "--nodes-listen",
+            "127.0.0.1:0",
+            "--users-listen",
+            "127.0.0.1:0",
+        ])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start corefarm local");
+    let stdout = child.stdout.take().unwrap();
+    let proc = Proc(child);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    // "listening nodes=IP:PORT users=IP:PORT" follows the greeting line.
+    let users = lines
+        .find_map(|l| {
+            l.split_whitespace()
+                .find_map(|w| w.strip_prefix("users="))
+                .map(str::to_string)
+        })
+        .expect("corefarm local prints its user address");
+    std::thread::spawn(move || lines.for_each(drop));
+    (proc, users)
+}
+
+/// Builds an image from an HLS component of `cores/` with `corefarm image
+/// build` into `dir`; `args` adds flags (entry, sizes, cores).
+pub fn hls_image(dir: &Path, source: &str, args: &[&str]) -> Bytes {
+    let src = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../cores")
+        .join(source);
+    let out = dir.join("image.cfimg");
+    let st = Command::new(BIN)
+        .args(["image", "build", "--hls"])
+        .arg(&src)
+        .args(args)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run corefarm image build");
+    assert!(st.success(), "corefarm image build {source} failed");
+    Bytes::from(std::fs::read(out).unwrap())
+}
