@@ -12,16 +12,86 @@ use crate::header::{Header, MsgType, HEADER_LEN};
 pub const MAX_PREFIX: usize = 8;
 const HEAD_CAP: usize = HEADER_LEN + MAX_PREFIX;
 
-/// A message ready to be written: header and a short fixed prefix inline, the
-/// body as a shared `Bytes`. Implements [`Buf`] with vectored chunks, so a
-/// writer sends header and body in one `writev` without copying the body.
+/// Up to `N` bytes of headers inline and a shared body: the wire form of
+/// every outgoing message type ([`OutFrame`], [`crate::peer::PeerFrame`]).
+/// Implements [`Buf`] with vectored chunks, so a writer sends headers and
+/// body in one `writev` without copying the body.
 #[derive(Debug, Clone)]
-pub struct OutFrame {
-    head: [u8; HEAD_CAP],
+pub struct Inline<const N: usize> {
+    head: [u8; N],
     head_len: u8,
     head_pos: u8,
     body: Bytes,
 }
+
+impl<const N: usize> Inline<N> {
+    /// `head_len` bytes of `head` (at most `N`, at most 255) then `body`.
+    pub(crate) fn from_parts(head: [u8; N], head_len: usize, body: Bytes) -> Self {
+        debug_assert!(head_len <= N && head_len <= u8::MAX as usize);
+        Inline {
+            head,
+            head_len: head_len.min(N) as u8,
+            head_pos: 0,
+            body,
+        }
+    }
+
+    /// The inline headers, for in-place rewrites (a forwarded hop count).
+    pub(crate) fn head_mut(&mut self) -> &mut [u8; N] {
+        &mut self.head
+    }
+
+    /// Total bytes on the wire.
+    pub fn wire_len(&self) -> usize {
+        self.head_len as usize + self.body.len()
+    }
+
+    /// The whole encoded message as one contiguous buffer (tests, small frames).
+    pub fn to_vec(&self) -> Vec<u8> {
+        let mut v = Vec::with_capacity(self.wire_len());
+        v.extend_from_slice(&self.head[..self.head_len as usize]);
+        v.extend_from_slice(&self.body);
+        v
+    }
+}
+
+impl<const N: usize> Buf for Inline<N> {
+    fn remaining(&self) -> usize {
+        (self.head_len - self.head_pos) as usize + self.body.len()
+    }
+
+    fn chunk(&self) -> &[u8] {
+        if self.head_pos < self.head_len {
+            &self.head[self.head_pos as usize..self.head_len as usize]
+        } else {
+            &self.body
+        }
+    }
+
+    fn advance(&mut self, cnt: usize) {
+        let h = cnt.min((self.head_len - self.head_pos) as usize);
+        self.head_pos += h as u8;
+        self.body.advance(cnt - h);
+    }
+
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        if n < dst.len() && self.head_pos < self.head_len {
+            dst[n] =
+                std::io::IoSlice::new(&self.head[self.head_pos as usize..self.head_len as usize]);
+            n += 1;
+        }
+        if n < dst.len() && !self.body.is_empty() {
+            dst[n] = std::io::IoSlice::new(&self.body);
+            n += 1;
+        }
+        n
+    }
+}
+
+/// A message ready to be written: header and a short fixed prefix inline
+/// (id, status, code), the body shared.
+pub type OutFrame = Inline<HEAD_CAP>;
 
 impl OutFrame {
     /// Frame carrying `payload`; refused if the payload cannot be described
@@ -62,61 +132,7 @@ impl OutFrame {
         let mut head = [0u8; HEAD_CAP];
         head[..HEADER_LEN].copy_from_slice(&Header::new(ty, size).encode());
         head[HEADER_LEN..HEADER_LEN + prefix.len()].copy_from_slice(prefix);
-        OutFrame {
-            head,
-            head_len: (HEADER_LEN + prefix.len()) as u8,
-            head_pos: 0,
-            body,
-        }
-    }
-
-    /// Total bytes on the wire.
-    pub fn wire_len(&self) -> usize {
-        self.head_len as usize + self.body.len()
-    }
-
-    /// The whole encoded message as one contiguous buffer (tests, small frames).
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = Vec::with_capacity(self.wire_len());
-        v.extend_from_slice(&self.head[..self.head_len as usize]);
-        v.extend_from_slice(&self.body);
-        v
-    }
-}
-
-impl Buf for OutFrame {
-    fn remaining(&self) -> usize {
-        (self.head_len - self.head_pos) as usize + self.body.len()
-    }
-
-    fn chunk(&self) -> &[u8] {
-        if self.head_pos < self.head_len {
-            &self.head[self.head_pos as usize..self.head_len as usize]
-        } else {
-            &self.body
-        }
-    }
-
-    fn advance(&mut self, mut cnt: usize) {
-        let in_head = (self.head_len - self.head_pos) as usize;
-        let h = cnt.min(in_head);
-        self.head_pos += h as u8;
-        cnt -= h;
-        self.body.advance(cnt);
-    }
-
-    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        if n < dst.len() && self.head_pos < self.head_len {
-            dst[n] =
-                std::io::IoSlice::new(&self.head[self.head_pos as usize..self.head_len as usize]);
-            n += 1;
-        }
-        if n < dst.len() && !self.body.is_empty() {
-            dst[n] = std::io::IoSlice::new(&self.body);
-            n += 1;
-        }
-        n
+        Inline::from_parts(head, HEADER_LEN + prefix.len(), body)
     }
 }
 

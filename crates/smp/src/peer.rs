@@ -14,6 +14,7 @@ use bytes::{Buf, Bytes};
 
 use crate::error::ProtocolError;
 use crate::header::{Header, MsgType, HEADER_LEN};
+use crate::outframe::Inline;
 
 /// Length of the routing header at the start of every peer payload.
 pub const PEER_HEADER_LEN: usize = 24;
@@ -333,73 +334,18 @@ impl PeerMsg {
         r[8..12].copy_from_slice(&h.src.to_le_bytes());
         r[12..16].copy_from_slice(&h.dst.to_le_bytes());
         r[16..24].copy_from_slice(&h.seq.to_le_bytes());
-        Ok(PeerFrame {
-            head,
-            head_len: (HEADER_LEN + fixed) as u8,
-            head_pos: 0,
-            body,
-        })
+        Ok(PeerFrame::from_parts(head, HEADER_LEN + fixed, body))
     }
 }
 
-/// A peer message on its way out; implements [`Buf`] with vectored chunks
-/// (headers inline, data shared), like [`crate::OutFrame`].
-#[derive(Debug, Clone)]
-pub struct PeerFrame {
-    head: [u8; HEAD_CAP],
-    head_len: u8,
-    head_pos: u8,
-    body: Bytes,
-}
+/// A peer message on its way out: routing and collective headers inline,
+/// data shared (the same wire form as [`crate::OutFrame`]).
+pub type PeerFrame = Inline<HEAD_CAP>;
 
 impl PeerFrame {
-    pub fn wire_len(&self) -> usize {
-        self.head_len as usize + self.body.len()
-    }
-
     /// The routing header's hop count, rewritten when a node forwards the frame.
     pub fn set_ttl(&mut self, ttl: u16) {
-        self.head[HEADER_LEN + 2..HEADER_LEN + 4].copy_from_slice(&ttl.to_le_bytes());
-    }
-
-    pub fn to_vec(&self) -> Vec<u8> {
-        let mut v = self.head[..self.head_len as usize].to_vec();
-        v.extend_from_slice(&self.body);
-        v
-    }
-}
-
-impl Buf for PeerFrame {
-    fn remaining(&self) -> usize {
-        (self.head_len - self.head_pos) as usize + self.body.len()
-    }
-
-    fn chunk(&self) -> &[u8] {
-        if self.head_pos < self.head_len {
-            &self.head[self.head_pos as usize..self.head_len as usize]
-        } else {
-            &self.body
-        }
-    }
-
-    fn advance(&mut self, cnt: usize) {
-        let h = cnt.min((self.head_len - self.head_pos) as usize);
-        self.head_pos += h as u8;
-        self.body.advance(cnt - h);
-    }
-
-    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        if n < dst.len() && self.head_pos < self.head_len {
-            dst[n] =
-                std::io::IoSlice::new(&self.head[self.head_pos as usize..self.head_len as usize]);
-            n += 1;
-        }
-        if n < dst.len() && !self.body.is_empty() {
-            dst[n] = std::io::IoSlice::new(&self.body);
-            n += 1;
-        }
-        n
+        self.head_mut()[HEADER_LEN + 2..HEADER_LEN + 4].copy_from_slice(&ttl.to_le_bytes());
     }
 }
 
