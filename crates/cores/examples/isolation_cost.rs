@@ -66,6 +66,13 @@ fn main() {
         .parent()
         .unwrap()
         .join("corefarm-core-worker");
+    if !worker.is_file() {
+        eprintln!(
+            "no worker at {}: build it first with `cargo build --release -p corefarm-cores --bins`",
+            worker.display()
+        );
+        std::process::exit(2);
+    }
     let input: Vec<u8> = (0..INPUT).map(|i| (i * 7 % 251) as u8).collect();
     let mut output = vec![0u8; OUTPUT as usize];
     let mut best = [f64::MAX; 2];
