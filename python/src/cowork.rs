@@ -5,7 +5,6 @@
 
 use bytes::Bytes;
 use corefarm_client::{Cowork as RustCowork, CoworkError, CoworkOptions, CoworkReport, Estimates};
-use corefarm_smp::{Configuration, CoreInfo};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
@@ -89,19 +88,12 @@ impl Cowork {
         local_batch_max: usize,
         jobs: usize,
     ) -> PyResult<Self> {
-        let cfg = Configuration {
+        let cfg = crate::configuration(
             input_size,
             output_size,
-            cores: cores
-                .into_iter()
-                .map(|(control, input, output)| CoreInfo {
-                    control,
-                    input,
-                    output,
-                })
-                .collect(),
-            bitstream: Bytes::from(byte_buffer(image)?.to_vec(py)?),
-        };
+            cores,
+            Bytes::from(byte_buffer(image)?.to_vec(py)?),
+        );
         let opts = options(threads, local_batch_max, jobs);
         let inner = py
             .detach(|| RustCowork::load(&cfg, opts))

@@ -305,20 +305,8 @@ impl Client {
         bitstream: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let buf = byte_buffer(bitstream)?;
-        let cfg = Configuration {
-            input_size,
-            output_size,
-            cores: cores
-                .into_iter()
-                .map(|(control, input, output)| CoreInfo {
-                    control,
-                    input,
-                    output,
-                })
-                .collect(),
-            // The configuration is sent once; a copy of the image is fine.
-            bitstream: Bytes::from(buf.to_vec(py)?),
-        };
+        // The configuration is sent once; a copy of the image is fine.
+        let cfg = configuration(input_size, output_size, cores, Bytes::from(buf.to_vec(py)?));
         py.detach(|| self.inner.configure(&cfg)).map_err(to_py)
     }
 
@@ -464,4 +452,27 @@ fn _corefarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(smp::encode, m)?)?;
     m.add("DEFAULT_MAX_MESSAGE", corefarm_smp::DEFAULT_MAX_MESSAGE)?;
     Ok(())
+}
+
+/// A configuration from Python's arguments: sizes, (control, input, output)
+/// core table entries and the bitstream.
+pub(crate) fn configuration(
+    input_size: u32,
+    output_size: u32,
+    cores: Vec<(u32, u32, u32)>,
+    bitstream: Bytes,
+) -> Configuration {
+    Configuration {
+        input_size,
+        output_size,
+        cores: cores
+            .into_iter()
+            .map(|(control, input, output)| CoreInfo {
+                control,
+                input,
+                output,
+            })
+            .collect(),
+        bitstream,
+    }
 }

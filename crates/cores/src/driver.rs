@@ -113,15 +113,7 @@ impl Driver {
     }
 
     fn run(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
-        if input.len() != self.input_size || output.len() != self.output_size {
-            return Err(CoreError::Failed(format!(
-                "job of {} input / {} output bytes for a core of {} / {}",
-                input.len(),
-                output.len(),
-                self.input_size,
-                self.output_size
-            )));
-        }
+        crate::check_job_sizes(input, output, self.input_size, self.output_size)?;
         let (c, started) = (self.control, Instant::now());
         let deadline = started + self.opts.timeout;
         let cycles0 = self.bus.cycles(c);

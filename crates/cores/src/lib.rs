@@ -84,6 +84,24 @@ pub trait Core: Send {
     }
 }
 
+/// One job's buffers must match the core's sizes exactly: every backend
+/// checks this before touching them.
+pub(crate) fn check_job_sizes(
+    input: &[u8],
+    output: &[u8],
+    input_size: usize,
+    output_size: usize,
+) -> Result<(), CoreError> {
+    if input.len() != input_size || output.len() != output_size {
+        return Err(CoreError::Failed(format!(
+            "job of {} input / {} output bytes for a core of {input_size} / {output_size}",
+            input.len(),
+            output.len(),
+        )));
+    }
+    Ok(())
+}
+
 /// Node-side options that decide which backends may load and how.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {

@@ -159,15 +159,7 @@ unsafe fn call(entry: EntryFn, input: *const u8, output: *mut u8) {
 
 impl Core for NativeCore {
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
-        if input.len() != self.input_size || output.len() != self.output_size {
-            return Err(CoreError::Failed(format!(
-                "job of {} input / {} output bytes for a core of {} / {}",
-                input.len(),
-                output.len(),
-                self.input_size,
-                self.output_size
-            )));
-        }
+        crate::check_job_sizes(input, output, self.input_size, self.output_size)?;
         let started = Instant::now();
         let entry = self.lib.entry;
         let in_ptr = if aligned(input.as_ptr()) {
