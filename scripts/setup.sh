@@ -8,6 +8,12 @@ need_apt=()
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v verilator >/dev/null 2>&1 || need_apt+=(verilator)
+# A private one-host Slurm cluster for deploy/slurm's test (tests/deploy).
+command -v sbatch >/dev/null 2>&1 || need_apt+=(slurm-client)
+[ -x /usr/sbin/slurmctld ] || need_apt+=(slurmctld)
+[ -x /usr/sbin/slurmd ] || need_apt+=(slurmd)
+[ -x /usr/sbin/munged ] || need_apt+=(munge)
+command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     sudo_=""
@@ -26,7 +32,8 @@ py="${PYTHON:-python3}"
 missing=$("$py" - <<'PY'
 import importlib.util
 mods = {"maturin": "maturin>=1.5,<2", "numpy": "numpy", "pytest": "pytest",
-        "matplotlib": "matplotlib", "hypothesis": "hypothesis", "pdoc": "pdoc"}
+        "matplotlib": "matplotlib", "hypothesis": "hypothesis", "pdoc": "pdoc",
+        "kubernetes_validate": "kubernetes-validate"}
 print(" ".join(spec for m, spec in mods.items() if importlib.util.find_spec(m) is None))
 PY
 )

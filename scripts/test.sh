@@ -32,7 +32,7 @@ export COREFARM_BIN="$CARGO_TARGET_DIR/release/corefarm"
 
 step "python package (maturin) and pytest"
 bash python/build.sh
-python3 -m pytest -q python/tests tests/peers bench/tests examples
+python3 -m pytest -q python/tests tests/peers tests/deploy bench/tests examples
 
 step "Python API reference (pdoc: a warning or an undocumented public name fails)"
 python3 python/docs/build.py "$root/target/python-docs"
