@@ -4,7 +4,8 @@ object for a testbench:
 
     python3 examples/extract_artifact.py saxpy.cfimg rtl saxpy_rtl.so
 
-KIND is native, rtl or bitstream (the first artifact of that kind). Checks
+KIND is native, rtl or bitstream (the first artifact of that kind), or a
+whole target such as native-aarch64-linux (inspect lists them). Checks
 the artifact's SHA-256 like a node does. Standard library only
 (format: docs/images.md)."""
 
@@ -21,13 +22,13 @@ def extract(image: bytes, kind: str) -> bytes:
     manifest = json.loads(image[16:16 + length])
     base = 16 + length
     for a in manifest["artifacts"]:
-        if a["kind"] == kind:
+        if kind in (a["kind"], a["target"]):
             data = image[base + a["offset"]:base + a["offset"] + a["length"]]
             if hashlib.sha256(data).hexdigest() != a["sha256"]:
                 raise SystemExit(f"{a['target']}: checksum mismatch")
             return data
-    kinds = sorted({a["kind"] for a in manifest["artifacts"]})
-    raise SystemExit(f"no {kind} artifact; the image has {kinds}")
+    targets = sorted({a["target"] for a in manifest["artifacts"]})
+    raise SystemExit(f"no {kind} artifact; the image has {targets}")
 
 
 if __name__ == "__main__":

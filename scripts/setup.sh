@@ -14,6 +14,10 @@ command -v sbatch >/dev/null 2>&1 || need_apt+=(slurm-client)
 [ -x /usr/sbin/slurmd ] || need_apt+=(slurmd)
 [ -x /usr/sbin/munged ] || need_apt+=(munge)
 command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
+# Images for ARM boards (image build --arch), checked under qemu-user.
+command -v arm-linux-gnueabihf-g++ >/dev/null 2>&1 || need_apt+=(g++-arm-linux-gnueabihf)
+command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need_apt+=(g++-aarch64-linux-gnu)
+command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     sudo_=""

@@ -16,15 +16,14 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 
 import pytest
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
-from corefarm_bin import LISTENING, find_binary  # noqa: E402
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
+from corefarm_bin import find_binary  # noqa: E402
+from local_cluster import Local  # noqa: E402
 SIZES = ["--input-size", "2056", "--output-size", "1024"]
 
 
@@ -42,51 +41,6 @@ def sh(*cmd, **kw):
     p = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, cwd=ROOT, timeout=600, **kw)
     assert p.returncode == 0, f"{cmd} failed ({p.returncode}):\n{p.stdout}\n{p.stderr}"
     return p.stdout
-
-
-class Local:
-    """`corefarm local --nodes N` on OS-assigned ports; always stopped by `with`."""
-
-    def __init__(self, binary, nodes=2, *extra):
-        self.log = tempfile.TemporaryFile(mode="w+")
-        self.p = subprocess.Popen(
-            [binary, "--log", "info", "local", "--nodes", str(nodes),
-             "--users-listen", "127.0.0.1:0", "--nodes-listen", "127.0.0.1:0", *extra],
-            stdout=subprocess.PIPE, stderr=self.log, stdin=subprocess.DEVNULL, text=True)
-        found = threading.Event()
-
-        def scan():
-            for line in self.p.stdout:
-                m = LISTENING.search(line)
-                if m and not found.is_set():
-                    self.nodes_addr, self.users = m.groups()
-                    found.set()
-
-        threading.Thread(target=scan, daemon=True).start()
-        if not found.wait(30):
-            self.stop()
-            raise RuntimeError(f"corefarm local did not start:\n{self.stderr()}")
-
-    def stderr(self):
-        self.log.seek(0)
-        return ANSI.sub("", self.log.read())
-
-    def stop(self):
-        if self.p.poll() is None:
-            self.p.terminate()
-            try:
-                self.p.wait(10)
-            except subprocess.TimeoutExpired:
-                self.p.kill()
-                self.p.wait(10)
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.stop()
-        self.log.close()
-        return False
 
 
 @pytest.fixture(scope="module")

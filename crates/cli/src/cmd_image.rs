@@ -45,6 +45,14 @@ pub struct BuildArgs {
     /// Name of the component function in the HLS source (the C symbol nodes call).
     #[arg(long, value_name = "NAME", requires = "hls")]
     entry: Option<String>,
+    /// CPU architectures of the native artifacts, comma separated: x86_64,
+    /// armv7 (hard-float, the Cyclone V HPS), aarch64. Default: this
+    /// machine's. Other architectures use Debian's cross compilers
+    /// (g++-arm-linux-gnueabihf, g++-aarch64-linux-gnu) or
+    /// $COREFARM_CXX_<ARCH>; each node loads the artifact of its own CPU.
+    #[arg(long, value_name = "ARCH,...", value_delimiter = ',', requires = "hls",
+          value_parser = clap::builder::PossibleValuesParser::new(["x86_64", "armv7", "aarch64"]))]
+    arch: Vec<String>,
     /// Verilog sources of the core (the port list of cores/README.md).
     #[arg(long, value_name = "FILE", num_args = 1.., requires = "top")]
     verilog: Vec<PathBuf>,
@@ -156,6 +164,7 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
         cores: a.cores,
         core_table,
         hls: a.hls.zip(a.entry),
+        arches: a.arch,
         verilog: (!a.verilog.is_empty()).then(|| (a.verilog, a.top.unwrap_or_default())),
         rbf: a.rbf,
         strict: a.strict,

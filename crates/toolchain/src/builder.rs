@@ -154,6 +154,10 @@ pub struct BuildSpec {
     pub core_table: Option<Vec<CoreInfo>>,
     /// HLS C/C++ source and its component (entry) function → native artifact.
     pub hls: Option<(PathBuf, String)>,
+    /// Architectures of the native artifacts (names of [`crate::ARCHES`]);
+    /// empty: this machine's only. Each becomes a `native-<arch>-linux`
+    /// artifact, so one image serves x86 hosts and ARM boards alike.
+    pub arches: Vec<String>,
     /// Verilog sources and top module → RTL simulation artifact.
     pub verilog: Option<(Vec<PathBuf>, String)>,
     /// Cyclone V raw binary file → `fpga-cyclonev` artifact.
@@ -229,13 +233,33 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
                 output.unknown.push(why);
             }
         }
-        let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
-        artifacts.push((
-            image::native_target().ok_or_else(no_target)?,
-            ArtifactKind::Native,
-            entry.clone(),
-            bytes,
-        ));
+        let host = image::host_arch().ok_or_else(no_target)?;
+        let arches: Vec<&str> = if spec.arches.is_empty() {
+            vec![host]
+        } else {
+            spec.arches.iter().map(String::as_str).collect()
+        };
+        for (i, arch) in arches.iter().enumerate() {
+            if arches[..i].contains(arch) {
+                continue;
+            }
+            // The host build above checked the entry; a cross build is only
+            // compiled (this machine cannot load it).
+            let so = if *arch == host {
+                so.clone()
+            } else {
+                let cross = dir.path().join(format!("native-{arch}.so"));
+                crate::build_native_for(source, &cross, Some(arch))?;
+                cross
+            };
+            let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
+            artifacts.push((
+                format!("native-{arch}-linux"),
+                ArtifactKind::Native,
+                entry.clone(),
+                bytes,
+            ));
+        }
     }
     if let Some((sources, top)) = &spec.verilog {
         let params = top_parameters(sources, top)?;

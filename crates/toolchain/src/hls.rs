@@ -9,18 +9,74 @@ use crate::tools::{self, io_err, ToolchainError, CXX_HINT};
 /// `include/corefarm/hls.h`, written next to native builds.
 pub const HLS_HEADER: &str = include_str!("../../../include/corefarm/hls.h");
 
+/// Architectures a native artifact can be built for, as named in targets
+/// (`native-<arch>-linux`), with the GNU triple of Debian's cross compilers.
+pub const ARCHES: &[(&str, &str)] = &[
+    ("x86_64", "x86_64-linux-gnu"),
+    // The Cyclone V HPS of seed 000 (Cortex-A9): Debian's armhf ABI.
+    ("armv7", "arm-linux-gnueabihf"),
+    ("aarch64", "aarch64-linux-gnu"),
+];
+
 /// Compiles one HLS C/C++ source (`.c` with `$CC`, anything else with
 /// `$CXX`) into a native soft core: a shared object at `out` exporting the
 /// component function with C linkage (docs/interfaces.md).
 pub fn build_native(source: &Path, out: &Path) -> Result<(), ToolchainError> {
-    tools::check_source(source)?;
-    let is_c = source.extension().is_some_and(|e| e == "c");
-    let program = if is_c {
+    build_native_for(source, out, None)
+}
+
+/// The compiler for `arch` (`None` or this machine's: `$CC`/`$CXX`; another:
+/// `$COREFARM_CC_<ARCH>`/`$COREFARM_CXX_<ARCH>`, else Debian's cross compiler
+/// `<triple>-gcc`/`<triple>-g++`) and what to install when it is missing.
+fn compiler(arch: Option<&str>, is_c: bool) -> Result<(String, String), ToolchainError> {
+    let host = corefarm_cores::image::host_arch();
+    let arch = match arch {
+        None => return Ok((host_compiler(is_c), CXX_HINT.to_string())),
+        Some(a) if Some(a) == host => return Ok((host_compiler(is_c), CXX_HINT.to_string())),
+        Some(a) => a,
+    };
+    let Some((_, triple)) = ARCHES.iter().find(|(a, _)| *a == arch) else {
+        let known: Vec<&str> = ARCHES.iter().map(|(a, _)| *a).collect();
+        return Err(ToolchainError::Invalid(format!(
+            "unknown architecture {arch:?}; known: {}",
+            known.join(", ")
+        )));
+    };
+    let var = format!(
+        "COREFARM_{}_{}",
+        if is_c { "CC" } else { "CXX" },
+        arch.to_uppercase()
+    );
+    let program = std::env::var(&var)
+        .ok()
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| format!("{triple}-{}", if is_c { "gcc" } else { "g++" }));
+    let hint = format!(
+        "install the cross compiler (e.g. `apt-get install -y g++-{}`) or set ${var}",
+        triple.replace("x86_64", "x86-64")
+    );
+    Ok((program, hint))
+}
+
+fn host_compiler(is_c: bool) -> String {
+    if is_c {
         tools::cc_program()
     } else {
         tools::cxx_program()
-    };
-    tools::require(&program, CXX_HINT)?;
+    }
+}
+
+/// [`build_native`] for another architecture (`native-<arch>-linux`
+/// artifacts for boards whose CPUs are not this machine's, see [`ARCHES`]).
+pub fn build_native_for(
+    source: &Path,
+    out: &Path,
+    arch: Option<&str>,
+) -> Result<(), ToolchainError> {
+    tools::check_source(source)?;
+    let is_c = source.extension().is_some_and(|e| e == "c");
+    let (program, hint) = compiler(arch, is_c)?;
+    tools::require(&program, &hint)?;
 
     let dir = tools::build_dir()?;
     let include = dir.path().join("include");
@@ -93,6 +149,24 @@ component void twice(hls_avalon_agent_memory_argument(4) uint8_t *in,
         assert!(matches!(err, ToolchainError::Failed { .. }), "{text}");
         assert!(text.contains("bad.cpp"), "stderr missing from: {text}");
         assert!(!dir.path().join("bad.so").exists());
+    }
+
+    #[test]
+    fn cross_compilers_are_named_and_explained() {
+        let dir = tempfile::tempdir().unwrap();
+        let src = write(dir.path(), "twice.cpp", NATIVE_SRC);
+        let out = dir.path().join("x.so");
+        let err = build_native_for(&src, &out, Some("sparc")).unwrap_err();
+        assert!(err.to_string().contains("x86_64, armv7, aarch64"), "{err}");
+        let (program, hint) = compiler(Some("aarch64"), false).unwrap();
+        if corefarm_cores::image::host_arch() != Some("aarch64") {
+            assert_eq!(program, "aarch64-linux-gnu-g++");
+            assert!(hint.contains("g++-aarch64-linux-gnu"), "{hint}");
+        }
+        let (program, _) = compiler(Some("armv7"), true).unwrap();
+        if corefarm_cores::image::host_arch() != Some("armv7") {
+            assert_eq!(program, "arm-linux-gnueabihf-gcc");
+        }
     }
 
     #[test]
