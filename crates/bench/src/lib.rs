@@ -7,6 +7,8 @@
 //!   is the node's server and streams data straight to one `corefarm node`.
 //! - [`compare`]: compares two suite result files point by point.
 //! - [`cpu`]: CPU time of another process (the server) over a measurement window.
+//! - [`soak`]: hours of load on real processes with nodes killed, users
+//!   coming and going and bad peers; checks exactly-once and flat memory.
 //! - [`stats`]: latency histogram, throughput and spread arithmetic shared by all.
 //!
 //! The suite that sweeps these over the seed's parameter spaces lives in
@@ -16,6 +18,7 @@ pub mod compare;
 pub mod cpu;
 pub mod echo;
 pub mod node;
+pub mod soak;
 pub mod stats;
 pub mod user;
 

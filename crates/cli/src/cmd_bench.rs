@@ -28,6 +28,10 @@ pub enum BenchCmd {
     Compare(CompareArgs),
     /// Run the benchmark suite (bench/suite.py) with this binary.
     Suite(SuiteArgs),
+    /// Long run under saturating load with nodes killed and restarted,
+    /// users coming and going and bad peers; checks that every input got
+    /// exactly one correct result and memory stayed flat (exit 1 if not).
+    Soak(crate::cmd_soak::SoakArgs),
 }
 
 #[derive(Args)]
@@ -222,6 +226,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Node(n) => node_bench(n),
         BenchCmd::Compare(c) => compare(c),
         BenchCmd::Suite(s) => suite(s),
+        BenchCmd::Soak(s) => crate::cmd_soak::run(s),
     }
 }
 

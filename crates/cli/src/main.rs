@@ -13,6 +13,7 @@ mod cmd_image;
 mod cmd_server;
 #[cfg(test)]
 mod cmd_server_tests;
+mod cmd_soak;
 mod cmd_status;
 mod cmd_worker;
 mod demo;

@@ -1,0 +1,329 @@
+//! `corefarm bench soak`: a real server and node managers under saturating
+//! load for a long time, with nodes SIGKILLed and restarted at random,
+//! users connecting and leaving, and bad peers mixed in. At the end it
+//! checks that every input got exactly one correct result, that the server
+//! and a long-lived node kept their memory flat, that the server holds no
+//! more file descriptors than before the load (a leaked connection or task
+//! would keep one) and that it reports no user and every live node.
+//!
+//! Everything runs as separate processes of the given binary on loopback
+//! with OS-assigned ports, logs in a temporary directory (kept and named on
+//! failure), and every process is killed when the soak ends.
+
+mod bad;
+mod procs;
+mod users;
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use corefarm_client::{Client, ClientOptions};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use serde::Serialize;
+
+use procs::{open_fds, rss_kib, threads, wait_until, Cluster};
+pub use users::UserTotals;
+
+#[derive(Debug, Clone)]
+pub struct SoakOptions {
+    /// The corefarm binary to run as server and nodes.
+    pub bin: PathBuf,
+    pub duration: Duration,
+    /// Node manager processes.
+    pub nodes: usize,
+    /// Concurrent user threads (each runs session after session).
+    pub users: u32,
+    /// Mean seconds between node kills (uniform in 0.5×–1.5× of it).
+    pub kill_every: Duration,
+    pub seed: u64,
+    /// A progress line on stderr every few seconds.
+    pub progress: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: &'static str,
+    pub ok: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SoakReport {
+    pub seconds: f64,
+    pub seed: u64,
+    pub nodes: usize,
+    pub users: u32,
+    pub totals: UserTotals,
+    pub nodes_killed: u64,
+    pub node_crashes: Vec<String>,
+    pub bad_peers_played: u64,
+    pub bad_peer_failures: Vec<String>,
+    /// Server memory (KiB) once the load had run for a tenth of the
+    /// duration, and at the end; the same for the node never killed.
+    pub server_rss_kib: (u64, u64),
+    pub node_rss_kib: (u64, u64),
+    pub server_fds: (u64, u64),
+    pub server_threads: (u64, u64),
+    pub checks: Vec<Check>,
+    pub ok: bool,
+    /// Where the processes' logs are (kept when a check failed).
+    pub logs: Option<String>,
+}
+
+/// Runs the soak. `Err` only when it could not run at all (binary missing,
+/// server would not start); a soak that ran reports its checks.
+pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
+    anyhow::ensure!(
+        opts.nodes >= 2,
+        "the soak needs at least 2 nodes (one always stays up)"
+    );
+    let logdir = tempfile::Builder::new()
+        .prefix("corefarm-soak-")
+        .tempdir()
+        .context("creating the log directory")?;
+    let server_args: Vec<String> = [
+        "--read-timeout",
+        "2",
+        "--node-timeout",
+        "10",
+        "--node-wait",
+        "30",
+        "--log",
+        "warn",
+    ]
+    .map(String::from)
+    .to_vec();
+    let mut cluster = Cluster::start(&opts.bin, logdir.path(), &server_args)?;
+    for i in 0..opts.nodes {
+        cluster.start_node(i)?;
+    }
+    let users_addr = cluster.users_addr.clone();
+    let count_nodes = |addr: &str| -> Option<(usize, usize)> {
+        let c = Client::connect(
+            addr,
+            ClientOptions {
+                nodes: Some(0),
+                name: Some("soak-observer".into()),
+                io_timeout: Some(Duration::from_secs(10)),
+                ..Default::default()
+            },
+        )
+        .ok()?;
+        let s = c.status().ok()?;
+        let you = s.you;
+        // The observer itself is a user: leave it out.
+        let users = s.users.iter().filter(|u| Some(u.id) != you).count();
+        Some((s.nodes.len(), users))
+    };
+    anyhow::ensure!(
+        wait_until(Duration::from_secs(30), || count_nodes(&users_addr)
+            .is_some_and(|(n, _)| n == opts.nodes)),
+        "the {} nodes did not all register within 30 s",
+        opts.nodes
+    );
+    let spid = cluster.server_pid();
+    let base_fds = open_fds(spid).unwrap_or(0);
+    let base_threads = threads(spid).unwrap_or(0);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let totals = Arc::new(Mutex::new(UserTotals::default()));
+    let cfg = Arc::new(users::UserConfig {
+        addr: users_addr.clone(),
+        result_timeout: Duration::from_secs(30),
+        window: 8,
+    });
+    let handles = users::spawn_users(opts.users, opts.seed, cfg, stop.clone(), totals.clone());
+
+    // Node 0 is never killed: its memory is the node's figure.
+    let mut rng = StdRng::seed_from_u64(opts.seed);
+    let start = Instant::now();
+    let end = start + opts.duration;
+    let mut next_kill = start + jitter(&mut rng, opts.kill_every);
+    let mut next_bad = start + Duration::from_millis(500);
+    let mut next_progress = start + Duration::from_secs(10);
+    let mut mem_start: Option<(u64, u64)> = None;
+    let (mut killed, mut bad_played) = (0u64, 0u64);
+    let mut bad_failures = Vec::new();
+    let mut crashes = Vec::new();
+    let mut restart_at: Vec<(Instant, usize)> = Vec::new();
+    while Instant::now() < end {
+        let now = Instant::now();
+        if mem_start.is_none() && now >= start + opts.duration / 10 {
+            mem_start = Some((
+                rss_kib(spid).unwrap_or(0),
+                cluster.node_pid(0).and_then(rss_kib).unwrap_or(0),
+            ));
+        }
+        for (i, status) in cluster.crashed_nodes() {
+            crashes.push(format!("node {i} exited on its own: {status}"));
+            restart_at.push((now, i));
+        }
+        if now >= next_kill {
+            let live: Vec<usize> = cluster
+                .live_nodes()
+                .into_iter()
+                .filter(|&i| i != 0)
+                .collect();
+            if !live.is_empty() {
+                let i = live[rng.gen_range(0..live.len())];
+                cluster.kill_node(i);
+                killed += 1;
+                restart_at.push((now + Duration::from_millis(rng.gen_range(100..1500)), i));
+            }
+            next_kill = now + jitter(&mut rng, opts.kill_every);
+        }
+        restart_at.retain(|&(at, i)| {
+            if at <= now && cluster.dead_nodes().contains(&i) {
+                if let Err(e) = cluster.start_node(i) {
+                    crashes.push(format!("restarting node {i}: {e:#}"));
+                }
+                false
+            } else {
+                at > now
+            }
+        });
+        if now >= next_bad {
+            let kind = bad::ALL[rng.gen_range(0..bad::ALL.len())];
+            let addr = if rng.gen_bool(0.8) {
+                &cluster.users_addr
+            } else {
+                &cluster.nodes_addr
+            };
+            bad_played += 1;
+            if let Err(e) = bad::play(kind, addr, Duration::from_secs(8)) {
+                bad_failures.push(e);
+            }
+            next_bad = Instant::now() + Duration::from_millis(rng.gen_range(200..2000));
+        }
+        if opts.progress && now >= next_progress {
+            let t = totals.lock().unwrap().clone();
+            eprintln!(
+                "soak: {:>5.0} s  sessions {}  results {}  killed {}  bad peers {}  server RSS {} KiB",
+                now.duration_since(start).as_secs_f64(),
+                t.sessions,
+                t.results_ok,
+                killed,
+                bad_played,
+                rss_kib(spid).unwrap_or(0)
+            );
+            next_progress = now + Duration::from_secs(10);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    stop.store(true, Ordering::Relaxed);
+    // Dead nodes come back, so in-flight work can finish everywhere.
+    for i in cluster.dead_nodes() {
+        cluster.start_node(i)?;
+    }
+    for h in handles {
+        let _ = h.join();
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let server_alive = cluster.server_alive();
+    // Quiescent: no user left, every node back.
+    let settled = wait_until(Duration::from_secs(30), || {
+        count_nodes(&users_addr).is_some_and(|(n, u)| n == opts.nodes && u == 0)
+    });
+    let after = count_nodes(&users_addr);
+    let (rss0, nrss0) = mem_start.unwrap_or((0, 0));
+    let (rss1, nrss1) = (
+        rss_kib(spid).unwrap_or(0),
+        cluster.node_pid(0).and_then(rss_kib).unwrap_or(0),
+    );
+    // fds settle a moment after the users' sockets close.
+    let mut fds1 = 0;
+    wait_until(Duration::from_secs(10), || {
+        fds1 = open_fds(spid).unwrap_or(0);
+        fds1 <= base_fds
+    });
+    let threads1 = threads(spid).unwrap_or(0);
+    let t = totals.lock().unwrap().clone();
+    let flat = |a: u64, b: u64| b <= a + a / 2 + 8 * 1024;
+    let mut checks = vec![
+        Check {
+            name: "server alive",
+            ok: server_alive,
+            detail: String::new(),
+        },
+        Check {
+            name: "every result correct",
+            ok: t.results_wrong == 0 && t.results_ok > 0,
+            detail: format!("{} correct, {} wrong", t.results_ok, t.results_wrong),
+        },
+        Check {
+            name: "exactly once",
+            ok: t.duplicates == 0 && t.missing == 0,
+            detail: format!("{} duplicates, {} missing", t.duplicates, t.missing),
+        },
+        Check {
+            name: "no failed session",
+            ok: t.session_errors == 0,
+            detail: format!(
+                "{} failed sessions ({} messages unanswered, the user told)",
+                t.session_errors, t.unanswered_in_failed_sessions
+            ),
+        },
+        Check {
+            name: "no node crashed",
+            ok: crashes.is_empty(),
+            detail: crashes.join("; "),
+        },
+        Check {
+            name: "bad peers cut off",
+            ok: bad_failures.is_empty(),
+            detail: format!("{} played, {} kept", bad_played, bad_failures.len()),
+        },
+        Check {
+            name: "server memory flat",
+            ok: flat(rss0, rss1),
+            detail: format!("{rss0} -> {rss1} KiB"),
+        },
+        Check {
+            name: "node memory flat",
+            ok: flat(nrss0, nrss1),
+            detail: format!("{nrss0} -> {nrss1} KiB"),
+        },
+        Check {
+            name: "no leaked connection",
+            ok: fds1 <= base_fds,
+            detail: format!("server fds {base_fds} -> {fds1}"),
+        },
+    ];
+    checks.push(Check {
+        name: "settled",
+        ok: settled,
+        detail: format!("(nodes, users) at the end: {after:?}"),
+    });
+    let ok = checks.iter().all(|c| c.ok);
+    let logs = if ok {
+        None
+    } else {
+        Some(logdir.keep().display().to_string())
+    };
+    Ok(SoakReport {
+        seconds,
+        seed: opts.seed,
+        nodes: opts.nodes,
+        users: opts.users,
+        totals: t,
+        nodes_killed: killed,
+        node_crashes: crashes,
+        bad_peers_played: bad_played,
+        bad_peer_failures: bad_failures,
+        server_rss_kib: (rss0, rss1),
+        node_rss_kib: (nrss0, nrss1),
+        server_fds: (base_fds, fds1),
+        server_threads: (base_threads, threads1),
+        checks,
+        ok,
+        logs,
+    })
+}
+
+fn jitter(rng: &mut StdRng, mean: Duration) -> Duration {
+    mean.mul_f64(rng.gen_range(0.5..1.5))
+}

@@ -1,0 +1,119 @@
+//! `corefarm bench soak`: see `corefarm_bench::soak`.
+
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use corefarm_bench::soak::{self, SoakOptions};
+
+#[derive(Args)]
+pub struct SoakArgs {
+    /// How long the load runs, e.g. 120s, 10m, 1h.
+    #[arg(long, default_value = "2m", value_parser = parse_duration)]
+    duration: Duration,
+    /// Node manager processes (one is never killed; the others are
+    /// SIGKILLed and restarted at random).
+    #[arg(long, default_value_t = 4)]
+    nodes: usize,
+    /// Concurrent users, each connecting, streaming and leaving in a loop.
+    #[arg(long, default_value_t = 3)]
+    users: u32,
+    /// Mean time between node kills, e.g. 5s.
+    #[arg(long, default_value = "5s", value_parser = parse_duration)]
+    kill_every: Duration,
+    /// Seed of every random choice (printed, so a run can be replayed).
+    #[arg(long)]
+    seed: Option<u64>,
+    /// Print the report as one JSON object.
+    #[arg(long)]
+    json: bool,
+}
+
+fn parse_duration(s: &str) -> Result<Duration, String> {
+    let (num, unit) = s
+        .find(|c: char| !c.is_ascii_digit() && c != '.')
+        .map_or((s, "s"), |i| s.split_at(i));
+    let v: f64 = num.parse().map_err(|_| format!("not a duration: {s:?}"))?;
+    let secs = match unit {
+        "s" => v,
+        "m" => v * 60.0,
+        "h" => v * 3600.0,
+        "ms" => v / 1000.0,
+        _ => return Err(format!("unknown unit {unit:?} in {s:?} (ms, s, m, h)")),
+    };
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+pub fn run(a: SoakArgs) -> Result<()> {
+    let seed = a.seed.unwrap_or_else(rand::random);
+    let opts = SoakOptions {
+        bin: std::env::current_exe().context("locating the corefarm binary")?,
+        duration: a.duration,
+        nodes: a.nodes,
+        users: a.users,
+        kill_every: a.kill_every,
+        seed,
+        progress: !a.json,
+    };
+    if !a.json {
+        eprintln!(
+            "soak: {:?} with {} nodes and {} users, a node killed every ~{:?} (seed {seed})",
+            a.duration, a.nodes, a.users, a.kill_every
+        );
+    }
+    let r = soak::run(&opts)?;
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&r)?);
+    } else {
+        let t = &r.totals;
+        println!(
+            "{:.0} s: {} sessions, {} messages ({} inputs), {} results correct; {} nodes killed; {} bad peers",
+            r.seconds, t.sessions, t.messages, t.inputs, t.results_ok, r.nodes_killed, r.bad_peers_played
+        );
+        println!(
+            "server RSS {} -> {} KiB, fds {} -> {}, threads {} -> {}; node RSS {} -> {} KiB",
+            r.server_rss_kib.0,
+            r.server_rss_kib.1,
+            r.server_fds.0,
+            r.server_fds.1,
+            r.server_threads.0,
+            r.server_threads.1,
+            r.node_rss_kib.0,
+            r.node_rss_kib.1
+        );
+        for c in &r.checks {
+            println!(
+                "  [{}] {} {}",
+                if c.ok { "ok" } else { "FAIL" },
+                c.name,
+                c.detail
+            );
+        }
+        for e in t.errors.iter().chain(&r.bad_peer_failures).take(10) {
+            println!("  {e}");
+        }
+        if let Some(l) = &r.logs {
+            println!("  logs kept in {l}");
+        }
+    }
+    if !r.ok {
+        bail!("soak failed (seed {seed})");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_duration;
+    use std::time::Duration;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
+        assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+        assert!(parse_duration("5 parsecs").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+}
