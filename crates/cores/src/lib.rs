@@ -21,6 +21,7 @@ pub mod fpga;
 pub mod image;
 pub mod native;
 pub mod rtl;
+pub mod spin;
 #[cfg(target_os = "linux")]
 pub mod worker;
 

@@ -1,0 +1,74 @@
+/* corefarm streaming handlers: the sPIN programming model (seed 004,
+ * FPsPIN) for data messages that stream through a node.
+ *
+ * A handler set is three C functions in a shared object, named
+ * <set>_head, <set>_payload and <set>_tail (any may be absent):
+ *
+ *   head     once per message, on its first chunk, before any payload handler;
+ *   payload  once per chunk (the first chunk included), in parallel with the
+ *            payload handlers of other chunks of the same message;
+ *   tail     once per message, after every payload handler of it returned.
+ *
+ * Each gets a cf_spin_args describing the message and the chunk, and
+ * cf_spin_ops, the actions it may take. A handler returns 0 on success;
+ * anything else fails the message (the user gets an error naming the
+ * handler and the code) and the node carries on with other messages.
+ *
+ * Memory: `scratch` is the message's own state (zeroed before head, freed
+ * after tail), `shared` is the handler set's memory kept across messages;
+ * payload handlers of one message run concurrently, so updates to either
+ * must be atomic (__atomic builtins or C11 <stdatomic.h>). `counters` are
+ * 64-bit counters of the handler set, also shared and atomic. Sizes are
+ * the budgets the image declared; writing past them is a fault.
+ *
+ * Output: `emit` appends bytes to the message's result. The result is
+ * ordered by chunk, whatever order the handlers ran in: head's output
+ * first, then each chunk's payload output by chunk offset, then tail's.
+ * Without emit, forward or drop, the message goes to the hardware cores
+ * as if no handler had matched.
+ */
+#ifndef COREFARM_SPIN_H
+#define COREFARM_SPIN_H
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct cf_spin_args {
+    uint32_t message_id;      /* the data message's id */
+    uint32_t chunk_index;     /* 0-based; head and tail see 0 and the count */
+    uint64_t offset;          /* byte offset of this chunk in the message data */
+    uint64_t message_len;     /* whole message data length, if known, else 0 */
+    const uint8_t *data;      /* this chunk (NULL for the tail) */
+    uint32_t len;             /* bytes in this chunk */
+    uint32_t eom;             /* 1 on the last chunk */
+    uint8_t *scratch;         /* per-message state, zeroed before head */
+    uint32_t scratch_len;
+    uint32_t counters_len;    /* number of counters */
+    uint8_t *shared;          /* the handler set's memory, kept across messages */
+    uint64_t shared_len;
+    uint64_t *counters;       /* the handler set's counters */
+} cf_spin_args;
+
+typedef struct cf_spin_ops {
+    void *ctx; /* pass to every action */
+    /* Appends `len` bytes to the message's result; 0, or -1 past the
+     * output budget (the message then fails). */
+    int (*emit)(void *ctx, const uint8_t *bytes, uint32_t len);
+    /* After the tail, hand the whole message to the hardware cores. */
+    void (*forward)(void *ctx);
+    /* The message produces no result (the user gets an empty one). */
+    void (*drop)(void *ctx);
+    /* Sends the user a notification of `len` bytes (at most 4 KiB). */
+    int (*notify)(void *ctx, const uint8_t *bytes, uint32_t len);
+} cf_spin_ops;
+
+typedef int (*cf_spin_handler)(const cf_spin_args *args, const cf_spin_ops *ops);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* COREFARM_SPIN_H */
