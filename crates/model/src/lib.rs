@@ -5,11 +5,14 @@
 //! - [`partition`]: how much of a workload to send to accelerators (the
 //!   cluster) and how much to keep on the local CPU — seed 002 §4.4,
 //!   equations 4.1–4.8, used by the client's CPU/cluster co-working.
+//! - [`queueing`]: M/M/1 per hop and non-preemptive priority classes
+//!   (seed 001 §IV; Cobham's formula), per-class buffer depths.
 //!
 //! Units throughout: throughputs in items per second, times in seconds,
 //! workload sizes in items (an item is one unit of work both sides can
 //! process: for corefarm, one data message).
 
 pub mod partition;
+pub mod queueing;
 
 pub use partition::Partition;
