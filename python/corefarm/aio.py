@@ -25,7 +25,7 @@ import itertools as _itertools
 import threading as _threading
 
 from . import Client as _Client
-from . import _as_bytes_view, _corefarm, connect as _connect_blocking
+from . import _corefarm, connect as _connect_blocking
 
 __all__ = ["connect", "AsyncClient"]
 
@@ -76,8 +76,13 @@ class AsyncClient:
         loop) and returns an asyncio.Future of its Output. The future raises
         ServerError for this message, ConnectionError if the connection
         ends first. The buffer is copied (or, for bytes, kept) before this
-        returns, so it may be reused at once."""
-        view = _as_bytes_view(data)
+        returns, so it may be reused at once. Numpy arrays are checked
+        against the image's input type as `Client.submit` does (InputError
+        before anything is sent)."""
+        view, _ = self.client._prepare(data)
+        return await self._send(view)
+
+    async def _send(self, view):
         pending = self._raw.try_submit_pending(view)
         if pending is None:
             pending = await _asyncio.to_thread(self._raw.submit_pending, view)
@@ -87,12 +92,18 @@ class AsyncClient:
         """Sends one data message and returns its Output."""
         return await (await self.submit(data))
 
-    async def map(self, inputs, window=64):
-        """Async generator of the result bytes of each input, in input order,
-        with at most `window` data messages in flight. `inputs` may be an
-        iterable or an async iterable. Stopping early abandons the rest."""
+    async def map(self, inputs, window=64, raw=False):
+        """Async generator of the result of each input, in input order, with
+        at most `window` data messages in flight. `inputs` may be an
+        iterable or an async iterable. Stopping early abandons the rest.
+        Results are typed as in `Client.map`: numpy arrays of the image's
+        output type when it records one and `raw` is false, else bytes."""
         if window < 1:
             raise ValueError("window must be at least 1")
+        client = self.client
+        typed = not raw and client._types[1] is not None
+        if typed:
+            client._types[1].numpy_dtype()  # no numpy: say so before sending anything
         if hasattr(inputs, "__aiter__"):
             source = inputs.__aiter__()
 
@@ -119,13 +130,15 @@ class AsyncClient:
                     if not more:
                         exhausted = True
                         break
-                    in_flight.append(await self.submit(item))
+                    view, batch = client._prepare(item)
+                    in_flight.append((await self._send(view), batch))
                 if not in_flight:
                     return
-                out = await in_flight.pop(0)
-                yield out.data
+                fut, batch = in_flight.pop(0)
+                out = await fut
+                yield client._array(out.data, batch) if typed else out.data
         finally:
-            for fut in in_flight:
+            for fut, _ in in_flight:
                 fut.cancel()
 
     # -- plumbing ------------------------------------------------------------

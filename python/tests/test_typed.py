@@ -92,6 +92,34 @@ def test_results_are_arrays_of_the_output_type_shaped_like_the_input():
     srv.join()
 
 
+def test_the_asyncio_client_checks_and_types_the_same_way():
+    import asyncio
+
+    import corefarm.aio
+
+    srv = serve(3)
+
+    async def main():
+        async with corefarm.aio.AsyncClient(corefarm.connect(srv.addr)) as c:
+            await c.configure(IMAGE)
+            # The int32[2] foot-gun is refused before anything is sent.
+            with pytest.raises(corefarm.InputError, match="dtype int32"):
+                await c.submit(np.arange(2, dtype=np.int32))
+            with pytest.raises(corefarm.InputError, match="shape \\(8,\\)"):
+                async for _ in c.map([np.arange(8, dtype=np.int16)]):
+                    pass
+            one = np.array([1, -2, 3, 32767], dtype=np.int16)
+            batch = np.arange(12, dtype=np.int16).reshape(3, 4)
+            got = [r async for r in c.map([one, batch], window=2)]
+            assert got[0].shape == (2, 2) and got[0].tolist() == [[1, -2], [3, 32767]]
+            assert got[1].shape == (3, 2, 2) and got[1].reshape(-1).tolist() == list(range(12))
+            raw = [r async for r in c.map([one], raw=True)]
+            assert raw == [widen(one.tobytes())]
+
+    asyncio.run(main())
+    srv.join()
+
+
 def test_untyped_configurations_keep_bytes():
     def script(p):
         p.hello()
