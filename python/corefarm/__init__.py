@@ -288,20 +288,25 @@ def _as_bytes_view(data):
 
 
 def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legacy=False,
-            name=None, io_timeout=None):
+            name=None, io_timeout=None, secret=None, secret_file=None):
     """Connects to a corefarm server.
 
     addr: "host:port" (port defaults to 9999). nodes: how many nodes to ask
     for (None: all free ones). timeout: seconds for connecting and the hello
     exchange; also the default io_timeout (configuration and credit waits).
     legacy: skip the hello exchange (seed-only behaviour).
+    secret / secret_file: the user secret of a server with an auth file
+    (docs/operations.md); without either, $COREFARM_SECRET or the file named
+    by $COREFARM_SECRET_FILE is used when set. The secret never travels: the
+    client answers the server's challenge with an HMAC of it.
     """
     if ":" not in addr:
         addr = f"{addr}:{DEFAULT_PORT}"
     if io_timeout is None:
         io_timeout = timeout
     return Client(_corefarm.Client(addr, legacy=legacy, nodes=nodes, name=name,
-                                   connect_timeout=timeout, io_timeout=io_timeout))
+                                   connect_timeout=timeout, io_timeout=io_timeout,
+                                   secret=secret, secret_file=secret_file))
 
 
 class Client:
