@@ -38,6 +38,11 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
     }
 }
 
+/// `--trust`: a public key in hex, or a file holding one.
+fn parse_trust(s: &str) -> Result<corefarm_cores::signature::PublicKey, String> {
+    corefarm_cores::signature::PublicKey::parse_or_read(s)
+}
+
 /// `--isolation`: process or in-process.
 pub fn parse_isolation(s: &str) -> Result<corefarm_cores::Isolation, String> {
     s.trim().parse()
@@ -177,6 +182,11 @@ pub struct NodeTuning {
     /// Exit when the connection ends instead of reconnecting.
     #[arg(long)]
     pub once: bool,
+    /// Run only images signed by one of these Ed25519 public keys (64 hex
+    /// digits, or a .pub file from `corefarm image keygen`); anything else
+    /// is refused with the reason. Default: run every image.
+    #[arg(long, value_name = "PUBKEY", num_args = 1.., value_parser = parse_trust)]
+    pub trust: Vec<corefarm_cores::signature::PublicKey>,
     /// Hardware-core backends this node may load, comma-separated: native
     /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator),
     /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge). The node
@@ -255,6 +265,7 @@ impl NodeTuning {
                     ..defaults.driver
                 },
                 isolation: self.isolation,
+                trust: corefarm_cores::signature::Trust(self.trust.clone()),
                 ..defaults
             },
             ..NodeOptions::default()
