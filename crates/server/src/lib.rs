@@ -297,7 +297,7 @@ fn check_exposure(opts: &ServerOptions, bound: &[SocketAddr]) -> std::io::Result
         } else {
             ""
         }),
-        (None, true) => tracing::warn!(
+        (None, true) => tracing::info!(
             "no --auth-file: listening on loopback only; give an auth file to accept other hosts"
         ),
         (None, false) if opts.insecure_open => tracing::warn!(
