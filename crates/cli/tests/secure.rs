@@ -188,6 +188,17 @@ fn an_auth_file_admits_only_peers_with_their_roles_secret() {
     let s: ClusterStatus = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(s.nodes.len(), 1);
     assert_eq!(s.nodes[0].name.as_deref(), Some("good"));
+    // So does the benchmarking user.
+    let out = Command::new(BIN)
+        .args(["bench", "user", "--server", &users, "--input-size", "64"])
+        .args(["--output-size", "64", "--duration", "0.3", "--warmup", "0.1"])
+        .args(["--json", "--secret-file"])
+        .arg(&user_file)
+        .output()
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout)
+        .unwrap_or_else(|_| panic!("{}", String::from_utf8_lossy(&out.stderr)));
+    assert_eq!(report["ok"], true, "{report}");
 }
 
 fn cli(args: &[&str]) -> String {
