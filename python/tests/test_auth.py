@@ -79,9 +79,10 @@ def test_wrong_or_missing_secret_is_refused_with_the_reason(server, monkeypatch)
     users, tmp = server
     monkeypatch.delenv("COREFARM_SECRET", raising=False)
     monkeypatch.delenv("COREFARM_SECRET_FILE", raising=False)
-    with pytest.raises(corefarm.Error, match="user secret"):
+    with pytest.raises(corefarm.ServerError, match="user secret") as e:
         corefarm.connect(users, secret=NODE)
-    with pytest.raises(corefarm.Error, match="requires authentication"):
+    assert e.value.code_name == "unauthorized"
+    with pytest.raises(corefarm.ServerError, match="requires authentication"):
         corefarm.connect(users)
     readable = tmp / "readable.secret"
     readable.write_text(USER)
