@@ -191,7 +191,14 @@ fn an_auth_file_admits_only_peers_with_their_roles_secret() {
     // So does the benchmarking user.
     let out = Command::new(BIN)
         .args(["bench", "user", "--server", &users, "--input-size", "64"])
-        .args(["--output-size", "64", "--duration", "0.3", "--warmup", "0.1"])
+        .args([
+            "--output-size",
+            "64",
+            "--duration",
+            "0.3",
+            "--warmup",
+            "0.1",
+        ])
         .args(["--json", "--secret-file"])
         .arg(&user_file)
         .output()

@@ -35,6 +35,8 @@ const MAX_HELLO: u32 = 64 * 1024;
 /// With `--allow-legacy`, a node that has said nothing for this long is a
 /// seed-format node (those wait silently for a configuration).
 pub const LEGACY_NODE_WAIT: Duration = Duration::from_secs(2);
+/// Longest time spent telling a refused peer why.
+const REFUSAL_WAIT: Duration = Duration::from_secs(5);
 
 /// The secrets of an auth file.
 #[derive(Debug, Clone)]
@@ -136,24 +138,32 @@ pub(crate) async fn admit(
     )
     .await
     .unwrap_or_else(|_| {
+        let seed = match port {
+            // A seed-format node waits silently for its configuration.
+            Port::Nodes => " (a seed-format node? those need --allow-legacy)",
+            Port::Users => "",
+        };
         Err(Refusal::quiet(format!(
-            "did not authenticate within {timeout:?}"
+            "did not authenticate within {timeout:?}{seed}"
         )))
     });
     match r {
-        Ok(prefix) => Some((stream, prefix)),
+        Ok((prefix, how)) => {
+            tracing::info!(peer = %addr, "{} admitted: {how}", role(port));
+            Some((stream, prefix))
+        }
         Err(Refusal { reason, reply }) => {
             tracing::warn!(peer = %addr, "{} connection refused: {reason}", role(port));
             if let Some(f) = reply {
-                tokio::spawn(async move {
-                    let answer = async {
-                        stream.write_all(&f.to_vec()).await?;
-                        stream.shutdown().await?;
-                        // Drain so the close does not reset the connection before the peer reads.
-                        tokio::io::copy(&mut stream, &mut tokio::io::sink()).await
-                    };
-                    let _ = tokio::time::timeout(timeout, answer).await;
-                });
+                // Answered here, holding the connection's slot, so refusals
+                // stay bounded by --max-users/--max-nodes.
+                let answer = async {
+                    stream.write_all(&f.to_vec()).await?;
+                    stream.shutdown().await?;
+                    // Drain so the close does not reset the connection before the peer reads.
+                    tokio::io::copy(&mut stream, &mut tokio::io::sink()).await
+                };
+                let _ = tokio::time::timeout(timeout.min(REFUSAL_WAIT), answer).await;
             }
             None
         }
@@ -166,15 +176,15 @@ async fn check(
     cfg: &AuthConfig,
     allow_legacy: bool,
     timeout: Duration,
-) -> Result<Vec<u8>, Refusal> {
+) -> Result<(Vec<u8>, String), Refusal> {
     let io = |e: std::io::Error| Refusal::quiet(format!("read failed: {e}"));
     if port == Port::Nodes && allow_legacy {
         // A seed-format node never speaks first: silence means legacy.
         let mut b = [0u8; 1];
         match tokio::time::timeout(LEGACY_NODE_WAIT, stream.peek(&mut b)).await {
             Err(_) => {
-                tracing::info!("seed-format node admitted without authentication (--allow-legacy)");
-                return Ok(Vec::new());
+                let how = "seed-format node (silent), without authentication (--allow-legacy)";
+                return Ok((Vec::new(), how.into()));
             }
             Ok(Ok(0)) => return Err(Refusal::quiet("closed before its first message".into())),
             Ok(r) => r.map_err(io)?,
@@ -194,11 +204,11 @@ async fn check(
     };
     if header.ty != MsgType::Hello {
         if allow_legacy {
-            tracing::info!(
-                "seed-format {} admitted without authentication (--allow-legacy)",
-                role(port)
+            let how = format!(
+                "seed-format peer (first message: {}), without authentication (--allow-legacy)",
+                header.ty.name()
             );
-            return Ok(hb.to_vec());
+            return Ok((hb.to_vec(), how));
         }
         let reason = format!(
             "seed-format {} (first message: {}, no hello) refused: this server requires \
@@ -248,10 +258,13 @@ async fn check(
         let reason = format!("authentication failed: the answer does not prove the {want} secret");
         return Err(Refusal::hello(&hello, reason));
     }
-    tracing::info!(name = ?hello.name, "{want} authenticated");
+    let how = format!(
+        "authenticated with the {want} secret (name {:?})",
+        hello.name.as_deref().unwrap_or("")
+    );
     let mut prefix = hb.to_vec();
     prefix.extend_from_slice(&payload);
-    Ok(prefix)
+    Ok((prefix, how))
 }
 
 async fn read_response(stream: &mut TcpStream, timeout: Duration) -> Result<AuthResponse, String> {

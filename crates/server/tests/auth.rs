@@ -217,3 +217,19 @@ async fn seed_format_peers_are_refused_unless_allowed() {
     let r = seed.recv().await.unwrap();
     assert_eq!(Data::parse(r.payload).unwrap().data[..], [9u8; 16]);
 }
+
+#[tokio::test]
+async fn a_peer_that_never_answers_the_challenge_is_closed() {
+    let srv = start(ServerOptions {
+        read_timeout: Duration::from_millis(300),
+        ..with_auth(false)
+    })
+    .await;
+    let (mut u, _) = challenged(srv.users, &hello("user")).await;
+    u.closed().await;
+    // An answer of the wrong size is refused with the reason.
+    let (mut u, _) = challenged(srv.users, &hello("user")).await;
+    u.send_raw(&[0x17, 0, 0, 0, 3, 0, 0, 0, 1, 2, 3]).await;
+    assert!(refused(&mut u).await.reason.contains("3 bytes"));
+    assert!(srv.status.get().users.is_empty());
+}
