@@ -257,12 +257,16 @@ def _is_array(data):
 
 def inspect_image(image):
     """The manifest of an image (bytes or a path) as a dict, with each
-    artifact's `checksum_ok` (and `checksum_error` when it fails)."""
+    artifact's `checksum_ok` (and `checksum_error` when it fails), and
+    `signature`: None for an unsigned image, else {"key": hex Ed25519
+    public key, "valid": bool, "error": reason or None}
+    (`corefarm image sign`, docs/operations.md)."""
     if isinstance(image, (str, _os.PathLike)):
         with open(image, "rb") as f:
             image = f.read()
-    manifest, checks = _corefarm.inspect_image(bytes(image))
+    manifest, checks, signature = _corefarm.inspect_image(bytes(image))
     m = _json.loads(manifest)
+    m["signature"] = None if signature is None else _json.loads(signature)
     for a, err in zip(m.get("artifacts", []), checks):
         a["checksum_ok"] = err is None
         if err is not None:
