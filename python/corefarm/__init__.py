@@ -257,12 +257,16 @@ def _is_array(data):
 
 def inspect_image(image):
     """The manifest of an image (bytes or a path) as a dict, with each
-    artifact's `checksum_ok` (and `checksum_error` when it fails)."""
+    artifact's `checksum_ok` (and `checksum_error` when it fails), and
+    `signature`: None for an unsigned image, else {"key": hex Ed25519
+    public key, "valid": bool, "error": reason or None}
+    (`corefarm image sign`, docs/operations.md)."""
     if isinstance(image, (str, _os.PathLike)):
         with open(image, "rb") as f:
             image = f.read()
-    manifest, checks = _corefarm.inspect_image(bytes(image))
+    manifest, checks, signature = _corefarm.inspect_image(bytes(image))
     m = _json.loads(manifest)
+    m["signature"] = None if signature is None else _json.loads(signature)
     for a, err in zip(m.get("artifacts", []), checks):
         a["checksum_ok"] = err is None
         if err is not None:
@@ -288,20 +292,25 @@ def _as_bytes_view(data):
 
 
 def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legacy=False,
-            name=None, io_timeout=None):
+            name=None, io_timeout=None, secret=None, secret_file=None):
     """Connects to a corefarm server.
 
     addr: "host:port" (port defaults to 9999). nodes: how many nodes to ask
     for (None: all free ones). timeout: seconds for connecting and the hello
     exchange; also the default io_timeout (configuration and credit waits).
     legacy: skip the hello exchange (seed-only behaviour).
+    secret / secret_file: the user secret of a server with an auth file
+    (docs/operations.md); without either, $COREFARM_SECRET or the file named
+    by $COREFARM_SECRET_FILE is used when set. The secret never travels: the
+    client answers the server's challenge with an HMAC of it.
     """
     if ":" not in addr:
         addr = f"{addr}:{DEFAULT_PORT}"
     if io_timeout is None:
         io_timeout = timeout
     return Client(_corefarm.Client(addr, legacy=legacy, nodes=nodes, name=name,
-                                   connect_timeout=timeout, io_timeout=io_timeout))
+                                   connect_timeout=timeout, io_timeout=io_timeout,
+                                   secret=secret, secret_file=secret_file))
 
 
 class Client:

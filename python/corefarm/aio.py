@@ -31,10 +31,11 @@ __all__ = ["connect", "AsyncClient"]
 
 
 async def connect(addr="127.0.0.1:9999", nodes=None, timeout=10.0, *, legacy=False,
-                  name=None, io_timeout=None):
+                  name=None, io_timeout=None, secret=None, secret_file=None):
     """Like `corefarm.connect`, awaitable; returns an AsyncClient."""
     client = await _asyncio.to_thread(_connect_blocking, addr, nodes, timeout, legacy=legacy,
-                                      name=name, io_timeout=io_timeout)
+                                      name=name, io_timeout=io_timeout, secret=secret,
+                                      secret_file=secret_file)
     return AsyncClient(client)
 
 

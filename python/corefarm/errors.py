@@ -85,6 +85,7 @@ ERROR_CODES = {
     8: "timeout",
     9: "core-failure",
     10: "internal",
+    11: "unauthorized",
 }
 """Names of the codes of the server's Error message, by number (docs/protocol.md, type 0x11)."""
 

@@ -19,9 +19,10 @@ fn image_error(msg: String) -> PyErr {
 }
 
 /// The manifest of an image as JSON text plus, per artifact, whether its
-/// checksum holds (`None` if it holds, else the reason).
+/// checksum holds (`None` if it holds, else the reason), and the signature
+/// as JSON text (`key`, `valid`, `error`) if the image is signed.
 #[pyfunction]
-pub fn inspect_image(image: &[u8]) -> PyResult<(String, Vec<Option<String>>)> {
+pub fn inspect_image(image: &[u8]) -> PyResult<(String, Vec<Option<String>>, Option<String>)> {
     let img =
         Image::parse(Bytes::copy_from_slice(image)).map_err(|e| image_error(e.to_string()))?;
     let manifest = serde_json::to_string(&img.manifest).map_err(|e| image_error(e.to_string()))?;
@@ -30,5 +31,10 @@ pub fn inspect_image(image: &[u8]) -> PyResult<(String, Vec<Option<String>>)> {
         .into_iter()
         .map(|r| r.err().map(|e| e.to_string()))
         .collect();
-    Ok((manifest, checks))
+    let signature = img.signature.as_ref().map(|rec| {
+        let r = corefarm_cores::signature::verify(&img, rec);
+        serde_json::json!({"key": rec.key.to_string(), "valid": r.is_ok(), "error": r.err()})
+            .to_string()
+    });
+    Ok((manifest, checks, signature))
 }

@@ -265,7 +265,7 @@ struct Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None))]
+    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -276,8 +276,19 @@ impl Client {
         connect_timeout: Option<f64>,
         io_timeout: Option<f64>,
         max_message: Option<u32>,
+        secret: Option<String>,
+        secret_file: Option<std::path::PathBuf>,
     ) -> PyResult<Self> {
+        use corefarm_smp::auth::Secret;
+        // An explicit secret, else a file, else COREFARM_SECRET / COREFARM_SECRET_FILE.
+        let secret = match secret {
+            Some(s) => Some(Secret::new(&s)),
+            None => Secret::from_file_or_env(secret_file.as_deref()).transpose(),
+        }
+        .transpose()
+        .map_err(pyo3::exceptions::PyValueError::new_err)?;
         let mut opts = ClientOptions {
+            secret,
             legacy,
             nodes,
             name: name.or_else(|| Some("python".into())),

@@ -36,6 +36,8 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::StatusRequest => "status_request",
         MsgType::Status => "status",
         MsgType::Peer => "peer",
+        MsgType::AuthChallenge => "auth_challenge",
+        MsgType::AuthResponse => "auth_response",
     }
 }
 
@@ -95,6 +97,10 @@ fn decode_inner(
             json!({"kind": h.kind.name(), "ttl": h.ttl, "group": h.group,
                    "src": h.src, "dst": h.dst, "seq": h.seq})
         }
+        MsgType::AuthChallenge => json!({"nonce_hex": hex::encode(
+            corefarm_smp::auth::AuthChallenge::parse(&f.payload)?.nonce)}),
+        MsgType::AuthResponse => json!({"mac_hex": hex::encode(
+            corefarm_smp::auth::AuthResponse::parse(&f.payload)?.mac)}),
     };
     Ok((type_name(f.ty), v))
 }
@@ -128,6 +134,13 @@ fn hex_field(v: &Value, k: &str) -> PyResult<Bytes> {
     hex::decode(s)
         .map(Bytes::from)
         .map_err(|e| PyValueError::new_err(format!("{k}: {e}")))
+}
+
+fn fixed_hex<const N: usize>(v: &Value, k: &str) -> PyResult<[u8; N]> {
+    let b = hex_field(v, k)?;
+    b.as_ref()
+        .try_into()
+        .map_err(|_| PyValueError::new_err(format!("{k}: need {N} bytes, got {}", b.len())))
 }
 
 /// encode(type, fields_json) -> bytes: the whole message, as the Rust codec writes it.
@@ -175,6 +188,14 @@ pub fn encode<'py>(py: Python<'py>, ty: &str, fields: &str) -> PyResult<Bound<'p
         .to_frame(),
         "credit" => Credit {
             messages: u32_field(&v, "messages")?,
+        }
+        .to_frame(),
+        "auth_challenge" => corefarm_smp::auth::AuthChallenge {
+            nonce: fixed_hex(&v, "nonce_hex")?,
+        }
+        .to_frame(),
+        "auth_response" => corefarm_smp::auth::AuthResponse {
+            mac: fixed_hex(&v, "mac_hex")?,
         }
         .to_frame(),
         other => {

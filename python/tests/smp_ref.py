@@ -7,7 +7,8 @@ import struct
 
 HEADER = struct.Struct("<B3xI")
 TYPES = {1: "configuration", 2: "configuration_response", 3: "data",
-         0x10: "hello", 0x11: "error", 0x12: "credit"}
+         0x10: "hello", 0x11: "error", 0x12: "credit",
+         0x16: "auth_challenge", 0x17: "auth_response"}
 NO_ID = 0xFFFFFFFF
 
 
@@ -87,6 +88,10 @@ def decode_payload(kind, p, unit=None):
         if len(p) < 4:
             raise DecodeError("truncated", "credit")
         return {"messages": struct.unpack_from("<I", p)[0]}
+    if kind in ("auth_challenge", "auth_response"):
+        if len(p) != 32:
+            raise DecodeError("bad_auth", f"{kind} of {len(p)} bytes")
+        return {"nonce_hex" if kind == "auth_challenge" else "mac_hex": p.hex()}
     raise AssertionError(kind)
 
 
@@ -107,6 +112,10 @@ def encode(kind, d):
         p = struct.pack("<II", d["id"], d["code"]) + d["reason"].encode()
     elif kind == "credit":
         p = struct.pack("<I", d["messages"])
+    elif kind == "auth_challenge":
+        p = bytes.fromhex(d["nonce_hex"])
+    elif kind == "auth_response":
+        p = bytes.fromhex(d["mac_hex"])
     else:
         raise AssertionError(kind)
     ty = {v: k for k, v in TYPES.items()}[kind]

@@ -136,3 +136,24 @@ def test_strict_turns_verilator_warnings_into_a_build_error(tmp_path):
     with pytest.raises(corefarm.ImageError) as e:
         corefarm.build_image(verilog=v, top="mycore", strict=True)
     assert "--strict makes them errors" in str(e.value) and "%Warning-WIDTH" in str(e.value)
+
+
+def test_inspect_shows_who_signed(tmp_path):
+    import subprocess
+
+    binary = find_binary()
+    assert binary, "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN"
+    rbf = tmp_path / "x.rbf"
+    rbf.write_bytes(b"\x01\x02\x03")
+    path = tmp_path / "x.cfimg"
+    image = corefarm.build_image(input_size=16, output_size=16, rbf=rbf, out=path, name="signed")
+    assert corefarm.inspect_image(image)["signature"] is None
+    key = subprocess.run([binary, "image", "keygen", "-o", str(tmp_path / "k")],
+                         capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run([binary, "image", "sign", str(path), "--key", str(tmp_path / "k")], check=True)
+    signed = path.read_bytes()
+    assert corefarm.inspect_image(signed)["signature"] == {"key": key, "valid": True, "error": None}
+    # The manifest changed after signing ("signed" -> "signee", same length).
+    forged = signed.replace(b'"signed"', b'"signee"', 1)
+    sig = corefarm.inspect_image(forged)["signature"]
+    assert sig["key"] == key and not sig["valid"] and "bad signature" in sig["error"]

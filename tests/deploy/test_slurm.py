@@ -188,7 +188,18 @@ def test_batch_script_runs_a_checked_job_on_two_boards(cluster):
                     "--cores", "2", "--name", "saxpy", "-o", image], cwd=ROOT, check=True,
                    capture_output=True)
     out = d / "job.out"
-    env = dict(cluster.env, COREFARM_BIN=corefarm, COREFARM_NODE_ARGS="--backends native")
+    # Authenticated, as a real site would run it: an auth file for the
+    # server, the node and user secrets for the job's peers.
+    secrets = {"users": os.urandom(24).hex(), "nodes": os.urandom(24).hex()}
+    auth = d / "auth.toml"
+    auth.write_text("".join(f'[{k}]\nsecret = "{v}"\n' for k, v in secrets.items()))
+    for k, v in secrets.items():
+        (d / f"{k}.secret").write_text(v)
+    for f in (auth, d / "users.secret", d / "nodes.secret"):
+        os.chmod(f, 0o600)
+    env = dict(cluster.env, COREFARM_BIN=corefarm, COREFARM_NODE_ARGS="--backends native",
+               COREFARM_AUTH_FILE=str(auth), COREFARM_NODE_SECRET_FILE=str(d / "nodes.secret"),
+               COREFARM_USER_SECRET_FILE=str(d / "users.secret"))
     user = f'exec {sys.executable} examples/saxpy/run.py "$COREFARM_SERVER" {image} --inputs 400'
     p = subprocess.run([need("sbatch"), "--wait", f"--gres=fpga:cyclonev:{BOARDS}", "--chdir", str(ROOT),
                         "-o", str(out), str(ROOT / "deploy" / "slurm" / "corefarm.sbatch"),

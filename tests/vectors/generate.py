@@ -9,6 +9,8 @@ python/tests/test_vectors.py (a separate Python decoder and the extension).
 Run: python3 tests/vectors/generate.py > tests/vectors/smp.json
 """
 
+import hashlib
+import hmac
 import json
 import struct
 
@@ -19,6 +21,8 @@ TYPES = {
     "hello": 0x10,
     "error": 0x11,
     "credit": 0x12,
+    "auth_challenge": 0x16,
+    "auth_response": 0x17,
 }
 NO_ID = 0xFFFFFFFF
 
@@ -39,6 +43,20 @@ def configuration(input_size, output_size, cores, bitstream, ncores=None):
 def hello_json(obj):
     # serde_json's compact output: no spaces, fields in declaration order.
     return json.dumps(obj, separators=(",", ":")).encode()
+
+
+AUTH_EXAMPLE = {
+    "secret": "user-secret-0123456789",
+    "nonce_hex": bytes(range(32)).hex(),
+    "role": "user",
+    "hello": '{"version":1,"role":"user","features":["error","auth"]}',
+}
+
+
+def auth_mac(ex):
+    msg = (b"corefarm-auth-v1\x00" + bytes.fromhex(ex["nonce_hex"]) + ex["role"].encode()
+           + b"\x00" + ex["hello"].encode())
+    return hmac.new(ex["secret"].encode(), msg, hashlib.sha256).digest()
 
 
 def main():
@@ -132,6 +150,23 @@ def main():
         "decoded": {"messages": 8},
     })
 
+    # Authentication (crates/smp/src/auth.rs): the MAC is computed here with
+    # Python's own hmac from the documented inputs (see "auth_mac" below).
+    nonce = bytes(range(32))
+    valid.append({
+        "name": "auth challenge with nonce 00..1f",
+        "hex": frame(0x16, nonce).hex(),
+        "type": "auth_challenge",
+        "decoded": {"nonce_hex": nonce.hex()},
+    })
+    mac = auth_mac(AUTH_EXAMPLE)
+    valid.append({
+        "name": "auth response answering that challenge (auth_mac example)",
+        "hex": frame(0x17, mac).hex(),
+        "type": "auth_response",
+        "decoded": {"mac_hex": mac.hex()},
+    })
+
     # Invalid vectors. "error" is the kind a decoder must report; max_payload
     # is the limit the receiver applies to the header's size field.
     invalid.append({
@@ -215,6 +250,16 @@ def main():
         "error": "bad_hello",
     })
     invalid.append({
+        "name": "auth challenge with a 31-byte nonce",
+        "hex": frame(0x16, bytes(31)).hex(),
+        "error": "bad_auth",
+    })
+    invalid.append({
+        "name": "auth response with a 33-byte tag",
+        "hex": frame(0x17, bytes(33)).hex(),
+        "error": "bad_auth",
+    })
+    invalid.append({
         "name": "error message whose reason is not UTF-8",
         "hex": frame(0x11, struct.pack("<II", 1, 10) + b"\xff\xfe").hex(),
         "error": "bad_reason",
@@ -222,7 +267,8 @@ def main():
 
     doc = {
         "about": "Byte-exact SMP messages (seed 000 section 3.2 plus the corefarm "
-                 "extensions hello 0x10, error 0x11, credit 0x12). All integers are "
+                 "extensions hello 0x10, error 0x11, credit 0x12, auth challenge 0x16, auth "
+                 "response 0x17). All integers are "
                  "little-endian. Each valid vector is one whole message; decoding it "
                  "and re-encoding the result must give the same bytes. Each invalid "
                  "vector is the whole byte stream a receiver sees; it must be "
@@ -231,6 +277,9 @@ def main():
         "types": TYPES,
         "valid": valid,
         "invalid": invalid,
+        "auth_mac": dict(AUTH_EXAMPLE, mac_hex=mac.hex(),
+                         about="HMAC-SHA256(secret, 'corefarm-auth-v1' 0x00 || nonce || role "
+                               "|| 0x00 || hello payload as sent)"),
     }
     print(json.dumps(doc, indent=1))
 

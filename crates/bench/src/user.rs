@@ -79,6 +79,8 @@ pub struct UserBenchOptions {
     /// Processes (the server) whose CPU time is sampled at the start and the
     /// end of the measurement window; reported in `cpu`.
     pub cpu_watch: Vec<crate::cpu::CpuTarget>,
+    /// The user secret of a server with an auth file (docs/operations.md).
+    pub secret: Option<corefarm_smp::auth::Secret>,
 }
 
 impl Default for UserBenchOptions {
@@ -99,6 +101,7 @@ impl Default for UserBenchOptions {
             connect_timeout: Duration::from_secs(10),
             progress: false,
             cpu_watch: Vec::new(),
+            secret: None,
         }
     }
 }
@@ -357,8 +360,17 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
         h.name = Some("corefarm-bench".into());
         h.features = vec![features::ERROR.into(), features::CREDIT.into()];
         h.nodes = o.nodes;
+        if o.secret.is_some() {
+            h.features.push(features::AUTH.into());
+        }
         corefarm_smp::blocking::write_frame(&mut writer, h.to_frame())?;
-        let f = handshake_frame(&mut reader, "the server's hello")?;
+        let mut f = handshake_frame(&mut reader, "the server's hello")?;
+        if let (MsgType::AuthChallenge, Some(secret)) = (f.ty, &o.secret) {
+            let ch = corefarm_smp::auth::AuthChallenge::parse(&f.payload)?;
+            let answer = corefarm_smp::auth::AuthResponse::answer(secret, &ch, "user", &h.encode());
+            corefarm_smp::blocking::write_frame(&mut writer, answer.to_frame())?;
+            f = handshake_frame(&mut reader, "the server's hello")?;
+        }
         match f.ty {
             MsgType::Hello => {
                 let sh = Hello::decode(&f.payload)?;

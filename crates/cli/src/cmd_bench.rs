@@ -113,6 +113,10 @@ pub struct UserArgs {
     /// No progress line on stderr.
     #[arg(long)]
     quiet: bool,
+    /// File holding the user secret of a server with an auth file (mode
+    /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
+    #[arg(long)]
+    secret_file: Option<std::path::PathBuf>,
 }
 
 #[derive(Args)]
@@ -322,6 +326,8 @@ fn user_bench(a: UserArgs) -> Result<()> {
         connect_timeout: Duration::from_secs(10),
         progress: !(a.json || a.quiet),
         cpu_watch: a.cpu_pids,
+        secret: corefarm_smp::auth::Secret::from_file_or_env(a.secret_file.as_deref())
+            .map_err(anyhow::Error::msg)?,
     };
     let rep = user::run(&opts)?;
     if a.json {
@@ -366,6 +372,7 @@ fn node_bench(a: NodeArgs) -> Result<()> {
             connect_timeout: Duration::from_secs(10),
             progress: !(a.json || a.quiet),
             cpu_watch: Vec::new(),
+            secret: None,
         },
     };
     let announce = a.no_spawn;

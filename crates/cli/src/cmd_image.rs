@@ -35,6 +35,17 @@ pub enum ImageCmd {
     /// Exits with an error if any checksum fails. A file without the image
     /// magic is reported as a raw bitstream.
     Inspect(InspectArgs),
+    /// Make an Ed25519 key pair for signing images (KEY and KEY.pub).
+    ///
+    /// Example: corefarm image keygen -o ops.key   # then: corefarm node --trust ops.key.pub
+    #[command(verbatim_doc_comment)]
+    Keygen(crate::cmd_image_sign::KeygenArgs),
+    /// Sign an image with a key from `image keygen`: nodes started with
+    /// `--trust PUBKEY` run only images signed by a key they trust.
+    ///
+    /// The signature covers the image header and manifest and the SHA-256
+    /// of every artifact (docs/images.md); it is appended as a trailer.
+    Sign(crate::cmd_image_sign::SignArgs),
 }
 
 #[derive(clap::Args)]
@@ -107,6 +118,8 @@ pub fn run(cmd: ImageCmd) -> anyhow::Result<()> {
     match cmd {
         ImageCmd::Build(a) => build(*a),
         ImageCmd::Inspect(a) => inspect(a),
+        ImageCmd::Keygen(a) => crate::cmd_image_sign::keygen(a),
+        ImageCmd::Sign(a) => crate::cmd_image_sign::sign(a),
     }
 }
 
@@ -212,6 +225,7 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} is not a valid image", a.file.display()))?;
     let status = img.verify();
     let bad = status.iter().filter(|r| r.is_err()).count();
+    let (signer, signer_json, bad_signature) = crate::cmd_image_sign::describe(&img);
     let m = &img.manifest;
     if a.json {
         let artifacts: Vec<_> = m
@@ -231,6 +245,7 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "file": a.file, "kind": "image", "bytes": total,
                 "version": image::VERSION, "manifest": manifest, "checksums_ok": bad == 0,
+                "signature": signer_json,
             })
         );
     } else {
@@ -240,6 +255,7 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
             image::VERSION
         );
         println!("name:        {}", m.name);
+        println!("signed by:   {signer}");
         let typed = |t: &Option<DataType>| t.as_ref().map_or(String::new(), |t| format!(", {t}"));
         println!(
             "input size:  {} bytes{}",
@@ -279,6 +295,9 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     }
     if bad > 0 {
         bail!("{bad} artifact(s) fail their checksum");
+    }
+    if bad_signature {
+        bail!("the image's signature does not verify");
     }
     Ok(())
 }

@@ -9,12 +9,22 @@ use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Clone)]
 pub struct ServerArgs {
-    /// Address the node port listens on (nodes connect here).
-    #[arg(long, default_value = defaults::NODES_LISTEN)]
-    pub nodes_listen: String,
+    /// Address the node port listens on (nodes connect here). Default:
+    /// 127.0.0.1:8888, or 0.0.0.0:8888 with --auth-file.
+    #[arg(long)]
+    pub nodes_listen: Option<String>,
     /// Address the user port listens on (user programs connect here).
-    #[arg(long, default_value = defaults::USERS_LISTEN)]
-    pub users_listen: String,
+    /// Default: 127.0.0.1:9999, or 0.0.0.0:9999 with --auth-file.
+    #[arg(long)]
+    pub users_listen: Option<String>,
+    /// TOML file with a `[users]` and a `[nodes]` secret (mode 600): every
+    /// hello peer must prove it holds its role's secret (docs/operations.md).
+    #[arg(long, help_heading = "Authentication")]
+    pub auth_file: Option<std::path::PathBuf>,
+    /// With --auth-file: also admit seed-format peers (no hello), which
+    /// cannot authenticate.
+    #[arg(long, requires = "auth_file", help_heading = "Authentication")]
+    pub allow_legacy: bool,
     #[command(flatten)]
     pub tuning: ServerTuning,
 }
@@ -26,6 +36,11 @@ fn parse_seconds(s: &str) -> Result<f64, String> {
         Ok(v) if v.is_finite() && (0.0..1e9).contains(&v) => Ok(v),
         _ => Err(format!("{s:?} is not a number of seconds")),
     }
+}
+
+/// `--trust`: a public key in hex, or a file holding one.
+fn parse_trust(s: &str) -> Result<corefarm_cores::signature::PublicKey, String> {
+    corefarm_cores::signature::PublicKey::parse_or_read(s)
 }
 
 /// `--isolation`: process or in-process.
@@ -99,6 +114,10 @@ pub struct ServerTuning {
     /// Concurrent node connections; more are refused with a reason.
     #[arg(long, default_value_t = defaults::MAX_NODES)]
     pub max_nodes: usize,
+    /// Without an auth file, listen on addresses other hosts can reach
+    /// anyway: anyone who reaches a port can then run code on every node.
+    #[arg(long, help_heading = "Authentication")]
+    pub insecure_open: bool,
 }
 
 impl ServerTuning {
@@ -120,6 +139,9 @@ impl ServerTuning {
             read_timeout: Duration::from_secs_f64(self.read_timeout),
             max_users: self.max_users,
             max_nodes: self.max_nodes,
+            auth: None,
+            allow_legacy: false,
+            insecure_open: self.insecure_open,
         }
     }
 }
@@ -129,6 +151,10 @@ pub struct NodeArgs {
     /// Server node port, HOST:PORT.
     #[arg(long, default_value = "127.0.0.1:8888")]
     pub server: String,
+    /// File holding the node secret of a server with an auth file (mode
+    /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
+    #[arg(long)]
+    pub secret_file: Option<std::path::PathBuf>,
     /// Number of independent node managers (separate connections) to run in this process.
     #[arg(long, default_value_t = 1)]
     pub count: usize,
@@ -156,6 +182,11 @@ pub struct NodeTuning {
     /// Exit when the connection ends instead of reconnecting.
     #[arg(long)]
     pub once: bool,
+    /// Run only images signed by one of these Ed25519 public keys (64 hex
+    /// digits, or a .pub file from `corefarm image keygen`); anything else
+    /// is refused with the reason. Default: run every image.
+    #[arg(long, value_name = "PUBKEY", num_args = 1.., value_parser = parse_trust)]
+    pub trust: Vec<corefarm_cores::signature::PublicKey>,
     /// Hardware-core backends this node may load, comma-separated: native
     /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator),
     /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge). The node
@@ -234,6 +265,7 @@ impl NodeTuning {
                     ..defaults.driver
                 },
                 isolation: self.isolation,
+                trust: corefarm_cores::signature::Trust(self.trust.clone()),
                 ..defaults
             },
             ..NodeOptions::default()
@@ -397,8 +429,27 @@ fn stop_on_signal(stop: &CancellationToken) {
 
 pub fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
-        let server =
-            Server::bind(args.tuning.options(args.nodes_listen, args.users_listen)).await?;
+        let auth = match &args.auth_file {
+            Some(p) => Some(std::sync::Arc::new(
+                corefarm_server::auth::AuthConfig::load(p).map_err(anyhow::Error::msg)?,
+            )),
+            None => None,
+        };
+        let (nodes, users) = if auth.is_some() {
+            (defaults::NODES_LISTEN_AUTH, defaults::USERS_LISTEN_AUTH)
+        } else {
+            (defaults::NODES_LISTEN, defaults::USERS_LISTEN)
+        };
+        let mut opts = args.tuning.options(
+            args.nodes_listen.unwrap_or_else(|| nodes.into()),
+            args.users_listen.unwrap_or_else(|| users.into()),
+        );
+        opts.auth = auth;
+        opts.allow_legacy = args.allow_legacy;
+        let server = Server::bind(opts).await?;
+        if args.auth_file.is_none() {
+            eprintln!("{}", exposure_note(&server, args.tuning.insecure_open));
+        }
         announce(&server);
         let stop = CancellationToken::new();
         stop_on_signal(&stop);
@@ -407,12 +458,32 @@ pub fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     })
 }
 
+/// What a server without an auth file tells its operator at start.
+fn exposure_note(server: &Server, insecure_open: bool) -> String {
+    if insecure_open {
+        format!(
+            "warning: no --auth-file and --insecure-open: anyone who reaches nodes={} users={} \
+             can run code on every node",
+            server.nodes_addr(),
+            server.users_addr()
+        )
+    } else {
+        "note: no --auth-file, so both ports listen on loopback only; see docs/operations.md \
+         to accept other hosts"
+            .into()
+    }
+}
+
 pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     anyhow::ensure!(args.count >= 1, "--count must be at least 1");
+    let secret = corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
     runtime()?.block_on(async {
         let stop = CancellationToken::new();
         stop_on_signal(&stop);
-        corefarm_node::run_many(args.node.options(args.server), args.count, stop).await?;
+        let mut opts = args.node.options(args.server);
+        opts.secret = secret;
+        corefarm_node::run_many(opts, args.count, stop).await?;
         Ok(())
     })
 }

@@ -20,6 +20,10 @@ pub struct StatusArgs {
     /// Seconds to wait for the connection and for the answer.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
+    /// File holding the user secret of a server with an auth file (mode
+    /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
+    #[arg(long)]
+    pub secret_file: Option<std::path::PathBuf>,
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
@@ -27,7 +31,9 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
         args.timeout.is_finite() && args.timeout > 0.0 && args.timeout < 1e9,
         "--timeout must be a positive number of seconds"
     );
-    let status = fetch(&args.server, Duration::from_secs_f64(args.timeout))?;
+    let secret = corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    let status = fetch(&args.server, Duration::from_secs_f64(args.timeout), secret)?;
     let text = if args.json {
         serde_json::to_string_pretty(&status)? + "\n"
     } else {
@@ -42,8 +48,14 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 /// Connects as an observer and asks once.
-pub fn fetch(server: &str, timeout: Duration) -> anyhow::Result<ClusterStatus> {
+/// `secret`: the user secret of a server that has an auth file.
+pub fn fetch(
+    server: &str,
+    timeout: Duration,
+    secret: Option<corefarm_smp::auth::Secret>,
+) -> anyhow::Result<ClusterStatus> {
     let opts = ClientOptions {
+        secret,
         nodes: Some(0),
         name: Some("corefarm status".into()),
         connect_timeout: Some(timeout),

@@ -10,6 +10,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cmd_bench;
 mod cmd_image;
+mod cmd_image_sign;
 mod cmd_server;
 #[cfg(test)]
 mod cmd_server_tests;

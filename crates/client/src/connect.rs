@@ -5,6 +5,7 @@ use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
 use std::time::Duration;
 
+use corefarm_smp::auth::{AuthChallenge, AuthResponse, SECRET_ENV, SECRET_FILE_ENV};
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::codec::ReadError;
 use corefarm_smp::hello::features;
@@ -54,6 +55,11 @@ pub(crate) fn handshake(
         .map(String::from)
         .to_vec();
     hello.nodes = opts.nodes;
+    if opts.secret.is_some() {
+        hello.features.push(features::AUTH.into());
+    }
+    // Kept as sent: an answer to a challenge covers these exact bytes.
+    let hello_bytes = hello.encode();
     write_frame(writer, hello.to_frame()).map_err(|e| fail(format!("sending hello: {e}")))?;
 
     // The read timeout is per socket, so it also bounds the reader's clone;
@@ -62,26 +68,20 @@ pub(crate) fn handshake(
         .get_ref()
         .set_read_timeout(opts.connect_timeout)
         .map_err(|e| fail(e.to_string()))?;
-    let frame = match reader.read_frame() {
-        Ok(Some(f)) => f,
-        Ok(None) => {
-            return Err(fail(
-                "the server closed the connection (a seed-only server? try legacy mode)".into(),
-            ))
-        }
-        Err(ReadError::Io(e))
-            if matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) =>
-        {
+    let mut frame = read_reply(reader, opts, &fail)?;
+    if frame.ty == MsgType::AuthChallenge {
+        let challenge = AuthChallenge::parse(&frame.payload).map_err(|e| fail(e.to_string()))?;
+        let Some(secret) = &opts.secret else {
             return Err(fail(format!(
-                "no hello reply within {:?}",
-                opts.connect_timeout.unwrap_or_default()
-            )))
-        }
-        Err(e) => return Err(fail(e.to_string())),
-    };
+                "the server requires authentication: give the user secret ({SECRET_ENV}, \
+                 {SECRET_FILE_ENV} or --secret-file)"
+            )));
+        };
+        let answer = AuthResponse::answer(secret, &challenge, "user", &hello_bytes);
+        write_frame(writer, answer.to_frame())
+            .map_err(|e| fail(format!("sending the authentication answer: {e}")))?;
+        frame = read_reply(reader, opts, &fail)?;
+    }
     reader
         .get_ref()
         .set_read_timeout(None)
@@ -106,5 +106,31 @@ pub(crate) fn handshake(
             "expected a hello reply, got a {} message",
             other.name()
         ))),
+    }
+}
+
+/// One frame of the hello exchange, within the connect timeout.
+fn read_reply(
+    reader: &mut FrameReader<TcpStream>,
+    opts: &ClientOptions,
+    fail: &dyn Fn(String) -> ClientError,
+) -> Result<corefarm_smp::Frame> {
+    match reader.read_frame() {
+        Ok(Some(f)) => Ok(f),
+        Ok(None) => Err(fail(
+            "the server closed the connection (a seed-only server? try legacy mode)".into(),
+        )),
+        Err(ReadError::Io(e))
+            if matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(fail(format!(
+                "no hello reply within {:?}",
+                opts.connect_timeout.unwrap_or_default()
+            )))
+        }
+        Err(e) => Err(fail(e.to_string())),
     }
 }

@@ -82,6 +82,10 @@ pub struct ClientOptions {
     /// Limit on each blocking wait other than `recv` (which takes its own):
     /// configuration responses, credit, socket writes. `None` waits forever.
     pub io_timeout: Option<Duration>,
+    /// The user secret, for a server with an auth file: the client then
+    /// announces the `auth` feature and answers the server's challenge
+    /// (see [`corefarm_smp::auth::Secret::from_env`] for the usual sources).
+    pub secret: Option<corefarm_smp::auth::Secret>,
 }
 
 impl Default for ClientOptions {
@@ -93,6 +97,7 @@ impl Default for ClientOptions {
             max_message: DEFAULT_MAX_MESSAGE,
             connect_timeout: Some(Duration::from_secs(10)),
             io_timeout: None,
+            secret: None,
         }
     }
 }

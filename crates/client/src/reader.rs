@@ -231,7 +231,10 @@ fn handle(
             drop(st);
             shared.cond.notify_all();
         }
-        MsgType::Hello | MsgType::Configuration => {
+        MsgType::Hello
+        | MsgType::Configuration
+        | MsgType::AuthChallenge
+        | MsgType::AuthResponse => {
             return Err(Failure::Unexpected(format!(
                 "a {} message after the hello exchange",
                 frame.ty.name()

@@ -56,6 +56,8 @@ pub enum ImageError {
     },
     #[error("{0}")]
     Build(String),
+    #[error("image signature: {0}")]
+    Signature(String),
 }
 
 /// What an artifact is, which decides the backend that can run it.
@@ -272,6 +274,10 @@ impl Manifest {
 #[derive(Debug, Clone)]
 pub struct Image {
     pub manifest: Manifest,
+    /// Who signed it, if anyone (checked by [`crate::signature::Trust`]).
+    pub signature: Option<crate::signature::SignatureRecord>,
+    /// Header and manifest, as covered by a signature.
+    head: Bytes,
     data: Bytes,
 }
 
@@ -292,6 +298,9 @@ impl Image {
         if !is_image(&bytes) {
             return Err(ImageError::NoMagic);
         }
+        let (unsigned, signature) =
+            crate::signature::split(&bytes).map_err(ImageError::Signature)?;
+        let bytes = bytes.slice(..unsigned.len());
         if bytes.len() < HEADER_LEN {
             return Err(ImageError::Truncated(format!(
                 "{} bytes, the header alone needs {HEADER_LEN}",
@@ -343,7 +352,25 @@ impl Image {
             }
         }
         manifest.check()?;
-        Ok(Image { manifest, data })
+        Ok(Image {
+            manifest,
+            signature,
+            head: bytes.slice(..mend),
+            data,
+        })
+    }
+
+    /// What a signature of this image covers ([`crate::signature::signed_message`]).
+    pub fn signed_message(&self) -> Vec<u8> {
+        let arts = (0..self.manifest.artifacts.len()).filter_map(|i| self.artifact_bytes(i));
+        crate::signature::signed_message(&self.head, arts)
+    }
+
+    /// The image without its signature trailer (what a new signature covers).
+    pub fn unsigned_bytes(&self) -> Vec<u8> {
+        let mut v = self.head.to_vec();
+        v.extend_from_slice(&self.data);
+        v
     }
 
     /// Bytes of artifact `index` (bounds were checked by `parse`), unverified.

@@ -21,6 +21,7 @@ pub mod fpga;
 pub mod image;
 pub mod native;
 pub mod rtl;
+pub mod signature;
 pub mod spin;
 #[cfg(target_os = "linux")]
 pub mod worker;
@@ -122,6 +123,9 @@ pub struct LoadOptions {
     pub isolation: Isolation,
     /// The executable started for each isolated core.
     pub worker: WorkerCommand,
+    /// Signing keys this node trusts; when not empty, only images signed
+    /// by one of them load (`corefarm node --trust`).
+    pub trust: signature::Trust,
 }
 
 /// Where native and RTL cores (user code compiled for the CPU) run.
@@ -190,6 +194,7 @@ impl Default for LoadOptions {
             driver: DriverOptions::default(),
             isolation: Isolation::default(),
             worker: WorkerCommand::default(),
+            trust: signature::Trust::default(),
         }
     }
 }
@@ -259,6 +264,23 @@ fn check_core_table(cfg: &Configuration) -> Result<(), LoadError> {
     Ok(())
 }
 
+/// With `--trust`, only signed images from trusted keys go any further:
+/// loading runs the user's code.
+fn check_trust(cfg: &Configuration, trust: &signature::Trust) -> Result<(), LoadError> {
+    if trust.is_empty() {
+        return Ok(());
+    }
+    if !image::is_image(&cfg.bitstream) {
+        return Err(LoadError::Invalid(
+            "unsigned: a raw bitstream carries no signature, and this node runs only images \
+             signed by a trusted key (--trust)"
+                .into(),
+        ));
+    }
+    let img = Image::parse(cfg.bitstream.clone()).map_err(|e| LoadError::Invalid(e.to_string()))?;
+    trust.check(&img).map_err(LoadError::Invalid)
+}
+
 /// Instantiates the cores of a (non-benchmark) configuration.
 pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError> {
     if cfg.benchmark().is_some() {
@@ -273,6 +295,7 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
         ));
     }
     check_core_table(cfg)?;
+    check_trust(cfg, &opts.trust)?;
 
     if !image::is_image(&cfg.bitstream) {
         return match &opts.fpga {

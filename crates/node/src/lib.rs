@@ -57,6 +57,9 @@ pub struct NodeOptions {
     /// node reaches the server through; port 0 picks a free port. The bound
     /// address is announced in the hello (`peer` field).
     pub peer_listen: Option<std::net::SocketAddr>,
+    /// The node secret, for a server with an auth file: the node announces
+    /// the `auth` feature and answers the server's challenge with it.
+    pub secret: Option<corefarm_smp::auth::Secret>,
 }
 
 impl Default for NodeOptions {
@@ -71,6 +74,7 @@ impl Default for NodeOptions {
             load: LoadOptions::default(),
             loader: CoreLoader::default(),
             peer_listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+            secret: None,
         }
     }
 }

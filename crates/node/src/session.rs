@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
+use corefarm_smp::auth::{AuthChallenge, AuthResponse};
 use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Hello, MsgType, DATA_ID_LEN,
@@ -71,6 +72,7 @@ where
         limit: opts.max_message,
         guard: MemoryGuard::new(opts.memory_limit),
         state: None,
+        sent_hello: None,
     };
     if opts.hello {
         let mut h = Hello::new("node");
@@ -86,6 +88,10 @@ where
             h.features.push(features::PEER.into());
             h.peer = Some(a.to_string());
         }
+        if opts.secret.is_some() {
+            h.features.push(features::AUTH.into());
+        }
+        s.sent_hello = Some(h.encode());
         s.queue(Outgoing::Frame(h.to_frame()));
     }
 
@@ -161,6 +167,8 @@ struct Session<'a> {
     limit: u32,
     guard: MemoryGuard,
     state: Option<Configured>,
+    /// The hello exactly as sent: an authentication answer covers it.
+    sent_hello: Option<Vec<u8>>,
 }
 
 /// `None`: carry on; `Some(r)`: the session ends with `r`.
@@ -191,6 +199,7 @@ impl Session<'_> {
                 }
                 Err(e) => self.malformed(e),
             },
+            MsgType::AuthChallenge => self.authenticate(&frame.payload),
             MsgType::Configuration => {
                 self.configure(frame.payload).await;
                 None
@@ -212,6 +221,25 @@ impl Session<'_> {
                 );
                 Some(Err(NodeError::Session(reason)))
             }
+        }
+    }
+
+    /// Answers the server's challenge with the node secret (the server sends
+    /// its hello only once the answer checks out).
+    fn authenticate(&mut self, payload: &[u8]) -> Step {
+        let (Some(secret), Some(hello)) = (&self.opts.secret, &self.sent_hello) else {
+            let reason = "the server requires authentication: give the node secret \
+                          (--secret-file or COREFARM_SECRET)"
+                .to_string();
+            return Some(Err(NodeError::Session(reason)));
+        };
+        match AuthChallenge::parse(payload) {
+            Ok(ch) => {
+                let answer = AuthResponse::answer(secret, &ch, "node", hello);
+                self.queue(Outgoing::Frame(answer.to_frame()));
+                None
+            }
+            Err(e) => self.malformed(e),
         }
     }
 

@@ -5,8 +5,12 @@ use std::time::Duration;
 
 use crate::Policy;
 
-pub const NODES_LISTEN: &str = "0.0.0.0:8888";
-pub const USERS_LISTEN: &str = "0.0.0.0:9999";
+/// Loopback: without an auth file the ports must not be reachable from other hosts.
+pub const NODES_LISTEN: &str = "127.0.0.1:8888";
+pub const USERS_LISTEN: &str = "127.0.0.1:9999";
+/// Where the ports listen by default once `--auth-file` is given.
+pub const NODES_LISTEN_AUTH: &str = "0.0.0.0:8888";
+pub const USERS_LISTEN_AUTH: &str = "0.0.0.0:9999";
 pub const POLICY: Policy = Policy::Credit;
 /// Credit policy: data messages in flight per node.
 pub const CREDIT: u32 = 4;

@@ -11,8 +11,10 @@
 //! - `registry`: nodes and users as the status extension shows them
 //!   (atomics written by their owners, locked only on connect/disconnect).
 //! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
+//! - [`auth`]: `--auth-file`, the challenge every connection answers first.
 //! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
+pub mod auth;
 pub mod defaults;
 pub mod dispatch;
 mod limits;
@@ -69,6 +71,14 @@ pub struct ServerOptions {
     pub max_users: usize,
     /// Concurrent node connections; more are refused with a reason.
     pub max_nodes: usize,
+    /// Secrets every hello peer must prove it holds (`--auth-file`); `None`
+    /// admits everyone, and then the ports must be on loopback unless
+    /// `insecure_open` says otherwise.
+    pub auth: Option<Arc<auth::AuthConfig>>,
+    /// With `auth`: admit seed-format peers (no hello, so no authentication).
+    pub allow_legacy: bool,
+    /// Without `auth`: allow listening on addresses other hosts can reach.
+    pub insecure_open: bool,
 }
 
 impl Default for ServerOptions {
@@ -91,6 +101,9 @@ impl Default for ServerOptions {
             read_timeout: READ_TIMEOUT,
             max_users: MAX_USERS,
             max_nodes: MAX_NODES,
+            auth: None,
+            allow_legacy: false,
+            insecure_open: false,
         }
     }
 }
@@ -151,6 +164,11 @@ impl Server {
                 format!("cannot listen for users on {}: {e}", opts.users_listen),
             )
         })?;
+        let bound: Vec<SocketAddr> = [&nodes, &users]
+            .iter()
+            .filter_map(|l| l.local_addr().ok())
+            .collect();
+        check_exposure(&opts, &bound)?;
         let shared = Arc::new(Shared {
             opts,
             pool: pool::Pool::default(),
@@ -207,9 +225,17 @@ impl Server {
                             refusals.refuse(limits::Port::Nodes, s, addr);
                             continue;
                         };
-                        let conn = nodeconn::NodeConn::start(s, addr, &shared, permit, stop.child_token());
-                        tracing::info!(node = %conn.label(), "node connected");
-                        shared.pool.add(conn);
+                        let (shared, kill) = (shared.clone(), stop.child_token());
+                        match shared.opts.auth.clone() {
+                            None => start_node(&shared, s, addr, permit, kill, &[]),
+                            Some(a) => { tokio::spawn(async move {
+                                let admitted = auth::admit(s, addr, limits::Port::Nodes, &a,
+                                    shared.opts.allow_legacy, shared.opts.read_timeout).await;
+                                if let Some((s, prefix)) = admitted {
+                                    start_node(&shared, s, addr, permit, kill, &prefix);
+                                }
+                            }); }
+                        }
                     }
                     Err(e) => accept_error(e).await,
                 },
@@ -220,11 +246,19 @@ impl Server {
                             refusals.refuse(limits::Port::Users, s, addr);
                             continue;
                         };
-                        tracing::info!(user = %addr, "user connected");
                         let shared = shared.clone();
                         let stop = stop.child_token();
                         tokio::spawn(async move {
-                            user::run(shared, s, addr, stop).await;
+                            let (s, prefix) = match shared.opts.auth.clone() {
+                                None => (s, Vec::new()),
+                                Some(a) => match auth::admit(s, addr, limits::Port::Users, &a,
+                                    shared.opts.allow_legacy, shared.opts.read_timeout).await {
+                                    Some(admitted) => admitted,
+                                    None => return,
+                                },
+                            };
+                            tracing::info!(user = %addr, "user connected");
+                            user::run(shared, s, addr, stop, &prefix).await;
                             drop(permit);
                         });
                     }
@@ -234,6 +268,51 @@ impl Server {
         }
         shared.pool.close_all();
     }
+}
+
+fn start_node(
+    shared: &Arc<Shared>,
+    s: TcpStream,
+    addr: SocketAddr,
+    permit: tokio::sync::OwnedSemaphorePermit,
+    kill: CancellationToken,
+    prefix: &[u8],
+) {
+    let conn = nodeconn::NodeConn::start(s, addr, shared, permit, kill, prefix);
+    tracing::info!(node = %conn.label(), "node connected");
+    shared.pool.add(conn);
+}
+
+/// Without an auth file anyone who reaches a port runs code on the nodes,
+/// so both ports stay on loopback unless `--insecure-open` says otherwise.
+fn check_exposure(opts: &ServerOptions, bound: &[SocketAddr]) -> std::io::Result<()> {
+    let open: Vec<SocketAddr> = bound
+        .iter()
+        .copied()
+        .filter(|a| !a.ip().is_loopback())
+        .collect();
+    match (&opts.auth, open.is_empty()) {
+        (Some(_), _) => tracing::info!("authentication on (--auth-file){}", if opts.allow_legacy {
+            "; seed-format peers admitted without it (--allow-legacy)"
+        } else {
+            ""
+        }),
+        (None, true) => tracing::info!(
+            "no --auth-file: listening on loopback only; give an auth file to accept other hosts"
+        ),
+        (None, false) if opts.insecure_open => tracing::warn!(
+            "no --auth-file and --insecure-open: anyone who reaches {open:?} can run code on every node"
+        ),
+        (None, false) => {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!(
+                    "refusing to listen on {open:?} without authentication: anyone who reaches it                      could run code on every node. Give --auth-file (see docs/operations.md),                      listen on 127.0.0.1, or pass --insecure-open"
+                ),
+            ))
+        }
+    }
+    Ok(())
 }
 
 fn tune(s: &TcpStream) {
@@ -252,4 +331,29 @@ async fn accept_error(e: std::io::Error) {
     // Typically EMFILE: back off instead of spinning.
     tracing::warn!("accept failed: {e}");
     tokio::time::sleep(Duration::from_millis(50)).await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn open_ports_need_an_auth_file_or_insecure_open() {
+        let lo: SocketAddr = "127.0.0.1:8888".parse().unwrap();
+        let any: SocketAddr = "0.0.0.0:9999".parse().unwrap();
+        let mut o = ServerOptions::default();
+        assert!(check_exposure(&o, &[lo, lo]).is_ok());
+        let e = check_exposure(&o, &[lo, any]).unwrap_err().to_string();
+        assert!(
+            e.contains("0.0.0.0:9999") && e.contains("--auth-file"),
+            "{e}"
+        );
+        o.insecure_open = true;
+        assert!(check_exposure(&o, &[lo, any]).is_ok());
+        o.insecure_open = false;
+        let users = corefarm_smp::auth::Secret::new("user-secret-0123456789").unwrap();
+        let nodes = corefarm_smp::auth::Secret::new("node-secret-0123456789").unwrap();
+        o.auth = Some(Arc::new(auth::AuthConfig::new(users, nodes).unwrap()));
+        assert!(check_exposure(&o, &[any, any]).is_ok());
+    }
 }

@@ -56,13 +56,15 @@ pub struct NodeConn {
 }
 
 impl NodeConn {
-    /// Starts the connection's tasks. `permit` is its `--max-nodes` slot.
+    /// Starts the connection's tasks. `permit` is its `--max-nodes` slot;
+    /// `prefix` holds bytes authentication already read from the stream.
     pub(crate) fn start(
         stream: TcpStream,
         addr: SocketAddr,
         shared: &Arc<Shared>,
         permit: OwnedSemaphorePermit,
         kill: CancellationToken,
+        prefix: &[u8],
     ) -> NodeConn {
         let id = shared.next_id();
         let entry = Arc::new(NodeEntry::new(id, addr));
@@ -122,11 +124,14 @@ impl NodeConn {
             let (tx, closed, kill, entry) =
                 (tx.clone(), closed.clone(), kill.clone(), entry.clone());
             let max = shared.opts.max_message;
+            let prefix = prefix.to_vec();
             let read_timeout = shared.opts.read_timeout;
             tokio::spawn(async move {
                 let _slot = slot;
                 let permits = Arc::new(Semaphore::new(READ_AHEAD));
-                let mut reader = FrameReader::new(rd, max).with_read_timeout(read_timeout);
+                let mut reader = FrameReader::new(rd, max)
+                    .with_prefix(&prefix)
+                    .with_read_timeout(read_timeout);
                 let reason = loop {
                     let permit = tokio::select! {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),

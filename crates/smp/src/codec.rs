@@ -110,6 +110,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// Starts with `bytes` already read from the stream (by an authentication
+    /// step that had to look at the first message before handing it on).
+    pub fn with_prefix(mut self, bytes: &[u8]) -> Self {
+        self.dec.buf.extend_from_slice(bytes);
+        self
+    }
+
     /// Bounds how long a begun frame may take: its header must be complete
     /// within `t` of its first byte, and the rest must make progress at least
     /// every `t`. A peer that trickles a header one byte at a time, or stops

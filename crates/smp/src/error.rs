@@ -54,6 +54,8 @@ pub enum ProtocolError {
     BadStatus(String),
     #[error("peer message is not valid: {0}")]
     BadPeer(String),
+    #[error("authentication message is not valid: {0}")]
+    BadAuth(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -80,6 +82,8 @@ pub enum ErrorCode {
     CoreFailure = 9,
     /// Anything else; the reason says what.
     Internal = 10,
+    /// The peer did not prove it holds its role's secret (or sent none).
+    Unauthorized = 11,
 }
 
 impl ErrorCode {
@@ -96,6 +100,7 @@ impl ErrorCode {
             8 => Timeout,
             9 => CoreFailure,
             10 => Internal,
+            11 => Unauthorized,
             _ => return None,
         })
     }
@@ -113,6 +118,7 @@ impl ErrorCode {
             Timeout => "timeout",
             CoreFailure => "core-failure",
             Internal => "internal",
+            Unauthorized => "unauthorized",
         }
     }
 }
@@ -140,6 +146,7 @@ impl ProtocolError {
             ProtocolError::CoreTable(_) => "core_table",
             ProtocolError::BadStatus(_) => "bad_status",
             ProtocolError::BadPeer(_) => "bad_peer",
+            ProtocolError::BadAuth(_) => "bad_auth",
         }
     }
 

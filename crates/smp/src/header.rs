@@ -20,6 +20,10 @@ pub enum MsgType {
     Status = 0x14,
     /// Node-to-node message on a peer port ([`crate::peer`]).
     Peer = 0x15,
+    /// Server's nonce to a hello peer that must authenticate ([`crate::auth`]).
+    AuthChallenge = 0x16,
+    /// The peer's HMAC over the nonce ([`crate::auth`]).
+    AuthResponse = 0x17,
 }
 
 impl MsgType {
@@ -34,6 +38,8 @@ impl MsgType {
             0x13 => MsgType::StatusRequest,
             0x14 => MsgType::Status,
             0x15 => MsgType::Peer,
+            0x16 => MsgType::AuthChallenge,
+            0x17 => MsgType::AuthResponse,
             other => return Err(ProtocolError::UnknownType(other)),
         })
     }
@@ -49,6 +55,8 @@ impl MsgType {
             MsgType::StatusRequest => "status-request",
             MsgType::Status => "status",
             MsgType::Peer => "peer",
+            MsgType::AuthChallenge => "auth-challenge",
+            MsgType::AuthResponse => "auth-response",
         }
     }
 }

@@ -24,6 +24,9 @@ pub mod features {
     /// `peer` field is where other nodes of a group reach it with peer
     /// messages (type 0x15, [`crate::peer`]); only nodes ever connect there.
     pub const PEER: &str = "peer";
+    /// The peer holds a secret and answers an `AuthChallenge` (0x16) with
+    /// an `AuthResponse` (0x17) before the server's hello ([`crate::auth`]).
+    pub const AUTH: &str = "auth";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -8,12 +8,14 @@
 //! - [`outframe`]: messages on their way out (header inline, body shared) and batches of them.
 //! - [`peer`]: node-to-node messages of the node fabric (peer port only).
 //! - [`status`]: the status extension (what the server is doing, as JSON).
+//! - [`auth`]: challenge–response authentication of hello peers.
 //! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).
 //! - [`blocking`]: the same framing over `std::io` for synchronous peers.
 //!
 //! Every payload is a `bytes::Bytes`, so a frame read from one socket can be
 //! forwarded to another without copying its body.
 
+pub mod auth;
 pub mod blocking;
 pub mod codec;
 pub mod error;

@@ -67,6 +67,16 @@ fn parse_typed(f: &Frame) {
         MsgType::Status => {
             let _ = corefarm_smp::ClusterStatus::decode(&f.payload);
         }
+        MsgType::AuthChallenge => {
+            if let Ok(c) = corefarm_smp::auth::AuthChallenge::parse(&f.payload) {
+                assert_eq!(&c.to_frame().to_vec()[8..], &f.payload[..]);
+            }
+        }
+        MsgType::AuthResponse => {
+            if let Ok(r) = corefarm_smp::auth::AuthResponse::parse(&f.payload) {
+                assert_eq!(&r.to_frame().to_vec()[8..], &f.payload[..]);
+            }
+        }
         MsgType::Peer => {
             if let Ok(m) = corefarm_smp::PeerMsg::parse(f.payload.clone()) {
                 assert_eq!(&m.to_frame().unwrap().to_vec()[8..], &f.payload[..]);

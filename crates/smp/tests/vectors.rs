@@ -4,6 +4,7 @@
 //! The same file is checked from Python (python/tests/test_vectors.py).
 
 use bytes::Bytes;
+use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret};
 use corefarm_smp::blocking::FrameReader;
 use corefarm_smp::codec::ReadError;
 use corefarm_smp::{
@@ -98,6 +99,16 @@ fn decode(f: &Frame, unit: Option<u32>) -> Result<(Vec<u8>, Value), ProtocolErro
             let v = serde_json::to_value(&s).expect("status to JSON");
             (s.to_frame().to_vec(), v)
         }
+        MsgType::AuthChallenge => {
+            let c = AuthChallenge::parse(&f.payload)?;
+            let v = serde_json::json!({"nonce_hex": hex::encode(c.nonce)});
+            (c.to_frame().to_vec(), v)
+        }
+        MsgType::AuthResponse => {
+            let r = AuthResponse::parse(&f.payload)?;
+            let v = serde_json::json!({"mac_hex": hex::encode(r.mac)});
+            (r.to_frame().to_vec(), v)
+        }
         // Peer messages have their own vectors (tests/vectors/peer.json, peer_vectors.rs).
         MsgType::Peer => panic!("smp.json holds no peer message"),
     })
@@ -183,4 +194,21 @@ fn documented_core_table_matches_core_info() {
         hex::encode(c.to_frame().unwrap().to_vec()),
         doc["valid"][0]["hex"].as_str().unwrap()
     );
+}
+
+#[test]
+fn auth_mac_example_matches_the_documented_inputs() {
+    // The MAC was computed by generate.py with Python's hmac module.
+    let doc = vectors();
+    let ex = &doc["auth_mac"];
+    let secret = Secret::new(ex["secret"].as_str().unwrap()).unwrap();
+    let nonce: [u8; 32] = hex::decode(ex["nonce_hex"].as_str().unwrap())
+        .unwrap()
+        .try_into()
+        .unwrap();
+    let hello = ex["hello"].as_str().unwrap().as_bytes();
+    let role = ex["role"].as_str().unwrap();
+    let r = AuthResponse::answer(&secret, &AuthChallenge { nonce }, role, hello);
+    assert_eq!(hex::encode(r.mac), ex["mac_hex"].as_str().unwrap());
+    assert!(r.verify(&secret, &nonce, role, hello));
 }

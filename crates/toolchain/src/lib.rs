@@ -19,6 +19,7 @@ mod cache;
 mod hls;
 pub mod hls_probe;
 pub mod rtl_probe;
+pub mod sign;
 mod sizes;
 mod tools;
 mod verilator;

@@ -144,6 +144,7 @@ pub(crate) async fn run(
     stream: TcpStream,
     peer: SocketAddr,
     stop: CancellationToken,
+    prefix: &[u8],
 ) {
     let user = shared.next_id();
     let entry = Arc::new(UserEntry::new(user, peer));
@@ -173,6 +174,7 @@ pub(crate) async fn run(
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
     let mut h = Handler {
         reader: FrameReader::new(rd, shared.opts.max_message)
+            .with_prefix(prefix)
             .with_read_timeout(shared.opts.read_timeout),
         shared,
         user,

@@ -1,0 +1,315 @@
+//! `--auth-file`: who may connect. Every connection passes [`admit`] before
+//! it becomes a node or a user session: a hello peer must answer a fresh
+//! challenge with its role's secret ([`corefarm_smp::auth`]); a seed-format
+//! peer (no hello) is admitted only with `--allow-legacy`. The first message,
+//! once read here, is handed on as a prefix of the connection's byte stream,
+//! so the node and user handlers see exactly what the peer sent.
+//!
+//! Auth file (TOML, private to its owner):
+//!
+//! ```toml
+//! [users]
+//! secret = "…"   # held by user programs
+//! [nodes]
+//! secret = "…"   # held by node managers
+//! ```
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret, NONCE_LEN};
+use corefarm_smp::{
+    hello::features, ConfigurationResponse, ErrorCode, ErrorMsg, Header, Hello, MsgType, OutFrame,
+    HEADER_LEN,
+};
+use rand::RngCore;
+use serde::Deserialize;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+use crate::limits::Port;
+
+/// Largest hello accepted before authentication (a hello is a few hundred bytes).
+const MAX_HELLO: u32 = 64 * 1024;
+/// With `--allow-legacy`, a node that has said nothing for this long is a
+/// seed-format node (those wait silently for a configuration).
+pub const LEGACY_NODE_WAIT: Duration = Duration::from_secs(2);
+/// Longest time spent telling a refused peer why.
+const REFUSAL_WAIT: Duration = Duration::from_secs(5);
+
+/// The secrets of an auth file.
+#[derive(Debug, Clone)]
+pub struct AuthConfig {
+    users: Secret,
+    nodes: Secret,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    users: Role,
+    nodes: Role,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Role {
+    secret: String,
+}
+
+impl AuthConfig {
+    /// Separate secrets for users and nodes. Equal secrets are refused: a
+    /// user could then answer as a node and run code on every board.
+    pub fn new(users: Secret, nodes: Secret) -> Result<Self, String> {
+        if users == nodes {
+            return Err("the user and node secrets must differ".into());
+        }
+        Ok(AuthConfig { users, nodes })
+    }
+
+    /// Reads `--auth-file`, refusing one that other users may read.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        corefarm_smp::auth::check_private(path)?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read auth file {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("auth file {}: {e}", path.display()))
+    }
+
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
+        let users = Secret::new(&f.users.secret).map_err(|e| format!("[users]: {e}"))?;
+        let nodes = Secret::new(&f.nodes.secret).map_err(|e| format!("[nodes]: {e}"))?;
+        Self::new(users, nodes)
+    }
+
+    fn secret(&self, port: Port) -> &Secret {
+        match port {
+            Port::Users => &self.users,
+            Port::Nodes => &self.nodes,
+        }
+    }
+}
+
+fn role(port: Port) -> &'static str {
+    match port {
+        Port::Users => "user",
+        Port::Nodes => "node",
+    }
+}
+
+/// Why a connection was refused, and what (if anything) the peer can understand of it.
+struct Refusal {
+    reason: String,
+    reply: Option<OutFrame>,
+}
+
+impl Refusal {
+    fn quiet(reason: String) -> Self {
+        Refusal {
+            reason,
+            reply: None,
+        }
+    }
+
+    /// To a hello peer: an error if it takes them, else just the close.
+    fn hello(h: &Hello, reason: String) -> Self {
+        let reply = h
+            .has(features::ERROR)
+            .then(|| ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Unauthorized, &reason).to_frame());
+        Refusal { reason, reply }
+    }
+}
+
+/// Authenticates a new connection. `Some(prefix)` admits it, `prefix` being
+/// the bytes already read from it; `None` means it was refused (logged, and
+/// told why in a form the peer understands) and closed.
+pub(crate) async fn admit(
+    mut stream: TcpStream,
+    addr: SocketAddr,
+    port: Port,
+    cfg: &AuthConfig,
+    allow_legacy: bool,
+    timeout: Duration,
+) -> Option<(TcpStream, Vec<u8>)> {
+    let r = tokio::time::timeout(
+        timeout,
+        check(&mut stream, port, cfg, allow_legacy, timeout),
+    )
+    .await
+    .unwrap_or_else(|_| {
+        let seed = match port {
+            // A seed-format node waits silently for its configuration.
+            Port::Nodes => " (a seed-format node? those need --allow-legacy)",
+            Port::Users => "",
+        };
+        Err(Refusal::quiet(format!(
+            "did not authenticate within {timeout:?}{seed}"
+        )))
+    });
+    match r {
+        Ok((prefix, how)) => {
+            tracing::info!(peer = %addr, "{} admitted: {how}", role(port));
+            Some((stream, prefix))
+        }
+        Err(Refusal { reason, reply }) => {
+            tracing::warn!(peer = %addr, "{} connection refused: {reason}", role(port));
+            if let Some(f) = reply {
+                // Answered here, holding the connection's slot, so refusals
+                // stay bounded by --max-users/--max-nodes.
+                let answer = async {
+                    stream.write_all(&f.to_vec()).await?;
+                    stream.shutdown().await?;
+                    // Drain so the close does not reset the connection before the peer reads.
+                    tokio::io::copy(&mut stream, &mut tokio::io::sink()).await
+                };
+                let _ = tokio::time::timeout(timeout.min(REFUSAL_WAIT), answer).await;
+            }
+            None
+        }
+    }
+}
+
+async fn check(
+    stream: &mut TcpStream,
+    port: Port,
+    cfg: &AuthConfig,
+    allow_legacy: bool,
+    timeout: Duration,
+) -> Result<(Vec<u8>, String), Refusal> {
+    let io = |e: std::io::Error| Refusal::quiet(format!("read failed: {e}"));
+    if port == Port::Nodes && allow_legacy {
+        // A seed-format node never speaks first: silence means legacy.
+        let mut b = [0u8; 1];
+        match tokio::time::timeout(LEGACY_NODE_WAIT, stream.peek(&mut b)).await {
+            Err(_) => {
+                let how = "seed-format node (silent), without authentication (--allow-legacy)";
+                return Ok((Vec::new(), how.into()));
+            }
+            Ok(Ok(0)) => return Err(Refusal::quiet("closed before its first message".into())),
+            Ok(r) => r.map_err(io)?,
+        };
+    }
+    let mut hb = [0u8; HEADER_LEN];
+    match stream.read_exact(&mut hb).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+            return Err(Refusal::quiet("closed before its first message".into()))
+        }
+        Err(e) => return Err(io(e)),
+    }
+    let header = match Header::decode(&hb, u32::MAX) {
+        Ok(h) => h,
+        Err(e) => return Err(Refusal::quiet(format!("invalid first message: {e}"))),
+    };
+    if header.ty != MsgType::Hello {
+        if allow_legacy {
+            let how = format!(
+                "seed-format peer (first message: {}), without authentication (--allow-legacy)",
+                header.ty.name()
+            );
+            return Ok((hb.to_vec(), how));
+        }
+        let reason = format!(
+            "seed-format {} (first message: {}, no hello) refused: this server requires \
+             authentication (--auth-file); seed-format peers need --allow-legacy",
+            role(port),
+            header.ty.name()
+        );
+        let reply = (port == Port::Users && header.ty == MsgType::Configuration).then(|| {
+            ConfigurationResponse {
+                status: ConfigurationResponse::FAILED,
+            }
+            .to_frame()
+        });
+        return Err(Refusal { reason, reply });
+    }
+    if header.size > MAX_HELLO {
+        return Err(Refusal::quiet(format!(
+            "hello of {} bytes exceeds {MAX_HELLO}",
+            header.size
+        )));
+    }
+    let mut payload = vec![0u8; header.size as usize];
+    stream.read_exact(&mut payload).await.map_err(io)?;
+    let hello = Hello::decode(&payload).map_err(|e| Refusal::quiet(e.to_string()))?;
+    let want = role(port);
+    if hello.role != want {
+        let reason = format!("hello with role {:?} on the {want} port", hello.role);
+        return Err(Refusal::hello(&hello, reason));
+    }
+    if !hello.has(features::AUTH) {
+        let reason = format!(
+            "this server requires authentication and the {want} offered none: give it the \
+             {want} secret (--secret-file or COREFARM_SECRET)"
+        );
+        return Err(Refusal::hello(&hello, reason));
+    }
+    let mut nonce = [0u8; NONCE_LEN];
+    rand::rngs::OsRng.fill_bytes(&mut nonce);
+    stream
+        .write_all(&AuthChallenge { nonce }.to_frame().to_vec())
+        .await
+        .map_err(|e| Refusal::quiet(format!("write failed: {e}")))?;
+    let answer = read_response(stream, timeout)
+        .await
+        .map_err(|reason| Refusal::hello(&hello, reason))?;
+    if !answer.verify(cfg.secret(port), &nonce, want, &payload) {
+        let reason = format!("authentication failed: the answer does not prove the {want} secret");
+        return Err(Refusal::hello(&hello, reason));
+    }
+    let how = format!(
+        "authenticated with the {want} secret (name {:?})",
+        hello.name.as_deref().unwrap_or("")
+    );
+    let mut prefix = hb.to_vec();
+    prefix.extend_from_slice(&payload);
+    Ok((prefix, how))
+}
+
+async fn read_response(stream: &mut TcpStream, timeout: Duration) -> Result<AuthResponse, String> {
+    let read = async {
+        let mut hb = [0u8; HEADER_LEN];
+        stream.read_exact(&mut hb).await?;
+        Ok::<_, std::io::Error>(hb)
+    };
+    let hb = match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(hb)) => hb,
+        Ok(Err(e)) => return Err(format!("no answer to the challenge: {e}")),
+        Err(_) => return Err(format!("no answer to the challenge within {timeout:?}")),
+    };
+    let header = Header::decode(&hb, u32::MAX).map_err(|e| e.to_string())?;
+    if header.ty != MsgType::AuthResponse {
+        return Err(format!(
+            "expected an auth-response, got a {} message",
+            header.ty.name()
+        ));
+    }
+    if header.size as usize != corefarm_smp::auth::MAC_LEN {
+        return Err(format!("auth-response of {} bytes", header.size));
+    }
+    let mut mac = [0u8; corefarm_smp::auth::MAC_LEN];
+    stream
+        .read_exact(&mut mac)
+        .await
+        .map_err(|e| format!("no answer to the challenge: {e}"))?;
+    Ok(AuthResponse { mac })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auth_file_parses_and_refuses_bad_contents() {
+        let ok = "[users]\nsecret = \"user-secret-0123456789\"\n[nodes]\nsecret = \"node-secret-0123456789\"\n";
+        let c = AuthConfig::parse(ok).unwrap();
+        assert_ne!(c.secret(Port::Users), c.secret(Port::Nodes));
+        let same = "[users]\nsecret = \"same-secret-0123456789\"\n[nodes]\nsecret = \"same-secret-0123456789\"\n";
+        assert!(AuthConfig::parse(same).unwrap_err().contains("differ"));
+        let short = "[users]\nsecret = \"short\"\n[nodes]\nsecret = \"node-secret-0123456789\"\n";
+        assert!(AuthConfig::parse(short).unwrap_err().contains("[users]"));
+        assert!(AuthConfig::parse("[users]\nsecret = \"user-secret-0123456789\"\n").is_err());
+        assert!(AuthConfig::parse(&format!("{ok}[admin]\nsecret=\"x\"\n")).is_err());
+    }
+}

@@ -1,0 +1,235 @@
+//! `--auth-file`: hello peers answer a fresh challenge with their role's
+//! secret; wrong secrets, replayed answers, swapped roles and (by default)
+//! seed-format peers are refused with a reason.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{bench, opts, start, FakeUser, TestServer, LIMIT};
+use corefarm_server::auth::AuthConfig;
+use corefarm_server::ServerOptions;
+use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret};
+use corefarm_smp::{hello::features, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType};
+use tokio_util::sync::CancellationToken;
+
+const USER: &str = "user-secret-for-tests-0123";
+const NODE: &str = "node-secret-for-tests-4567";
+
+fn secret(s: &str) -> Secret {
+    Secret::new(s).unwrap()
+}
+
+fn with_auth(allow_legacy: bool) -> ServerOptions {
+    ServerOptions {
+        auth: Some(Arc::new(
+            AuthConfig::new(secret(USER), secret(NODE)).unwrap(),
+        )),
+        allow_legacy,
+        ..opts()
+    }
+}
+
+/// A real node manager holding `key`; stopped when the token is dropped.
+fn node(srv: &TestServer, key: Option<&str>) -> tokio_util::sync::DropGuard {
+    let stop = CancellationToken::new();
+    let o = corefarm_node::NodeOptions {
+        server: srv.nodes.to_string(),
+        name: "authed".into(),
+        secret: key.map(secret),
+        reconnect: false,
+        peer_listen: None,
+        ..Default::default()
+    };
+    tokio::spawn(corefarm_node::run(o, stop.clone()));
+    stop.drop_guard()
+}
+
+fn hello(role: &str) -> Hello {
+    let mut h = Hello::new(role);
+    h.name = Some("test".into());
+    h.features = vec![features::ERROR.into(), features::AUTH.into()];
+    h
+}
+
+/// Sends `h` on `addr`, expects a challenge; returns the connection and the challenge.
+async fn challenged(addr: std::net::SocketAddr, h: &Hello) -> (FakeUser, AuthChallenge) {
+    let mut c = FakeUser::connect(addr).await;
+    c.send(h.to_frame()).await;
+    let f = c.recv().await.expect("a challenge");
+    assert_eq!(f.ty, MsgType::AuthChallenge, "expected a challenge");
+    (c, AuthChallenge::parse(&f.payload).unwrap())
+}
+
+/// The refusal a hello peer with the error feature hears, then the close.
+async fn refused(c: &mut FakeUser) -> ErrorMsg {
+    let f: Frame = c.recv().await.expect("an error");
+    assert_eq!(f.ty, MsgType::Error, "expected a refusal, got {:?}", f.ty);
+    let e = ErrorMsg::parse(&f.payload).unwrap();
+    assert_eq!(e.code, ErrorCode::Unauthorized as u32, "{e}");
+    c.closed().await;
+    e
+}
+
+#[tokio::test]
+async fn authenticated_node_and_user_compute() {
+    let srv = start(with_auth(false)).await;
+    let _n = node(&srv, Some(NODE));
+    srv.wait_free_nodes(1).await;
+
+    let h = hello("user");
+    let (mut u, ch) = challenged(srv.users, &h).await;
+    let answer = AuthResponse::answer(&secret(USER), &ch, "user", &h.encode());
+    u.send(answer.to_frame()).await;
+    let f = u.recv().await.unwrap();
+    assert_eq!(f.ty, MsgType::Hello);
+    assert_eq!(Hello::decode(&f.payload).unwrap().nodes, Some(1));
+    assert_eq!(u.configure(&bench(16, 16)).await.0, 0);
+    let input = Data {
+        id: 7,
+        data: vec![5u8; 16].into(),
+    };
+    u.send(input.to_frame().unwrap()).await;
+    let r = u.recv_skip_credit().await.unwrap();
+    assert_eq!(r.ty, MsgType::Data);
+    let d = Data::parse(r.payload).unwrap();
+    assert_eq!((d.id, &d.data[..]), (7, &[5u8; 16][..]));
+}
+
+#[tokio::test]
+async fn wrong_secret_is_refused_for_users_and_nodes() {
+    let srv = start(with_auth(false)).await;
+    let h = hello("user");
+    let (mut u, ch) = challenged(srv.users, &h).await;
+    let wrong = secret("not-the-user-secret-000");
+    u.send(AuthResponse::answer(&wrong, &ch, "user", &h.encode()).to_frame())
+        .await;
+    let e = refused(&mut u).await;
+    assert!(e.reason.contains("user secret"), "{e}");
+
+    let h = hello("node");
+    let (mut n, ch) = challenged(srv.nodes, &h).await;
+    n.send(AuthResponse::answer(&wrong, &ch, "node", &h.encode()).to_frame())
+        .await;
+    refused(&mut n).await;
+    // A real node manager with the wrong secret never joins the pool either:
+    // its session ends with the server's refusal.
+    let stop = CancellationToken::new();
+    let o = corefarm_node::NodeOptions {
+        server: srv.nodes.to_string(),
+        secret: Some(wrong),
+        reconnect: false,
+        peer_listen: None,
+        ..Default::default()
+    };
+    let _ = tokio::time::timeout(LIMIT, corefarm_node::run(o, stop))
+        .await
+        .expect("the node's session ends");
+    assert!(srv.status.get().nodes.is_empty());
+}
+
+#[tokio::test]
+async fn a_replayed_response_fails() {
+    let srv = start(with_auth(false)).await;
+    let h = hello("user");
+    let (mut first, ch) = challenged(srv.users, &h).await;
+    let recorded = AuthResponse::answer(&secret(USER), &ch, "user", &h.encode());
+    first.send(recorded.to_frame()).await;
+    assert_eq!(first.recv().await.unwrap().ty, MsgType::Hello);
+
+    // Same hello, same answer, new connection: a new nonce, so it fails.
+    let (mut second, ch2) = challenged(srv.users, &h).await;
+    assert_ne!(ch.nonce, ch2.nonce);
+    second.send(recorded.to_frame()).await;
+    refused(&mut second).await;
+}
+
+#[tokio::test]
+async fn a_secret_only_speaks_for_its_own_role() {
+    let srv = start(with_auth(false)).await;
+    // A user secret cannot register a node...
+    let h = hello("node");
+    let (mut n, ch) = challenged(srv.nodes, &h).await;
+    n.send(AuthResponse::answer(&secret(USER), &ch, "node", &h.encode()).to_frame())
+        .await;
+    assert!(refused(&mut n).await.reason.contains("node secret"));
+    // ...and a node secret cannot submit work.
+    let h = hello("user");
+    let (mut u, ch) = challenged(srv.users, &h).await;
+    u.send(AuthResponse::answer(&secret(NODE), &ch, "user", &h.encode()).to_frame())
+        .await;
+    refused(&mut u).await;
+    // A node that says it is a user is turned away before any challenge.
+    let mut c = FakeUser::connect(srv.users).await;
+    c.send(hello("node").to_frame()).await;
+    assert!(refused(&mut c).await.reason.contains("role \"node\""));
+    assert!(srv.status.get().nodes.is_empty());
+}
+
+#[tokio::test]
+async fn a_hello_without_a_secret_is_told_what_is_missing() {
+    let srv = start(with_auth(false)).await;
+    let (mut u, f) = FakeUser::hello_with(srv.users, "nosecret", None, &[features::ERROR]).await;
+    assert_eq!(f.ty, MsgType::Error);
+    let e = ErrorMsg::parse(&f.payload).unwrap();
+    assert!(e.reason.contains("requires authentication"), "{e}");
+    u.closed().await;
+}
+
+#[tokio::test]
+async fn seed_format_peers_are_refused_unless_allowed() {
+    let srv = start(ServerOptions {
+        read_timeout: Duration::from_millis(300),
+        ..with_auth(false)
+    })
+    .await;
+    // A seed user hears "no" the only way it can: a failed configuration.
+    let mut seed = FakeUser::connect(srv.users).await;
+    let (status, errors) = seed.configure(&bench(16, 16)).await;
+    assert!(status != 0 && errors.is_empty());
+    seed.closed().await;
+    // A seed node (silent until configured) is closed, never pooled.
+    let mut silent = FakeUser::connect(srv.nodes).await;
+    silent.closed().await;
+    assert!(srv.status.get().nodes.is_empty());
+    drop(srv);
+
+    let srv = start(with_auth(true)).await;
+    let stop = CancellationToken::new();
+    let o = corefarm_node::NodeOptions {
+        server: srv.nodes.to_string(),
+        hello: false,
+        reconnect: false,
+        peer_listen: None,
+        ..Default::default()
+    };
+    tokio::spawn(corefarm_node::run(o, stop.clone()));
+    let _stop = stop.drop_guard();
+    srv.wait_free_nodes(1).await;
+    let mut seed = FakeUser::connect(srv.users).await;
+    assert_eq!(seed.configure(&bench(16, 16)).await.0, 0);
+    let input = Data {
+        id: 1,
+        data: vec![9u8; 16].into(),
+    };
+    seed.send(input.to_frame().unwrap()).await;
+    let r = seed.recv().await.unwrap();
+    assert_eq!(Data::parse(r.payload).unwrap().data[..], [9u8; 16]);
+}
+
+#[tokio::test]
+async fn a_peer_that_never_answers_the_challenge_is_closed() {
+    let srv = start(ServerOptions {
+        read_timeout: Duration::from_millis(300),
+        ..with_auth(false)
+    })
+    .await;
+    let (mut u, _) = challenged(srv.users, &hello("user")).await;
+    u.closed().await;
+    // An answer of the wrong size is refused with the reason.
+    let (mut u, _) = challenged(srv.users, &hello("user")).await;
+    u.send_raw(&[0x17, 0, 0, 0, 3, 0, 0, 0, 1, 2, 3]).await;
+    assert!(refused(&mut u).await.reason.contains("3 bytes"));
+    assert!(srv.status.get().users.is_empty());
+}
