@@ -11,6 +11,8 @@
 //! - `registry`: nodes and users as the status extension shows them
 //!   (atomics written by their owners, locked only on connect/disconnect).
 //! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
+//! - [`sched`]: shared mode (`--sharing shared`): functions, per-function
+//!   queues, Algorithm 1; one driver task owns every node.
 //! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
 pub mod defaults;
@@ -19,6 +21,7 @@ mod limits;
 pub mod nodeconn;
 pub mod pool;
 mod registry;
+pub mod sched;
 pub mod user;
 
 use std::net::SocketAddr;
@@ -32,6 +35,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use dispatch::Policy;
+pub use sched::Sharing;
 
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -69,6 +73,12 @@ pub struct ServerOptions {
     pub max_users: usize,
     /// Concurrent node connections; more are refused with a reason.
     pub max_nodes: usize,
+    /// Who owns the nodes: a user (exclusive) or the scheduler (shared).
+    pub sharing: Sharing,
+    /// Shared mode: Algorithm 1's monitoring period.
+    pub monitor_period: Duration,
+    /// Shared mode: data messages one function's queue holds.
+    pub queue_limit: usize,
 }
 
 impl Default for ServerOptions {
@@ -91,6 +101,9 @@ impl Default for ServerOptions {
             read_timeout: READ_TIMEOUT,
             max_users: MAX_USERS,
             max_nodes: MAX_NODES,
+            sharing: SHARING,
+            monitor_period: MONITOR_PERIOD,
+            queue_limit: QUEUE_LIMIT,
         }
     }
 }
@@ -99,6 +112,8 @@ pub(crate) struct Shared {
     pub opts: ServerOptions,
     pub pool: pool::Pool,
     pub registry: registry::Registry,
+    /// Shared mode: the scheduler's part of the status, published by it.
+    pub view: std::sync::Mutex<sched::view::View>,
     next_id: AtomicU64,
 }
 
@@ -109,12 +124,17 @@ impl Shared {
 
     /// The status extension's answer; `you` is the asking user, if any.
     pub fn status(&self, you: Option<u64>) -> ClusterStatus {
-        ClusterStatus {
+        let mut s = ClusterStatus {
             you,
             policy: self.opts.policy.to_string(),
             max_message: self.opts.max_message,
+            sharing: self.opts.sharing.to_string(),
             ..self.registry.snapshot()
+        };
+        if self.opts.sharing == Sharing::Shared {
+            self.view.lock().expect("view lock").merge(&mut s);
         }
+        s
     }
 }
 
@@ -155,6 +175,7 @@ impl Server {
             opts,
             pool: pool::Pool::default(),
             registry: registry::Registry::default(),
+            view: Default::default(),
             next_id: AtomicU64::new(1),
         });
         Ok(Server {
@@ -197,6 +218,8 @@ impl Server {
         let node_slots = Arc::new(Semaphore::new(shared.opts.max_nodes));
         let user_slots = Arc::new(Semaphore::new(shared.opts.max_users));
         let refusals = limits::Refusals::new(&shared);
+        let sched = (shared.opts.sharing == Sharing::Shared)
+            .then(|| sched::driver::start(shared.clone(), stop.child_token()));
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -223,8 +246,12 @@ impl Server {
                         tracing::info!(user = %addr, "user connected");
                         let shared = shared.clone();
                         let stop = stop.child_token();
+                        let sched = sched.clone();
                         tokio::spawn(async move {
-                            user::run(shared, s, addr, stop).await;
+                            match sched {
+                                Some(h) => sched::session::run(shared, h, s, addr, stop).await,
+                                None => user::run(shared, s, addr, stop).await,
+                            }
                             drop(permit);
                         });
                     }

@@ -80,6 +80,9 @@ pub enum ErrorCode {
     CoreFailure = 9,
     /// Anything else; the reason says what.
     Internal = 10,
+    /// Shared mode: the function's job queue is full (only to a user that
+    /// asked for it with the `queue-full` hello feature; others are pushed back).
+    QueueFull = 11,
 }
 
 impl ErrorCode {
@@ -96,6 +99,7 @@ impl ErrorCode {
             8 => Timeout,
             9 => CoreFailure,
             10 => Internal,
+            11 => QueueFull,
             _ => return None,
         })
     }
@@ -113,6 +117,7 @@ impl ErrorCode {
             Timeout => "timeout",
             CoreFailure => "core-failure",
             Internal => "internal",
+            QueueFull => "queue-full",
         }
     }
 }

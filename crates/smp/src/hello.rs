@@ -24,6 +24,10 @@ pub mod features {
     /// `peer` field is where other nodes of a group reach it with peer
     /// messages (type 0x15, [`crate::peer`]); only nodes ever connect there.
     pub const PEER: &str = "peer";
+    /// Shared mode (issue 8): a data message that finds its function's
+    /// queue full is answered with an `Error` (code `QueueFull`) instead of
+    /// the server pausing reads from the user's socket.
+    pub const QUEUE_FULL: &str = "queue-full";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
