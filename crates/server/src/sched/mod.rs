@@ -10,13 +10,17 @@
 //! - [`queue`]: a function's job queue, deficit round-robin by bytes over users.
 //! - [`algorithm1`]: the periodic reconfiguration (seed Algorithm 1) with the
 //!   cost of reprogramming weighed in.
+//! - `route`: what follows every event — failing refused functions,
+//!   placing requested ones, finishing drains, dispatching queued jobs.
 //! - [`driver`]: the task that owns every node in `--sharing shared` mode.
 //! - [`session`]: a user connection in shared mode.
 
 pub mod algorithm1;
 pub mod driver;
 pub mod function;
+mod params;
 pub mod queue;
+mod route;
 pub mod session;
 pub mod view;
 
@@ -27,84 +31,10 @@ use bytes::Bytes;
 use corefarm_smp::{ErrorCode, NodeState};
 use tokio::sync::OwnedSemaphorePermit;
 
-use crate::dispatch::{Load, Order, Policy, Window};
+use crate::dispatch::{Order, Window};
 pub use function::FnId;
 use function::Function;
-
-/// `--sharing`: who the nodes belong to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Sharing {
-    /// Seed 000: a user owns the nodes it configured until it leaves.
-    Exclusive,
-    /// Seed 002: nodes hold functions; users of one function share its replicas.
-    Shared,
-}
-
-impl std::str::FromStr for Sharing {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "exclusive" => Ok(Sharing::Exclusive),
-            "shared" => Ok(Sharing::Shared),
-            o => Err(format!(
-                "unknown sharing {o:?} (expected shared or exclusive)"
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for Sharing {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Sharing::Exclusive => "exclusive",
-            Sharing::Shared => "shared",
-        })
-    }
-}
-
-/// The scheduler's parameters (docs/sharing.md explains each default).
-#[derive(Debug, Clone)]
-pub struct Params {
-    pub policy: Policy,
-    pub credit: u32,
-    pub credit_adaptive: bool,
-    pub credit_max_bytes: u64,
-    /// Monitoring period P.
-    pub period: Duration,
-    /// A node whose function kept it busy less than this fraction of the
-    /// period (per replica) may be reconfigured (C_RECONFIG).
-    pub c_reconfig: f64,
-    /// A function whose replicas had more than this fraction of the period
-    /// of work each is worth another replica (C_REPLICATE).
-    pub c_replicate: f64,
-    /// How far ahead a replication's gain is counted against its cost.
-    pub horizon: Duration,
-    /// How long a function without a replica waits before it may take the
-    /// only replica of a busy function (never less than 10 reprogrammings).
-    pub max_wait: Duration,
-    /// Service time per input assumed before a function was measured.
-    pub service_prior: Duration,
-    /// How long users wait for a replica while no node is connected at all.
-    pub node_wait: Duration,
-}
-
-impl Params {
-    pub fn new(period: Duration) -> Params {
-        Params {
-            policy: Policy::Credit,
-            credit: 4,
-            credit_adaptive: true,
-            credit_max_bytes: 32 << 20,
-            period,
-            c_reconfig: 0.5,
-            c_replicate: 1.0,
-            horizon: period * 100,
-            max_wait: period * 50,
-            service_prior: Duration::from_millis(1),
-            node_wait: Duration::from_secs(5),
-        }
-    }
-}
+pub use params::{Params, Sharing};
 
 /// A data message of one user, queued or in flight.
 #[derive(Debug)]
@@ -608,202 +538,6 @@ impl Sched {
             }
         }
         self.settle(now);
-    }
-
-    /// Nodes past a deadline: configuring too long, or silent with work.
-    pub fn expired(
-        &self,
-        now: Duration,
-        config: Duration,
-        progress: Duration,
-    ) -> Vec<(u64, String)> {
-        self.nodes
-            .iter()
-            .filter_map(|(&id, s)| match s.state {
-                SlotState::Configuring { since, .. } if now.saturating_sub(since) > config => {
-                    Some((id, format!("no configuration response within {config:?}")))
-                }
-                _ if !s.in_flight.is_empty() && now.saturating_sub(s.last_progress) > progress => {
-                    Some((
-                        id,
-                        format!(
-                            "no result for {progress:?} with {} message(s) in flight",
-                            s.in_flight.len()
-                        ),
-                    ))
-                }
-                _ => None,
-            })
-            .collect()
-    }
-
-    fn fail_without_nodes(&mut self, now: Duration) {
-        let wait = self.p.node_wait;
-        let reason = format!("no node is connected to the server (waited {wait:?}, --node-wait)");
-        for f in self.fns.values_mut() {
-            for user in std::mem::take(&mut f.waiting) {
-                f.users.remove(&user);
-                if let Some(u) = self.users.get_mut(&user) {
-                    u.function = None;
-                }
-                self.out.push(Action::Configured {
-                    user,
-                    ok: false,
-                    errors: vec![reason.clone()],
-                });
-            }
-            while let Some(j) = f.queue.pop() {
-                let (user, id, reason) = (j.user, j.id, reason.clone());
-                self.out.push(Action::Failed {
-                    user,
-                    id,
-                    code: ErrorCode::NoNodes,
-                    reason,
-                });
-            }
-            f.requested = None;
-        }
-        let ids: Vec<FnId> = self.fns.keys().copied().collect();
-        ids.into_iter().for_each(|id| self.forget_if_unused(id));
-        self.no_nodes_since = Some(now);
-    }
-
-    /// After every event: fail functions every node refused, place requested
-    /// functions on free nodes, finish drains, dispatch queued work.
-    fn settle(&mut self, now: Duration) {
-        self.fail_refused();
-        self.place(now);
-        self.finish_drains(now);
-        self.pump(now);
-    }
-
-    /// Users of a function that every connected node refused hear it.
-    fn fail_refused(&mut self) {
-        if self.nodes.is_empty() {
-            return;
-        }
-        let ids: Vec<FnId> = self
-            .fns
-            .values()
-            .filter(|f| !f.waiting.is_empty())
-            .filter(|f| self.nodes.values().all(|s| s.refused.contains(&f.id)))
-            .map(|f| f.id)
-            .collect();
-        for id in ids {
-            let f = self.fns.get_mut(&id).expect("listed");
-            let errors = std::mem::take(&mut f.refusals);
-            f.requested = None;
-            for user in std::mem::take(&mut f.waiting) {
-                f.users.remove(&user);
-                if let Some(u) = self.users.get_mut(&user) {
-                    u.function = None;
-                }
-                self.out.push(Action::Configured {
-                    user,
-                    ok: false,
-                    errors: errors.clone(),
-                });
-            }
-            self.forget_if_unused(id);
-        }
-    }
-
-    /// A requested function without a replica goes at once onto a node
-    /// nobody needs: empty, or holding a function no user wants any more.
-    fn place(&mut self, now: Duration) {
-        let mut wanting: Vec<(Duration, FnId)> = self
-            .fns
-            .values()
-            .filter_map(|f| f.requested.map(|t| (t, f.id)))
-            .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
-            .collect();
-        wanting.sort();
-        for (_, f) in wanting {
-            let spare = self.nodes.iter().find(|(_, s)| {
-                s.idle()
-                    && !s.refused.contains(&f)
-                    && s.function
-                        .is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted))
-            });
-            if let Some((&node, _)) = spare {
-                self.reconfigure(node, f, now);
-            }
-        }
-    }
-
-    fn finish_drains(&mut self, now: Duration) {
-        let done: Vec<(u64, FnId)> = self
-            .nodes
-            .iter()
-            .filter_map(|(&id, s)| match s.state {
-                SlotState::Draining { target } if s.in_flight.is_empty() => Some((id, target)),
-                _ => None,
-            })
-            .collect();
-        for (node, target) in done {
-            if self.fns.get(&target).is_some_and(Function::wanted)
-                && self.replicas_or_loading(target) == 0
-            {
-                self.reconfigure(node, target, now);
-            } else {
-                self.nodes.get_mut(&node).expect("listed").state = SlotState::Ready;
-            }
-        }
-    }
-
-    /// Dispatches queued jobs to the replicas the policy picks.
-    fn pump(&mut self, now: Duration) {
-        let busy: Vec<FnId> = self
-            .fns
-            .values()
-            .filter(|f| !f.queue.is_empty())
-            .map(|f| f.id)
-            .collect();
-        for fid in busy {
-            loop {
-                let (nodes, policy) = (&self.nodes, self.p.policy);
-                let load = |id: u64| {
-                    nodes
-                        .get(&id)
-                        .filter(|s| s.state == SlotState::Ready && s.function == Some(fid))
-                        .map(|s| Load {
-                            unwritten: s.sent.saturating_sub(s.written),
-                            in_flight: s.in_flight.len(),
-                            window: s.window.get(),
-                        })
-                };
-                let Some(order) = self.orders.get_mut(&fid) else {
-                    break;
-                };
-                let Some(node) = order.pick(policy, load) else {
-                    break;
-                };
-                let Some(mut job) = self.fns.get_mut(&fid).and_then(|f| f.queue.pop()) else {
-                    break;
-                };
-                job.permit = None;
-                job.sent = now;
-                let internal = self.next_internal;
-                self.next_internal = self.next_internal.wrapping_add(1);
-                if let Some(u) = self.users.get_mut(&job.user) {
-                    u.in_flight += 1;
-                }
-                let slot = self.nodes.get_mut(&node).expect("picked");
-                if slot.in_flight.is_empty() {
-                    slot.last_progress = now;
-                    slot.busy_until = slot.busy_until.max(now);
-                }
-                self.out.push(Action::Send {
-                    node,
-                    internal,
-                    data: job.data.clone(),
-                });
-                slot.in_flight.insert(internal, job);
-                slot.sent += 1;
-                let n = slot.in_flight.len();
-                slot.window.on_dispatch(n);
-            }
-        }
     }
 }
 
