@@ -295,3 +295,36 @@ async fn alternating_functions_do_not_thrash_when_programming_is_slow() {
     // Free programming: the replicas follow the demand.
     assert!(alternate(Duration::ZERO).await > 2);
 }
+
+#[tokio::test]
+async fn a_seed_users_new_configuration_waits_for_its_data_in_flight() {
+    let server = start(shared()).await;
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(20)).await;
+    let (f1, f2) = (func(16), func(24));
+    let mut u = FakeUser::connect(server.users).await;
+    assert_eq!(u.configure(&f1).await.0, ConfigurationResponse::OK);
+    for id in 0..5u32 {
+        u.send(OutFrame::data(id, Bytes::from(vec![0; 16])).unwrap())
+            .await;
+    }
+    u.send(f2.to_frame().unwrap()).await;
+    // Every earlier result first, then the response to the new configuration.
+    for id in 0..5u32 {
+        let f = u.recv().await.expect("a result");
+        assert_eq!(f.ty, MsgType::Data, "result {id} before the response");
+    }
+    let f = u.recv().await.expect("the configuration response");
+    assert_eq!(f.ty, MsgType::ConfigurationResponse);
+    assert!(ConfigurationResponse::parse(&f.payload).unwrap().ok());
+    let got = u.stream(0..3, 24, false).await;
+    assert_eq!(got.len(), 3);
+    let s = server
+        .wait_status("the user on its new function", |s| {
+            let short = function(s, &f2).map(|f| f.id.clone());
+            s.users
+                .iter()
+                .any(|u| u.function.is_some() && u.function == short)
+        })
+        .await;
+    assert!(function(&s, &f2).is_some_and(|f| f.replicas == 1));
+}

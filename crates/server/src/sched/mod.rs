@@ -356,6 +356,8 @@ impl Sched {
             .filter(|s| match s.state {
                 SlotState::Ready => s.function == Some(id),
                 SlotState::Configuring { target, .. } => target == id,
+                // Promised to it: no second node is drained for the same function.
+                SlotState::Draining { target } => target == id,
                 _ => false,
             })
             .count()

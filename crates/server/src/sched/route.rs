@@ -85,7 +85,8 @@ impl Sched {
             .collect();
         for (node, target) in done {
             if self.fns.get(&target).is_some_and(Function::wanted)
-                && self.replicas_or_loading(target) == 0
+                && self.replicas_or_loading(target) == 1
+            // only this node is promised to it
             {
                 self.reconfigure(node, target, now);
             } else {
