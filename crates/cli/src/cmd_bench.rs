@@ -28,6 +28,9 @@ pub enum BenchCmd {
     Compare(CompareArgs),
     /// Run the benchmark suite (bench/suite.py) with this binary.
     Suite(SuiteArgs),
+    /// Shared nodes (seed 002 §5.5): concurrent applications calling random
+    /// functions on an embedded cluster; makespan and utilisation.
+    Sharing(crate::cmd_bench_sharing::SharingArgs),
 }
 
 #[derive(Args)]
@@ -222,6 +225,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Node(n) => node_bench(n),
         BenchCmd::Compare(c) => compare(c),
         BenchCmd::Suite(s) => suite(s),
+        BenchCmd::Sharing(s) => crate::cmd_bench_sharing::run(s),
     }
 }
 

@@ -10,6 +10,13 @@ use corefarm_smp::ErrorCode;
 use super::{Action, FnId, Sched, SlotState};
 use crate::dispatch::Load;
 
+/// Shared mode: at most this many messages in flight per replica, whatever
+/// the adaptive window says (one in service, one ready). A job in the queue
+/// can still go to any replica, including one being loaded; a dispatched
+/// job is committed to its node. Seed 002 §5.4.7 makes the same argument
+/// for submitting many small jobs rather than a few large ones.
+const SHARED_WINDOW: u32 = 2;
+
 impl Sched {
     /// After every event: fail functions every node refused, place requested
     /// functions on free nodes, finish drains, dispatch queued work.
@@ -18,6 +25,7 @@ impl Sched {
         self.place(now);
         self.finish_drains(now);
         self.pump(now);
+        self.spread(now);
     }
 
     /// Users of a function that every connected node refused hear it.
@@ -62,14 +70,50 @@ impl Sched {
             .collect();
         wanting.sort();
         for (_, f) in wanting {
-            let spare = self.nodes.iter().find(|(_, s)| {
+            if let Some(node) = self.spare_for(f) {
+                self.reconfigure(node, f, now);
+            }
+        }
+    }
+
+    /// A node nobody needs, idle, that may load `f`.
+    fn spare_for(&self, f: FnId) -> Option<u64> {
+        self.nodes
+            .iter()
+            .find(|(_, s)| {
                 s.idle()
                     && !s.refused.contains(&f)
                     && s.function
                         .is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted))
-            });
-            if let Some((&node, _)) = spare {
+            })
+            .map(|(&id, _)| id)
+    }
+
+    /// Work that waits in a queue after dispatch goes onto spare nodes at
+    /// once, one node per waiting job at most, without waiting for the
+    /// period: a spare node holds nothing anyone wants, so replicating costs
+    /// only its own otherwise idle programming time. Algorithm 1 then
+    /// decides about nodes that do hold wanted functions.
+    fn spread(&mut self, now: Duration) {
+        let mut waiting: Vec<(usize, FnId)> = self
+            .fns
+            .values()
+            .filter(|f| !f.queue.is_empty())
+            .map(|f| (f.queue.len(), f.id))
+            .collect();
+        waiting.sort_by(|a, b| b.0.cmp(&a.0));
+        for (queued, f) in waiting {
+            let mut loading = self
+                .nodes
+                .values()
+                .filter(|s| matches!(s.state, SlotState::Configuring { target, .. } if target == f))
+                .count();
+            while loading < queued {
+                let Some(node) = self.spare_for(f) else {
+                    return;
+                };
                 self.reconfigure(node, f, now);
+                loading += 1;
             }
         }
     }
@@ -113,7 +157,7 @@ impl Sched {
                         .map(|s| Load {
                             unwritten: s.sent.saturating_sub(s.written),
                             in_flight: s.in_flight.len(),
-                            window: s.window.get(),
+                            window: s.window.get().min(SHARED_WINDOW),
                         })
                 };
                 let Some(order) = self.orders.get_mut(&fid) else {

@@ -274,7 +274,7 @@ impl Session {
                 self.send_response(ok).await
             }
             ToUser::Result { id, data } => {
-                self.outstanding -= 1;
+                self.outstanding = self.outstanding.saturating_sub(1);
                 self.entry.results.fetch_add(1, Ordering::Relaxed);
                 match OutFrame::data(id, data) {
                     Ok(f) => self.send(f).await,
@@ -282,7 +282,7 @@ impl Session {
                 }
             }
             ToUser::Failed { id, code, reason } => {
-                self.outstanding -= 1;
+                self.outstanding = self.outstanding.saturating_sub(1);
                 if self.hello.is_some() {
                     self.send_error(id, code, reason).await
                 } else {

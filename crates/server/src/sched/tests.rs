@@ -156,15 +156,15 @@ fn a_lost_replica_has_its_work_redispatched_exactly_once() {
         configure(&mut s, 10, "a", ms(0), ms(1));
         FnId::of(&payload("a"))
     };
-    // A second replica, by hand through the period's replication.
+    // A second replica: the backlog goes onto the spare node at once,
+    // without waiting for the period.
     for id in 0..50 {
         s.submit(job(10, id), ms(2));
     }
-    s.take_actions();
-    s.tick(ms(10));
     let a = s.take_actions();
     let c = configures(&a);
     assert_eq!(c.len(), 1, "the backlog asks for a replica: {a:?}");
+    assert_eq!(c[0].0, 2);
     s.on_config_response(c[0].0, true, ms(11)).unwrap();
     let sent = sends(&s.take_actions());
     assert_eq!(s.replicas(f), 2);
@@ -289,10 +289,14 @@ fn a_function_without_replica_takes_a_node_from_one_with_two() {
     for id in 0..300 {
         s.submit(job(10, id), ms(2));
     }
-    let mut sent = sends(&s.take_actions());
+    let a = s.take_actions();
+    let mut loads = configures(&a);
+    let mut sent = sends(&a);
     sent = sends(&answer(&mut s, &sent, ms(3)));
     s.tick(ms(10));
-    for (n, _) in configures(&s.take_actions()) {
+    loads.extend(configures(&s.take_actions()));
+    assert_eq!(loads.len(), 1, "the spare node replicates \"a\"");
+    for (n, _) in loads {
         s.on_config_response(n, true, ms(11)).unwrap();
     }
     sent.extend(sends(&s.take_actions()));
