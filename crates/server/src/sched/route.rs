@@ -101,7 +101,7 @@ impl Sched {
             .filter(|f| !f.queue.is_empty())
             .map(|f| (f.queue.len(), f.id))
             .collect();
-        waiting.sort_by(|a, b| b.0.cmp(&a.0));
+        waiting.sort_by_key(|w| std::cmp::Reverse(w.0));
         for (queued, f) in waiting {
             let mut loading = self
                 .nodes
