@@ -49,7 +49,7 @@ pub struct CompareArgs {
 #[derive(Args)]
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
-    /// all (those eight) or policies.
+    /// all (those eight), policies or sharing.
     experiment: String,
     /// A few seconds per experiment.
     #[arg(long)]

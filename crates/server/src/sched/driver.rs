@@ -297,6 +297,7 @@ impl Driver {
                     }
                 }
                 Action::Configured { user, ok, errors } => {
+                    tracing::debug!(user, ok, "configuration answered");
                     let Some((tx, f)) = self.users.get(&user) else {
                         continue;
                     };
