@@ -407,3 +407,28 @@ fn a_departed_users_work_is_dropped_and_its_results_discarded() {
     assert_eq!(v.functions.len(), 1, "the node still holds the function");
     assert_eq!(v.functions[0].queued, 0);
 }
+
+#[test]
+fn queued_work_takes_spare_nodes_at_once_but_never_a_wanted_one() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    configure(&mut s, 11, "b", ms(1), ms(1));
+    s.take_actions();
+    for id in 0..20 {
+        s.submit(job(10, id), ms(3));
+    }
+    let a = s.take_actions();
+    assert!(
+        configures(&a).is_empty(),
+        "node 2 holds \"b\", which user 11 still uses"
+    );
+    assert_eq!(sends(&a).len(), 1, "one replica, window of one");
+    // User 11 leaves: its node is spare and takes the queued work without
+    // waiting for the period.
+    s.user_gone(11, ms(4));
+    let c = configures(&s.take_actions());
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].1, payload("a"));
+}
