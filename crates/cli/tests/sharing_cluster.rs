@@ -239,6 +239,23 @@ fn two_users_share_one_function_across_processes() {
     assert_eq!(s.functions.len(), 1, "one function for both: {s:#?}");
     exactly_once(&a.stream(0..150, 64, true, |_| {}), 0..150);
     exactly_once(&seed_user.join().unwrap(), 0..150);
+    // `corefarm status` shows the function, its replicas and both users.
+    let out = Command::new(BIN)
+        .args(["status", "--server", &c.users.to_string()])
+        .output()
+        .expect("run corefarm status");
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    let id = corefarm_server::sched::FnId::of(&cfg.encode_payload()).short();
+    assert!(
+        text.contains("sharing shared") && text.contains("functions: 1\n"),
+        "{text}"
+    );
+    let row = text
+        .lines()
+        .find(|l| l.trim_start().starts_with(&id))
+        .expect("a row for the function");
+    assert!(row.split_whitespace().count() >= 9, "{row}");
 }
 
 #[test]

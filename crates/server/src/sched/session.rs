@@ -342,8 +342,12 @@ impl Session {
             .collect();
         self.hello = Some(agreed.clone());
         self.entry.set_hello(h.name.clone());
-        // Nodes are shared: every connected node may serve this user.
-        agreed.nodes = Some(self.shared.registry.node_count() as u32);
+        // Nodes are shared: every connected node may serve this user. An
+        // observer (`nodes: 0`, e.g. `corefarm status`) is told it has none.
+        agreed.nodes = match h.nodes {
+            Some(0) => Some(0),
+            _ => Some(self.shared.registry.node_count() as u32),
+        };
         agreed.max_message = Some(self.shared.opts.max_message);
         self.send(agreed.to_frame()).await
     }
