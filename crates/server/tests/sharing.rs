@@ -328,3 +328,37 @@ async fn a_seed_users_new_configuration_waits_for_its_data_in_flight() {
         .await;
     assert!(function(&s, &f2).is_some_and(|f| f.replicas == 1));
 }
+
+#[tokio::test]
+async fn a_full_queue_stops_reading_from_the_user() {
+    let server = start(ServerOptions {
+        queue_limit: 2,
+        credit: 1,
+        credit_adaptive: false,
+        ..shared()
+    })
+    .await;
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(100)).await;
+    let cfg = func(16);
+    let mut u = FakeUser::connect(server.users).await;
+    assert_eq!(u.configure(&cfg).await.0, ConfigurationResponse::OK);
+    for id in 0..10u32 {
+        u.send(OutFrame::data(id, Bytes::from(vec![3; 16])).unwrap())
+            .await;
+    }
+    // One at the node, two queued, one read and waiting for a place; the
+    // other six wait in the socket.
+    let s = server
+        .wait_status("a full queue", |s| {
+            function(s, &cfg).is_some_and(|f| f.queued == 2 && f.in_flight == 1)
+                && s.users.iter().any(|u| u.outstanding == 4)
+        })
+        .await;
+    assert!(s.users.iter().all(|u| u.outstanding <= 4), "{s:#?}");
+    let mut got = 0;
+    while got < 10 {
+        let f = u.recv().await.expect("every result in the end");
+        assert_eq!(f.ty, MsgType::Data);
+        got += 1;
+    }
+}

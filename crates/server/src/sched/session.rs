@@ -21,7 +21,7 @@ use corefarm_smp::{
 };
 use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::driver::{Cmd, Handle, ToUser};
@@ -54,7 +54,10 @@ struct Session {
     /// A configuration that waits until this user's data in flight is answered.
     next_cfg: Option<(Configuration, Bytes)>,
     queue: Option<Arc<Semaphore>>,
-    permit: Option<OwnedSemaphorePermit>,
+    /// A data message read while its function's queue was full: reads stop
+    /// until it gets a place (so an idle user holds no place, and a pushed
+    /// back user holds at most one message in memory).
+    waiting: Option<Job>,
     outstanding: u64,
     credit: u64,
 }
@@ -117,7 +120,7 @@ pub(crate) async fn run(
         cfg: None,
         next_cfg: None,
         queue: None,
-        permit: None,
+        waiting: None,
         outstanding: 0,
         credit: 0,
     };
@@ -137,13 +140,10 @@ impl Session {
     ) -> Result<(), String> {
         loop {
             self.housekeeping().await?;
-            let pushback = !self.agreed(features::QUEUE_FULL);
-            let routing = self.phase == Phase::Routing && self.next_cfg.is_none();
-            let need_permit = routing && pushback && self.permit.is_none();
             let read = match self.phase {
                 Phase::Initial => true,
                 Phase::Configuring => false,
-                Phase::Routing => self.next_cfg.is_none() && (!pushback || self.permit.is_some()),
+                Phase::Routing => self.next_cfg.is_none() && self.waiting.is_none(),
             };
             let queue = self.queue.clone();
             tokio::select! {
@@ -153,8 +153,11 @@ impl Session {
                     Some(m) => self.on_sched(m).await?,
                     None => return self.fail(ErrorMsg::NO_ID, ErrorCode::Internal, "scheduler stopped".into()).await,
                 },
-                p = async { queue.expect("routing has a queue").acquire_owned().await }, if need_permit && queue.is_some() => {
-                    self.permit = p.ok();
+                p = async { queue.expect("checked").acquire_owned().await }, if self.waiting.is_some() && queue.is_some() => {
+                    if let (Ok(p), Some(mut job)) = (p, self.waiting.take()) {
+                        job.permit = Some(p);
+                        self.submit(job).await?;
+                    }
                 }
                 r = self.reader.read_frame(), if read => match r {
                     Ok(Some(f)) => self.on_frame(f).await?,
@@ -211,7 +214,6 @@ impl Session {
 
     fn configure(&mut self, cfg: Configuration, payload: Bytes) {
         self.set_phase(Phase::Configuring);
-        self.permit = None;
         self.queue = None;
         let (input_size, output_size) = (cfg.input_size, cfg.output_size);
         self.cfg = Some(cfg);
@@ -371,7 +373,6 @@ impl Session {
         if self.phase == Phase::Routing {
             // Seed §3.3.1.3: this user's data in flight is answered first.
             self.next_cfg = Some((cfg, payload));
-            self.permit = None;
         } else {
             self.configure(cfg, payload);
         }
@@ -399,28 +400,37 @@ impl Session {
             }
             self.credit -= 1;
         }
-        let permit = match self.permit.take() {
-            Some(p) => p,
-            None => match self.queue.clone().map(Semaphore::try_acquire_owned) {
-                Some(Ok(p)) => p,
-                _ => {
-                    let why = format!(
-                        "the function's queue is full ({} messages, --queue-limit); send it again later",
-                        self.shared.opts.queue_limit
-                    );
-                    // Sent even without the error feature: queue-full asked for it.
-                    return self
-                        .send(ErrorMsg::new(d.id, ErrorCode::QueueFull, why).to_frame())
-                        .await;
-                }
-            },
-        };
-        self.outstanding += 1;
         let mut job = Job::new(self.user, d.id, d.data, count);
-        job.permit = Some(permit);
+        match self.queue.clone().map(Semaphore::try_acquire_owned) {
+            Some(Ok(p)) => {
+                job.permit = Some(p);
+                self.outstanding += 1;
+                self.submit(job).await
+            }
+            _ if self.agreed(features::QUEUE_FULL) => {
+                let why = format!(
+                    "the function's queue is full ({} messages, --queue-limit); send it again later",
+                    self.shared.opts.queue_limit
+                );
+                // Sent even without the error feature: queue-full asked for it.
+                self.send(ErrorMsg::new(d.id, ErrorCode::QueueFull, why).to_frame())
+                    .await
+            }
+            _ => {
+                // Back-pressure: no more reads until it has a place.
+                self.outstanding += 1;
+                self.waiting = Some(job);
+                Ok(())
+            }
+        }
+    }
+
+    /// Hands an admitted job to the scheduler.
+    async fn submit(&mut self, job: Job) -> Result<(), String> {
+        let id = job.id;
         if !self.sched.send(Cmd::Data(job)) {
             return self
-                .fail(d.id, ErrorCode::Internal, "scheduler stopped".into())
+                .fail(id, ErrorCode::Internal, "scheduler stopped".into())
                 .await;
         }
         Ok(())
