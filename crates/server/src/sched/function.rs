@@ -31,6 +31,11 @@ impl std::fmt::Display for FnId {
     }
 }
 
+/// Reasons kept per function for a negative configuration response.
+const MAX_REASONS: usize = 16;
+/// Longest reason kept, in bytes.
+const MAX_REASON_BYTES: usize = 512;
+
 /// Weight of a new service-time sample in the moving average.
 const EWMA: f64 = 0.25;
 
@@ -58,6 +63,8 @@ pub struct Function {
     pub reconfigurations: u64,
     /// Reasons nodes gave for refusing it (reported with a negative response).
     pub refusals: Vec<String>,
+    /// Nodes lost (closed, timed out) while loading it since it last loaded.
+    pub lost_loads: u32,
 }
 
 impl Function {
@@ -75,6 +82,7 @@ impl Function {
             demand: 0.0,
             reconfigurations: 0,
             refusals: Vec::new(),
+            lost_loads: 0,
         }
     }
 
@@ -106,6 +114,22 @@ impl Function {
         self.demand
     }
 
+    /// Records why a node did not load it; nodes are untrusted, so only the
+    /// first few reasons are kept.
+    pub fn note(&mut self, mut why: String) {
+        if self.refusals.len() < MAX_REASONS {
+            if why.len() > MAX_REASON_BYTES {
+                let mut end = MAX_REASON_BYTES;
+                while !why.is_char_boundary(end) {
+                    end -= 1;
+                }
+                why.truncate(end);
+                why.push('…');
+            }
+            self.refusals.push(why);
+        }
+    }
+
     /// Users, queued work or a pending configuration: someone cares.
     pub fn wanted(&self) -> bool {
         !self.users.is_empty() || !self.queue.is_empty() || !self.waiting.is_empty()
@@ -122,6 +146,16 @@ mod tests {
         assert_eq!(a, FnId::of(b"cfg-a"));
         assert_ne!(a, FnId::of(b"cfg-b"));
         assert_eq!(a.short().len(), 12);
+    }
+
+    #[test]
+    fn a_nodes_reasons_are_bounded() {
+        let mut f = Function::new(FnId::of(b"x"), Bytes::new(), 4, 4);
+        for _ in 0..100 {
+            f.note("é".repeat(1000));
+        }
+        assert_eq!(f.refusals.len(), MAX_REASONS);
+        assert!(f.refusals[0].len() <= MAX_REASON_BYTES + '…'.len_utf8());
     }
 
     #[test]

@@ -219,6 +219,14 @@ impl Sched {
         let Some(slot) = self.nodes.remove(&node) else {
             return;
         };
+        if let SlotState::Configuring { target, .. } = slot.state {
+            if let Some(f) = self.fns.get_mut(&target) {
+                // A configuration that kills or hangs nodes must not be
+                // retried on every node forever (see `MAX_LOST_LOADS`).
+                f.lost_loads += 1;
+                f.note(format!("node {node} was lost while loading it"));
+            }
+        }
         if let Some(f) = slot.function {
             if let Some(o) = self.orders.get_mut(&f) {
                 o.remove(node);
@@ -412,6 +420,8 @@ impl Sched {
             if let Some(f) = self.fns.get_mut(&target) {
                 f.reconfigurations += 1;
                 f.requested = None;
+                f.lost_loads = 0;
+                f.refusals.clear();
                 for user in std::mem::take(&mut f.waiting) {
                     self.out.push(Action::Configured {
                         user,
@@ -429,8 +439,7 @@ impl Sched {
             });
             if let Some(f) = self.fns.get_mut(&target) {
                 if f.refusals.is_empty() {
-                    f.refusals
-                        .push(format!("node {node} refused the configuration"));
+                    f.note(format!("node {node} refused the configuration"));
                 }
             }
         }
@@ -458,7 +467,7 @@ impl Sched {
             }
         } else if let SlotState::Configuring { target, .. } = slot.state {
             if let Some(f) = self.fns.get_mut(&target) {
-                f.refusals.push(format!("node {node}: {reason}"));
+                f.note(format!("node {node}: {reason}"));
             }
         }
         self.settle(now);

@@ -17,6 +17,11 @@ use crate::dispatch::Load;
 /// for submitting many small jobs rather than a few large ones.
 const SHARED_WINDOW: u32 = 2;
 
+/// A function whose loading lost this many nodes in a row (closed or timed
+/// out before answering) is given up: its waiting users get a negative
+/// response with the reasons, as when every node refuses it.
+pub(super) const MAX_LOST_LOADS: u32 = 3;
+
 impl Sched {
     /// After every event: fail functions every node refused, place requested
     /// functions on free nodes, finish drains, dispatch queued work.
@@ -28,16 +33,18 @@ impl Sched {
         self.spread(now);
     }
 
-    /// Users of a function that every connected node refused hear it.
+    /// Users of a function that every connected node refused, or that lost
+    /// `MAX_LOST_LOADS` nodes while loading, hear it.
     fn fail_refused(&mut self) {
-        if self.nodes.is_empty() {
-            return;
-        }
         let ids: Vec<FnId> = self
             .fns
             .values()
             .filter(|f| !f.waiting.is_empty())
-            .filter(|f| self.nodes.values().all(|s| s.refused.contains(&f.id)))
+            .filter(|f| {
+                f.lost_loads >= MAX_LOST_LOADS
+                    || (!self.nodes.is_empty()
+                        && self.nodes.values().all(|s| s.refused.contains(&f.id)))
+            })
             .map(|f| f.id)
             .collect();
         for id in ids {

@@ -432,3 +432,20 @@ fn queued_work_takes_spare_nodes_at_once_but_never_a_wanted_one() {
     assert_eq!(c.len(), 1);
     assert_eq!(c[0].1, payload("a"));
 }
+
+#[test]
+fn a_configuration_that_loses_every_node_it_loads_on_is_given_up() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.configure(10, payload("crash"), 8, 8, ms(0));
+    for node in 1..=route::MAX_LOST_LOADS as u64 {
+        let c = configures(&s.take_actions());
+        assert_eq!(c.len(), 1, "loading on node {node}");
+        // The node dies (or times out) before answering; another connects.
+        s.remove_node(node, ms(node));
+        s.add_node(node + 1, ms(node));
+    }
+    let a = s.take_actions();
+    assert_eq!(answers(&a), [(10, false)], "{a:?}");
+    assert!(configures(&a).is_empty(), "no further node is sacrificed");
+}
