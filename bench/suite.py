@@ -52,7 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["echo", "server", "node", "node-matmul", "cluster", "software", "headline", "forwarding"]
 # Named experiments that `all` does not run.
-EXTRA = ["policies"]
+EXTRA = ["policies", "sharing"]
 KIB = 1024
 
 # Matrix multiplier sizes (seed 000 §4.3.2.3).
@@ -1053,9 +1053,40 @@ def exp_policies(ctx: Context) -> dict:
     return rec.write()
 
 
+def exp_sharing(ctx: Context) -> dict:
+    """Seed 002 §5.5 scaled down (issue 8): concurrent applications calling 16 functions on 8 simulated
+    nodes, exclusive vs shared (Algorithm 1), monitoring period P with reconfiguration delay P (table 5.3).
+    Each point runs `corefarm bench sharing --json`. Not part of `all`. Missing so far: the static
+    partition and co-working variants, and the accelerator-speedup axis."""
+    binary = ctx.need_binary()
+    apps_list = [1, 2] if ctx.quick else [1, 2, 4, 8]
+    periods = [10] if ctx.quick else [1, 10, 100]
+    modes = ["exclusive", "shared"]
+    calls = 6 if ctx.quick else 20
+    rec = Recorder(ctx, "sharing", len(apps_list) * len(periods) * len(modes),
+                   {"nodes": 8, "functions": 16, "calls": calls, "apps": apps_list, "periods_ms": periods,
+                    "modes": modes, "runs": ctx.runs})
+    for period in periods:
+        for apps in apps_list:
+            for mode in modes:
+                key = {"period_ms": period, "apps": apps, "sharing": mode}
+                runs, failure = [], None
+                for run in range(ctx.runs):
+                    obj, err = run_json([str(binary), "bench", "sharing", "--json", "--sharing", mode,
+                                         "--apps", str(apps), "--period-ms", str(period), "--calls", str(calls),
+                                         "--seed", str(run + 1)], timeout=600)
+                    if obj is None:
+                        failure = err
+                        break
+                    runs.append({k: obj[k] for k in ("normalised_makespan", "utilisation", "makespan_s",
+                                                      "reconfigurations")})
+                rec.add(key, runs, failure)
+    return rec.write()
+
+
 RUNNERS = {"echo": exp_echo, "server": exp_server, "node": exp_node, "node-matmul": exp_node_matmul,
            "cluster": exp_cluster, "software": exp_software, "headline": exp_headline,
-           "forwarding": exp_forwarding, "policies": exp_policies}
+           "forwarding": exp_forwarding, "policies": exp_policies, "sharing": exp_sharing}
 
 
 # ---------------------------------------------------------------- main

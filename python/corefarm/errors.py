@@ -86,6 +86,7 @@ ERROR_CODES = {
     9: "core-failure",
     10: "internal",
     11: "unauthorized",
+    12: "queue-full",
 }
 """Names of the codes of the server's Error message, by number (docs/protocol.md, type 0x11)."""
 

@@ -32,6 +32,9 @@ pub enum BenchCmd {
     /// users coming and going and bad peers; checks that every input got
     /// exactly one correct result and memory stayed flat (exit 1 if not).
     Soak(crate::cmd_soak::SoakArgs),
+    /// Shared nodes (seed 002 §5.5): concurrent applications calling random
+    /// functions on an embedded cluster; makespan and utilisation.
+    Sharing(crate::cmd_bench_sharing::SharingArgs),
 }
 
 #[derive(Args)]
@@ -50,7 +53,7 @@ pub struct CompareArgs {
 #[derive(Args)]
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
-    /// all (those eight) or policies.
+    /// all (those eight), policies or sharing.
     experiment: String,
     /// A few seconds per experiment.
     #[arg(long)]
@@ -231,6 +234,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Compare(c) => compare(c),
         BenchCmd::Suite(s) => suite(s),
         BenchCmd::Soak(s) => crate::cmd_soak::run(s),
+        BenchCmd::Sharing(s) => crate::cmd_bench_sharing::run(s),
     }
 }
 

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use clap::Args;
 use corefarm_node::NodeOptions;
-use corefarm_server::{defaults, Policy, Server, ServerOptions};
+use corefarm_server::{defaults, Policy, Server, ServerOptions, Sharing};
 use tokio_util::sync::CancellationToken;
 
 #[derive(Args, Clone)]
@@ -118,6 +118,32 @@ pub struct ServerTuning {
     /// anyway: anyone who reaches a port can then run code on every node.
     #[arg(long, help_heading = "Authentication")]
     pub insecure_open: bool,
+    /// Who owns the nodes: `exclusive` (a user owns the nodes it configured
+    /// until it leaves, as in the seed) or `shared` (nodes hold functions;
+    /// users configuring the same thing share its replicas; the server
+    /// reconfigures idle nodes on demand, Algorithm 1). docs/sharing.md.
+    #[arg(long, default_value_t = defaults::SHARING, help_heading = "Shared nodes")]
+    pub sharing: Sharing,
+    /// Shared mode: milliseconds between two runs of the reconfiguration
+    /// algorithm (its monitoring period P).
+    #[arg(long, default_value_t = defaults::MONITOR_PERIOD.as_secs_f64() * 1e3,
+          value_parser = parse_period_ms, help_heading = "Shared nodes")]
+    pub monitor_period: f64,
+    /// Shared mode: data messages one function's queue holds; beyond it
+    /// the server stops reading from its users (or answers queue-full to a
+    /// user that asked for it in its hello).
+    #[arg(long, default_value_t = defaults::QUEUE_LIMIT, help_heading = "Shared nodes")]
+    pub queue_limit: usize,
+}
+
+/// `--monitor-period`: milliseconds, at least 0.1 (the scheduler ticks no faster).
+fn parse_period_ms(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.1..1e7).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "{s:?} is not a period in milliseconds (0.1 or more)"
+        )),
+    }
 }
 
 impl ServerTuning {
@@ -142,6 +168,9 @@ impl ServerTuning {
             auth: None,
             allow_legacy: false,
             insecure_open: self.insecure_open,
+            sharing: self.sharing,
+            monitor_period: Duration::from_secs_f64(self.monitor_period / 1e3),
+            queue_limit: self.queue_limit.max(1),
         }
     }
 }
@@ -187,6 +216,11 @@ pub struct NodeTuning {
     /// is refused with the reason. Default: run every image.
     #[arg(long, value_name = "PUBKEY", num_args = 1.., value_parser = parse_trust)]
     pub trust: Vec<corefarm_cores::signature::PublicKey>,
+    /// Milliseconds every configuration takes before it is answered: emulates
+    /// a board's programming time (tens to hundreds of ms for a bitstream),
+    /// so shared-mode reconfiguration can be studied in simulation.
+    #[arg(long, default_value_t = 0)]
+    pub reconfigure_delay_ms: u64,
     /// Hardware-core backends this node may load, comma-separated: native
     /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator),
     /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge). The node
@@ -256,6 +290,7 @@ impl NodeTuning {
             memory_limit: self.memory_limit,
             max_message: self.node_max_message,
             reconnect: !self.once,
+            reconfigure_delay: Duration::from_millis(self.reconfigure_delay_ms),
             load: corefarm_cores::LoadOptions {
                 native: has("native"),
                 rtl: has("rtl"),

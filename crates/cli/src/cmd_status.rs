@@ -74,14 +74,21 @@ pub fn fetch(
 /// The status as two tables. The observer's own session (`you`) is left
 /// out: it is this command.
 pub fn render(s: &ClusterStatus) -> String {
+    let shared = s.sharing == "shared";
+    let sharing = match s.sharing.as_str() {
+        "" => String::new(),
+        m => format!(", sharing {m}"),
+    };
     let mut out = format!(
-        "policy {}, max message {} bytes\n\nnodes: {}\n",
+        "policy {}{sharing}, max message {} bytes\n\nnodes: {}\n",
         s.policy,
         s.max_message,
         s.nodes.len()
     );
     if !s.nodes.is_empty() {
-        let mut rows = vec![row(["ID", "NODE", "STATE", "USER", "IN-FLIGHT", "RESULTS"])];
+        // Shared mode: a node holds a function, not a user.
+        let whose = if shared { "FUNCTION" } else { "USER" };
+        let mut rows = vec![row(["ID", "NODE", "STATE", whose, "IN-FLIGHT", "RESULTS"])];
         for n in &s.nodes {
             let label = match &n.name {
                 Some(name) => format!("{name}@{}", n.addr),
@@ -92,7 +99,11 @@ pub fn render(s: &ClusterStatus) -> String {
                 n.id.to_string(),
                 label,
                 node_state(n.state).into(),
-                n.user.map_or("-".into(), |u| u.to_string()),
+                if shared {
+                    n.function.clone().unwrap_or_else(|| "-".into())
+                } else {
+                    n.user.map_or("-".into(), |u| u.to_string())
+                },
                 n.in_flight.to_string(),
                 n.results.to_string(),
             ]);
@@ -107,11 +118,14 @@ pub fn render(s: &ClusterStatus) -> String {
             "ADDRESS",
             "NAME",
             "PHASE",
-            "NODES",
+            if shared { "FUNCTION" } else { "NODES" },
             "OUTSTANDING",
             "QUEUED",
             "RESULTS",
         ])];
+        if shared {
+            rows[0].insert(7, "IN-FLIGHT".into());
+        }
         for u in users {
             let name = match (&u.name, u.hello) {
                 (Some(n), _) => n.clone(),
@@ -124,7 +138,9 @@ pub fn render(s: &ClusterStatus) -> String {
                 u.addr.clone(),
                 name,
                 user_phase(u.phase).into(),
-                if nodes.is_empty() {
+                if shared {
+                    u.function.clone().unwrap_or_else(|| "-".into())
+                } else if nodes.is_empty() {
                     "-".into()
                 } else {
                     nodes.join(",")
@@ -133,9 +149,56 @@ pub fn render(s: &ClusterStatus) -> String {
                 u.queued.to_string(),
                 u.results.to_string(),
             ]);
+            if shared {
+                rows.last_mut()
+                    .expect("pushed")
+                    .insert(7, u.in_flight.to_string());
+            }
         }
         out += &table(&rows);
     }
+    if shared {
+        out += &functions(s);
+    }
+    out
+}
+
+/// Shared mode: one line per function (seed 002's monitor metrics).
+fn functions(s: &ClusterStatus) -> String {
+    let mut out = format!("\nfunctions: {}\n", s.functions.len());
+    if s.functions.is_empty() {
+        return out;
+    }
+    let mut rows = vec![row([
+        "FUNCTION",
+        "REPLICAS",
+        "LOADING",
+        "QUEUED",
+        "IN-FLIGHT",
+        "DEMAND-MS",
+        "SERVICE-US",
+        "RECONFIGS",
+        "USERS",
+    ])];
+    for f in &s.functions {
+        let users: Vec<String> = f.users.iter().map(|u| u.to_string()).collect();
+        rows.push(vec![
+            f.id.clone(),
+            f.replicas.to_string(),
+            f.loading.to_string(),
+            f.queued.to_string(),
+            f.in_flight.to_string(),
+            format!("{:.1}", f.demand * 1e3),
+            f.service_us.map_or("-".into(), |t| format!("{t:.1}")),
+            f.reconfigurations.to_string(),
+            if users.is_empty() {
+                "-".into()
+            } else {
+                users.join(",")
+            },
+        ]);
+    }
+    out += &table(&rows);
     out
 }
 
@@ -225,6 +288,7 @@ mod tests {
                     outstanding: 2,
                     queued: 0,
                     results: 118,
+                    ..Default::default()
                 },
                 UserStatus {
                     id: 9,
@@ -234,6 +298,7 @@ mod tests {
                     ..UserStatus::default()
                 },
             ],
+            ..Default::default()
         };
         let expected = "\
 policy credit, max message 1024 bytes
@@ -246,6 +311,62 @@ nodes: 2
 users: 1
   ID  ADDRESS         NAME  PHASE    NODES  OUTSTANDING  QUEUED  RESULTS
   3   10.0.0.9:51234  prog  routing  1      2            0       118
+";
+        assert_eq!(render(&s), expected);
+    }
+
+    #[test]
+    fn shared_mode_lists_functions_and_what_each_node_and_user_holds() {
+        use corefarm_smp::FunctionStatus;
+        let s = ClusterStatus {
+            policy: "credit".into(),
+            max_message: 64,
+            sharing: "shared".into(),
+            nodes: vec![NodeStatus {
+                id: 1,
+                name: Some("n0".into()),
+                addr: "h:1".into(),
+                state: NodeState::Ready,
+                function: Some("0a1b2c3d4e5f".into()),
+                ..Default::default()
+            }],
+            users: vec![UserStatus {
+                id: 3,
+                addr: "h:2".into(),
+                phase: UserPhase::Routing,
+                function: Some("0a1b2c3d4e5f".into()),
+                outstanding: 5,
+                queued: 4,
+                in_flight: 1,
+                ..Default::default()
+            }],
+            functions: vec![FunctionStatus {
+                id: "0a1b2c3d4e5f".into(),
+                replicas: 1,
+                queued: 4,
+                in_flight: 1,
+                demand: 0.0125,
+                service_us: Some(2500.0),
+                reconfigurations: 1,
+                users: vec![3],
+                ..Default::default()
+            }],
+            ..ClusterStatus::default()
+        };
+        let expected = "\
+policy credit, sharing shared, max message 64 bytes
+
+nodes: 1
+  ID  NODE    STATE  FUNCTION      IN-FLIGHT  RESULTS
+  1   n0@h:1  ready  0a1b2c3d4e5f  0          0
+
+users: 1
+  ID  ADDRESS  NAME         PHASE    FUNCTION      OUTSTANDING  QUEUED  IN-FLIGHT  RESULTS
+  3   h:2      (seed user)  routing  0a1b2c3d4e5f  5            4       1          0
+
+functions: 1
+  FUNCTION      REPLICAS  LOADING  QUEUED  IN-FLIGHT  DEMAND-MS  SERVICE-US  RECONFIGS  USERS
+  0a1b2c3d4e5f  1         0        4       1          12.5       2500.0      1          3
 ";
         assert_eq!(render(&s), expected);
     }

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cmd_bench;
+mod cmd_bench_sharing;
 mod cmd_image;
 mod cmd_image_sign;
 mod cmd_server;

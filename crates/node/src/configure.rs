@@ -60,6 +60,10 @@ pub async fn configure(
     limit: u32,
     results: &mpsc::UnboundedSender<Outgoing>,
 ) -> Result<Configured, String> {
+    if !opts.reconfigure_delay.is_zero() {
+        // Emulated board programming (simulation only; zero by default).
+        tokio::time::sleep(opts.reconfigure_delay).await;
+    }
     let cfg = Configuration::parse(payload).map_err(|e| e.to_string())?;
     // Refused here, with a reason, rather than as an impossible allocation
     // or an unsendable result once data flows.
@@ -142,6 +146,19 @@ mod tests {
         assert!(configure(bench(32, 1 << 19), &o, 1 << 20, &tx)
             .await
             .is_ok());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_emulated_programming_time_delays_every_configuration() {
+        let (tx, _rx) = mpsc::unbounded_channel();
+        let o = NodeOptions {
+            reconfigure_delay: std::time::Duration::from_millis(250),
+            ..opts(CoreLoader::default())
+        };
+        let t0 = tokio::time::Instant::now();
+        assert!(configure(bench(32, 32), &o, 1 << 20, &tx).await.is_ok());
+        // Paused clock: exactly the emulated time, whatever the machine's load.
+        assert_eq!(t0.elapsed(), std::time::Duration::from_millis(250));
     }
 
     #[tokio::test]

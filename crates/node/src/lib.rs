@@ -48,6 +48,9 @@ pub struct NodeOptions {
     pub max_message: u32,
     /// Reconnect after the connection ends (with back-off).
     pub reconnect: bool,
+    /// Added to every configuration before it is answered: emulates a
+    /// board's programming time in simulation (`--reconfigure-delay-ms`).
+    pub reconfigure_delay: std::time::Duration,
     /// Which hardware-core backends may load and how.
     pub load: LoadOptions,
     /// Turns configurations into cores (default: `corefarm_cores::load`).
@@ -71,6 +74,7 @@ impl Default for NodeOptions {
             memory_limit: 512 * 1024 * 1024,
             max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
             reconnect: true,
+            reconfigure_delay: std::time::Duration::ZERO,
             load: LoadOptions::default(),
             loader: CoreLoader::default(),
             peer_listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),

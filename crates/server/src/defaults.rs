@@ -29,3 +29,10 @@ pub const USER_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_USERS: usize = 256;
 pub const MAX_NODES: usize = 1024;
+/// Who owns the nodes. Exclusive (the seed's behaviour) until the sharing
+/// benchmark (docs/sharing.md) shows shared to be no worse for one user.
+pub const SHARING: crate::Sharing = crate::Sharing::Exclusive;
+/// Shared mode: Algorithm 1's monitoring period P.
+pub const MONITOR_PERIOD: Duration = Duration::from_millis(10);
+/// Shared mode: data messages a function's queue holds before users are pushed back.
+pub const QUEUE_LIMIT: usize = 1024;

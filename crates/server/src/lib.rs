@@ -12,6 +12,8 @@
 //!   (atomics written by their owners, locked only on connect/disconnect).
 //! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
 //! - [`auth`]: `--auth-file`, the challenge every connection answers first.
+//! - [`sched`]: shared mode (`--sharing shared`): functions, per-function
+//!   queues, Algorithm 1; one driver task owns every node.
 //! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
 pub mod auth;
@@ -21,6 +23,7 @@ mod limits;
 pub mod nodeconn;
 pub mod pool;
 mod registry;
+pub mod sched;
 pub mod user;
 
 use std::net::SocketAddr;
@@ -34,6 +37,7 @@ use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 pub use dispatch::Policy;
+pub use sched::Sharing;
 
 #[derive(Debug, Clone)]
 pub struct ServerOptions {
@@ -79,6 +83,12 @@ pub struct ServerOptions {
     pub allow_legacy: bool,
     /// Without `auth`: allow listening on addresses other hosts can reach.
     pub insecure_open: bool,
+    /// Who owns the nodes: a user (exclusive) or the scheduler (shared).
+    pub sharing: Sharing,
+    /// Shared mode: Algorithm 1's monitoring period.
+    pub monitor_period: Duration,
+    /// Shared mode: data messages one function's queue holds.
+    pub queue_limit: usize,
 }
 
 impl Default for ServerOptions {
@@ -104,6 +114,9 @@ impl Default for ServerOptions {
             auth: None,
             allow_legacy: false,
             insecure_open: false,
+            sharing: SHARING,
+            monitor_period: MONITOR_PERIOD,
+            queue_limit: QUEUE_LIMIT,
         }
     }
 }
@@ -112,6 +125,8 @@ pub(crate) struct Shared {
     pub opts: ServerOptions,
     pub pool: pool::Pool,
     pub registry: registry::Registry,
+    /// Shared mode: the scheduler's part of the status, published by it.
+    pub view: std::sync::Mutex<sched::view::View>,
     next_id: AtomicU64,
 }
 
@@ -122,12 +137,17 @@ impl Shared {
 
     /// The status extension's answer; `you` is the asking user, if any.
     pub fn status(&self, you: Option<u64>) -> ClusterStatus {
-        ClusterStatus {
+        let mut s = ClusterStatus {
             you,
             policy: self.opts.policy.to_string(),
             max_message: self.opts.max_message,
+            sharing: self.opts.sharing.to_string(),
             ..self.registry.snapshot()
+        };
+        if self.opts.sharing == Sharing::Shared {
+            self.view.lock().expect("view lock").merge(&mut s);
         }
+        s
     }
 }
 
@@ -173,6 +193,7 @@ impl Server {
             opts,
             pool: pool::Pool::default(),
             registry: registry::Registry::default(),
+            view: Default::default(),
             next_id: AtomicU64::new(1),
         });
         Ok(Server {
@@ -215,6 +236,8 @@ impl Server {
         let node_slots = Arc::new(Semaphore::new(shared.opts.max_nodes));
         let user_slots = Arc::new(Semaphore::new(shared.opts.max_users));
         let refusals = limits::Refusals::new(&shared);
+        let sched = (shared.opts.sharing == Sharing::Shared)
+            .then(|| sched::driver::start(shared.clone(), stop.child_token()));
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -248,6 +271,7 @@ impl Server {
                         };
                         let shared = shared.clone();
                         let stop = stop.child_token();
+                        let sched = sched.clone();
                         tokio::spawn(async move {
                             let (s, prefix) = match shared.opts.auth.clone() {
                                 None => (s, Vec::new()),
@@ -258,7 +282,10 @@ impl Server {
                                 },
                             };
                             tracing::info!(user = %addr, "user connected");
-                            user::run(shared, s, addr, stop, &prefix).await;
+                            match sched {
+                                Some(h) => sched::session::run(shared, h, s, addr, stop, &prefix).await,
+                                None => user::run(shared, s, addr, stop, &prefix).await,
+                            }
                             drop(permit);
                         });
                     }

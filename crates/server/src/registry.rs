@@ -94,6 +94,7 @@ impl NodeEntry {
             user: (user != 0).then_some(user),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             results: self.results.load(Ordering::Relaxed),
+            function: None,
         }
     }
 }
@@ -172,6 +173,8 @@ impl UserEntry {
             outstanding: self.outstanding.load(Ordering::Relaxed),
             queued: self.queued.load(Ordering::Relaxed),
             results: self.results.load(Ordering::Relaxed),
+            function: None,
+            in_flight: 0,
         }
     }
 }
@@ -189,6 +192,11 @@ impl Registry {
 
     pub fn remove_node(&self, id: u64) {
         self.nodes.lock().expect("registry lock").remove(&id);
+    }
+
+    /// Nodes connected now.
+    pub fn node_count(&self) -> usize {
+        self.nodes.lock().expect("registry lock").len()
     }
 
     pub fn add_user(&self, e: Arc<UserEntry>) {

@@ -84,6 +84,9 @@ pub enum ErrorCode {
     Internal = 10,
     /// The peer did not prove it holds its role's secret (or sent none).
     Unauthorized = 11,
+    /// Shared mode: the function's job queue is full (only to a user that
+    /// asked for it with the `queue-full` hello feature; others are pushed back).
+    QueueFull = 12,
 }
 
 impl ErrorCode {
@@ -101,6 +104,7 @@ impl ErrorCode {
             9 => CoreFailure,
             10 => Internal,
             11 => Unauthorized,
+            12 => QueueFull,
             _ => return None,
         })
     }
@@ -119,6 +123,7 @@ impl ErrorCode {
             CoreFailure => "core-failure",
             Internal => "internal",
             Unauthorized => "unauthorized",
+            QueueFull => "queue-full",
         }
     }
 }

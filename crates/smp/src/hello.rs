@@ -27,6 +27,10 @@ pub mod features {
     /// The peer holds a secret and answers an `AuthChallenge` (0x16) with
     /// an `AuthResponse` (0x17) before the server's hello ([`crate::auth`]).
     pub const AUTH: &str = "auth";
+    /// Shared mode (issue 8): a data message that finds its function's
+    /// queue full is answered with an `Error` (code `QueueFull`) instead of
+    /// the server pausing reads from the user's socket.
+    pub const QUEUE_FULL: &str = "queue-full";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -26,6 +26,44 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     #[serde(default)]
     pub users: Vec<UserStatus>,
+    /// `--sharing`: "exclusive" (a user owns its nodes) or "shared"
+    /// (nodes hold functions); empty from servers before sharing existed.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub sharing: String,
+    /// Shared mode: the functions the server knows (seed 002).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub functions: Vec<FunctionStatus>,
+}
+
+/// One function in shared mode: a configuration payload, by digest.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct FunctionStatus {
+    /// Short hex of the payload's SHA-256.
+    pub id: String,
+    /// Nodes holding it and taking data.
+    #[serde(default)]
+    pub replicas: u32,
+    /// Nodes being configured for it.
+    #[serde(default)]
+    pub loading: u32,
+    /// Data messages waiting in its queue.
+    #[serde(default)]
+    pub queued: u64,
+    /// Data messages at its replicas.
+    #[serde(default)]
+    pub in_flight: u64,
+    /// Demand over the last monitoring period, node-seconds.
+    #[serde(default)]
+    pub demand: f64,
+    /// Measured node time per input, microseconds (none before the first result).
+    #[serde(default)]
+    pub service_us: Option<f64>,
+    /// Times a node was configured for it.
+    #[serde(default)]
+    pub reconfigurations: u64,
+    /// Users whose current configuration it is.
+    #[serde(default)]
+    pub users: Vec<u64>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +101,9 @@ pub struct NodeStatus {
     /// Results it returned (for its current user).
     #[serde(default)]
     pub results: u64,
+    /// Shared mode: the function it holds (short hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +141,12 @@ pub struct UserStatus {
     /// Results delivered to it.
     #[serde(default)]
     pub results: u64,
+    /// Shared mode: its function (short hex).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// Shared mode: its data messages at nodes now.
+    #[serde(default)]
+    pub in_flight: u64,
 }
 
 /// Largest status answer a reader accepts: a cluster of thousands of nodes
@@ -138,6 +185,13 @@ impl ClusterStatus {
         self.users.iter().find(|u| u.id == id)
     }
 
+    /// A function by (a prefix of) its short id.
+    pub fn function(&self, id: &str) -> Option<&FunctionStatus> {
+        self.functions
+            .iter()
+            .find(|f| f.id.starts_with(id) || id.starts_with(&f.id))
+    }
+
     /// Nodes in the given state.
     pub fn count_nodes(&self, state: NodeState) -> usize {
         self.nodes.iter().filter(|n| n.state == state).count()
@@ -166,9 +220,19 @@ mod tests {
                 addr: "127.0.0.1:6".into(),
                 phase: UserPhase::Routing,
                 nodes: vec![1],
+                function: Some("0a1b2c3d4e5f".into()),
+                ..Default::default()
+            }],
+            sharing: "shared".into(),
+            functions: vec![FunctionStatus {
+                id: "0a1b2c3d4e5f".into(),
+                replicas: 1,
+                service_us: Some(12.5),
+                users: vec![3],
                 ..Default::default()
             }],
         };
+        assert_eq!(s.function("0a1b").map(|f| f.replicas), Some(1));
         assert_eq!(ClusterStatus::decode(&s.encode()).unwrap(), s);
         let later = br#"{"nodes":[{"id":1,"addr":"x","state":"free","future":1}],"functions":[]}"#;
         let d = ClusterStatus::decode(later).unwrap();

@@ -1,0 +1,361 @@
+//! The task that owns every node in shared mode and runs [`Sched`].
+//!
+//! It is the pool's only taker (a waiter that wants every node), so nodes
+//! reach it the same way they reach a user in exclusive mode: one scheduler
+//! owns the nodes (design seam 4). Users talk to it through [`Handle`];
+//! it answers each user on that user's channel. Node I/O stays in
+//! [`crate::nodeconn`]: this task only turns events into scheduler calls and
+//! scheduler actions into frames.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_smp::{
+    ConfigurationResponse, Data, ErrorCode, ErrorMsg, MsgType, NodeState, OutFrame,
+};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{StreamExt, StreamMap};
+use tokio_util::sync::CancellationToken;
+
+use super::{Action, FnId, Job, Params, Sched};
+use crate::nodeconn::{NodeConn, NodeEvent};
+use crate::pool::{Control, Waiter};
+use crate::Shared;
+
+/// From a user session to the scheduler.
+pub enum Cmd {
+    Join {
+        user: u64,
+        tx: mpsc::UnboundedSender<ToUser>,
+    },
+    Configure {
+        user: u64,
+        payload: Bytes,
+        input_size: u32,
+        output_size: u32,
+    },
+    Data(Job),
+    Leave {
+        user: u64,
+    },
+}
+
+/// From the scheduler to one user session.
+pub enum ToUser {
+    /// The answer to its configuration; `queue` bounds its function's queue.
+    Configured {
+        ok: bool,
+        errors: Vec<String>,
+        queue: Arc<Semaphore>,
+    },
+    Result {
+        id: u32,
+        data: Bytes,
+    },
+    Failed {
+        id: u32,
+        code: ErrorCode,
+        reason: String,
+    },
+}
+
+#[derive(Clone)]
+pub struct Handle(mpsc::UnboundedSender<Cmd>);
+
+impl Handle {
+    /// False once the scheduler has stopped.
+    pub fn send(&self, c: Cmd) -> bool {
+        self.0.send(c).is_ok()
+    }
+}
+
+/// Publishing the view costs a lock and a copy: at most this often while
+/// events stream, and at every tick.
+const PUBLISH_EVERY: Duration = Duration::from_millis(1);
+
+pub(crate) fn start(shared: Arc<Shared>, stop: CancellationToken) -> Handle {
+    let (tx, rx) = mpsc::unbounded_channel();
+    tokio::spawn(run(shared, rx, stop));
+    Handle(tx)
+}
+
+fn params(shared: &Shared) -> Params {
+    let o = &shared.opts;
+    Params {
+        policy: o.policy,
+        credit: o.credit,
+        credit_adaptive: o.credit_adaptive,
+        credit_max_bytes: o.credit_max_bytes,
+        node_wait: o.node_wait,
+        ..Params::new(o.monitor_period)
+    }
+}
+
+struct Driver {
+    shared: Arc<Shared>,
+    sched: Sched,
+    start: Instant,
+    conns: HashMap<u64, NodeConn>,
+    events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
+    users: HashMap<u64, (mpsc::UnboundedSender<ToUser>, Option<FnId>)>,
+    queues: HashMap<FnId, Arc<Semaphore>>,
+    last_publish: Instant,
+}
+
+async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>, stop: CancellationToken) {
+    let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel::<Control>();
+    let me = shared.next_id();
+    shared.pool.register(Waiter {
+        user: me,
+        tx: ctl_tx,
+        want: None,
+        have: 0,
+        refused: Default::default(),
+    });
+    let mut d = Driver {
+        sched: Sched::new(params(&shared)),
+        start: Instant::now(),
+        conns: HashMap::new(),
+        events: StreamMap::new(),
+        users: HashMap::new(),
+        queues: HashMap::new(),
+        last_publish: Instant::now(),
+        shared,
+    };
+    for conn in d.shared.pool.take_for(me, None) {
+        d.adopt(conn);
+    }
+    // The tick drives Algorithm 1 (every period) and the node deadlines.
+    let mut tick = tokio::time::interval(d.sched.params().period.max(Duration::from_millis(1)));
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        let mut force = false;
+        tokio::select! {
+            biased;
+            _ = stop.cancelled() => break,
+            Some((id, ev)) = d.events.next(), if !d.events.is_empty() => d.on_node_event(id, ev),
+            Some(Control::NodeJoined(conn)) = ctl_rx.recv() => d.adopt(conn),
+            Some(c) = rx.recv() => d.on_cmd(c),
+            _ = tick.tick() => {
+                let now = d.now();
+                d.sched.tick(now);
+                let o = &d.shared.opts;
+                for (node, why) in d.sched.expired(now, o.config_timeout, o.node_timeout) {
+                    if let Some(c) = d.conns.get(&node) {
+                        tracing::warn!(node = %c.label(), "{why}");
+                        c.close();
+                    }
+                }
+                force = true;
+            }
+        }
+        d.execute();
+        if force || d.last_publish.elapsed() >= PUBLISH_EVERY {
+            d.publish();
+        }
+    }
+    d.shared.pool.unregister(me);
+    for c in d.conns.values() {
+        c.close();
+    }
+}
+
+impl Driver {
+    fn now(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn publish(&mut self) {
+        *self.shared.view.lock().expect("view lock") = self.sched.view();
+        self.last_publish = Instant::now();
+    }
+
+    fn adopt(&mut self, mut conn: NodeConn) {
+        if conn.is_closed() {
+            return;
+        }
+        let events = std::mem::replace(&mut conn.events, mpsc::unbounded_channel().1);
+        self.events
+            .insert(conn.id, UnboundedReceiverStream::new(events));
+        conn.entry.assign(None);
+        tracing::info!(node = %conn.label(), "node joins the shared pool");
+        let id = conn.id;
+        self.conns.insert(id, conn);
+        let now = self.now();
+        self.sched.add_node(id, now);
+    }
+
+    fn on_cmd(&mut self, c: Cmd) {
+        let now = self.now();
+        match c {
+            Cmd::Join { user, tx } => {
+                self.users.insert(user, (tx, None));
+            }
+            Cmd::Configure {
+                user,
+                payload,
+                input_size,
+                output_size,
+            } => {
+                let f = self
+                    .sched
+                    .configure(user, payload, input_size, output_size, now);
+                let limit = self.shared.opts.queue_limit.max(1);
+                self.queues
+                    .entry(f)
+                    .or_insert_with(|| Arc::new(Semaphore::new(limit)));
+                let old = self.users.get_mut(&user).and_then(|u| u.1.replace(f));
+                self.forget_queue(old);
+            }
+            Cmd::Data(job) => self.sched.submit(job, now),
+            Cmd::Leave { user } => {
+                self.sched.user_gone(user, now);
+                let old = self.users.remove(&user).and_then(|u| u.1);
+                self.forget_queue(old);
+            }
+        }
+    }
+
+    /// A function's queue bound goes when its last user does.
+    fn forget_queue(&mut self, f: Option<FnId>) {
+        if let Some(f) = f {
+            if !self.users.values().any(|u| u.1 == Some(f)) {
+                self.queues.remove(&f);
+            }
+        }
+    }
+
+    fn on_node_event(&mut self, id: u64, ev: NodeEvent) {
+        let now = self.now();
+        let broke = match ev {
+            NodeEvent::Written(n) => {
+                self.sched.on_written(id, n, now);
+                None
+            }
+            NodeEvent::Closed(reason) => {
+                self.events.remove(&id);
+                if let Some(c) = self.conns.remove(&id) {
+                    tracing::warn!(node = %c.label(), "node lost: {reason}");
+                }
+                self.sched.remove_node(id, now);
+                None
+            }
+            NodeEvent::Frame(f, _permit) => match f.ty {
+                MsgType::Data => match Data::parse(f.payload) {
+                    Ok(d) => self.sched.on_result(id, d.id, d.data, now).err(),
+                    Err(e) => Some(format!("bad data message: {e}")),
+                },
+                MsgType::ConfigurationResponse => {
+                    let ok = ConfigurationResponse::parse(&f.payload).is_ok_and(|r| r.ok());
+                    self.sched.on_config_response(id, ok, now).err()
+                }
+                MsgType::Error => match ErrorMsg::parse(&f.payload) {
+                    Ok(e) => {
+                        self.sched.on_node_error(id, e.id, &e.reason, now);
+                        None
+                    }
+                    Err(e) => Some(format!("bad error message: {e}")),
+                },
+                other => Some(format!("unexpected {} message from a node", other.name())),
+            },
+        };
+        if let (Some(why), Some(c)) = (broke, self.conns.get(&id)) {
+            // Its work is re-dispatched when the close is reported.
+            tracing::warn!(node = %c.label(), "closing node: {why}");
+            c.close();
+        }
+    }
+
+    fn execute(&mut self) {
+        for a in self.sched.take_actions() {
+            match a {
+                Action::Configure { node, payload } => {
+                    let Some(c) = self.conns.get(&node) else {
+                        continue;
+                    };
+                    match OutFrame::new(MsgType::Configuration, payload) {
+                        Ok(f) => {
+                            c.send(f);
+                        }
+                        Err(e) => c.close_with(&format!("configuration does not fit a frame: {e}")),
+                    }
+                }
+                Action::Send {
+                    node,
+                    internal,
+                    data,
+                } => {
+                    if let (Some(c), Ok(f)) =
+                        (self.conns.get(&node), OutFrame::data(internal, data))
+                    {
+                        // A failed send is followed by the node's Closed event.
+                        c.send(f);
+                    }
+                }
+                Action::Configured { user, ok, errors } => {
+                    tracing::debug!(user, ok, "configuration answered");
+                    let Some((tx, f)) = self.users.get(&user) else {
+                        continue;
+                    };
+                    let queue = f
+                        .and_then(|f| self.queues.get(&f).cloned())
+                        .unwrap_or_else(|| Arc::new(Semaphore::new(1)));
+                    let _ = tx.send(ToUser::Configured { ok, errors, queue });
+                }
+                Action::Result {
+                    node,
+                    user,
+                    id,
+                    data,
+                } => {
+                    if let Some(c) = self.conns.get(&node) {
+                        c.entry
+                            .results
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    if let Some((tx, _)) = self.users.get(&user) {
+                        let _ = tx.send(ToUser::Result { id, data });
+                    }
+                }
+                Action::Failed {
+                    user,
+                    id,
+                    code,
+                    reason,
+                } => {
+                    if let Some((tx, _)) = self.users.get(&user) {
+                        let _ = tx.send(ToUser::Failed { id, code, reason });
+                    }
+                }
+                Action::State { node, state } => {
+                    if let Some(c) = self.conns.get(&node) {
+                        c.entry.set_state(state);
+                        if state == NodeState::Configuring {
+                            tracing::info!(node = %c.label(), "reconfiguring");
+                        }
+                    }
+                }
+                Action::Close { node, reason } => {
+                    if let Some(c) = self.conns.get(&node) {
+                        c.close_with(&reason);
+                    }
+                }
+            }
+        }
+    }
+}
+
+trait CloseWith {
+    fn close_with(&self, reason: &str);
+}
+
+impl CloseWith for NodeConn {
+    fn close_with(&self, reason: &str) {
+        tracing::warn!(node = %self.label(), "closing node: {reason}");
+        self.close();
+    }
+}

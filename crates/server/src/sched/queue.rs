@@ -1,0 +1,201 @@
+//! One function's job queue: a sub-queue per user, served by deficit
+//! round-robin by bytes (Shreedhar & Varghese), so that one user's burst
+//! cannot starve another user's single message, and a user sending large
+//! messages gets no more bytes per round than one sending small ones.
+
+use std::collections::{HashMap, VecDeque};
+
+/// Something that can wait in a queue: its owner and its size in bytes.
+pub trait Queued {
+    fn user(&self) -> u64;
+    fn bytes(&self) -> u64;
+}
+
+#[derive(Debug)]
+pub struct DrrQueue<J> {
+    /// Bytes a user may send per round; the function's input size, so a
+    /// round serves about one input per user.
+    quantum: u64,
+    /// Users with queued jobs, in round order; the front one is being served.
+    active: VecDeque<u64>,
+    per_user: HashMap<u64, VecDeque<J>>,
+    deficit: HashMap<u64, u64>,
+    len: usize,
+}
+
+impl<J: Queued> DrrQueue<J> {
+    pub fn new(quantum: u64) -> Self {
+        DrrQueue {
+            quantum: quantum.max(1),
+            active: VecDeque::new(),
+            per_user: HashMap::new(),
+            deficit: HashMap::new(),
+            len: 0,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Jobs queued for one user.
+    pub fn len_of(&self, user: u64) -> usize {
+        self.per_user.get(&user).map_or(0, VecDeque::len)
+    }
+
+    /// A new job at the back of its user's sub-queue.
+    pub fn push(&mut self, j: J) {
+        let u = j.user();
+        let q = self.per_user.entry(u).or_default();
+        if q.is_empty() {
+            self.active.push_back(u);
+        }
+        q.push_back(j);
+        self.len += 1;
+    }
+
+    /// A job that was already dispatched once (its replica died): first in
+    /// its user's sub-queue, so re-dispatch keeps the user's order.
+    pub fn push_front(&mut self, j: J) {
+        let u = j.user();
+        let q = self.per_user.entry(u).or_default();
+        if q.is_empty() {
+            self.active.push_back(u);
+        }
+        q.push_front(j);
+        self.len += 1;
+    }
+
+    /// Iterates over every queued job (no particular order).
+    pub fn iter(&self) -> impl Iterator<Item = &J> {
+        self.per_user.values().flatten()
+    }
+
+    /// Removes every job of a user (it left); returns them.
+    pub fn remove_user(&mut self, user: u64) -> Vec<J> {
+        self.active.retain(|&u| u != user);
+        self.deficit.remove(&user);
+        let gone: Vec<J> = self.per_user.remove(&user).unwrap_or_default().into();
+        self.len -= gone.len();
+        gone
+    }
+
+    /// The next job by deficit round-robin.
+    pub fn pop(&mut self) -> Option<J> {
+        let mut visited = 0;
+        loop {
+            let &u = self.active.front()?;
+            let head = self.per_user[&u]
+                .front()
+                .expect("active users have jobs")
+                .bytes();
+            let d = self.deficit.entry(u).or_insert(0);
+            if *d >= head {
+                *d -= head;
+                let q = self.per_user.get_mut(&u).expect("active");
+                let j = q.pop_front().expect("non-empty");
+                if q.is_empty() {
+                    // An empty sub-queue keeps no credit (DRR): idling is not saved up.
+                    self.per_user.remove(&u);
+                    self.deficit.remove(&u);
+                    self.active.pop_front();
+                }
+                self.len -= 1;
+                return Some(j);
+            }
+            // The front user has had its turn: the next one gets a quantum.
+            self.active.rotate_left(1);
+            let next = *self.active.front().expect("non-empty");
+            *self.deficit.entry(next).or_insert(0) += self.quantum;
+            visited += 1;
+            if visited > self.active.len() {
+                // A whole round served nobody (messages much larger than the
+                // quantum): grant the rounds the closest user still needs at
+                // once instead of looping through them.
+                let rounds = self
+                    .active
+                    .iter()
+                    .map(|u| {
+                        let need = self.per_user[u].front().expect("active").bytes();
+                        need.saturating_sub(self.deficit.get(u).copied().unwrap_or(0))
+                            .div_ceil(self.quantum)
+                    })
+                    .min()
+                    .unwrap_or(0);
+                if rounds > 1 {
+                    for u in &self.active {
+                        *self.deficit.entry(*u).or_insert(0) += (rounds - 1) * self.quantum;
+                    }
+                }
+                visited = 0;
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, PartialEq)]
+    struct J(u64, u64, u32);
+    impl Queued for J {
+        fn user(&self) -> u64 {
+            self.0
+        }
+        fn bytes(&self) -> u64 {
+            self.1
+        }
+    }
+
+    #[test]
+    fn a_burst_does_not_starve_a_single_message() {
+        let mut q = DrrQueue::new(16);
+        for i in 0..50 {
+            q.push(J(1, 16, i));
+        }
+        q.push(J(2, 16, 0));
+        let order: Vec<u64> = std::iter::from_fn(|| q.pop()).map(|j| j.0).collect();
+        let b = order.iter().position(|&u| u == 2).unwrap();
+        assert!(b <= 1, "user 2 served at position {b}: {order:?}");
+        assert_eq!(order.len(), 51);
+        assert!(q.is_empty());
+    }
+
+    #[test]
+    fn fairness_is_by_bytes_not_messages() {
+        // User 1 sends 4-input messages, user 2 one-input ones: per round
+        // user 2 gets about four messages for each of user 1's.
+        let mut q = DrrQueue::new(10);
+        for i in 0..10 {
+            q.push(J(1, 40, i));
+            for k in 0..4 {
+                q.push(J(2, 10, i * 4 + k));
+            }
+        }
+        let first: Vec<u64> = (0..20).map(|_| q.pop().unwrap().0).collect();
+        let ones = first.iter().filter(|&&u| u == 1).count();
+        assert!((3..=5).contains(&ones), "{first:?}");
+        // Per-user order is kept.
+        let mut q2 = DrrQueue::new(10);
+        (0..5).for_each(|i| q2.push(J(1, 10, i)));
+        q2.push_front(J(1, 10, 99));
+        let ids: Vec<u32> = std::iter::from_fn(|| q2.pop()).map(|j| j.2).collect();
+        assert_eq!(ids, [99, 0, 1, 2, 3, 4]);
+    }
+
+    #[test]
+    fn huge_messages_do_not_spin_and_users_leave_cleanly() {
+        let mut q = DrrQueue::new(1);
+        q.push(J(1, 1 << 40, 0));
+        q.push(J(2, 1 << 40, 0));
+        assert!(q.pop().is_some());
+        assert_eq!(q.remove_user(2).len() + q.len(), 1);
+        while q.pop().is_some() {}
+        assert!(q.is_empty() && q.len_of(1) == 0 && q.len_of(2) == 0);
+    }
+}

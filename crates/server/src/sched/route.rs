@@ -1,0 +1,261 @@
+//! What follows every event: functions every node refused fail, requested
+//! functions go onto spare nodes, drained nodes are reprogrammed, and queued
+//! jobs go to the replicas the dispatch policy picks.
+
+use std::time::Duration;
+
+use super::function::Function;
+use corefarm_smp::ErrorCode;
+
+use super::{Action, FnId, Sched, SlotState};
+use crate::dispatch::Load;
+
+/// Shared mode: at most this many messages in flight per replica, whatever
+/// the adaptive window says (one in service, one ready). A job in the queue
+/// can still go to any replica, including one being loaded; a dispatched
+/// job is committed to its node. Seed 002 §5.4.7 makes the same argument
+/// for submitting many small jobs rather than a few large ones.
+const SHARED_WINDOW: u32 = 2;
+
+/// A function whose loading lost this many nodes in a row (closed or timed
+/// out before answering) is given up: its waiting users get a negative
+/// response with the reasons, as when every node refuses it.
+pub(super) const MAX_LOST_LOADS: u32 = 3;
+
+impl Sched {
+    /// After every event: fail functions every node refused, place requested
+    /// functions on free nodes, finish drains, dispatch queued work.
+    pub(super) fn settle(&mut self, now: Duration) {
+        self.fail_refused();
+        self.place(now);
+        self.finish_drains(now);
+        self.pump(now);
+        self.spread(now);
+    }
+
+    /// Users of a function that every connected node refused, or that lost
+    /// `MAX_LOST_LOADS` nodes while loading, hear it.
+    fn fail_refused(&mut self) {
+        let ids: Vec<FnId> = self
+            .fns
+            .values()
+            .filter(|f| !f.waiting.is_empty())
+            .filter(|f| {
+                f.lost_loads >= MAX_LOST_LOADS
+                    || (!self.nodes.is_empty()
+                        && self.nodes.values().all(|s| s.refused.contains(&f.id)))
+            })
+            .map(|f| f.id)
+            .collect();
+        for id in ids {
+            let f = self.fns.get_mut(&id).expect("listed");
+            let errors = std::mem::take(&mut f.refusals);
+            f.requested = None;
+            for user in std::mem::take(&mut f.waiting) {
+                f.users.remove(&user);
+                if let Some(u) = self.users.get_mut(&user) {
+                    u.function = None;
+                }
+                self.out.push(Action::Configured {
+                    user,
+                    ok: false,
+                    errors: errors.clone(),
+                });
+            }
+            self.forget_if_unused(id);
+        }
+    }
+
+    /// A requested function without a replica goes at once onto a node
+    /// nobody needs: empty, or holding a function no user wants any more.
+    fn place(&mut self, now: Duration) {
+        let mut wanting: Vec<(Duration, FnId)> = self
+            .fns
+            .values()
+            .filter_map(|f| f.requested.map(|t| (t, f.id)))
+            .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
+            .collect();
+        wanting.sort();
+        for (_, f) in wanting {
+            if let Some(node) = self.spare_for(f) {
+                self.reconfigure(node, f, now);
+            }
+        }
+    }
+
+    /// A node nobody needs, idle, that may load `f`.
+    fn spare_for(&self, f: FnId) -> Option<u64> {
+        self.nodes
+            .iter()
+            .find(|(_, s)| {
+                s.idle()
+                    && !s.refused.contains(&f)
+                    && s.function
+                        .is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted))
+            })
+            .map(|(&id, _)| id)
+    }
+
+    /// Work that waits in a queue after dispatch goes onto spare nodes at
+    /// once, one node per waiting job at most, without waiting for the
+    /// period: a spare node holds nothing anyone wants, so replicating costs
+    /// only its own otherwise idle programming time. Algorithm 1 then
+    /// decides about nodes that do hold wanted functions.
+    fn spread(&mut self, now: Duration) {
+        let mut waiting: Vec<(usize, FnId)> = self
+            .fns
+            .values()
+            .filter(|f| !f.queue.is_empty())
+            .map(|f| (f.queue.len(), f.id))
+            .collect();
+        waiting.sort_by_key(|w| std::cmp::Reverse(w.0));
+        for (queued, f) in waiting {
+            let mut loading = self
+                .nodes
+                .values()
+                .filter(|s| matches!(s.state, SlotState::Configuring { target, .. } if target == f))
+                .count();
+            while loading < queued {
+                let Some(node) = self.spare_for(f) else {
+                    return;
+                };
+                self.reconfigure(node, f, now);
+                loading += 1;
+            }
+        }
+    }
+
+    fn finish_drains(&mut self, now: Duration) {
+        let done: Vec<(u64, FnId)> = self
+            .nodes
+            .iter()
+            .filter_map(|(&id, s)| match s.state {
+                SlotState::Draining { target } if s.in_flight.is_empty() => Some((id, target)),
+                _ => None,
+            })
+            .collect();
+        for (node, target) in done {
+            if self.fns.get(&target).is_some_and(Function::wanted)
+                && self.replicas_or_loading(target) == 1
+            // only this node is promised to it
+            {
+                self.reconfigure(node, target, now);
+            } else {
+                self.nodes.get_mut(&node).expect("listed").state = SlotState::Ready;
+            }
+        }
+    }
+
+    /// Dispatches queued jobs to the replicas the policy picks.
+    fn pump(&mut self, now: Duration) {
+        let busy: Vec<FnId> = self
+            .fns
+            .values()
+            .filter(|f| !f.queue.is_empty())
+            .map(|f| f.id)
+            .collect();
+        for fid in busy {
+            loop {
+                let (nodes, policy) = (&self.nodes, self.p.policy);
+                let load = |id: u64| {
+                    nodes
+                        .get(&id)
+                        .filter(|s| s.state == SlotState::Ready && s.function == Some(fid))
+                        .map(|s| Load {
+                            unwritten: s.sent.saturating_sub(s.written),
+                            in_flight: s.in_flight.len(),
+                            window: s.window.get().min(SHARED_WINDOW),
+                        })
+                };
+                let Some(order) = self.orders.get_mut(&fid) else {
+                    break;
+                };
+                let Some(node) = order.pick(policy, load) else {
+                    break;
+                };
+                let Some(mut job) = self.fns.get_mut(&fid).and_then(|f| f.queue.pop()) else {
+                    break;
+                };
+                job.permit = None;
+                job.sent = now;
+                let internal = self.next_internal;
+                self.next_internal = self.next_internal.wrapping_add(1);
+                if let Some(u) = self.users.get_mut(&job.user) {
+                    u.in_flight += 1;
+                }
+                let slot = self.nodes.get_mut(&node).expect("picked");
+                if slot.in_flight.is_empty() {
+                    slot.last_progress = now;
+                    slot.busy_until = slot.busy_until.max(now);
+                }
+                self.out.push(Action::Send {
+                    node,
+                    internal,
+                    data: job.data.clone(),
+                });
+                slot.in_flight.insert(internal, job);
+                slot.sent += 1;
+                let n = slot.in_flight.len();
+                slot.window.on_dispatch(n);
+            }
+        }
+    }
+
+    /// Nodes past a deadline: configuring too long, or silent with work.
+    pub fn expired(
+        &self,
+        now: Duration,
+        config: Duration,
+        progress: Duration,
+    ) -> Vec<(u64, String)> {
+        self.nodes
+            .iter()
+            .filter_map(|(&id, s)| match s.state {
+                SlotState::Configuring { since, .. } if now.saturating_sub(since) > config => {
+                    Some((id, format!("no configuration response within {config:?}")))
+                }
+                _ if !s.in_flight.is_empty() && now.saturating_sub(s.last_progress) > progress => {
+                    Some((
+                        id,
+                        format!(
+                            "no result for {progress:?} with {} message(s) in flight",
+                            s.in_flight.len()
+                        ),
+                    ))
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    pub(super) fn fail_without_nodes(&mut self, now: Duration) {
+        let wait = self.p.node_wait;
+        let reason = format!("no node is connected to the server (waited {wait:?}, --node-wait)");
+        for f in self.fns.values_mut() {
+            for user in std::mem::take(&mut f.waiting) {
+                f.users.remove(&user);
+                if let Some(u) = self.users.get_mut(&user) {
+                    u.function = None;
+                }
+                self.out.push(Action::Configured {
+                    user,
+                    ok: false,
+                    errors: vec![reason.clone()],
+                });
+            }
+            while let Some(j) = f.queue.pop() {
+                let (user, id, reason) = (j.user, j.id, reason.clone());
+                self.out.push(Action::Failed {
+                    user,
+                    id,
+                    code: ErrorCode::NoNodes,
+                    reason,
+                });
+            }
+            f.requested = None;
+        }
+        let ids: Vec<FnId> = self.fns.keys().copied().collect();
+        ids.into_iter().for_each(|id| self.forget_if_unused(id));
+        self.no_nodes_since = Some(now);
+    }
+}

@@ -1,0 +1,441 @@
+//! A user connection in shared mode. It owns no node: configurations and
+//! data go to the scheduler, answers come back on the user's channel.
+//!
+//! What a seed-format user sees is the seed's behaviour: a positive
+//! configuration response once at least one replica of its function is
+//! configured, its results to it alone, and a new configuration only after
+//! its own data in flight has been answered. A full function queue stops
+//! reads from the user's socket (TCP back-pressure), unless a hello user
+//! asked for the `queue-full` feature: then that message gets an error.
+
+use std::net::SocketAddr;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
+use corefarm_smp::{
+    hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
+    Frame, Hello, MsgType, OutFrame, UserPhase as Phase,
+};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::sync::CancellationToken;
+
+use super::driver::{Cmd, Handle, ToUser};
+use super::Job;
+use crate::registry::UserEntry;
+use crate::Shared;
+
+/// Frames queued for the user's socket.
+const USER_QUEUE: usize = 32;
+
+/// Features the server agrees to in shared mode.
+const AGREED: [&str; 4] = [
+    features::ERROR,
+    features::CREDIT,
+    features::STATUS,
+    features::QUEUE_FULL,
+];
+
+struct Session {
+    shared: Arc<Shared>,
+    sched: Handle,
+    user: u64,
+    peer: SocketAddr,
+    entry: Arc<UserEntry>,
+    reader: FrameReader<OwnedReadHalf>,
+    out: mpsc::Sender<OutFrame>,
+    hello: Option<Hello>,
+    phase: Phase,
+    cfg: Option<Configuration>,
+    /// A configuration that waits until this user's data in flight is answered.
+    next_cfg: Option<(Configuration, Bytes)>,
+    queue: Option<Arc<Semaphore>>,
+    /// A data message read while its function's queue was full: reads stop
+    /// until it gets a place (so an idle user holds no place, and a pushed
+    /// back user holds at most one message in memory).
+    waiting: Option<Job>,
+    outstanding: u64,
+    credit: u64,
+}
+
+/// Removes the user from the registry and the scheduler however the session ends.
+struct Registered(Arc<Shared>, Handle, u64);
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        self.0.registry.remove_user(self.2);
+        self.1.send(Cmd::Leave { user: self.2 });
+    }
+}
+
+pub(crate) async fn run(
+    shared: Arc<Shared>,
+    sched: Handle,
+    stream: TcpStream,
+    peer: SocketAddr,
+    stop: CancellationToken,
+    prefix: &[u8],
+) {
+    let user = shared.next_id();
+    let entry = Arc::new(UserEntry::new(user, peer));
+    shared.registry.add_user(entry.clone());
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    sched.send(Cmd::Join { user, tx });
+    let _registered = Registered(shared.clone(), sched.clone(), user);
+    let (rd, mut wr) = stream.into_split();
+    let (out, mut out_rx) = mpsc::channel::<OutFrame>(USER_QUEUE);
+    let io_timeout = shared.opts.io_timeout;
+    let writer_stop = stop.clone();
+    let writer = tokio::spawn(async move {
+        while let Some(f) = out_rx.recv().await {
+            let write = write_batch(&mut wr, f, || out_rx.try_recv().ok());
+            match tokio::time::timeout(io_timeout, write).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => {
+                    tracing::info!(user = %peer, "write to user failed: {e}");
+                    break;
+                }
+                Err(_) => {
+                    tracing::warn!(user = %peer, "user stopped reading for {io_timeout:?}; closing");
+                    break;
+                }
+            }
+        }
+        writer_stop.cancel();
+    });
+    let mut s = Session {
+        reader: FrameReader::new(rd, shared.opts.max_message)
+            .with_read_timeout(shared.opts.read_timeout)
+            // What the authentication gate read ahead (docs/operations.md).
+            .with_prefix(prefix),
+        shared,
+        sched,
+        user,
+        peer,
+        entry,
+        out,
+        hello: None,
+        phase: Phase::Initial,
+        cfg: None,
+        next_cfg: None,
+        queue: None,
+        waiting: None,
+        outstanding: 0,
+        credit: 0,
+    };
+    match s.main_loop(&stop, &mut rx).await {
+        Ok(()) => tracing::info!(user = %peer, "user session ended"),
+        Err(e) => tracing::warn!(user = %peer, "user session ended: {e}"),
+    }
+    drop(s);
+    let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
+}
+
+impl Session {
+    async fn main_loop(
+        &mut self,
+        stop: &CancellationToken,
+        rx: &mut mpsc::UnboundedReceiver<ToUser>,
+    ) -> Result<(), String> {
+        loop {
+            self.housekeeping().await?;
+            let read = match self.phase {
+                Phase::Initial => true,
+                Phase::Configuring => false,
+                Phase::Routing => self.next_cfg.is_none() && self.waiting.is_none(),
+            };
+            let queue = self.queue.clone();
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return Ok(()),
+                m = rx.recv() => match m {
+                    Some(m) => self.on_sched(m).await?,
+                    None => return self.fail(ErrorMsg::NO_ID, ErrorCode::Internal, "scheduler stopped".into()).await,
+                },
+                p = async { queue.expect("checked").acquire_owned().await }, if self.waiting.is_some() && queue.is_some() => {
+                    if let (Ok(p), Some(mut job)) = (p, self.waiting.take()) {
+                        job.permit = Some(p);
+                        self.submit(job).await?;
+                    }
+                }
+                r = self.reader.read_frame(), if read => match r {
+                    Ok(Some(f)) => self.on_frame(f).await?,
+                    Ok(None) => return Ok(()),
+                    Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                        return self.fail(ErrorMsg::NO_ID, ErrorCode::Timeout, format!("{e} (--read-timeout)")).await;
+                    }
+                    Err(ReadError::Io(e)) => return Err(format!("read failed: {e}")),
+                    Err(ReadError::Protocol(e)) => return self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
+                },
+            }
+        }
+    }
+
+    fn agreed(&self, feature: &str) -> bool {
+        self.hello.as_ref().is_some_and(|h| h.has(feature))
+    }
+
+    /// A pending configuration once drained; credit toward credit users.
+    async fn housekeeping(&mut self) -> Result<(), String> {
+        self.entry
+            .outstanding
+            .store(self.outstanding, Ordering::Relaxed);
+        if self.outstanding == 0 {
+            if let Some((cfg, payload)) = self.next_cfg.take() {
+                tracing::info!(user = %self.peer, "reconfiguring");
+                self.configure(cfg, payload);
+            }
+        }
+        if self.agreed(features::CREDIT) && self.phase == Phase::Routing && self.next_cfg.is_none()
+        {
+            let o = &self.shared.opts;
+            let window = o
+                .user_window
+                .map_or_else(
+                    || o.credit as u64 * self.shared.registry.node_count().max(1) as u64,
+                    u64::from,
+                )
+                .clamp(1, o.queue_limit.max(1) as u64);
+            let used = self.outstanding + self.credit;
+            if used < window {
+                let grant = (window - used) as u32;
+                self.credit += grant as u64;
+                self.send(Credit { messages: grant }.to_frame()).await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn set_phase(&mut self, p: Phase) {
+        self.phase = p;
+        self.entry.set_phase(p);
+    }
+
+    fn configure(&mut self, cfg: Configuration, payload: Bytes) {
+        self.set_phase(Phase::Configuring);
+        self.queue = None;
+        let (input_size, output_size) = (cfg.input_size, cfg.output_size);
+        self.cfg = Some(cfg);
+        self.sched.send(Cmd::Configure {
+            user: self.user,
+            payload,
+            input_size,
+            output_size,
+        });
+    }
+
+    async fn send(&mut self, f: OutFrame) -> Result<(), String> {
+        self.out
+            .send(f)
+            .await
+            .map_err(|_| "user connection closed".to_string())
+    }
+
+    async fn send_error(&mut self, id: u32, code: ErrorCode, reason: String) -> Result<(), String> {
+        if self.agreed(features::ERROR) {
+            self.send(ErrorMsg::new(id, code, reason).to_frame())
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn send_response(&mut self, ok: bool) -> Result<(), String> {
+        let status = if ok {
+            ConfigurationResponse::OK
+        } else {
+            ConfigurationResponse::FAILED
+        };
+        self.send(ConfigurationResponse { status }.to_frame()).await
+    }
+
+    /// Reports a fatal error as the protocol allows and ends the session.
+    async fn fail(&mut self, id: u32, code: ErrorCode, reason: String) -> Result<(), String> {
+        if self.hello.is_some() {
+            let _ = self.send_error(id, code, reason.clone()).await;
+        } else if self.phase == Phase::Initial {
+            let _ = self.send_response(false).await;
+        }
+        Err(reason)
+    }
+
+    async fn on_sched(&mut self, m: ToUser) -> Result<(), String> {
+        match m {
+            ToUser::Configured { ok, errors, queue } => {
+                for e in errors {
+                    self.send_error(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, e)
+                        .await?;
+                }
+                if ok {
+                    self.set_phase(Phase::Routing);
+                    self.queue = Some(queue);
+                } else {
+                    self.set_phase(Phase::Initial);
+                    self.cfg = None;
+                }
+                self.send_response(ok).await
+            }
+            ToUser::Result { id, data } => {
+                self.outstanding = self.outstanding.saturating_sub(1);
+                self.entry.results.fetch_add(1, Ordering::Relaxed);
+                match OutFrame::data(id, data) {
+                    Ok(f) => self.send(f).await,
+                    Err(e) => self.fail(id, e.code(), e.to_string()).await,
+                }
+            }
+            ToUser::Failed { id, code, reason } => {
+                self.outstanding = self.outstanding.saturating_sub(1);
+                if self.hello.is_some() {
+                    self.send_error(id, code, reason).await
+                } else {
+                    // A seed user cannot be told about one input: the session ends.
+                    self.fail(id, code, reason).await
+                }
+            }
+        }
+    }
+
+    async fn on_frame(&mut self, f: Frame) -> Result<(), String> {
+        match f.ty {
+            MsgType::Hello
+                if self.phase == Phase::Initial && self.hello.is_none() && self.cfg.is_none() =>
+            {
+                self.on_hello(f).await
+            }
+            MsgType::Configuration if self.phase != Phase::Configuring => {
+                self.on_configuration(f).await
+            }
+            MsgType::Data if self.phase == Phase::Routing => self.on_data(f).await,
+            MsgType::Data => {
+                let why = "data message before a successful configuration".to_string();
+                self.fail(ErrorMsg::NO_ID, ErrorCode::NotConfigured, why)
+                    .await
+            }
+            MsgType::StatusRequest if self.agreed(features::STATUS) => {
+                let status = self.shared.status(Some(self.user));
+                self.send(status.to_frame()).await
+            }
+            other => {
+                let why = format!("unexpected {} message from the user", other.name());
+                self.fail(ErrorMsg::NO_ID, ErrorCode::UnexpectedMessage, why)
+                    .await
+            }
+        }
+    }
+
+    async fn on_hello(&mut self, f: Frame) -> Result<(), String> {
+        let h = match Hello::decode(&f.payload) {
+            Ok(h) if h.role == "user" => h,
+            Ok(h) => {
+                let why = format!("hello with role {:?} on the user port", h.role);
+                return self.fail(ErrorMsg::NO_ID, ErrorCode::Malformed, why).await;
+            }
+            Err(e) => {
+                return self
+                    .fail(ErrorMsg::NO_ID, ErrorCode::Malformed, e.to_string())
+                    .await
+            }
+        };
+        let mut agreed = Hello::new("server");
+        agreed.features = AGREED
+            .iter()
+            .filter(|f| h.has(f))
+            .map(|f| f.to_string())
+            .collect();
+        self.hello = Some(agreed.clone());
+        self.entry.set_hello(h.name.clone());
+        // Nodes are shared: every connected node may serve this user. An
+        // observer (`nodes: 0`, e.g. `corefarm status`) is told it has none.
+        agreed.nodes = match h.nodes {
+            Some(0) => Some(0),
+            _ => Some(self.shared.registry.node_count() as u32),
+        };
+        agreed.max_message = Some(self.shared.opts.max_message);
+        self.send(agreed.to_frame()).await
+    }
+
+    async fn on_configuration(&mut self, f: Frame) -> Result<(), String> {
+        let payload = f.payload.clone();
+        let cfg = match Configuration::parse(f.payload) {
+            Ok(c) => c,
+            Err(e) => {
+                let why = format!("invalid configuration: {e}");
+                return self.fail(ErrorMsg::NO_ID, e.code(), why).await;
+            }
+        };
+        let max = self.shared.opts.max_message;
+        if let Err(e) = cfg.check_limits(max) {
+            // Refused before any node sees it; the session goes on as before.
+            let why = format!("configuration refused: {e} (--max-message is {max})");
+            self.send_error(ErrorMsg::NO_ID, e.code(), why).await?;
+            return self.send_response(false).await;
+        }
+        if self.phase == Phase::Routing {
+            // Seed §3.3.1.3: this user's data in flight is answered first.
+            self.next_cfg = Some((cfg, payload));
+        } else {
+            self.configure(cfg, payload);
+        }
+        Ok(())
+    }
+
+    async fn on_data(&mut self, f: Frame) -> Result<(), String> {
+        let d = match Data::parse(f.payload) {
+            Ok(d) => d,
+            Err(e) => return self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
+        };
+        let cfg = self.cfg.as_ref().expect("routing implies a configuration");
+        let count = match cfg.count_inputs(d.data.len()) {
+            Ok(n) => n,
+            Err(e) => {
+                return self
+                    .fail(d.id, e.code(), format!("data id {}: {e}", d.id))
+                    .await
+            }
+        };
+        if self.agreed(features::CREDIT) {
+            if self.credit == 0 {
+                let why = "data message sent without credit".to_string();
+                return self.fail(d.id, ErrorCode::UnexpectedMessage, why).await;
+            }
+            self.credit -= 1;
+        }
+        let mut job = Job::new(self.user, d.id, d.data, count);
+        match self.queue.clone().map(Semaphore::try_acquire_owned) {
+            Some(Ok(p)) => {
+                job.permit = Some(p);
+                self.outstanding += 1;
+                self.submit(job).await
+            }
+            _ if self.agreed(features::QUEUE_FULL) => {
+                let why = format!(
+                    "the function's queue is full ({} messages, --queue-limit); send it again later",
+                    self.shared.opts.queue_limit
+                );
+                // Sent even without the error feature: queue-full asked for it.
+                self.send(ErrorMsg::new(d.id, ErrorCode::QueueFull, why).to_frame())
+                    .await
+            }
+            _ => {
+                // Back-pressure: no more reads until it has a place.
+                self.outstanding += 1;
+                self.waiting = Some(job);
+                Ok(())
+            }
+        }
+    }
+
+    /// Hands an admitted job to the scheduler.
+    async fn submit(&mut self, job: Job) -> Result<(), String> {
+        let id = job.id;
+        if !self.sched.send(Cmd::Data(job)) {
+            return self
+                .fail(id, ErrorCode::Internal, "scheduler stopped".into())
+                .await;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,451 @@
+//! The scheduler against a fake clock: every event carries its time, so
+//! these tests decide exactly when periods end and how long nodes take.
+
+use super::*;
+
+fn ms(n: u64) -> Duration {
+    Duration::from_millis(n)
+}
+
+/// P = 10 ms, one message in flight per node (fixed window): dispatch
+/// order is then fully determined by the queue.
+fn sched() -> Sched {
+    Sched::new(Params {
+        credit: 1,
+        credit_adaptive: false,
+        ..Params::new(ms(10))
+    })
+}
+
+fn payload(name: &str) -> Bytes {
+    Bytes::from(format!("configuration {name}"))
+}
+
+fn job(user: u64, id: u32) -> Job {
+    Job::new(user, id, Bytes::from_static(&[0; 8]), 1)
+}
+
+/// Configure actions: (node, payload).
+fn configures(a: &[Action]) -> Vec<(u64, Bytes)> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::Configure { node, payload } => Some((*node, payload.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Send actions: (node, internal id).
+fn sends(a: &[Action]) -> Vec<(u64, u32)> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::Send { node, internal, .. } => Some((*node, *internal)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn answers(a: &[Action]) -> Vec<(u64, bool)> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::Configured { user, ok, .. } => Some((*user, *ok)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn results(a: &[Action]) -> Vec<(u64, u32)> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::Result { user, id, .. } => Some((*user, *id)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Configures `user` for `name` and lets whichever node is asked answer
+/// after `took`. Returns the node that loaded it (if one was asked).
+fn configure(s: &mut Sched, user: u64, name: &str, now: Duration, took: Duration) -> Option<u64> {
+    s.configure(user, payload(name), 8, 8, now);
+    let a = s.take_actions();
+    let node = configures(&a).first().map(|c| c.0);
+    if let Some(n) = node {
+        s.on_config_response(n, true, now + took).unwrap();
+    }
+    node
+}
+
+/// Answers the Send actions with results, at `now`.
+fn answer(s: &mut Sched, sent: &[(u64, u32)], now: Duration) -> Vec<Action> {
+    let mut out = Vec::new();
+    for &(node, internal) in sent {
+        s.on_result(node, internal, Bytes::from_static(&[1; 8]), now)
+            .unwrap();
+        out.extend(s.take_actions());
+    }
+    out
+}
+
+#[test]
+fn users_of_one_payload_share_its_replica() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    s.configure(10, payload("a"), 8, 8, ms(0));
+    let a = s.take_actions();
+    assert_eq!(configures(&a).len(), 1, "one node loads the new function");
+    assert!(
+        answers(&a).is_empty(),
+        "no positive response before a replica exists"
+    );
+    let node = configures(&a)[0].0;
+    s.on_config_response(node, true, ms(3)).unwrap();
+    assert_eq!(answers(&s.take_actions()), [(10, true)]);
+    // The second user configures the same bytes: same function, answered at once.
+    let f = s.configure(11, payload("a"), 8, 8, ms(4));
+    let a = s.take_actions();
+    assert!(configures(&a).is_empty());
+    assert_eq!(answers(&a), [(11, true)]);
+    assert_eq!(s.replicas(f), 1);
+    // Each gets its own results.
+    s.submit(job(10, 7), ms(5));
+    s.submit(job(11, 7), ms(5));
+    let sent = sends(&s.take_actions());
+    assert_eq!(sent.len(), 1, "window of one");
+    let a = answer(&mut s, &sent, ms(6));
+    let mut got = results(&a);
+    got.extend(results(&answer(&mut s, &sends(&a), ms(7))));
+    got.sort();
+    assert_eq!(got, [(10, 7), (11, 7)]);
+    let v = s.view();
+    assert_eq!(v.functions.len(), 1);
+    assert_eq!(v.functions[0].users, [10, 11]);
+}
+
+#[test]
+fn a_burst_does_not_starve_another_users_single_message() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    configure(&mut s, 11, "a", ms(1), ms(0));
+    s.take_actions();
+    for id in 0..20 {
+        s.submit(job(10, id), ms(2));
+    }
+    s.submit(job(11, 0), ms(2));
+    let mut order = Vec::new();
+    let mut now = 3;
+    let mut sent = sends(&s.take_actions());
+    while !sent.is_empty() {
+        let a = answer(&mut s, &sent, ms(now));
+        order.extend(results(&a));
+        sent = sends(&a);
+        now += 1;
+    }
+    assert_eq!(order.len(), 21, "exactly one result per input");
+    let pos = order.iter().position(|&(u, _)| u == 11).unwrap();
+    assert!(pos <= 2, "user 11's message came out at {pos}: {order:?}");
+}
+
+#[test]
+fn a_lost_replica_has_its_work_redispatched_exactly_once() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    let f = {
+        configure(&mut s, 10, "a", ms(0), ms(1));
+        FnId::of(&payload("a"))
+    };
+    // A second replica: the backlog goes onto the spare node at once,
+    // without waiting for the period.
+    for id in 0..50 {
+        s.submit(job(10, id), ms(2));
+    }
+    let a = s.take_actions();
+    let c = configures(&a);
+    assert_eq!(c.len(), 1, "the backlog asks for a replica: {a:?}");
+    assert_eq!(c[0].0, 2);
+    s.on_config_response(c[0].0, true, ms(11)).unwrap();
+    let sent = sends(&s.take_actions());
+    assert_eq!(s.replicas(f), 2);
+    assert!(sent.iter().any(|x| x.0 == 2) || !sent.is_empty());
+    // Node 1 dies with a message in flight: it goes to node 2, once.
+    s.remove_node(1, ms(12));
+    let mut seen = std::collections::HashSet::new();
+    let mut now = 13;
+    let mut pending: Vec<(u64, u32)> = s.nodes[&2].in_flight.keys().map(|&k| (2, k)).collect();
+    pending.extend(sends(&s.take_actions()));
+    while !pending.is_empty() {
+        let a = answer(&mut s, &pending, ms(now));
+        for r in results(&a) {
+            assert!(seen.insert(r), "result {r:?} twice");
+        }
+        pending = sends(&a);
+        now += 1;
+    }
+    assert_eq!(seen.len(), 50);
+    // The last replica dies with work queued: it waits for a new node.
+    s.submit(job(10, 100), ms(now));
+    let a = s.take_actions();
+    let lost = sends(&a);
+    s.remove_node(2, ms(now));
+    assert!(results(&s.take_actions()).is_empty());
+    s.add_node(3, ms(now + 1));
+    let c = configures(&s.take_actions());
+    assert_eq!(c.len(), 1, "the function is loaded on the new node");
+    s.on_config_response(3, true, ms(now + 2)).unwrap();
+    let sent = sends(&s.take_actions());
+    assert_eq!(sent.len(), lost.len().max(1));
+    assert_eq!(results(&answer(&mut s, &sent, ms(now + 3))), [(10, 100)]);
+}
+
+/// Two functions, one replica each on two nodes; the user of `hot` sends a
+/// backlog while the other user idles. Returns the reconfigurations the
+/// next period decides.
+fn replication_after_backlog(reconfig: Duration) -> usize {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    configure(&mut s, 10, "hot", ms(0), reconfig);
+    configure(&mut s, 11, "cold", ms(0), reconfig);
+    let t = reconfig.as_millis() as u64 + 1;
+    // Measure a service time of 1 ms per input.
+    s.submit(job(10, 0), ms(t));
+    let sent = sends(&s.take_actions());
+    answer(&mut s, &sent, ms(t + 1));
+    for id in 1..200 {
+        s.submit(job(10, id), ms(t + 1));
+    }
+    s.take_actions();
+    s.tick(ms(t + 11));
+    configures(&s.take_actions()).len()
+}
+
+#[test]
+fn replication_weighs_the_cost_of_reprogramming() {
+    // Cheap reprogramming: the idle node of "cold" replicates "hot".
+    assert_eq!(replication_after_backlog(ms(1)), 1);
+    // Reprogramming takes 400 ms against a 1 s horizon: losing "cold"'s
+    // only replica costs two reprogrammings (away and back), more than a
+    // second replica of "hot" would gain. No thrashing.
+    assert_eq!(replication_after_backlog(ms(400)), 0);
+}
+
+#[test]
+fn two_alternating_functions_do_not_thrash_when_programming_is_slow() {
+    for (reconfig, expect_thrash) in [(ms(400), false), (ms(1), true)] {
+        let mut s = sched();
+        s.add_node(1, ms(0));
+        s.add_node(2, ms(0));
+        let r = reconfig.as_millis() as u64;
+        configure(&mut s, 10, "a", ms(0), reconfig);
+        configure(&mut s, 11, "b", ms(0), reconfig);
+        let mut now = r + 1;
+        let mut loads = 0;
+        // Ten phases; in each one user has a backlog of 100 inputs (1 ms each).
+        for phase in 0..10u32 {
+            let user = 10 + (phase % 2) as u64;
+            for id in 0..100 {
+                s.submit(job(user, phase * 1000 + id), ms(now));
+            }
+            let mut sent = sends(&s.take_actions());
+            let mut answered = 0;
+            while answered < 100 {
+                now += 1;
+                if now.is_multiple_of(10) {
+                    s.tick(ms(now));
+                }
+                let a = s.take_actions();
+                for (node, _) in configures(&a) {
+                    loads += 1;
+                    s.on_config_response(node, true, ms(now + r)).unwrap();
+                }
+                sent.extend(sends(&a));
+                sent.extend(sends(&s.take_actions()));
+                let batch = std::mem::take(&mut sent);
+                let a = answer(&mut s, &batch, ms(now));
+                answered += results(&a).len();
+                sent.extend(sends(&a));
+            }
+        }
+        if expect_thrash {
+            assert!(
+                loads >= 5,
+                "cheap reprogramming follows the demand ({loads} loads)"
+            );
+        } else {
+            assert_eq!(loads, 0, "slow reprogramming: replicas stay where they are");
+        }
+    }
+}
+
+#[test]
+fn a_function_without_replica_takes_a_node_from_one_with_two() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    // Cheaply replicate "a" on the second node under a backlog.
+    for id in 0..300 {
+        s.submit(job(10, id), ms(2));
+    }
+    let a = s.take_actions();
+    let mut loads = configures(&a);
+    let mut sent = sends(&a);
+    sent = sends(&answer(&mut s, &sent, ms(3)));
+    s.tick(ms(10));
+    loads.extend(configures(&s.take_actions()));
+    assert_eq!(loads.len(), 1, "the spare node replicates \"a\"");
+    for (n, _) in loads {
+        s.on_config_response(n, true, ms(11)).unwrap();
+    }
+    sent.extend(sends(&s.take_actions()));
+    assert_eq!(s.replicas(FnId::of(&payload("a"))), 2);
+    // A new user of "b": no idle node, but "a" has two replicas.
+    s.configure(11, payload("b"), 8, 8, ms(12));
+    assert!(answers(&s.take_actions()).is_empty());
+    s.tick(ms(20));
+    s.take_actions();
+    // The drained node finishes its message, then loads "b".
+    let a = answer(&mut s, &sent, ms(21));
+    let c = configures(&a);
+    assert_eq!(c.len(), 1, "{a:?}");
+    assert_eq!(c[0].1, payload("b"));
+    s.on_config_response(c[0].0, true, ms(22)).unwrap();
+    assert_eq!(answers(&s.take_actions()), [(11, true)]);
+}
+
+#[test]
+fn time_slicing_when_functions_outnumber_nodes() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    for id in 0..10_000 {
+        s.submit(job(10, id), ms(2));
+    }
+    let mut sent = sends(&s.take_actions());
+    s.configure(11, payload("b"), 8, 8, ms(3));
+    let mut now: u64 = 3;
+    let mut loaded_at = None;
+    while loaded_at.is_none() && now < 2000 {
+        now += 1;
+        if now.is_multiple_of(10) {
+            s.tick(ms(now));
+        }
+        let a = answer(&mut s, &sent, ms(now));
+        sent = sends(&a);
+        if !configures(&a).is_empty() {
+            loaded_at = Some(now);
+        }
+    }
+    // max_wait = 50 periods = 500 ms (the node reprograms in 1 ms).
+    let t = loaded_at.expect("the waiting function gets the node eventually");
+    assert!((500..600).contains(&t), "loaded at {t} ms");
+}
+
+#[test]
+fn refusals_and_missing_nodes_give_a_negative_response() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.configure(10, payload("x"), 8, 8, ms(0));
+    s.take_actions();
+    s.on_node_error(
+        1,
+        corefarm_smp::ErrorMsg::NO_ID,
+        "no artifact for native",
+        ms(1),
+    );
+    s.on_config_response(1, false, ms(1)).unwrap();
+    let a = s.take_actions();
+    let errors: Vec<&String> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Configured {
+                ok: false, errors, ..
+            } => Some(errors),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    assert_eq!(answers(&a), [(10, false)]);
+    assert!(
+        errors.iter().any(|e| e.contains("no artifact")),
+        "{errors:?}"
+    );
+    assert!(
+        s.view().functions.is_empty(),
+        "an unwanted function is forgotten"
+    );
+
+    let mut s = sched();
+    s.configure(10, payload("x"), 8, 8, ms(0));
+    s.tick(ms(1000));
+    assert!(
+        answers(&s.take_actions()).is_empty(),
+        "waits --node-wait for a node"
+    );
+    s.tick(ms(5000));
+    assert_eq!(answers(&s.take_actions()), [(10, false)]);
+}
+
+#[test]
+fn a_departed_users_work_is_dropped_and_its_results_discarded() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    s.take_actions();
+    s.submit(job(10, 1), ms(2));
+    s.submit(job(10, 2), ms(2));
+    let sent = sends(&s.take_actions());
+    s.user_gone(10, ms(3));
+    assert!(results(&answer(&mut s, &sent, ms(4))).is_empty());
+    assert!(
+        sends(&s.take_actions()).is_empty(),
+        "its queued message is gone"
+    );
+    let v = s.view();
+    assert_eq!(v.functions.len(), 1, "the node still holds the function");
+    assert_eq!(v.functions[0].queued, 0);
+}
+
+#[test]
+fn queued_work_takes_spare_nodes_at_once_but_never_a_wanted_one() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    configure(&mut s, 11, "b", ms(1), ms(1));
+    s.take_actions();
+    for id in 0..20 {
+        s.submit(job(10, id), ms(3));
+    }
+    let a = s.take_actions();
+    assert!(
+        configures(&a).is_empty(),
+        "node 2 holds \"b\", which user 11 still uses"
+    );
+    assert_eq!(sends(&a).len(), 1, "one replica, window of one");
+    // User 11 leaves: its node is spare and takes the queued work without
+    // waiting for the period.
+    s.user_gone(11, ms(4));
+    let c = configures(&s.take_actions());
+    assert_eq!(c.len(), 1);
+    assert_eq!(c[0].1, payload("a"));
+}
+
+#[test]
+fn a_configuration_that_loses_every_node_it_loads_on_is_given_up() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.configure(10, payload("crash"), 8, 8, ms(0));
+    for node in 1..=route::MAX_LOST_LOADS as u64 {
+        let c = configures(&s.take_actions());
+        assert_eq!(c.len(), 1, "loading on node {node}");
+        // The node dies (or times out) before answering; another connects.
+        s.remove_node(node, ms(node));
+        s.add_node(node + 1, ms(node));
+    }
+    let a = s.take_actions();
+    assert_eq!(answers(&a), [(10, false)], "{a:?}");
+    assert!(configures(&a).is_empty(), "no further node is sacrificed");
+}

@@ -1,0 +1,364 @@
+//! Shared nodes (`--sharing shared`, issue 8) in process: a real server,
+//! simulated nodes with a per-input run time and a programming time, and
+//! fake users. Every wait is on a frame or a status condition.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use corefarm_server::{ServerOptions, Sharing};
+use corefarm_smp::codec::{write_frame, FrameReader};
+use corefarm_smp::{
+    BenchmarkConfig, ClusterStatus, Configuration, ConfigurationResponse, Data, ErrorCode, Hello,
+    MsgType, OutFrame,
+};
+use tokio::net::TcpStream;
+use tokio::task::JoinHandle;
+
+fn shared() -> ServerOptions {
+    ServerOptions {
+        sharing: Sharing::Shared,
+        monitor_period: Duration::from_millis(10),
+        ..opts()
+    }
+}
+
+/// A function: the benchmarking configuration with its own input size (the
+/// digest differs, so each size is a distinct function).
+fn func(input: u32) -> Configuration {
+    BenchmarkConfig {
+        input_size: input,
+        output_size: 16,
+        delay_us: 0,
+    }
+    .to_configuration()
+}
+
+/// A simulated board: programming takes `program`, each input `per_input`
+/// (the emulated hardware's time, not a synchronisation). With `die_after`
+/// it drops the connection on receiving that many data messages.
+fn sim_node(
+    addr: std::net::SocketAddr,
+    tag: u8,
+    program: Duration,
+    per_input: Duration,
+    die_after: Option<usize>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let s = TcpStream::connect(addr).await.expect("node port");
+        let (rd, mut w) = s.into_split();
+        let mut hello = Hello::new("node");
+        hello.name = Some(format!("sim-{tag}"));
+        write_frame(&mut w, hello.to_frame()).await.unwrap();
+        let mut r = FrameReader::new(rd, 1 << 30);
+        let (mut input, mut output, mut seen) = (1u32, 0u32, 0usize);
+        while let Ok(Some(f)) = r.read_frame().await {
+            match f.ty {
+                MsgType::Configuration => {
+                    let c = Configuration::parse(f.payload).unwrap();
+                    (input, output) = (c.input_size, c.output_size);
+                    tokio::time::sleep(program).await;
+                    let ok = ConfigurationResponse {
+                        status: ConfigurationResponse::OK,
+                    };
+                    write_frame(&mut w, ok.to_frame()).await.unwrap();
+                }
+                MsgType::Data => {
+                    seen += 1;
+                    if die_after == Some(seen) {
+                        return;
+                    }
+                    let d = Data::parse(f.payload).unwrap();
+                    let count = d.data.len() as u32 / input;
+                    tokio::time::sleep(per_input * count).await;
+                    let mut out = vec![0u8; (output * count) as usize];
+                    out[0] = tag;
+                    let frame = OutFrame::data(d.id, Bytes::from(out)).unwrap();
+                    if write_frame(&mut w, frame).await.is_err() {
+                        return;
+                    }
+                }
+                _ => {}
+            }
+        }
+    })
+}
+
+async fn nodes(server: &TestServer, n: usize, program: Duration, per_input: Duration) {
+    for i in 0..n {
+        sim_node(server.nodes, i as u8 + 1, program, per_input, None);
+    }
+    server.wait_status("nodes", |s| s.nodes.len() == n).await;
+}
+
+fn function<'a>(
+    s: &'a ClusterStatus,
+    cfg: &Configuration,
+) -> Option<&'a corefarm_smp::FunctionStatus> {
+    let id = corefarm_server::sched::FnId::of(&cfg.to_frame().unwrap().to_vec()[8..]);
+    s.function(&id.short())
+}
+
+#[tokio::test]
+async fn two_users_share_one_function() {
+    let server = start(shared()).await;
+    nodes(&server, 2, Duration::ZERO, Duration::ZERO).await;
+    let cfg = func(16);
+    // One hello user, one seed-format user (no hello): same bytes, same function.
+    let (mut a, _) = FakeUser::hello(server.users, None).await;
+    let mut b = FakeUser::connect(server.users).await;
+    assert_eq!(a.configure(&cfg).await.0, ConfigurationResponse::OK);
+    assert_eq!(b.configure(&cfg).await.0, ConfigurationResponse::OK);
+    let s = server
+        .wait_status("both users on the function", |s| {
+            function(s, &cfg).is_some_and(|f| f.users.len() == 2)
+        })
+        .await;
+    assert_eq!(s.sharing, "shared");
+    let f = function(&s, &cfg).expect("the function is listed");
+    assert_eq!(f.reconfigurations, 1, "configured once for both users");
+    let ta = tokio::spawn(async move { a.stream(0..40, 16, true).await });
+    let tb = tokio::spawn(async move { b.stream(0..40, 16, false).await });
+    // Each gets exactly its own 40 results (stream panics on duplicates).
+    assert_eq!(ta.await.unwrap().len(), 40);
+    assert_eq!(tb.await.unwrap().len(), 40);
+}
+
+#[tokio::test]
+async fn three_users_with_different_functions_on_two_nodes() {
+    let server = start(shared()).await;
+    nodes(&server, 2, Duration::ZERO, Duration::from_micros(200)).await;
+    let mut tasks = Vec::new();
+    for (i, size) in [16u32, 24, 32].into_iter().enumerate() {
+        let addr = server.users;
+        tasks.push(tokio::spawn(async move {
+            let (mut u, _) = FakeUser::hello(addr, None).await;
+            let (status, errors) = u.configure(&func(size)).await;
+            assert_eq!(status, ConfigurationResponse::OK, "user {i}: {errors:?}");
+            u.stream(0..60, size as usize, true).await.len()
+        }));
+    }
+    for t in tasks {
+        assert_eq!(t.await.unwrap(), 60);
+    }
+    let s = server.status.get();
+    assert!(s.functions.len() >= 2, "{s:#?}");
+}
+
+#[tokio::test]
+async fn an_idle_user_does_not_hold_a_node_others_need() {
+    let server = start(shared()).await;
+    nodes(&server, 2, Duration::ZERO, Duration::from_millis(2)).await;
+    let (f1, f2) = (func(16), func(24));
+    let (mut idle, _) = FakeUser::hello(server.users, None).await;
+    assert_eq!(idle.configure(&f1).await.0, ConfigurationResponse::OK);
+    let (mut busy, _) = FakeUser::hello(server.users, None).await;
+    assert_eq!(busy.configure(&f2).await.0, ConfigurationResponse::OK);
+    let worker = tokio::spawn(async move { busy.stream(0..400, 24, true).await.len() });
+    // The idle user's node is taken over: the busy function gets both.
+    server
+        .wait_status("a second replica of the busy function", |s| {
+            function(s, &f2).is_some_and(|f| f.replicas == 2)
+        })
+        .await;
+    // The idle user comes back: its function is loaded again and it is served.
+    let got = idle.stream(0..3, 16, true).await;
+    assert_eq!(got.len(), 3);
+    assert_eq!(worker.await.unwrap(), 400);
+    let s = server.status.get();
+    assert!(function(&s, &f1).unwrap().reconfigurations >= 2, "{s:#?}");
+}
+
+#[tokio::test]
+async fn a_replica_killed_mid_stream_loses_and_duplicates_nothing() {
+    let server = start(shared()).await;
+    // The first node dies on its 10th message, in-flight work with it.
+    sim_node(
+        server.nodes,
+        1,
+        Duration::ZERO,
+        Duration::from_micros(300),
+        Some(10),
+    );
+    server.wait_status("node 1", |s| s.nodes.len() == 1).await;
+    let (mut u, _) = FakeUser::hello(server.users, None).await;
+    assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
+    // The second node is empty; it loads the function once the first dies.
+    sim_node(server.nodes, 2, Duration::ZERO, Duration::ZERO, None);
+    server.wait_status("node 2", |s| s.nodes.len() == 2).await;
+    let got = u.stream(0..100, 16, true).await;
+    assert_eq!(got.len(), 100);
+    assert!(
+        by_tag(&got).get(&2).is_some_and(|&n| n > 0),
+        "node 2 took over"
+    );
+}
+
+#[tokio::test]
+async fn one_users_burst_does_not_starve_anothers_single_message() {
+    let server = start(ServerOptions {
+        credit: 1,
+        credit_adaptive: false,
+        ..shared()
+    })
+    .await;
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(10)).await;
+    let cfg = func(16);
+    let mut burst = FakeUser::connect(server.users).await;
+    let mut single = FakeUser::connect(server.users).await;
+    assert_eq!(burst.configure(&cfg).await.0, ConfigurationResponse::OK);
+    assert_eq!(single.configure(&cfg).await.0, ConfigurationResponse::OK);
+    for id in 0..30u32 {
+        burst
+            .send(OutFrame::data(id, Bytes::from(vec![1; 16])).unwrap())
+            .await;
+    }
+    let s = server
+        .wait_status("the burst queued", |s| {
+            function(s, &cfg).is_some_and(|f| f.queued >= 25)
+        })
+        .await;
+    let burst_id = s
+        .users
+        .iter()
+        .find(|u| u.queued >= 25)
+        .expect("the burst user")
+        .id;
+    single
+        .send(OutFrame::data(7, Bytes::from(vec![2; 16])).unwrap())
+        .await;
+    let f = single.recv().await.expect("the single message's result");
+    assert_eq!(Data::parse(f.payload).unwrap().id, 7);
+    let s = server.status.get();
+    let served = s.user(burst_id).unwrap().results;
+    assert!(served < 15, "the burst was served {served} messages first");
+    drop(burst);
+}
+
+#[tokio::test]
+async fn a_full_queue_answers_queue_full_to_a_user_that_asked() {
+    let server = start(ServerOptions {
+        queue_limit: 2,
+        credit: 1,
+        credit_adaptive: false,
+        ..shared()
+    })
+    .await;
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
+    let feats = ["error", "queue-full"];
+    let (mut u, hello) = FakeUser::hello_with(server.users, "q", None, &feats).await;
+    assert_eq!(hello.ty, MsgType::Hello);
+    assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
+    for id in 0..8u32 {
+        u.send(OutFrame::data(id, Bytes::from(vec![0; 16])).unwrap())
+            .await;
+    }
+    let e = u.expect_error().await.expect("a queue-full error");
+    assert_eq!(e.code, ErrorCode::QueueFull as u32, "{e}");
+}
+
+/// Two users alternate bursts on two functions; returns the number of
+/// node configurations the run took.
+async fn alternate(program: Duration) -> u64 {
+    let server = start(shared()).await;
+    nodes(&server, 2, program, Duration::from_millis(2)).await;
+    let (fa, fb) = (func(16), func(24));
+    let (mut a, _) = FakeUser::hello(server.users, None).await;
+    let (mut b, _) = FakeUser::hello(server.users, None).await;
+    assert_eq!(a.configure(&fa).await.0, ConfigurationResponse::OK);
+    assert_eq!(b.configure(&fb).await.0, ConfigurationResponse::OK);
+    for round in 0..3u32 {
+        assert_eq!(
+            a.stream(round * 100..round * 100 + 100, 16, true)
+                .await
+                .len(),
+            100
+        );
+        assert_eq!(
+            b.stream(round * 100..round * 100 + 100, 24, true)
+                .await
+                .len(),
+            100
+        );
+    }
+    let s = server.status.get();
+    s.functions.iter().map(|f| f.reconfigurations).sum()
+}
+
+#[tokio::test]
+async fn alternating_functions_do_not_thrash_when_programming_is_slow() {
+    // 500 ms to program against a 1 s horizon (100 periods of 10 ms):
+    // trading a replica away and back costs more than it gains.
+    assert_eq!(alternate(Duration::from_millis(500)).await, 2);
+    // Free programming: the replicas follow the demand.
+    assert!(alternate(Duration::ZERO).await > 2);
+}
+
+#[tokio::test]
+async fn a_seed_users_new_configuration_waits_for_its_data_in_flight() {
+    let server = start(shared()).await;
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(20)).await;
+    let (f1, f2) = (func(16), func(24));
+    let mut u = FakeUser::connect(server.users).await;
+    assert_eq!(u.configure(&f1).await.0, ConfigurationResponse::OK);
+    for id in 0..5u32 {
+        u.send(OutFrame::data(id, Bytes::from(vec![0; 16])).unwrap())
+            .await;
+    }
+    u.send(f2.to_frame().unwrap()).await;
+    // Every earlier result first, then the response to the new configuration.
+    for id in 0..5u32 {
+        let f = u.recv().await.expect("a result");
+        assert_eq!(f.ty, MsgType::Data, "result {id} before the response");
+    }
+    let f = u.recv().await.expect("the configuration response");
+    assert_eq!(f.ty, MsgType::ConfigurationResponse);
+    assert!(ConfigurationResponse::parse(&f.payload).unwrap().ok());
+    let got = u.stream(0..3, 24, false).await;
+    assert_eq!(got.len(), 3);
+    let s = server
+        .wait_status("the user on its new function", |s| {
+            let short = function(s, &f2).map(|f| f.id.clone());
+            s.users
+                .iter()
+                .any(|u| u.function.is_some() && u.function == short)
+        })
+        .await;
+    assert!(function(&s, &f2).is_some_and(|f| f.replicas == 1));
+}
+
+#[tokio::test]
+async fn a_full_queue_stops_reading_from_the_user() {
+    let server = start(ServerOptions {
+        queue_limit: 2,
+        credit: 1,
+        credit_adaptive: false,
+        ..shared()
+    })
+    .await;
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(100)).await;
+    let cfg = func(16);
+    let mut u = FakeUser::connect(server.users).await;
+    assert_eq!(u.configure(&cfg).await.0, ConfigurationResponse::OK);
+    for id in 0..10u32 {
+        u.send(OutFrame::data(id, Bytes::from(vec![3; 16])).unwrap())
+            .await;
+    }
+    // One at the node, two queued, one read and waiting for a place; the
+    // other six wait in the socket.
+    let s = server
+        .wait_status("a full queue", |s| {
+            function(s, &cfg).is_some_and(|f| f.queued == 2 && f.in_flight == 1)
+                && s.users.iter().any(|u| u.outstanding == 4)
+        })
+        .await;
+    assert!(s.users.iter().all(|u| u.outstanding <= 4), "{s:#?}");
+    let mut got = 0;
+    while got < 10 {
+        let f = u.recv().await.expect("every result in the end");
+        assert_eq!(f.ty, MsgType::Data);
+        got += 1;
+    }
+}
