@@ -36,6 +36,9 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::StatusRequest => "status_request",
         MsgType::Status => "status",
         MsgType::Peer => "peer",
+        MsgType::GroupCtl => "group_control",
+        MsgType::GroupCmd => "group_command",
+        MsgType::GroupReply => "group_reply",
     }
 }
 
@@ -94,6 +97,22 @@ fn decode_inner(
             let h = corefarm_smp::PeerMsg::parse(f.payload)?.header;
             json!({"kind": h.kind.name(), "ttl": h.ttl, "group": h.group,
                    "src": h.src, "dst": h.dst, "seq": h.seq})
+        }
+        MsgType::GroupCtl => serde_json::to_value(corefarm_smp::group::GroupCtl::decode(
+            &f.payload,
+        )?)
+        .unwrap_or(Value::Null),
+        MsgType::GroupCmd => {
+            let c = corefarm_smp::group::GroupCmd::parse(f.payload)?;
+            json!({"seq": c.seq, "target": c.target, "cmd": c.cmd.name(),
+                   "algo": c.algo.map(|a| a.name()), "dtype": c.dtype.name(),
+                   "reduce": c.reduce.name(), "root": c.root, "timeout_ms": c.timeout_ms,
+                   "a": c.a, "b": c.b, "data_len": c.data.len()})
+        }
+        MsgType::GroupReply => {
+            let r = corefarm_smp::group::GroupReply::parse(f.payload)?;
+            json!({"seq": r.seq, "rank": r.rank, "status": r.status, "culprit": r.culprit,
+                   "data_len": r.data.len(), "reason": r.reason()})
         }
     };
     Ok((type_name(f.ty), v))

@@ -54,6 +54,8 @@ pub enum ProtocolError {
     BadStatus(String),
     #[error("peer message is not valid: {0}")]
     BadPeer(String),
+    #[error("group message is not valid: {0}")]
+    BadGroup(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -140,6 +142,7 @@ impl ProtocolError {
             ProtocolError::CoreTable(_) => "core_table",
             ProtocolError::BadStatus(_) => "bad_status",
             ProtocolError::BadPeer(_) => "bad_peer",
+            ProtocolError::BadGroup(_) => "bad_group",
         }
     }
 

@@ -20,6 +20,12 @@ pub enum MsgType {
     Status = 0x14,
     /// Node-to-node message on a peer port ([`crate::peer`]).
     Peer = 0x15,
+    /// Group control, JSON ([`crate::group::GroupCtl`]): user ↔ server ↔ node.
+    GroupCtl = 0x18,
+    /// A command for a group's nodes ([`crate::group::GroupCmd`]).
+    GroupCmd = 0x19,
+    /// A node's answer to a group command ([`crate::group::GroupReply`]).
+    GroupReply = 0x1A,
 }
 
 impl MsgType {
@@ -34,6 +40,9 @@ impl MsgType {
             0x13 => MsgType::StatusRequest,
             0x14 => MsgType::Status,
             0x15 => MsgType::Peer,
+            0x18 => MsgType::GroupCtl,
+            0x19 => MsgType::GroupCmd,
+            0x1A => MsgType::GroupReply,
             other => return Err(ProtocolError::UnknownType(other)),
         })
     }
@@ -49,6 +58,9 @@ impl MsgType {
             MsgType::StatusRequest => "status-request",
             MsgType::Status => "status",
             MsgType::Peer => "peer",
+            MsgType::GroupCtl => "group-control",
+            MsgType::GroupCmd => "group-command",
+            MsgType::GroupReply => "group-reply",
         }
     }
 }

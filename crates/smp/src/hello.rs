@@ -24,6 +24,9 @@ pub mod features {
     /// `peer` field is where other nodes of a group reach it with peer
     /// messages (type 0x15, [`crate::peer`]); only nodes ever connect there.
     pub const PEER: &str = "peer";
+    /// The user drives a group of gang-allocated nodes (issue 9): group
+    /// control (0x18), commands (0x19) and replies (0x1A), see [`crate::group`].
+    pub const GROUP: &str = "group";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
