@@ -40,6 +40,7 @@
 mod connect;
 mod cowork;
 mod error;
+pub mod group;
 mod inner;
 mod map;
 mod pending;

@@ -61,15 +61,21 @@ impl Buffers {
         if !data.len().is_multiple_of(dtype.size()) {
             return Err(BufError::Mismatch {
                 name: name.into(),
-                reason: format!("{} bytes is not a whole number of {dtype} elements", data.len()),
+                reason: format!(
+                    "{} bytes is not a whole number of {dtype} elements",
+                    data.len()
+                ),
             });
         }
-        let mem = self.guard.try_reserve(data.len()).ok_or_else(|| BufError::Full {
-            name: name.into(),
-            size: data.len(),
-            free: self.guard.available(),
-            limit: self.guard.limit(),
-        })?;
+        let mem = self
+            .guard
+            .try_reserve(data.len())
+            .ok_or_else(|| BufError::Full {
+                name: name.into(),
+                size: data.len(),
+                free: self.guard.available(),
+                limit: self.guard.limit(),
+            })?;
         self.map.insert(
             name.to_string(),
             Buffer {
@@ -140,10 +146,14 @@ mod tests {
     async fn put_get_free_and_errors() {
         let g = MemoryGuard::new(8 * 1024);
         let mut b = Buffers::new(g.clone());
-        b.put("x", DType::I32, Bytes::from(vec![1u8; 4096])).unwrap();
+        b.put("x", DType::I32, Bytes::from(vec![1u8; 4096]))
+            .unwrap();
         assert_eq!(g.available(), 4 * 1024);
         assert_eq!(b.typed("x", DType::I32).unwrap().len(), 4096);
-        assert!(matches!(b.typed("x", DType::F32), Err(BufError::Mismatch { .. })));
+        assert!(matches!(
+            b.typed("x", DType::F32),
+            Err(BufError::Mismatch { .. })
+        ));
         assert_eq!(
             b.put("x", DType::U8, Bytes::new()),
             Err(BufError::Duplicate("x".into()))
@@ -152,14 +162,21 @@ mod tests {
             b.put("y", DType::I32, Bytes::from(vec![0u8; 6])),
             Err(BufError::Mismatch { .. })
         ));
-        let e = b.put("big", DType::U8, Bytes::from(vec![0u8; 5000])).unwrap_err();
+        let e = b
+            .put("big", DType::U8, Bytes::from(vec![0u8; 5000]))
+            .unwrap_err();
         assert!(matches!(e, BufError::Full { .. }), "{e}");
         assert!(e.to_string().contains("does not fit"));
         assert_eq!(b.free("nope"), Err(BufError::Unknown("nope".into())));
         b.free("x").unwrap();
         assert_eq!(g.available(), 8 * 1024);
-        b.put("big", DType::U8, Bytes::from(vec![0u8; 5000])).unwrap();
+        b.put("big", DType::U8, Bytes::from(vec![0u8; 5000]))
+            .unwrap();
         drop(b);
-        assert_eq!(g.available(), 8 * 1024, "dropping the set frees every buffer");
+        assert_eq!(
+            g.available(),
+            8 * 1024,
+            "dropping the set frees every buffer"
+        );
     }
 }

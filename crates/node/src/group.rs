@@ -125,10 +125,12 @@ async fn join(
     let members = members
         .into_iter()
         .map(|m| {
-            let addr: SocketAddr = m
-                .peer
-                .parse()
-                .map_err(|e| format!("rank {} ({}): peer address {:?}: {e}", m.rank, m.name, m.peer))?;
+            let addr: SocketAddr = m.peer.parse().map_err(|e| {
+                format!(
+                    "rank {} ({}): peer address {:?}: {e}",
+                    m.rank, m.name, m.peer
+                )
+            })?;
             Ok(Member { name: m.name, addr })
         })
         .collect::<Result<Vec<_>, String>>()?;
@@ -294,7 +296,10 @@ impl Resident {
             if c.reduce == ReduceOp::None || c.dtype == DType::Bytes {
                 return Err(local(
                     ErrorCode::Malformed,
-                    format!("{}: a reduction needs an element type and an operator", c.label()),
+                    format!(
+                        "{}: a reduction needs an element type and an operator",
+                        c.label()
+                    ),
                 ));
             }
             Ok(())
@@ -369,9 +374,19 @@ impl Resident {
     }
 
     /// Every input of buffer `a` through the configured cores (split across
-    /// them), the outputs in input order into buffer `b`.
+    /// them), the outputs in input order into buffer `b`. A command whose
+    /// data names an operand buffer appends that buffer to every input (a
+    /// matrix row and the broadcast vector, say).
     async fn run(&mut self, c: &GroupCmd) -> Result<(), Fail> {
         let input = self.bufs.get(&c.a)?.data.clone();
+        let operand = match c.data.is_empty() {
+            true => None,
+            false => {
+                let name = std::str::from_utf8(&c.data)
+                    .map_err(|_| local(ErrorCode::Malformed, "operand name is not UTF-8"))?;
+                Some(self.bufs.get(name)?.data.clone())
+            }
+        };
         self.bufs.check_new(&c.b)?;
         let Some((cores, results)) = self.cores.as_mut() else {
             return Err(local(
@@ -379,15 +394,43 @@ impl Resident {
                 format!("{}: no configuration: configure the group first", c.label()),
             ));
         };
-        let (isz, osz) = (cores.cfg.input_size as usize, cores.cfg.output_size as usize);
-        if input.is_empty() || !input.len().is_multiple_of(isz) {
+        let (isz, osz) = (
+            cores.cfg.input_size as usize,
+            cores.cfg.output_size as usize,
+        );
+        // Each core input is one element of `a`, followed by the operand if any.
+        let op_len = operand.as_ref().map_or(0, Bytes::len);
+        let elem = isz.checked_sub(op_len).filter(|&e| e > 0).ok_or_else(|| {
+            local(
+                ErrorCode::BadDataSize,
+                format!(
+                    "{}: an operand of {op_len} bytes leaves nothing of a {isz}-byte input",
+                    c.label()
+                ),
+            )
+        })?;
+        if input.is_empty() || !input.len().is_multiple_of(elem) {
             return Err(BufError::Mismatch {
                 name: c.a.clone(),
-                reason: format!("{} bytes is not a whole number of {isz}-byte inputs", input.len()),
+                reason: format!(
+                    "{} bytes is not a whole number of {elem}-byte inputs",
+                    input.len()
+                ),
             }
             .into());
         }
-        let count = input.len() / isz;
+        let count = input.len() / elem;
+        let input = match &operand {
+            None => input,
+            Some(op) => {
+                let mut v = BytesMut::with_capacity(count * isz);
+                for e in input.chunks_exact(elem) {
+                    v.extend_from_slice(e);
+                    v.extend_from_slice(op);
+                }
+                v.freeze()
+            }
+        };
         let out_len = count * osz;
         if out_len + DATA_ID_LEN > self.env.limit as usize {
             return Err(local(
@@ -400,9 +443,11 @@ impl Resident {
         let mut parts: Vec<Option<Bytes>> = Vec::new();
         for (id, start) in (0..count).step_by(per).enumerate() {
             let n = per.min(count - start);
-            let mem = self.env.guard.try_reserve(n * (isz + osz)).ok_or_else(|| {
-                local(ErrorCode::TooLarge, "the node's memory guard is full")
-            })?;
+            let mem = self
+                .env
+                .guard
+                .try_reserve(n * (isz + osz))
+                .ok_or_else(|| local(ErrorCode::TooLarge, "the node's memory guard is full"))?;
             let job = Job {
                 id: id as u32,
                 data: input.slice(start * isz..(start + n) * isz),
@@ -422,14 +467,20 @@ impl Resident {
                     left -= 1;
                 }
                 Some(Outgoing::Failed { reason, .. }) => {
-                    return Err(local(ErrorCode::CoreFailure, format!("{}: {reason}", c.label())))
+                    return Err(local(
+                        ErrorCode::CoreFailure,
+                        format!("{}: {reason}", c.label()),
+                    ))
                 }
                 Some(Outgoing::Frame(_)) => {}
                 None => return Err(local(ErrorCode::CoreFailure, "the core handlers stopped")),
             }
         }
         let mut out = BytesMut::with_capacity(out_len);
-        parts.iter().flatten().for_each(|p| out.extend_from_slice(p));
+        parts
+            .iter()
+            .flatten()
+            .for_each(|p| out.extend_from_slice(p));
         self.bufs.put(&c.b, DType::Bytes, out.freeze())?;
         Ok(())
     }

@@ -23,8 +23,8 @@ use tokio_util::sync::CancellationToken;
 use crate::configure::{self, Configured};
 use crate::group::{GroupHandle, MemberEnv};
 use crate::guard::MemoryGuard;
-use crate::peer::PeerListener;
 use crate::handlers::{Job, Outgoing};
+use crate::peer::PeerListener;
 use crate::sender::{self, SendError};
 use crate::{NodeError, NodeOptions};
 
@@ -358,7 +358,9 @@ impl Session<'_> {
                 self.group = None;
                 let Some(listener) = self.peer.clone() else {
                     let error = Some("this node has no peer port (--peer-listen)".to_string());
-                    self.queue(Outgoing::Frame(GroupCtl::Joined { group, error }.to_frame()));
+                    self.queue(Outgoing::Frame(
+                        GroupCtl::Joined { group, error }.to_frame(),
+                    ));
                     return;
                 };
                 let env = MemberEnv {
@@ -385,7 +387,13 @@ impl Session<'_> {
         let live = self.group.as_ref().is_some_and(|g| g.submit(c));
         if !live {
             let reason = format!("{label}: this node is not in a group");
-            let r = GroupReply::failed(seq, u32::MAX, ErrorCode::UnexpectedMessage, u32::MAX, &reason);
+            let r = GroupReply::failed(
+                seq,
+                u32::MAX,
+                ErrorCode::UnexpectedMessage,
+                u32::MAX,
+                &reason,
+            );
             if let Ok(f) = r.to_frame() {
                 self.queue(Outgoing::Frame(f));
             }

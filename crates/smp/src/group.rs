@@ -96,9 +96,7 @@ impl GroupCtl {
         let c: GroupCtl = serde_json::from_slice(payload).map_err(|e| bad(e.to_string()))?;
         let members = match &c {
             GroupCtl::Open { nodes, .. } if *nodes == 0 || *nodes > MAX_GROUP => {
-                return Err(bad(format!(
-                    "a group of {nodes} nodes (1 to {MAX_GROUP})"
-                )))
+                return Err(bad(format!("a group of {nodes} nodes (1 to {MAX_GROUP})")))
             }
             GroupCtl::Opened { members, .. } | GroupCtl::Join { members, .. } => members,
             _ => return Ok(c),
@@ -172,6 +170,7 @@ cmd_enum!(
     /// Returns once every member has entered it.
     Barrier = 9 => "barrier",
     /// The configured cores over every input of `a`; the outputs into `b`.
+    /// Non-empty data names an operand buffer appended to every input.
     Run = 10 => "run",
 );
 
@@ -263,7 +262,9 @@ impl GroupCmd {
         let timeout_ms = p.get_u32_le();
         let (la, lb) = (p.get_u16_le() as usize, p.get_u16_le() as usize);
         if la > MAX_NAME || lb > MAX_NAME {
-            return Err(bad(format!("buffer names of {la} and {lb} bytes (at most {MAX_NAME})")));
+            return Err(bad(format!(
+                "buffer names of {la} and {lb} bytes (at most {MAX_NAME})"
+            )));
         }
         if p.len() < la + lb {
             return Err(ProtocolError::Truncated {
@@ -445,7 +446,10 @@ mod tests {
         assert!(GroupCtl::decode(br#"{"op":"open","nodes":99999}"#).is_err());
         let mut m = members(3);
         m[2].rank = 7;
-        let c = GroupCtl::Opened { group: 1, members: m };
+        let c = GroupCtl::Opened {
+            group: 1,
+            members: m,
+        };
         assert!(GroupCtl::decode(&c.encode()).is_err());
         let c = GroupCtl::Join {
             group: 1,
@@ -469,7 +473,10 @@ mod tests {
         let wire = c.to_frame().unwrap().to_vec();
         assert_eq!(wire[0], 0x19);
         assert_eq!(wire.len(), 8 + CMD_HEADER_LEN + 4 + 3);
-        assert_eq!(GroupCmd::parse(Bytes::copy_from_slice(&wire[8..])).unwrap(), c);
+        assert_eq!(
+            GroupCmd::parse(Bytes::copy_from_slice(&wire[8..])).unwrap(),
+            c
+        );
     }
 
     #[test]
