@@ -170,6 +170,8 @@ pub struct Group {
     sizes: HashMap<String, Vec<Option<u64>>>,
     /// Input and output size of the configured cores.
     io: Option<(u64, u64)>,
+    /// Replies to calls in flight other than the one being waited for.
+    early: Vec<GroupReply>,
 }
 
 impl Drop for Group {
@@ -233,6 +235,7 @@ impl Group {
             closed: None,
             sizes: HashMap::new(),
             io: None,
+            early: Vec::new(),
         })
     }
 
@@ -423,11 +426,9 @@ impl Group {
     /// broadcast vector): the element size is the configured input size
     /// less the operand's.
     pub fn run_with(&mut self, input: &str, operand: Option<&str>, output: &str) -> Result<()> {
-        let mut c = self.cmd(ALL_RANKS, Cmd::Run);
-        (c.a, c.b) = (input.into(), output.into());
-        c.data = Bytes::from(operand.unwrap_or("").as_bytes().to_vec());
         let op_len = operand.and_then(|o| self.size_of(o, 0)).unwrap_or(0);
-        self.call(c)?;
+        let call = self.begin_run(input, operand, output)?;
+        self.wait(call)?;
         let sizes = self.sizes.get(input).cloned().unwrap_or_default();
         let out = (0..self.size() as usize)
             .map(|r| {
@@ -509,6 +510,13 @@ impl Group {
 
     /// Sends a command and waits for every targeted rank's reply.
     fn call(&mut self, c: GroupCmd) -> Result<Vec<GroupReply>> {
+        let call = self.begin(c)?;
+        self.wait(call)
+    }
+
+    /// Sends a command without waiting for it: several may be in flight
+    /// (each member runs them in order), each finished with [`Group::finish`].
+    fn begin(&mut self, c: GroupCmd) -> Result<Call> {
         self.check_open()?;
         let n = self.size();
         if c.target != ALL_RANKS && c.target >= n {
@@ -517,79 +525,99 @@ impl Group {
                 c.target
             )));
         }
-        let op = c.label();
         let frame = c.to_frame().map_err(|e| GroupError::Usage(e.to_string()))?;
         write_frame(&mut self.writer, frame).map_err(io_err("sending a group command"))?;
-        let mut waiting: BTreeSet<u32> = if c.target == ALL_RANKS {
-            (0..n).collect()
-        } else {
-            [c.target].into()
-        };
+        Ok(Call {
+            seq: c.seq,
+            op: c.label(),
+            waiting: if c.target == ALL_RANKS {
+                (0..n).collect()
+            } else {
+                [c.target].into()
+            },
+        })
+    }
+
+    /// Starts [`Group::run_with`] without waiting for it.
+    pub fn begin_run(&mut self, input: &str, operand: Option<&str>, output: &str) -> Result<Call> {
+        let mut c = self.cmd(ALL_RANKS, Cmd::Run);
+        (c.a, c.b) = (input.into(), output.into());
+        c.data = Bytes::from(operand.unwrap_or("").as_bytes().to_vec());
+        self.begin(c)
+    }
+
+    /// Starts [`Group::allreduce`] without waiting for it.
+    pub fn begin_allreduce(
+        &mut self,
+        src: &str,
+        dst: &str,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<Call> {
+        let size = self.size_of(src, 0);
+        let mut c = self.coll(Cmd::Allreduce, algo, size, src, dst);
+        (c.dtype, c.reduce) = (dtype, op);
+        self.set_size(dst, None, size);
+        self.begin(c)
+    }
+
+    /// Waits for a command started with a `begin_` method.
+    pub fn finish(&mut self, call: Call) -> Result<()> {
+        self.wait(call).map(drop)
+    }
+
+    fn fail_of(&self, op: &str, r: &GroupReply) -> GroupError {
+        let blamed = (r.culprit != NO_CULPRIT).then_some(r.culprit);
+        GroupError::Failed {
+            op: op.to_string(),
+            rank: blamed.or(Some(r.rank)),
+            node: Some(self.label(blamed.unwrap_or(r.rank))),
+            reason: if blamed == Some(r.rank) {
+                r.reason().to_string()
+            } else {
+                format!(
+                    "rank {} ({}) reports: {}",
+                    r.rank,
+                    self.label(r.rank),
+                    r.reason()
+                )
+            },
+        }
+    }
+
+    /// Collects the replies of `call`; replies to other calls in flight are
+    /// kept for them.
+    fn wait(&mut self, call: Call) -> Result<Vec<GroupReply>> {
+        let Call {
+            seq,
+            op,
+            mut waiting,
+            ..
+        } = call;
         // The nodes bound every wait by the timeout; the grace covers the
         // report of a failure travelling back.
         let after = self.timeout + Duration::from_secs(5);
         let deadline = Instant::now() + after;
         let mut replies = Vec::new();
         let mut first_fail: Option<GroupError> = None;
-        while !waiting.is_empty() {
-            let f = match read_until(&mut self.reader, deadline, "a group reply") {
-                Ok(f) => f,
-                Err(GroupError::Client(ClientError::Timeout { .. })) => {
-                    let waiting: Vec<u32> = waiting.into_iter().collect();
-                    let nodes = waiting
-                        .iter()
-                        .map(|&r| self.label(r))
-                        .collect::<Vec<_>>()
-                        .join(", ");
-                    return Err(GroupError::Timeout {
-                        op,
-                        after,
-                        waiting,
-                        nodes,
-                    });
+        let mut early = std::mem::take(&mut self.early);
+        early.retain(|r| {
+            r.seq != seq || {
+                if waiting.remove(&r.rank) {
+                    replies.push(r.clone());
                 }
-                Err(e) => {
-                    self.closed = Some(e.to_string());
-                    return Err(e);
-                }
-            };
-            match f.ty {
-                MsgType::GroupReply => {
-                    let r = GroupReply::parse(f.payload).map_err(ClientError::Protocol)?;
-                    if r.seq != c.seq || !waiting.remove(&r.rank) {
-                        continue; // a late answer to an earlier, failed command
-                    }
-                    if r.status == 0 {
-                        replies.push(r);
-                        continue;
-                    }
-                    let blamed = (r.culprit != NO_CULPRIT).then_some(r.culprit);
-                    let e = GroupError::Failed {
-                        op: op.clone(),
-                        rank: blamed.or(Some(r.rank)),
-                        node: Some(self.label(blamed.unwrap_or(r.rank))),
-                        reason: if blamed == Some(r.rank) {
-                            r.reason().to_string()
-                        } else {
-                            format!(
-                                "rank {} ({}) reports: {}",
-                                r.rank,
-                                self.label(r.rank),
-                                r.reason()
-                            )
-                        },
-                    };
-                    if blamed.is_some() {
-                        // The server ends the group; the others may never answer.
-                        self.closed = Some(e.to_string());
-                        return Err(e);
-                    }
-                    first_fail.get_or_insert(e);
-                }
-                MsgType::GroupCtl => {
-                    if let Ok(GroupCtl::Closed { reason, .. }) = GroupCtl::decode(&f.payload) {
-                        let reason = reason.unwrap_or_else(|| "closed".into());
-                        self.closed = Some(reason.clone());
+                false
+            }
+        });
+        self.early = early;
+        let mut mine = std::mem::take(&mut replies).into_iter();
+        loop {
+            let r = match mine.next() {
+                Some(r) => r,
+                None if waiting.is_empty() => break,
+                None => {
+                    if let Some(reason) = &self.closed {
                         return Err(GroupError::Failed {
                             op,
                             rank: None,
@@ -597,20 +625,91 @@ impl Group {
                             reason: format!("the group was torn down: {reason}"),
                         });
                     }
+                    match self.next_reply(deadline, &op, &waiting, after)? {
+                        Some(r) if r.seq == seq && waiting.remove(&r.rank) => r,
+                        Some(r) => {
+                            self.early.push(r);
+                            continue;
+                        }
+                        None => continue,
+                    }
                 }
-                MsgType::Error => {
-                    let e = ErrorMsg::parse(&f.payload).map_err(ClientError::Protocol)?;
-                    self.closed = Some(e.to_string());
-                    return Err(ClientError::Server(e).into());
-                }
-                _ => return Err(unexpected(&f, "a group reply")),
+            };
+            if r.status == 0 {
+                replies.push(r);
+                continue;
             }
+            let e = self.fail_of(&op, &r);
+            if r.culprit != NO_CULPRIT {
+                // The server ends the group; the others may never answer.
+                self.closed.get_or_insert_with(|| e.to_string());
+                return Err(e);
+            }
+            first_fail.get_or_insert(e);
         }
         match first_fail {
             Some(e) => Err(e),
             None => Ok(replies),
         }
     }
+
+    /// The next reply from the server; `None` after a control message that
+    /// closed the group (recorded in `closed`).
+    fn next_reply(
+        &mut self,
+        deadline: Instant,
+        op: &str,
+        waiting: &BTreeSet<u32>,
+        after: Duration,
+    ) -> Result<Option<GroupReply>> {
+        let f = match read_until(&mut self.reader, deadline, "a group reply") {
+            Ok(f) => f,
+            Err(GroupError::Client(ClientError::Timeout { .. })) => {
+                let waiting: Vec<u32> = waiting.iter().copied().collect();
+                let nodes = waiting
+                    .iter()
+                    .map(|&r| self.label(r))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                return Err(GroupError::Timeout {
+                    op: op.to_string(),
+                    after,
+                    waiting,
+                    nodes,
+                });
+            }
+            Err(e) => {
+                self.closed = Some(e.to_string());
+                return Err(e);
+            }
+        };
+        match f.ty {
+            MsgType::GroupReply => Ok(Some(
+                GroupReply::parse(f.payload).map_err(ClientError::Protocol)?,
+            )),
+            MsgType::GroupCtl => {
+                if let Ok(GroupCtl::Closed { reason, .. }) = GroupCtl::decode(&f.payload) {
+                    self.closed = Some(reason.unwrap_or_else(|| "closed".into()));
+                }
+                Ok(None)
+            }
+            MsgType::Error => {
+                let e = ErrorMsg::parse(&f.payload).map_err(ClientError::Protocol)?;
+                self.closed = Some(e.to_string());
+                Err(ClientError::Server(e).into())
+            }
+            _ => Err(unexpected(&f, "a group reply")),
+        }
+    }
+}
+
+/// A command in flight (see [`Group::begin_run`]).
+#[derive(Debug)]
+#[must_use = "a call is finished with Group::finish"]
+pub struct Call {
+    seq: u32,
+    op: String,
+    waiting: BTreeSet<u32>,
 }
 
 fn unexpected(f: &corefarm_smp::Frame, waiting_for: &str) -> GroupError {

@@ -270,7 +270,7 @@ fn open_addr(users: &str, n: u32) -> Result<Group, GroupError> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn member_killed_mid_command_is_named_and_the_group_torn_down() {
+async fn member_killed_mid_collective_is_named_and_the_group_torn_down() {
     let s = start(opts()).await;
     let (started_tx, started_rx) = std_mpsc::channel::<()>();
     let (release_tx, release_rx) = std_mpsc::channel::<()>();
@@ -293,9 +293,16 @@ async fn member_killed_mid_command_is_named_and_the_group_torn_down() {
         g.put(0, "v", DType::I32, i32s(&[1; K])).unwrap();
         g.bcast(0, "v", "v", DType::I32, Algorithm::Binomial)
             .unwrap();
-        let e = g.run_with("A", Some("v"), "y").unwrap_err();
+        // n2 stalls in its core; the others finish the run and enter the
+        // allreduce, where they wait for n2.
+        let run = g.begin_run("A", Some("v"), "y").unwrap();
+        let all = g
+            .begin_allreduce("A", "s", DType::I32, ReduceOp::Sum, Algorithm::Linear)
+            .unwrap();
+        let e = g.finish(run).unwrap_err();
+        let e2 = g.finish(all).unwrap_err();
         let after = g.barrier(Algorithm::Auto).unwrap_err();
-        (victim, e, after)
+        (victim, e, e2, after)
     });
     let victim = tokio::task::spawn_blocking(move || g_rx.recv_timeout(LIMIT).unwrap())
         .await
@@ -305,12 +312,15 @@ async fn member_killed_mid_command_is_named_and_the_group_torn_down() {
         .await
         .unwrap();
     n.stops[2].cancel();
-    let (v, e, after) = tokio::time::timeout(LIMIT, call).await.unwrap().unwrap();
+    let (v, e, e2, after) = tokio::time::timeout(LIMIT, call).await.unwrap().unwrap();
     assert_eq!(v, victim);
     let _ = release_tx.send(());
     let text = e.to_string();
     assert_eq!(e.rank(), Some(victim), "{text}");
     assert!(text.contains("run #"), "names the operation: {text}");
+    assert!(text.contains("n2@"), "names the node: {text}");
+    let text = e2.to_string();
+    assert!(text.contains("allreduce #"), "names the operation: {text}");
     assert!(text.contains("n2@"), "names the node: {text}");
     assert!(matches!(after, GroupError::Closed(_)), "{after}");
     // The other members were disconnected and come back to the pool clean.
