@@ -98,10 +98,10 @@ fn decode_inner(
             json!({"kind": h.kind.name(), "ttl": h.ttl, "group": h.group,
                    "src": h.src, "dst": h.dst, "seq": h.seq})
         }
-        MsgType::GroupCtl => serde_json::to_value(corefarm_smp::group::GroupCtl::decode(
-            &f.payload,
-        )?)
-        .unwrap_or(Value::Null),
+        MsgType::GroupCtl => {
+            serde_json::to_value(corefarm_smp::group::GroupCtl::decode(&f.payload)?)
+                .unwrap_or(Value::Null)
+        }
         MsgType::GroupCmd => {
             let c = corefarm_smp::group::GroupCmd::parse(f.payload)?;
             json!({"seq": c.seq, "target": c.target, "cmd": c.cmd.name(),
