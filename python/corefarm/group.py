@@ -154,6 +154,23 @@ class Group:
         of (control, input, output) base addresses (see default_core_table)."""
         self._raw.configure(input_size, output_size, list(cores), bitstream)
 
+    def configure_image(self, image):
+        """Loads a corefarm image (bytes-like or a path) on every member, for
+        `run`: sizes and core table come from its manifest."""
+        import os
+
+        from . import default_core_table, read_image_manifest
+        if isinstance(image, (str, os.PathLike)):
+            with open(image, "rb") as f:
+                image = f.read()
+        m = read_image_manifest(image)
+        if m is None:
+            raise UsageError("not a corefarm image (no CFIMAGE magic)")
+        listed = m.get("cores")
+        cores = ([(c["control"], c["input"], c["output"]) for c in listed] if listed
+                 else default_core_table(1, m["input_size"], m["output_size"]))
+        self._raw.configure(m["input_size"], m["output_size"], cores, image)
+
     def run(self, input, output, operand=None):
         """Every member runs its configured cores over each input of its
         buffer `input` (followed by the whole buffer `operand`, if given);
