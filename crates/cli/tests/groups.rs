@@ -45,6 +45,7 @@ fn node(nodes: &str, name: &str) -> Proc {
     Proc(
         Command::new(BIN)
             .args(["node", "--server", nodes, "--name", name])
+            .args(["--peer-listen", "127.0.0.1:0"])
             .stderr(Stdio::null())
             .spawn()
             .expect("start corefarm node"),

@@ -37,6 +37,8 @@ use crate::Shared;
 
 /// How often a user waiting for enough free nodes looks again.
 const CLAIM_POLL: Duration = Duration::from_millis(50);
+/// Commands relayed and not yet answered before the user is no longer read.
+const MAX_PENDING: usize = 64;
 /// How long members may take to link to each other (their own bound is 10 s).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(15);
 
@@ -88,6 +90,10 @@ struct Session {
 }
 
 impl Session {
+    fn pending(&self) -> usize {
+        self.live.as_ref().map_or(0, |l| l.pending.len())
+    }
+
     async fn send(&self, f: OutFrame) -> End {
         self.out
             .send(f)
@@ -108,6 +114,7 @@ impl Session {
         stop: &CancellationToken,
     ) -> End {
         loop {
+            let readable = self.pending() < MAX_PENDING;
             let node_ev = async {
                 match self.live.as_mut() {
                     Some(l) if !l.events.is_empty() => l.events.next().await,
@@ -118,7 +125,9 @@ impl Session {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
                 Some((rank, ev)) = node_ev => self.on_node(rank, ev).await?,
-                r = reader.read_frame() => match r {
+                // Commands wait in the nodes' memory: a user that sends more
+                // than this many ahead of the replies waits in TCP instead.
+                r = reader.read_frame(), if readable => match r {
                     Ok(Some(f)) => self.on_user(f).await?,
                     Ok(None) => return Ok(()),
                     Err(ReadError::Io(e)) => return Err(format!("read failed: {e}")),
