@@ -388,16 +388,13 @@ impl Resident {
             }
         };
         self.bufs.check_new(&c.b)?;
-        let Some((cores, results)) = self.cores.as_mut() else {
+        let Some((cores, _)) = self.cores.as_ref() else {
             return Err(local(
                 ErrorCode::NotConfigured,
                 format!("{}: no configuration: configure the group first", c.label()),
             ));
         };
-        let (isz, osz) = (
-            cores.cfg.input_size as usize,
-            cores.cfg.output_size as usize,
-        );
+        let isz = cores.cfg.input_size as usize;
         // Each core input is one element of `a`, followed by the operand if any.
         let op_len = operand.as_ref().map_or(0, Bytes::len);
         let elem = isz.checked_sub(op_len).filter(|&e| e > 0).ok_or_else(|| {
@@ -431,6 +428,28 @@ impl Resident {
                 v.freeze()
             }
         };
+        let out = self.compute(input, &c.label()).await?;
+        self.bufs.put(&c.b, DType::Bytes, out)?;
+        Ok(())
+    }
+
+    /// Whole inputs of the configured size through the cores (split across
+    /// them); the outputs in input order.
+    pub(crate) async fn compute(&mut self, input: Bytes, label: &str) -> Result<Bytes, Fail> {
+        let Some((cores, results)) = self.cores.as_mut() else {
+            return Err(local(
+                ErrorCode::NotConfigured,
+                format!("{label}: no configuration: configure the group first"),
+            ));
+        };
+        let (isz, osz) = (cores.cfg.input_size as usize, cores.cfg.output_size as usize);
+        if input.is_empty() || !input.len().is_multiple_of(isz) {
+            return Err(local(
+                ErrorCode::BadDataSize,
+                format!("{label}: {} bytes is not a whole number of {isz}-byte inputs", input.len()),
+            ));
+        }
+        let count = input.len() / isz;
         let out_len = count * osz;
         if out_len + DATA_ID_LEN > self.env.limit as usize {
             return Err(local(
@@ -469,7 +488,7 @@ impl Resident {
                 Some(Outgoing::Failed { reason, .. }) => {
                     return Err(local(
                         ErrorCode::CoreFailure,
-                        format!("{}: {reason}", c.label()),
+                        format!("{label}: {reason}"),
                     ))
                 }
                 Some(Outgoing::Frame(_)) => {}
@@ -481,7 +500,6 @@ impl Resident {
             .iter()
             .flatten()
             .for_each(|p| out.extend_from_slice(p));
-        self.bufs.put(&c.b, DType::Bytes, out.freeze())?;
-        Ok(())
+        Ok(out.freeze())
     }
 }
