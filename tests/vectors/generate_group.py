@@ -52,7 +52,7 @@ def main():
 
     add("user asks for a group of 4 nodes in a ring", ctl({"op": "open", "nodes": 4, "topology": "ring"}))
     add("server tells node n1 to join group 9 as rank 1", ctl({
-        "op": "join", "group": 9, "rank": 1, "topology": "mesh",
+        "op": "join", "group": 9, "rank": 1, "topology": "mesh", "token": 12345,
         "members": [{"rank": 0, "name": "n0", "peer": "10.0.0.1:7000"},
                     {"rank": 1, "name": "n1", "peer": "10.0.0.2:7000"}]}))
     add("group 9 closed because a member was lost",
@@ -72,7 +72,7 @@ def main():
 
     bad("a group of 0 nodes", ctl({"op": "open", "nodes": 0})[0], "bad_group")
     bad("join whose rank is outside the member list", ctl({
-        "op": "join", "group": 1, "rank": 1, "topology": "mesh",
+        "op": "join", "group": 1, "rank": 1, "topology": "mesh", "token": 1,
         "members": [{"rank": 0, "name": "n0", "peer": "10.0.0.1:7000"}]})[0], "bad_group")
     bad("command of 23 bytes", frame(CMD, bytes(23)), "truncated")
     w, _ = cmd(1, 0, "get", None, "bytes", "none", 0, 1, "x", "", b"")

@@ -164,7 +164,7 @@ pub struct Group {
     id: u32,
     members: Vec<GroupMember>,
     seq: u32,
-    timeout: Duration,
+    pub(crate) timeout: Duration,
     closed: Option<String>,
     /// Bytes of each buffer on each rank, as far as the client can tell
     /// (for `auto`); unknown sizes fall back to the binomial tree.
@@ -173,6 +173,8 @@ pub struct Group {
     io: Option<(u64, u64)>,
     /// Replies to calls in flight other than the one being waited for.
     early: Vec<GroupReply>,
+    /// Admits direct connections to the members ([`crate::direct`]).
+    pub(crate) token: u64,
 }
 
 impl Drop for Group {
@@ -222,8 +224,15 @@ impl Group {
         }
         write_frame(&mut writer, open.to_frame()).map_err(io_err("asking for a group"))?;
         let f = read_until(&mut reader, deadline, "the group to open")?;
-        let (id, members) = match (f.ty, GroupCtl::decode(&f.payload)) {
-            (MsgType::GroupCtl, Ok(GroupCtl::Opened { group, members })) => (group, members),
+        let (id, members, token) = match (f.ty, GroupCtl::decode(&f.payload)) {
+            (
+                MsgType::GroupCtl,
+                Ok(GroupCtl::Opened {
+                    group,
+                    members,
+                    token,
+                }),
+            ) => (group, members, token),
             _ => return Err(unexpected(&f, "the group to open")),
         };
         Ok(Group {
@@ -231,6 +240,7 @@ impl Group {
             reader,
             id,
             members,
+            token,
             seq: 0,
             timeout: opts.timeout,
             closed: None,

@@ -39,6 +39,7 @@
 
 mod connect;
 mod cowork;
+pub mod direct;
 mod error;
 pub mod group;
 mod inner;

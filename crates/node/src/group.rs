@@ -16,13 +16,14 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupMember, GroupReply, NO_CULPRIT};
-use corefarm_smp::{Algo, DType, ErrorCode, ReduceOp, DATA_ID_LEN};
+use corefarm_smp::{Algo, DType, ErrorCode, ErrorMsg, OutFrame, ReduceOp, DATA_ID_LEN};
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 
 use crate::buffers::{BufError, Buffers};
 use crate::collective::{CollError, CollOptions, Group};
 use crate::configure::{self, Configured};
+use crate::direct::{self, DirectJob};
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
 use crate::peer::{Fabric, GroupSpec, Member, PeerListener, Topology};
@@ -80,6 +81,7 @@ impl GroupHandle {
         rank: u32,
         members: Vec<GroupMember>,
         topology: &str,
+        token: u64,
         env: MemberEnv,
     ) -> GroupHandle {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -104,7 +106,7 @@ impl GroupHandle {
             tracing::info!(node = %env.opts.name, group, rank, "joined group");
             let ctl = GroupCtl::Joined { group, error: None };
             let _ = env.out.send(Outgoing::Frame(ctl.to_frame()));
-            Resident::new(fab, env).serve(rx).await;
+            Resident::new(fab, env).serve(rx, group, rank, token).await;
         });
         GroupHandle { group, tx, task }
     }
@@ -200,8 +202,52 @@ impl Resident {
         }
     }
 
-    async fn serve(mut self, mut rx: mpsc::UnboundedReceiver<GroupCmd>) {
-        while let Some(cmd) = rx.recv().await {
+    async fn serve(
+        mut self,
+        mut rx: mpsc::UnboundedReceiver<GroupCmd>,
+        group: u32,
+        rank: u32,
+        token: u64,
+    ) {
+        // Direct users reach this member through its peer port for as long
+        // as it is in the group (the fabric's own registration ended with the join).
+        let mut users = match self.env.listener.register(group) {
+            Ok((rx, guard)) => Some((rx, guard)),
+            Err(e) => {
+                tracing::warn!(group, "no direct path: {e}");
+                None
+            }
+        };
+        let (jobs_tx, mut jobs) = mpsc::channel::<DirectJob>(direct::QUEUE);
+        // Dropped with this task: the direct connections end with the membership.
+        let mut conns = tokio::task::JoinSet::new();
+        loop {
+            while conns.try_join_next().is_some() {}
+            let incoming = async {
+                match users.as_mut() {
+                    Some((rx, _)) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            };
+            let cmd = tokio::select! {
+                c = rx.recv() => match c {
+                    Some(c) => c,
+                    None => break,
+                },
+                Some(inc) = incoming => {
+                    conns.spawn(direct::accept(inc, group, rank, token, jobs_tx.clone()));
+                    continue;
+                }
+                Some(job) = jobs.recv() => {
+                    let frame = match self.compute(job.data, &format!("direct data id {}", job.id)).await {
+                        Ok(out) => OutFrame::data(job.id, out)
+                            .unwrap_or_else(|e| ErrorMsg::new(job.id, e.code(), e.to_string()).to_frame()),
+                        Err(f) => ErrorMsg::new(job.id, f.code, f.reason).to_frame(),
+                    };
+                    let _ = job.reply.send(frame);
+                    continue;
+                }
+            };
             let (seq, rank) = (cmd.seq, self.coll.rank());
             let reply = match self.exec(cmd).await {
                 Ok(data) => GroupReply::ok(seq, rank, data),
@@ -442,11 +488,17 @@ impl Resident {
                 format!("{label}: no configuration: configure the group first"),
             ));
         };
-        let (isz, osz) = (cores.cfg.input_size as usize, cores.cfg.output_size as usize);
+        let (isz, osz) = (
+            cores.cfg.input_size as usize,
+            cores.cfg.output_size as usize,
+        );
         if input.is_empty() || !input.len().is_multiple_of(isz) {
             return Err(local(
                 ErrorCode::BadDataSize,
-                format!("{label}: {} bytes is not a whole number of {isz}-byte inputs", input.len()),
+                format!(
+                    "{label}: {} bytes is not a whole number of {isz}-byte inputs",
+                    input.len()
+                ),
             ));
         }
         let count = input.len() / isz;
@@ -486,10 +538,7 @@ impl Resident {
                     left -= 1;
                 }
                 Some(Outgoing::Failed { reason, .. }) => {
-                    return Err(local(
-                        ErrorCode::CoreFailure,
-                        format!("{label}: {reason}"),
-                    ))
+                    return Err(local(ErrorCode::CoreFailure, format!("{label}: {reason}")))
                 }
                 Some(Outgoing::Frame(_)) => {}
                 None => return Err(local(ErrorCode::CoreFailure, "the core handlers stopped")),

@@ -21,6 +21,7 @@ pub mod bench;
 pub mod buffers;
 pub mod collective;
 pub mod configure;
+mod direct;
 pub mod group;
 pub mod guard;
 pub mod handlers;

@@ -354,6 +354,7 @@ impl Session<'_> {
                 rank,
                 members,
                 topology,
+                token,
             } => {
                 self.group = None;
                 let Some(listener) = self.peer.clone() else {
@@ -370,7 +371,9 @@ impl Session<'_> {
                     listener,
                     out: self.out.clone(),
                 };
-                self.group = Some(GroupHandle::start(group, rank, members, &topology, env));
+                self.group = Some(GroupHandle::start(
+                    group, rank, members, &topology, token, env,
+                ));
             }
             GroupCtl::Leave { group } => {
                 if self.group.as_ref().is_some_and(|g| g.group == group) {

@@ -112,6 +112,7 @@ async fn group(n: usize, memory: usize) -> Vec<Node> {
             rank: r as u32,
             members: members.clone(),
             topology: "ring".into(),
+            token: 1,
         };
         n.send(join.to_frame()).await;
     }
@@ -267,6 +268,7 @@ async fn memory_guard_bounds_buffers_and_a_node_without_peer_port_cannot_join() 
             peer: "127.0.0.1:1".into(),
         }],
         topology: "mesh".into(),
+        token: 1,
     };
     lone.send(join.to_frame()).await;
     let (ty, p) = lone.recv().await;

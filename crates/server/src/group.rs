@@ -56,6 +56,9 @@ struct Live {
     events: StreamMap<u32, UnboundedReceiverStream<NodeEvent>>,
     /// Commands relayed and not yet answered by every rank they target.
     pending: HashMap<u32, (String, BTreeSet<u32>)>,
+    /// Members lost while no command waited for them: the next command
+    /// fails naming them and ends the group.
+    lost: Vec<(u32, String)>,
 }
 
 /// Serves a group user from its hello on, until it leaves or `stop`.
@@ -163,6 +166,20 @@ impl Session {
                     Ok(c) => c,
                     Err(e) => return self.fail(e.code(), e.to_string()).await,
                 };
+                if !live.lost.is_empty() {
+                    let reason = live
+                        .lost
+                        .iter()
+                        .map(|(_, r)| r.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    let culprit = live.lost[0].0;
+                    let r =
+                        GroupReply::failed(c.seq, culprit, ErrorCode::NoNodes, culprit, &reason);
+                    self.send(r.to_frame().map_err(|e| e.to_string())?).await?;
+                    self.teardown(&reason, true).await;
+                    return Ok(());
+                }
                 let n = live.members.len() as u32;
                 let targets: BTreeSet<u32> = if c.target == ALL_RANKS {
                     (0..n).collect()
@@ -220,6 +237,13 @@ impl Session {
             tokio::time::sleep(CLAIM_POLL).await;
         };
         let id = (self.shared.next_id() & u32::MAX as u64) as u32;
+        // Unguessable, so only this user's direct connections reach the members.
+        let token = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(id);
+            h.finish()
+        };
         let mut members = Vec::new();
         let mut list = Vec::new();
         let mut events = StreamMap::new();
@@ -243,6 +267,7 @@ impl Session {
                 rank: r as u32,
                 members: list.clone(),
                 topology: topology.clone(),
+                token,
             };
             m.conn.send(join.to_frame());
         }
@@ -251,6 +276,7 @@ impl Session {
             members,
             events,
             pending: HashMap::new(),
+            lost: Vec::new(),
         });
         tracing::info!(
             user = self.user,
@@ -298,6 +324,7 @@ impl Session {
             GroupCtl::Opened {
                 group: id,
                 members: list,
+                token,
             }
             .to_frame(),
         )
@@ -374,6 +401,26 @@ impl Session {
     async fn member_failed(&mut self, rank: u32, why: &str) -> End {
         let live = self.live.as_mut().expect("live");
         let label = live.members[rank as usize].label.clone();
+        if !live.pending.values().any(|(_, left)| left.contains(&rank)) {
+            // Nothing waits for it: the others keep their buffers and direct
+            // connections until the user's next command, which fails.
+            let reason = format!("rank {rank} ({label}) {why}");
+            tracing::warn!(user = self.user, "group member lost: {reason}");
+            live.events.remove(&rank);
+            live.members[rank as usize].conn.close();
+            live.lost.push((rank, reason.clone()));
+            let id = live.id;
+            return self
+                .send(
+                    GroupCtl::Lost {
+                        group: id,
+                        rank,
+                        reason,
+                    }
+                    .to_frame(),
+                )
+                .await;
+        }
         let mut waiting: Vec<(u32, String)> = live
             .pending
             .iter()

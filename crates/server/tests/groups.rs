@@ -326,3 +326,85 @@ async fn member_killed_mid_collective_is_named_and_the_group_torn_down() {
     // The other members were disconnected and come back to the pool clean.
     free_named(&s, 3).await;
 }
+
+/// `count` data messages of 3 dot inputs each (row ‖ vector) and their
+/// expected outputs.
+fn dot_messages(count: usize) -> (Vec<Bytes>, Vec<Vec<i32>>) {
+    (0..count)
+        .map(|m| {
+            let mut input = Vec::new();
+            let mut want = Vec::new();
+            for k in 0..3 {
+                let row: Vec<i32> = (0..K as i32).map(|i| i * (m as i32 + 1) - k).collect();
+                let vec: Vec<i32> = (0..K as i32).map(|i| 5 - i + k).collect();
+                want.push(row.iter().zip(&vec).map(|(a, b)| a * b).sum());
+                input.extend(row);
+                input.extend(vec);
+            }
+            (i32s(&input), want)
+        })
+        .unzip()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_path_computes_past_the_server() {
+    let s = start(opts()).await;
+    let _n = nodes(&s, 4, 8 << 20, |_| dot_loader(None)).await;
+    let users = s.users.to_string();
+    blocking(move || {
+        let mut g = open_addr(&users, 4).unwrap();
+        g.configure(&dot_cfg(2)).unwrap();
+        let (inputs, want) = dot_messages(200);
+        let mut d = g.direct(4).unwrap();
+        assert_eq!(d.live(), 4);
+        let out = d.map(&inputs).unwrap();
+        let got: Vec<Vec<i32>> = out.iter().map(|b| from_i32s(b)).collect();
+        assert_eq!(got, want);
+        // A message that is not whole inputs is refused by the member, by id.
+        let e = d.map(&[Bytes::from_static(&[1, 2, 3])]).unwrap_err();
+        assert!(e.to_string().contains("direct data id 0"), "{e}");
+        // The group's commands still work beside the direct path.
+        g.barrier(Algorithm::Auto).unwrap();
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_path_redispatches_a_killed_members_inputs_exactly_once() {
+    let s = start(opts()).await;
+    let (started_tx, started_rx) = std_mpsc::channel::<()>();
+    let (release_tx, release_rx) = std_mpsc::channel::<()>();
+    let release_rx = Arc::new(Mutex::new(release_rx));
+    let n = nodes(&s, 4, 8 << 20, |i| {
+        dot_loader((i == 2).then(|| (started_tx.clone(), release_rx.clone())))
+    })
+    .await;
+    let users = s.users.to_string();
+    let call = tokio::task::spawn_blocking(move || {
+        let mut g = open_addr(&users, 4).unwrap();
+        let victim = g.members().iter().position(|m| m.name == "n2").unwrap() as u32;
+        g.configure(&dot_cfg(1)).unwrap();
+        let (inputs, want) = dot_messages(120);
+        let mut d = g.direct(3).unwrap();
+        let out = d.map(&inputs);
+        let live = d.live();
+        let after = g.barrier(Algorithm::Auto).unwrap_err();
+        (victim, out, want, live, after)
+    });
+    // n2 is inside its core with a window of messages: kill it there.
+    tokio::task::spawn_blocking(move || started_rx.recv_timeout(LIMIT).unwrap())
+        .await
+        .unwrap();
+    n.stops[2].cancel();
+    let (victim, out, want, live, after) = tokio::time::timeout(LIMIT * 2, call)
+        .await
+        .unwrap()
+        .unwrap();
+    let _ = release_tx.send(());
+    let got: Vec<Vec<i32>> = out.unwrap().iter().map(|b| from_i32s(b)).collect();
+    assert_eq!(got, want, "every input answered once, by the survivors");
+    assert_eq!(live, 3);
+    // The server noticed too: the group's next command fails naming n2.
+    assert_eq!(after.rank(), Some(victim), "{after}");
+    assert!(after.to_string().contains("n2@"), "{after}");
+}

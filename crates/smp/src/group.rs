@@ -34,6 +34,9 @@ pub const CMD_HEADER_LEN: usize = 24;
 pub const REPLY_HEADER_LEN: usize = 16;
 /// `target` of a command for every rank.
 pub const ALL_RANKS: u32 = u32::MAX;
+/// `src` of the peer hello with which a user opens a direct connection to
+/// a member's peer port (its `name` is the group's token in hex).
+pub const DIRECT_USER: u32 = u32::MAX;
 /// `culprit` of a reply that blames no member.
 pub const NO_CULPRIT: u32 = u32::MAX;
 
@@ -61,17 +64,22 @@ pub enum GroupCtl {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         topology: Option<String>,
     },
-    /// Server → user: the group exists; `members[r]` has rank r.
+    /// Server → user: the group exists; `members[r]` has rank r. `token`
+    /// admits the user's direct connections to the members' peer ports.
     Opened {
         group: u32,
         members: Vec<GroupMember>,
+        #[serde(default)]
+        token: u64,
     },
-    /// Server → node: join `group` as `rank`.
+    /// Server → node: join `group` as `rank`; admit direct users showing `token`.
     Join {
         group: u32,
         rank: u32,
         members: Vec<GroupMember>,
         topology: String,
+        #[serde(default)]
+        token: u64,
     },
     /// Node → server: linked to its neighbours (or `error` says why not).
     Joined {
@@ -83,6 +91,14 @@ pub enum GroupCtl {
     Leave { group: u32 },
     /// User → server: end the group (the nodes go back to the pool).
     Close,
+    /// Server → user: a member was lost while no command waited for it. The
+    /// group's next command fails naming it and ends the group; until then
+    /// the other members keep their buffers and direct connections.
+    Lost {
+        group: u32,
+        rank: u32,
+        reason: String,
+    },
     /// Server → user: the group ended, and why if not on request.
     Closed {
         group: u32,
@@ -422,18 +438,25 @@ mod tests {
             GroupCtl::Opened {
                 group: 3,
                 members: members(2),
+                token: 9,
             },
             GroupCtl::Join {
                 group: 3,
                 rank: 1,
                 members: members(2),
                 topology: "mesh".into(),
+                token: 9,
             },
             GroupCtl::Joined {
                 group: 3,
                 error: None,
             },
             GroupCtl::Leave { group: 3 },
+            GroupCtl::Lost {
+                group: 3,
+                rank: 1,
+                reason: "lost".into(),
+            },
             GroupCtl::Close,
             GroupCtl::Closed {
                 group: 3,
@@ -449,6 +472,7 @@ mod tests {
         let c = GroupCtl::Opened {
             group: 1,
             members: m,
+            token: 0,
         };
         assert!(GroupCtl::decode(&c.encode()).is_err());
         let c = GroupCtl::Join {
@@ -456,6 +480,7 @@ mod tests {
             rank: 3,
             members: members(3),
             topology: "mesh".into(),
+            token: 0,
         };
         assert!(GroupCtl::decode(&c.encode()).is_err());
         assert!(GroupCtl::decode(br#"{"op":"explode"}"#).is_err());
