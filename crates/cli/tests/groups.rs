@@ -1,7 +1,8 @@
 //! Groups with real processes: `corefarm server` and four `corefarm node`
 //! processes (each with its peer port), driven by the group client:
 //! scatter, broadcast, allreduce and gather checked against local results,
-//! then a node process killed while the others wait for it in a collective.
+//! then a node process killed while the others wait for it in a collective;
+//! and the direct data path surviving a killed node process.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -152,5 +153,43 @@ fn four_node_processes_collectives_and_a_killed_member() {
     names.sort();
     assert_eq!(names, ["p0", "p1", "p3"]);
     g.close().unwrap();
+    procs.clear();
+}
+
+#[test]
+fn direct_path_with_four_node_processes_survives_a_killed_one() {
+    let (_srv, nodes, users) = server();
+    let mut procs: Vec<Proc> = (0..4).map(|i| node(&nodes, &format!("d{i}"))).collect();
+    let mut g = Group::open(&users, GroupOptions::new(4)).expect("a group of 4 node processes");
+    let victim = g.members().iter().position(|m| m.name == "d1").unwrap();
+    // The benchmarking core echoes each input's first 16 bytes.
+    let cfg = BenchmarkConfig {
+        input_size: 32,
+        output_size: 16,
+        delay_us: 1000,
+    };
+    g.configure(&cfg.to_configuration()).unwrap();
+    let inputs: Vec<Bytes> = (0..300u32)
+        .map(|i| {
+            let mut v = vec![0u8; 64]; // two inputs
+            v[..4].copy_from_slice(&i.to_le_bytes());
+            v[32..36].copy_from_slice(&(i + 1_000_000).to_le_bytes());
+            Bytes::from(v)
+        })
+        .collect();
+    let mut d = g.direct(4).unwrap();
+    assert_eq!(d.live(), 4);
+    // Killed once its connection is open: what was sent to it goes to the others.
+    let _ = procs[1].0.kill();
+    let out = d.map(&inputs).unwrap();
+    assert_eq!(out.len(), 300);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.len(), 32, "two outputs for message {i}");
+        assert_eq!(&o[..4], &(i as u32).to_le_bytes());
+        assert_eq!(&o[16..20], &(i as u32 + 1_000_000).to_le_bytes());
+    }
+    assert_eq!(d.live(), 3, "rank {victim} is lost");
+    let e = g.barrier(Algorithm::Auto).unwrap_err();
+    assert!(e.to_string().contains("d1@"), "names the node: {e}");
     procs.clear();
 }
