@@ -408,3 +408,115 @@ async fn direct_path_redispatches_a_killed_members_inputs_exactly_once() {
     assert_eq!(after.rank(), Some(victim), "{after}");
     assert!(after.to_string().contains("n2@"), "{after}");
 }
+
+/// xorshift64: a reproducible random sequence without a dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Element-wise `op` over little-endian u32 (wrapping), the local reference.
+fn reduce_u32(parts: &[Vec<u32>], op: ReduceOp) -> Vec<u32> {
+    let mut acc = parts[0].clone();
+    for p in &parts[1..] {
+        for (a, b) in acc.iter_mut().zip(p) {
+            *a = match op {
+                ReduceOp::Sum => a.wrapping_add(*b),
+                ReduceOp::Prod => a.wrapping_mul(*b),
+                ReduceOp::Min => (*a).min(*b),
+                _ => (*a).max(*b),
+            };
+        }
+    }
+    acc
+}
+
+fn u32s(v: &[u32]) -> Bytes {
+    Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn random_sequences_of_collectives_match_local_results() {
+    let s = start(opts()).await;
+    let _n = nodes(&s, 6, 256 << 20, |_| dot_loader(None)).await;
+    let users = s.users.to_string();
+    blocking(move || {
+        let mut g = open_addr(&users, 6).unwrap();
+        let n = g.size() as usize;
+        let mut rng = Rng(0x5eed_1234_abcd);
+        let algos = [
+            Algorithm::Linear,
+            Algorithm::Binomial,
+            Algorithm::Star,
+            Algorithm::Auto,
+        ];
+        let ops = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max];
+        for step in 0..24 {
+            // 0 to ~1.5 MiB per member: empty, small and multi-chunk blocks.
+            let len = match rng.below(3) {
+                0 => rng.below(4) as usize,
+                1 => rng.below(5000) as usize,
+                _ => rng.below(400_000) as usize,
+            };
+            let parts: Vec<Vec<u32>> = (0..n)
+                .map(|_| (0..len).map(|_| rng.next() as u32).collect())
+                .collect();
+            let src = format!("x{step}");
+            for (r, p) in parts.iter().enumerate() {
+                g.put(r as u32, &src, DType::U32, u32s(p)).unwrap();
+            }
+            let algo = algos[rng.below(4) as usize];
+            let dst = format!("y{step}");
+            let what = format!("step {step}: {len} elements, {algo:?}");
+            match rng.below(4) {
+                0 => {
+                    let op = ops[rng.below(4) as usize];
+                    g.allreduce(&src, &dst, DType::U32, op, algo).unwrap();
+                    let want = u32s(&reduce_u32(&parts, op));
+                    let r = rng.below(n as u64) as u32;
+                    assert_eq!(g.get(r, &dst).unwrap(), want, "{what} allreduce {op:?}");
+                }
+                1 => {
+                    let (op, root) = (ops[rng.below(4) as usize], rng.below(n as u64) as u32);
+                    g.reduce(root, &src, &dst, DType::U32, op, algo).unwrap();
+                    assert_eq!(
+                        g.get(root, &dst).unwrap(),
+                        u32s(&reduce_u32(&parts, op)),
+                        "{what} reduce"
+                    );
+                }
+                2 => {
+                    g.allgather(&src, &dst, algo).unwrap();
+                    let want: Vec<u32> = parts.concat();
+                    let r = rng.below(n as u64) as u32;
+                    assert_eq!(g.get(r, &dst).unwrap(), u32s(&want), "{what} allgather");
+                }
+                _ => {
+                    let root = rng.below(n as u64) as u32;
+                    g.bcast(root, &src, &dst, DType::U32, algo).unwrap();
+                    let r = rng.below(n as u64) as u32;
+                    assert_eq!(
+                        g.get(r, &dst).unwrap(),
+                        u32s(&parts[root as usize]),
+                        "{what} bcast"
+                    );
+                }
+            }
+            g.free(&src).unwrap();
+            if step % 3 == 0 {
+                g.barrier(algo).unwrap();
+            }
+        }
+    })
+    .await;
+}
