@@ -102,7 +102,8 @@ impl Group {
             let rd = s.try_clone().map_err(io("configuring the socket"))?;
             rd.set_read_timeout(Some(self.timeout))
                 .map_err(io("configuring the socket"))?;
-            let mut reader = FrameReader::new(rd, MAX_DIRECT_MESSAGE as u32 + 256);
+            // Outputs may be larger than inputs: bounded like any server message.
+            let mut reader = FrameReader::new(rd, corefarm_smp::DEFAULT_MAX_MESSAGE);
             let label = self.label(m.rank);
             match reader.read_frame() {
                 Ok(Some(f)) if f.ty == MsgType::Peer => {}
