@@ -178,6 +178,13 @@ class Group:
         self._raw.run(input, output, operand)
         self._dtypes[output] = "u8"
 
+    def direct_map(self, inputs, window=4):
+        """Sends each data message of `inputs` (whole inputs of the configured
+        cores) straight to the members' peer ports, past the server, and
+        returns the outputs in input order (a list of bytes), each exactly
+        once: a member that is lost has its messages re-sent to the others."""
+        return self._raw.direct_map(list(inputs), window)
+
     def close(self):
         """Ends the group; its nodes go back to the server's pool."""
         self._raw.close()

@@ -267,6 +267,22 @@ impl RawGroup {
         self.with(py, |g| g.run_with(input, operand, output))
     }
 
+    /// Streams `inputs` (data messages) straight to the members' peer ports,
+    /// `window` in flight per member; outputs in input order, exactly once.
+    fn direct_map<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Bound<'py, PyAny>>,
+        window: usize,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let data = inputs
+            .iter()
+            .map(|i| Ok(Bytes::from(byte_buffer(i)?.to_vec(py)?)))
+            .collect::<PyResult<Vec<Bytes>>>()?;
+        let out = self.with(py, |g| g.direct(window)?.map(&data))?;
+        Ok(out.iter().map(|o| PyBytes::new(py, o)).collect())
+    }
+
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let g = self.inner.lock().expect("group lock").take();
         match g {

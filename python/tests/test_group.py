@@ -90,3 +90,12 @@ def test_run_keeps_results_resident(cluster):
 def test_a_group_larger_than_the_cluster_is_refused(cluster):
     with pytest.raises(corefarm.ServerError, match="a group of 5 nodes"):
         corefarm.group(cluster.users_addr, nodes=5)
+
+
+def test_direct_map_past_the_server(cluster):
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        g.configure_benchmark(16, 16)
+        inputs = [bytes([i % 256]) * 32 for i in range(100)]  # two inputs each
+        outs = g.direct_map(inputs, window=3)
+        assert [o[:16] for o in outs] == [i[:16] for i in inputs]
+        assert all(len(o) == 32 for o in outs)
