@@ -27,6 +27,8 @@ from .errors import (
     ConfigurationError,
     ConnectionError,
     Error,
+    GroupError,
+    GroupTimeoutError,
     ImageError,
     InputError,
     ProtocolError,
@@ -41,7 +43,7 @@ __all__ = [
     "build_image", "inspect_image", "ImageError",
     "Error", "ConnectionError", "ConfigurationError", "TimeoutError", "ServerError",
     "ProtocolError", "InputError", "UsageError", "UnsupportedError", "ERROR_CODES",
-    "DEFAULT_PORT",
+    "DEFAULT_PORT", "group", "Group", "GroupError", "GroupTimeoutError",
 ]
 
 DEFAULT_PORT = 9999
@@ -50,6 +52,8 @@ DEFAULT_PORT = 9999
 # a variable's docstring from the module that assigns it).
 ERROR_CODES = ERROR_CODES
 """Names of the server's error codes by number (docs/protocol.md, type 0x11)."""
+from .group import Group, group  # noqa: E402  (after the errors it raises)
+
 Output = _corefarm.Output
 Pending = _corefarm.Pending
 _IMAGE_MAGIC = b"CFIMAGE\0"

@@ -93,3 +93,24 @@ ERROR_CODES = {
 
 class ImageError(Error, ValueError):
     """A configuration image could not be built or is not valid."""
+
+
+class GroupError(Error):
+    """A group command failed (docs/collectives.md). `rank` and `node` name
+    the member held responsible (None if none is), `op` the operation, e.g.
+    "allreduce #7". A failure that blames a member ends the group: later
+    calls raise GroupError too."""
+
+    def __init__(self, message, rank=None, node=None, op=None):
+        super().__init__(message)
+        self.rank = rank
+        """The rank held responsible, or None."""
+        self.node = node
+        """That member as `name@peer-address`, or None."""
+        self.op = op
+        """The operation that failed, e.g. "allreduce #7", or None."""
+
+
+class GroupTimeoutError(GroupError, TimeoutError):
+    """Members did not answer a group command within its timeout; `rank` is
+    the first of them."""

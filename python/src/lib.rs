@@ -21,6 +21,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyTuple};
 
 mod cowork;
+mod group;
 mod image;
 mod pending;
 mod smp;
@@ -457,6 +458,7 @@ fn _corefarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pending>()?;
     m.add_class::<Completions>()?;
     m.add_class::<cowork::Cowork>()?;
+    m.add_class::<group::RawGroup>()?;
     m.add_function(wrap_pyfunction!(default_core_table, m)?)?;
     m.add_function(wrap_pyfunction!(image::inspect_image, m)?)?;
     m.add_function(wrap_pyfunction!(smp::decode, m)?)?;

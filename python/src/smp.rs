@@ -38,6 +38,9 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::Peer => "peer",
         MsgType::AuthChallenge => "auth_challenge",
         MsgType::AuthResponse => "auth_response",
+        MsgType::GroupCtl => "group_control",
+        MsgType::GroupCmd => "group_command",
+        MsgType::GroupReply => "group_reply",
     }
 }
 
@@ -101,6 +104,22 @@ fn decode_inner(
             corefarm_smp::auth::AuthChallenge::parse(&f.payload)?.nonce)}),
         MsgType::AuthResponse => json!({"mac_hex": hex::encode(
             corefarm_smp::auth::AuthResponse::parse(&f.payload)?.mac)}),
+        MsgType::GroupCtl => {
+            serde_json::to_value(corefarm_smp::group::GroupCtl::decode(&f.payload)?)
+                .unwrap_or(Value::Null)
+        }
+        MsgType::GroupCmd => {
+            let c = corefarm_smp::group::GroupCmd::parse(f.payload)?;
+            json!({"seq": c.seq, "target": c.target, "cmd": c.cmd.name(),
+                   "algo": c.algo.map(|a| a.name()), "dtype": c.dtype.name(),
+                   "reduce": c.reduce.name(), "root": c.root, "timeout_ms": c.timeout_ms,
+                   "a": c.a, "b": c.b, "data_len": c.data.len()})
+        }
+        MsgType::GroupReply => {
+            let r = corefarm_smp::group::GroupReply::parse(f.payload)?;
+            json!({"seq": r.seq, "rank": r.rank, "status": r.status, "culprit": r.culprit,
+                   "data_len": r.data.len(), "reason": r.reason()})
+        }
     };
     Ok((type_name(f.ty), v))
 }

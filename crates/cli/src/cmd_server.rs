@@ -221,6 +221,12 @@ pub struct NodeTuning {
     /// so shared-mode reconfiguration can be studied in simulation.
     #[arg(long, default_value_t = 0)]
     pub reconfigure_delay_ms: u64,
+    /// Peer port of the node fabric (groups, docs/collectives.md): where the
+    /// other members of a group reach this node. An unspecified IP means the
+    /// interface the node reaches the server through; port 0 picks a free
+    /// port (give port 0 with --count > 1); `none` disables groups.
+    #[arg(long, default_value = "0.0.0.0:0", value_parser = parse_peer_listen)]
+    pub peer_listen: PeerListen,
     /// Hardware-core backends this node may load, comma-separated: native
     /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator),
     /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge). The node
@@ -272,6 +278,19 @@ pub struct NodeTuning {
     pub fpga_programmer: corefarm_cores::fpga::Programmer,
 }
 
+/// `--peer-listen`: an address, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerListen(Option<std::net::SocketAddr>);
+
+fn parse_peer_listen(s: &str) -> Result<PeerListen, String> {
+    if s == "none" {
+        return Ok(PeerListen(None));
+    }
+    s.parse()
+        .map(|a| PeerListen(Some(a)))
+        .map_err(|e| format!("{s:?} is not IP:PORT or none: {e}"))
+}
+
 impl NodeTuning {
     pub fn options(&self, server: String) -> NodeOptions {
         let has = |b: &str| self.backends.iter().any(|x| x == b);
@@ -303,6 +322,7 @@ impl NodeTuning {
                 trust: corefarm_cores::signature::Trust(self.trust.clone()),
                 ..defaults
             },
+            peer_listen: self.peer_listen.0,
             ..NodeOptions::default()
         }
     }

@@ -39,7 +39,9 @@
 
 mod connect;
 mod cowork;
+pub mod direct;
 mod error;
+pub mod group;
 mod inner;
 mod map;
 mod pending;

@@ -245,6 +245,13 @@ fn handle(
                 "a peer message: only nodes send those, on their peer port".into(),
             ));
         }
+        // This connection never asked for a group (crate::group has its own).
+        MsgType::GroupCtl | MsgType::GroupCmd | MsgType::GroupReply => {
+            return Err(Failure::Unexpected(format!(
+                "a {} message on a connection without a group",
+                frame.ty.name()
+            )));
+        }
     }
     Ok(())
 }

@@ -46,6 +46,14 @@ impl MemoryGuard {
         Reservation { _permit: permit }
     }
 
+    /// Takes `bytes` now if they fit, `None` otherwise: resident buffers
+    /// fail with "full" rather than wait for memory that may never return.
+    pub fn try_reserve(&self, bytes: usize) -> Option<Reservation> {
+        let units = u32::try_from(bytes.div_ceil(1024)).ok()?;
+        let permit = self.sem.clone().try_acquire_many_owned(units).ok()?;
+        Some(Reservation { _permit: permit })
+    }
+
     /// Bytes currently free (for tests and stats).
     pub fn available(&self) -> usize {
         self.sem.available_permits() * 1024

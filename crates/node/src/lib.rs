@@ -9,15 +9,20 @@
 //! - the sending task ([`sender`]) writes results back to the server.
 //!
 //! The node fabric ([`peer`]) links the node managers of a group over their
-//! peer ports; [`collective`] runs MPI-like collectives over it (issue 9).
+//! peer ports; [`collective`] runs MPI-like collectives over it (issue 9);
+//! [`group`] runs a user's group commands on a member against its resident
+//! [`buffers`].
 //!
 //! A memory guard ([`guard`]) bounds the bytes held by queued jobs and results:
 //! when it is exhausted the receiving task stops reading, so TCP back-pressure
 //! slows the server down instead of the node over-allocating.
 
 pub mod bench;
+pub mod buffers;
 pub mod collective;
 pub mod configure;
+mod direct;
+pub mod group;
 pub mod guard;
 pub mod handlers;
 pub mod peer;
@@ -103,9 +108,8 @@ pub enum NodeError {
 pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeError> {
     let mut backoff = Duration::from_millis(50);
     // Bound once, on the first connection, and kept across reconnections so
-    // the advertised address stays valid. No group uses it until the server
-    // allocates groups (next increment of issue 9).
-    let mut peer: Option<peer::PeerListener> = None;
+    // the advertised address stays valid; every session's groups use it.
+    let mut peer: Option<std::sync::Arc<peer::PeerListener>> = None;
     let mut opts = opts;
     loop {
         let attempt = tokio::select! {
@@ -119,10 +123,10 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
                     let l = bind_peer(want, &stream).await?;
                     opts.peer_listen = Some(l.local_addr());
                     tracing::info!(node = %opts.name, peer = %l.local_addr(), "peer port");
-                    peer = Some(l);
+                    peer = Some(std::sync::Arc::new(l));
                 }
                 tracing::info!(node = %opts.name, server = %opts.server, "connected");
-                session::run(stream, &opts, stop.clone()).await
+                session::run_with(stream, &opts, stop.clone(), peer.clone()).await
             }
             Err(e) => Err(NodeError::Connect {
                 addr: opts.server.clone(),

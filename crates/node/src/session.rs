@@ -11,6 +11,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use corefarm_smp::auth::{AuthChallenge, AuthResponse};
 use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::group::{GroupCmd, GroupCtl, GroupReply};
 use corefarm_smp::{
     hello::features, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Hello, MsgType, DATA_ID_LEN,
 };
@@ -21,8 +22,10 @@ use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
 
 use crate::configure::{self, Configured};
+use crate::group::{GroupHandle, MemberEnv};
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
+use crate::peer::PeerListener;
 use crate::sender::{self, SendError};
 use crate::{NodeError, NodeOptions};
 
@@ -35,9 +38,19 @@ pub async fn run(
     opts: &NodeOptions,
     stop: CancellationToken,
 ) -> Result<(), NodeError> {
+    run_with(stream, opts, stop, None).await
+}
+
+/// [`run`] with the node's peer port, through which the session's groups link.
+pub async fn run_with(
+    stream: TcpStream,
+    opts: &NodeOptions,
+    stop: CancellationToken,
+    peer: Option<Arc<PeerListener>>,
+) -> Result<(), NodeError> {
     stream.set_nodelay(true)?;
     let (rd, wr) = stream.into_split();
-    run_io(rd, wr, opts, stop).await
+    run_io_with(rd, wr, opts, stop, peer).await
 }
 
 /// Runs a session over any byte streams (the server's messages come from
@@ -47,6 +60,22 @@ pub async fn run_io<R, W>(
     wr: W,
     opts: &NodeOptions,
     stop: CancellationToken,
+) -> Result<(), NodeError>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    run_io_with(rd, wr, opts, stop, None).await
+}
+
+/// [`run_io`] with a peer port for groups. The hello advertises the peer
+/// port of `opts.peer_listen` (as `run` binds it), or else `peer`'s address.
+pub async fn run_io_with<R, W>(
+    rd: R,
+    wr: W,
+    opts: &NodeOptions,
+    stop: CancellationToken,
+    peer: Option<Arc<PeerListener>>,
 ) -> Result<(), NodeError>
 where
     R: AsyncRead + Unpin,
@@ -73,6 +102,8 @@ where
         guard: MemoryGuard::new(opts.memory_limit),
         state: None,
         sent_hello: None,
+        peer: peer.clone(),
+        group: None,
     };
     if opts.hello {
         let mut h = Hello::new("node");
@@ -81,9 +112,11 @@ where
         h.targets = corefarm_cores::supported_targets(&opts.load);
         h.max_message = Some(opts.max_message);
         // Advertised once `run` has bound it (a concrete address).
+        let bound = peer.as_ref().map(|l| l.local_addr());
         if let Some(a) = opts
             .peer_listen
             .filter(|a| a.port() != 0 && !a.ip().is_unspecified())
+            .or(bound)
         {
             h.features.push(features::PEER.into());
             h.peer = Some(a.to_string());
@@ -120,6 +153,8 @@ where
     // Close the queue, let the core handlers finish (or, with no one left to
     // send to, drop) their work, and give the sending task a moment to flush
     // what is queued: results and a final error.
+    // Leaving the group frees its buffers and closes its links.
+    s.group = None;
     let Session { out, state, .. } = s;
     drop(out);
     if let Some(st) = state {
@@ -169,6 +204,10 @@ struct Session<'a> {
     state: Option<Configured>,
     /// The hello exactly as sent: an authentication answer covers it.
     sent_hello: Option<Vec<u8>>,
+    /// The node's peer port (groups need one).
+    peer: Option<Arc<PeerListener>>,
+    /// The group this node is a member of, if any.
+    group: Option<GroupHandle>,
 }
 
 /// `None`: carry on; `Some(r)`: the session ends with `r`.
@@ -205,6 +244,20 @@ impl Session<'_> {
                 None
             }
             MsgType::Data => self.data(frame.payload).await,
+            MsgType::GroupCtl => match GroupCtl::decode(&frame.payload) {
+                Ok(c) => {
+                    self.group_ctl(c);
+                    None
+                }
+                Err(e) => self.malformed(e),
+            },
+            MsgType::GroupCmd => match GroupCmd::parse(frame.payload) {
+                Ok(c) => {
+                    self.group_cmd(c);
+                    None
+                }
+                Err(e) => self.malformed(e),
+            },
             MsgType::Error => match ErrorMsg::parse(&frame.payload) {
                 Ok(e) => {
                     tracing::warn!(node = %self.opts.name, "server reports: {e}");
@@ -318,6 +371,64 @@ impl Session<'_> {
             return Some(Err(NodeError::Session("the core handlers stopped".into())));
         }
         None
+    }
+
+    /// `join` starts a member task (replacing any earlier group: the server
+    /// only sends a node to one group at a time); `leave` drops it.
+    fn group_ctl(&mut self, c: GroupCtl) {
+        match c {
+            GroupCtl::Join {
+                group,
+                rank,
+                members,
+                topology,
+                token,
+            } => {
+                self.group = None;
+                let Some(listener) = self.peer.clone() else {
+                    let error = Some("this node has no peer port (--peer-listen)".to_string());
+                    self.queue(Outgoing::Frame(
+                        GroupCtl::Joined { group, error }.to_frame(),
+                    ));
+                    return;
+                };
+                let env = MemberEnv {
+                    opts: self.opts.clone(),
+                    guard: self.guard.clone(),
+                    limit: self.limit,
+                    listener,
+                    out: self.out.clone(),
+                };
+                self.group = Some(GroupHandle::start(
+                    group, rank, members, &topology, token, env,
+                ));
+            }
+            GroupCtl::Leave { group } => {
+                if self.group.as_ref().is_some_and(|g| g.group == group) {
+                    tracing::info!(node = %self.opts.name, group, "left group");
+                    self.group = None;
+                }
+            }
+            other => tracing::warn!(node = %self.opts.name, "ignored group control {other:?}"),
+        }
+    }
+
+    fn group_cmd(&mut self, c: GroupCmd) {
+        let (seq, label) = (c.seq, c.label());
+        let live = self.group.as_ref().is_some_and(|g| g.submit(c));
+        if !live {
+            let reason = format!("{label}: this node is not in a group");
+            let r = GroupReply::failed(
+                seq,
+                u32::MAX,
+                ErrorCode::UnexpectedMessage,
+                u32::MAX,
+                &reason,
+            );
+            if let Ok(f) = r.to_frame() {
+                self.queue(Outgoing::Frame(f));
+            }
+        }
     }
 
     fn queue(&self, o: Outgoing) {

@@ -8,6 +8,7 @@
 //!   (Initial → Nodes Configuration → Data Routing) that owns all routing state,
 //!   so the hot path needs no locks.
 //! - [`dispatch`]: the data demultiplexer policies (queue, stack, credit).
+//! - `group`: users that drive a gang-allocated group of nodes (issue 9).
 //! - `registry`: nodes and users as the status extension shows them
 //!   (atomics written by their owners, locked only on connect/disconnect).
 //! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
@@ -19,6 +20,7 @@
 pub mod auth;
 pub mod defaults;
 pub mod dispatch;
+mod group;
 mod limits;
 pub mod nodeconn;
 pub mod pool;

@@ -148,6 +148,7 @@ impl NodeConn {
                                     name: h.name.clone(),
                                     targets: h.targets.clone(),
                                     hello: true,
+                                    peer: h.peer.clone().filter(|_| h.has(features::PEER)),
                                 });
                                 tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
                                 let mut reply = Hello::new("server");

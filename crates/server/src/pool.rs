@@ -91,6 +91,40 @@ impl Pool {
         taken
     }
 
+    /// Gang allocation (groups, issue 9): takes `n` free nodes that pass
+    /// `fit`, all or none, for `owner` alone until [`Pool::release`]. Waiting
+    /// users are not counted: a group holds its nodes for its lifetime.
+    pub fn claim_exclusive(
+        &self,
+        owner: u64,
+        n: usize,
+        fit: impl Fn(&NodeConn) -> bool,
+    ) -> Option<Vec<NodeConn>> {
+        let mut g = self.inner.lock().expect("pool lock");
+        g.free.retain(|c| !c.is_closed());
+        let picked: Vec<usize> = (0..g.free.len())
+            .filter(|&i| fit(&g.free[i]))
+            .take(n)
+            .collect();
+        if picked.len() < n {
+            return None;
+        }
+        // Oldest first; removing from the back keeps the earlier indices valid.
+        let mut taken: Vec<NodeConn> = picked.iter().rev().map(|&i| g.free.remove(i)).collect();
+        taken.reverse();
+        for c in &taken {
+            c.entry.assign(Some(owner));
+        }
+        Some(taken)
+    }
+
+    /// Gives claimed nodes back (each goes to a waiting user or the free list).
+    pub fn release(&self, nodes: Vec<NodeConn>) {
+        for c in nodes {
+            self.add(c);
+        }
+    }
+
     pub fn free_count(&self) -> usize {
         let mut g = self.inner.lock().expect("pool lock");
         g.free.retain(|c| !c.is_closed());

@@ -19,6 +19,8 @@ pub struct NodeInfo {
     pub name: Option<String>,
     pub targets: Vec<String>,
     pub hello: bool,
+    /// Its peer port (`peer` feature), where group members reach it.
+    pub peer: Option<String>,
 }
 
 /// A connected node as the rest of the server sees it.

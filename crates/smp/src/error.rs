@@ -56,6 +56,8 @@ pub enum ProtocolError {
     BadPeer(String),
     #[error("authentication message is not valid: {0}")]
     BadAuth(String),
+    #[error("group message is not valid: {0}")]
+    BadGroup(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -152,6 +154,7 @@ impl ProtocolError {
             ProtocolError::BadStatus(_) => "bad_status",
             ProtocolError::BadPeer(_) => "bad_peer",
             ProtocolError::BadAuth(_) => "bad_auth",
+            ProtocolError::BadGroup(_) => "bad_group",
         }
     }
 

@@ -24,6 +24,12 @@ pub enum MsgType {
     AuthChallenge = 0x16,
     /// The peer's HMAC over the nonce ([`crate::auth`]).
     AuthResponse = 0x17,
+    /// Group control, JSON ([`crate::group::GroupCtl`]): user ↔ server ↔ node.
+    GroupCtl = 0x18,
+    /// A command for a group's nodes ([`crate::group::GroupCmd`]).
+    GroupCmd = 0x19,
+    /// A node's answer to a group command ([`crate::group::GroupReply`]).
+    GroupReply = 0x1A,
 }
 
 impl MsgType {
@@ -40,6 +46,9 @@ impl MsgType {
             0x15 => MsgType::Peer,
             0x16 => MsgType::AuthChallenge,
             0x17 => MsgType::AuthResponse,
+            0x18 => MsgType::GroupCtl,
+            0x19 => MsgType::GroupCmd,
+            0x1A => MsgType::GroupReply,
             other => return Err(ProtocolError::UnknownType(other)),
         })
     }
@@ -57,6 +66,9 @@ impl MsgType {
             MsgType::Peer => "peer",
             MsgType::AuthChallenge => "auth-challenge",
             MsgType::AuthResponse => "auth-response",
+            MsgType::GroupCtl => "group-control",
+            MsgType::GroupCmd => "group-command",
+            MsgType::GroupReply => "group-reply",
         }
     }
 }

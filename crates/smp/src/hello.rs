@@ -31,6 +31,9 @@ pub mod features {
     /// queue full is answered with an `Error` (code `QueueFull`) instead of
     /// the server pausing reads from the user's socket.
     pub const QUEUE_FULL: &str = "queue-full";
+    /// The user drives a group of gang-allocated nodes (issue 9): group
+    /// control (0x18), commands (0x19) and replies (0x1A), see [`crate::group`].
+    pub const GROUP: &str = "group";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

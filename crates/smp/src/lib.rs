@@ -7,6 +7,7 @@
 //!   parsed check-then-parse from an untrusted byte slice.
 //! - [`outframe`]: messages on their way out (header inline, body shared) and batches of them.
 //! - [`peer`]: node-to-node messages of the node fabric (peer port only).
+//! - [`group`]: groups of nodes driven by a user: control, commands, replies.
 //! - [`status`]: the status extension (what the server is doing, as JSON).
 //! - [`auth`]: challenge–response authentication of hello peers.
 //! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).
@@ -19,6 +20,7 @@ pub mod auth;
 pub mod blocking;
 pub mod codec;
 pub mod error;
+pub mod group;
 pub mod header;
 pub mod hello;
 pub mod message;

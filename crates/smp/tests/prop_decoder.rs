@@ -82,6 +82,19 @@ fn parse_typed(f: &Frame) {
                 assert_eq!(&m.to_frame().unwrap().to_vec()[8..], &f.payload[..]);
             }
         }
+        MsgType::GroupCtl => {
+            let _ = corefarm_smp::group::GroupCtl::decode(&f.payload);
+        }
+        MsgType::GroupCmd => {
+            if let Ok(c) = corefarm_smp::group::GroupCmd::parse(f.payload.clone()) {
+                assert_eq!(&c.to_frame().unwrap().to_vec()[8..], &f.payload[..]);
+            }
+        }
+        MsgType::GroupReply => {
+            if let Ok(r) = corefarm_smp::group::GroupReply::parse(f.payload.clone()) {
+                assert_eq!(&r.to_frame().unwrap().to_vec()[8..], &f.payload[..]);
+            }
+        }
     }
 }
 

@@ -169,6 +169,11 @@ impl Group {
         &self.fab
     }
 
+    /// Changes the wait bound of the next calls (each group command carries its own).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.opts.timeout = timeout;
+    }
+
     fn peer_err(&self, ctx: &Ctx, rank: u32, reason: impl Into<String>) -> CollError {
         CollError::Peer {
             op: ctx.label(),

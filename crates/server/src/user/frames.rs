@@ -68,6 +68,19 @@ impl Handler {
                     .await)
             }
         };
+        if h.has(features::GROUP) {
+            // A group user takes its nodes as one group (crate::group), not here.
+            let mut agreed = Hello::new("server");
+            agreed.features = [features::ERROR, features::GROUP]
+                .map(String::from)
+                .to_vec();
+            agreed.nodes = Some(0);
+            agreed.max_message = Some(self.shared.opts.max_message);
+            self.hello = Some(agreed.clone());
+            self.entry.set_hello(h.name.clone());
+            self.send_user(agreed.to_frame()).await?;
+            return Err(End::Group);
+        }
         // `nodes: 0` asks for none: an observer (e.g. `corefarm status`)
         // must not take nodes away from the users that compute.
         self.want = h.nodes;

@@ -92,6 +92,8 @@ enum NextCfg {
 enum End {
     Closed,
     Error(String),
+    /// The hello asked for a group: [`crate::group`] serves the rest.
+    Group,
 }
 
 struct Handler {
@@ -201,10 +203,17 @@ pub(crate) async fn run(
         refusals: Default::default(),
         last_activity: Instant::now(),
     };
-    let end = h.main_loop(&stop).await;
+    let mut end = h.main_loop(&stop).await;
+    if let End::Group = end {
+        end = match crate::group::serve(&h.shared, user, &mut h.reader, &h.out, &stop).await {
+            Ok(()) => End::Closed,
+            Err(e) => End::Error(e),
+        };
+    }
     match &end {
         End::Closed => tracing::info!(user = %peer, "user session ended"),
         End::Error(e) => tracing::warn!(user = %peer, "user session ended: {e}"),
+        End::Group => unreachable!("served above"),
     }
     h.release_nodes();
     drop(h);

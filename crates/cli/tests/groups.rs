@@ -1,0 +1,195 @@
+//! Groups with real processes: `corefarm server` and four `corefarm node`
+//! processes (each with its peer port), driven by the group client:
+//! scatter, broadcast, allreduce and gather checked against local results,
+//! then a node process killed while the others wait for it in a collective;
+//! and the direct data path surviving a killed node process.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+
+use bytes::Bytes;
+use corefarm_client::group::{Algorithm, Group, GroupOptions};
+use corefarm_smp::{BenchmarkConfig, DType, ReduceOp};
+
+mod support;
+use support::{Proc, BIN};
+
+fn server() -> (Proc, String, String) {
+    let mut child = Command::new(BIN)
+        .args([
+            "server",
+            "--nodes-listen",
+            "127.0.0.1:0",
+            "--users-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--node-wait", "20"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start corefarm server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "listening nodes=IP:PORT users=IP:PORT"
+    let addr = |key: &str| -> String {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .expect("addresses in the banner")
+            .to_string()
+    };
+    (Proc(child), addr("nodes="), addr("users="))
+}
+
+fn node(nodes: &str, name: &str) -> Proc {
+    Proc(
+        Command::new(BIN)
+            .args(["node", "--server", nodes, "--name", name])
+            .args(["--peer-listen", "127.0.0.1:0"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start corefarm node"),
+    )
+}
+
+fn i64s(v: &[i64]) -> Bytes {
+    Bytes::from(v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>())
+}
+
+fn from_i64s(b: &[u8]) -> Vec<i64> {
+    b.chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn four_node_processes_collectives_and_a_killed_member() {
+    let (_srv, nodes, users) = server();
+    let mut procs: Vec<Proc> = (0..4).map(|i| node(&nodes, &format!("p{i}"))).collect();
+    // `open` waits (--node-wait) until four nodes with a peer port are free.
+    let mut g = Group::open(&users, GroupOptions::new(4)).expect("a group of 4 node processes");
+    assert_eq!(g.size(), 4);
+
+    // scatter: 4 × 1000 rows of one i64 each; rank r gets rows r·1000…
+    let rows: Vec<i64> = (0..4000).map(|x| x * 3 - 7).collect();
+    let counts = g.scatter_rows("x", DType::I64, &i64s(&rows), 8).unwrap();
+    assert_eq!(counts, [1000; 4]);
+    // bcast from the user, through rank 0 and then among the nodes.
+    let w: Vec<i64> = (0..1000).map(|x| 1000 - x).collect();
+    g.bcast_from_user("w", DType::I64, i64s(&w), Algorithm::Binomial)
+        .unwrap();
+    for r in 0..4 {
+        assert_eq!(from_i64s(&g.get(r, "w").unwrap()), w);
+    }
+    // allreduce of the scattered blocks, each algorithm.
+    let want: Vec<i64> = (0..1000)
+        .map(|i| (0..4).map(|r| rows[r * 1000 + i]).sum())
+        .collect();
+    for (k, algo) in [
+        Algorithm::Linear,
+        Algorithm::Binomial,
+        Algorithm::Star,
+        Algorithm::Auto,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let dst = format!("s{k}");
+        g.allreduce("x", &dst, DType::I64, ReduceOp::Sum, algo)
+            .unwrap();
+        for b in g.gather(&dst).unwrap() {
+            assert_eq!(from_i64s(&b), want, "{algo:?}");
+        }
+    }
+    // gather in rank order gives the scattered rows back.
+    let back: Vec<i64> = g
+        .gather("x")
+        .unwrap()
+        .iter()
+        .flat_map(|b| from_i64s(b))
+        .collect();
+    assert_eq!(back, rows);
+
+    // The victim's run takes 40 × 100 ms on the benchmarking core, the
+    // others' one input; the others then wait for it in the allreduce.
+    let victim = g.members().iter().position(|m| m.name == "p2").unwrap() as u32;
+    let cfg = BenchmarkConfig {
+        input_size: 16,
+        output_size: 16,
+        delay_us: 100_000,
+    };
+    g.configure(&cfg.to_configuration()).unwrap();
+    for r in 0..4 {
+        let inputs = if r == victim { 40 } else { 1 };
+        g.put(r, "in", DType::U8, Bytes::from(vec![r as u8; 16 * inputs]))
+            .unwrap();
+    }
+    let run = g.begin_run("in", None, "out").unwrap();
+    let all = g
+        .begin_allreduce("x", "late", DType::I64, ReduceOp::Max, Algorithm::Linear)
+        .unwrap();
+    let _ = procs[2].0.kill();
+    let e = g.finish(run).unwrap_err();
+    assert_eq!(e.rank(), Some(victim), "{e}");
+    assert!(e.to_string().contains("p2@"), "names the node: {e}");
+    assert!(e.to_string().contains("run #"), "names the operation: {e}");
+    let e = g.finish(all).unwrap_err();
+    assert!(e.to_string().contains("p2@"), "names the node: {e}");
+    assert!(
+        e.to_string().contains("allreduce #"),
+        "names the operation: {e}"
+    );
+    let e = g.barrier(Algorithm::Auto).unwrap_err();
+    assert!(
+        e.to_string().contains("closed"),
+        "the group was torn down: {e}"
+    );
+    drop(g);
+
+    // The survivors are back: a new group of 3 forms from them.
+    let g = Group::open(&users, GroupOptions::new(3)).expect("a group of the 3 survivors");
+    let mut names: Vec<String> = g.members().iter().map(|m| m.name.clone()).collect();
+    names.sort();
+    assert_eq!(names, ["p0", "p1", "p3"]);
+    g.close().unwrap();
+    procs.clear();
+}
+
+#[test]
+fn direct_path_with_four_node_processes_survives_a_killed_one() {
+    let (_srv, nodes, users) = server();
+    let mut procs: Vec<Proc> = (0..4).map(|i| node(&nodes, &format!("d{i}"))).collect();
+    let mut g = Group::open(&users, GroupOptions::new(4)).expect("a group of 4 node processes");
+    let victim = g.members().iter().position(|m| m.name == "d1").unwrap();
+    // The benchmarking core echoes each input's first 16 bytes.
+    let cfg = BenchmarkConfig {
+        input_size: 32,
+        output_size: 16,
+        delay_us: 1000,
+    };
+    g.configure(&cfg.to_configuration()).unwrap();
+    let inputs: Vec<Bytes> = (0..300u32)
+        .map(|i| {
+            let mut v = vec![0u8; 64]; // two inputs
+            v[..4].copy_from_slice(&i.to_le_bytes());
+            v[32..36].copy_from_slice(&(i + 1_000_000).to_le_bytes());
+            Bytes::from(v)
+        })
+        .collect();
+    let mut d = g.direct(4).unwrap();
+    assert_eq!(d.live(), 4);
+    // Killed once its connection is open: what was sent to it goes to the others.
+    let _ = procs[1].0.kill();
+    let out = d.map(&inputs).unwrap();
+    assert_eq!(out.len(), 300);
+    for (i, o) in out.iter().enumerate() {
+        assert_eq!(o.len(), 32, "two outputs for message {i}");
+        assert_eq!(&o[..4], &(i as u32).to_le_bytes());
+        assert_eq!(&o[16..20], &(i as u32 + 1_000_000).to_le_bytes());
+    }
+    assert_eq!(d.live(), 3, "rank {victim} is lost");
+    let e = g.barrier(Algorithm::Auto).unwrap_err();
+    assert!(e.to_string().contains("d1@"), "names the node: {e}");
+    procs.clear();
+}

@@ -1,0 +1,284 @@
+//! The direct data path (issue 9 item 4): a group's data messages go
+//! straight to the members' peer ports while the server keeps the control
+//! plane (configuration through [`Group::configure`], membership, failure
+//! detection). Each member runs its share on the group's cores.
+//!
+//! Exactly once: every input message has an id; a member whose connection
+//! ends (it died) has its unanswered messages sent again to the others, and
+//! a result is kept only the first time its id is answered.
+//!
+//! ```no_run
+//! # use corefarm_client::group::{Group, GroupOptions};
+//! # let mut g = Group::open("127.0.0.1:9999", GroupOptions::new(4))?;
+//! # let (cfg, inputs): (corefarm_smp::Configuration, Vec<bytes::Bytes>) = todo!();
+//! g.configure(&cfg)?;
+//! let mut d = g.direct(8)?;          // up to 8 messages in flight per member
+//! let outputs = d.map(&inputs)?;     // in input order
+//! # Ok::<(), corefarm_client::group::GroupError>(())
+//! ```
+
+use std::collections::{BTreeSet, VecDeque};
+use std::io::Write;
+use std::net::{SocketAddr, TcpStream};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_smp::blocking::{write_frame, FrameReader};
+use corefarm_smp::group::DIRECT_USER;
+use corefarm_smp::{Data, ErrorMsg, MsgType, OutFrame, PeerBody, PeerHeader, PeerKind, PeerMsg};
+
+use crate::group::{Group, GroupError, Result};
+use crate::ClientError;
+
+/// Largest data message a member's peer port takes (its 1 MiB chunk frame).
+pub const MAX_DIRECT_MESSAGE: usize = 1 << 20;
+
+enum Event {
+    Result(u32, Bytes),
+    Failed(u32, String),
+    Closed(String),
+}
+
+struct Link {
+    rank: u32,
+    label: String,
+    writer: Option<TcpStream>,
+    in_flight: BTreeSet<u32>,
+}
+
+/// Direct connections to every member of a group.
+pub struct Direct {
+    links: Vec<Link>,
+    events: mpsc::Receiver<(usize, Event)>,
+    window: usize,
+    timeout: Duration,
+}
+
+impl Drop for Direct {
+    fn drop(&mut self) {
+        for l in &self.links {
+            if let Some(w) = &l.writer {
+                let _ = w.shutdown(std::net::Shutdown::Both);
+            }
+        }
+    }
+}
+
+fn io(during: &'static str) -> impl Fn(std::io::Error) -> GroupError {
+    move |source| ClientError::Io { during, source }.into()
+}
+
+impl Group {
+    /// Opens a direct connection to every member; `window` data messages may
+    /// be in flight per member.
+    pub fn direct(&self, window: usize) -> Result<Direct> {
+        let (tx, events) = mpsc::channel();
+        let mut links = Vec::new();
+        for m in self.members() {
+            let addr: SocketAddr = m
+                .peer
+                .parse()
+                .map_err(|e| GroupError::Usage(format!("peer address {:?}: {e}", m.peer)))?;
+            let mut s = TcpStream::connect_timeout(&addr, self.timeout)
+                .map_err(io("connecting to a member's peer port"))?;
+            s.set_nodelay(true).map_err(io("configuring the socket"))?;
+            let hello = PeerMsg {
+                header: PeerHeader {
+                    kind: PeerKind::Hello,
+                    ttl: 0,
+                    group: self.id(),
+                    src: DIRECT_USER,
+                    dst: m.rank,
+                    seq: 0,
+                },
+                body: PeerBody::Hello {
+                    name: format!("{:016x}", self.token),
+                },
+            };
+            let f = hello.to_frame().map_err(ClientError::Protocol)?;
+            s.write_all(&f.to_vec())
+                .map_err(io("sending the direct hello"))?;
+            let rd = s.try_clone().map_err(io("configuring the socket"))?;
+            rd.set_read_timeout(Some(self.timeout))
+                .map_err(io("configuring the socket"))?;
+            // Outputs may be larger than inputs: bounded like any server message.
+            let mut reader = FrameReader::new(rd, corefarm_smp::DEFAULT_MAX_MESSAGE);
+            let label = self.label(m.rank);
+            match reader.read_frame() {
+                Ok(Some(f)) if f.ty == MsgType::Peer => {}
+                other => {
+                    return Err(GroupError::Failed {
+                        op: "direct connection".into(),
+                        rank: Some(m.rank),
+                        node: Some(label.clone()),
+                        reason: format!("rank {} ({label}) did not accept it: {other:?}", m.rank),
+                    })
+                }
+            }
+            reader
+                .get_ref()
+                .set_read_timeout(None)
+                .map_err(io("configuring the socket"))?;
+            let (k, tx) = (links.len(), tx.clone());
+            std::thread::Builder::new()
+                .name(format!("direct-{}", m.rank))
+                .spawn(move || read_loop(k, reader, tx))
+                .map_err(io("starting a reader thread"))?;
+            links.push(Link {
+                rank: m.rank,
+                label,
+                writer: Some(s),
+                in_flight: BTreeSet::new(),
+            });
+        }
+        Ok(Direct {
+            links,
+            events,
+            window: window.max(1),
+            timeout: self.timeout + Duration::from_secs(5),
+        })
+    }
+}
+
+fn read_loop(k: usize, mut r: FrameReader<TcpStream>, tx: mpsc::Sender<(usize, Event)>) {
+    let ev = loop {
+        let f = match r.read_frame() {
+            Ok(Some(f)) => f,
+            Ok(None) => break Event::Closed("closed the connection".into()),
+            Err(e) => break Event::Closed(e.to_string()),
+        };
+        let ev = match f.ty {
+            MsgType::Data => match Data::parse(f.payload) {
+                Ok(d) => Event::Result(d.id, d.data),
+                Err(e) => break Event::Closed(e.to_string()),
+            },
+            MsgType::Error => match ErrorMsg::parse(&f.payload) {
+                Ok(e) if e.id != ErrorMsg::NO_ID => Event::Failed(e.id, e.to_string()),
+                Ok(e) => break Event::Closed(e.to_string()),
+                Err(e) => break Event::Closed(e.to_string()),
+            },
+            other => break Event::Closed(format!("sent a {} message", other.name())),
+        };
+        if tx.send((k, ev)).is_err() {
+            return;
+        }
+    };
+    let _ = tx.send((k, ev));
+}
+
+impl Direct {
+    /// Members still connected.
+    pub fn live(&self) -> usize {
+        self.links.iter().filter(|l| l.writer.is_some()).count()
+    }
+
+    /// Sends every data message (whole inputs of the group's configuration,
+    /// at most [`MAX_DIRECT_MESSAGE`] bytes) to the members and returns the
+    /// outputs in input order, each exactly once, re-sending the messages of
+    /// a member that is lost to the others.
+    pub fn map(&mut self, inputs: &[Bytes]) -> Result<Vec<Bytes>> {
+        if let Some(i) = inputs.iter().position(|d| d.len() > MAX_DIRECT_MESSAGE) {
+            return Err(GroupError::Usage(format!(
+                "input message {i} is over the direct path's {MAX_DIRECT_MESSAGE} bytes"
+            )));
+        }
+        let mut out: Vec<Option<Bytes>> = vec![None; inputs.len()];
+        let mut queue: VecDeque<u32> = (0..inputs.len() as u32).collect();
+        let (mut done, mut lost) = (0, Vec::new());
+        while done < inputs.len() {
+            self.dispatch(&mut queue, inputs, &mut lost);
+            if self.live() == 0 {
+                return Err(GroupError::Failed {
+                    op: "direct data".into(),
+                    rank: None,
+                    node: None,
+                    reason: format!("every member is lost: {}", lost.join("; ")),
+                });
+            }
+            let (k, ev) = match self.events.recv_timeout(self.timeout) {
+                Ok(e) => e,
+                Err(_) => {
+                    let waiting: Vec<u32> = self
+                        .links
+                        .iter()
+                        .filter(|l| !l.in_flight.is_empty())
+                        .map(|l| l.rank)
+                        .collect();
+                    return Err(GroupError::Timeout {
+                        op: "direct data".into(),
+                        after: self.timeout,
+                        nodes: waiting
+                            .iter()
+                            .map(|&r| self.links[r as usize].label.clone())
+                            .collect::<Vec<_>>()
+                            .join(", "),
+                        waiting,
+                    });
+                }
+            };
+            match ev {
+                Event::Result(id, data) => {
+                    // Only an id this member was given, answered for the first time.
+                    if self.links[k].in_flight.remove(&id) && out[id as usize].is_none() {
+                        out[id as usize] = Some(data);
+                        done += 1;
+                    }
+                }
+                Event::Failed(id, reason) => {
+                    let l = &self.links[k];
+                    return Err(GroupError::Failed {
+                        op: format!("direct data id {id}"),
+                        rank: Some(l.rank),
+                        node: Some(l.label.clone()),
+                        reason: format!("rank {} ({}): {reason}", l.rank, l.label),
+                    });
+                }
+                Event::Closed(reason) => self.lose(k, &reason, &mut queue, &mut lost),
+            }
+        }
+        Ok(out
+            .into_iter()
+            .map(|o| o.expect("every id answered"))
+            .collect())
+    }
+
+    fn lose(&mut self, k: usize, reason: &str, queue: &mut VecDeque<u32>, lost: &mut Vec<String>) {
+        let l = &mut self.links[k];
+        if l.writer.take().is_none() {
+            return;
+        }
+        lost.push(format!("rank {} ({}) {reason}", l.rank, l.label));
+        // Its unanswered messages go to the others, first in line.
+        for id in std::mem::take(&mut l.in_flight).into_iter().rev() {
+            queue.push_front(id);
+        }
+    }
+
+    /// Fills every live member's window from the queue.
+    fn dispatch(&mut self, queue: &mut VecDeque<u32>, inputs: &[Bytes], lost: &mut Vec<String>) {
+        let mut progress = true;
+        while progress && !queue.is_empty() {
+            progress = false;
+            for k in 0..self.links.len() {
+                let l = &mut self.links[k];
+                if l.writer.is_none() || l.in_flight.len() >= self.window {
+                    continue;
+                }
+                let Some(id) = queue.pop_front() else { break };
+                let frame = OutFrame::data(id, inputs[id as usize].clone()).expect("bounded size");
+                let w = l.writer.as_mut().expect("live");
+                match write_frame(w, frame) {
+                    Ok(()) => {
+                        l.in_flight.insert(id);
+                        progress = true;
+                    }
+                    Err(e) => {
+                        queue.push_front(id);
+                        self.lose(k, &format!("write failed: {e}"), queue, lost);
+                    }
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,571 @@
+//! Groups of nodes driven from the client (issue 9, seed 003): a group of N
+//! gang-allocated nodes with ranks 0..N-1, named buffers resident on them,
+//! and MPI-style collectives among them.
+//!
+//! ```no_run
+//! use corefarm_client::group::{Algorithm, Group, GroupOptions};
+//! use corefarm_smp::{DType, ReduceOp};
+//! let mut g = Group::open("127.0.0.1:9999", GroupOptions::new(4))?;
+//! g.scatter_rows("x", DType::I32, &vec![0u8; 4 * 64], 4)?; // 64 rows of one i32
+//! g.allreduce("x", "sum", DType::I32, ReduceOp::Sum, Algorithm::Auto)?;
+//! let sums = g.gather("sum")?; // one block per rank, in rank order
+//! # Ok::<(), corefarm_client::group::GroupError>(())
+//! ```
+//!
+//! Data between the user and the group (`put`, `scatter_rows`, `get`,
+//! `gather`, `bcast_from_user`) passes through the server; collectives
+//! among the nodes (`bcast`, `reduce`, `allreduce`, `allgather`, `barrier`)
+//! and `run` move no data through the user or the server.
+//!
+//! Every command has a sequence number and a timeout: a member that dies or
+//! stalls makes the call fail with [`GroupError::Failed`] naming the member
+//! and the operation (or [`GroupError::Timeout`] naming the ranks that did
+//! not answer), never a hang; after a member failure the server has torn
+//! the group down and every later call fails with [`GroupError::Closed`].
+
+use std::collections::HashMap;
+use std::io;
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use corefarm_smp::blocking::{write_frame, FrameReader};
+use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_RANKS};
+use corefarm_smp::hello::features;
+use corefarm_smp::{Algo, Configuration, DType, Hello, MsgType, ReduceOp};
+
+use crate::ClientError;
+
+mod calls;
+pub use calls::Call;
+use calls::{read_until, unexpected};
+
+/// Which tree a collective runs over.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Algorithm {
+    /// Chosen per call by the stage model of seed 003 (see [`choose`]).
+    Auto,
+    Linear,
+    Binomial,
+    Star,
+}
+
+impl std::str::FromStr for Algorithm {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Ok(match s {
+            "auto" => Algorithm::Auto,
+            "linear" => Algorithm::Linear,
+            "binomial" => Algorithm::Binomial,
+            "star" => Algorithm::Star,
+            _ => {
+                return Err(format!(
+                    "unknown algorithm {s:?} (auto, linear, binomial, star)"
+                ))
+            }
+        })
+    }
+}
+
+/// Bytes per chunk the nodes pipeline (the fabric's default).
+pub const CHUNK: u64 = 64 * 1024;
+
+/// The algorithm `auto` picks for `bytes` over `n` members: the fewest
+/// chunk-stages on the critical path, after seed 003's models (§5.4.2).
+/// With c chunks, the pipelined chain takes c + n − 2 stages, the binomial
+/// tree ⌈log2 n⌉·c (its root sends each chunk to ⌈log2 n⌉ children), the
+/// star (n − 1)·c. Binomial wins for short messages, the chain for long ones.
+pub fn choose(bytes: u64, n: u32) -> Algo {
+    if n <= 2 {
+        return Algo::Binomial;
+    }
+    let c = bytes.div_ceil(CHUNK).max(1) as f64;
+    let n = f64::from(n);
+    let linear = c + n - 2.0;
+    let binomial = n.log2().ceil() * c;
+    if linear < binomial {
+        Algo::Linear
+    } else {
+        Algo::Binomial
+    }
+}
+
+/// How a group is opened.
+#[derive(Debug, Clone)]
+pub struct GroupOptions {
+    pub nodes: u32,
+    /// `mesh`, `ring`, `tree` or `torus:<cols>`.
+    pub topology: String,
+    /// Bound of every command (the nodes' wait on each other).
+    pub timeout: Duration,
+    /// Bound on connecting and on the group being formed.
+    pub connect_timeout: Duration,
+    pub name: Option<String>,
+    pub max_message: u32,
+}
+
+impl GroupOptions {
+    pub fn new(nodes: u32) -> Self {
+        GroupOptions {
+            nodes,
+            topology: "mesh".into(),
+            timeout: Duration::from_secs(10),
+            connect_timeout: Duration::from_secs(30),
+            name: None,
+            max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GroupError {
+    /// A command failed; `rank`/`node` name the member held responsible.
+    #[error("{op}: {reason}")]
+    Failed {
+        op: String,
+        rank: Option<u32>,
+        node: Option<String>,
+        reason: String,
+    },
+    #[error("{op}: no answer within {after:?} from rank(s) {waiting:?} ({nodes})")]
+    Timeout {
+        op: String,
+        after: Duration,
+        waiting: Vec<u32>,
+        nodes: String,
+    },
+    /// The group ended (a member failed, or it was closed).
+    #[error("the group is closed: {0}")]
+    Closed(String),
+    #[error("invalid use of the group: {0}")]
+    Usage(String),
+    #[error(transparent)]
+    Client(#[from] ClientError),
+}
+
+impl GroupError {
+    /// The rank held responsible, if the error names one.
+    pub fn rank(&self) -> Option<u32> {
+        match self {
+            GroupError::Failed { rank, .. } => *rank,
+            GroupError::Timeout { waiting, .. } => waiting.first().copied(),
+            _ => None,
+        }
+    }
+}
+
+pub type Result<T, E = GroupError> = std::result::Result<T, E>;
+
+/// A group of nodes held for this connection's lifetime.
+#[derive(Debug)]
+pub struct Group {
+    writer: TcpStream,
+    reader: FrameReader<TcpStream>,
+    id: u32,
+    members: Vec<GroupMember>,
+    seq: u32,
+    pub(crate) timeout: Duration,
+    closed: Option<String>,
+    /// Bytes of each buffer on each rank, as far as the client can tell
+    /// (for `auto`); unknown sizes fall back to the binomial tree.
+    sizes: HashMap<String, Vec<Option<u64>>>,
+    /// Input and output size of the configured cores.
+    io: Option<(u64, u64)>,
+    /// Replies to calls in flight other than the one being waited for.
+    early: Vec<GroupReply>,
+    /// Admits direct connections to the members ([`crate::direct`]).
+    pub(crate) token: u64,
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        // The server ends the group when the connection closes anyway.
+        if self.closed.is_none() {
+            let _ = write_frame(&mut self.writer, GroupCtl::Close.to_frame());
+        }
+    }
+}
+
+fn io_err(during: &'static str) -> impl Fn(io::Error) -> GroupError {
+    move |source| GroupError::Client(ClientError::Io { during, source })
+}
+
+impl Group {
+    /// Connects, asks for a group of `opts.nodes` nodes and waits until every
+    /// member is linked.
+    pub fn open(addr: &str, opts: GroupOptions) -> Result<Group> {
+        let stream = crate::connect::open(addr, Some(opts.connect_timeout))?;
+        stream
+            .set_nodelay(true)
+            .map_err(io_err("configuring the socket"))?;
+        let mut writer = stream
+            .try_clone()
+            .map_err(io_err("configuring the socket"))?;
+        let mut reader = FrameReader::new(stream, opts.max_message);
+        let mut hello = Hello::new("user");
+        hello.name = opts.name.clone();
+        hello.features = vec![features::ERROR.into(), features::GROUP.into()];
+        hello.nodes = Some(0);
+        write_frame(&mut writer, hello.to_frame()).map_err(io_err("sending the hello"))?;
+        let open = GroupCtl::Open {
+            nodes: opts.nodes,
+            topology: Some(opts.topology.clone()),
+        };
+        let deadline = Instant::now() + opts.connect_timeout;
+        let h = read_until(&mut reader, deadline, "the hello reply")?;
+        match h.ty {
+            MsgType::Hello => {
+                let h = Hello::decode(&h.payload).map_err(ClientError::Protocol)?;
+                if !h.has(features::GROUP) {
+                    return Err(ClientError::Unsupported("groups").into());
+                }
+            }
+            _ => return Err(unexpected(&h, "the hello reply")),
+        }
+        write_frame(&mut writer, open.to_frame()).map_err(io_err("asking for a group"))?;
+        let f = read_until(&mut reader, deadline, "the group to open")?;
+        let (id, members, token) = match (f.ty, GroupCtl::decode(&f.payload)) {
+            (
+                MsgType::GroupCtl,
+                Ok(GroupCtl::Opened {
+                    group,
+                    members,
+                    token,
+                }),
+            ) => (group, members, token),
+            _ => return Err(unexpected(&f, "the group to open")),
+        };
+        Ok(Group {
+            writer,
+            reader,
+            id,
+            members,
+            token,
+            seq: 0,
+            timeout: opts.timeout,
+            closed: None,
+            sizes: HashMap::new(),
+            io: None,
+            early: Vec::new(),
+        })
+    }
+
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    pub fn size(&self) -> u32 {
+        self.members.len() as u32
+    }
+
+    pub fn members(&self) -> &[GroupMember] {
+        &self.members
+    }
+
+    /// `name@peer` of a rank, as errors name members.
+    pub fn label(&self, rank: u32) -> String {
+        self.members
+            .get(rank as usize)
+            .map_or(format!("rank {rank}"), |m| format!("{}@{}", m.name, m.peer))
+    }
+
+    pub fn set_timeout(&mut self, t: Duration) {
+        self.timeout = t;
+    }
+
+    /// Loads a configuration on every member, for [`Group::run`].
+    pub fn configure(&mut self, cfg: &Configuration) -> Result<()> {
+        let mut c = self.cmd(ALL_RANKS, Cmd::Configure);
+        c.data = Bytes::from(cfg.encode_payload());
+        self.call(c)?;
+        self.io = Some((cfg.input_size as u64, cfg.output_size as u64));
+        Ok(())
+    }
+
+    /// Creates buffer `name` on `rank`.
+    pub fn put(&mut self, rank: u32, name: &str, dtype: DType, data: Bytes) -> Result<()> {
+        let len = data.len() as u64;
+        let mut c = self.cmd(rank, Cmd::Put);
+        (c.a, c.dtype, c.data) = (name.into(), dtype, data);
+        self.call(c)?;
+        self.set_size(name, Some(rank), Some(len));
+        Ok(())
+    }
+
+    /// Buffer `name` of `rank`.
+    pub fn get(&mut self, rank: u32, name: &str) -> Result<Bytes> {
+        let mut c = self.cmd(rank, Cmd::Get);
+        c.a = name.into();
+        let mut r = self.call(c)?;
+        Ok(r.pop().map(|r| r.data).unwrap_or_default())
+    }
+
+    /// Frees buffer `name` on every member.
+    pub fn free(&mut self, name: &str) -> Result<()> {
+        let mut c = self.cmd(ALL_RANKS, Cmd::Free);
+        c.a = name.into();
+        self.call(c)?;
+        self.sizes.remove(name);
+        Ok(())
+    }
+
+    /// Splits `data` into rows of `row_bytes` and gives each rank a
+    /// contiguous block of rows as buffer `name` (the first `rows % n` ranks
+    /// get one more). Returns the number of rows of each rank.
+    pub fn scatter_rows(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        data: &[u8],
+        row_bytes: usize,
+    ) -> Result<Vec<usize>> {
+        if row_bytes == 0 || !data.len().is_multiple_of(row_bytes) {
+            return Err(GroupError::Usage(format!(
+                "{} bytes is not a whole number of {row_bytes}-byte rows",
+                data.len()
+            )));
+        }
+        let (rows, n) = (data.len() / row_bytes, self.size() as usize);
+        let counts: Vec<usize> = (0..n)
+            .map(|r| rows / n + usize::from(r < rows % n))
+            .collect();
+        let mut at = 0;
+        for (r, &k) in counts.iter().enumerate() {
+            let block = Bytes::copy_from_slice(&data[at..at + k * row_bytes]);
+            self.put(r as u32, name, dtype, block)?;
+            at += k * row_bytes;
+        }
+        Ok(counts)
+    }
+
+    /// Every member's buffer `name`, in rank order.
+    pub fn gather(&mut self, name: &str) -> Result<Vec<Bytes>> {
+        (0..self.size()).map(|r| self.get(r, name)).collect()
+    }
+
+    /// Gives every member `data` as buffer `name`: one copy to rank 0, then a
+    /// broadcast among the nodes (the server carries the data once).
+    pub fn bcast_from_user(
+        &mut self,
+        name: &str,
+        dtype: DType,
+        data: Bytes,
+        algo: Algorithm,
+    ) -> Result<()> {
+        self.put(0, name, dtype, data)?;
+        self.bcast(0, name, name, dtype, algo)
+    }
+
+    /// Buffer `src` of `root` into buffer `dst` of every member.
+    pub fn bcast(
+        &mut self,
+        root: u32,
+        src: &str,
+        dst: &str,
+        dtype: DType,
+        algo: Algorithm,
+    ) -> Result<()> {
+        let size = self.size_of(src, root);
+        let mut c = self.coll(Cmd::Bcast, algo, size, src, dst);
+        (c.root, c.dtype) = (root, dtype);
+        self.call(c)?;
+        self.set_size(dst, None, size);
+        Ok(())
+    }
+
+    /// Element-wise reduction of every member's `src` into `dst` of `root`.
+    pub fn reduce(
+        &mut self,
+        root: u32,
+        src: &str,
+        dst: &str,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<()> {
+        let size = self.size_of(src, root);
+        let mut c = self.coll(Cmd::Reduce, algo, size, src, dst);
+        (c.root, c.dtype, c.reduce) = (root, dtype, op);
+        self.call(c)?;
+        self.set_size(dst, Some(root), size);
+        Ok(())
+    }
+
+    /// Element-wise reduction of every member's `src` into `dst` of every member.
+    pub fn allreduce(
+        &mut self,
+        src: &str,
+        dst: &str,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<()> {
+        let size = self.size_of(src, 0);
+        let mut c = self.coll(Cmd::Allreduce, algo, size, src, dst);
+        (c.dtype, c.reduce) = (dtype, op);
+        self.call(c)?;
+        self.set_size(dst, None, size);
+        Ok(())
+    }
+
+    /// Every member's `src`, in rank order, into `dst` of every member.
+    pub fn allgather(&mut self, src: &str, dst: &str, algo: Algorithm) -> Result<()> {
+        let total = self
+            .sizes
+            .get(src)
+            .and_then(|v| v.iter().copied().sum::<Option<u64>>());
+        let c = self.coll(Cmd::Allgather, algo, total, src, dst);
+        self.call(c)?;
+        self.set_size(dst, None, total);
+        Ok(())
+    }
+
+    /// Returns once every member has entered the barrier.
+    pub fn barrier(&mut self, algo: Algorithm) -> Result<()> {
+        let c = self.coll(Cmd::Barrier, algo, Some(0), "", "");
+        self.call(c).map(drop)
+    }
+
+    /// Every member runs its configured cores over each input of its buffer
+    /// `input`; the outputs stay resident as buffer `output`.
+    pub fn run(&mut self, input: &str, output: &str) -> Result<()> {
+        self.run_with(input, None, output)
+    }
+
+    /// [`Group::run`] where every core input is one element of `input`
+    /// followed by the whole buffer `operand` (e.g. a matrix row and the
+    /// broadcast vector): the element size is the configured input size
+    /// less the operand's.
+    pub fn run_with(&mut self, input: &str, operand: Option<&str>, output: &str) -> Result<()> {
+        let op_len = operand.and_then(|o| self.size_of(o, 0)).unwrap_or(0);
+        let call = self.begin_run(input, operand, output)?;
+        self.wait(call)?;
+        let sizes = self.sizes.get(input).cloned().unwrap_or_default();
+        let out = (0..self.size() as usize)
+            .map(|r| {
+                let (i, o) = self.io?;
+                let elem = i.checked_sub(op_len).filter(|&e| e > 0)?;
+                sizes.get(r).copied().flatten().map(|s| s / elem * o)
+            })
+            .collect();
+        self.sizes.insert(output.into(), out);
+        Ok(())
+    }
+
+    /// Ends the group; its nodes go back to the server's pool.
+    pub fn close(mut self) -> Result<()> {
+        self.check_open()?;
+        write_frame(&mut self.writer, GroupCtl::Close.to_frame())
+            .map_err(io_err("closing the group"))?;
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let f = read_until(&mut self.reader, deadline, "the group to close")?;
+            if let (MsgType::GroupCtl, Ok(GroupCtl::Closed { .. })) =
+                (f.ty, GroupCtl::decode(&f.payload))
+            {
+                self.closed = Some("closed by this client".into());
+                return Ok(());
+            }
+        }
+    }
+
+    fn size_of(&self, name: &str, rank: u32) -> Option<u64> {
+        self.sizes.get(name)?.get(rank as usize).copied().flatten()
+    }
+
+    /// Records `name`'s size on `rank` (`None`: every rank).
+    fn set_size(&mut self, name: &str, rank: Option<u32>, size: Option<u64>) {
+        let n = self.size() as usize;
+        let v = self
+            .sizes
+            .entry(name.into())
+            .or_insert_with(|| vec![None; n]);
+        match rank {
+            Some(r) => v[r as usize] = size,
+            None => v.iter_mut().for_each(|s| *s = size),
+        }
+    }
+
+    fn cmd(&mut self, target: u32, cmd: Cmd) -> GroupCmd {
+        self.seq = self.seq.wrapping_add(1);
+        let mut c = GroupCmd::new(self.seq, target, cmd);
+        c.timeout_ms = self.timeout.as_millis().min(u32::MAX as u128) as u32;
+        c
+    }
+
+    fn coll(
+        &mut self,
+        cmd: Cmd,
+        algo: Algorithm,
+        bytes: Option<u64>,
+        a: &str,
+        b: &str,
+    ) -> GroupCmd {
+        let algo = match algo {
+            Algorithm::Auto => bytes.map_or(Algo::Binomial, |b| choose(b, self.size())),
+            Algorithm::Linear => Algo::Linear,
+            Algorithm::Binomial => Algo::Binomial,
+            Algorithm::Star => Algo::Star,
+        };
+        let mut c = self.cmd(ALL_RANKS, cmd);
+        (c.algo, c.a, c.b) = (Some(algo), a.into(), b.into());
+        c
+    }
+
+    fn check_open(&self) -> Result<()> {
+        match &self.closed {
+            Some(r) => Err(GroupError::Closed(r.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Starts [`Group::run_with`] without waiting for it.
+    pub fn begin_run(&mut self, input: &str, operand: Option<&str>, output: &str) -> Result<Call> {
+        let mut c = self.cmd(ALL_RANKS, Cmd::Run);
+        (c.a, c.b) = (input.into(), output.into());
+        c.data = Bytes::from(operand.unwrap_or("").as_bytes().to_vec());
+        self.begin(c)
+    }
+
+    /// Starts [`Group::allreduce`] without waiting for it.
+    pub fn begin_allreduce(
+        &mut self,
+        src: &str,
+        dst: &str,
+        dtype: DType,
+        op: ReduceOp,
+        algo: Algorithm,
+    ) -> Result<Call> {
+        let size = self.size_of(src, 0);
+        let mut c = self.coll(Cmd::Allreduce, algo, size, src, dst);
+        (c.dtype, c.reduce) = (dtype, op);
+        self.set_size(dst, None, size);
+        self.begin(c)
+    }
+
+    /// Waits for a command started with a `begin_` method.
+    pub fn finish(&mut self, call: Call) -> Result<()> {
+        self.wait(call).map(drop)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_follows_the_stage_model() {
+        // Short messages: the binomial tree's log2 n stages beat the chain's n − 1.
+        assert_eq!(choose(8, 16), Algo::Binomial);
+        // Long ones: the pipelined chain's c + n − 2 beats log2(n)·c.
+        assert_eq!(choose(4 << 20, 16), Algo::Linear);
+        assert_eq!(choose(4 << 20, 4), Algo::Linear);
+        assert_eq!(choose(1 << 20, 2), Algo::Binomial);
+    }
+
+    #[test]
+    fn algorithm_names() {
+        assert_eq!("star".parse::<Algorithm>(), Ok(Algorithm::Star));
+        assert!("ring".parse::<Algorithm>().is_err());
+    }
+}

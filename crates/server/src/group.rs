@@ -1,0 +1,474 @@
+//! Groups (issue 9): a hello user with the `group` feature asks for N nodes
+//! that it drives as one group. The server keeps the control plane only:
+//!
+//! 1. `open` (0x18): N free nodes with a peer port are claimed from the
+//!    pool all at once (gang allocation, [`crate::pool::Pool::claim_exclusive`])
+//!    and held for the group's lifetime; each is told to `join` with the
+//!    member list (rank r = `members[r]`) and links to its neighbours; once
+//!    every one answered `joined`, the user gets `opened`.
+//! 2. Commands (0x19) are relayed to the ranks they target, unchanged and in
+//!    the order they came (every member sees collectives in the same
+//!    order); replies (0x1A) are relayed back once checked to come from the
+//!    rank they name. Collective data moves between the nodes, not here.
+//! 3. The group ends on `close`, when the user leaves, or when a member
+//!    fails: a lost node, a node blamed by another, or a misbehaving one.
+//!    Every command still waiting for that node is answered with a failure
+//!    naming it, the user gets `closed` with the reason, and the members
+//!    are told to `leave`. Members of a cleanly closed group go back to the
+//!    pool; after a failure they are disconnected instead (they reconnect
+//!    with nothing left over: no stale reply can reach their next owner).
+
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use std::time::Duration;
+
+use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::group::{GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_RANKS, NO_CULPRIT};
+use corefarm_smp::{ErrorCode, ErrorMsg, Frame, MsgType, OutFrame};
+use tokio::net::tcp::OwnedReadHalf;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{StreamExt, StreamMap};
+use tokio_util::sync::CancellationToken;
+
+use crate::nodeconn::{NodeConn, NodeEvent};
+use crate::Shared;
+
+/// How often a user waiting for enough free nodes looks again.
+const CLAIM_POLL: Duration = Duration::from_millis(50);
+/// Commands relayed and not yet answered before the user is no longer read.
+const MAX_PENDING: usize = 64;
+/// How long members may take to link to each other (their own bound is 10 s).
+const JOIN_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Why a group session ended (the caller logs it).
+pub(crate) type End = Result<(), String>;
+
+struct Member {
+    conn: NodeConn,
+    label: String,
+}
+
+struct Live {
+    id: u32,
+    members: Vec<Member>,
+    events: StreamMap<u32, UnboundedReceiverStream<NodeEvent>>,
+    /// Commands relayed and not yet answered by every rank they target.
+    pending: HashMap<u32, (String, BTreeSet<u32>)>,
+    /// Members lost while no command waited for them: the next command
+    /// fails naming them and ends the group.
+    lost: Vec<(u32, String)>,
+}
+
+/// Serves a group user from its hello on, until it leaves or `stop`.
+pub(crate) async fn serve(
+    shared: &Arc<Shared>,
+    user: u64,
+    reader: &mut FrameReader<OwnedReadHalf>,
+    out: &mpsc::Sender<OutFrame>,
+    stop: &CancellationToken,
+) -> End {
+    let mut s = Session {
+        shared: shared.clone(),
+        user,
+        out: out.clone(),
+        live: None,
+    };
+    let r = s.run(reader, stop).await;
+    let reason = r.as_ref().err().cloned();
+    s.teardown(
+        reason.as_deref().unwrap_or("the user left"),
+        reason.is_some(),
+    )
+    .await;
+    r
+}
+
+struct Session {
+    shared: Arc<Shared>,
+    user: u64,
+    out: mpsc::Sender<OutFrame>,
+    live: Option<Live>,
+}
+
+impl Session {
+    fn pending(&self) -> usize {
+        self.live.as_ref().map_or(0, |l| l.pending.len())
+    }
+
+    async fn send(&self, f: OutFrame) -> End {
+        self.out
+            .send(f)
+            .await
+            .map_err(|_| "user connection closed".to_string())
+    }
+
+    async fn fail(&self, code: ErrorCode, reason: String) -> End {
+        let _ = self
+            .send(ErrorMsg::new(ErrorMsg::NO_ID, code, reason.clone()).to_frame())
+            .await;
+        Err(reason)
+    }
+
+    async fn run(
+        &mut self,
+        reader: &mut FrameReader<OwnedReadHalf>,
+        stop: &CancellationToken,
+    ) -> End {
+        loop {
+            let readable = self.pending() < MAX_PENDING;
+            let node_ev = async {
+                match self.live.as_mut() {
+                    Some(l) if !l.events.is_empty() => l.events.next().await,
+                    _ => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                biased;
+                _ = stop.cancelled() => return Ok(()),
+                Some((rank, ev)) = node_ev => self.on_node(rank, ev).await?,
+                // Commands wait in the nodes' memory: a user that sends more
+                // than this many ahead of the replies waits in TCP instead.
+                r = reader.read_frame(), if readable => match r {
+                    Ok(Some(f)) => self.on_user(f).await?,
+                    Ok(None) => return Ok(()),
+                    Err(ReadError::Io(e)) => return Err(format!("read failed: {e}")),
+                    Err(ReadError::Protocol(e)) => return self.fail(e.code(), e.to_string()).await,
+                },
+            }
+        }
+    }
+
+    async fn on_user(&mut self, f: Frame) -> End {
+        match f.ty {
+            MsgType::GroupCtl => match GroupCtl::decode(&f.payload) {
+                Ok(GroupCtl::Open { nodes, topology }) if self.live.is_none() => {
+                    self.open(nodes, topology.unwrap_or_else(|| "mesh".into()))
+                        .await
+                }
+                Ok(GroupCtl::Close) if self.live.is_some() => {
+                    self.teardown("closed by the user", false).await;
+                    Ok(())
+                }
+                Ok(c) => {
+                    let reason = format!("unexpected group control {c:?}");
+                    self.fail(ErrorCode::UnexpectedMessage, reason).await
+                }
+                Err(e) => self.fail(e.code(), e.to_string()).await,
+            },
+            MsgType::GroupCmd => {
+                let Some(live) = self.live.as_mut() else {
+                    let reason = "group command before a group was opened".to_string();
+                    return self.fail(ErrorCode::UnexpectedMessage, reason).await;
+                };
+                let c = match GroupCmd::parse(f.payload.clone()) {
+                    Ok(c) => c,
+                    Err(e) => return self.fail(e.code(), e.to_string()).await,
+                };
+                if !live.lost.is_empty() {
+                    let reason = live
+                        .lost
+                        .iter()
+                        .map(|(_, r)| r.as_str())
+                        .collect::<Vec<_>>()
+                        .join("; ");
+                    let culprit = live.lost[0].0;
+                    let r =
+                        GroupReply::failed(c.seq, culprit, ErrorCode::NoNodes, culprit, &reason);
+                    self.send(r.to_frame().map_err(|e| e.to_string())?).await?;
+                    self.teardown(&reason, true).await;
+                    return Ok(());
+                }
+                let n = live.members.len() as u32;
+                let targets: BTreeSet<u32> = if c.target == ALL_RANKS {
+                    (0..n).collect()
+                } else if c.target < n {
+                    [c.target].into()
+                } else {
+                    let reason = format!("{}: rank {} in a group of {n}", c.label(), c.target);
+                    let r = GroupReply::failed(
+                        c.seq,
+                        c.target,
+                        ErrorCode::Malformed,
+                        NO_CULPRIT,
+                        &reason,
+                    );
+                    return self.send(r.to_frame().map_err(|e| e.to_string())?).await;
+                };
+                if live.pending.contains_key(&c.seq) {
+                    let reason = format!("{}: that sequence number is still in use", c.label());
+                    return self.fail(ErrorCode::Malformed, reason).await;
+                }
+                for &r in &targets {
+                    let frame = OutFrame::new(MsgType::GroupCmd, f.payload.clone())
+                        .map_err(|e| e.to_string())?;
+                    // A closed connection shows up as a node event next.
+                    live.members[r as usize].conn.send(frame);
+                }
+                live.pending.insert(c.seq, (c.label(), targets));
+                Ok(())
+            }
+            other => {
+                let reason = format!("unexpected {} message from a group user", other.name());
+                self.fail(ErrorCode::UnexpectedMessage, reason).await
+            }
+        }
+    }
+
+    /// Claims the nodes (waiting up to `--node-wait` for enough free ones),
+    /// has them join, and answers `opened`.
+    async fn open(&mut self, n: u32, topology: String) -> End {
+        let wait = self.shared.opts.node_wait;
+        let deadline = Instant::now() + wait;
+        let fit = |c: &NodeConn| c.entry.info().peer.is_some();
+        let conns = loop {
+            if let Some(c) = self.shared.pool.claim_exclusive(self.user, n as usize, fit) {
+                break c;
+            }
+            if Instant::now() >= deadline {
+                let reason = format!(
+                    "a group of {n} nodes: fewer free nodes with a peer port within {wait:?} \
+                     ({} free in all)",
+                    self.shared.pool.free_count()
+                );
+                return self.fail(ErrorCode::NoNodes, reason).await;
+            }
+            tokio::time::sleep(CLAIM_POLL).await;
+        };
+        let id = (self.shared.next_id() & u32::MAX as u64) as u32;
+        // Unguessable, so only this user's direct connections reach the members.
+        let token = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(id);
+            h.finish()
+        };
+        let mut members = Vec::new();
+        let mut list = Vec::new();
+        let mut events = StreamMap::new();
+        for (r, mut conn) in conns.into_iter().enumerate() {
+            let info = conn.entry.info();
+            let ev = std::mem::replace(&mut conn.events, mpsc::unbounded_channel().1);
+            events.insert(r as u32, UnboundedReceiverStream::new(ev));
+            list.push(GroupMember {
+                rank: r as u32,
+                name: info.name.unwrap_or_else(|| format!("node-{}", conn.id)),
+                peer: info.peer.unwrap_or_default(),
+            });
+            members.push(Member {
+                label: conn.label(),
+                conn,
+            });
+        }
+        for (r, m) in members.iter().enumerate() {
+            let join = GroupCtl::Join {
+                group: id,
+                rank: r as u32,
+                members: list.clone(),
+                topology: topology.clone(),
+                token,
+            };
+            m.conn.send(join.to_frame());
+        }
+        self.live = Some(Live {
+            id,
+            members,
+            events,
+            pending: HashMap::new(),
+            lost: Vec::new(),
+        });
+        tracing::info!(
+            user = self.user,
+            group = id,
+            "group of {n}: members joining ({topology})"
+        );
+        let live = self.live.as_mut().expect("just set");
+        let mut waiting: BTreeSet<u32> = (0..n).collect();
+        let deadline = Instant::now() + JOIN_TIMEOUT;
+        while let Some(&first) = waiting.first() {
+            let ev = tokio::select! {
+                ev = live.events.next() => ev,
+                _ = tokio::time::sleep_until(deadline) => None,
+            };
+            let problem = match ev {
+                Some((r, NodeEvent::Frame(f, _))) if f.ty == MsgType::GroupCtl => {
+                    match GroupCtl::decode(&f.payload) {
+                        Ok(GroupCtl::Joined { group, error: None }) if group == id => {
+                            waiting.remove(&r);
+                            continue;
+                        }
+                        Ok(GroupCtl::Joined { error: Some(e), .. }) => {
+                            (r, format!("cannot join: {e}"))
+                        }
+                        other => (r, format!("answered the join with {other:?}")),
+                    }
+                }
+                Some((r, NodeEvent::Closed(reason))) => (r, format!("lost: {reason}")),
+                Some((r, NodeEvent::Frame(f, _))) => {
+                    (r, format!("sent a {} message while joining", f.ty.name()))
+                }
+                Some((_, NodeEvent::Written(_))) => continue,
+                None => (first, format!("did not join within {JOIN_TIMEOUT:?}")),
+            };
+            let (r, why) = problem;
+            let reason = format!(
+                "group of {n}: rank {r} ({}) {why}",
+                live.members[r as usize].label
+            );
+            self.teardown(&reason, true).await;
+            return self.fail(ErrorCode::NoNodes, reason).await;
+        }
+        tracing::info!(user = self.user, group = id, "group of {n} open");
+        self.send(
+            GroupCtl::Opened {
+                group: id,
+                members: list,
+                token,
+            }
+            .to_frame(),
+        )
+        .await
+    }
+
+    async fn on_node(&mut self, rank: u32, ev: NodeEvent) -> End {
+        let live = self.live.as_mut().expect("events only while live");
+        let f = match ev {
+            NodeEvent::Written(_) => return Ok(()),
+            NodeEvent::Closed(reason) => {
+                return self.member_failed(rank, &format!("lost: {reason}")).await
+            }
+            NodeEvent::Frame(f, _permit) => f,
+        };
+        match f.ty {
+            MsgType::GroupReply => {
+                let r = match GroupReply::parse(f.payload.clone()) {
+                    Ok(r) if r.rank == rank => r,
+                    Ok(r) => {
+                        let why = format!("sent a reply in the name of rank {}", r.rank);
+                        return self.member_failed(rank, &why).await;
+                    }
+                    Err(e) => {
+                        return self
+                            .member_failed(rank, &format!("sent a bad reply: {e}"))
+                            .await
+                    }
+                };
+                let known = match live.pending.get_mut(&r.seq) {
+                    Some((_, left)) => {
+                        let was = left.remove(&rank);
+                        if left.is_empty() {
+                            live.pending.remove(&r.seq);
+                        }
+                        was
+                    }
+                    None => false,
+                };
+                if !known {
+                    let why = format!("answered command #{} it was not given", r.seq);
+                    return self.member_failed(rank, &why).await;
+                }
+                let frame =
+                    OutFrame::new(MsgType::GroupReply, f.payload).map_err(|e| e.to_string())?;
+                self.send(frame).await?;
+                if r.status != 0 && r.culprit != NO_CULPRIT {
+                    // A collective failed: the group cannot run another.
+                    let live = self.live.as_ref().expect("live");
+                    let who = live
+                        .members
+                        .get(r.culprit as usize)
+                        .map_or("an unknown member".to_string(), |m| m.label.clone());
+                    let reason = format!("rank {} ({who}) failed: {}", r.culprit, r.reason());
+                    self.teardown(&reason, true).await;
+                }
+                Ok(())
+            }
+            MsgType::Error => {
+                let why =
+                    ErrorMsg::parse(&f.payload).map_or_else(|e| e.to_string(), |e| e.to_string());
+                self.member_failed(rank, &format!("reported an error: {why}"))
+                    .await
+            }
+            other => {
+                self.member_failed(rank, &format!("sent a {} message", other.name()))
+                    .await
+            }
+        }
+    }
+
+    /// A member is lost or misbehaved: every command waiting on it fails
+    /// naming it, and the group ends.
+    async fn member_failed(&mut self, rank: u32, why: &str) -> End {
+        let live = self.live.as_mut().expect("live");
+        let label = live.members[rank as usize].label.clone();
+        if !live.pending.values().any(|(_, left)| left.contains(&rank)) {
+            // Nothing waits for it: the others keep their buffers and direct
+            // connections until the user's next command, which fails.
+            let reason = format!("rank {rank} ({label}) {why}");
+            tracing::warn!(user = self.user, "group member lost: {reason}");
+            live.events.remove(&rank);
+            live.members[rank as usize].conn.close();
+            live.lost.push((rank, reason.clone()));
+            let id = live.id;
+            return self
+                .send(
+                    GroupCtl::Lost {
+                        group: id,
+                        rank,
+                        reason,
+                    }
+                    .to_frame(),
+                )
+                .await;
+        }
+        let mut waiting: Vec<(u32, String)> = live
+            .pending
+            .iter()
+            .filter(|(_, (_, left))| left.contains(&rank))
+            .map(|(s, (l, _))| (*s, l.clone()))
+            .collect();
+        waiting.sort();
+        // The client prefixes the operation; the reason names the member.
+        for (seq, _) in &waiting {
+            let reason = format!("rank {rank} ({label}) {why}");
+            let r = GroupReply::failed(*seq, rank, ErrorCode::Timeout, rank, &reason);
+            self.send(r.to_frame().map_err(|e| e.to_string())?).await?;
+        }
+        let ops: Vec<&str> = waiting.iter().map(|(_, l)| l.as_str()).collect();
+        let during = if ops.is_empty() {
+            String::new()
+        } else {
+            format!(" during {}", ops.join(", "))
+        };
+        let reason = format!("rank {rank} ({label}){during} {why}");
+        tracing::warn!(user = self.user, "group member failed: {reason}");
+        self.teardown(&reason, true).await;
+        Ok(())
+    }
+
+    /// Ends the live group, if any: members leave; after a failure (or with
+    /// commands outstanding) they are disconnected rather than pooled.
+    async fn teardown(&mut self, reason: &str, failed: bool) {
+        let Some(mut live) = self.live.take() else {
+            return;
+        };
+        let dirty = failed || !live.pending.is_empty();
+        let mut back = Vec::new();
+        for (r, mut m) in live.members.into_iter().enumerate() {
+            m.conn.send(GroupCtl::Leave { group: live.id }.to_frame());
+            if dirty {
+                m.conn.close();
+            } else if let Some(ev) = live.events.remove(&(r as u32)) {
+                m.conn.events = ev.into_inner();
+                back.push(m.conn);
+            }
+        }
+        self.shared.pool.release(back);
+        tracing::info!(user = self.user, group = live.id, "group closed: {reason}");
+        let closed = GroupCtl::Closed {
+            group: live.id,
+            reason: failed.then(|| reason.to_string()),
+        };
+        let _ = self.send(closed.to_frame()).await;
+    }
+}

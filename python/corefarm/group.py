@@ -1,0 +1,197 @@
+"""Groups of nodes with resident buffers and MPI-style collectives
+(docs/collectives.md). The names follow mpi4py: `bcast`, `scatter`,
+`gather`, `allgather`, `reduce`, `allreduce`, `barrier`.
+
+    import corefarm
+    with corefarm.group("127.0.0.1:9999", nodes=4) as g:
+        g.scatter("x", numpy.arange(4000, dtype=numpy.int64))  # rows to the ranks
+        g.allreduce("x", "sum", op="sum")                       # among the nodes
+        sums = g.gather("sum")                                  # one block per rank
+
+Buffers live on the nodes under a name. Data given by the user (`scatter`,
+`bcast` with data, `put`) and data returned to it (`gather`, `get`) go
+through the server; collectives among the nodes and `run` do not.
+"""
+
+from . import _corefarm
+from .errors import UsageError
+
+__all__ = ["group", "Group", "DTYPES", "ALGORITHMS"]
+
+DTYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64")
+"""Element types of buffers and reductions."""
+ALGORITHMS = ("auto", "linear", "binomial", "star")
+"""Trees a collective may run over; `auto` picks by message size (seed 003's model)."""
+
+_NUMPY = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8": "u8",
+          "uint16": "u16", "uint32": "u32", "uint64": "u64", "float32": "f32", "float64": "f64"}
+_SIZE = {"i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "f32": 4, "i64": 8, "u64": 8, "f64": 8}
+
+
+def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, name=None):
+    """Opens a group of `nodes` nodes (all or none, held until closed).
+
+    `topology`: "mesh", "ring", "tree" or "torus:<cols>"; `timeout`: seconds
+    any command may wait on a member before failing with its name."""
+    raw = _corefarm.RawGroup.open(address, nodes, topology, timeout, connect_timeout, name)
+    return Group(raw)
+
+
+def _typed(data, dtype):
+    """(bytes-like view, element type, bytes per first-axis row) of `data`."""
+    if hasattr(data, "dtype") and hasattr(data, "shape"):
+        t = _NUMPY.get(str(data.dtype))
+        if t is None:
+            raise UsageError(f"numpy arrays of {data.dtype} cannot be reduced; use one of {DTYPES}")
+        if dtype is not None and dtype != t:
+            raise UsageError(f"the array holds {t}, not {dtype}")
+        row = data.itemsize
+        for d in data.shape[1:]:
+            row *= d
+        import numpy
+        return numpy.ascontiguousarray(data).view("u1").reshape(-1), t, row
+    t = dtype or "u8"
+    if t not in _SIZE:
+        raise UsageError(f"unknown element type {t!r} (one of {DTYPES})")
+    return data, t, _SIZE[t]
+
+
+class Group:
+    """A group of nodes; use as a context manager (closes on exit)."""
+
+    def __init__(self, raw):
+        self._raw = raw
+        self._dtypes = {}
+
+    @property
+    def size(self):
+        """Number of members (ranks 0 … size-1)."""
+        return len(self._raw.members())
+
+    @property
+    def members(self):
+        """[(rank, name, peer address)] in rank order."""
+        return self._raw.members()
+
+    def _dtype(self, name, dtype):
+        t = dtype or self._dtypes.get(name)
+        if t is None:
+            raise UsageError(f"the element type of buffer {name!r} is not known here: pass dtype=")
+        return t
+
+    def put(self, rank, name, data, dtype=None):
+        """Creates buffer `name` on `rank` from `data` (bytes-like or numpy array)."""
+        view, t, _ = _typed(data, dtype)
+        self._raw.put(rank, name, t, view)
+        self._dtypes[name] = t
+
+    def get(self, rank, name):
+        """Buffer `name` of `rank`, as bytes."""
+        return self._raw.get(rank, name)
+
+    def free(self, name):
+        """Frees buffer `name` on every member."""
+        self._raw.free(name)
+        self._dtypes.pop(name, None)
+
+    def scatter(self, name, data, dtype=None, row_bytes=None):
+        """Gives each rank a contiguous block of rows of `data` as buffer
+        `name` (rank order; the first rows % size ranks get one more row).
+        A numpy array's rows are its first axis; for bytes, `row_bytes`
+        (default: one element). Returns the number of rows of each rank."""
+        view, t, row = _typed(data, dtype)
+        counts = self._raw.scatter_rows(name, t, view, row_bytes or row)
+        self._dtypes[name] = t
+        return counts
+
+    def gather(self, name):
+        """Every rank's buffer `name`, in rank order (a list of bytes)."""
+        return self._raw.gather(name)
+
+    def bcast(self, name, data=None, root=0, dst=None, dtype=None, algo="auto"):
+        """With `data`: gives every member `data` as buffer `name` (one copy
+        through the server, then a broadcast among the nodes). Without:
+        broadcasts `root`'s buffer `name` into buffer `dst` (default `name`)
+        of every member."""
+        if data is not None:
+            view, t, _ = _typed(data, dtype)
+            self._raw.bcast_from_user(name, t, view, algo)
+            self._dtypes[name] = t
+            return
+        t = self._dtype(name, dtype)
+        self._raw.bcast(root, name, dst or name, t, algo)
+        self._dtypes[dst or name] = t
+
+    def reduce(self, src, dst, op="sum", root=0, dtype=None, algo="auto"):
+        """Element-wise `op` ("sum", "prod", "min", "max") of every member's
+        `src` into buffer `dst` of `root`."""
+        t = self._dtype(src, dtype)
+        self._raw.reduce(root, src, dst, t, op, algo)
+        self._dtypes[dst] = t
+
+    def allreduce(self, src, dst, op="sum", dtype=None, algo="auto"):
+        """Element-wise `op` of every member's `src` into buffer `dst` of every member."""
+        t = self._dtype(src, dtype)
+        self._raw.allreduce(src, dst, t, op, algo)
+        self._dtypes[dst] = t
+
+    def allgather(self, src, dst, algo="auto"):
+        """Every member's `src`, in rank order, into buffer `dst` of every member."""
+        self._raw.allgather(src, dst, algo)
+        if src in self._dtypes:
+            self._dtypes[dst] = self._dtypes[src]
+
+    def barrier(self, algo="auto"):
+        """Returns once every member has entered the barrier."""
+        self._raw.barrier(algo)
+
+    def configure_benchmark(self, input_size, output_size, delay_us=0):
+        """Loads the benchmarking core on every member, for `run`."""
+        self._raw.configure_benchmark(input_size, output_size, delay_us)
+
+    def configure(self, input_size, output_size, cores, bitstream):
+        """Loads a configuration on every member, for `run`: `cores` is a list
+        of (control, input, output) base addresses (see default_core_table)."""
+        self._raw.configure(input_size, output_size, list(cores), bitstream)
+
+    def configure_image(self, image):
+        """Loads a corefarm image (bytes-like or a path) on every member, for
+        `run`: sizes and core table come from its manifest."""
+        import os
+
+        from . import default_core_table, read_image_manifest
+        if isinstance(image, (str, os.PathLike)):
+            with open(image, "rb") as f:
+                image = f.read()
+        m = read_image_manifest(image)
+        if m is None:
+            raise UsageError("not a corefarm image (no CFIMAGE magic)")
+        listed = m.get("cores")
+        cores = ([(c["control"], c["input"], c["output"]) for c in listed] if listed
+                 else default_core_table(1, m["input_size"], m["output_size"]))
+        self._raw.configure(m["input_size"], m["output_size"], cores, image)
+
+    def run(self, input, output, operand=None):
+        """Every member runs its configured cores over each input of its
+        buffer `input` (followed by the whole buffer `operand`, if given);
+        the outputs stay on the member as buffer `output`."""
+        self._raw.run(input, output, operand)
+        self._dtypes[output] = "u8"
+
+    def direct_map(self, inputs, window=4):
+        """Sends each data message of `inputs` (whole inputs of the configured
+        cores) straight to the members' peer ports, past the server, and
+        returns the outputs in input order (a list of bytes), each exactly
+        once: a member that is lost has its messages re-sent to the others."""
+        return self._raw.direct_map(list(inputs), window)
+
+    def close(self):
+        """Ends the group; its nodes go back to the server's pool."""
+        self._raw.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

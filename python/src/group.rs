@@ -1,0 +1,293 @@
+//! `RawGroup`: the binding of `corefarm_client::group::Group`. The Pythonic
+//! surface (mpi4py names, numpy arrays, element types remembered per
+//! buffer) is python/corefarm/group.py. Every call releases the GIL.
+
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_client::group::{Algorithm, Group, GroupError, GroupOptions};
+use corefarm_smp::{BenchmarkConfig, DType, ReduceOp};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::PyBytes;
+
+use crate::{byte_buffer, configuration, to_py};
+
+fn group_err(e: GroupError) -> PyErr {
+    match e {
+        GroupError::Client(c) => to_py(c),
+        e => Python::attach(|py| {
+            let msg = e.to_string();
+            let made = (|| -> PyResult<PyErr> {
+                let errors = py.import("corefarm.errors")?;
+                let exc = match &e {
+                    GroupError::Timeout { waiting, .. } => errors
+                        .getattr("GroupTimeoutError")?
+                        .call1((msg, waiting.first().copied(), None::<String>))?,
+                    GroupError::Failed { rank, node, op, .. } => errors
+                        .getattr("GroupError")?
+                        .call1((msg, *rank, node.clone(), op.clone()))?,
+                    GroupError::Closed(_) => errors.getattr("GroupError")?.call1((msg,))?,
+                    GroupError::Usage(_) => errors.getattr("UsageError")?.call1((msg,))?,
+                    GroupError::Client(_) => unreachable!("mapped above"),
+                };
+                Ok(PyErr::from_value(exc))
+            })();
+            made.unwrap_or_else(|import_failed| import_failed)
+        }),
+    }
+}
+
+fn dtype(s: &str) -> PyResult<DType> {
+    DType::ALL
+        .iter()
+        .copied()
+        .find(|d| d.name() == s)
+        .ok_or_else(|| PyValueError::new_err(format!("unknown element type {s:?}")))
+}
+
+fn reduce_op(s: &str) -> PyResult<ReduceOp> {
+    match s {
+        "sum" => Ok(ReduceOp::Sum),
+        "prod" => Ok(ReduceOp::Prod),
+        "min" => Ok(ReduceOp::Min),
+        "max" => Ok(ReduceOp::Max),
+        _ => Err(PyValueError::new_err(format!(
+            "unknown reduction {s:?} (sum, prod, min, max)"
+        ))),
+    }
+}
+
+fn algo(s: &str) -> PyResult<Algorithm> {
+    s.parse().map_err(PyValueError::new_err)
+}
+
+/// A group of nodes (see corefarm.Group, which wraps it).
+#[pyclass(module = "corefarm._corefarm")]
+pub struct RawGroup {
+    inner: Mutex<Option<Group>>,
+}
+
+impl RawGroup {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut Group) -> Result<T, GroupError> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| {
+            let mut g = self.inner.lock().expect("group lock");
+            match g.as_mut() {
+                Some(g) => f(g),
+                None => Err(GroupError::Closed("closed by this client".into())),
+            }
+        })
+        .map_err(group_err)
+    }
+}
+
+#[pymethods]
+impl RawGroup {
+    #[staticmethod]
+    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None))]
+    fn open(
+        py: Python<'_>,
+        addr: String,
+        nodes: u32,
+        topology: String,
+        timeout: f64,
+        connect_timeout: f64,
+        name: Option<String>,
+    ) -> PyResult<RawGroup> {
+        let secs = |s: f64| {
+            Duration::try_from_secs_f64(s)
+                .map_err(|_| PyValueError::new_err(format!("invalid timeout {s}")))
+        };
+        let mut o = GroupOptions::new(nodes);
+        (o.topology, o.timeout, o.connect_timeout, o.name) =
+            (topology, secs(timeout)?, secs(connect_timeout)?, name);
+        let g = py.detach(|| Group::open(&addr, o)).map_err(group_err)?;
+        Ok(RawGroup {
+            inner: Mutex::new(Some(g)),
+        })
+    }
+
+    /// [(rank, name, peer address)] in rank order.
+    fn members(&self, py: Python<'_>) -> PyResult<Vec<(u32, String, String)>> {
+        self.with(py, |g| {
+            Ok(g.members()
+                .iter()
+                .map(|m| (m.rank, m.name.clone(), m.peer.clone()))
+                .collect())
+        })
+    }
+
+    fn put(
+        &self,
+        py: Python<'_>,
+        rank: u32,
+        name: &str,
+        dt: &str,
+        data: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (dt, data) = (dtype(dt)?, Bytes::from(byte_buffer(data)?.to_vec(py)?));
+        self.with(py, |g| g.put(rank, name, dt, data))
+    }
+
+    fn get<'py>(&self, py: Python<'py>, rank: u32, name: &str) -> PyResult<Bound<'py, PyBytes>> {
+        let b = self.with(py, |g| g.get(rank, name))?;
+        Ok(PyBytes::new(py, &b))
+    }
+
+    fn free(&self, py: Python<'_>, name: &str) -> PyResult<()> {
+        self.with(py, |g| g.free(name))
+    }
+
+    fn scatter_rows(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        dt: &str,
+        data: &Bound<'_, PyAny>,
+        row_bytes: usize,
+    ) -> PyResult<Vec<usize>> {
+        let (dt, data) = (dtype(dt)?, byte_buffer(data)?.to_vec(py)?);
+        self.with(py, |g| g.scatter_rows(name, dt, &data, row_bytes))
+    }
+
+    fn gather<'py>(&self, py: Python<'py>, name: &str) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let parts = self.with(py, |g| g.gather(name))?;
+        Ok(parts.iter().map(|p| PyBytes::new(py, p)).collect())
+    }
+
+    fn bcast_from_user(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        dt: &str,
+        data: &Bound<'_, PyAny>,
+        al: &str,
+    ) -> PyResult<()> {
+        let (dt, al, data) = (
+            dtype(dt)?,
+            algo(al)?,
+            Bytes::from(byte_buffer(data)?.to_vec(py)?),
+        );
+        self.with(py, |g| g.bcast_from_user(name, dt, data, al))
+    }
+
+    fn bcast(
+        &self,
+        py: Python<'_>,
+        root: u32,
+        src: &str,
+        dst: &str,
+        dt: &str,
+        al: &str,
+    ) -> PyResult<()> {
+        let (dt, al) = (dtype(dt)?, algo(al)?);
+        self.with(py, |g| g.bcast(root, src, dst, dt, al))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn reduce(
+        &self,
+        py: Python<'_>,
+        root: u32,
+        src: &str,
+        dst: &str,
+        dt: &str,
+        op: &str,
+        al: &str,
+    ) -> PyResult<()> {
+        let (dt, op, al) = (dtype(dt)?, reduce_op(op)?, algo(al)?);
+        self.with(py, |g| g.reduce(root, src, dst, dt, op, al))
+    }
+
+    fn allreduce(
+        &self,
+        py: Python<'_>,
+        src: &str,
+        dst: &str,
+        dt: &str,
+        op: &str,
+        al: &str,
+    ) -> PyResult<()> {
+        let (dt, op, al) = (dtype(dt)?, reduce_op(op)?, algo(al)?);
+        self.with(py, |g| g.allreduce(src, dst, dt, op, al))
+    }
+
+    fn allgather(&self, py: Python<'_>, src: &str, dst: &str, al: &str) -> PyResult<()> {
+        let al = algo(al)?;
+        self.with(py, |g| g.allgather(src, dst, al))
+    }
+
+    fn barrier(&self, py: Python<'_>, al: &str) -> PyResult<()> {
+        let al = algo(al)?;
+        self.with(py, |g| g.barrier(al))
+    }
+
+    fn configure(
+        &self,
+        py: Python<'_>,
+        input_size: u32,
+        output_size: u32,
+        cores: Vec<(u32, u32, u32)>,
+        bitstream: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let bits = Bytes::from(byte_buffer(bitstream)?.to_vec(py)?);
+        let cfg = configuration(input_size, output_size, cores, bits);
+        self.with(py, |g| g.configure(&cfg))
+    }
+
+    fn configure_benchmark(
+        &self,
+        py: Python<'_>,
+        input_size: u32,
+        output_size: u32,
+        delay_us: u32,
+    ) -> PyResult<()> {
+        let cfg = BenchmarkConfig {
+            input_size,
+            output_size,
+            delay_us,
+        }
+        .to_configuration();
+        self.with(py, |g| g.configure(&cfg))
+    }
+
+    #[pyo3(signature = (input, output, operand=None))]
+    fn run(
+        &self,
+        py: Python<'_>,
+        input: &str,
+        output: &str,
+        operand: Option<&str>,
+    ) -> PyResult<()> {
+        self.with(py, |g| g.run_with(input, operand, output))
+    }
+
+    /// Streams `inputs` (data messages) straight to the members' peer ports,
+    /// `window` in flight per member; outputs in input order, exactly once.
+    fn direct_map<'py>(
+        &self,
+        py: Python<'py>,
+        inputs: Vec<Bound<'py, PyAny>>,
+        window: usize,
+    ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
+        let data = inputs
+            .iter()
+            .map(|i| Ok(Bytes::from(byte_buffer(i)?.to_vec(py)?)))
+            .collect::<PyResult<Vec<Bytes>>>()?;
+        let out = self.with(py, |g| g.direct(window)?.map(&data))?;
+        Ok(out.iter().map(|o| PyBytes::new(py, o)).collect())
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let g = self.inner.lock().expect("group lock").take();
+        match g {
+            Some(g) => py.detach(|| g.close()).map_err(group_err),
+            None => Ok(()),
+        }
+    }
+}

@@ -1,0 +1,101 @@
+"""Groups from Python (mpi4py names) against the real corefarm binary:
+`corefarm local` with four nodes, each with its peer port."""
+
+import struct
+
+import pytest
+
+import corefarm
+from realbin import Cluster, find_binary
+
+BIN = find_binary()
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    # A missing binary is a failure with a reason, never a skip.
+    assert BIN is not None, "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN"
+    c = Cluster(BIN, 4)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def i32(values):
+    return struct.pack(f"<{len(values)}i", *values)
+
+
+def from_i32(b):
+    return list(struct.unpack(f"<{len(b) // 4}i", b))
+
+
+def test_scatter_bcast_allreduce_gather_with_bytes(cluster):
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        assert g.size == 4
+        assert [r for r, _, _ in g.members] == [0, 1, 2, 3]
+        rows = list(range(-20, 20))
+        assert g.scatter("x", i32(rows), dtype="i32", row_bytes=40) == [1, 1, 1, 1]
+        g.bcast("w", i32([7, 8, 9]), dtype="i32")
+        assert all(from_i32(b) == [7, 8, 9] for b in g.gather("w"))
+        for algo in ("auto", "linear", "binomial", "star"):
+            g.allreduce("x", "s_" + algo, op="sum", algo=algo)
+            want = [sum(rows[r * 10 + i] for r in range(4)) for i in range(10)]
+            assert all(from_i32(b) == want for b in g.gather("s_" + algo)), algo
+        g.reduce("x", "m", op="max", root=3)
+        assert from_i32(g.get(3, "m")) == rows[30:40]
+        g.allgather("x", "all")
+        assert from_i32(g.get(1, "all")) == rows
+        g.bcast("m", root=3, dst="m_everywhere")
+        assert from_i32(g.get(0, "m_everywhere")) == rows[30:40]
+        g.barrier()
+        assert b"".join(g.gather("x")) == i32(rows)
+
+
+def test_numpy_rows_and_float_reductions(cluster):
+    np = pytest.importorskip("numpy")
+    with corefarm.group(cluster.users_addr, nodes=4, topology="ring") as g:
+        a = np.arange(24, dtype=np.float64).reshape(8, 3)
+        assert g.scatter("a", a) == [2, 2, 2, 2]
+        g.allreduce("a", "p", op="prod")
+        got = np.frombuffer(g.get(2, "p"), dtype=np.float64).reshape(2, 3)
+        want = np.prod(a.reshape(4, 2, 3), axis=0)
+        assert np.array_equal(got, want)
+
+
+def test_errors_name_the_buffer_and_the_rank(cluster):
+    with corefarm.group(cluster.users_addr, nodes=2) as g:
+        g.put(0, "x", b"\x01\x02", dtype="u8")
+        with pytest.raises(corefarm.GroupError, match='no buffer named "nope"') as e:
+            g.get(1, "nope")
+        assert e.value.rank == 1
+        with pytest.raises(corefarm.GroupError, match="already exists"):
+            g.put(0, "x", b"\x00", dtype="u8")
+        with pytest.raises(corefarm.UsageError, match="element type"):
+            g.allreduce("unknown", "y")
+        g.barrier()  # the group is still usable
+
+
+def test_run_keeps_results_resident(cluster):
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        g.configure_benchmark(16, 32)
+        g.scatter("in", bytes(range(64)) * 2, row_bytes=16)  # 8 inputs, 2 per rank
+        g.run("in", "out")
+        outs = g.gather("out")
+        assert [len(o) for o in outs] == [64] * 4
+        # The benchmarking core echoes each input's first 16 bytes.
+        assert outs[1][:16] == (bytes(range(64)) * 2)[32:48]
+
+
+def test_a_group_larger_than_the_cluster_is_refused(cluster):
+    with pytest.raises(corefarm.ServerError, match="a group of 5 nodes"):
+        corefarm.group(cluster.users_addr, nodes=5)
+
+
+def test_direct_map_past_the_server(cluster):
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        g.configure_benchmark(16, 16)
+        inputs = [bytes([i % 256]) * 32 for i in range(100)]  # two inputs each
+        outs = g.direct_map(inputs, window=3)
+        assert [o[:16] for o in outs] == [i[:16] for i in inputs]
+        assert all(len(o) == 32 for o in outs)
