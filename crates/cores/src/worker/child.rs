@@ -106,8 +106,9 @@ fn run() -> Result<(), String> {
     send(&sock, &Msg::Ready)?;
     exit_with_the_node(&sock)?;
 
+    let mut slept = true;
     loop {
-        let seq = doorbell::next_job(&header.job, last);
+        let seq = doorbell::next_job(&header.job, last, &mut slept);
         last = seq;
         let count = (header.count.load(Ordering::Relaxed) as usize).min(layout.slots);
         let (mut cycles, mut last_cycles, mut error) = (0u64, u64::MAX, None);

@@ -30,10 +30,14 @@ pub const DONE_OK: u32 = 0;
 /// The job failed; the reason is in a `Done` message on the control channel.
 pub const DONE_FAILED: u32 = 1;
 
-/// How long a worker spins for its next job, and a node for a completion,
-/// before sleeping.
+/// How long a worker spins for its next job before sleeping: long enough
+/// for a node with queued inputs to copy one in; cut short after a wait it
+/// had to sleep through (no job queued: spinning only burns a CPU).
 pub const WORKER_SPIN: Duration = Duration::from_micros(50);
-pub const NODE_SPIN: Duration = Duration::from_micros(10);
+const WORKER_SPIN_IDLE: Duration = Duration::from_micros(5);
+/// How long a node spins for a completion, only when the last job took
+/// less than that (a quick core: the sleep and wake-up would dominate).
+pub const NODE_SPIN: Duration = Duration::from_micros(20);
 
 /// Shared words: another process maps them, so the futex calls must not be
 /// process-private.
@@ -65,12 +69,20 @@ pub fn ring(job: &AtomicU32, seq: u32) {
 }
 
 /// Worker: waits (forever) for a job other than `last`; returns its number.
-pub fn next_job(job: &AtomicU32, last: u32) -> u32 {
+/// `slept` says whether the last wait ended in a sleep, and is updated.
+pub fn next_job(job: &AtomicU32, last: u32, slept: &mut bool) -> u32 {
     let idle = |v: u32| v >> 1 == last;
+    let budget = if *slept {
+        WORKER_SPIN_IDLE
+    } else {
+        WORKER_SPIN
+    };
+    *slept = false;
     loop {
-        if let Some(v) = spin(job, WORKER_SPIN, |v| !idle(v)) {
+        if let Some(v) = spin(job, budget, |v| !idle(v)) {
             return v >> 1;
         }
+        *slept = true;
         let want = last << 1 | 1;
         match job.compare_exchange(last << 1, want, Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => {}
@@ -102,8 +114,8 @@ pub enum Wait {
 }
 
 /// Node: waits until `done` no longer holds the worker's thread id `tid`,
-/// or until `until`.
-pub fn wait_done(done: &AtomicU32, tid: u32, until: Instant) -> Wait {
+/// or until `until`, spinning for `spin` first.
+pub fn wait_done(done: &AtomicU32, tid: u32, until: Instant, spin_for: Duration) -> Wait {
     let running = |v: u32| v & !WAITERS == tid;
     let verdict = |v: u32| {
         if v & OWNER_DIED != 0 {
@@ -112,8 +124,10 @@ pub fn wait_done(done: &AtomicU32, tid: u32, until: Instant) -> Wait {
             Wait::Done(v)
         }
     };
-    if let Some(v) = spin(done, NODE_SPIN, |v| !running(v)) {
-        return verdict(v);
+    if !spin_for.is_zero() {
+        if let Some(v) = spin(done, spin_for, |v| !running(v)) {
+            return verdict(v);
+        }
     }
     loop {
         let v = done.load(Ordering::Acquire);
@@ -206,7 +220,7 @@ mod tests {
     fn a_job_rung_while_the_worker_sleeps_wakes_it() {
         let job = Arc::new(AtomicU32::new(0));
         let j = job.clone();
-        let worker = std::thread::spawn(move || next_job(&j, 0));
+        let worker = std::thread::spawn(move || next_job(&j, 0, &mut true));
         // Rung only once the worker sleeps on the word, so the wake-up path runs.
         while job.load(Ordering::Acquire) & 1 == 0 {
             std::thread::yield_now();
@@ -221,7 +235,12 @@ mod tests {
         let done = Arc::new(AtomicU32::new(1234));
         let d = done.clone();
         let node = std::thread::spawn(move || {
-            wait_done(&d, 1234, Instant::now() + Duration::from_secs(3600))
+            wait_done(
+                &d,
+                1234,
+                Instant::now() + Duration::from_secs(3600),
+                NODE_SPIN,
+            )
         });
         while done.load(Ordering::Acquire) & WAITERS == 0 {
             std::thread::yield_now();
@@ -241,7 +260,12 @@ mod tests {
             // Ends without completing: as a worker killed mid-job.
         });
         let tid = rx.recv().unwrap();
-        let verdict = wait_done(done, tid, Instant::now() + Duration::from_secs(600));
+        let verdict = wait_done(
+            done,
+            tid,
+            Instant::now() + Duration::from_secs(600),
+            NODE_SPIN,
+        );
         assert_eq!(verdict, Wait::Died, "{:#x}", done.load(Ordering::Acquire));
         t.join().unwrap();
         assert_eq!(done.load(Ordering::Acquire) & TID_MASK, 0);
@@ -250,9 +274,15 @@ mod tests {
     #[test]
     fn a_wait_ends_at_its_deadline_and_on_owner_died() {
         let done = AtomicU32::new(77);
-        assert_eq!(wait_done(&done, 77, Instant::now()), Wait::Slice);
+        assert_eq!(
+            wait_done(&done, 77, Instant::now(), Duration::ZERO),
+            Wait::Slice
+        );
         // As the kernel leaves the word of a thread that died.
         done.store(WAITERS | OWNER_DIED, Ordering::Release);
-        assert_eq!(wait_done(&done, 77, Instant::now()), Wait::Died);
+        assert_eq!(
+            wait_done(&done, 77, Instant::now(), Duration::ZERO),
+            Wait::Died
+        );
     }
 }

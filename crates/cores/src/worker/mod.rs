@@ -92,6 +92,8 @@ pub struct IsolatedCore {
     /// The worker's job thread id (its running mark in `done`).
     tid: u32,
     seq: u32,
+    /// How long the last completed job took, from ring to completion.
+    last_job: Duration,
     buf: Vec<u8>,
     /// Copy of the output's slack, for the canary check.
     scratch: Vec<u8>,
@@ -165,6 +167,7 @@ pub(crate) fn load_cores(
             worker: None,
             tid: 0,
             seq: 0,
+            last_job: Duration::ZERO,
             buf: vec![0; 4096],
             scratch: Vec::new(),
             stats: CoreStats::default(),
@@ -356,11 +359,18 @@ impl IsolatedCore {
         doorbell::ring(&h.job, seq);
         // The watchdog: each input gets the core timeout, counted from the
         // previous one's completion.
-        let mut deadline = Instant::now() + self.shared.watchdog;
+        let rung = Instant::now();
+        let mut deadline = rung + self.shared.watchdog;
         let mut progress = 0;
+        // Spin only for a core whose last job was quick.
+        let spin = if self.last_job < doorbell::NODE_SPIN {
+            doorbell::NODE_SPIN
+        } else {
+            Duration::ZERO
+        };
         let code = loop {
             let until = deadline.min(Instant::now() + SLICE);
-            match doorbell::wait_done(&self.region.header().done, tid, until) {
+            match doorbell::wait_done(&self.region.header().done, tid, until, spin) {
                 Wait::Done(code) => break code,
                 Wait::Died => return Err(self.crashed()),
                 Wait::Slice => {}
@@ -377,6 +387,7 @@ impl IsolatedCore {
                 return Err(self.crashed());
             }
         };
+        self.last_job = rung.elapsed();
         let h = self.region.header();
         let done = h.progress.load(Ordering::Acquire) as usize;
         let (last, all) = (
