@@ -128,12 +128,7 @@ fn run() -> Result<(), String> {
             };
             let start = header.cycles_now.load(Ordering::Relaxed);
             header.cycles_at_start.store(start, Ordering::Relaxed);
-            let result = core.process(input, output);
-            if let Some(c) = core.stats().last_cycles {
-                last_cycles = c;
-                cycles += c;
-            }
-            if let Err(e) = result {
+            if let Err(e) = core.process(input, output) {
                 error = Some(match e {
                     CoreError::Timeout(t) => {
                         let now = header.cycles_now.load(Ordering::Relaxed);
@@ -145,6 +140,12 @@ fn run() -> Result<(), String> {
                     e => e.to_string(),
                 });
                 break;
+            }
+            // Counted for completed inputs only (a failed one's count
+            // would be the previous input's).
+            if let Some(c) = core.stats().last_cycles {
+                last_cycles = c;
+                cycles += c;
             }
             header.progress.store(k as u32 + 1, Ordering::Release);
         }
