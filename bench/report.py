@@ -233,19 +233,19 @@ def sec_node_matmul(doc, seed):
                           f"({bps(mean(best, 'input_bps'))}) with {best['key']['cores']} core(s) × count "
                           f"{best['key']['count']}; seed: 34 MB/s at 5 cores × count 4."]
     if iso:
-        by = {(p["key"]["cores"], p["key"]["isolation"]): p for p in iso}
+        by = {(p["key"]["cores"], p["key"]["count"], p["key"]["isolation"]): p for p in iso}
         rows = []
-        for c in sorted({p["key"]["cores"] for p in iso}):
-            a, b = by.get((c, "in-process")), by.get((c, "process"))
+        for c, k in sorted({(p["key"]["cores"], p["key"]["count"]) for p in iso}):
+            a, b = by.get((c, k, "in-process")), by.get((c, k, "process"))
             ma = mean(a, "matrices_per_s") if a and a["status"] == "ok" else None
             mb = mean(b, "matrices_per_s") if b and b["status"] == "ok" else None
-            rows.append([c, f"{ma:,.0f}/s" if ma else (a or {}).get("status", ""),
+            rows.append([c, k, f"{ma:,.0f}/s" if ma else (a or {}).get("status", ""),
                          f"{mb:,.0f}/s" if mb else (b or {}).get("status", ""),
                          f"{mb / ma:.3f}" if ma and mb else ""])
-        lines += ["", "**Isolation cost** (native 64×64 matmul, count 1, runs interleaved): cores in worker "
+        lines += ["", "**Isolation cost** (native 64×64 matmul, same run, runs interleaved): cores in worker "
                       "processes (`--isolation process`, the default) against in the node manager's own process "
                       "(`in-process`, opt-in and unsafe). Target: at most 5 % lower throughput (ratio ≥ 0.95).",
-                  "", table(["cores", "in-process", "process", "process ÷ in-process"], rows)]
+                  "", table(["cores", "count", "in-process", "process", "process ÷ in-process"], rows)]
     return lines
 
 

@@ -687,9 +687,11 @@ def exp_node_matmul(ctx: Context) -> dict:
     rtl_ok = tool_available("verilator", "VERILATOR")
     # Isolation cost (issue 12): native points run with the cores inside the node manager (unsafe) and in
     # one worker process per core (the default), alternating run by run so both see the same machine load.
+    # Count 4 shows the batching: all inputs of a data message go to the worker as one job.
     iso_cores = [2] if ctx.quick else [1, 2]
+    iso_counts = [1, 4]
     iso_jobs = plan["native"][2]
-    planned = sum(len(c) * len(k) for c, k, _ in plan.values()) + 2 * len(iso_cores)
+    planned = sum(len(c) * len(k) for c, k, _ in plan.values()) + 2 * len(iso_cores) * len(iso_counts)
     rec = Recorder(ctx, "node-matmul", planned, {
         "plan": {t: {"cores": c, "counts": k, "jobs": j} for t, (c, k, j) in plan.items()},
         "method": "`corefarm demo --nodes 1 --cores C --count K --target T --json`: one node manager with C "
@@ -709,25 +711,26 @@ def exp_node_matmul(ctx: Context) -> dict:
                 demo_point(ctx, rec, key, target=target, nodes=1, cores=cores, count=count, jobs=jobs,
                            baseline_s=0.05)
     rec.notes.append("Points with an `isolation` key compare `--isolation in-process` and `process` (worker "
-                     "processes, the default of every other point) at count 1, runs interleaved.")
+                     "processes, the default of every other point) at counts 1 and 4, runs interleaved.")
     b = str(ctx.need_binary())
     for cores in iso_cores:
-        runs: dict[str, list[dict]] = {"in-process": [], "process": []}
-        failure: dict[str, str | None] = {"in-process": None, "process": None}
-        for _ in range(ctx.runs):
-            for isolation in runs:
-                if failure[isolation]:
-                    continue
-                rep, err = run_json([b, "demo", "--target", "native", "--nodes", "1", "--cores", str(cores),
-                                     "--count", "1", "--jobs", str(iso_jobs), "--baseline-seconds", "0.05",
-                                     "--isolation", isolation, "--json"], 600)
-                if rep is not None and rep.get("all_verified") and not err:
-                    runs[isolation].append(demo_metrics(rep))
-                else:
-                    failure[isolation] = err or "failed"
-        for isolation, r in runs.items():
-            rec.add({"target": "native", "cores": cores, "count": 1, "isolation": isolation}, r,
-                    failure[isolation])
+        for count in iso_counts:
+            runs: dict[str, list[dict]] = {"in-process": [], "process": []}
+            failure: dict[str, str | None] = {"in-process": None, "process": None}
+            for _ in range(ctx.runs):
+                for isolation in runs:
+                    if failure[isolation]:
+                        continue
+                    rep, err = run_json([b, "demo", "--target", "native", "--nodes", "1", "--cores", str(cores),
+                                         "--count", str(count), "--jobs", str(iso_jobs), "--baseline-seconds",
+                                         "0.05", "--isolation", isolation, "--json"], 600)
+                    if rep is not None and rep.get("all_verified") and not err:
+                        runs[isolation].append(demo_metrics(rep))
+                    else:
+                        failure[isolation] = err or "failed"
+            for isolation, r in runs.items():
+                rec.add({"target": "native", "cores": cores, "count": count, "isolation": isolation}, r,
+                        failure[isolation])
     return rec.write()
 
 

@@ -120,3 +120,64 @@ fn a_crashing_core_fails_its_jobs_and_the_nodes_stay() {
         assert_eq!(r.unwrap()[..], want[..]);
     }
 }
+
+#[test]
+fn a_crash_inside_a_multi_input_message_fails_only_that_message() {
+    if !tools::available(&[Tool::Cxx], "this test builds a native core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    let (_local, users) = support::local_cluster(1, &["--core-timeout", "5"]);
+    let client = Client::connect(
+        &users,
+        ClientOptions {
+            nodes: Some(1),
+            io_timeout: Some(Duration::from_secs(30)),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let cfg = corefarm_cores::image::configuration(image).unwrap();
+    client.configure(&cfg).unwrap();
+
+    // 30 messages of 4 inputs each (one worker job per message); in every
+    // fifth message the third input writes through a null pointer.
+    let messages: Vec<Vec<Vec<u8>>> = (0..30)
+        .map(|m| {
+            (0..4)
+                .map(|k| {
+                    let mut v: Vec<u8> =
+                        (0..64).map(|b| (b * 3 + m * 4 + k) as u8 & 0x7f).collect();
+                    if m % 5 == 2 && k == 2 {
+                        v[0] = 0xFF;
+                        v[1..9].fill(0);
+                    }
+                    v
+                })
+                .collect()
+        })
+        .collect();
+    let results: Vec<_> = client
+        .map(messages.iter().map(|m| Bytes::from(m.concat())), 6)
+        .collect();
+    assert_eq!(results.len(), messages.len());
+    for (m, (msg, r)) in messages.iter().zip(&results).enumerate() {
+        if m % 5 == 2 {
+            let e = r
+                .as_ref()
+                .expect_err("a message with a crashing input fails")
+                .to_string();
+            assert!(
+                e.contains("input 2 of 4")
+                    && e.contains("(native faulty)")
+                    && e.contains("SIGSEGV"),
+                "message {m}: {e}"
+            );
+        } else {
+            let out = r.as_ref().unwrap_or_else(|e| panic!("message {m}: {e}"));
+            let want: Vec<u8> = msg.concat().iter().map(|b| b ^ 0x5A).collect();
+            assert_eq!(out[..], want[..], "message {m}");
+        }
+    }
+}

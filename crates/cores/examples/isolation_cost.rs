@@ -1,10 +1,14 @@
 //! What isolating a core costs per job: the reference matrix multiplier
 //! (cores/matmul/matmul.cpp) loaded in-process and isolated, each called in
-//! a loop on this thread. Prints wall time per job (the best of several
-//! rounds, which filters out other load on the machine) and CPU time per
-//! job (this process plus its reaped workers).
+//! a loop on this thread, one product per call (a data message of count
+//! one) and `batch` products per call (`Core::process_batch`, a data message
+//! of that count, which is one worker job). Prints wall time per product
+//! (the best of several rounds, which filters out other load on the
+//! machine) and CPU time per product (this process plus its reaped
+//! workers, less the CPU time of a load and one call, measured apart).
 //!
-//! `cargo run --release -p corefarm-cores --example isolation_cost -- [jobs] [rounds]`
+//! `cargo build --release -p corefarm-cores --bins --example isolation_cost`, then
+//! `target/release/examples/isolation_cost [products] [rounds] [batch]`
 
 use std::path::Path;
 use std::time::Instant;
@@ -38,6 +42,7 @@ fn main() {
     let mut args = std::env::args().skip(1);
     let jobs: u32 = args.next().map_or(2000, |a| a.parse().expect("jobs"));
     let rounds: u32 = args.next().map_or(5, |a| a.parse().expect("rounds"));
+    let batch: usize = args.next().map_or(4, |a| a.parse().expect("batch"));
     let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cores/matmul/matmul.cpp");
     let so = toolchain::cached_build(
         &BuildKind::Native,
@@ -73,52 +78,74 @@ fn main() {
         );
         std::process::exit(2);
     }
-    let input: Vec<u8> = (0..INPUT).map(|i| (i * 7 % 251) as u8).collect();
-    let mut output = vec![0u8; OUTPUT as usize];
-    let mut best = [f64::MAX; 2];
-    let mut cpu = [0.0; 2];
+    let inputs: Vec<u8> = (0..INPUT as usize * batch)
+        .map(|i| (i * 7 % 251) as u8)
+        .collect();
+    let mut outputs = vec![0u8; OUTPUT as usize * batch];
+    let modes = [
+        (Isolation::InProcess, 1),
+        (Isolation::Process, 1),
+        (Isolation::InProcess, batch),
+        (Isolation::Process, batch),
+    ];
+    let mut best = [f64::MAX; 4];
+    let mut cpu = [0.0; 4];
+    let calls = (jobs as usize / batch).max(1);
     for _ in 0..rounds {
-        for (k, isolation) in [Isolation::InProcess, Isolation::Process]
-            .into_iter()
-            .enumerate()
-        {
+        for (k, &(isolation, n)) in modes.iter().enumerate() {
             let opts = LoadOptions {
                 isolation,
                 worker: WorkerCommand::Program(worker.clone()),
                 ..LoadOptions::default()
             };
+            let (i, o) = (
+                &inputs[..INPUT as usize * n],
+                &mut outputs[..OUTPUT as usize * n],
+            );
+            let calls = if n == 1 { jobs as usize } else { calls };
+            let products = (calls * n) as f64;
+            // The CPU time of starting (and for `process`, of spawning and
+            // reaping a worker) and of one call, subtracted below.
+            let c0 = cpu_seconds();
+            let mut loaded = load(&cfg, &opts).expect("load");
+            loaded.cores[0].process_batch(i, o, n).unwrap();
+            drop(loaded);
+            let setup = cpu_seconds() - c0;
             let c0 = cpu_seconds();
             let s0 = cpu_split();
             let mut loaded = load(&cfg, &opts).expect("load");
             let core = &mut loaded.cores[0];
-            core.process(&input, &mut output).unwrap();
+            core.process_batch(i, o, n).unwrap();
             let t = Instant::now();
-            for _ in 0..jobs {
-                core.process(&input, &mut output).unwrap();
+            for _ in 0..calls {
+                core.process_batch(i, o, n).unwrap();
             }
-            best[k] = best[k].min(t.elapsed().as_secs_f64() / jobs as f64);
+            best[k] = best[k].min(t.elapsed().as_secs_f64() / products);
             drop(loaded); // reaps the worker, whose CPU time joins RUSAGE_CHILDREN
-            cpu[k] += (cpu_seconds() - c0) / (jobs + 1) as f64;
+            cpu[k] += (cpu_seconds() - c0 - setup) / products;
             if std::env::var_os("SPLIT").is_some() {
                 let s1 = cpu_split();
                 eprintln!(
-                    "{isolation}: node {:.1} µs/job, worker {:.1} µs/job",
-                    (s1.0 - s0.0) / (jobs + 1) as f64 * 1e6,
-                    (s1.1 - s0.1) / (jobs + 1) as f64 * 1e6
+                    "{isolation} x{n}: node {:.1} µs/product, worker {:.1} µs/product (with start-up)",
+                    (s1.0 - s0.0) / products * 1e6,
+                    (s1.1 - s0.1) / products * 1e6
                 );
             }
         }
     }
-    for (k, name) in ["in-process", "process"].iter().enumerate() {
+    for (k, &(isolation, n)) in modes.iter().enumerate() {
         println!(
-            "{name:>10}: best wall {:.1} µs/job, mean CPU {:.1} µs/job",
+            "{:>10} x{n}: best wall {:.1} µs/product, mean CPU {:.1} µs/product",
+            isolation.to_string(),
             best[k] * 1e6,
             cpu[k] / rounds as f64 * 1e6
         );
     }
-    println!(
-        "isolation cost: wall {:+.1} % , CPU {:+.1} %",
-        (best[1] / best[0] - 1.0) * 100.0,
-        (cpu[1] / cpu[0] - 1.0) * 100.0
-    );
+    for (k, n) in [(0, 1), (2, batch)] {
+        println!(
+            "isolation cost x{n}: wall {:+.1} %, CPU {:+.1} %",
+            (best[k + 1] / best[k] - 1.0) * 100.0,
+            (cpu[k + 1] / cpu[k] - 1.0) * 100.0
+        );
+    }
 }

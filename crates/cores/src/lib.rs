@@ -45,6 +45,14 @@ pub enum CoreError {
     Worker(String),
 }
 
+/// Input `index` of a batch failed ([`Core::process_batch`]).
+#[derive(Debug, thiserror::Error)]
+#[error("input {index}: {error}")]
+pub struct BatchError {
+    pub index: usize,
+    pub error: CoreError,
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
     /// This node cannot run the configuration (no matching backend).
@@ -79,6 +87,30 @@ pub struct CoreStats {
 pub trait Core: Send {
     /// Processes one input (`input_size` bytes) into one output (`output_size` bytes).
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError>;
+
+    /// Processes `count` inputs laid end to end in `inputs` into `count`
+    /// outputs laid end to end in `outputs`, stopping at the first input
+    /// that fails. Outputs before the failed input are written; the rest
+    /// are unspecified. Backends that can hand several inputs over at once
+    /// (an isolated core: one worker round trip) override it.
+    fn process_batch(
+        &mut self,
+        inputs: &[u8],
+        outputs: &mut [u8],
+        count: usize,
+    ) -> Result<(), BatchError> {
+        if count == 0 {
+            return Ok(());
+        }
+        let (isz, osz) = (inputs.len() / count, outputs.len() / count);
+        for index in 0..count {
+            let i = &inputs[index * isz..(index + 1) * isz];
+            let o = &mut outputs[index * osz..(index + 1) * osz];
+            self.process(i, o)
+                .map_err(|error| BatchError { index, error })?;
+        }
+        Ok(())
+    }
 
     /// Counters for reporting; backends without any return the default.
     fn stats(&self) -> CoreStats {

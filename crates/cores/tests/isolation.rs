@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_cores::image::{self, ArtifactKind};
-use corefarm_cores::{load, Core, CoreError, DriverOptions, LoadOptions, WorkerCommand};
+use corefarm_cores::{load, Core, CoreError, DriverOptions, Isolation, LoadOptions, WorkerCommand};
 use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
 
 fn repo() -> PathBuf {
@@ -218,6 +218,17 @@ fn isolated_rtl_vadd_computes_and_counts_cycles() {
         let s = core.stats();
         assert_eq!(s.jobs, 1);
         assert!(s.last_cycles.unwrap() >= 256 + 128 + 128, "{s:?}");
+        // A batch of three in one worker job: every output, every cycle counted.
+        let inputs: Vec<u8> = (0..3 * 2048u32).map(|i| (i * 7 + k as u32) as u8).collect();
+        let mut outs = vec![0u8; 3 * 1024];
+        core.process_batch(&inputs, &mut outs, 3).unwrap();
+        for (i, o) in inputs.chunks(2048).zip(outs.chunks(1024)) {
+            let want: Vec<u8> = (0..1024).map(|j| i[j].wrapping_add(i[1024 + j])).collect();
+            assert_eq!(o, &want[..]);
+        }
+        let b = core.stats();
+        assert_eq!(b.jobs, 4);
+        assert!(b.cycles.unwrap() >= 4 * (256 + 128 + 128), "{b:?}");
     }
 }
 
@@ -246,4 +257,102 @@ fn isolated_rtl_hang_reports_cycles_and_the_core_recovers() {
     }
     let s = loaded.cores[0].stats();
     assert_eq!((s.timeouts, s.jobs), (2, 0));
+}
+
+/// `count` inputs end to end, good ones (salted by position) except the
+/// faults placed at their indices.
+fn batch(count: usize, faults: &[(usize, u8)]) -> Vec<u8> {
+    (0..count)
+        .flat_map(|k| {
+            let first = faults
+                .iter()
+                .find(|(at, _)| *at == k)
+                .map_or(k as u8 & 0x7f, |f| f.1);
+            input(first, k as u8)
+        })
+        .collect()
+}
+
+fn expected(inputs: &[u8]) -> Vec<u8> {
+    inputs.iter().map(|b| b ^ 0x5A).collect()
+}
+
+#[test]
+fn a_batch_runs_in_one_job_and_matches_in_process() {
+    let Some(img) = faulty_image("a_batch_runs_in_one_job", 1, 64, 64) else {
+        return;
+    };
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let mut isolated = load(&cfg, &opts(5000)).unwrap();
+    let in_process = LoadOptions {
+        isolation: Isolation::InProcess,
+        ..opts(5000)
+    };
+    let mut inproc = load(&cfg, &in_process).unwrap();
+    // 5 inputs fit the slots; 150 take three jobs (64 slots of 64 bytes).
+    for count in [1, 5, 150] {
+        let inputs = batch(count, &[]);
+        let mut out = vec![0u8; 64 * count];
+        isolated.cores[0]
+            .process_batch(&inputs, &mut out, count)
+            .unwrap();
+        assert_eq!(out, expected(&inputs), "count {count}");
+        let mut out2 = vec![0u8; 64 * count];
+        inproc.cores[0]
+            .process_batch(&inputs, &mut out2, count)
+            .unwrap();
+        assert_eq!(out2, out);
+    }
+    let s = isolated.cores[0].stats();
+    assert_eq!((s.jobs, s.resets), (156, 0));
+    // Sizes that are not count inputs and outputs are refused, untouched.
+    let mut out = vec![0x11u8; 64 * 2];
+    let e = isolated.cores[0]
+        .process_batch(&batch(3, &[]), &mut out, 2)
+        .unwrap_err();
+    assert!(e.to_string().contains("for 2 inputs"), "{e}");
+    assert!(out.iter().all(|&b| b == 0x11));
+}
+
+#[test]
+fn a_crash_or_hang_in_a_batch_fails_only_that_batch() {
+    let Some(img) = faulty_image("a_crash_in_a_batch", 2, 64, 64) else {
+        return;
+    };
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let mut loaded = load(&cfg, &opts(300)).unwrap();
+    let cases: [(usize, u8, &str); 4] = [
+        (2, 0xF2, "was killed by SIGSEGV"),
+        (3, 0xF3, "no result within 300ms"),
+        (0, 0xF4, "SIGABRT"),
+        // The last input of a job of a full 64 slots, then the next job.
+        (70, 0xF1, "of its 64-byte output memory, past its end"),
+    ];
+    for (at, first, cause) in cases {
+        let count = if at >= 64 { 100 } else { 5 };
+        let inputs = batch(count, &[(at, first)]);
+        let mut out = vec![0x11u8; 64 * count];
+        let e = loaded.cores[0]
+            .process_batch(&inputs, &mut out, count)
+            .unwrap_err();
+        assert_eq!(e.index, at, "{e}");
+        let msg = e.error.to_string();
+        assert!(msg.starts_with("core 0 (native faulty): "), "{msg}");
+        assert!(msg.contains(cause), "{msg}");
+        assert!(msg.contains("restarts for the next job"), "{msg}");
+        // Nothing of the failed job reaches the caller (inputs of earlier
+        // jobs of the same batch did complete).
+        let from = at / 64 * 64;
+        assert!(out[from * 64..].iter().all(|&b| b == 0x11), "{at}");
+        // The next batch runs on a fresh worker; the other core never stopped.
+        for core in loaded.cores.iter_mut() {
+            let inputs = batch(5, &[]);
+            let mut out = vec![0u8; 64 * 5];
+            core.process_batch(&inputs, &mut out, 5).unwrap();
+            assert_eq!(out, expected(&inputs));
+        }
+    }
+    let s = loaded.cores[0].stats();
+    assert_eq!((s.resets, s.timeouts), (4, 1));
+    assert_eq!(loaded.cores[1].stats().resets, 0);
 }

@@ -58,16 +58,15 @@ pub struct Engine {
 /// core that writes only part of its output never exposes stale memory).
 pub fn run_job(core: &mut dyn Core, job: Job, input_size: usize, output_size: usize) -> Outgoing {
     let mut out = BytesMut::zeroed(job.count * output_size);
-    let outputs = out.chunks_exact_mut(output_size.max(1));
-    for (n, (i, o)) in job.data.chunks_exact(input_size).zip(outputs).enumerate() {
-        if let Err(e) = core.process(i, o) {
-            return Outgoing::Failed {
-                id: job.id,
-                code: ErrorCode::CoreFailure,
-                reason: format!("input {n} of {}: {e}", job.count),
-                reservation: Some(job.reservation),
-            };
-        }
+    // One batch: an isolated core takes all the inputs in one round trip.
+    let inputs = &job.data[..job.count * input_size];
+    if let Err(e) = core.process_batch(inputs, &mut out, job.count) {
+        return Outgoing::Failed {
+            id: job.id,
+            code: ErrorCode::CoreFailure,
+            reason: format!("input {} of {}: {}", e.index, job.count, e.error),
+            reservation: Some(job.reservation),
+        };
     }
     Outgoing::Result {
         id: job.id,

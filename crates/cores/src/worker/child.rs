@@ -1,5 +1,6 @@
 //! The worker process: loads one core, then runs jobs out of the shared
-//! memory until the node closes the control channel.
+//! memory, rung by the node through the header's doorbells, until the node
+//! closes the control channel.
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -9,6 +10,7 @@ use std::time::Duration;
 use corefarm_smp::CoreInfo;
 use rustix::net::{RecvFlags, SendFlags};
 
+use super::doorbell;
 use super::proto::{Init, Msg, RefusalKind, MAX_MESSAGE};
 use super::shm::{Header, Layout, Region};
 use super::{FD_ARTIFACT, FD_CONTROL, FD_REGION};
@@ -61,8 +63,12 @@ fn run() -> Result<(), String> {
         Msg::Init(i) => i,
         m => return Err(format!("expected the init message, got {m:?}")),
     };
-    let layout = Layout::new(init.input_size as usize, init.output_size as usize);
-    if layout.len as u64 != init.region_len {
+    let layout = Layout::with_slots(
+        init.input_size as usize,
+        init.output_size as usize,
+        init.slots.max(1) as usize,
+    );
+    if layout.len as u64 != init.region_len || layout.slots != init.slots as usize {
         return Err(format!(
             "the node's shared region is {} bytes, this worker computes {}",
             init.region_len, layout.len
@@ -90,47 +96,73 @@ fn run() -> Result<(), String> {
             return send(&sock, &Msg::Refused(kind, why));
         }
     };
+    // This thread runs the jobs: if it dies, the kernel marks `done` and
+    // wakes the node. A job number already in the doorbell (left by a
+    // worker this one replaces) is not a job for this one.
+    doorbell::watch_death(&header.done)?;
+    header.worker_tid.store(doorbell::tid(), Ordering::Relaxed);
+    let mut last = header.job.load(Ordering::Acquire) >> 1;
+    header.job.store(last << 1, Ordering::Release);
     send(&sock, &Msg::Ready)?;
     exit_with_the_node(&sock)?;
 
-    // SAFETY: both memories are mapped for the process's lifetime (leaked
-    // above). Between a job message and its completion the node does not
-    // touch them, and this thread is the only one using them here.
-    let (input, output) = unsafe {
-        (
-            std::slice::from_raw_parts(region.at(layout.input), layout.input_size),
-            std::slice::from_raw_parts_mut(region.at(layout.output), layout.output_size),
-        )
-    };
+    let mut slept = true;
     loop {
-        let (_, n) = rustix::net::recv(&sock, &mut buf[..], RecvFlags::empty())
-            .map_err(|e| format!("control channel: {e}"))?;
-        if n == 0 {
-            return Ok(()); // the node closed the channel
-        }
-        let seq = match Msg::decode(&buf[..n.min(buf.len())])? {
-            Msg::Job { seq, count: 1 } => seq,
-            m => return Err(format!("expected a one-input job, got {m:?}")),
-        };
-        let start = header.cycles_now.load(Ordering::Relaxed);
-        header.cycles_at_start.store(start, Ordering::Relaxed);
-        let result = core.process(input, output);
-        let error = result.err().map(|e| match e {
-            CoreError::Timeout(t) => {
-                let now = header.cycles_now.load(Ordering::Relaxed);
-                format!(
-                    "timed out after {t:?}, {} simulated cycles into the job; the core was reset",
-                    now.saturating_sub(start)
+        let seq = doorbell::next_job(&header.job, last, &mut slept);
+        last = seq;
+        let count = (header.count.load(Ordering::Relaxed) as usize).min(layout.slots);
+        let (mut cycles, mut last_cycles, mut error) = (0u64, u64::MAX, None);
+        for k in 0..count {
+            // SAFETY: both memories are mapped for the process's lifetime
+            // (leaked above). Between ringing the job and its completion
+            // the node does not touch them, and this thread is the only
+            // one using them here.
+            let (input, output) = unsafe {
+                (
+                    std::slice::from_raw_parts(region.at(layout.input_at(k)), layout.input_size),
+                    std::slice::from_raw_parts_mut(
+                        region.at(layout.output_at(k)),
+                        layout.output_size,
+                    ),
                 )
+            };
+            let start = header.cycles_now.load(Ordering::Relaxed);
+            header.cycles_at_start.store(start, Ordering::Relaxed);
+            if let Err(e) = core.process(input, output) {
+                error = Some(match e {
+                    CoreError::Timeout(t) => {
+                        let now = header.cycles_now.load(Ordering::Relaxed);
+                        format!(
+                            "timed out after {t:?}, {} simulated cycles into the job; the core was reset",
+                            now.saturating_sub(start)
+                        )
+                    }
+                    e => e.to_string(),
+                });
+                break;
             }
-            e => e.to_string(),
-        });
-        let done = Msg::Done {
-            seq,
-            cycles: core.stats().last_cycles,
-            error,
+            // Counted for completed inputs only (a failed one's count
+            // would be the previous input's).
+            if let Some(c) = core.stats().last_cycles {
+                last_cycles = c;
+                cycles += c;
+            }
+            header.progress.store(k as u32 + 1, Ordering::Release);
+        }
+        header.last_cycles.store(last_cycles, Ordering::Relaxed);
+        header.job_cycles.store(cycles, Ordering::Relaxed);
+        header.done_seq.store(seq, Ordering::Relaxed);
+        let code = match error {
+            None => doorbell::DONE_OK,
+            Some(error) => {
+                let cycles = Some(last_cycles).filter(|&c| c != u64::MAX);
+                let seq = seq as u64;
+                let error = Some(error);
+                send(&sock, &Msg::Done { seq, cycles, error })?;
+                doorbell::DONE_FAILED
+            }
         };
-        send(&sock, &done)?;
+        doorbell::complete(&header.done, code);
     }
 }
 

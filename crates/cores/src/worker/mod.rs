@@ -3,38 +3,48 @@
 //! fails its job instead of taking the node manager down.
 //!
 //! The node side is [`IsolatedCore`], a [`Core`] like the others. Per core:
-//! a shared memory region ([`shm`]: header, input and output between guard
-//! pages), a `SOCK_SEQPACKET` control channel ([`proto`]) and a child
-//! process, the same executable re-run with [`SUBCOMMAND`] (or any program
-//! whose `main` calls [`main`]). A job is one copy into the shared input,
-//! a job message, a completion message, one copy out of the shared output.
-//! The node waits for the completion at most the core timeout (the
-//! watchdog); a worker that dies or times out is killed and reaped, the job
-//! fails with an error naming the core and the cause, and the next job
-//! starts a fresh worker. Nothing a failed job wrote is copied out.
+//! a shared memory region ([`shm`]: header, then one input and one output
+//! memory per slot, between guard pages), a `SOCK_SEQPACKET` control
+//! channel ([`proto`]: start-up, and the reason of a failed job) and a
+//! child process, the same executable re-run with [`SUBCOMMAND`] (or any
+//! program whose `main` calls [`main`]). A job is up to one slot's worth
+//! of inputs (all the inputs of a data message, when they fit): one copy of
+//! each into its slot, a doorbell each way in the shared header
+//! ([`doorbell`]: futex words, no system call while the other side is
+//! quick), one copy out of each output. The node waits for the completion
+//! at most the core timeout per input (the watchdog); a worker that dies
+//! (the kernel wakes the node through a robust futex) or times out is
+//! killed and reaped, the job fails with an error naming the core, the
+//! input and the cause, and the next job starts a fresh worker. Nothing a
+//! failed job wrote is copied out.
 
 mod child;
+mod doorbell;
+mod plumbing;
 mod proto;
 pub(crate) mod shm;
 
 use std::io::Write;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use corefarm_smp::Configuration;
 use rustix::net::sockopt::Timeout;
-use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+use rustix::net::RecvFlags;
 
 pub use child::main;
+use doorbell::Wait;
+use plumbing::describe;
 use proto::{Init, Msg, RefusalKind};
 use shm::{Layout, Region};
 
-use crate::{ArtifactKind, Core, CoreError, CoreStats, LoadError, LoadOptions, WorkerCommand};
+use crate::{
+    ArtifactKind, BatchError, Core, CoreError, CoreStats, LoadError, LoadOptions, WorkerCommand,
+};
 
 /// The hidden subcommand a worker is started with.
 pub const SUBCOMMAND: &str = "__core-worker";
@@ -46,6 +56,12 @@ pub(crate) const FD_ARTIFACT: RawFd = 5;
 
 /// Longest a worker may take to load its core before the load fails.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest the node sleeps on a job before it looks at the watchdog, the
+/// worker's progress and whether the worker still lives (one that died
+/// between jobs leaves no robust-futex mark).
+const SLICE: Duration = Duration::from_millis(20);
+/// Job numbers travel in 31 bits of the `job` doorbell.
+const SEQ_MASK: u32 = 0x7fff_ffff;
 
 /// What the cores of one load share.
 struct Shared {
@@ -73,7 +89,11 @@ pub struct IsolatedCore {
     region_fd: OwnedFd,
     region: Region,
     worker: Option<Worker>,
-    seq: u64,
+    /// The worker's job thread id (its running mark in `done`).
+    tid: u32,
+    seq: u32,
+    /// How long the last completed job took, from ring to completion.
+    last_job: Duration,
     buf: Vec<u8>,
     /// Copy of the output's slack, for the canary check.
     scratch: Vec<u8>,
@@ -140,16 +160,19 @@ pub(crate) fn load_cores(
                 timeout_us: timeout.as_micros().min(u64::MAX as u128) as u64,
                 poll_us: opts.driver.poll.as_micros().min(u64::MAX as u128) as u64,
                 region_len: layout.len as u64,
+                slots: layout.slots as u32,
             },
             region_fd,
             region,
             worker: None,
+            tid: 0,
             seq: 0,
+            last_job: Duration::ZERO,
             buf: vec![0; 4096],
             scratch: Vec::new(),
             stats: CoreStats::default(),
         };
-        core.fill_slack();
+        core.fill_slack(layout.slots);
         // Started here, waited for below: the workers load in parallel.
         core.worker = Some(core.spawn().map_err(LoadError::Backend)?);
         cores.push(core);
@@ -164,6 +187,7 @@ pub(crate) fn load_cores(
 }
 
 /// How waiting for a message from the worker ended, other than with one.
+#[derive(Debug)]
 enum Lost {
     TimedOut,
     /// The channel closed (the worker exited or died) or failed.
@@ -177,51 +201,22 @@ impl IsolatedCore {
         format!("core {} ({})", self.index, self.shared.name)
     }
 
-    /// Starts a worker and sends it its init message.
-    fn spawn(&self) -> Result<Worker, String> {
-        let (ours, theirs) = rustix::net::socketpair(
-            AddressFamily::UNIX,
-            SocketType::SEQPACKET,
-            SocketFlags::CLOEXEC,
-            None,
-        )
-        .map_err(|e| format!("socketpair: {e}"))?;
-        let fds = [
-            theirs.as_raw_fd(),
-            self.region_fd.as_raw_fd(),
-            self.shared.artifact.as_raw_fd(),
-        ];
-        let mut cmd = Command::new(&self.shared.program);
-        cmd.arg(SUBCOMMAND).stdin(Stdio::null());
-        // SAFETY: `place_fds` only makes async-signal-safe calls.
-        unsafe { cmd.pre_exec(move || place_fds(fds)) };
-        let child = cmd.spawn().map_err(|e| {
-            format!(
-                "cannot start the core worker {}: {e}",
-                self.shared.program.display()
-            )
-        })?;
-        drop(theirs);
-        let w = Worker {
-            child,
-            sock: ours,
-            timeout: Duration::ZERO,
-        };
-        // A worker that already died is reported by `wait_ready`, with its
-        // exit status.
-        let _ = rustix::net::send(
-            &w.sock,
-            &Msg::Init(self.init.clone()).encode(),
-            SendFlags::NOSIGNAL,
-        );
-        Ok(w)
-    }
-
     /// Waits for the worker's verdict on its core.
     fn wait_ready(&mut self) -> Result<(), LoadError> {
         let deadline = Instant::now() + READY_TIMEOUT;
         match self.recv(deadline) {
-            Ok(Msg::Ready) => Ok(()),
+            Ok(Msg::Ready) => {
+                let tid = self.region.header().worker_tid.load(Ordering::Acquire);
+                if tid & !doorbell::TID_MASK != 0 || tid <= doorbell::DONE_FAILED {
+                    let status = self.reap();
+                    return Err(LoadError::Backend(format!(
+                        "the core worker {} published a bad thread id {tid}; it {status}",
+                        self.shared.program.display()
+                    )));
+                }
+                self.tid = tid;
+                Ok(())
+            }
             Ok(Msg::Refused(kind, why)) => {
                 self.reap();
                 Err(match kind {
@@ -282,185 +277,277 @@ impl IsolatedCore {
         }
     }
 
-    /// The output's slack, between its end and its guard page.
-    fn slack(&self) -> *mut u8 {
-        self.region.at(self.region.layout().slack().start)
+    /// Slot `k`'s output slack, between its end and its guard page.
+    fn slack(&self, k: usize) -> (*mut u8, usize) {
+        let r = self.region.layout().slack(k);
+        (self.region.at(r.start), r.len())
     }
 
-    /// Puts the canary into the output's slack: when the region is made and
-    /// after a job that may have overwritten it.
-    fn fill_slack(&mut self) {
-        let n = self.region.layout().slack().len();
-        // SAFETY: the slack lies inside the region's output area, and no
-        // worker runs a job while the node holds the memories.
-        unsafe { std::ptr::write_bytes(self.slack(), shm::CANARY, n) };
-    }
-
-    fn slack_intact(&mut self) -> bool {
-        let n = self.region.layout().slack().len();
-        self.scratch.resize(n, 0);
-        // SAFETY: as in `fill_slack`. Copied out rather than borrowed: the
-        // worker process could still be writing the region.
-        unsafe { std::ptr::copy_nonoverlapping(self.slack(), self.scratch.as_mut_ptr(), n) };
-        self.scratch.iter().all(|&b| b == shm::CANARY)
-    }
-
-    /// Kills and reaps the worker; describes how it ended.
-    fn reap(&mut self) -> String {
-        match self.reap_status() {
-            Ok(s) => describe(s, None),
-            Err(e) => e,
+    /// Puts the canary into the first `n` outputs' slack: when the region
+    /// is made and after a job that may have overwritten it.
+    fn fill_slack(&mut self, n: usize) {
+        for k in 0..n {
+            let (p, len) = self.slack(k);
+            // SAFETY: the slack lies inside the region's output area, and no
+            // worker runs a job while the node holds the memories.
+            unsafe { std::ptr::write_bytes(p, shm::CANARY, len) };
         }
     }
 
-    fn reap_status(&mut self) -> Result<std::process::ExitStatus, String> {
-        let Some(mut w) = self.worker.take() else {
-            return Err("was not running".into());
-        };
-        // Killing an exiting process does not change its exit status, so a
-        // crash is still reported as the crash; one that closed its channel
-        // and lives on is not waited for forever.
-        let _ = w.child.kill();
-        drop(w.sock);
-        w.child
-            .wait()
-            .map_err(|e| format!("could not be reaped: {e}"))
+    /// The first of the first `n` outputs whose canary is damaged.
+    fn overrun(&mut self, n: usize) -> Option<usize> {
+        (0..n).find(|&k| {
+            let (p, len) = self.slack(k);
+            self.scratch.resize(len, 0);
+            // SAFETY: as in `fill_slack`. Copied out rather than borrowed:
+            // the worker process could still be writing the region.
+            unsafe { std::ptr::copy_nonoverlapping(p, self.scratch.as_mut_ptr(), len) };
+            self.scratch.iter().any(|&b| b != shm::CANARY)
+        })
     }
 
     /// The job failed and the worker is gone: count the restart to come.
     fn lost(&mut self, cause: String) -> CoreError {
         self.stats.resets += 1;
-        self.fill_slack();
+        self.fill_slack(self.region.layout().slots);
         CoreError::Worker(format!(
             "{}: {cause}; the job's output is discarded and the core restarts for the next job",
             self.label()
         ))
     }
 
-    fn run_job(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+    /// Runs the `n` inputs laid end to end in `inputs` (at most one slot
+    /// each) as one worker job; on failure, says which input failed.
+    fn run_job(
+        &mut self,
+        inputs: &[u8],
+        outputs: &mut [u8],
+        n: usize,
+    ) -> Result<(), (usize, CoreError)> {
         if self.worker.is_none() {
-            let w = self
-                .spawn()
-                .map_err(|e| CoreError::Worker(format!("{}: cannot restart: {e}", self.label())))?;
+            let w = self.spawn().map_err(|e| {
+                (
+                    0,
+                    CoreError::Worker(format!("{}: cannot restart: {e}", self.label())),
+                )
+            })?;
             self.worker = Some(w);
             self.wait_ready().map_err(|e| {
-                CoreError::Worker(format!("{}: restarting failed: {e}", self.label()))
+                let e = format!("{}: restarting failed: {e}", self.label());
+                (0, CoreError::Worker(e))
             })?;
         }
         let l = *self.region.layout();
-        // SAFETY: the worker is idle (between jobs) and the input memory is
-        // input_size bytes inside the region; `input` has that length.
-        unsafe {
-            std::ptr::copy_nonoverlapping(input.as_ptr(), self.region.at(l.input), input.len())
-        };
-        self.seq += 1;
-        let job = Msg::Job {
-            seq: self.seq,
-            count: 1,
-        };
-        let sock = &self.worker.as_ref().expect("started above").sock;
-        if let Err(e) = rustix::net::send(sock, &job.encode(), SendFlags::NOSIGNAL) {
-            let status = self.reap();
-            return Err(self.lost(format!("control channel failed ({e}); the worker {status}")));
+        let (isz, osz) = (l.input_size, l.output_size);
+        for k in 0..n {
+            // SAFETY: the worker is idle (between jobs); slot k's input
+            // memory is input_size bytes inside the region.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    inputs[k * isz..].as_ptr(),
+                    self.region.at(l.input_at(k)),
+                    isz,
+                )
+            };
         }
+        self.seq = self.seq.wrapping_add(1) & SEQ_MASK;
+        let (seq, tid) = (self.seq, self.tid);
+        let h = self.region.header();
+        h.count.store(n as u32, Ordering::Relaxed);
+        h.progress.store(0, Ordering::Relaxed);
+        h.done.store(tid, Ordering::Relaxed);
+        doorbell::ring(&h.job, seq);
+        // The watchdog: each input gets the core timeout, counted from the
+        // previous one's completion.
+        let rung = Instant::now();
+        let mut deadline = rung + self.shared.watchdog;
+        let mut progress = 0;
+        // Spin only for a core whose last job was quick.
+        let spin = if self.last_job < doorbell::NODE_SPIN {
+            doorbell::NODE_SPIN
+        } else {
+            Duration::ZERO
+        };
+        let code = loop {
+            let until = deadline.min(Instant::now() + SLICE);
+            match doorbell::wait_done(&self.region.header().done, tid, until, spin) {
+                Wait::Done(code) => break code,
+                Wait::Died => return Err(self.crashed()),
+                Wait::Slice => {}
+            }
+            let p = self.region.header().progress.load(Ordering::Acquire);
+            if p != progress {
+                progress = p;
+                deadline = Instant::now() + self.shared.watchdog;
+            } else if Instant::now() >= deadline {
+                return Err(self.hung());
+            }
+            // A worker that died between jobs left no mark in `done`.
+            if self.worker_gone() {
+                return Err(self.crashed());
+            }
+        };
+        self.last_job = rung.elapsed();
+        let h = self.region.header();
+        let done = h.progress.load(Ordering::Acquire) as usize;
+        let (last, all) = (
+            h.last_cycles.load(Ordering::Relaxed),
+            h.job_cycles.load(Ordering::Relaxed),
+        );
+        if h.done_seq.load(Ordering::Relaxed) != seq
+            || done > n
+            || (code == doorbell::DONE_OK && done != n)
+            || code > doorbell::DONE_FAILED
+        {
+            let status = self.reap();
+            let why = format!("broke the worker protocol (completion {code} of {done}/{n} inputs for another job); the worker {status}");
+            return Err((done.min(n), self.lost(why)));
+        }
+        if last != u64::MAX {
+            self.stats.last_cycles = Some(last);
+            self.stats.cycles = Some(self.stats.cycles.unwrap_or(0) + all);
+        }
+        if code == doorbell::DONE_FAILED {
+            self.stats.jobs += done as u64;
+            return Err((done, self.failed(n)));
+        }
+        if let Some(k) = self.overrun(n) {
+            self.fill_slack(n);
+            self.stats.jobs += k as u64;
+            let e = format!(
+                "{}: wrote past the end of its {osz}-byte output memory; the job's output is discarded",
+                self.label()
+            );
+            return Err((k, CoreError::Worker(e)));
+        }
+        self.stats.jobs += n as u64;
+        for k in 0..n {
+            // SAFETY: the worker completed the job and waits for the next
+            // one; slot k's output memory is output_size bytes.
+            unsafe {
+                std::ptr::copy_nonoverlapping(
+                    self.region.at(l.output_at(k)),
+                    outputs[k * osz..].as_mut_ptr(),
+                    osz,
+                )
+            };
+        }
+        Ok(())
+    }
+
+    /// The worker reported that the job's current input failed (its
+    /// reason follows on the control channel); the worker lives on.
+    fn failed(&mut self, n: usize) -> CoreError {
+        self.fill_slack(n);
         let deadline = Instant::now() + self.shared.watchdog;
         match self.recv(deadline) {
-            Ok(Msg::Done { seq, cycles, error }) if seq == self.seq => {
-                if cycles.is_some() {
-                    self.stats.last_cycles = cycles;
-                    self.stats.cycles = Some(self.stats.cycles.unwrap_or(0) + cycles.unwrap_or(0));
+            Ok(Msg::Done {
+                seq,
+                error: Some(e),
+                ..
+            }) if seq == self.seq as u64 => {
+                if e.starts_with("timed out") {
+                    self.stats.timeouts += 1;
                 }
-                if let Some(e) = error {
-                    if e.starts_with("timed out") {
-                        self.stats.timeouts += 1;
-                    }
-                    return Err(CoreError::Worker(format!("{}: {e}", self.label())));
-                }
-                if !self.slack_intact() {
-                    self.fill_slack();
-                    return Err(CoreError::Worker(format!(
-                        "{}: wrote past the end of its {}-byte output memory; the job's output is discarded",
-                        self.label(),
-                        l.output_size
-                    )));
-                }
-                // SAFETY: the worker completed the job and waits for the
-                // next one; the output memory is output_size bytes.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        self.region.at(l.output),
-                        output.as_mut_ptr(),
-                        output.len(),
-                    )
-                };
-                Ok(())
+                CoreError::Worker(format!("{}: {e}", self.label()))
             }
-            Ok(m) => {
+            other => {
                 let status = self.reap();
-                Err(self.lost(format!("answered with {m:?}; the worker {status}")))
-            }
-            Err(Lost::Garbled(e)) => {
-                let status = self.reap();
-                Err(self.lost(format!(
-                    "broke the worker protocol ({e}); the worker {status}"
-                )))
-            }
-            Err(Lost::Closed) => {
-                let status = self.reap_status();
-                let h = self.region.header();
-                let fault = match h.fault.load(Ordering::Relaxed) {
-                    0 => None,
-                    a => Some(shm::describe_fault(
-                        &l,
-                        h.worker_base.load(Ordering::Relaxed),
-                        a - 1,
-                    )),
-                };
-                let how = match status {
-                    Ok(s) => describe(s, fault),
-                    Err(e) => e,
-                };
-                Err(self.lost(format!("the worker {how}")))
-            }
-            Err(Lost::TimedOut) => {
-                self.stats.timeouts += 1;
-                let h = self.region.header();
-                let cycles = h
-                    .cycles_now
-                    .load(Ordering::Relaxed)
-                    .saturating_sub(h.cycles_at_start.load(Ordering::Relaxed));
-                self.reap();
-                let sim = if self.init.kind == "rtl" {
-                    format!(" after {cycles} simulated cycles of the job")
-                } else {
-                    String::new()
-                };
-                Err(self.lost(format!(
-                    "no result within {:?} (the core timeout); the worker was killed (SIGKILL){sim}",
-                    self.shared.watchdog
-                )))
+                self.lost(format!(
+                    "broke the worker protocol ({other:?} for a failed job); the worker {status}"
+                ))
             }
         }
+    }
+
+    /// The worker died during the job.
+    fn crashed(&mut self) -> (usize, CoreError) {
+        let at = self.region.header().progress.load(Ordering::Relaxed) as usize;
+        let status = self.reap_status();
+        let l = *self.region.layout();
+        let h = self.region.header();
+        let fault = match h.fault.load(Ordering::Relaxed) {
+            0 => None,
+            a => Some(shm::describe_fault(
+                &l,
+                h.worker_base.load(Ordering::Relaxed),
+                a - 1,
+            )),
+        };
+        let how = match status {
+            Ok(s) => describe(s, fault),
+            Err(e) => e,
+        };
+        (at, self.lost(format!("the worker {how}")))
+    }
+
+    /// The job's current input outlived the watchdog.
+    fn hung(&mut self) -> (usize, CoreError) {
+        self.stats.timeouts += 1;
+        let h = self.region.header();
+        let at = h.progress.load(Ordering::Relaxed) as usize;
+        let cycles = h
+            .cycles_now
+            .load(Ordering::Relaxed)
+            .saturating_sub(h.cycles_at_start.load(Ordering::Relaxed));
+        self.reap();
+        let sim = if self.init.kind == "rtl" {
+            format!(" after {cycles} simulated cycles of the job")
+        } else {
+            String::new()
+        };
+        let e = self.lost(format!(
+            "no result within {:?} (the core timeout); the worker was killed (SIGKILL){sim}",
+            self.shared.watchdog
+        ));
+        (at, e)
     }
 }
 
 impl Core for IsolatedCore {
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+        self.process_batch(input, output, 1).map_err(|e| e.error)
+    }
+
+    fn process_batch(
+        &mut self,
+        inputs: &[u8],
+        outputs: &mut [u8],
+        count: usize,
+    ) -> Result<(), BatchError> {
         let (isz, osz) = (
             self.init.input_size as usize,
             self.init.output_size as usize,
         );
-        if input.len() != isz || output.len() != osz {
-            return Err(CoreError::Failed(format!(
-                "job of {} input / {} output bytes for a core of {isz} / {osz}",
-                input.len(),
-                output.len(),
-            )));
+        if Some(inputs.len()) != count.checked_mul(isz)
+            || Some(outputs.len()) != count.checked_mul(osz)
+        {
+            let error = CoreError::Failed(format!(
+                "job of {} input / {} output bytes for {count} inputs of a core of {isz} / {osz}",
+                inputs.len(),
+                outputs.len(),
+            ));
+            return Err(BatchError { index: 0, error });
         }
-        let started = Instant::now();
-        self.run_job(input, output)?;
-        self.stats.jobs += 1;
-        self.stats.busy += started.elapsed();
+        let slots = self.region.layout().slots;
+        let mut first = 0;
+        while first < count {
+            let n = slots.min(count - first);
+            let started = Instant::now();
+            let r = self.run_job(
+                &inputs[first * isz..(first + n) * isz],
+                &mut outputs[first * osz..(first + n) * osz],
+                n,
+            );
+            if let Err((k, error)) = r {
+                return Err(BatchError {
+                    index: first + k,
+                    error,
+                });
+            }
+            self.stats.busy += started.elapsed();
+            first += n;
+        }
         Ok(())
     }
 
@@ -472,74 +559,5 @@ impl Core for IsolatedCore {
 impl Drop for IsolatedCore {
     fn drop(&mut self) {
         self.reap();
-    }
-}
-
-/// In the child between fork and exec: moves the three descriptors to
-/// their fixed numbers (first above 9, so no source is overwritten before
-/// it is moved; dup2 clears close-on-exec on the copies), sends the core's
-/// stdout to stderr (the node's stdout may be machine-read), and disables
-/// core dumps (a crashing core is expected, not worth a dump).
-fn place_fds(fds: [RawFd; 3]) -> std::io::Result<()> {
-    let mut tmp = [0; 3];
-    for (t, fd) in tmp.iter_mut().zip(fds) {
-        // SAFETY: async-signal-safe calls on descriptors this process owns.
-        *t = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
-        if *t < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    for (i, t) in tmp.into_iter().enumerate() {
-        // SAFETY: as above.
-        if unsafe { libc::dup2(t, FD_CONTROL + i as RawFd) } < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-    }
-    let no_dumps = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: as above; failures of these two are harmless.
-    unsafe {
-        libc::dup2(2, 1);
-        libc::setrlimit(libc::RLIMIT_CORE, &no_dumps);
-    }
-    Ok(())
-}
-
-/// "was killed by SIGSEGV (…)" / "exited with status 3"; `fault` says
-/// where a SIGSEGV or SIGBUS happened, when the worker could tell.
-fn describe(s: std::process::ExitStatus, fault: Option<String>) -> String {
-    if let (Some(sig @ (libc::SIGSEGV | libc::SIGBUS)), Some(at)) = (s.signal(), &fault) {
-        let name = if sig == libc::SIGSEGV {
-            "SIGSEGV"
-        } else {
-            "SIGBUS"
-        };
-        return format!("was killed by {name}: an invalid memory access {at}");
-    }
-    if let Some(sig) = s.signal() {
-        let (name, hint) = match sig {
-            libc::SIGSEGV => ("SIGSEGV", " (invalid memory access: a write past the output memory, a write to the input memory, or a bad pointer)"),
-            libc::SIGBUS => ("SIGBUS", " (bad memory access)"),
-            libc::SIGABRT => ("SIGABRT", " (the core called abort(), or a failed assertion)"),
-            libc::SIGFPE => ("SIGFPE", " (arithmetic error, e.g. an integer division by zero)"),
-            libc::SIGILL => ("SIGILL", " (illegal instruction)"),
-            libc::SIGKILL => ("SIGKILL", ""),
-            libc::SIGTRAP => ("SIGTRAP", ""),
-            libc::SIGSYS => ("SIGSYS", ""),
-            libc::SIGTERM => ("SIGTERM", ""),
-            _ => ("", ""),
-        };
-        if name.is_empty() {
-            format!("was killed by signal {sig}")
-        } else {
-            format!("was killed by {name}{hint}")
-        }
-    } else {
-        match s.code() {
-            Some(c) => format!("exited with status {c}"),
-            None => "ended".into(),
-        }
     }
 }

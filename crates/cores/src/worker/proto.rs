@@ -2,6 +2,8 @@
 //! is a `SOCK_SEQPACKET` socketpair, so every message is one datagram; the
 //! first byte is its tag. Everything is little-endian. Sizes are bounded
 //! and the node checks every message from the worker (it runs user code).
+//! Jobs and their completions do not use it (see `doorbell`), only the
+//! start-up and the reason a job failed.
 
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +28,8 @@ pub struct Init {
     pub poll_us: u64,
     /// Bytes of the shared region the node created (checked by the worker).
     pub region_len: u64,
+    /// Input/output slots in the region (checked by the worker).
+    pub slots: u32,
 }
 
 /// Why a worker could not load its core (mirrors [`crate::LoadError`]).
@@ -44,11 +48,9 @@ pub enum Msg {
     Ready,
     /// worker → node: `E` + kind + reason; the worker then exits.
     Refused(RefusalKind, String),
-    /// node → worker: `J` + seq u64 + count u32. The input is in the shared
-    /// input memory; `count` inputs (always 1 today) from its start.
-    Job { seq: u64, count: u32 },
-    /// worker → node: `D` + seq u64 + last job's cycles u64 (u64::MAX: none)
-    /// + status u8 (0 ok, 1 failed) + reason.
+    /// worker → node, just before it completes a job with `DONE_FAILED`:
+    /// `D` + seq u64 + last input's cycles u64 (u64::MAX: none) + status u8
+    /// (0 ok, 1 failed) + reason.
     Done {
         seq: u64,
         cycles: Option<u64>,
@@ -79,11 +81,6 @@ impl Msg {
             Msg::Refused(k, why) => {
                 b.extend([b'E', *k as u8]);
                 b.extend(cut(why).as_bytes());
-            }
-            Msg::Job { seq, count } => {
-                b.push(b'J');
-                b.extend(seq.to_le_bytes());
-                b.extend(count.to_le_bytes());
             }
             Msg::Done { seq, cycles, error } => {
                 b.push(b'D');
@@ -121,10 +118,6 @@ impl Msg {
                 };
                 Ok(Msg::Refused(kind, text(&b[2..])))
             }
-            Some(b'J') if b.len() == 13 => Ok(Msg::Job {
-                seq: u64_at(1)?,
-                count: u32::from_le_bytes(b[9..13].try_into().expect("4 bytes")),
-            }),
             Some(b'D') if b.len() >= 18 => {
                 let cycles = Some(u64_at(9)?).filter(|&c| c != u64::MAX);
                 let error = match b[17] {
@@ -166,12 +159,12 @@ mod tests {
             timeout_us: 10_000_000,
             poll_us: 1000,
             region_len: 1 << 16,
+            slots: 3,
         };
         for m in [
             Msg::Init(init),
             Msg::Ready,
             Msg::Refused(RefusalKind::Invalid, "no entry".into()),
-            Msg::Job { seq: 7, count: 1 },
             Msg::Done {
                 seq: 7,
                 cycles: Some(513),

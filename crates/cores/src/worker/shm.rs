@@ -1,31 +1,34 @@
 //! The memory a node and one core worker share: a memfd holding a header
-//! page, the input memory and the output memory, each memory between
-//! guard pages.
+//! page and `slots` pairs of input and output memories (one pair per input
+//! of a batch), each memory between guard pages.
 //!
 //! ```text
-//! page 0        header (worker-published counters)
+//! page 0        header (doorbells, worker-published counters)
 //! page 1        guard
-//! input area    input right-aligned against the next guard (16-byte aligned start)
-//! guard
-//! output area   output right-aligned against the next guard
-//! guard
+//! slot 0:
+//!   input area    input right-aligned against the next guard (16-byte aligned start)
+//!   guard
+//!   output area   output right-aligned against the next guard
+//!   guard
+//! slot 1: the same, `stride` bytes further
+//! ...
 //! ```
 //!
-//! The worker maps the guards `PROT_NONE` and the input read-only, so a core
-//! that writes into its input, or far past its output, faults at once in
-//! its own process. The output does not end exactly at its guard: its
+//! The worker maps the guards `PROT_NONE` and the inputs read-only, so a
+//! core that writes into its input, or far past its output, faults at once
+//! in its own process. The output does not end exactly at its guard: its
 //! start is placed half a page (plus 128 bytes) away from the input's start
 //! modulo the page size. With both memories page-aligned, as sizes that are
 //! multiples of 4 KiB would make them, every store to the output shares
 //! its page offset with loads from the input ("4K aliasing"), which cost
 //! the reference matrix product about 7 %. The slack this leaves between
-//! the output's end and its guard (less than a page + 16 bytes) holds a
+//! each output's end and its guard (less than a page + 16 bytes) holds a
 //! canary the node checks after every job, so a short overrun is caught
 //! too.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::ptr::NonNull;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
 
@@ -33,6 +36,11 @@ use rustix::mm::{MapFlags, MprotectFlags, ProtFlags};
 const ALIGN: usize = crate::native::ALIGN;
 /// Byte the node keeps in the output's slack.
 pub const CANARY: u8 = 0xC5;
+/// Bytes of input and output a region holds at most, all slots together
+/// (the slots of a batch); at least one slot is always made.
+const BATCH_BYTES: usize = 1 << 20;
+/// Most inputs of one batch.
+pub const MAX_SLOTS: usize = 64;
 
 /// Offsets of the region for one pair of sizes; both sides compute it from
 /// the sizes and the page size, so only the sizes travel.
@@ -47,11 +55,19 @@ pub struct Layout {
     pub input_size: usize,
     pub output: usize,
     pub output_size: usize,
+    /// Input/output pairs, `stride` bytes apart.
+    pub slots: usize,
+    pub stride: usize,
     pub len: usize,
 }
 
 impl Layout {
     pub fn new(input_size: usize, output_size: usize) -> Layout {
+        let slots = (BATCH_BYTES / (input_size + output_size).max(1)).clamp(1, MAX_SLOTS);
+        Self::with_slots(input_size, output_size, slots)
+    }
+
+    pub fn with_slots(input_size: usize, output_size: usize, slots: usize) -> Layout {
         let page = rustix::param::page_size();
         let r16 = |n: usize| n.div_ceil(ALIGN) * ALIGN;
         let area = |n: usize| r16(n).div_ceil(page).max(1) * page;
@@ -64,6 +80,9 @@ impl Layout {
         let end = output_area + output_area_len - r16(output_size);
         let want = (input + page / 2 + 128) % page;
         let output = end - (end % page + page - want) % page;
+        // A multiple of the page size, so every slot has the same offsets
+        // modulo a page (and so the same aliasing and slack).
+        let stride = input_area_len + page + output_area_len + page;
         Layout {
             page,
             input_area,
@@ -74,23 +93,57 @@ impl Layout {
             input_size,
             output,
             output_size,
-            len: output_area + output_area_len + page,
+            slots,
+            stride,
+            len: input_area + slots * stride,
         }
     }
 
-    /// The output's slack before the guard page (less than a page + 16 bytes).
-    pub fn slack(&self) -> std::ops::Range<usize> {
-        self.output + self.output_size..self.output_area + self.output_area_len
+    /// Offset of slot `k`'s input memory.
+    pub fn input_at(&self, k: usize) -> usize {
+        self.input + k * self.stride
+    }
+
+    /// Offset of slot `k`'s output memory.
+    pub fn output_at(&self, k: usize) -> usize {
+        self.output + k * self.stride
+    }
+
+    /// Slot `k`'s output slack before its guard page (less than a page +
+    /// 16 bytes).
+    pub fn slack(&self, k: usize) -> std::ops::Range<usize> {
+        let at = k * self.stride;
+        at + self.output + self.output_size..at + self.output_area + self.output_area_len
     }
 }
 
-/// Counters at the start of the header page. The worker stores, the node
-/// loads (after a job timed out, to say how far a simulation got).
+/// The start of the header page: the two doorbells (futex words, see
+/// `doorbell`) and counters the worker publishes for the node.
 #[repr(C)]
 pub struct Header {
+    /// node → worker: the current job's sequence number shifted left by
+    /// one; bit 0 is set by a worker asleep on this word.
+    pub job: AtomicU32,
+    /// Inputs in the current job (slots 0..count), written before `job`.
+    pub count: AtomicU32,
+    /// worker → node: the worker's thread id while a job runs (set by the
+    /// node before it rings `job`; the kernel marks it OWNER_DIED if the
+    /// worker dies, see `doorbell`), then a completion code.
+    pub done: AtomicU32,
+    /// The sequence number the completion in `done` is for.
+    pub done_seq: AtomicU32,
+    /// Inputs of the current job completed so far (progress, for the
+    /// watchdog and to say which input failed).
+    pub progress: AtomicU32,
+    /// The worker's job thread id, as the kernel writes it into `done`.
+    pub worker_tid: AtomicU32,
+    /// Simulated cycles of the job's last input and of all its inputs
+    /// (u64::MAX: the core counts none).
+    pub last_cycles: AtomicU64,
+    pub job_cycles: AtomicU64,
     /// Simulated cycles of the core so far (RTL only).
     pub cycles_now: AtomicU64,
-    /// `cycles_now` when the current job started.
+    /// `cycles_now` when the current input started.
     pub cycles_at_start: AtomicU64,
     /// Address of the worker's own mapping of the region.
     pub worker_base: AtomicU64,
@@ -108,7 +161,11 @@ pub fn describe_fault(l: &Layout, base: u64, addr: u64) -> String {
             format!("at address {addr:#x}, outside its memories")
         };
     };
-    let off = off as usize;
+    let mut off = off as usize;
+    if off >= l.input_area {
+        // The same place in slot 0: every slot has the same offsets.
+        off = l.input_area + (off - l.input_area) % l.stride;
+    }
     let (isz, osz) = (l.input_size, l.output_size);
     if off >= l.output {
         let at = off - l.output;
@@ -184,12 +241,12 @@ impl Region {
         if worker {
             let rw = MprotectFlags::READ | MprotectFlags::WRITE;
             region.protect(0, layout.page, rw)?;
-            region.protect(
-                layout.input_area,
-                layout.input_area_len,
-                MprotectFlags::READ,
-            )?;
-            region.protect(layout.output_area, layout.output_area_len, rw)?;
+            for k in 0..layout.slots {
+                let at = k * layout.stride;
+                let (i, o) = (at + layout.input_area, at + layout.output_area);
+                region.protect(i, layout.input_area_len, MprotectFlags::READ)?;
+                region.protect(o, layout.output_area_len, rw)?;
+            }
         }
         Ok(region)
     }
@@ -247,15 +304,38 @@ mod tests {
             assert!(l.input >= l.input_area && l.input + i <= l.input_area + l.input_area_len);
             assert!(l.output >= l.output_area);
             assert!(l.output + o <= l.output_area + l.output_area_len);
-            assert!(l.slack().len() < l.page + ALIGN, "{i}/{o}: {:?}", l.slack());
+            let last = l.slots - 1;
+            assert!(
+                l.slack(0).len() < l.page + ALIGN,
+                "{i}/{o}: {:?}",
+                l.slack(0)
+            );
+            assert_eq!(l.slack(last).len(), l.slack(0).len());
+            assert_eq!(l.slack(last).end + l.page, l.len);
+            assert_eq!(l.output_at(last) - l.input_at(last), l.output - l.input);
             assert_eq!(
                 (l.output + l.page - l.input % l.page) % l.page,
                 l.page / 2 + 128
             );
             assert_eq!((l.input_area + l.input_area_len) % l.page, 0);
             assert_eq!(l.output_area, l.input_area + l.input_area_len + l.page);
-            assert_eq!(l.len, l.output_area + l.output_area_len + l.page);
+            assert_eq!(
+                l.stride,
+                l.output_area + l.output_area_len + l.page - l.input_area
+            );
+            assert_eq!(l.stride % l.page, 0);
+            assert_eq!(l.len, l.input_area + l.slots * l.stride);
+            assert!(l.slots >= 1 && l.slots <= MAX_SLOTS);
+            assert!(l.slots == 1 || l.slots * (i + o) <= BATCH_BYTES);
         }
+        assert_eq!(Layout::new(32768, 16384).slots, 21);
+        assert_eq!(Layout::new(64, 64).slots, MAX_SLOTS);
+        assert_eq!(Layout::new(4 << 20, 16).slots, 1);
+    }
+
+    #[test]
+    fn header_fits_its_page() {
+        assert!(std::mem::size_of::<Header>() <= 4096);
     }
 
     #[test]
@@ -281,5 +361,10 @@ mod tests {
             "at address 0x0 (a null pointer)"
         );
         assert!(describe_fault(&l, base, base - 1).contains("outside its memories"));
+        // Slot 2: the same places, named the same way.
+        let at2 = |off: usize| describe_fault(&l, base, base + (off + 2 * l.stride) as u64);
+        assert_eq!(at2(l.output + 70), at(l.output + 70));
+        assert_eq!(at2(l.input + 3), at(l.input + 3));
+        assert_eq!(at2(l.input - 8), at(l.input - 8));
     }
 }

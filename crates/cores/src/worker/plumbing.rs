@@ -1,0 +1,158 @@
+//! Process plumbing of the node side: placing a worker's descriptors
+//! before exec, and describing how a worker ended.
+
+use std::os::fd::{AsRawFd, RawFd};
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use rustix::event::{PollFd, PollFlags};
+use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
+
+use super::proto::Msg;
+use super::{IsolatedCore, Worker, FD_CONTROL, SUBCOMMAND};
+
+impl IsolatedCore {
+    /// Starts a worker and sends it its init message.
+    pub(super) fn spawn(&self) -> Result<Worker, String> {
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| format!("socketpair: {e}"))?;
+        let fds = [
+            theirs.as_raw_fd(),
+            self.region_fd.as_raw_fd(),
+            self.shared.artifact.as_raw_fd(),
+        ];
+        let mut cmd = Command::new(&self.shared.program);
+        cmd.arg(SUBCOMMAND).stdin(Stdio::null());
+        // SAFETY: `place_fds` only makes async-signal-safe calls.
+        unsafe { cmd.pre_exec(move || place_fds(fds)) };
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "cannot start the core worker {}: {e}",
+                self.shared.program.display()
+            )
+        })?;
+        drop(theirs);
+        let w = Worker {
+            child,
+            sock: ours,
+            timeout: Duration::ZERO,
+        };
+        // A worker that already died is reported by `wait_ready`, with its
+        // exit status.
+        let _ = rustix::net::send(
+            &w.sock,
+            &Msg::Init(self.init.clone()).encode(),
+            SendFlags::NOSIGNAL,
+        );
+        Ok(w)
+    }
+
+    /// Kills and reaps the worker; describes how it ended.
+    pub(super) fn reap(&mut self) -> String {
+        match self.reap_status() {
+            Ok(s) => describe(s, None),
+            Err(e) => e,
+        }
+    }
+
+    pub(super) fn reap_status(&mut self) -> Result<std::process::ExitStatus, String> {
+        let Some(mut w) = self.worker.take() else {
+            return Err("was not running".into());
+        };
+        // Killing an exiting process does not change its exit status, so a
+        // crash is still reported as the crash; one that closed its channel
+        // and lives on is not waited for forever.
+        let _ = w.child.kill();
+        drop(w.sock);
+        w.child
+            .wait()
+            .map_err(|e| format!("could not be reaped: {e}"))
+    }
+
+    /// Whether the worker process has ended (its channel hung up).
+    pub(super) fn worker_gone(&self) -> bool {
+        let Some(w) = &self.worker else { return true };
+        let mut p = [PollFd::new(&w.sock, PollFlags::RDHUP)];
+        match rustix::event::poll(&mut p, Some(&rustix::event::Timespec::default())) {
+            Ok(_) => p[0]
+                .revents()
+                .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR),
+            Err(_) => false,
+        }
+    }
+}
+
+/// In the child between fork and exec: moves the three descriptors to
+/// their fixed numbers (first above 9, so no source is overwritten before
+/// it is moved; dup2 clears close-on-exec on the copies), sends the core's
+/// stdout to stderr (the node's stdout may be machine-read), and disables
+/// core dumps (a crashing core is expected, not worth a dump).
+pub(super) fn place_fds(fds: [RawFd; 3]) -> std::io::Result<()> {
+    let mut tmp = [0; 3];
+    for (t, fd) in tmp.iter_mut().zip(fds) {
+        // SAFETY: async-signal-safe calls on descriptors this process owns.
+        *t = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };
+        if *t < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    for (i, t) in tmp.into_iter().enumerate() {
+        // SAFETY: as above.
+        if unsafe { libc::dup2(t, FD_CONTROL + i as RawFd) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    let no_dumps = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: as above; failures of these two are harmless.
+    unsafe {
+        libc::dup2(2, 1);
+        libc::setrlimit(libc::RLIMIT_CORE, &no_dumps);
+    }
+    Ok(())
+}
+
+/// "was killed by SIGSEGV (…)" / "exited with status 3"; `fault` says
+/// where a SIGSEGV or SIGBUS happened, when the worker could tell.
+pub(super) fn describe(s: std::process::ExitStatus, fault: Option<String>) -> String {
+    if let (Some(sig @ (libc::SIGSEGV | libc::SIGBUS)), Some(at)) = (s.signal(), &fault) {
+        let name = if sig == libc::SIGSEGV {
+            "SIGSEGV"
+        } else {
+            "SIGBUS"
+        };
+        return format!("was killed by {name}: an invalid memory access {at}");
+    }
+    if let Some(sig) = s.signal() {
+        let (name, hint) = match sig {
+            libc::SIGSEGV => ("SIGSEGV", " (invalid memory access: a write past the output memory, a write to the input memory, or a bad pointer)"),
+            libc::SIGBUS => ("SIGBUS", " (bad memory access)"),
+            libc::SIGABRT => ("SIGABRT", " (the core called abort(), or a failed assertion)"),
+            libc::SIGFPE => ("SIGFPE", " (arithmetic error, e.g. an integer division by zero)"),
+            libc::SIGILL => ("SIGILL", " (illegal instruction)"),
+            libc::SIGKILL => ("SIGKILL", ""),
+            libc::SIGTRAP => ("SIGTRAP", ""),
+            libc::SIGSYS => ("SIGSYS", ""),
+            libc::SIGTERM => ("SIGTERM", ""),
+            _ => ("", ""),
+        };
+        if name.is_empty() {
+            format!("was killed by signal {sig}")
+        } else {
+            format!("was killed by {name}{hint}")
+        }
+    } else {
+        match s.code() {
+            Some(c) => format!("exited with status {c}"),
+            None => "ended".into(),
+        }
+    }
+}

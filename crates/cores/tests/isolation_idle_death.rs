@@ -1,0 +1,87 @@
+//! A worker that dies between jobs (killed from outside) leaves no mark in
+//! the shared header: the node still notices, fails the next job with the
+//! signal and restarts the worker. A test binary of its own, so that the
+//! only worker processes of this process are this test's.
+
+use std::path::Path;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_cores::image::{self, ArtifactKind};
+use corefarm_cores::{load, DriverOptions, LoadOptions, WorkerCommand};
+use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
+
+/// Pids of this process's children, from /proc.
+fn children() -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+            continue;
+        };
+        // "pid (comm) state ppid ...": comm may hold spaces, so split after ')'.
+        let ppid = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse::<i32>().ok());
+        if ppid == Some(me) {
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+#[test]
+fn a_worker_killed_between_jobs_fails_the_next_job_only() {
+    if !require_tool(Tool::Cxx, "a_worker_killed_between_jobs") {
+        return;
+    }
+    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("isolation-cache");
+    let src = repo.join("cores/faulty/faulty.cpp");
+    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache).unwrap();
+    let table = image::default_core_table(1, 64, 64).unwrap();
+    let img = ImageBuilder::new("faulty", 64, 64, table)
+        .artifact(
+            image::native_target().unwrap(),
+            ArtifactKind::Native,
+            "faulty",
+            std::fs::read(so).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    let opts = LoadOptions {
+        driver: DriverOptions {
+            timeout: Duration::from_secs(30),
+            poll: Duration::from_millis(1),
+        },
+        worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
+        ..LoadOptions::default()
+    };
+    let mut loaded = load(&cfg, &opts).unwrap();
+    let input: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(5) & 0x7f).collect();
+    let want: Vec<u8> = input.iter().map(|b| b ^ 0x5A).collect();
+    let mut out = vec![0u8; 64];
+    loaded.cores[0].process(&input, &mut out).unwrap();
+    assert_eq!(out, want);
+
+    let workers = children();
+    assert_eq!(workers.len(), 1, "{workers:?}");
+    // SAFETY: kill(2) on our own child, which is not reaped before the next job.
+    assert_eq!(unsafe { libc::kill(workers[0], libc::SIGKILL) }, 0);
+
+    // Well within the 30 s timeout: the node sees the hung-up channel.
+    let mut out = vec![0x11u8; 64];
+    let e = loaded.cores[0].process(&input, &mut out).unwrap_err();
+    let msg = e.to_string();
+    assert!(msg.contains("was killed by SIGKILL"), "{msg}");
+    assert!(!msg.contains("no result within"), "{msg}");
+    assert!(out.iter().all(|&b| b == 0x11));
+    loaded.cores[0].process(&input, &mut out).unwrap();
+    assert_eq!(out, want);
+    assert_eq!(loaded.cores[0].stats().resets, 1);
+}
