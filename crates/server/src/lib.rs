@@ -20,6 +20,7 @@ pub mod nodeconn;
 pub mod pool;
 mod registry;
 pub mod user;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

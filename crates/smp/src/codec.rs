@@ -22,6 +22,14 @@ use crate::outframe::OutFrame;
 /// are read many per syscall.
 const MIN_READ: usize = 16 * 1024;
 
+/// Largest read-ahead beyond the frame being read: room for a whole frame
+/// of the size last seen, so a stream of equal frames of up to this size
+/// takes about one read per frame, not one for the header and more for the
+/// payload. Bounded because bytes of the next frame read into this frame's
+/// buffer are copied once when the next buffer is allocated, and an idle
+/// connection should hold little reserved.
+const MAX_READ_AHEAD: usize = 64 * 1024;
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("i/o error: {0}")]
@@ -35,6 +43,9 @@ pub enum ReadError {
 pub struct Decoder {
     buf: BytesMut,
     max_payload: u32,
+    /// Wire size of the last complete frame (bounded by `max_payload` and
+    /// [`MAX_READ_AHEAD`]): how much the next read makes room for.
+    last_frame: usize,
 }
 
 impl Decoder {
@@ -42,6 +53,7 @@ impl Decoder {
         Decoder {
             buf: BytesMut::with_capacity(MIN_READ),
             max_payload,
+            last_frame: 0,
         }
     }
 
@@ -53,25 +65,32 @@ impl Decoder {
     /// frame it reserves room for the rest and returns `None`.
     pub fn decode(&mut self) -> Result<Option<Frame>, ProtocolError> {
         if self.buf.len() < HEADER_LEN {
-            self.buf.reserve(MIN_READ);
+            self.buf.reserve(self.read_ahead());
             return Ok(None);
         }
         let hb: [u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().expect("8 bytes");
         let header = Header::decode(&hb, self.max_payload)?;
         let total = HEADER_LEN + header.size as usize;
         if self.buf.len() < total {
-            // Room for the rest of this frame plus a little more, so that
-            // the next header usually arrives in the same read.
-            self.buf
-                .reserve(total - self.buf.len() + HEADER_LEN.max(MIN_READ / 4));
+            // Room for the rest of this frame (its size is validated above)
+            // plus the next one of the same size (bounded), so one read
+            // takes whatever the kernel holds.
+            let ahead = total.clamp(MIN_READ / 4, MAX_READ_AHEAD);
+            self.buf.reserve(total - self.buf.len() + ahead);
             return Ok(None);
         }
+        self.last_frame = total.min(MAX_READ_AHEAD);
         self.buf.advance(HEADER_LEN);
         let payload = self.buf.split_to(header.size as usize).freeze();
         Ok(Some(Frame {
             ty: header.ty,
             payload,
         }))
+    }
+
+    /// Room a read at a frame boundary asks for: a frame like the last one.
+    fn read_ahead(&self) -> usize {
+        MIN_READ.max(self.last_frame)
     }
 
     /// Buffer the next read should fill.

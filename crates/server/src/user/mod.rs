@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
+use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
     ProtocolError, UserPhase as Phase,
@@ -42,6 +42,7 @@ use crate::dispatch::{Order, Window};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::Control;
 use crate::registry::UserEntry;
+use crate::wire::{Sent, Sink};
 use crate::Shared;
 
 /// Results queued for the user's socket. Small: when the user stops reading,
@@ -100,7 +101,8 @@ struct Handler {
     peer: SocketAddr,
     entry: Arc<UserEntry>,
     reader: FrameReader<OwnedReadHalf>,
-    out: mpsc::Sender<OutFrame>,
+    /// Frames to the user: written by this task when the socket is idle.
+    out: Arc<Sink>,
     /// Features agreed in the hello; `None` for a seed-format user.
     hello: Option<Hello>,
     want: Option<u32>,
@@ -149,27 +151,18 @@ pub(crate) async fn run(
     let entry = Arc::new(UserEntry::new(user, peer));
     shared.registry.add_user(entry.clone());
     let _registered = Registered(shared.clone(), user);
-    let (rd, mut wr) = stream.into_split();
-    let (out, mut out_rx) = mpsc::channel::<OutFrame>(USER_QUEUE);
+    let (rd, wr) = stream.into_split();
+    let out = Arc::new(Sink::new(wr));
     let io_timeout = shared.opts.io_timeout;
-    let writer_stop = stop.clone();
-    let writer = tokio::spawn(async move {
-        while let Some(f) = out_rx.recv().await {
-            let write = write_batch(&mut wr, f, || out_rx.try_recv().ok());
-            match tokio::time::timeout(io_timeout, write).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::info!(user = %peer, "write to user failed: {e}");
-                    break;
-                }
-                Err(_) => {
-                    tracing::warn!(user = %peer, "user stopped reading for {io_timeout:?}; closing");
-                    break;
-                }
+    let writer = {
+        let (out, stop) = (out.clone(), stop.clone());
+        tokio::spawn(async move {
+            if let Some(reason) = out.run(io_timeout, |_| {}).await {
+                tracing::info!(user = %peer, "closing: {reason}");
             }
-        }
-        writer_stop.cancel();
-    });
+            stop.cancel();
+        })
+    };
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
     let mut h = Handler {
         reader: FrameReader::new(rd, shared.opts.max_message)
@@ -205,6 +198,7 @@ pub(crate) async fn run(
         End::Error(e) => tracing::warn!(user = %peer, "user session ended: {e}"),
     }
     h.release_nodes();
+    h.out.finish();
     drop(h);
     // The writer flushes what is queued (e.g. a final error) then exits.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
@@ -321,10 +315,13 @@ impl Handler {
     }
 
     async fn send_user(&mut self, f: OutFrame) -> Result<(), End> {
-        self.out
-            .send(f)
-            .await
-            .map_err(|_| End::Error("user connection closed".into()))
+        // Back-pressure: when the user stops reading, the handler (and so
+        // the nodes' results) waits after a few queued messages.
+        self.out.room(USER_QUEUE).await;
+        match self.out.send(f, false) {
+            Sent::Closed => Err(End::Error("user connection closed".into())),
+            Sent::Written | Sent::Queued => Ok(()),
+        }
     }
 
     async fn send_error(
