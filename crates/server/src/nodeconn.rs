@@ -16,7 +16,7 @@ use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::{NodeEntry, NodeInfo};
-use crate::wire::{Sent, Sink};
+use crate::wire::Sink;
 use crate::Shared;
 
 /// Frames read from a node but not yet handled by its owner. Bounding them
@@ -181,20 +181,35 @@ impl NodeConn {
         }
     }
 
-    /// Sends a frame to the node: written at once when the socket is idle,
-    /// else queued for the writer task. Returns false if the connection is gone.
+    /// Sends a frame to the node now (written at once when the socket is
+    /// idle, else by the writer task). Returns false if the connection is gone.
     pub fn send(&self, f: OutFrame) -> bool {
-        match self.sink.send(f, true) {
-            Sent::Written => {
-                // Counted like the writer task's completions (queue and stack).
-                if let Some(ev) = &self.ev_tx {
-                    let _ = ev.send(NodeEvent::Written(1));
-                }
-                true
+        let ok = self.queue(f);
+        self.flush();
+        ok
+    }
+
+    /// Queues a frame for the next [`NodeConn::flush`], so that the frames
+    /// an owner produces in one wake-up share a `writev`. Returns false if
+    /// the connection is gone.
+    pub fn queue(&self, f: OutFrame) -> bool {
+        self.sink.push(f, true)
+    }
+
+    /// Writes the queued frames (see [`Sink::flush`]).
+    pub fn flush(&self) {
+        let written = self.sink.flush();
+        if written > 0 {
+            // Counted like the writer task's completions (queue and stack).
+            if let Some(ev) = &self.ev_tx {
+                let _ = ev.send(NodeEvent::Written(written));
             }
-            Sent::Queued => true,
-            Sent::Closed => false,
         }
+    }
+
+    /// Frames were queued that only a flush will write.
+    pub fn unflushed(&self) -> bool {
+        self.sink.unflushed()
     }
 
     pub fn is_closed(&self) -> bool {

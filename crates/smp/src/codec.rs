@@ -9,7 +9,7 @@
 use std::io;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -22,13 +22,15 @@ use crate::outframe::OutFrame;
 /// are read many per syscall.
 const MIN_READ: usize = 16 * 1024;
 
-/// Largest read-ahead beyond the frame being read: room for a whole frame
-/// of the size last seen, so a stream of equal frames of up to this size
-/// takes about one read per frame, not one for the header and more for the
-/// payload. Bounded because bytes of the next frame read into this frame's
-/// buffer are copied once when the next buffer is allocated, and an idle
-/// connection should hold little reserved.
-const MAX_READ_AHEAD: usize = 64 * 1024;
+/// Frames up to this size are read many per syscall (and a partial one is
+/// cheap to copy into the next buffer). Larger frames are read one per
+/// syscall: a read asks for the rest of the current frame plus the next
+/// header, so nothing of the next payload lands in this frame's buffer
+/// (where it would have to be copied out once that buffer is shared).
+const SMALL_FRAME: usize = MIN_READ / 4;
+
+/// Largest frame size remembered for the read at the next frame boundary.
+const MAX_READ_AHEAD: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -44,8 +46,10 @@ pub struct Decoder {
     buf: BytesMut,
     max_payload: u32,
     /// Wire size of the last complete frame (bounded by `max_payload` and
-    /// [`MAX_READ_AHEAD`]): how much the next read makes room for.
+    /// [`MAX_READ_AHEAD`]): what a read at the next frame boundary expects.
     last_frame: usize,
+    /// How many bytes the next read should take (see [`Decoder::read_limit`]).
+    want: usize,
 }
 
 impl Decoder {
@@ -54,6 +58,7 @@ impl Decoder {
             buf: BytesMut::with_capacity(MIN_READ),
             max_payload,
             last_frame: 0,
+            want: MIN_READ,
         }
     }
 
@@ -65,7 +70,10 @@ impl Decoder {
     /// frame it reserves room for the rest and returns `None`.
     pub fn decode(&mut self) -> Result<Option<Frame>, ProtocolError> {
         if self.buf.len() < HEADER_LEN {
-            self.buf.reserve(self.read_ahead());
+            // A frame like the last one and the header after it, or many small ones.
+            let expect = MIN_READ.max(self.last_frame + HEADER_LEN);
+            self.want = expect - self.buf.len();
+            self.buf.reserve(self.want);
             return Ok(None);
         }
         let hb: [u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().expect("8 bytes");
@@ -73,10 +81,15 @@ impl Decoder {
         let total = HEADER_LEN + header.size as usize;
         if self.buf.len() < total {
             // Room for the rest of this frame (its size is validated above)
-            // plus the next one of the same size (bounded), so one read
-            // takes whatever the kernel holds.
-            let ahead = total.clamp(MIN_READ / 4, MAX_READ_AHEAD);
-            self.buf.reserve(total - self.buf.len() + ahead);
+            // and the next header, so the kernel copies the payload straight
+            // into the memory the frame will live in.
+            let ahead = if total < SMALL_FRAME {
+                SMALL_FRAME
+            } else {
+                HEADER_LEN
+            };
+            self.want = total - self.buf.len() + ahead;
+            self.buf.reserve(self.want);
             return Ok(None);
         }
         self.last_frame = total.min(MAX_READ_AHEAD);
@@ -88,9 +101,11 @@ impl Decoder {
         }))
     }
 
-    /// Room a read at a frame boundary asks for: a frame like the last one.
-    fn read_ahead(&self) -> usize {
-        MIN_READ.max(self.last_frame)
+    /// How many bytes the next read should take at most, as computed by the
+    /// last [`Decoder::decode`] that returned `None`: the rest of the frame
+    /// and the next header (the capacity reserved may be larger).
+    pub fn read_limit(&self) -> usize {
+        self.want.max(1)
     }
 
     /// Buffer the next read should fill.
@@ -150,7 +165,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
             let n = match self.read_timeout {
                 Some(t) if self.dec.buffered() > 0 => self.read_within(t).await?,
-                _ => self.inner.read_buf(self.dec.buffer()).await?,
+                _ => {
+                    let limit = self.dec.read_limit();
+                    self.inner
+                        .read_buf(&mut self.dec.buffer().limit(limit))
+                        .await?
+                }
             };
             if n == 0 {
                 return match self.dec.buffered() {
@@ -173,7 +193,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         } else {
             waiting + t
         };
-        match tokio::time::timeout_at(deadline, self.inner.read_buf(self.dec.buffer())).await {
+        let limit = self.dec.read_limit();
+        let mut buf = self.dec.buffer().limit(limit);
+        match tokio::time::timeout_at(deadline, self.inner.read_buf(&mut buf)).await {
             Ok(r) => r,
             Err(_) if in_header => Err(io::Error::new(
                 io::ErrorKind::TimedOut,

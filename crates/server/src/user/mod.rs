@@ -42,7 +42,7 @@ use crate::dispatch::{Order, Window};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::Control;
 use crate::registry::UserEntry;
-use crate::wire::{Sent, Sink};
+use crate::wire::Sink;
 use crate::Shared;
 
 /// Results queued for the user's socket. Small: when the user stops reading,
@@ -214,6 +214,7 @@ impl Handler {
             }
             self.publish();
             let read_user = self.wants_user_input();
+            let unflushed = self.unflushed();
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return End::Closed,
@@ -243,6 +244,9 @@ impl Handler {
                     self.last_activity = Instant::now();
                     if let Err(e) = self.on_user_frame(frame).await { return e; }
                 }
+                // Last, so only when nothing else is ready: what this
+                // wake-up produced goes out in one write per socket.
+                _ = std::future::ready(()), if unflushed => self.flush_writes(),
             }
         }
     }
@@ -316,11 +320,13 @@ impl Handler {
 
     async fn send_user(&mut self, f: OutFrame) -> Result<(), End> {
         // Back-pressure: when the user stops reading, the handler (and so
-        // the nodes' results) waits after a few queued messages.
+        // the nodes' results) waits after a few queued messages. Written
+        // when the handler is about to wait (`flush_writes`).
         self.out.room(USER_QUEUE).await;
-        match self.out.send(f, false) {
-            Sent::Closed => Err(End::Error("user connection closed".into())),
-            Sent::Written | Sent::Queued => Ok(()),
+        if self.out.push(f, false) {
+            Ok(())
+        } else {
+            Err(End::Error("user connection closed".into()))
         }
     }
 
