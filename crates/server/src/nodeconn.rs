@@ -78,13 +78,17 @@ impl NodeConn {
             _permit: permit,
         });
         let (rd, wr) = stream.into_split();
-        let sink = Arc::new(Sink::new(wr));
-        let (ev_tx, events) = mpsc::unbounded_channel::<NodeEvent>();
-        let closed = Arc::new(AtomicBool::new(false));
-        let io_timeout = shared.opts.io_timeout;
         // Queue and stack hand a node its next message once the previous
         // write completed; the credit policy does not need write completions.
         let track_writes = shared.opts.policy != crate::Policy::Credit;
+        let sink = Arc::new(if track_writes {
+            Sink::via_task(wr)
+        } else {
+            Sink::new(wr)
+        });
+        let (ev_tx, events) = mpsc::unbounded_channel::<NodeEvent>();
+        let closed = Arc::new(AtomicBool::new(false));
+        let io_timeout = shared.opts.io_timeout;
 
         // Writer: frames the owner's direct writes left queued, in order.
         {

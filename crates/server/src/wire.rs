@@ -85,6 +85,9 @@ pub enum Sent {
 
 pub struct Sink {
     wr: OwnedWriteHalf,
+    /// Pushed frames are written by a flush of the producer; otherwise the
+    /// writer task writes every frame (see [`Sink::via_task`]).
+    direct: bool,
     state: Mutex<State>,
     /// Frames were pushed since the last flush (read without the lock).
     unflushed: AtomicBool,
@@ -96,8 +99,23 @@ pub struct Sink {
 
 impl Sink {
     pub fn new(wr: OwnedWriteHalf) -> Self {
+        Self::build(wr, true)
+    }
+
+    /// A sink whose frames are always written by the writer task, for an
+    /// owner that paces itself by write completions (the queue and stack
+    /// policies hand a node its next message once the previous write
+    /// completed): written by the owner itself, a completion would come at
+    /// once, and a user without credit could push data into a slow node
+    /// without bound.
+    pub fn via_task(wr: OwnedWriteHalf) -> Self {
+        Self::build(wr, false)
+    }
+
+    fn build(wr: OwnedWriteHalf, direct: bool) -> Self {
         Sink {
             wr,
+            direct,
             state: Mutex::new(State {
                 queue: VecDeque::new(),
                 partial: None,
@@ -127,7 +145,13 @@ impl Sink {
         }
         st.queue.push_back((f, tag));
         if st.mode == Mode::Idle {
-            self.unflushed.store(true, Ordering::Release);
+            if self.direct {
+                self.unflushed.store(true, Ordering::Release);
+            } else {
+                st.mode = Mode::Task;
+                drop(st);
+                self.wake.notify_one();
+            }
         }
         true
     }
