@@ -362,8 +362,8 @@ mod tests {
     async fn pair() -> (Arc<Sink>, FrameReader<TcpStream>) {
         let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let client = TcpStream::connect(l.local_addr().unwrap());
-        let (client, (server, _)) = tokio::join!(client, l.accept());
-        let (_rd, wr) = server.unwrap().into_split();
+        let (client, accepted) = tokio::join!(client, l.accept());
+        let (_rd, wr) = accepted.unwrap().0.into_split();
         (
             Arc::new(Sink::new(wr)),
             FrameReader::new(client.unwrap(), 64 << 20),
@@ -459,5 +459,31 @@ mod tests {
             let f = rd.read_frame().await.unwrap().unwrap();
             assert_eq!(&f.payload[..4], &i.to_le_bytes());
         }
+    }
+
+    #[tokio::test]
+    async fn a_sink_via_task_leaves_every_write_to_the_writer_task() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, l.accept());
+        let (_rd, wr) = accepted.unwrap().0.into_split();
+        let sink = Sink::via_task(wr);
+        let mut rd = FrameReader::new(client.unwrap(), 1 << 20);
+        for i in 0..3u32 {
+            assert!(sink.push(frame(i, 10), true));
+        }
+        assert!(!sink.unflushed(), "nothing for the owner to flush");
+        assert_eq!(sink.flush(), 0);
+        let mut written = 0;
+        let read = async {
+            for i in 0..3u32 {
+                let f = rd.read_frame().await.unwrap().unwrap();
+                assert_eq!(&f.payload[..4], &i.to_le_bytes());
+            }
+            sink.close("done");
+        };
+        let (reason, ()) = tokio::join!(sink.run(Duration::from_secs(10), |n| written += n), read);
+        assert_eq!(reason.as_deref(), Some("done"));
+        assert_eq!(written, 3, "the task reports every tagged frame");
     }
 }
