@@ -230,16 +230,23 @@ impl Sink {
     /// bound. Flushes first: the queue may only be waiting for that.
     pub async fn room(&self, max: usize) {
         loop {
+            // Created before the checks: a batch taken after them still wakes us.
             let drained = self.drained.notified();
-            {
-                let st = self.lock();
-                if st.queue.len() <= max || st.failed.is_some() {
-                    return;
-                }
+            if self.has_room(max) {
+                return;
             }
             self.flush();
+            // The flush may have written everything, and then nobody else will.
+            if self.has_room(max) {
+                return;
+            }
             drained.await;
         }
+    }
+
+    fn has_room(&self, max: usize) -> bool {
+        let st = self.lock();
+        st.queue.len() <= max || st.failed.is_some()
     }
 
     /// No further frames: the writer task writes what is queued and ends.
@@ -485,5 +492,19 @@ mod tests {
         let (reason, ()) = tokio::join!(sink.run(Duration::from_secs(10), |n| written += n), read);
         assert_eq!(reason.as_deref(), Some("done"));
         assert_eq!(written, 3, "the task reports every tagged frame");
+    }
+
+    #[tokio::test]
+    async fn room_returns_once_its_own_flush_wrote_the_queue() {
+        let (sink, mut rd) = pair().await;
+        for i in 0..3u32 {
+            sink.push(frame(i, 10), false);
+        }
+        // No writer task runs: only the flush inside `room` can make room.
+        sink.room(0).await;
+        for i in 0..3u32 {
+            let f = rd.read_frame().await.unwrap().unwrap();
+            assert_eq!(&f.payload[..4], &i.to_le_bytes());
+        }
     }
 }
