@@ -27,6 +27,7 @@ pub mod pool;
 mod registry;
 pub mod sched;
 pub mod user;
+mod wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,19 +1,22 @@
 //! A node connection: a reader task and a writer task that live as long as
 //! the TCP connection, whoever currently owns the node (pool or user handler).
-//! The owner talks to them through channels, so ownership moves by moving a
-//! [`NodeConn`] value, without touching the socket.
+//! The owner sends through a [`Sink`] (written directly by the owner's task
+//! when the socket is idle, else by the writer task) and hears from the node
+//! through a channel, so ownership moves by moving a [`NodeConn`] value,
+//! without touching the socket.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use corefarm_smp::codec::{write_batch, FrameReader};
+use corefarm_smp::codec::FrameReader;
 use corefarm_smp::{hello::features, Frame, Hello, MsgType, OutFrame};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::{NodeEntry, NodeInfo};
+use crate::wire::Sink;
 use crate::Shared;
 
 /// Frames read from a node but not yet handled by its owner. Bounding them
@@ -49,7 +52,9 @@ pub struct NodeConn {
     pub addr: SocketAddr,
     /// Identity and counters shown by the status extension.
     pub entry: Arc<NodeEntry>,
-    tx: mpsc::UnboundedSender<(OutFrame, bool)>,
+    sink: Arc<Sink>,
+    /// Reports a frame the owner wrote itself, for policies that count writes.
+    ev_tx: Option<mpsc::UnboundedSender<NodeEvent>>,
     pub events: mpsc::UnboundedReceiver<NodeEvent>,
     closed: Arc<AtomicBool>,
     kill: CancellationToken,
@@ -74,45 +79,35 @@ impl NodeConn {
             id,
             _permit: permit,
         });
-        let (rd, mut wr) = stream.into_split();
-        // The flag says whether the owner wants a `Written` event for the frame
-        // (hello replies are the connection's own business).
-        let (tx, mut out_rx) = mpsc::unbounded_channel::<(OutFrame, bool)>();
-        let (ev_tx, events) = mpsc::unbounded_channel::<NodeEvent>();
-        let closed = Arc::new(AtomicBool::new(false));
-        let io_timeout = shared.opts.io_timeout;
+        let (rd, wr) = stream.into_split();
         // Queue and stack hand a node its next message once the previous
         // write completed; the credit policy does not need write completions.
         let track_writes = shared.opts.policy != crate::Policy::Credit;
+        let sink = Arc::new(if track_writes {
+            Sink::via_task(wr)
+        } else {
+            Sink::new(wr)
+        });
+        let (ev_tx, events) = mpsc::unbounded_channel::<NodeEvent>();
+        let closed = Arc::new(AtomicBool::new(false));
+        let io_timeout = shared.opts.io_timeout;
 
-        // Writer: frames from the owner, in order, one at a time.
+        // Writer: frames the owner's direct writes left queued, in order.
         {
             let (ev_tx, closed, kill) = (ev_tx.clone(), closed.clone(), kill.clone());
-            let slot = slot.clone();
+            let (slot, sink) = (slot.clone(), sink.clone());
             tokio::spawn(async move {
                 let _slot = slot;
-                let reason = loop {
-                    let (f, notify) = tokio::select! {
-                        _ = kill.cancelled() => break "connection closed by the server".to_string(),
-                        f = out_rx.recv() => match f { Some(f) => f, None => break "owner gone".to_string() },
-                    };
-                    let mut notified = notify as u64;
-                    let more = || {
-                        out_rx.try_recv().ok().map(|(f, n)| {
-                            notified += n as u64;
-                            f
-                        })
-                    };
-                    match tokio::time::timeout(io_timeout, write_batch(&mut wr, f, more)).await {
-                        Ok(Ok(_)) => {
-                            if track_writes && notified > 0 {
-                                let _ = ev_tx.send(NodeEvent::Written(notified));
-                            }
-                        }
-                        Ok(Err(e)) => break format!("write failed: {e}"),
-                        Err(_) => break format!("write made no progress for {io_timeout:?}"),
+                let on_written = |n| {
+                    if track_writes {
+                        let _ = ev_tx.send(NodeEvent::Written(n));
                     }
                 };
+                let reason = tokio::select! {
+                    _ = kill.cancelled() => "connection closed by the server".to_string(),
+                    r = sink.run(io_timeout, on_written) => r.unwrap_or_else(|| "owner gone".into()),
+                };
+                sink.close(&reason);
                 closed.store(true, Ordering::Release);
                 kill.cancel();
                 let _ = ev_tx.send(NodeEvent::Closed(reason));
@@ -121,8 +116,9 @@ impl NodeConn {
         // Reader: frames to the owner; hellos are answered here so that no
         // owner ever has to care about them.
         {
-            let (tx, closed, kill, entry) =
-                (tx.clone(), closed.clone(), kill.clone(), entry.clone());
+            let (sink, closed, kill, entry) =
+                (sink.clone(), closed.clone(), kill.clone(), entry.clone());
+            let ev_tx = ev_tx.clone();
             let max = shared.opts.max_message;
             let prefix = prefix.to_vec();
             let read_timeout = shared.opts.read_timeout;
@@ -158,7 +154,7 @@ impl NodeConn {
                                     vec![]
                                 };
                                 reply.max_message = Some(max);
-                                let _ = tx.send((reply.to_frame(), false));
+                                sink.send(reply.to_frame(), false);
                             }
                             Ok(h) => {
                                 break format!("hello with role {:?} on the node port", h.role)
@@ -187,16 +183,43 @@ impl NodeConn {
             id,
             addr,
             entry,
-            tx,
+            sink,
+            ev_tx: track_writes.then_some(ev_tx),
             events,
             closed,
             kill,
         }
     }
 
-    /// Queues a frame for the node. Returns false if the connection is gone.
+    /// Sends a frame to the node now (written at once when the socket is
+    /// idle, else by the writer task). Returns false if the connection is gone.
     pub fn send(&self, f: OutFrame) -> bool {
-        self.tx.send((f, true)).is_ok()
+        let ok = self.queue(f);
+        self.flush();
+        ok
+    }
+
+    /// Queues a frame for the next [`NodeConn::flush`], so that the frames
+    /// an owner produces in one wake-up share a `writev`. Returns false if
+    /// the connection is gone.
+    pub fn queue(&self, f: OutFrame) -> bool {
+        self.sink.push(f, true)
+    }
+
+    /// Writes the queued frames (see [`Sink::flush`]).
+    pub fn flush(&self) {
+        let written = self.sink.flush();
+        if written > 0 {
+            // Counted like the writer task's completions (queue and stack).
+            if let Some(ev) = &self.ev_tx {
+                let _ = ev.send(NodeEvent::Written(written));
+            }
+        }
+    }
+
+    /// Frames were queued that only a flush will write.
+    pub fn unflushed(&self) -> bool {
+        self.sink.unflushed()
     }
 
     pub fn is_closed(&self) -> bool {

@@ -9,7 +9,7 @@
 use std::io;
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::time::Instant;
 
@@ -21,6 +21,16 @@ use crate::outframe::OutFrame;
 /// Smallest read we ask the kernel for, so that streams of small messages
 /// are read many per syscall.
 const MIN_READ: usize = 16 * 1024;
+
+/// Frames up to this size are read many per syscall (and a partial one is
+/// cheap to copy into the next buffer). Larger frames are read one per
+/// syscall: a read asks for the rest of the current frame plus the next
+/// header, so nothing of the next payload lands in this frame's buffer
+/// (where it would have to be copied out once that buffer is shared).
+const SMALL_FRAME: usize = MIN_READ / 4;
+
+/// Largest frame size remembered for the read at the next frame boundary.
+const MAX_READ_AHEAD: usize = 1 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -35,6 +45,11 @@ pub enum ReadError {
 pub struct Decoder {
     buf: BytesMut,
     max_payload: u32,
+    /// Wire size of the last complete frame (bounded by `max_payload` and
+    /// [`MAX_READ_AHEAD`]): what a read at the next frame boundary expects.
+    last_frame: usize,
+    /// How many bytes the next read should take (see [`Decoder::read_limit`]).
+    want: usize,
 }
 
 impl Decoder {
@@ -42,6 +57,8 @@ impl Decoder {
         Decoder {
             buf: BytesMut::with_capacity(MIN_READ),
             max_payload,
+            last_frame: 0,
+            want: MIN_READ,
         }
     }
 
@@ -53,25 +70,42 @@ impl Decoder {
     /// frame it reserves room for the rest and returns `None`.
     pub fn decode(&mut self) -> Result<Option<Frame>, ProtocolError> {
         if self.buf.len() < HEADER_LEN {
-            self.buf.reserve(MIN_READ);
+            // A frame like the last one and the header after it, or many small ones.
+            let expect = MIN_READ.max(self.last_frame + HEADER_LEN);
+            self.want = expect - self.buf.len();
+            self.buf.reserve(self.want);
             return Ok(None);
         }
         let hb: [u8; HEADER_LEN] = self.buf[..HEADER_LEN].try_into().expect("8 bytes");
         let header = Header::decode(&hb, self.max_payload)?;
         let total = HEADER_LEN + header.size as usize;
         if self.buf.len() < total {
-            // Room for the rest of this frame plus a little more, so that
-            // the next header usually arrives in the same read.
-            self.buf
-                .reserve(total - self.buf.len() + HEADER_LEN.max(MIN_READ / 4));
+            // Room for the rest of this frame (its size is validated above)
+            // and the next header, so the kernel copies the payload straight
+            // into the memory the frame will live in.
+            let ahead = if total < SMALL_FRAME {
+                SMALL_FRAME
+            } else {
+                HEADER_LEN
+            };
+            self.want = total - self.buf.len() + ahead;
+            self.buf.reserve(self.want);
             return Ok(None);
         }
+        self.last_frame = total.min(MAX_READ_AHEAD);
         self.buf.advance(HEADER_LEN);
         let payload = self.buf.split_to(header.size as usize).freeze();
         Ok(Some(Frame {
             ty: header.ty,
             payload,
         }))
+    }
+
+    /// How many bytes the next read should take at most, as computed by the
+    /// last [`Decoder::decode`] that returned `None`: the rest of the frame
+    /// and the next header (the capacity reserved may be larger).
+    pub fn read_limit(&self) -> usize {
+        self.want.max(1)
     }
 
     /// Buffer the next read should fill.
@@ -138,7 +172,12 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             }
             let n = match self.read_timeout {
                 Some(t) if self.dec.buffered() > 0 => self.read_within(t).await?,
-                _ => self.inner.read_buf(self.dec.buffer()).await?,
+                _ => {
+                    let limit = self.dec.read_limit();
+                    self.inner
+                        .read_buf(&mut self.dec.buffer().limit(limit))
+                        .await?
+                }
             };
             if n == 0 {
                 return match self.dec.buffered() {
@@ -161,7 +200,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         } else {
             waiting + t
         };
-        match tokio::time::timeout_at(deadline, self.inner.read_buf(self.dec.buffer())).await {
+        let limit = self.dec.read_limit();
+        let mut buf = self.dec.buffer().limit(limit);
+        match tokio::time::timeout_at(deadline, self.inner.read_buf(&mut buf)).await {
             Ok(r) => r,
             Err(_) if in_header => Err(io::Error::new(
                 io::ErrorKind::TimedOut,

@@ -9,7 +9,15 @@ use super::{End, Handler, NextCfg, Pending};
 
 /// A configured user's receive buffer holds this many data messages of
 /// its input size (the kernel doubles the figure for its bookkeeping).
-const USER_RCVBUF_MESSAGES: usize = 2;
+/// Under credit eight, not fewer: with two, a user's window opened a
+/// message at a time, which cost a third more syscalls and three times the
+/// context switches per forwarded message, and the latency it saved is
+/// lost in the user's own send buffer (megabytes) anyway.
+const USER_RCVBUF_MESSAGES: usize = 8;
+/// Under queue and stack, which put no bound on the data in flight to a
+/// node, the small buffer is what paces a user without credit; a larger one
+/// let it push a backlog of seconds into the nodes.
+const USER_RCVBUF_MESSAGES_UNBOUNDED: usize = 2;
 /// Floor: tiny messages still travel many per window.
 const USER_RCVBUF_MIN: usize = 64 << 10;
 /// Above this the buffer is left to the kernel's auto-tuning.
@@ -147,7 +155,12 @@ impl Handler {
     /// would cost throughput, not latency.
     fn bound_receive_buffer(&self, input_size: u32) {
         let message = input_size as usize + 12;
-        let want = USER_RCVBUF_MESSAGES * message;
+        let messages = if self.shared.opts.policy == crate::Policy::Credit {
+            USER_RCVBUF_MESSAGES
+        } else {
+            USER_RCVBUF_MESSAGES_UNBOUNDED
+        };
+        let want = messages * message;
         if want > USER_RCVBUF_MAX {
             return;
         }

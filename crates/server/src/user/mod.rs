@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
-use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
+use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
     ProtocolError, UserPhase as Phase,
@@ -42,6 +42,7 @@ use crate::dispatch::{Order, Window};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::Control;
 use crate::registry::UserEntry;
+use crate::wire::Sink;
 use crate::Shared;
 
 /// Results queued for the user's socket. Small: when the user stops reading,
@@ -102,7 +103,8 @@ struct Handler {
     peer: SocketAddr,
     entry: Arc<UserEntry>,
     reader: FrameReader<OwnedReadHalf>,
-    out: mpsc::Sender<OutFrame>,
+    /// Frames to the user: written by this task when the socket is idle.
+    out: Arc<Sink>,
     /// Features agreed in the hello; `None` for a seed-format user.
     hello: Option<Hello>,
     want: Option<u32>,
@@ -152,27 +154,18 @@ pub(crate) async fn run(
     let entry = Arc::new(UserEntry::new(user, peer));
     shared.registry.add_user(entry.clone());
     let _registered = Registered(shared.clone(), user);
-    let (rd, mut wr) = stream.into_split();
-    let (out, mut out_rx) = mpsc::channel::<OutFrame>(USER_QUEUE);
+    let (rd, wr) = stream.into_split();
+    let out = Arc::new(Sink::new(wr));
     let io_timeout = shared.opts.io_timeout;
-    let writer_stop = stop.clone();
-    let writer = tokio::spawn(async move {
-        while let Some(f) = out_rx.recv().await {
-            let write = write_batch(&mut wr, f, || out_rx.try_recv().ok());
-            match tokio::time::timeout(io_timeout, write).await {
-                Ok(Ok(_)) => {}
-                Ok(Err(e)) => {
-                    tracing::info!(user = %peer, "write to user failed: {e}");
-                    break;
-                }
-                Err(_) => {
-                    tracing::warn!(user = %peer, "user stopped reading for {io_timeout:?}; closing");
-                    break;
-                }
+    let writer = {
+        let (out, stop) = (out.clone(), stop.clone());
+        tokio::spawn(async move {
+            if let Some(reason) = out.run(io_timeout, |_| {}).await {
+                tracing::info!(user = %peer, "closing: {reason}");
             }
-        }
-        writer_stop.cancel();
-    });
+            stop.cancel();
+        })
+    };
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
     let mut h = Handler {
         reader: FrameReader::new(rd, shared.opts.max_message)
@@ -216,6 +209,7 @@ pub(crate) async fn run(
         End::Group => unreachable!("served above"),
     }
     h.release_nodes();
+    h.out.finish();
     drop(h);
     // The writer flushes what is queued (e.g. a final error) then exits.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
@@ -231,6 +225,7 @@ impl Handler {
             }
             self.publish();
             let read_user = self.wants_user_input();
+            let unflushed = self.unflushed();
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return End::Closed,
@@ -260,6 +255,9 @@ impl Handler {
                     self.last_activity = Instant::now();
                     if let Err(e) = self.on_user_frame(frame).await { return e; }
                 }
+                // Last, so only when nothing else is ready: what this
+                // wake-up produced goes out in one write per socket.
+                _ = std::future::ready(()), if unflushed => self.flush_writes(),
             }
         }
     }
@@ -332,10 +330,15 @@ impl Handler {
     }
 
     async fn send_user(&mut self, f: OutFrame) -> Result<(), End> {
-        self.out
-            .send(f)
-            .await
-            .map_err(|_| End::Error("user connection closed".into()))
+        // Back-pressure: when the user stops reading, the handler (and so
+        // the nodes' results) waits after a few queued messages. Written
+        // when the handler is about to wait (`flush_writes`).
+        self.out.room(USER_QUEUE).await;
+        if self.out.push(f, false) {
+            Ok(())
+        } else {
+            Err(End::Error("user connection closed".into()))
+        }
     }
 
     async fn send_error(

@@ -74,12 +74,28 @@ impl Handler {
         p.sent = now;
         n.in_flight.insert(internal, p);
         n.tx.entry.in_flight.fetch_add(1, Ordering::Relaxed);
-        if n.tx.send(frame) {
+        // Written when the handler is about to wait (`flush_writes`), with
+        // whatever else this wake-up produced for the node.
+        if n.tx.queue(frame) {
             n.sent += 1;
         }
         let in_flight = n.in_flight.len();
         self.window(id).on_dispatch(in_flight);
         // On a failed send the node's Closed event follows and re-dispatches.
+    }
+
+    /// Frames queued for the user or a node and not written yet.
+    pub(super) fn unflushed(&self) -> bool {
+        self.out.unflushed() || self.nodes.values().any(|n| n.tx.unflushed())
+    }
+
+    /// Writes what this wake-up queued: one `writev` per socket for every
+    /// message and credit produced since the handler last waited.
+    pub(super) fn flush_writes(&mut self) {
+        for n in self.nodes.values() {
+            n.tx.flush();
+        }
+        self.out.flush();
     }
 
     /// Housekeeping after every event: re-dispatch, reconfigure, grant credit.

@@ -1,0 +1,510 @@
+//! A connection's outgoing frames, written with as few syscalls and task
+//! switches as possible. The task that produces frames queues them
+//! ([`Sink::push`]) and writes everything queued with one non-blocking
+//! `writev` when it is about to wait ([`Sink::flush`]): frames produced by
+//! one wake-up share a syscall, and no other task is involved as long as the
+//! peer keeps up, which is the common case. Only when the kernel takes a
+//! batch in part does the connection's writer task take over, write the
+//! rest as the socket drains, and hand the socket back once the queue is
+//! empty.
+//!
+//! Order is kept by one rule: only one party writes at a time (the mode),
+//! and a batch taken in part is finished before anything queued after it.
+//! The mutex guards that bookkeeping only, never a syscall.
+
+use std::collections::VecDeque;
+use std::io::{self, IoSlice};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use bytes::Buf;
+use corefarm_smp::{FrameBatch, OutFrame};
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::Notify;
+
+/// Iovecs per `writev`: two per frame (headers, body) for a full batch.
+const IOVECS: usize = 2 * FrameBatch::MAX_FRAMES;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Nobody writes; frames queue until the next flush.
+    Idle,
+    /// A flush is writing a batch.
+    Direct,
+    /// The writer task owns the socket until the queue is empty.
+    Task,
+}
+
+/// Frames being written, with how many of them carry the sender's tag.
+struct Batch {
+    frames: FrameBatch,
+    tagged: u64,
+}
+
+struct State {
+    /// Frames not yet handed to the kernel, with the sender's tag (see [`Sink::push`]).
+    queue: VecDeque<(OutFrame, bool)>,
+    /// A batch the kernel took in part: written first by the writer task.
+    partial: Option<Batch>,
+    mode: Mode,
+    /// Set once: the write that failed, or why the sink was closed.
+    failed: Option<String>,
+    /// No more frames will be sent: the writer task ends once the queue is written.
+    finishing: bool,
+}
+
+impl State {
+    /// Up to a batch of queued frames.
+    fn take_batch(&mut self) -> Batch {
+        let mut b = Batch {
+            frames: FrameBatch::default(),
+            tagged: 0,
+        };
+        while !b.frames.is_full() {
+            let Some((f, tag)) = self.queue.pop_front() else {
+                break;
+            };
+            b.tagged += tag as u64;
+            b.frames.push(f);
+        }
+        b
+    }
+}
+
+/// What became of a frame handed to [`Sink::send`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sent {
+    /// Already in the kernel's socket buffer.
+    Written,
+    /// Queued for the writer task.
+    Queued,
+    /// The connection's writing side is gone; the frame was dropped.
+    Closed,
+}
+
+pub struct Sink {
+    wr: OwnedWriteHalf,
+    /// Pushed frames are written by a flush of the producer; otherwise the
+    /// writer task writes every frame (see [`Sink::via_task`]).
+    direct: bool,
+    state: Mutex<State>,
+    /// Frames were pushed since the last flush (read without the lock).
+    unflushed: AtomicBool,
+    /// Wakes the writer task: a hand-off, a failure or the end.
+    wake: Notify,
+    /// Wakes senders waiting for room in the queue ([`Sink::room`]).
+    drained: Notify,
+}
+
+impl Sink {
+    pub fn new(wr: OwnedWriteHalf) -> Self {
+        Self::build(wr, true)
+    }
+
+    /// A sink whose frames are always written by the writer task, for an
+    /// owner that paces itself by write completions (the queue and stack
+    /// policies hand a node its next message once the previous write
+    /// completed): written by the owner itself, a completion would come at
+    /// once, and a user without credit could push data into a slow node
+    /// without bound.
+    pub fn via_task(wr: OwnedWriteHalf) -> Self {
+        Self::build(wr, false)
+    }
+
+    fn build(wr: OwnedWriteHalf, direct: bool) -> Self {
+        Sink {
+            wr,
+            direct,
+            state: Mutex::new(State {
+                queue: VecDeque::new(),
+                partial: None,
+                mode: Mode::Idle,
+                failed: None,
+                finishing: false,
+            }),
+            unflushed: AtomicBool::new(false),
+            wake: Notify::new(),
+            drained: Notify::new(),
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        // The guarded code never panics; a poisoned lock still holds valid state.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues a frame for the next [`Sink::flush`] (or for the writer task,
+    /// if it holds the socket). `tag` is counted in what the flush or the
+    /// writer task reports, so an owner can count completions of the frames
+    /// it cares about. False if the connection's writing side is gone.
+    pub fn push(&self, f: OutFrame, tag: bool) -> bool {
+        let mut st = self.lock();
+        if st.failed.is_some() || st.finishing {
+            return false;
+        }
+        st.queue.push_back((f, tag));
+        if st.mode == Mode::Idle {
+            if self.direct {
+                self.unflushed.store(true, Ordering::Release);
+            } else {
+                st.mode = Mode::Task;
+                drop(st);
+                self.wake.notify_one();
+            }
+        }
+        true
+    }
+
+    /// Frames were pushed that only a flush will write.
+    pub fn unflushed(&self) -> bool {
+        self.unflushed.load(Ordering::Acquire)
+    }
+
+    /// Writes what is queued with one non-blocking `writev` if nobody else
+    /// is writing; whatever the kernel does not take goes to the writer
+    /// task. Returns how many tagged frames are now in the kernel.
+    pub fn flush(&self) -> u64 {
+        if !self.unflushed.swap(false, Ordering::AcqRel) {
+            return 0;
+        }
+        let mut b = {
+            let mut st = self.lock();
+            if st.mode != Mode::Idle || st.queue.is_empty() {
+                return 0;
+            }
+            st.mode = Mode::Direct;
+            st.take_batch()
+        };
+        let result = write_now(&self.wr, &mut b.frames);
+        let mut st = self.lock();
+        match result {
+            Ok(()) if !b.frames.has_remaining() => {
+                if st.queue.is_empty() {
+                    st.mode = Mode::Idle;
+                    return b.tagged;
+                }
+                // More than a batch was queued: the task writes the rest.
+                st.mode = Mode::Task;
+                drop(st);
+                self.wake.notify_one();
+                b.tagged
+            }
+            Ok(()) => {
+                st.partial = Some(b);
+                st.mode = Mode::Task;
+                drop(st);
+                self.wake.notify_one();
+                0
+            }
+            Err(e) => {
+                st.failed
+                    .get_or_insert_with(|| format!("write failed: {e}"));
+                st.mode = Mode::Task;
+                drop(st);
+                self.wake.notify_one();
+                0
+            }
+        }
+    }
+
+    /// [`Sink::push`] then [`Sink::flush`]: for frames sent outside a
+    /// producer's event loop (replies, configurations).
+    pub fn send(&self, f: OutFrame, tag: bool) -> Sent {
+        if !self.push(f, tag) {
+            return Sent::Closed;
+        }
+        self.flush();
+        let st = self.lock();
+        if st.failed.is_some() {
+            Sent::Closed
+        } else if st.mode == Mode::Idle {
+            Sent::Written
+        } else {
+            Sent::Queued
+        }
+    }
+
+    /// Waits until at most `max` frames are queued (or the sink failed), so a
+    /// producer slows down to the peer's pace instead of queueing without
+    /// bound. Flushes first: the queue may only be waiting for that.
+    pub async fn room(&self, max: usize) {
+        loop {
+            // Created before the checks: a batch taken after them still wakes us.
+            let drained = self.drained.notified();
+            if self.has_room(max) {
+                return;
+            }
+            self.flush();
+            // The flush may have written everything, and then nobody else will.
+            if self.has_room(max) {
+                return;
+            }
+            drained.await;
+        }
+    }
+
+    fn has_room(&self, max: usize) -> bool {
+        let st = self.lock();
+        st.queue.len() <= max || st.failed.is_some()
+    }
+
+    /// No further frames: the writer task writes what is queued and ends.
+    pub fn finish(&self) {
+        let mut st = self.lock();
+        st.finishing = true;
+        if st.mode == Mode::Idle {
+            st.mode = Mode::Task;
+        }
+        drop(st);
+        self.wake.notify_one();
+    }
+
+    /// Fails the sink: later sends are dropped, the peer sees the end of
+    /// the stream, and the writer task ends with `reason`.
+    pub fn close(&self, reason: &str) {
+        self.lock().failed.get_or_insert_with(|| reason.to_string());
+        self.shutdown();
+        self.wake.notify_one();
+        self.drained.notify_waiters();
+    }
+
+    /// Sends FIN now: the write half may outlive the connection's tasks (its
+    /// owner holds the sink), so dropping it is not what ends the stream.
+    fn shutdown(&self) {
+        let _ = socket2::SockRef::from(self.wr.as_ref()).shutdown(std::net::Shutdown::Write);
+    }
+
+    /// The writer task's body: writes queued frames whenever the socket is
+    /// handed over, reporting the tags of written frames to `on_written`.
+    /// Returns why it ended (a failure, or `None` after [`Sink::finish`]).
+    pub async fn run(
+        &self,
+        io_timeout: Duration,
+        mut on_written: impl FnMut(u64),
+    ) -> Option<String> {
+        loop {
+            let mut batch = None;
+            {
+                let mut st = self.lock();
+                if let Some(reason) = &st.failed {
+                    let reason = reason.clone();
+                    drop(st);
+                    self.drained.notify_waiters();
+                    return Some(reason);
+                }
+                if st.mode == Mode::Task {
+                    let b = st.partial.take().unwrap_or_else(|| st.take_batch());
+                    if b.frames.is_empty() {
+                        st.mode = Mode::Idle;
+                    } else {
+                        batch = Some(b);
+                    }
+                }
+                if st.finishing && st.mode == Mode::Idle {
+                    drop(st);
+                    self.shutdown();
+                    return None;
+                }
+            }
+            let Some(mut b) = batch else {
+                // A stale wake-up while a flush writes is harmless: the
+                // mode is checked again after every wake.
+                self.wake.notified().await;
+                continue;
+            };
+            self.drained.notify_waiters();
+            let write = write_all(&self.wr, &mut b.frames);
+            let err = match tokio::time::timeout(io_timeout, write).await {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(format!("write failed: {e}")),
+                Err(_) => Some(format!("write made no progress for {io_timeout:?}")),
+            };
+            if let Some(reason) = err {
+                self.close(&reason);
+                continue;
+            }
+            if b.tagged > 0 {
+                on_written(b.tagged);
+            }
+        }
+    }
+}
+
+/// Writes as much of `b` as the socket takes without waiting.
+fn write_now(wr: &OwnedWriteHalf, b: &mut impl Buf) -> io::Result<()> {
+    while b.has_remaining() {
+        let mut iov = [IoSlice::new(&[]); IOVECS];
+        let n = b.chunks_vectored(&mut iov);
+        match wr.as_ref().try_write_vectored(&iov[..n]) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(k) => b.advance(k),
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Writes all of `b`, waiting for the socket to become writable as needed.
+async fn write_all(wr: &OwnedWriteHalf, b: &mut impl Buf) -> io::Result<()> {
+    loop {
+        write_now(wr, b)?;
+        if !b.has_remaining() {
+            return Ok(());
+        }
+        wr.as_ref().writable().await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use corefarm_smp::codec::FrameReader;
+    use std::sync::Arc;
+    use tokio::net::{TcpListener, TcpStream};
+
+    async fn pair() -> (Arc<Sink>, FrameReader<TcpStream>) {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, l.accept());
+        let (_rd, wr) = accepted.unwrap().0.into_split();
+        (
+            Arc::new(Sink::new(wr)),
+            FrameReader::new(client.unwrap(), 64 << 20),
+        )
+    }
+
+    fn frame(i: u32, len: usize) -> OutFrame {
+        OutFrame::data(i, Bytes::from(vec![i as u8; len])).unwrap()
+    }
+
+    #[tokio::test]
+    async fn frames_arrive_in_order_whether_written_directly_or_queued() {
+        let (sink, mut rd) = pair().await;
+        let writer = tokio::spawn({
+            let sink = sink.clone();
+            async move { sink.run(Duration::from_secs(10), |_| {}).await }
+        });
+        // Far more than the socket buffers hold while nobody reads: the first
+        // frames go out directly, the rest queue behind a partial write.
+        let mut outcomes = Vec::new();
+        for i in 0..64u32 {
+            outcomes.push(sink.send(frame(i, 256 << 10), true));
+        }
+        assert_eq!(outcomes[0], Sent::Written);
+        assert!(outcomes.contains(&Sent::Queued), "the socket never filled");
+        for i in 0..64u32 {
+            let f = rd.read_frame().await.unwrap().unwrap();
+            assert_eq!(&f.payload[..4], &i.to_le_bytes(), "frame {i} out of order");
+            assert_eq!(f.payload.len(), 4 + (256 << 10));
+            assert!(f.payload[4..].iter().all(|&b| b == i as u8));
+        }
+        // Drained: the next frame is written directly again.
+        sink.room(0).await;
+        while sink.send(frame(99, 16), false) != Sent::Written {
+            assert_eq!(rd.read_frame().await.unwrap().unwrap().payload[0], 99);
+        }
+        sink.finish();
+        assert_eq!(writer.await.unwrap(), None);
+        assert_eq!(rd.read_frame().await.unwrap().unwrap().payload[0], 99);
+        assert!(
+            rd.read_frame().await.unwrap().is_none(),
+            "no end of stream after finish"
+        );
+        assert_eq!(sink.send(frame(1, 1), false), Sent::Closed);
+    }
+
+    #[tokio::test]
+    async fn room_waits_for_the_writer_and_close_ends_everything() {
+        let (sink, mut rd) = pair().await;
+        let mut tagged = 0;
+        let mut i = 0;
+        while sink.send(frame(i, 256 << 10), true) != Sent::Queued {
+            i += 1;
+        }
+        for j in 0..4 {
+            sink.send(frame(i + 1 + j, 16), j % 2 == 0);
+        }
+        // Nobody runs the writer task yet: the queue cannot shrink.
+        tokio::select! {
+            biased;
+            _ = sink.room(1) => panic!("room with 5 frames queued and max 1"),
+            _ = std::future::ready(()) => {}
+        }
+        let sink2 = sink.clone();
+        let run = sink2.run(Duration::from_secs(10), |n| tagged += n);
+        let read = async {
+            for _ in 0..i + 5 {
+                rd.read_frame().await.unwrap().unwrap();
+            }
+            sink.room(0).await;
+            sink.close("test over");
+        };
+        let (reason, ()) = tokio::join!(run, read);
+        assert_eq!(reason.as_deref(), Some("test over"));
+        // The partly written frame plus the two tagged small ones.
+        assert_eq!(tagged, 3);
+        assert_eq!(sink.send(frame(0, 1), true), Sent::Closed);
+        assert!(rd.read_frame().await.unwrap().is_none());
+    }
+
+    #[tokio::test]
+    async fn pushed_frames_wait_for_the_flush_and_share_it() {
+        let (sink, mut rd) = pair().await;
+        assert!(!sink.unflushed());
+        for i in 0..3u32 {
+            assert!(sink.push(frame(i, 100), i != 1));
+        }
+        assert!(sink.unflushed());
+        assert_eq!(sink.flush(), 2, "two tagged frames written");
+        assert!(!sink.unflushed());
+        assert_eq!(sink.flush(), 0, "nothing left to write");
+        for i in 0..3u32 {
+            let f = rd.read_frame().await.unwrap().unwrap();
+            assert_eq!(&f.payload[..4], &i.to_le_bytes());
+        }
+    }
+
+    #[tokio::test]
+    async fn a_sink_via_task_leaves_every_write_to_the_writer_task() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(l.local_addr().unwrap());
+        let (client, accepted) = tokio::join!(client, l.accept());
+        let (_rd, wr) = accepted.unwrap().0.into_split();
+        let sink = Sink::via_task(wr);
+        let mut rd = FrameReader::new(client.unwrap(), 1 << 20);
+        for i in 0..3u32 {
+            assert!(sink.push(frame(i, 10), true));
+        }
+        assert!(!sink.unflushed(), "nothing for the owner to flush");
+        assert_eq!(sink.flush(), 0);
+        let mut written = 0;
+        let read = async {
+            for i in 0..3u32 {
+                let f = rd.read_frame().await.unwrap().unwrap();
+                assert_eq!(&f.payload[..4], &i.to_le_bytes());
+            }
+            sink.close("done");
+        };
+        let (reason, ()) = tokio::join!(sink.run(Duration::from_secs(10), |n| written += n), read);
+        assert_eq!(reason.as_deref(), Some("done"));
+        assert_eq!(written, 3, "the task reports every tagged frame");
+    }
+
+    #[tokio::test]
+    async fn room_returns_once_its_own_flush_wrote_the_queue() {
+        let (sink, mut rd) = pair().await;
+        for i in 0..3u32 {
+            sink.push(frame(i, 10), false);
+        }
+        // No writer task runs: only the flush inside `room` can make room.
+        sink.room(0).await;
+        for i in 0..3u32 {
+            let f = rd.read_frame().await.unwrap().unwrap();
+            assert_eq!(&f.payload[..4], &i.to_le_bytes());
+        }
+    }
+}
