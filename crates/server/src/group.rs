@@ -33,6 +33,8 @@ use tokio_stream::{StreamExt, StreamMap};
 use tokio_util::sync::CancellationToken;
 
 use crate::nodeconn::{NodeConn, NodeEvent};
+use crate::user::USER_QUEUE;
+use crate::wire::{Sent, Sink};
 use crate::Shared;
 
 /// How often a user waiting for enough free nodes looks again.
@@ -66,7 +68,7 @@ pub(crate) async fn serve(
     shared: &Arc<Shared>,
     user: u64,
     reader: &mut FrameReader<OwnedReadHalf>,
-    out: &mpsc::Sender<OutFrame>,
+    out: &Arc<Sink>,
     stop: &CancellationToken,
 ) -> End {
     let mut s = Session {
@@ -88,7 +90,7 @@ pub(crate) async fn serve(
 struct Session {
     shared: Arc<Shared>,
     user: u64,
-    out: mpsc::Sender<OutFrame>,
+    out: Arc<Sink>,
     live: Option<Live>,
 }
 
@@ -98,10 +100,12 @@ impl Session {
     }
 
     async fn send(&self, f: OutFrame) -> End {
-        self.out
-            .send(f)
-            .await
-            .map_err(|_| "user connection closed".to_string())
+        // Back-pressure as for any user: wait while the user is not reading.
+        self.out.room(USER_QUEUE).await;
+        match self.out.send(f, false) {
+            Sent::Closed => Err("user connection closed".to_string()),
+            Sent::Written | Sent::Queued => Ok(()),
+        }
     }
 
     async fn fail(&self, code: ErrorCode, reason: String) -> End {

@@ -47,7 +47,7 @@ use crate::Shared;
 
 /// Results queued for the user's socket. Small: when the user stops reading,
 /// back-pressure reaches the nodes after a few messages.
-const USER_QUEUE: usize = 32;
+pub(crate) const USER_QUEUE: usize = 32;
 
 /// How often timers (node deadlines, the idle user) are checked.
 const TICK: Duration = Duration::from_millis(100);
