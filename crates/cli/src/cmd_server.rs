@@ -15,6 +15,9 @@ pub struct ServerArgs {
     /// Address the user port listens on (user programs connect here).
     #[arg(long, default_value = defaults::USERS_LISTEN)]
     pub users_listen: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics and the status as JSON at /status.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     #[command(flatten)]
     pub tuning: ServerTuning,
 }
@@ -289,6 +292,9 @@ pub struct LocalArgs {
     /// simulated nodes connect here; `corefarm node` can add more.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub nodes_listen: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics and the status as JSON at /status.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     #[command(flatten, next_help_heading = "Server")]
     pub tuning: ServerTuning,
     #[command(flatten, next_help_heading = "Simulated nodes")]
@@ -377,14 +383,34 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn announce(server: &Server) {
+fn announce(server: &Server, metrics: Option<std::net::SocketAddr>) {
     use std::io::Write;
     println!(
-        "listening nodes={} users={}",
+        "listening nodes={} users={}{}",
         server.nodes_addr(),
-        server.users_addr()
+        server.users_addr(),
+        metrics_field(metrics)
     );
     let _ = std::io::stdout().flush();
+}
+
+/// `--metrics-listen`: binds now (so a bad address fails at start) and
+/// serves `/metrics` and `/status` until `stop`.
+pub async fn serve_metrics(
+    addr: Option<&str>,
+    endpoints: impl corefarm_telemetry::Endpoints,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let server = corefarm_telemetry::MetricsServer::bind(addr).await?;
+    let bound = server.local_addr();
+    tokio::spawn(server.run(std::sync::Arc::new(endpoints), stop.clone()));
+    Ok(Some(bound))
+}
+
+/// The `metrics=ADDR` field of the "listening" line, when serving metrics.
+fn metrics_field(addr: Option<std::net::SocketAddr>) -> String {
+    addr.map_or(String::new(), |a| format!(" metrics={a}"))
 }
 
 fn stop_on_signal(stop: &CancellationToken) {
@@ -399,8 +425,10 @@ pub fn run_server(args: ServerArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let server =
             Server::bind(args.tuning.options(args.nodes_listen, args.users_listen)).await?;
-        announce(&server);
         let stop = CancellationToken::new();
+        let metrics =
+            serve_metrics(args.metrics_listen.as_deref(), server.status_handle(), &stop).await?;
+        announce(&server, metrics);
         stop_on_signal(&stop);
         server.run(stop).await;
         Ok(())
@@ -422,6 +450,7 @@ pub struct LocalCluster {
     pub users_addr: std::net::SocketAddr,
     pub nodes_addr: std::net::SocketAddr,
     pub stop: CancellationToken,
+    pub status: corefarm_server::StatusHandle,
 }
 
 pub async fn start_local(
@@ -435,6 +464,7 @@ pub async fn start_local(
         users_addr: server.users_addr(),
         nodes_addr: server.nodes_addr(),
         stop: stop.clone(),
+        status: server.status_handle(),
     };
     let mut node = node;
     node.server = cluster.nodes_addr.to_string();
@@ -455,6 +485,12 @@ pub fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let opts = args.tuning.options(args.nodes_listen, args.users_listen);
         let (cluster, handle) = start_local(args.nodes, opts, node).await?;
+        let metrics = serve_metrics(
+            args.metrics_listen.as_deref(),
+            cluster.status.clone(),
+            &cluster.stop,
+        )
+        .await?;
         // First line: what a person needs; second: what scripts parse
         // (the same line as `corefarm server`).
         println!(
@@ -464,8 +500,10 @@ pub fn run_local(args: LocalArgs) -> anyhow::Result<()> {
             if args.nodes == 1 { "" } else { "s" }
         );
         println!(
-            "listening nodes={} users={}",
-            cluster.nodes_addr, cluster.users_addr
+            "listening nodes={} users={}{}",
+            cluster.nodes_addr,
+            cluster.users_addr,
+            metrics_field(metrics)
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();

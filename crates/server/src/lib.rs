@@ -16,6 +16,7 @@
 pub mod defaults;
 pub mod dispatch;
 mod limits;
+pub mod metrics;
 pub mod nodeconn;
 pub mod pool;
 mod registry;
@@ -99,6 +100,7 @@ pub(crate) struct Shared {
     pub opts: ServerOptions,
     pub pool: pool::Pool,
     pub registry: registry::Registry,
+    pub metrics: metrics::Metrics,
     next_id: AtomicU64,
 }
 
@@ -109,12 +111,14 @@ impl Shared {
 
     /// The status extension's answer; `you` is the asking user, if any.
     pub fn status(&self, you: Option<u64>) -> ClusterStatus {
-        ClusterStatus {
+        let mut s = ClusterStatus {
             you,
             policy: self.opts.policy.to_string(),
             max_message: self.opts.max_message,
             ..self.registry.snapshot()
-        }
+        };
+        self.metrics.fill(&mut s);
+        s
     }
 }
 
@@ -127,6 +131,25 @@ pub struct StatusHandle(Arc<Shared>);
 impl StatusHandle {
     pub fn get(&self) -> ClusterStatus {
         self.0.status(None)
+    }
+}
+
+/// `/metrics` and `/status` of `--metrics-listen`: both from the same status
+/// snapshot, so they cannot disagree.
+impl corefarm_telemetry::Endpoints for StatusHandle {
+    fn metrics(&self) -> String {
+        let shared = self.0.clone();
+        let mut reg = corefarm_telemetry::registry();
+        reg.register_collector(corefarm_telemetry::collector(move |enc| {
+            let s = shared.status(None);
+            let times = shared.registry.config_times();
+            metrics::encode(enc, &shared.metrics, &s, &times)
+        }));
+        corefarm_telemetry::encode(&reg)
+    }
+
+    fn status(&self) -> Vec<u8> {
+        self.get().encode()
     }
 }
 
@@ -155,6 +178,7 @@ impl Server {
             opts,
             pool: pool::Pool::default(),
             registry: registry::Registry::default(),
+            metrics: metrics::Metrics::default(),
             next_id: AtomicU64::new(1),
         });
         Ok(Server {
@@ -204,6 +228,7 @@ impl Server {
                     Ok((s, addr)) => {
                         tune(&s);
                         let Ok(permit) = node_slots.clone().try_acquire_owned() else {
+                            shared.metrics.error(metrics::ErrorKind::Refused);
                             refusals.refuse(limits::Port::Nodes, s, addr);
                             continue;
                         };
@@ -217,6 +242,7 @@ impl Server {
                     Ok((s, addr)) => {
                         tune(&s);
                         let Ok(permit) = user_slots.clone().try_acquire_owned() else {
+                            shared.metrics.error(metrics::ErrorKind::Refused);
                             refusals.refuse(limits::Port::Users, s, addr);
                             continue;
                         };

@@ -95,14 +95,20 @@ impl NodeConn {
                         f = out_rx.recv() => match f { Some(f) => f, None => break "owner gone".to_string() },
                     };
                     let mut notified = notify as u64;
+                    let mut bytes = f.wire_len();
                     let more = || {
                         out_rx.try_recv().ok().map(|(f, n)| {
                             notified += n as u64;
+                            bytes += f.wire_len();
                             f
                         })
                     };
                     match tokio::time::timeout(io_timeout, write_batch(&mut wr, f, more)).await {
                         Ok(Ok(_)) => {
+                            _slot
+                                .shared
+                                .metrics
+                                .bytes(crate::metrics::Link::NodeOut, bytes);
                             if track_writes && notified > 0 {
                                 let _ = ev_tx.send(NodeEvent::Written(notified));
                             }
@@ -136,6 +142,12 @@ impl NodeConn {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
                         r = reader.read_frame() => r,
                     };
+                    if let Ok(Some(f)) = &r {
+                        _slot.shared.metrics.bytes(
+                            crate::metrics::Link::NodeIn,
+                            f.payload.len() + corefarm_smp::HEADER_LEN,
+                        );
+                    }
                     match r {
                         Ok(Some(f)) if f.ty == MsgType::Hello => match Hello::decode(&f.payload) {
                             Ok(h) if h.role == "node" => {

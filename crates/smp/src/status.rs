@@ -26,6 +26,31 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     #[serde(default)]
     pub users: Vec<UserStatus>,
+    /// Seconds since the server started.
+    #[serde(default)]
+    pub uptime_seconds: f64,
+    /// Data messages moved to another node after their node was lost.
+    #[serde(default)]
+    pub redispatched: u64,
+    /// Errors since the server started, by kind (`node_lost`,
+    /// `core_failure`, `configuration_failed`, `user_error`, `refused`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub errors: std::collections::BTreeMap<String, u64>,
+    /// Bytes read and written on each kind of link since the server started.
+    #[serde(default)]
+    pub bytes: LinkBytes,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkBytes {
+    #[serde(default)]
+    pub user_in: u64,
+    #[serde(default)]
+    pub user_out: u64,
+    #[serde(default)]
+    pub node_in: u64,
+    #[serde(default)]
+    pub node_out: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,6 +88,26 @@ pub struct NodeStatus {
     /// Results it returned (for its current user).
     #[serde(default)]
     pub results: u64,
+    /// What it is configured for: `bench` or `sha256:<12 hex>` of the
+    /// configuration's bitstream; none while unconfigured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub function: Option<String>,
+    /// Cores in its current configuration.
+    #[serde(default)]
+    pub cores: u32,
+    /// Seconds with at least one message in flight, since it connected
+    /// (its utilisation is the rate of this).
+    #[serde(default)]
+    pub busy_seconds: f64,
+    /// Results since it connected, whoever it worked for.
+    #[serde(default)]
+    pub results_total: u64,
+    /// Inputs its cores failed on since it connected.
+    #[serde(default)]
+    pub failures: u64,
+    /// Configurations it accepted since it connected.
+    #[serde(default)]
+    pub reconfigurations: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -100,6 +145,15 @@ pub struct UserStatus {
     /// Results delivered to it.
     #[serde(default)]
     pub results: u64,
+    /// Inputs a core failed on (answered with an error).
+    #[serde(default)]
+    pub failures: u64,
+    /// Median and 99th percentile, in seconds, of the time from the server
+    /// handing a message to a node to its result (bucket estimates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p99: Option<f64>,
 }
 
 /// Largest status answer a reader accepts: a cluster of thousands of nodes

@@ -153,11 +153,14 @@ pub(crate) async fn run(
     let (out, mut out_rx) = mpsc::channel::<OutFrame>(USER_QUEUE);
     let io_timeout = shared.opts.io_timeout;
     let writer_stop = stop.clone();
+    let metrics = shared.clone();
     let writer = tokio::spawn(async move {
         while let Some(f) = out_rx.recv().await {
-            let write = write_batch(&mut wr, f, || out_rx.try_recv().ok());
+            let mut bytes = f.wire_len();
+            let more = || out_rx.try_recv().ok().inspect(|f| bytes += f.wire_len());
+            let write = write_batch(&mut wr, f, more);
             match tokio::time::timeout(io_timeout, write).await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => metrics.metrics.bytes(crate::metrics::Link::UserOut, bytes),
                 Ok(Err(e)) => {
                     tracing::info!(user = %peer, "write to user failed: {e}");
                     break;
@@ -247,6 +250,7 @@ impl Handler {
                         }
                     };
                     self.last_activity = Instant::now();
+                    self.shared.metrics.bytes(crate::metrics::Link::UserIn, frame.payload.len() + corefarm_smp::HEADER_LEN);
                     if let Err(e) = self.on_user_frame(frame).await { return e; }
                 }
             }
@@ -353,6 +357,9 @@ impl Handler {
 
     /// Reports a fatal error to the user (as the protocol allows) and ends the session.
     async fn fail_user(&mut self, id: u32, code: ErrorCode, reason: String) -> End {
+        self.shared
+            .metrics
+            .error(crate::metrics::ErrorKind::UserError);
         tracing::warn!(user = %self.peer, "{reason}");
         if self.hello.is_some() {
             let _ = self.send_error(id, code, reason.clone()).await;

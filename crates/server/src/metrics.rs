@@ -1,0 +1,495 @@
+//! Server metrics: counters the data path feeds with relaxed atomics (no
+//! lock per message), turned into Prometheus families and into the status
+//! model only when someone asks (`/metrics`, `/status`, the status request).
+//!
+//! - [`Metrics`]: server-wide totals (bytes per link, errors by kind,
+//!   re-dispatches) and per-user-name slots, capped so a stream of distinct
+//!   names cannot grow the label set;
+//! - [`NodeMetrics`]: a node's busy time, results, failures and
+//!   reconfigurations, kept in its registry entry;
+//! - [`UserMetrics`]: a session's failures and latency histogram.
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use corefarm_smp::{ClusterStatus, Configuration, LinkBytes, NodeState, NodeStatus, UserStatus};
+use corefarm_telemetry::prometheus_client::encoding::DescriptorEncoder;
+use corefarm_telemetry::prometheus_client::metrics::MetricType::{Counter, Gauge, Histogram};
+use corefarm_telemetry::{family, AtomicHistogram, Labels, Slots};
+
+/// Distinct user names with their own label; the rest share `other`.
+pub const USER_SLOTS: usize = 32;
+
+/// Configuration round trips: from 1 ms (a native core) to 10 s and more
+/// (programming an FPGA).
+const CONFIG_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0];
+
+#[derive(Debug, Clone, Copy)]
+pub enum Link {
+    UserIn,
+    UserOut,
+    NodeIn,
+    NodeOut,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum ErrorKind {
+    /// A node connection lost or dropped while it belonged to a user.
+    NodeLost,
+    /// A core failed on an input.
+    CoreFailure,
+    /// A node refused (or did not answer) a configuration.
+    ConfigurationFailed,
+    /// A user session ended by a protocol or limit error.
+    UserError,
+    /// A connection refused at --max-users / --max-nodes.
+    Refused,
+}
+
+const ERROR_KINDS: [(&str, ErrorKind); 5] = [
+    ("node_lost", ErrorKind::NodeLost),
+    ("core_failure", ErrorKind::CoreFailure),
+    ("configuration_failed", ErrorKind::ConfigurationFailed),
+    ("user_error", ErrorKind::UserError),
+    ("refused", ErrorKind::Refused),
+];
+
+/// A counter alone on its cache line: the server-wide totals are written
+/// from every connection's task, and must not share lines with each other.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Padded(AtomicU64);
+
+/// Per user name, across sessions (so counters only grow).
+#[derive(Debug, Default)]
+pub struct UserSlot {
+    results: AtomicU64,
+    failures: AtomicU64,
+    latency: AtomicHistogram,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    started: Instant,
+    link: [Padded; 4],
+    redispatched: Padded,
+    errors: [AtomicU64; 5],
+    users: Slots<UserSlot>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            started: Instant::now(),
+            link: Default::default(),
+            redispatched: Padded::default(),
+            errors: Default::default(),
+            users: Slots::new(USER_SLOTS),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn bytes(&self, link: Link, n: usize) {
+        self.link[link as usize]
+            .0
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A node was lost with `moved` messages in flight, which go to others.
+    pub fn node_lost(&self, moved: usize) {
+        self.error(ErrorKind::NodeLost);
+        self.redispatched
+            .0
+            .fetch_add(moved as u64, Ordering::Relaxed);
+    }
+
+    /// Server-wide fields of the status model.
+    pub fn fill(&self, s: &mut ClusterStatus) {
+        let l = |k: Link| self.link[k as usize].0.load(Ordering::Relaxed);
+        s.uptime_seconds = self.started.elapsed().as_secs_f64();
+        s.redispatched = self.redispatched.0.load(Ordering::Relaxed);
+        s.bytes = LinkBytes {
+            user_in: l(Link::UserIn),
+            user_out: l(Link::UserOut),
+            node_in: l(Link::NodeIn),
+            node_out: l(Link::NodeOut),
+        };
+        s.errors = ERROR_KINDS
+            .iter()
+            .map(|(name, k)| {
+                (
+                    name.to_string(),
+                    self.errors[*k as usize].load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+    }
+}
+
+/// The label of a configuration's function as the status shows it.
+pub fn function_label(cfg: &Configuration) -> String {
+    if cfg.benchmark().is_some() {
+        return "bench".into();
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(&cfg.bitstream);
+    format!("sha256:{}", hex::encode(&digest[..6]))
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Nanoseconds since the process epoch, never 0 (0 means "not running").
+fn stamp() -> u64 {
+    (epoch().elapsed().as_nanos() as u64).max(1)
+}
+
+/// Written by the task that owns the node (one writer); read by status.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    function: Mutex<Option<String>>,
+    cores: AtomicU32,
+    busy_ns: AtomicU64,
+    /// When the node last went from idle to busy; 0 while idle.
+    busy_since: AtomicU64,
+    results: AtomicU64,
+    failures: AtomicU64,
+    reconfigurations: AtomicU64,
+    config_since: AtomicU64,
+    config_time: AtomicHistogram,
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        NodeMetrics {
+            function: Mutex::new(None),
+            cores: AtomicU32::new(0),
+            busy_ns: AtomicU64::new(0),
+            busy_since: AtomicU64::new(0),
+            results: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            reconfigurations: AtomicU64::new(0),
+            config_since: AtomicU64::new(0),
+            config_time: AtomicHistogram::new(CONFIG_BOUNDS),
+        }
+    }
+}
+
+impl NodeMetrics {
+    /// A message went to the node; `first` if nothing else was in flight.
+    pub fn dispatched(&self, first: bool) {
+        if first {
+            self.busy_since.store(stamp(), Ordering::Relaxed);
+        }
+    }
+
+    /// A result (or, with `failed`, an error for an input) came back;
+    /// `idle` if nothing is in flight any more.
+    pub fn answered(&self, idle: bool, failed: bool) {
+        let c = if failed {
+            &self.failures
+        } else {
+            &self.results
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        if idle {
+            self.stop_busy();
+        }
+    }
+
+    fn stop_busy(&self) {
+        let since = self.busy_since.swap(0, Ordering::Relaxed);
+        if since != 0 {
+            let d = stamp().saturating_sub(since);
+            self.busy_ns.fetch_add(d, Ordering::Relaxed);
+        }
+    }
+
+    /// A configuration is sent to the node.
+    pub fn configuring(&self, function: String, cores: usize) {
+        *self.function.lock().expect("function lock") = Some(function);
+        self.cores.store(cores as u32, Ordering::Relaxed);
+        self.config_since.store(stamp(), Ordering::Relaxed);
+    }
+
+    /// Called on every state change of the node (see `NodeEntry::set_state`).
+    pub fn on_state(&self, s: NodeState) {
+        if s != NodeState::Configuring {
+            let since = self.config_since.swap(0, Ordering::Relaxed);
+            if since != 0 && s == NodeState::Ready {
+                let d = stamp().saturating_sub(since);
+                self.config_time.observe(Duration::from_nanos(d));
+                self.reconfigurations.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if matches!(s, NodeState::Free | NodeState::Assigned) {
+            // A new owner: whatever was in flight is gone with the old one.
+            self.stop_busy();
+            *self.function.lock().expect("function lock") = None;
+            self.cores.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn busy_seconds(&self) -> f64 {
+        let mut ns = self.busy_ns.load(Ordering::Relaxed);
+        let since = self.busy_since.load(Ordering::Relaxed);
+        if since != 0 {
+            ns += stamp().saturating_sub(since);
+        }
+        ns as f64 / 1e9
+    }
+
+    pub fn fill(&self, s: &mut NodeStatus) {
+        s.function = self.function.lock().expect("function lock").clone();
+        s.cores = self.cores.load(Ordering::Relaxed);
+        s.busy_seconds = self.busy_seconds();
+        s.results_total = self.results.load(Ordering::Relaxed);
+        s.failures = self.failures.load(Ordering::Relaxed);
+        s.reconfigurations = self.reconfigurations.load(Ordering::Relaxed);
+    }
+}
+
+/// Written by the user's handler task; read by status.
+#[derive(Debug, Default)]
+pub struct UserMetrics {
+    slot: OnceLock<Arc<UserSlot>>,
+    failures: AtomicU64,
+    latency: AtomicHistogram,
+}
+
+impl UserMetrics {
+    /// The name's slot, looked up once per session (on the first answer,
+    /// when the hello's name is known).
+    fn slot(&self, m: &Metrics, name: impl FnOnce() -> String) -> &UserSlot {
+        self.slot.get_or_init(|| m.users.get(&name()))
+    }
+
+    /// A result came back `latency` after its message went to a node.
+    pub fn result(&self, m: &Metrics, name: impl FnOnce() -> String, latency: Duration) {
+        self.latency.observe(latency);
+        let slot = self.slot(m, name);
+        slot.results.fetch_add(1, Ordering::Relaxed);
+        slot.latency.observe(latency);
+    }
+
+    /// A core failed on one of the user's inputs.
+    pub fn failure(&self, m: &Metrics, name: impl FnOnce() -> String) {
+        m.error(ErrorKind::CoreFailure);
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let slot = self.slot(m, name);
+        slot.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn fill(&self, s: &mut UserStatus) {
+        s.failures = self.failures.load(Ordering::Relaxed);
+        let h = self.latency.snapshot();
+        s.latency_p50 = h.quantile(0.5);
+        s.latency_p99 = h.quantile(0.99);
+    }
+}
+
+/// The label value of a user: its hello name, `anonymous`, or `seed`.
+pub fn user_label(name: Option<&str>, hello: bool) -> String {
+    match (name, hello) {
+        (Some(n), _) if !n.is_empty() => n.to_string(),
+        (_, true) => "anonymous".into(),
+        (_, false) => "seed".into(),
+    }
+}
+
+fn node_label(n: &NodeStatus) -> String {
+    match &n.name {
+        Some(name) => format!("{name}@{}", n.addr),
+        None => format!("node-{}@{}", n.id, n.addr),
+    }
+}
+
+/// Every server family, from one status snapshot plus the slots and
+/// per-node histograms it does not carry.
+pub fn encode(
+    enc: &mut DescriptorEncoder,
+    m: &Metrics,
+    s: &ClusterStatus,
+    config_times: &[(u64, corefarm_telemetry::HistogramSnapshot)],
+) -> Result<(), std::fmt::Error> {
+    let none: Labels = vec![];
+    family(enc, "users_connected", "User sessions open now.", Gauge)?
+        .gauge(&none, s.users.len() as i64)?;
+    let mut f = family(enc, "nodes_connected", "Node connections by state.", Gauge)?;
+    for (name, st) in [
+        ("free", NodeState::Free),
+        ("assigned", NodeState::Assigned),
+        ("configuring", NodeState::Configuring),
+        ("ready", NodeState::Ready),
+    ] {
+        f.gauge(&vec![("state", name.into())], s.count_nodes(st) as i64)?;
+    }
+    let nodes: Vec<(Labels, &NodeStatus)> = s
+        .nodes
+        .iter()
+        .map(|n| (vec![("node", node_label(n))], n))
+        .collect();
+    let mut f = family(
+        enc,
+        "node_function",
+        "The function a node is configured for (1).",
+        Gauge,
+    )?;
+    for (l, n) in &nodes {
+        if let Some(func) = &n.function {
+            let mut l = l.clone();
+            l.push(("function", func.clone()));
+            f.gauge(&l, 1)?;
+        }
+    }
+    let mut f = family(enc, "node_cores", "Cores in a node's configuration.", Gauge)?;
+    for (l, n) in &nodes {
+        f.gauge(l, n.cores as i64)?;
+    }
+    let mut f = family(
+        enc,
+        "node_in_flight",
+        "Messages sent to a node and not answered.",
+        Gauge,
+    )?;
+    for (l, n) in &nodes {
+        f.gauge(l, n.in_flight as i64)?;
+    }
+    let mut f = family(
+        enc,
+        "node_busy_seconds",
+        "Time a node had at least one message in flight.",
+        Counter,
+    )?;
+    for (l, n) in &nodes {
+        f.counter_f64(l, n.busy_seconds)?;
+    }
+    let mut f = family(enc, "node_results", "Results a node returned.", Counter)?;
+    for (l, n) in &nodes {
+        f.counter(l, n.results_total)?;
+    }
+    let mut f = family(
+        enc,
+        "node_failures",
+        "Inputs a node's cores failed on.",
+        Counter,
+    )?;
+    for (l, n) in &nodes {
+        f.counter(l, n.failures)?;
+    }
+    let mut f = family(
+        enc,
+        "node_reconfigurations",
+        "Configurations a node accepted.",
+        Counter,
+    )?;
+    for (l, n) in &nodes {
+        f.counter(l, n.reconfigurations)?;
+    }
+    let mut f = family(
+        enc,
+        "node_reconfiguration_duration_seconds",
+        "From sending a configuration to the node's positive response.",
+        Histogram,
+    )?;
+    for (l, n) in &nodes {
+        if let Some((_, h)) = config_times.iter().find(|(id, _)| *id == n.id) {
+            f.histogram(l, h)?;
+        }
+    }
+    let slots = m.users.all();
+    let user = |name: &str| vec![("user", name.to_string())];
+    let mut f = family(
+        enc,
+        "user_results",
+        "Results delivered to users, by user name.",
+        Counter,
+    )?;
+    for (name, slot) in &slots {
+        f.counter(&user(name), slot.results.load(Ordering::Relaxed))?;
+    }
+    let mut f = family(
+        enc,
+        "user_failures",
+        "Inputs answered with a core failure.",
+        Counter,
+    )?;
+    for (name, slot) in &slots {
+        f.counter(&user(name), slot.failures.load(Ordering::Relaxed))?;
+    }
+    let mut f = family(
+        enc,
+        "user_latency_seconds",
+        "From handing a message to a node to its result, by user name.",
+        Histogram,
+    )?;
+    for (name, slot) in &slots {
+        f.histogram(&user(name), &slot.latency.snapshot())?;
+    }
+    let (outstanding, queued) = s
+        .users
+        .iter()
+        .fold((0, 0), |(o, q), u| (o + u.outstanding, q + u.queued));
+    family(
+        enc,
+        "outstanding_messages",
+        "Data messages accepted and not answered.",
+        Gauge,
+    )?
+    .gauge(&none, outstanding as i64)?;
+    family(
+        enc,
+        "queued_messages",
+        "Data messages waiting in the server for a node.",
+        Gauge,
+    )?
+    .gauge(&none, queued as i64)?;
+    family(
+        enc,
+        "redispatched",
+        "Messages moved to another node after a node loss.",
+        Counter,
+    )?
+    .counter(&none, s.redispatched)?;
+    let mut f = family(enc, "errors", "Errors by kind.", Counter)?;
+    for (kind, v) in &s.errors {
+        f.counter(&vec![("kind", kind.clone())], *v)?;
+    }
+    let mut f = family(
+        enc,
+        "link_bytes",
+        "Bytes on the wire, by link and direction.",
+        Counter,
+    )?;
+    let b = &s.bytes;
+    for (link, dir, v) in [
+        ("user", "in", b.user_in),
+        ("user", "out", b.user_out),
+        ("node", "in", b.node_in),
+        ("node", "out", b.node_out),
+    ] {
+        f.counter(&vec![("link", link.into()), ("direction", dir.into())], v)?;
+    }
+    family(
+        enc,
+        "uptime_seconds",
+        "Seconds since the server started.",
+        Gauge,
+    )?
+    .gauge(&none, s.uptime_seconds as i64)?;
+    Ok(())
+}
+
+impl NodeMetrics {
+    pub fn config_times(&self) -> corefarm_telemetry::HistogramSnapshot {
+        self.config_time.snapshot()
+    }
+}
