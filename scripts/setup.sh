@@ -8,6 +8,9 @@ need_apt=()
 command -v c++ >/dev/null 2>&1 || need_apt+=(g++)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v verilator >/dev/null 2>&1 || need_apt+=(verilator)
+# promtool checks the /metrics output; tmux drives `corefarm top` in a test.
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     sudo_=""

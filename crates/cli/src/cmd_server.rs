@@ -426,8 +426,12 @@ pub fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         let server =
             Server::bind(args.tuning.options(args.nodes_listen, args.users_listen)).await?;
         let stop = CancellationToken::new();
-        let metrics =
-            serve_metrics(args.metrics_listen.as_deref(), server.status_handle(), &stop).await?;
+        let metrics = serve_metrics(
+            args.metrics_listen.as_deref(),
+            server.status_handle(),
+            &stop,
+        )
+        .await?;
         announce(&server, metrics);
         stop_on_signal(&stop);
         server.run(stop).await;

@@ -4,6 +4,8 @@
 //! fails it, naming the tool, when `COREFARM_REQUIRE_TOOLS=1` (CI sets it), so
 //! a CI run can never pass by skipping.
 
+#![allow(dead_code)] // each test file uses part of it
+
 use std::process::{Command, Stdio};
 
 #[derive(Clone, Copy, Debug)]
@@ -13,6 +15,10 @@ pub enum Tool {
     /// `$VERILATOR`, default `verilator`.
     Verilator,
     Make,
+    /// Prometheus' `promtool` (Debian package `prometheus`).
+    Promtool,
+    /// `tmux`, to drive a terminal program.
+    Tmux,
 }
 
 impl Tool {
@@ -22,6 +28,8 @@ impl Tool {
             Tool::Cxx => var("CXX", "c++"),
             Tool::Verilator => var("VERILATOR", "verilator"),
             Tool::Make => "make".into(),
+            Tool::Promtool => "promtool".into(),
+            Tool::Tmux => "tmux".into(),
         }
     }
 
@@ -30,13 +38,20 @@ impl Tool {
             Tool::Cxx => format!("a C++ compiler ($CXX = {:?})", self.program()),
             Tool::Verilator => format!("Verilator ($VERILATOR = {:?})", self.program()),
             Tool::Make => "make".into(),
+            Tool::Promtool => "promtool (Debian package prometheus)".into(),
+            Tool::Tmux => "tmux".into(),
         }
     }
 
     /// Whether `<program> --version` runs and succeeds.
     fn runs(self) -> bool {
+        let flag = if matches!(self, Tool::Tmux) {
+            "-V"
+        } else {
+            "--version"
+        };
         Command::new(self.program())
-            .arg("--version")
+            .arg(flag)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())
