@@ -135,6 +135,9 @@ pub struct NodeArgs {
     /// Number of independent node managers (separate connections) to run in this process.
     #[arg(long, default_value_t = 1)]
     pub count: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics and the node managers' status as JSON at /status.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     #[command(flatten)]
     pub node: NodeTuning,
 }
@@ -444,7 +447,17 @@ pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let stop = CancellationToken::new();
         stop_on_signal(&stop);
-        corefarm_node::run_many(args.node.options(args.server), args.count, stop).await?;
+        let mut opts = args.node.options(args.server);
+        if let Some(addr) = args.metrics_listen.as_deref() {
+            let t = std::sync::Arc::new(corefarm_node::metrics::NodeTelemetry::default());
+            opts.telemetry = Some(t.clone());
+            let endpoints = corefarm_node::metrics::NodeEndpoints(t);
+            let bound = serve_metrics(Some(addr), endpoints, &stop).await?;
+            println!("listening{}", metrics_field(bound));
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
+        corefarm_node::run_many(opts, args.count, stop).await?;
         Ok(())
     })
 }

@@ -20,6 +20,7 @@ pub mod collective;
 pub mod configure;
 pub mod guard;
 pub mod handlers;
+pub mod metrics;
 pub mod peer;
 pub mod sender;
 pub mod session;
@@ -57,6 +58,8 @@ pub struct NodeOptions {
     /// node reaches the server through; port 0 picks a free port. The bound
     /// address is announced in the hello (`peer` field).
     pub peer_listen: Option<std::net::SocketAddr>,
+    /// Counters for `--metrics-listen` ([`metrics`]); `None`: none kept.
+    pub telemetry: Option<std::sync::Arc<metrics::NodeTelemetry>>,
 }
 
 impl Default for NodeOptions {
@@ -71,6 +74,7 @@ impl Default for NodeOptions {
             load: LoadOptions::default(),
             loader: CoreLoader::default(),
             peer_listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
+            telemetry: None,
         }
     }
 }

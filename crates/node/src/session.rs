@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use crate::configure::{self, Configured};
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
+use crate::metrics::NodeStats;
 use crate::sender::{self, SendError};
 use crate::{NodeError, NodeOptions};
 
@@ -57,11 +58,14 @@ where
     // `ended` is cancelled when `stop` is, or when the sending task ends in
     // any way (returns, panics, is aborted): its drop guard lives in the task.
     let ended = stop.child_token();
+    let stats = opts.telemetry.as_ref().map(|t| t.node(&opts.name));
+    let _connected = stats.clone().map(Connected::new);
     let mut sender = tokio::spawn({
         let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());
+        let stats = stats.clone();
         async move {
             let _guard = guard;
-            sender::send_loop(wr, out_rx, negotiated).await
+            sender::send_loop(wr, out_rx, negotiated, stats).await
         }
     });
     let mut s = Session {
@@ -71,6 +75,7 @@ where
         limit: opts.max_message,
         guard: MemoryGuard::new(opts.memory_limit),
         state: None,
+        stats,
     };
     if opts.hello {
         let mut h = Hello::new("node");
@@ -161,6 +166,23 @@ struct Session<'a> {
     limit: u32,
     guard: MemoryGuard,
     state: Option<Configured>,
+    stats: Option<Arc<NodeStats>>,
+}
+
+/// Marks the node manager connected for as long as the session runs.
+struct Connected(Arc<NodeStats>);
+
+impl Connected {
+    fn new(s: Arc<NodeStats>) -> Self {
+        s.connected(true);
+        Connected(s)
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.connected(false);
+    }
 }
 
 /// `None`: carry on; `Some(r)`: the session ends with `r`.
@@ -223,7 +245,12 @@ impl Session<'_> {
         if let Some(old) = self.state.take() {
             let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
         }
-        match configure::configure(payload, self.opts, self.limit, &self.out).await {
+        let started = std::time::Instant::now();
+        let r = configure::configure(payload, self.opts, self.limit, &self.out).await;
+        if let Some(s) = &self.stats {
+            s.configured(r.as_ref().ok().map(|c| &c.cfg), started.elapsed());
+        }
+        match r {
             Ok(c) => {
                 tracing::info!(node = %self.opts.name, "configured: {}", configure::describe(&c.cfg));
                 self.state = Some(c);
@@ -288,6 +315,9 @@ impl Session<'_> {
         let st = self.state.as_mut().expect("configured: checked above");
         if !st.workers.submit(job).await {
             return Some(Err(NodeError::Session("the core handlers stopped".into())));
+        }
+        if let Some(s) = &self.stats {
+            s.job();
         }
         None
     }

@@ -55,8 +55,8 @@ pub fn local_cluster(nodes: u32, extra: &[&str]) -> (Proc, String) {
 }
 
 /// `corefarm local --nodes N --metrics-listen 127.0.0.1:0` (plus `extra`);
-/// returns it with its user and metrics addresses.
-pub fn local_cluster_with_metrics(nodes: u32, extra: &[&str]) -> (Proc, String, String) {
+/// returns it with its user, node and metrics addresses.
+pub fn local_cluster_with_metrics(nodes: u32, extra: &[&str]) -> (Proc, [String; 3]) {
     let mut child = Command::new(BIN)
         .args(["local", "--nodes", &nodes.to_string()])
         .args([
@@ -84,9 +84,9 @@ pub fn local_cluster_with_metrics(nodes: u32, extra: &[&str]) -> (Proc, String, 
             .unwrap_or_else(|| panic!("no {key} in {line:?}"))
             .to_string()
     };
-    let (users, metrics) = (field("users="), field("metrics="));
+    let addrs = [field("users="), field("nodes="), field("metrics=")];
     std::thread::spawn(move || lines.for_each(drop));
-    (proc, users, metrics)
+    (proc, addrs)
 }
 
 /// `GET path` over plain HTTP/1.1; returns the status code and the body.
