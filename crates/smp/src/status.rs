@@ -220,8 +220,11 @@ mod tests {
                 addr: "127.0.0.1:6".into(),
                 phase: UserPhase::Routing,
                 nodes: vec![1],
+                latency_p50: Some(0.001),
                 ..Default::default()
             }],
+            redispatched: 2,
+            ..Default::default()
         };
         assert_eq!(ClusterStatus::decode(&s.encode()).unwrap(), s);
         let later = br#"{"nodes":[{"id":1,"addr":"x","state":"free","future":1}],"functions":[]}"#;
