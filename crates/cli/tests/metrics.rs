@@ -3,6 +3,7 @@
 //! passes `promtool check metrics`, and `/status` is the status model.
 
 mod support;
+#[allow(dead_code)] // each test needs one tool
 mod tools;
 
 use std::io::Write;
@@ -70,9 +71,7 @@ fn promtool_accepts(enabled: bool, text: &str) {
 /// messages it received (every one it sent).
 fn bench_user(users: &str) -> u64 {
     let out = Command::new(BIN)
-        .args([
-            "bench", "user", "--server", &users, "--json", "--nodes", "2",
-        ])
+        .args(["bench", "user", "--server", users, "--json", "--nodes", "2"])
         .args(["--duration", "1", "--warmup", "0.2"])
         .args(["--input-size", "64", "--output-size", "32"])
         .stdin(Stdio::null())

@@ -4,6 +4,7 @@
 //! `q` quits.
 
 mod support;
+#[allow(dead_code)] // each test needs one tool
 mod tools;
 
 use std::process::{Command, Output, Stdio};

@@ -4,8 +4,6 @@
 //! fails it, naming the tool, when `COREFARM_REQUIRE_TOOLS=1` (CI sets it), so
 //! a CI run can never pass by skipping.
 
-#![allow(dead_code)] // each test file uses part of it
-
 use std::process::{Command, Stdio};
 
 #[derive(Clone, Copy, Debug)]
@@ -16,8 +14,10 @@ pub enum Tool {
     Verilator,
     Make,
     /// Prometheus' `promtool` (Debian package `prometheus`).
+    #[allow(dead_code)] // only the metrics test needs it
     Promtool,
     /// `tmux`, to drive a terminal program.
+    #[allow(dead_code)] // only the top test needs it
     Tmux,
 }
 
