@@ -493,3 +493,109 @@ impl NodeMetrics {
         self.config_time.snapshot()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corefarm_smp::UserPhase;
+
+    #[test]
+    fn reconfigurations_count_only_accepted_configurations() {
+        let n = NodeMetrics::default();
+        n.configuring("bench".into(), 2);
+        n.on_state(NodeState::Configuring);
+        n.on_state(NodeState::Ready);
+        // Refused: back to the pool without reaching Ready.
+        n.configuring("sha256:abc".into(), 1);
+        n.on_state(NodeState::Configuring);
+        n.on_state(NodeState::Free);
+        let mut s = NodeStatus::default();
+        n.fill(&mut s);
+        assert_eq!((s.reconfigurations, s.function, s.cores), (1, None, 0));
+        assert_eq!(n.config_times().count, 1);
+    }
+
+    #[test]
+    fn busy_time_runs_from_first_dispatch_to_last_answer() {
+        let n = NodeMetrics::default();
+        n.dispatched(true);
+        n.dispatched(false);
+        assert_ne!(n.busy_since.load(Ordering::Relaxed), 0);
+        n.answered(false, false);
+        n.answered(true, true);
+        assert_eq!(n.busy_since.load(Ordering::Relaxed), 0, "idle again");
+        let before = n.busy_seconds();
+        assert_eq!(n.busy_seconds(), before, "no time accrues while idle");
+        let mut s = NodeStatus::default();
+        n.fill(&mut s);
+        assert_eq!((s.results_total, s.failures), (1, 1));
+    }
+
+    #[test]
+    fn families_follow_the_status_and_cap_user_names() {
+        let m = Metrics::default();
+        m.node_lost(3);
+        m.bytes(Link::UserIn, 100);
+        for i in 0..USER_SLOTS + 5 {
+            let u = UserMetrics::default();
+            u.result(&m, || format!("u{i}"), Duration::from_millis(2));
+        }
+        let mut s = ClusterStatus {
+            nodes: vec![NodeStatus {
+                id: 1,
+                name: Some("n0".into()),
+                addr: "127.0.0.1:5".into(),
+                state: NodeState::Ready,
+                function: Some("bench".into()),
+                results_total: 7,
+                ..Default::default()
+            }],
+            users: vec![UserStatus {
+                id: 2,
+                phase: UserPhase::Routing,
+                queued: 4,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        m.fill(&mut s);
+        assert_eq!(
+            (s.redispatched, s.errors["node_lost"], s.bytes.user_in),
+            (3, 1, 100)
+        );
+        let times = vec![(1, AtomicHistogram::new(CONFIG_BOUNDS).snapshot())];
+        let mut reg = corefarm_telemetry::registry();
+        let st = s.clone();
+        let m = Arc::new(m);
+        let m2 = m.clone();
+        reg.register_collector(corefarm_telemetry::collector(move |enc| {
+            encode(enc, &m2, &st, &times)
+        }));
+        let text = corefarm_telemetry::to_prometheus_text(&corefarm_telemetry::encode(&reg));
+        for line in [
+            r#"corefarm_node_results_total{node="n0@127.0.0.1:5"} 7"#,
+            r#"corefarm_node_function{node="n0@127.0.0.1:5",function="bench"} 1"#,
+            r#"corefarm_nodes_connected{state="ready"} 1"#,
+            r#"corefarm_errors_total{kind="node_lost"} 1"#,
+            r#"corefarm_redispatched_total 3"#,
+            r#"corefarm_queued_messages 4"#,
+            r#"corefarm_user_results_total{user="other"} 5"#,
+            r#"corefarm_link_bytes_total{link="user",direction="in"} 100"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
+        }
+        let users = text
+            .lines()
+            .filter(|l| l.starts_with("corefarm_user_results_total{"))
+            .count();
+        assert_eq!(users, USER_SLOTS + 1, "32 names and other");
+    }
+
+    #[test]
+    fn user_labels() {
+        assert_eq!(user_label(Some("prog"), true), "prog");
+        assert_eq!(user_label(None, true), "anonymous");
+        assert_eq!(user_label(Some(""), true), "anonymous");
+        assert_eq!(user_label(None, false), "seed");
+    }
+}
