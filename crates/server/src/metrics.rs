@@ -147,9 +147,15 @@ fn epoch() -> Instant {
     *EPOCH.get_or_init(Instant::now)
 }
 
-/// Nanoseconds since the process epoch, never 0 (0 means "not running").
+/// Nanoseconds from the process epoch to `at`, never 0 (0 means "not
+/// running"). The data path passes the `Instant` it already read, so the
+/// hooks add no clock read of their own.
+fn stamp_at(at: Instant) -> u64 {
+    (at.saturating_duration_since(epoch()).as_nanos() as u64).max(1)
+}
+
 fn stamp() -> u64 {
-    (epoch().elapsed().as_nanos() as u64).max(1)
+    stamp_at(Instant::now())
 }
 
 /// Written by the task that owns the node (one writer); read by status.
@@ -169,6 +175,8 @@ pub struct NodeMetrics {
 
 impl Default for NodeMetrics {
     fn default() -> Self {
+        // Fix the epoch before any time is stamped against it.
+        epoch();
         NodeMetrics {
             function: Mutex::new(None),
             cores: AtomicU32::new(0),
@@ -184,16 +192,16 @@ impl Default for NodeMetrics {
 }
 
 impl NodeMetrics {
-    /// A message went to the node; `first` if nothing else was in flight.
-    pub fn dispatched(&self, first: bool) {
+    /// A message went to the node at `now`; `first` if nothing else was in flight.
+    pub fn dispatched(&self, first: bool, now: Instant) {
         if first {
-            self.busy_since.store(stamp(), Ordering::Relaxed);
+            self.busy_since.store(stamp_at(now), Ordering::Relaxed);
         }
     }
 
-    /// A result (or, with `failed`, an error for an input) came back;
-    /// `idle` if nothing is in flight any more.
-    pub fn answered(&self, idle: bool, failed: bool) {
+    /// A result (or, with `failed`, an error for an input) came back at
+    /// `now`; `idle` if nothing is in flight any more.
+    pub fn answered(&self, idle: bool, failed: bool, now: Instant) {
         let c = if failed {
             &self.failures
         } else {
@@ -201,14 +209,14 @@ impl NodeMetrics {
         };
         c.fetch_add(1, Ordering::Relaxed);
         if idle {
-            self.stop_busy();
+            self.stop_busy(now);
         }
     }
 
-    fn stop_busy(&self) {
+    fn stop_busy(&self, now: Instant) {
         let since = self.busy_since.swap(0, Ordering::Relaxed);
         if since != 0 {
-            let d = stamp().saturating_sub(since);
+            let d = stamp_at(now).saturating_sub(since);
             self.busy_ns.fetch_add(d, Ordering::Relaxed);
         }
     }
@@ -232,7 +240,7 @@ impl NodeMetrics {
         }
         if matches!(s, NodeState::Free | NodeState::Assigned) {
             // A new owner: whatever was in flight is gone with the old one.
-            self.stop_busy();
+            self.stop_busy(Instant::now());
             *self.function.lock().expect("function lock") = None;
             self.cores.store(0, Ordering::Relaxed);
         }
@@ -518,17 +526,29 @@ mod tests {
     #[test]
     fn busy_time_runs_from_first_dispatch_to_last_answer() {
         let n = NodeMetrics::default();
-        n.dispatched(true);
-        n.dispatched(false);
+        let t0 = Instant::now();
+        n.dispatched(true, t0);
+        n.dispatched(false, t0 + Duration::from_millis(1));
         assert_ne!(n.busy_since.load(Ordering::Relaxed), 0);
-        n.answered(false, false);
-        n.answered(true, true);
+        n.answered(false, false, t0 + Duration::from_millis(2));
+        n.answered(true, true, t0 + Duration::from_millis(5));
         assert_eq!(n.busy_since.load(Ordering::Relaxed), 0, "idle again");
-        let before = n.busy_seconds();
-        assert_eq!(n.busy_seconds(), before, "no time accrues while idle");
+        assert!(
+            (n.busy_seconds() - 0.005).abs() < 1e-9,
+            "{}",
+            n.busy_seconds()
+        );
+        // Idle time does not count.
+        n.dispatched(true, t0 + Duration::from_millis(9));
+        n.answered(true, false, t0 + Duration::from_millis(10));
+        assert!(
+            (n.busy_seconds() - 0.006).abs() < 1e-9,
+            "{}",
+            n.busy_seconds()
+        );
         let mut s = NodeStatus::default();
         n.fill(&mut s);
-        assert_eq!((s.results_total, s.failures), (1, 1));
+        assert_eq!((s.results_total, s.failures), (2, 1));
     }
 
     #[test]

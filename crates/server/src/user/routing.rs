@@ -74,7 +74,9 @@ impl Handler {
         p.sent = now;
         n.in_flight.insert(internal, p);
         n.tx.entry.in_flight.fetch_add(1, Ordering::Relaxed);
-        n.tx.entry.m.dispatched(n.in_flight.len() == 1);
+        n.tx.entry
+            .m
+            .dispatched(n.in_flight.len() == 1, now.into_std());
         if n.tx.send(frame) {
             n.sent += 1;
         }
@@ -166,7 +168,9 @@ impl Handler {
                 n.last_progress = now;
                 n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                 n.tx.entry.results.fetch_add(1, Ordering::Relaxed);
-                n.tx.entry.m.answered(n.in_flight.is_empty(), false);
+                n.tx.entry
+                    .m
+                    .answered(n.in_flight.is_empty(), false, now.into_std());
                 let left = n.in_flight.len();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
@@ -224,7 +228,8 @@ impl Handler {
                     // A core failed on this input: the user hears about it by id.
                     n.last_progress = Instant::now();
                     n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
-                    n.tx.entry.m.answered(n.in_flight.is_empty(), true);
+                    let at = n.last_progress.into_std();
+                    n.tx.entry.m.answered(n.in_flight.is_empty(), true, at);
                     let reason =
                         format!("node {} failed on this input: {}", n.tx.label(), e.reason);
                     self.answered();
