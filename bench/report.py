@@ -635,6 +635,10 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
         if isinstance(text, list):
             text = "\n\n".join(text)
         L += ["", "**Reading.**", "", text if text else PLACEHOLDER + READINGS[name], ""]
+    # Measurements made outside the suite (e.g. the metrics overhead) keep
+    # their hand-written sections in bench/manual/, appended in name order.
+    for extra in sorted((ROOT / "bench/manual").glob("*.md")):
+        L += [extra.read_text().rstrip(), ""]
     return "\n".join(L).rstrip() + "\n"
 
 

@@ -18,6 +18,9 @@ command -v systemd-analyze >/dev/null 2>&1 || need_apt+=(systemd)
 command -v arm-linux-gnueabihf-g++ >/dev/null 2>&1 || need_apt+=(g++-arm-linux-gnueabihf)
 command -v aarch64-linux-gnu-g++ >/dev/null 2>&1 || need_apt+=(g++-aarch64-linux-gnu)
 command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
+# promtool checks the /metrics output; tmux drives `corefarm top` in a test.
+command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
+command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     sudo_=""

@@ -25,6 +25,9 @@ pub struct ServerArgs {
     /// cannot authenticate.
     #[arg(long, requires = "auth_file", help_heading = "Authentication")]
     pub allow_legacy: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics and the status as JSON at /status.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     #[command(flatten)]
     pub tuning: ServerTuning,
 }
@@ -187,6 +190,9 @@ pub struct NodeArgs {
     /// Number of independent node managers (separate connections) to run in this process.
     #[arg(long, default_value_t = 1)]
     pub count: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics and the node managers' status as JSON at /status.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     #[command(flatten)]
     pub node: NodeTuning,
 }
@@ -376,6 +382,9 @@ pub struct LocalArgs {
     /// simulated nodes connect here; `corefarm node` can add more.
     #[arg(long, default_value = "127.0.0.1:0")]
     pub nodes_listen: String,
+    /// Serve Prometheus metrics at http://ADDR/metrics and the status as JSON at /status.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
     #[command(flatten, next_help_heading = "Server")]
     pub tuning: ServerTuning,
     #[command(flatten, next_help_heading = "Simulated nodes")]
@@ -464,14 +473,34 @@ pub fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .build()?)
 }
 
-fn announce(server: &Server) {
+fn announce(server: &Server, metrics: Option<std::net::SocketAddr>) {
     use std::io::Write;
     println!(
-        "listening nodes={} users={}",
+        "listening nodes={} users={}{}",
         server.nodes_addr(),
-        server.users_addr()
+        server.users_addr(),
+        metrics_field(metrics)
     );
     let _ = std::io::stdout().flush();
+}
+
+/// `--metrics-listen`: binds now (so a bad address fails at start) and
+/// serves `/metrics` and `/status` until `stop`.
+pub async fn serve_metrics(
+    addr: Option<&str>,
+    endpoints: impl corefarm_telemetry::Endpoints,
+    stop: &CancellationToken,
+) -> anyhow::Result<Option<std::net::SocketAddr>> {
+    let Some(addr) = addr else { return Ok(None) };
+    let server = corefarm_telemetry::MetricsServer::bind(addr).await?;
+    let bound = server.local_addr();
+    tokio::spawn(server.run(std::sync::Arc::new(endpoints), stop.clone()));
+    Ok(Some(bound))
+}
+
+/// The `metrics=ADDR` field of the "listening" line, when serving metrics.
+fn metrics_field(addr: Option<std::net::SocketAddr>) -> String {
+    addr.map_or(String::new(), |a| format!(" metrics={a}"))
 }
 
 fn stop_on_signal(stop: &CancellationToken) {
@@ -505,8 +534,14 @@ pub fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         if args.auth_file.is_none() {
             eprintln!("{}", exposure_note(&server, args.tuning.insecure_open));
         }
-        announce(&server);
         let stop = CancellationToken::new();
+        let metrics = serve_metrics(
+            args.metrics_listen.as_deref(),
+            server.status_handle(),
+            &stop,
+        )
+        .await?;
+        announce(&server, metrics);
         stop_on_signal(&stop);
         server.run(stop).await;
         Ok(())
@@ -538,6 +573,15 @@ pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         stop_on_signal(&stop);
         let mut opts = args.node.options(args.server);
         opts.secret = secret;
+        if let Some(addr) = args.metrics_listen.as_deref() {
+            let t = std::sync::Arc::new(corefarm_node::metrics::NodeTelemetry::default());
+            opts.telemetry = Some(t.clone());
+            let endpoints = corefarm_node::metrics::NodeEndpoints(t);
+            let bound = serve_metrics(Some(addr), endpoints, &stop).await?;
+            println!("listening{}", metrics_field(bound));
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
         corefarm_node::run_many(opts, args.count, stop).await?;
         Ok(())
     })
@@ -548,6 +592,7 @@ pub struct LocalCluster {
     pub users_addr: std::net::SocketAddr,
     pub nodes_addr: std::net::SocketAddr,
     pub stop: CancellationToken,
+    pub status: corefarm_server::StatusHandle,
 }
 
 pub async fn start_local(
@@ -561,6 +606,7 @@ pub async fn start_local(
         users_addr: server.users_addr(),
         nodes_addr: server.nodes_addr(),
         stop: stop.clone(),
+        status: server.status_handle(),
     };
     let mut node = node;
     node.server = cluster.nodes_addr.to_string();
@@ -581,6 +627,12 @@ pub fn run_local(args: LocalArgs) -> anyhow::Result<()> {
     runtime()?.block_on(async {
         let opts = args.tuning.options(args.nodes_listen, args.users_listen);
         let (cluster, handle) = start_local(args.nodes, opts, node).await?;
+        let metrics = serve_metrics(
+            args.metrics_listen.as_deref(),
+            cluster.status.clone(),
+            &cluster.stop,
+        )
+        .await?;
         // First line: what a person needs; second: what scripts parse
         // (the same line as `corefarm server`).
         println!(
@@ -590,8 +642,10 @@ pub fn run_local(args: LocalArgs) -> anyhow::Result<()> {
             if args.nodes == 1 { "" } else { "s" }
         );
         println!(
-            "listening nodes={} users={}",
-            cluster.nodes_addr, cluster.users_addr
+            "listening nodes={} users={}{}",
+            cluster.nodes_addr,
+            cluster.users_addr,
+            metrics_field(metrics)
         );
         use std::io::Write;
         let _ = std::io::stdout().flush();

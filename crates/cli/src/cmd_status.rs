@@ -71,7 +71,7 @@ pub fn fetch(
     Ok(status)
 }
 
-/// The status as two tables. The observer's own session (`you`) is left
+/// The status as a summary line and two tables. The observer's own session (`you`) is left
 /// out: it is this command.
 pub fn render(s: &ClusterStatus) -> String {
     let shared = s.sharing == "shared";
@@ -79,16 +79,39 @@ pub fn render(s: &ClusterStatus) -> String {
         "" => String::new(),
         m => format!(", sharing {m}"),
     };
+    let errors: Vec<String> = s
+        .errors
+        .iter()
+        .filter(|(_, v)| **v > 0)
+        .map(|(k, v)| format!("{k} {v}"))
+        .collect();
     let mut out = format!(
-        "policy {}{sharing}, max message {} bytes\n\nnodes: {}\n",
+        "policy {}{sharing}, max message {} bytes, up {:.0} s, re-dispatched {}, errors: {}\n\nnodes: {}\n",
         s.policy,
         s.max_message,
+        s.uptime_seconds,
+        s.redispatched,
+        if errors.is_empty() {
+            "none".to_string()
+        } else {
+            errors.join(", ")
+        },
         s.nodes.len()
     );
     if !s.nodes.is_empty() {
-        // Shared mode: a node holds a function, not a user.
-        let whose = if shared { "FUNCTION" } else { "USER" };
-        let mut rows = vec![row(["ID", "NODE", "STATE", whose, "IN-FLIGHT", "RESULTS"])];
+        let mut rows = vec![row([
+            "ID",
+            "NODE",
+            "STATE",
+            "FUNCTION",
+            "CORES",
+            "USER",
+            "IN-FLIGHT",
+            "RESULTS",
+            "TOTAL",
+            "FAILED",
+            "BUSY-S",
+        ])];
         for n in &s.nodes {
             let label = match &n.name {
                 Some(name) => format!("{name}@{}", n.addr),
@@ -99,13 +122,14 @@ pub fn render(s: &ClusterStatus) -> String {
                 n.id.to_string(),
                 label,
                 node_state(n.state).into(),
-                if shared {
-                    n.function.clone().unwrap_or_else(|| "-".into())
-                } else {
-                    n.user.map_or("-".into(), |u| u.to_string())
-                },
+                n.function.clone().unwrap_or_else(|| "-".into()),
+                n.cores.to_string(),
+                n.user.map_or("-".into(), |u| u.to_string()),
                 n.in_flight.to_string(),
                 n.results.to_string(),
+                n.results_total.to_string(),
+                n.failures.to_string(),
+                format!("{:.1}", n.busy_seconds),
             ]);
         }
         out += &table(&rows);
@@ -122,6 +146,9 @@ pub fn render(s: &ClusterStatus) -> String {
             "OUTSTANDING",
             "QUEUED",
             "RESULTS",
+            "FAILED",
+            "P50-MS",
+            "P99-MS",
         ])];
         if shared {
             rows[0].insert(7, "IN-FLIGHT".into());
@@ -148,6 +175,11 @@ pub fn render(s: &ClusterStatus) -> String {
                 u.outstanding.to_string(),
                 u.queued.to_string(),
                 u.results.to_string(),
+                u.failures.to_string(),
+                u.latency_p50
+                    .map_or("-".into(), |l| format!("{:.3}", l * 1e3)),
+                u.latency_p99
+                    .map_or("-".into(), |l| format!("{:.3}", l * 1e3)),
             ]);
             if shared {
                 rows.last_mut()
@@ -269,6 +301,9 @@ mod tests {
                     user: Some(3),
                     in_flight: 2,
                     results: 118,
+                    function: Some("bench".into()),
+                    results_total: 300,
+                    busy_seconds: 2.25,
                     ..Default::default()
                 },
                 NodeStatus {
@@ -288,6 +323,8 @@ mod tests {
                     outstanding: 2,
                     queued: 0,
                     results: 118,
+                    latency_p50: Some(0.0005),
+                    latency_p99: Some(0.0021),
                     ..Default::default()
                 },
                 UserStatus {
@@ -298,19 +335,22 @@ mod tests {
                     ..UserStatus::default()
                 },
             ],
+            uptime_seconds: 61.2,
+            redispatched: 3,
+            errors: [("node_lost".to_string(), 1), ("refused".to_string(), 0)].into(),
             ..Default::default()
         };
         let expected = "\
-policy credit, max message 1024 bytes
+policy credit, max message 1024 bytes, up 61 s, re-dispatched 3, errors: node_lost 1
 
 nodes: 2
-  ID  NODE               STATE  USER  IN-FLIGHT  RESULTS
-  1   n0@10.0.0.5:40112  ready  3     2          118
-  2   node-2@10.0.0.6:1  free   -     0          0
+  ID  NODE               STATE  FUNCTION  CORES  USER  IN-FLIGHT  RESULTS  TOTAL  FAILED  BUSY-S
+  1   n0@10.0.0.5:40112  ready  bench     0      3     2          118      300    0       2.2
+  2   node-2@10.0.0.6:1  free   -         0      -     0          0        0      0       0.0
 
 users: 1
-  ID  ADDRESS         NAME  PHASE    NODES  OUTSTANDING  QUEUED  RESULTS
-  3   10.0.0.9:51234  prog  routing  1      2            0       118
+  ID  ADDRESS         NAME  PHASE    NODES  OUTSTANDING  QUEUED  RESULTS  FAILED  P50-MS  P99-MS
+  3   10.0.0.9:51234  prog  routing  1      2            0       118      0       0.500   2.100
 ";
         assert_eq!(render(&s), expected);
     }
@@ -354,15 +394,15 @@ users: 1
             ..ClusterStatus::default()
         };
         let expected = "\
-policy credit, sharing shared, max message 64 bytes
+policy credit, sharing shared, max message 64 bytes, up 0 s, re-dispatched 0, errors: none
 
 nodes: 1
-  ID  NODE    STATE  FUNCTION      IN-FLIGHT  RESULTS
-  1   n0@h:1  ready  0a1b2c3d4e5f  0          0
+  ID  NODE    STATE  FUNCTION      CORES  USER  IN-FLIGHT  RESULTS  TOTAL  FAILED  BUSY-S
+  1   n0@h:1  ready  0a1b2c3d4e5f  0      -     0          0        0      0       0.0
 
 users: 1
-  ID  ADDRESS  NAME         PHASE    FUNCTION      OUTSTANDING  QUEUED  IN-FLIGHT  RESULTS
-  3   h:2      (seed user)  routing  0a1b2c3d4e5f  5            4       1          0
+  ID  ADDRESS  NAME         PHASE    FUNCTION      OUTSTANDING  QUEUED  IN-FLIGHT  RESULTS  FAILED  P50-MS  P99-MS
+  3   h:2      (seed user)  routing  0a1b2c3d4e5f  5            4       1          0        0       -       -
 
 functions: 1
   FUNCTION      REPLICAS  LOADING  QUEUED  IN-FLIGHT  DEMAND-MS  SERVICE-US  RECONFIGS  USERS
@@ -380,7 +420,8 @@ functions: 1
         };
         assert_eq!(
             render(&s),
-            "policy queue, max message 16 bytes\n\nnodes: 0\n\nusers: 0\n"
+            "policy queue, max message 16 bytes, up 0 s, re-dispatched 0, errors: none\n\n\
+             nodes: 0\n\nusers: 0\n"
         );
     }
 }

@@ -17,6 +17,7 @@ mod cmd_server;
 mod cmd_server_tests;
 mod cmd_soak;
 mod cmd_status;
+mod cmd_top;
 mod cmd_worker;
 mod demo;
 
@@ -46,6 +47,8 @@ enum Cmd {
     Image(cmd_image::ImageCmd),
     /// Show the cluster (nodes, users, counters) as a server reports it; takes no node.
     Status(cmd_status::StatusArgs),
+    /// A live view of the cluster (nodes, utilisation, users, throughput, latency); q quits.
+    Top(cmd_top::TopArgs),
     /// Multiply random 64×64 int32 matrices on an embedded cluster, check every result, compare with software.
     Demo(demo::DemoArgs),
     /// Runs one isolated hardware core for a node manager (internal).
@@ -86,6 +89,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Image(c) => cmd_image::run(c),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Status(a) => cmd_status::run(a),
+        Cmd::Top(a) => cmd_top::run(a),
         Cmd::CoreWorker(a) => cmd_worker::run(a),
     }
 }

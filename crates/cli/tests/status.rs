@@ -156,17 +156,27 @@ fn status_shows_nodes_and_users_of_a_real_cluster_and_takes_no_node() {
             .collect()
     };
     let label = |n: &corefarm_smp::NodeStatus| format!("{}@{}", n.name.clone().unwrap(), n.addr);
+    // Busy seconds (the last column) keep growing between two answers.
+    let ready_row = row(&label(ready));
     assert_eq!(
-        row(&label(ready)),
+        ready_row[..10],
         [
             ready.id.to_string(),
             label(ready),
             "ready".into(),
+            ready
+                .function
+                .clone()
+                .expect("a configured node has a function"),
+            ready.cores.to_string(),
             prog.id.to_string(),
             "0".into(),
-            "5".into()
+            "5".into(),
+            "5".into(),
+            "0".into(),
         ]
     );
+    assert!(ready_row[10].parse::<f64>().is_ok(), "{ready_row:?}");
     assert_eq!(
         row(&label(free)),
         [
@@ -175,11 +185,18 @@ fn status_shows_nodes_and_users_of_a_real_cluster_and_takes_no_node() {
             "free".into(),
             "-".into(),
             "0".into(),
-            "0".into()
+            "-".into(),
+            "0".into(),
+            "0".into(),
+            "0".into(),
+            "0".into(),
+            "0.0".into(),
         ]
     );
+    // Then failures and the latency percentiles (measured, so only parsed).
+    let prog_row = row(" prog ");
     assert_eq!(
-        row(" prog "),
+        prog_row[..9],
         [
             prog.id.to_string(),
             prog.addr.clone(),
@@ -188,8 +205,15 @@ fn status_shows_nodes_and_users_of_a_real_cluster_and_takes_no_node() {
             ready.id.to_string(),
             "0".into(),
             "0".into(),
-            "5".into()
+            "5".into(),
+            "0".into(),
         ]
+    );
+    assert!(
+        prog_row[9..]
+            .iter()
+            .all(|v| v.parse::<f64>().is_ok_and(|ms| ms > 0.0)),
+        "{prog_row:?}"
     );
     assert!(table.contains("nodes: 2\n"), "{table}");
     assert!(

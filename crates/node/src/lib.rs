@@ -25,6 +25,7 @@ mod direct;
 pub mod group;
 pub mod guard;
 pub mod handlers;
+pub mod metrics;
 pub mod peer;
 pub mod sender;
 pub mod session;
@@ -68,6 +69,8 @@ pub struct NodeOptions {
     /// The node secret, for a server with an auth file: the node announces
     /// the `auth` feature and answers the server's challenge with it.
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// Counters for `--metrics-listen` ([`metrics`]); `None`: none kept.
+    pub telemetry: Option<std::sync::Arc<metrics::NodeTelemetry>>,
 }
 
 impl Default for NodeOptions {
@@ -84,6 +87,7 @@ impl Default for NodeOptions {
             loader: CoreLoader::default(),
             peer_listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
             secret: None,
+            telemetry: None,
         }
     }
 }

@@ -65,6 +65,7 @@ pub async fn send_loop<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     negotiated: Arc<AtomicBool>,
+    stats: Option<Arc<crate::metrics::NodeStats>>,
 ) -> Result<u64, SendError> {
     let mut results = 0u64;
     // Reservations are released only once their result is on the wire, so
@@ -87,6 +88,9 @@ pub async fn send_loop<W: AsyncWrite + Unpin>(
             Err(why) => fatal = Some(why),
         }
         results += held.len() as u64;
+        if let Some(s) = &stats {
+            s.answered(held.len());
+        }
         held.clear();
         if let Some(why) = fatal {
             let _ = wr.shutdown().await;
@@ -127,7 +131,7 @@ mod tests {
         .unwrap();
         tx.send(failed(&g, 2).await).unwrap();
         drop(tx);
-        let sent = send_loop(a, rx, Arc::new(AtomicBool::new(true)))
+        let sent = send_loop(a, rx, Arc::new(AtomicBool::new(true)), None)
             .await
             .unwrap();
         assert_eq!(sent, 2);
@@ -161,7 +165,7 @@ mod tests {
         ))
         .unwrap();
         tx.send(failed(&g, 9).await).unwrap();
-        let e = send_loop(a, rx, Arc::new(AtomicBool::new(false)))
+        let e = send_loop(a, rx, Arc::new(AtomicBool::new(false)), None)
             .await
             .unwrap_err();
         assert!(
@@ -189,7 +193,7 @@ mod tests {
             corefarm_smp::ConfigurationResponse { status: 0 }.to_frame(),
         ))
         .unwrap();
-        let e = send_loop(a, rx, Arc::new(AtomicBool::new(true)))
+        let e = send_loop(a, rx, Arc::new(AtomicBool::new(true)), None)
             .await
             .unwrap_err();
         assert!(matches!(e, SendError::Io(_)), "{e}");

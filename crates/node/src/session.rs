@@ -25,6 +25,7 @@ use crate::configure::{self, Configured};
 use crate::group::{GroupHandle, MemberEnv};
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
+use crate::metrics::NodeStats;
 use crate::peer::PeerListener;
 use crate::sender::{self, SendError};
 use crate::{NodeError, NodeOptions};
@@ -87,11 +88,14 @@ where
     // `ended` is cancelled when `stop` is, or when the sending task ends in
     // any way (returns, panics, is aborted): its drop guard lives in the task.
     let ended = stop.child_token();
+    let stats = opts.telemetry.as_ref().map(|t| t.node(&opts.name));
+    let _connected = stats.clone().map(Connected::new);
     let mut sender = tokio::spawn({
         let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());
+        let stats = stats.clone();
         async move {
             let _guard = guard;
-            sender::send_loop(wr, out_rx, negotiated).await
+            sender::send_loop(wr, out_rx, negotiated, stats).await
         }
     });
     let mut s = Session {
@@ -104,6 +108,7 @@ where
         sent_hello: None,
         peer: peer.clone(),
         group: None,
+        stats,
     };
     if opts.hello {
         let mut h = Hello::new("node");
@@ -208,6 +213,23 @@ struct Session<'a> {
     peer: Option<Arc<PeerListener>>,
     /// The group this node is a member of, if any.
     group: Option<GroupHandle>,
+    stats: Option<Arc<NodeStats>>,
+}
+
+/// Marks the node manager connected for as long as the session runs.
+struct Connected(Arc<NodeStats>);
+
+impl Connected {
+    fn new(s: Arc<NodeStats>) -> Self {
+        s.connected(true);
+        Connected(s)
+    }
+}
+
+impl Drop for Connected {
+    fn drop(&mut self) {
+        self.0.connected(false);
+    }
 }
 
 /// `None`: carry on; `Some(r)`: the session ends with `r`.
@@ -304,7 +326,12 @@ impl Session<'_> {
         if let Some(old) = self.state.take() {
             let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
         }
-        match configure::configure(payload, self.opts, self.limit, &self.out).await {
+        let started = std::time::Instant::now();
+        let r = configure::configure(payload, self.opts, self.limit, &self.out).await;
+        if let Some(s) = &self.stats {
+            s.configured(r.as_ref().ok().map(|c| &c.cfg), started.elapsed());
+        }
+        match r {
             Ok(c) => {
                 tracing::info!(node = %self.opts.name, "configured: {}", configure::describe(&c.cfg));
                 self.state = Some(c);
@@ -369,6 +396,9 @@ impl Session<'_> {
         let st = self.state.as_mut().expect("configured: checked above");
         if !st.workers.submit(job).await {
             return Some(Err(NodeError::Session("the core handlers stopped".into())));
+        }
+        if let Some(s) = &self.stats {
+            s.job();
         }
         None
     }

@@ -22,6 +22,7 @@ pub mod defaults;
 pub mod dispatch;
 mod group;
 mod limits;
+pub mod metrics;
 pub mod nodeconn;
 pub mod pool;
 mod registry;
@@ -130,6 +131,7 @@ pub(crate) struct Shared {
     pub registry: registry::Registry,
     /// Shared mode: the scheduler's part of the status, published by it.
     pub view: std::sync::Mutex<sched::view::View>,
+    pub metrics: Arc<metrics::Metrics>,
     next_id: AtomicU64,
 }
 
@@ -150,6 +152,7 @@ impl Shared {
         if self.opts.sharing == Sharing::Shared {
             self.view.lock().expect("view lock").merge(&mut s);
         }
+        self.metrics.fill(&mut s);
         s
     }
 }
@@ -163,6 +166,25 @@ pub struct StatusHandle(Arc<Shared>);
 impl StatusHandle {
     pub fn get(&self) -> ClusterStatus {
         self.0.status(None)
+    }
+}
+
+/// `/metrics` and `/status` of `--metrics-listen`: both from the same status
+/// snapshot, so they cannot disagree.
+impl corefarm_telemetry::Endpoints for StatusHandle {
+    fn metrics(&self) -> String {
+        let shared = self.0.clone();
+        let mut reg = corefarm_telemetry::registry();
+        reg.register_collector(corefarm_telemetry::collector(move |enc| {
+            let s = shared.status(None);
+            let times = shared.registry.config_times();
+            metrics::encode(enc, &shared.metrics, &s, &times)
+        }));
+        corefarm_telemetry::encode(&reg)
+    }
+
+    fn status(&self) -> Vec<u8> {
+        self.get().encode()
     }
 }
 
@@ -197,6 +219,7 @@ impl Server {
             pool: pool::Pool::default(),
             registry: registry::Registry::default(),
             view: Default::default(),
+            metrics: Default::default(),
             next_id: AtomicU64::new(1),
         });
         Ok(Server {
@@ -248,6 +271,7 @@ impl Server {
                     Ok((s, addr)) => {
                         tune(&s);
                         let Ok(permit) = node_slots.clone().try_acquire_owned() else {
+                            shared.metrics.error(metrics::ErrorKind::Refused);
                             refusals.refuse(limits::Port::Nodes, s, addr);
                             continue;
                         };
@@ -269,6 +293,7 @@ impl Server {
                     Ok((s, addr)) => {
                         tune(&s);
                         let Ok(permit) = user_slots.clone().try_acquire_owned() else {
+                            shared.metrics.error(metrics::ErrorKind::Refused);
                             refusals.refuse(limits::Port::Users, s, addr);
                             continue;
                         };

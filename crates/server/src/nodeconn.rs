@@ -53,6 +53,9 @@ pub struct NodeConn {
     /// Identity and counters shown by the status extension.
     pub entry: Arc<NodeEntry>,
     sink: Arc<Sink>,
+    /// The byte counters of `--metrics-listen` (not `Shared`: the pool,
+    /// which `Shared` owns, holds NodeConns).
+    metrics: Arc<crate::metrics::Metrics>,
     /// Reports a frame the owner wrote itself, for policies that count writes.
     ev_tx: Option<mpsc::UnboundedSender<NodeEvent>>,
     pub events: mpsc::UnboundedReceiver<NodeEvent>,
@@ -137,6 +140,12 @@ impl NodeConn {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
                         r = reader.read_frame() => r,
                     };
+                    if let Ok(Some(f)) = &r {
+                        _slot.shared.metrics.bytes(
+                            crate::metrics::Link::NodeIn,
+                            f.payload.len() + corefarm_smp::HEADER_LEN,
+                        );
+                    }
                     match r {
                         Ok(Some(f)) if f.ty == MsgType::Hello => match Hello::decode(&f.payload) {
                             Ok(h) if h.role == "node" => {
@@ -184,6 +193,7 @@ impl NodeConn {
             addr,
             entry,
             sink,
+            metrics: shared.metrics.clone(),
             ev_tx: track_writes.then_some(ev_tx),
             events,
             closed,
@@ -203,6 +213,9 @@ impl NodeConn {
     /// an owner produces in one wake-up share a `writev`. Returns false if
     /// the connection is gone.
     pub fn queue(&self, f: OutFrame) -> bool {
+        // Counted when handed to the socket's queue: a relaxed add, no lock.
+        self.metrics
+            .bytes(crate::metrics::Link::NodeOut, f.wire_len());
         self.sink.push(f, true)
     }
 

@@ -34,6 +34,8 @@ pub struct NodeEntry {
     user: AtomicU64,
     pub in_flight: AtomicU64,
     pub results: AtomicU64,
+    /// Busy time, results, reconfigurations for metrics (crate::metrics).
+    pub m: crate::metrics::NodeMetrics,
 }
 
 impl NodeEntry {
@@ -46,6 +48,7 @@ impl NodeEntry {
             user: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             results: AtomicU64::new(0),
+            m: Default::default(),
         }
     }
 
@@ -82,12 +85,13 @@ impl NodeEntry {
 
     pub fn set_state(&self, s: NodeState) {
         self.state.store(node_state_code(s), Ordering::Relaxed);
+        self.m.on_state(s);
     }
 
     pub fn status(&self) -> NodeStatus {
         let user = self.user.load(Ordering::Relaxed);
         let info = self.info();
-        NodeStatus {
+        let mut s = NodeStatus {
             id: self.id,
             name: info.name,
             targets: info.targets,
@@ -96,8 +100,10 @@ impl NodeEntry {
             user: (user != 0).then_some(user),
             in_flight: self.in_flight.load(Ordering::Relaxed),
             results: self.results.load(Ordering::Relaxed),
-            function: None,
-        }
+            ..Default::default()
+        };
+        self.m.fill(&mut s);
+        s
     }
 }
 
@@ -130,6 +136,8 @@ pub struct UserEntry {
     pub outstanding: AtomicU64,
     pub queued: AtomicU64,
     pub results: AtomicU64,
+    /// Failures and latency for metrics (crate::metrics).
+    pub m: crate::metrics::UserMetrics,
 }
 
 impl UserEntry {
@@ -143,7 +151,14 @@ impl UserEntry {
             outstanding: AtomicU64::new(0),
             queued: AtomicU64::new(0),
             results: AtomicU64::new(0),
+            m: Default::default(),
         }
+    }
+
+    /// Its metrics label: the hello name, `anonymous` or `seed`.
+    pub fn label(&self) -> String {
+        let name = self.name.lock().expect("user name lock");
+        crate::metrics::user_label(name.as_deref(), self.hello.load(Ordering::Relaxed))
     }
 
     pub fn set_hello(&self, name: Option<String>) {
@@ -161,7 +176,7 @@ impl UserEntry {
     }
 
     fn status(&self, nodes: Vec<u64>) -> UserStatus {
-        UserStatus {
+        let mut s = UserStatus {
             id: self.id,
             addr: self.addr.to_string(),
             name: self.name.lock().expect("user name lock").clone(),
@@ -175,9 +190,10 @@ impl UserEntry {
             outstanding: self.outstanding.load(Ordering::Relaxed),
             queued: self.queued.load(Ordering::Relaxed),
             results: self.results.load(Ordering::Relaxed),
-            function: None,
-            in_flight: 0,
-        }
+            ..Default::default()
+        };
+        self.m.fill(&mut s);
+        s
     }
 }
 
@@ -207,6 +223,12 @@ impl Registry {
 
     pub fn remove_user(&self, id: u64) {
         self.users.lock().expect("registry lock").remove(&id);
+    }
+
+    /// Each node's configuration-time histogram, by node id (metrics).
+    pub fn config_times(&self) -> Vec<(u64, corefarm_telemetry::HistogramSnapshot)> {
+        let nodes = self.nodes.lock().expect("registry lock");
+        nodes.values().map(|n| (n.id, n.m.config_times())).collect()
     }
 
     /// Everything but the server-wide fields (policy, limits, who asks).

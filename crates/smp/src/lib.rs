@@ -39,7 +39,9 @@ pub use outframe::{FrameBatch, OutFrame};
 pub use peer::{
     Algo, CollHeader, CollOp, DType, PeerBody, PeerFrame, PeerHeader, PeerKind, PeerMsg, ReduceOp,
 };
-pub use status::{ClusterStatus, FunctionStatus, NodeState, NodeStatus, UserPhase, UserStatus};
+pub use status::{
+    ClusterStatus, FunctionStatus, LinkBytes, NodeState, NodeStatus, UserPhase, UserStatus,
+};
 
 /// Default upper bound on a payload: large enough for any realistic bitstream
 /// or batch of inputs, small enough that a hostile header cannot make a peer

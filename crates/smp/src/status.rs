@@ -33,6 +33,19 @@ pub struct ClusterStatus {
     /// Shared mode: the functions the server knows (seed 002).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub functions: Vec<FunctionStatus>,
+    /// Seconds since the server started.
+    #[serde(default)]
+    pub uptime_seconds: f64,
+    /// Data messages moved to another node after their node was lost.
+    #[serde(default)]
+    pub redispatched: u64,
+    /// Errors since the server started, by kind (`node_lost`,
+    /// `core_failure`, `configuration_failed`, `user_error`, `refused`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub errors: std::collections::BTreeMap<String, u64>,
+    /// Bytes read and written on each kind of link since the server started.
+    #[serde(default)]
+    pub bytes: LinkBytes,
 }
 
 /// One function in shared mode: a configuration payload, by digest.
@@ -64,6 +77,18 @@ pub struct FunctionStatus {
     /// Users whose current configuration it is.
     #[serde(default)]
     pub users: Vec<u64>,
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LinkBytes {
+    #[serde(default)]
+    pub user_in: u64,
+    #[serde(default)]
+    pub user_out: u64,
+    #[serde(default)]
+    pub node_in: u64,
+    #[serde(default)]
+    pub node_out: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -101,9 +126,28 @@ pub struct NodeStatus {
     /// Results it returned (for its current user).
     #[serde(default)]
     pub results: u64,
-    /// Shared mode: the function it holds (short hex).
+    /// What it is configured for: `bench` or `sha256:<12 hex>` of the
+    /// configuration's bitstream in exclusive mode; in shared mode the
+    /// function it holds (short hex of the payload digest); none while
+    /// unconfigured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<String>,
+    /// Cores in its current configuration.
+    #[serde(default)]
+    pub cores: u32,
+    /// Seconds with at least one message in flight, since it connected
+    /// (its utilisation is the rate of this).
+    #[serde(default)]
+    pub busy_seconds: f64,
+    /// Results since it connected, whoever it worked for.
+    #[serde(default)]
+    pub results_total: u64,
+    /// Inputs its cores failed on since it connected.
+    #[serde(default)]
+    pub failures: u64,
+    /// Configurations it accepted since it connected.
+    #[serde(default)]
+    pub reconfigurations: u64,
 }
 
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,6 +191,15 @@ pub struct UserStatus {
     /// Shared mode: its data messages at nodes now.
     #[serde(default)]
     pub in_flight: u64,
+    /// Inputs a core failed on (answered with an error).
+    #[serde(default)]
+    pub failures: u64,
+    /// Median and 99th percentile, in seconds, of the time from the server
+    /// handing a message to a node to its result (bucket estimates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p50: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_p99: Option<f64>,
 }
 
 /// Largest status answer a reader accepts: a cluster of thousands of nodes
@@ -220,6 +273,7 @@ mod tests {
                 addr: "127.0.0.1:6".into(),
                 phase: UserPhase::Routing,
                 nodes: vec![1],
+                latency_p50: Some(0.001),
                 function: Some("0a1b2c3d4e5f".into()),
                 ..Default::default()
             }],
@@ -231,6 +285,8 @@ mod tests {
                 users: vec![3],
                 ..Default::default()
             }],
+            redispatched: 2,
+            ..Default::default()
         };
         assert_eq!(s.function("0a1b").map(|f| f.replicas), Some(1));
         assert_eq!(ClusterStatus::decode(&s.encode()).unwrap(), s);

@@ -54,6 +54,61 @@ pub fn local_cluster(nodes: u32, extra: &[&str]) -> (Proc, String) {
     (proc, users)
 }
 
+/// `corefarm local --nodes N --metrics-listen 127.0.0.1:0` (plus `extra`);
+/// returns it with its user, node and metrics addresses.
+pub fn local_cluster_with_metrics(nodes: u32, extra: &[&str]) -> (Proc, [String; 3]) {
+    let mut child = Command::new(BIN)
+        .args(["local", "--nodes", &nodes.to_string()])
+        .args([
+            "--nodes-listen",
+            "127.0.0.1:0",
+            "--users-listen",
+            "127.0.0.1:0",
+        ])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start corefarm local");
+    let stdout = child.stdout.take().unwrap();
+    let proc = Proc(child);
+    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
+    let line = lines
+        .find(|l| l.starts_with("listening "))
+        .expect("corefarm local prints its addresses");
+    let field = |key: &str| {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            .to_string()
+    };
+    let addrs = [field("users="), field("nodes="), field("metrics=")];
+    std::thread::spawn(move || lines.for_each(drop));
+    (proc, addrs)
+}
+
+/// `GET path` over plain HTTP/1.1; returns the status code and the body.
+pub fn http_get(addr: &str, path: &str) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("connect to the metrics port");
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut raw = String::new();
+    s.read_to_string(&mut raw).expect("read the HTTP answer");
+    let (head, body) = raw.split_once("\r\n\r\n").expect("an HTTP head");
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .expect("a status code");
+    (code, body.to_string())
+}
+
 /// Builds an image from an HLS component of `cores/` with `corefarm image
 /// build` into `dir`; `args` adds flags (entry, sizes, cores).
 pub fn hls_image(dir: &Path, source: &str, args: &[&str]) -> Bytes {

@@ -13,6 +13,12 @@ pub enum Tool {
     /// `$VERILATOR`, default `verilator`.
     Verilator,
     Make,
+    /// Prometheus' `promtool` (Debian package `prometheus`).
+    #[allow(dead_code)] // only the metrics test needs it
+    Promtool,
+    /// `tmux`, to drive a terminal program.
+    #[allow(dead_code)] // only the top test needs it
+    Tmux,
 }
 
 impl Tool {
@@ -22,6 +28,8 @@ impl Tool {
             Tool::Cxx => var("CXX", "c++"),
             Tool::Verilator => var("VERILATOR", "verilator"),
             Tool::Make => "make".into(),
+            Tool::Promtool => "promtool".into(),
+            Tool::Tmux => "tmux".into(),
         }
     }
 
@@ -30,13 +38,20 @@ impl Tool {
             Tool::Cxx => format!("a C++ compiler ($CXX = {:?})", self.program()),
             Tool::Verilator => format!("Verilator ($VERILATOR = {:?})", self.program()),
             Tool::Make => "make".into(),
+            Tool::Promtool => "promtool (Debian package prometheus)".into(),
+            Tool::Tmux => "tmux".into(),
         }
     }
 
     /// Whether `<program> --version` runs and succeeds.
     fn runs(self) -> bool {
+        let flag = if matches!(self, Tool::Tmux) {
+            "-V"
+        } else {
+            "--version"
+        };
         Command::new(self.program())
-            .arg("--version")
+            .arg(flag)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::null())

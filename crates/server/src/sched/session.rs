@@ -90,11 +90,14 @@ pub(crate) async fn run(
     let (out, mut out_rx) = mpsc::channel::<OutFrame>(USER_QUEUE);
     let io_timeout = shared.opts.io_timeout;
     let writer_stop = stop.clone();
+    let metrics = shared.metrics.clone();
     let writer = tokio::spawn(async move {
         while let Some(f) = out_rx.recv().await {
-            let write = write_batch(&mut wr, f, || out_rx.try_recv().ok());
+            let mut bytes = f.wire_len();
+            let more = || out_rx.try_recv().ok().inspect(|f| bytes += f.wire_len());
+            let write = write_batch(&mut wr, f, more);
             match tokio::time::timeout(io_timeout, write).await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(_)) => metrics.bytes(crate::metrics::Link::UserOut, bytes),
                 Ok(Err(e)) => {
                     tracing::info!(user = %peer, "write to user failed: {e}");
                     break;

@@ -161,6 +161,7 @@ impl Handler {
         };
         self.set_phase(Phase::Configuring);
         self.refusals.clear();
+        let (function, cores) = (crate::metrics::function_label(&cfg), cfg.cores.len());
         self.cfg = Some(cfg);
         self.cfg_frame = Some(frame.clone());
         let deadline = Instant::now() + self.shared.opts.config_timeout;
@@ -170,6 +171,7 @@ impl Handler {
             if n.tx.send(frame.clone()) {
                 n.sent += 1;
                 n.slot = Slot::Configuring { deadline };
+                n.tx.entry.m.configuring(function.clone(), cores);
                 n.tx.entry.set_state(NodeState::Configuring);
             } else {
                 let why = "connection closed before configuration";

@@ -253,6 +253,7 @@ impl Handler {
                         }
                     };
                     self.last_activity = Instant::now();
+                    self.shared.metrics.bytes(crate::metrics::Link::UserIn, frame.payload.len() + corefarm_smp::HEADER_LEN);
                     if let Err(e) = self.on_user_frame(frame).await { return e; }
                 }
                 // Last, so only when nothing else is ready: what this
@@ -334,6 +335,9 @@ impl Handler {
         // the nodes' results) waits after a few queued messages. Written
         // when the handler is about to wait (`flush_writes`).
         self.out.room(USER_QUEUE).await;
+        self.shared
+            .metrics
+            .bytes(crate::metrics::Link::UserOut, f.wire_len());
         if self.out.push(f, false) {
             Ok(())
         } else {
@@ -367,6 +371,9 @@ impl Handler {
 
     /// Reports a fatal error to the user (as the protocol allows) and ends the session.
     async fn fail_user(&mut self, id: u32, code: ErrorCode, reason: String) -> End {
+        self.shared
+            .metrics
+            .error(crate::metrics::ErrorKind::UserError);
         tracing::warn!(user = %self.peer, "{reason}");
         if self.hello.is_some() {
             let _ = self.send_error(id, code, reason.clone()).await;

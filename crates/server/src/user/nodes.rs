@@ -100,6 +100,7 @@ impl Handler {
             self.refusals.reason(id, n.tx.label(), reason);
         }
         let mut moved: Vec<(u32, Pending)> = n.in_flight.into_iter().collect();
+        self.shared.metrics.node_lost(moved.len());
         moved.sort_by_key(|(k, _)| *k);
         for (_, p) in moved.into_iter().rev() {
             self.redispatch.push_front(p);

@@ -74,6 +74,9 @@ impl Handler {
         p.sent = now;
         n.in_flight.insert(internal, p);
         n.tx.entry.in_flight.fetch_add(1, Ordering::Relaxed);
+        n.tx.entry
+            .m
+            .dispatched(n.in_flight.len() == 1, now.into_std());
         // Written when the handler is about to wait (`flush_writes`), with
         // whatever else this wake-up produced for the node.
         if n.tx.queue(frame) {
@@ -181,6 +184,9 @@ impl Handler {
                 n.last_progress = now;
                 n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                 n.tx.entry.results.fetch_add(1, Ordering::Relaxed);
+                n.tx.entry
+                    .m
+                    .answered(n.in_flight.is_empty(), false, now.into_std());
                 let left = n.in_flight.len();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
@@ -197,6 +203,8 @@ impl Handler {
                     );
                 }
                 self.entry.results.fetch_add(1, Ordering::Relaxed);
+                let m = &self.shared.metrics;
+                self.entry.m.result(m, || self.entry.label(), now - p.sent);
                 self.answered();
                 // A result of the configured size always fits (checked at configuration).
                 match OutFrame::data(p.user_id, d.data) {
@@ -215,6 +223,9 @@ impl Handler {
                 } else {
                     tracing::warn!(user = %self.peer, node = %n.tx.label(), "node refused the configuration");
                     self.refusals.refused(id, n.tx.label());
+                    self.shared
+                        .metrics
+                        .error(crate::metrics::ErrorKind::ConfigurationFailed);
                     let user = self.user;
                     self.shared.pool.update(user, |w| {
                         w.refused.insert(id);
@@ -233,9 +244,14 @@ impl Handler {
                     // A core failed on this input: the user hears about it by id.
                     n.last_progress = Instant::now();
                     n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
+                    let at = n.last_progress.into_std();
+                    n.tx.entry.m.answered(n.in_flight.is_empty(), true, at);
                     let reason =
                         format!("node {} failed on this input: {}", n.tx.label(), e.reason);
                     self.answered();
+                    self.entry
+                        .m
+                        .failure(&self.shared.metrics, || self.entry.label());
                     if self.hello.is_some() {
                         self.send_error(p.user_id, ErrorCode::CoreFailure, reason)
                             .await

@@ -1,0 +1,441 @@
+//! Server metrics: counters the data path feeds with relaxed atomics (no
+//! lock per message), turned into Prometheus families and into the status
+//! model only when someone asks (`/metrics`, `/status`, the status request).
+//!
+//! - [`Metrics`]: server-wide totals (bytes per link, errors by kind,
+//!   re-dispatches) and per-user-name slots, capped so a stream of distinct
+//!   names cannot grow the label set;
+//! - [`NodeMetrics`]: a node's busy time, results, failures and
+//!   reconfigurations, kept in its registry entry;
+//! - [`UserMetrics`]: a session's failures and latency histogram;
+//! - [`families`]: the Prometheus families, encoded at scrape time.
+
+mod families;
+
+pub use families::encode;
+
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use corefarm_smp::{ClusterStatus, Configuration, LinkBytes, NodeState, NodeStatus, UserStatus};
+use corefarm_telemetry::{AtomicHistogram, Slots};
+
+/// Distinct user names with their own label; the rest share `other`.
+pub const USER_SLOTS: usize = 32;
+
+/// Configuration round trips: from 1 ms (a native core) to 10 s and more
+/// (programming an FPGA).
+const CONFIG_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0];
+
+#[derive(Debug, Clone, Copy)]
+pub enum Link {
+    UserIn,
+    UserOut,
+    NodeIn,
+    NodeOut,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub enum ErrorKind {
+    /// A node connection lost or dropped while it belonged to a user.
+    NodeLost,
+    /// A core failed on an input.
+    CoreFailure,
+    /// A node refused (or did not answer) a configuration.
+    ConfigurationFailed,
+    /// A user session ended by a protocol or limit error.
+    UserError,
+    /// A connection refused at --max-users / --max-nodes.
+    Refused,
+}
+
+const ERROR_KINDS: [(&str, ErrorKind); 5] = [
+    ("node_lost", ErrorKind::NodeLost),
+    ("core_failure", ErrorKind::CoreFailure),
+    ("configuration_failed", ErrorKind::ConfigurationFailed),
+    ("user_error", ErrorKind::UserError),
+    ("refused", ErrorKind::Refused),
+];
+
+/// A counter alone on its cache line: the server-wide totals are written
+/// from every connection's task, and must not share lines with each other.
+#[derive(Debug, Default)]
+#[repr(align(64))]
+struct Padded(AtomicU64);
+
+/// Per user name, across sessions (so counters only grow).
+#[derive(Debug, Default)]
+pub struct UserSlot {
+    results: AtomicU64,
+    failures: AtomicU64,
+    latency: AtomicHistogram,
+}
+
+#[derive(Debug)]
+pub struct Metrics {
+    started: Instant,
+    link: [Padded; 4],
+    redispatched: Padded,
+    errors: [AtomicU64; 5],
+    users: Slots<UserSlot>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics {
+            started: Instant::now(),
+            link: Default::default(),
+            redispatched: Padded::default(),
+            errors: Default::default(),
+            users: Slots::new(USER_SLOTS),
+        }
+    }
+}
+
+impl Metrics {
+    pub fn bytes(&self, link: Link, n: usize) {
+        self.link[link as usize]
+            .0
+            .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    pub fn error(&self, kind: ErrorKind) {
+        self.errors[kind as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A node was lost with `moved` messages in flight, which go to others.
+    pub fn node_lost(&self, moved: usize) {
+        self.error(ErrorKind::NodeLost);
+        self.redispatched
+            .0
+            .fetch_add(moved as u64, Ordering::Relaxed);
+    }
+
+    /// Server-wide fields of the status model.
+    pub fn fill(&self, s: &mut ClusterStatus) {
+        let l = |k: Link| self.link[k as usize].0.load(Ordering::Relaxed);
+        s.uptime_seconds = self.started.elapsed().as_secs_f64();
+        s.redispatched = self.redispatched.0.load(Ordering::Relaxed);
+        s.bytes = LinkBytes {
+            user_in: l(Link::UserIn),
+            user_out: l(Link::UserOut),
+            node_in: l(Link::NodeIn),
+            node_out: l(Link::NodeOut),
+        };
+        s.errors = ERROR_KINDS
+            .iter()
+            .map(|(name, k)| {
+                (
+                    name.to_string(),
+                    self.errors[*k as usize].load(Ordering::Relaxed),
+                )
+            })
+            .collect();
+    }
+}
+
+/// The label of a configuration's function as the status shows it.
+pub fn function_label(cfg: &Configuration) -> String {
+    if cfg.benchmark().is_some() {
+        return "bench".into();
+    }
+    use sha2::Digest;
+    let digest = sha2::Sha256::digest(&cfg.bitstream);
+    format!("sha256:{}", hex::encode(&digest[..6]))
+}
+
+fn epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Nanoseconds from the process epoch to `at`, never 0 (0 means "not
+/// running"). The data path passes the `Instant` it already read, so the
+/// hooks add no clock read of their own.
+fn stamp_at(at: Instant) -> u64 {
+    (at.saturating_duration_since(epoch()).as_nanos() as u64).max(1)
+}
+
+fn stamp() -> u64 {
+    stamp_at(Instant::now())
+}
+
+/// Written by the task that owns the node (one writer); read by status.
+#[derive(Debug)]
+pub struct NodeMetrics {
+    function: Mutex<Option<String>>,
+    cores: AtomicU32,
+    busy_ns: AtomicU64,
+    /// When the node last went from idle to busy; 0 while idle.
+    busy_since: AtomicU64,
+    results: AtomicU64,
+    failures: AtomicU64,
+    reconfigurations: AtomicU64,
+    config_since: AtomicU64,
+    config_time: AtomicHistogram,
+}
+
+impl Default for NodeMetrics {
+    fn default() -> Self {
+        // Fix the epoch before any time is stamped against it.
+        epoch();
+        NodeMetrics {
+            function: Mutex::new(None),
+            cores: AtomicU32::new(0),
+            busy_ns: AtomicU64::new(0),
+            busy_since: AtomicU64::new(0),
+            results: AtomicU64::new(0),
+            failures: AtomicU64::new(0),
+            reconfigurations: AtomicU64::new(0),
+            config_since: AtomicU64::new(0),
+            config_time: AtomicHistogram::new(CONFIG_BOUNDS),
+        }
+    }
+}
+
+impl NodeMetrics {
+    /// A message went to the node at `now`; `first` if nothing else was in flight.
+    pub fn dispatched(&self, first: bool, now: Instant) {
+        if first {
+            self.busy_since.store(stamp_at(now), Ordering::Relaxed);
+        }
+    }
+
+    /// A result (or, with `failed`, an error for an input) came back at
+    /// `now`; `idle` if nothing is in flight any more.
+    pub fn answered(&self, idle: bool, failed: bool, now: Instant) {
+        let c = if failed {
+            &self.failures
+        } else {
+            &self.results
+        };
+        c.fetch_add(1, Ordering::Relaxed);
+        if idle {
+            self.stop_busy(now);
+        }
+    }
+
+    fn stop_busy(&self, now: Instant) {
+        let since = self.busy_since.swap(0, Ordering::Relaxed);
+        if since != 0 {
+            let d = stamp_at(now).saturating_sub(since);
+            self.busy_ns.fetch_add(d, Ordering::Relaxed);
+        }
+    }
+
+    /// A configuration is sent to the node.
+    pub fn configuring(&self, function: String, cores: usize) {
+        *self.function.lock().expect("function lock") = Some(function);
+        self.cores.store(cores as u32, Ordering::Relaxed);
+        self.config_since.store(stamp(), Ordering::Relaxed);
+    }
+
+    /// Called on every state change of the node (see `NodeEntry::set_state`).
+    pub fn on_state(&self, s: NodeState) {
+        if s != NodeState::Configuring {
+            let since = self.config_since.swap(0, Ordering::Relaxed);
+            if since != 0 && s == NodeState::Ready {
+                let d = stamp().saturating_sub(since);
+                self.config_time.observe(Duration::from_nanos(d));
+                self.reconfigurations.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        if matches!(s, NodeState::Free | NodeState::Assigned) {
+            // A new owner: whatever was in flight is gone with the old one.
+            self.stop_busy(Instant::now());
+            *self.function.lock().expect("function lock") = None;
+            self.cores.store(0, Ordering::Relaxed);
+        }
+    }
+
+    pub fn busy_seconds(&self) -> f64 {
+        let mut ns = self.busy_ns.load(Ordering::Relaxed);
+        let since = self.busy_since.load(Ordering::Relaxed);
+        if since != 0 {
+            ns += stamp().saturating_sub(since);
+        }
+        ns as f64 / 1e9
+    }
+
+    pub fn fill(&self, s: &mut NodeStatus) {
+        s.function = self.function.lock().expect("function lock").clone();
+        s.cores = self.cores.load(Ordering::Relaxed);
+        s.busy_seconds = self.busy_seconds();
+        s.results_total = self.results.load(Ordering::Relaxed);
+        s.failures = self.failures.load(Ordering::Relaxed);
+        s.reconfigurations = self.reconfigurations.load(Ordering::Relaxed);
+    }
+}
+
+/// Written by the user's handler task; read by status.
+#[derive(Debug, Default)]
+pub struct UserMetrics {
+    slot: OnceLock<Arc<UserSlot>>,
+    failures: AtomicU64,
+    latency: AtomicHistogram,
+}
+
+impl UserMetrics {
+    /// The name's slot, looked up once per session (on the first answer,
+    /// when the hello's name is known).
+    fn slot(&self, m: &Metrics, name: impl FnOnce() -> String) -> &UserSlot {
+        self.slot.get_or_init(|| m.users.get(&name()))
+    }
+
+    /// A result came back `latency` after its message went to a node.
+    pub fn result(&self, m: &Metrics, name: impl FnOnce() -> String, latency: Duration) {
+        self.latency.observe(latency);
+        let slot = self.slot(m, name);
+        slot.results.fetch_add(1, Ordering::Relaxed);
+        slot.latency.observe(latency);
+    }
+
+    /// A core failed on one of the user's inputs.
+    pub fn failure(&self, m: &Metrics, name: impl FnOnce() -> String) {
+        m.error(ErrorKind::CoreFailure);
+        self.failures.fetch_add(1, Ordering::Relaxed);
+        let slot = self.slot(m, name);
+        slot.failures.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub fn fill(&self, s: &mut UserStatus) {
+        s.failures = self.failures.load(Ordering::Relaxed);
+        let h = self.latency.snapshot();
+        s.latency_p50 = h.quantile(0.5);
+        s.latency_p99 = h.quantile(0.99);
+    }
+}
+
+/// The label value of a user: its hello name, `anonymous`, or `seed`.
+pub fn user_label(name: Option<&str>, hello: bool) -> String {
+    match (name, hello) {
+        (Some(n), _) if !n.is_empty() => n.to_string(),
+        (_, true) => "anonymous".into(),
+        (_, false) => "seed".into(),
+    }
+}
+
+impl NodeMetrics {
+    pub fn config_times(&self) -> corefarm_telemetry::HistogramSnapshot {
+        self.config_time.snapshot()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use corefarm_smp::UserPhase;
+
+    #[test]
+    fn reconfigurations_count_only_accepted_configurations() {
+        let n = NodeMetrics::default();
+        n.configuring("bench".into(), 2);
+        n.on_state(NodeState::Configuring);
+        n.on_state(NodeState::Ready);
+        // Refused: back to the pool without reaching Ready.
+        n.configuring("sha256:abc".into(), 1);
+        n.on_state(NodeState::Configuring);
+        n.on_state(NodeState::Free);
+        let mut s = NodeStatus::default();
+        n.fill(&mut s);
+        assert_eq!((s.reconfigurations, s.function, s.cores), (1, None, 0));
+        assert_eq!(n.config_times().count, 1);
+    }
+
+    #[test]
+    fn busy_time_runs_from_first_dispatch_to_last_answer() {
+        let n = NodeMetrics::default();
+        let t0 = Instant::now();
+        n.dispatched(true, t0);
+        n.dispatched(false, t0 + Duration::from_millis(1));
+        assert_ne!(n.busy_since.load(Ordering::Relaxed), 0);
+        n.answered(false, false, t0 + Duration::from_millis(2));
+        n.answered(true, true, t0 + Duration::from_millis(5));
+        assert_eq!(n.busy_since.load(Ordering::Relaxed), 0, "idle again");
+        assert!(
+            (n.busy_seconds() - 0.005).abs() < 1e-9,
+            "{}",
+            n.busy_seconds()
+        );
+        // Idle time does not count.
+        n.dispatched(true, t0 + Duration::from_millis(9));
+        n.answered(true, false, t0 + Duration::from_millis(10));
+        assert!(
+            (n.busy_seconds() - 0.006).abs() < 1e-9,
+            "{}",
+            n.busy_seconds()
+        );
+        let mut s = NodeStatus::default();
+        n.fill(&mut s);
+        assert_eq!((s.results_total, s.failures), (2, 1));
+    }
+
+    #[test]
+    fn families_follow_the_status_and_cap_user_names() {
+        let m = Metrics::default();
+        m.node_lost(3);
+        m.bytes(Link::UserIn, 100);
+        for i in 0..USER_SLOTS + 5 {
+            let u = UserMetrics::default();
+            u.result(&m, || format!("u{i}"), Duration::from_millis(2));
+        }
+        let mut s = ClusterStatus {
+            nodes: vec![NodeStatus {
+                id: 1,
+                name: Some("n0".into()),
+                addr: "127.0.0.1:5".into(),
+                state: NodeState::Ready,
+                function: Some("bench".into()),
+                results_total: 7,
+                ..Default::default()
+            }],
+            users: vec![UserStatus {
+                id: 2,
+                phase: UserPhase::Routing,
+                queued: 4,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        m.fill(&mut s);
+        assert_eq!(
+            (s.redispatched, s.errors["node_lost"], s.bytes.user_in),
+            (3, 1, 100)
+        );
+        let times = vec![(1, AtomicHistogram::new(CONFIG_BOUNDS).snapshot())];
+        let mut reg = corefarm_telemetry::registry();
+        let st = s.clone();
+        let m = Arc::new(m);
+        let m2 = m.clone();
+        reg.register_collector(corefarm_telemetry::collector(move |enc| {
+            encode(enc, &m2, &st, &times)
+        }));
+        let text = corefarm_telemetry::to_prometheus_text(&corefarm_telemetry::encode(&reg));
+        for line in [
+            r#"corefarm_node_results_total{node="n0@127.0.0.1:5"} 7"#,
+            r#"corefarm_node_function{node="n0@127.0.0.1:5",function="bench"} 1"#,
+            r#"corefarm_nodes_connected{state="ready"} 1"#,
+            r#"corefarm_errors_total{kind="node_lost"} 1"#,
+            r#"corefarm_redispatched_total 3"#,
+            r#"corefarm_queued_messages 4"#,
+            r#"corefarm_user_results_total{user="other"} 5"#,
+            r#"corefarm_link_bytes_total{link="user",direction="in"} 100"#,
+        ] {
+            assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");
+        }
+        let users = text
+            .lines()
+            .filter(|l| l.starts_with("corefarm_user_results_total{"))
+            .count();
+        assert_eq!(users, USER_SLOTS + 1, "32 names and other");
+    }
+
+    #[test]
+    fn user_labels() {
+        assert_eq!(user_label(Some("prog"), true), "prog");
+        assert_eq!(user_label(None, true), "anonymous");
+        assert_eq!(user_label(Some(""), true), "anonymous");
+        assert_eq!(user_label(None, false), "seed");
+    }
+}
