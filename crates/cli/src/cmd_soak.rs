@@ -21,6 +21,11 @@ pub struct SoakArgs {
     /// Mean time between node kills, e.g. 5s.
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     kill_every: Duration,
+    /// The server's --sharing mode: `shared` (a lost replica's work waits
+    /// for another; the default here) or `exclusive` (a user whose last
+    /// node dies gets an error).
+    #[arg(long, default_value = "shared", value_parser = ["shared", "exclusive"])]
+    sharing: String,
     /// Seed of every random choice (printed, so a run can be replayed).
     #[arg(long)]
     seed: Option<u64>,
@@ -52,13 +57,14 @@ pub fn run(a: SoakArgs) -> Result<()> {
         nodes: a.nodes,
         users: a.users,
         kill_every: a.kill_every,
+        sharing: a.sharing.clone(),
         seed,
         progress: !a.json,
     };
     if !a.json {
         eprintln!(
-            "soak: {:?} with {} nodes and {} users, a node killed every ~{:?} (seed {seed})",
-            a.duration, a.nodes, a.users, a.kill_every
+            "soak: {:?} with {} nodes and {} users, a node killed every ~{:?}, {} nodes (seed {seed})",
+            a.duration, a.nodes, a.users, a.kill_every, a.sharing
         );
     }
     let r = soak::run(&opts)?;

@@ -39,6 +39,8 @@ pub struct SoakOptions {
     pub users: u32,
     /// Mean seconds between node kills (uniform in 0.5×–1.5× of it).
     pub kill_every: Duration,
+    /// The server's `--sharing` mode.
+    pub sharing: String,
     pub seed: u64,
     /// A progress line on stderr every few seconds.
     pub progress: bool,
@@ -54,6 +56,7 @@ pub struct Check {
 #[derive(Debug, Serialize)]
 pub struct SoakReport {
     pub seconds: f64,
+    pub sharing: String,
     pub seed: u64,
     pub nodes: usize,
     pub users: u32,
@@ -94,6 +97,8 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         "30",
         "--log",
         "warn",
+        "--sharing",
+        opts.sharing.as_str(),
     ]
     .map(String::from)
     .to_vec();
@@ -306,6 +311,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     };
     Ok(SoakReport {
         seconds,
+        sharing: opts.sharing.clone(),
         seed: opts.seed,
         nodes: opts.nodes,
         users: opts.users,

@@ -253,6 +253,9 @@ impl Sched {
                 }
             }
         }
+        if let Some(f) = slot.function {
+            self.forget_if_unused(f);
+        }
         if self.nodes.is_empty() {
             self.no_nodes_since = Some(now);
         }
@@ -376,7 +379,8 @@ impl Sched {
         let Some(func) = self.fns.get(&f) else { return };
         let payload = func.payload.clone();
         let slot = self.nodes.get_mut(&node).expect("reconfigured node exists");
-        if let Some(old) = slot.function.take() {
+        let old = slot.function.take();
+        if let Some(old) = old {
             if let Some(o) = self.orders.get_mut(&old) {
                 o.remove(node);
             }
@@ -388,6 +392,11 @@ impl Sched {
         // Service times change with the function: the window starts afresh.
         slot.window = Window::new(self.p.credit, self.p.credit_adaptive);
         slot.sent += 1;
+        // A function nobody uses any more, whose last replica this was, is
+        // forgotten (the soak showed one kept per configuration otherwise).
+        if let Some(old) = old.filter(|&o| o != f) {
+            self.forget_if_unused(old);
+        }
         self.out.push(Action::Configure { node, payload });
         self.out.push(Action::State {
             node,

@@ -198,6 +198,9 @@ pub(crate) async fn run(
     };
     let mut end = h.main_loop(&stop).await;
     if let End::Group = end {
+        // The agreed hello was queued by the main loop, which would have
+        // written it before its next wait: the group code takes over first.
+        h.flush_writes();
         end = match crate::group::serve(&h.shared, user, &mut h.reader, &h.out, &stop).await {
             Ok(()) => End::Closed,
             Err(e) => End::Error(e),
