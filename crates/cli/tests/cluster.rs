@@ -6,7 +6,7 @@
 //! by an observer that takes no node), never on sleeps or log text.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -28,39 +28,14 @@ struct ServerProc {
 }
 
 fn server(extra: &[&str]) -> ServerProc {
-    let mut child = Command::new(BIN)
-        .args([
-            "server",
-            "--nodes-listen",
-            "127.0.0.1:0",
-            "--users-listen",
-            "127.0.0.1:0",
-        ])
-        .args(if extra.contains(&"--node-wait") {
-            &[][..]
-        } else {
-            &["--node-wait", "10"][..]
-        })
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start corefarm server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "listening nodes=IP:PORT users=IP:PORT"
-    let addr = |key: &str| -> SocketAddr {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .expect("address in banner")
-            .parse()
-            .unwrap()
+    let wait: &[&str] = if extra.contains(&"--node-wait") {
+        &[]
+    } else {
+        &["--node-wait", "10"]
     };
-    let (nodes, users) = (addr("nodes="), addr("users="));
+    let (proc_, nodes, users) = support::server(&[wait, extra].concat());
     ServerProc {
-        proc_: Proc(child),
+        proc_,
         nodes,
         users,
     }

@@ -4,7 +4,6 @@
 //! then a node process killed while the others wait for it in a collective;
 //! and the direct data path surviving a killed node process.
 
-use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
 
 use bytes::Bytes;
@@ -15,31 +14,8 @@ mod support;
 use support::{Proc, BIN};
 
 fn server() -> (Proc, String, String) {
-    let mut child = Command::new(BIN)
-        .args([
-            "server",
-            "--nodes-listen",
-            "127.0.0.1:0",
-            "--users-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--node-wait", "20"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start corefarm server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    // "listening nodes=IP:PORT users=IP:PORT"
-    let addr = |key: &str| -> String {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .expect("addresses in the banner")
-            .to_string()
-    };
-    (Proc(child), addr("nodes="), addr("users="))
+    let (p, nodes, users) = support::server(&["--node-wait", "20"]);
+    (p, nodes.to_string(), users.to_string())
 }
 
 fn node(nodes: &str, name: &str) -> Proc {

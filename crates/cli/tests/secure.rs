@@ -3,7 +3,6 @@
 //! image keygen / sign / inspect`, and the Rust client with a secret.
 //! Waits are on the server's status or on process exit, never on sleeps.
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -31,25 +30,8 @@ fn private(dir: &Path, name: &str, text: &str) -> PathBuf {
 
 /// `corefarm server` on 127.0.0.1 port 0 with `extra`; returns its addresses.
 fn server(extra: &[&str]) -> (Proc, String, String) {
-    let mut child = Command::new(BIN)
-        .args(["server", "--nodes-listen", "127.0.0.1:0"])
-        .args(["--users-listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start corefarm server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = |key: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-            .to_string()
-    };
-    (Proc(child), addr("nodes="), addr("users="))
+    let (p, nodes, users) = support::server(extra);
+    (p, nodes.to_string(), users.to_string())
 }
 
 fn node(nodes: &str, args: &[&str]) -> Proc {

@@ -5,7 +5,6 @@
 //! an observer that takes no node) or on results, never on sleeps.
 
 use std::collections::HashMap;
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -27,34 +26,16 @@ struct Cluster {
 }
 
 fn shared_server(extra: &[&str]) -> Cluster {
-    let mut child = Command::new(BIN)
-        .args(["server", "--sharing", "shared", "--monitor-period", "10"])
-        .args([
-            "--nodes-listen",
-            "127.0.0.1:0",
-            "--users-listen",
-            "127.0.0.1:0",
-        ])
-        .args(extra)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start corefarm server");
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = |key: &str| -> SocketAddr {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .expect("address in banner")
-            .parse()
-            .unwrap()
-    };
+    let args = [
+        &["--sharing", "shared", "--monitor-period", "10"][..],
+        extra,
+    ]
+    .concat();
+    let (_server, nodes, users) = support::server(&args);
     Cluster {
-        nodes: addr("nodes="),
-        users: addr("users="),
-        _server: Proc(child),
+        nodes,
+        users,
+        _server,
     }
 }
 

@@ -21,6 +21,33 @@ impl Drop for Proc {
     }
 }
 
+/// `corefarm server` (plus `extra` flags) on 127.0.0.1 port 0: the process
+/// and the node and user addresses of its first line.
+pub fn server(extra: &[&str]) -> (Proc, std::net::SocketAddr, std::net::SocketAddr) {
+    let mut child = Command::new(BIN)
+        .args(["server", "--nodes-listen", "127.0.0.1:0"])
+        .args(["--users-listen", "127.0.0.1:0"])
+        .args(extra)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("start corefarm server");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    // "listening nodes=IP:PORT users=IP:PORT"
+    let addr = |key: &str| -> std::net::SocketAddr {
+        line.split_whitespace()
+            .find_map(|w| w.strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+            .parse()
+            .unwrap()
+    };
+    let (nodes, users) = (addr("nodes="), addr("users="));
+    (Proc(child), nodes, users)
+}
+
 /// `corefarm local --nodes N` (plus `extra` flags) on 127.0.0.1 port 0;
 /// returns it with the user address it printed. Its stdout keeps being read,
 /// so it never writes into a closed pipe.
