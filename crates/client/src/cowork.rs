@@ -360,6 +360,41 @@ impl Client {
             client: self,
             cfg: &cowork.cfg,
         };
-        cowork.run(inputs, window, &path, &policy::WallClock::new())
+        // In shared mode the server knows the function's replicas and their
+        // measured service time: X_a from the start of the call instead of
+        // from the first results (seed 002 Algorithm 2). A caller's pinned
+        // value wins; the reported one holds for this call only.
+        let reported = (lock(&cowork.pinned_x_a).is_none() && self.has_status())
+            .then(|| self.status().ok())
+            .flatten()
+            .and_then(|s| {
+                let per_message = inputs.first()?.len() / cowork.cfg.input_size.max(1) as usize;
+                reported_throughput(&s, per_message)
+            });
+        if reported.is_some() {
+            cowork.set_cluster_throughput(reported);
+        }
+        let run = cowork.run(inputs, window, &path, &policy::WallClock::new());
+        if reported.is_some() {
+            cowork.set_cluster_throughput(None);
+        }
+        run
     }
+}
+
+/// Data messages per second the cluster can take for this user's function,
+/// from a shared-mode status: replicas × 10⁶ / (service µs per input ×
+/// inputs per message). `None` outside shared mode or before a measurement.
+pub fn reported_throughput(
+    s: &corefarm_smp::ClusterStatus,
+    inputs_per_message: usize,
+) -> Option<f64> {
+    let me = s.users.iter().find(|u| Some(u.id) == s.you)?;
+    let f = s
+        .functions
+        .iter()
+        .find(|f| Some(&f.id) == me.function.as_ref())?;
+    let service = f.service_us.filter(|&us| us > 0.0)?;
+    (f.replicas > 0 && inputs_per_message > 0)
+        .then(|| f64::from(f.replicas) * 1e6 / (service * inputs_per_message as f64))
 }

@@ -385,3 +385,35 @@ fn cowork_checks_inputs_and_keeps_estimates_between_runs() {
     cw.set_cluster_throughput(Some(f64::NAN));
     assert_eq!(cw.estimates().x_a, None);
 }
+
+#[test]
+fn cluster_throughput_from_a_shared_mode_status() {
+    use corefarm_smp::{ClusterStatus, FunctionStatus, UserStatus};
+    let mut s = ClusterStatus {
+        you: Some(7),
+        users: vec![UserStatus {
+            id: 7,
+            function: Some("abc".into()),
+            ..Default::default()
+        }],
+        functions: vec![FunctionStatus {
+            id: "abc".into(),
+            replicas: 3,
+            service_us: Some(500.0),
+            ..Default::default()
+        }],
+        ..Default::default()
+    };
+    // 3 replicas, 500 µs per input, 4 inputs per message: 1500 messages/s.
+    let x = super::reported_throughput(&s, 4).unwrap();
+    assert!((x - 1500.0).abs() < 1e-9, "{x}");
+    // No measurement yet, no replica, or another user's function: unknown.
+    s.functions[0].service_us = None;
+    assert_eq!(super::reported_throughput(&s, 4), None);
+    s.functions[0].service_us = Some(500.0);
+    s.functions[0].replicas = 0;
+    assert_eq!(super::reported_throughput(&s, 4), None);
+    s.functions[0].replicas = 3;
+    s.you = Some(8);
+    assert_eq!(super::reported_throughput(&s, 4), None);
+}
