@@ -49,9 +49,9 @@ pub fn server(extra: &[&str]) -> (Proc, std::net::SocketAddr, std::net::SocketAd
 }
 
 /// `corefarm local --nodes N` (plus `extra` flags) on 127.0.0.1 port 0;
-/// returns it with the user address it printed. Its stdout keeps being read,
+/// returns it with its `listening ...` line. Its stdout keeps being read,
 /// so it never writes into a closed pipe.
-pub fn local_cluster(nodes: u32, extra: &[&str]) -> (Proc, String) {
+fn start_local(nodes: u32, extra: &[&str]) -> (Proc, String) {
     let mut child = Command::new(BIN)
         .args(["local", "--nodes", &nodes.to_string()])
         .args([
@@ -69,50 +69,37 @@ pub fn local_cluster(nodes: u32, extra: &[&str]) -> (Proc, String) {
     let stdout = child.stdout.take().unwrap();
     let proc = Proc(child);
     let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    // "listening nodes=IP:PORT users=IP:PORT" follows the greeting line.
-    let users = lines
-        .find_map(|l| {
-            l.split_whitespace()
-                .find_map(|w| w.strip_prefix("users="))
-                .map(str::to_string)
-        })
-        .expect("corefarm local prints its user address");
+    // "listening nodes=IP:PORT users=IP:PORT [metrics=IP:PORT]" follows the greeting line.
+    let line = lines
+        .find(|l| l.starts_with("listening "))
+        .expect("corefarm local prints its addresses");
     std::thread::spawn(move || lines.for_each(drop));
-    (proc, users)
+    (proc, line)
+}
+
+/// The value of `key` (e.g. "users=") in a `listening ...` line.
+fn field(line: &str, key: &str) -> String {
+    line.split_whitespace()
+        .find_map(|w| w.strip_prefix(key))
+        .unwrap_or_else(|| panic!("no {key} in {line:?}"))
+        .to_string()
+}
+
+/// `corefarm local --nodes N` (plus `extra` flags) on 127.0.0.1 port 0;
+/// returns it with the user address it printed.
+pub fn local_cluster(nodes: u32, extra: &[&str]) -> (Proc, String) {
+    let (proc, line) = start_local(nodes, extra);
+    (proc, field(&line, "users="))
 }
 
 /// `corefarm local --nodes N --metrics-listen 127.0.0.1:0` (plus `extra`);
 /// returns it with its user, node and metrics addresses.
 pub fn local_cluster_with_metrics(nodes: u32, extra: &[&str]) -> (Proc, [String; 3]) {
-    let mut child = Command::new(BIN)
-        .args(["local", "--nodes", &nodes.to_string()])
-        .args([
-            "--nodes-listen",
-            "127.0.0.1:0",
-            "--users-listen",
-            "127.0.0.1:0",
-        ])
-        .args(["--metrics-listen", "127.0.0.1:0"])
-        .args(extra)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("start corefarm local");
-    let stdout = child.stdout.take().unwrap();
-    let proc = Proc(child);
-    let mut lines = BufReader::new(stdout).lines().map_while(Result::ok);
-    let line = lines
-        .find(|l| l.starts_with("listening "))
-        .expect("corefarm local prints its addresses");
-    let field = |key: &str| {
-        line.split_whitespace()
-            .find_map(|w| w.strip_prefix(key))
-            .unwrap_or_else(|| panic!("no {key} in {line:?}"))
-            .to_string()
-    };
-    let addrs = [field("users="), field("nodes="), field("metrics=")];
-    std::thread::spawn(move || lines.for_each(drop));
+    let (proc, line) = start_local(
+        nodes,
+        &[&["--metrics-listen", "127.0.0.1:0"][..], extra].concat(),
+    );
+    let addrs = ["users=", "nodes=", "metrics="].map(|k| field(&line, k));
     (proc, addrs)
 }
 
