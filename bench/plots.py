@@ -245,8 +245,176 @@ def plot_software(doc, out):
                   doc["machine"])]
 
 
+SHARING_VARIANTS = ["software", "exclusive", "static", "shared", "cowork"]
+SHARING_COLORS = dict(zip(SHARING_VARIANTS, ["C0", "C1", "C2", "C3", "C4"]))
+
+
+def plot_sharing(doc, out):
+    """Issue 8 (seed 002 §5.5): normalised makespan and utilisation vs applications per variant, one panel
+    per monitoring period; the speedup axis; single-function utilisation."""
+    pts = _ok(doc)
+    grid = [p for p in pts if p["key"].get("part") == "grid"]
+    periods = sorted({p["key"]["period_ms"] for p in grid if p["key"]["variant"] != "software"})
+    seed_makespan = {100: 0.67, 1: 0.23}  # §5.5.4, averaged over speedups 0x-10x and 1-8 applications
+    paths = []
+    for metric, name, label in (("normalised_makespan", "sharing_makespan.png", "makespan / software-only"),
+                                ("utilisation", "sharing_utilisation.png", "utilisation U = T_e / T_o")):
+        if not periods:
+            break
+        fig, axes = plt.subplots(1, len(periods), figsize=(4.2 * len(periods), 3.8), squeeze=False, sharey=True)
+        for ax, period in zip(axes[0], periods):
+            for v in SHARING_VARIANTS:
+                sel = [p for p in grid if p["key"]["variant"] == v
+                       and (p["key"]["period_ms"] == period or v == "software")]
+                xs, ys, e = _series(sel, lambda p: p["key"]["apps"], metric)
+                if xs:
+                    ax.errorbar(xs, ys, yerr=e, marker="o", ms=3, label=v, ls="--" if v == "software" else "-",
+                                color=SHARING_COLORS[v])
+            if metric == "normalised_makespan" and period in seed_makespan:
+                ax.axhline(seed_makespan[period], ls=":", color="gray",
+                           label=f"seed, P = {period} ms ({seed_makespan[period]:.0%})")
+            if metric == "normalised_makespan":
+                ax.set_yscale("log")  # the measured software-only runs sit far above on a busy machine
+            ax.set_title(f"P = reconfiguration = {period} ms", fontsize=9)
+            ax.set_xlabel("concurrent applications")
+            ax.set_xscale("log", base=2)
+            ax.legend(fontsize=6)
+        axes[0][0].set_ylabel(label)
+        sp = doc["params"].get("main_speedup")
+        paths.append(_save(fig, out, name, f"Shared nodes (issue 8, seed §5.5): {label}, 8 nodes, 16 functions, "
+                           f"speedup {sp}", doc["machine"]))
+    spd = [p for p in pts if p["key"].get("part") == "speedup"]
+    single = [p for p in pts if p["key"].get("part") == "single"]
+    if spd or single:
+        fig, axes = plt.subplots(1, 2, figsize=(9, 3.8), squeeze=False)
+        ax = axes[0][0]
+        for v in SHARING_VARIANTS:
+            xs, ys, e = _series([p for p in spd if p["key"]["variant"] == v], lambda p: p["key"]["speedup"],
+                                "normalised_makespan")
+            if xs:
+                ax.errorbar(xs, ys, yerr=e, marker="o", ms=3, label=v, color=SHARING_COLORS[v])
+        ax.set_yscale("log")
+        ax.set_xlabel("accelerator speedup S (software time / node time)")
+        ax.set_ylabel("makespan / software-only")
+        ax.set_title("P = 10 ms, 4 applications, 16 functions", fontsize=9)
+        ax.legend(fontsize=6)
+        ax = axes[0][1]
+        apps = sorted({p["key"]["apps"] for p in single})
+        width = 0.8 / max(len(SHARING_VARIANTS), 1)
+        for i, v in enumerate(SHARING_VARIANTS):
+            ys = [next((_mean(p, "utilisation") for p in single
+                        if p["key"]["variant"] == v and p["key"]["apps"] == a), None) for a in apps]
+            if any(y is not None for y in ys):
+                ax.bar([j + i * width for j in range(len(apps))], [y or 0 for y in ys], width=width, label=v,
+                       color=SHARING_COLORS[v])
+        ax.axhline(0.93, ls=":", color="gray", label="seed: above 93 %")
+        ax.set_xticks([j + 0.4 - width / 2 for j in range(len(apps))], [f"{a} apps" for a in apps])
+        ax.set_ylabel("utilisation U")
+        ax.set_title("one function (seed §5.5.3), P = 10 ms", fontsize=9)
+        ax.legend(fontsize=6)
+        paths.append(_save(fig, out, "sharing_speedup_single.png", "Shared nodes (issue 8): speedup axis and "
+                           "single-function utilisation", doc["machine"]))
+    return paths
+
+
+COLL_COLOURS = {"linear": "tab:blue", "binomial": "tab:orange", "star": "tab:green", "server": "tab:purple",
+                "openmpi": "black"}
+
+
+def plot_collectives(doc, out):
+    """Issue 9: latency vs message size per tree with the model's curve (dashed) and Open MPI, one panel
+    per operation and group size; then corefarm's best tree over Open MPI."""
+    pts = [p for p in _ok(doc) if p["key"]["op"] != "barrier"]
+    ops = [o for o in ("bcast", "reduce", "allreduce", "allgather", "scatter", "gather")
+           if any(p["key"]["op"] == o for p in pts)]
+    ns = sorted({p["key"]["n"] for p in pts})
+    if not ops or not ns:
+        return []
+    fig, axes = plt.subplots(len(ops), len(ns), figsize=(3.2 * len(ns), 2.4 * len(ops)), squeeze=False)
+    for i, op in enumerate(ops):
+        for j, n in enumerate(ns):
+            ax = axes[i][j]
+            here = [p for p in pts if p["key"]["op"] == op and p["key"]["n"] == n]
+            for algo in COLL_COLOURS:
+                mine = sorted((p for p in here if p["key"]["algo"] == algo), key=lambda p: p["key"]["bytes"])
+                if not mine:
+                    continue
+                xs = [p["key"]["bytes"] for p in mine]
+                ax.plot(xs, [_mean(p, "median_us") for p in mine], marker="o", ms=3, color=COLL_COLOURS[algo],
+                        label=algo if algo != "openmpi" else "Open MPI")
+                pred = [_mean(p, "predicted_us") for p in mine]
+                if all(v is not None for v in pred):
+                    ax.plot(xs, pred, ls="--", lw=1, color=COLL_COLOURS[algo])
+            ax.set_xscale("log", base=2)
+            ax.set_yscale("log")
+            ax.set_title(f"{op}, {n} nodes", fontsize=8)
+            ax.tick_params(labelsize=6)
+            if j == 0:
+                ax.set_ylabel("median latency (µs)", fontsize=7)
+            if i == len(ops) - 1:
+                ax.set_xlabel("bytes per rank", fontsize=7)
+            if i == 0 and j == 0:
+                ax.legend(fontsize=6)
+    paths = [_save(fig, out, "collectives_latency.png",
+                   "Collectives: measured (solid), model (dashed), Open MPI over TCP loopback (black)",
+                   doc["machine"])]
+    fig, axes = plt.subplots(1, len(ns), figsize=(3.2 * len(ns), 3), squeeze=False)
+    for j, n in enumerate(ns):
+        ax = axes[0][j]
+        for op in ops:
+            ratios = []
+            for b in sorted({p["key"]["bytes"] for p in pts if p["key"]["n"] == n and p["key"]["op"] == op}):
+                cf = [_mean(p, "median_us") for p in pts if p["key"]["impl"] == "corefarm"
+                      and (p["key"]["op"], p["key"]["n"], p["key"]["bytes"]) == (op, n, b)]
+                mpi = [_mean(p, "median_us") for p in pts if p["key"]["impl"] == "openmpi"
+                       and (p["key"]["op"], p["key"]["n"], p["key"]["bytes"]) == (op, n, b)]
+                if cf and mpi and mpi[0]:
+                    ratios.append((b, min(cf) / mpi[0]))
+            if ratios:
+                ax.plot([r[0] for r in ratios], [r[1] for r in ratios], marker="o", ms=3, label=op)
+        ax.axhline(1.0, ls=":", color="gray")
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_title(f"{n} nodes", fontsize=8)
+        ax.set_xlabel("bytes per rank", fontsize=7)
+        ax.tick_params(labelsize=6)
+        if j == 0:
+            ax.set_ylabel("corefarm (best tree) / Open MPI", fontsize=7)
+            ax.legend(fontsize=6)
+    paths.append(_save(fig, out, "collectives_vs_openmpi.png",
+                       "Collectives: corefarm's best tree over Open MPI (below 1: corefarm faster)", doc["machine"]))
+    return paths
+
+
+def plot_direct(doc, out):
+    """Issue 9: direct data path vs through the server: input throughput and the server's CPU per GB."""
+    pts = _ok(doc)
+    fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
+    for path, colour in (("server", "tab:purple"), ("direct", "tab:blue")):
+        mine = [p for p in pts if p["key"]["path"] == path]
+        xs, ys, e = _series(mine, lambda p: p["key"]["nodes"], "input_bps")
+        a.errorbar(xs, [y / 1e9 for y in ys], yerr=[[v / 1e9 for v in e[0]], [v / 1e9 for v in e[1]]],
+                   marker="o", ms=3, color=colour, label=f"via {path}" if path == "server" else "direct")
+        xs, ys, _ = _series(mine, lambda p: p["key"]["nodes"], "server_cpu_s_per_gb")
+        b.plot(xs, [max(y, 1e-4) for y in ys], marker="o", ms=3, color=colour, label=path)
+    a.set_xlabel("nodes")
+    a.set_ylabel("input throughput (Gbit/s)")
+    a.set_xscale("log", base=2)
+    a.legend(fontsize=7)
+    b.set_xlabel("nodes")
+    b.set_ylabel("server CPU-s per GB moved")
+    b.set_xscale("log", base=2)
+    b.set_yscale("log")
+    return [_save(fig, out, "direct_vs_server.png", "Direct data path vs through the server (32 KiB in, 16 KiB out)",
+                  doc["machine"])]
+
+
 PLOTTERS = {"echo": plot_echo, "server": plot_server, "node": plot_node, "node-matmul": plot_node_matmul,
-            "cluster": plot_cluster, "software": plot_software, "headline": plot_headline}
+            "cluster": plot_cluster, "software": plot_software, "headline": plot_headline,
+            "sharing": plot_sharing}
+
+PLOTTERS["collectives"] = plot_collectives
+PLOTTERS["direct"] = plot_direct
 
 
 def plot(doc: dict, out: Path) -> list[Path]:

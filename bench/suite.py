@@ -52,7 +52,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 EXPERIMENTS = ["echo", "server", "node", "node-matmul", "cluster", "software", "headline", "forwarding"]
 # Named experiments that `all` does not run.
-EXTRA = ["policies", "sharing"]
+EXTRA = ["policies", "sharing", "tls"]
 KIB = 1024
 
 # Matrix multiplier sizes (seed 000 §4.3.2.3).
@@ -1056,40 +1056,284 @@ def exp_policies(ctx: Context) -> dict:
     return rec.write()
 
 
+SHARING_METRICS = ("normalised_makespan", "utilisation", "makespan_s", "software_s", "expected_s",
+                   "local_share", "reconfigurations")
+
+
 def exp_sharing(ctx: Context) -> dict:
     """Seed 002 §5.5 scaled down (issue 8): concurrent applications calling 16 functions on 8 simulated
-    nodes, exclusive vs shared (Algorithm 1), monitoring period P with reconfiguration delay P (table 5.3).
-    Each point runs `corefarm bench sharing --json`. Not part of `all`. Missing so far: the static
-    partition and co-working variants, and the accelerator-speedup axis."""
+    nodes; monitoring period P with reconfiguration delay P (table 5.3). Each point runs
+    `corefarm bench sharing --json`; the variants of one point run back to back (interleaved), so their
+    ratios see the same machine load. Three parts:
+      grid:   P x apps x {exclusive, static, shared, cowork} at speedup S=2 (software measured once per apps);
+      speedup: P=10 ms, 4 apps, S in {1, 5, 10} for the variants whose run depends on S;
+      single: one function (seed §5.5.3's utilisation), P=10 ms, 2 and 8 apps.
+    Not part of `all`."""
     binary = ctx.need_binary()
     apps_list = [1, 2] if ctx.quick else [1, 2, 4, 8]
     periods = [10] if ctx.quick else [1, 10, 100]
-    modes = ["exclusive", "shared"]
-    calls = 6 if ctx.quick else 20
-    rec = Recorder(ctx, "sharing", len(apps_list) * len(periods) * len(modes),
-                   {"nodes": 8, "functions": 16, "calls": calls, "apps": apps_list, "periods_ms": periods,
-                    "modes": modes, "runs": ctx.runs})
+    speedups = [5] if ctx.quick else [1, 5, 10]
+    calls = 3 if ctx.quick else 10
+    main_s = 2
+    grid_variants = ["exclusive", "static", "shared", "cowork"]
+    plan = []  # (part, key, extra args), in run order
+    for apps in apps_list:
+        plan.append(("grid", {"period_ms": 0, "apps": apps, "speedup": main_s, "functions": 16,
+                              "variant": "software"}, []))
     for period in periods:
         for apps in apps_list:
-            for mode in modes:
-                key = {"period_ms": period, "apps": apps, "sharing": mode}
+            for v in grid_variants:
+                plan.append(("grid", {"period_ms": period, "apps": apps, "speedup": main_s, "functions": 16,
+                                      "variant": v}, []))
+    for sp in speedups:
+        for v in ["software", "static", "cowork", "shared"]:
+            plan.append(("speedup", {"period_ms": 10, "apps": 4, "speedup": sp, "functions": 16, "variant": v}, []))
+    for apps in ([2] if ctx.quick else [2, 8]):
+        for v in ["exclusive", "static", "shared", "cowork"]:
+            plan.append(("single", {"period_ms": 10, "apps": apps, "speedup": main_s, "functions": 1,
+                                    "variant": v}, []))
+    rec = Recorder(ctx, "sharing", len(plan) * ctx.runs,
+                   {"nodes": 8, "calls": calls, "jobs": 6, "apps": apps_list, "periods_ms": periods,
+                    "speedups": speedups, "main_speedup": main_s, "runs": ctx.runs,
+                    "software_period": "P does not apply to the software variant (period_ms 0)"})
+    for part, key, extra in plan:
+        runs, failure = [], None
+        for run in range(ctx.runs):
+            args = [str(binary), "bench", "sharing", "--json", "--variant", key["variant"],
+                    "--apps", str(key["apps"]), "--period-ms", str(max(key["period_ms"], 1)),
+                    "--calls", str(calls), "--functions", str(key["functions"]),
+                    "--speedup", str(key["speedup"]), "--seed", str(run + 1)] + extra
+            obj, err = run_json(args, timeout=600)
+            if obj is None:
+                failure = err
+                break
+            runs.append({k: obj[k] for k in SHARING_METRICS})
+        rec.add(dict(key, part=part), runs, failure)
+    return rec.write()
+
+
+# ---------------------------------------------------------------- collectives (issue 9)
+
+COLL_OPS = ["bcast", "reduce", "allreduce", "allgather", "barrier", "scatter", "gather"]
+MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp",
+          "--mca", "btl_tcp_if_include", "lo", "--mca", "oob_tcp_if_include", "lo",
+          "--mca", "mpi_yield_when_idle", "1"]
+
+
+def _env_list(name: str, default: list[int]) -> list[int]:
+    v = os.environ.get(name)
+    return [int(x) for x in v.split(",")] if v else default
+
+
+def exp_collectives(ctx: Context) -> dict:
+    """Issue 9: OSU-style latency of group collectives (`corefarm bench collectives`) per tree, message size
+    and group size, the calibrated model's prediction beside each point (`corefarm model calibrate` on the
+    same grid first), and Open MPI (bench/mpi/osu_coll.c, TCP over loopback) on the same grid, run
+    interleaved with corefarm group size by group size and operation by operation. Not part of `all`.
+    Grid: $COREFARM_COLL_NODES / $COREFARM_COLL_SIZES (comma-separated) override the defaults."""
+    binary = ctx.need_binary()
+    nodes_list = _env_list("COREFARM_COLL_NODES", [2, 4] if ctx.quick else [2, 4, 8, 16])
+    sizes = _env_list("COREFARM_COLL_SIZES", [8, 64 * KIB] if ctx.quick else [8, KIB, 64 * KIB, KIB * KIB, 4 * KIB * KIB])
+    budget = 0.05 if ctx.quick else 0.2
+    mpi_iters, mpi_warmup = (5, 1) if ctx.quick else (20, 2)
+    osu, mpi_note = None, None
+    if shutil.which("mpicc") and shutil.which("mpirun"):
+        osu = ctx.out / "osu_coll"
+        cc = subprocess.run(["mpicc", "-O2", "-o", str(osu), str(ROOT / "bench/mpi/osu_coll.c")],
+                            capture_output=True, text=True)
+        if cc.returncode != 0:
+            osu, mpi_note = None, "mpicc failed: " + cc.stderr.strip()[:200]
+    else:
+        mpi_note = "Open MPI not installed (mpicc/mpirun): corefarm only"
+    per_n = len(sizes) * (4 * 3 + 2) + 3 + ((len(COLL_OPS) - 1) * len(sizes) + 1 if osu else 0)
+    planned = len(nodes_list) * per_n
+    rec = Recorder(ctx, "collectives", planned,
+                   {"nodes": nodes_list, "sizes": sizes, "ops": COLL_OPS, "budget_s": budget,
+                    "mpi": {"command": MPIRUN + ["-n", "N", "osu_coll", "OP", str(mpi_iters), str(mpi_warmup),
+                                                 "BYTES..."], "available": osu is not None}})
+    if mpi_note:
+        rec.notes.append(mpi_note)
+    cal = ctx.out / "collectives-model.json"
+    t = time.monotonic()
+    p = subprocess.run([str(binary), "model", "calibrate", "--out", str(cal),
+                        "--nodes", ",".join(map(str, nodes_list)), "--sizes", ",".join(map(str, sizes))],
+                       capture_output=True, text=True, timeout=1800, start_new_session=True)
+    if p.returncode != 0:
+        raise SkipExperiment("calibration failed: " + (p.stderr.strip().splitlines() or ["?"])[-1])
+    rec.notes.append(f"calibration ({time.monotonic() - t:.1f} s): " + " ".join(p.stdout.split("\n")[:2]))
+    for n in nodes_list:
+        for op in COLL_OPS:
+            out = ctx.logs / f"coll-{n}-{op}.json"
+            ctx.logs.mkdir(parents=True, exist_ok=True)
+            args = [str(binary), "bench", "collectives", "--quiet", "--nodes", str(n), "--ops", op,
+                    "--sizes", ",".join(map(str, sizes)), "--budget", str(budget), "--model", str(cal),
+                    "--out", str(out)]
+            r = subprocess.run(args, capture_output=True, text=True, timeout=1800, start_new_session=True)
+            if r.returncode != 0:
+                rec.add({"impl": "corefarm", "op": op, "algo": "", "n": n, "bytes": 0}, [],
+                        (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])
+            else:
+                for q in json.loads(out.read_text())["points"]:
+                    rec.add({"impl": "corefarm", "op": op, "algo": q["algo"] or "server", "n": n,
+                             "bytes": q["bytes"]},
+                            [{"median_us": q["median_us"], "p99_us": q["p99_us"], "mean_us": q["mean_us"],
+                              "predicted_us": q.get("predicted_us"), "model_error": q.get("model_error"),
+                              "iters": q["iters"]}])
+            if osu is None:
+                continue
+            mpi_sizes = sizes[:1] if op == "barrier" else sizes
+            cmd = MPIRUN + ["-n", str(n), str(osu), op, str(mpi_iters), str(mpi_warmup)] + [str(b) for b in mpi_sizes]
+            try:
+                r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, start_new_session=True)
+                lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+                err = None if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+            except subprocess.TimeoutExpired:
+                lines, err = [], "timed out"
+            if err or not lines:
+                rec.add({"impl": "openmpi", "op": op, "algo": "openmpi", "n": n, "bytes": 0}, [], err or "no output")
+            for q in lines:
+                rec.add({"impl": "openmpi", "op": op, "algo": "openmpi", "n": n, "bytes": q["bytes"]},
+                        [{"median_us": q["median_us"], "p99_us": q["p99_us"], "mean_us": q["mean_us"],
+                          "iters": q["iters"]}])
+    return rec.write()
+
+
+def exp_direct(ctx: Context) -> dict:
+    """Issue 9: a group's direct data path (`corefarm bench direct`: client to the members' peer ports)
+    against the same stream through the server (`corefarm bench user`), 32 KiB inputs, 16 KiB outputs,
+    zero delay, for 1-16 nodes (separate server and node processes), run back to back on the same cluster;
+    the server's utime + stime over each window gives its CPU-seconds per GB moved. Not part of `all`."""
+    binary = str(ctx.need_binary())
+    nodes_list = [1, 4] if ctx.quick else [1, 2, 4, 8, 16]
+    size_in, size_out = 32 * KIB, 16 * KIB
+    rec = Recorder(ctx, "direct", len(nodes_list) * 2,
+                   {"input_size": size_in, "output_size": size_out, "nodes": nodes_list,
+                    "duration_s": ctx.duration, "warmup_s": ctx.warmup, "runs": ctx.runs})
+    common = ["--input-size", str(size_in), "--output-size", str(size_out), "--duration", str(ctx.duration),
+              "--warmup", str(ctx.warmup)]
+    for n in nodes_list:
+        with Cluster(ctx, "queue", n) as cl:
+            cpu = ["--cpu-pid", f"server={cl.server.proc.pid}"]
+            for path in ("server", "direct"):
                 runs, failure = [], None
-                for run in range(ctx.runs):
-                    obj, err = run_json([str(binary), "bench", "sharing", "--json", "--sharing", mode,
-                                         "--apps", str(apps), "--period-ms", str(period), "--calls", str(calls),
-                                         "--seed", str(run + 1)], timeout=600)
+                for _ in range(ctx.runs):
+                    if path == "server":
+                        args = [binary, "bench", "user", "--server", cl.users_addr, "--nodes", str(n), "--json"]
+                    else:
+                        args = [binary, "bench", "direct", "--server", cl.users_addr, "--nodes", str(n)]
+                    obj, err = run_json(args + common + cpu, timeout=ctx.duration + ctx.warmup + 120)
                     if obj is None:
-                        failure = err
+                        failure = err or cl.check()
                         break
-                    runs.append({k: obj[k] for k in ("normalised_makespan", "utilisation", "makespan_s",
-                                                      "reconfigurations")})
-                rec.add(key, runs, failure)
+                    t = obj["throughput"]
+                    moved = (t["input_bps"] + t["output_bps"]) / 8
+                    m = {"input_bps": t["input_bps"], "messages_per_s": t["messages_per_s"]}
+                    m.update(cpu_metrics(obj.get("cpu") or [], moved))
+                    runs.append(m)
+                rec.add({"nodes": n, "path": path}, runs, failure)
+    return rec.write()
+
+
+def make_test_pki(where: Path) -> tuple[Path, Path, Path]:
+    """A private CA and a server certificate for 127.0.0.1 made with openssl, the commands of
+    docs/operations.md ("TLS"). Returns (ca.pem, server.pem, server.key)."""
+    if shutil.which("openssl") is None:
+        raise RuntimeError("the tls experiment needs the openssl command (apt-get install openssl)")
+    where.mkdir(parents=True, exist_ok=True)
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes"]
+    (where / "server.ext").write_text("subjectAltName=DNS:localhost,IP:127.0.0.1\nextendedKeyUsage=serverAuth\n")
+    for cmd in (["req", "-x509", *ec, "-days", "30", "-subj", "/CN=corefarm bench CA", "-keyout", "ca.key",
+                 "-out", "ca.pem"],
+                ["req", *ec, "-subj", "/CN=corefarm bench server", "-keyout", "server.key", "-out", "server.csr"],
+                ["x509", "-req", "-in", "server.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial",
+                 "-days", "30", "-extfile", "server.ext", "-out", "server.pem"]):
+        subprocess.run(["openssl", *cmd], cwd=where, check=True, capture_output=True)
+    return where / "ca.pem", where / "server.pem", where / "server.key"
+
+
+class TlsCluster(Cluster):
+    """A Cluster whose server speaks TLS on both ports and whose nodes connect with --tls-ca."""
+
+    def __init__(self, ctx: Context, nodes: int, pki: tuple[Path, Path, Path]):
+        super().__init__(ctx, "credit", nodes)
+        self.ca, self.cert, self.key = (str(p) for p in pki)
+
+    def __enter__(self):
+        b = str(self.ctx.need_binary())
+        try:
+            self.server = self.ctx.child([b, "server", "--nodes-listen", "127.0.0.1:0", "--users-listen",
+                                          "127.0.0.1:0", "--policy", self.policy, "--tls-cert", self.cert,
+                                          "--tls-key", self.key], "server-tls")
+            line = self.server.wait_line("listening")
+            fields = dict(f.split("=", 1) for f in line.split()[1:])
+            self.nodes_addr, self.users_addr = fields["nodes"], fields["users"]
+            self.node = self.ctx.child([b, "node", "--server", self.nodes_addr, "--count", str(self.nodes),
+                                        "--tls-ca", self.ca], f"nodes-{self.nodes}-tls")
+        except Exception:
+            self.__exit__()
+            raise
+        return self
+
+
+def exp_tls(ctx: Context) -> dict:
+    """The throughput cost of TLS (issue 10): the same cluster point (2 nodes, credit policy, zero delay,
+    input = output size) plain and with TLS on both ports, 64 B to 1 MiB messages. Both clusters run side
+    by side and their runs alternate, so background load hits both alike; each point reports the ratio
+    TLS / plain per pair of runs. Not part of `all`."""
+    binary = str(ctx.need_binary())
+    sizes = [64, 64 * KIB] if ctx.quick else [64, 4 * KIB, 64 * KIB, 1024 * KIB]
+    nodes = 2
+    pki = make_test_pki(ctx.out / "tls-pki")
+    rec = Recorder(ctx, "tls", len(sizes), {"sizes": sizes, "nodes": nodes, "policy": "credit", "delay_us": 0,
+                                            "duration_s": ctx.duration, "runs": ctx.runs})
+    drain = ctx.drain
+    with Cluster(ctx, "credit", nodes) as plain, TlsCluster(ctx, nodes, pki) as tls:
+        for size in sizes:
+            runs, failure = [], None
+            for _ in range(ctx.runs):
+                pair = {}
+                for name, cl, extra in (("plain", plain, []), ("tls", tls, ["--tls-ca", tls.ca])):
+                    args = [binary, "bench", "user", "--server", cl.users_addr, "--input-size", str(size),
+                            "--output-size", str(size), "--delay-us", "0", "--nodes", str(nodes),
+                            "--drain-timeout", str(drain), "--duration", str(ctx.duration), "--warmup",
+                            str(ctx.warmup), "--json", *cl.cpu_args(), *extra]
+                    deadline = time.monotonic() + 15
+                    while True:
+                        rep, err = run_json(args, ctx.duration + ctx.warmup + drain + 30)
+                        # Nodes return to the pool asynchronously after the previous user.
+                        if rep is None and "assigned" in err and time.monotonic() < deadline and not cl.check():
+                            time.sleep(0.2)
+                            continue
+                        break
+                    if rep is None or not rep.get("ok"):
+                        failure = f"{name}: " + ("; ".join((rep or {}).get("errors", [])[:3]) or err or "failed")
+                        break
+                    m = user_metrics(rep)
+                    pair.update({f"{name}_{k}": v for k, v in m.items()
+                                 if k in ("input_bps", "messages_per_s", "latency_p50_ms", "server_cpu_s_per_gb")})
+                if failure:
+                    break
+                pair["ratio_input_bps"] = pair["tls_input_bps"] / pair["plain_input_bps"]
+                pair["input_bps"] = pair["tls_input_bps"]
+                runs.append(pair)
+            ratios = [r["ratio_input_bps"] for r in runs]
+            extra = {"message_bytes": size}
+            if ratios:
+                extra["ratio_geomean"] = math.exp(sum(math.log(r) for r in ratios) / len(ratios))
+            rec.add({"size": size}, runs, failure, extra)
     return rec.write()
 
 
 RUNNERS = {"echo": exp_echo, "server": exp_server, "node": exp_node, "node-matmul": exp_node_matmul,
            "cluster": exp_cluster, "software": exp_software, "headline": exp_headline,
            "forwarding": exp_forwarding, "policies": exp_policies, "sharing": exp_sharing}
+RUNNERS["tls"] = exp_tls
+
+
+RUNNERS["collectives"] = exp_collectives
+EXTRA.append("collectives")
+RUNNERS["direct"] = exp_direct
+EXTRA.append("direct")
 
 
 # ---------------------------------------------------------------- main

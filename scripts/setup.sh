@@ -21,6 +21,11 @@ command -v qemu-aarch64 >/dev/null 2>&1 || need_apt+=(qemu-user)
 # promtool checks the /metrics output; tmux drives `corefarm top` in a test.
 command -v promtool >/dev/null 2>&1 || need_apt+=(prometheus)
 command -v tmux >/dev/null 2>&1 || need_apt+=(tmux)
+# Open MPI: the reference of the collectives benchmark (bench/mpi/README.md).
+command -v mpirun >/dev/null 2>&1 || need_apt+=(openmpi-bin)
+command -v mpicc >/dev/null 2>&1 || need_apt+=(libopenmpi-dev)
+# The TLS tests make their certificates with the commands of docs/operations.md.
+command -v openssl >/dev/null 2>&1 || need_apt+=(openssl)
 if ((${#need_apt[@]})); then
     echo "setup: installing ${need_apt[*]} with apt-get" >&2
     sudo_=""

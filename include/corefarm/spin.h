@@ -26,6 +26,12 @@
  * first, then each chunk's payload output by chunk offset, then tail's.
  * Without emit, forward or drop, the message goes to the hardware cores
  * as if no handler had matched.
+ *
+ * Packaging: list the set in an image's `handler_sets` and build its
+ * sources into the image (`corefarm image build --handlers sets.json
+ * --handler-source file.c ...`, docs/streams.md). A node runs handlers in
+ * a worker process: a handler that crashes or outruns its time budget
+ * fails its message, and the node carries on.
  */
 #ifndef COREFARM_SPIN_H
 #define COREFARM_SPIN_H
@@ -61,7 +67,9 @@ typedef struct cf_spin_ops {
     void (*forward)(void *ctx);
     /* The message produces no result (the user gets an empty one). */
     void (*drop)(void *ctx);
-    /* Sends the user a notification of `len` bytes (at most 4 KiB). */
+    /* Sends the user a notification of `len` bytes (at most 4 KiB).
+     * Nodes collect notifications but do not deliver them yet
+     * (docs/streams.md, "Notifications"). */
     int (*notify)(void *ctx, const uint8_t *bytes, uint32_t len);
 } cf_spin_ops;
 

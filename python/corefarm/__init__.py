@@ -296,7 +296,8 @@ def _as_bytes_view(data):
 
 
 def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legacy=False,
-            name=None, io_timeout=None, secret=None, secret_file=None):
+            name=None, io_timeout=None, secret=None, secret_file=None, tls_ca=None,
+            tls_server_name=None):
     """Connects to a corefarm server.
 
     addr: "host:port" (port defaults to 9999). nodes: how many nodes to ask
@@ -307,6 +308,11 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     (docs/operations.md); without either, $COREFARM_SECRET or the file named
     by $COREFARM_SECRET_FILE is used when set. The secret never travels: the
     client answers the server's challenge with an HMAC of it.
+    tls_ca: path of the PEM file of the CA that signed the server's
+    certificate, for a server with TLS on its user port (`--tls-cert`);
+    tls_server_name: the name that certificate must carry (default: the
+    host part of addr). A TLS failure raises ConnectionError naming the
+    cause (wrong CA, wrong name, a plain port).
     """
     if ":" not in addr:
         addr = f"{addr}:{DEFAULT_PORT}"
@@ -314,7 +320,8 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
         io_timeout = timeout
     return Client(_corefarm.Client(addr, legacy=legacy, nodes=nodes, name=name,
                                    connect_timeout=timeout, io_timeout=io_timeout,
-                                   secret=secret, secret_file=secret_file))
+                                   secret=secret, secret_file=secret_file, tls_ca=tls_ca,
+                                   tls_server_name=tls_server_name))
 
 
 class Client:

@@ -13,6 +13,8 @@ Buffers live on the nodes under a name. Data given by the user (`scatter`,
 through the server; collectives among the nodes and `run` do not.
 """
 
+from os import fspath as _fspath
+
 from . import _corefarm
 from .errors import UsageError
 
@@ -28,12 +30,18 @@ _NUMPY = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8":
 _SIZE = {"i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "f32": 4, "i64": 8, "u64": 8, "f64": 8}
 
 
-def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, name=None):
+def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, name=None, model=None):
     """Opens a group of `nodes` nodes (all or none, held until closed).
 
     `topology`: "mesh", "ring", "tree" or "torus:<cols>"; `timeout`: seconds
-    any command may wait on a member before failing with its name."""
-    raw = _corefarm.RawGroup.open(address, nodes, topology, timeout, connect_timeout, name)
+    any command may wait on a member before failing with its name.
+    `model`: the latency model `algo="auto"` picks algorithms with — None:
+    the file `corefarm model calibrate` wrote, if there is a valid one; a
+    path: that file (ValueError if it is not a valid calibration); False:
+    none (seed 003's stage count decides)."""
+    path = None if model is None or model is False else _fspath(model)
+    raw = _corefarm.RawGroup.open(address, nodes, topology, timeout, connect_timeout, name,
+                                  path, model is False)
     return Group(raw)
 
 

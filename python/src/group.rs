@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Bytes;
-use corefarm_client::group::{Algorithm, Group, GroupError, GroupOptions};
+use corefarm_client::group::{Algorithm, Calibration, Group, GroupError, GroupOptions};
 use corefarm_smp::{BenchmarkConfig, DType, ReduceOp};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -89,7 +89,8 @@ impl RawGroup {
 #[pymethods]
 impl RawGroup {
     #[staticmethod]
-    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None))]
+    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None, model=None, no_model=false))]
+    #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
         addr: String,
@@ -98,6 +99,8 @@ impl RawGroup {
         timeout: f64,
         connect_timeout: f64,
         name: Option<String>,
+        model: Option<String>,
+        no_model: bool,
     ) -> PyResult<RawGroup> {
         let secs = |s: f64| {
             Duration::try_from_secs_f64(s)
@@ -106,6 +109,13 @@ impl RawGroup {
         let mut o = GroupOptions::new(nodes);
         (o.topology, o.timeout, o.connect_timeout, o.name) =
             (topology, secs(timeout)?, secs(connect_timeout)?, name);
+        if no_model {
+            o.model = None;
+        } else if let Some(path) = model {
+            let c = Calibration::load(std::path::Path::new(&path))
+                .map_err(|e| PyValueError::new_err(format!("model: {e}")))?;
+            o.model = Some(std::sync::Arc::new(c));
+        }
         let g = py.detach(|| Group::open(&addr, o)).map_err(group_err)?;
         Ok(RawGroup {
             inner: Mutex::new(Some(g)),

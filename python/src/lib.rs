@@ -59,6 +59,7 @@ fn to_py(e: ClientError) -> PyErr {
                 ClientError::Resolve { .. }
                 | ClientError::Connect { .. }
                 | ClientError::Handshake { .. }
+                | ClientError::Tls { .. }
                 | ClientError::Closed { .. }
                 | ClientError::ClosedLocally
                 | ClientError::Io { .. } => errors.getattr("ConnectionError")?.call1((msg,))?,
@@ -266,7 +267,7 @@ struct Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None))]
+    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None, tls_ca=None, tls_server_name=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -279,6 +280,8 @@ impl Client {
         max_message: Option<u32>,
         secret: Option<String>,
         secret_file: Option<std::path::PathBuf>,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_server_name: Option<String>,
     ) -> PyResult<Self> {
         use corefarm_smp::auth::Secret;
         // An explicit secret, else a file, else COREFARM_SECRET / COREFARM_SECRET_FILE.
@@ -288,8 +291,18 @@ impl Client {
         }
         .transpose()
         .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        if tls_server_name.is_some() && tls_ca.is_none() {
+            return Err(pyo3::exceptions::PyValueError::new_err(
+                "tls_server_name needs tls_ca (the CA that signed the server's certificate)",
+            ));
+        }
+        let tls = tls_ca
+            .map(|ca| corefarm_smp::tls::ClientTls::from_ca_file(&ca, tls_server_name.as_deref()))
+            .transpose()
+            .map_err(pyo3::exceptions::PyValueError::new_err)?;
         let mut opts = ClientOptions {
             secret,
+            tls,
             legacy,
             nodes,
             name: name.or_else(|| Some("python".into())),

@@ -41,6 +41,7 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::GroupCtl => "group_control",
         MsgType::GroupCmd => "group_command",
         MsgType::GroupReply => "group_reply",
+        MsgType::Chunk => "chunk",
     }
 }
 
@@ -99,6 +100,11 @@ fn decode_inner(
             let h = corefarm_smp::PeerMsg::parse(f.payload)?.header;
             json!({"kind": h.kind.name(), "ttl": h.ttl, "group": h.group,
                    "src": h.src, "dst": h.dst, "seq": h.seq})
+        }
+        MsgType::Chunk => {
+            let c = corefarm_smp::stream::Chunk::parse(f.payload)?;
+            json!({"id": c.id, "class": c.class, "first": c.first, "last": c.last,
+                   "offset": c.offset, "total": c.total, "data_hex": hex::encode(&c.data)})
         }
         MsgType::AuthChallenge => json!({"nonce_hex": hex::encode(
             corefarm_smp::auth::AuthChallenge::parse(&f.payload)?.nonce)}),

@@ -99,3 +99,39 @@ def test_direct_map_past_the_server(cluster):
         outs = g.direct_map(inputs, window=3)
         assert [o[:16] for o in outs] == [i[:16] for i in inputs]
         assert all(len(o) == 32 for o in outs)
+
+
+def test_a_group_is_lent_nodes_beside_a_shared_user():
+    """--sharing shared: the scheduler lends the group two of three nodes;
+    the shared user is served throughout, and the nodes come back."""
+    c = Cluster(BIN, 3, "--sharing", "shared")
+    try:
+        with corefarm.connect(c.users_addr) as user:
+            user.configure_benchmark(16, 16)
+            inputs = [bytes([i]) * 16 for i in range(40)]
+            assert [o[:16] for o in user.map(inputs, window=4)] == inputs
+            with corefarm.group(c.users_addr, nodes=2) as g:
+                assert g.size == 2
+                g.bcast("w", i32([1, 2, 3]), dtype="i32")
+                g.allreduce("w", "s", op="sum")
+                assert from_i32(g.get(1, "s")) == [2, 4, 6]
+                assert [o[:16] for o in user.map(inputs, window=4)] == inputs
+            with corefarm.group(c.users_addr, nodes=3) as g:
+                assert g.size == 3
+            assert [o[:16] for o in user.map(inputs, window=4)] == inputs
+    finally:
+        c.stop()
+
+
+def test_the_latency_model_can_be_chosen(cluster, tmp_path):
+    bad = tmp_path / "model.json"
+    bad.write_text("{}")
+    with pytest.raises(ValueError, match="model: .*model.json"):
+        corefarm.group(cluster.users_addr, nodes=2, model=bad)
+    with pytest.raises(ValueError, match="model: .*missing.json"):
+        corefarm.group(cluster.users_addr, nodes=2, model=str(tmp_path / "missing.json"))
+    # No model: seed 003's stage count picks the algorithm of `auto`.
+    with corefarm.group(cluster.users_addr, nodes=2, model=False) as g:
+        g.bcast("w", i32([4, 5]), dtype="i32")
+        g.allreduce("w", "s", op="sum", algo="auto")
+        assert from_i32(g.get(0, "s")) == [8, 10]

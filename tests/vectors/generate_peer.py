@@ -40,8 +40,8 @@ def main():
     valid, invalid = [], []
     valid.append({
         "name": "hello opening a link from rank 0 to rank 3 of group 7",
-        "hex": frame(routing(1, 0, 7, 0, 3, 0) + b"n0").hex(),
-        "decoded": {"header": header("hello", 0, 7, 0, 3, 0), "name": "n0"},
+        "hex": frame(routing(1, 0, 7, 0, 3, 0) + struct.pack("<Q", 0x5EC12E7_0F_6A0B) + b"n0").hex(),
+        "decoded": {"header": header("hello", 0, 7, 0, 3, 0), "token": "%016x" % 0x5EC12E7_0F_6A0B, "name": "n0"},
     })
     c = {"seq": 4, "op": "allreduce", "phase": 0, "algo": "binomial", "dtype": "i32",
          "reduce": "sum", "root": 0, "block": 2, "offset": 8, "total": 16}
@@ -84,7 +84,9 @@ def main():
                     "hex": frame(routing(2, 1, 7, 0, 1, 5) + coll(1, 2, 0, 1, 0, 0, 0, 0, 14, 16) + b"abc").hex(),
                     "error": "bad_peer"})
     invalid.append({"name": "hello name not UTF-8",
-                    "hex": frame(routing(1, 0, 7, 0, 3, 0) + b"\xff").hex(), "error": "bad_peer"})
+                    "hex": frame(routing(1, 0, 7, 0, 3, 0) + bytes(8) + b"\xff").hex(), "error": "bad_peer"})
+    invalid.append({"name": "hello without its 8-byte token",
+                    "hex": frame(routing(1, 0, 7, 0, 3, 0) + b"n0").hex(), "error": "truncated"})
     invalid.append({"name": "abort shorter than culprit and sequence",
                     "hex": frame(routing(3, 0, 7, 0, 3, 0) + b"\x01\x00\x00").hex(), "error": "truncated"})
 

@@ -27,6 +27,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use corefarm_client::tls::{RecvHalf, SendHalf};
 use corefarm_smp::blocking::{write_data_borrowed, FrameReader};
 use corefarm_smp::codec::ReadError;
 use corefarm_smp::hello::features;
@@ -81,6 +82,8 @@ pub struct UserBenchOptions {
     pub cpu_watch: Vec<crate::cpu::CpuTarget>,
     /// The user secret of a server with an auth file (docs/operations.md).
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// TLS to the user port (`--tls-ca`); `None`: plain TCP.
+    pub tls: Option<corefarm_smp::tls::ClientTls>,
 }
 
 impl Default for UserBenchOptions {
@@ -102,6 +105,7 @@ impl Default for UserBenchOptions {
             progress: false,
             cpu_watch: Vec::new(),
             secret: None,
+            tls: None,
         }
     }
 }
@@ -293,7 +297,7 @@ fn is_timeout(e: &ReadError) -> bool {
 }
 
 /// Reads the next frame during the handshake, failing on silence or close.
-fn handshake_frame(r: &mut FrameReader<TcpStream>, what: &str) -> Result<Frame> {
+fn handshake_frame(r: &mut FrameReader<RecvHalf>, what: &str) -> Result<Frame> {
     match r.read_frame() {
         Ok(Some(f)) => Ok(f),
         Ok(None) => bail!("server closed the connection while waiting for {what}"),
@@ -350,8 +354,11 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
             .set_send_buffer_size(b)
             .context("setting --send-buffer")?;
     }
-    stream.set_read_timeout(Some(o.connect_timeout))?;
-    let mut reader = FrameReader::new(stream.try_clone()?, DEFAULT_MAX_MESSAGE);
+    let (stream, rd) =
+        corefarm_client::tls::split(o.tls.as_ref(), &o.server, stream, Some(o.connect_timeout))
+            .map_err(|e| anyhow::anyhow!("TLS with the server at {}: {e}", o.server))?;
+    stream.tcp().set_read_timeout(Some(o.connect_timeout))?;
+    let mut reader = FrameReader::new(rd, DEFAULT_MAX_MESSAGE);
     let mut writer = stream.try_clone()?;
 
     let mut session = Session::default();
@@ -446,9 +453,9 @@ pub(crate) struct Measure {
 
 /// The measured part of a run, on a configured connection: the sender and
 /// receiver threads, the monitor, the report.
-pub(crate) fn measure(
-    stream: TcpStream,
-    mut reader: FrameReader<TcpStream>,
+pub(crate) fn measure<R: std::io::Read + Send + 'static>(
+    stream: impl Into<SendHalf>,
+    mut reader: FrameReader<R>,
     o: &UserBenchOptions,
     m: Measure,
 ) -> Result<UserReport> {
@@ -459,10 +466,11 @@ pub(crate) fn measure(
         initial_credit,
         window: local_window,
     } = m;
+    let stream: SendHalf = stream.into();
     let mut writer = stream.try_clone()?;
     let initial_credit = initial_credit + local_window.map_or(0, u64::from);
     // From here on the receiver wakes up regularly to check the clock.
-    stream.set_read_timeout(Some(POLL))?;
+    stream.tcp().set_read_timeout(Some(POLL))?;
 
     let shared = Arc::new(Shared {
         inflight: Mutex::new(HashMap::new()),
@@ -601,7 +609,7 @@ pub(crate) fn measure(
 }
 
 fn send_loop(
-    w: &mut TcpStream,
+    w: &mut SendHalf,
     o: &UserBenchOptions,
     credit: bool,
     t0: u64,
@@ -674,8 +682,8 @@ fn send_loop(
     }
 }
 
-fn recv_loop(
-    r: &mut FrameReader<TcpStream>,
+fn recv_loop<R: std::io::Read>(
+    r: &mut FrameReader<R>,
     o: &UserBenchOptions,
     win: Window,
     sh: &Shared,

@@ -35,6 +35,12 @@ pub enum BenchCmd {
     /// Shared nodes (seed 002 §5.5): concurrent applications calling random
     /// functions on an embedded cluster; makespan and utilisation.
     Sharing(crate::cmd_bench_sharing::SharingArgs),
+    /// OSU-style latency of group collectives vs message size, group size
+    /// and tree, with the calibrated model's prediction beside each point.
+    Collectives(crate::cmd_bench_collectives::CollectivesArgs),
+    /// Throughput of a group's direct data path (no data through the
+    /// server), with the server's CPU over the window (one JSON object).
+    Direct(crate::cmd_bench_direct::DirectArgs),
 }
 
 #[derive(Args)]
@@ -120,6 +126,8 @@ pub struct UserArgs {
     /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
     #[arg(long)]
     secret_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    tls: crate::cmd_tls::ClientTlsArgs,
 }
 
 #[derive(Args)]
@@ -235,6 +243,8 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Suite(s) => suite(s),
         BenchCmd::Soak(s) => crate::cmd_soak::run(s),
         BenchCmd::Sharing(s) => crate::cmd_bench_sharing::run(s),
+        BenchCmd::Collectives(a) => crate::cmd_bench_collectives::run(a),
+        BenchCmd::Direct(a) => crate::cmd_bench_direct::run(a),
     }
 }
 
@@ -332,6 +342,7 @@ fn user_bench(a: UserArgs) -> Result<()> {
         cpu_watch: a.cpu_pids,
         secret: corefarm_smp::auth::Secret::from_file_or_env(a.secret_file.as_deref())
             .map_err(anyhow::Error::msg)?,
+        tls: a.tls.load()?,
     };
     let rep = user::run(&opts)?;
     if a.json {
@@ -377,6 +388,7 @@ fn node_bench(a: NodeArgs) -> Result<()> {
             progress: !(a.json || a.quiet),
             cpu_watch: Vec::new(),
             secret: None,
+            tls: None,
         },
     };
     let announce = a.no_spawn;

@@ -70,6 +70,13 @@ pub struct BuildArgs {
     /// Top module of the Verilog sources.
     #[arg(long, value_name = "NAME")]
     top: Option<String>,
+    /// Streaming handler sets: a JSON list of {name, ruleset, budgets}
+    /// (docs/streams.md), their code compiled from --handler-source.
+    #[arg(long, value_name = "FILE.json", requires = "handler_source")]
+    handlers: Option<PathBuf>,
+    /// C sources of the handler sets (include <corefarm/spin.h>).
+    #[arg(long, value_name = "FILE", num_args = 1.., requires = "handlers")]
+    handler_source: Vec<PathBuf>,
     /// Cyclone V raw binary file (Quartus RBF) to embed as the fpga-cyclonev artifact.
     #[arg(long, value_name = "FILE")]
     rbf: Option<PathBuf>,
@@ -181,6 +188,19 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
         verilog: (!a.verilog.is_empty()).then(|| (a.verilog, a.top.unwrap_or_default())),
         rbf: a.rbf,
         strict: a.strict,
+        handler_sets: match &a.handlers {
+            Some(p) => serde_json::from_slice(
+                &std::fs::read(p).with_context(|| format!("reading {}", p.display()))?,
+            )
+            .with_context(|| {
+                format!(
+                    "{}: not a list of handler sets (docs/streams.md)",
+                    p.display()
+                )
+            })?,
+            None => Vec::new(),
+        },
+        handler_sources: a.handler_source,
     };
     let built = corefarm_toolchain::build_image(&spec)?;
     for w in &built.warnings {
@@ -290,6 +310,34 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
                 x.target,
                 x.kind.name(),
                 x.length
+            );
+        }
+        if !m.handler_sets.is_empty() {
+            println!("handler sets: {} (docs/streams.md)", m.handler_sets.len());
+        }
+        for h in &m.handler_sets {
+            let rules: Vec<String> = h
+                .ruleset
+                .rules
+                .iter()
+                .map(|r| {
+                    format!(
+                        "{:#x} <= w[{}] & {:#x} <= {:#x}",
+                        r.start, r.index, r.mask, r.end
+                    )
+                })
+                .collect();
+            let b = &h.budgets;
+            println!(
+                "  {:<16} {:?}: {}  (scratch {} B, shared {} B, {} counters, output {} B, {} ms per call)",
+                h.name,
+                h.ruleset.mode,
+                rules.join(", "),
+                b.scratch,
+                b.shared,
+                b.counters,
+                b.output,
+                b.per_call_ms
             );
         }
     }

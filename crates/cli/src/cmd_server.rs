@@ -29,6 +29,8 @@ pub struct ServerArgs {
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
     #[command(flatten)]
+    pub tls: crate::cmd_tls::ServerTlsArgs,
+    #[command(flatten)]
     pub tuning: ServerTuning,
 }
 
@@ -174,6 +176,7 @@ impl ServerTuning {
             sharing: self.sharing,
             monitor_period: Duration::from_secs_f64(self.monitor_period / 1e3),
             queue_limit: self.queue_limit.max(1),
+            tls: None,
         }
     }
 }
@@ -193,6 +196,8 @@ pub struct NodeArgs {
     /// Serve Prometheus metrics at http://ADDR/metrics and the node managers' status as JSON at /status.
     #[arg(long, value_name = "ADDR")]
     pub metrics_listen: Option<String>,
+    #[command(flatten)]
+    pub tls: crate::cmd_tls::ClientTlsArgs,
     #[command(flatten)]
     pub node: NodeTuning,
 }
@@ -227,6 +232,13 @@ pub struct NodeTuning {
     /// so shared-mode reconfiguration can be studied in simulation.
     #[arg(long, default_value_t = 0)]
     pub reconfigure_delay_ms: u64,
+    /// Bytes per chunk a message is cut into for streaming handlers
+    /// (docs/streams.md); at most 65 472.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=65472))]
+    pub spin_chunk_size: u32,
+    /// Payload handlers of one message running at once (streaming handlers).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub spin_threads: u32,
     /// Peer port of the node fabric (groups, docs/collectives.md): where the
     /// other members of a group reach this node. An unspecified IP means the
     /// interface the node reaches the server through; port 0 picks a free
@@ -329,6 +341,10 @@ impl NodeTuning {
                 ..defaults
             },
             peer_listen: self.peer_listen.0,
+            spin: corefarm_node::spin::SpinOptions {
+                chunk_size: self.spin_chunk_size as usize,
+                threads: self.spin_threads as usize,
+            },
             ..NodeOptions::default()
         }
     }
@@ -424,6 +440,13 @@ pub struct LocalNodeArgs {
     /// unsafe: a faulty core takes the node down).
     #[arg(long, default_value_t = corefarm_cores::Isolation::Process, value_parser = parse_isolation)]
     pub isolation: corefarm_cores::Isolation,
+    /// Bytes per chunk a message is cut into for streaming handlers
+    /// (docs/streams.md); at most 65 472.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=65472))]
+    pub spin_chunk_size: u32,
+    /// Payload handlers of one message running at once (streaming handlers).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub spin_threads: u32,
 }
 
 impl LocalNodeArgs {
@@ -451,6 +474,10 @@ impl LocalNodeArgs {
             &backends,
             "--core-timeout",
             &core_timeout,
+            "--spin-chunk-size",
+            &self.spin_chunk_size.to_string(),
+            "--spin-threads",
+            &self.spin_threads.to_string(),
         ])?;
         Ok(tuning.node.options(String::new()))
     }
@@ -530,6 +557,7 @@ pub fn run_server(args: ServerArgs) -> anyhow::Result<()> {
         );
         opts.auth = auth;
         opts.allow_legacy = args.allow_legacy;
+        opts.tls = args.tls.load()?;
         let server = Server::bind(opts).await?;
         if args.auth_file.is_none() {
             eprintln!("{}", exposure_note(&server, args.tuning.insecure_open));
@@ -573,6 +601,7 @@ pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         stop_on_signal(&stop);
         let mut opts = args.node.options(args.server);
         opts.secret = secret;
+        opts.tls = args.tls.load()?;
         if let Some(addr) = args.metrics_listen.as_deref() {
             let t = std::sync::Arc::new(corefarm_node::metrics::NodeTelemetry::default());
             opts.telemetry = Some(t.clone());

@@ -78,3 +78,23 @@ fn fpga_options_map_to_the_backend() {
     assert!(parse(&["--fpga-programmer", "dd 'of=x"]).is_err());
     assert!(parse(&["--fpga-programmer", "  "]).is_err());
 }
+
+#[test]
+fn local_passes_its_node_flags_on_including_the_streaming_ones() {
+    #[derive(Parser)]
+    struct L {
+        #[command(flatten)]
+        node: crate::cmd_server::LocalNodeArgs,
+    }
+    let l = L::try_parse_from(["l", "--spin-chunk-size", "1024", "--spin-threads", "2"]).unwrap();
+    let o = l.node.options().unwrap();
+    assert_eq!((o.spin.chunk_size, o.spin.threads), (1024, 2));
+    let l = L::try_parse_from(["l"]).unwrap();
+    let d = parse(&[]).unwrap();
+    let o = l.node.options().unwrap();
+    assert_eq!(
+        (o.spin.chunk_size, o.spin.threads),
+        (d.spin.chunk_size, d.spin.threads)
+    );
+    assert!(L::try_parse_from(["l", "--spin-threads", "0"]).is_err());
+}

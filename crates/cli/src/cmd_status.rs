@@ -24,6 +24,8 @@ pub struct StatusArgs {
     /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
     #[arg(long)]
     pub secret_file: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub tls: crate::cmd_tls::ClientTlsArgs,
 }
 
 pub fn run(args: StatusArgs) -> anyhow::Result<()> {
@@ -33,7 +35,13 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     );
     let secret = corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
         .map_err(anyhow::Error::msg)?;
-    let status = fetch(&args.server, Duration::from_secs_f64(args.timeout), secret)?;
+    let tls = args.tls.load()?;
+    let status = fetch_tls(
+        &args.server,
+        Duration::from_secs_f64(args.timeout),
+        secret,
+        tls,
+    )?;
     let text = if args.json {
         serde_json::to_string_pretty(&status)? + "\n"
     } else {
@@ -49,13 +57,25 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
 
 /// Connects as an observer and asks once.
 /// `secret`: the user secret of a server that has an auth file.
+#[allow(dead_code)] // kept for callers without TLS
 pub fn fetch(
     server: &str,
     timeout: Duration,
     secret: Option<corefarm_smp::auth::Secret>,
 ) -> anyhow::Result<ClusterStatus> {
+    fetch_tls(server, timeout, secret, None)
+}
+
+/// [`fetch`] over TLS when `tls` is given.
+pub fn fetch_tls(
+    server: &str,
+    timeout: Duration,
+    secret: Option<corefarm_smp::auth::Secret>,
+    tls: Option<corefarm_smp::tls::ClientTls>,
+) -> anyhow::Result<ClusterStatus> {
     let opts = ClientOptions {
         secret,
+        tls,
         nodes: Some(0),
         name: Some("corefarm status".into()),
         connect_timeout: Some(timeout),

@@ -26,6 +26,8 @@ pub struct TopArgs {
     /// Seconds between refreshes.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
+    #[command(flatten)]
+    pub tls: crate::cmd_tls::ClientTlsArgs,
 }
 
 pub fn run(args: TopArgs) -> anyhow::Result<()> {
@@ -36,7 +38,8 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
     let interval = Duration::from_secs_f64(args.interval);
     // Connect before taking over the terminal, so a wrong address is a
     // plain error message.
-    let mut client = Some(connect(&args.server)?);
+    let tls = args.tls.load()?;
+    let mut client = Some(connect(&args.server, &tls)?);
     let mut terminal = ratatui::init();
     let mut view = View::new(args.server.clone());
     let result = (|| -> anyhow::Result<()> {
@@ -48,7 +51,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
                     view.error = Some(format!("{e}; reconnecting"));
                     client = None;
                 }
-                None => match connect(&args.server) {
+                None => match connect(&args.server, &tls) {
                     Ok(c) => {
                         client = Some(c);
                         view.error = None;
@@ -82,9 +85,10 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
     result
 }
 
-fn connect(server: &str) -> anyhow::Result<Client> {
+fn connect(server: &str, tls: &Option<corefarm_smp::tls::ClientTls>) -> anyhow::Result<Client> {
     let t = Duration::from_secs(5);
     let opts = ClientOptions {
+        tls: tls.clone(),
         nodes: Some(0),
         name: Some("corefarm top".into()),
         connect_timeout: Some(t),

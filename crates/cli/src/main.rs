@@ -9,14 +9,18 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cmd_bench;
+mod cmd_bench_collectives;
+mod cmd_bench_direct;
 mod cmd_bench_sharing;
 mod cmd_image;
 mod cmd_image_sign;
+mod cmd_model;
 mod cmd_server;
 #[cfg(test)]
 mod cmd_server_tests;
 mod cmd_soak;
 mod cmd_status;
+mod cmd_tls;
 mod cmd_top;
 mod cmd_worker;
 mod demo;
@@ -42,6 +46,9 @@ enum Cmd {
     /// Benchmarks: SMP echo, the benchmarking user, the full suite.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCmd),
+    /// The collectives' latency model: calibrate it on this machine, predict.
+    #[command(subcommand)]
+    Model(cmd_model::ModelCmd),
     /// Build and inspect configuration images.
     #[command(subcommand)]
     Image(cmd_image::ImageCmd),
@@ -87,6 +94,7 @@ fn run() -> anyhow::Result<()> {
         Cmd::Local(a) => cmd_server::run_local(a),
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Image(c) => cmd_image::run(c),
+        Cmd::Model(c) => cmd_model::run(c),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Status(a) => cmd_status::run(a),
         Cmd::Top(a) => cmd_top::run(a),

@@ -206,9 +206,13 @@ fn two_users_share_one_function_across_processes() {
     wait(&c, "two nodes", |s| s.nodes.len() == 2);
     let cfg = bench(64, 200);
     let (users, c2) = (c.users, cfg.clone());
+    // The seed-format user streams only once both users are seen on the
+    // function: streaming at once, it could finish and leave before.
+    let (go, wait_go) = std::sync::mpsc::channel::<()>();
     let seed_user = std::thread::spawn(move || {
         let mut u = User::connect(users, false);
         assert_eq!(u.configure(&c2), 0);
+        wait_go.recv().expect("the test ends before streaming");
         u.stream(0..150, 64, false, |_| {})
     });
     let mut a = User::connect(c.users, true);
@@ -216,6 +220,7 @@ fn two_users_share_one_function_across_processes() {
     let s = wait(&c, "both users on one function", |s| {
         function(s, &cfg).is_some_and(|f| f.users.len() == 2)
     });
+    go.send(()).unwrap();
     assert_eq!(s.sharing, "shared");
     assert_eq!(s.functions.len(), 1, "one function for both: {s:#?}");
     exactly_once(&a.stream(0..150, 64, true, |_| {}), 0..150);
@@ -250,7 +255,8 @@ fn a_replica_killed_mid_stream_loses_and_duplicates_nothing() {
     assert_eq!(u.configure(&cfg), 0);
     let seen = u.stream(0..300, 64, true, |id| {
         if id == 60 {
-            // The backlog made Algorithm 1 replicate the function on both nodes.
+            // The function is on both nodes (the fair share of the only
+            // function in use, or Algorithm 1 replicating for the backlog).
             wait(&c, "a second replica", |s| {
                 function(s, &cfg).is_some_and(|f| f.replicas == 2)
             });
@@ -280,5 +286,7 @@ fn alternating_functions_keep_their_nodes_when_programming_is_slow() {
     }
     let s = a.status();
     let loads: u64 = s.functions.iter().map(|f| f.reconfigurations).sum();
-    assert_eq!(loads, 2, "each function loaded once, never traded: {s:#?}");
+    // fa takes both spare nodes (its fair share as the only function in
+    // use), fb takes one of them back; then nothing is traded.
+    assert_eq!(loads, 3, "one load per node, never traded: {s:#?}");
 }

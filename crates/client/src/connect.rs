@@ -1,5 +1,5 @@
-//! Opening the connection: name resolution, TCP connect and the hello
-//! exchange that negotiates the extensions.
+//! Opening the connection: name resolution, TCP connect, TLS if asked for
+//! (`ClientOptions::tls`) and the hello exchange that negotiates the extensions.
 
 use std::io;
 use std::net::{SocketAddr, TcpStream, ToSocketAddrs};
@@ -11,6 +11,7 @@ use corefarm_smp::codec::ReadError;
 use corefarm_smp::hello::features;
 use corefarm_smp::{ErrorMsg, Hello, MsgType};
 
+use crate::tls::{RecvHalf, SendHalf};
 use crate::{ClientError, ClientOptions, Result};
 
 /// Resolves `addr` and connects to the first address that accepts.
@@ -39,11 +40,42 @@ pub(crate) fn open(addr: &str, timeout: Option<Duration>) -> Result<TcpStream> {
     })
 }
 
+/// Connects to `addr` and sets the socket up; with `opts.tls`, runs the TLS
+/// handshake within the connect timeout.
+pub(crate) fn open_link(
+    addr: &str,
+    opts: &ClientOptions,
+) -> Result<(SendHalf, FrameReader<RecvHalf>)> {
+    let stream = open(addr, opts.connect_timeout)?;
+    let io = |during| move |source| ClientError::Io { during, source };
+    stream
+        .set_nodelay(true)
+        .map_err(io("configuring the socket"))?;
+    let (writer, reader) =
+        match &opts.tls {
+            None => {
+                let read_half = stream.try_clone().map_err(io("configuring the socket"))?;
+                (SendHalf::Plain(stream), RecvHalf::Plain(read_half))
+            }
+            Some(tls) => crate::tls::handshake(tls, addr, stream, opts.connect_timeout).map_err(
+                |detail| ClientError::Tls {
+                    addr: addr.to_string(),
+                    detail,
+                },
+            )?,
+        };
+    writer
+        .tcp()
+        .set_write_timeout(opts.io_timeout)
+        .map_err(io("configuring the socket"))?;
+    Ok((writer, FrameReader::new(reader, opts.max_message)))
+}
+
 pub(crate) fn handshake(
     addr: &str,
     opts: &ClientOptions,
-    writer: &mut TcpStream,
-    reader: &mut FrameReader<TcpStream>,
+    writer: &mut SendHalf,
+    reader: &mut FrameReader<RecvHalf>,
 ) -> Result<Hello> {
     let fail = |detail: String| ClientError::Handshake {
         addr: addr.to_string(),
@@ -66,6 +98,7 @@ pub(crate) fn handshake(
     // it is lifted again before the reader thread takes over.
     reader
         .get_ref()
+        .tcp()
         .set_read_timeout(opts.connect_timeout)
         .map_err(|e| fail(e.to_string()))?;
     let mut frame = read_reply(reader, opts, &fail)?;
@@ -84,6 +117,7 @@ pub(crate) fn handshake(
     }
     reader
         .get_ref()
+        .tcp()
         .set_read_timeout(None)
         .map_err(|e| fail(e.to_string()))?;
     match frame.ty {
@@ -111,7 +145,7 @@ pub(crate) fn handshake(
 
 /// One frame of the hello exchange, within the connect timeout.
 fn read_reply(
-    reader: &mut FrameReader<TcpStream>,
+    reader: &mut FrameReader<RecvHalf>,
     opts: &ClientOptions,
     fail: &dyn Fn(String) -> ClientError,
 ) -> Result<corefarm_smp::Frame> {

@@ -208,6 +208,31 @@ impl Cowork {
         })
     }
 
+    /// A cowork over cores the caller built (for example a software model of
+    /// a configuration no backend loads here, such as the benchmarking
+    /// configuration): `cores` compute `cfg`'s function, one thread each.
+    pub fn with_cores(
+        cfg: &Configuration,
+        cores: Vec<Box<dyn Core>>,
+        opts: CoworkOptions,
+    ) -> Result<Cowork, CoworkError> {
+        if cfg.input_size == 0 || cfg.output_size == 0 || cores.is_empty() {
+            return Err(LoadError::Invalid(
+                "co-working needs non-zero input and output sizes and at least one core".into(),
+            )
+            .into());
+        }
+        let threads = cores.len();
+        Ok(Cowork {
+            cfg: cfg.clone(),
+            opts,
+            cores: Mutex::new(cores),
+            estimates: Mutex::new(Estimates::default()),
+            pinned_x_a: Mutex::new(None),
+            description: format!("{threads} local thread(s) of caller-provided cores"),
+        })
+    }
+
     /// A cowork over given cores (tests: fake cores, no image).
     #[cfg(test)]
     pub(crate) fn from_cores(

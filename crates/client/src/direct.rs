@@ -93,7 +93,8 @@ impl Group {
                     seq: 0,
                 },
                 body: PeerBody::Hello {
-                    name: format!("{:016x}", self.token),
+                    token: self.token,
+                    name: "user".into(),
                 },
             };
             let f = hello.to_frame().map_err(ClientError::Protocol)?;

@@ -16,6 +16,8 @@ pub enum ClientError {
     Connect { addr: String, source: io::Error },
     #[error("the server at {addr} did not complete the hello exchange: {detail}")]
     Handshake { addr: String, detail: String },
+    #[error("TLS with the server at {addr} failed: {detail}")]
+    Tls { addr: String, detail: String },
     #[error("the server closed the connection {during}")]
     Closed { during: &'static str },
     #[error("the connection was closed by this client")]

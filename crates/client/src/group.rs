@@ -26,9 +26,13 @@
 use std::collections::HashMap;
 use std::io;
 use std::net::TcpStream;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+/// The latency model `auto` uses (`corefarm model calibrate`).
+pub use corefarm_model::collectives::Calibration;
+use corefarm_model::collectives::{Algo as ModelAlgo, Op as ModelOp};
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_RANKS};
 use corefarm_smp::hello::features;
@@ -43,7 +47,8 @@ use calls::{read_until, unexpected};
 /// Which tree a collective runs over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
-    /// Chosen per call by the stage model of seed 003 (see [`choose`]).
+    /// Chosen per call: the lowest latency the calibrated model predicts
+    /// ([`choose_calibrated`]), else seed 003's stage count ([`choose`]).
     Auto,
     Linear,
     Binomial,
@@ -90,6 +95,41 @@ pub fn choose(bytes: u64, n: u32) -> Algo {
     }
 }
 
+/// The tree with the lowest latency `model` predicts for `op` over `n`
+/// members with `bytes` per rank (`corefarm model calibrate`).
+pub fn choose_calibrated(model: &Calibration, op: ModelOp, bytes: u64, n: u32) -> Algo {
+    match model.best(op, n, bytes) {
+        ModelAlgo::Linear => Algo::Linear,
+        ModelAlgo::Binomial => Algo::Binomial,
+        ModelAlgo::Star => Algo::Star,
+    }
+}
+
+/// What `auto` runs `cmd` over: `bytes` is the source buffer (for an
+/// allgather, the total of all ranks), `None` when the client cannot know
+/// it (then binomial, the safe choice for short messages).
+pub fn auto(model: Option<&Calibration>, cmd: Cmd, bytes: Option<u64>, n: u32) -> Algo {
+    let op = match cmd {
+        Cmd::Bcast => ModelOp::Bcast,
+        Cmd::Reduce => ModelOp::Reduce,
+        Cmd::Allreduce => ModelOp::Allreduce,
+        Cmd::Barrier => ModelOp::Barrier,
+        _ => ModelOp::Allgather,
+    };
+    match (model, bytes) {
+        (Some(m), Some(b)) => {
+            let per_rank = if op == ModelOp::Allgather {
+                b / u64::from(n.max(1))
+            } else {
+                b
+            };
+            choose_calibrated(m, op, per_rank, n)
+        }
+        (None, Some(b)) => choose(b, n),
+        (_, None) => Algo::Binomial,
+    }
+}
+
 /// How a group is opened.
 #[derive(Debug, Clone)]
 pub struct GroupOptions {
@@ -102,6 +142,10 @@ pub struct GroupOptions {
     pub connect_timeout: Duration,
     pub name: Option<String>,
     pub max_message: u32,
+    /// Latency model for `auto`; [`GroupOptions::new`] loads the default
+    /// file of `corefarm model calibrate` if there is a valid one. `None`:
+    /// seed 003's stage count ([`choose`]).
+    pub model: Option<Arc<Calibration>>,
 }
 
 impl GroupOptions {
@@ -113,6 +157,7 @@ impl GroupOptions {
             connect_timeout: Duration::from_secs(30),
             name: None,
             max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
+            model: Calibration::load_default().map(Arc::new),
         }
     }
 }
@@ -175,6 +220,7 @@ pub struct Group {
     early: Vec<GroupReply>,
     /// Admits direct connections to the members ([`crate::direct`]).
     pub(crate) token: u64,
+    model: Option<Arc<Calibration>>,
 }
 
 impl Drop for Group {
@@ -247,6 +293,7 @@ impl Group {
             sizes: HashMap::new(),
             io: None,
             early: Vec::new(),
+            model: opts.model,
         })
     }
 
@@ -502,7 +549,7 @@ impl Group {
         b: &str,
     ) -> GroupCmd {
         let algo = match algo {
-            Algorithm::Auto => bytes.map_or(Algo::Binomial, |b| choose(b, self.size())),
+            Algorithm::Auto => auto(self.model.as_deref(), cmd, bytes, self.size()),
             Algorithm::Linear => Algo::Linear,
             Algorithm::Binomial => Algo::Binomial,
             Algorithm::Star => Algo::Star,
@@ -552,6 +599,7 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corefarm_model::collectives::PerTree;
 
     #[test]
     fn auto_follows_the_stage_model() {
@@ -561,6 +609,62 @@ mod tests {
         assert_eq!(choose(4 << 20, 16), Algo::Linear);
         assert_eq!(choose(4 << 20, 4), Algo::Linear);
         assert_eq!(choose(1 << 20, 2), Algo::Binomial);
+    }
+
+    /// A calibration fitted to a synthetic machine: 100 µs per command,
+    /// `hop` per stage of each tree, 1 ns per byte per stage.
+    fn synthetic(hop: PerTree) -> Calibration {
+        use corefarm_model::collectives::{predict, Params, Sample, Shape};
+        let p = Params {
+            t0: 100e-6,
+            hop,
+            byte: PerTree::same(1e-9),
+            ..Params::default()
+        };
+        let mut samples = Vec::new();
+        for op in [ModelOp::Bcast, ModelOp::Reduce] {
+            for algo in [ModelAlgo::Linear, ModelAlgo::Binomial, ModelAlgo::Star] {
+                for n in [2, 4, 8, 16] {
+                    for bytes in [8, 1 << 16, 4 << 20] {
+                        let shape = Shape { op, algo, n, bytes };
+                        let seconds = predict(&p, shape, CHUNK);
+                        samples.push(Sample { shape, seconds });
+                    }
+                }
+            }
+        }
+        Calibration::from_samples(samples, CHUNK, "synthetic".into()).unwrap()
+    }
+
+    #[test]
+    fn auto_uses_the_calibrated_model() {
+        let m = synthetic(PerTree::same(20e-6));
+        assert_eq!(auto(Some(&m), Cmd::Bcast, Some(8), 16), Algo::Binomial);
+        assert_eq!(
+            auto(Some(&m), Cmd::Allreduce, Some(4 << 20), 16),
+            Algo::Linear
+        );
+        // 256 KiB over 4 members: 4 chunks; chain 6 stages, binomial 8.
+        assert_eq!(
+            auto(Some(&m), Cmd::Reduce, Some(256 << 10), 4),
+            Algo::Linear
+        );
+        // A machine where the root's sends are cheap and forwarding is dear
+        // (3 star stages at 10 µs beat 2 binomial stages at 40 µs): the
+        // model picks the star, which the stage count never does.
+        let cheap_root = synthetic(PerTree {
+            linear: 40e-6,
+            binomial: 40e-6,
+            star: 10e-6,
+        });
+        assert_eq!(auto(Some(&cheap_root), Cmd::Bcast, Some(8), 4), Algo::Star);
+        assert_eq!(choose(8, 4), Algo::Binomial);
+        // Unknown sizes: binomial; no model: the stage count.
+        assert_eq!(auto(Some(&m), Cmd::Bcast, None, 16), Algo::Binomial);
+        assert_eq!(
+            auto(None, Cmd::Bcast, Some(4 << 20), 16),
+            choose(4 << 20, 16)
+        );
     }
 
     #[test]

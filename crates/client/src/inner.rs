@@ -2,7 +2,7 @@
 //! caller's thread, waits on the state the reader thread keeps.
 
 use std::io;
-use std::net::{Shutdown, TcpStream};
+use std::net::Shutdown;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -21,7 +21,7 @@ use crate::{ClientError, ClientOptions, Output, Result};
 pub(crate) struct Inner {
     pub addr: String,
     pub opts: ClientOptions,
-    pub writer: Mutex<TcpStream>,
+    pub writer: Mutex<crate::tls::SendHalf>,
     pub shared: Arc<Shared>,
     pub server_hello: Option<Hello>,
     pub credit_mode: bool,
@@ -390,7 +390,7 @@ impl Drop for Inner {
 
 /// Starts the reader thread for an open connection.
 pub(crate) fn spawn_reader(
-    reader: corefarm_smp::blocking::FrameReader<TcpStream>,
+    reader: corefarm_smp::blocking::FrameReader<crate::tls::RecvHalf>,
     shared: Arc<Shared>,
     credit_mode: bool,
 ) -> io::Result<JoinHandle<()>> {

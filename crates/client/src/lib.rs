@@ -46,12 +46,12 @@ mod inner;
 mod map;
 mod pending;
 mod reader;
+pub mod tls;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
-use corefarm_smp::blocking::FrameReader;
 use corefarm_smp::hello::features;
 use corefarm_smp::{BenchmarkConfig, ClusterStatus, Configuration, Hello, DEFAULT_MAX_MESSAGE};
 
@@ -88,6 +88,10 @@ pub struct ClientOptions {
     /// announces the `auth` feature and answers the server's challenge
     /// (see [`corefarm_smp::auth::Secret::from_env`] for the usual sources).
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// TLS to the server's user port (the CA to trust and, optionally, the
+    /// name its certificate carries); `None`: plain TCP. Groups and the
+    /// direct data path to nodes stay plain TCP.
+    pub tls: Option<corefarm_smp::tls::ClientTls>,
 }
 
 impl Default for ClientOptions {
@@ -100,6 +104,7 @@ impl Default for ClientOptions {
             connect_timeout: Some(Duration::from_secs(10)),
             io_timeout: None,
             secret: None,
+            tls: None,
         }
     }
 }
@@ -137,17 +142,8 @@ impl Client {
     /// Connects to `addr` ("host:port") and, unless `opts.legacy`, negotiates
     /// the extensions with a hello exchange.
     pub fn connect(addr: &str, opts: ClientOptions) -> Result<Client> {
-        let stream = connect::open(addr, opts.connect_timeout)?;
         let io = |during| move |source| ClientError::Io { during, source };
-        stream
-            .set_nodelay(true)
-            .map_err(io("configuring the socket"))?;
-        stream
-            .set_write_timeout(opts.io_timeout)
-            .map_err(io("configuring the socket"))?;
-        let read_half = stream.try_clone().map_err(io("configuring the socket"))?;
-        let mut reader = FrameReader::new(read_half, opts.max_message);
-        let mut writer = stream;
+        let (mut writer, mut reader) = connect::open_link(addr, &opts)?;
 
         let server_hello = if opts.legacy {
             None

@@ -9,7 +9,6 @@
 //! [`Pending`]: crate::Pending
 
 use std::collections::{HashMap, VecDeque};
-use std::net::TcpStream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use corefarm_smp::blocking::FrameReader;
@@ -125,7 +124,11 @@ impl Shared {
     }
 }
 
-pub(crate) fn run(mut reader: FrameReader<TcpStream>, shared: &Shared, credit_mode: bool) {
+pub(crate) fn run(
+    mut reader: FrameReader<crate::tls::RecvHalf>,
+    shared: &Shared,
+    credit_mode: bool,
+) {
     // Output size of the configuration in force, to count outputs per result.
     let mut output_size = shared.lock().sizes.map(|s| s.1).unwrap_or(0);
     loop {
@@ -243,6 +246,12 @@ fn handle(
         MsgType::Peer => {
             return Err(Failure::Unexpected(
                 "a peer message: only nodes send those, on their peer port".into(),
+            ));
+        }
+        // This client never offers chunked messages.
+        MsgType::Chunk => {
+            return Err(Failure::Unexpected(
+                "a chunk, which this client did not agree to".into(),
             ));
         }
         // This connection never asked for a group (crate::group has its own).

@@ -244,6 +244,10 @@ pub struct Manifest {
     pub output_type: Option<DataType>,
     pub cores: Vec<CoreInfo>,
     pub artifacts: Vec<ArtifactEntry>,
+    /// Streaming handler sets (docs/streams.md); their code is the
+    /// `spin-<arch>-linux` artifact. Checked by [`crate::spin::manifest`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub handler_sets: Vec<crate::spin::HandlerSet>,
 }
 
 impl Manifest {
@@ -265,6 +269,16 @@ impl Manifest {
                     t.bytes().map_or("too many".into(), |b| b.to_string())
                 )));
             }
+        }
+        crate::spin::manifest::check(&self.handler_sets).map_err(ImageError::Manifest)?;
+        let spin = crate::spin::manifest::SPIN_TARGET_PREFIX;
+        if !self.handler_sets.is_empty()
+            && !self.artifacts.iter().any(|a| a.target.starts_with(spin))
+        {
+            return Err(ImageError::Manifest(format!(
+                "{} handler sets but no {spin}<arch>-linux artifact holding their code",
+                self.handler_sets.len()
+            )));
         }
         Ok(())
     }

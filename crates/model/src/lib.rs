@@ -12,6 +12,8 @@
 //! workload sizes in items (an item is one unit of work both sides can
 //! process: for corefarm, one data message).
 
+pub mod collectives;
+pub mod lsq;
 pub mod partition;
 pub mod queueing;
 

@@ -5,6 +5,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use corefarm_cores::spin::Ruleset;
+use corefarm_cores::worker::HandlerWorker;
 use corefarm_cores::{LoadError, LoadOptions, Loaded};
 use corefarm_smp::Configuration;
 use tokio::sync::mpsc;
@@ -88,9 +90,38 @@ pub async fn configure(
             }
         }
     };
-    let workers = Workers::start(engine, results.clone(), &opts.name)
+    let mut workers = Workers::start(engine, results.clone(), &opts.name)
         .map_err(|e| format!("cannot start the core handlers: {e}"))?;
+    if let Some((worker, rulesets)) = handler_sets(&cfg, opts).await? {
+        workers
+            .attach_spin(worker, rulesets, opts.spin, &opts.name)
+            .map_err(|e| format!("cannot start the streaming handlers: {e}"))?;
+    }
     Ok(Configured { cfg, workers })
+}
+
+/// The image's streaming handler sets, loaded in a handler worker
+/// (docs/streams.md), and their rulesets; `None` without handler sets.
+async fn handler_sets(
+    cfg: &Configuration,
+    opts: &NodeOptions,
+) -> Result<Option<(HandlerWorker, Vec<Ruleset>)>, String> {
+    if cfg.benchmark().is_some() {
+        return Ok(None);
+    }
+    let (c, load, threads) = (cfg.clone(), opts.load.clone(), opts.spin.threads);
+    let worker = tokio::task::spawn_blocking(move || {
+        corefarm_cores::spin::load_handlers(&c, &load, threads)
+    })
+    .await
+    .map_err(|e| format!("loading the handler sets crashed: {e}"))?
+    .map_err(|e| format!("handler sets: {e}"))?;
+    Ok(worker.map(|w| {
+        let rulesets = (0..w.contexts())
+            .map(|i| w.set(i).ruleset.clone())
+            .collect();
+        (w, rulesets)
+    }))
 }
 
 /// One line for the log.

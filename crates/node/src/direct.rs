@@ -42,11 +42,12 @@ pub(crate) async fn accept(
 ) {
     let Incoming {
         hello,
-        name,
+        token: shown,
         reader,
         mut writer,
+        ..
     } = inc;
-    if hello.src != DIRECT_USER || hello.dst != rank || name != format!("{token:016x}") {
+    if hello.src != DIRECT_USER || hello.dst != rank || shown != token {
         tracing::warn!(
             group,
             rank,
@@ -65,6 +66,7 @@ pub(crate) async fn accept(
             seq: 0,
         },
         body: PeerBody::Hello {
+            token,
             name: format!("rank {rank}"),
         },
     };

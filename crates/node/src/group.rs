@@ -88,7 +88,7 @@ impl GroupHandle {
         let topology = parse_topology(topology);
         let task = tokio::spawn(async move {
             let joined = match topology {
-                Ok(t) => join(group, rank, members, t, &env).await,
+                Ok(t) => join(group, rank, members, t, token, &env).await,
                 Err(e) => Err(e),
             };
             let fab = match joined {
@@ -122,6 +122,7 @@ async fn join(
     rank: u32,
     members: Vec<GroupMember>,
     topology: Topology,
+    token: u64,
     env: &MemberEnv,
 ) -> Result<Fabric, String> {
     let members = members
@@ -136,7 +137,7 @@ async fn join(
             Ok(Member { name: m.name, addr })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let spec = GroupSpec::new(group, rank, members, topology);
+    let spec = GroupSpec::new(group, rank, members, topology).with_token(token);
     Fabric::join(&env.listener, spec)
         .await
         .map_err(|e| e.to_string())

@@ -12,7 +12,11 @@ use corefarm_cores::Core;
 use corefarm_smp::ErrorCode;
 use tokio::sync::mpsc;
 
+use corefarm_cores::spin::Ruleset;
+use corefarm_cores::worker::HandlerWorker;
+
 use crate::guard::Reservation;
+use crate::spin::{SpinLane, SpinOptions};
 
 /// One data message waiting for a core.
 pub struct Job {
@@ -81,6 +85,8 @@ pub struct Workers {
     input_size: usize,
     output_size: usize,
     results: mpsc::UnboundedSender<Outgoing>,
+    /// Streaming handlers, when the image carries handler sets.
+    spin: Option<SpinLane>,
 }
 
 enum Kind {
@@ -135,12 +141,45 @@ impl Workers {
             input_size,
             output_size,
             results,
+            spin: None,
         })
+    }
+
+    /// Routes the messages that match one of `rulesets` through the
+    /// handler worker (docs/streams.md); the others still go to the cores.
+    pub fn attach_spin(
+        &mut self,
+        worker: HandlerWorker,
+        rulesets: Vec<Ruleset>,
+        opts: SpinOptions,
+        node: &str,
+    ) -> std::io::Result<()> {
+        let Kind::Threads { input, .. } = &self.kind else {
+            return Err(std::io::Error::other(
+                "streaming handlers need a configuration with core handler threads",
+            ));
+        };
+        let lane = SpinLane::start(
+            worker,
+            rulesets,
+            opts,
+            self.output_size,
+            input.clone(),
+            self.results.clone(),
+            node,
+        )?;
+        self.spin = Some(lane);
+        Ok(())
     }
 
     /// Queues a job (or, for an inline engine, runs it now). `false` once
     /// nobody can take it any more (handlers or sending task gone).
     pub async fn submit(&mut self, job: Job) -> bool {
+        if let Some(lane) = &self.spin {
+            if let Some(ctx) = lane.select(&job.data) {
+                return lane.submit(ctx, job).await;
+            }
+        }
         match &mut self.kind {
             Kind::Inline(core) => {
                 let out = run_job(core.as_mut(), job, self.input_size, self.output_size);
@@ -152,7 +191,11 @@ impl Workers {
 
     /// Lets the handlers finish the queued jobs, then joins them (blocking:
     /// call from `spawn_blocking`).
-    pub fn stop(self) {
+    pub fn stop(mut self) {
+        // First the lane: it may still forward messages to the cores.
+        if let Some(lane) = self.spin.take() {
+            lane.stop();
+        }
         if let Kind::Threads { input, threads, .. } = self.kind {
             drop(input);
             for t in threads {
@@ -163,7 +206,10 @@ impl Workers {
 
     /// Drops the queued jobs (their results could not be delivered), lets
     /// each handler finish the input it is on, then joins them (blocking).
-    pub fn abort(self) {
+    pub fn abort(mut self) {
+        if let Some(lane) = self.spin.take() {
+            lane.abort();
+        }
         self.drop_queued();
         self.stop();
     }

@@ -29,6 +29,7 @@ pub mod metrics;
 pub mod peer;
 pub mod sender;
 pub mod session;
+pub mod spin;
 
 pub use configure::CoreLoader;
 
@@ -71,6 +72,11 @@ pub struct NodeOptions {
     pub secret: Option<corefarm_smp::auth::Secret>,
     /// Counters for `--metrics-listen` ([`metrics`]); `None`: none kept.
     pub telemetry: Option<std::sync::Arc<metrics::NodeTelemetry>>,
+    /// Streaming handlers: chunk size and handler threads ([`spin`]).
+    pub spin: spin::SpinOptions,
+    /// TLS to the server's node port (`--tls-ca`, `--tls-server-name`);
+    /// `None`: plain TCP. Peer links between nodes stay plain TCP.
+    pub tls: Option<corefarm_smp::tls::ClientTls>,
 }
 
 impl Default for NodeOptions {
@@ -88,6 +94,8 @@ impl Default for NodeOptions {
             peer_listen: Some(std::net::SocketAddr::from(([0, 0, 0, 0], 0))),
             secret: None,
             telemetry: None,
+            spin: spin::SpinOptions::default(),
+            tls: None,
         }
     }
 }
@@ -99,6 +107,8 @@ pub enum NodeError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("TLS handshake with server {addr} failed: {detail}")]
+    Tls { addr: String, detail: String },
     #[error("connection to server lost: {0}")]
     Io(#[from] std::io::Error),
     #[error("server sent an invalid message: {0}")]
@@ -130,7 +140,16 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
                     peer = Some(std::sync::Arc::new(l));
                 }
                 tracing::info!(node = %opts.name, server = %opts.server, "connected");
-                session::run_with(stream, &opts, stop.clone(), peer.clone()).await
+                match &opts.tls {
+                    None => session::run_with(stream, &opts, stop.clone(), peer.clone()).await,
+                    Some(tls) => match tls_handshake(tls, &opts.server, stream).await {
+                        Ok(s) => {
+                            let (rd, wr) = tokio::io::split(s);
+                            session::run_io_with(rd, wr, &opts, stop.clone(), peer.clone()).await
+                        }
+                        Err(e) => Err(e),
+                    },
+                }
             }
             Err(e) => Err(NodeError::Connect {
                 addr: opts.server.clone(),
@@ -149,6 +168,31 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
             _ = tokio::time::sleep(backoff) => {}
         }
         backoff = (backoff * 2).min(Duration::from_secs(2));
+    }
+}
+
+/// Longest time the TLS handshake with the server may take.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+async fn tls_handshake(
+    tls: &corefarm_smp::tls::ClientTls,
+    addr: &str,
+    stream: TcpStream,
+) -> Result<tokio_rustls::client::TlsStream<TcpStream>, NodeError> {
+    let fail = |detail: String| NodeError::Tls {
+        addr: addr.to_string(),
+        detail,
+    };
+    stream.set_nodelay(true)?;
+    let name = tls.server_name(addr).map_err(fail)?;
+    let connect = tokio_rustls::TlsConnector::from(tls.config()).connect(name, stream);
+    match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, connect).await {
+        Ok(Ok(s)) => Ok(s),
+        Ok(Err(e)) => Err(fail(corefarm_smp::tls::explain(&e))),
+        Err(_) => Err(fail(format!(
+            "not done within {TLS_HANDSHAKE_TIMEOUT:?} (is the server's port plain TCP? then \
+             connect without --tls-ca)"
+        ))),
     }
 }
 

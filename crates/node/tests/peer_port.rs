@@ -79,3 +79,55 @@ async fn joining_fails_in_time_naming_a_member_that_never_links() {
     let mut r = FrameReader::new(s, 1 << 16);
     assert!(within("close", r.read_frame()).await.unwrap().is_none());
 }
+
+#[tokio::test]
+async fn a_link_without_the_group_token_is_refused_and_the_members_still_link() {
+    let (a, b) = (
+        PeerListener::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+        PeerListener::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap(),
+    );
+    let members = vec![
+        Member {
+            name: "a".into(),
+            addr: a.local_addr(),
+        },
+        Member {
+            name: "b".into(),
+            addr: b.local_addr(),
+        },
+    ];
+    let spec = |r| GroupSpec::new(5, r, members.clone(), Topology::FullMesh).with_token(0xFEED);
+    let b_addr = b.local_addr();
+    // Rank 1 is joining (its first poll registers the group) when a
+    // stranger who knows the group id, but not its token, claims rank 0.
+    let (one, zero) = tokio::join!(Fabric::join(&b, spec(1)), async {
+        let mut s = TcpStream::connect(b_addr).await.unwrap();
+        let fake = corefarm_smp::PeerMsg {
+            header: corefarm_smp::PeerHeader {
+                kind: corefarm_smp::PeerKind::Hello,
+                ttl: 0,
+                group: 5,
+                src: 0,
+                dst: 1,
+                seq: 0,
+            },
+            body: corefarm_smp::PeerBody::Hello {
+                token: 0xBAD,
+                name: "a".into(),
+            },
+        };
+        s.write_all(&fake.to_frame().unwrap().to_vec())
+            .await
+            .unwrap();
+        let mut r = FrameReader::new(s, 1 << 16);
+        let answer = within("the stranger's link to close", r.read_frame()).await;
+        assert!(answer.unwrap().is_none(), "no hello for a stranger");
+        within("rank 0 to join", Fabric::join(&a, spec(0))).await
+    });
+    let (one, zero) = (one.expect("rank 1 joined"), zero.expect("rank 0 joined"));
+    assert_eq!((one.rank(), zero.rank()), (1, 0));
+}

@@ -26,7 +26,8 @@ use corefarm_smp::{
 use rand::RngCore;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
+
+use crate::tls::Stream;
 
 use crate::limits::Port;
 
@@ -125,13 +126,13 @@ impl Refusal {
 /// the bytes already read from it; `None` means it was refused (logged, and
 /// told why in a form the peer understands) and closed.
 pub(crate) async fn admit(
-    mut stream: TcpStream,
+    mut stream: Stream,
     addr: SocketAddr,
     port: Port,
     cfg: &AuthConfig,
     allow_legacy: bool,
     timeout: Duration,
-) -> Option<(TcpStream, Vec<u8>)> {
+) -> Option<(Stream, Vec<u8>)> {
     let r = tokio::time::timeout(
         timeout,
         check(&mut stream, port, cfg, allow_legacy, timeout),
@@ -171,17 +172,19 @@ pub(crate) async fn admit(
 }
 
 async fn check(
-    stream: &mut TcpStream,
+    stream: &mut Stream,
     port: Port,
     cfg: &AuthConfig,
     allow_legacy: bool,
     timeout: Duration,
 ) -> Result<(Vec<u8>, String), Refusal> {
     let io = |e: std::io::Error| Refusal::quiet(format!("read failed: {e}"));
+    let mut hb = [0u8; HEADER_LEN];
     if port == Port::Nodes && allow_legacy {
-        // A seed-format node never speaks first: silence means legacy.
-        let mut b = [0u8; 1];
-        match tokio::time::timeout(LEGACY_NODE_WAIT, stream.peek(&mut b)).await {
+        // A seed-format node never speaks first: silence means legacy. The
+        // first byte is read rather than peeked (a TLS stream cannot peek)
+        // and becomes part of the header below.
+        match tokio::time::timeout(LEGACY_NODE_WAIT, stream.read(&mut hb[..1])).await {
             Err(_) => {
                 let how = "seed-format node (silent), without authentication (--allow-legacy)";
                 return Ok((Vec::new(), how.into()));
@@ -189,12 +192,19 @@ async fn check(
             Ok(Ok(0)) => return Err(Refusal::quiet("closed before its first message".into())),
             Ok(r) => r.map_err(io)?,
         };
+    } else {
+        match stream.read_exact(&mut hb[..1]).await {
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                return Err(Refusal::quiet("closed before its first message".into()))
+            }
+            Err(e) => return Err(io(e)),
+        }
     }
-    let mut hb = [0u8; HEADER_LEN];
-    match stream.read_exact(&mut hb).await {
+    match stream.read_exact(&mut hb[1..]).await {
         Ok(_) => {}
         Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-            return Err(Refusal::quiet("closed before its first message".into()))
+            return Err(Refusal::quiet("closed within its first message".into()))
         }
         Err(e) => return Err(io(e)),
     }
@@ -267,7 +277,7 @@ async fn check(
     Ok((prefix, how))
 }
 
-async fn read_response(stream: &mut TcpStream, timeout: Duration) -> Result<AuthResponse, String> {
+async fn read_response(stream: &mut Stream, timeout: Duration) -> Result<AuthResponse, String> {
     let read = async {
         let mut hb = [0u8; HEADER_LEN];
         stream.read_exact(&mut hb).await?;

@@ -22,10 +22,10 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::tls::ReadHalf;
 use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::group::{GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_RANKS, NO_CULPRIT};
 use corefarm_smp::{ErrorCode, ErrorMsg, Frame, MsgType, OutFrame};
-use tokio::net::tcp::OwnedReadHalf;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -67,7 +67,7 @@ struct Live {
 pub(crate) async fn serve(
     shared: &Arc<Shared>,
     user: u64,
-    reader: &mut FrameReader<OwnedReadHalf>,
+    reader: &mut FrameReader<ReadHalf>,
     out: &Arc<Sink>,
     stop: &CancellationToken,
 ) -> End {
@@ -115,11 +115,7 @@ impl Session {
         Err(reason)
     }
 
-    async fn run(
-        &mut self,
-        reader: &mut FrameReader<OwnedReadHalf>,
-        stop: &CancellationToken,
-    ) -> End {
+    async fn run(&mut self, reader: &mut FrameReader<ReadHalf>, stop: &CancellationToken) -> End {
         loop {
             let readable = self.pending() < MAX_PENDING;
             let node_ev = async {
@@ -227,27 +223,33 @@ impl Session {
         let deadline = Instant::now() + wait;
         let fit = |c: &NodeConn| c.entry.info().peer.is_some();
         let conns = loop {
-            if let Some(c) = self.shared.pool.claim_exclusive(self.user, n as usize, fit) {
-                break c;
-            }
+            // Shared mode: the scheduler holds the nodes and lends them.
+            let why = match self.shared.sched.get() {
+                Some(h) => {
+                    match tokio::time::timeout_at(deadline, h.lend(self.user, n as usize)).await {
+                        Ok(Ok(c)) => break c,
+                        Ok(Err(why)) => why,
+                        Err(_) => "the promised nodes were still busy".into(),
+                    }
+                }
+                None => match self.shared.pool.claim_exclusive(self.user, n as usize, fit) {
+                    Some(c) => break c,
+                    None => format!("{} free in all", self.shared.pool.free_count()),
+                },
+            };
             if Instant::now() >= deadline {
                 let reason = format!(
                     "a group of {n} nodes: fewer free nodes with a peer port within {wait:?} \
-                     ({} free in all)",
-                    self.shared.pool.free_count()
+                     ({why})"
                 );
                 return self.fail(ErrorCode::NoNodes, reason).await;
             }
             tokio::time::sleep(CLAIM_POLL).await;
         };
         let id = (self.shared.next_id() & u32::MAX as u64) as u32;
-        // Unguessable, so only this user's direct connections reach the members.
-        let token = {
-            use std::hash::{BuildHasher, Hasher};
-            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-            h.write_u32(id);
-            h.finish()
-        };
+        // From the OS's generator: only the members and this user learn it,
+        // and every peer link and direct connection must show it.
+        let token = rand::random::<u64>();
         let mut members = Vec::new();
         let mut list = Vec::new();
         let mut events = StreamMap::new();
@@ -377,12 +379,14 @@ impl Session {
                 self.send(frame).await?;
                 if r.status != 0 && r.culprit != NO_CULPRIT {
                     // A collective failed: the group cannot run another.
+                    // Commands still waiting on the culprit fail naming it
+                    // before the group closes, whichever news came first.
                     let live = self.live.as_ref().expect("live");
-                    let who = live
-                        .members
-                        .get(r.culprit as usize)
-                        .map_or("an unknown member".to_string(), |m| m.label.clone());
-                    let reason = format!("rank {} ({who}) failed: {}", r.culprit, r.reason());
+                    if (r.culprit as usize) < live.members.len() {
+                        let why = format!("failed: {}", r.reason());
+                        return self.end_naming(r.culprit, &why).await;
+                    }
+                    let reason = format!("an unknown rank {} failed: {}", r.culprit, r.reason());
                     self.teardown(&reason, true).await;
                 }
                 Ok(())
@@ -425,6 +429,13 @@ impl Session {
                 )
                 .await;
         }
+        self.end_naming(rank, why).await
+    }
+
+    /// Every command waiting on `rank` fails naming it, then the group ends.
+    async fn end_naming(&mut self, rank: u32, why: &str) -> End {
+        let live = self.live.as_mut().expect("live");
+        let label = live.members[rank as usize].label.clone();
         let mut waiting: Vec<(u32, String)> = live
             .pending
             .iter()

@@ -15,6 +15,7 @@
 //! - [`auth`]: `--auth-file`, the challenge every connection answers first.
 //! - [`sched`]: shared mode (`--sharing shared`): functions, per-function
 //!   queues, Algorithm 1; one driver task owns every node.
+//! - [`tls`]: optional TLS on either port (`--tls-cert`, `--tls-key`).
 //! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
 pub mod auth;
@@ -27,6 +28,7 @@ pub mod nodeconn;
 pub mod pool;
 mod registry;
 pub mod sched;
+pub mod tls;
 pub mod user;
 mod wire;
 
@@ -93,6 +95,8 @@ pub struct ServerOptions {
     pub monitor_period: Duration,
     /// Shared mode: data messages one function's queue holds.
     pub queue_limit: usize,
+    /// TLS on the ports it names (`--tls-cert`, `--tls-key`, `--tls-ports`).
+    pub tls: Option<tls::ServerTls>,
 }
 
 impl Default for ServerOptions {
@@ -121,6 +125,7 @@ impl Default for ServerOptions {
             sharing: SHARING,
             monitor_period: MONITOR_PERIOD,
             queue_limit: QUEUE_LIMIT,
+            tls: None,
         }
     }
 }
@@ -132,6 +137,8 @@ pub(crate) struct Shared {
     /// Shared mode: the scheduler's part of the status, published by it.
     pub view: std::sync::Mutex<sched::view::View>,
     pub metrics: Arc<metrics::Metrics>,
+    /// Shared mode: the scheduler, which lends nodes to groups.
+    pub sched: std::sync::OnceLock<sched::driver::Handle>,
     next_id: AtomicU64,
 }
 
@@ -220,6 +227,7 @@ impl Server {
             registry: registry::Registry::default(),
             view: Default::default(),
             metrics: Default::default(),
+            sched: std::sync::OnceLock::new(),
             next_id: AtomicU64::new(1),
         });
         Ok(Server {
@@ -264,6 +272,9 @@ impl Server {
         let refusals = limits::Refusals::new(&shared);
         let sched = (shared.opts.sharing == Sharing::Shared)
             .then(|| sched::driver::start(shared.clone(), stop.child_token()));
+        if let Some(h) = &sched {
+            let _ = shared.sched.set(h.clone());
+        }
         loop {
             tokio::select! {
                 _ = stop.cancelled() => break,
@@ -272,18 +283,17 @@ impl Server {
                         tune(&s);
                         let Ok(permit) = node_slots.clone().try_acquire_owned() else {
                             shared.metrics.error(metrics::ErrorKind::Refused);
-                            refusals.refuse(limits::Port::Nodes, s, addr);
+                            refuse(&refusals, &shared, limits::Port::Nodes, s, addr);
                             continue;
                         };
                         let (shared, kill) = (shared.clone(), stop.child_token());
-                        match shared.opts.auth.clone() {
-                            None => start_node(&shared, s, addr, permit, kill, &[]),
-                            Some(a) => { tokio::spawn(async move {
-                                let admitted = auth::admit(s, addr, limits::Port::Nodes, &a,
-                                    shared.opts.allow_legacy, shared.opts.read_timeout).await;
-                                if let Some((s, prefix)) = admitted {
-                                    start_node(&shared, s, addr, permit, kill, &prefix);
-                                }
+                        let tls = shared.opts.tls.clone().filter(|t| t.covers(limits::Port::Nodes));
+                        match (shared.opts.auth.clone(), tls) {
+                            (None, None) => start_node(&shared, tls::Stream::Plain(s), addr, permit, kill, &[]),
+                            (auth, tls) => { tokio::spawn(async move {
+                                let Some((s, prefix)) = open(&shared, s, addr, limits::Port::Nodes,
+                                    tls.as_ref(), auth.as_deref()).await else { return };
+                                start_node(&shared, s, addr, permit, kill, &prefix);
                             }); }
                         }
                     }
@@ -294,25 +304,33 @@ impl Server {
                         tune(&s);
                         let Ok(permit) = user_slots.clone().try_acquire_owned() else {
                             shared.metrics.error(metrics::ErrorKind::Refused);
-                            refusals.refuse(limits::Port::Users, s, addr);
+                            refuse(&refusals, &shared, limits::Port::Users, s, addr);
                             continue;
                         };
                         let shared = shared.clone();
                         let stop = stop.child_token();
                         let sched = sched.clone();
                         tokio::spawn(async move {
-                            let (s, prefix) = match shared.opts.auth.clone() {
-                                None => (s, Vec::new()),
-                                Some(a) => match auth::admit(s, addr, limits::Port::Users, &a,
-                                    shared.opts.allow_legacy, shared.opts.read_timeout).await {
-                                    Some(admitted) => admitted,
-                                    None => return,
-                                },
-                            };
+                            let tls = shared.opts.tls.clone().filter(|t| t.covers(limits::Port::Users));
+                            let auth = shared.opts.auth.clone();
+                            let Some((s, prefix)) = open(&shared, s, addr, limits::Port::Users,
+                                tls.as_ref(), auth.as_deref()).await else { return };
                             tracing::info!(user = %addr, "user connected");
+                            // Listed from now on, whatever it sends first.
+                            let id = shared.next_id();
+                            let entry = Arc::new(registry::UserEntry::new(id, addr));
+                            shared.registry.add_user(entry.clone());
+                            let me = (id, entry);
                             match sched {
-                                Some(h) => sched::session::run(shared, h, s, addr, stop, &prefix).await,
-                                None => user::run(shared, s, addr, stop, &prefix).await,
+                                Some(h) => {
+                                    let mut s = s;
+                                    let t = shared.opts.read_timeout;
+                                    match sched::first::wants_group(&mut s, prefix, t).await {
+                                        (prefix, true) => user::run(shared, s, addr, stop, &prefix, me).await,
+                                        (prefix, false) => sched::session::run(shared, h, s, addr, stop, &prefix, me).await,
+                                    }
+                                }
+                                None => user::run(shared, s, addr, stop, &prefix, me).await,
                             }
                             drop(permit);
                         });
@@ -325,9 +343,48 @@ impl Server {
     }
 }
 
+/// A connection's way in: the TLS handshake on a TLS port, then the
+/// authentication challenge with `--auth-file`. `None` if either failed
+/// (the reason is logged, the connection closed).
+async fn open(
+    shared: &Shared,
+    s: TcpStream,
+    addr: SocketAddr,
+    port: limits::Port,
+    tls: Option<&tls::ServerTls>,
+    auth: Option<&auth::AuthConfig>,
+) -> Option<(tls::Stream, Vec<u8>)> {
+    let timeout = shared.opts.read_timeout;
+    let s = match tls {
+        Some(t) => tls::accept(t, s, addr, port, timeout).await?,
+        None => tls::Stream::Plain(s),
+    };
+    match auth {
+        None => Some((s, Vec::new())),
+        Some(a) => auth::admit(s, addr, port, a, shared.opts.allow_legacy, timeout).await,
+    }
+}
+
+/// Beyond `--max-users`/`--max-nodes`. A TLS port's refusal is just the
+/// close (answering would need a handshake, which is what the limit saves).
+fn refuse(
+    refusals: &limits::Refusals,
+    shared: &Shared,
+    port: limits::Port,
+    s: TcpStream,
+    addr: SocketAddr,
+) {
+    match &shared.opts.tls {
+        Some(t) if t.covers(port) => {
+            tracing::warn!(peer = %addr, "connection refused (TLS port): at the connection limit")
+        }
+        _ => refusals.refuse(port, s, addr),
+    }
+}
+
 fn start_node(
     shared: &Arc<Shared>,
-    s: TcpStream,
+    s: tls::Stream,
     addr: SocketAddr,
     permit: tokio::sync::OwnedSemaphorePermit,
     kill: CancellationToken,

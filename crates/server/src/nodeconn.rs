@@ -9,9 +9,9 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+use crate::tls::Stream;
 use corefarm_smp::codec::FrameReader;
 use corefarm_smp::{hello::features, Frame, Hello, MsgType, OutFrame};
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -67,7 +67,7 @@ impl NodeConn {
     /// Starts the connection's tasks. `permit` is its `--max-nodes` slot;
     /// `prefix` holds bytes authentication already read from the stream.
     pub(crate) fn start(
-        stream: TcpStream,
+        stream: Stream,
         addr: SocketAddr,
         shared: &Arc<Shared>,
         permit: OwnedSemaphorePermit,

@@ -8,6 +8,10 @@
 //! rest as the socket drains, and hand the socket back once the queue is
 //! empty.
 //!
+//! A TLS connection has no non-blocking `writev` to call from the producer
+//! (encrypting takes the stream's lock and a copy), so its sink always
+//! works as [`Sink::via_task`]: the writer task encrypts and writes.
+//!
 //! Order is kept by one rule: only one party writes at a time (the mode),
 //! and a batch taken in part is finished before anything queued after it.
 //! The mutex guards that bookkeeping only, never a syscall.
@@ -20,8 +24,11 @@ use std::time::Duration;
 
 use bytes::Buf;
 use corefarm_smp::{FrameBatch, OutFrame};
+use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
+
+use crate::tls::WriteHalf;
 
 /// Iovecs per `writev`: two per frame (headers, body) for a full batch.
 const IOVECS: usize = 2 * FrameBatch::MAX_FRAMES;
@@ -83,8 +90,20 @@ pub enum Sent {
     Closed,
 }
 
+/// Where a sink's bytes go.
+enum Out {
+    /// Plain TCP: non-blocking `writev` from whoever holds the mode.
+    Tcp(OwnedWriteHalf),
+    /// TLS: only the writer task writes (the lock is never contended);
+    /// `sock` sends FIN from `close` without it.
+    Stream {
+        wr: tokio::sync::Mutex<WriteHalf>,
+        sock: Option<std::sync::Arc<socket2::Socket>>,
+    },
+}
+
 pub struct Sink {
-    wr: OwnedWriteHalf,
+    out: Out,
     /// Pushed frames are written by a flush of the producer; otherwise the
     /// writer task writes every frame (see [`Sink::via_task`]).
     direct: bool,
@@ -98,8 +117,8 @@ pub struct Sink {
 }
 
 impl Sink {
-    pub fn new(wr: OwnedWriteHalf) -> Self {
-        Self::build(wr, true)
+    pub fn new(wr: impl Into<WriteHalf>) -> Self {
+        Self::build(wr.into(), true)
     }
 
     /// A sink whose frames are always written by the writer task, for an
@@ -108,13 +127,23 @@ impl Sink {
     /// completed): written by the owner itself, a completion would come at
     /// once, and a user without credit could push data into a slow node
     /// without bound.
-    pub fn via_task(wr: OwnedWriteHalf) -> Self {
-        Self::build(wr, false)
+    pub fn via_task(wr: impl Into<WriteHalf>) -> Self {
+        Self::build(wr.into(), false)
     }
 
-    fn build(wr: OwnedWriteHalf, direct: bool) -> Self {
+    fn build(wr: WriteHalf, direct: bool) -> Self {
+        let (out, direct) = match wr {
+            WriteHalf::Plain(w) => (Out::Tcp(w), direct),
+            WriteHalf::Tls(w, sock) => (
+                Out::Stream {
+                    wr: tokio::sync::Mutex::new(WriteHalf::Tls(w, sock.clone())),
+                    sock,
+                },
+                false,
+            ),
+        };
         Sink {
-            wr,
+            out,
             direct,
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -176,7 +205,11 @@ impl Sink {
             st.mode = Mode::Direct;
             st.take_batch()
         };
-        let result = write_now(&self.wr, &mut b.frames);
+        let result = match &self.out {
+            Out::Tcp(wr) => write_now(wr, &mut b.frames),
+            // Never direct; were it, the batch would simply go to the task.
+            Out::Stream { .. } => Ok(()),
+        };
         let mut st = self.lock();
         match result {
             Ok(()) if !b.frames.has_remaining() => {
@@ -272,7 +305,21 @@ impl Sink {
     /// Sends FIN now: the write half may outlive the connection's tasks (its
     /// owner holds the sink), so dropping it is not what ends the stream.
     fn shutdown(&self) {
-        let _ = socket2::SockRef::from(self.wr.as_ref()).shutdown(std::net::Shutdown::Write);
+        let sock = match &self.out {
+            Out::Tcp(wr) => socket2::SockRef::from(wr.as_ref()),
+            Out::Stream { sock: Some(s), .. } => socket2::SockRef::from(&**s),
+            Out::Stream { sock: None, .. } => return,
+        };
+        let _ = sock.shutdown(std::net::Shutdown::Write);
+    }
+
+    /// The end after [`Sink::finish`]: a TLS stream says `close_notify` first.
+    async fn finish_stream(&self, io_timeout: Duration) {
+        if let Out::Stream { wr, .. } = &self.out {
+            let mut wr = wr.lock().await;
+            let _ = tokio::time::timeout(io_timeout, wr.shutdown()).await;
+        }
+        self.shutdown();
     }
 
     /// The writer task's body: writes queued frames whenever the socket is
@@ -285,6 +332,7 @@ impl Sink {
     ) -> Option<String> {
         loop {
             let mut batch = None;
+            let finished;
             {
                 let mut st = self.lock();
                 if let Some(reason) = &st.failed {
@@ -301,11 +349,11 @@ impl Sink {
                         batch = Some(b);
                     }
                 }
-                if st.finishing && st.mode == Mode::Idle {
-                    drop(st);
-                    self.shutdown();
-                    return None;
-                }
+                finished = st.finishing && st.mode == Mode::Idle;
+            }
+            if finished {
+                self.finish_stream(io_timeout).await;
+                return None;
             }
             let Some(mut b) = batch else {
                 // A stale wake-up while a flush writes is harmless: the
@@ -314,7 +362,7 @@ impl Sink {
                 continue;
             };
             self.drained.notify_waiters();
-            let write = write_all(&self.wr, &mut b.frames);
+            let write = write_all(&self.out, &mut b.frames);
             let err = match tokio::time::timeout(io_timeout, write).await {
                 Ok(Ok(())) => None,
                 Ok(Err(e)) => Some(format!("write failed: {e}")),
@@ -348,7 +396,22 @@ fn write_now(wr: &OwnedWriteHalf, b: &mut impl Buf) -> io::Result<()> {
 }
 
 /// Writes all of `b`, waiting for the socket to become writable as needed.
-async fn write_all(wr: &OwnedWriteHalf, b: &mut impl Buf) -> io::Result<()> {
+async fn write_all(out: &Out, b: &mut impl Buf) -> io::Result<()> {
+    let wr = match out {
+        Out::Tcp(wr) => wr,
+        Out::Stream { wr, .. } => {
+            let mut wr = wr.lock().await;
+            while b.has_remaining() {
+                let mut iov = [IoSlice::new(&[]); IOVECS];
+                let n = b.chunks_vectored(&mut iov);
+                match wr.write_vectored(&iov[..n]).await? {
+                    0 => return Err(io::ErrorKind::WriteZero.into()),
+                    k => b.advance(k),
+                }
+            }
+            return wr.flush().await;
+        }
+    };
     loop {
         write_now(wr, b)?;
         if !b.has_remaining() {

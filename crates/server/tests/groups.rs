@@ -12,8 +12,10 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use common::{opts, start, TestServer, LIMIT};
 use corefarm_client::group::{Algorithm, Group, GroupError, GroupOptions};
+use corefarm_client::{Client, ClientOptions};
 use corefarm_cores::{Core, CoreError, Loaded};
 use corefarm_node::{CoreLoader, NodeOptions};
+use corefarm_server::{ServerOptions, Sharing};
 use corefarm_smp::{default_core_table, Configuration, DType, ReduceOp};
 use tokio_util::sync::CancellationToken;
 
@@ -407,6 +409,61 @@ async fn direct_path_redispatches_a_killed_members_inputs_exactly_once() {
     // The server noticed too: the group's next command fails naming n2.
     assert_eq!(after.rank(), Some(victim), "{after}");
     assert!(after.to_string().contains("n2@"), "{after}");
+}
+
+/// A shared user's dot products, checked.
+fn shared_user_round(c: &Client) {
+    let (inputs, want) = dot_messages(30);
+    let got: Vec<Vec<i32>> = c
+        .map(inputs, 4)
+        .map(|r| from_i32s(&r.expect("a result")))
+        .collect();
+    assert_eq!(got, want);
+}
+
+/// Shared mode: the scheduler holds every node and lends a group its
+/// members; a shared user goes on being served by the rest, and members
+/// return to the scheduler when their group closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shared_mode_lends_a_group_its_nodes_beside_a_shared_user() {
+    let s = start(ServerOptions {
+        sharing: Sharing::Shared,
+        monitor_period: std::time::Duration::from_millis(10),
+        ..opts()
+    })
+    .await;
+    let _n = nodes(&s, 3, 1 << 20, |_| dot_loader(None)).await;
+    let users = s.users.to_string();
+    let (c, users) = blocking(move || {
+        let c = Client::connect(&users, ClientOptions::default()).unwrap();
+        c.configure(&dot_cfg(1)).unwrap();
+        shared_user_round(&c);
+        let mut g = open_addr(&users, 2).unwrap();
+        assert_eq!(g.size(), 2);
+        for r in 0..2 {
+            g.put(r, "x", DType::I32, i32s(&[r as i32 + 1; 100]))
+                .unwrap();
+        }
+        g.allreduce("x", "s", DType::I32, ReduceOp::Sum, Algorithm::Auto)
+            .unwrap();
+        assert_eq!(from_i32s(&g.get(1, "s").unwrap()), vec![3; 100]);
+        // The node left to the scheduler serves the shared user meanwhile.
+        shared_user_round(&c);
+        let e = open_addr(&users, 2).unwrap_err();
+        assert!(e.to_string().contains("a group of 2 nodes"), "{e}");
+        g.close().unwrap();
+        (c, users)
+    })
+    .await;
+    free_named(&s, 3).await;
+    blocking(move || {
+        let g = open_addr(&users, 3).unwrap();
+        assert_eq!(g.size(), 3);
+        g.close().unwrap();
+    })
+    .await;
+    free_named(&s, 3).await;
+    blocking(move || shared_user_round(&c)).await;
 }
 
 /// xorshift64: a reproducible random sequence without a dependency.

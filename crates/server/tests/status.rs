@@ -96,3 +96,21 @@ async fn an_observer_asking_for_zero_nodes_takes_none() {
     assert_eq!(u.configure(&bench(16, 16)).await.0, 0);
     assert_eq!(u.stream(0..5, 16, true).await.len(), 5);
 }
+
+/// In shared mode the server reads a user's first message to choose its
+/// session (group or scheduler); a user that has not sent it yet is listed
+/// all the same, and leaves the list when it goes.
+#[tokio::test]
+async fn a_silent_user_is_listed_in_shared_mode_too() {
+    let srv = start(corefarm_server::ServerOptions {
+        sharing: corefarm_server::Sharing::Shared,
+        ..opts()
+    })
+    .await;
+    let silent = tokio::net::TcpStream::connect(srv.users).await.unwrap();
+    srv.wait_status("the silent user listed", |s| s.users.len() == 1)
+        .await;
+    drop(silent);
+    srv.wait_status("the silent user gone", |s| s.users.is_empty())
+        .await;
+}

@@ -58,6 +58,8 @@ pub enum ProtocolError {
     BadAuth(String),
     #[error("group message is not valid: {0}")]
     BadGroup(String),
+    #[error("chunk is not valid: {0}")]
+    BadChunk(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -155,6 +157,7 @@ impl ProtocolError {
             ProtocolError::BadPeer(_) => "bad_peer",
             ProtocolError::BadAuth(_) => "bad_auth",
             ProtocolError::BadGroup(_) => "bad_group",
+            ProtocolError::BadChunk(_) => "bad_chunk",
         }
     }
 

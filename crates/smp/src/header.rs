@@ -30,6 +30,8 @@ pub enum MsgType {
     GroupCmd = 0x19,
     /// A node's answer to a group command ([`crate::group::GroupReply`]).
     GroupReply = 0x1A,
+    /// One chunk of a data message ([`crate::stream::Chunk`]).
+    Chunk = 0x1D,
 }
 
 impl MsgType {
@@ -49,6 +51,7 @@ impl MsgType {
             0x18 => MsgType::GroupCtl,
             0x19 => MsgType::GroupCmd,
             0x1A => MsgType::GroupReply,
+            0x1D => MsgType::Chunk,
             other => return Err(ProtocolError::UnknownType(other)),
         })
     }
@@ -69,6 +72,7 @@ impl MsgType {
             MsgType::GroupCtl => "group-control",
             MsgType::GroupCmd => "group-command",
             MsgType::GroupReply => "group-reply",
+            MsgType::Chunk => "chunk",
         }
     }
 }

@@ -34,6 +34,13 @@ pub mod features {
     /// The user drives a group of gang-allocated nodes (issue 9): group
     /// control (0x18), commands (0x19) and replies (0x1A), see [`crate::group`].
     pub const GROUP: &str = "group";
+    /// Messages as streams (issue 11): on this link a data message (and a
+    /// result) may travel as chunks (type 0x1D, [`crate::stream`]) of at
+    /// most the negotiated `chunk_size` bytes, each carrying a priority
+    /// class 0–7 (0 is the most urgent); chunks of different messages
+    /// interleave. A data message sent whole is class
+    /// [`crate::stream::chunk::DEFAULT_CLASS`]. Seed-format peers never see a chunk.
+    pub const CHUNKS: &str = "chunks";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -62,6 +69,11 @@ pub struct Hello {
     /// Node: its peer port, `IP:PORT` (with the `peer` feature).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub peer: Option<String>,
+    /// With the `chunks` feature: the largest chunk data the sender will
+    /// send and accept. The answering side replies with the size in force
+    /// on the link, the smaller of the two.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chunk_size: Option<u32>,
 }
 
 impl Hello {

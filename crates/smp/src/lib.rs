@@ -9,6 +9,7 @@
 //! - [`peer`]: node-to-node messages of the node fabric (peer port only).
 //! - [`group`]: groups of nodes driven by a user: control, commands, replies.
 //! - [`status`]: the status extension (what the server is doing, as JSON).
+//! - [`stream`]: chunked messages with priority classes (issue 11; not negotiated yet).
 //! - [`auth`]: challenge–response authentication of hello peers.
 //! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).
 //! - [`blocking`]: the same framing over `std::io` for synchronous peers.
@@ -27,6 +28,8 @@ pub mod message;
 pub mod outframe;
 pub mod peer;
 pub mod status;
+pub mod stream;
+pub mod tls;
 
 pub use error::{ErrorCode, ProtocolError};
 pub use header::{Header, MsgType, HEADER_LEN};

@@ -173,7 +173,10 @@ pub struct CollHeader {
 /// Body of a peer message, by kind.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum PeerBody {
+    /// Opens a link. `token` is the group's secret from the server's `join`
+    /// (and the user's `opened`): a peer port admits only links showing it.
     Hello {
+        token: u64,
         name: String,
     },
     Collective {
@@ -256,6 +259,14 @@ impl CollHeader {
 }
 
 impl PeerMsg {
+    /// The token of a hello.
+    pub fn token(&self) -> Option<u64> {
+        match self.body {
+            PeerBody::Hello { token, .. } => Some(token),
+            _ => None,
+        }
+    }
+
     /// Parses a peer payload (after the SMP header). Never panics.
     pub fn parse(mut payload: Bytes) -> Result<Self, ProtocolError> {
         need("peer message", payload.len(), PEER_HEADER_LEN)?;
@@ -273,9 +284,13 @@ impl PeerMsg {
         }
         payload.advance(PEER_HEADER_LEN);
         let body = match header.kind {
-            PeerKind::Hello => PeerBody::Hello {
-                name: text(&payload, "peer name")?,
-            },
+            PeerKind::Hello => {
+                need("peer hello", payload.len(), 8)?;
+                PeerBody::Hello {
+                    token: u64_at(&payload, 0),
+                    name: text(&payload[8..], "peer name")?,
+                }
+            }
             PeerKind::Collective => {
                 need("collective chunk", payload.len(), COLL_HEADER_LEN)?;
                 let data = payload.split_off(COLL_HEADER_LEN);
@@ -300,7 +315,12 @@ impl PeerMsg {
         let mut head = [0u8; HEAD_CAP];
         let mut fixed = PEER_HEADER_LEN;
         let body = match &self.body {
-            PeerBody::Hello { name } => Bytes::copy_from_slice(name.as_bytes()),
+            PeerBody::Hello { token, name } => {
+                let mut b = Vec::with_capacity(8 + name.len());
+                b.extend_from_slice(&token.to_le_bytes());
+                b.extend_from_slice(name.as_bytes());
+                Bytes::from(b)
+            }
             PeerBody::Collective { coll, data } => {
                 let at = HEADER_LEN + PEER_HEADER_LEN;
                 coll.encode(&mut head[at..at + COLL_HEADER_LEN]);
@@ -377,7 +397,10 @@ mod tests {
     fn every_kind_round_trips() {
         round_trip(&PeerMsg {
             header: hdr(PeerKind::Hello),
-            body: PeerBody::Hello { name: "n1".into() },
+            body: PeerBody::Hello {
+                token: 0x0123_4567_89ab_cdef,
+                name: "n1".into(),
+            },
         });
         let coll = CollHeader {
             seq: 9,
@@ -442,7 +465,10 @@ mod tests {
     fn ttl_rewrite_changes_only_the_hop_count() {
         let m = PeerMsg {
             header: hdr(PeerKind::Hello),
-            body: PeerBody::Hello { name: "x".into() },
+            body: PeerBody::Hello {
+                token: 1,
+                name: "x".into(),
+            },
         };
         let mut f = m.to_frame().unwrap();
         f.set_ttl(1);

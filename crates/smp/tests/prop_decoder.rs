@@ -77,6 +77,9 @@ fn parse_typed(f: &Frame) {
                 assert_eq!(&r.to_frame().to_vec()[8..], &f.payload[..]);
             }
         }
+        MsgType::Chunk => {
+            let _ = corefarm_smp::stream::Chunk::parse(f.payload.clone());
+        }
         MsgType::Peer => {
             if let Ok(m) = corefarm_smp::PeerMsg::parse(f.payload.clone()) {
                 assert_eq!(&m.to_frame().unwrap().to_vec()[8..], &f.payload[..]);

@@ -57,10 +57,12 @@ fn coll(len: usize) -> impl Strategy<Value = CollHeader> {
 
 fn message() -> impl Strategy<Value = PeerMsg> {
     prop_oneof![
-        (header(PeerKind::Hello), "[a-z0-9@.:-]{0,40}").prop_map(|(header, name)| PeerMsg {
-            header,
-            body: PeerBody::Hello { name }
-        }),
+        (header(PeerKind::Hello), any::<u64>(), "[a-z0-9@.:-]{0,40}").prop_map(
+            |(header, token, name)| PeerMsg {
+                header,
+                body: PeerBody::Hello { token, name }
+            }
+        ),
         prop::collection::vec(any::<u8>(), 0..300).prop_flat_map(|d| {
             (header(PeerKind::Collective), coll(d.len()), Just(d)).prop_map(|(header, coll, d)| {
                 PeerMsg {

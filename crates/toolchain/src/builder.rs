@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use corefarm_cores::image::{self, ArtifactEntry, Manifest, HEADER_LEN, MAGIC, MAX_MANIFEST};
 use corefarm_cores::image::{ArtifactKind, DataType, ImageError, VERSION};
 use corefarm_cores::native::NativeLib;
+use corefarm_cores::spin::HandlerSet;
 use corefarm_smp::CoreInfo;
 use sha2::{Digest, Sha256};
 
@@ -26,6 +27,7 @@ pub struct ImageBuilder {
     types: (Option<DataType>, Option<DataType>),
     cores: Vec<CoreInfo>,
     artifacts: Vec<(String, ArtifactKind, String, Vec<u8>)>,
+    handler_sets: Vec<HandlerSet>,
 }
 
 impl ImageBuilder {
@@ -42,6 +44,7 @@ impl ImageBuilder {
             types: (None, None),
             cores,
             artifacts: Vec::new(),
+            handler_sets: Vec::new(),
         }
     }
 
@@ -49,6 +52,13 @@ impl ImageBuilder {
     /// (checked against the sizes by [`ImageBuilder::build`]).
     pub fn types(mut self, input: Option<DataType>, output: Option<DataType>) -> Self {
         self.types = (input, output);
+        self
+    }
+
+    /// Streaming handler sets (their code goes in a `spin-<arch>-linux`
+    /// artifact, see [`crate::build_handlers`]).
+    pub fn handler_sets(mut self, sets: Vec<HandlerSet>) -> Self {
+        self.handler_sets = sets;
         self
     }
 
@@ -100,6 +110,7 @@ impl ImageBuilder {
             output_type: self.types.1,
             cores: self.cores,
             artifacts: entries,
+            handler_sets: self.handler_sets,
         };
         manifest
             .check()
@@ -164,6 +175,11 @@ pub struct BuildSpec {
     pub rbf: Option<PathBuf>,
     /// Verilator's warnings fail the build.
     pub strict: bool,
+    /// Streaming handler sets (docs/streams.md) and the C sources of
+    /// their functions, compiled into `spin-<arch>-linux` artifacts for
+    /// the same architectures as the native ones.
+    pub handler_sets: Vec<HandlerSet>,
+    pub handler_sources: Vec<PathBuf>,
 }
 
 /// A built image and what the build has to say about it.
@@ -306,12 +322,16 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
         ));
     }
 
+    if !spec.handler_sets.is_empty() || !spec.handler_sources.is_empty() {
+        handler_artifacts(spec, dir.path(), &mut artifacts)?;
+    }
     let table = match &spec.core_table {
         Some(t) => t.clone(),
         None => image::default_core_table(spec.cores, input.size, output.size)?,
     };
     let mut b = ImageBuilder::new(&spec.name, input.size, output.size, table)
-        .types(input.dtype.clone(), output.dtype.clone());
+        .types(input.dtype.clone(), output.dtype.clone())
+        .handler_sets(spec.handler_sets.clone());
     for (target, kind, entry, bytes) in artifacts {
         b = b.artifact(target, kind, entry, bytes);
     }
@@ -323,6 +343,52 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
         notes: vec![input.note, output.note],
         warnings,
     })
+}
+
+/// Compiles the handler sources for each architecture and checks, on this
+/// machine's build, that every handler set's functions exist.
+fn handler_artifacts(
+    spec: &BuildSpec,
+    dir: &Path,
+    artifacts: &mut Vec<(String, ArtifactKind, String, Vec<u8>)>,
+) -> Result<(), BuildError> {
+    if spec.handler_sets.is_empty() {
+        return Err(ImageError::Build("handler sources but no handler sets".into()).into());
+    }
+    corefarm_cores::spin::manifest::check(&spec.handler_sets).map_err(ImageError::Build)?;
+    let host = image::host_arch()
+        .ok_or_else(|| BuildError::Io(format!("no target for {}", std::env::consts::ARCH)))?;
+    let so = dir.join("spin.so");
+    crate::build_handlers_for(&spec.handler_sources, &so, None)?;
+    for s in &spec.handler_sets {
+        corefarm_cores::spin::NativeHandlers::open(&so, &s.name)
+            .map_err(|e| ImageError::Build(format!("handler set {:?}: {e}", s.name)))?;
+    }
+    let mut arches: Vec<&str> = spec.arches.iter().map(String::as_str).collect();
+    if arches.is_empty() {
+        arches.push(host);
+    }
+    for (i, arch) in arches.iter().enumerate() {
+        if arches[..i].contains(arch) {
+            continue;
+        }
+        let built = if *arch == host {
+            so.clone()
+        } else {
+            let cross = dir.join(format!("spin-{arch}.so"));
+            crate::build_handlers_for(&spec.handler_sources, &cross, Some(arch))?;
+            cross
+        };
+        let bytes = std::fs::read(&built)
+            .map_err(|e| BuildError::Io(format!("reading {}: {e}", built.display())))?;
+        artifacts.push((
+            format!("spin-{arch}-linux"),
+            ArtifactKind::Native,
+            String::new(),
+            bytes,
+        ));
+    }
+    Ok(())
 }
 
 /// The RTL memories must hold the decided sizes (in whole 64-bit words).

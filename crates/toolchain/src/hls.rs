@@ -28,7 +28,7 @@ pub fn build_native(source: &Path, out: &Path) -> Result<(), ToolchainError> {
 /// The compiler for `arch` (`None` or this machine's: `$CC`/`$CXX`; another:
 /// `$COREFARM_CC_<ARCH>`/`$COREFARM_CXX_<ARCH>`, else Debian's cross compiler
 /// `<triple>-gcc`/`<triple>-g++`) and what to install when it is missing.
-fn compiler(arch: Option<&str>, is_c: bool) -> Result<(String, String), ToolchainError> {
+pub(crate) fn compiler(arch: Option<&str>, is_c: bool) -> Result<(String, String), ToolchainError> {
     let host = corefarm_cores::image::host_arch();
     let arch = match arch {
         None => return Ok((host_compiler(is_c), CXX_HINT.to_string())),

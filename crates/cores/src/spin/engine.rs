@@ -89,7 +89,9 @@ impl Actions<'_> {
         let mut st = self.run.state.lock().unwrap();
         if st.out_bytes + bytes.len() as u64 > self.run.budgets.output {
             st.fail(format!(
-                "emitted more than the output budget of {} bytes",
+                "{}: {:?} handler emitted more than the output budget of {} bytes",
+                self.run.ctx.handlers.name(),
+                self.key.0,
                 self.run.budgets.output
             ));
             return false;
@@ -115,7 +117,9 @@ impl Actions<'_> {
         let mut st = self.run.state.lock().unwrap();
         if bytes.len() > self.run.budgets.notification as usize {
             st.fail(format!(
-                "a notification of {} bytes exceeds the budget of {}",
+                "{}: {:?} handler sent a notification of {} bytes, over the budget of {}",
+                self.run.ctx.handlers.name(),
+                self.key.0,
                 bytes.len(),
                 self.run.budgets.notification
             ));

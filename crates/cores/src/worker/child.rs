@@ -46,7 +46,7 @@ fn inherited(n: i32, what: &str) -> Result<OwnedFd, String> {
     Ok(unsafe { OwnedFd::from_raw_fd(n) })
 }
 
-fn send(sock: &OwnedFd, m: &Msg) -> Result<(), String> {
+pub(super) fn send(sock: &OwnedFd, m: &Msg) -> Result<(), String> {
     rustix::net::send(sock, &m.encode(), SendFlags::NOSIGNAL)
         .map(drop)
         .map_err(|e| format!("control channel: {e}"))
@@ -63,6 +63,10 @@ fn run() -> Result<(), String> {
         Msg::Init(i) => i,
         m => return Err(format!("expected the init message, got {m:?}")),
     };
+    if init.kind == "spin" {
+        drop(region_fd);
+        return super::spin_child::run(sock, artifact, init);
+    }
     let layout = Layout::with_slots(
         init.input_size as usize,
         init.output_size as usize,
@@ -213,7 +217,7 @@ fn report_faults(header: &'static Header) -> Result<(), String> {
 /// A thread that ends this process as soon as the node's end of the
 /// channel closes, even while a job never returns: a worker must not
 /// outlive its node (a dead node cannot kill it any more).
-fn exit_with_the_node(sock: &OwnedFd) -> Result<(), String> {
+pub(super) fn exit_with_the_node(sock: &OwnedFd) -> Result<(), String> {
     let fd = sock
         .as_fd()
         .try_clone_to_owned()

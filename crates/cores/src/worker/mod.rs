@@ -23,6 +23,10 @@ mod doorbell;
 mod plumbing;
 mod proto;
 pub(crate) mod shm;
+mod spin;
+mod spin_child;
+
+pub use spin::{HandlerWorker, SpinOutcome};
 
 use std::io::Write;
 use std::os::fd::{OwnedFd, RawFd};
@@ -104,21 +108,8 @@ fn backend(what: &str) -> impl Fn(std::io::Error) -> LoadError + '_ {
     move |e| LoadError::Backend(format!("{what}: {e}"))
 }
 
-/// One isolated core per core-table entry, their workers started and loaded.
-pub(crate) fn load_cores(
-    kind: ArtifactKind,
-    so: &[u8],
-    entry: &str,
-    image_name: &str,
-    cfg: &Configuration,
-    opts: &LoadOptions,
-) -> Result<Vec<Box<dyn Core>>, LoadError> {
-    let program = match &opts.worker {
-        WorkerCommand::CurrentExe => {
-            std::env::current_exe().map_err(backend("cannot find this executable"))?
-        }
-        WorkerCommand::Program(p) => p.clone(),
-    };
+/// A sealed memfd holding `so`, which every worker reads.
+fn sealed_artifact(so: &[u8]) -> Result<OwnedFd, LoadError> {
     let artifact = rustix::fs::memfd_create(
         "corefarm-artifact",
         rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
@@ -130,6 +121,30 @@ pub(crate) fn load_cores(
     use rustix::fs::SealFlags as S;
     rustix::fs::fcntl_add_seals(&artifact, S::SHRINK | S::GROW | S::WRITE | S::SEAL)
         .map_err(|e| backend("sealing the artifact")(e.into()))?;
+    Ok(artifact)
+}
+
+/// The worker program `opts` names.
+fn program(opts: &LoadOptions) -> Result<PathBuf, LoadError> {
+    match &opts.worker {
+        WorkerCommand::CurrentExe => {
+            std::env::current_exe().map_err(backend("cannot find this executable"))
+        }
+        WorkerCommand::Program(p) => Ok(p.clone()),
+    }
+}
+
+/// One isolated core per core-table entry, their workers started and loaded.
+pub(crate) fn load_cores(
+    kind: ArtifactKind,
+    so: &[u8],
+    entry: &str,
+    image_name: &str,
+    cfg: &Configuration,
+    opts: &LoadOptions,
+) -> Result<Vec<Box<dyn Core>>, LoadError> {
+    let program = program(opts)?;
+    let artifact = sealed_artifact(so)?;
     let timeout = opts.driver.timeout;
     let (kind_name, watchdog) = match kind {
         ArtifactKind::Native => ("native", timeout),
@@ -161,6 +176,8 @@ pub(crate) fn load_cores(
                 poll_us: opts.driver.poll.as_micros().min(u64::MAX as u128) as u64,
                 region_len: layout.len as u64,
                 slots: layout.slots as u32,
+                spin: Vec::new(),
+                spin_threads: 0,
             },
             region_fd,
             region,

@@ -30,6 +30,27 @@ pub struct Init {
     pub region_len: u64,
     /// Input/output slots in the region (checked by the worker).
     pub slots: u32,
+    /// Kind "spin": the handler sets to load from the artifact.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub spin: Vec<crate::spin::HandlerSet>,
+    /// Kind "spin": handler threads.
+    #[serde(default)]
+    pub spin_threads: u32,
+}
+
+/// Largest chunk or output piece in one spin datagram.
+pub const MAX_PIECE: usize = MAX_MESSAGE - 64;
+
+/// How a spin message ended (`F` datagram).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SpinEnd {
+    /// The `O` pieces before it are the result.
+    Result = 0,
+    Forward = 1,
+    Dropped = 2,
+    Failed = 3,
+    /// A handler overran its time budget; the worker ends itself.
+    Overrun = 4,
 }
 
 /// Why a worker could not load its core (mirrors [`crate::LoadError`]).
@@ -56,6 +77,25 @@ pub enum Msg {
         cycles: Option<u64>,
         error: Option<String>,
     },
+    /// node → spin worker: `B` + id u32 + message length u64 + eom u8 + the
+    /// first chunk.
+    Begin {
+        id: u32,
+        len: u64,
+        eom: bool,
+        data: Vec<u8>,
+    },
+    /// node → spin worker: `C` + eom u8 + the next chunk.
+    Chunk { eom: bool, data: Vec<u8> },
+    /// spin worker → node: `O` + a piece of the result.
+    Output(Vec<u8>),
+    /// spin worker → node: `N` + a notification.
+    Notify(Vec<u8>),
+    /// spin worker → node: `F` + [`SpinEnd`] u8 + reason.
+    Finished(SpinEnd, String),
+    /// spin worker → node, from its fault handler: `X` + context u32 +
+    /// stage u8 (0 head, 1 payload, 2 tail) of the crashing handler.
+    Fault { context: u32, stage: u8 },
 }
 
 fn cut(s: &str) -> &str {
@@ -94,6 +134,34 @@ impl Msg {
                     }
                 }
             }
+            Msg::Begin { id, len, eom, data } => {
+                b.push(b'B');
+                b.extend(id.to_le_bytes());
+                b.extend(len.to_le_bytes());
+                b.push(*eom as u8);
+                b.extend(data);
+            }
+            Msg::Chunk { eom, data } => {
+                b.extend([b'C', *eom as u8]);
+                b.extend(data);
+            }
+            Msg::Output(d) => {
+                b.push(b'O');
+                b.extend(d);
+            }
+            Msg::Notify(d) => {
+                b.push(b'N');
+                b.extend(d);
+            }
+            Msg::Finished(end, why) => {
+                b.extend([b'F', *end as u8]);
+                b.extend(cut(why).as_bytes());
+            }
+            Msg::Fault { context, stage } => {
+                b.push(b'X');
+                b.extend(context.to_le_bytes());
+                b.push(*stage);
+            }
         }
         b
     }
@@ -131,6 +199,33 @@ impl Msg {
                     error,
                 })
             }
+            Some(b'B') if b.len() >= 14 => Ok(Msg::Begin {
+                id: u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")),
+                len: u64_at(5)?,
+                eom: b[13] != 0,
+                data: b[14..].to_vec(),
+            }),
+            Some(b'C') if b.len() >= 2 => Ok(Msg::Chunk {
+                eom: b[1] != 0,
+                data: b[2..].to_vec(),
+            }),
+            Some(b'O') => Ok(Msg::Output(b[1..].to_vec())),
+            Some(b'N') => Ok(Msg::Notify(b[1..].to_vec())),
+            Some(b'F') if b.len() >= 2 => {
+                let end = match b[1] {
+                    0 => SpinEnd::Result,
+                    1 => SpinEnd::Forward,
+                    2 => SpinEnd::Dropped,
+                    3 => SpinEnd::Failed,
+                    4 => SpinEnd::Overrun,
+                    e => return Err(format!("bad spin outcome {e}")),
+                };
+                Ok(Msg::Finished(end, text(&b[2..])))
+            }
+            Some(b'X') if b.len() == 6 && b[5] <= 2 => Ok(Msg::Fault {
+                context: u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")),
+                stage: b[5],
+            }),
             Some(t) => Err(format!(
                 "unexpected {}-byte message with tag {t:#04x}",
                 b.len()
@@ -160,6 +255,8 @@ mod tests {
             poll_us: 1000,
             region_len: 1 << 16,
             slots: 3,
+            spin: vec![],
+            spin_threads: 0,
         };
         for m in [
             Msg::Init(init),
@@ -175,6 +272,23 @@ mod tests {
                 cycles: None,
                 error: Some("timed out".into()),
             },
+            Msg::Begin {
+                id: 9,
+                len: 1 << 40,
+                eom: true,
+                data: vec![1, 2, 3],
+            },
+            Msg::Chunk {
+                eom: false,
+                data: vec![],
+            },
+            Msg::Output(vec![7; 100]),
+            Msg::Notify(vec![]),
+            Msg::Finished(SpinEnd::Overrun, "ran over".into()),
+            Msg::Fault {
+                context: 3,
+                stage: 2,
+            },
         ] {
             assert_eq!(Msg::decode(&m.encode()), Ok(m));
         }
@@ -189,6 +303,9 @@ mod tests {
             b"R?",
             b"Z",
             b"I{not json",
+            b"Bshort",
+            b"F\x09",
+            b"X\x01\x00\x00\x00\x07",
             &[b'D', 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 9],
         ] {
             assert!(Msg::decode(b).is_err(), "{b:?}");

@@ -8,6 +8,11 @@
 //!   tree is the link rate divided by its number of stages.
 //! - Seed 001 §IV, equations 1–7: the time of a packet over a path of k links
 //!   with an M/M/1 queue per hub.
+//!
+//! These are the seeds' equations as printed, in units of P and O. The
+//! calibrated form that predicts seconds (chunk pipelining, per-hop
+//! bandwidth, parameters fitted on the machine by `corefarm model
+//! calibrate`) is `corefarm_model::collectives`, which `auto` uses.
 
 use corefarm_smp::Algo;
 

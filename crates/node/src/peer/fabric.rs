@@ -217,12 +217,23 @@ impl Shared {
             .lock()
             .expect("router lock")
             .link_down(self.rank, peer);
-        tracing::warn!(
-            group = self.group,
-            rank = self.rank,
-            "link to rank {peer} ({}) lost: {reason}",
-            self.members[peer as usize]
-        );
+        // A clean close is how every link ends when its group does; a link
+        // that closes mid-collective fails that collective, which the user
+        // hears about, so only the broken ones are worth a warning here.
+        let member = &self.members[peer as usize];
+        if reason == CLOSED {
+            tracing::info!(
+                group = self.group,
+                rank = self.rank,
+                "link to rank {peer} ({member}) closed"
+            );
+        } else {
+            tracing::warn!(
+                group = self.group,
+                rank = self.rank,
+                "link to rank {peer} ({member}) lost: {reason}"
+            );
+        }
         let _ = self
             .inbox
             .send(Event::Lost {
@@ -234,6 +245,9 @@ impl Shared {
         self.flood_abort(peer, NO_COLLECTIVE, &why);
     }
 }
+
+/// The reason of a link its peer closed cleanly.
+pub(crate) const CLOSED: &str = "connection closed";
 
 /// How long a dropped fabric's links may take to send what is queued
 /// (aborts telling the others why this member failed, typically).
@@ -299,7 +313,7 @@ impl Fabric {
         for &nb in neighbours.iter().filter(|&&nb| nb > rank) {
             let (addr, me) = (
                 spec.members[nb as usize].addr,
-                hello(group, rank, nb, &name),
+                hello(group, rank, nb, spec.token, &name),
             );
             let max = listener.max_frame();
             dials.spawn(async move { (nb, link::dial(addr, &me, max, deadline).await) });
@@ -325,11 +339,15 @@ impl Fabric {
                 },
                 Some(mut inc) = incoming.recv() => {
                     let src = inc.hello.src;
+                    if inc.token != spec.token {
+                        tracing::warn!(group, rank, "refused a link claiming rank {src} ({}): wrong group token", inc.name);
+                        continue;
+                    }
                     if inc.hello.dst != rank || src >= rank || !waiting.contains(&src) {
                         tracing::warn!(group, rank, "refused a link from rank {src} ({}) to rank {}", inc.name, inc.hello.dst);
                         continue;
                     }
-                    if link::send_hello(&mut inc.writer, &hello(group, rank, src, &name)).await.is_ok() {
+                    if link::send_hello(&mut inc.writer, &hello(group, rank, src, spec.token, &name)).await.is_ok() {
                         waiting.remove(&src);
                         links.push((src, inc.reader, inc.writer));
                     }

@@ -21,7 +21,7 @@ use super::sched::{LinkScheduler, Queued};
 /// Read timeout of a begun frame on an open link.
 pub(crate) const LINK_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(crate) fn hello(group: u32, src: u32, dst: u32, name: &str) -> PeerMsg {
+pub(crate) fn hello(group: u32, src: u32, dst: u32, token: u64, name: &str) -> PeerMsg {
     PeerMsg {
         header: PeerHeader {
             kind: PeerKind::Hello,
@@ -31,7 +31,10 @@ pub(crate) fn hello(group: u32, src: u32, dst: u32, name: &str) -> PeerMsg {
             dst,
             seq: 0,
         },
-        body: PeerBody::Hello { name: name.into() },
+        body: PeerBody::Hello {
+            token,
+            name: name.into(),
+        },
     }
 }
 
@@ -59,7 +62,10 @@ pub(crate) async fn dial(
             let (rd, mut wr) = s.into_split();
             send_hello(&mut wr, me).await.map_err(|e| e.to_string())?;
             let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(LINK_READ_TIMEOUT);
-            let (h, _name) = read_hello(&mut reader).await?;
+            let (h, token, _name) = read_hello(&mut reader).await?;
+            if Some(token) != me.token() {
+                return Err("answered without the group's token".into());
+            }
             let want = (me.header.group, me.header.dst, me.header.src);
             if (h.group, h.src, h.dst) != want {
                 return Err(format!(
@@ -91,7 +97,7 @@ pub(crate) async fn read_loop(
     let reason = loop {
         let f = match reader.read_frame().await {
             Ok(Some(f)) => f,
-            Ok(None) => break "connection closed".to_string(),
+            Ok(None) => break super::fabric::CLOSED.to_string(),
             Err(ReadError::Io(e)) => break format!("connection failed: {e}"),
             Err(ReadError::Protocol(e)) => break format!("sent an invalid message: {e}"),
         };

@@ -71,6 +71,10 @@ pub struct GroupSpec {
     pub connect_timeout: Duration,
     /// Bytes of this node's own messages that may wait on one link.
     pub link_budget: usize,
+    /// The group's secret (from the server's `join`): links are opened
+    /// and admitted only with it, so a stranger who reaches a peer port
+    /// cannot join or feed a collective.
+    pub token: u64,
 }
 
 impl GroupSpec {
@@ -82,11 +86,17 @@ impl GroupSpec {
             topology,
             connect_timeout: Duration::from_secs(10),
             link_budget: 8 << 20,
+            token: 0,
         }
     }
 
     pub fn size(&self) -> u32 {
         self.members.len() as u32
+    }
+
+    pub fn with_token(mut self, token: u64) -> Self {
+        self.token = token;
+        self
     }
 }
 
@@ -113,6 +123,8 @@ pub enum FabricError {
 /// A link whose hello has been read, waiting for its group.
 pub(crate) struct Incoming {
     pub hello: PeerHeader,
+    /// The group token it showed (checked by whoever takes the link).
+    pub token: u64,
     pub name: String,
     pub reader: FrameReader<OwnedReadHalf>,
     pub writer: OwnedWriteHalf,
@@ -227,15 +239,16 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
             let _ = stream.set_nodelay(true);
             let (rd, writer) = stream.into_split();
             let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(HELLO_TIMEOUT);
-            let (hello, name) = match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader))
-                .await
-            {
-                Ok(Ok(h)) => h,
-                Ok(Err(e)) => return tracing::warn!("peer port: {from}: {e}"),
-                Err(_) => {
-                    return tracing::warn!("peer port: {from}: no hello within {HELLO_TIMEOUT:?}")
-                }
-            };
+            let (hello, token, name) =
+                match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader)).await {
+                    Ok(Ok(h)) => h,
+                    Ok(Err(e)) => return tracing::warn!("peer port: {from}: {e}"),
+                    Err(_) => {
+                        return tracing::warn!(
+                            "peer port: {from}: no hello within {HELLO_TIMEOUT:?}"
+                        )
+                    }
+                };
             let tx = registry
                 .lock()
                 .expect("registry lock")
@@ -246,6 +259,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
                     let _ = tx
                         .send(Incoming {
                             hello,
+                            token,
                             name,
                             reader,
                             writer,
@@ -262,7 +276,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
 /// Reads the first message of a link, which must be a peer hello.
 pub(crate) async fn read_hello(
     reader: &mut FrameReader<OwnedReadHalf>,
-) -> Result<(PeerHeader, String), String> {
+) -> Result<(PeerHeader, u64, String), String> {
     let f = match reader.read_frame().await {
         Ok(Some(f)) => f,
         Ok(None) => return Err("closed before its hello".into()),
@@ -277,8 +291,8 @@ pub(crate) async fn read_hello(
     match PeerMsg::parse(f.payload) {
         Ok(PeerMsg {
             header,
-            body: PeerBody::Hello { name },
-        }) if header.kind == PeerKind::Hello => Ok((header, name)),
+            body: PeerBody::Hello { token, name },
+        }) if header.kind == PeerKind::Hello => Ok((header, token, name)),
         Ok(m) => Err(format!("sent a peer {} before its hello", m.header.kind)),
         Err(e) => Err(e.to_string()),
     }

@@ -81,6 +81,7 @@ mod tests {
                 seq,
             },
             body: PeerBody::Hello {
+                token: 0,
                 name: String::new(),
             },
         };

@@ -15,7 +15,7 @@ use bytes::Bytes;
 use corefarm_smp::{
     ConfigurationResponse, Data, ErrorCode, ErrorMsg, MsgType, NodeState, OutFrame,
 };
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, oneshot, Semaphore};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{StreamExt, StreamMap};
@@ -41,6 +41,12 @@ pub enum Cmd {
     Data(Job),
     Leave {
         user: u64,
+    },
+    /// A group's gang allocation ([`Handle::lend`]).
+    Lend {
+        user: u64,
+        n: usize,
+        reply: oneshot::Sender<Result<Vec<NodeConn>, String>>,
     },
 }
 
@@ -71,6 +77,27 @@ impl Handle {
     pub fn send(&self, c: Cmd) -> bool {
         self.0.send(c).is_ok()
     }
+
+    /// `n` nodes with a peer port for a group, all or none: `Err` at once
+    /// (with the reason) when the scheduler has too few, otherwise once
+    /// every promised node has finished the work already sent to it.
+    /// Dropping the future gives back whatever was handed over meanwhile.
+    pub async fn lend(&self, user: u64, n: usize) -> Result<Vec<NodeConn>, String> {
+        let (reply, rx) = oneshot::channel();
+        if !self.send(Cmd::Lend { user, n, reply }) {
+            return Err("the scheduler has stopped".into());
+        }
+        rx.await
+            .unwrap_or_else(|_| Err("the scheduler has stopped".into()))
+    }
+}
+
+/// A group's request, filled in order as promised nodes become idle.
+struct Loan {
+    user: u64,
+    need: usize,
+    got: Vec<NodeConn>,
+    reply: oneshot::Sender<Result<Vec<NodeConn>, String>>,
 }
 
 /// Publishing the view costs a lock and a copy: at most this often while
@@ -103,6 +130,7 @@ struct Driver {
     events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
     users: HashMap<u64, (mpsc::UnboundedSender<ToUser>, Option<FnId>)>,
     queues: HashMap<FnId, Arc<Semaphore>>,
+    loans: std::collections::VecDeque<Loan>,
     last_publish: Instant,
 }
 
@@ -123,6 +151,7 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>, stop: Ca
         events: StreamMap::new(),
         users: HashMap::new(),
         queues: HashMap::new(),
+        loans: Default::default(),
         last_publish: Instant::now(),
         shared,
     };
@@ -143,6 +172,7 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>, stop: Ca
             _ = tick.tick() => {
                 let now = d.now();
                 d.sched.tick(now);
+                d.drop_abandoned_loans();
                 let o = &d.shared.opts;
                 for (node, why) in d.sched.expired(now, o.config_timeout, o.node_timeout) {
                     if let Some(c) = d.conns.get(&node) {
@@ -217,6 +247,65 @@ impl Driver {
                 let old = self.users.remove(&user).and_then(|u| u.1);
                 self.forget_queue(old);
             }
+            Cmd::Lend { user, n, reply } => {
+                let candidates: Vec<u64> = self
+                    .conns
+                    .iter()
+                    .filter(|(_, c)| c.entry.info().peer.is_some())
+                    .map(|(&id, _)| id)
+                    .collect();
+                if self.sched.lend(&candidates, n, now) {
+                    tracing::info!(user, "lending {n} nodes to a group");
+                    self.loans.push_back(Loan {
+                        user,
+                        need: n,
+                        got: Vec::new(),
+                        reply,
+                    });
+                } else {
+                    let _ = reply.send(Err(format!(
+                        "{} of the {} shared nodes have a peer port ({} already promised \
+                         to groups; nodes being programmed are not taken)",
+                        candidates.len(),
+                        self.conns.len(),
+                        self.sched.lending()
+                    )));
+                }
+            }
+        }
+    }
+
+    /// A node that left the scheduler goes to the oldest unfilled loan,
+    /// or back into the scheduler if no group waits any more.
+    fn hand_over(&mut self, node: u64) {
+        let Some(mut conn) = self.conns.remove(&node) else {
+            return;
+        };
+        if let Some(ev) = self.events.remove(&node) {
+            conn.events = ev.into_inner();
+        }
+        self.drop_abandoned_loans();
+        let Some(loan) = self.loans.front_mut() else {
+            self.adopt(conn);
+            return;
+        };
+        conn.entry.assign(Some(loan.user));
+        loan.got.push(conn);
+        if loan.got.len() == loan.need {
+            let loan = self.loans.pop_front().expect("front");
+            if let Err(Ok(back)) = loan.reply.send(Ok(loan.got)) {
+                back.into_iter().for_each(|c| self.adopt(c));
+            }
+        }
+    }
+
+    /// Loans whose group stopped waiting return what they were given.
+    fn drop_abandoned_loans(&mut self) {
+        let (gone, keep): (Vec<Loan>, Vec<Loan>) =
+            self.loans.drain(..).partition(|l| l.reply.is_closed());
+        self.loans = keep.into();
+        for c in gone.into_iter().flat_map(|l| l.got) {
+            self.adopt(c);
         }
     }
 
@@ -344,6 +433,7 @@ impl Driver {
                         c.close_with(&reason);
                     }
                 }
+                Action::Lent { node } => self.hand_over(node),
             }
         }
     }

@@ -14,10 +14,14 @@
 //!   placing requested ones, finishing drains, dispatching queued jobs.
 //! - [`driver`]: the task that owns every node in `--sharing shared` mode.
 //! - [`session`]: a user connection in shared mode.
+//! - [`first`]: which session a user gets (group users are lent nodes).
+//! - `lend`: nodes promised to groups leave once their work is done.
 
 pub mod algorithm1;
 pub mod driver;
+pub mod first;
 pub mod function;
+mod lend;
 mod params;
 pub mod queue;
 mod route;
@@ -109,6 +113,10 @@ pub enum Action {
         node: u64,
         reason: String,
     },
+    /// The node left the scheduler for a group; the driver hands it over.
+    Lent {
+        node: u64,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -124,6 +132,9 @@ enum SlotState {
     Draining {
         target: FnId,
     },
+    /// Promised to a group: takes no new work; once idle it leaves the
+    /// scheduler ([`Action::Lent`]).
+    Lending,
 }
 
 #[derive(Debug)]
@@ -216,6 +227,12 @@ impl Sched {
     /// A node is gone: its in-flight work goes back to the front of its
     /// users' queues, to be re-dispatched to another replica or to wait for one.
     pub fn remove_node(&mut self, node: u64, now: Duration) {
+        self.detach(node, now);
+        self.settle(now);
+    }
+
+    /// [`Sched::remove_node`] without the follow-up.
+    fn detach(&mut self, node: u64, now: Duration) {
         let Some(slot) = self.nodes.remove(&node) else {
             return;
         };
@@ -259,7 +276,6 @@ impl Sched {
         if self.nodes.is_empty() {
             self.no_nodes_since = Some(now);
         }
-        self.settle(now);
     }
 
     /// A user's configuration: registers or finds its function. Returns the

@@ -59,6 +59,9 @@ pub struct Params {
     pub service_prior: Duration,
     /// How long users wait for a replica while no node is connected at all.
     pub node_wait: Duration,
+    /// A function without a replica is loaded on a fair share of the spare
+    /// nodes (nodes / functions in use) at once, not on one.
+    pub fair_share: bool,
 }
 
 impl Params {
@@ -75,6 +78,7 @@ impl Params {
             max_wait: period * 50,
             service_prior: Duration::from_millis(1),
             node_wait: Duration::from_secs(5),
+            fair_share: true,
         }
     }
 }

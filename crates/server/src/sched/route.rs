@@ -29,6 +29,7 @@ impl Sched {
         self.fail_refused();
         self.place(now);
         self.finish_drains(now);
+        self.finish_lends(now);
         self.pump(now);
         self.spread(now);
     }
@@ -76,8 +77,21 @@ impl Sched {
             .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
             .collect();
         wanting.sort();
+        // A fair share of the nodes (nodes / functions in use) is loaded
+        // together with the first replica. Loading only one would make the
+        // user wait for it (the positive response) and then its queued jobs
+        // wait for a second round of programming on the spare nodes
+        // (`spread`), where exclusive mode programs all of a user's nodes at
+        // once. Spare nodes hold nothing anyone wants: this costs only their
+        // own idle time.
+        let in_use = self.fns.values().filter(|f| f.wanted()).count().max(1);
+        let fair = match self.p.fair_share {
+            true => (self.nodes.len() / in_use).max(1),
+            false => 1,
+        };
         for (_, f) in wanting {
-            if let Some(node) = self.spare_for(f) {
+            for _ in 0..fair {
+                let Some(node) = self.spare_for(f) else { break };
                 self.reconfigure(node, f, now);
             }
         }

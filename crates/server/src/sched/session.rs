@@ -13,14 +13,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::tls::{ReadHalf, Stream};
 use bytes::Bytes;
 use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
     Frame, Hello, MsgType, OutFrame, UserPhase as Phase,
 };
-use tokio::net::tcp::OwnedReadHalf;
-use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -46,7 +45,7 @@ struct Session {
     user: u64,
     peer: SocketAddr,
     entry: Arc<UserEntry>,
-    reader: FrameReader<OwnedReadHalf>,
+    reader: FrameReader<ReadHalf>,
     out: mpsc::Sender<OutFrame>,
     hello: Option<Hello>,
     phase: Phase,
@@ -75,14 +74,12 @@ impl Drop for Registered {
 pub(crate) async fn run(
     shared: Arc<Shared>,
     sched: Handle,
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     stop: CancellationToken,
     prefix: &[u8],
+    (user, entry): (u64, Arc<UserEntry>),
 ) {
-    let user = shared.next_id();
-    let entry = Arc::new(UserEntry::new(user, peer));
-    shared.registry.add_user(entry.clone());
     let (tx, mut rx) = mpsc::unbounded_channel();
     sched.send(Cmd::Join { user, tx });
     let _registered = Registered(shared.clone(), sched.clone(), user);

@@ -8,11 +8,13 @@ fn ms(n: u64) -> Duration {
 }
 
 /// P = 10 ms, one message in flight per node (fixed window): dispatch
-/// order is then fully determined by the queue.
+/// order is then fully determined by the queue. One node per new function
+/// (no fair share), so the tests place functions node by node.
 fn sched() -> Sched {
     Sched::new(Params {
         credit: 1,
         credit_adaptive: false,
+        fair_share: false,
         ..Params::new(ms(10))
     })
 }
@@ -448,4 +450,96 @@ fn a_configuration_that_loses_every_node_it_loads_on_is_given_up() {
     let a = s.take_actions();
     assert_eq!(answers(&a), [(10, false)], "{a:?}");
     assert!(configures(&a).is_empty(), "no further node is sacrificed");
+}
+
+fn lents(a: &[Action]) -> Vec<u64> {
+    let mut v: Vec<u64> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Lent { node } => Some(*node),
+            _ => None,
+        })
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn groups_borrow_idle_nodes_at_once_and_busy_ones_once_their_work_is_done() {
+    let mut s = sched();
+    for n in 1..=3 {
+        s.add_node(n, ms(0));
+    }
+    let x = configure(&mut s, 1, "a", ms(1), ms(1)).expect("a node loads it");
+    s.take_actions();
+    s.submit(job(1, 7), ms(3));
+    let sent = sends(&s.take_actions());
+    assert_eq!(sent.len(), 1);
+    assert_eq!(sent[0].0, x);
+
+    // Two idle nodes: lent at once, the replica keeps working.
+    let all = [1, 2, 3];
+    assert!(s.lend(&all, 2, ms(4)));
+    let idle: Vec<u64> = all.iter().copied().filter(|&n| n != x).collect();
+    assert_eq!(lents(&s.take_actions()), idle);
+
+    // The busy replica is promised, takes no new work, and leaves once its
+    // job's result is delivered (exactly once, to its user).
+    assert!(s.lend(&[x], 1, ms(5)));
+    assert!(lents(&s.take_actions()).is_empty());
+    assert_eq!(s.lending(), 1);
+    s.submit(job(1, 8), ms(6));
+    assert!(
+        sends(&s.take_actions()).is_empty(),
+        "no new work on a promised node"
+    );
+    let a = answer(&mut s, &sent, ms(7));
+    assert_eq!(results(&a), [(1, 7)]);
+    assert_eq!(lents(&a), [x]);
+    assert_eq!(s.lending(), 0);
+
+    // Nothing left to lend; a node that comes back loads the function and
+    // runs the job that waited.
+    assert!(!s.lend(&all, 1, ms(8)));
+    s.add_node(4, ms(9));
+    let a = s.take_actions();
+    assert_eq!(configures(&a).first().map(|c| c.0), Some(4));
+    s.on_config_response(4, true, ms(10)).unwrap();
+    assert_eq!(sends(&s.take_actions()).first().map(|c| c.0), Some(4));
+}
+
+/// A new function is loaded on a fair share of the spare nodes together
+/// with its first replica, so its queued jobs do not wait for a second
+/// round of programming (as exclusive mode programs all of a user's nodes
+/// at once).
+#[test]
+fn a_new_function_takes_a_fair_share_of_the_spare_nodes_at_once() {
+    let mut s = Sched::new(Params {
+        credit: 1,
+        credit_adaptive: false,
+        ..Params::new(ms(10))
+    });
+    for n in 1..=4 {
+        s.add_node(n, ms(0));
+    }
+    // The only function in use: all four nodes at once.
+    s.configure(1, payload("a"), 8, 8, ms(0));
+    let a = s.take_actions();
+    let loading: Vec<u64> = configures(&a).iter().map(|c| c.0).collect();
+    assert_eq!(loading.len(), 4, "{a:?}");
+    for &n in &loading {
+        s.on_config_response(n, true, ms(10)).unwrap();
+    }
+    assert_eq!(answers(&s.take_actions()), vec![(1, true)]);
+    // Four jobs start on four replicas at once: none waits for programming.
+    for id in 0..4 {
+        s.submit(job(1, id), ms(10));
+    }
+    let sent = sends(&s.take_actions());
+    assert_eq!(sent.len(), 4, "{sent:?}");
+    // A second function while the first is used: half of the nodes would
+    // be its share, but none is spare (all hold a wanted function), so it
+    // waits for Algorithm 1 and takes no node here.
+    s.configure(2, payload("b"), 8, 8, ms(11));
+    assert!(configures(&s.take_actions()).is_empty());
 }

@@ -164,7 +164,9 @@ impl Handler {
         if want > USER_RCVBUF_MAX {
             return;
         }
-        let sock = socket2::SockRef::from(self.reader.get_ref().as_ref());
+        let Some(sock) = self.reader.get_ref().sock() else {
+            return;
+        };
         if let Err(e) = sock.set_recv_buffer_size(want.max(USER_RCVBUF_MIN)) {
             tracing::debug!(user = %self.peer, "cannot set the receive buffer: {e}");
         }

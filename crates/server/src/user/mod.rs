@@ -24,14 +24,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::tls::{ReadHalf, Stream};
 use bytes::Bytes;
 use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
     ProtocolError, UserPhase as Phase,
 };
-use tokio::net::tcp::OwnedReadHalf;
-use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -102,7 +101,7 @@ struct Handler {
     user: u64,
     peer: SocketAddr,
     entry: Arc<UserEntry>,
-    reader: FrameReader<OwnedReadHalf>,
+    reader: FrameReader<ReadHalf>,
     /// Frames to the user: written by this task when the socket is idle.
     out: Arc<Sink>,
     /// Features agreed in the hello; `None` for a seed-format user.
@@ -145,14 +144,12 @@ impl Drop for Registered {
 
 pub(crate) async fn run(
     shared: Arc<Shared>,
-    stream: TcpStream,
+    stream: Stream,
     peer: SocketAddr,
     stop: CancellationToken,
     prefix: &[u8],
+    (user, entry): (u64, Arc<UserEntry>),
 ) {
-    let user = shared.next_id();
-    let entry = Arc::new(UserEntry::new(user, peer));
-    shared.registry.add_user(entry.clone());
     let _registered = Registered(shared.clone(), user);
     let (rd, wr) = stream.into_split();
     let out = Arc::new(Sink::new(wr));

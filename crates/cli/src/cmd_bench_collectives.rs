@@ -1,0 +1,402 @@
+//! `corefarm bench collectives`: OSU-style latency of a group's collectives
+//! against message size, group size and tree (issue 9), with the calibrated
+//! model's prediction beside every point. The measuring loop is shared with
+//! `corefarm model calibrate`.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use bytes::Bytes;
+use clap::Args;
+use corefarm_client::group::{Algorithm, Group, GroupError, GroupOptions};
+use corefarm_model::collectives::{Algo, Calibration, Op, Sample, Shape};
+use corefarm_smp::{DType, ReduceOp};
+use serde::Serialize;
+
+/// A size in bytes: a number with an optional K/M/G suffix (powers of 1024).
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim().trim_end_matches("iB").trim_end_matches('B');
+    let (num, mul) = match t.char_indices().last() {
+        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
+        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
+        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
+        _ => (t, 1),
+    };
+    let v: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
+    v.checked_mul(mul)
+        .filter(|&b| b <= 1 << 30)
+        .ok_or_else(|| format!("{s:?}: at most 1 GiB"))
+}
+
+/// What to measure and how long.
+#[derive(Args, Clone, Debug)]
+pub struct Grid {
+    /// A running cluster's user port; default: an embedded cluster on
+    /// loopback with as many nodes as the largest group.
+    #[arg(long)]
+    pub server: Option<String>,
+    /// Group sizes (node count), comma-separated.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    pub nodes: Vec<u32>,
+    /// Bytes per rank, comma-separated (suffixes K, M); whole int32 elements.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size,
+          default_value = "8,32,128,512,2K,8K,32K,128K,512K,2M,4M")]
+    pub sizes: Vec<u64>,
+    /// bcast, reduce, allreduce, allgather, barrier (among the nodes);
+    /// scatter, gather (the user's, through the server).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "bcast,reduce,allreduce,allgather,barrier,scatter,gather"
+    )]
+    pub ops: Vec<Op>,
+    /// Trees, comma-separated: linear, binomial, star.
+    #[arg(long, value_delimiter = ',', default_value = "linear,binomial,star")]
+    pub algos: Vec<Algo>,
+    /// Untimed calls before each point.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: u32,
+    /// Fewest timed calls per point.
+    #[arg(long, default_value_t = 5)]
+    pub min_iters: u32,
+    /// Most timed calls per point.
+    #[arg(long, default_value_t = 100)]
+    pub iters: u32,
+    /// Seconds of timed calls per point, within the two bounds above.
+    #[arg(long, default_value_t = 0.3)]
+    pub budget: f64,
+}
+
+impl Grid {
+    fn check(&self) -> Result<()> {
+        if self.nodes.is_empty() || self.nodes.contains(&0) {
+            bail!("--nodes: group sizes of at least 1");
+        }
+        if let Some(s) = self.sizes.iter().find(|&&s| s == 0 || s % 4 != 0) {
+            bail!("--sizes: {s} is not a positive multiple of 4 (int32 elements)");
+        }
+        if self.iters == 0
+            || self.min_iters > self.iters
+            || self.budget.is_nan()
+            || self.budget < 0.0
+        {
+            bail!("--iters must be at least 1 and at least --min-iters; --budget non-negative");
+        }
+        Ok(())
+    }
+}
+
+/// One measured point.
+#[derive(Debug, Clone, Serialize)]
+pub struct Point {
+    pub op: Op,
+    /// `None` for the user's scatter/gather (no tree).
+    pub algo: Option<Algo>,
+    pub n: u32,
+    pub bytes: u64,
+    pub iters: usize,
+    pub median_us: f64,
+    pub p99_us: f64,
+    pub mean_us: f64,
+    pub min_us: f64,
+}
+
+impl Point {
+    /// The model's view of the point (any tree for scatter/gather: it has none).
+    pub fn shape(&self) -> Shape {
+        Shape {
+            op: self.op,
+            algo: self.algo.unwrap_or(Algo::Linear),
+            n: self.n,
+            bytes: self.bytes,
+        }
+    }
+
+    pub fn sample(&self) -> Sample {
+        Sample {
+            shape: self.shape(),
+            seconds: self.median_us * 1e-6,
+        }
+    }
+}
+
+fn quantile(sorted: &[f64], q: f64) -> f64 {
+    let i = ((sorted.len() as f64 - 1.0) * q).round() as usize;
+    sorted[i.min(sorted.len() - 1)]
+}
+
+fn algorithm(a: Algo) -> Algorithm {
+    match a {
+        Algo::Linear => Algorithm::Linear,
+        Algo::Binomial => Algorithm::Binomial,
+        Algo::Star => Algorithm::Star,
+    }
+}
+
+/// One call of `op`; only the collective itself is inside the returned time
+/// (the destination buffer is freed afterwards, untimed).
+fn once(g: &mut Group, op: Op, algo: Algo, bytes: u64, scatter: &[u8]) -> Result<f64> {
+    let a = algorithm(algo);
+    let t = Instant::now();
+    let dst = match op {
+        Op::Bcast => g.bcast(0, "s", "d", DType::I32, a).map(|_| true),
+        Op::Reduce => g
+            .reduce(0, "s", "d", DType::I32, ReduceOp::Sum, a)
+            .map(|_| true),
+        Op::Allreduce => g
+            .allreduce("s", "d", DType::I32, ReduceOp::Sum, a)
+            .map(|_| true),
+        Op::Allgather => g.allgather("s", "d", a).map(|_| true),
+        Op::Barrier => g.barrier(a).map(|_| false),
+        Op::Scatter => g
+            .scatter_rows("d", DType::I32, scatter, bytes as usize)
+            .map(|_| true),
+        Op::Gather => g.gather("s").map(|_| false),
+    }
+    .with_context(|| format!("{} {} of {bytes} bytes", op.name(), algo.name()))?;
+    let secs = t.elapsed().as_secs_f64();
+    if dst {
+        match g.free("d") {
+            // A reduce leaves `d` on the root only: the others' "no buffer"
+            // fails the free on them alone, and the group carries on.
+            Err(GroupError::Failed { .. }) if op == Op::Reduce => {}
+            r => r.context("freeing the destination")?,
+        }
+    }
+    Ok(secs)
+}
+
+fn point(g: &mut Group, grid: &Grid, op: Op, algo: Option<Algo>, bytes: u64) -> Result<Point> {
+    let scatter = if op == Op::Scatter {
+        vec![1u8; bytes as usize * g.size() as usize]
+    } else {
+        Vec::new()
+    };
+    let a = algo.unwrap_or(Algo::Binomial);
+    for _ in 0..grid.warmup {
+        once(g, op, a, bytes, &scatter)?;
+    }
+    let mut t = Vec::new();
+    let start = Instant::now();
+    while t.len() < grid.min_iters as usize
+        || (t.len() < grid.iters as usize && start.elapsed().as_secs_f64() < grid.budget)
+    {
+        t.push(once(g, op, a, bytes, &scatter)?);
+    }
+    t.sort_by(f64::total_cmp);
+    let us = |s: f64| s * 1e6;
+    Ok(Point {
+        op,
+        algo,
+        n: g.size(),
+        bytes: if op == Op::Barrier { 0 } else { bytes },
+        iters: t.len(),
+        median_us: us(quantile(&t, 0.5)),
+        p99_us: us(quantile(&t, 0.99)),
+        mean_us: us(t.iter().sum::<f64>() / t.len() as f64),
+        min_us: us(t[0]),
+    })
+}
+
+/// A cluster to measure on: the given one, or an embedded one that stops on drop.
+pub struct Target {
+    pub addr: String,
+    pub label: String,
+    embedded: Option<(tokio::runtime::Runtime, crate::cmd_server::LocalCluster)>,
+}
+
+impl Drop for Target {
+    fn drop(&mut self) {
+        if let Some((rt, c)) = self.embedded.take() {
+            c.stop.cancel();
+            rt.shutdown_timeout(Duration::from_secs(2));
+        }
+    }
+}
+
+impl Target {
+    pub fn start(grid: &Grid) -> Result<Target> {
+        grid.check()?;
+        if let Some(a) = &grid.server {
+            return Ok(Target {
+                addr: a.clone(),
+                label: format!("cluster at {a}"),
+                embedded: None,
+            });
+        }
+        let n = grid.nodes.iter().copied().max().unwrap_or(1) as usize;
+        let rt = crate::cmd_server::runtime()?;
+        let server = corefarm_server::ServerOptions {
+            nodes_listen: "127.0.0.1:0".into(),
+            users_listen: "127.0.0.1:0".into(),
+            ..corefarm_server::ServerOptions::default()
+        };
+        let node = corefarm_node::NodeOptions {
+            name: "bench".into(),
+            reconnect: false,
+            peer_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+            ..corefarm_node::NodeOptions::default()
+        };
+        let (cluster, _handle) = rt.block_on(crate::cmd_server::start_local(n, server, node))?;
+        let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+        Ok(Target {
+            addr: cluster.users_addr.to_string(),
+            label: format!("embedded cluster of {n} nodes in one process, {cpus} CPUs"),
+            embedded: Some((rt, cluster)),
+        })
+    }
+}
+
+/// Measures every point of `grid` on `target`, group size by group size;
+/// `say` hears one line per point.
+pub fn measure(target: &Target, grid: &Grid, say: &mut dyn FnMut(&Point)) -> Result<Vec<Point>> {
+    grid.check()?;
+    let mut out = Vec::new();
+    for &n in &grid.nodes {
+        let mut opts = GroupOptions::new(n);
+        opts.name = Some("bench collectives".into());
+        opts.model = None;
+        opts.timeout = Duration::from_secs(60);
+        let mut g = Group::open(&target.addr, opts)
+            .with_context(|| format!("opening a group of {n} nodes"))?;
+        let mut sizes = grid.sizes.clone();
+        if grid.ops.iter().all(|&o| o == Op::Barrier) {
+            sizes.truncate(1);
+        }
+        for (i, &bytes) in sizes.iter().enumerate() {
+            let data: Vec<u8> = (0..bytes).map(|b| b as u8).collect();
+            g.bcast_from_user("s", DType::I32, Bytes::from(data), Algorithm::Binomial)?;
+            for &op in &grid.ops {
+                if op == Op::Barrier && i > 0 {
+                    continue;
+                }
+                let algos: Vec<Option<Algo>> = if op.has_tree() {
+                    grid.algos.iter().copied().map(Some).collect()
+                } else {
+                    vec![None]
+                };
+                for algo in algos {
+                    let p = point(&mut g, grid, op, algo, bytes)?;
+                    say(&p);
+                    out.push(p);
+                }
+            }
+            g.free("s")?;
+        }
+        g.close()?;
+    }
+    Ok(out)
+}
+
+pub fn describe(p: &Point) -> String {
+    format!(
+        "{:<9} {:<8} n={:<2} {:>8} B: median {:>10.1} µs  p99 {:>10.1} µs ({} calls)",
+        p.op.name(),
+        p.algo.map_or("server", |a| a.name()),
+        p.n,
+        p.bytes,
+        p.median_us,
+        p.p99_us,
+        p.iters
+    )
+}
+
+#[derive(Args)]
+pub struct CollectivesArgs {
+    #[command(flatten)]
+    grid: Grid,
+    /// Calibration to predict with (default: `corefarm model calibrate`'s
+    /// default file); without one, the model is fitted to this run.
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Write the JSON report here instead of standard output.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// No progress lines on standard error.
+    #[arg(long)]
+    quiet: bool,
+}
+
+pub fn run(a: CollectivesArgs) -> Result<()> {
+    let target = Target::start(&a.grid)?;
+    let quiet = a.quiet;
+    let points = measure(&target, &a.grid, &mut |p| {
+        if !quiet {
+            eprintln!("{}", describe(p));
+        }
+    })?;
+    let (model, source) = match &a.model {
+        Some(p) => (
+            Some(Calibration::load(p).map_err(anyhow::Error::msg)?),
+            format!("calibration file {}", p.display()),
+        ),
+        None => match Calibration::load_default() {
+            Some(c) => (Some(c), "the default calibration file".to_string()),
+            None => (
+                Calibration::from_samples(
+                    points.iter().map(Point::sample).collect(),
+                    corefarm_client::group::CHUNK,
+                    target.label.clone(),
+                ),
+                "fitted to this run (in-sample)".to_string(),
+            ),
+        },
+    };
+    let rows: Vec<serde_json::Value> = points
+        .iter()
+        .map(|p| {
+            let mut v = serde_json::to_value(p).expect("a point serialises");
+            if let Some(m) = &model {
+                let pred = m.predict(p.shape()) * 1e6;
+                v["predicted_us"] = pred.into();
+                v["model_error"] = ((pred - p.median_us) / p.median_us).into();
+            }
+            v
+        })
+        .collect();
+    let report = serde_json::json!({
+        "tool": "corefarm bench collectives",
+        "cluster": target.label,
+        "warmup": a.grid.warmup, "min_iters": a.grid.min_iters, "max_iters": a.grid.iters,
+        "budget_s": a.grid.budget,
+        "model": model.as_ref().map(|m| serde_json::json!({
+            "source": source, "params": m.params, "chunk": m.chunk,
+            "calibration_rms_error": m.rms_error,
+        })),
+        "points": rows,
+    });
+    let text = serde_json::to_string_pretty(&report)?;
+    match &a.out {
+        Some(p) => {
+            std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))
+        }
+        None => {
+            println!("{text}");
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes_parse() {
+        assert_eq!(parse_size("8"), Ok(8));
+        assert_eq!(parse_size("64K"), Ok(65536));
+        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
+        assert_eq!(parse_size("1KB"), Ok(1024));
+        assert!(parse_size("x").is_err());
+        assert!(parse_size("2G").is_err());
+    }
+
+    #[test]
+    fn quantiles() {
+        let v: Vec<f64> = (1..=100).map(f64::from).collect();
+        assert_eq!(quantile(&v, 0.5), 51.0);
+        assert_eq!(quantile(&v, 0.99), 99.0);
+        assert_eq!(quantile(&[3.0], 0.99), 3.0);
+    }
+}

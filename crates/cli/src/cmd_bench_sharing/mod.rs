@@ -1,0 +1,303 @@
+//! `corefarm bench sharing`: seed 002 §5.5 scaled to this machine. An
+//! embedded cluster (simulated nodes programming in `--reconfigure-delay-ms`)
+//! serves `--apps` concurrent applications; each calls a random sequence of
+//! `--functions` functions (benchmarking configurations with different
+//! per-input delays), each call 1–100 ms of node time split into `--jobs`
+//! messages. An application's software path is a loop calibrated so that an
+//! input costs `--speedup` times its node time (soft.rs).
+//!
+//! Variants (`--variant`, apps.rs): `software` (every call on the
+//! application's CPU), `exclusive` (server `--sharing exclusive`: each
+//! application owns nodes / apps nodes and reprograms them when it calls
+//! another function), `static` (the nodes divided among the first functions
+//! up front and never reprogrammed; other functions run in software),
+//! `shared` (server `--sharing shared`, Algorithm 1) and `cowork` (shared,
+//! each call through the client's co-working map).
+//!
+//! Reports the makespan T_o normalised to software-only and the utilisation
+//! U = T_e / T_o (seed eqs. 5.7/5.8): T_SW is the software-only makespan on
+//! this machine's N_c CPUs, max(longest application, total / N_c), and T_e
+//! the makespan if every resource that may work were busy all along,
+//! S·W / (N_c + n_s·S) with W the node time of all calls, S the speedup and
+//! the N_c term only for variants that compute on the CPU.
+
+mod apps;
+mod soft;
+#[cfg(test)]
+mod tests;
+
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Result};
+use clap::{Args, ValueEnum};
+use corefarm_server::{ServerOptions, Sharing};
+
+use apps::{Software, StaticPartition};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Variant {
+    Software,
+    Exclusive,
+    Static,
+    Shared,
+    Cowork,
+}
+
+impl Variant {
+    fn name(self) -> &'static str {
+        match self {
+            Variant::Software => "software",
+            Variant::Exclusive => "exclusive",
+            Variant::Static => "static",
+            Variant::Shared => "shared",
+            Variant::Cowork => "cowork",
+        }
+    }
+
+    fn server(self) -> Option<Sharing> {
+        match self {
+            Variant::Software => None,
+            Variant::Exclusive | Variant::Static => Some(Sharing::Exclusive),
+            Variant::Shared | Variant::Cowork => Some(Sharing::Shared),
+        }
+    }
+}
+
+#[derive(Args, Clone)]
+pub struct SharingArgs {
+    /// software, exclusive, static, shared or cowork.
+    #[arg(long, value_enum, default_value = "shared")]
+    variant: Variant,
+    /// Simulated nodes.
+    #[arg(long, default_value_t = 8)]
+    nodes: usize,
+    /// Concurrent applications (user connections).
+    #[arg(long, default_value_t = 4)]
+    apps: u32,
+    /// Distinct functions the applications pick from (1: the seed's
+    /// single-function utilisation experiment, §5.5.3).
+    #[arg(long, default_value_t = 16)]
+    functions: u32,
+    /// Calls per application.
+    #[arg(long, default_value_t = 20)]
+    calls: u32,
+    /// Messages one call is split into (the seed's n_j).
+    #[arg(long, default_value_t = 6)]
+    jobs: u32,
+    /// Accelerator speedup S: software time per input = S × node time per
+    /// input. 0: no software path (software, static with more functions
+    /// than nodes, and cowork refuse it; T_SW is then taken at S = 1).
+    #[arg(long, default_value_t = 1.0)]
+    speedup: f64,
+    /// Monitoring period P in ms; the nodes' programming time is the same
+    /// unless --reconfigure-delay-ms says otherwise (seed table 5.3).
+    #[arg(long, default_value_t = 10)]
+    period_ms: u64,
+    /// The simulated nodes' programming time in ms (default: P).
+    #[arg(long)]
+    reconfigure_delay_ms: Option<u64>,
+    /// Seed of the random call sequences (same seed, same workload).
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+/// xorshift64*: a reproducible workload needs no more.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n.max(1)
+    }
+}
+
+/// One call: function index and number of inputs.
+type Call = (u32, u32);
+
+/// Per-input delay of function `f`: 100 µs to 1.6 ms, so calls of 1–100 ms
+/// have from one to about a thousand inputs.
+fn delay_us(f: u32) -> u32 {
+    100 * (f + 1)
+}
+
+fn workload(a: &SharingArgs) -> Vec<Vec<Call>> {
+    let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    (0..a.apps)
+        .map(|_| {
+            (0..a.calls)
+                .map(|_| {
+                    let f = rng.below(a.functions as u64) as u32;
+                    let work_us = 1000 + rng.below(99_000) as u32;
+                    (f, (work_us / delay_us(f)).max(1))
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Runs one variant and returns its report (also what `--json` prints).
+pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
+    if a.apps == 0 || a.nodes == 0 || a.functions == 0 || a.jobs == 0 || a.calls == 0 {
+        bail!("--apps, --nodes, --functions, --calls and --jobs must be at least 1");
+    }
+    if !(a.speedup.is_finite() && (0.0..=1000.0).contains(&a.speedup)) {
+        bail!("--speedup must be between 0 and 1000");
+    }
+    let calls = workload(a);
+    let node_time = |c: &[Call]| -> f64 {
+        c.iter()
+            .map(|&(f, n)| n as f64 * delay_us(f) as f64 * 1e-6)
+            .sum()
+    };
+    let work: f64 = calls.iter().map(|c| node_time(c)).sum();
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
+    let s_base = if a.speedup > 0.0 { a.speedup } else { 1.0 };
+    let longest = calls.iter().map(|c| node_time(c)).fold(0.0, f64::max);
+    let software = (s_base * longest).max(s_base * work / cpus);
+    let placed = (a.functions).min(a.nodes as u32);
+    let uses_cpu = a.speedup > 0.0
+        && match a.variant {
+            Variant::Software | Variant::Cowork => true,
+            Variant::Static => placed < a.functions,
+            Variant::Exclusive | Variant::Shared => false,
+        };
+    let nodes = if a.variant == Variant::Software {
+        0.0
+    } else {
+        a.nodes as f64
+    };
+    let expected = s_base * work / (if uses_cpu { cpus } else { 0.0 } + nodes * s_base);
+
+    let iters_per_us = soft::calibrate();
+    let sw = Software {
+        iters_per_us,
+        speedup: a.speedup,
+    };
+    let period = Duration::from_millis(a.period_ms.max(1));
+    let reconfigure = a.reconfigure_delay_ms.unwrap_or(a.period_ms);
+    let rt = crate::cmd_server::runtime()?;
+    let cluster = match a.variant.server() {
+        None => None,
+        Some(sharing) => {
+            let opts = ServerOptions {
+                nodes_listen: "127.0.0.1:0".into(),
+                users_listen: "127.0.0.1:0".into(),
+                sharing,
+                monitor_period: period,
+                ..ServerOptions::default()
+            };
+            let node = corefarm_node::NodeOptions {
+                reconfigure_delay: Duration::from_millis(reconfigure),
+                ..corefarm_node::NodeOptions::default()
+            };
+            let (cluster, _handle) =
+                rt.block_on(crate::cmd_server::start_local(a.nodes, opts, node))?;
+            apps::wait_nodes(cluster.users_addr, a.nodes)?;
+            Some(cluster)
+        }
+    };
+    let result = run_apps(a, calls, sw, cluster.as_ref().map(|c| c.users_addr), placed);
+    let reconfigurations: u64 = match (&cluster, a.variant.server()) {
+        (Some(c), Some(Sharing::Shared)) => apps::status(c.users_addr)?
+            .functions
+            .iter()
+            .map(|f| f.reconfigurations)
+            .sum(),
+        _ => 0,
+    };
+    if let Some(c) = cluster {
+        c.stop.cancel();
+    }
+    let (makespan, local_inputs) = result?;
+    let inputs: u64 = workload(a).iter().flatten().map(|&(_, n)| n as u64).sum();
+    Ok(serde_json::json!({
+        "variant": a.variant.name(),
+        "sharing": a.variant.server().map(|s| s.to_string()),
+        "nodes": a.nodes, "apps": a.apps, "functions": a.functions, "calls": a.calls,
+        "jobs": a.jobs, "speedup": a.speedup, "period_ms": a.period_ms,
+        "reconfigure_delay_ms": reconfigure, "cpus": cpus, "iters_per_us": iters_per_us,
+        "node_work_s": work, "makespan_s": makespan, "software_s": software,
+        "expected_s": expected,
+        "normalised_makespan": makespan / software,
+        "utilisation": expected / makespan,
+        "local_share": local_inputs as f64 / inputs.max(1) as f64,
+        "reconfigurations": reconfigurations,
+    }))
+}
+
+/// Starts the applications together and returns the makespan (seconds)
+/// and the inputs they computed on their CPUs. A static partition is set
+/// up (connected and programmed) before the clock starts: it is the
+/// up-front placement, not part of the workload.
+fn run_apps(
+    a: &SharingArgs,
+    calls: Vec<Vec<Call>>,
+    sw: Software,
+    addr: Option<std::net::SocketAddr>,
+    placed: u32,
+) -> Result<(f64, u64)> {
+    let partition = match (a.variant, addr) {
+        (Variant::Static, Some(addr)) => {
+            if placed < a.functions && a.speedup <= 0.0 {
+                bail!("static: functions without nodes need a software path (--speedup > 0)");
+            }
+            Some(StaticPartition::start(addr, a.nodes as u32, placed)?)
+        }
+        _ => None,
+    };
+    let share = (a.nodes as u32 / a.apps).max(1);
+    let jobs = a.jobs;
+    let variant = a.variant;
+    let start = Instant::now();
+    let local = std::thread::scope(|s| -> Result<u64> {
+        let threads: Vec<_> = calls
+            .iter()
+            .map(|c| {
+                let partition = partition.as_ref();
+                s.spawn(move || match (variant, addr) {
+                    (Variant::Software, _) => apps::software(sw, c),
+                    (Variant::Static, _) => partition.expect("started").app(sw, c, jobs),
+                    (Variant::Exclusive, Some(addr)) => apps::cluster(addr, Some(share), c, jobs),
+                    (Variant::Shared, Some(addr)) => apps::cluster(addr, None, c, jobs),
+                    (Variant::Cowork, Some(addr)) => apps::cowork(addr, sw, c, jobs),
+                    (_, None) => bail!("no cluster"),
+                })
+            })
+            .collect();
+        let mut local = 0;
+        for t in threads {
+            local += t
+                .join()
+                .map_err(|_| anyhow::anyhow!("an application thread panicked"))??;
+        }
+        Ok(local)
+    })?;
+    Ok((start.elapsed().as_secs_f64(), local))
+}
+
+pub fn run(a: SharingArgs) -> Result<()> {
+    let r = measure(&a)?;
+    if a.json {
+        println!("{r}");
+    } else {
+        println!(
+            "{} apps, {} nodes, {}, speedup {}: makespan {:.3} s = {:.1} % of software-only, \
+             utilisation {:.1} %, {:.1} % of inputs on the CPU, {} reconfigurations",
+            a.apps,
+            a.nodes,
+            a.variant.name(),
+            a.speedup,
+            r["makespan_s"].as_f64().unwrap_or(0.0),
+            100.0 * r["normalised_makespan"].as_f64().unwrap_or(0.0),
+            100.0 * r["utilisation"].as_f64().unwrap_or(0.0),
+            100.0 * r["local_share"].as_f64().unwrap_or(0.0),
+            r["reconfigurations"],
+        );
+    }
+    Ok(())
+}

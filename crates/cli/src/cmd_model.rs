@@ -1,0 +1,202 @@
+//! `corefarm model`: calibrate the collectives' latency model on this
+//! machine and ask it for predictions (docs/collectives.md, "Model").
+
+use std::path::PathBuf;
+
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use corefarm_model::collectives::{default_path, Algo, Calibration, Op, Shape};
+
+use crate::cmd_bench_collectives::{describe, measure, parse_size, Grid, Target};
+
+#[derive(Subcommand)]
+pub enum ModelCmd {
+    /// Measure collectives on an embedded cluster (a few seconds) and fit
+    /// the model's parameters; writes the calibration as JSON.
+    Calibrate(CalibrateArgs),
+    /// Predicted latency of one collective.
+    Predict(PredictArgs),
+}
+
+#[derive(Args)]
+pub struct CalibrateArgs {
+    /// Where to write the calibration (default:
+    /// $XDG_CACHE_HOME/corefarm/collectives-model.json, else ~/.cache/…),
+    /// which the client's `auto` tree choice reads.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// A running cluster's user port instead of an embedded one.
+    #[arg(long)]
+    server: Option<String>,
+    /// Group sizes to measure.
+    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    nodes: Vec<u32>,
+    /// Bytes per rank to measure.
+    #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "8,8K,64K,1M")]
+    sizes: Vec<u64>,
+    /// Seconds of timed calls per point (at least 3 calls, at most 20).
+    #[arg(long, default_value_t = 0.02)]
+    budget: f64,
+    /// Print every measured point on standard error.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+#[derive(Args)]
+pub struct PredictArgs {
+    /// bcast, reduce, allreduce, allgather, barrier, scatter, gather.
+    #[arg(long)]
+    op: Op,
+    /// linear, binomial or star; default: all three and the one `auto` picks.
+    #[arg(long)]
+    algo: Option<Algo>,
+    /// Bytes per rank (suffixes K, M).
+    #[arg(long, value_parser = parse_size)]
+    bytes: u64,
+    /// Group size.
+    #[arg(long, short)]
+    n: u32,
+    /// Calibration file (default: the one `calibrate` writes by default).
+    #[arg(long)]
+    model: Option<PathBuf>,
+    /// Print JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(c: ModelCmd) -> Result<()> {
+    match c {
+        ModelCmd::Calibrate(a) => calibrate(a),
+        ModelCmd::Predict(a) => predict(a),
+    }
+}
+
+fn calibrate(a: CalibrateArgs) -> Result<()> {
+    let out = match a.out {
+        Some(p) => p,
+        None => default_path()
+            .context("no XDG_CACHE_HOME or HOME to put the calibration in; pass --out")?,
+    };
+    let grid = Grid {
+        server: a.server,
+        nodes: a.nodes,
+        sizes: a.sizes,
+        ops: Op::ALL.to_vec(),
+        algos: Algo::ALL.to_vec(),
+        warmup: 1,
+        min_iters: 3,
+        iters: 20,
+        budget: a.budget,
+    };
+    let target = Target::start(&grid)?;
+    let started = std::time::Instant::now();
+    let verbose = a.verbose;
+    let points = measure(&target, &grid, &mut |p| {
+        if verbose {
+            eprintln!("{}", describe(p));
+        }
+    })?;
+    let samples = points.iter().map(|p| p.sample()).collect();
+    let cal =
+        Calibration::from_samples(samples, corefarm_client::group::CHUNK, target.label.clone())
+            .context(
+            "the measurements do not determine the model (too few group sizes or message sizes?)",
+        )?;
+    if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    std::fs::write(&out, cal.to_json() + "\n")
+        .with_context(|| format!("writing {}", out.display()))?;
+    let p = &cal.params;
+    println!(
+        "calibrated on {} in {:.1} s: {} points, fit error rms {:.1} %, max {:.1} %",
+        target.label,
+        started.elapsed().as_secs_f64(),
+        cal.samples.len(),
+        100.0 * cal.rms_error,
+        100.0 * cal.max_error
+    );
+    println!(
+        "t0 {:.1} µs per command; stage P = hop + bytes/bandwidth: linear {:.1} µs + {:.2} GB/s, \
+         binomial {:.1} µs + {:.2} GB/s, star {:.1} µs + {:.2} GB/s; O = {:.2} µs + {:.2} GB/s",
+        p.t0 * 1e6,
+        p.hop.linear * 1e6,
+        gbps(p.byte.linear),
+        p.hop.binomial * 1e6,
+        gbps(p.byte.binomial),
+        p.hop.star * 1e6,
+        gbps(p.byte.star),
+        p.combine * 1e6,
+        gbps(p.combine_byte),
+    );
+    println!("wrote {}", out.display());
+    Ok(())
+}
+
+/// Bytes per second, in GB/s, of a per-byte cost (∞ shown as "inf").
+fn gbps(per_byte: f64) -> f64 {
+    if per_byte > 0.0 {
+        1e-9 / per_byte
+    } else {
+        f64::INFINITY
+    }
+}
+
+fn predict(a: PredictArgs) -> Result<()> {
+    let path = match a.model {
+        Some(p) => p,
+        None => default_path().context("no default calibration path; pass --model")?,
+    };
+    let cal = Calibration::load(&path)
+        .map_err(anyhow::Error::msg)
+        .context("run `corefarm model calibrate` first, or pass --model")?;
+    let algos = match a.algo {
+        Some(x) => vec![x],
+        None => Algo::ALL.to_vec(),
+    };
+    let rows: Vec<(Algo, f64)> = algos
+        .iter()
+        .map(|&algo| {
+            let shape = Shape {
+                op: a.op,
+                algo,
+                n: a.n,
+                bytes: a.bytes,
+            };
+            (algo, cal.predict(shape))
+        })
+        .collect();
+    let best = cal.best(a.op, a.n, a.bytes);
+    if a.json {
+        let v = serde_json::json!({
+            "op": a.op, "n": a.n, "bytes": a.bytes, "auto": best,
+            "predicted_us": rows.iter().map(|(al, t)| (al.name().to_string(), serde_json::Value::from(t * 1e6)))
+                .collect::<serde_json::Map<String, serde_json::Value>>(),
+        });
+        println!("{v}");
+        return Ok(());
+    }
+    for (algo, t) in rows {
+        let mark = if a.op.has_tree() && algo == best {
+            "  ← auto"
+        } else {
+            ""
+        };
+        println!(
+            "{} {} n={} {} B: {:.1} µs{mark}",
+            a.op.name(),
+            if a.op.has_tree() {
+                algo.name()
+            } else {
+                "via server"
+            },
+            a.n,
+            a.bytes,
+            t * 1e6
+        );
+        if !a.op.has_tree() {
+            break;
+        }
+    }
+    Ok(())
+}

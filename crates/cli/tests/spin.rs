@@ -1,0 +1,270 @@
+//! Streaming handlers through a real node (`corefarm local`, one node): an
+//! image built by `corefarm image build --handlers` carries the reference
+//! handler sets of cores/spin and an echo core. Each reference set's
+//! result equals the whole-message computation, an unmatched message goes
+//! to the core, a handler that crashes, loops or overruns its output
+//! budget fails only its message (the next one succeeds), and an image
+//! whose handler set does not exist is refused at configuration.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use bytes::Bytes;
+use corefarm_client::{Client, ClientOptions};
+use corefarm_cores::image::{self, Image};
+use corefarm_cores::spin::HandlerSet;
+use rand::{Rng, SeedableRng};
+use tools::Tool;
+
+#[allow(dead_code)]
+mod tools;
+
+mod support;
+
+const INPUT: usize = 16;
+const OUTPUT: usize = 64;
+
+/// One input of 16 bytes, one output of 64: the input, then 48 × 0xEE.
+const ECHO: &str = r#"
+#include "corefarm/hls.h"
+hls_avalon_agent_component
+component void echo(hls_avalon_agent_memory_argument(16) uint8_t *in,
+                     hls_avalon_agent_memory_argument(64) uint8_t *out) {
+    for (int i = 0; i < 64; i++) out[i] = i < 16 ? in[i] : 0xEE;
+}
+"#;
+
+fn sets_json() -> String {
+    let set = |name: &str, word0: u32, budgets: &str| {
+        format!(
+            r#"{{"name":"{name}","ruleset":{{"mode":"and","rules":[{{"index":0,"mask":4294967295,"start":{word0},"end":{word0}}}]}},"budgets":{{"scratch":1048576{budgets}}}}}"#
+        )
+    };
+    let all = [
+        set("sum", 1, ""),
+        set("filter", 2, ""),
+        set("histogram", 3, ""),
+        set("strided", 4, ""),
+        set("crash", 5, ""),
+        set("hang", 6, r#","per_call_ms":300"#),
+        set("greedy", 7, r#","output":10000"#),
+        r#"{"name":"never","ruleset":{"mode":"or","rules":[{"index":0,"mask":0,"start":1,"end":0}]}}"#.into(),
+    ];
+    format!("[{}]", all.join(","))
+}
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
+fn build_image(dir: &Path) -> Bytes {
+    let echo = dir.join("echo.cpp");
+    std::fs::write(&echo, ECHO).unwrap();
+    let sets = dir.join("sets.json");
+    std::fs::write(&sets, sets_json()).unwrap();
+    let out = dir.join("spin.cfimg");
+    let sources: Vec<PathBuf> = ["sum", "filter", "histogram", "strided", "faulty"]
+        .iter()
+        .map(|s| root().join(format!("cores/spin/{s}.c")))
+        .collect();
+    let st = Command::new(support::BIN)
+        .args(["image", "build", "--hls"])
+        .arg(&echo)
+        .args(["--entry", "echo", "--name", "spin-demo", "--handlers"])
+        .arg(&sets)
+        .arg("--handler-source")
+        .args(&sources)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run corefarm image build");
+    assert!(st.success(), "corefarm image build failed");
+    Bytes::from(std::fs::read(out).unwrap())
+}
+
+fn header(word0: u32, params: [u32; 3]) -> Vec<u8> {
+    [word0, params[0], params[1], params[2]]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect()
+}
+
+/// What the node answers for handler output `want`: padded with zeros to
+/// the message's result size (inputs × 64 bytes, what the server accepts).
+fn padded(msg_len: usize, mut want: Vec<u8>) -> Vec<u8> {
+    want.resize(msg_len / INPUT * OUTPUT, 0);
+    want
+}
+
+fn one(client: &Client, msg: &[u8]) -> Result<Vec<u8>, String> {
+    let mut r: Vec<_> = client
+        .map(std::iter::once(Bytes::copy_from_slice(msg)), 1)
+        .collect();
+    assert_eq!(r.len(), 1);
+    r.pop()
+        .unwrap()
+        .map(|b| b.to_vec())
+        .map_err(|e| e.to_string())
+}
+
+fn sum_of_seven(client: &Client) {
+    let mut msg = header(1, [0; 3]);
+    msg.extend_from_slice(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    assert_eq!(
+        one(client, &msg).expect("the next message succeeds"),
+        padded(msg.len(), 7i64.to_le_bytes().to_vec())
+    );
+}
+
+#[test]
+fn streaming_handlers_on_a_real_node() {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    let manifest = Image::parse(image.clone()).unwrap().manifest;
+    assert_eq!(manifest.handler_sets.len(), 8);
+    let (_local, users) = support::local_cluster(1, &[]);
+    let client = Client::connect(
+        &users,
+        ClientOptions {
+            nodes: Some(1),
+            io_timeout: Some(Duration::from_secs(60)),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+
+    // A handler set the image's code does not define: refused with the reason.
+    let bad = {
+        let img = Image::parse(image.clone()).unwrap();
+        let mut sets: Vec<HandlerSet> = manifest.handler_sets.clone();
+        sets[0].name = "nosuch".into();
+        let mut b = corefarm_toolchain::ImageBuilder::new(
+            "bad",
+            manifest.input_size,
+            manifest.output_size,
+            manifest.cores.clone(),
+        )
+        .handler_sets(sets);
+        for (i, a) in manifest.artifacts.iter().enumerate() {
+            let bytes = img.artifact_bytes(i).unwrap().to_vec();
+            b = b.artifact(a.target.clone(), a.kind, a.entry.clone(), bytes);
+        }
+        Bytes::from(b.build().unwrap())
+    };
+    let e = client
+        .configure(&image::configuration(bad).unwrap())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("defines none of nosuch_head"), "{e}");
+
+    client
+        .configure(&image::configuration(image).unwrap())
+        .unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+    for round in 0..4 {
+        let data: Vec<u8> = (0..rng.gen_range(200..3000usize) * 16)
+            .map(|_| rng.gen())
+            .collect();
+
+        let mut msg = header(1, [0; 3]);
+        msg.extend_from_slice(&data);
+        let want: i64 = data
+            .chunks_exact(4)
+            .map(|w| i32::from_le_bytes(w.try_into().unwrap()) as i64)
+            .sum();
+        let want = padded(msg.len(), want.to_le_bytes().to_vec());
+        assert_eq!(one(&client, &msg).unwrap(), want, "sum {round}");
+
+        let threshold: i32 = rng.gen_range(-1000..1000) * 1_000_000;
+        let mut msg = header(2, [threshold as u32, 0, 0]);
+        msg.extend_from_slice(&data);
+        let kept: Vec<u8> = data
+            .chunks_exact(16)
+            .filter(|r| i32::from_le_bytes(r[4..8].try_into().unwrap()) >= threshold)
+            .flatten()
+            .copied()
+            .collect();
+        assert!(!kept.is_empty(), "the data has records above {threshold}");
+        assert_eq!(
+            one(&client, &msg).unwrap(),
+            padded(msg.len(), kept),
+            "filter {round}"
+        );
+
+        let mut msg = header(3, [0; 3]);
+        msg.extend_from_slice(&data);
+        let mut bins = [0u64; 256];
+        data.iter().for_each(|&b| bins[b as usize] += 1);
+        let want: Vec<u8> = bins.iter().flat_map(|c| c.to_le_bytes()).collect();
+        assert_eq!(
+            one(&client, &msg).unwrap(),
+            padded(msg.len(), want),
+            "histogram {round}"
+        );
+
+        let block = 16 * rng.gen_range(1..4u32);
+        let stride = block * rng.gen_range(1..4u32);
+        let count = rng.gen_range(1..200u32);
+        let packed: Vec<u8> = (0..count * block).map(|_| rng.gen()).collect();
+        let mut msg = header(4, [count, block, stride]);
+        msg.extend_from_slice(&packed);
+        let mut want = vec![0u8; (count * stride) as usize];
+        for (i, blk) in packed.chunks(block as usize).enumerate() {
+            let at = i * stride as usize;
+            want[at..at + block as usize].copy_from_slice(blk);
+        }
+        assert_eq!(
+            one(&client, &msg).unwrap(),
+            padded(msg.len(), want),
+            "strided {round}"
+        );
+    }
+
+    // No ruleset matches word 0 = 99 (the `never` set's rule matches
+    // nothing), and a filter that keeps no record emits nothing: the echo
+    // core answers each input of both.
+    let mut unmatched = header(99, [1, 2, 3]);
+    unmatched.extend_from_slice(&[5u8; 16]);
+    let mut kept_none = header(2, [i32::MAX as u32, 0, 0]);
+    kept_none.extend_from_slice(&[1u8; 64]);
+    for msg in [unmatched, kept_none] {
+        let got = one(&client, &msg).unwrap();
+        assert_eq!(got.len(), msg.len() / INPUT * OUTPUT);
+        for (inp, out) in msg.chunks(INPUT).zip(got.chunks(OUTPUT)) {
+            assert_eq!(&out[..16], inp);
+            assert!(out[16..].iter().all(|&b| b == 0xEE));
+        }
+    }
+
+    let mut crash = header(5, [0; 3]);
+    crash.extend_from_slice(&[0u8; 8192]);
+    let e = one(&client, &crash).unwrap_err();
+    assert!(
+        e.contains("handler set crash: the payload handler crashed")
+            && e.contains("SIGSEGV (an invalid memory access"),
+        "{e}"
+    );
+    sum_of_seven(&client);
+
+    let e = one(&client, &header(6, [0; 3])).unwrap_err();
+    assert!(
+        e.contains("handler set hang: Head handler still running") && e.contains("300ms"),
+        "{e}"
+    );
+    sum_of_seven(&client);
+
+    let mut greedy = header(7, [0; 3]);
+    greedy.extend_from_slice(&[0u8; 4096]);
+    let e = one(&client, &greedy).unwrap_err();
+    assert!(e.contains("handler set greedy: Payload handler emitted more than the output budget of 10000 bytes"), "{e}");
+    sum_of_seven(&client);
+
+    // More output than the message's result holds: that message fails.
+    let e = one(&client, &header(4, [100, 16, 64])).unwrap_err();
+    assert!(e.contains("more than this message's result"), "{e}");
+    sum_of_seven(&client);
+}

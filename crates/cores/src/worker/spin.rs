@@ -1,0 +1,380 @@
+//! The node's side of the handler worker ([`super::spin_child`]): the
+//! process that runs an image's streaming handler sets, so that a handler
+//! which crashes or loops fails only its message. The node streams one
+//! message at a time to it in chunks over the control channel and reads
+//! back the result pieces, notifications and the outcome. A worker that
+//! dies, reports an overrun or stops answering is killed and reaped; the
+//! message fails with an error naming the handler set and stage, and the
+//! next message starts a fresh worker.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use rustix::net::sockopt::Timeout;
+use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
+
+use super::plumbing::{describe, place_fds};
+use super::proto::{Init, Msg, RefusalKind, SpinEnd, MAX_MESSAGE, MAX_PIECE};
+use super::{sealed_artifact, SUBCOMMAND};
+use crate::spin::rules::{self, Ruleset};
+use crate::spin::{HandlerSet, Outcome};
+use crate::{LoadError, LoadOptions};
+
+/// Longest a handler worker may take to load its handler sets.
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+/// Added to the per-call budgets when the node bounds a whole message: the
+/// worker's own monitor reports overruns; this only catches a worker that
+/// stopped answering altogether.
+const SLACK: Duration = Duration::from_secs(10);
+
+/// What became of a message the handlers took.
+#[derive(Debug)]
+pub struct SpinOutcome {
+    pub outcome: Outcome,
+    pub notifications: Vec<Vec<u8>>,
+}
+
+/// A running (or, after a failure, to be restarted) handler worker.
+pub struct HandlerWorker {
+    program: std::path::PathBuf,
+    artifact: OwnedFd,
+    init: Init,
+    contexts: Vec<(Ruleset, ())>,
+    worker: Option<(Child, OwnedFd)>,
+    buf: Vec<u8>,
+    /// Workers restarted after a failure.
+    pub restarts: u64,
+}
+
+impl HandlerWorker {
+    /// Starts a worker that loads `sets` from the shared object `so` and
+    /// waits until it has (an unknown symbol is refused here, with the
+    /// reason). `threads`: payload handlers running at once.
+    pub fn start(
+        so: &[u8],
+        sets: Vec<HandlerSet>,
+        threads: usize,
+        opts: &LoadOptions,
+    ) -> Result<HandlerWorker, LoadError> {
+        crate::spin::manifest::check(&sets).map_err(LoadError::Invalid)?;
+        let contexts = sets.iter().map(|s| (s.ruleset.clone(), ())).collect();
+        let mut w = HandlerWorker {
+            program: super::program(opts)?,
+            artifact: sealed_artifact(so)?,
+            init: Init {
+                kind: "spin".into(),
+                entry: String::new(),
+                input_size: 0,
+                output_size: 0,
+                core: [0; 3],
+                timeout_us: 0,
+                poll_us: 0,
+                region_len: 0,
+                slots: 0,
+                spin: sets,
+                spin_threads: threads.clamp(1, 64) as u32,
+            },
+            contexts,
+            worker: None,
+            buf: vec![0; MAX_MESSAGE],
+            restarts: 0,
+        };
+        w.ensure()?;
+        Ok(w)
+    }
+
+    /// The execution context whose ruleset matches a message's first chunk.
+    pub fn select(&self, first_chunk: &[u8]) -> Option<usize> {
+        rules::select(&self.contexts, first_chunk).map(|(i, _)| i)
+    }
+
+    /// Number of execution contexts.
+    pub fn contexts(&self) -> usize {
+        self.contexts.len()
+    }
+
+    /// The handler set of context `i`.
+    pub fn set(&self, i: usize) -> &HandlerSet {
+        &self.init.spin[i]
+    }
+
+    fn label(&self, ctx: usize) -> String {
+        format!("handler set {}", self.init.spin[ctx].name)
+    }
+
+    /// Runs message `id` (`data`, cut into chunks of `chunk` bytes) through
+    /// context `ctx`. Never panics on what the worker does: every failure
+    /// is an [`Outcome::Failed`] naming the set.
+    pub fn run(&mut self, ctx: usize, id: u32, data: &[u8], chunk: usize) -> SpinOutcome {
+        let failed = |why: String| SpinOutcome {
+            outcome: Outcome::Failed(why),
+            notifications: Vec::new(),
+        };
+        // A worker that died between messages (killed from outside) is
+        // not this message's fault: start a fresh one first.
+        if self.gone() {
+            self.reap();
+            self.restarts += 1;
+        }
+        if let Err(e) = self.ensure() {
+            return failed(format!(
+                "{}: the handler worker cannot restart: {e}",
+                self.label(ctx)
+            ));
+        }
+        let chunk = chunk.clamp(16, MAX_PIECE);
+        let pieces: Vec<&[u8]> = if data.is_empty() {
+            vec![&[][..]]
+        } else {
+            data.chunks(chunk).collect()
+        };
+        let budget = self.init.spin[ctx].budgets.budgets().per_call;
+        let deadline = Instant::now() + budget * (pieces.len() as u32 + 2) + SLACK;
+        let last = pieces.len() - 1;
+        for (i, p) in pieces.iter().enumerate() {
+            let m = if i == 0 {
+                Msg::Begin {
+                    id,
+                    len: data.len() as u64,
+                    eom: i == last,
+                    data: p.to_vec(),
+                }
+            } else {
+                Msg::Chunk {
+                    eom: i == last,
+                    data: p.to_vec(),
+                }
+            };
+            let (_, sock) = self.worker.as_ref().expect("ensured above");
+            if rustix::net::send(sock, &m.encode(), SendFlags::NOSIGNAL).is_err() {
+                // The worker is gone: what it said last tells why.
+                break;
+            }
+        }
+        let (mut out, mut notes, mut fault) = (Vec::new(), Vec::new(), None);
+        let limit = self.init.spin[ctx].budgets.output;
+        loop {
+            match self.recv(deadline) {
+                Ok(Msg::Output(p)) if out.len() as u64 + p.len() as u64 <= limit => {
+                    out.extend_from_slice(&p)
+                }
+                Ok(Msg::Notify(n)) if n.len() <= crate::spin::manifest::NOTIFICATION as usize => {
+                    notes.push(n)
+                }
+                Ok(Msg::Fault { context, stage }) => fault = Some((context, stage)),
+                Ok(Msg::Finished(end, why)) => {
+                    let outcome = match end {
+                        SpinEnd::Result => Outcome::Result(out),
+                        SpinEnd::Forward => Outcome::Forward,
+                        SpinEnd::Dropped => Outcome::Dropped,
+                        SpinEnd::Failed => Outcome::Failed(why),
+                        SpinEnd::Overrun => {
+                            self.reap();
+                            self.restarts += 1;
+                            Outcome::Failed(why)
+                        }
+                    };
+                    return SpinOutcome {
+                        outcome,
+                        notifications: notes,
+                    };
+                }
+                Ok(other) => {
+                    let status = self.reap();
+                    self.restarts += 1;
+                    return failed(format!(
+                        "{}: the handler worker broke the protocol ({}); it {status}",
+                        self.label(ctx),
+                        describe_msg(&other)
+                    ));
+                }
+                Err(timed_out) => {
+                    let status = self.reap_status();
+                    self.restarts += 1;
+                    if timed_out {
+                        return failed(format!(
+                            "{}: no outcome within {:?}; the handler worker was killed (SIGKILL) and restarts",
+                            self.label(ctx),
+                            deadline.saturating_duration_since(Instant::now())
+                        ));
+                    }
+                    let how = match status {
+                        Ok(s) => describe_handler_end(s),
+                        Err(e) => e,
+                    };
+                    let at = match fault {
+                        Some((c, s)) if (c as usize) < self.init.spin.len() => format!(
+                            "{}: the {} handler crashed",
+                            self.label(c as usize),
+                            ["head", "payload", "tail"][s as usize]
+                        ),
+                        _ => format!("{}: a handler crashed", self.label(ctx)),
+                    };
+                    return failed(format!(
+                        "{at}: the handler worker {how}; it restarts for the next message"
+                    ));
+                }
+            }
+        }
+    }
+
+    /// The running worker's process id.
+    pub fn pid(&self) -> Option<u32> {
+        self.worker.as_ref().map(|(c, _)| c.id())
+    }
+
+    /// Whether the worker process has ended (its channel hung up).
+    fn gone(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags};
+        let Some((_, sock)) = &self.worker else {
+            return false;
+        };
+        let mut p = [PollFd::new(sock, PollFlags::RDHUP)];
+        match rustix::event::poll(&mut p, Some(&rustix::event::Timespec::default())) {
+            Ok(_) => p[0]
+                .revents()
+                .intersects(PollFlags::HUP | PollFlags::RDHUP | PollFlags::ERR),
+            Err(_) => false,
+        }
+    }
+
+    /// Starts the worker if none runs, and waits for it to load.
+    fn ensure(&mut self) -> Result<(), LoadError> {
+        if self.worker.is_some() {
+            return Ok(());
+        }
+        self.worker = Some(self.spawn().map_err(LoadError::Backend)?);
+        match self.recv(Instant::now() + READY_TIMEOUT) {
+            Ok(Msg::Ready) => Ok(()),
+            Ok(Msg::Refused(kind, why)) => {
+                self.reap();
+                Err(match kind {
+                    RefusalKind::Unsupported => LoadError::Unsupported(why),
+                    RefusalKind::Invalid => LoadError::Invalid(why),
+                    RefusalKind::Backend => LoadError::Backend(why),
+                })
+            }
+            other => {
+                let status = self.reap();
+                Err(LoadError::Backend(format!(
+                    "the handler worker {} did not load ({}); it {status} (is it a corefarm executable?)",
+                    self.program.display(),
+                    match other {
+                        Ok(m) => describe_msg(&m),
+                        Err(true) => format!("no answer within {READY_TIMEOUT:?}"),
+                        Err(false) => "channel closed".into(),
+                    }
+                )))
+            }
+        }
+    }
+
+    fn spawn(&self) -> Result<(Child, OwnedFd), String> {
+        let (ours, theirs) = rustix::net::socketpair(
+            AddressFamily::UNIX,
+            SocketType::SEQPACKET,
+            SocketFlags::CLOEXEC,
+            None,
+        )
+        .map_err(|e| format!("socketpair: {e}"))?;
+        // The handler worker has no shared region: the artifact fills both.
+        let fds = [
+            theirs.as_raw_fd(),
+            self.artifact.as_raw_fd(),
+            self.artifact.as_raw_fd(),
+        ];
+        let mut cmd = std::process::Command::new(&self.program);
+        cmd.arg(SUBCOMMAND).stdin(std::process::Stdio::null());
+        // SAFETY: `place_fds` only makes async-signal-safe calls.
+        unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || place_fds(fds)) };
+        let child = cmd.spawn().map_err(|e| {
+            format!(
+                "cannot start the handler worker {}: {e}",
+                self.program.display()
+            )
+        })?;
+        drop(theirs);
+        // A worker that already died is reported by the ready wait.
+        let _ = rustix::net::send(
+            &ours,
+            &Msg::Init(self.init.clone()).encode(),
+            SendFlags::NOSIGNAL,
+        );
+        Ok((child, ours))
+    }
+
+    /// One message before `deadline`; `Err(true)`: timed out, `Err(false)`:
+    /// the channel closed or sent garbage.
+    fn recv(&mut self, deadline: Instant) -> Result<Msg, bool> {
+        let Some((_, sock)) = &self.worker else {
+            return Err(false);
+        };
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(true);
+            }
+            rustix::net::sockopt::set_socket_timeout(sock, Timeout::Recv, Some(left))
+                .map_err(|_| false)?;
+            match rustix::net::recv(sock, &mut self.buf[..], RecvFlags::empty()) {
+                Ok((_, 0)) => return Err(false),
+                Ok((_, n)) => {
+                    return Msg::decode(&self.buf[..n.min(self.buf.len())]).map_err(|_| false)
+                }
+                Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => continue,
+                Err(_) => return Err(false),
+            }
+        }
+    }
+
+    fn reap(&mut self) -> String {
+        match self.reap_status() {
+            Ok(s) => describe(s, None),
+            Err(e) => e,
+        }
+    }
+
+    fn reap_status(&mut self) -> Result<std::process::ExitStatus, String> {
+        let Some((mut child, sock)) = self.worker.take() else {
+            return Err("was not running".into());
+        };
+        // Killing an exiting process keeps its exit status (a crash stays
+        // a crash).
+        let _ = child.kill();
+        drop(sock);
+        child
+            .wait()
+            .map_err(|e| format!("could not be reaped: {e}"))
+    }
+}
+
+/// How a handler worker ended; the cores' hints (output memory, …) do not
+/// apply to handlers.
+fn describe_handler_end(s: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    let hint = match s.signal() {
+        Some(libc::SIGSEGV) => " (an invalid memory access: a bad pointer, or a write past the scratchpad, shared memory or counters)",
+        Some(libc::SIGBUS) => " (a bad memory access)",
+        Some(libc::SIGFPE) => " (an arithmetic error, e.g. an integer division by zero)",
+        Some(libc::SIGABRT) => " (the handler called abort(), or an assertion failed)",
+        _ => return describe(s, None),
+    };
+    let plain = describe(s, None);
+    let name = plain.split(" (").next().unwrap_or(&plain);
+    format!("{name}{hint}")
+}
+
+fn describe_msg(m: &Msg) -> String {
+    match m {
+        Msg::Output(p) => format!("{} result bytes past the output budget", p.len()),
+        Msg::Notify(n) => format!("a notification of {} bytes", n.len()),
+        other => format!("{:?}", std::mem::discriminant(other)),
+    }
+}
+
+impl Drop for HandlerWorker {
+    fn drop(&mut self) {
+        self.reap();
+    }
+}

@@ -1,0 +1,272 @@
+//! The chunk message (type 0x1D). Payload:
+//!
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 4 | message id (the data message's id) |
+//! | 4 | 1 | flags: bit 0 first chunk, bit 1 last chunk; others 0 |
+//! | 5 | 1 | class: 0 (most urgent) … 7 |
+//! | 6 | 2 | reserved: 0 on output, ignored on input |
+//! | 8 | 8 | offset of these bytes in the message's data |
+//! | 16 | 8 | length of the message's data |
+//! | 24 | … | the bytes |
+//!
+//! Every chunk repeats the whole message's length, so a receiver can check
+//! each one on its own: the first starts at 0, the last ends at the length,
+//! and only the last may be empty (a message of no data is one chunk).
+
+use bytes::{Buf, Bytes};
+
+use crate::error::ProtocolError;
+use crate::header::{Header, MsgType, HEADER_LEN};
+use crate::outframe::Inline;
+
+pub const CHUNK_HEADER_LEN: usize = 24;
+/// Priority classes: 0 is served first.
+pub const CLASSES: u8 = 8;
+/// The class of a data message sent whole (not as chunks) on a link that
+/// negotiated chunks, and of every message of a peer that did not: the
+/// middle, so that a user can mark work both more and less urgent.
+pub const DEFAULT_CLASS: u8 = 4;
+/// The chunk size a link uses unless the hello says otherwise (issue 11
+/// asks for it to be chosen by benchmark; `bench suite streams` sweeps it).
+pub const DEFAULT_CHUNK_SIZE: u32 = 64 * 1024;
+
+const FIRST: u8 = 1;
+const LAST: u8 = 2;
+
+/// One chunk of a data message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Chunk {
+    pub id: u32,
+    pub class: u8,
+    pub first: bool,
+    pub last: bool,
+    pub offset: u64,
+    pub total: u64,
+    pub data: Bytes,
+}
+
+fn bad(why: String) -> ProtocolError {
+    ProtocolError::BadChunk(why)
+}
+
+impl Chunk {
+    /// Check-then-parse of a chunk payload; the data is shared, not copied.
+    pub fn parse(mut payload: Bytes) -> Result<Chunk, ProtocolError> {
+        if payload.len() < CHUNK_HEADER_LEN {
+            return Err(ProtocolError::Truncated {
+                what: "chunk",
+                got: payload.len(),
+                need: CHUNK_HEADER_LEN,
+            });
+        }
+        let h = &payload[..CHUNK_HEADER_LEN];
+        let id = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
+        let (flags, class) = (h[4], h[5]);
+        let offset = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
+        let total = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
+        payload.advance(CHUNK_HEADER_LEN);
+        let c = Chunk {
+            id,
+            class,
+            first: flags & FIRST != 0,
+            last: flags & LAST != 0,
+            offset,
+            total,
+            data: payload,
+        };
+        if flags & !(FIRST | LAST) != 0 {
+            return Err(bad(format!("message {id}: unknown chunk flags {flags:#x}")));
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    /// The rules every chunk obeys by itself.
+    fn check(&self) -> Result<(), ProtocolError> {
+        let id = self.id;
+        if self.class >= CLASSES {
+            return Err(bad(format!(
+                "message {id}: class {} (0 to {} exist)",
+                self.class,
+                CLASSES - 1
+            )));
+        }
+        let end = self.offset.checked_add(self.data.len() as u64);
+        if end.is_none_or(|e| e > self.total) {
+            return Err(bad(format!(
+                "message {id}: {} bytes at offset {} overrun its {} bytes",
+                self.data.len(),
+                self.offset,
+                self.total
+            )));
+        }
+        if self.first != (self.offset == 0) {
+            return Err(bad(format!(
+                "message {id}: the first chunk must start at offset 0 (offset {})",
+                self.offset
+            )));
+        }
+        if self.last != (end == Some(self.total)) {
+            return Err(bad(format!(
+                "message {id}: the last chunk must end the message ({} of {} bytes)",
+                end.unwrap_or(u64::MAX),
+                self.total
+            )));
+        }
+        if self.data.is_empty() && !self.last {
+            return Err(bad(format!(
+                "message {id}: an empty chunk that is not the last"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The chunk ready to write: headers inline, data shared.
+    pub fn to_frame(&self) -> Result<ChunkFrame, ProtocolError> {
+        self.check()?;
+        let len = CHUNK_HEADER_LEN + self.data.len();
+        let size = u32::try_from(len).map_err(|_| ProtocolError::Unrepresentable(len))?;
+        let mut head = [0u8; HEADER_LEN + CHUNK_HEADER_LEN];
+        head[..HEADER_LEN].copy_from_slice(&Header::new(MsgType::Chunk, size).encode());
+        let h = &mut head[HEADER_LEN..];
+        h[0..4].copy_from_slice(&self.id.to_le_bytes());
+        h[4] = (u8::from(self.first) * FIRST) | (u8::from(self.last) * LAST);
+        h[5] = self.class;
+        h[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        h[16..24].copy_from_slice(&self.total.to_le_bytes());
+        Ok(ChunkFrame::from_parts(
+            head,
+            HEADER_LEN + CHUNK_HEADER_LEN,
+            self.data.clone(),
+        ))
+    }
+}
+
+/// A chunk on its way out (the same wire form as [`crate::OutFrame`]).
+pub type ChunkFrame = Inline<{ HEADER_LEN + CHUNK_HEADER_LEN }>;
+
+/// The chunks of one message, each at most `size` bytes of its data, in
+/// order; every chunk shares the message's buffer.
+#[derive(Debug, Clone)]
+pub struct Chunks {
+    id: u32,
+    class: u8,
+    data: Bytes,
+    total: u64,
+    size: usize,
+    offset: u64,
+    done: bool,
+}
+
+impl Chunks {
+    /// `size` 0 is taken as 1; `class` must be below [`CLASSES`].
+    pub fn new(id: u32, class: u8, data: Bytes, size: usize) -> Result<Chunks, ProtocolError> {
+        if class >= CLASSES {
+            return Err(bad(format!("message {id}: class {class} (0 to 7 exist)")));
+        }
+        Ok(Chunks {
+            id,
+            class,
+            total: data.len() as u64,
+            data,
+            size: size.max(1),
+            offset: 0,
+            done: false,
+        })
+    }
+}
+
+impl Iterator for Chunks {
+    type Item = Chunk;
+
+    fn next(&mut self) -> Option<Chunk> {
+        if self.done {
+            return None;
+        }
+        let n = self.size.min(self.data.len());
+        let data = self.data.split_to(n);
+        let c = Chunk {
+            id: self.id,
+            class: self.class,
+            first: self.offset == 0,
+            last: self.data.is_empty(),
+            offset: self.offset,
+            total: self.total,
+            data,
+        };
+        self.offset += n as u64;
+        self.done = c.last;
+        Some(c)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn wire(c: &Chunk) -> Bytes {
+        Bytes::from(c.to_frame().unwrap().to_vec()[HEADER_LEN..].to_vec())
+    }
+
+    #[test]
+    fn a_message_cut_and_parsed_back_shares_its_buffer() {
+        let data = Bytes::from((0..=255u8).cycle().take(1000).collect::<Vec<u8>>());
+        let chunks: Vec<Chunk> = Chunks::new(7, 3, data.clone(), 300).unwrap().collect();
+        assert_eq!(
+            chunks
+                .iter()
+                .map(|c| (c.offset, c.data.len(), c.first, c.last))
+                .collect::<Vec<_>>(),
+            [
+                (0, 300, true, false),
+                (300, 300, false, false),
+                (600, 300, false, false),
+                (900, 100, false, true)
+            ]
+        );
+        // Zero copy: each chunk points into the message's buffer.
+        assert_eq!(chunks[1].data.as_ptr(), data[300..].as_ptr());
+        for c in &chunks {
+            assert_eq!(&Chunk::parse(wire(c)).unwrap(), c);
+        }
+        let empty: Vec<Chunk> = Chunks::new(1, 0, Bytes::new(), 64).unwrap().collect();
+        assert_eq!(empty.len(), 1);
+        assert!(empty[0].first && empty[0].last && empty[0].total == 0);
+        assert_eq!(Chunk::parse(wire(&empty[0])).unwrap(), empty[0]);
+    }
+
+    #[test]
+    fn chunks_that_break_a_rule_are_refused_with_the_reason() {
+        let good = Chunk {
+            id: 5,
+            class: 1,
+            first: true,
+            last: false,
+            offset: 0,
+            total: 10,
+            data: Bytes::from_static(b"abcd"),
+        };
+        let raw = |f: &dyn Fn(&mut [u8])| {
+            let mut v = wire(&good).to_vec();
+            f(&mut v);
+            Chunk::parse(Bytes::from(v)).unwrap_err().to_string()
+        };
+        assert!(raw(&|v| v[4] |= 4).contains("unknown chunk flags"));
+        assert!(raw(&|v| v[5] = 8).contains("class 8"));
+        assert!(raw(&|v| v[16] = 3).contains("overrun"));
+        assert!(raw(&|v| v[4] = 0).contains("first chunk must start"));
+        assert!(raw(&|v| v[16] = 4).contains("last chunk must end"));
+        assert!(raw(&|v| v[8..16].copy_from_slice(&u64::MAX.to_le_bytes())).contains("overrun"));
+        let e = Chunk::parse(Bytes::from_static(&[0; 23])).unwrap_err();
+        assert_eq!(e.kind(), "truncated");
+        let empty_middle = Chunk {
+            first: false,
+            offset: 4,
+            data: Bytes::new(),
+            ..good.clone()
+        };
+        assert!(empty_middle.to_frame().is_err());
+        assert!(Chunks::new(1, 8, Bytes::new(), 4).is_err());
+    }
+}

@@ -1,0 +1,23 @@
+//! Messages as streams (issue 11; seeds 001 and 004): a data message may
+//! travel as a sequence of chunks (type 0x1D) that interleave with the
+//! chunks of other messages on one link, each carrying a priority class.
+//!
+//! - [`chunk`]: the chunk message, and cutting a message into chunks
+//!   without copying it.
+//! - [`reassemble`]: putting messages back together on the receiving side,
+//!   bounded in open messages and held bytes.
+//! - [`classes`]: strict-priority queues with an anti-starvation guard, the
+//!   order in which a link sends what waits for it.
+//!
+//! This is the codec and its state machines; no link negotiates chunks yet
+//! (docs/streams.md says what is wired).
+
+pub mod chunk;
+pub mod classes;
+pub mod reassemble;
+
+pub use chunk::{
+    Chunk, ChunkFrame, Chunks, CHUNK_HEADER_LEN, CLASSES, DEFAULT_CHUNK_SIZE, DEFAULT_CLASS,
+};
+pub use classes::ClassQueues;
+pub use reassemble::{Message, Reassembler};

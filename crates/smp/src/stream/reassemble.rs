@@ -1,0 +1,225 @@
+//! Putting chunked messages back together. A link delivers the chunks of
+//! one message in order (TCP), interleaved with other messages' chunks;
+//! everything else — a chunk of a message never opened, a gap, a length or
+//! class that changes midway — is a protocol error that ends the link.
+//! What a peer can make the receiver hold is bounded twice: messages open
+//! at once, and bytes held across them (a peer cannot reserve memory by
+//! announcing a large length: buffers grow with the bytes that arrive).
+
+use std::collections::HashMap;
+
+use bytes::{Bytes, BytesMut};
+
+use super::chunk::Chunk;
+use crate::error::ProtocolError;
+
+/// A whole message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Message {
+    pub id: u32,
+    pub class: u8,
+    pub data: Bytes,
+}
+
+struct Partial {
+    class: u8,
+    total: u64,
+    buf: BytesMut,
+}
+
+pub struct Reassembler {
+    max_message: u64,
+    max_open: usize,
+    max_held: u64,
+    open: HashMap<u32, Partial>,
+    held: u64,
+}
+
+fn bad(why: String) -> ProtocolError {
+    ProtocolError::BadChunk(why)
+}
+
+impl Reassembler {
+    /// Messages of at most `max_message` bytes, at most `max_open` of them
+    /// incomplete at once, holding at most `max_held` bytes between them.
+    pub fn new(max_message: u64, max_open: usize, max_held: u64) -> Self {
+        Reassembler {
+            max_message,
+            max_open,
+            max_held,
+            open: HashMap::new(),
+            held: 0,
+        }
+    }
+
+    /// Messages begun and not finished.
+    pub fn open(&self) -> usize {
+        self.open.len()
+    }
+
+    /// Bytes held for unfinished messages.
+    pub fn held(&self) -> u64 {
+        self.held
+    }
+
+    /// Takes the next chunk; returns the message it completes. A message
+    /// of one chunk is handed on without a copy.
+    pub fn push(&mut self, c: Chunk) -> Result<Option<Message>, ProtocolError> {
+        let id = c.id;
+        if c.total > self.max_message {
+            return Err(bad(format!(
+                "message {id} of {} bytes exceeds the limit of {} bytes",
+                c.total, self.max_message
+            )));
+        }
+        let len = c.data.len() as u64;
+        if c.first {
+            if self.open.contains_key(&id) {
+                return Err(bad(format!(
+                    "message {id} begun again before its last chunk"
+                )));
+            }
+            if c.last {
+                return Ok(Some(Message {
+                    id,
+                    class: c.class,
+                    data: c.data,
+                }));
+            }
+            if self.open.len() >= self.max_open {
+                return Err(bad(format!(
+                    "message {id}: more than {} messages open at once",
+                    self.max_open
+                )));
+            }
+            self.hold(id, len)?;
+            let mut buf = BytesMut::with_capacity(c.data.len() * 2);
+            buf.extend_from_slice(&c.data);
+            self.open.insert(
+                id,
+                Partial {
+                    class: c.class,
+                    total: c.total,
+                    buf,
+                },
+            );
+            return Ok(None);
+        }
+        let Some(p) = self.open.get(&id) else {
+            return Err(bad(format!(
+                "chunk at offset {} of message {id}, which was not begun",
+                c.offset
+            )));
+        };
+        if (c.total, c.class) != (p.total, p.class) {
+            return Err(bad(format!(
+                "message {id} changed from {} bytes in class {} to {} bytes in class {}",
+                p.total, p.class, c.total, c.class
+            )));
+        }
+        let at = p.buf.len() as u64;
+        if c.offset != at {
+            return Err(bad(format!(
+                "message {id}: chunk at offset {}, expected {at}",
+                c.offset
+            )));
+        }
+        self.hold(id, len)?;
+        let p = self.open.get_mut(&id).expect("checked");
+        p.buf.extend_from_slice(&c.data);
+        if !c.last {
+            return Ok(None);
+        }
+        let p = self.open.remove(&id).expect("checked");
+        self.held -= p.buf.len() as u64;
+        Ok(Some(Message {
+            id,
+            class: p.class,
+            data: p.buf.freeze(),
+        }))
+    }
+
+    fn hold(&mut self, id: u32, len: u64) -> Result<(), ProtocolError> {
+        if self.held + len > self.max_held {
+            return Err(bad(format!(
+                "message {id}: over {} bytes of unfinished messages held",
+                self.max_held
+            )));
+        }
+        self.held += len;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::chunk::Chunks;
+    use super::*;
+
+    fn chunks(id: u32, class: u8, n: usize, size: usize) -> Vec<Chunk> {
+        let data = Bytes::from(
+            (0..n)
+                .map(|i| (i * 7 + id as usize) as u8)
+                .collect::<Vec<u8>>(),
+        );
+        Chunks::new(id, class, data, size).unwrap().collect()
+    }
+
+    #[test]
+    fn interleaved_messages_come_out_whole_and_the_held_bytes_go_back_to_zero() {
+        let mut r = Reassembler::new(1 << 20, 4, 1 << 20);
+        let (a, b) = (chunks(1, 5, 1000, 256), chunks(2, 0, 100, 64));
+        let mut out = Vec::new();
+        for c in [&a[0], &b[0], &a[1], &b[1], &a[2], &a[3]] {
+            out.extend(r.push(c.clone()).unwrap());
+        }
+        assert_eq!(out.len(), 2);
+        assert_eq!((out[0].id, out[0].class, out[0].data.len()), (2, 0, 100));
+        assert_eq!((out[1].id, out[1].class, out[1].data.len()), (1, 5, 1000));
+        let whole: Vec<u8> = a.iter().flat_map(|c| c.data.to_vec()).collect();
+        assert_eq!(out[1].data, whole);
+        assert_eq!((r.open(), r.held()), (0, 0));
+        // One chunk: handed on as it came.
+        let one = chunks(3, 1, 10, 64);
+        let m = r.push(one[0].clone()).unwrap().unwrap();
+        assert_eq!(m.data.as_ptr(), one[0].data.as_ptr());
+    }
+
+    #[test]
+    fn what_a_peer_can_make_it_hold_is_bounded_and_misordered_chunks_refused() {
+        let big = chunks(1, 0, 4000, 1000);
+        let mut r = Reassembler::new(3000, 4, 1 << 20);
+        assert!(r
+            .push(big[0].clone())
+            .unwrap_err()
+            .to_string()
+            .contains("exceeds the limit"));
+
+        let mut r = Reassembler::new(1 << 20, 2, 1500);
+        r.push(chunks(1, 0, 4000, 1000)[0].clone()).unwrap();
+        r.push(chunks(2, 0, 4000, 400)[0].clone()).unwrap();
+        let e = r.push(chunks(3, 0, 4000, 10)[0].clone()).unwrap_err();
+        assert!(e.to_string().contains("more than 2 messages open"), "{e}");
+        let e = r.push(chunks(2, 0, 4000, 400)[1].clone()).unwrap_err();
+        assert!(e.to_string().contains("over 1500 bytes"), "{e}");
+
+        let mut r = Reassembler::new(1 << 20, 4, 1 << 20);
+        let m = chunks(9, 2, 300, 100);
+        let e = r.push(m[1].clone()).unwrap_err();
+        assert!(e.to_string().contains("not begun"), "{e}");
+        r.push(m[0].clone()).unwrap();
+        let e = r.push(m[2].clone()).unwrap_err();
+        assert!(e.to_string().contains("offset 200, expected 100"), "{e}");
+        let e = r.push(m[0].clone()).unwrap_err();
+        assert!(e.to_string().contains("begun again"), "{e}");
+        let other_class = Chunk {
+            class: 3,
+            ..m[1].clone()
+        };
+        let e = r.push(other_class).unwrap_err();
+        assert!(
+            e.to_string().contains("changed from 300 bytes in class 2"),
+            "{e}"
+        );
+    }
+}

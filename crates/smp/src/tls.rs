@@ -1,0 +1,189 @@
+//! TLS settings shared by every corefarm peer (issue 10): the server's
+//! certificate and key (`--tls-cert`, `--tls-key`), the CA a node or user
+//! trusts (`--tls-ca`) and the name it expects (`--tls-server-name`), and
+//! the words a failed handshake is explained with.
+//!
+//! The byte streams themselves live with each peer (tokio-rustls in the
+//! server and the node manager, a split rustls connection in the blocking
+//! client); this module only builds the rustls configurations, with the
+//! `ring` provider, so nothing depends on a process-wide default.
+
+use std::io;
+use std::path::Path;
+use std::sync::Arc;
+
+pub use rustls;
+pub use rustls_pki_types as pki;
+
+use rustls::{CertificateError, ClientConfig, RootCertStore, ServerConfig};
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+/// Every certificate of a PEM file (a chain: the server's first).
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .and_then(|it| it.collect::<Result<Vec<_>, _>>())
+        .map_err(|e| format!("cannot read certificates from {}: {e}", path.display()))?;
+    if certs.is_empty() {
+        return Err(format!("no PEM certificate in {}", path.display()));
+    }
+    Ok(certs)
+}
+
+/// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
+    PrivateKeyDer::from_pem_file(path)
+        .map_err(|e| format!("cannot read a private key from {}: {e}", path.display()))
+}
+
+/// The server's configuration from `--tls-cert` and `--tls-key`.
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
+    let (certs, key_der) = (load_certs(cert)?, load_key(key)?);
+    let cfg = ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .map_err(|e| e.to_string())?
+        .with_no_client_auth()
+        .with_single_cert(certs, key_der)
+        .map_err(|e| {
+            format!(
+                "{} and {} do not make a usable certificate: {e}",
+                cert.display(),
+                key.display()
+            )
+        })?;
+    Ok(Arc::new(cfg))
+}
+
+/// What a node or a user needs to open TLS connections to a server.
+#[derive(Clone)]
+pub struct ClientTls {
+    config: Arc<ClientConfig>,
+    /// `--tls-server-name`; else the host part of the address connected to.
+    name: Option<ServerName<'static>>,
+}
+
+impl std::fmt::Debug for ClientTls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientTls")
+            .field("server_name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClientTls {
+    /// Trusts the certificates of the PEM file `ca` (`--tls-ca`).
+    pub fn from_ca_file(ca: &Path, server_name: Option<&str>) -> Result<Self, String> {
+        let mut roots = RootCertStore::empty();
+        let (added, _) = roots.add_parsable_certificates(load_certs(ca)?);
+        if added == 0 {
+            return Err(format!("no usable CA certificate in {}", ca.display()));
+        }
+        let config = ClientConfig::builder_with_provider(provider())
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())?
+            .with_root_certificates(roots)
+            .with_no_client_auth();
+        let name = server_name
+            .map(|n| {
+                ServerName::try_from(n.to_string())
+                    .map_err(|e| format!("bad --tls-server-name {n:?}: {e}"))
+            })
+            .transpose()?;
+        Ok(ClientTls {
+            config: Arc::new(config),
+            name,
+        })
+    }
+
+    pub fn config(&self) -> Arc<ClientConfig> {
+        self.config.clone()
+    }
+
+    /// The name the server's certificate must carry when connecting to
+    /// `addr` (`host:port`): the configured one, or `host`.
+    pub fn server_name(&self, addr: &str) -> Result<ServerName<'static>, String> {
+        if let Some(n) = &self.name {
+            return Ok(n.clone());
+        }
+        let host = match addr.rsplit_once(':') {
+            Some((h, p)) if p.parse::<u16>().is_ok() => h,
+            _ => addr,
+        };
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        ServerName::try_from(host.to_string()).map_err(|e| {
+            format!("{host:?} is not a name a certificate can carry ({e}); give --tls-server-name")
+        })
+    }
+}
+
+/// Why a TLS handshake failed, in terms of what to fix.
+pub fn explain(e: &io::Error) -> String {
+    let rustls_err = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
+    match rustls_err {
+        Some(rustls::Error::InvalidCertificate(c)) => match c {
+            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                format!("the server's certificate is not signed by a CA in --tls-ca ({c:?})")
+            }
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
+                format!(
+                    "the server's certificate is not valid for the name connected to \
+                     (give --tls-server-name with a name the certificate carries): {c:?}"
+                )
+            }
+            other => format!("the server's certificate was refused: {other:?}"),
+        },
+        Some(rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. }) => {
+            "the server did not answer in TLS (is its port plain TCP? then connect without \
+             --tls-ca)"
+                .into()
+        }
+        Some(rustls::Error::AlertReceived(a)) => {
+            format!("the server refused the TLS handshake (alert {a:?})")
+        }
+        Some(other) => other.to_string(),
+        None if matches!(
+            e.kind(),
+            io::ErrorKind::UnexpectedEof | io::ErrorKind::ConnectionReset
+        ) =>
+        {
+            "the server closed the connection during the TLS handshake (is its port plain TCP? \
+             then connect without --tls-ca)"
+                .into()
+        }
+        None => e.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_server_name_is_the_host_of_the_address_unless_given() {
+        let ca = std::env::temp_dir().join(format!("corefarm-tls-ca-{}.pem", std::process::id()));
+        std::fs::write(&ca, "not a certificate").unwrap();
+        let e = ClientTls::from_ca_file(&ca, None).unwrap_err();
+        assert!(e.contains("no PEM certificate"), "{e}");
+        let _ = std::fs::remove_file(&ca);
+
+        let t = ClientTls {
+            config: Arc::new(
+                ClientConfig::builder_with_provider(provider())
+                    .with_safe_default_protocol_versions()
+                    .unwrap()
+                    .with_root_certificates(RootCertStore::empty())
+                    .with_no_client_auth(),
+            ),
+            name: None,
+        };
+        let ip = |s: &str| t.server_name(s).unwrap().to_str().into_owned();
+        assert_eq!(ip("127.0.0.1:7000"), "127.0.0.1");
+        assert_eq!(ip("[::1]:7000"), "::1");
+        assert_eq!(ip("farm.example:7000"), "farm.example");
+        assert!(t.server_name("bad name:1").is_err());
+    }
+}

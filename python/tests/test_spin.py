@@ -1,0 +1,115 @@
+"""Streaming handlers (docs/streams.md) from Python: an image built with
+`corefarm image build --handlers` carries the reference handler sets of
+cores/spin; each one, driven through a real node of `corefarm local`,
+gives the whole-message computation (zero-padded to the message's result
+size), and a message no ruleset matches goes to the core."""
+
+import json
+import random
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+import corefarm
+from realbin import Cluster, find_binary
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+BIN = find_binary()
+INPUT, OUTPUT = 16, 64
+
+ECHO = r"""
+#include "corefarm/hls.h"
+hls_avalon_agent_component
+component void echo(hls_avalon_agent_memory_argument(16) uint8_t *in,
+                     hls_avalon_agent_memory_argument(64) uint8_t *out) {
+    for (int i = 0; i < 64; i++) out[i] = i < 16 ? in[i] : 0xEE;
+}
+"""
+
+
+def require_tools():
+    # A missing tool fails the test with its name (never a silent skip).
+    assert BIN is not None, "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN"
+    for tool in ("c++", "cc"):
+        assert shutil.which(tool), f"no C/C++ compiler ({tool}) on PATH"
+
+
+def rule_set(name, word0):
+    return {"name": name,
+            "ruleset": {"mode": "and",
+                        "rules": [{"index": 0, "mask": 0xFFFFFFFF, "start": word0, "end": word0}]},
+            "budgets": {"scratch": 1 << 20}}
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    require_tools()
+    d = tmp_path_factory.mktemp("spin")
+    (d / "echo.cpp").write_text(ECHO)
+    sets = [rule_set(n, w) for n, w in (("sum", 1), ("filter", 2), ("histogram", 3), ("strided", 4))]
+    (d / "sets.json").write_text(json.dumps(sets))
+    out = d / "spin.cfimg"
+    subprocess.run(
+        [BIN, "image", "build", "--hls", str(d / "echo.cpp"), "--entry", "echo",
+         "--handlers", str(d / "sets.json"), "--handler-source",
+         *[str(ROOT / "cores" / "spin" / f"{s}.c") for s in ("sum", "filter", "histogram", "strided")],
+         "-o", str(out)],
+        check=True)
+    return out
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster(BIN, 1)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def header(word0, a=0, b=0, c=0):
+    return struct.pack("<4I", word0, a, b, c)
+
+
+def padded(msg, want):
+    room = len(msg) // INPUT * OUTPUT
+    assert len(want) <= room
+    return want + bytes(room - len(want))
+
+
+def test_reference_handlers_through_a_real_node(cluster, image):
+    rng = random.Random(5)
+    data = bytes(rng.getrandbits(8) for _ in range(16 * 700))
+    ints = struct.unpack(f"<{len(data) // 4}i", data)
+    threshold = 0
+    records = [data[i:i + 16] for i in range(0, len(data), 16)]
+    block, stride, count = 32, 96, 150
+    packed = bytes(rng.getrandbits(8) for _ in range(block * count))
+    unpacked = bytearray(count * stride)
+    for i in range(count):
+        unpacked[i * stride:i * stride + block] = packed[i * block:(i + 1) * block]
+    hist = [0] * 256
+    for x in data:
+        hist[x] += 1
+
+    cases = [
+        (header(1) + data, struct.pack("<q", sum(ints))),
+        (header(2, threshold) + data,
+         b"".join(r for r in records if struct.unpack_from("<i", r, 4)[0] >= threshold)),
+        (header(3) + data, struct.pack("<256Q", *hist)),
+        (header(4, count, block, stride) + packed, bytes(unpacked)),
+    ]
+    with corefarm.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+        c.configure(image)
+        got = list(c.map([m for m, _ in cases], window=1))
+        for (msg, want), out in zip(cases, got):
+            assert bytes(out) == padded(msg, want), msg[:4]
+        # No ruleset matches word 0 = 99: the echo core answers.
+        msg = header(99) + bytes(range(16))
+        (out,) = list(c.map([msg], window=1))
+        out = bytes(out)
+        for k in range(2):
+            assert out[k * OUTPUT:k * OUTPUT + 16] == msg[k * INPUT:(k + 1) * INPUT]
+            assert out[k * OUTPUT + 16:(k + 1) * OUTPUT] == b"\xee" * 48
