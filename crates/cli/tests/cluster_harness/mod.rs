@@ -6,7 +6,7 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::blocking::{write_frame, FrameReader};
@@ -81,18 +81,7 @@ impl Observer {
     /// Asks until `cond` holds (the pause between questions is not the
     /// synchronisation: the condition is). Fails with the last answer.
     pub fn wait(&mut self, what: &str, cond: impl Fn(&ClusterStatus) -> bool) -> ClusterStatus {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            let s = self.get();
-            if cond(&s) {
-                return s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "timed out waiting for {what}; status: {s:#?}"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        support::poll_until(what, Duration::from_secs(30), || self.get(), cond)
     }
 
     pub fn wait_free(&mut self, n: usize) -> ClusterStatus {
