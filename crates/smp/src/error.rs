@@ -46,8 +46,13 @@ pub enum ProtocolError {
     ZeroOutputSize,
     #[error("a payload of {0} bytes cannot be described by the 32-bit size field")]
     Unrepresentable(usize),
-    #[error("inline prefix of {0} bytes is longer than the 8 bytes a frame carries")]
+    #[error("inline prefix of {0} bytes is longer than the 24 bytes a frame carries")]
     PrefixTooLong(usize),
+    #[error(
+        "the peer speaks TLS to a plain SMP port: connect without TLS, or start the server \
+         with --tls-cert/--tls-key for this port"
+    )]
+    TlsOnPlainPort,
     #[error("core table: {0}")]
     CoreTable(String),
     #[error("status is not valid: {0}")]
@@ -152,6 +157,7 @@ impl ProtocolError {
             ProtocolError::ZeroOutputSize => "zero_output_size",
             ProtocolError::Unrepresentable(_) => "unrepresentable",
             ProtocolError::PrefixTooLong(_) => "prefix_too_long",
+            ProtocolError::TlsOnPlainPort => "tls_on_plain_port",
             ProtocolError::CoreTable(_) => "core_table",
             ProtocolError::BadStatus(_) => "bad_status",
             ProtocolError::BadPeer(_) => "bad_peer",

@@ -98,6 +98,14 @@ impl Header {
     /// (the seed reserves them "for future use"), the type must be known and
     /// the size must not exceed `max_payload`.
     pub fn decode(b: &[u8; HEADER_LEN], max_payload: u32) -> Result<Self, ProtocolError> {
+        // A TLS record header (handshake 0x16, version 3.x) where an SMP
+        // header should be: a TLS client on a plain port. Said at once,
+        // rather than read as an auth challenge whose payload never comes.
+        // SMP writes zero reserved bytes, and 0x16 only ever comes from a
+        // server, so no SMP peer sends this.
+        if b[0] == 0x16 && b[1] == 0x03 && b[2] <= 0x04 {
+            return Err(ProtocolError::TlsOnPlainPort);
+        }
         let ty = MsgType::from_u8(b[0])?;
         let size = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
         if size > max_payload {
@@ -132,6 +140,19 @@ mod tests {
             Header::decode(&[3, 0, 0, 0, 11, 0, 0, 0], 10),
             Err(ProtocolError::TooLarge { size: 11, max: 10 })
         );
+    }
+
+    #[test]
+    fn a_tls_client_hello_is_named() {
+        // The first bytes of a TLS 1.2/1.3 ClientHello record.
+        let hello = [0x16, 0x03, 0x01, 0x00, 0xf5, 0x01, 0x00, 0x00];
+        assert_eq!(
+            Header::decode(&hello, u32::MAX),
+            Err(ProtocolError::TlsOnPlainPort)
+        );
+        // An auth challenge as SMP writes it is not mistaken for one.
+        let challenge = Header::new(MsgType::AuthChallenge, 0x0316).encode();
+        assert!(Header::decode(&challenge, u32::MAX).is_ok());
     }
 
     #[test]
