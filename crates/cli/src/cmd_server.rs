@@ -139,6 +139,11 @@ pub struct ServerTuning {
     /// user that asked for it in its hello).
     #[arg(long, default_value_t = defaults::QUEUE_LIMIT, help_heading = "Shared nodes")]
     pub queue_limit: usize,
+    /// Bytes per chunk on the node link (issue 11): a data message or result
+    /// larger than this travels as chunks interleaved by priority class, with
+    /// nodes that negotiate chunks (the smaller size of the two wins). 0: off.
+    #[arg(long, default_value_t = defaults::NODE_CHUNK_SIZE)]
+    pub node_chunk_size: u32,
 }
 
 /// `--monitor-period`: milliseconds, at least 0.1 (the scheduler ticks no faster).
@@ -177,6 +182,7 @@ impl ServerTuning {
             monitor_period: Duration::from_secs_f64(self.monitor_period / 1e3),
             queue_limit: self.queue_limit.max(1),
             tls: None,
+            node_chunk_size: self.node_chunk_size,
         }
     }
 }
@@ -239,6 +245,13 @@ pub struct NodeTuning {
     /// Payload handlers of one message running at once (streaming handlers).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub spin_threads: u32,
+    /// Offer chunks on the server link (issue 11) with this chunk size in
+    /// bytes: the server sends data larger than the size in force (the
+    /// smaller of this and its `--node-chunk-size`) as chunks interleaved by
+    /// priority class, and streaming handlers start on a message's first
+    /// chunk. 0: do not offer chunks.
+    #[arg(long, default_value_t = corefarm_smp::stream::DEFAULT_CHUNK_SIZE)]
+    pub chunk_size: u32,
     /// Peer port of the node fabric (groups, docs/collectives.md): where the
     /// other members of a group reach this node. An unspecified IP means the
     /// interface the node reaches the server through; port 0 picks a free
@@ -345,6 +358,7 @@ impl NodeTuning {
                 chunk_size: self.spin_chunk_size as usize,
                 threads: self.spin_threads as usize,
             },
+            chunk_size: self.chunk_size,
             ..NodeOptions::default()
         }
     }
