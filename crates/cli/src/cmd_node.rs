@@ -68,6 +68,13 @@ pub struct NodeTuning {
     /// Payload handlers of one message running at once (streaming handlers).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub spin_threads: u32,
+    /// Offer chunks on the server link (issue 11) with this chunk size in
+    /// bytes: the server sends data larger than the size in force (the
+    /// smaller of this and its `--node-chunk-size`) as chunks interleaved by
+    /// priority class, and streaming handlers start on a message's first
+    /// chunk. 0: do not offer chunks.
+    #[arg(long, default_value_t = corefarm_smp::stream::DEFAULT_CHUNK_SIZE)]
+    pub chunk_size: u32,
     /// Peer port of the node fabric (groups, docs/collectives.md): where the
     /// other members of a group reach this node. An unspecified IP means the
     /// interface the node reaches the server through; port 0 picks a free
@@ -174,6 +181,7 @@ impl NodeTuning {
                 chunk_size: self.spin_chunk_size as usize,
                 threads: self.spin_threads as usize,
             },
+            chunk_size: self.chunk_size,
             ..NodeOptions::default()
         }
     }

@@ -139,6 +139,11 @@ pub struct ServerTuning {
     /// user that asked for it in its hello).
     #[arg(long, default_value_t = defaults::QUEUE_LIMIT, help_heading = "Shared nodes")]
     pub queue_limit: usize,
+    /// Bytes per chunk on the node link (issue 11): a data message or result
+    /// larger than this travels as chunks interleaved by priority class, with
+    /// nodes that negotiate chunks (the smaller size of the two wins). 0: off.
+    #[arg(long, default_value_t = defaults::NODE_CHUNK_SIZE)]
+    pub node_chunk_size: u32,
 }
 
 /// `--monitor-period`: milliseconds, at least 0.1 (the scheduler ticks no faster).
@@ -177,6 +182,7 @@ impl ServerTuning {
             monitor_period: Duration::from_secs_f64(self.monitor_period / 1e3),
             queue_limit: self.queue_limit.max(1),
             tls: None,
+            node_chunk_size: self.node_chunk_size,
         }
     }
 }

@@ -263,3 +263,36 @@ fn a_tight_memory_guard_slows_the_node_but_loses_nothing() {
     assert_eq!(u.configure(&bench(64 * 1024, 64 * 1024, 0)), 0);
     assert_exactly_once(&stream(&mut u, 0..200, 1, 64 * 1024, 64 * 1024), 0..200);
 }
+
+/// Issue 11: a server with chunks on its node link (1 KiB) serving a node
+/// that negotiates them and a seed-format node (`--no-hello`) at once:
+/// messages and results of 4 KiB and 8 KiB travel as chunks to and from the
+/// first, whole to and from the second, and every result is correct, once.
+#[test]
+fn chunking_and_seed_format_nodes_side_by_side() {
+    let srv = server(&["--node-chunk-size", "1024"]);
+    let spawn = |extra: &[&str]| {
+        Proc(
+            Command::new(BIN)
+                .args(["node", "--server", &srv.nodes.to_string()])
+                .args(extra)
+                .stderr(Stdio::null())
+                .spawn()
+                .expect("start corefarm node"),
+        )
+    };
+    let _chunky = spawn(&["--name", "chunky"]);
+    let _seed = spawn(&["--no-hello"]);
+    let mut obs = Observer::new(&srv);
+    obs.wait_free(2);
+    let (mut u, reply) = User::hello(srv.users, Some(2));
+    assert_eq!(reply.nodes, Some(2));
+    assert_eq!(u.configure(&bench(1024, 2048, 200)), 0);
+    let seen = stream(&mut u, 0..200, 4, 1024, 2048);
+    assert_exactly_once(&seen, 0..200);
+    let s = obs.get();
+    assert_eq!(s.nodes.len(), 2);
+    for n in &s.nodes {
+        assert!(n.results > 0, "node {:?} served nothing: {s:?}", n.name);
+    }
+}

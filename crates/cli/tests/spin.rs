@@ -4,7 +4,8 @@
 //! result equals the whole-message computation, an unmatched message goes
 //! to the core, a handler that crashes, loops or overruns its output
 //! budget fails only its message (the next one succeeds), and an image
-//! whose handler set does not exist is refused at configuration.
+//! whose handler set does not exist is refused at configuration. All of it
+//! with and without chunks on the server↔node link.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -119,6 +120,18 @@ fn sum_of_seven(client: &Client) {
 
 #[test]
 fn streaming_handlers_on_a_real_node() {
+    every_case(&[]);
+}
+
+/// The same with chunks on the node link: messages of more than 1 KiB reach
+/// the node as chunks, and the handlers of a matched message are fed each
+/// chunk as it arrives (results are the same, byte for byte).
+#[test]
+fn streaming_handlers_on_a_real_node_with_chunks_on_the_wire() {
+    every_case(&["--node-chunk-size", "1024"]);
+}
+
+fn every_case(extra: &[&str]) {
     if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
         return;
     }
@@ -126,7 +139,7 @@ fn streaming_handlers_on_a_real_node() {
     let image = build_image(dir.path());
     let manifest = Image::parse(image.clone()).unwrap().manifest;
     assert_eq!(manifest.handler_sets.len(), 8);
-    let (_local, users) = support::local_cluster(1, &[]);
+    let (_local, users) = support::local_cluster(1, extra);
     let client = Client::connect(
         &users,
         ClientOptions {

@@ -172,6 +172,11 @@ impl Workers {
         Ok(())
     }
 
+    /// The streaming-handler lane, if the image has handler sets.
+    pub fn spin(&self) -> Option<&SpinLane> {
+        self.spin.as_ref()
+    }
+
     /// Queues a job (or, for an inline engine, runs it now). `false` once
     /// nobody can take it any more (handlers or sending task gone).
     pub async fn submit(&mut self, job: Job) -> bool {

@@ -25,6 +25,7 @@ mod direct;
 pub mod group;
 pub mod guard;
 pub mod handlers;
+pub mod inbound;
 pub mod metrics;
 pub mod peer;
 pub mod sender;
@@ -77,6 +78,9 @@ pub struct NodeOptions {
     /// TLS to the server's node port (`--tls-ca`, `--tls-server-name`);
     /// `None`: plain TCP. Peer links between nodes stay plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
+    /// Chunks on the server link (issue 11): offered in the hello with this
+    /// size (the server answers with the size in force); 0: not offered.
+    pub chunk_size: u32,
 }
 
 impl Default for NodeOptions {
@@ -96,6 +100,7 @@ impl Default for NodeOptions {
             telemetry: None,
             spin: spin::SpinOptions::default(),
             tls: None,
+            chunk_size: corefarm_smp::stream::DEFAULT_CHUNK_SIZE,
         }
     }
 }

@@ -1,10 +1,17 @@
-//! The sending task: writes results and control frames to the server, in the
-//! order they were queued, several per vectored write when they pile up.
+//! The sending task: writes results and control frames to the server,
+//! several per vectored write when they pile up. Without chunks (a server
+//! that did not negotiate them) in the order they were queued; with chunks,
+//! results larger than the chunk size go as chunks and every result in its
+//! input's class ([`Chunking`]), so a small urgent result overtakes a bulk
+//! one between two of its chunks.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::io::IoSlice;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
 
-use corefarm_smp::codec::write_batch;
+use bytes::Buf;
+use corefarm_smp::stream::{Outbox, WireBatch, DEFAULT_CLASS};
 use corefarm_smp::{ErrorMsg, OutFrame};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -23,22 +30,77 @@ pub enum SendError {
     Closed(String),
 }
 
-/// The frame for one queued item; its reservation moves to `held` until the
-/// frame is written. `Err(reason)` when the only way to report it is to close.
-fn to_wire(o: Outgoing, held: &mut Vec<Reservation>, negotiated: bool) -> Result<OutFrame, String> {
-    let (id, code, reason) = match o {
-        Outgoing::Frame(f) => return Ok(f),
+/// Bytes a batch takes at most once chunks are on: what an urgent result
+/// may find ahead of it in a batch being written.
+const CHUNKED_BATCH: usize = 256 * 1024;
+
+/// What the link agreed on chunks, shared by the receiving task (which
+/// learns it from the server's hello and the classes from the data) and the
+/// sending task.
+#[derive(Debug, Default)]
+pub struct Chunking {
+    /// The chunk size in force; 0: no chunks.
+    size: AtomicU32,
+    /// Classes of the messages in progress that are not the default class:
+    /// their results go back in the same class.
+    classes: Mutex<HashMap<u32, u8>>,
+}
+
+impl Chunking {
+    pub fn set_size(&self, size: u32) {
+        self.size.store(size, Ordering::Relaxed);
+    }
+
+    pub fn size(&self) -> u32 {
+        self.size.load(Ordering::Relaxed)
+    }
+
+    /// Message `id` came in `class`: its result (or error) goes back in it.
+    pub fn class_of(&self, id: u32, class: u8) {
+        if class != DEFAULT_CLASS {
+            self.lock().insert(id, class);
+        }
+    }
+
+    fn take(&self, id: u32) -> u8 {
+        let mut c = self.lock();
+        if c.is_empty() {
+            return DEFAULT_CLASS;
+        }
+        c.remove(&id).unwrap_or(DEFAULT_CLASS)
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u32, u8>> {
+        // Only inserts and removes run under it: a poisoned map is intact.
+        self.classes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// One queued item ready for the outbox: its frame, its class, and the
+/// reservation held until it is written.
+type Ready = (OutFrame, u8, Option<Reservation>);
+
+/// The frame for one queued item. `Err(reason)` when the only way to report
+/// it is to close.
+fn to_wire(o: Outgoing, negotiated: bool, chunking: &Chunking) -> Result<Ready, String> {
+    let (id, code, reason, held) = match o {
+        Outgoing::Frame(f) => return Ok((f, 0, None)),
         Outgoing::Result {
             id,
             data,
             reservation,
         } => {
-            held.push(reservation);
+            let class = chunking.take(id);
             // Result sizes are bounded when data is accepted, so this is a
             // safety net: the input fails with a reason, the task goes on.
             match OutFrame::data(id, data) {
-                Ok(f) => return Ok(f),
-                Err(e) => (id, e.code(), format!("result cannot be sent: {e}")),
+                Ok(f) => return Ok((f, class, Some(reservation))),
+                Err(e) => (
+                    id,
+                    e.code(),
+                    format!("result cannot be sent: {e}"),
+                    Some(reservation),
+                ),
             }
         }
         Outgoing::Failed {
@@ -46,14 +108,12 @@ fn to_wire(o: Outgoing, held: &mut Vec<Reservation>, negotiated: bool) -> Result
             code,
             reason,
             reservation,
-        } => {
-            held.extend(reservation);
-            (id, code, reason)
-        }
+        } => (id, code, reason, reservation),
     };
+    let class = chunking.take(id);
     tracing::warn!("data id {id} failed: {reason}");
     if negotiated {
-        Ok(ErrorMsg::new(id, code, reason).to_frame())
+        Ok((ErrorMsg::new(id, code, reason).to_frame(), class, held))
     } else {
         Err(format!("data id {id} failed: {reason}"))
     }
@@ -62,43 +122,103 @@ fn to_wire(o: Outgoing, held: &mut Vec<Reservation>, negotiated: bool) -> Result
 /// Runs until the queue is closed (`Ok(results written)`) or writing fails.
 /// `negotiated` tells whether the server accepts error messages.
 pub async fn send_loop<W: AsyncWrite + Unpin>(
+    wr: W,
+    rx: mpsc::UnboundedReceiver<Outgoing>,
+    negotiated: Arc<AtomicBool>,
+    stats: Option<Arc<crate::metrics::NodeStats>>,
+) -> Result<u64, SendError> {
+    send_loop_chunked(wr, rx, negotiated, Arc::default(), stats).await
+}
+
+/// [`send_loop`] on a link that may negotiate chunks (`chunking`).
+pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     negotiated: Arc<AtomicBool>,
+    chunking: Arc<Chunking>,
     stats: Option<Arc<crate::metrics::NodeStats>>,
 ) -> Result<u64, SendError> {
     let mut results = 0u64;
     // Reservations are released only once their result is on the wire, so
     // the memory guard also counts results waiting for the socket.
-    let mut held = Vec::new();
-    while let Some(o) = rx.recv().await {
-        let neg = negotiated.load(Ordering::Relaxed);
-        let mut fatal = None;
-        match to_wire(o, &mut held, neg) {
-            Ok(first) => {
-                let more = || match to_wire(rx.try_recv().ok()?, &mut held, neg) {
-                    Ok(f) => Some(f),
-                    Err(why) => {
-                        fatal = Some(why);
-                        None
-                    }
-                };
-                write_batch(&mut wr, first, more).await?;
+    let mut out: Outbox<Option<Reservation>> = Outbox::new();
+    let (mut closed, mut fatal) = (false, None);
+    loop {
+        if out.is_empty() {
+            if closed || fatal.is_some() {
+                break;
             }
-            Err(why) => fatal = Some(why),
+            match rx.recv().await {
+                Some(o) => admit(o, &mut out, &negotiated, &chunking, &mut fatal),
+                None => {
+                    closed = true;
+                    continue;
+                }
+            }
         }
-        results += held.len() as u64;
+        // Everything already queued competes for the next batch by class;
+        // nothing after an item that can only be reported by closing.
+        while fatal.is_none() && !closed {
+            match rx.try_recv() {
+                Ok(o) => admit(o, &mut out, &negotiated, &chunking, &mut fatal),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+                Err(mpsc::error::TryRecvError::Disconnected) => closed = true,
+            }
+        }
+        let cap = match out.chunk_size() {
+            0 => usize::MAX,
+            _ => CHUNKED_BATCH,
+        };
+        let mut batch = WireBatch::default();
+        let mut done = 0usize;
+        let mut held = Vec::new();
+        while !batch.is_full() && batch.remaining() < cap {
+            let Some((f, tag)) = out.pop() else {
+                break;
+            };
+            batch.push(f);
+            if let Some(r) = tag.flatten() {
+                done += 1;
+                held.push(r);
+            }
+        }
+        while batch.has_remaining() {
+            let mut iov = [IoSlice::new(&[]); 2 * WireBatch::MAX_FRAMES];
+            let n = batch.chunks_vectored(&mut iov);
+            match wr.write_vectored(&iov[..n]).await? {
+                0 => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),
+                k => batch.advance(k),
+            }
+        }
+        results += done as u64;
         if let Some(s) = &stats {
-            s.answered(held.len());
+            s.answered(done);
         }
-        held.clear();
-        if let Some(why) = fatal {
-            let _ = wr.shutdown().await;
-            return Err(SendError::Closed(why));
-        }
+        drop(held);
     }
     let _ = wr.shutdown().await;
-    Ok(results)
+    match fatal {
+        Some(why) => Err(SendError::Closed(why)),
+        None => Ok(results),
+    }
+}
+
+fn admit(
+    o: Outgoing,
+    out: &mut Outbox<Option<Reservation>>,
+    negotiated: &AtomicBool,
+    chunking: &Chunking,
+    fatal: &mut Option<String>,
+) {
+    // Learnt from the server's hello, which comes before any data.
+    let size = chunking.size() as usize;
+    if out.chunk_size() != size {
+        out.set_chunk_size(size);
+    }
+    match to_wire(o, negotiated.load(Ordering::Relaxed), chunking) {
+        Ok((f, class, held)) => out.push(f, class, held),
+        Err(why) => *fatal = Some(why),
+    }
 }
 
 #[cfg(test)]
@@ -182,6 +302,63 @@ mod tests {
         assert!(r.read_frame().await.unwrap().is_none());
         assert_eq!(g.available(), g.limit());
         drop(tx);
+    }
+
+    #[tokio::test]
+    async fn a_small_urgent_result_overtakes_a_bulk_one_between_its_chunks() {
+        use corefarm_smp::stream::{Chunk, Reassembler};
+        let g = MemoryGuard::new(64 << 20);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let chunking = Arc::new(Chunking::default());
+        chunking.set_size(64 * 1024);
+        chunking.class_of(1, 6);
+        chunking.class_of(2, 0);
+        let bulk = Bytes::from(vec![0xAB; 4 << 20]);
+        tx.send(Outgoing::Result {
+            id: 1,
+            data: bulk.clone(),
+            reservation: g.reserve(1024).await,
+        })
+        .unwrap();
+        // A pipe far smaller than the bulk result: the sender is mid-way
+        // through it (or has not started) when the urgent result comes.
+        let (a, b) = tokio::io::duplex(64 * 1024);
+        let task = tokio::spawn(send_loop_chunked(
+            a,
+            rx,
+            Arc::new(AtomicBool::new(true)),
+            chunking,
+            None,
+        ));
+        tx.send(Outgoing::Result {
+            id: 2,
+            data: Bytes::from_static(b"urgent"),
+            reservation: g.reserve(1024).await,
+        })
+        .unwrap();
+        drop(tx);
+        let mut r = FrameReader::new(b, 1 << 20);
+        let mut re = Reassembler::new(8 << 20, 4, 8 << 20);
+        let mut order = Vec::new();
+        while let Some(f) = r.read_frame().await.unwrap() {
+            match f.ty {
+                MsgType::Data => {
+                    order.push((u32::from_le_bytes(f.payload[..4].try_into().unwrap()), 4))
+                }
+                MsgType::Chunk => {
+                    if let Some(m) = re.push(Chunk::parse(f.payload).unwrap()).unwrap() {
+                        assert_eq!(m.data, bulk);
+                        order.push((m.id, m.class));
+                    }
+                }
+                t => panic!("unexpected {t:?}"),
+            }
+        }
+        // The urgent result (small: a plain data frame) before the bulk
+        // one's last chunk; the bulk one came back in its class.
+        assert_eq!(order, [(2, 4), (1, 6)]);
+        assert_eq!(task.await.unwrap().unwrap(), 2);
+        assert_eq!(g.available(), g.limit());
     }
 
     #[tokio::test]

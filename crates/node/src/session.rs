@@ -25,10 +25,13 @@ use crate::configure::{self, Configured};
 use crate::group::{GroupHandle, MemberEnv};
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
+use crate::inbound::Inbound;
 use crate::metrics::NodeStats;
 use crate::peer::PeerListener;
-use crate::sender::{self, SendError};
+use crate::sender::{self, Chunking, SendError};
 use crate::{NodeError, NodeOptions};
+
+mod chunked;
 
 /// How long results queued when the session ends may take to reach the server.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(2);
@@ -85,6 +88,7 @@ where
     let mut reader = FrameReader::new(rd, opts.max_message);
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let negotiated = Arc::new(AtomicBool::new(false));
+    let chunking = Arc::new(Chunking::default());
     // `ended` is cancelled when `stop` is, or when the sending task ends in
     // any way (returns, panics, is aborted): its drop guard lives in the task.
     let ended = stop.child_token();
@@ -92,10 +96,10 @@ where
     let _connected = stats.clone().map(Connected::new);
     let mut sender = tokio::spawn({
         let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());
-        let stats = stats.clone();
+        let (stats, chunking) = (stats.clone(), chunking.clone());
         async move {
             let _guard = guard;
-            sender::send_loop(wr, out_rx, negotiated, stats).await
+            sender::send_loop_chunked(wr, out_rx, negotiated, chunking, stats).await
         }
     });
     let mut s = Session {
@@ -109,6 +113,8 @@ where
         peer: peer.clone(),
         group: None,
         stats,
+        chunking,
+        inbound: None,
     };
     if opts.hello {
         let mut h = Hello::new("node");
@@ -128,6 +134,10 @@ where
         }
         if opts.secret.is_some() {
             h.features.push(features::AUTH.into());
+        }
+        if opts.chunk_size > 0 {
+            h.features.push(features::CHUNKS.into());
+            h.chunk_size = Some(opts.chunk_size);
         }
         s.sent_hello = Some(h.encode());
         s.queue(Outgoing::Frame(h.to_frame()));
@@ -214,6 +224,11 @@ struct Session<'a> {
     /// The group this node is a member of, if any.
     group: Option<GroupHandle>,
     stats: Option<Arc<NodeStats>>,
+    /// Chunk size and result classes, shared with the sending task.
+    chunking: Arc<Chunking>,
+    /// Chunked messages being received; `Some` once the server agreed to
+    /// chunks in its hello (a chunk before that is an unexpected message).
+    inbound: Option<Inbound>,
 }
 
 /// Marks the node manager connected for as long as the session runs.
@@ -256,6 +271,12 @@ impl Session<'_> {
                     if let Some(m) = h.max_message {
                         self.limit = self.opts.max_message.min(m);
                     }
+                    let ours = self.opts.chunk_size;
+                    if ours > 0 && h.has(features::CHUNKS) {
+                        let size = h.chunk_size.unwrap_or(ours).clamp(1, ours);
+                        self.chunking.set_size(size);
+                        self.inbound.get_or_insert_with(Inbound::default);
+                    }
                     None
                 }
                 Err(e) => self.malformed(e),
@@ -266,6 +287,7 @@ impl Session<'_> {
                 None
             }
             MsgType::Data => self.data(frame.payload).await,
+            MsgType::Chunk if self.inbound.is_some() => self.chunk(frame.payload).await,
             MsgType::GroupCtl => match GroupCtl::decode(&frame.payload) {
                 Ok(c) => {
                     self.group_ctl(c);
@@ -387,13 +409,21 @@ impl Session<'_> {
             return None;
         }
         let reservation = self.guard.reserve(data.data.len() + out_len as usize).await;
-        let job = Job {
+        self.submit(Job {
             id: data.id,
             data: data.data,
             count: count as usize,
             reservation,
-        };
-        let st = self.state.as_mut().expect("configured: checked above");
+        })
+        .await
+    }
+
+    /// Hands a whole message to the core handlers (or the handler lane).
+    async fn submit(&mut self, job: Job) -> Step {
+        let st = self
+            .state
+            .as_mut()
+            .expect("configured: checked by the caller");
         if !st.workers.submit(job).await {
             return Some(Err(NodeError::Session("the core handlers stopped".into())));
         }

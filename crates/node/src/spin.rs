@@ -2,15 +2,23 @@
 //! first chunk matches one of the image's rulesets go to a lane of their
 //! own instead of the cores' queue. The lane's thread runs each through
 //! the handler worker process (`corefarm_cores::worker::HandlerWorker`),
-//! cut into chunks of [`SpinOptions::chunk_size`] bytes (until chunked
-//! frames on the wire exist), and answers with what the handlers produced:
+//! cut into chunks of [`SpinOptions::chunk_size`] bytes, and answers with
+//! what the handlers produced:
 //! their emitted bytes, zero-padded to the result size the server expects
 //! (count × output size; more fails the message), zeros when dropped, the
 //! cores' result when forwarded (the job joins the cores' queue), or the
 //! usual per-message error when a handler failed, crashed or overran.
 //!
+//! A message that arrives whole (a plain data frame) is fed to the worker
+//! at once; one that arrives as chunks on a link that negotiated them
+//! ([`SpinLane::submit_stream`]) is fed chunk by chunk as the receiving
+//! task gets them, so its head and payload handlers run while the rest of
+//! it is still on the wire (FPsPIN's overlap of transfer and compute).
+//!
 //! Messages of the lane are handled one at a time (their payload handlers
-//! in parallel), so a crash is attributed to exactly one message.
+//! in parallel), so a crash is attributed to exactly one message; the
+//! chunks of a streamed message that waits for its turn queue in its
+//! channel, within the memory the guard reserved for it.
 
 use std::thread::JoinHandle;
 
@@ -21,7 +29,25 @@ use corefarm_cores::worker::HandlerWorker;
 use corefarm_smp::ErrorCode;
 use tokio::sync::mpsc;
 
+use crate::guard::Reservation;
 use crate::handlers::{Job, Outgoing};
+
+/// A message whose chunks are still arriving.
+pub struct StreamJob {
+    pub id: u32,
+    /// Inputs in it (its result is count × output size bytes).
+    pub count: usize,
+    /// Its whole length.
+    pub total: u64,
+    pub reservation: Reservation,
+    /// Its chunks, in order; closed early if the session ends.
+    pub chunks: std::sync::mpsc::Receiver<Bytes>,
+}
+
+enum LaneJob {
+    Whole(Job),
+    Stream(StreamJob),
+}
 
 /// Node-side settings of streaming handlers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,8 +71,8 @@ impl Default for SpinOptions {
 pub struct SpinLane {
     rulesets: Vec<(Ruleset, ())>,
     chunk: usize,
-    input: async_channel::Sender<(usize, Job)>,
-    queue: async_channel::Receiver<(usize, Job)>,
+    input: async_channel::Sender<(usize, LaneJob)>,
+    queue: async_channel::Receiver<(usize, LaneJob)>,
     thread: JoinHandle<()>,
 }
 
@@ -61,7 +87,7 @@ impl SpinLane {
         results: mpsc::UnboundedSender<Outgoing>,
         node: &str,
     ) -> std::io::Result<SpinLane> {
-        let (tx, rx) = async_channel::unbounded::<(usize, Job)>();
+        let (tx, rx) = async_channel::unbounded::<(usize, LaneJob)>();
         let chunk = opts.chunk_size.max(16);
         let queue = rx.clone();
         let thread = std::thread::Builder::new()
@@ -82,7 +108,12 @@ impl SpinLane {
     }
 
     pub async fn submit(&self, ctx: usize, job: Job) -> bool {
-        self.input.send((ctx, job)).await.is_ok()
+        self.input.send((ctx, LaneJob::Whole(job))).await.is_ok()
+    }
+
+    /// Queues a message whose chunks follow through `job.chunks`.
+    pub async fn submit_stream(&self, ctx: usize, job: StreamJob) -> bool {
+        self.input.send((ctx, LaneJob::Stream(job))).await.is_ok()
     }
 
     /// Finishes the queued messages, then joins the thread (blocking).
@@ -104,12 +135,22 @@ fn lane(
     mut worker: HandlerWorker,
     chunk: usize,
     output_size: usize,
-    rx: async_channel::Receiver<(usize, Job)>,
+    rx: async_channel::Receiver<(usize, LaneJob)>,
     cores: async_channel::Sender<Job>,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     while let Ok((ctx, job)) = rx.recv_blocking() {
-        let done = worker.run(ctx, job.id, &job.data, chunk);
+        let (mut job, kept, done) = match job {
+            LaneJob::Whole(job) => {
+                let done = worker.run(ctx, job.id, &job.data, chunk);
+                (job, Vec::new(), done)
+            }
+            LaneJob::Stream(s) => match stream(&mut worker, ctx, chunk, s) {
+                Some(r) => r,
+                // The session ended midway: nobody waits for a result.
+                None => continue,
+            },
+        };
         if !done.notifications.is_empty() {
             // No SMP message carries them yet (docs/streams.md).
             tracing::debug!(
@@ -154,6 +195,9 @@ fn lane(
                 reservation: Some(job.reservation),
             },
             Outcome::Forward => {
+                if !kept.is_empty() {
+                    job.data = concat(kept);
+                }
                 let id = job.id;
                 match cores.send_blocking(job) {
                     Ok(()) => continue,
@@ -171,4 +215,54 @@ fn lane(
             return;
         }
     }
+}
+
+/// Feeds a streamed message to the worker as its chunks arrive. The chunks
+/// are kept (shared, not copied) in case the handlers forward the message
+/// to the cores, which then get it whole; the job's data is empty until
+/// then. `None`: the chunks stopped before the end (the session is over).
+fn stream(
+    worker: &mut HandlerWorker,
+    ctx: usize,
+    chunk: usize,
+    s: StreamJob,
+) -> Option<(Job, Vec<Bytes>, corefarm_cores::worker::SpinOutcome)> {
+    let begun = worker.begin(ctx, s.id, s.total);
+    let mut kept = Vec::new();
+    let mut got = 0u64;
+    while got < s.total || kept.is_empty() {
+        let Ok(c) = s.chunks.recv() else {
+            // Ends the worker's message short: it restarts for the next.
+            if begun.is_ok() {
+                let _ = worker.finish();
+            }
+            return None;
+        };
+        got += c.len() as u64;
+        if begun.is_ok() {
+            worker.feed(&c, chunk);
+        }
+        kept.push(c);
+    }
+    let done = match begun {
+        Ok(()) => worker.finish(),
+        Err(failed) => failed,
+    };
+    let job = Job {
+        id: s.id,
+        data: Bytes::new(),
+        count: s.count,
+        reservation: s.reservation,
+    };
+    Some((job, kept, done))
+}
+
+/// A message's chunks as one buffer (one chunk: shared as it is).
+fn concat(mut kept: Vec<Bytes>) -> Bytes {
+    if kept.len() == 1 {
+        return kept.pop().expect("one");
+    }
+    let mut b = bytes::BytesMut::with_capacity(kept.iter().map(Bytes::len).sum());
+    kept.iter().for_each(|c| b.extend_from_slice(c));
+    b.freeze()
 }

@@ -36,3 +36,5 @@ pub const SHARING: crate::Sharing = crate::Sharing::Exclusive;
 pub const MONITOR_PERIOD: Duration = Duration::from_millis(10);
 /// Shared mode: data messages a function's queue holds before users are pushed back.
 pub const QUEUE_LIMIT: usize = 1024;
+/// Chunk size on the node link (`--node-chunk-size`); 0 turns chunks off.
+pub const NODE_CHUNK_SIZE: u32 = corefarm_smp::stream::DEFAULT_CHUNK_SIZE;

@@ -97,6 +97,9 @@ pub struct ServerOptions {
     pub queue_limit: usize,
     /// TLS on the ports it names (`--tls-cert`, `--tls-key`, `--tls-ports`).
     pub tls: Option<tls::ServerTls>,
+    /// Largest chunk the server sends to and takes from a node that
+    /// negotiated chunks (issue 11); 0: no chunks on the node link.
+    pub node_chunk_size: u32,
 }
 
 impl Default for ServerOptions {
@@ -126,6 +129,7 @@ impl Default for ServerOptions {
             monitor_period: MONITOR_PERIOD,
             queue_limit: QUEUE_LIMIT,
             tls: None,
+            node_chunk_size: NODE_CHUNK_SIZE,
         }
     }
 }

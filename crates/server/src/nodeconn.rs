@@ -11,7 +11,8 @@ use std::sync::Arc;
 
 use crate::tls::Stream;
 use corefarm_smp::codec::FrameReader;
-use corefarm_smp::{hello::features, Frame, Hello, MsgType, OutFrame};
+use corefarm_smp::stream::{Chunk, Reassembler, DEFAULT_CLASS};
+use corefarm_smp::{hello::features, ErrorMsg, Frame, Hello, MsgType, OutFrame};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -22,6 +23,29 @@ use crate::Shared;
 /// Frames read from a node but not yet handled by its owner. Bounding them
 /// makes a node's socket back up when the owner (ultimately the user) is slow.
 const READ_AHEAD: usize = 16;
+
+/// Results a node may have begun as chunks and not finished: a corefarm
+/// node sends one chunked message per class at a time, so 8 at most.
+const MAX_OPEN_RESULTS: usize = 16;
+
+/// The chunk size in force on a node link: the smaller of the node's and
+/// the server's (`--node-chunk-size`), or 0 (no chunks) when either side
+/// does not want them. A node that lists the feature without a size takes
+/// the server's.
+pub(crate) fn negotiate_chunks(h: &Hello, ours: u32) -> u32 {
+    if !h.has(features::CHUNKS) {
+        return 0;
+    }
+    match h.chunk_size {
+        Some(theirs) => theirs.min(ours),
+        None => ours,
+    }
+}
+
+/// Bytes a chunked result's buffer is given at its first chunk (it grows
+/// past that as chunks arrive): large results are not copied as they grow,
+/// yet a node cannot make the server reserve memory by announcing lengths.
+const PREALLOCATE: u64 = 8 << 20;
 
 pub enum NodeEvent {
     /// A frame from the node; the permit is released when the owner is done with it.
@@ -125,12 +149,16 @@ impl NodeConn {
             let max = shared.opts.max_message;
             let prefix = prefix.to_vec();
             let read_timeout = shared.opts.read_timeout;
+            let chunk_size = shared.opts.node_chunk_size;
             tokio::spawn(async move {
                 let _slot = slot;
                 let permits = Arc::new(Semaphore::new(READ_AHEAD));
                 let mut reader = FrameReader::new(rd, max)
                     .with_prefix(&prefix)
                     .with_read_timeout(read_timeout);
+                // Set once the node negotiated chunks: its chunked results.
+                let mut results: Option<Reassembler> = None;
+                let mut errors = false;
                 let reason = loop {
                     let permit = tokio::select! {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
@@ -157,19 +185,60 @@ impl NodeConn {
                                 });
                                 tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
                                 let mut reply = Hello::new("server");
-                                reply.features = if h.has(features::ERROR) {
+                                errors = h.has(features::ERROR);
+                                reply.features = if errors {
                                     vec![features::ERROR.into()]
                                 } else {
                                     vec![]
                                 };
                                 reply.max_message = Some(max);
+                                let chunk = negotiate_chunks(&h, chunk_size);
+                                if chunk > 0 {
+                                    reply.features.push(features::CHUNKS.into());
+                                    reply.chunk_size = Some(chunk);
+                                    // A result is at most `max`, id included.
+                                    let most = max.saturating_sub(4) as u64;
+                                    results = Some(
+                                        Reassembler::new(most, MAX_OPEN_RESULTS, 2 * most)
+                                            .with_id_prefix()
+                                            .preallocate(PREALLOCATE),
+                                    );
+                                }
                                 sink.send(reply.to_frame(), false);
+                                // After the answer: no chunk goes out before it.
+                                sink.set_chunk_size(chunk);
                             }
                             Ok(h) => {
                                 break format!("hello with role {:?} on the node port", h.role)
                             }
                             Err(e) => break format!("invalid hello: {e}"),
                         },
+                        Ok(Some(f)) if f.ty == MsgType::Chunk => {
+                            let Some(r) = results.as_mut() else {
+                                break "a chunk message from a node that did not negotiate chunks"
+                                    .into();
+                            };
+                            match Chunk::parse(f.payload).and_then(|c| r.push(c)) {
+                                Ok(None) => {}
+                                Ok(Some(m)) => {
+                                    let f = Frame {
+                                        ty: MsgType::Data,
+                                        payload: m.data,
+                                    };
+                                    if ev_tx.send(NodeEvent::Frame(f, permit)).is_err() {
+                                        break "owner gone".into();
+                                    }
+                                }
+                                Err(e) => {
+                                    if errors {
+                                        let why = e.to_string();
+                                        let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), why);
+                                        sink.send(m.to_frame(), false);
+                                    }
+                                    break format!("{e}");
+                                }
+                            }
+                        }
                         Ok(Some(f)) => {
                             if ev_tx.send(NodeEvent::Frame(f, permit)).is_err() {
                                 break "owner gone".into();
@@ -213,10 +282,24 @@ impl NodeConn {
     /// an owner produces in one wake-up share a `writev`. Returns false if
     /// the connection is gone.
     pub fn queue(&self, f: OutFrame) -> bool {
+        self.queue_class(f, DEFAULT_CLASS)
+    }
+
+    /// [`NodeConn::queue`] of a data message in priority `class` (0 is
+    /// served first): on a link with chunks, a message larger than the
+    /// chunk size goes as chunks, interleaved with others by class.
+    pub fn queue_class(&self, f: OutFrame, class: u8) -> bool {
         // Counted when handed to the socket's queue: a relaxed add, no lock.
         self.metrics
             .bytes(crate::metrics::Link::NodeOut, f.wire_len());
-        self.sink.push(f, true)
+        self.sink.push_class(f, class, true)
+    }
+
+    /// [`NodeConn::send`] in priority `class`.
+    pub fn send_class(&self, f: OutFrame, class: u8) -> bool {
+        let ok = self.queue_class(f, class);
+        self.flush();
+        ok
     }
 
     /// Writes the queued frames (see [`Sink::flush`]).

@@ -15,15 +15,21 @@
 //! Order is kept by one rule: only one party writes at a time (the mode),
 //! and a batch taken in part is finished before anything queued after it.
 //! The mutex guards that bookkeeping only, never a syscall.
+//!
+//! On a link that negotiated chunks ([`Sink::set_chunk_size`]) the queue is
+//! an [`Outbox`]: data messages larger than the chunk size go out a chunk
+//! at a time, by priority class, and a batch stops at [`CHUNKED_BATCH`]
+//! bytes so that an urgent message waits behind at most that much of a
+//! bulk one. Without chunks the queue is the plain FIFO it always was.
 
-use std::collections::VecDeque;
 use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Buf;
-use corefarm_smp::{FrameBatch, OutFrame};
+use corefarm_smp::stream::{Outbox, WireBatch, DEFAULT_CLASS};
+use corefarm_smp::OutFrame;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
@@ -31,7 +37,11 @@ use tokio::sync::Notify;
 use crate::tls::WriteHalf;
 
 /// Iovecs per `writev`: two per frame (headers, body) for a full batch.
-const IOVECS: usize = 2 * FrameBatch::MAX_FRAMES;
+const IOVECS: usize = 2 * WireBatch::MAX_FRAMES;
+
+/// Bytes a batch takes at most once chunks are on: what an urgent message
+/// may find ahead of it in a batch being written (plus the kernel's buffer).
+pub const CHUNKED_BATCH: usize = 256 * 1024;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
@@ -45,13 +55,13 @@ enum Mode {
 
 /// Frames being written, with how many of them carry the sender's tag.
 struct Batch {
-    frames: FrameBatch,
+    frames: WireBatch,
     tagged: u64,
 }
 
 struct State {
     /// Frames not yet handed to the kernel, with the sender's tag (see [`Sink::push`]).
-    queue: VecDeque<(OutFrame, bool)>,
+    queue: Outbox<bool>,
     /// A batch the kernel took in part: written first by the writer task.
     partial: Option<Batch>,
     mode: Mode,
@@ -65,14 +75,19 @@ impl State {
     /// Up to a batch of queued frames.
     fn take_batch(&mut self) -> Batch {
         let mut b = Batch {
-            frames: FrameBatch::default(),
+            frames: WireBatch::default(),
             tagged: 0,
         };
-        while !b.frames.is_full() {
-            let Some((f, tag)) = self.queue.pop_front() else {
+        let cap = match self.queue.chunk_size() {
+            0 => usize::MAX,
+            _ => CHUNKED_BATCH,
+        };
+        while !b.frames.is_full() && b.frames.remaining() < cap {
+            let Some((f, tag)) = self.queue.pop() else {
                 break;
             };
-            b.tagged += tag as u64;
+            // A chunked message counts once, with its last chunk.
+            b.tagged += tag.unwrap_or(false) as u64;
             b.frames.push(f);
         }
         b
@@ -146,7 +161,7 @@ impl Sink {
             out,
             direct,
             state: Mutex::new(State {
-                queue: VecDeque::new(),
+                queue: Outbox::new(),
                 partial: None,
                 mode: Mode::Idle,
                 failed: None,
@@ -163,16 +178,28 @@ impl Sink {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The chunk size the peer agreed to (0: no chunks): from now on data
+    /// messages larger than it go as chunks, served by class.
+    pub fn set_chunk_size(&self, size: u32) {
+        self.lock().queue.set_chunk_size(size as usize);
+    }
+
     /// Queues a frame for the next [`Sink::flush`] (or for the writer task,
     /// if it holds the socket). `tag` is counted in what the flush or the
     /// writer task reports, so an owner can count completions of the frames
     /// it cares about. False if the connection's writing side is gone.
     pub fn push(&self, f: OutFrame, tag: bool) -> bool {
+        self.push_class(f, DEFAULT_CLASS, tag)
+    }
+
+    /// [`Sink::push`] of a data message in priority `class` (0 first, 7
+    /// last); the class only matters once chunks are on.
+    pub fn push_class(&self, f: OutFrame, class: u8, tag: bool) -> bool {
         let mut st = self.lock();
         if st.failed.is_some() || st.finishing {
             return false;
         }
-        st.queue.push_back((f, tag));
+        st.queue.push(f, class, tag);
         if st.mode == Mode::Idle {
             if self.direct {
                 self.unflushed.store(true, Ordering::Release);

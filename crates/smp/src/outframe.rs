@@ -118,6 +118,17 @@ impl OutFrame {
         Self::with_prefix(MsgType::Data, &id.to_le_bytes(), body)
     }
 
+    /// A data message not yet begun on the wire: its id and body (the body
+    /// shared), so a link that negotiated chunks can send it as chunks.
+    pub fn as_data(&self) -> Option<(u32, &Bytes)> {
+        let whole = self.head_pos == 0 && self.head_len as usize == HEADER_LEN + 4;
+        (whole && self.head[0] == MsgType::Data as u8).then(|| {
+            let id =
+                u32::from_le_bytes(self.head[HEADER_LEN..HEADER_LEN + 4].try_into().expect("4"));
+            (id, &self.body)
+        })
+    }
+
     /// Frames whose size is bounded by construction (responses, credits,
     /// errors with a capped reason, hellos): a body that could not be
     /// described is cut to what can, so this never panics, and a peer sees at

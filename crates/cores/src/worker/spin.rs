@@ -43,8 +43,22 @@ pub struct HandlerWorker {
     contexts: Vec<(Ruleset, ())>,
     worker: Option<(Child, OwnedFd)>,
     buf: Vec<u8>,
+    /// The message being fed (see [`HandlerWorker::begin`]).
+    current: Option<Current>,
     /// Workers restarted after a failure.
     pub restarts: u64,
+}
+
+/// A message begun and not finished.
+struct Current {
+    ctx: usize,
+    id: u32,
+    len: u64,
+    sent: u64,
+    pieces: u32,
+    begun: bool,
+    /// Sending failed: the worker is gone, `finish` says why.
+    broken: bool,
 }
 
 impl HandlerWorker {
@@ -78,6 +92,7 @@ impl HandlerWorker {
             contexts,
             worker: None,
             buf: vec![0; MAX_MESSAGE],
+            current: None,
             restarts: 0,
         };
         w.ensure()?;
@@ -107,10 +122,18 @@ impl HandlerWorker {
     /// context `ctx`. Never panics on what the worker does: every failure
     /// is an [`Outcome::Failed`] naming the set.
     pub fn run(&mut self, ctx: usize, id: u32, data: &[u8], chunk: usize) -> SpinOutcome {
-        let failed = |why: String| SpinOutcome {
-            outcome: Outcome::Failed(why),
-            notifications: Vec::new(),
-        };
+        if let Err(failed) = self.begin(ctx, id, data.len() as u64) {
+            return failed;
+        }
+        self.feed(data, chunk);
+        self.finish()
+    }
+
+    /// Begins message `id` of `len` bytes in context `ctx`: its bytes follow
+    /// with [`HandlerWorker::feed`] as they arrive (the head handler runs on
+    /// the first piece, payload handlers on each piece as it comes, not
+    /// after the last), then [`HandlerWorker::finish`] waits for the outcome.
+    pub fn begin(&mut self, ctx: usize, id: u32, len: u64) -> Result<(), SpinOutcome> {
         // A worker that died between messages (killed from outside) is
         // not this message's fault: start a fresh one first.
         if self.gone() {
@@ -118,40 +141,93 @@ impl HandlerWorker {
             self.restarts += 1;
         }
         if let Err(e) = self.ensure() {
-            return failed(format!(
-                "{}: the handler worker cannot restart: {e}",
-                self.label(ctx)
-            ));
+            return Err(SpinOutcome {
+                outcome: Outcome::Failed(format!(
+                    "{}: the handler worker cannot restart: {e}",
+                    self.label(ctx)
+                )),
+                notifications: Vec::new(),
+            });
         }
-        let chunk = chunk.clamp(16, MAX_PIECE);
-        let pieces: Vec<&[u8]> = if data.is_empty() {
-            vec![&[][..]]
-        } else {
-            data.chunks(chunk).collect()
+        self.current = Some(Current {
+            ctx,
+            id,
+            len,
+            sent: 0,
+            pieces: 0,
+            begun: false,
+            broken: false,
+        });
+        Ok(())
+    }
+
+    /// The next bytes of the message begun, cut into pieces of at most
+    /// `chunk` bytes; bytes past its length are ignored. A worker that is
+    /// gone is noticed by [`HandlerWorker::finish`].
+    pub fn feed(&mut self, data: &[u8], chunk: usize) {
+        let Some(cur) = self.current.as_mut() else {
+            return;
         };
-        let budget = self.init.spin[ctx].budgets.budgets().per_call;
-        let deadline = Instant::now() + budget * (pieces.len() as u32 + 2) + SLACK;
-        let last = pieces.len() - 1;
-        for (i, p) in pieces.iter().enumerate() {
-            let m = if i == 0 {
-                Msg::Begin {
-                    id,
-                    len: data.len() as u64,
-                    eom: i == last,
+        let chunk = chunk.clamp(16, MAX_PIECE);
+        let room = cur.len - cur.sent;
+        let data = &data[..data.len().min(room as usize)];
+        let mut pieces: Vec<&[u8]> = data.chunks(chunk).collect();
+        if cur.len == 0 && !cur.begun {
+            pieces.push(&[]);
+        }
+        for p in pieces {
+            if cur.broken {
+                return;
+            }
+            cur.sent += p.len() as u64;
+            let eom = cur.sent == cur.len;
+            let m = if cur.begun {
+                Msg::Chunk {
+                    eom,
                     data: p.to_vec(),
                 }
             } else {
-                Msg::Chunk {
-                    eom: i == last,
+                cur.begun = true;
+                Msg::Begin {
+                    id: cur.id,
+                    len: cur.len,
+                    eom,
                     data: p.to_vec(),
                 }
             };
-            let (_, sock) = self.worker.as_ref().expect("ensured above");
+            cur.pieces += 1;
+            let (_, sock) = self.worker.as_ref().expect("ensured by begin");
             if rustix::net::send(sock, &m.encode(), SendFlags::NOSIGNAL).is_err() {
                 // The worker is gone: what it said last tells why.
-                break;
+                cur.broken = true;
             }
         }
+    }
+
+    /// The outcome of the message begun, once all its bytes were fed (a
+    /// message fed short fails: its handlers never saw its end).
+    pub fn finish(&mut self) -> SpinOutcome {
+        let failed = |why: String| SpinOutcome {
+            outcome: Outcome::Failed(why),
+            notifications: Vec::new(),
+        };
+        let Some(cur) = self.current.take() else {
+            return failed("no message was begun".into());
+        };
+        let ctx = cur.ctx;
+        if cur.sent < cur.len && !cur.broken {
+            // The worker holds a message that will never end: start afresh.
+            self.reap();
+            self.restarts += 1;
+            return failed(format!(
+                "{}: the message ended after {} of its {} bytes",
+                self.label(ctx),
+                cur.sent,
+                cur.len
+            ));
+        }
+        let budget = self.init.spin[ctx].budgets.budgets().per_call;
+        let deadline = Instant::now() + budget * (cur.pieces + 2) + SLACK;
         let (mut out, mut notes, mut fault) = (Vec::new(), Vec::new(), None);
         let limit = self.init.spin[ctx].budgets.output;
         loop {

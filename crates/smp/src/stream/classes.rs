@@ -35,6 +35,14 @@ impl<T> ClassQueues<T> {
         self.len += 1;
     }
 
+    /// Puts `item` back at the head of `class`: the rest of a message whose
+    /// chunk was just sent stays first in line within its class.
+    pub fn push_front(&mut self, class: u8, item: T) {
+        let c = class.min(CLASSES - 1) as usize;
+        self.queues[c].push_front(item);
+        self.len += 1;
+    }
+
     pub fn len(&self) -> usize {
         self.len
     }

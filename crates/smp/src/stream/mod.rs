@@ -9,15 +9,20 @@
 //! - [`classes`]: strict-priority queues with an anti-starvation guard, the
 //!   order in which a link sends what waits for it.
 //!
-//! This is the codec and its state machines; no link negotiates chunks yet
-//! (docs/streams.md says what is wired).
+//! - [`outbox`]: what a link sends next: whole frames and messages cut
+//!   into chunks, by class.
+//!
+//! The server↔node link negotiates chunks (`features::CHUNKS`);
+//! docs/streams.md says what else is wired.
 
 pub mod chunk;
 pub mod classes;
+pub mod outbox;
 pub mod reassemble;
 
 pub use chunk::{
     Chunk, ChunkFrame, Chunks, CHUNK_HEADER_LEN, CLASSES, DEFAULT_CHUNK_SIZE, DEFAULT_CLASS,
 };
 pub use classes::ClassQueues;
+pub use outbox::{Outbox, WireBatch, WireFrame};
 pub use reassemble::{Message, Reassembler};

@@ -33,6 +33,10 @@ pub struct Reassembler {
     max_held: u64,
     open: HashMap<u32, Partial>,
     held: u64,
+    /// See [`Reassembler::with_id_prefix`].
+    prefix: usize,
+    /// See [`Reassembler::preallocate`].
+    prealloc: u64,
 }
 
 fn bad(why: String) -> ProtocolError {
@@ -49,7 +53,27 @@ impl Reassembler {
             max_held,
             open: HashMap::new(),
             held: 0,
+            prefix: 0,
+            prealloc: 0,
         }
+    }
+
+    /// Whole messages come out as a data message's payload, the 4-byte id
+    /// then the data, so a receiver hands them on like a data frame it read
+    /// whole (a message of one chunk is then copied once; the sending side
+    /// sends those as plain data messages anyway).
+    pub fn with_id_prefix(mut self) -> Self {
+        self.prefix = crate::DATA_ID_LEN;
+        self
+    }
+
+    /// A message's buffer is allocated for up to `bytes` of its announced
+    /// length at its first chunk, instead of growing with what arrives: for
+    /// a receiver that has already accounted for the whole length (a node's
+    /// memory guard), so large messages are not copied as their buffer grows.
+    pub fn preallocate(mut self, bytes: u64) -> Self {
+        self.prealloc = bytes;
+        self
     }
 
     /// Messages begun and not finished.
@@ -80,10 +104,18 @@ impl Reassembler {
                 )));
             }
             if c.last {
+                let data = if self.prefix == 0 {
+                    c.data
+                } else {
+                    let mut b = BytesMut::with_capacity(self.prefix + c.data.len());
+                    b.extend_from_slice(&id.to_le_bytes());
+                    b.extend_from_slice(&c.data);
+                    b.freeze()
+                };
                 return Ok(Some(Message {
                     id,
                     class: c.class,
-                    data: c.data,
+                    data,
                 }));
             }
             if self.open.len() >= self.max_open {
@@ -93,7 +125,11 @@ impl Reassembler {
                 )));
             }
             self.hold(id, len)?;
-            let mut buf = BytesMut::with_capacity(c.data.len() * 2);
+            let cap = (c.data.len() as u64 * 2).max(c.total.min(self.prealloc));
+            let mut buf = BytesMut::with_capacity(self.prefix + cap as usize);
+            if self.prefix > 0 {
+                buf.extend_from_slice(&id.to_le_bytes());
+            }
             buf.extend_from_slice(&c.data);
             self.open.insert(
                 id,
@@ -117,7 +153,7 @@ impl Reassembler {
                 p.total, p.class, c.total, c.class
             )));
         }
-        let at = p.buf.len() as u64;
+        let at = (p.buf.len() - self.prefix) as u64;
         if c.offset != at {
             return Err(bad(format!(
                 "message {id}: chunk at offset {}, expected {at}",
@@ -131,7 +167,7 @@ impl Reassembler {
             return Ok(None);
         }
         let p = self.open.remove(&id).expect("checked");
-        self.held -= p.buf.len() as u64;
+        self.held -= (p.buf.len() - self.prefix) as u64;
         Ok(Some(Message {
             id,
             class: p.class,
@@ -183,6 +219,29 @@ mod tests {
         let one = chunks(3, 1, 10, 64);
         let m = r.push(one[0].clone()).unwrap().unwrap();
         assert_eq!(m.data.as_ptr(), one[0].data.as_ptr());
+    }
+
+    #[test]
+    fn with_an_id_prefix_messages_come_out_as_data_payloads() {
+        let mut r = Reassembler::new(1 << 20, 4, 1 << 20)
+            .with_id_prefix()
+            .preallocate(1 << 20);
+        let a = chunks(0x0102_0304, 1, 1000, 300);
+        let mut out = None;
+        for c in &a {
+            out = r.push(c.clone()).unwrap();
+        }
+        let m = out.unwrap();
+        let whole: Vec<u8> = a.iter().flat_map(|c| c.data.to_vec()).collect();
+        assert_eq!(&m.data[..4], &0x0102_0304u32.to_le_bytes());
+        assert_eq!(&m.data[4..], &whole[..]);
+        assert_eq!((r.open(), r.held()), (0, 0));
+        let one = chunks(9, 0, 10, 64);
+        let m = r.push(one[0].clone()).unwrap().unwrap();
+        assert_eq!(
+            (&m.data[..4], &m.data[4..]),
+            (&[9u8, 0, 0, 0][..], &one[0].data[..])
+        );
     }
 
     #[test]

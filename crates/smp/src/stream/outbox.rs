@@ -1,0 +1,282 @@
+//! What a link sends, in the order it sends it: whole frames and messages
+//! being cut into chunks, by class ([`ClassQueues`]). A message larger
+//! than the link's chunk size is taken one chunk at a time, so a more
+//! urgent message queued after it goes out between two of its chunks; the
+//! chunks are slices of the message's buffer, never copies.
+//!
+//! With chunks off (a peer that did not negotiate them) every frame waits
+//! in one class (0): the link is the plain FIFO it always was. With chunks on,
+//! frames other than data (configuration, group control, errors) ride in
+//! class 0, above data, as issue 11 asks of control traffic.
+
+use bytes::{Buf, Bytes};
+
+use super::chunk::{ChunkFrame, Chunks, CLASSES};
+use super::classes::ClassQueues;
+use crate::outframe::OutFrame;
+
+/// Passes a waiting class gets over by more urgent ones before it is
+/// served once (the anti-starvation guard of [`ClassQueues`]).
+pub const STARVATION_GUARD: u32 = 64;
+
+/// One frame on its way out: a whole message or a chunk.
+#[derive(Debug, Clone)]
+pub enum WireFrame {
+    Frame(OutFrame),
+    Chunk(ChunkFrame),
+}
+
+impl Buf for WireFrame {
+    fn remaining(&self) -> usize {
+        match self {
+            WireFrame::Frame(f) => f.remaining(),
+            WireFrame::Chunk(c) => c.remaining(),
+        }
+    }
+    fn chunk(&self) -> &[u8] {
+        match self {
+            WireFrame::Frame(f) => f.chunk(),
+            WireFrame::Chunk(c) => c.chunk(),
+        }
+    }
+    fn advance(&mut self, cnt: usize) {
+        match self {
+            WireFrame::Frame(f) => f.advance(cnt),
+            WireFrame::Chunk(c) => c.advance(cnt),
+        }
+    }
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        match self {
+            WireFrame::Frame(f) => f.chunks_vectored(dst),
+            WireFrame::Chunk(c) => c.chunks_vectored(dst),
+        }
+    }
+}
+
+impl From<OutFrame> for WireFrame {
+    fn from(f: OutFrame) -> Self {
+        WireFrame::Frame(f)
+    }
+}
+
+/// Several frames written with one vectored write.
+#[derive(Debug, Default)]
+pub struct WireBatch {
+    frames: std::collections::VecDeque<WireFrame>,
+    remaining: usize,
+}
+
+impl WireBatch {
+    /// Frames per batch: two iovecs each, well under IOV_MAX.
+    pub const MAX_FRAMES: usize = 32;
+
+    pub fn push(&mut self, f: WireFrame) {
+        self.remaining += f.remaining();
+        self.frames.push_back(f);
+    }
+    pub fn len(&self) -> usize {
+        self.frames.len()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.frames.is_empty()
+    }
+    pub fn is_full(&self) -> bool {
+        self.frames.len() >= Self::MAX_FRAMES
+    }
+}
+
+impl Buf for WireBatch {
+    fn remaining(&self) -> usize {
+        self.remaining
+    }
+    fn chunk(&self) -> &[u8] {
+        self.frames.front().map_or(&[], |f| f.chunk())
+    }
+    fn advance(&mut self, mut cnt: usize) {
+        self.remaining -= cnt;
+        while cnt > 0 {
+            let f = self.frames.front_mut().expect("advance within remaining");
+            let n = cnt.min(f.remaining());
+            f.advance(n);
+            cnt -= n;
+            if !f.has_remaining() {
+                self.frames.pop_front();
+            }
+        }
+        while self.frames.front().is_some_and(|f| !f.has_remaining()) {
+            self.frames.pop_front();
+        }
+    }
+    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
+        let mut n = 0;
+        for f in &self.frames {
+            if n == dst.len() {
+                break;
+            }
+            n += f.chunks_vectored(&mut dst[n..]);
+        }
+        n
+    }
+}
+
+enum Entry<T> {
+    Frame(OutFrame, T),
+    Stream(Chunks, T),
+}
+
+/// The frames waiting for a link. `T` travels with each message and comes
+/// back when its last byte has been taken (a write-completion tag, a memory
+/// reservation held until the result is on the wire).
+pub struct Outbox<T> {
+    queues: ClassQueues<Entry<T>>,
+    chunk_size: usize,
+}
+
+impl<T> Default for Outbox<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> Outbox<T> {
+    /// Chunks off until [`Outbox::set_chunk_size`].
+    pub fn new() -> Self {
+        Outbox {
+            queues: ClassQueues::new(STARVATION_GUARD),
+            chunk_size: 0,
+        }
+    }
+
+    /// The chunk size the link negotiated; 0: chunks off. Frames already
+    /// queued keep their place.
+    pub fn set_chunk_size(&mut self, size: usize) {
+        self.chunk_size = size;
+    }
+
+    pub fn chunk_size(&self) -> usize {
+        self.chunk_size
+    }
+
+    /// Queues `f`; a data message in `class` (0–7, clamped).
+    pub fn push(&mut self, f: OutFrame, class: u8, tag: T) {
+        if self.chunk_size == 0 {
+            // Class 0: what was queued before chunks were turned on (a
+            // hello's answer) still goes before everything queued after.
+            self.queues.push(0, Entry::Frame(f, tag));
+            return;
+        }
+        let class = class.min(CLASSES - 1);
+        let entry = match f.as_data() {
+            None => return self.queues.push(0, Entry::Frame(f, tag)),
+            Some((id, body)) if body.len() > self.chunk_size => {
+                let body: Bytes = body.clone();
+                match Chunks::new(id, class, body, self.chunk_size) {
+                    Ok(c) => Entry::Stream(c, tag),
+                    Err(_) => Entry::Frame(f, tag),
+                }
+            }
+            Some(_) => Entry::Frame(f, tag),
+        };
+        self.queues.push(class, entry);
+    }
+
+    /// Messages waiting (a message being chunked counts once).
+    pub fn len(&self) -> usize {
+        self.queues.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.queues.is_empty()
+    }
+
+    /// The next frame to write, and the tag of the message it completes.
+    pub fn pop(&mut self) -> Option<(WireFrame, Option<T>)> {
+        let (class, e) = self.queues.pop()?;
+        match e {
+            Entry::Frame(f, t) => Some((WireFrame::Frame(f), Some(t))),
+            Entry::Stream(mut chunks, t) => {
+                let c = chunks.next().expect("a queued stream has a chunk left");
+                // Chunks cut by `Chunks` obey every rule and fit a frame.
+                let frame = c.to_frame().expect("a valid chunk");
+                if c.last {
+                    Some((WireFrame::Chunk(frame), Some(t)))
+                } else {
+                    self.queues.push_front(class, Entry::Stream(chunks, t));
+                    Some((WireFrame::Chunk(frame), None))
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::chunk::Chunk;
+    use super::*;
+    use crate::header::HEADER_LEN;
+
+    fn parse(w: &WireFrame) -> (u8, Bytes) {
+        let mut v = Vec::new();
+        let mut w = w.clone();
+        while w.has_remaining() {
+            let c = w.chunk().to_vec();
+            w.advance(c.len());
+            v.extend(c);
+        }
+        (v[0], Bytes::from(v[HEADER_LEN..].to_vec()))
+    }
+
+    #[test]
+    fn an_urgent_message_overtakes_a_bulk_one_between_two_chunks() {
+        let mut o = Outbox::new();
+        o.set_chunk_size(100);
+        let bulk = Bytes::from(vec![7u8; 350]);
+        o.push(OutFrame::data(1, bulk.clone()).unwrap(), 5, "bulk");
+        let (w, done) = o.pop().unwrap();
+        assert!(done.is_none());
+        let WireFrame::Chunk(_) = &w else {
+            panic!("a large message goes as chunks")
+        };
+        o.push(
+            OutFrame::data(2, Bytes::from_static(b"urgent")).unwrap(),
+            0,
+            "urgent",
+        );
+        let (w, done) = o.pop().unwrap();
+        assert_eq!(done, Some("urgent"));
+        let (ty, p) = parse(&w);
+        assert_eq!(
+            (ty, &p[4..]),
+            (3, &b"urgent"[..]),
+            "small: a plain data frame"
+        );
+        let mut rest = Vec::new();
+        while let Some((w, done)) = o.pop() {
+            let (ty, p) = parse(&w);
+            assert_eq!(ty, 0x1D);
+            let c = Chunk::parse(p).unwrap();
+            assert_eq!(c.id, 1);
+            rest.push((c.offset, c.last, done));
+        }
+        assert_eq!(
+            rest,
+            [
+                (100, false, None),
+                (200, false, None),
+                (300, true, Some("bulk"))
+            ]
+        );
+    }
+
+    #[test]
+    fn without_chunks_the_link_stays_fifo() {
+        let mut o = Outbox::new();
+        o.push(OutFrame::data(1, Bytes::from(vec![0; 1000])).unwrap(), 7, 1);
+        o.push(OutFrame::data(2, Bytes::new()).unwrap(), 0, 2);
+        o.push(crate::ConfigurationResponse { status: 0 }.to_frame(), 0, 3);
+        let order: Vec<i32> = std::iter::from_fn(|| o.pop())
+            .map(|(_, t)| t.unwrap())
+            .collect();
+        assert_eq!(order, [1, 2, 3]);
+    }
+}
