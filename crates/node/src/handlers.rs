@@ -231,8 +231,76 @@ fn core_loop(
     rx: async_channel::Receiver<Job>,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
+    if core.pipeline().is_some() {
+        return pipelined_loop(core, input_size, output_size, rx, results);
+    }
     while let Ok(job) = rx.recv_blocking() {
         let out = run_job(core.as_mut(), job, input_size, output_size);
+        if results.send(out).is_err() {
+            return;
+        }
+    }
+}
+
+/// The core loop of a core with a pipeline (an isolated core): the next
+/// queued job is handed over before the current one is collected, so the
+/// worker goes from one to the next while this thread copies. Only jobs
+/// already queued are taken ahead (never waited for), so a job does not
+/// wait behind another while a different core is free.
+fn pipelined_loop(
+    mut core: Box<dyn Core>,
+    input_size: usize,
+    output_size: usize,
+    rx: async_channel::Receiver<Job>,
+    results: mpsc::UnboundedSender<Outgoing>,
+) {
+    let mut pending = std::collections::VecDeque::<Job>::new();
+    let mut next: Option<Job> = None;
+    loop {
+        if next.is_none() {
+            next = if pending.is_empty() {
+                match rx.recv_blocking() {
+                    Ok(job) => Some(job),
+                    Err(_) => return,
+                }
+            } else {
+                rx.try_recv().ok()
+            };
+        }
+        let Some(pipe) = core.pipeline() else { return };
+        if let Some(job) = next.take() {
+            if pipe.fits(job.count) && pending.len() < pipe.depth() {
+                pipe.submit(&job.data[..job.count * input_size], job.count);
+                pending.push_back(job);
+                continue;
+            }
+            if pending.is_empty() {
+                // Too large for one pipelined job: alone, as a batch.
+                let out = run_job(core.as_mut(), job, input_size, output_size);
+                if results.send(out).is_err() {
+                    return;
+                }
+                continue;
+            }
+            next = Some(job);
+        }
+        let Some(job) = pending.pop_front() else {
+            continue;
+        };
+        let mut out = BytesMut::zeroed(job.count * output_size);
+        let out = match pipe.collect(&mut out) {
+            Ok(()) => Outgoing::Result {
+                id: job.id,
+                data: out.freeze(),
+                reservation: job.reservation,
+            },
+            Err(e) => Outgoing::Failed {
+                id: job.id,
+                code: ErrorCode::CoreFailure,
+                reason: format!("input {} of {}: {}", e.index, job.count, e.error),
+                reservation: Some(job.reservation),
+            },
+        };
         if results.send(out).is_err() {
             return;
         }
