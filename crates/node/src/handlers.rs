@@ -433,6 +433,100 @@ mod tests {
         assert_eq!(g.available(), g.limit(), "their reservations are released");
     }
 
+    /// A core with a pipeline of two: output = input + 1 byte-wise, fails
+    /// an input starting with 0xFF; jobs of more than two inputs go through
+    /// `process_batch`. The first collect waits for `gate`.
+    struct Piped {
+        inner: PlusOne,
+        queue: std::collections::VecDeque<Vec<u8>>,
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+        most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Core for Piped {
+        fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+            self.inner.process(input, output)
+        }
+        fn pipeline(&mut self) -> Option<&mut dyn corefarm_cores::Pipeline> {
+            Some(self)
+        }
+    }
+
+    impl corefarm_cores::Pipeline for Piped {
+        fn depth(&self) -> usize {
+            2
+        }
+        fn fits(&self, count: usize) -> bool {
+            count <= 2
+        }
+        fn submit(&mut self, inputs: &[u8], _count: usize) {
+            self.queue.push_back(inputs.to_vec());
+            self.most
+                .fetch_max(self.queue.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        fn collect(&mut self, outputs: &mut [u8]) -> Result<(), corefarm_cores::BatchError> {
+            if let Some(g) = self.gate.take() {
+                let _ = g.recv();
+            }
+            let inputs = self.queue.pop_front().expect("collect after submit");
+            let n = inputs.len();
+            self.inner.process_batch(&inputs, outputs, n)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pipelined_core_gets_the_next_queued_job_before_the_current_one_ends() {
+        let g = MemoryGuard::new(1 << 20);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (open, gate) = std::sync::mpsc::channel();
+        let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let engine = Engine {
+            cores: vec![Box::new(Piped {
+                inner: PlusOne::default(),
+                queue: Default::default(),
+                gate: Some(gate),
+                most: most.clone(),
+            })],
+            input_size: 1,
+            output_size: 1,
+            inline: false,
+        };
+        let mut w = Workers::start(engine, tx, "t").unwrap();
+        // Counts 1 to 4 (3 and 4 do not fit the pipeline); id 13 fails.
+        let data = |id: u32| -> Vec<u8> {
+            let first = if id == 13 { 0xFF } else { id as u8 };
+            (0..1 + id as usize % 4)
+                .map(|k| first.wrapping_add(k as u8 * (first != 0xFF) as u8))
+                .collect()
+        };
+        for id in 0..30u32 {
+            let d = data(id);
+            assert!(w.submit(job(&g, id, &d, d.len()).await).await);
+        }
+        open.send(()).unwrap();
+        tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(o) = rx.recv().await {
+            match o {
+                Outgoing::Result { id, data: out, .. } => {
+                    let want: Vec<u8> = data(id).iter().map(|b| b + 1).collect();
+                    assert_eq!(&out[..], &want[..], "id {id}");
+                    seen.push(id);
+                }
+                Outgoing::Failed { id, reason, .. } => {
+                    assert_eq!(id, 13);
+                    assert!(reason.contains("bad input"), "{reason}");
+                    seen.push(id);
+                }
+                Outgoing::Frame(_) => panic!("no frames from handlers"),
+            }
+        }
+        seen.sort();
+        assert_eq!(seen, (0..30).collect::<Vec<_>>());
+        assert_eq!(most.load(std::sync::atomic::Ordering::Relaxed), 2);
+        assert_eq!(g.available(), g.limit(), "every reservation released");
+    }
+
     #[tokio::test]
     async fn inline_engine_answers_on_submit() {
         let g = MemoryGuard::new(1 << 20);
