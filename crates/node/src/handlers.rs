@@ -5,6 +5,8 @@
 //! core) is instead run by the receiving task itself, which saves two thread
 //! hand-offs per message; the session does not know the difference.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::{Bytes, BytesMut};
@@ -114,12 +116,17 @@ impl Workers {
             (true, Some(core)) => Kind::Inline(core),
             (false, Some(first)) => {
                 let (tx, rx) = async_channel::unbounded::<Job>();
+                let idle = Arc::new(AtomicUsize::new(0));
                 let mut threads = Vec::new();
                 for (i, core) in std::iter::once(first).chain(cores).enumerate() {
                     let (rx, results) = (rx.clone(), results.clone());
+                    let queue = Queue {
+                        rx,
+                        idle: idle.clone(),
+                    };
                     let t = std::thread::Builder::new()
                         .name(format!("{node}-core{i}"))
-                        .spawn(move || core_loop(core, input_size, output_size, rx, results));
+                        .spawn(move || core_loop(core, input_size, output_size, queue, results));
                     match t {
                         Ok(t) => threads.push(t),
                         Err(e) => {
@@ -224,17 +231,43 @@ impl Workers {
     }
 }
 
+/// The input queue as the core handlers share it.
+struct Queue {
+    rx: async_channel::Receiver<Job>,
+    /// Handlers waiting for a job: while one waits, no other takes a job
+    /// ahead of its current one (the job would wait behind it instead of
+    /// running on the idle core).
+    idle: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    fn wait(&self) -> Option<Job> {
+        self.idle.fetch_add(1, Ordering::Relaxed);
+        let job = self.rx.recv_blocking().ok();
+        self.idle.fetch_sub(1, Ordering::Relaxed);
+        job
+    }
+
+    /// A job already queued, if no core is idle.
+    fn ahead(&self) -> Option<Job> {
+        if self.idle.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.rx.try_recv().ok()
+    }
+}
+
 fn core_loop(
     mut core: Box<dyn Core>,
     input_size: usize,
     output_size: usize,
-    rx: async_channel::Receiver<Job>,
+    queue: Queue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     if core.pipeline().is_some() {
-        return pipelined_loop(core, input_size, output_size, rx, results);
+        return pipelined_loop(core, input_size, output_size, queue, results);
     }
-    while let Ok(job) = rx.recv_blocking() {
+    while let Some(job) = queue.wait() {
         let out = run_job(core.as_mut(), job, input_size, output_size);
         if results.send(out).is_err() {
             return;
@@ -245,13 +278,14 @@ fn core_loop(
 /// The core loop of a core with a pipeline (an isolated core): the next
 /// queued job is handed over before the current one is collected, so the
 /// worker goes from one to the next while this thread copies. Only jobs
-/// already queued are taken ahead (never waited for), so a job does not
-/// wait behind another while a different core is free.
+/// already queued are taken ahead (never waited for), and only while no
+/// other core waits for work, so a job does not wait behind another while
+/// a different core is free.
 fn pipelined_loop(
     mut core: Box<dyn Core>,
     input_size: usize,
     output_size: usize,
-    rx: async_channel::Receiver<Job>,
+    queue: Queue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     let mut pending = std::collections::VecDeque::<Job>::new();
@@ -259,12 +293,12 @@ fn pipelined_loop(
     loop {
         if next.is_none() {
             next = if pending.is_empty() {
-                match rx.recv_blocking() {
-                    Ok(job) => Some(job),
-                    Err(_) => return,
+                match queue.wait() {
+                    Some(job) => Some(job),
+                    None => return,
                 }
             } else {
-                rx.try_recv().ok()
+                queue.ahead()
             };
         }
         let Some(pipe) = core.pipeline() else { return };
