@@ -51,6 +51,17 @@ impl IsolatedCore {
     /// jobs the last one did not start.
     fn ensure_worker(&mut self) -> Result<(), String> {
         if self.worker.is_none() {
+            // A job the lost worker completed and the node has not collected
+            // yet keeps its header entry: number the new worker's jobs (it
+            // starts after the number in `job`) so that the first one uses
+            // the other entry.
+            let next = self.seq.wrapping_add(1) & SEQ_MASK;
+            let kept = |p: &InFlight| matches!(p.state, State::Rung) && p.seq & 1 == next & 1;
+            if self.pending.iter().any(kept) {
+                self.seq = next;
+                let h = self.region.header();
+                h.job.store(next << 1, Ordering::Release);
+            }
             let started = match self.spawn() {
                 Ok(w) => {
                     self.worker = Some(w);
