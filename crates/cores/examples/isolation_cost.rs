@@ -2,7 +2,11 @@
 //! (cores/matmul/matmul.cpp) loaded in-process and isolated, each called in
 //! a loop on this thread, one product per call (a data message of count
 //! one) and `batch` products per call (`Core::process_batch`, a data message
-//! of that count, which is one worker job). Prints wall time per product
+//! of that count, which is one worker job). The isolated core runs one
+//! product per call twice: waiting for each before the next (`x1`), and
+//! through its pipeline (`x1 pipelined`: the next product submitted before
+//! the current one is collected, as the node's core handler does when its
+//! queue holds the next message). Prints wall time per product
 //! (the best of several rounds, which filters out other load on the
 //! machine) and CPU time per product (this process plus its reaped
 //! workers, less the CPU time of a load and one call, measured apart).
@@ -82,17 +86,19 @@ fn main() {
         .map(|i| (i * 7 % 251) as u8)
         .collect();
     let mut outputs = vec![0u8; OUTPUT as usize * batch];
+    // (isolation, products per call, pipelined)
     let modes = [
-        (Isolation::InProcess, 1),
-        (Isolation::Process, 1),
-        (Isolation::InProcess, batch),
-        (Isolation::Process, batch),
+        (Isolation::InProcess, 1, false),
+        (Isolation::Process, 1, false),
+        (Isolation::Process, 1, true),
+        (Isolation::InProcess, batch, false),
+        (Isolation::Process, batch, false),
     ];
-    let mut best = [f64::MAX; 4];
-    let mut cpu = [0.0; 4];
+    let mut best = [f64::MAX; 5];
+    let mut cpu = [0.0; 5];
     let calls = (jobs as usize / batch).max(1);
     for _ in 0..rounds {
-        for (k, &(isolation, n)) in modes.iter().enumerate() {
+        for (k, &(isolation, n, pipelined)) in modes.iter().enumerate() {
             let opts = LoadOptions {
                 isolation,
                 worker: WorkerCommand::Program(worker.clone()),
@@ -117,8 +123,18 @@ fn main() {
             let core = &mut loaded.cores[0];
             core.process_batch(i, o, n).unwrap();
             let t = Instant::now();
-            for _ in 0..calls {
-                core.process_batch(i, o, n).unwrap();
+            if pipelined {
+                let pipe = core.pipeline().expect("an isolated core has a pipeline");
+                pipe.submit(i, n);
+                for _ in 1..calls {
+                    pipe.submit(i, n);
+                    pipe.collect(o).unwrap();
+                }
+                pipe.collect(o).unwrap();
+            } else {
+                for _ in 0..calls {
+                    core.process_batch(i, o, n).unwrap();
+                }
             }
             best[k] = best[k].min(t.elapsed().as_secs_f64() / products);
             drop(loaded); // reaps the worker, whose CPU time joins RUSAGE_CHILDREN
@@ -126,26 +142,32 @@ fn main() {
             if std::env::var_os("SPLIT").is_some() {
                 let s1 = cpu_split();
                 eprintln!(
-                    "{isolation} x{n}: node {:.1} µs/product, worker {:.1} µs/product (with start-up)",
+                    "{isolation} x{n}{}: node {:.1} µs/product, worker {:.1} µs/product (with start-up)",
+                    if pipelined { " pipelined" } else { "" },
                     (s1.0 - s0.0) / products * 1e6,
                     (s1.1 - s0.1) / products * 1e6
                 );
             }
         }
     }
-    for (k, &(isolation, n)) in modes.iter().enumerate() {
+    for (k, &(isolation, n, pipelined)) in modes.iter().enumerate() {
         println!(
-            "{:>10} x{n}: best wall {:.1} µs/product, mean CPU {:.1} µs/product",
+            "{:>10} x{n}{}: best wall {:.1} µs/product, mean CPU {:.1} µs/product",
             isolation.to_string(),
+            if pipelined { " pipelined" } else { "" },
             best[k] * 1e6,
             cpu[k] / rounds as f64 * 1e6
         );
     }
-    for (k, n) in [(0, 1), (2, batch)] {
+    for (name, base, k) in [
+        ("x1", 0, 1),
+        ("x1 pipelined", 0, 2),
+        (&format!("x{batch}"), 3, 4),
+    ] {
         println!(
-            "isolation cost x{n}: wall {:+.1} %, CPU {:+.1} %",
-            (best[k + 1] / best[k] - 1.0) * 100.0,
-            (cpu[k + 1] / cpu[k] - 1.0) * 100.0
+            "isolation cost {name}: wall {:+.1} %, CPU {:+.1} %",
+            (best[k] / best[base] - 1.0) * 100.0,
+            (cpu[k] / cpu[base] - 1.0) * 100.0
         );
     }
 }

@@ -116,6 +116,32 @@ pub trait Core: Send {
     fn stats(&self) -> CoreStats {
         CoreStats::default()
     }
+
+    /// The core's pipeline, if it can take the next job while it runs the
+    /// current one (an isolated core); `None` for cores that run on the
+    /// calling thread, where there is nothing to overlap.
+    fn pipeline(&mut self) -> Option<&mut dyn Pipeline> {
+        None
+    }
+}
+
+/// Jobs handed to a core ahead of their collection, so that copying the
+/// next job in (and the last one out) overlaps the computation of the
+/// current one. Jobs are collected in the order they were submitted;
+/// [`Core::process_batch`] must not be called while any are outstanding.
+pub trait Pipeline {
+    /// Most jobs outstanding at once (submitted, not yet collected).
+    fn depth(&self) -> usize;
+    /// Whether a job of `count` inputs can be submitted; a larger one goes
+    /// through [`Core::process_batch`] once the pipeline is empty.
+    fn fits(&self, count: usize) -> bool;
+    /// Hands over a job of `count` inputs laid end to end. Errors (wrong
+    /// sizes, a full pipeline, a worker that cannot start) are reported by
+    /// the matching [`Pipeline::collect`].
+    fn submit(&mut self, inputs: &[u8], count: usize);
+    /// Waits for the oldest outstanding job and writes its outputs; on
+    /// failure says which input failed, and nothing of the job is written.
+    fn collect(&mut self, outputs: &mut [u8]) -> Result<(), BatchError>;
 }
 
 /// One job's buffers must match the core's sizes exactly: every backend

@@ -289,7 +289,8 @@ fn a_batch_runs_in_one_job_and_matches_in_process() {
         ..opts(5000)
     };
     let mut inproc = load(&cfg, &in_process).unwrap();
-    // 5 inputs fit the slots; 150 take three jobs (64 slots of 64 bytes).
+    // 5 inputs fit one job; 150 take five (a job holds a lane: half of
+    // the 64 slots of 64 bytes), each submitted while the one before runs.
     for count in [1, 5, 150] {
         let inputs = batch(count, &[]);
         let mut out = vec![0u8; 64 * count];
@@ -325,7 +326,7 @@ fn a_crash_or_hang_in_a_batch_fails_only_that_batch() {
         (2, 0xF2, "was killed by SIGSEGV"),
         (3, 0xF3, "no result within 300ms"),
         (0, 0xF4, "SIGABRT"),
-        // The last input of a job of a full 64 slots, then the next job.
+        // An input of a job of a full lane (32 slots), the next job waiting.
         (70, 0xF1, "of its 64-byte output memory, past its end"),
     ];
     for (at, first, cause) in cases {
@@ -342,7 +343,7 @@ fn a_crash_or_hang_in_a_batch_fails_only_that_batch() {
         assert!(msg.contains("restarts for the next job"), "{msg}");
         // Nothing of the failed job reaches the caller (inputs of earlier
         // jobs of the same batch did complete).
-        let from = at / 64 * 64;
+        let from = at / 32 * 32;
         assert!(out[from * 64..].iter().all(|&b| b == 0x11), "{at}");
         // The next batch runs on a fresh worker; the other core never stopped.
         for core in loaded.cores.iter_mut() {

@@ -1,7 +1,8 @@
-//! A worker that dies between jobs (killed from outside) leaves no mark in
-//! the shared header: the node still notices, fails the next job with the
-//! signal and restarts the worker. A test binary of its own, so that the
-//! only worker processes of this process are this test's.
+//! A worker that dies between jobs (killed from outside): the kernel marks
+//! the robust futex its job thread holds for its whole life, so the node
+//! notices at once, fails the next job with the signal and restarts the
+//! worker. A test binary of its own, so that the only worker processes of
+//! this process are this test's.
 
 use std::path::Path;
 use std::time::Duration;
@@ -74,7 +75,7 @@ fn a_worker_killed_between_jobs_fails_the_next_job_only() {
     // SAFETY: kill(2) on our own child, which is not reaped before the next job.
     assert_eq!(unsafe { libc::kill(workers[0], libc::SIGKILL) }, 0);
 
-    // Well within the 30 s timeout: the node sees the hung-up channel.
+    // Well within the 30 s timeout: the kernel marked the worker's word.
     let mut out = vec![0x11u8; 64];
     let e = loaded.cores[0].process(&input, &mut out).unwrap_err();
     let msg = e.to_string();

@@ -5,6 +5,8 @@
 //! core) is instead run by the receiving task itself, which saves two thread
 //! hand-offs per message; the session does not know the difference.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::{Bytes, BytesMut};
@@ -114,12 +116,17 @@ impl Workers {
             (true, Some(core)) => Kind::Inline(core),
             (false, Some(first)) => {
                 let (tx, rx) = async_channel::unbounded::<Job>();
+                let idle = Arc::new(AtomicUsize::new(0));
                 let mut threads = Vec::new();
                 for (i, core) in std::iter::once(first).chain(cores).enumerate() {
                     let (rx, results) = (rx.clone(), results.clone());
+                    let queue = Queue {
+                        rx,
+                        idle: idle.clone(),
+                    };
                     let t = std::thread::Builder::new()
                         .name(format!("{node}-core{i}"))
-                        .spawn(move || core_loop(core, input_size, output_size, rx, results));
+                        .spawn(move || core_loop(core, input_size, output_size, queue, results));
                     match t {
                         Ok(t) => threads.push(t),
                         Err(e) => {
@@ -229,15 +236,110 @@ impl Workers {
     }
 }
 
+/// The input queue as the core handlers share it.
+struct Queue {
+    rx: async_channel::Receiver<Job>,
+    /// Handlers waiting for a job: while one waits, no other takes a job
+    /// ahead of its current one (the job would wait behind it instead of
+    /// running on the idle core).
+    idle: Arc<AtomicUsize>,
+}
+
+impl Queue {
+    fn wait(&self) -> Option<Job> {
+        self.idle.fetch_add(1, Ordering::Relaxed);
+        let job = self.rx.recv_blocking().ok();
+        self.idle.fetch_sub(1, Ordering::Relaxed);
+        job
+    }
+
+    /// A job already queued, if no core is idle.
+    fn ahead(&self) -> Option<Job> {
+        if self.idle.load(Ordering::Relaxed) != 0 {
+            return None;
+        }
+        self.rx.try_recv().ok()
+    }
+}
+
 fn core_loop(
     mut core: Box<dyn Core>,
     input_size: usize,
     output_size: usize,
-    rx: async_channel::Receiver<Job>,
+    queue: Queue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
-    while let Ok(job) = rx.recv_blocking() {
+    if core.pipeline().is_some() {
+        return pipelined_loop(core, input_size, output_size, queue, results);
+    }
+    while let Some(job) = queue.wait() {
         let out = run_job(core.as_mut(), job, input_size, output_size);
+        if results.send(out).is_err() {
+            return;
+        }
+    }
+}
+
+/// The core loop of a core with a pipeline (an isolated core): the next
+/// queued job is handed over before the current one is collected, so the
+/// worker goes from one to the next while this thread copies. Only jobs
+/// already queued are taken ahead (never waited for), and only while no
+/// other core waits for work, so a job does not wait behind another while
+/// a different core is free.
+fn pipelined_loop(
+    mut core: Box<dyn Core>,
+    input_size: usize,
+    output_size: usize,
+    queue: Queue,
+    results: mpsc::UnboundedSender<Outgoing>,
+) {
+    let mut pending = std::collections::VecDeque::<Job>::new();
+    let mut next: Option<Job> = None;
+    loop {
+        if next.is_none() {
+            next = if pending.is_empty() {
+                match queue.wait() {
+                    Some(job) => Some(job),
+                    None => return,
+                }
+            } else {
+                queue.ahead()
+            };
+        }
+        let Some(pipe) = core.pipeline() else { return };
+        if let Some(job) = next.take() {
+            if pipe.fits(job.count) && pending.len() < pipe.depth() {
+                pipe.submit(&job.data[..job.count * input_size], job.count);
+                pending.push_back(job);
+                continue;
+            }
+            if pending.is_empty() {
+                // Too large for one pipelined job: alone, as a batch.
+                let out = run_job(core.as_mut(), job, input_size, output_size);
+                if results.send(out).is_err() {
+                    return;
+                }
+                continue;
+            }
+            next = Some(job);
+        }
+        let Some(job) = pending.pop_front() else {
+            continue;
+        };
+        let mut out = BytesMut::zeroed(job.count * output_size);
+        let out = match pipe.collect(&mut out) {
+            Ok(()) => Outgoing::Result {
+                id: job.id,
+                data: out.freeze(),
+                reservation: job.reservation,
+            },
+            Err(e) => Outgoing::Failed {
+                id: job.id,
+                code: ErrorCode::CoreFailure,
+                reason: format!("input {} of {}: {}", e.index, job.count, e.error),
+                reservation: Some(job.reservation),
+            },
+        };
         if results.send(out).is_err() {
             return;
         }
@@ -368,6 +470,100 @@ mod tests {
         };
         assert!(rx.recv().await.is_none(), "queued jobs produce nothing");
         assert_eq!(g.available(), g.limit(), "their reservations are released");
+    }
+
+    /// A core with a pipeline of two: output = input + 1 byte-wise, fails
+    /// an input starting with 0xFF; jobs of more than two inputs go through
+    /// `process_batch`. The first collect waits for `gate`.
+    struct Piped {
+        inner: PlusOne,
+        queue: std::collections::VecDeque<Vec<u8>>,
+        gate: Option<std::sync::mpsc::Receiver<()>>,
+        most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl Core for Piped {
+        fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+            self.inner.process(input, output)
+        }
+        fn pipeline(&mut self) -> Option<&mut dyn corefarm_cores::Pipeline> {
+            Some(self)
+        }
+    }
+
+    impl corefarm_cores::Pipeline for Piped {
+        fn depth(&self) -> usize {
+            2
+        }
+        fn fits(&self, count: usize) -> bool {
+            count <= 2
+        }
+        fn submit(&mut self, inputs: &[u8], _count: usize) {
+            self.queue.push_back(inputs.to_vec());
+            self.most
+                .fetch_max(self.queue.len(), std::sync::atomic::Ordering::Relaxed);
+        }
+        fn collect(&mut self, outputs: &mut [u8]) -> Result<(), corefarm_cores::BatchError> {
+            if let Some(g) = self.gate.take() {
+                let _ = g.recv();
+            }
+            let inputs = self.queue.pop_front().expect("collect after submit");
+            let n = inputs.len();
+            self.inner.process_batch(&inputs, outputs, n)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_pipelined_core_gets_the_next_queued_job_before_the_current_one_ends() {
+        let g = MemoryGuard::new(1 << 20);
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (open, gate) = std::sync::mpsc::channel();
+        let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let engine = Engine {
+            cores: vec![Box::new(Piped {
+                inner: PlusOne::default(),
+                queue: Default::default(),
+                gate: Some(gate),
+                most: most.clone(),
+            })],
+            input_size: 1,
+            output_size: 1,
+            inline: false,
+        };
+        let mut w = Workers::start(engine, tx, "t").unwrap();
+        // Counts 1 to 4 (3 and 4 do not fit the pipeline); id 13 fails.
+        let data = |id: u32| -> Vec<u8> {
+            let first = if id == 13 { 0xFF } else { id as u8 };
+            (0..1 + id as usize % 4)
+                .map(|k| first.wrapping_add(k as u8 * (first != 0xFF) as u8))
+                .collect()
+        };
+        for id in 0..30u32 {
+            let d = data(id);
+            assert!(w.submit(job(&g, id, &d, d.len()).await).await);
+        }
+        open.send(()).unwrap();
+        tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(o) = rx.recv().await {
+            match o {
+                Outgoing::Result { id, data: out, .. } => {
+                    let want: Vec<u8> = data(id).iter().map(|b| b + 1).collect();
+                    assert_eq!(&out[..], &want[..], "id {id}");
+                    seen.push(id);
+                }
+                Outgoing::Failed { id, reason, .. } => {
+                    assert_eq!(id, 13);
+                    assert!(reason.contains("bad input"), "{reason}");
+                    seen.push(id);
+                }
+                Outgoing::Frame(_) => panic!("no frames from handlers"),
+            }
+        }
+        seen.sort();
+        assert_eq!(seen, (0..30).collect::<Vec<_>>());
+        assert_eq!(most.load(std::sync::atomic::Ordering::Relaxed), 2);
+        assert_eq!(g.available(), g.limit(), "every reservation released");
     }
 
     #[tokio::test]

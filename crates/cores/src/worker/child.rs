@@ -1,6 +1,7 @@
 //! The worker process: loads one core, then runs jobs out of the shared
-//! memory, rung by the node through the header's doorbells, until the node
-//! closes the control channel.
+//! memory in the order the node rings them through the header's doorbells
+//! (the next one is often waiting when one ends), until the node closes
+//! the control channel.
 
 use std::os::fd::{AsFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
@@ -104,23 +105,29 @@ fn run() -> Result<(), String> {
     // wakes the node. A job number already in the doorbell (left by a
     // worker this one replaces) is not a job for this one.
     doorbell::watch_death(&header.done)?;
-    header.worker_tid.store(doorbell::tid(), Ordering::Relaxed);
+    let tid = doorbell::tid();
+    header.worker_tid.store(tid, Ordering::Relaxed);
     let mut last = header.job.load(Ordering::Acquire) >> 1;
     header.job.store(last << 1, Ordering::Release);
+    header.completed.store(last, Ordering::Release);
+    header.done.store(tid, Ordering::Release);
     send(&sock, &Msg::Ready)?;
     exit_with_the_node(&sock)?;
 
-    let mut slept = true;
     loop {
-        let seq = doorbell::next_job(&header.job, last, &mut slept);
+        doorbell::next_job(&header.job, last);
+        // In order: the node may already have rung the job after this one.
+        let seq = last.wrapping_add(1) & doorbell::SEQ_MASK;
         last = seq;
-        let count = (header.count.load(Ordering::Relaxed) as usize).min(layout.slots);
+        let entry = &header.jobs[(seq & 1) as usize];
+        let first = (entry.first.load(Ordering::Relaxed) as usize).min(layout.slots);
+        let count = (entry.count.load(Ordering::Relaxed) as usize).min(layout.slots - first);
         let (mut cycles, mut last_cycles, mut error) = (0u64, u64::MAX, None);
-        for k in 0..count {
+        for k in first..first + count {
             // SAFETY: both memories are mapped for the process's lifetime
             // (leaked above). Between ringing the job and its completion
-            // the node does not touch them, and this thread is the only
-            // one using them here.
+            // the node does not touch the job's slots, and this thread is
+            // the only one using them here.
             let (input, output) = unsafe {
                 (
                     std::slice::from_raw_parts(region.at(layout.input_at(k)), layout.input_size),
@@ -151,11 +158,13 @@ fn run() -> Result<(), String> {
                 last_cycles = c;
                 cycles += c;
             }
-            header.progress.store(k as u32 + 1, Ordering::Release);
+            entry
+                .progress
+                .store((k - first) as u32 + 1, Ordering::Release);
         }
-        header.last_cycles.store(last_cycles, Ordering::Relaxed);
-        header.job_cycles.store(cycles, Ordering::Relaxed);
-        header.done_seq.store(seq, Ordering::Relaxed);
+        entry.last_cycles.store(last_cycles, Ordering::Relaxed);
+        entry.job_cycles.store(cycles, Ordering::Relaxed);
+        entry.seq.store(seq, Ordering::Relaxed);
         let code = match error {
             None => doorbell::DONE_OK,
             Some(error) => {
@@ -166,7 +175,8 @@ fn run() -> Result<(), String> {
                 doorbell::DONE_FAILED
             }
         };
-        doorbell::complete(&header.done, code);
+        entry.code.store(code, Ordering::Relaxed);
+        doorbell::complete(&header.done, &header.completed, seq);
     }
 }
 

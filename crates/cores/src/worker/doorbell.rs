@@ -1,21 +1,28 @@
-//! The per-job handshake between a node and its core worker: two futex
-//! words in the shared header instead of a control message each way.
+//! The handshake between a node and its core worker: futex words in the
+//! shared header instead of a control message each way.
 //!
-//! * `job` (node → worker): the node writes the job's inputs and count,
-//!   then stores `seq << 1`. A worker that has been idle for longer than a
-//!   short spin sets bit 0 and sleeps on the word; the node only makes the
-//!   wake-up system call when that bit was set.
-//! * `done` (worker → node): before ringing `job` the node stores the
-//!   worker's thread id there. The worker's job thread lists the word in
-//!   its robust futex list (`set_robust_list(2)`), so if the worker dies
-//!   the kernel sets `OWNER_DIED` in it and wakes the node at once. A node
-//!   that stops spinning sets `WAITERS` and sleeps, for at most a slice of
-//!   the watchdog at a time; when the job ends the worker stores a
-//!   completion code and wakes the node only if `WAITERS` was set.
+//! * `job` (node → worker): the node writes a job's entry (inputs, count),
+//!   then stores `seq << 1`. The worker runs jobs in sequence order, so the
+//!   node may ring job `seq + 1` while the worker still runs `seq` (the
+//!   pipeline: the node copies the next inputs while the worker computes).
+//!   A worker with nothing to do sets bit 0 and sleeps on the word; the
+//!   node only makes the wake-up system call when that bit was set.
+//! * `done` holds the worker's job thread id for the worker's whole life.
+//!   The thread lists the word in its robust futex list
+//!   (`set_robust_list(2)`), so if the worker dies, even between jobs, the
+//!   kernel sets `OWNER_DIED` in it and wakes the node at once.
+//! * `completed` (worker → node): the last job done. A node that found its
+//!   job unfinished sets `WAITERS` in `done` and sleeps on it, for at most
+//!   a slice of the watchdog at a time; the worker, after storing
+//!   `completed`, clears `WAITERS` and wakes the node only if it was set.
+//!   Both sides store, then load the other's word, all sequentially
+//!   consistent: either the node sees the completion or the worker sees
+//!   the node's `WAITERS`.
 //!
 //! The spins are short and bounded: they save the sleep and wake-up when
-//! the other side answers within microseconds (a worker fed back to back),
-//! and cost nothing else.
+//! the other side answers within microseconds, and are kept short because
+//! on a machine with more runnable threads than CPUs a spinning side takes
+//! the CPU from the very thread it waits for.
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -24,20 +31,29 @@ use rustix::thread::futex::{self, Flags, OWNER_DIED, WAITERS};
 
 /// The bits of a futex word holding a thread id.
 pub const TID_MASK: u32 = 0x3fff_ffff;
-/// Completion codes in `done` (never a thread id: ids 0 and 1 are not
-/// worker threads).
+/// Outcomes in a job entry's `code`; 0 and 1 are never thread ids, which
+/// `worker_tid` is checked against.
 pub const DONE_OK: u32 = 0;
 /// The job failed; the reason is in a `Done` message on the control channel.
 pub const DONE_FAILED: u32 = 1;
 
-/// How long a worker spins for its next job before sleeping: long enough
-/// for a node with queued inputs to copy one in; cut short after a wait it
-/// had to sleep through (no job queued: spinning only burns a CPU).
-pub const WORKER_SPIN: Duration = Duration::from_micros(50);
-const WORKER_SPIN_IDLE: Duration = Duration::from_micros(5);
+/// How long a worker spins for its next job before sleeping. The node
+/// normally rings the next job while the worker runs the current one, so
+/// a job that is not there at the end of one is not seconds away but not
+/// microseconds away either: spinning longer only burns a CPU that the
+/// node's threads may need to produce it.
+pub const WORKER_SPIN: Duration = Duration::from_micros(5);
 /// How long a node spins for a completion, only when the last job took
 /// less than that (a quick core: the sleep and wake-up would dominate).
 pub const NODE_SPIN: Duration = Duration::from_micros(20);
+/// Job numbers travel in 31 bits of the `job` doorbell.
+pub const SEQ_MASK: u32 = 0x7fff_ffff;
+
+/// Whether job `seq` is done when `completed` is the last job completed
+/// (sequence numbers wrap; at most two jobs are ever outstanding).
+pub fn reached(completed: u32, seq: u32) -> bool {
+    completed.wrapping_sub(seq) & SEQ_MASK < SEQ_MASK / 2
+}
 
 /// Shared words: another process maps them, so the futex calls must not be
 /// process-private.
@@ -68,21 +84,14 @@ pub fn ring(job: &AtomicU32, seq: u32) {
     }
 }
 
-/// Worker: waits (forever) for a job other than `last`; returns its number.
-/// `slept` says whether the last wait ended in a sleep, and is updated.
-pub fn next_job(job: &AtomicU32, last: u32, slept: &mut bool) -> u32 {
+/// Worker: waits (forever) for a job other than `last`; returns the
+/// newest one rung (the worker runs the one after `last` first).
+pub fn next_job(job: &AtomicU32, last: u32) -> u32 {
     let idle = |v: u32| v >> 1 == last;
-    let budget = if *slept {
-        WORKER_SPIN_IDLE
-    } else {
-        WORKER_SPIN
-    };
-    *slept = false;
     loop {
-        if let Some(v) = spin(job, budget, |v| !idle(v)) {
+        if let Some(v) = spin(job, WORKER_SPIN, |v| !idle(v)) {
             return v >> 1;
         }
-        *slept = true;
         let want = last << 1 | 1;
         match job.compare_exchange(last << 1, want, Ordering::Acquire, Ordering::Acquire) {
             Ok(_) => {}
@@ -94,52 +103,70 @@ pub fn next_job(job: &AtomicU32, last: u32, slept: &mut bool) -> u32 {
     }
 }
 
-/// Worker: reports the end of the current job to a node that may sleep.
-pub fn complete(done: &AtomicU32, code: u32) {
-    let old = done.swap(code, Ordering::Release);
-    if old & WAITERS != 0 {
+/// Worker: reports job `seq` done (its entry already written) to a node
+/// that may sleep on `done`.
+pub fn complete(done: &AtomicU32, completed: &AtomicU32, seq: u32) {
+    completed.store(seq, Ordering::SeqCst);
+    if done.load(Ordering::SeqCst) & WAITERS != 0 {
+        // Changing the word makes a node between its check and its sleep
+        // return at once; the thread id stays for the kernel.
+        done.fetch_and(!WAITERS, Ordering::SeqCst);
         let _ = futex::wake(done, SHARED, 1);
     }
 }
 
-/// How a node's wait for `done` ended.
+/// How a node's wait for a job ended.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Wait {
-    /// The worker stored this completion code.
-    Done(u32),
-    /// The worker's job thread died (the kernel marked the word).
+    /// The worker completed the job (its entry holds the outcome).
+    Done,
+    /// The worker's job thread died (the kernel marked `done`).
     Died,
     /// `until` passed first.
     Slice,
 }
 
-/// Node: waits until `done` no longer holds the worker's thread id `tid`,
-/// or until `until`, spinning for `spin` first.
-pub fn wait_done(done: &AtomicU32, tid: u32, until: Instant, spin_for: Duration) -> Wait {
-    let running = |v: u32| v & !WAITERS == tid;
-    let verdict = |v: u32| {
-        if v & OWNER_DIED != 0 {
-            Wait::Died
-        } else {
-            Wait::Done(v)
-        }
-    };
+/// Node: waits until job `seq` is completed, the worker dies, or `until`,
+/// spinning for `spin_for` first.
+pub fn wait_done(
+    done: &AtomicU32,
+    completed: &AtomicU32,
+    seq: u32,
+    until: Instant,
+    spin_for: Duration,
+) -> Wait {
+    let finished = || reached(completed.load(Ordering::SeqCst), seq);
     if !spin_for.is_zero() {
-        if let Some(v) = spin(done, spin_for, |v| !running(v)) {
-            return verdict(v);
+        let start = Instant::now();
+        while start.elapsed() < spin_for {
+            for _ in 0..64 {
+                if finished() {
+                    return Wait::Done;
+                }
+                std::hint::spin_loop();
+            }
+            if done.load(Ordering::Relaxed) & OWNER_DIED != 0 {
+                break;
+            }
         }
     }
     loop {
-        let v = done.load(Ordering::Acquire);
-        if !running(v) {
-            return verdict(v);
+        if finished() {
+            return Wait::Done;
+        }
+        let v = done.load(Ordering::SeqCst);
+        if v & OWNER_DIED != 0 {
+            return Wait::Died;
         }
         if v & WAITERS == 0
             && done
-                .compare_exchange(v, v | WAITERS, Ordering::Acquire, Ordering::Acquire)
+                .compare_exchange(v, v | WAITERS, Ordering::SeqCst, Ordering::SeqCst)
                 .is_err()
         {
             continue;
+        }
+        if finished() {
+            return Wait::Done;
         }
         let left = until.saturating_duration_since(Instant::now());
         if left.is_zero() {
@@ -150,7 +177,7 @@ pub fn wait_done(done: &AtomicU32, tid: u32, until: Instant, spin_for: Duration)
             tv_nsec: left.subsec_nanos() as _,
         };
         // Woken, timed out, interrupted or the word changed: look again.
-        let _ = futex::wait(done, SHARED, tid | WAITERS, Some(&t));
+        let _ = futex::wait(done, SHARED, v | WAITERS, Some(&t));
     }
 }
 
@@ -220,7 +247,7 @@ mod tests {
     fn a_job_rung_while_the_worker_sleeps_wakes_it() {
         let job = Arc::new(AtomicU32::new(0));
         let j = job.clone();
-        let worker = std::thread::spawn(move || next_job(&j, 0, &mut true));
+        let worker = std::thread::spawn(move || next_job(&j, 0));
         // Rung only once the worker sleeps on the word, so the wake-up path runs.
         while job.load(Ordering::Acquire) & 1 == 0 {
             std::thread::yield_now();
@@ -231,13 +258,23 @@ mod tests {
     }
 
     #[test]
+    fn a_job_rung_ahead_is_found_without_waiting() {
+        // The node rang jobs 6 and 7 while the worker ran 5.
+        let job = AtomicU32::new(7 << 1);
+        assert_eq!(next_job(&job, 5), 7);
+        assert_eq!(next_job(&job, 6), 7);
+    }
+
+    #[test]
     fn a_completion_wakes_a_sleeping_node() {
         let done = Arc::new(AtomicU32::new(1234));
-        let d = done.clone();
+        let completed = Arc::new(AtomicU32::new(4));
+        let (d, c) = (done.clone(), completed.clone());
         let node = std::thread::spawn(move || {
             wait_done(
                 &d,
-                1234,
+                &c,
+                5,
                 Instant::now() + Duration::from_secs(3600),
                 NODE_SPIN,
             )
@@ -245,24 +282,34 @@ mod tests {
         while done.load(Ordering::Acquire) & WAITERS == 0 {
             std::thread::yield_now();
         }
-        complete(&done, DONE_FAILED);
-        assert_eq!(node.join().unwrap(), Wait::Done(DONE_FAILED));
+        complete(&done, &completed, 5);
+        assert_eq!(node.join().unwrap(), Wait::Done);
+        // The thread id stays, for the kernel.
+        assert_eq!(done.load(Ordering::Acquire), 1234);
+    }
+
+    #[test]
+    fn sequence_numbers_wrap() {
+        assert!(reached(5, 5) && reached(6, 5) && !reached(4, 5));
+        assert!(reached(0, SEQ_MASK) && !reached(SEQ_MASK, 0));
     }
 
     #[test]
     fn the_kernel_marks_and_wakes_the_word_of_a_thread_that_dies() {
         let done: &'static AtomicU32 = Box::leak(Box::new(AtomicU32::new(0)));
+        let completed = AtomicU32::new(0);
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             watch_death(done).unwrap();
             done.store(tid(), Ordering::Release);
-            tx.send(tid()).unwrap();
-            // Ends without completing: as a worker killed mid-job.
+            tx.send(()).unwrap();
+            // Ends without completing job 1: as a worker killed mid-job.
         });
-        let tid = rx.recv().unwrap();
+        rx.recv().unwrap();
         let verdict = wait_done(
             done,
-            tid,
+            &completed,
+            1,
             Instant::now() + Duration::from_secs(600),
             NODE_SPIN,
         );
@@ -274,14 +321,19 @@ mod tests {
     #[test]
     fn a_wait_ends_at_its_deadline_and_on_owner_died() {
         let done = AtomicU32::new(77);
+        let completed = AtomicU32::new(0);
         assert_eq!(
-            wait_done(&done, 77, Instant::now(), Duration::ZERO),
+            wait_done(&done, &completed, 1, Instant::now(), Duration::ZERO),
             Wait::Slice
         );
-        // As the kernel leaves the word of a thread that died.
+        // A job completed before the worker died is still done.
         done.store(WAITERS | OWNER_DIED, Ordering::Release);
         assert_eq!(
-            wait_done(&done, 77, Instant::now(), Duration::ZERO),
+            wait_done(&done, &completed, 0, Instant::now(), Duration::ZERO),
+            Wait::Done
+        );
+        assert_eq!(
+            wait_done(&done, &completed, 1, Instant::now(), Duration::ZERO),
             Wait::Died
         );
     }

@@ -7,19 +7,23 @@
 //! memory per slot, between guard pages), a `SOCK_SEQPACKET` control
 //! channel ([`proto`]: start-up, and the reason of a failed job) and a
 //! child process, the same executable re-run with [`SUBCOMMAND`] (or any
-//! program whose `main` calls [`main`]). A job is up to one slot's worth
-//! of inputs (all the inputs of a data message, when they fit): one copy of
-//! each into its slot, a doorbell each way in the shared header
-//! ([`doorbell`]: futex words, no system call while the other side is
-//! quick), one copy out of each output. The node waits for the completion
-//! at most the core timeout per input (the watchdog); a worker that dies
-//! (the kernel wakes the node through a robust futex) or times out is
-//! killed and reaped, the job fails with an error naming the core, the
-//! input and the cause, and the next job starts a fresh worker. Nothing a
-//! failed job wrote is copied out.
+//! program whose `main` calls [`main`]). The slots are two lanes; a job is
+//! up to a lane's worth of inputs (all the inputs of a data message, when
+//! they fit): one copy of each into its slot, a doorbell each way in the
+//! shared header ([`doorbell`]: futex words, no system call while the other
+//! side is quick), one copy out of each output. Through [`Pipeline`] the
+//! node rings the next job into the other lane while the worker runs the
+//! current one ([`pipeline`]), so at one input per message the worker does
+//! not wait for the node's copies and hand-offs. The node waits for a
+//! completion at most the core timeout per input (the watchdog); a worker
+//! that dies (the kernel wakes the node through a robust futex) or times
+//! out is killed and reaped, the job it was running fails with an error
+//! naming the core, the input and the cause, a job waiting behind it runs
+//! on a fresh worker, and nothing a failed job wrote is copied out.
 
 mod child;
 mod doorbell;
+mod pipeline;
 mod plumbing;
 mod proto;
 pub(crate) mod shm;
@@ -28,6 +32,7 @@ mod spin_child;
 
 pub use spin::{HandlerWorker, SpinOutcome};
 
+use std::collections::VecDeque;
 use std::io::Write;
 use std::os::fd::{OwnedFd, RawFd};
 use std::path::PathBuf;
@@ -41,13 +46,14 @@ use rustix::net::sockopt::Timeout;
 use rustix::net::RecvFlags;
 
 pub use child::main;
-use doorbell::Wait;
+use pipeline::InFlight;
 use plumbing::describe;
 use proto::{Init, Msg, RefusalKind};
 use shm::{Layout, Region};
 
 use crate::{
-    ArtifactKind, BatchError, Core, CoreError, CoreStats, LoadError, LoadOptions, WorkerCommand,
+    ArtifactKind, BatchError, Core, CoreError, CoreStats, LoadError, LoadOptions, Pipeline,
+    WorkerCommand,
 };
 
 /// The hidden subcommand a worker is started with.
@@ -62,10 +68,8 @@ pub(crate) const FD_ARTIFACT: RawFd = 5;
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest the node sleeps on a job before it looks at the watchdog, the
 /// worker's progress and whether the worker still lives (one that died
-/// between jobs leaves no robust-futex mark).
+/// before it published its thread id leaves no robust-futex mark).
 const SLICE: Duration = Duration::from_millis(20);
-/// Job numbers travel in 31 bits of the `job` doorbell.
-const SEQ_MASK: u32 = 0x7fff_ffff;
 
 /// What the cores of one load share.
 struct Shared {
@@ -93,14 +97,21 @@ pub struct IsolatedCore {
     region_fd: OwnedFd,
     region: Region,
     worker: Option<Worker>,
-    /// The worker's job thread id (its running mark in `done`).
+    /// The worker's job thread id (its mark in `done`).
     tid: u32,
+    /// The last job rung.
     seq: u32,
-    /// How long the last completed job took, from ring to completion.
+    /// Jobs rung (or to be rung) and not yet collected, oldest first.
+    pending: VecDeque<InFlight>,
+    /// How long the last completed job took, from the later of its ring
+    /// and the previous completion to its completion.
     last_job: Duration,
+    last_done: Instant,
     buf: Vec<u8>,
     /// Copy of the output's slack, for the canary check.
     scratch: Vec<u8>,
+    /// Outputs of a job dropped after an earlier one of its batch failed.
+    discard: Vec<u8>,
     stats: CoreStats,
 }
 
@@ -184,12 +195,15 @@ pub(crate) fn load_cores(
             worker: None,
             tid: 0,
             seq: 0,
+            pending: VecDeque::new(),
             last_job: Duration::ZERO,
+            last_done: Instant::now(),
             buf: vec![0; 4096],
             scratch: Vec::new(),
+            discard: Vec::new(),
             stats: CoreStats::default(),
         };
-        core.fill_slack(layout.slots);
+        core.fill_slack(0..layout.slots);
         // Started here, waited for below: the workers load in parallel.
         core.worker = Some(core.spawn().map_err(LoadError::Backend)?);
         cores.push(core);
@@ -300,169 +314,52 @@ impl IsolatedCore {
         (self.region.at(r.start), r.len())
     }
 
-    /// Puts the canary into the first `n` outputs' slack: when the region
+    /// Puts the canary into the output slack of `slots`: when the region
     /// is made and after a job that may have overwritten it.
-    fn fill_slack(&mut self, n: usize) {
-        for k in 0..n {
+    fn fill_slack(&mut self, slots: std::ops::Range<usize>) {
+        for k in slots {
             let (p, len) = self.slack(k);
             // SAFETY: the slack lies inside the region's output area, and no
-            // worker runs a job while the node holds the memories.
+            // job of a worker uses these slots while the node holds them.
             unsafe { std::ptr::write_bytes(p, shm::CANARY, len) };
         }
     }
 
-    /// The first of the first `n` outputs whose canary is damaged.
-    fn overrun(&mut self, n: usize) -> Option<usize> {
-        (0..n).find(|&k| {
-            let (p, len) = self.slack(k);
-            self.scratch.resize(len, 0);
-            // SAFETY: as in `fill_slack`. Copied out rather than borrowed:
-            // the worker process could still be writing the region.
-            unsafe { std::ptr::copy_nonoverlapping(p, self.scratch.as_mut_ptr(), len) };
-            self.scratch.iter().any(|&b| b != shm::CANARY)
-        })
+    /// Offset in `slots` of the first output whose canary is damaged.
+    fn overrun(&mut self, slots: std::ops::Range<usize>) -> Option<usize> {
+        let first = slots.start;
+        slots
+            .into_iter()
+            .find(|&k| {
+                let (p, len) = self.slack(k);
+                self.scratch.resize(len, 0);
+                // SAFETY: as in `fill_slack`. Copied out rather than
+                // borrowed: the worker process could still be writing there.
+                unsafe { std::ptr::copy_nonoverlapping(p, self.scratch.as_mut_ptr(), len) };
+                self.scratch.iter().any(|&b| b != shm::CANARY)
+            })
+            .map(|k| k - first)
     }
 
-    /// The job failed and the worker is gone: count the restart to come.
+    /// The worker is gone: counts the restart to come.
     fn lost(&mut self, cause: String) -> CoreError {
         self.stats.resets += 1;
-        self.fill_slack(self.region.layout().slots);
         CoreError::Worker(format!(
             "{}: {cause}; the job's output is discarded and the core restarts for the next job",
             self.label()
         ))
     }
 
-    /// Runs the `n` inputs laid end to end in `inputs` (at most one slot
-    /// each) as one worker job; on failure, says which input failed.
-    fn run_job(
-        &mut self,
-        inputs: &[u8],
-        outputs: &mut [u8],
-        n: usize,
-    ) -> Result<(), (usize, CoreError)> {
-        if self.worker.is_none() {
-            let w = self.spawn().map_err(|e| {
-                (
-                    0,
-                    CoreError::Worker(format!("{}: cannot restart: {e}", self.label())),
-                )
-            })?;
-            self.worker = Some(w);
-            self.wait_ready().map_err(|e| {
-                let e = format!("{}: restarting failed: {e}", self.label());
-                (0, CoreError::Worker(e))
-            })?;
-        }
-        let l = *self.region.layout();
-        let (isz, osz) = (l.input_size, l.output_size);
-        for k in 0..n {
-            // SAFETY: the worker is idle (between jobs); slot k's input
-            // memory is input_size bytes inside the region.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    inputs[k * isz..].as_ptr(),
-                    self.region.at(l.input_at(k)),
-                    isz,
-                )
-            };
-        }
-        self.seq = self.seq.wrapping_add(1) & SEQ_MASK;
-        let (seq, tid) = (self.seq, self.tid);
-        let h = self.region.header();
-        h.count.store(n as u32, Ordering::Relaxed);
-        h.progress.store(0, Ordering::Relaxed);
-        h.done.store(tid, Ordering::Relaxed);
-        doorbell::ring(&h.job, seq);
-        // The watchdog: each input gets the core timeout, counted from the
-        // previous one's completion.
-        let rung = Instant::now();
-        let mut deadline = rung + self.shared.watchdog;
-        let mut progress = 0;
-        // Spin only for a core whose last job was quick.
-        let spin = if self.last_job < doorbell::NODE_SPIN {
-            doorbell::NODE_SPIN
-        } else {
-            Duration::ZERO
-        };
-        let code = loop {
-            let until = deadline.min(Instant::now() + SLICE);
-            match doorbell::wait_done(&self.region.header().done, tid, until, spin) {
-                Wait::Done(code) => break code,
-                Wait::Died => return Err(self.crashed()),
-                Wait::Slice => {}
-            }
-            let p = self.region.header().progress.load(Ordering::Acquire);
-            if p != progress {
-                progress = p;
-                deadline = Instant::now() + self.shared.watchdog;
-            } else if Instant::now() >= deadline {
-                return Err(self.hung());
-            }
-            // A worker that died between jobs left no mark in `done`.
-            if self.worker_gone() {
-                return Err(self.crashed());
-            }
-        };
-        self.last_job = rung.elapsed();
-        let h = self.region.header();
-        let done = h.progress.load(Ordering::Acquire) as usize;
-        let (last, all) = (
-            h.last_cycles.load(Ordering::Relaxed),
-            h.job_cycles.load(Ordering::Relaxed),
-        );
-        if h.done_seq.load(Ordering::Relaxed) != seq
-            || done > n
-            || (code == doorbell::DONE_OK && done != n)
-            || code > doorbell::DONE_FAILED
-        {
-            let status = self.reap();
-            let why = format!("broke the worker protocol (completion {code} of {done}/{n} inputs for another job); the worker {status}");
-            return Err((done.min(n), self.lost(why)));
-        }
-        if last != u64::MAX {
-            self.stats.last_cycles = Some(last);
-            self.stats.cycles = Some(self.stats.cycles.unwrap_or(0) + all);
-        }
-        if code == doorbell::DONE_FAILED {
-            self.stats.jobs += done as u64;
-            return Err((done, self.failed(n)));
-        }
-        if let Some(k) = self.overrun(n) {
-            self.fill_slack(n);
-            self.stats.jobs += k as u64;
-            let e = format!(
-                "{}: wrote past the end of its {osz}-byte output memory; the job's output is discarded",
-                self.label()
-            );
-            return Err((k, CoreError::Worker(e)));
-        }
-        self.stats.jobs += n as u64;
-        for k in 0..n {
-            // SAFETY: the worker completed the job and waits for the next
-            // one; slot k's output memory is output_size bytes.
-            unsafe {
-                std::ptr::copy_nonoverlapping(
-                    self.region.at(l.output_at(k)),
-                    outputs[k * osz..].as_mut_ptr(),
-                    osz,
-                )
-            };
-        }
-        Ok(())
-    }
-
-    /// The worker reported that the job's current input failed (its
+    /// The worker reported that job `seq`'s current input failed (its
     /// reason follows on the control channel); the worker lives on.
-    fn failed(&mut self, n: usize) -> CoreError {
-        self.fill_slack(n);
+    fn failed(&mut self, seq: u32) -> CoreError {
         let deadline = Instant::now() + self.shared.watchdog;
         match self.recv(deadline) {
             Ok(Msg::Done {
-                seq,
+                seq: s,
                 error: Some(e),
                 ..
-            }) if seq == self.seq as u64 => {
+            }) if s == seq as u64 => {
                 if e.starts_with("timed out") {
                     self.stats.timeouts += 1;
                 }
@@ -470,16 +367,17 @@ impl IsolatedCore {
             }
             other => {
                 let status = self.reap();
-                self.lost(format!(
+                let why = format!(
                     "broke the worker protocol ({other:?} for a failed job); the worker {status}"
-                ))
+                );
+                self.worker_lost(why, Some(seq))
+                    .unwrap_or_else(|| CoreError::Worker(self.label()))
             }
         }
     }
 
-    /// The worker died during the job.
-    fn crashed(&mut self) -> (usize, CoreError) {
-        let at = self.region.header().progress.load(Ordering::Relaxed) as usize;
+    /// The worker died: reaps it and says how.
+    fn crashed(&mut self) -> String {
         let status = self.reap_status();
         let l = *self.region.layout();
         let h = self.region.header();
@@ -495,14 +393,14 @@ impl IsolatedCore {
             Ok(s) => describe(s, fault),
             Err(e) => e,
         };
-        (at, self.lost(format!("the worker {how}")))
+        format!("the worker {how}")
     }
 
-    /// The job's current input outlived the watchdog.
-    fn hung(&mut self) -> (usize, CoreError) {
+    /// The running job's current input outlived the watchdog: kills the
+    /// worker and says so.
+    fn hung(&mut self) -> String {
         self.stats.timeouts += 1;
         let h = self.region.header();
-        let at = h.progress.load(Ordering::Relaxed) as usize;
         let cycles = h
             .cycles_now
             .load(Ordering::Relaxed)
@@ -513,11 +411,10 @@ impl IsolatedCore {
         } else {
             String::new()
         };
-        let e = self.lost(format!(
+        format!(
             "no result within {:?} (the core timeout); the worker was killed (SIGKILL){sim}",
             self.shared.watchdog
-        ));
-        (at, e)
+        )
     }
 }
 
@@ -526,6 +423,8 @@ impl Core for IsolatedCore {
         self.process_batch(input, output, 1).map_err(|e| e.error)
     }
 
+    /// Runs the batch as jobs of up to a lane's slots, each submitted
+    /// while the one before runs.
     fn process_batch(
         &mut self,
         inputs: &[u8],
@@ -536,40 +435,57 @@ impl Core for IsolatedCore {
             self.init.input_size as usize,
             self.init.output_size as usize,
         );
+        let refuse = |why: String| {
+            Err(BatchError {
+                index: 0,
+                error: CoreError::Failed(why),
+            })
+        };
+        if !self.pending.is_empty() {
+            return refuse(format!(
+                "{}: a batch while pipelined jobs are outstanding",
+                self.label()
+            ));
+        }
         if Some(inputs.len()) != count.checked_mul(isz)
             || Some(outputs.len()) != count.checked_mul(osz)
         {
-            let error = CoreError::Failed(format!(
+            return refuse(format!(
                 "job of {} input / {} output bytes for {count} inputs of a core of {isz} / {osz}",
                 inputs.len(),
                 outputs.len(),
             ));
-            return Err(BatchError { index: 0, error });
         }
-        let slots = self.region.layout().slots;
-        let mut first = 0;
-        while first < count {
-            let n = slots.min(count - first);
-            let started = Instant::now();
-            let r = self.run_job(
-                &inputs[first * isz..(first + n) * isz],
-                &mut outputs[first * osz..(first + n) * osz],
-                n,
-            );
-            if let Err((k, error)) = r {
-                return Err(BatchError {
-                    index: first + k,
+        let per = self.lane_slots();
+        let (mut submitted, mut collected, mut failure) = (0, 0, None);
+        while collected < count {
+            while failure.is_none() && submitted < count && self.pending.len() < 2 {
+                let n = per.min(count - submitted);
+                self.submit_job(&inputs[submitted * isz..(submitted + n) * isz], n);
+                submitted += n;
+            }
+            let n = per.min(count - collected);
+            if failure.is_some() {
+                self.discard_front();
+            } else if let Err((k, error)) =
+                self.collect_job(&mut outputs[collected * osz..(collected + n) * osz])
+            {
+                failure = Some(BatchError {
+                    index: collected + k,
                     error,
                 });
             }
-            self.stats.busy += started.elapsed();
-            first += n;
+            collected += n;
         }
-        Ok(())
+        failure.map_or(Ok(()), Err)
     }
 
     fn stats(&self) -> CoreStats {
         self.stats.clone()
+    }
+
+    fn pipeline(&mut self) -> Option<&mut dyn Pipeline> {
+        Some(self)
     }
 }
 

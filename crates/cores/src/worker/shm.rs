@@ -37,7 +37,7 @@ const ALIGN: usize = crate::native::ALIGN;
 /// Byte the node keeps in the output's slack.
 pub const CANARY: u8 = 0xC5;
 /// Bytes of input and output a region holds at most, all slots together
-/// (the slots of a batch); at least one slot is always made.
+/// (the slots of two jobs in flight); at least two slots are always made.
 const BATCH_BYTES: usize = 1 << 20;
 /// Most inputs of one batch.
 pub const MAX_SLOTS: usize = 64;
@@ -63,7 +63,8 @@ pub struct Layout {
 
 impl Layout {
     pub fn new(input_size: usize, output_size: usize) -> Layout {
-        let slots = (BATCH_BYTES / (input_size + output_size).max(1)).clamp(1, MAX_SLOTS);
+        // At least two: one job runs while the node fills the next.
+        let slots = (BATCH_BYTES / (input_size + output_size).max(1)).clamp(2, MAX_SLOTS);
         Self::with_slots(input_size, output_size, slots)
     }
 
@@ -117,30 +118,43 @@ impl Layout {
     }
 }
 
-/// The start of the header page: the two doorbells (futex words, see
-/// `doorbell`) and counters the worker publishes for the node.
-#[repr(C)]
-pub struct Header {
-    /// node → worker: the current job's sequence number shifted left by
-    /// one; bit 0 is set by a worker asleep on this word.
-    pub job: AtomicU32,
-    /// Inputs in the current job (slots 0..count), written before `job`.
+/// One job's entry in the header; job `seq` uses entry `seq & 1`, so the
+/// node can describe the next job while the worker runs the current one.
+#[repr(C, align(64))]
+pub struct JobEntry {
+    /// node → worker, before ringing: the job's first slot and its inputs.
+    pub first: AtomicU32,
     pub count: AtomicU32,
-    /// worker → node: the worker's thread id while a job runs (set by the
-    /// node before it rings `job`; the kernel marks it OWNER_DIED if the
-    /// worker dies, see `doorbell`), then a completion code.
-    pub done: AtomicU32,
-    /// The sequence number the completion in `done` is for.
-    pub done_seq: AtomicU32,
-    /// Inputs of the current job completed so far (progress, for the
-    /// watchdog and to say which input failed).
+    /// worker → node: inputs completed so far (zeroed by the node before
+    /// ringing; for the watchdog and to say which input failed).
     pub progress: AtomicU32,
-    /// The worker's job thread id, as the kernel writes it into `done`.
-    pub worker_tid: AtomicU32,
+    /// worker → node, before it publishes the completion: the outcome
+    /// (`doorbell::DONE_OK` or `DONE_FAILED`) and the job it is for.
+    pub code: AtomicU32,
+    pub seq: AtomicU32,
     /// Simulated cycles of the job's last input and of all its inputs
     /// (u64::MAX: the core counts none).
     pub last_cycles: AtomicU64,
     pub job_cycles: AtomicU64,
+}
+
+/// The start of the header page: the doorbells (futex words, see
+/// `doorbell`), the two job entries and counters the worker publishes.
+#[repr(C)]
+pub struct Header {
+    /// node → worker: the newest job's sequence number shifted left by
+    /// one; bit 0 is set by a worker asleep on this word. The worker runs
+    /// jobs in order, so the job after the one it finished may already be
+    /// waiting here.
+    pub job: AtomicU32,
+    /// The worker's job thread id for as long as it lives, as a robust
+    /// futex (the kernel marks it OWNER_DIED and wakes the node if the
+    /// thread dies); a node asleep on it sets WAITERS.
+    pub done: AtomicU32,
+    /// worker → node: the sequence number of the last completed job.
+    pub completed: AtomicU32,
+    /// The worker's job thread id, as the kernel writes it into `done`.
+    pub worker_tid: AtomicU32,
     /// Simulated cycles of the core so far (RTL only).
     pub cycles_now: AtomicU64,
     /// `cycles_now` when the current input started.
@@ -150,6 +164,7 @@ pub struct Header {
     /// Address whose access raised SIGSEGV or SIGBUS in the worker, plus one
     /// (0: none), stored by its signal handler just before it dies.
     pub fault: AtomicU64,
+    pub jobs: [JobEntry; 2],
 }
 
 /// Where a faulting address lies, for the node's message.
@@ -325,12 +340,12 @@ mod tests {
             );
             assert_eq!(l.stride % l.page, 0);
             assert_eq!(l.len, l.input_area + l.slots * l.stride);
-            assert!(l.slots >= 1 && l.slots <= MAX_SLOTS);
-            assert!(l.slots == 1 || l.slots * (i + o) <= BATCH_BYTES);
+            assert!(l.slots >= 2 && l.slots <= MAX_SLOTS);
+            assert!(l.slots == 2 || l.slots * (i + o) <= BATCH_BYTES);
         }
         assert_eq!(Layout::new(32768, 16384).slots, 21);
         assert_eq!(Layout::new(64, 64).slots, MAX_SLOTS);
-        assert_eq!(Layout::new(4 << 20, 16).slots, 1);
+        assert_eq!(Layout::new(4 << 20, 16).slots, 2);
     }
 
     #[test]
