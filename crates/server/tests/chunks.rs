@@ -436,3 +436,28 @@ async fn chunk_user_with(addr: std::net::SocketAddr, h: Hello) -> (FakeUser, Hel
     let f = u.recv().await.expect("hello reply");
     (u, Hello::decode(&f.payload).unwrap())
 }
+
+#[tokio::test]
+async fn shared_mode_takes_chunks_and_answers_in_the_message_class() {
+    let srv = start(ServerOptions {
+        sharing: corefarm_server::Sharing::Shared,
+        ..opts()
+    })
+    .await;
+    let _n = FakeNode::spawn(srv.nodes, "a", 4, Behaviour::Echo).await;
+    srv.wait_status("one node", |s| s.nodes.len() == 1).await;
+    let (mut u, h) = chunk_user(srv.users, Some(1024)).await;
+    assert_eq!(h.chunk_size, Some(1024));
+    assert_eq!(u.configure(&bench(4096, 3000)).await.0, 0);
+    let data = Bytes::from(vec![5u8; 4096]);
+    send_chunks(&mut u, 11, 1, data.clone(), 1024).await;
+    u.send(OutFrame::data(12, data).unwrap()).await;
+    let (got, _) = recv_messages(&mut u, 2).await;
+    assert_eq!((got[&11].0, got[&11].1.len(), got[&11].1[0]), (1, 3000, 4));
+    assert_eq!(got[&12].0, DEFAULT_CLASS);
+    // A broken sequence is refused here too.
+    send_chunks(&mut u, 13, 1, Bytes::from(vec![0u8; 4096]), 4096).await;
+    let e = u.expect_error().await.unwrap();
+    assert!(e.reason.contains("over the 1024 agreed"), "{e}");
+    u.closed().await;
+}
