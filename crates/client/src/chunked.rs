@@ -103,6 +103,18 @@ pub(crate) fn write_buf<W: Write + ?Sized>(w: &mut W, b: &mut dyn Buf) -> io::Re
     w.flush()
 }
 
+/// Chunks the kernel may hold in the send buffer: an urgent chunk waits
+/// behind at most these (the kernel's auto-tuned buffer holds megabytes,
+/// which is what interleaving by class would otherwise wait behind).
+pub(crate) const BUFFERED_CHUNKS: usize = 4;
+
+/// Sizes the socket's send buffer to [`BUFFERED_CHUNKS`] chunks; a failure
+/// only costs latency, so it is ignored.
+pub(crate) fn shallow_send_buffer(sock: &std::net::TcpStream, chunk_size: u32) {
+    let want = BUFFERED_CHUNKS * (chunk_size as usize + corefarm_smp::stream::CHUNK_HEADER_LEN + 8);
+    let _ = socket2::SockRef::from(sock).set_send_buffer_size(want);
+}
+
 /// The reader's reassembly: results within `max_message`, at most
 /// [`MAX_OPEN`] open, twice `max_message` held across them.
 pub(crate) fn reassembler(max_message: u32) -> Reassembler {

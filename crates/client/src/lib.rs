@@ -173,6 +173,9 @@ impl Client {
             .and_then(|h| h.chunk_size)
             .filter(|&s| s > 0);
         let reassembler = chunk_size.map(|_| chunked::reassembler(opts.max_message));
+        if let Some(size) = chunk_size {
+            chunked::shallow_send_buffer(writer.tcp(), size);
+        }
         let shared = Arc::new(Shared::default());
         let handle = inner::spawn_reader(reader, shared.clone(), credit_mode, reassembler)
             .map_err(io("starting the reader thread"))?;
@@ -253,6 +256,39 @@ impl Client {
         Ok(sent
             .and_then(|(_, p)| p)
             .expect("a blocking submit sends to a pending"))
+    }
+
+    /// Like [`submit_with`](Client::submit_with) for borrowed memory (with
+    /// `chunks` agreed, a message sent as chunks is copied once), under
+    /// `id` or the next automatic id.
+    pub fn submit_slice_with(&self, id: Option<u32>, data: &[u8], class: u8) -> Result<u32> {
+        let sent = self.inner.send_data(
+            id,
+            Body::Borrowed(data),
+            Route::Recv,
+            CreditWait::Block,
+            class,
+        )?;
+        Ok(sent.expect("a blocking submit sends").0)
+    }
+
+    /// Like [`submit_slice_pending`](Client::submit_slice_pending) in
+    /// priority `class`; with `no_wait`, `None` instead of waiting for credit.
+    pub fn submit_slice_pending_with(
+        &self,
+        data: &[u8],
+        class: u8,
+        no_wait: bool,
+    ) -> Result<Option<Pending>> {
+        let wait = if no_wait {
+            CreditWait::NoWait
+        } else {
+            CreditWait::Block
+        };
+        let sent = self
+            .inner
+            .send_data(None, Body::Borrowed(data), Route::Pending, wait, class)?;
+        Ok(sent.and_then(|(_, p)| p))
     }
 
     /// The chunk size agreed with the server, if `chunks` was.

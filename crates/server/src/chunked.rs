@@ -28,6 +28,23 @@ pub(crate) const MAX_OPEN: usize = 64;
 /// chunk in this many while more urgent classes saturate the link.
 pub(crate) const GUARD: u32 = 16;
 
+/// Chunks the kernel may hold in the user socket's buffers, each way: an
+/// urgent chunk queues behind at most these, not behind the megabytes of
+/// an auto-tuned buffer.
+pub(crate) const BUFFERED_CHUNKS: usize = 4;
+
+/// Shallow kernel buffers for a `chunks` user's socket; a failure only
+/// costs latency.
+pub(crate) fn shallow_buffers(sock: &socket2::SockRef<'_>, chunk_size: u32) {
+    let want = BUFFERED_CHUNKS * (chunk_size as usize + CHUNK_HEADER_LEN + HEADER_LEN);
+    let _ = sock.set_recv_buffer_size(want);
+    let _ = sock.set_send_buffer_size(want);
+}
+
+/// Messages a `chunks` user under credit may have waiting in the server
+/// for a node (read ahead of the nodes so they can be served by class).
+pub(crate) const READ_AHEAD: usize = 64;
+
 /// Chunk frames queued in the user's sink ahead of the next pick: with
 /// more, an urgent result waits behind that many bulk chunks.
 pub(crate) const SINK_DEPTH: usize = 1;

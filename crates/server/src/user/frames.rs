@@ -113,6 +113,9 @@ impl Handler {
                     let max = self.shared.opts.max_message;
                     self.inbound = Some(crate::chunked::Inbound::new(size, max));
                     self.outbound = Some(crate::chunked::Outbound::new(size));
+                    if let Some(sock) = self.reader.get_ref().sock() {
+                        crate::chunked::shallow_buffers(&sock, size);
+                    }
                 }
                 None => tracing::info!(user = %self.peer,
                     "chunks not agreed: chunk size {:?} under {} bytes",

@@ -306,10 +306,20 @@ impl Handler {
             Phase::Configuring => false,
             Phase::Routing => {
                 self.next_cfg.is_none()
-                    && self.redispatch.is_empty()
-                    && self.pick_node(false).is_some()
+                    && ((self.redispatch.is_empty() && self.pick_node(false).is_some())
+                        || self.reads_ahead())
             }
         }
+    }
+
+    /// A `chunks` user under credit is read even while its nodes are busy:
+    /// what it sends then waits in the server's re-dispatch queue, served
+    /// by class, instead of in its socket behind the bulk messages it sent
+    /// first. Credit bounds how much that can be.
+    fn reads_ahead(&self) -> bool {
+        self.inbound.is_some()
+            && self.agreed(features::CREDIT)
+            && self.redispatch.len() < crate::chunked::READ_AHEAD
     }
 
     /// A user with nothing outstanding that has been silent for
