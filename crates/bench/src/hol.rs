@@ -35,6 +35,11 @@ pub struct HolOptions {
     pub bulk_sizes: Vec<usize>,
     /// Bulk messages in flight.
     pub bulk_window: usize,
+    /// Cap on the bulk stream's average rate, bytes per second (`None`:
+    /// as fast as it goes). Each bulk message is still written at full
+    /// speed; the cap only spaces them, so the link still blocks behind
+    /// one, while the CPUs are not saturated by the bulk stream alone.
+    pub bulk_rate: Option<f64>,
     /// Small messages per second.
     pub rate: f64,
     /// Small messages measured per run (after `warmup` of them).
@@ -52,6 +57,7 @@ impl Default for HolOptions {
             output_size: 16,
             bulk_sizes: vec![1 << 20, 4 << 20, 16 << 20],
             bulk_window: 2,
+            bulk_rate: None,
             rate: 200.0,
             samples: 500,
             warmup: 20,
@@ -78,6 +84,7 @@ pub struct HolReport {
     pub input_size: u32,
     pub output_size: u32,
     pub bulk_sizes: Vec<usize>,
+    pub bulk_rate: Option<f64>,
     pub rate: f64,
     pub runs: Vec<HolRun>,
     /// unchunked p99 / chunked p99, and p50 likewise.
@@ -110,6 +117,7 @@ pub fn run(o: &HolOptions) -> Result<HolReport> {
         input_size: o.input_size,
         output_size: o.output_size,
         bulk_sizes: o.bulk_sizes.clone(),
+        bulk_rate: o.bulk_rate,
         rate: o.rate,
         p99_gain: ratio(unchunked.small.p99_ms, chunked.small.p99_ms),
         p50_gain: ratio(unchunked.small.p50_ms, chunked.small.p50_ms),
@@ -152,14 +160,21 @@ fn one(
             .map(|&n| Bytes::from(vec![1u8; n]))
             .collect();
         let window = o.bulk_window.max(1);
+        let cap = o.bulk_rate.filter(|r| *r > 0.0);
         std::thread::spawn(move || -> Result<()> {
             let mut in_flight: std::collections::VecDeque<(Pending, usize)> = Default::default();
-            let mut i = 0;
+            let (mut i, mut sent, t0) = (0, 0usize, Instant::now());
             while !stop.load(Ordering::Relaxed) {
                 while in_flight.len() < window {
                     let b = bodies[i % bodies.len()].clone();
                     i += 1;
                     let n = b.len();
+                    if let Some(r) = cap {
+                        // Pacing the offered load, not synchronisation.
+                        let due = t0 + Duration::from_secs_f64(sent as f64 / r);
+                        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+                    }
+                    sent += n;
                     in_flight.push_back((c.submit_pending_with(b, class)?, n));
                 }
                 let (p, n) = in_flight.pop_front().expect("non-empty");

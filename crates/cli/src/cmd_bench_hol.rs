@@ -28,6 +28,10 @@ pub struct HolArgs {
     /// Bulk messages in flight.
     #[arg(long, default_value_t = 2)]
     bulk_window: usize,
+    /// Cap on the bulk stream's average rate, MB/s (default: uncapped).
+    /// Each bulk message still goes at full speed; the cap spaces them.
+    #[arg(long)]
+    bulk_mbps: Option<f64>,
     /// Small messages per second.
     #[arg(long, default_value_t = 200.0)]
     rate: f64,
@@ -48,6 +52,7 @@ pub fn run(a: HolArgs) -> Result<()> {
         output_size: a.output_size,
         bulk_sizes: a.bulk_mib.iter().map(|m| m << 20).collect(),
         bulk_window: a.bulk_window,
+        bulk_rate: a.bulk_mbps.map(|m| m * 1e6),
         rate: a.rate,
         samples: a.samples,
         chunk_size: a.chunk_size,
