@@ -297,7 +297,7 @@ def _as_bytes_view(data):
 
 def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legacy=False,
             name=None, io_timeout=None, secret=None, secret_file=None, tls_ca=None,
-            tls_server_name=None):
+            tls_server_name=None, chunks=False, chunk_size=None):
     """Connects to a corefarm server.
 
     addr: "host:port" (port defaults to 9999). nodes: how many nodes to ask
@@ -313,6 +313,11 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     tls_server_name: the name that certificate must carry (default: the
     host part of addr). A TLS failure raises ConnectionError naming the
     cause (wrong CA, wrong name, a plain port).
+    chunks: ask for the `chunks` feature (docs/streams.md): large messages
+    and messages with a `priority` travel as chunks, a more urgent
+    message's chunks between a bulk one's, and results come back the same
+    way; chunk_size: the largest chunk to ask for (default 64 KiB). Without
+    chunks every message is priority 4 and `priority=` has no effect.
     """
     if ":" not in addr:
         addr = f"{addr}:{DEFAULT_PORT}"
@@ -321,7 +326,8 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     return Client(_corefarm.Client(addr, legacy=legacy, nodes=nodes, name=name,
                                    connect_timeout=timeout, io_timeout=io_timeout,
                                    secret=secret, secret_file=secret_file, tls_ca=tls_ca,
-                                   tls_server_name=tls_server_name))
+                                   tls_server_name=tls_server_name, chunks=chunks,
+                                   chunk_size=chunk_size))
 
 
 class Client:
@@ -430,24 +436,25 @@ class Client:
         return t.array(data, batch)
 
     # -- data ----------------------------------------------------------
-    def submit(self, data, id=None):
+    def submit(self, data, id=None, *, priority=None):
         """Sends one data message (a whole number of inputs) and returns its
         id; its result comes from `recv()`. Accepts bytes, bytearray,
         memoryview, numpy arrays (contiguous; checked against the image's
         input type when it has one). Blocks while the server grants no
-        credit."""
+        credit. `priority`: class 0 (most urgent) to 7, default 4 (see
+        `connect(chunks=True)`)."""
         view, _ = self._prepare(data)
         if id is None:
-            return self._raw.submit(view)
-        self._raw.submit_with_id(id, view)
+            return self._raw.submit(view, priority=priority)
+        self._raw.submit_with_id(id, view, priority=priority)
         return id
 
-    def submit_pending(self, data):
+    def submit_pending(self, data, *, priority=None):
         """Sends one data message and returns a `Pending` (`.id`, `.done()`,
         `.result(timeout=None)`): its result goes to that handle only, never
         to `recv()` or another thread. Blocks while there is no credit."""
         view, _ = self._prepare(data)
-        return self._raw.submit_pending(view)
+        return self._raw.submit_pending(view, priority=priority)
 
     def recv(self, timeout=None):
         """Next result of a plain `submit()` as an Output (`.id`, `.data`,
@@ -458,7 +465,7 @@ class Client:
         results are in flight (they never come here)."""
         return self._raw.recv(timeout)
 
-    def map(self, inputs, window=64, raw=False, cowork=None):
+    def map(self, inputs, window=64, raw=False, cowork=None, *, priority=None):
         """Yields the result of each input in input order, keeping at most
         `window` data messages in flight. The results come to this
         generator only, so several threads may each run a `map` on one
@@ -472,7 +479,9 @@ class Client:
 
         `cowork=True` (or a `corefarm.cowork.Cowork`) computes part of the
         inputs on this machine too (seed 002, chapter 4); see
-        `corefarm.cowork`. Inputs are then checked and taken up front."""
+        `corefarm.cowork`. Inputs are then checked and taken up front.
+
+        `priority`: the class of every input (0 most urgent to 7, default 4)."""
         if window < 1:
             raise ValueError("window must be at least 1")
         typed = not raw and self._types[1] is not None
@@ -496,7 +505,7 @@ class Client:
                     exhausted = True
                     break
                 view, batch = self._prepare(item)
-                pending.append((self._raw.submit_pending(view), batch))
+                pending.append((self._raw.submit_pending(view, priority=priority), batch))
             if not pending:
                 return
             p, batch = pending.popleft()
@@ -538,6 +547,11 @@ class Client:
         """The server's hello as a dict (features, nodes, max_message), or None in legacy mode."""
         h = self._raw.server_hello
         return _json.loads(h) if h is not None else None
+
+    @property
+    def chunk_size(self):
+        """The chunk size agreed with the server, or None without `chunks`."""
+        return self._raw.chunk_size
 
     @property
     def addr(self):

@@ -32,12 +32,13 @@ __all__ = ["connect", "AsyncClient"]
 
 async def connect(addr="127.0.0.1:9999", nodes=None, timeout=10.0, *, legacy=False,
                   name=None, io_timeout=None, secret=None, secret_file=None, tls_ca=None,
-                  tls_server_name=None):
+                  tls_server_name=None, chunks=False, chunk_size=None):
     """Like `corefarm.connect`, awaitable; returns an AsyncClient."""
     client = await _asyncio.to_thread(_connect_blocking, addr, nodes, timeout, legacy=legacy,
                                       name=name, io_timeout=io_timeout, secret=secret,
                                       secret_file=secret_file, tls_ca=tls_ca,
-                                      tls_server_name=tls_server_name)
+                                      tls_server_name=tls_server_name, chunks=chunks,
+                                      chunk_size=chunk_size)
     return AsyncClient(client)
 
 
@@ -74,28 +75,29 @@ class AsyncClient:
         return await _asyncio.to_thread(self.client.status)
 
     # -- data ----------------------------------------------------------------
-    async def submit(self, data):
+    async def submit(self, data, *, priority=None):
         """Sends one data message (waiting for credit without blocking the
         loop) and returns an asyncio.Future of its Output. The future raises
         ServerError for this message, ConnectionError if the connection
         ends first. The buffer is copied (or, for bytes, kept) before this
         returns, so it may be reused at once. Numpy arrays are checked
         against the image's input type as `Client.submit` does (InputError
-        before anything is sent)."""
+        before anything is sent). `priority`: as in `Client.submit`."""
         view, _ = self.client._prepare(data)
-        return await self._send(view)
+        return await self._send(view, priority)
 
-    async def _send(self, view):
-        pending = self._raw.try_submit_pending(view)
+    async def _send(self, view, priority=None):
+        pending = self._raw.try_submit_pending(view, priority=priority)
         if pending is None:
-            pending = await _asyncio.to_thread(self._raw.submit_pending, view)
+            pending = await _asyncio.to_thread(
+                lambda: self._raw.submit_pending(view, priority=priority))
         return self._watch(pending)
 
-    async def run(self, data):
+    async def run(self, data, *, priority=None):
         """Sends one data message and returns its Output."""
-        return await (await self.submit(data))
+        return await (await self.submit(data, priority=priority))
 
-    async def map(self, inputs, window=64, raw=False):
+    async def map(self, inputs, window=64, raw=False, *, priority=None):
         """Async generator of the result of each input, in input order, with
         at most `window` data messages in flight. `inputs` may be an
         iterable or an async iterable. Stopping early abandons the rest.
@@ -134,7 +136,7 @@ class AsyncClient:
                         exhausted = True
                         break
                     view, batch = client._prepare(item)
-                    in_flight.append((await self._send(view), batch))
+                    in_flight.append((await self._send(view, priority), batch))
                 if not in_flight:
                     return
                 fut, batch = in_flight.pop(0)

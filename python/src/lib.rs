@@ -8,6 +8,7 @@
 //! code may change meanwhile: `bytes` (immutable) are sent straight from
 //! their memory, every other buffer is copied first, with the GIL held.
 
+use corefarm_smp::stream::DEFAULT_CLASS;
 use std::os::raw::c_int;
 use std::time::{Duration, Instant};
 
@@ -267,7 +268,7 @@ struct Client {
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None, tls_ca=None, tls_server_name=None))]
+    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None, tls_ca=None, tls_server_name=None, chunks=false, chunk_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -282,6 +283,8 @@ impl Client {
         secret_file: Option<std::path::PathBuf>,
         tls_ca: Option<std::path::PathBuf>,
         tls_server_name: Option<String>,
+        chunks: bool,
+        chunk_size: Option<u32>,
     ) -> PyResult<Self> {
         use corefarm_smp::auth::Secret;
         // An explicit secret, else a file, else COREFARM_SECRET / COREFARM_SECRET_FILE.
@@ -308,6 +311,8 @@ impl Client {
             name: name.or_else(|| Some("python".into())),
             connect_timeout: secs(connect_timeout)?,
             io_timeout: secs(io_timeout)?,
+            chunks,
+            chunk_size,
             ..Default::default()
         };
         if let Some(m) = max_message {
@@ -351,38 +356,72 @@ impl Client {
 
     /// submit(data) -> id; the result comes from `recv`. `data`: `bytes`
     /// (sent from its memory) or any C-contiguous buffer (copied first).
-    fn submit(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u32> {
+    /// `priority`: class 0 (most urgent) to 7; None is the default class 4.
+    #[pyo3(signature = (data, *, priority=None))]
+    fn submit(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        priority: Option<u8>,
+    ) -> PyResult<u32> {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
-        py.detach(|| self.inner.submit_slice(bytes)).map_err(to_py)
+        let class = priority.unwrap_or(DEFAULT_CLASS);
+        py.detach(|| self.inner.submit_slice_with(None, bytes, class))
+            .map_err(to_py)
     }
 
-    fn submit_with_id(&self, py: Python<'_>, id: u32, data: &Bound<'_, PyAny>) -> PyResult<()> {
+    #[pyo3(signature = (id, data, *, priority=None))]
+    fn submit_with_id(
+        &self,
+        py: Python<'_>,
+        id: u32,
+        data: &Bound<'_, PyAny>,
+        priority: Option<u8>,
+    ) -> PyResult<()> {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
-        py.detach(|| self.inner.submit_slice_with_id(id, bytes))
+        let class = priority.unwrap_or(DEFAULT_CLASS);
+        py.detach(|| self.inner.submit_slice_with(Some(id), bytes, class))
+            .map(drop)
             .map_err(to_py)
     }
 
     /// submit_pending(data) -> Pending: the result goes to that handle only.
-    fn submit_pending(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Pending> {
+    #[pyo3(signature = (data, *, priority=None))]
+    fn submit_pending(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        priority: Option<u8>,
+    ) -> PyResult<Pending> {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
-        py.detach(|| self.inner.submit_slice_pending(bytes))
-            .map(Pending::from)
+        let class = priority.unwrap_or(DEFAULT_CLASS);
+        py.detach(|| self.inner.submit_slice_pending_with(bytes, class, false))
+            .map(|p| Pending::from(p.expect("a blocking submit sends")))
             .map_err(to_py)
+    }
+
+    /// The chunk size agreed with the server, or None without `chunks`.
+    #[getter]
+    fn chunk_size(&self) -> Option<u32> {
+        self.inner.chunk_size()
     }
 
     /// try_submit_pending(data) -> Pending or None: None, sending nothing,
     /// when the server grants no credit right now (never waits for credit).
+    #[pyo3(signature = (data, *, priority=None))]
     fn try_submit_pending(
         &self,
         py: Python<'_>,
         data: &Bound<'_, PyAny>,
+        priority: Option<u8>,
     ) -> PyResult<Option<Pending>> {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
-        py.detach(|| self.inner.try_submit_slice_pending(bytes))
+        let class = priority.unwrap_or(DEFAULT_CLASS);
+        py.detach(|| self.inner.submit_slice_pending_with(bytes, class, true))
             .map(|p| p.map(Pending::from))
             .map_err(to_py)
     }

@@ -3,6 +3,8 @@
 //! - [`echo`]: the SMP echo server and clients of §4.2.1 (networking ceiling).
 //! - [`user`]: the benchmarking user of §4.2.2, driving a real server with the
 //!   benchmarking configuration and measuring throughput and latency.
+//! - [`hol`]: head-of-line blocking of small messages behind bulk ones on
+//!   one user link, unchunked against chunked with priority classes.
 //! - [`node`]: the isolated node-manager benchmark of §4.2.3: the benchmark
 //!   is the node's server and streams data straight to one `corefarm node`.
 //! - [`compare`]: compares two suite result files point by point.
@@ -17,6 +19,7 @@
 pub mod compare;
 pub mod cpu;
 pub mod echo;
+pub mod hol;
 pub mod node;
 pub mod soak;
 pub mod stats;

@@ -41,6 +41,10 @@ pub enum BenchCmd {
     /// Throughput of a group's direct data path (no data through the
     /// server), with the server's CPU over the window (one JSON object).
     Direct(crate::cmd_bench_direct::DirectArgs),
+    /// Head-of-line blocking on one user link (issue 11): p50/p99 of small
+    /// messages at a fixed rate behind a bulk stream, unchunked vs chunked
+    /// with priority classes (one JSON object).
+    Hol(crate::cmd_bench_hol::HolArgs),
 }
 
 #[derive(Args)]
@@ -245,6 +249,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Sharing(s) => crate::cmd_bench_sharing::run(s),
         BenchCmd::Collectives(a) => crate::cmd_bench_collectives::run(a),
         BenchCmd::Direct(a) => crate::cmd_bench_direct::run(a),
+        BenchCmd::Hol(a) => crate::cmd_bench_hol::run(a),
     }
 }
 

@@ -11,6 +11,7 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod cmd_bench;
 mod cmd_bench_collectives;
 mod cmd_bench_direct;
+mod cmd_bench_hol;
 mod cmd_bench_sharing;
 mod cmd_image;
 mod cmd_image_sign;

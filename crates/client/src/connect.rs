@@ -90,6 +90,10 @@ pub(crate) fn handshake(
     if opts.secret.is_some() {
         hello.features.push(features::AUTH.into());
     }
+    if opts.chunks {
+        hello.features.push(features::CHUNKS.into());
+        hello.chunk_size = opts.chunk_size;
+    }
     // Kept as sent: an answer to a challenge covers these exact bytes.
     let hello_bytes = hello.encode();
     write_frame(writer, hello.to_frame()).map_err(|e| fail(format!("sending hello: {e}")))?;

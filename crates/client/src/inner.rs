@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use corefarm_smp::blocking::{write_data_borrowed, write_frame};
 use corefarm_smp::hello::features;
+use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{ClusterStatus, Configuration, ErrorMsg, Hello};
 
 use crate::error::Failure;
@@ -25,6 +26,12 @@ pub(crate) struct Inner {
     pub shared: Arc<Shared>,
     pub server_hello: Option<Hello>,
     pub credit_mode: bool,
+    /// The chunk size agreed in the hello (`ClientOptions::chunks`).
+    pub chunk_size: Option<u32>,
+    /// Turns at the socket for chunks, most urgent class first.
+    pub gate: crate::chunked::Gate,
+    /// Chunks written so far (a test hook's signal).
+    pub chunks_written: std::sync::atomic::AtomicU64,
     pub configure_lock: Mutex<()>,
     pub status_lock: Mutex<()>,
     /// The last configuration the server accepted (for co-working).
@@ -73,17 +80,24 @@ impl Inner {
         self.opts.io_timeout.map(|t| Instant::now() + t)
     }
 
-    /// Sends one data message. `id: None` takes the next automatic id.
-    /// Returns the id used and, for `Route::Pending`, its handle; `None`
-    /// when `wait` is `NoWait` and there is no credit.
+    /// Sends one data message in priority `class`. `id: None` takes the
+    /// next automatic id. Returns the id used and, for `Route::Pending`,
+    /// its handle; `None` when `wait` is `NoWait` and there is no credit.
     pub fn send_data(
         &self,
         id: Option<u32>,
         body: Body<'_>,
         route: Route,
         wait: CreditWait,
+        class: u8,
     ) -> Result<Option<(u32, Option<Pending>)>> {
         let len = body.as_slice().len();
+        if class >= corefarm_smp::stream::CLASSES {
+            return Err(ClientError::InvalidInput(format!(
+                "priority {class}: classes are 0 (most urgent) to {}",
+                corefarm_smp::stream::CLASSES - 1
+            )));
+        }
         let (id, pending) = {
             let mut st = self.shared.lock();
             if let Some(f) = &st.failed {
@@ -157,9 +171,28 @@ impl Inner {
             };
             (id, pending)
         };
-        let mut w = lock(&self.writer);
-        if let Err(e) = write_data_borrowed(&mut *w, id, body.as_slice()) {
-            drop(w);
+        let sent = match self.chunk_size {
+            Some(size) if class != DEFAULT_CLASS || len > size as usize => {
+                let data = match body {
+                    Body::Shared(b) => b,
+                    // Chunks share one buffer; borrowed memory is copied once.
+                    Body::Borrowed(b) => Bytes::copy_from_slice(b),
+                };
+                crate::chunked::send(&self.gate, id, class, data, size, |f| {
+                    crate::chunked::write_buf(&mut *lock(&self.writer), f)?;
+                    self.chunks_written
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    Ok(())
+                })
+            }
+            Some(_) => {
+                // Whole, but in its turn: urgent chunks of other threads first.
+                let _turn = self.gate.turn(class);
+                write_data_borrowed(&mut *lock(&self.writer), id, body.as_slice())
+            }
+            None => write_data_borrowed(&mut *lock(&self.writer), id, body.as_slice()),
+        };
+        if let Err(e) = sent {
             return Err(self.write_failed(e, "while sending data"));
         }
         Ok(Some((id, pending)))
@@ -393,8 +426,9 @@ pub(crate) fn spawn_reader(
     reader: corefarm_smp::blocking::FrameReader<crate::tls::RecvHalf>,
     shared: Arc<Shared>,
     credit_mode: bool,
+    chunks: Option<corefarm_smp::stream::Reassembler>,
 ) -> io::Result<JoinHandle<()>> {
     std::thread::Builder::new()
         .name("corefarm-client-reader".into())
-        .spawn(move || reader::run(reader, &shared, credit_mode))
+        .spawn(move || reader::run(reader, &shared, credit_mode, chunks))
 }

@@ -37,6 +37,7 @@
 //! [`ClientError::Usage`] instead of blocking. With nothing at all in flight
 //! it waits, since another thread may be about to submit.
 
+mod chunked;
 mod connect;
 mod cowork;
 pub mod direct;
@@ -53,6 +54,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::hello::features;
+use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{BenchmarkConfig, ClusterStatus, Configuration, Hello, DEFAULT_MAX_MESSAGE};
 
 /// The default core table (docs/interfaces.md), for images that give none.
@@ -92,6 +94,15 @@ pub struct ClientOptions {
     /// name its certificate carries); `None`: plain TCP. Groups and the
     /// direct data path to nodes stay plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
+    /// Ask for `chunks` (issue 11): large messages and every message with
+    /// a priority other than the default go out as chunks, a more urgent
+    /// message's chunks between a bulk one's, and results come back as
+    /// chunks of their message's class. Without it (or with a server that
+    /// does not agree) every message is class 4 and priorities are ignored.
+    pub chunks: bool,
+    /// Largest chunk to ask for (`None`: the protocol's default, 64 KiB);
+    /// the server may agree to less.
+    pub chunk_size: Option<u32>,
 }
 
 impl Default for ClientOptions {
@@ -105,6 +116,8 @@ impl Default for ClientOptions {
             io_timeout: None,
             secret: None,
             tls: None,
+            chunks: false,
+            chunk_size: None,
         }
     }
 }
@@ -154,8 +167,17 @@ impl Client {
             .as_ref()
             .is_some_and(|h| h.has(features::CREDIT));
 
+        let chunk_size = server_hello
+            .as_ref()
+            .filter(|h| h.has(features::CHUNKS))
+            .and_then(|h| h.chunk_size)
+            .filter(|&s| s > 0);
+        let reassembler = chunk_size.map(|_| chunked::reassembler(opts.max_message));
+        if let Some(size) = chunk_size {
+            chunked::shallow_send_buffer(writer.tcp(), size);
+        }
         let shared = Arc::new(Shared::default());
-        let handle = inner::spawn_reader(reader, shared.clone(), credit_mode)
+        let handle = inner::spawn_reader(reader, shared.clone(), credit_mode, reassembler)
             .map_err(io("starting the reader thread"))?;
 
         Ok(Client {
@@ -166,6 +188,9 @@ impl Client {
                 shared,
                 server_hello,
                 credit_mode,
+                chunk_size,
+                gate: Default::default(),
+                chunks_written: Default::default(),
                 configure_lock: Mutex::new(()),
                 status_lock: Mutex::new(()),
                 configuration: Mutex::new(None),
@@ -202,6 +227,73 @@ impl Client {
     /// while the server grants no credit.
     pub fn submit(&self, data: Bytes) -> Result<u32> {
         self.inner.submit(None, Body::Shared(data))
+    }
+
+    /// Like [`submit`](Client::submit) in priority class `class` (0 most
+    /// urgent, 7 least; `submit` is class 4). With `chunks` agreed, its
+    /// chunks go out ahead of less urgent messages' chunks that other
+    /// threads are sending, and its result comes back the same way.
+    pub fn submit_with(&self, data: Bytes, class: u8) -> Result<u32> {
+        let sent = self.inner.send_data(
+            None,
+            Body::Shared(data),
+            Route::Recv,
+            CreditWait::Block,
+            class,
+        )?;
+        Ok(sent.expect("a blocking submit sends").0)
+    }
+
+    /// Like [`submit_pending`](Client::submit_pending) in priority `class`.
+    pub fn submit_pending_with(&self, data: Bytes, class: u8) -> Result<Pending> {
+        let sent = self.inner.send_data(
+            None,
+            Body::Shared(data),
+            Route::Pending,
+            CreditWait::Block,
+            class,
+        )?;
+        Ok(sent
+            .and_then(|(_, p)| p)
+            .expect("a blocking submit sends to a pending"))
+    }
+
+    /// Like [`submit_with`](Client::submit_with) for borrowed memory (with
+    /// `chunks` agreed, a message sent as chunks is copied once), under
+    /// `id` or the next automatic id.
+    pub fn submit_slice_with(&self, id: Option<u32>, data: &[u8], class: u8) -> Result<u32> {
+        let sent = self.inner.send_data(
+            id,
+            Body::Borrowed(data),
+            Route::Recv,
+            CreditWait::Block,
+            class,
+        )?;
+        Ok(sent.expect("a blocking submit sends").0)
+    }
+
+    /// Like [`submit_slice_pending`](Client::submit_slice_pending) in
+    /// priority `class`; with `no_wait`, `None` instead of waiting for credit.
+    pub fn submit_slice_pending_with(
+        &self,
+        data: &[u8],
+        class: u8,
+        no_wait: bool,
+    ) -> Result<Option<Pending>> {
+        let wait = if no_wait {
+            CreditWait::NoWait
+        } else {
+            CreditWait::Block
+        };
+        let sent = self
+            .inner
+            .send_data(None, Body::Borrowed(data), Route::Pending, wait, class)?;
+        Ok(sent.and_then(|(_, p)| p))
+    }
+
+    /// The chunk size agreed with the server, if `chunks` was.
+    pub fn chunk_size(&self) -> Option<u32> {
+        self.inner.chunk_size
     }
 
     /// Sends one data message under a caller-chosen id (result to `recv`).
@@ -261,7 +353,20 @@ impl Client {
     where
         I: IntoIterator<Item = Bytes>,
     {
-        MapIter::new(self, inputs.into_iter(), window)
+        MapIter::new(self, inputs.into_iter(), window, DEFAULT_CLASS)
+    }
+
+    /// [`map`](Client::map) with every input in priority class `class`.
+    pub fn map_with_priority<I>(
+        &self,
+        inputs: I,
+        window: usize,
+        class: u8,
+    ) -> MapIter<'_, I::IntoIter>
+    where
+        I: IntoIterator<Item = Bytes>,
+    {
+        MapIter::new(self, inputs.into_iter(), window, class)
     }
 
     /// What the server is doing: its nodes and users (the status extension,
@@ -342,6 +447,16 @@ impl Sender {
     pub fn submit_slice(&self, data: &[u8]) -> Result<u32> {
         self.inner.submit(None, Body::Borrowed(data))
     }
+    pub fn submit_with(&self, data: Bytes, class: u8) -> Result<u32> {
+        let sent = self.inner.send_data(
+            None,
+            Body::Shared(data),
+            Route::Recv,
+            CreditWait::Block,
+            class,
+        )?;
+        Ok(sent.expect("a blocking submit sends").0)
+    }
     pub fn close(&self) {
         self.inner.close();
     }
@@ -358,18 +473,25 @@ impl Receiver {
 
 impl Inner {
     fn submit(&self, id: Option<u32>, body: Body<'_>) -> Result<u32> {
-        let sent = self.send_data(id, body, Route::Recv, CreditWait::Block)?;
+        let sent = self.send_data(id, body, Route::Recv, CreditWait::Block, DEFAULT_CLASS)?;
         Ok(sent.expect("a blocking submit sends").0)
     }
 
     fn submit_pending(&self, body: Body<'_>, wait: CreditWait) -> Result<Option<Pending>> {
-        let sent = self.send_data(None, body, Route::Pending, wait)?;
+        let sent = self.send_data(None, body, Route::Pending, wait, DEFAULT_CLASS)?;
         Ok(sent.map(|(_, p)| p.expect("routed to a pending")))
     }
 }
 
 #[doc(hidden)]
 impl Client {
+    /// Test hook: chunks this client has written.
+    pub fn chunks_written(&self) -> u64 {
+        self.inner
+            .chunks_written
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Test hook: blocks until at least `n` threads wait in `recv` (true) or
     /// `timeout` passes (false). Lets tests act on a blocked receiver
     /// without sleeping.

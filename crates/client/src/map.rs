@@ -18,6 +18,8 @@ pub struct MapIter<'a, I> {
     client: &'a Client,
     inputs: I,
     window: usize,
+    /// Priority class of every input.
+    class: u8,
     /// In flight, oldest first.
     pending: VecDeque<Pending>,
     exhausted: bool,
@@ -25,11 +27,12 @@ pub struct MapIter<'a, I> {
 }
 
 impl<'a, I: Iterator<Item = Bytes>> MapIter<'a, I> {
-    pub(crate) fn new(client: &'a Client, inputs: I, window: usize) -> Self {
+    pub(crate) fn new(client: &'a Client, inputs: I, window: usize, class: u8) -> Self {
         MapIter {
             client,
             inputs,
             window: window.max(1),
+            class,
             pending: VecDeque::new(),
             exhausted: false,
             failed: false,
@@ -52,7 +55,7 @@ impl<I: Iterator<Item = Bytes>> Iterator for MapIter<'_, I> {
         }
         while !self.exhausted && self.pending.len() < self.window {
             match self.inputs.next() {
-                Some(b) => match self.client.submit_pending(b) {
+                Some(b) => match self.client.submit_pending_with(b, self.class) {
                     Ok(p) => self.pending.push_back(p),
                     Err(e) => return self.stop(e),
                 },

@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use corefarm_smp::blocking::FrameReader;
 use corefarm_smp::codec::ReadError;
+use corefarm_smp::stream::{Chunk, Reassembler};
 use corefarm_smp::{
     ClusterStatus, ConfigurationResponse, Credit, Data, ErrorMsg, Frame, MsgType, ProtocolError,
 };
@@ -128,6 +129,7 @@ pub(crate) fn run(
     mut reader: FrameReader<crate::tls::RecvHalf>,
     shared: &Shared,
     credit_mode: bool,
+    mut chunks: Option<Reassembler>,
 ) {
     // Output size of the configuration in force, to count outputs per result.
     let mut output_size = shared.lock().sizes.map(|s| s.1).unwrap_or(0);
@@ -138,7 +140,7 @@ pub(crate) fn run(
             Err(ReadError::Io(e)) => return shared.fail(Failure::Io(e.kind(), e.to_string())),
             Err(ReadError::Protocol(e)) => return shared.fail(Failure::Protocol(e)),
         };
-        if let Err(f) = handle(frame, shared, credit_mode, &mut output_size) {
+        if let Err(f) = handle(frame, shared, credit_mode, &mut output_size, &mut chunks) {
             return shared.fail(f);
         }
     }
@@ -149,22 +151,23 @@ fn handle(
     shared: &Shared,
     credit_mode: bool,
     output_size: &mut u32,
+    chunks: &mut Option<Reassembler>,
 ) -> Result<(), Failure> {
     match frame.ty {
         MsgType::Data => {
             let d = Data::parse(frame.payload).map_err(Failure::Protocol)?;
-            let count = match *output_size {
-                0 => 0,
-                n => (d.data.len() / n as usize) as u32,
-            };
-            shared.deliver(
-                d.id,
-                Event::Data(Output {
-                    id: d.id,
-                    data: d.data,
-                    count,
-                }),
-            );
+            deliver_result(shared, d, *output_size);
+        }
+        MsgType::Chunk if chunks.is_some() => {
+            let re = chunks.as_mut().expect("checked");
+            let c = Chunk::parse(frame.payload).map_err(Failure::Protocol)?;
+            if let Some(m) = re.push(c).map_err(Failure::Protocol)? {
+                let d = Data {
+                    id: m.id,
+                    data: m.data,
+                };
+                deliver_result(shared, d, *output_size);
+            }
         }
         MsgType::ConfigurationResponse => {
             let r = ConfigurationResponse::parse(&frame.payload).map_err(Failure::Protocol)?;
@@ -248,7 +251,6 @@ fn handle(
                 "a peer message: only nodes send those, on their peer port".into(),
             ));
         }
-        // This client never offers chunked messages.
         MsgType::Chunk => {
             return Err(Failure::Unexpected(
                 "a chunk, which this client did not agree to".into(),
@@ -263,4 +265,20 @@ fn handle(
         }
     }
     Ok(())
+}
+
+/// A result, whole or reassembled, to whoever waits for its id.
+fn deliver_result(shared: &Shared, d: Data, output_size: u32) {
+    let count = match output_size {
+        0 => 0,
+        n => (d.data.len() / n as usize) as u32,
+    };
+    shared.deliver(
+        d.id,
+        Event::Data(Output {
+            id: d.id,
+            data: d.data,
+            count,
+        }),
+    );
 }

@@ -19,6 +19,7 @@
 //! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
 pub mod auth;
+mod chunked;
 pub mod defaults;
 pub mod dispatch;
 mod group;

@@ -61,6 +61,7 @@ pub enum ToUser {
     Result {
         id: u32,
         data: Bytes,
+        class: u8,
     },
     Failed {
         id: u32,
@@ -377,12 +378,13 @@ impl Driver {
                     node,
                     internal,
                     data,
+                    class,
                 } => {
                     if let (Some(c), Ok(f)) =
                         (self.conns.get(&node), OutFrame::data(internal, data))
                     {
                         // A failed send is followed by the node's Closed event.
-                        c.send(f);
+                        c.send_class(f, class);
                     }
                 }
                 Action::Configured { user, ok, errors } => {
@@ -400,6 +402,7 @@ impl Driver {
                     user,
                     id,
                     data,
+                    class,
                 } => {
                     if let Some(c) = self.conns.get(&node) {
                         c.entry
@@ -407,7 +410,7 @@ impl Driver {
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     if let Some((tx, _)) = self.users.get(&user) {
-                        let _ = tx.send(ToUser::Result { id, data });
+                        let _ = tx.send(ToUser::Result { id, data, class });
                     }
                 }
                 Action::Failed {

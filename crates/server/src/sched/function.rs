@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::queue::DrrQueue;
+use super::classq::ClassDrr;
 use super::Job;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -45,7 +45,7 @@ pub struct Function {
     /// The configuration payload, sent to every node that loads it.
     pub payload: Bytes,
     pub output_size: u32,
-    pub queue: DrrQueue<Job>,
+    pub queue: ClassDrr<Job>,
     /// Users whose current configuration this is.
     pub users: BTreeSet<u64>,
     /// Users waiting for their positive configuration response.
@@ -73,7 +73,7 @@ impl Function {
             id,
             payload,
             output_size,
-            queue: DrrQueue::new(input_size as u64),
+            queue: ClassDrr::new(input_size as u64),
             users: BTreeSet::new(),
             waiting: Vec::new(),
             requested: None,

@@ -8,6 +8,7 @@
 //! - [`function`]: a function = the SHA-256 of a configuration payload;
 //!   its measured service time and demand.
 //! - [`queue`]: a function's job queue, deficit round-robin by bytes over users.
+//! - [`classq`]: that queue per priority class, strict priority with a guard.
 //! - [`algorithm1`]: the periodic reconfiguration (seed Algorithm 1) with the
 //!   cost of reprogramming weighed in.
 //! - `route`: what follows every event — failing refused functions,
@@ -18,6 +19,7 @@
 //! - `lend`: nodes promised to groups leave once their work is done.
 
 pub mod algorithm1;
+pub mod classq;
 pub mod driver;
 pub mod first;
 pub mod function;
@@ -48,6 +50,10 @@ pub struct Job {
     pub id: u32,
     pub data: Bytes,
     pub count: u32,
+    /// Priority class, 0 most urgent (issue 11): orders the function's
+    /// queue. The node link still carries whole frames; this is the field
+    /// a chunking node link would take its class from.
+    pub class: u8,
     /// Its place in the function's bounded queue; released at dispatch.
     pub permit: Option<OwnedSemaphorePermit>,
     sent: Duration,
@@ -60,6 +66,7 @@ impl Job {
             id,
             data,
             count,
+            class: corefarm_smp::stream::DEFAULT_CLASS,
             permit: None,
             sent: Duration::ZERO,
         }
@@ -72,6 +79,9 @@ impl queue::Queued for Job {
     }
     fn bytes(&self) -> u64 {
         self.data.len() as u64
+    }
+    fn class(&self) -> u8 {
+        self.class
     }
 }
 
@@ -86,6 +96,9 @@ pub enum Action {
         node: u64,
         internal: u32,
         data: Bytes,
+        /// The job's priority class: unused while the node link sends
+        /// whole frames; there for a chunking node link (issue 11).
+        class: u8,
     },
     /// The answer to a user's configuration (errors go before it).
     Configured {
@@ -98,6 +111,8 @@ pub enum Action {
         user: u64,
         id: u32,
         data: Bytes,
+        /// The job's class: a `chunks` user gets the result in it.
+        class: u8,
     },
     Failed {
         user: u64,
@@ -548,6 +563,7 @@ impl Sched {
                 user: job.user,
                 id: job.id,
                 data,
+                class: job.class,
             });
         }
         self.settle(now);

@@ -9,6 +9,10 @@ use std::collections::{HashMap, VecDeque};
 pub trait Queued {
     fn user(&self) -> u64;
     fn bytes(&self) -> u64;
+    /// Priority class, 0 most urgent ([`super::classq`]).
+    fn class(&self) -> u8 {
+        corefarm_smp::stream::DEFAULT_CLASS
+    }
 }
 
 #[derive(Debug)]

@@ -206,6 +206,7 @@ impl Sched {
                     node,
                     internal,
                     data: job.data.clone(),
+                    class: job.class,
                 });
                 slot.in_flight.insert(internal, job);
                 slot.sent += 1;

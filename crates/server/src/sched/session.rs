@@ -48,6 +48,10 @@ struct Session {
     reader: FrameReader<ReadHalf>,
     out: mpsc::Sender<OutFrame>,
     hello: Option<Hello>,
+    /// With `chunks` agreed: the user's chunks being reassembled, and
+    /// results waiting to go back as chunks.
+    inbound: Option<crate::chunked::Inbound>,
+    outbound: Option<crate::chunked::Outbound>,
     phase: Phase,
     cfg: Option<Configuration>,
     /// A configuration that waits until this user's data in flight is answered.
@@ -119,6 +123,8 @@ pub(crate) async fn run(
         entry,
         out,
         hello: None,
+        inbound: None,
+        outbound: None,
         phase: Phase::Initial,
         cfg: None,
         next_cfg: None,
@@ -149,6 +155,8 @@ impl Session {
                 Phase::Routing => self.next_cfg.is_none() && self.waiting.is_none(),
             };
             let queue = self.queue.clone();
+            let chunks_waiting = self.outbound.as_ref().is_some_and(|o| !o.is_empty());
+            let out = self.out.clone();
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
@@ -160,6 +168,16 @@ impl Session {
                     if let (Ok(p), Some(mut job)) = (p, self.waiting.take()) {
                         job.permit = Some(p);
                         self.submit(job).await?;
+                    }
+                }
+                // One chunk per free place in the writer's channel, picked
+                // by class when the place frees up.
+                p = out.reserve_owned(), if chunks_waiting => {
+                    let Ok(p) = p else { return Err("user connection closed".into()) };
+                    match self.outbound.as_mut().and_then(|o| o.next_frame()) {
+                        Some(Ok(f)) => { p.send(f); }
+                        Some(Err(e)) => return Err(format!("cannot frame a result chunk: {e}")),
+                        None => {}
                     }
                 }
                 r = self.reader.read_frame(), if read => match r {
@@ -184,7 +202,8 @@ impl Session {
         self.entry
             .outstanding
             .store(self.outstanding, Ordering::Relaxed);
-        if self.outstanding == 0 {
+        let results_out = self.outbound.as_ref().is_none_or(|o| o.is_empty());
+        if self.outstanding == 0 && results_out {
             if let Some((cfg, payload)) = self.next_cfg.take() {
                 tracing::info!(user = %self.peer, "reconfiguring");
                 self.configure(cfg, payload);
@@ -278,9 +297,15 @@ impl Session {
                 }
                 self.send_response(ok).await
             }
-            ToUser::Result { id, data } => {
+            ToUser::Result { id, data, class } => {
                 self.outstanding = self.outstanding.saturating_sub(1);
                 self.entry.results.fetch_add(1, Ordering::Relaxed);
+                if let Some(o) = self.outbound.as_mut() {
+                    if let Err(e) = o.push(id, class, data) {
+                        return self.fail(id, ErrorCode::Internal, e.to_string()).await;
+                    }
+                    return Ok(());
+                }
                 match OutFrame::data(id, data) {
                     Ok(f) => self.send(f).await,
                     Err(e) => self.fail(id, e.code(), e.to_string()).await,
@@ -309,7 +334,10 @@ impl Session {
                 self.on_configuration(f).await
             }
             MsgType::Data if self.phase == Phase::Routing => self.on_data(f).await,
-            MsgType::Data => {
+            MsgType::Chunk if self.inbound.is_some() && self.phase == Phase::Routing => {
+                self.on_chunk(f).await
+            }
+            MsgType::Data | MsgType::Chunk if f.ty == MsgType::Data || self.inbound.is_some() => {
                 let why = "data message before a successful configuration".to_string();
                 self.fail(ErrorMsg::NO_ID, ErrorCode::NotConfigured, why)
                     .await
@@ -345,6 +373,15 @@ impl Session {
             .filter(|f| h.has(f))
             .map(|f| f.to_string())
             .collect();
+        if h.has(features::CHUNKS) {
+            if let Some(size) = crate::chunked::chunk_size(&h) {
+                agreed.features.push(features::CHUNKS.into());
+                agreed.chunk_size = Some(size);
+                let max = self.shared.opts.max_message;
+                self.inbound = Some(crate::chunked::Inbound::new(size, max));
+                self.outbound = Some(crate::chunked::Outbound::new(size));
+            }
+        }
         self.hello = Some(agreed.clone());
         self.entry.set_hello(h.name.clone());
         // Nodes are shared: every connected node may serve this user. An
@@ -387,6 +424,27 @@ impl Session {
             Ok(d) => d,
             Err(e) => return self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
         };
+        self.accept_data(d, corefarm_smp::stream::DEFAULT_CLASS)
+            .await
+    }
+
+    /// A chunk; the message it completes is queued in the chunks' class.
+    async fn on_chunk(&mut self, f: Frame) -> Result<(), String> {
+        let inbound = self.inbound.as_mut().expect("checked by the caller");
+        match inbound.push(f.payload) {
+            Ok(None) => Ok(()),
+            Ok(Some(m)) => {
+                let d = Data {
+                    id: m.id,
+                    data: m.data,
+                };
+                self.accept_data(d, m.class).await
+            }
+            Err(e) => self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
+        }
+    }
+
+    async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), String> {
         let cfg = self.cfg.as_ref().expect("routing implies a configuration");
         let count = match cfg.count_inputs(d.data.len()) {
             Ok(n) => n,
@@ -404,6 +462,7 @@ impl Session {
             self.credit -= 1;
         }
         let mut job = Job::new(self.user, d.id, d.data, count);
+        job.class = class;
         match self.queue.clone().map(Semaphore::try_acquire_owned) {
             Some(Ok(p)) => {
                 job.permit = Some(p);

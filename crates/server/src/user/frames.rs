@@ -5,6 +5,8 @@ use corefarm_smp::{
     UserPhase as Phase,
 };
 
+use corefarm_smp::stream::DEFAULT_CLASS;
+
 use super::{End, Handler, NextCfg, Pending};
 
 /// A configured user's receive buffer holds this many data messages of
@@ -38,7 +40,12 @@ impl Handler {
                 self.on_configuration(frame).await
             }
             MsgType::Data if self.phase == Phase::Routing => self.on_data(frame).await,
-            MsgType::Data => {
+            MsgType::Chunk if self.inbound.is_some() && self.phase == Phase::Routing => {
+                self.on_chunk(frame).await
+            }
+            MsgType::Data | MsgType::Chunk
+                if frame.ty == MsgType::Data || self.inbound.is_some() =>
+            {
                 let reason = "data message before a successful configuration".to_string();
                 Err(self
                     .fail_user(ErrorMsg::NO_ID, ErrorCode::NotConfigured, reason)
@@ -98,6 +105,23 @@ impl Handler {
             .filter(|f| h.has(f))
             .map(|f| f.to_string())
             .collect();
+        if h.has(features::CHUNKS) {
+            match crate::chunked::chunk_size(&h) {
+                Some(size) => {
+                    agreed.features.push(features::CHUNKS.into());
+                    agreed.chunk_size = Some(size);
+                    let max = self.shared.opts.max_message;
+                    self.inbound = Some(crate::chunked::Inbound::new(size, max));
+                    self.outbound = Some(crate::chunked::Outbound::new(size));
+                    if let Some(sock) = self.reader.get_ref().sock() {
+                        crate::chunked::shallow_buffers(&sock, size);
+                    }
+                }
+                None => tracing::info!(user = %self.peer,
+                    "chunks not agreed: chunk size {:?} under {} bytes",
+                    h.chunk_size, crate::chunked::MIN_CHUNK_SIZE),
+            }
+        }
         self.hello = Some(agreed.clone());
         self.entry.set_hello(h.name.clone());
         self.take_nodes().await;
@@ -181,6 +205,30 @@ impl Handler {
                     .await)
             }
         };
+        self.accept_data(d, DEFAULT_CLASS).await
+    }
+
+    /// A chunk of a data message; the message it completes is routed like
+    /// one sent whole, in the chunks' class. Any broken rule (see
+    /// `smp::stream`) ends the session with the reason.
+    async fn on_chunk(&mut self, frame: Frame) -> Result<(), End> {
+        let inbound = self.inbound.as_mut().expect("checked by the caller");
+        match inbound.push(frame.payload) {
+            Ok(None) => Ok(()),
+            Ok(Some(m)) => {
+                let d = Data {
+                    id: m.id,
+                    data: m.data,
+                };
+                self.accept_data(d, m.class).await
+            }
+            Err(e) => Err(self
+                .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
+                .await),
+        }
+    }
+
+    async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), End> {
         let cfg = self.cfg.as_ref().expect("routing implies a configuration");
         let count = match cfg.count_inputs(d.data.len()) {
             Ok(n) => n,
@@ -204,6 +252,7 @@ impl Handler {
             user_id: d.id,
             data: d.data,
             count,
+            class,
             sent: tokio::time::Instant::now(),
         });
         Ok(())

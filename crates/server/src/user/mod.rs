@@ -56,6 +56,12 @@ struct Pending {
     user_id: u32,
     data: Bytes,
     count: u32,
+    /// Priority class, 0 most urgent (issue 11): the class of its chunks,
+    /// or `stream::DEFAULT_CLASS` for a message sent whole. Orders the
+    /// re-dispatch queue and the result's chunks back to the user; the
+    /// node link still carries whole frames, so this is the field a
+    /// chunking node link would take its class from.
+    class: u8,
     /// When it was (last) handed to a node: its round trip adapts the window.
     sent: Instant,
 }
@@ -106,6 +112,10 @@ struct Handler {
     out: Arc<Sink>,
     /// Features agreed in the hello; `None` for a seed-format user.
     hello: Option<Hello>,
+    /// With `chunks` agreed: the user's chunks being reassembled, and
+    /// results waiting to go back as chunks.
+    inbound: Option<crate::chunked::Inbound>,
+    outbound: Option<crate::chunked::Outbound>,
     want: Option<u32>,
     phase: Phase,
     cfg: Option<Configuration>,
@@ -174,6 +184,8 @@ pub(crate) async fn run(
         entry,
         out,
         hello: None,
+        inbound: None,
+        outbound: None,
         want: None,
         phase: Phase::Initial,
         cfg: None,
@@ -226,6 +238,8 @@ impl Handler {
             self.publish();
             let read_user = self.wants_user_input();
             let unflushed = self.unflushed();
+            let out = self.out.clone();
+            let chunks_waiting = self.outbound.as_ref().is_some_and(|o| !o.is_empty());
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return End::Closed,
@@ -238,6 +252,12 @@ impl Handler {
                 _ = tick.tick() => {
                     if let Err(e) = self.check_idle().await { return e; }
                     self.check_timeouts();
+                }
+                // After node events, so a result that just arrived competes
+                // by class for the next chunk; before user input, so reads
+                // do not hold results back while the socket takes them.
+                _ = out.room(crate::chunked::SINK_DEPTH), if chunks_waiting => {
+                    if let Err(e) = self.feed_chunk() { return e; }
                 }
                 r = self.reader.read_frame(), if read_user => {
                     let frame = match r {
@@ -286,10 +306,20 @@ impl Handler {
             Phase::Configuring => false,
             Phase::Routing => {
                 self.next_cfg.is_none()
-                    && self.redispatch.is_empty()
-                    && self.pick_node(false).is_some()
+                    && ((self.redispatch.is_empty() && self.pick_node(false).is_some())
+                        || self.reads_ahead())
             }
         }
+    }
+
+    /// A `chunks` user under credit is read even while its nodes are busy:
+    /// what it sends then waits in the server's re-dispatch queue, served
+    /// by class, instead of in its socket behind the bulk messages it sent
+    /// first. Credit bounds how much that can be.
+    fn reads_ahead(&self) -> bool {
+        self.inbound.is_some()
+            && self.agreed(features::CREDIT)
+            && self.redispatch.len() < crate::chunked::READ_AHEAD
     }
 
     /// A user with nothing outstanding that has been silent for
@@ -304,6 +334,7 @@ impl Handler {
     async fn check_idle(&mut self) -> Result<(), End> {
         let limit = self.shared.opts.user_idle_timeout;
         let busy = self.outstanding > 0
+            || self.outbound.as_ref().is_some_and(|o| !o.is_empty())
             || !self.redispatch.is_empty()
             || self.next_cfg.is_some()
             || self.phase == Phase::Configuring;
@@ -335,6 +366,43 @@ impl Handler {
         // the nodes' results) waits after a few queued messages. Written
         // when the handler is about to wait (`flush_writes`).
         self.out.room(USER_QUEUE).await;
+        self.shared
+            .metrics
+            .bytes(crate::metrics::Link::UserOut, f.wire_len());
+        if self.out.push(f, false) {
+            Ok(())
+        } else {
+            Err(End::Error("user connection closed".into()))
+        }
+    }
+
+    /// A result to the user: whole, or as chunks of its class to a
+    /// `chunks` user. The chunks go out as the socket takes them
+    /// ([`Handler::feed_chunk`]); like [`Handler::send_user`], the handler
+    /// waits once a queue's worth of results is waiting.
+    async fn send_result(&mut self, id: u32, class: u8, data: bytes::Bytes) -> Result<(), End> {
+        let Some(o) = self.outbound.as_mut() else {
+            return match OutFrame::data(id, data) {
+                Ok(f) => self.send_user(f).await,
+                Err(e) => Err(self.fail_user(id, e.code(), e.to_string()).await),
+            };
+        };
+        if let Err(e) = o.push(id, class, data) {
+            return Err(self.fail_user(id, ErrorCode::Internal, e.to_string()).await);
+        }
+        while self.outbound.as_ref().is_some_and(|o| o.len() > USER_QUEUE) {
+            self.out.room(crate::chunked::SINK_DEPTH).await;
+            self.feed_chunk()?;
+        }
+        Ok(())
+    }
+
+    /// Hands the most urgent waiting chunk to the user's sink.
+    fn feed_chunk(&mut self) -> Result<(), End> {
+        let Some(next) = self.outbound.as_mut().and_then(|o| o.next_frame()) else {
+            return Ok(());
+        };
+        let f = next.map_err(|e| End::Error(format!("cannot frame a result chunk: {e}")))?;
         self.shared
             .metrics
             .bytes(crate::metrics::Link::UserOut, f.wire_len());

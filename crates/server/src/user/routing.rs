@@ -72,6 +72,7 @@ impl Handler {
             n.last_progress = now;
         }
         p.sent = now;
+        let class = p.class;
         n.in_flight.insert(internal, p);
         n.tx.entry.in_flight.fetch_add(1, Ordering::Relaxed);
         n.tx.entry
@@ -79,12 +80,26 @@ impl Handler {
             .dispatched(n.in_flight.len() == 1, now.into_std());
         // Written when the handler is about to wait (`flush_writes`), with
         // whatever else this wake-up produced for the node.
-        if n.tx.queue(frame) {
+        // In the user's class: on a chunked node link an urgent message's
+        // chunks go out between a bulk one's.
+        if n.tx.queue_class(frame, class) {
             n.sent += 1;
         }
         let in_flight = n.in_flight.len();
         self.window(id).on_dispatch(in_flight);
         // On a failed send the node's Closed event follows and re-dispatches.
+    }
+
+    /// The most urgent message waiting for a node, first come first served
+    /// within its class. No anti-starvation guard is needed here: the user
+    /// is not read while anything waits, so the queue only drains.
+    fn next_redispatch(&mut self) -> Option<Pending> {
+        let (at, _) = self
+            .redispatch
+            .iter()
+            .enumerate()
+            .min_by_key(|&(i, p)| (p.class, i))?;
+        self.redispatch.remove(at)
     }
 
     /// Frames queued for the user or a node and not written yet.
@@ -107,10 +122,11 @@ impl Handler {
             return Ok(());
         }
         while !self.redispatch.is_empty() && self.pick_node(false).is_some() {
-            let p = self.redispatch.pop_front().expect("non-empty");
+            let p = self.next_redispatch().expect("non-empty");
             self.dispatch(p);
         }
-        if self.next_cfg.is_some() && self.outstanding == 0 {
+        let results_out = self.outbound.as_ref().is_none_or(|o| o.is_empty());
+        if self.next_cfg.is_some() && self.outstanding == 0 && results_out {
             return match self.next_cfg.take().expect("checked") {
                 NextCfg::Apply(cfg, payload) => {
                     tracing::info!(user = %self.peer, "reconfiguring");
@@ -207,10 +223,7 @@ impl Handler {
                 self.entry.m.result(m, || self.entry.label(), now - p.sent);
                 self.answered();
                 // A result of the configured size always fits (checked at configuration).
-                match OutFrame::data(p.user_id, d.data) {
-                    Ok(f) => self.send_user(f).await,
-                    Err(e) => Err(self.fail_user(p.user_id, e.code(), e.to_string()).await),
-                }
+                self.send_result(p.user_id, p.class, d.data).await
             }
             (MsgType::ConfigurationResponse, Slot::Configuring { .. }) => {
                 let ok = ConfigurationResponse::parse(&f.payload)

@@ -1,0 +1,98 @@
+//! `corefarm bench hol`: head-of-line blocking on one user link (issue 11),
+//! small messages at a fixed rate behind a bulk stream, unchunked against
+//! chunked with priority classes ([`corefarm_bench::hol`]). One JSON object
+//! on stdout.
+
+use anyhow::{bail, Result};
+use clap::Args;
+use corefarm_bench::hol::{self, HolOptions};
+
+#[derive(Args)]
+pub struct HolArgs {
+    /// The server's user port; without it, an embedded cluster of
+    /// `--nodes` nodes in this process.
+    #[arg(long)]
+    server: Option<String>,
+    /// Nodes of the embedded cluster.
+    #[arg(long, default_value_t = 2)]
+    nodes: usize,
+    /// Bytes per input; a small message is one input.
+    #[arg(long, default_value_t = 4096)]
+    input_size: u32,
+    /// Bytes per output of the benchmarking core (at least 16).
+    #[arg(long, default_value_t = 16)]
+    output_size: u32,
+    /// Bulk message sizes in MiB, cycled (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "1,4,16")]
+    bulk_mib: Vec<usize>,
+    /// Bulk messages in flight.
+    #[arg(long, default_value_t = 2)]
+    bulk_window: usize,
+    /// Cap on the bulk stream's average rate, MB/s (default: uncapped).
+    /// Each bulk message still goes at full speed; the cap spaces them.
+    #[arg(long)]
+    bulk_mbps: Option<f64>,
+    /// Small messages per second.
+    #[arg(long, default_value_t = 200.0)]
+    rate: f64,
+    /// Small messages measured per run.
+    #[arg(long, default_value_t = 500)]
+    samples: usize,
+    /// Chunk size to ask for, bytes (default: the protocol's, 64 KiB).
+    #[arg(long)]
+    chunk_size: Option<u32>,
+}
+
+pub fn run(a: HolArgs) -> Result<()> {
+    if a.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    let mut o = HolOptions {
+        input_size: a.input_size,
+        output_size: a.output_size,
+        bulk_sizes: a.bulk_mib.iter().map(|m| m << 20).collect(),
+        bulk_window: a.bulk_window,
+        bulk_rate: a.bulk_mbps.map(|m| m * 1e6),
+        rate: a.rate,
+        samples: a.samples,
+        chunk_size: a.chunk_size,
+        ..HolOptions::default()
+    };
+    let mut embedded = None;
+    o.addr = match a.server {
+        Some(s) => s,
+        None => {
+            let rt = crate::cmd_server::runtime()?;
+            let server = corefarm_server::ServerOptions {
+                nodes_listen: "127.0.0.1:0".into(),
+                users_listen: "127.0.0.1:0".into(),
+                ..corefarm_server::ServerOptions::default()
+            };
+            let node = corefarm_node::NodeOptions {
+                name: "bench-hol".into(),
+                reconnect: false,
+                ..corefarm_node::NodeOptions::default()
+            };
+            let (cluster, _handle) =
+                rt.block_on(crate::cmd_local::start_local(a.nodes, server, node))?;
+            let addr = cluster.users_addr.to_string();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+            // The nodes connect on their own; a user that came first would get fewer.
+            while cluster.status.get().nodes.len() < a.nodes {
+                if std::time::Instant::now() > deadline {
+                    bail!("the embedded nodes did not connect within 10 s");
+                }
+                std::thread::sleep(std::time::Duration::from_millis(5));
+            }
+            embedded = Some((rt, cluster));
+            addr
+        }
+    };
+    let report = hol::run(&o);
+    if let Some((rt, cluster)) = embedded {
+        cluster.stop.cancel();
+        drop(rt);
+    }
+    println!("{}", serde_json::to_string_pretty(&report?)?);
+    Ok(())
+}

@@ -1,0 +1,220 @@
+//! Chunks on a user link (issue 11, feature `chunks`): what a user handler
+//! needs to take data messages as chunks and to send results back as
+//! chunks interleaved by priority class.
+//!
+//! - [`chunk_size`]: the size in force, from the user's hello.
+//! - [`Inbound`]: reassembly of the user's chunks, bounded per connection.
+//! - [`Outbound`]: results waiting to go out, cut into chunks on demand and
+//!   picked by class, so an urgent result overtakes a bulk one mid-way.
+
+use bytes::Bytes;
+use corefarm_smp::stream::{
+    Chunk, Chunks, ClassQueues, Message, Reassembler, CHUNK_HEADER_LEN, DEFAULT_CHUNK_SIZE,
+};
+use corefarm_smp::{Hello, OutFrame, ProtocolError, HEADER_LEN};
+
+/// The largest chunk this server sends or accepts; a user may ask for less.
+pub(crate) const SERVER_CHUNK_SIZE: u32 = DEFAULT_CHUNK_SIZE;
+
+/// Below this a chunk costs more in headers and wake-ups than it saves in
+/// waiting: a user asking for less is not agreed `chunks` at all.
+pub(crate) const MIN_CHUNK_SIZE: u32 = 512;
+
+/// Messages a user may have begun and not finished at once: a client
+/// interleaves a few classes, not hundreds of messages.
+pub(crate) const MAX_OPEN: usize = 64;
+
+/// Anti-starvation guard of the result queue: a bulk class still gets one
+/// chunk in this many while more urgent classes saturate the link.
+pub(crate) const GUARD: u32 = 16;
+
+/// Chunks the kernel may hold in the user socket's buffers, each way: an
+/// urgent chunk queues behind at most these, not behind the megabytes of
+/// an auto-tuned buffer.
+pub(crate) const BUFFERED_CHUNKS: usize = 4;
+
+/// Shallow kernel buffers for a `chunks` user's socket; a failure only
+/// costs latency.
+pub(crate) fn shallow_buffers(sock: &socket2::SockRef<'_>, chunk_size: u32) {
+    let want = BUFFERED_CHUNKS * (chunk_size as usize + CHUNK_HEADER_LEN + HEADER_LEN);
+    let _ = sock.set_recv_buffer_size(want);
+    let _ = sock.set_send_buffer_size(want);
+}
+
+/// Messages a `chunks` user under credit may have waiting in the server
+/// for a node (read ahead of the nodes so they can be served by class).
+pub(crate) const READ_AHEAD: usize = 64;
+
+/// Chunk frames queued in the user's sink ahead of the next pick: with
+/// more, an urgent result waits behind that many bulk chunks.
+pub(crate) const SINK_DEPTH: usize = 1;
+
+/// The chunk size in force with a user that asked for `chunks`, or `None`
+/// if what it asked for is too small to agree to.
+pub(crate) fn chunk_size(user: &Hello) -> Option<u32> {
+    let size = user
+        .chunk_size
+        .unwrap_or(DEFAULT_CHUNK_SIZE)
+        .min(SERVER_CHUNK_SIZE);
+    (size >= MIN_CHUNK_SIZE).then_some(size)
+}
+
+/// A user's chunks put back together. What a user can make the server hold
+/// is bounded by `--max-message` per message, [`MAX_OPEN`] messages, and
+/// twice `--max-message` across them (a bulk message near the limit plus
+/// urgent ones interleaved with it).
+pub(crate) struct Inbound {
+    re: Reassembler,
+    chunk_size: u32,
+}
+
+impl Inbound {
+    pub(crate) fn new(chunk_size: u32, max_message: u32) -> Self {
+        // The data of a message excludes its 4-byte id, as in type 3.
+        let max_data = u64::from(max_message).saturating_sub(corefarm_smp::DATA_ID_LEN as u64);
+        Inbound {
+            re: Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message)),
+            chunk_size,
+        }
+    }
+
+    /// One chunk frame's payload; the message it completes, if any.
+    pub(crate) fn push(&mut self, payload: Bytes) -> Result<Option<Message>, ProtocolError> {
+        let c = Chunk::parse(payload)?;
+        if c.data.len() > self.chunk_size as usize {
+            return Err(ProtocolError::BadChunk(format!(
+                "message {}: a chunk of {} bytes, over the {} agreed in the hello",
+                c.id,
+                c.data.len(),
+                self.chunk_size
+            )));
+        }
+        self.re.push(c)
+    }
+
+    /// Messages begun and not finished.
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
+        self.re.open()
+    }
+}
+
+/// Results to a `chunks` user, by class. Each waits as its remaining
+/// chunks; a pick takes one chunk and puts the rest back at the end of its
+/// class, so results of one class share the link chunk by chunk.
+pub(crate) struct Outbound {
+    q: ClassQueues<Chunks>,
+    chunk_size: usize,
+}
+
+impl Outbound {
+    pub(crate) fn new(chunk_size: u32) -> Self {
+        Outbound {
+            q: ClassQueues::new(GUARD),
+            chunk_size: chunk_size as usize,
+        }
+    }
+
+    /// Queues a result; a class out of range is refused by the codec.
+    pub(crate) fn push(&mut self, id: u32, class: u8, data: Bytes) -> Result<(), ProtocolError> {
+        let chunks = Chunks::new(id, class, data, self.chunk_size)?;
+        self.q.push(class, chunks);
+        Ok(())
+    }
+
+    /// Results not completely handed to the sink.
+    pub(crate) fn len(&self) -> usize {
+        self.q.len()
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.q.is_empty()
+    }
+
+    /// The next chunk to write, by class.
+    pub(crate) fn next_frame(&mut self) -> Option<Result<OutFrame, ProtocolError>> {
+        let (class, mut rest) = self.q.pop()?;
+        let c = rest.next()?;
+        if !c.last {
+            self.q.push(class, rest);
+        }
+        Some(out_frame(&c))
+    }
+}
+
+/// A chunk as the user's sink carries it: a chunk frame is an `OutFrame`
+/// (its inline head holds the chunk header), so the data is not copied.
+pub(crate) fn out_frame(c: &Chunk) -> Result<OutFrame, ProtocolError> {
+    c.to_frame()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse_out(f: OutFrame) -> Chunk {
+        let v = f.to_vec();
+        assert_eq!(v[0], corefarm_smp::MsgType::Chunk as u8);
+        Chunk::parse(Bytes::from(v).slice(HEADER_LEN..)).unwrap()
+    }
+
+    #[test]
+    fn the_size_in_force_is_the_smaller_and_too_small_is_refused() {
+        let mut h = Hello::new("user");
+        assert_eq!(chunk_size(&h), Some(DEFAULT_CHUNK_SIZE));
+        h.chunk_size = Some(4096);
+        assert_eq!(chunk_size(&h), Some(4096));
+        h.chunk_size = Some(u32::MAX);
+        assert_eq!(chunk_size(&h), Some(SERVER_CHUNK_SIZE));
+        h.chunk_size = Some(MIN_CHUNK_SIZE - 1);
+        assert_eq!(chunk_size(&h), None);
+    }
+
+    #[test]
+    fn an_urgent_result_overtakes_a_bulk_one_between_its_chunks() {
+        let mut o = Outbound::new(1000);
+        o.push(1, 7, Bytes::from(vec![7u8; 5000])).unwrap();
+        let first = parse_out(o.next_frame().unwrap().unwrap());
+        assert_eq!((first.id, first.offset), (1, 0));
+        o.push(2, 0, Bytes::from(vec![0u8; 1500])).unwrap();
+        let order: Vec<(u32, u64)> = std::iter::from_fn(|| o.next_frame())
+            .map(|f| parse_out(f.unwrap()))
+            .map(|c| (c.id, c.offset))
+            .collect();
+        assert_eq!(
+            order,
+            [
+                (2, 0),
+                (2, 1000),
+                (1, 1000),
+                (1, 2000),
+                (1, 3000),
+                (1, 4000)
+            ]
+        );
+        assert!(o.is_empty());
+        assert!(o.push(3, 8, Bytes::new()).is_err());
+    }
+
+    #[test]
+    fn inbound_refuses_chunks_over_the_agreed_size() {
+        let mut i = Inbound::new(512, 1 << 20);
+        let c = Chunks::new(5, 2, Bytes::from(vec![1u8; 600]), 600)
+            .unwrap()
+            .next()
+            .unwrap();
+        let payload = Bytes::from(c.to_frame().unwrap().to_vec()).slice(HEADER_LEN..);
+        let e = i.push(payload).unwrap_err();
+        assert!(e.to_string().contains("over the 512 agreed"), "{e}");
+        let ok: Vec<Chunk> = Chunks::new(6, 2, Bytes::from(vec![1u8; 600]), 512)
+            .unwrap()
+            .collect();
+        let mut got = None;
+        for c in ok {
+            let p = Bytes::from(c.to_frame().unwrap().to_vec()).slice(HEADER_LEN..);
+            got = i.push(p).unwrap();
+        }
+        let m = got.expect("whole message");
+        assert_eq!((m.id, m.class, m.data.len(), i.open()), (6, 2, 600, 0));
+    }
+}
