@@ -266,7 +266,14 @@ class Recorder:
         m = p["metrics"]
         main = next((m[k]["mean"] for k in ("input_bps", "throughput_bps") if k in m and m[k]["mean"] is not None), None)
         lat = m.get("latency_avg_ms", {}).get("mean")
-        what = p["status"] if p["status"] != "ok" else human_bps(main) + (f", {lat:.3f} ms" if lat is not None else "")
+        if p["status"] != "ok":
+            what = p["status"]
+        elif main is not None:
+            what = human_bps(main) + (f", {lat:.3f} ms" if lat is not None else "")
+        else:
+            # Experiments without a throughput (sharing: makespans) show their first metrics.
+            shown = [(k, v.get("mean")) for k, v in m.items() if isinstance(v, dict)][:3]
+            what = ", ".join(f"{k} {v:.4g}" for k, v in shown if isinstance(v, (int, float))) or "ok"
         if p["status"] != "ok" and p.get("reason"):
             what += f" ({p['reason'][:120]})"
         log(f"[{self.experiment} {done}/{self.planned}] {key}: {what}  (elapsed {el:.0f} s, ETA {eta:.0f} s)")

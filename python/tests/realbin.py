@@ -7,6 +7,7 @@ import sys
 import subprocess
 import tempfile
 import threading
+import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tests" / "support"))
@@ -57,3 +58,30 @@ class Cluster:
                 self.p.kill()
                 self.p.wait(10)
         self.log.close()
+
+
+def start_server(binary, procs, *args):
+    """`corefarm server` on OS-assigned loopback ports with `args`; the process
+    is appended to `procs` (the caller kills it). Returns (nodes, users)."""
+    srv = subprocess.Popen([binary, "server", "--nodes-listen", "127.0.0.1:0",
+                            "--users-listen", "127.0.0.1:0", *args],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    procs.append(srv)
+    m = LISTENING.search(srv.stdout.readline())
+    assert m, "corefarm server did not start"
+    threading.Thread(target=lambda: [None for _ in srv.stdout], daemon=True).start()
+    return m.groups()
+
+
+def wait_for_node(users, name, **connect):
+    """Until the server lists a node called `name`, asked as an observer
+    (`nodes=0`) connected with `connect`: polling the server's own account
+    of its nodes, not a sleep used as synchronisation."""
+    import corefarm
+
+    deadline = time.monotonic() + 30
+    with corefarm.connect(users, nodes=0, **connect) as obs:
+        while not any(n.get("name") == name for n in obs.status()["nodes"]):
+            assert time.monotonic() < deadline, f"the node {name} never joined"
+            time.sleep(0.02)
+

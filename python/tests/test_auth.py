@@ -3,13 +3,11 @@ with a real node manager holding the node secret."""
 
 import os
 import subprocess
-import threading
-import time
 
 import pytest
 
 import corefarm
-from realbin import LISTENING, find_binary
+from realbin import find_binary, start_server, wait_for_node
 
 USER = "user-secret-for-the-python-test"
 NODE = "node-secret-for-the-python-test"
@@ -30,24 +28,12 @@ def server(tmp_path):
     node_secret = private(tmp_path / "node.secret", NODE + "\n")
     procs = []
     try:
-        srv = subprocess.Popen([binary, "server", "--auth-file", auth, "--nodes-listen", "127.0.0.1:0",
-                                "--users-listen", "127.0.0.1:0"],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        procs.append(srv)
-        m = LISTENING.search(srv.stdout.readline())
-        assert m, "corefarm server did not start"
-        threading.Thread(target=lambda: [None for _ in srv.stdout], daemon=True).start()
-        nodes, users = m.groups()
+        nodes, users = start_server(binary, procs, "--auth-file", auth)
         env = {k: v for k, v in os.environ.items() if not k.startswith("COREFARM_SECRET")}
         procs.append(subprocess.Popen([binary, "node", "--server", nodes, "--name", "authed",
                                        "--secret-file", node_secret],
                                       stderr=subprocess.DEVNULL, env=env))
-        # Wait on the server's own account of its nodes (polling it is not a sleep-as-sync).
-        deadline = time.monotonic() + 30
-        with corefarm.connect(users, nodes=0, secret=USER) as obs:
-            while not any(n.get("name") == "authed" for n in obs.status()["nodes"]):
-                assert time.monotonic() < deadline, "the node never joined"
-                time.sleep(0.02)
+        wait_for_node(users, "authed", secret=USER)
         yield users, tmp_path
     finally:
         for p in procs:

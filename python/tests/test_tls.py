@@ -4,13 +4,11 @@ made with the openssl commands of docs/operations.md ("TLS")."""
 
 import shutil
 import subprocess
-import threading
-import time
 
 import pytest
 
 import corefarm
-from realbin import LISTENING, find_binary
+from realbin import find_binary, start_server, wait_for_node
 
 
 def openssl(cwd, *args):
@@ -37,23 +35,11 @@ def server(tmp_path):
     ca = str(tmp_path / "ca.pem")
     procs = []
     try:
-        srv = subprocess.Popen([binary, "server", "--nodes-listen", "127.0.0.1:0", "--users-listen",
-                                "127.0.0.1:0", "--tls-cert", str(tmp_path / "server.pem"),
-                                "--tls-key", str(tmp_path / "server.key")],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
-        procs.append(srv)
-        m = LISTENING.search(srv.stdout.readline())
-        assert m, "corefarm server did not start"
-        threading.Thread(target=lambda: [None for _ in srv.stdout], daemon=True).start()
-        nodes, users = m.groups()
+        nodes, users = start_server(binary, procs, "--tls-cert", str(tmp_path / "server.pem"),
+                                    "--tls-key", str(tmp_path / "server.key"))
         procs.append(subprocess.Popen([binary, "node", "--server", nodes, "--name", "tls-node",
                                        "--tls-ca", ca], stderr=subprocess.DEVNULL))
-        # Wait on the server's own account of its nodes (polling it is not a sleep-as-sync).
-        deadline = time.monotonic() + 30
-        with corefarm.connect(users, nodes=0, tls_ca=ca) as obs:
-            while not any(n.get("name") == "tls-node" for n in obs.status()["nodes"]):
-                assert time.monotonic() < deadline, "the TLS node never joined"
-                time.sleep(0.02)
+        wait_for_node(users, "tls-node", tls_ca=ca)
         yield users, tmp_path
     finally:
         for p in procs:

@@ -203,7 +203,7 @@ fn point(g: &mut Group, grid: &Grid, op: Op, algo: Option<Algo>, bytes: u64) -> 
 pub struct Target {
     pub addr: String,
     pub label: String,
-    embedded: Option<(tokio::runtime::Runtime, crate::cmd_server::LocalCluster)>,
+    embedded: Option<(tokio::runtime::Runtime, crate::cmd_local::LocalCluster)>,
 }
 
 impl Drop for Target {
@@ -238,7 +238,7 @@ impl Target {
             peer_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             ..corefarm_node::NodeOptions::default()
         };
-        let (cluster, _handle) = rt.block_on(crate::cmd_server::start_local(n, server, node))?;
+        let (cluster, _handle) = rt.block_on(crate::cmd_local::start_local(n, server, node))?;
         let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
         Ok(Target {
             addr: cluster.users_addr.to_string(),

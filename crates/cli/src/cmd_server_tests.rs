@@ -1,11 +1,11 @@
-//! Tests of the node manager's flags (`NodeTuning` in cmd_server.rs, shared
+//! Tests of the node manager's flags (`NodeTuning` in cmd_node.rs, shared
 //! by `corefarm node` and `corefarm local`): what each flag sets in the
 //! node's options, and which values are refused.
 
 use clap::Parser;
 use corefarm_cores::fpga::Programmer;
 
-use crate::cmd_server::NodeTuning;
+use crate::cmd_node::NodeTuning;
 
 #[derive(Parser)]
 struct T {
@@ -84,7 +84,7 @@ fn local_passes_its_node_flags_on_including_the_streaming_ones() {
     #[derive(Parser)]
     struct L {
         #[command(flatten)]
-        node: crate::cmd_server::LocalNodeArgs,
+        node: crate::cmd_local::LocalNodeArgs,
     }
     let l = L::try_parse_from(["l", "--spin-chunk-size", "1024", "--spin-threads", "2"]).unwrap();
     let o = l.node.options().unwrap();

@@ -14,7 +14,9 @@ mod cmd_bench_direct;
 mod cmd_bench_sharing;
 mod cmd_image;
 mod cmd_image_sign;
+mod cmd_local;
 mod cmd_model;
+mod cmd_node;
 mod cmd_server;
 #[cfg(test)]
 mod cmd_server_tests;
@@ -40,9 +42,9 @@ enum Cmd {
     /// Run the server: a node port for node managers and a user port for user programs.
     Server(cmd_server::ServerArgs),
     /// Run one or more node managers that connect to a server.
-    Node(cmd_server::NodeArgs),
+    Node(cmd_node::NodeArgs),
     /// Run a server and N simulated nodes in this process (an embedded local cluster).
-    Local(cmd_server::LocalArgs),
+    Local(cmd_local::LocalArgs),
     /// Benchmarks: SMP echo, the benchmarking user, the full suite.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCmd),
@@ -90,8 +92,8 @@ fn run() -> anyhow::Result<()> {
         .init();
     match cli.cmd {
         Cmd::Server(a) => cmd_server::run_server(a),
-        Cmd::Node(a) => cmd_server::run_node(a),
-        Cmd::Local(a) => cmd_server::run_local(a),
+        Cmd::Node(a) => cmd_node::run_node(a),
+        Cmd::Local(a) => cmd_local::run_local(a),
         Cmd::Bench(c) => cmd_bench::run(c),
         Cmd::Image(c) => cmd_image::run(c),
         Cmd::Model(c) => cmd_model::run(c),

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Condvar, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_client::{Client, ClientOptions};
@@ -292,16 +292,5 @@ fn wait_status(
         },
     )
     .expect("observer connects");
-    let deadline = Instant::now() + LOG_WAIT;
-    loop {
-        let s = watcher.status().expect("status");
-        if cond(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {s:#?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::poll_until(what, LOG_WAIT, || watcher.status().expect("status"), cond)
 }

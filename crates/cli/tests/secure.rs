@@ -58,19 +58,8 @@ fn opts(secret: Option<&str>, nodes: Option<u32>) -> ClientOptions {
 
 /// Polls the server's status (as an observer) until `cond` holds.
 fn wait(users: &str, secret: &str, what: &str, cond: impl Fn(&ClusterStatus) -> bool) {
-    let deadline = Instant::now() + LIMIT;
     let c = Client::connect(users, opts(Some(secret), Some(0))).unwrap();
-    loop {
-        let s = c.status().unwrap();
-        if cond(&s) {
-            return;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {s:?}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::poll_until(what, LIMIT, || c.status().unwrap(), cond);
 }
 
 /// Waits for a process to exit (on a thread: `Child::wait` has no timeout).

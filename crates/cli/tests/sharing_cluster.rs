@@ -7,7 +7,7 @@
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::blocking::{write_frame, FrameReader};
@@ -184,19 +184,7 @@ fn exactly_once(seen: &HashMap<u32, usize>, ids: std::ops::Range<u32>) {
 /// Asks the server until `cond` holds; fails with the last answer.
 fn wait(c: &Cluster, what: &str, cond: impl Fn(&ClusterStatus) -> bool) -> ClusterStatus {
     let mut observer = User::connect(c.users, true);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    loop {
-        let s = observer.status();
-        if cond(&s) {
-            return s;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out waiting for {what}: {s:#?}"
-        );
-        // The pause between questions is not the synchronisation: the condition is.
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    support::poll_until(what, Duration::from_secs(30), || observer.status(), cond)
 }
 
 #[test]

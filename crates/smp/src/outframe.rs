@@ -8,8 +8,10 @@ use bytes::{Buf, Bytes};
 use crate::error::ProtocolError;
 use crate::header::{Header, MsgType, HEADER_LEN};
 
-/// Longest fixed prefix (id, status, code...) an [`OutFrame`] carries inline.
-pub const MAX_PREFIX: usize = 8;
+/// Longest fixed prefix (id, status, code, a chunk's header...) an
+/// [`OutFrame`] carries inline: 24 so that a chunk (type 0x1D) is an
+/// `OutFrame` too and goes through every writer without its data copied.
+pub const MAX_PREFIX: usize = 24;
 const HEAD_CAP: usize = HEADER_LEN + MAX_PREFIX;
 
 /// Up to `N` bytes of headers inline and a shared body: the wire form of
@@ -211,8 +213,8 @@ mod tests {
     #[test]
     fn oversized_prefix_is_an_error_not_a_panic() {
         assert_eq!(
-            OutFrame::with_prefix(MsgType::Data, &[0; 9], Bytes::new()).unwrap_err(),
-            ProtocolError::PrefixTooLong(9)
+            OutFrame::with_prefix(MsgType::Data, &[0; 25], Bytes::new()).unwrap_err(),
+            ProtocolError::PrefixTooLong(25)
         );
     }
 

@@ -2,9 +2,8 @@
 //! soft-core ABI of docs/interfaces.md).
 
 use std::path::Path;
-use std::process::Command;
 
-use crate::tools::{self, io_err, ToolchainError, CXX_HINT};
+use crate::tools::{self, ToolchainError, CXX_HINT};
 
 /// `include/corefarm/hls.h`, written next to native builds.
 pub const HLS_HEADER: &str = include_str!("../../../include/corefarm/hls.h");
@@ -78,23 +77,15 @@ pub fn build_native_for(
     let (program, hint) = compiler(arch, is_c)?;
     tools::require(&program, &hint)?;
 
-    let dir = tools::build_dir()?;
-    let include = dir.path().join("include");
-    std::fs::create_dir_all(include.join("corefarm"))
-        .map_err(io_err("creating the include directory"))?;
-    std::fs::write(include.join("corefarm").join("hls.h"), HLS_HEADER)
-        .map_err(io_err("writing corefarm/hls.h"))?;
-    let so = dir.path().join("core.so");
-    let mut cmd = Command::new(&program);
     // -fwrapv: HLS sources such as the seed's matrix multiplier rely on
     // two's-complement wrap-around, which is what the hardware does.
-    cmd.args(["-O3", "-shared", "-fPIC", "-fwrapv"])
-        .arg(format!("-I{}", include.display()))
-        .arg(source)
-        .arg("-o")
-        .arg(&so);
-    tools::run(&program, &mut cmd)?;
-    tools::install(&so, out)
+    tools::compile_shared(
+        &program,
+        ("hls.h", HLS_HEADER),
+        &["-O3", "-shared", "-fPIC", "-fwrapv"],
+        &[source],
+        out,
+    )
 }
 
 #[cfg(test)]

@@ -3,9 +3,8 @@
 //! artifact.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-use crate::tools::{self, io_err, ToolchainError};
+use crate::tools::{self, ToolchainError};
 
 /// `include/corefarm/spin.h`, written next to handler builds.
 pub const SPIN_HEADER: &str = include_str!("../../../include/corefarm/spin.h");
@@ -28,21 +27,14 @@ pub fn build_handlers_for(
     }
     let (program, hint) = crate::hls::compiler(arch, true)?;
     tools::require(&program, &hint)?;
-    let dir = tools::build_dir()?;
-    let include = dir.path().join("include");
-    std::fs::create_dir_all(include.join("corefarm"))
-        .map_err(io_err("creating the include directory"))?;
-    std::fs::write(include.join("corefarm").join("spin.h"), SPIN_HEADER)
-        .map_err(io_err("writing corefarm/spin.h"))?;
-    let so = dir.path().join("spin.so");
-    let mut cmd = Command::new(&program);
-    cmd.args(["-O2", "-std=c11", "-shared", "-fPIC"])
-        .arg(format!("-I{}", include.display()))
-        .args(sources)
-        .arg("-o")
-        .arg(&so);
-    tools::run(&program, &mut cmd)?;
-    tools::install(&so, out)
+    let sources: Vec<&Path> = sources.iter().map(PathBuf::as_path).collect();
+    tools::compile_shared(
+        &program,
+        ("spin.h", SPIN_HEADER),
+        &["-O2", "-std=c11", "-shared", "-fPIC"],
+        &sources,
+        out,
+    )
 }
 
 #[cfg(test)]

@@ -249,6 +249,33 @@ pub(crate) fn build_dir() -> Result<tempfile::TempDir, ToolchainError> {
     Ok(dir)
 }
 
+/// Compiles `sources` with `program` and `flags` into a shared object at
+/// `out`, with `header` (a file name under `corefarm/` and its text) on the
+/// include path, as the project's headers are not installed anywhere.
+pub(crate) fn compile_shared(
+    program: &str,
+    header: (&str, &str),
+    flags: &[&str],
+    sources: &[&Path],
+    out: &Path,
+) -> Result<(), ToolchainError> {
+    let dir = build_dir()?;
+    let include = dir.path().join("include");
+    std::fs::create_dir_all(include.join("corefarm"))
+        .map_err(io_err("creating the include directory"))?;
+    std::fs::write(include.join("corefarm").join(header.0), header.1)
+        .map_err(io_err(format!("writing corefarm/{}", header.0)))?;
+    let so = dir.path().join("out.so");
+    let mut cmd = Command::new(program);
+    cmd.args(flags)
+        .arg(format!("-I{}", include.display()))
+        .args(sources)
+        .arg("-o")
+        .arg(&so);
+    run(program, &mut cmd)?;
+    install(&so, out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

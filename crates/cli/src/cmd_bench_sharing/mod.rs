@@ -196,7 +196,7 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
                 ..corefarm_node::NodeOptions::default()
             };
             let (cluster, _handle) =
-                rt.block_on(crate::cmd_server::start_local(a.nodes, opts, node))?;
+                rt.block_on(crate::cmd_local::start_local(a.nodes, opts, node))?;
             apps::wait_nodes(cluster.users_addr, a.nodes)?;
             Some(cluster)
         }

@@ -141,3 +141,26 @@ pub fn hls_image(dir: &Path, source: &str, args: &[&str]) -> Bytes {
     assert!(st.success(), "corefarm image build {source} failed");
     Bytes::from(std::fs::read(out).unwrap())
 }
+
+/// Asks `ask` until `cond` holds on its answer, for at most `limit`; fails
+/// with `what` and the last answer. The pause between questions only spares
+/// the CPU: the condition is the synchronisation.
+pub fn poll_until<T: std::fmt::Debug>(
+    what: &str,
+    limit: std::time::Duration,
+    mut ask: impl FnMut() -> T,
+    cond: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = std::time::Instant::now() + limit;
+    loop {
+        let answer = ask();
+        if cond(&answer) {
+            return answer;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}: {answer:#?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}

@@ -146,6 +146,10 @@ impl Chunk {
 /// A chunk on its way out (the same wire form as [`crate::OutFrame`]).
 pub type ChunkFrame = Inline<{ HEADER_LEN + CHUNK_HEADER_LEN }>;
 
+// A chunk frame is an `OutFrame`: the sinks that write data messages write
+// chunks unchanged, without copying their data into a new buffer.
+const _: () = assert!(CHUNK_HEADER_LEN == crate::outframe::MAX_PREFIX);
+
 /// The chunks of one message, each at most `size` bytes of its data, in
 /// order; every chunk shares the message's buffer.
 #[derive(Debug, Clone)]

@@ -1,0 +1,180 @@
+//! The sending loop (fast or paced) and the receiving loop.
+
+use super::*;
+
+pub(super) fn send_loop(
+    w: &mut SendHalf,
+    o: &UserBenchOptions,
+    credit: bool,
+    t0: u64,
+    win: Window,
+    sh: &Shared,
+) -> Result<()> {
+    let in_size = o.input_size as usize;
+    // One buffer for the whole run: random once, then only the 16-byte tags
+    // change, so generating inputs costs almost nothing.
+    let mut buf = vec![0u8; in_size * o.count as usize];
+    rand::thread_rng().fill_bytes(&mut buf);
+    let period_ns = o.rate_hz.map(|hz| 1e9 / hz);
+    let mut id: u32 = 0;
+    let mut k: u64 = 0;
+    loop {
+        if sh.abort.load(Ordering::Acquire) {
+            return Ok(());
+        }
+        let now = now_ns();
+        if let Some(p) = period_ns {
+            // Absolute deadlines: a late send is followed by an early one, so
+            // the average rate is exact even though sleeps overshoot.
+            let deadline = t0 + (k as f64 * p) as u64;
+            if deadline >= win.end {
+                return Ok(());
+            }
+            if deadline > now {
+                thread::sleep(Duration::from_nanos(deadline - now));
+            }
+        } else if now >= win.end {
+            return Ok(());
+        }
+        if credit {
+            let mut c = sh.credits.lock().unwrap_or_else(|p| p.into_inner());
+            while *c == 0 {
+                if sh.abort.load(Ordering::Acquire) || now_ns() >= win.end {
+                    return Ok(());
+                }
+                c = sh
+                    .credit_cv
+                    .wait_timeout(c, POLL)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
+            }
+            *c -= 1;
+        }
+        let ts = now_ns();
+        for (i, input) in buf.chunks_exact_mut(in_size).enumerate() {
+            stamp(input, ts, id, i as u32);
+        }
+        // Registered before the write: the result may come back before
+        // write() returns.
+        sh.inflight
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(id, InFlight { ts, count: o.count });
+        sh.sent_msgs.fetch_add(1, Ordering::Relaxed);
+        sh.sent_inputs.fetch_add(o.count as u64, Ordering::Relaxed);
+        if win.contains(ts) {
+            sh.window_sent_msgs.fetch_add(1, Ordering::Relaxed);
+        }
+        if let Err(e) = write_data_borrowed(w, id, &buf) {
+            if sh.abort.load(Ordering::Acquire) {
+                return Ok(());
+            }
+            return Err(e).context("writing a data message");
+        }
+        id = id.wrapping_add(1);
+        k += 1;
+    }
+}
+
+pub(super) fn recv_loop<R: std::io::Read>(
+    r: &mut FrameReader<R>,
+    o: &UserBenchOptions,
+    win: Window,
+    sh: &Shared,
+    hist: &mut LatencyHistogram,
+) -> Result<()> {
+    let done = || {
+        sh.sender_done.load(Ordering::Acquire)
+            && sh
+                .inflight
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_empty()
+    };
+    loop {
+        let f = match r.read_frame() {
+            Ok(Some(f)) => f,
+            Ok(None) if done() => return Ok(()),
+            Ok(None) => bail!("the server closed the connection"),
+            Err(e) if is_timeout(&e) => {
+                if sh.abort.load(Ordering::Acquire) || done() {
+                    return Ok(());
+                }
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
+        match f.ty {
+            MsgType::Data => {
+                let now = now_ns();
+                let d = match Data::parse(f.payload) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        sh.corrupt(format!("malformed result: {e}"));
+                        continue;
+                    }
+                };
+                let sent = sh
+                    .inflight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&d.id);
+                let Some(sent) = sent else {
+                    sh.corrupt(format!("result with unknown or repeated id {}", d.id));
+                    continue;
+                };
+                sh.return_credit();
+                let (in_bytes, out_bytes) =
+                    (sent.count as u64 * o.input_size as u64, d.data.len() as u64);
+                sh.recv_msgs.fetch_add(1, Ordering::Relaxed);
+                sh.recv_outputs.fetch_add(
+                    d.data.len() as u64 / o.output_size as u64,
+                    Ordering::Relaxed,
+                );
+                sh.recv_in_bytes.fetch_add(in_bytes, Ordering::Relaxed);
+                sh.recv_out_bytes.fetch_add(out_bytes, Ordering::Relaxed);
+                if let Some(e) = check_result(&d.data, d.id, &sent, o.output_size) {
+                    sh.corrupt(e);
+                    continue;
+                }
+                let lat = now.saturating_sub(sent.ts);
+                sh.tick_lat_ns.fetch_add(lat, Ordering::Relaxed);
+                sh.tick_lat_n.fetch_add(1, Ordering::Relaxed);
+                if win.contains(sent.ts) {
+                    hist.record(lat);
+                }
+                if win.contains(now) {
+                    sh.window_msgs.fetch_add(1, Ordering::Relaxed);
+                    sh.window_in_bytes.fetch_add(in_bytes, Ordering::Relaxed);
+                    sh.window_out_bytes.fetch_add(out_bytes, Ordering::Relaxed);
+                }
+            }
+            MsgType::Credit => match Credit::parse(&f.payload) {
+                Ok(c) => {
+                    *sh.credits.lock().unwrap_or_else(|p| p.into_inner()) += c.messages as u64;
+                    sh.credit_cv.notify_one();
+                }
+                Err(e) => sh.corrupt(format!("malformed credit: {e}")),
+            },
+            MsgType::Error => {
+                let e = ErrorMsg::parse(&f.payload)
+                    .map_err(|e| anyhow!("malformed error message: {e}"))?;
+                if e.id == ErrorMsg::NO_ID {
+                    bail!("server error: {e}");
+                }
+                if sh
+                    .inflight
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .remove(&e.id)
+                    .is_some()
+                {
+                    sh.return_credit();
+                }
+                sh.failed.fetch_add(1, Ordering::Relaxed);
+                sh.error(format!("server error: {e}"));
+            }
+            t => sh.corrupt(format!("unexpected {} message from the server", t.name())),
+        }
+    }
+}

@@ -1,0 +1,236 @@
+//! `corefarm node`: node managers that connect to a server.
+
+use std::time::Duration;
+
+use clap::Args;
+use corefarm_node::NodeOptions;
+use tokio_util::sync::CancellationToken;
+
+use crate::cmd_server::{
+    metrics_field, parse_isolation, parse_trust, runtime, serve_metrics, stop_on_signal,
+};
+
+#[derive(Args, Clone)]
+pub struct NodeArgs {
+    /// Server node port, HOST:PORT.
+    #[arg(long, default_value = "127.0.0.1:8888")]
+    pub server: String,
+    /// File holding the node secret of a server with an auth file (mode
+    /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
+    #[arg(long)]
+    pub secret_file: Option<std::path::PathBuf>,
+    /// Number of independent node managers (separate connections) to run in this process.
+    #[arg(long, default_value_t = 1)]
+    pub count: usize,
+    /// Serve Prometheus metrics at http://ADDR/metrics and the node managers' status as JSON at /status.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics_listen: Option<String>,
+    #[command(flatten)]
+    pub tls: crate::cmd_tls::ClientTlsArgs,
+    #[command(flatten)]
+    pub node: NodeTuning,
+}
+
+#[derive(Args, Clone)]
+pub struct NodeTuning {
+    /// Node name announced to the server (suffixed with -<i> when --count > 1).
+    #[arg(long, default_value = "node")]
+    pub name: String,
+    /// Memory guard: bytes of queued input and unsent output a node may hold
+    /// before it stops reading from the server.
+    #[arg(long, default_value_t = 512 * 1024 * 1024)]
+    pub memory_limit: usize,
+    /// Largest message payload this node accepts or sends, in bytes; a
+    /// configuration whose inputs or outputs cannot fit is refused with the
+    /// reason (the server's own limit applies too when it is smaller).
+    #[arg(long, default_value_t = corefarm_smp::DEFAULT_MAX_MESSAGE)]
+    pub node_max_message: u32,
+    /// Behave exactly like a seed-format node: no hello, no error messages.
+    #[arg(long)]
+    pub no_hello: bool,
+    /// Exit when the connection ends instead of reconnecting.
+    #[arg(long)]
+    pub once: bool,
+    /// Run only images signed by one of these Ed25519 public keys (64 hex
+    /// digits, or a .pub file from `corefarm image keygen`); anything else
+    /// is refused with the reason. Default: run every image.
+    #[arg(long, value_name = "PUBKEY", num_args = 1.., value_parser = parse_trust)]
+    pub trust: Vec<corefarm_cores::signature::PublicKey>,
+    /// Milliseconds every configuration takes before it is answered: emulates
+    /// a board's programming time (tens to hundreds of ms for a bitstream),
+    /// so shared-mode reconfiguration can be studied in simulation.
+    #[arg(long, default_value_t = 0)]
+    pub reconfigure_delay_ms: u64,
+    /// Bytes per chunk a message is cut into for streaming handlers
+    /// (docs/streams.md); at most 65 472.
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=65472))]
+    pub spin_chunk_size: u32,
+    /// Payload handlers of one message running at once (streaming handlers).
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub spin_threads: u32,
+    /// Peer port of the node fabric (groups, docs/collectives.md): where the
+    /// other members of a group reach this node. An unspecified IP means the
+    /// interface the node reaches the server through; port 0 picks a free
+    /// port (give port 0 with --count > 1); `none` disables groups.
+    #[arg(long, default_value = "0.0.0.0:0", value_parser = parse_peer_listen)]
+    pub peer_listen: PeerListen,
+    /// Hardware-core backends this node may load, comma-separated: native
+    /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator),
+    /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge). The node
+    /// announces the matching targets and refuses configurations it cannot run.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "native,rtl",
+        value_parser = ["native", "rtl", "fpga"],
+        help_heading = "Backends"
+    )]
+    pub backends: Vec<String>,
+    /// Seconds one job may keep a core busy before the core counts as hung:
+    /// the job fails with an error, the core is reset where the backend can.
+    #[arg(long, default_value_t = 10.0, value_parser = NodeTuning::parse_seconds, help_heading = "Backends")]
+    pub core_timeout: f64,
+    /// Where native and RTL cores run: `process` (a worker process per
+    /// core: a core that crashes, overruns its memories or hangs fails its
+    /// job and is restarted) or `in-process` (on the node's threads, a
+    /// little faster but unsafe: a faulty core can take the node down).
+    #[arg(long, default_value_t = corefarm_cores::Isolation::Process, value_parser = parse_isolation, help_heading = "Backends")]
+    pub isolation: corefarm_cores::Isolation,
+    /// File mapped for the HPS-to-FPGA bridge (opened read/write, O_SYNC).
+    #[arg(
+        long,
+        default_value = "/dev/mem",
+        help_heading = "FPGA backend (--backends fpga)"
+    )]
+    pub fpga_device: std::path::PathBuf,
+    /// Physical address of the bridge window; core-table
+    /// addresses in base..base+span are physical, those below span are
+    /// bridge-relative. Decimal or 0x-hex.
+    #[arg(long, default_value = "0xC0000000", value_parser = NodeTuning::parse_u64, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_base: u64,
+    /// Offset of the bridge within --fpga-device (default: --fpga-base,
+    /// which is right for /dev/mem). Decimal or 0x-hex.
+    #[arg(long, value_parser = NodeTuning::parse_u64, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_device_offset: Option<u64>,
+    /// Bytes of the bridge window. Decimal or 0x-hex.
+    #[arg(long, default_value = "0x3C000000", value_parser = NodeTuning::parse_u64, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_span: u64,
+    /// How bitstreams are programmed. `fpga-manager` uses the
+    /// socfpga kernels' /sys/class/fpga_manager/fpga0 with /lib/firmware;
+    /// anything else is a command line (shell-style quoting, not run by a
+    /// shell) where `{bitstream}` becomes the path of a file holding the
+    /// bitstream; without the placeholder the bitstream is piped to its
+    /// standard input, e.g. "dd of=/dev/fpga0". It must exit 0.
+    #[arg(long, default_value = "fpga-manager", value_parser = NodeTuning::parse_programmer, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_programmer: corefarm_cores::fpga::Programmer,
+}
+
+/// `--peer-listen`: an address, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct PeerListen(Option<std::net::SocketAddr>);
+
+fn parse_peer_listen(s: &str) -> Result<PeerListen, String> {
+    if s == "none" {
+        return Ok(PeerListen(None));
+    }
+    s.parse()
+        .map(|a| PeerListen(Some(a)))
+        .map_err(|e| format!("{s:?} is not IP:PORT or none: {e}"))
+}
+
+impl NodeTuning {
+    pub fn options(&self, server: String) -> NodeOptions {
+        let has = |b: &str| self.backends.iter().any(|x| x == b);
+        let fpga = has("fpga").then(|| corefarm_cores::fpga::FpgaOptions {
+            programmer: self.fpga_programmer.clone(),
+            device: self.fpga_device.clone(),
+            device_offset: self.fpga_device_offset.unwrap_or(self.fpga_base),
+            base: self.fpga_base,
+            span: self.fpga_span,
+        });
+        let defaults = corefarm_cores::LoadOptions::default();
+        NodeOptions {
+            server,
+            name: self.name.clone(),
+            hello: !self.no_hello,
+            memory_limit: self.memory_limit,
+            max_message: self.node_max_message,
+            reconnect: !self.once,
+            reconfigure_delay: Duration::from_millis(self.reconfigure_delay_ms),
+            load: corefarm_cores::LoadOptions {
+                native: has("native"),
+                rtl: has("rtl"),
+                fpga,
+                driver: corefarm_cores::DriverOptions {
+                    timeout: Duration::from_secs_f64(self.core_timeout),
+                    ..defaults.driver
+                },
+                isolation: self.isolation,
+                trust: corefarm_cores::signature::Trust(self.trust.clone()),
+                ..defaults
+            },
+            peer_listen: self.peer_listen.0,
+            spin: corefarm_node::spin::SpinOptions {
+                chunk_size: self.spin_chunk_size as usize,
+                threads: self.spin_threads as usize,
+            },
+            ..NodeOptions::default()
+        }
+    }
+
+    /// `--fpga-base`/`--fpga-span`: decimal or 0x-prefixed hexadecimal.
+    fn parse_u64(s: &str) -> Result<u64, String> {
+        let t = s.trim().replace('_', "");
+        let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
+            Some(h) => u64::from_str_radix(h, 16),
+            None => t.parse(),
+        };
+        r.map_err(|e| format!("{s:?} is not a decimal or 0x-hex number: {e}"))
+    }
+
+    /// `--core-timeout`: positive, finite seconds (Duration panics otherwise).
+    fn parse_seconds(s: &str) -> Result<f64, String> {
+        match s.trim().parse::<f64>() {
+            Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(v),
+            _ => Err(format!("{s:?} is not a positive number of seconds")),
+        }
+    }
+
+    /// `--fpga-programmer`: `fpga-manager` or a command line.
+    fn parse_programmer(s: &str) -> Result<corefarm_cores::fpga::Programmer, String> {
+        if s.trim() == "fpga-manager" {
+            return Ok(corefarm_cores::fpga::Programmer::default());
+        }
+        match shlex::split(s) {
+            Some(argv) if !argv.is_empty() => Ok(corefarm_cores::fpga::Programmer::Command(argv)),
+            Some(_) => Err("empty programmer command".into()),
+            None => Err(format!(
+                "{s:?}: unbalanced quotes in the programmer command"
+            )),
+        }
+    }
+}
+
+pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(args.count >= 1, "--count must be at least 1");
+    let secret = corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
+        .map_err(anyhow::Error::msg)?;
+    runtime()?.block_on(async {
+        let stop = CancellationToken::new();
+        stop_on_signal(&stop);
+        let mut opts = args.node.options(args.server);
+        opts.secret = secret;
+        opts.tls = args.tls.load()?;
+        if let Some(addr) = args.metrics_listen.as_deref() {
+            let t = std::sync::Arc::new(corefarm_node::metrics::NodeTelemetry::default());
+            opts.telemetry = Some(t.clone());
+            let endpoints = corefarm_node::metrics::NodeEndpoints(t);
+            let bound = serve_metrics(Some(addr), endpoints, &stop).await?;
+            println!("listening{}", metrics_field(bound));
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
+        corefarm_node::run_many(opts, args.count, stop).await?;
+        Ok(())
+    })
+}
