@@ -41,6 +41,10 @@ pub enum BenchCmd {
     /// Throughput of a group's direct data path (no data through the
     /// server), with the server's CPU over the window (one JSON object).
     Direct(crate::cmd_bench_direct::DirectArgs),
+    /// Priority classes against the queueing model (seed 001 §IV): two
+    /// Poisson classes through one node's queue at loads 0.1-0.9, measured
+    /// mean latency beside Cobham's formula (one JSON object).
+    Classes(crate::cmd_bench_classes::ClassesArgs),
 }
 
 #[derive(Args)]
@@ -245,6 +249,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Sharing(s) => crate::cmd_bench_sharing::run(s),
         BenchCmd::Collectives(a) => crate::cmd_bench_collectives::run(a),
         BenchCmd::Direct(a) => crate::cmd_bench_direct::run(a),
+        BenchCmd::Classes(a) => crate::cmd_bench_classes::run(a),
     }
 }
 
