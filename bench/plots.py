@@ -417,6 +417,33 @@ PLOTTERS["collectives"] = plot_collectives
 PLOTTERS["direct"] = plot_direct
 
 
+def plot_streams(doc, out):
+    """Issue 11: each part of the streams experiment that ran; `model`: per-class mean latency against
+    offered load, measured (error bars: spread over runs) beside Cobham's formula (M/G/1 and M/M/1)."""
+    pts = [p for p in _ok(doc) if p["key"].get("part") == "model"]
+    if not pts:
+        return []
+    fig, ax = plt.subplots(figsize=(6, 3.8))
+    for cls, colour in ((0, "tab:red"), (1, "tab:blue")):
+        mine = [p for p in pts if p["key"]["class"] == cls]
+        xs, ys, e = _series(mine, lambda p: p["key"]["load"], "measured_mean_s")
+        ax.errorbar(xs, [y * 1e3 for y in ys], yerr=[[v * 1e3 for v in e[0]], [v * 1e3 for v in e[1]]],
+                    marker="o", ms=3, color=colour, label=f"class {cls} measured")
+        xs, ys, _ = _series(mine, lambda p: p["key"]["load"], "predicted_mg1_s")
+        ax.plot(xs, [y * 1e3 for y in ys], ls="--", color=colour, label=f"class {cls} M/G/1")
+        xs, ys, _ = _series(mine, lambda p: p["key"]["load"], "predicted_mm1_s")
+        ax.plot(xs, [y * 1e3 for y in ys], ls=":", color=colour, label=f"class {cls} M/M/1")
+    ax.set_xlabel("offered load ρ")
+    ax.set_ylabel("mean time from submit to result (ms)")
+    ax.set_yscale("log")
+    ax.legend(fontsize=7)
+    return [_save(fig, out, "streams_model.png", "Priority classes: measured vs queueing model (30 % urgent)",
+                  doc["machine"])]
+
+
+PLOTTERS["streams"] = plot_streams
+
+
 def plot(doc: dict, out: Path) -> list[Path]:
     f = PLOTTERS.get(doc["experiment"])
     if f is None or not _ok(doc):

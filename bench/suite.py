@@ -1343,6 +1343,42 @@ RUNNERS["direct"] = exp_direct
 EXTRA.append("direct")
 
 
+def exp_streams(ctx: Context) -> dict:
+    """Issue 11: messages as streams. `model`: two priority classes (30 % urgent) through one node's
+    queue (shared mode, one message in flight per node) at offered loads 0.1-0.9, Poisson arrivals and a
+    geometric number of inputs per message (`corefarm bench classes`): each class's measured mean time
+    from submit to result beside Cobham's formula (M/G/1 with the calibrated service moments, and the
+    M/M/1 form of seed 001). Each run calibrates afresh. Not part of `all`."""
+    binary = str(ctx.need_binary())
+    loads = [0.3, 0.7] if ctx.quick else [0.1, 0.3, 0.5, 0.7, 0.9]
+    seconds = 1.0 if ctx.quick else max(ctx.duration, 20.0)
+    rec = Recorder(ctx, "streams", len(loads) * 2,
+                   {"loads": loads, "urgent_share": 0.3, "duration_s": seconds, "runs": ctx.runs})
+    per_key: dict[tuple, list] = {}
+    failure = None
+    for run in range(ctx.runs):
+        args = [binary, "bench", "classes", "--loads", ",".join(str(x) for x in loads),
+                "--duration", str(seconds), "--seed", str(run + 1)]
+        obj, err = run_json(args, timeout=len(loads) * (seconds + 5) + 120)
+        if obj is None:
+            failure = err or "bench classes failed"
+            break
+        for point in obj["points"]:
+            for c in point["classes"]:
+                m = {k: c[k] for k in ("measured_mean_s", "measured_p99_s", "predicted_mg1_s", "error_mg1",
+                                        "predicted_mm1_s", "error_mm1") if c.get(k) is not None}
+                m["achieved_load"] = point["achieved_load"]
+                per_key.setdefault((point["load"], c["class"]), []).append(m)
+    for load in loads:
+        for cls in (0, 1):
+            rec.add({"part": "model", "load": load, "class": cls}, per_key.get((load, cls), []), failure)
+    return rec.write()
+
+
+RUNNERS["streams"] = exp_streams
+EXTRA.append("streams")
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,6 +45,10 @@ pub enum BenchCmd {
     /// messages at a fixed rate behind a bulk stream, unchunked vs chunked
     /// with priority classes (one JSON object).
     Hol(crate::cmd_bench_hol::HolArgs),
+    /// Priority classes against the queueing model (seed 001 §IV): two
+    /// Poisson classes through one node's queue at loads 0.1-0.9, measured
+    /// mean latency beside Cobham's formula (one JSON object).
+    Classes(crate::cmd_bench_classes::ClassesArgs),
 }
 
 #[derive(Args)]
@@ -250,6 +254,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Collectives(a) => crate::cmd_bench_collectives::run(a),
         BenchCmd::Direct(a) => crate::cmd_bench_direct::run(a),
         BenchCmd::Hol(a) => crate::cmd_bench_hol::run(a),
+        BenchCmd::Classes(a) => crate::cmd_bench_classes::run(a),
     }
 }
 

@@ -9,6 +9,7 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cmd_bench;
+mod cmd_bench_classes;
 mod cmd_bench_collectives;
 mod cmd_bench_direct;
 mod cmd_bench_hol;

@@ -93,26 +93,64 @@ pub struct ClassFigures {
 /// exponential service per class. `None` for a class whose cumulative load
 /// σ_k reaches 1 (it and every lower class are unstable).
 pub fn priority_classes(classes: &[Class]) -> Vec<Option<ClassFigures>> {
+    let general: Vec<GeneralClass> = classes
+        .iter()
+        .map(|c| GeneralClass {
+            lambda: c.lambda,
+            mean: if c.mu > 0.0 {
+                1.0 / c.mu
+            } else {
+                f64::INFINITY
+            },
+            second_moment: if c.mu > 0.0 {
+                2.0 / (c.mu * c.mu)
+            } else {
+                f64::INFINITY
+            },
+        })
+        .collect();
+    priority_classes_general(&general)
+}
+
+/// One priority class with any service-time distribution (M/G/1): its
+/// arrival rate and the first two moments of its service time, as a
+/// measurement gives them (a link's service is closer to constant than to
+/// exponential, and W0 depends on E[S²]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct GeneralClass {
+    pub lambda: f64,
+    /// E[S], seconds.
+    pub mean: f64,
+    /// E[S²], seconds².
+    pub second_moment: f64,
+}
+
+/// Cobham's formula with W0 = Σ λ_i E[S_i²] / 2 (M/G/1 non-preemptive
+/// priority); [`priority_classes`] is the exponential case.
+pub fn priority_classes_general(classes: &[GeneralClass]) -> Vec<Option<ClassFigures>> {
+    let valid = |c: &GeneralClass| {
+        c.lambda >= 0.0 && c.mean > 0.0 && c.mean.is_finite() && c.second_moment.is_finite()
+    };
     let w0: f64 = classes
         .iter()
-        .filter(|c| c.mu > 0.0)
-        .map(|c| c.lambda / c.mu / c.mu)
+        .filter(|c| valid(c))
+        .map(|c| c.lambda * c.second_moment / 2.0)
         .sum();
     let mut sigma_prev = 0.0;
     classes
         .iter()
         .map(|c| {
-            if c.mu <= 0.0 || c.lambda < 0.0 {
+            if !valid(c) {
                 return None;
             }
-            let sigma = sigma_prev + c.lambda / c.mu;
+            let sigma = sigma_prev + c.lambda * c.mean;
             let out = (sigma < 1.0).then(|| {
                 let wait = w0 / ((1.0 - sigma_prev) * (1.0 - sigma));
                 ClassFigures {
                     wait,
-                    time_in_system: wait + 1.0 / c.mu,
+                    time_in_system: wait + c.mean,
                     mean_waiting: c.lambda * wait,
-                    mean_in_system: c.lambda * (wait + 1.0 / c.mu),
+                    mean_in_system: c.lambda * (wait + c.mean),
                 }
             });
             sigma_prev = sigma;
@@ -253,5 +291,42 @@ mod tests {
             path_latency(3, hop, 1e-4).unwrap(),
             3.0 * (1e-3 + 1e-4)
         ));
+    }
+
+    #[test]
+    fn general_classes_reduce_to_the_exponential_and_to_pollaczek_khinchine() {
+        let exp = [
+            Class {
+                lambda: 2.0,
+                mu: 10.0,
+            },
+            Class {
+                lambda: 5.0,
+                mu: 10.0,
+            },
+        ];
+        let general: Vec<GeneralClass> = exp
+            .iter()
+            .map(|c| GeneralClass {
+                lambda: c.lambda,
+                mean: 1.0 / c.mu,
+                second_moment: 2.0 / (c.mu * c.mu),
+            })
+            .collect();
+        for (a, b) in priority_classes(&exp)
+            .iter()
+            .zip(priority_classes_general(&general))
+        {
+            assert!(close(a.unwrap().wait, b.unwrap().wait));
+        }
+        // One class of constant service (M/D/1): W = ρ S / (2 (1 − ρ)).
+        let (lambda, s) = (6.0, 0.1);
+        let md1 = priority_classes_general(&[GeneralClass {
+            lambda,
+            mean: s,
+            second_moment: s * s,
+        }]);
+        let rho = lambda * s;
+        assert!(close(md1[0].unwrap().wait, rho * s / (2.0 * (1.0 - rho))));
     }
 }
