@@ -9,8 +9,10 @@
 //!   bulk ones in class 7.
 //!
 //! The benchmarking configuration (seed 000 §4.2.2) with zero delay, so the
-//! nodes add as little as they can. The server↔node link still sends whole
-//! frames, so a small message can still wait there behind a bulk one.
+//! nodes add as little as they can. The server↔node link chunks or not as
+//! the server and its nodes agreed, the same for every run (`bench hol
+//! --node-chunk-size 0` keeps it whole, so `unchunked` is unchunked end to
+//! end).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -95,8 +97,9 @@ pub struct HolReport {
     pub note: &'static str,
 }
 
-pub const NOTE: &str = "user<->server link only: the server<->node link still sends whole \
-frames, so a small message can wait behind a bulk one there";
+pub const NOTE: &str = "the runs differ on the user<->server link; the server<->node link \
+chunks or not as the server and its nodes agreed (bench hol --node-chunk-size on the embedded \
+cluster), the same for every run";
 
 pub fn run(o: &HolOptions) -> Result<HolReport> {
     if o.input_size < 16 || o.output_size < 16 || o.rate <= 0.0 || o.samples == 0 {

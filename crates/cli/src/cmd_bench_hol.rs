@@ -41,6 +41,10 @@ pub struct HolArgs {
     /// Chunk size to ask for, bytes (default: the protocol's, 64 KiB).
     #[arg(long)]
     chunk_size: Option<u32>,
+    /// Embedded cluster: the server's chunk size on its node links (0: whole
+    /// frames there, so the `unchunked` run is unchunked end to end).
+    #[arg(long, default_value_t = corefarm_server::defaults::NODE_CHUNK_SIZE)]
+    node_chunk_size: u32,
 }
 
 pub fn run(a: HolArgs) -> Result<()> {
@@ -66,6 +70,7 @@ pub fn run(a: HolArgs) -> Result<()> {
             let server = corefarm_server::ServerOptions {
                 nodes_listen: "127.0.0.1:0".into(),
                 users_listen: "127.0.0.1:0".into(),
+                node_chunk_size: a.node_chunk_size,
                 ..corefarm_server::ServerOptions::default()
             };
             let node = corefarm_node::NodeOptions {

@@ -58,9 +58,8 @@ struct Pending {
     count: u32,
     /// Priority class, 0 most urgent (issue 11): the class of its chunks,
     /// or `stream::DEFAULT_CLASS` for a message sent whole. Orders the
-    /// re-dispatch queue and the result's chunks back to the user; the
-    /// node link still carries whole frames, so this is the field a
-    /// chunking node link would take its class from.
+    /// re-dispatch queue, the message's chunks on a chunked node link
+    /// (`NodeConn::queue_class`) and the result's chunks back to the user.
     class: u8,
     /// When it was (last) handed to a node: its round trip adapts the window.
     sent: Instant,
