@@ -1368,6 +1368,8 @@ def exp_streams(ctx: Context) -> dict:
                 m = {k: c[k] for k in ("measured_mean_s", "measured_p99_s", "predicted_mg1_s", "error_mg1",
                                         "predicted_mm1_s", "error_mm1") if c.get(k) is not None}
                 m["achieved_load"] = point["achieved_load"]
+                if point.get("offered_load") is not None:
+                    m["offered_load"] = point["offered_load"]
                 per_key.setdefault((point["load"], c["class"]), []).append(m)
     for load in loads:
         for cls in (0, 1):
