@@ -11,7 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Buf;
-use corefarm_smp::stream::{Outbox, WireBatch, DEFAULT_CLASS};
+use corefarm_smp::stream::{Outbox, DEFAULT_CLASS};
+use corefarm_smp::FrameBatch;
 use corefarm_smp::{ErrorMsg, OutFrame};
 use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::sync::mpsc;
@@ -169,7 +170,7 @@ pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
             0 => usize::MAX,
             _ => CHUNKED_BATCH,
         };
-        let mut batch = WireBatch::default();
+        let mut batch = FrameBatch::default();
         let mut done = 0usize;
         let mut held = Vec::new();
         while !batch.is_full() && batch.remaining() < cap {
@@ -183,7 +184,7 @@ pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
             }
         }
         while batch.has_remaining() {
-            let mut iov = [IoSlice::new(&[]); 2 * WireBatch::MAX_FRAMES];
+            let mut iov = [IoSlice::new(&[]); 2 * FrameBatch::MAX_FRAMES];
             let n = batch.chunks_vectored(&mut iov);
             match wr.write_vectored(&iov[..n]).await? {
                 0 => return Err(std::io::Error::from(std::io::ErrorKind::WriteZero).into()),

@@ -28,7 +28,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use bytes::Buf;
-use corefarm_smp::stream::{Outbox, WireBatch, DEFAULT_CLASS};
+use corefarm_smp::stream::{Outbox, DEFAULT_CLASS};
+use corefarm_smp::FrameBatch;
 use corefarm_smp::OutFrame;
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::OwnedWriteHalf;
@@ -37,7 +38,7 @@ use tokio::sync::Notify;
 use crate::tls::WriteHalf;
 
 /// Iovecs per `writev`: two per frame (headers, body) for a full batch.
-const IOVECS: usize = 2 * WireBatch::MAX_FRAMES;
+const IOVECS: usize = 2 * FrameBatch::MAX_FRAMES;
 
 /// Bytes a batch takes at most once chunks are on: what an urgent message
 /// may find ahead of it in a batch being written (plus the kernel's buffer).
@@ -55,7 +56,7 @@ enum Mode {
 
 /// Frames being written, with how many of them carry the sender's tag.
 struct Batch {
-    frames: WireBatch,
+    frames: FrameBatch,
     tagged: u64,
 }
 
@@ -75,7 +76,7 @@ impl State {
     /// Up to a batch of queued frames.
     fn take_batch(&mut self) -> Batch {
         let mut b = Batch {
-            frames: WireBatch::default(),
+            frames: FrameBatch::default(),
             tagged: 0,
         };
         let cap = match self.queue.chunk_size() {
@@ -449,152 +450,4 @@ async fn write_all(out: &Out, b: &mut impl Buf) -> io::Result<()> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use bytes::Bytes;
-    use corefarm_smp::codec::FrameReader;
-    use std::sync::Arc;
-    use tokio::net::{TcpListener, TcpStream};
-
-    async fn pair() -> (Arc<Sink>, FrameReader<TcpStream>) {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(l.local_addr().unwrap());
-        let (client, accepted) = tokio::join!(client, l.accept());
-        let (_rd, wr) = accepted.unwrap().0.into_split();
-        (
-            Arc::new(Sink::new(wr)),
-            FrameReader::new(client.unwrap(), 64 << 20),
-        )
-    }
-
-    fn frame(i: u32, len: usize) -> OutFrame {
-        OutFrame::data(i, Bytes::from(vec![i as u8; len])).unwrap()
-    }
-
-    #[tokio::test]
-    async fn frames_arrive_in_order_whether_written_directly_or_queued() {
-        let (sink, mut rd) = pair().await;
-        let writer = tokio::spawn({
-            let sink = sink.clone();
-            async move { sink.run(Duration::from_secs(10), |_| {}).await }
-        });
-        // Far more than the socket buffers hold while nobody reads: the first
-        // frames go out directly, the rest queue behind a partial write.
-        let mut outcomes = Vec::new();
-        for i in 0..64u32 {
-            outcomes.push(sink.send(frame(i, 256 << 10), true));
-        }
-        assert_eq!(outcomes[0], Sent::Written);
-        assert!(outcomes.contains(&Sent::Queued), "the socket never filled");
-        for i in 0..64u32 {
-            let f = rd.read_frame().await.unwrap().unwrap();
-            assert_eq!(&f.payload[..4], &i.to_le_bytes(), "frame {i} out of order");
-            assert_eq!(f.payload.len(), 4 + (256 << 10));
-            assert!(f.payload[4..].iter().all(|&b| b == i as u8));
-        }
-        // Drained: the next frame is written directly again.
-        sink.room(0).await;
-        while sink.send(frame(99, 16), false) != Sent::Written {
-            assert_eq!(rd.read_frame().await.unwrap().unwrap().payload[0], 99);
-        }
-        sink.finish();
-        assert_eq!(writer.await.unwrap(), None);
-        assert_eq!(rd.read_frame().await.unwrap().unwrap().payload[0], 99);
-        assert!(
-            rd.read_frame().await.unwrap().is_none(),
-            "no end of stream after finish"
-        );
-        assert_eq!(sink.send(frame(1, 1), false), Sent::Closed);
-    }
-
-    #[tokio::test]
-    async fn room_waits_for_the_writer_and_close_ends_everything() {
-        let (sink, mut rd) = pair().await;
-        let mut tagged = 0;
-        let mut i = 0;
-        while sink.send(frame(i, 256 << 10), true) != Sent::Queued {
-            i += 1;
-        }
-        for j in 0..4 {
-            sink.send(frame(i + 1 + j, 16), j % 2 == 0);
-        }
-        // Nobody runs the writer task yet: the queue cannot shrink.
-        tokio::select! {
-            biased;
-            _ = sink.room(1) => panic!("room with 5 frames queued and max 1"),
-            _ = std::future::ready(()) => {}
-        }
-        let sink2 = sink.clone();
-        let run = sink2.run(Duration::from_secs(10), |n| tagged += n);
-        let read = async {
-            for _ in 0..i + 5 {
-                rd.read_frame().await.unwrap().unwrap();
-            }
-            sink.room(0).await;
-            sink.close("test over");
-        };
-        let (reason, ()) = tokio::join!(run, read);
-        assert_eq!(reason.as_deref(), Some("test over"));
-        // The partly written frame plus the two tagged small ones.
-        assert_eq!(tagged, 3);
-        assert_eq!(sink.send(frame(0, 1), true), Sent::Closed);
-        assert!(rd.read_frame().await.unwrap().is_none());
-    }
-
-    #[tokio::test]
-    async fn pushed_frames_wait_for_the_flush_and_share_it() {
-        let (sink, mut rd) = pair().await;
-        assert!(!sink.unflushed());
-        for i in 0..3u32 {
-            assert!(sink.push(frame(i, 100), i != 1));
-        }
-        assert!(sink.unflushed());
-        assert_eq!(sink.flush(), 2, "two tagged frames written");
-        assert!(!sink.unflushed());
-        assert_eq!(sink.flush(), 0, "nothing left to write");
-        for i in 0..3u32 {
-            let f = rd.read_frame().await.unwrap().unwrap();
-            assert_eq!(&f.payload[..4], &i.to_le_bytes());
-        }
-    }
-
-    #[tokio::test]
-    async fn a_sink_via_task_leaves_every_write_to_the_writer_task() {
-        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let client = TcpStream::connect(l.local_addr().unwrap());
-        let (client, accepted) = tokio::join!(client, l.accept());
-        let (_rd, wr) = accepted.unwrap().0.into_split();
-        let sink = Sink::via_task(wr);
-        let mut rd = FrameReader::new(client.unwrap(), 1 << 20);
-        for i in 0..3u32 {
-            assert!(sink.push(frame(i, 10), true));
-        }
-        assert!(!sink.unflushed(), "nothing for the owner to flush");
-        assert_eq!(sink.flush(), 0);
-        let mut written = 0;
-        let read = async {
-            for i in 0..3u32 {
-                let f = rd.read_frame().await.unwrap().unwrap();
-                assert_eq!(&f.payload[..4], &i.to_le_bytes());
-            }
-            sink.close("done");
-        };
-        let (reason, ()) = tokio::join!(sink.run(Duration::from_secs(10), |n| written += n), read);
-        assert_eq!(reason.as_deref(), Some("done"));
-        assert_eq!(written, 3, "the task reports every tagged frame");
-    }
-
-    #[tokio::test]
-    async fn room_returns_once_its_own_flush_wrote_the_queue() {
-        let (sink, mut rd) = pair().await;
-        for i in 0..3u32 {
-            sink.push(frame(i, 10), false);
-        }
-        // No writer task runs: only the flush inside `room` can make room.
-        sink.room(0).await;
-        for i in 0..3u32 {
-            let f = rd.read_frame().await.unwrap().unwrap();
-            assert_eq!(&f.payload[..4], &i.to_le_bytes());
-        }
-    }
-}
+mod tests;

@@ -193,8 +193,15 @@ async fn an_urgent_result_overtakes_a_bulk_result_being_written() {
     // The bulk result is being written...
     let first = chunk_of(u.recv_skip_credit().await.unwrap());
     assert_eq!((first.id, first.class, first.offset), (1, 7, 0));
-    // ...when the urgent one arrives.
+    // ...when the urgent one arrives. The test reads nothing until the
+    // server holds both results, so the bulk one cannot have been written
+    // out meanwhile (32 MiB is far more than the socket buffers hold) and
+    // the order below depends on the server's pick, not on scheduling.
     go.send(()).unwrap();
+    srv.wait_status("both results at the server", |s| {
+        s.nodes.iter().map(|n| n.results).sum::<u64>() >= 2
+    })
+    .await;
     let mut order = Vec::new();
     let mut bulk_bytes = first.data.len();
     loop {

@@ -24,5 +24,5 @@ pub use chunk::{
     Chunk, ChunkFrame, Chunks, CHUNK_HEADER_LEN, CLASSES, DEFAULT_CHUNK_SIZE, DEFAULT_CLASS,
 };
 pub use classes::ClassQueues;
-pub use outbox::{Outbox, WireBatch, WireFrame};
+pub use outbox::Outbox;
 pub use reassemble::{Message, Reassembler};

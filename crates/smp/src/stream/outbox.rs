@@ -9,115 +9,15 @@
 //! frames other than data (configuration, group control, errors) ride in
 //! class 0, above data, as issue 11 asks of control traffic.
 
-use bytes::{Buf, Bytes};
+use bytes::Bytes;
 
-use super::chunk::{ChunkFrame, Chunks, CLASSES};
+use super::chunk::{Chunks, CLASSES};
 use super::classes::ClassQueues;
 use crate::outframe::OutFrame;
 
 /// Passes a waiting class gets over by more urgent ones before it is
 /// served once (the anti-starvation guard of [`ClassQueues`]).
 pub const STARVATION_GUARD: u32 = 64;
-
-/// One frame on its way out: a whole message or a chunk.
-#[derive(Debug, Clone)]
-pub enum WireFrame {
-    Frame(OutFrame),
-    Chunk(ChunkFrame),
-}
-
-impl Buf for WireFrame {
-    fn remaining(&self) -> usize {
-        match self {
-            WireFrame::Frame(f) => f.remaining(),
-            WireFrame::Chunk(c) => c.remaining(),
-        }
-    }
-    fn chunk(&self) -> &[u8] {
-        match self {
-            WireFrame::Frame(f) => f.chunk(),
-            WireFrame::Chunk(c) => c.chunk(),
-        }
-    }
-    fn advance(&mut self, cnt: usize) {
-        match self {
-            WireFrame::Frame(f) => f.advance(cnt),
-            WireFrame::Chunk(c) => c.advance(cnt),
-        }
-    }
-    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
-        match self {
-            WireFrame::Frame(f) => f.chunks_vectored(dst),
-            WireFrame::Chunk(c) => c.chunks_vectored(dst),
-        }
-    }
-}
-
-impl From<OutFrame> for WireFrame {
-    fn from(f: OutFrame) -> Self {
-        WireFrame::Frame(f)
-    }
-}
-
-/// Several frames written with one vectored write.
-#[derive(Debug, Default)]
-pub struct WireBatch {
-    frames: std::collections::VecDeque<WireFrame>,
-    remaining: usize,
-}
-
-impl WireBatch {
-    /// Frames per batch: two iovecs each, well under IOV_MAX.
-    pub const MAX_FRAMES: usize = 32;
-
-    pub fn push(&mut self, f: WireFrame) {
-        self.remaining += f.remaining();
-        self.frames.push_back(f);
-    }
-    pub fn len(&self) -> usize {
-        self.frames.len()
-    }
-    pub fn is_empty(&self) -> bool {
-        self.frames.is_empty()
-    }
-    pub fn is_full(&self) -> bool {
-        self.frames.len() >= Self::MAX_FRAMES
-    }
-}
-
-impl Buf for WireBatch {
-    fn remaining(&self) -> usize {
-        self.remaining
-    }
-    fn chunk(&self) -> &[u8] {
-        self.frames.front().map_or(&[], |f| f.chunk())
-    }
-    fn advance(&mut self, mut cnt: usize) {
-        self.remaining -= cnt;
-        while cnt > 0 {
-            let f = self.frames.front_mut().expect("advance within remaining");
-            let n = cnt.min(f.remaining());
-            f.advance(n);
-            cnt -= n;
-            if !f.has_remaining() {
-                self.frames.pop_front();
-            }
-        }
-        while self.frames.front().is_some_and(|f| !f.has_remaining()) {
-            self.frames.pop_front();
-        }
-    }
-    fn chunks_vectored<'a>(&'a self, dst: &mut [std::io::IoSlice<'a>]) -> usize {
-        let mut n = 0;
-        for f in &self.frames {
-            if n == dst.len() {
-                break;
-            }
-            n += f.chunks_vectored(&mut dst[n..]);
-        }
-        n
-    }
-}
 
 enum Entry<T> {
     Frame(OutFrame, T),
@@ -190,19 +90,21 @@ impl<T> Outbox<T> {
     }
 
     /// The next frame to write, and the tag of the message it completes.
-    pub fn pop(&mut self) -> Option<(WireFrame, Option<T>)> {
+    /// A chunk frame is an `OutFrame` too, so the writer batches both alike
+    /// (`FrameBatch`).
+    pub fn pop(&mut self) -> Option<(OutFrame, Option<T>)> {
         let (class, e) = self.queues.pop()?;
         match e {
-            Entry::Frame(f, t) => Some((WireFrame::Frame(f), Some(t))),
+            Entry::Frame(f, t) => Some((f, Some(t))),
             Entry::Stream(mut chunks, t) => {
                 let c = chunks.next().expect("a queued stream has a chunk left");
                 // Chunks cut by `Chunks` obey every rule and fit a frame.
                 let frame = c.to_frame().expect("a valid chunk");
                 if c.last {
-                    Some((WireFrame::Chunk(frame), Some(t)))
+                    Some((frame, Some(t)))
                 } else {
                     self.queues.push_front(class, Entry::Stream(chunks, t));
-                    Some((WireFrame::Chunk(frame), None))
+                    Some((frame, None))
                 }
             }
         }
@@ -215,14 +117,8 @@ mod tests {
     use super::*;
     use crate::header::HEADER_LEN;
 
-    fn parse(w: &WireFrame) -> (u8, Bytes) {
-        let mut v = Vec::new();
-        let mut w = w.clone();
-        while w.has_remaining() {
-            let c = w.chunk().to_vec();
-            w.advance(c.len());
-            v.extend(c);
-        }
+    fn parse(w: &OutFrame) -> (u8, Bytes) {
+        let v = w.to_vec();
         (v[0], Bytes::from(v[HEADER_LEN..].to_vec()))
     }
 
@@ -234,9 +130,7 @@ mod tests {
         o.push(OutFrame::data(1, bulk.clone()).unwrap(), 5, "bulk");
         let (w, done) = o.pop().unwrap();
         assert!(done.is_none());
-        let WireFrame::Chunk(_) = &w else {
-            panic!("a large message goes as chunks")
-        };
+        assert_eq!(parse(&w).0, 0x1D, "a large message goes as chunks");
         o.push(
             OutFrame::data(2, Bytes::from_static(b"urgent")).unwrap(),
             0,
