@@ -234,42 +234,22 @@ impl Client {
     /// chunks go out ahead of less urgent messages' chunks that other
     /// threads are sending, and its result comes back the same way.
     pub fn submit_with(&self, data: Bytes, class: u8) -> Result<u32> {
-        let sent = self.inner.send_data(
-            None,
-            Body::Shared(data),
-            Route::Recv,
-            CreditWait::Block,
-            class,
-        )?;
-        Ok(sent.expect("a blocking submit sends").0)
+        self.inner.submit_class(None, Body::Shared(data), class)
     }
 
     /// Like [`submit_pending`](Client::submit_pending) in priority `class`.
     pub fn submit_pending_with(&self, data: Bytes, class: u8) -> Result<Pending> {
-        let sent = self.inner.send_data(
-            None,
-            Body::Shared(data),
-            Route::Pending,
-            CreditWait::Block,
-            class,
-        )?;
-        Ok(sent
-            .and_then(|(_, p)| p)
-            .expect("a blocking submit sends to a pending"))
+        let sent = self
+            .inner
+            .submit_pending_class(Body::Shared(data), CreditWait::Block, class)?;
+        Ok(sent.expect("a blocking submit sends to a pending"))
     }
 
     /// Like [`submit_with`](Client::submit_with) for borrowed memory (with
     /// `chunks` agreed, a message sent as chunks is copied once), under
     /// `id` or the next automatic id.
     pub fn submit_slice_with(&self, id: Option<u32>, data: &[u8], class: u8) -> Result<u32> {
-        let sent = self.inner.send_data(
-            id,
-            Body::Borrowed(data),
-            Route::Recv,
-            CreditWait::Block,
-            class,
-        )?;
-        Ok(sent.expect("a blocking submit sends").0)
+        self.inner.submit_class(id, Body::Borrowed(data), class)
     }
 
     /// Like [`submit_slice_pending`](Client::submit_slice_pending) in
@@ -285,10 +265,8 @@ impl Client {
         } else {
             CreditWait::Block
         };
-        let sent = self
-            .inner
-            .send_data(None, Body::Borrowed(data), Route::Pending, wait, class)?;
-        Ok(sent.and_then(|(_, p)| p))
+        self.inner
+            .submit_pending_class(Body::Borrowed(data), wait, class)
     }
 
     /// The chunk size agreed with the server, if `chunks` was.
@@ -448,14 +426,7 @@ impl Sender {
         self.inner.submit(None, Body::Borrowed(data))
     }
     pub fn submit_with(&self, data: Bytes, class: u8) -> Result<u32> {
-        let sent = self.inner.send_data(
-            None,
-            Body::Shared(data),
-            Route::Recv,
-            CreditWait::Block,
-            class,
-        )?;
-        Ok(sent.expect("a blocking submit sends").0)
+        self.inner.submit_class(None, Body::Shared(data), class)
     }
     pub fn close(&self) {
         self.inner.close();
@@ -473,12 +444,25 @@ impl Receiver {
 
 impl Inner {
     fn submit(&self, id: Option<u32>, body: Body<'_>) -> Result<u32> {
-        let sent = self.send_data(id, body, Route::Recv, CreditWait::Block, DEFAULT_CLASS)?;
+        self.submit_class(id, body, DEFAULT_CLASS)
+    }
+
+    fn submit_class(&self, id: Option<u32>, body: Body<'_>, class: u8) -> Result<u32> {
+        let sent = self.send_data(id, body, Route::Recv, CreditWait::Block, class)?;
         Ok(sent.expect("a blocking submit sends").0)
     }
 
     fn submit_pending(&self, body: Body<'_>, wait: CreditWait) -> Result<Option<Pending>> {
-        let sent = self.send_data(None, body, Route::Pending, wait, DEFAULT_CLASS)?;
+        self.submit_pending_class(body, wait, DEFAULT_CLASS)
+    }
+
+    fn submit_pending_class(
+        &self,
+        body: Body<'_>,
+        wait: CreditWait,
+        class: u8,
+    ) -> Result<Option<Pending>> {
+        let sent = self.send_data(None, body, Route::Pending, wait, class)?;
         Ok(sent.map(|(_, p)| p.expect("routed to a pending")))
     }
 }
