@@ -191,6 +191,12 @@ pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
                 k => batch.advance(k),
             }
         }
+        // A TLS stream may take the plaintext and keep the records it could
+        // not write yet; only a flush sends them (a no-op on plain TCP).
+        // Without it the last result before a pause stays in the session.
+        if out.is_empty() {
+            wr.flush().await?;
+        }
         results += done as u64;
         if let Some(s) = &stats {
             s.answered(done);
@@ -360,6 +366,39 @@ mod tests {
         assert_eq!(order, [(2, 4), (1, 6)]);
         assert_eq!(task.await.unwrap().unwrap(), 2);
         assert_eq!(g.available(), g.limit());
+    }
+
+    /// A writer that, like a TLS stream whose socket is full, accepts bytes
+    /// and sends them only when flushed: a result must not wait there for
+    /// the next one.
+    #[tokio::test(start_paused = true)]
+    async fn a_result_is_flushed_before_the_sender_waits() {
+        let g = MemoryGuard::new(4096);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let task = tokio::spawn(send_loop(
+            tokio::io::BufWriter::with_capacity(1 << 16, a),
+            rx,
+            Arc::new(AtomicBool::new(true)),
+            None,
+        ));
+        tx.send(Outgoing::Result {
+            id: 7,
+            data: Bytes::from_static(b"done"),
+            reservation: g.reserve(1024).await,
+        })
+        .unwrap();
+        let mut r = FrameReader::new(b, 1024);
+        // The clock is paused: the timeout fires as soon as nothing else can
+        // run, i.e. if the result sits unflushed while the sender waits.
+        let f = tokio::time::timeout(std::time::Duration::from_secs(10), r.read_frame())
+            .await
+            .expect("the result reached the peer while the queue stayed open")
+            .unwrap()
+            .unwrap();
+        assert_eq!(&f.payload[..], b"\x07\0\0\0done");
+        drop(tx);
+        assert_eq!(task.await.unwrap().unwrap(), 1);
     }
 
     #[tokio::test]

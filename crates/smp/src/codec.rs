@@ -225,6 +225,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 }
 
 /// Writes one frame with vectored writes (header and body in one syscall).
+///
+/// Ends with a flush: a TLS stream accepts plaintext it cannot send yet
+/// and sends it only on the next write or a flush, so a frame written
+/// before the writer waits would otherwise stay in the session (on plain
+/// TCP the flush does nothing).
 pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, mut frame: OutFrame) -> io::Result<()> {
     while frame.has_remaining() {
         w.write_buf(&mut frame).await.and_then(|n| {
@@ -235,7 +240,7 @@ pub async fn write_frame<W: AsyncWrite + Unpin>(w: &mut W, mut frame: OutFrame) 
             }
         })?;
     }
-    Ok(())
+    w.flush().await
 }
 
 /// Writes `first` and whatever `more` yields right away (up to a batch) with
@@ -260,6 +265,8 @@ pub async fn write_batch<W: AsyncWrite + Unpin>(
             return Err(io::ErrorKind::WriteZero.into());
         }
     }
+    // As in `write_frame`: what a TLS session holds goes out now.
+    w.flush().await?;
     Ok(n)
 }
 
@@ -268,6 +275,36 @@ mod tests {
     use super::*;
     use crate::header::MsgType;
     use bytes::Bytes;
+
+    /// A buffering writer stands for a TLS stream whose socket was full:
+    /// it sends only when flushed. Both writers must leave nothing behind.
+    #[tokio::test]
+    async fn written_frames_leave_nothing_in_a_buffering_writer() {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let mut w = tokio::io::BufWriter::with_capacity(1 << 16, a);
+        write_frame(
+            &mut w,
+            OutFrame::data(1, Bytes::from_static(b"one")).unwrap(),
+        )
+        .await
+        .unwrap();
+        let mut second = Some(OutFrame::data(3, Bytes::from_static(b"three")).unwrap());
+        let first = OutFrame::data(2, Bytes::from_static(b"two")).unwrap();
+        assert_eq!(
+            write_batch(&mut w, first, || second.take()).await.unwrap(),
+            2
+        );
+        assert!(w.buffer().is_empty(), "everything was flushed");
+        drop(w);
+        let mut r = FrameReader::new(b, 1024);
+        for (id, body) in [(1u32, &b"one"[..]), (2, b"two"), (3, b"three")] {
+            let f = r.read_frame().await.unwrap().unwrap();
+            assert_eq!(
+                (f.ty, &f.payload[..4], &f.payload[4..]),
+                (MsgType::Data, &id.to_le_bytes()[..], body)
+            );
+        }
+    }
 
     #[tokio::test]
     async fn reads_frames_across_arbitrary_splits() {
