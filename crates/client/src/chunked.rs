@@ -64,6 +64,12 @@ impl Gate {
         st.busy = true;
         Turn(self)
     }
+
+    /// Writers of `class` waiting for a turn.
+    pub(crate) fn waiting(&self, class: u8) -> u32 {
+        let st = self.st.lock().unwrap_or_else(|p| p.into_inner());
+        st.waiting[class.min(CLASSES - 1) as usize]
+    }
 }
 
 /// Writes `data` as chunks of `class`, one turn per chunk; `write` gets

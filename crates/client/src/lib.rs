@@ -476,6 +476,11 @@ impl Client {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// Test hook: threads of priority `class` waiting for a turn to write.
+    pub fn writers_waiting(&self, class: u8) -> u32 {
+        self.inner.gate.waiting(class)
+    }
+
     /// Test hook: blocks until at least `n` threads wait in `recv` (true) or
     /// `timeout` passes (false). Lets tests act on a blocked receiver
     /// without sleeping.

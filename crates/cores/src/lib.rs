@@ -17,6 +17,7 @@
 
 pub mod bus;
 pub mod driver;
+pub mod dtype;
 pub mod fpga;
 pub mod image;
 pub mod native;

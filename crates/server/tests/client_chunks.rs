@@ -150,6 +150,12 @@ async fn an_urgent_submit_passes_a_bulk_submit_of_another_thread() {
             let c = c.clone();
             std::thread::spawn(move || c.submit_with(Bytes::from(vec![0u8; input]), 0))
         };
+        // The bulk writer holds the socket (the server stops reading): the
+        // urgent one must be waiting for its turn before the node is let go.
+        while c.writers_waiting(0) == 0 {
+            assert!(Instant::now() < deadline, "the urgent submit never waited");
+            std::thread::yield_now();
+        }
         ready_tx.send(()).unwrap();
         let mut order = Vec::new();
         while order.len() < 6 {
