@@ -218,6 +218,8 @@ def main():
                "overlap_whole": round((t_tr + t_c - off[mib]["work"]) / t_c, 3),
                # The formula's ceiling is min(T_transfer, T_compute) / T_compute.
                "overlap_ceiling": round(min(t_tr, t_c) / t_c, 3),
+               # The share of what could overlap that did (1: all of it).
+               "hidden_share_chunked": round((t_tr + t_c - on[mib]["work"]) / min(t_tr, t_c), 3),
                "noop_chunked_over_whole": round(on[mib]["noop"] / t_tr, 3)}
         rows.append(row)
     print(json.dumps({"overlap": rows,

@@ -218,7 +218,12 @@ def run_json(args: list[str], timeout: float) -> tuple[dict | None, str]:
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout:.0f} s"
     obj = None
-    for line in reversed(p.stdout.strip().splitlines()):
+    try:
+        # A pretty-printed object (bench hol, streams_overlap.py) parses whole.
+        obj = json.loads(p.stdout)
+    except json.JSONDecodeError:
+        pass
+    for line in ([] if obj is not None else reversed(p.stdout.strip().splitlines())):
         try:
             obj = json.loads(line)
             break
@@ -1348,11 +1353,12 @@ def exp_streams(ctx: Context) -> dict:
     queue (shared mode, one message in flight per node) at offered loads 0.1-0.9, Poisson arrivals and a
     geometric number of inputs per message (`corefarm bench classes`): each class's measured mean time
     from submit to result beside Cobham's formula (M/G/1 with the calibrated service moments, and the
-    M/M/1 form of seed 001). Each run calibrates afresh. Not part of `all`."""
+    M/M/1 form of seed 001). Each run calibrates afresh.
+    `hol` (streams_hol) and `overlap` (streams_overlap) follow. Not part of `all`."""
     binary = str(ctx.need_binary())
     loads = [0.3, 0.7] if ctx.quick else [0.1, 0.3, 0.5, 0.7, 0.9]
     seconds = 1.0 if ctx.quick else max(ctx.duration, 20.0)
-    rec = Recorder(ctx, "streams", len(loads) * 2,
+    rec = Recorder(ctx, "streams", len(loads) * 2 + 7 + (3 if ctx.quick else 6),
                    {"loads": loads, "urgent_share": 0.3, "duration_s": seconds, "runs": ctx.runs})
     per_key: dict[tuple, list] = {}
     failure = None
@@ -1374,7 +1380,72 @@ def exp_streams(ctx: Context) -> dict:
     for load in loads:
         for cls in (0, 1):
             rec.add({"part": "model", "load": load, "class": cls}, per_key.get((load, cls), []), failure)
+    streams_hol(ctx, rec, binary)
+    streams_overlap(ctx, rec, binary)
     return rec.write()
+
+
+def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
+    """`hol`: `corefarm bench hol` on an embedded 2-node cluster, once with whole frames on the node link
+    (`--node-chunk-size 0`: its `unchunked` run is unchunked end to end) and once with the default chunks;
+    the two follow each other in every repetition, so both see the same load. The `summary` point holds
+    the issue's end-to-end ratios: whole/unchunked against chunks/chunked."""
+    samples = "100" if ctx.quick else "500"
+    per: dict[tuple, list] = {}
+    summary: list[dict] = []
+    failure = None
+    for _ in range(ctx.runs):
+        got = {}
+        for link, chunk in (("whole", "0"), ("chunks", "65536")):
+            args = [binary, "bench", "hol", "--samples", samples, "--node-chunk-size", chunk]
+            obj, err = run_json(args, timeout=900)
+            if obj is None:
+                failure = err or "bench hol failed"
+                break
+            for r in obj["runs"]:
+                m = {"small_p50_ms": r["small"]["p50_ms"], "small_p99_ms": r["small"]["p99_ms"],
+                     "bulk_MBps": r["bulk_bytes_per_s"] / 1e6}
+                per.setdefault((link, r["mode"]), []).append(m)
+                got[(link, r["mode"])] = m
+        if failure:
+            break
+        base, best, idle = got[("whole", "unchunked")], got[("chunks", "chunked")], got[("chunks", "unloaded")]
+
+        def ratio(a: float, b: float) -> float | None:
+            return a / b if b else None
+
+        summary.append({"p99_unchunked_over_chunked": ratio(base["small_p99_ms"], best["small_p99_ms"]),
+                        "p99_chunked_over_unloaded": ratio(best["small_p99_ms"], idle["small_p99_ms"]),
+                        "bulk_chunked_over_unchunked": ratio(best["bulk_MBps"], base["bulk_MBps"])})
+    for link in ("whole", "chunks"):
+        for mode in ("unloaded", "unchunked", "chunked"):
+            rec.add({"part": "hol", "node_link": link, "mode": mode}, per.get((link, mode), []), failure)
+    rec.add({"part": "hol", "summary": "end to end"}, summary, failure)
+
+
+def streams_overlap(ctx: "Context", rec: "Recorder", binary: str) -> None:
+    """`overlap`: bench/streams_overlap.py (FPsPIN's overlap of transfer and handler computation, and the
+    bulk cost of chunks on the node link): two one-node clusters side by side, measurements alternating.
+    Beside the issue's ratio (T_transfer + T_compute - T_total) / T_compute, whose ceiling for a
+    compute-bound handler is T_transfer / T_compute, each point has the share of the overlappable time
+    that was hidden, (T_transfer + T_compute - T_total) / min(T_transfer, T_compute)."""
+    sizes = "1,4" if ctx.quick else "1,4,16,64,128"
+    repeat = "1" if ctx.quick else "3"
+    env = dict(os.environ, COREFARM_BIN=binary)
+    args = [sys.executable, str(ROOT / "bench" / "streams_overlap.py"), "--sizes", sizes, "--repeat", repeat]
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=3600, env=env, start_new_session=True)
+        obj = json.loads(p.stdout) if p.returncode == 0 else None
+        failure = None if obj else (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+        obj, failure = None, str(e)
+    for mib in [int(x) for x in sizes.split(",")]:
+        row = next((r for r in (obj or {}).get("overlap", []) if r["MiB"] == mib), None)
+        runs = [] if row is None else [{k: v for k, v in row.items() if k != "MiB"}]
+        rec.add({"part": "overlap", "MiB": mib}, runs, failure)
+    bulk = [] if obj is None else [{k: obj[k] for k in ("bulk_MBps_whole", "bulk_MBps_chunked",
+                                                          "bulk_chunked_over_whole")}]
+    rec.add({"part": "overlap", "bulk": "16 MiB"}, bulk, failure)
 
 
 RUNNERS["streams"] = exp_streams
