@@ -1,5 +1,6 @@
 //! `corefarm model`: calibrate the collectives' latency model on this
-//! machine and ask it for predictions (docs/collectives.md, "Model").
+//! machine and ask it for predictions (docs/collectives.md, "Model"), and
+//! the priority classes' queueing model (`classes`, docs/streams.md).
 
 use std::path::PathBuf;
 
@@ -16,6 +17,10 @@ pub enum ModelCmd {
     Calibrate(CalibrateArgs),
     /// Predicted latency of one collective.
     Predict(PredictArgs),
+    /// Priority classes (seed 001 §IV): each class's mean wait and time
+    /// from its offered load and service time, and the per-class queue
+    /// depths for the server's --class-depths.
+    Classes(crate::cmd_model_classes::ClassesArgs),
 }
 
 #[derive(Args)]
@@ -68,6 +73,7 @@ pub fn run(c: ModelCmd) -> Result<()> {
     match c {
         ModelCmd::Calibrate(a) => calibrate(a),
         ModelCmd::Predict(a) => predict(a),
+        ModelCmd::Classes(a) => crate::cmd_model_classes::run(a),
     }
 }
 

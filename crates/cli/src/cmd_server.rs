@@ -139,6 +139,14 @@ pub struct ServerTuning {
     /// user that asked for it in its hello).
     #[arg(long, default_value_t = defaults::QUEUE_LIMIT, help_heading = "Shared nodes")]
     pub queue_limit: usize,
+    /// Shared mode: per-class bounds within a function's queue, as
+    /// `class=messages` pairs (class 0 most urgent), e.g. `0=12,6=40`;
+    /// `corefarm model classes` computes them from the classes' loads. A
+    /// message of a full class waits like one of a full queue (or gets
+    /// queue-full). Classes not named are bounded by --queue-limit only.
+    #[arg(long, value_delimiter = ',', value_parser = parse_class_depth,
+          help_heading = "Shared nodes")]
+    pub class_depths: Vec<(u8, u32)>,
     /// Bytes per chunk on the node link (issue 11): a data message or result
     /// larger than this travels as chunks interleaved by priority class, with
     /// nodes that negotiate chunks (the smaller size of the two wins). 0: off.
@@ -154,6 +162,26 @@ fn parse_period_ms(s: &str) -> Result<f64, String> {
             "{s:?} is not a period in milliseconds (0.1 or more)"
         )),
     }
+}
+
+fn parse_class_depth(s: &str) -> Result<(u8, u32), String> {
+    let bad = || format!("{s:?}: expected class=messages, class 0 to 7, e.g. 6=40");
+    let (k, v) = s.split_once('=').ok_or_else(bad)?;
+    let class: u8 = k.trim().parse().map_err(|_| bad())?;
+    let depth: u32 = v.trim().parse().map_err(|_| bad())?;
+    if class >= corefarm_smp::stream::CLASSES || depth == 0 {
+        return Err(bad());
+    }
+    Ok((class, depth))
+}
+
+/// `--class-depths` pairs as the server's per-class table.
+fn class_depths(pairs: &[(u8, u32)]) -> Vec<Option<u32>> {
+    let mut v = vec![None; corefarm_smp::stream::CLASSES as usize];
+    for &(k, d) in pairs {
+        v[k as usize] = Some(d);
+    }
+    v
 }
 
 impl ServerTuning {
@@ -181,6 +209,7 @@ impl ServerTuning {
             sharing: self.sharing,
             monitor_period: Duration::from_secs_f64(self.monitor_period / 1e3),
             queue_limit: self.queue_limit.max(1),
+            class_depths: class_depths(&self.class_depths),
             tls: None,
             node_chunk_size: self.node_chunk_size,
         }

@@ -18,6 +18,7 @@ mod cmd_image;
 mod cmd_image_sign;
 mod cmd_local;
 mod cmd_model;
+mod cmd_model_classes;
 mod cmd_node;
 mod cmd_server;
 #[cfg(test)]
@@ -50,7 +51,8 @@ enum Cmd {
     /// Benchmarks: SMP echo, the benchmarking user, the full suite.
     #[command(subcommand)]
     Bench(cmd_bench::BenchCmd),
-    /// The collectives' latency model: calibrate it on this machine, predict.
+    /// Performance models: the collectives' latency (calibrate, predict) and
+    /// the priority classes' queueing (classes).
     #[command(subcommand)]
     Model(cmd_model::ModelCmd),
     /// Build and inspect configuration images.

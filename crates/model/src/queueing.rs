@@ -173,6 +173,18 @@ pub fn class_depths(classes: &[Class], overflow: f64) -> Vec<Option<u32>> {
         .collect()
 }
 
+/// [`class_depths`] for any service-time distribution (the moments a
+/// measurement gives, as in [`priority_classes_general`]).
+pub fn class_depths_general(classes: &[GeneralClass], overflow: f64) -> Vec<Option<u32>> {
+    priority_classes_general(classes)
+        .into_iter()
+        .map(|f| {
+            let l = f?.mean_in_system;
+            depth_geometric(l / (1.0 + l), overflow)
+        })
+        .collect()
+}
+
 /// Seed 001's per-path latency with a queue per hop: `hops` identical
 /// M/M/1 hops, each adding its time in system, plus a fixed propagation
 /// and processing cost per hop.
@@ -186,6 +198,42 @@ mod tests {
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * b.abs().max(1.0)
+    }
+
+    #[test]
+    fn general_depths_match_the_exponential_ones_for_exponential_moments() {
+        let classes = [
+            Class {
+                lambda: 30.0,
+                mu: 250.0,
+            },
+            Class {
+                lambda: 70.0,
+                mu: 250.0,
+            },
+        ];
+        let general: Vec<GeneralClass> = classes
+            .iter()
+            .map(|c| GeneralClass {
+                lambda: c.lambda,
+                mean: 1.0 / c.mu,
+                second_moment: 2.0 / (c.mu * c.mu),
+            })
+            .collect();
+        let d = class_depths(&classes, 1e-3);
+        assert_eq!(d, class_depths_general(&general, 1e-3));
+        // The urgent class needs the shallower buffer.
+        assert!(d[0].unwrap() < d[1].unwrap(), "{d:?}");
+        // Constant service (E[S²] = E[S]²) waits less, so needs no more.
+        let constant: Vec<GeneralClass> = general
+            .iter()
+            .map(|g| GeneralClass {
+                second_moment: g.mean * g.mean,
+                ..*g
+            })
+            .collect();
+        let c = class_depths_general(&constant, 1e-3);
+        assert!(c[1].unwrap() <= d[1].unwrap(), "{c:?} {d:?}");
     }
 
     #[test]

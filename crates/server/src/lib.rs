@@ -96,6 +96,11 @@ pub struct ServerOptions {
     pub monitor_period: Duration,
     /// Shared mode: data messages one function's queue holds.
     pub queue_limit: usize,
+    /// Shared mode: per priority class (index), the most data messages of
+    /// that class one function's queue holds (`corefarm model classes`
+    /// derives them from offered loads); `None` or absent: only
+    /// `queue_limit` bounds the class.
+    pub class_depths: Vec<Option<u32>>,
     /// TLS on the ports it names (`--tls-cert`, `--tls-key`, `--tls-ports`).
     pub tls: Option<tls::ServerTls>,
     /// Largest chunk the server sends to and takes from a node that
@@ -129,6 +134,7 @@ impl Default for ServerOptions {
             sharing: SHARING,
             monitor_period: MONITOR_PERIOD,
             queue_limit: QUEUE_LIMIT,
+            class_depths: Vec::new(),
             tls: None,
             node_chunk_size: NODE_CHUNK_SIZE,
         }

@@ -268,6 +268,61 @@ async fn a_full_queue_answers_queue_full_to_a_user_that_asked() {
     assert_eq!(e.code, ErrorCode::QueueFull as u32, "{e}");
 }
 
+#[tokio::test]
+async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
+    use corefarm_smp::stream::{Chunk, Chunks};
+    let mut class_depths = vec![None; 8];
+    class_depths[6] = Some(2);
+    let server = start(ServerOptions {
+        queue_limit: 64,
+        class_depths,
+        credit: 1,
+        credit_adaptive: false,
+        ..shared()
+    })
+    .await;
+    // One message in service at a time, each for 200 ms of emulated
+    // hardware: the class-6 messages after the first wait in the queue.
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
+    let feats = ["error", "queue-full", "chunks"];
+    let (mut u, _) = FakeUser::hello_with(server.users, "classes", None, &feats).await;
+    assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
+    let send = |id: u32, class: u8| {
+        let frames: Vec<Vec<u8>> = Chunks::new(id, class, Bytes::from(vec![0; 16]), 1024)
+            .unwrap()
+            .map(|c| c.to_frame().unwrap().to_vec())
+            .collect();
+        frames.concat()
+    };
+    for id in 0..5u32 {
+        u.send_raw(&send(id, 6)).await;
+    }
+    u.send_raw(&send(100, 0)).await;
+    let (mut results, mut refused) = (Vec::new(), Vec::new());
+    while !results.contains(&100) {
+        let f = u.recv().await.expect("a frame");
+        match f.ty {
+            MsgType::Chunk => {
+                let c = Chunk::parse(f.payload).unwrap();
+                if c.last {
+                    results.push(c.id);
+                }
+            }
+            MsgType::Error => {
+                let e = corefarm_smp::ErrorMsg::parse(&f.payload).unwrap();
+                assert_eq!(e.code, ErrorCode::QueueFull as u32, "{e}");
+                assert!(e.reason.contains("class 6"), "{e}");
+                refused.push(e.id);
+            }
+            _ => {}
+        }
+    }
+    // At most one in service and two queued of class 6: two or more of the
+    // five refused, and the urgent one served before the queued ones.
+    assert!(refused.len() >= 2 && !refused.contains(&100), "{refused:?}");
+    assert!(results.len() <= 2, "class 6 served first: {results:?}");
+}
+
 /// Two users alternate bursts on two functions; returns the number of
 /// node configurations the run took.
 async fn alternate(program: Duration) -> u64 {

@@ -15,7 +15,9 @@ use bytes::Bytes;
 use corefarm_smp::{
     ConfigurationResponse, Data, ErrorCode, ErrorMsg, MsgType, NodeState, OutFrame,
 };
-use tokio::sync::{mpsc, oneshot, Semaphore};
+use tokio::sync::{mpsc, oneshot};
+
+use super::places::Places;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{StreamExt, StreamMap};
@@ -56,7 +58,7 @@ pub enum ToUser {
     Configured {
         ok: bool,
         errors: Vec<String>,
-        queue: Arc<Semaphore>,
+        queue: Arc<Places>,
     },
     Result {
         id: u32,
@@ -130,7 +132,7 @@ struct Driver {
     conns: HashMap<u64, NodeConn>,
     events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
     users: HashMap<u64, (mpsc::UnboundedSender<ToUser>, Option<FnId>)>,
-    queues: HashMap<FnId, Arc<Semaphore>>,
+    queues: HashMap<FnId, Arc<Places>>,
     loans: std::collections::VecDeque<Loan>,
     last_publish: Instant,
 }
@@ -235,10 +237,10 @@ impl Driver {
                 let f = self
                     .sched
                     .configure(user, payload, input_size, output_size, now);
-                let limit = self.shared.opts.queue_limit.max(1);
+                let o = &self.shared.opts;
                 self.queues
                     .entry(f)
-                    .or_insert_with(|| Arc::new(Semaphore::new(limit)));
+                    .or_insert_with(|| Arc::new(Places::new(o.queue_limit, &o.class_depths)));
                 let old = self.users.get_mut(&user).and_then(|u| u.1.replace(f));
                 self.forget_queue(old);
             }
@@ -394,7 +396,7 @@ impl Driver {
                     };
                     let queue = f
                         .and_then(|f| self.queues.get(&f).cloned())
-                        .unwrap_or_else(|| Arc::new(Semaphore::new(1)));
+                        .unwrap_or_else(|| Arc::new(Places::new(1, &[])));
                     let _ = tx.send(ToUser::Configured { ok, errors, queue });
                 }
                 Action::Result {

@@ -25,6 +25,7 @@ pub mod first;
 pub mod function;
 mod lend;
 mod params;
+pub mod places;
 pub mod queue;
 mod route;
 pub mod session;
@@ -35,7 +36,6 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::{ErrorCode, NodeState};
-use tokio::sync::OwnedSemaphorePermit;
 
 use crate::dispatch::{Order, Window};
 pub use function::FnId;
@@ -55,7 +55,7 @@ pub struct Job {
     /// a chunking node link would take its class from.
     pub class: u8,
     /// Its place in the function's bounded queue; released at dispatch.
-    pub permit: Option<OwnedSemaphorePermit>,
+    pub permit: Option<places::Place>,
     sent: Duration,
 }
 

@@ -20,7 +20,9 @@ use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
     Frame, Hello, MsgType, OutFrame, UserPhase as Phase,
 };
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::mpsc;
+
+use super::places::Places;
 use tokio_util::sync::CancellationToken;
 
 use super::driver::{Cmd, Handle, ToUser};
@@ -56,7 +58,7 @@ struct Session {
     cfg: Option<Configuration>,
     /// A configuration that waits until this user's data in flight is answered.
     next_cfg: Option<(Configuration, Bytes)>,
-    queue: Option<Arc<Semaphore>>,
+    queue: Option<Arc<Places>>,
     /// A data message read while its function's queue was full: reads stop
     /// until it gets a place (so an idle user holds no place, and a pushed
     /// back user holds at most one message in memory).
@@ -155,6 +157,7 @@ impl Session {
                 Phase::Routing => self.next_cfg.is_none() && self.waiting.is_none(),
             };
             let queue = self.queue.clone();
+            let waiting_class = self.waiting.as_ref().map_or(0, |j| j.class);
             let chunks_waiting = self.outbound.as_ref().is_some_and(|o| !o.is_empty());
             let out = self.out.clone();
             tokio::select! {
@@ -164,8 +167,8 @@ impl Session {
                     Some(m) => self.on_sched(m).await?,
                     None => return self.fail(ErrorMsg::NO_ID, ErrorCode::Internal, "scheduler stopped".into()).await,
                 },
-                p = async { queue.expect("checked").acquire_owned().await }, if self.waiting.is_some() && queue.is_some() => {
-                    if let (Ok(p), Some(mut job)) = (p, self.waiting.take()) {
+                p = async { queue.expect("checked").take(waiting_class).await }, if self.waiting.is_some() && queue.is_some() => {
+                    if let (Some(p), Some(mut job)) = (p, self.waiting.take()) {
                         job.permit = Some(p);
                         self.submit(job).await?;
                     }
@@ -463,17 +466,15 @@ impl Session {
         }
         let mut job = Job::new(self.user, d.id, d.data, count);
         job.class = class;
-        match self.queue.clone().map(Semaphore::try_acquire_owned) {
+        let place = self.queue.as_ref().map(|q| q.try_take(class));
+        match place {
             Some(Ok(p)) => {
                 job.permit = Some(p);
                 self.outstanding += 1;
                 self.submit(job).await
             }
-            _ if self.agreed(features::QUEUE_FULL) => {
-                let why = format!(
-                    "the function's queue is full ({} messages, --queue-limit); send it again later",
-                    self.shared.opts.queue_limit
-                );
+            Some(Err(full)) if self.agreed(features::QUEUE_FULL) => {
+                let why = format!("{full}; send it again later");
                 // Sent even without the error feature: queue-full asked for it.
                 self.send(ErrorMsg::new(d.id, ErrorCode::QueueFull, why).to_frame())
                     .await
