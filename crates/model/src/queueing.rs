@@ -93,22 +93,7 @@ pub struct ClassFigures {
 /// exponential service per class. `None` for a class whose cumulative load
 /// σ_k reaches 1 (it and every lower class are unstable).
 pub fn priority_classes(classes: &[Class]) -> Vec<Option<ClassFigures>> {
-    let general: Vec<GeneralClass> = classes
-        .iter()
-        .map(|c| GeneralClass {
-            lambda: c.lambda,
-            mean: if c.mu > 0.0 {
-                1.0 / c.mu
-            } else {
-                f64::INFINITY
-            },
-            second_moment: if c.mu > 0.0 {
-                2.0 / (c.mu * c.mu)
-            } else {
-                f64::INFINITY
-            },
-        })
-        .collect();
+    let general: Vec<GeneralClass> = classes.iter().map(|&c| c.into()).collect();
     priority_classes_general(&general)
 }
 
@@ -123,6 +108,22 @@ pub struct GeneralClass {
     pub mean: f64,
     /// E[S²], seconds².
     pub second_moment: f64,
+}
+
+impl From<Class> for GeneralClass {
+    /// Exponential service of rate μ: E[S] = 1/μ, E[S²] = 2/μ².
+    fn from(c: Class) -> GeneralClass {
+        let (mean, second_moment) = if c.mu > 0.0 {
+            (1.0 / c.mu, 2.0 / (c.mu * c.mu))
+        } else {
+            (f64::INFINITY, f64::INFINITY)
+        };
+        GeneralClass {
+            lambda: c.lambda,
+            mean,
+            second_moment,
+        }
+    }
 }
 
 /// Cobham's formula with W0 = Σ λ_i E[S_i²] / 2 (M/G/1 non-preemptive
@@ -164,13 +165,8 @@ pub fn priority_classes_general(classes: &[GeneralClass]) -> Vec<Option<ClassFig
 /// occupancy as geometric with the class's mean (exact for a single
 /// class, which is M/M/1: mean ρ/(1−ρ), ratio ρ).
 pub fn class_depths(classes: &[Class], overflow: f64) -> Vec<Option<u32>> {
-    priority_classes(classes)
-        .into_iter()
-        .map(|f| {
-            let l = f?.mean_in_system;
-            depth_geometric(l / (1.0 + l), overflow)
-        })
-        .collect()
+    let general: Vec<GeneralClass> = classes.iter().map(|&c| c.into()).collect();
+    class_depths_general(&general, overflow)
 }
 
 /// [`class_depths`] for any service-time distribution (the moments a
@@ -212,14 +208,7 @@ mod tests {
                 mu: 250.0,
             },
         ];
-        let general: Vec<GeneralClass> = classes
-            .iter()
-            .map(|c| GeneralClass {
-                lambda: c.lambda,
-                mean: 1.0 / c.mu,
-                second_moment: 2.0 / (c.mu * c.mu),
-            })
-            .collect();
+        let general: Vec<GeneralClass> = classes.iter().map(|&c| c.into()).collect();
         let d = class_depths(&classes, 1e-3);
         assert_eq!(d, class_depths_general(&general, 1e-3));
         // The urgent class needs the shallower buffer.
@@ -353,14 +342,7 @@ mod tests {
                 mu: 10.0,
             },
         ];
-        let general: Vec<GeneralClass> = exp
-            .iter()
-            .map(|c| GeneralClass {
-                lambda: c.lambda,
-                mean: 1.0 / c.mu,
-                second_moment: 2.0 / (c.mu * c.mu),
-            })
-            .collect();
+        let general: Vec<GeneralClass> = exp.iter().map(|&c| c.into()).collect();
         for (a, b) in priority_classes(&exp)
             .iter()
             .zip(priority_classes_general(&general))
