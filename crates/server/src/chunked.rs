@@ -73,7 +73,7 @@ impl Inbound {
         // The data of a message excludes its 4-byte id, as in type 3.
         let max_data = u64::from(max_message).saturating_sub(corefarm_smp::DATA_ID_LEN as u64);
         Inbound {
-            re: Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message)),
+            re: Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message)).reserve_whole(),
             chunk_size,
         }
     }
@@ -133,12 +133,18 @@ impl Outbound {
 
     /// The next chunk to write, by class.
     pub(crate) fn next_frame(&mut self) -> Option<Result<OutFrame, ProtocolError>> {
+        self.next_with_class().map(|(_, f)| f)
+    }
+
+    /// [`Outbound::next_frame`] with the chunk's class, for a sink that
+    /// writes urgent frames at once ([`crate::wire::Sink::push_class`]).
+    pub(crate) fn next_with_class(&mut self) -> Option<(u8, Result<OutFrame, ProtocolError>)> {
         let (class, mut rest) = self.q.pop()?;
         let c = rest.next()?;
         if !c.last {
             self.q.push(class, rest);
         }
-        Some(out_frame(&c))
+        Some((class, out_frame(&c)))
     }
 }
 
