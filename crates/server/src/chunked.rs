@@ -45,6 +45,14 @@ pub(crate) fn shallow_buffers(sock: &socket2::SockRef<'_>, chunk_size: u32) {
 /// for a node (read ahead of the nodes so they can be served by class).
 pub(crate) const READ_AHEAD: usize = 64;
 
+/// Messages of a class more urgent than the default that a `chunks` user
+/// under credit may have beyond its nodes' windows, and that a node may
+/// take beyond its own: without it bulk messages holding every credit and
+/// every node slot made an urgent message wait for a bulk result (a 16 MiB
+/// round trip) before it could even be sent (bench/manual/streams.md).
+/// The client keeps this last credit for urgent classes.
+pub(crate) const URGENT_RESERVE: u32 = 1;
+
 /// Chunk frames queued in the user's sink ahead of the next pick: with
 /// more, an urgent result waits behind that many bulk chunks.
 pub(crate) const SINK_DEPTH: usize = 1;

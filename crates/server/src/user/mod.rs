@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::tls::{ReadHalf, Stream};
 use bytes::Bytes;
 use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
     ProtocolError, UserPhase as Phase,
@@ -305,7 +306,8 @@ impl Handler {
             Phase::Configuring => false,
             Phase::Routing => {
                 self.next_cfg.is_none()
-                    && ((self.redispatch.is_empty() && self.pick_node(false).is_some())
+                    && ((self.redispatch.is_empty()
+                        && self.pick_node(false, DEFAULT_CLASS).is_some())
                         || self.reads_ahead())
             }
         }
