@@ -109,6 +109,20 @@ pub(crate) fn write_buf<W: Write + ?Sized>(w: &mut W, b: &mut dyn Buf) -> io::Re
     w.flush()
 }
 
+/// Credits a message of the default class or a less urgent one leaves
+/// unused with `chunks` agreed: a server grants a `chunks` user this many
+/// beyond its nodes' windows for the urgent classes (0–3), so an urgent
+/// message never waits for a bulk result before it may be sent.
+pub(crate) const URGENT_RESERVE: u64 = 1;
+
+pub(crate) fn kept_credit(chunk_size: Option<u32>, class: u8) -> u64 {
+    if chunk_size.is_some() && class >= corefarm_smp::stream::DEFAULT_CLASS {
+        URGENT_RESERVE
+    } else {
+        0
+    }
+}
+
 /// Chunks the kernel may hold in the send buffer: an urgent chunk waits
 /// behind at most these (the kernel's auto-tuned buffer holds megabytes,
 /// which is what interleaving by class would otherwise wait behind).

@@ -121,7 +121,8 @@ impl Inner {
             }
             if self.credit_mode {
                 let deadline = self.deadline();
-                while st.credit == 0 {
+                let kept = crate::chunked::kept_credit(self.chunk_size, class);
+                while st.credit <= kept {
                     if let Some(f) = &st.failed {
                         return Err(f.to_error("while waiting for credit"));
                     }

@@ -45,6 +45,14 @@ pub(crate) fn shallow_buffers(sock: &socket2::SockRef<'_>, chunk_size: u32) {
 /// for a node (read ahead of the nodes so they can be served by class).
 pub(crate) const READ_AHEAD: usize = 64;
 
+/// Messages of a class more urgent than the default that a `chunks` user
+/// under credit may have beyond its nodes' windows, and that a node may
+/// take beyond its own: without it bulk messages holding every credit and
+/// every node slot made an urgent message wait for a bulk result (a 16 MiB
+/// round trip) before it could even be sent (bench/manual/streams.md).
+/// The client keeps this last credit for urgent classes.
+pub(crate) const URGENT_RESERVE: u32 = 1;
+
 /// Chunk frames queued in the user's sink ahead of the next pick: with
 /// more, an urgent result waits behind that many bulk chunks.
 pub(crate) const SINK_DEPTH: usize = 1;
@@ -73,7 +81,7 @@ impl Inbound {
         // The data of a message excludes its 4-byte id, as in type 3.
         let max_data = u64::from(max_message).saturating_sub(corefarm_smp::DATA_ID_LEN as u64);
         Inbound {
-            re: Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message)),
+            re: Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message)).reserve_whole(),
             chunk_size,
         }
     }
@@ -133,12 +141,18 @@ impl Outbound {
 
     /// The next chunk to write, by class.
     pub(crate) fn next_frame(&mut self) -> Option<Result<OutFrame, ProtocolError>> {
+        self.next_with_class().map(|(_, f)| f)
+    }
+
+    /// [`Outbound::next_frame`] with the chunk's class, for a sink that
+    /// writes urgent frames at once ([`crate::wire::Sink::push_class`]).
+    pub(crate) fn next_with_class(&mut self) -> Option<(u8, Result<OutFrame, ProtocolError>)> {
         let (class, mut rest) = self.q.pop()?;
         let c = rest.next()?;
         if !c.last {
             self.q.push(class, rest);
         }
-        Some(out_frame(&c))
+        Some((class, out_frame(&c)))
     }
 }
 

@@ -194,7 +194,14 @@ impl Sink {
     }
 
     /// [`Sink::push`] of a data message in priority `class` (0 first, 7
-    /// last); the class only matters once chunks are on.
+    /// last); the class orders the queue once chunks are on.
+    ///
+    /// A frame more urgent than the default class is written at once when
+    /// the socket is idle instead of at the producer's next flush: a
+    /// producer flushes only when it has nothing else to do, and a user
+    /// streaming bulk chunks keeps its handler busy reading, so an urgent
+    /// message (or result) queued there waited until the user's socket ran
+    /// dry — tens of milliseconds under load (bench/manual/streams.md).
     pub fn push_class(&self, f: OutFrame, class: u8, tag: bool) -> bool {
         let mut st = self.lock();
         if st.failed.is_some() || st.finishing {
@@ -204,6 +211,10 @@ impl Sink {
         if st.mode == Mode::Idle {
             if self.direct {
                 self.unflushed.store(true, Ordering::Release);
+                if class < DEFAULT_CLASS {
+                    drop(st);
+                    self.flush();
+                }
             } else {
                 st.mode = Mode::Task;
                 drop(st);

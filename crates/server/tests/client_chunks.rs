@@ -177,3 +177,61 @@ async fn an_urgent_submit_passes_a_bulk_submit_of_another_thread() {
     // Four held, then the urgent one (1 input), the bulk one (8192) last.
     assert_eq!(order, [1, 1, 1, 1, 1, 8192], "{order:?}");
 }
+
+/// With bulk messages holding every credit and every place in the node's
+/// window, an urgent message is still sent and answered: the server grants
+/// a `chunks` user one credit beyond its nodes' windows, the client keeps
+/// it for urgent classes, and the node takes one urgent message beyond its
+/// window. Without either reserve the urgent submit waits for a bulk
+/// result, which the node holds until the urgent one is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_urgent_message_passes_bulk_that_holds_every_credit_and_node_slot() {
+    let srv = start(ServerOptions {
+        credit: 2,
+        credit_adaptive: false,
+        ..opts()
+    })
+    .await;
+    let (input, output) = (4096usize, 16usize);
+    let release = counting_node(srv.nodes, input, output, 2).await;
+    srv.wait_free_nodes(1).await;
+    let users = srv.users.to_string();
+    let client = tokio::task::spawn_blocking(move || {
+        let c = std::sync::Arc::new(Client::connect(&users, chunk_opts(None)).unwrap());
+        c.configure_benchmark(input as u32, output as u32, 0)
+            .unwrap();
+        let bulk: Vec<_> = (0..2)
+            .map(|_| {
+                c.submit_pending_with(Bytes::from(vec![7u8; 4 * input]), 7)
+                    .unwrap()
+            })
+            .collect();
+        // A third bulk message leaves the last credit to urgent classes.
+        let third = {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                c.submit_pending_with(Bytes::from(vec![7u8; 4 * input]), 7)
+                    .map(|p| p.wait(Some(LIMIT)).unwrap().count)
+            })
+        };
+        let urgent = c
+            .submit_pending_with(Bytes::from(vec![0u8; input]), 0)
+            .unwrap();
+        let out = urgent.wait(Some(LIMIT)).unwrap();
+        (out.count, bulk, third)
+    });
+    let (count, bulk, third) = tokio::time::timeout(LIMIT, client).await.unwrap().unwrap();
+    assert_eq!(count, 1, "the urgent message's answer");
+    release.send(()).unwrap();
+    let counts = tokio::task::spawn_blocking(move || {
+        let mut v: Vec<u32> = bulk
+            .into_iter()
+            .map(|p| p.wait(Some(LIMIT)).unwrap().count)
+            .collect();
+        v.push(third.join().unwrap().unwrap());
+        v
+    })
+    .await
+    .unwrap();
+    assert_eq!(counts, [4, 4, 4]);
+}

@@ -27,6 +27,7 @@ use std::time::Duration;
 use crate::tls::{ReadHalf, Stream};
 use bytes::Bytes;
 use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
     ProtocolError, UserPhase as Phase,
@@ -305,7 +306,8 @@ impl Handler {
             Phase::Configuring => false,
             Phase::Routing => {
                 self.next_cfg.is_none()
-                    && ((self.redispatch.is_empty() && self.pick_node(false).is_some())
+                    && ((self.redispatch.is_empty()
+                        && self.pick_node(false, DEFAULT_CLASS).is_some())
                         || self.reads_ahead())
             }
         }
@@ -398,14 +400,16 @@ impl Handler {
 
     /// Hands the most urgent waiting chunk to the user's sink.
     fn feed_chunk(&mut self) -> Result<(), End> {
-        let Some(next) = self.outbound.as_mut().and_then(|o| o.next_frame()) else {
+        let Some((class, next)) = self.outbound.as_mut().and_then(|o| o.next_with_class()) else {
             return Ok(());
         };
         let f = next.map_err(|e| End::Error(format!("cannot frame a result chunk: {e}")))?;
         self.shared
             .metrics
             .bytes(crate::metrics::Link::UserOut, f.wire_len());
-        if self.out.push(f, false) {
+        // In its class: an urgent result is written at once, not when the
+        // handler next runs out of user input to read.
+        if self.out.push_class(f, class, false) {
             Ok(())
         } else {
             Err(End::Error("user connection closed".into()))

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
+use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
     hello::features, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg, Frame, MsgType,
     NodeState, OutFrame, UserPhase as Phase,
@@ -14,10 +15,11 @@ use crate::dispatch::{Load, Window};
 use crate::nodeconn::NodeEvent;
 
 impl Handler {
-    pub(super) fn pick_node(&mut self, commit: bool) -> Option<u64> {
+    pub(super) fn pick_node(&mut self, commit: bool, class: u8) -> Option<u64> {
         let policy = self.shared.opts.policy;
         let (nodes, windows) = (&self.nodes, &self.windows);
         let initial = self.shared.opts.credit.max(1);
+        let reserve = self.urgent_reserve(class);
         let load = |id: u64| {
             nodes
                 .get(&id)
@@ -25,7 +27,7 @@ impl Handler {
                 .map(|n| Load {
                     unwritten: n.sent.saturating_sub(n.written),
                     in_flight: n.in_flight.len(),
-                    window: windows.get(&id).map_or(initial, Window::get),
+                    window: windows.get(&id).map_or(initial, Window::get) + reserve,
                 })
         };
         if commit {
@@ -33,6 +35,25 @@ impl Handler {
         } else {
             self.order.peek(policy, load).map(|(_, id)| id)
         }
+    }
+
+    /// Extra messages in flight a message of `class` may use: an urgent
+    /// one from a `chunks` user gets [`crate::chunked::URGENT_RESERVE`].
+    pub(super) fn urgent_reserve(&self, class: u8) -> u32 {
+        if self.inbound.is_some() && class < DEFAULT_CLASS {
+            crate::chunked::URGENT_RESERVE
+        } else {
+            0
+        }
+    }
+
+    /// The most urgent class waiting for a node.
+    fn waiting_class(&self) -> u8 {
+        self.redispatch
+            .iter()
+            .map(|p| p.class)
+            .min()
+            .unwrap_or(DEFAULT_CLASS)
     }
 
     /// The node's credit window, created on first use.
@@ -55,7 +76,7 @@ impl Handler {
     }
 
     pub(super) fn dispatch(&mut self, mut p: Pending) {
-        let Some(id) = self.pick_node(true) else {
+        let Some(id) = self.pick_node(true, p.class) else {
             self.redispatch.push_back(p);
             return;
         };
@@ -121,7 +142,7 @@ impl Handler {
         if self.phase != Phase::Routing {
             return Ok(());
         }
-        while !self.redispatch.is_empty() && self.pick_node(false).is_some() {
+        while !self.redispatch.is_empty() && self.pick_node(false, self.waiting_class()).is_some() {
             let p = self.next_redispatch().expect("non-empty");
             self.dispatch(p);
         }
@@ -143,7 +164,8 @@ impl Handler {
                 .opts
                 .user_window
                 .map_or_else(|| self.user_window(), |w| w as u64)
-                .max(1);
+                .max(1)
+                + u64::from(self.urgent_reserve(0));
             let used = self.outstanding + self.credit;
             if used < window {
                 let grant = (window - used) as u32;

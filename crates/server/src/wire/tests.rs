@@ -145,3 +145,31 @@ async fn room_returns_once_its_own_flush_wrote_the_queue() {
         assert_eq!(&f.payload[..4], &i.to_le_bytes());
     }
 }
+
+/// The producer flushes only when it has nothing else to do; an urgent
+/// frame must not wait for that (a handler busy reading a user's bulk
+/// chunks never gets there): it is written by the push itself, ahead of
+/// the bulk chunks queued before it.
+#[tokio::test]
+async fn an_urgent_frame_is_written_at_once_ahead_of_queued_bulk_chunks() {
+    let (sink, mut rd) = pair().await;
+    sink.set_chunk_size(1024);
+    assert!(sink.push_class(frame(1, 8 << 10), 7, false));
+    assert!(sink.unflushed(), "bulk waits for the producer's flush");
+    assert!(sink.push_class(frame(2, 100), 0, false));
+    assert!(!sink.unflushed(), "the urgent push wrote the queue itself");
+    // No flush from here on: whatever arrives, the push wrote.
+    let first = rd.read_frame().await.unwrap().unwrap();
+    assert_eq!(first.ty, corefarm_smp::MsgType::Data);
+    assert_eq!(&first.payload[..4], &2u32.to_le_bytes(), "urgent first");
+    let mut bulk = 0;
+    while bulk < 8 << 10 {
+        let f = rd.read_frame().await.unwrap().unwrap();
+        assert_eq!(f.ty, corefarm_smp::MsgType::Chunk);
+        bulk += f.payload.len() - corefarm_smp::stream::CHUNK_HEADER_LEN;
+    }
+    assert_eq!(bulk, 8 << 10);
+    // The default class still waits for the flush, to share its writev.
+    assert!(sink.push_class(frame(3, 100), DEFAULT_CLASS, false));
+    assert!(sink.unflushed());
+}

@@ -4,7 +4,9 @@
 //! class that changes midway — is a protocol error that ends the link.
 //! What a peer can make the receiver hold is bounded twice: messages open
 //! at once, and bytes held across them (a peer cannot reserve memory by
-//! announcing a large length: buffers grow with the bytes that arrive).
+//! announcing a large length: buffers grow with the bytes that arrive,
+//! unless [`Reassembler::reserve_whole`] counts the announced length as
+//! held from the first chunk).
 
 use std::collections::HashMap;
 
@@ -24,7 +26,13 @@ pub struct Message {
 struct Partial {
     class: u8,
     total: u64,
-    buf: BytesMut,
+    /// A `Vec`, not a `BytesMut`: a whole reservation can fail with an
+    /// error (`try_reserve_exact`) instead of aborting, and it becomes
+    /// `Bytes` without a copy.
+    buf: Vec<u8>,
+    /// Bytes counted in `held` for this message: what arrived, or its
+    /// whole length once reserved.
+    charged: u64,
 }
 
 pub struct Reassembler {
@@ -37,6 +45,8 @@ pub struct Reassembler {
     prefix: usize,
     /// See [`Reassembler::preallocate`].
     prealloc: u64,
+    /// See [`Reassembler::reserve_whole`].
+    reserve: bool,
 }
 
 fn bad(why: String) -> ProtocolError {
@@ -55,6 +65,7 @@ impl Reassembler {
             held: 0,
             prefix: 0,
             prealloc: 0,
+            reserve: false,
         }
     }
 
@@ -73,6 +84,20 @@ impl Reassembler {
     /// memory guard), so large messages are not copied as their buffer grows.
     pub fn preallocate(mut self, bytes: u64) -> Self {
         self.prealloc = bytes;
+        self
+    }
+
+    /// A message's buffer is its whole announced length, allocated and
+    /// counted as held at its first chunk: chunks are copied into place
+    /// and the buffer never grows. For a receiver of untrusted peers (a
+    /// user link): growing a 16 MiB message's buffer copied megabytes at
+    /// once and held the receiving task for milliseconds, and every urgent
+    /// message behind it (bench/manual/streams.md); counting the
+    /// reservation keeps what a peer can make it reserve within the
+    /// held-bytes bound, and a reservation the allocator refuses is an
+    /// error, not an abort.
+    pub fn reserve_whole(mut self) -> Self {
+        self.reserve = true;
         self
     }
 
@@ -124,9 +149,22 @@ impl Reassembler {
                     self.max_open
                 )));
             }
-            self.hold(id, len)?;
-            let cap = (c.data.len() as u64 * 2).max(c.total.min(self.prealloc));
-            let mut buf = BytesMut::with_capacity(self.prefix + cap as usize);
+            let charged = if self.reserve { c.total.max(len) } else { len };
+            self.hold(id, charged)?;
+            let mut buf = Vec::new();
+            let reserved = if self.reserve {
+                buf.try_reserve_exact(self.prefix + charged as usize)
+            } else {
+                let cap = (len * 2).max(c.total.min(self.prealloc));
+                buf.try_reserve(self.prefix + cap as usize)
+            };
+            if reserved.is_err() {
+                self.held -= charged;
+                return Err(bad(format!(
+                    "message {id}: cannot allocate {} bytes for it",
+                    c.total
+                )));
+            }
             if self.prefix > 0 {
                 buf.extend_from_slice(&id.to_le_bytes());
             }
@@ -137,6 +175,7 @@ impl Reassembler {
                     class: c.class,
                     total: c.total,
                     buf,
+                    charged,
                 },
             );
             return Ok(None);
@@ -160,19 +199,29 @@ impl Reassembler {
                 c.offset
             )));
         }
-        self.hold(id, len)?;
+        let grown = (at + len).saturating_sub(p.charged);
+        if grown > 0 {
+            self.hold(id, grown)?;
+        }
         let p = self.open.get_mut(&id).expect("checked");
+        p.charged += grown;
         p.buf.extend_from_slice(&c.data);
         if !c.last {
             return Ok(None);
         }
         let p = self.open.remove(&id).expect("checked");
-        self.held -= (p.buf.len() - self.prefix) as u64;
+        self.held -= p.charged;
         Ok(Some(Message {
             id,
             class: p.class,
-            data: p.buf.freeze(),
+            data: Bytes::from(p.buf),
         }))
+    }
+
+    /// Where an open message's bytes are (a test sees whether they moved).
+    #[cfg(test)]
+    fn buffer_at(&self, id: u32) -> Option<*const u8> {
+        self.open.get(&id).map(|p| p.buf.as_ptr())
     }
 
     fn hold(&mut self, id: u32, len: u64) -> Result<(), ProtocolError> {
@@ -280,5 +329,33 @@ mod tests {
             e.to_string().contains("changed from 300 bytes in class 2"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_reserved_message_is_copied_into_place_and_its_length_held_from_the_first_chunk() {
+        let m = chunks(4, 7, 1 << 20, 64 << 10);
+        let mut r = Reassembler::new(2 << 20, 4, 2 << 20).reserve_whole();
+        assert!(r.push(m[0].clone()).unwrap().is_none());
+        assert_eq!(r.held(), 1 << 20, "the whole length is held at once");
+        let at = r.buffer_at(4).unwrap();
+        let mut out = None;
+        for c in &m[1..] {
+            out = r.push(c.clone()).unwrap();
+            if out.is_none() {
+                assert_eq!(r.buffer_at(4), Some(at), "the buffer grew");
+            }
+        }
+        let out = out.unwrap();
+        assert_eq!(out.data.as_ptr(), at, "handed on without a copy");
+        let whole: Vec<u8> = m.iter().flat_map(|c| c.data.to_vec()).collect();
+        assert_eq!(out.data, whole);
+        assert_eq!((r.open(), r.held()), (0, 0));
+        // Announcing more than may be held fails at the first chunk.
+        r.push(chunks(5, 0, 1 << 20, 1000)[0].clone()).unwrap();
+        let e = r
+            .push(chunks(6, 0, (1 << 20) + 1, 1000)[0].clone())
+            .unwrap_err();
+        assert!(e.to_string().contains("over 2097152 bytes"), "{e}");
+        assert_eq!(r.held(), 1 << 20);
     }
 }
