@@ -31,10 +31,13 @@ use tokio::sync::mpsc;
 
 use crate::guard::Reservation;
 use crate::handlers::{Job, Outgoing};
+use crate::jobq::JobQueue;
 
 /// A message whose chunks are still arriving.
 pub struct StreamJob {
     pub id: u32,
+    /// Its priority class, kept for the cores if the handlers forward it.
+    pub class: u8,
     /// Inputs in it (its result is count × output size bytes).
     pub count: usize,
     /// Its whole length.
@@ -83,7 +86,7 @@ impl SpinLane {
         rulesets: Vec<Ruleset>,
         opts: SpinOptions,
         output_size: usize,
-        cores: async_channel::Sender<Job>,
+        cores: JobQueue,
         results: mpsc::UnboundedSender<Outgoing>,
         node: &str,
     ) -> std::io::Result<SpinLane> {
@@ -136,7 +139,7 @@ fn lane(
     chunk: usize,
     output_size: usize,
     rx: async_channel::Receiver<(usize, LaneJob)>,
-    cores: async_channel::Sender<Job>,
+    cores: JobQueue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     while let Ok((ctx, job)) = rx.recv_blocking() {
@@ -199,14 +202,14 @@ fn lane(
                     job.data = concat(kept);
                 }
                 let id = job.id;
-                match cores.send_blocking(job) {
+                match cores.push(job) {
                     Ok(()) => continue,
-                    Err(e) => Outgoing::Failed {
+                    Err(job) => Outgoing::Failed {
                         id,
                         code: ErrorCode::CoreFailure,
                         reason: "the handlers forwarded the message but the cores have stopped"
                             .into(),
-                        reservation: Some(e.into_inner().reservation),
+                        reservation: Some(job.reservation),
                     },
                 }
             }
@@ -250,6 +253,7 @@ fn stream(
     };
     let job = Job {
         id: s.id,
+        class: s.class,
         data: Bytes::new(),
         count: s.count,
         reservation: s.reservation,

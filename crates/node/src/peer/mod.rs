@@ -15,6 +15,7 @@
 pub mod dedup;
 mod fabric;
 mod link;
+pub mod outq;
 pub mod router;
 pub mod sched;
 pub mod topology;
@@ -75,6 +76,9 @@ pub struct GroupSpec {
     /// and admitted only with it, so a stranger who reaches a peer port
     /// cannot join or feed a collective.
     pub token: u64,
+    /// Largest chunk this node sends and accepts on its links (0: whole
+    /// messages only); a link uses the smaller of both ends' (issue 11).
+    pub chunk_size: u32,
 }
 
 impl GroupSpec {
@@ -87,6 +91,7 @@ impl GroupSpec {
             connect_timeout: Duration::from_secs(10),
             link_budget: 8 << 20,
             token: 0,
+            chunk_size: corefarm_smp::stream::DEFAULT_CHUNK_SIZE,
         }
     }
 
@@ -96,6 +101,11 @@ impl GroupSpec {
 
     pub fn with_token(mut self, token: u64) -> Self {
         self.token = token;
+        self
+    }
+
+    pub fn with_chunk_size(mut self, size: u32) -> Self {
+        self.chunk_size = size;
         self
     }
 }
@@ -126,6 +136,8 @@ pub(crate) struct Incoming {
     /// The group token it showed (checked by whoever takes the link).
     pub token: u64,
     pub name: String,
+    /// The chunk size its hello offered (0: none).
+    pub chunk_size: u32,
     pub reader: FrameReader<OwnedReadHalf>,
     pub writer: OwnedWriteHalf,
 }
@@ -239,7 +251,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
             let _ = stream.set_nodelay(true);
             let (rd, writer) = stream.into_split();
             let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(HELLO_TIMEOUT);
-            let (hello, token, name) =
+            let (hello, token, raw) =
                 match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader)).await {
                     Ok(Ok(h)) => h,
                     Ok(Err(e)) => return tracing::warn!("peer port: {from}: {e}"),
@@ -249,6 +261,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
                         )
                     }
                 };
+            let (name, chunk_size) = link::split_name(&raw);
             let tx = registry
                 .lock()
                 .expect("registry lock")
@@ -261,6 +274,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
                             hello,
                             token,
                             name,
+                            chunk_size,
                             reader,
                             writer,
                         })
