@@ -5,7 +5,8 @@
 //!   hello and hands each to the group it names.
 //! - [`Fabric`] is one node's membership in a group: links to its
 //!   neighbours in the group's [`Topology`], forwarding through intermediate
-//!   nodes by a [`Router`], one [`LinkScheduler`] per link, duplicate
+//!   nodes by a [`Router`], a [`LinkScheduler`] per class on each link
+//!   ([`outq`]: classes, chunks where both ends agreed), duplicate
 //!   rejection per source ([`dedup`]), and an inbox of collective chunks for
 //!   [`crate::collective`].
 //!
