@@ -188,7 +188,7 @@ impl Workers {
                 let out = run_job(core.as_mut(), job, self.input_size, self.output_size);
                 self.results.send(out).is_ok()
             }
-            Kind::Threads { queue, .. } => queue.push(job).is_ok(),
+            Kind::Threads { queue, .. } => queue.push(job.class, job).is_ok(),
         }
     }
 

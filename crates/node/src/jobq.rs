@@ -1,5 +1,6 @@
-//! The node's input queue to its cores (issue 11): jobs wait by priority
-//! class and the core handler threads take the most urgent first, under the
+//! The node's input queue to its cores (issue 11), and the handler lane's
+//! queue: jobs wait by priority class and the threads that serve them
+//! (core handlers, the lane) take the most urgent first, under the
 //! same anti-starvation policy as the server's function queues
 //! (`smp::stream::ClassQueues` with [`MESSAGE_GUARD`]): a bulk job is passed
 //! over by at most that many more urgent ones in a row. Within a class the
@@ -18,37 +19,45 @@ use corefarm_smp::stream::{ClassQueues, MESSAGE_GUARD};
 
 use crate::handlers::Job;
 
-/// The queue, shared by whoever submits (the receiving task, the handler
-/// lane forwarding to the cores) and the core handler threads.
-#[derive(Clone)]
-pub struct JobQueue(Arc<Shared>);
+/// A queue by class, shared by whoever submits (the receiving task, the
+/// handler lane forwarding to the cores) and the threads that serve it.
+pub struct ClassQueue<T>(Arc<Shared<T>>);
 
-struct Shared {
-    state: Mutex<State>,
+/// The queue to the cores.
+pub type JobQueue = ClassQueue<Job>;
+
+impl<T> Clone for ClassQueue<T> {
+    fn clone(&self) -> Self {
+        ClassQueue(self.0.clone())
+    }
+}
+
+struct Shared<T> {
+    state: Mutex<State<T>>,
     ready: Condvar,
 }
 
-struct State {
-    jobs: ClassQueues<Job>,
+struct State<T> {
+    jobs: ClassQueues<T>,
     closed: bool,
     /// Threads blocked in [`JobQueue::wait`].
     idle: usize,
 }
 
-impl Default for JobQueue {
+impl<T> Default for ClassQueue<T> {
     fn default() -> Self {
         Self::new()
     }
 }
 
-impl JobQueue {
+impl<T> ClassQueue<T> {
     pub fn new() -> Self {
         Self::with_guard(MESSAGE_GUARD)
     }
 
     /// `guard` 0: strict priority (a test's way to watch starvation happen).
     pub fn with_guard(guard: u32) -> Self {
-        JobQueue(Arc::new(Shared {
+        ClassQueue(Arc::new(Shared {
             state: Mutex::new(State {
                 jobs: ClassQueues::new(guard),
                 closed: false,
@@ -58,19 +67,19 @@ impl JobQueue {
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
         // Nothing panics while holding it (pushes and pops of a VecDeque):
         // a poisoned state is still consistent.
         self.0.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Queues `job` in its class; gives it back once the queue is closed.
-    pub fn push(&self, job: Job) -> Result<(), Job> {
+    /// Queues `job` in `class`; gives it back once the queue is closed.
+    pub fn push(&self, class: u8, job: T) -> Result<(), T> {
         let mut s = self.lock();
         if s.closed {
             return Err(job);
         }
-        s.jobs.push(job.class, job);
+        s.jobs.push(class, job);
         let wake = s.idle > 0;
         drop(s);
         if wake {
@@ -81,7 +90,7 @@ impl JobQueue {
 
     /// The next job by class, waiting for one (blocking: core handler
     /// threads only). `None` once the queue is closed and empty.
-    pub fn wait(&self) -> Option<Job> {
+    pub fn wait(&self) -> Option<T> {
         let mut s = self.lock();
         loop {
             if let Some((_, job)) = s.jobs.pop() {
@@ -98,7 +107,7 @@ impl JobQueue {
 
     /// A job already queued, only if no thread is waiting for one: a job
     /// taken ahead would otherwise wait behind another while a core is free.
-    pub fn ahead(&self) -> Option<Job> {
+    pub fn ahead(&self) -> Option<T> {
         let mut s = self.lock();
         if s.idle != 0 {
             return None;
@@ -162,7 +171,7 @@ mod tests {
         let g = MemoryGuard::new(1 << 20);
         let q = JobQueue::new();
         for (id, class) in [(1, 6), (2, 4), (3, 6), (4, 0), (5, 4), (6, 0)] {
-            assert!(q.push(job(&g, id, class).await).is_ok());
+            assert!(q.push(class, job(&g, id, class).await).is_ok());
         }
         assert_eq!(drain(&q), [4, 6, 2, 5, 1, 3]);
     }
@@ -172,10 +181,10 @@ mod tests {
         let g = MemoryGuard::new(1 << 20);
         for (guard, bound) in [(MESSAGE_GUARD, Some(MESSAGE_GUARD as usize)), (0, None)] {
             let q = JobQueue::with_guard(guard);
-            q.push(job(&g, 0, 7).await).ok().unwrap();
+            q.push(7, job(&g, 0, 7).await).ok().unwrap();
             let mut passed = None;
             for i in 0..4 * MESSAGE_GUARD {
-                q.push(job(&g, 100 + i, 0).await).ok().unwrap();
+                q.push(0, job(&g, 100 + i, 0).await).ok().unwrap();
                 if q.ahead().unwrap().id == 0 {
                     passed = Some(i as usize);
                     break;
@@ -190,7 +199,7 @@ mod tests {
         let g = MemoryGuard::new(1 << 20);
         let q = JobQueue::new();
         for id in 0..3 {
-            q.push(job(&g, id, 4).await).ok().unwrap();
+            q.push(4, job(&g, id, 4).await).ok().unwrap();
         }
         let t = std::thread::spawn({
             let q = q.clone();
@@ -198,9 +207,9 @@ mod tests {
         });
         q.close();
         assert_eq!(t.join().unwrap(), 3, "queued jobs still run after close");
-        assert!(q.push(job(&g, 9, 4).await).is_err(), "closed");
+        assert!(q.push(4, job(&g, 9, 4).await).is_err(), "closed");
         let q = JobQueue::new();
-        q.push(job(&g, 1, 4).await).ok().unwrap();
+        q.push(4, job(&g, 1, 4).await).ok().unwrap();
         q.abort();
         assert!(q.wait().is_none() && q.is_empty());
         assert_eq!(g.available(), g.limit(), "every reservation released");
