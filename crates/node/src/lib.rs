@@ -80,7 +80,8 @@ pub struct NodeOptions {
     /// `None`: plain TCP. Peer links between nodes stay plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
     /// Chunks on the server link (issue 11): offered in the hello with this
-    /// size (the server answers with the size in force); 0: not offered.
+    /// size (the server answers with the size in force), and in the peer
+    /// hello of a group's links; 0: not offered.
     pub chunk_size: u32,
 }
 
