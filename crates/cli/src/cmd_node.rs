@@ -72,7 +72,8 @@ pub struct NodeTuning {
     /// bytes: the server sends data larger than the size in force (the
     /// smaller of this and its `--node-chunk-size`) as chunks interleaved by
     /// priority class, and streaming handlers start on a message's first
-    /// chunk. 0: do not offer chunks.
+    /// chunk. The same size is offered on a group's peer links (a link uses
+    /// the smaller of its two nodes' offers). 0: do not offer chunks.
     #[arg(long, default_value_t = corefarm_smp::stream::DEFAULT_CHUNK_SIZE)]
     pub chunk_size: u32,
     /// Peer port of the node fabric (groups, docs/collectives.md): where the

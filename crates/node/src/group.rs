@@ -137,7 +137,9 @@ async fn join(
             Ok(Member { name: m.name, addr })
         })
         .collect::<Result<Vec<_>, String>>()?;
-    let spec = GroupSpec::new(group, rank, members, topology).with_token(token);
+    let spec = GroupSpec::new(group, rank, members, topology)
+        .with_token(token)
+        .with_chunk_size(env.opts.chunk_size);
     Fabric::join(&env.listener, spec)
         .await
         .map_err(|e| e.to_string())
@@ -522,6 +524,7 @@ impl Resident {
                 .ok_or_else(|| local(ErrorCode::TooLarge, "the node's memory guard is full"))?;
             let job = Job {
                 id: id as u32,
+                class: corefarm_smp::stream::DEFAULT_CLASS,
                 data: input.slice(start * isz..(start + n) * isz),
                 count: n,
                 reservation: mem,

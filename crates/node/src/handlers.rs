@@ -1,12 +1,10 @@
 //! Core handlers: one OS thread per hardware core (seed 000 §3.4.2), fed from
-//! the shared input queue. Cores block (an FPGA poll loop, a simulated clock,
+//! the shared input queue ([`JobQueue`]: by priority class). Cores block (an FPGA poll loop, a simulated clock,
 //! a C function), so they get real threads rather than async tasks. An
 //! [`Engine`] whose cores are instantaneous (the zero-delay benchmarking
 //! core) is instead run by the receiving task itself, which saves two thread
 //! hand-offs per message; the session does not know the difference.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use bytes::{Bytes, BytesMut};
@@ -18,11 +16,15 @@ use corefarm_cores::spin::Ruleset;
 use corefarm_cores::worker::HandlerWorker;
 
 use crate::guard::Reservation;
+use crate::jobq::JobQueue;
 use crate::spin::{SpinLane, SpinOptions};
 
 /// One data message waiting for a core.
 pub struct Job {
     pub id: u32,
+    /// Priority class (0 most urgent): the message's on a link with chunks,
+    /// `stream::DEFAULT_CLASS` otherwise.
+    pub class: u8,
     pub data: Bytes,
     pub count: usize,
     pub reservation: Reservation,
@@ -94,9 +96,7 @@ pub struct Workers {
 enum Kind {
     Inline(Box<dyn Core>),
     Threads {
-        input: async_channel::Sender<Job>,
-        /// Kept to drop queued jobs when the session is aborted.
-        queue: async_channel::Receiver<Job>,
+        queue: JobQueue,
         threads: Vec<JoinHandle<()>>,
     },
 }
@@ -115,32 +115,23 @@ impl Workers {
             (_, None) => return Err(std::io::Error::other("the engine has no cores")),
             (true, Some(core)) => Kind::Inline(core),
             (false, Some(first)) => {
-                let (tx, rx) = async_channel::unbounded::<Job>();
-                let idle = Arc::new(AtomicUsize::new(0));
+                let queue = JobQueue::new();
                 let mut threads = Vec::new();
                 for (i, core) in std::iter::once(first).chain(cores).enumerate() {
-                    let (rx, results) = (rx.clone(), results.clone());
-                    let queue = Queue {
-                        rx,
-                        idle: idle.clone(),
-                    };
+                    let (q, results) = (queue.clone(), results.clone());
                     let t = std::thread::Builder::new()
                         .name(format!("{node}-core{i}"))
-                        .spawn(move || core_loop(core, input_size, output_size, queue, results));
+                        .spawn(move || core_loop(core, input_size, output_size, q, results));
                     match t {
                         Ok(t) => threads.push(t),
                         Err(e) => {
                             // Threads already started see the closed queue and exit.
-                            drop(tx);
+                            queue.close();
                             return Err(e);
                         }
                     }
                 }
-                Kind::Threads {
-                    input: tx,
-                    queue: rx,
-                    threads,
-                }
+                Kind::Threads { queue, threads }
             }
         };
         Ok(Workers {
@@ -161,7 +152,7 @@ impl Workers {
         opts: SpinOptions,
         node: &str,
     ) -> std::io::Result<()> {
-        let Kind::Threads { input, .. } = &self.kind else {
+        let Kind::Threads { queue, .. } = &self.kind else {
             return Err(std::io::Error::other(
                 "streaming handlers need a configuration with core handler threads",
             ));
@@ -171,7 +162,7 @@ impl Workers {
             rulesets,
             opts,
             self.output_size,
-            input.clone(),
+            queue.clone(),
             self.results.clone(),
             node,
         )?;
@@ -197,7 +188,7 @@ impl Workers {
                 let out = run_job(core.as_mut(), job, self.input_size, self.output_size);
                 self.results.send(out).is_ok()
             }
-            Kind::Threads { input, .. } => input.send(job).await.is_ok(),
+            Kind::Threads { queue, .. } => queue.push(job.class, job).is_ok(),
         }
     }
 
@@ -208,8 +199,8 @@ impl Workers {
         if let Some(lane) = self.spin.take() {
             lane.stop();
         }
-        if let Kind::Threads { input, threads, .. } = self.kind {
-            drop(input);
+        if let Kind::Threads { queue, threads } = self.kind {
+            queue.close();
             for t in threads {
                 let _ = t.join();
             }
@@ -229,36 +220,9 @@ impl Workers {
     /// Closes the input queue and drops what it holds; handlers exit once
     /// done with their current job.
     fn drop_queued(&self) {
-        if let Kind::Threads { input, queue, .. } = &self.kind {
-            input.close();
-            while queue.try_recv().is_ok() {}
+        if let Kind::Threads { queue, .. } = &self.kind {
+            queue.abort();
         }
-    }
-}
-
-/// The input queue as the core handlers share it.
-struct Queue {
-    rx: async_channel::Receiver<Job>,
-    /// Handlers waiting for a job: while one waits, no other takes a job
-    /// ahead of its current one (the job would wait behind it instead of
-    /// running on the idle core).
-    idle: Arc<AtomicUsize>,
-}
-
-impl Queue {
-    fn wait(&self) -> Option<Job> {
-        self.idle.fetch_add(1, Ordering::Relaxed);
-        let job = self.rx.recv_blocking().ok();
-        self.idle.fetch_sub(1, Ordering::Relaxed);
-        job
-    }
-
-    /// A job already queued, if no core is idle.
-    fn ahead(&self) -> Option<Job> {
-        if self.idle.load(Ordering::Relaxed) != 0 {
-            return None;
-        }
-        self.rx.try_recv().ok()
     }
 }
 
@@ -266,7 +230,7 @@ fn core_loop(
     mut core: Box<dyn Core>,
     input_size: usize,
     output_size: usize,
-    queue: Queue,
+    queue: JobQueue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     if core.pipeline().is_some() {
@@ -290,7 +254,7 @@ fn pipelined_loop(
     mut core: Box<dyn Core>,
     input_size: usize,
     output_size: usize,
-    queue: Queue,
+    queue: JobQueue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     let mut pending = std::collections::VecDeque::<Job>::new();
@@ -382,6 +346,7 @@ mod tests {
     async fn job(guard: &MemoryGuard, id: u32, data: &[u8], count: usize) -> Job {
         Job {
             id,
+            class: corefarm_smp::stream::DEFAULT_CLASS,
             data: Bytes::copy_from_slice(data),
             count,
             reservation: guard.reserve(data.len()).await,

@@ -57,6 +57,7 @@ pub enum Step {
     /// The chunk completed a message for the cores.
     Whole {
         id: u32,
+        class: u8,
         data: Bytes,
         count: usize,
         reservation: Reservation,
@@ -143,6 +144,7 @@ impl Inbound {
                 reservation,
             } => Ok(Step::Whole {
                 id,
+                class: o.class,
                 data: buf.freeze(),
                 count,
                 reservation,
@@ -178,6 +180,7 @@ pub fn stream_job(
     let _ = tx.send(first.data.clone());
     let job = StreamJob {
         id: first.id,
+        class: first.class,
         count,
         total: first.total,
         reservation,

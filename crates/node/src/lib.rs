@@ -4,7 +4,7 @@
 //! - the receiving task ([`session`]) reads SMP messages, reconfigures on every
 //!   configuration message ([`configure`]) and queues each data message as a job;
 //! - core handlers ([`handlers`]) — one OS thread per hardware core — take jobs
-//!   from the input queue, run them on their core and push results; the
+//!   from the input queue ([`jobq`], by priority class), run them on their core and push results; the
 //!   benchmarking configuration is one more core ([`bench`]);
 //! - the sending task ([`sender`]) writes results back to the server.
 //!
@@ -26,6 +26,7 @@ pub mod group;
 pub mod guard;
 pub mod handlers;
 pub mod inbound;
+pub mod jobq;
 pub mod metrics;
 pub mod peer;
 pub mod sender;
@@ -79,7 +80,8 @@ pub struct NodeOptions {
     /// `None`: plain TCP. Peer links between nodes stay plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
     /// Chunks on the server link (issue 11): offered in the hello with this
-    /// size (the server answers with the size in force); 0: not offered.
+    /// size (the server answers with the size in force), and in the peer
+    /// hello of a group's links; 0: not offered.
     pub chunk_size: u32,
 }
 

@@ -12,6 +12,7 @@ use bytes::Bytes;
 use corefarm_smp::auth::{AuthChallenge, AuthResponse};
 use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::group::{GroupCmd, GroupCtl, GroupReply};
+use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
     hello::features, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Hello, MsgType, DATA_ID_LEN,
 };
@@ -411,6 +412,9 @@ impl Session<'_> {
         let reservation = self.guard.reserve(data.data.len() + out_len as usize).await;
         self.submit(Job {
             id: data.id,
+            // A data frame carries no class: a peer without chunks, or a
+            // message the server left in the default class.
+            class: DEFAULT_CLASS,
             data: data.data,
             count: count as usize,
             reservation,

@@ -16,7 +16,8 @@
 //! it is still on the wire (FPsPIN's overlap of transfer and compute).
 //!
 //! Messages of the lane are handled one at a time (their payload handlers
-//! in parallel), so a crash is attributed to exactly one message; the
+//! in parallel), the most urgent class first (the cores' queue's policy,
+//! [`ClassQueue`]), so a crash is attributed to exactly one message; the
 //! chunks of a streamed message that waits for its turn queue in its
 //! channel, within the memory the guard reserved for it.
 
@@ -31,10 +32,13 @@ use tokio::sync::mpsc;
 
 use crate::guard::Reservation;
 use crate::handlers::{Job, Outgoing};
+use crate::jobq::{ClassQueue, JobQueue};
 
 /// A message whose chunks are still arriving.
 pub struct StreamJob {
     pub id: u32,
+    /// Its priority class, kept for the cores if the handlers forward it.
+    pub class: u8,
     /// Inputs in it (its result is count × output size bytes).
     pub count: usize,
     /// Its whole length.
@@ -71,8 +75,8 @@ impl Default for SpinOptions {
 pub struct SpinLane {
     rulesets: Vec<(Ruleset, ())>,
     chunk: usize,
-    input: async_channel::Sender<(usize, LaneJob)>,
-    queue: async_channel::Receiver<(usize, LaneJob)>,
+    /// Messages waiting for the lane, by class like the cores' queue.
+    queue: ClassQueue<(usize, LaneJob)>,
     thread: JoinHandle<()>,
 }
 
@@ -83,20 +87,19 @@ impl SpinLane {
         rulesets: Vec<Ruleset>,
         opts: SpinOptions,
         output_size: usize,
-        cores: async_channel::Sender<Job>,
+        cores: JobQueue,
         results: mpsc::UnboundedSender<Outgoing>,
         node: &str,
     ) -> std::io::Result<SpinLane> {
-        let (tx, rx) = async_channel::unbounded::<(usize, LaneJob)>();
+        let queue = ClassQueue::new();
         let chunk = opts.chunk_size.max(16);
-        let queue = rx.clone();
+        let rx = queue.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{node}-spin"))
             .spawn(move || lane(worker, chunk, output_size, rx, cores, results))?;
         Ok(SpinLane {
             rulesets: rulesets.into_iter().map(|r| (r, ())).collect(),
             chunk,
-            input: tx,
             queue,
             thread,
         })
@@ -108,25 +111,25 @@ impl SpinLane {
     }
 
     pub async fn submit(&self, ctx: usize, job: Job) -> bool {
-        self.input.send((ctx, LaneJob::Whole(job))).await.is_ok()
+        let class = job.class;
+        self.queue.push(class, (ctx, LaneJob::Whole(job))).is_ok()
     }
 
     /// Queues a message whose chunks follow through `job.chunks`.
     pub async fn submit_stream(&self, ctx: usize, job: StreamJob) -> bool {
-        self.input.send((ctx, LaneJob::Stream(job))).await.is_ok()
+        let class = job.class;
+        self.queue.push(class, (ctx, LaneJob::Stream(job))).is_ok()
     }
 
     /// Finishes the queued messages, then joins the thread (blocking).
     pub fn stop(self) {
-        drop(self.input);
-        drop(self.queue);
+        self.queue.close();
         let _ = self.thread.join();
     }
 
     /// Drops the queued messages, then joins the thread (blocking).
     pub fn abort(self) {
-        self.input.close();
-        while self.queue.try_recv().is_ok() {}
+        self.queue.abort();
         self.stop();
     }
 }
@@ -135,11 +138,11 @@ fn lane(
     mut worker: HandlerWorker,
     chunk: usize,
     output_size: usize,
-    rx: async_channel::Receiver<(usize, LaneJob)>,
-    cores: async_channel::Sender<Job>,
+    rx: ClassQueue<(usize, LaneJob)>,
+    cores: JobQueue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
-    while let Ok((ctx, job)) = rx.recv_blocking() {
+    while let Some((ctx, job)) = rx.wait() {
         let (mut job, kept, done) = match job {
             LaneJob::Whole(job) => {
                 let done = worker.run(ctx, job.id, &job.data, chunk);
@@ -199,14 +202,14 @@ fn lane(
                     job.data = concat(kept);
                 }
                 let id = job.id;
-                match cores.send_blocking(job) {
+                match cores.push(job.class, job) {
                     Ok(()) => continue,
-                    Err(e) => Outgoing::Failed {
+                    Err(job) => Outgoing::Failed {
                         id,
                         code: ErrorCode::CoreFailure,
                         reason: "the handlers forwarded the message but the cores have stopped"
                             .into(),
-                        reservation: Some(e.into_inner().reservation),
+                        reservation: Some(job.reservation),
                     },
                 }
             }
@@ -250,6 +253,7 @@ fn stream(
     };
     let job = Job {
         id: s.id,
+        class: s.class,
         data: Bytes::new(),
         count: s.count,
         reservation: s.reservation,

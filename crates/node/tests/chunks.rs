@@ -5,54 +5,11 @@
 
 mod common;
 
-use bytes::Bytes;
 use common::*;
 use corefarm_node::NodeOptions;
 use corefarm_smp::hello::features;
-use corefarm_smp::stream::{Chunk, Chunks, Reassembler};
-use corefarm_smp::{ErrorCode, Hello, MsgType};
-
-/// Reads the node's hello and answers with chunks of `size` bytes.
-async fn handshake_chunks(srv: &mut TcpServer, size: u32) -> Hello {
-    let f = srv.recv().await;
-    assert_eq!(f.ty, MsgType::Hello);
-    let h = Hello::decode(&f.payload).unwrap();
-    let mut reply = Hello::new("server");
-    reply.features = vec![features::ERROR.into(), features::CHUNKS.into()];
-    reply.chunk_size = Some(size);
-    srv.send(reply.to_frame()).await;
-    h
-}
-
-async fn send_chunk(srv: &mut TcpServer, c: &Chunk) {
-    let bytes = c.to_frame().unwrap().to_vec();
-    srv.send_raw(&bytes).await;
-}
-
-fn cut(id: u32, class: u8, data: &[u8], size: usize) -> Vec<Chunk> {
-    Chunks::new(id, class, Bytes::copy_from_slice(data), size)
-        .unwrap()
-        .collect()
-}
-
-/// The next whole result, reassembled if it came as chunks: (id, class, data).
-async fn result(srv: &mut TcpServer, r: &mut Reassembler) -> (u32, u8, Bytes) {
-    loop {
-        let f = srv.recv().await;
-        match f.ty {
-            MsgType::Data => {
-                let d = corefarm_smp::Data::parse(f.payload).unwrap();
-                return (d.id, corefarm_smp::stream::DEFAULT_CLASS, d.data);
-            }
-            MsgType::Chunk => {
-                if let Some(m) = r.push(Chunk::parse(f.payload).unwrap()).unwrap() {
-                    return (m.id, m.class, m.data);
-                }
-            }
-            other => panic!("expected a result, got {other:?}"),
-        }
-    }
-}
+use corefarm_smp::stream::{Chunk, Reassembler};
+use corefarm_smp::ErrorCode;
 
 fn expected(data: &[u8], input: usize, output: usize) -> Vec<u8> {
     data.chunks(input)

@@ -48,6 +48,14 @@ impl<const N: usize> Inline<N> {
         self.head_len as usize + self.body.len()
     }
 
+    /// A frame not yet begun on the wire: the inline part of its payload
+    /// (the headers after the SMP header) and its shared body, so a link
+    /// can cut any message into chunks without copying the body.
+    pub fn payload_parts(&self) -> Option<(&[u8], &Bytes)> {
+        (self.head_pos == 0 && self.head_len as usize >= HEADER_LEN)
+            .then(|| (&self.head[HEADER_LEN..self.head_len as usize], &self.body))
+    }
+
     /// The whole encoded message as one contiguous buffer (tests, small frames).
     pub fn to_vec(&self) -> Vec<u8> {
         let mut v = Vec::with_capacity(self.wire_len());

@@ -11,7 +11,7 @@ use tokio::task::{JoinHandle, JoinSet};
 use tokio::time::Instant;
 
 use super::dedup::DedupWindow;
-use super::link::{self, hello};
+use super::link::{self, hello, Opened};
 use super::router::{Router, ShortestPath};
 use super::sched::{round_robin, Queued, SchedulerFactory};
 use super::{FabricError, GroupSpec, Member, PeerListener};
@@ -175,7 +175,7 @@ impl Shared {
     ) -> Result<(), FabricError> {
         let link = self.next_hop(dst)?;
         link.tx
-            .send(Queued { dst, frame, permit })
+            .send(Queued::new(dst, frame, permit))
             .map_err(|_| FabricError::NoRoute {
                 rank: dst,
                 member: self.members[dst as usize].to_string(),
@@ -309,17 +309,18 @@ impl Fabric {
         let (mut incoming, _registered) = listener.register(group)?;
         let deadline = Instant::now() + spec.connect_timeout;
         let name = spec.members[rank as usize].name.clone();
+        let ours = link::offer(spec.chunk_size, listener.max_frame());
         let mut dials = JoinSet::new();
         for &nb in neighbours.iter().filter(|&&nb| nb > rank) {
             let (addr, me) = (
                 spec.members[nb as usize].addr,
-                hello(group, rank, nb, spec.token, &name),
+                hello(group, rank, nb, spec.token, &name, ours),
             );
             let max = listener.max_frame();
             dials.spawn(async move { (nb, link::dial(addr, &me, max, deadline).await) });
         }
         let mut waiting: BTreeSet<u32> = neighbours.iter().copied().collect();
-        let mut links = Vec::new();
+        let mut links: Vec<(u32, Opened)> = Vec::new();
         let join_err = |nb: u32, reason: String| FabricError::Join {
             group,
             rank: nb,
@@ -330,9 +331,9 @@ impl Fabric {
         while let Some(&first) = waiting.first() {
             tokio::select! {
                 Some(r) = dials.join_next() => match r {
-                    Ok((nb, Ok((rd, wr)))) => {
+                    Ok((nb, Ok(opened))) => {
                         waiting.remove(&nb);
-                        links.push((nb, rd, wr));
+                        links.push((nb, opened));
                     }
                     Ok((nb, Err(e))) => return Err(join_err(nb, e)),
                     Err(e) => return Err(join_err(first, format!("dialing task failed: {e}"))),
@@ -347,9 +348,10 @@ impl Fabric {
                         tracing::warn!(group, rank, "refused a link from rank {src} ({}) to rank {}", inc.name, inc.hello.dst);
                         continue;
                     }
-                    if link::send_hello(&mut inc.writer, &hello(group, rank, src, spec.token, &name)).await.is_ok() {
+                    let answer = hello(group, rank, src, spec.token, &name, ours);
+                    if link::send_hello(&mut inc.writer, &answer).await.is_ok() {
                         waiting.remove(&src);
-                        links.push((src, inc.reader, inc.writer));
+                        links.push((src, (inc.reader, inc.writer, inc.chunk_size)));
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
@@ -376,7 +378,9 @@ impl Fabric {
             dropped: AtomicU64::new(0),
         });
         let (mut readers, mut writers) = (Vec::new(), Vec::new());
-        for (nb, rd, wr) in links {
+        let max_frame = listener.max_frame();
+        for (nb, (rd, wr, theirs)) in links {
+            let size = link::agree(ours, theirs);
             let (tx, rx) = mpsc::unbounded_channel();
             let budget = Arc::new(Semaphore::new(shared.link_budget));
             shared
@@ -384,8 +388,14 @@ impl Fabric {
                 .lock()
                 .expect("links lock")
                 .insert(nb, LinkTx { tx, budget });
-            writers.push(tokio::spawn(link::write_loop(rx, sched(), wr)));
-            readers.push(tokio::spawn(link::read_loop(shared.clone(), nb, rd)));
+            writers.push(tokio::spawn(link::write_loop(rx, sched.clone(), wr, size)));
+            readers.push(tokio::spawn(link::read_loop(
+                shared.clone(),
+                nb,
+                rd,
+                size,
+                max_frame,
+            )));
         }
         Ok(Fabric {
             shared,
@@ -464,7 +474,7 @@ impl Fabric {
         let want = frame.wire_len().min(s.link_budget) as u32;
         let permit = link.budget.acquire_many_owned(want).await.ok();
         link.tx
-            .send(Queued { dst, frame, permit })
+            .send(Queued::new(dst, frame, permit))
             .map_err(|_| FabricError::NoRoute {
                 rank: dst,
                 member: s.members[dst as usize].to_string(),
@@ -506,11 +516,7 @@ impl Fabric {
             .to_frame()
             .map_err(|e| FabricError::Listen(e.to_string()))?;
         link.tx
-            .send(Queued {
-                dst: m.header.dst,
-                frame,
-                permit: None,
-            })
+            .send(Queued::new(m.header.dst, frame, None))
             .map_err(|_| FabricError::NoRoute {
                 rank: neighbour,
                 member: member(),

@@ -1,12 +1,19 @@
-//! One link to a neighbour: opening it (hello both ways), then a reader task
-//! (deliver, forward, or report the link lost) and a writer task (the link's
-//! scheduler picks the next message).
+//! One link to a neighbour: opening it (hello both ways, agreeing on
+//! chunks), then a reader task (reassemble chunks; deliver, forward, or
+//! report the link lost) and a writer task ([`PeerOutbox`]: classes, the
+//! link's scheduler within a class, chunks).
+//!
+//! Chunks are offered in the hello's name field, after a NUL:
+//! `name\0chunks=65536`. A node that predates them takes the suffix as
+//! part of the name (it only logs it) and offers none, so its links carry
+//! whole messages as before.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::stream::{Chunk, Reassembler, CHUNK_HEADER_LEN, CLASSES};
 use corefarm_smp::{MsgType, PeerBody, PeerHeader, PeerKind, PeerMsg};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -15,13 +22,54 @@ use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 use super::fabric::Shared;
+use super::outq::PeerOutbox;
 use super::read_hello;
-use super::sched::{LinkScheduler, Queued};
+use super::sched::{Queued, SchedulerFactory};
 
 /// Read timeout of a begun frame on an open link.
 pub(crate) const LINK_READ_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(crate) fn hello(group: u32, src: u32, dst: u32, token: u64, name: &str) -> PeerMsg {
+/// The chunk size a node offers on links whose frames it reads up to
+/// `max_frame` bytes: a chunk and its header must fit one frame.
+pub(crate) fn offer(chunk_size: u32, max_frame: u32) -> u32 {
+    chunk_size.min(max_frame.saturating_sub(CHUNK_HEADER_LEN as u32))
+}
+
+/// The chunk size of a link: both ends offered chunks, the smaller wins.
+pub(crate) fn agree(ours: u32, theirs: u32) -> u32 {
+    if ours == 0 || theirs == 0 {
+        0
+    } else {
+        ours.min(theirs)
+    }
+}
+
+/// A hello's name field split into the name and the chunk size it offers
+/// (0: none, or an option this node cannot read).
+pub(crate) fn split_name(raw: &str) -> (String, u32) {
+    let Some((name, opts)) = raw.split_once('\0') else {
+        return (raw.to_string(), 0);
+    };
+    let chunks = opts
+        .split(';')
+        .find_map(|o| o.strip_prefix("chunks="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    (name.to_string(), chunks)
+}
+
+pub(crate) fn hello(
+    group: u32,
+    src: u32,
+    dst: u32,
+    token: u64,
+    name: &str,
+    chunk_size: u32,
+) -> PeerMsg {
+    let name = match chunk_size {
+        0 => name.to_string(),
+        n => format!("{name}\0chunks={n}"),
+    };
     PeerMsg {
         header: PeerHeader {
             kind: PeerKind::Hello,
@@ -31,10 +79,7 @@ pub(crate) fn hello(group: u32, src: u32, dst: u32, token: u64, name: &str) -> P
             dst,
             seq: 0,
         },
-        body: PeerBody::Hello {
-            token,
-            name: name.into(),
-        },
+        body: PeerBody::Hello { token, name },
     }
 }
 
@@ -45,6 +90,10 @@ pub(crate) async fn send_hello(w: &mut OwnedWriteHalf, m: &PeerMsg) -> std::io::
     w.write_all_buf(&mut f).await
 }
 
+/// A link whose hellos have been exchanged: its halves and the chunk size
+/// the other end offered.
+pub(crate) type Opened = (FrameReader<OwnedReadHalf>, OwnedWriteHalf, u32);
+
 /// Dials `peer` until it answers our hello with its own, or `deadline`.
 /// The peer may not have joined the group yet (it then closes): retry.
 pub(crate) async fn dial(
@@ -52,7 +101,7 @@ pub(crate) async fn dial(
     me: &PeerMsg,
     max_frame: u32,
     deadline: Instant,
-) -> Result<(FrameReader<OwnedReadHalf>, OwnedWriteHalf), String> {
+) -> Result<Opened, String> {
     let mut backoff = Duration::from_millis(5);
     let mut last = String::from("no attempt");
     loop {
@@ -62,7 +111,7 @@ pub(crate) async fn dial(
             let (rd, mut wr) = s.into_split();
             send_hello(&mut wr, me).await.map_err(|e| e.to_string())?;
             let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(LINK_READ_TIMEOUT);
-            let (h, token, _name) = read_hello(&mut reader).await?;
+            let (h, token, name) = read_hello(&mut reader).await?;
             if Some(token) != me.token() {
                 return Err("answered without the group's token".into());
             }
@@ -73,7 +122,7 @@ pub(crate) async fn dial(
                     h.src, h.group, h.dst, want.1, want.0, want.2
                 ));
             }
-            Ok((reader, wr))
+            Ok((reader, wr, split_name(&name).1))
         };
         match tokio::time::timeout_at(deadline, attempt).await {
             Ok(Ok(link)) => return Ok(link),
@@ -88,12 +137,23 @@ pub(crate) async fn dial(
     }
 }
 
-/// Reads a link until it ends, then reports it lost.
+/// Reads a link until it ends, then reports it lost. `chunk_size` is what
+/// the link agreed (0: a chunk is a protocol error).
 pub(crate) async fn read_loop(
     shared: Arc<Shared>,
     peer: u32,
     mut reader: FrameReader<OwnedReadHalf>,
+    chunk_size: u32,
+    max_frame: u32,
 ) {
+    // The writer cuts one message per class at a time, so a well-behaved
+    // peer never has more than `CLASSES` open or more than that many
+    // frames' worth held.
+    let mut chunks = Reassembler::new(
+        max_frame as u64,
+        CLASSES as usize,
+        CLASSES as u64 * max_frame as u64,
+    );
     let reason = loop {
         let f = match reader.read_frame().await {
             Ok(Some(f)) => f,
@@ -101,10 +161,19 @@ pub(crate) async fn read_loop(
             Err(ReadError::Io(e)) => break format!("connection failed: {e}"),
             Err(ReadError::Protocol(e)) => break format!("sent an invalid message: {e}"),
         };
-        if f.ty != MsgType::Peer {
-            break format!("sent a {} message on a peer link", f.ty.name());
-        }
-        let m = match PeerMsg::parse(f.payload) {
+        let payload = match f.ty {
+            MsgType::Peer => f.payload,
+            MsgType::Chunk if chunk_size > 0 => {
+                match reassemble(&mut chunks, f.payload, chunk_size) {
+                    Ok(Some(p)) => p,
+                    Ok(None) => continue,
+                    Err(e) => break e,
+                }
+            }
+            MsgType::Chunk => break "sent a chunk on a link that did not agree to chunks".into(),
+            other => break format!("sent a {} message on a peer link", other.name()),
+        };
+        let m = match PeerMsg::parse(payload) {
             Ok(m) => m,
             Err(e) => break format!("sent an invalid peer message: {e}"),
         };
@@ -115,29 +184,55 @@ pub(crate) async fn read_loop(
     shared.link_lost(peer, reason).await;
 }
 
-/// Writes what the scheduler picks until the fabric closes the queue.
+/// One chunk of a peer message: the whole message's payload once its last
+/// chunk is in.
+fn reassemble(
+    r: &mut Reassembler,
+    payload: bytes::Bytes,
+    chunk_size: u32,
+) -> Result<Option<bytes::Bytes>, String> {
+    let c = Chunk::parse(payload).map_err(|e| format!("sent an invalid chunk: {e}"))?;
+    if c.data.len() > chunk_size as usize {
+        return Err(format!(
+            "sent a chunk of {} bytes of message {}, over the link's chunk size of {chunk_size}",
+            c.data.len(),
+            c.id
+        ));
+    }
+    match r.push(c) {
+        Ok(m) => Ok(m.map(|m| m.data)),
+        Err(e) => Err(format!("sent an invalid chunk: {e}")),
+    }
+}
+
+/// Writes what the outbox picks until the fabric closes the queue; a
+/// message's permit (its bytes in the link's budget) is released once its
+/// last byte is written.
 pub(crate) async fn write_loop(
     mut rx: mpsc::UnboundedReceiver<Queued>,
-    mut sched: Box<dyn LinkScheduler>,
+    sched: SchedulerFactory,
     mut wr: OwnedWriteHalf,
+    chunk_size: u32,
 ) {
+    let mut out = PeerOutbox::new(sched, chunk_size as usize);
     loop {
         while let Ok(q) = rx.try_recv() {
-            sched.push(q);
+            out.push(q);
         }
-        let mut q = match sched.pop() {
-            Some(q) => q,
+        let (mut frame, permit) = match out.pop() {
+            Some(next) => next,
             None => match rx.recv().await {
                 Some(q) => {
-                    sched.push(q);
+                    out.push(q);
                     continue;
                 }
                 None => return,
             },
         };
-        if let Err(e) = wr.write_all_buf(&mut q.frame).await {
+        if let Err(e) = wr.write_all_buf(&mut frame).await {
             tracing::debug!("peer link write failed: {e}");
             return;
         }
+        drop(permit);
     }
 }

@@ -5,7 +5,8 @@
 //!   hello and hands each to the group it names.
 //! - [`Fabric`] is one node's membership in a group: links to its
 //!   neighbours in the group's [`Topology`], forwarding through intermediate
-//!   nodes by a [`Router`], one [`LinkScheduler`] per link, duplicate
+//!   nodes by a [`Router`], a [`LinkScheduler`] per class on each link
+//!   ([`outq`]: classes, chunks where both ends agreed), duplicate
 //!   rejection per source ([`dedup`]), and an inbox of collective chunks for
 //!   [`crate::collective`].
 //!
@@ -15,6 +16,7 @@
 pub mod dedup;
 mod fabric;
 mod link;
+pub mod outq;
 pub mod router;
 pub mod sched;
 pub mod topology;
@@ -75,6 +77,9 @@ pub struct GroupSpec {
     /// and admitted only with it, so a stranger who reaches a peer port
     /// cannot join or feed a collective.
     pub token: u64,
+    /// Largest chunk this node sends and accepts on its links (0: whole
+    /// messages only); a link uses the smaller of both ends' (issue 11).
+    pub chunk_size: u32,
 }
 
 impl GroupSpec {
@@ -87,6 +92,7 @@ impl GroupSpec {
             connect_timeout: Duration::from_secs(10),
             link_budget: 8 << 20,
             token: 0,
+            chunk_size: corefarm_smp::stream::DEFAULT_CHUNK_SIZE,
         }
     }
 
@@ -96,6 +102,11 @@ impl GroupSpec {
 
     pub fn with_token(mut self, token: u64) -> Self {
         self.token = token;
+        self
+    }
+
+    pub fn with_chunk_size(mut self, size: u32) -> Self {
+        self.chunk_size = size;
         self
     }
 }
@@ -126,6 +137,8 @@ pub(crate) struct Incoming {
     /// The group token it showed (checked by whoever takes the link).
     pub token: u64,
     pub name: String,
+    /// The chunk size its hello offered (0: none).
+    pub chunk_size: u32,
     pub reader: FrameReader<OwnedReadHalf>,
     pub writer: OwnedWriteHalf,
 }
@@ -239,7 +252,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
             let _ = stream.set_nodelay(true);
             let (rd, writer) = stream.into_split();
             let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(HELLO_TIMEOUT);
-            let (hello, token, name) =
+            let (hello, token, raw) =
                 match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader)).await {
                     Ok(Ok(h)) => h,
                     Ok(Err(e)) => return tracing::warn!("peer port: {from}: {e}"),
@@ -249,6 +262,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
                         )
                     }
                 };
+            let (name, chunk_size) = link::split_name(&raw);
             let tx = registry
                 .lock()
                 .expect("registry lock")
@@ -261,6 +275,7 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
                             hello,
                             token,
                             name,
+                            chunk_size,
                             reader,
                             writer,
                         })

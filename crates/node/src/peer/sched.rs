@@ -5,8 +5,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use corefarm_smp::PeerFrame;
+use corefarm_smp::{PeerFrame, PeerKind};
 use tokio::sync::OwnedSemaphorePermit;
+
+use super::outq::{CONTROL_CLASS, DATA_CLASS};
 
 /// A message waiting for its link.
 #[derive(Debug)]
@@ -19,6 +21,25 @@ pub struct Queued {
     /// node must never wait on its own queue, or routes that form a cycle
     /// could deadlock).
     pub permit: Option<OwnedSemaphorePermit>,
+    /// Priority class on the link: collective data in [`DATA_CLASS`],
+    /// everything else (aborts, empty chunks such as a barrier's) in
+    /// [`CONTROL_CLASS`], above it.
+    pub class: u8,
+}
+
+impl Queued {
+    pub fn new(dst: u32, frame: PeerFrame, permit: Option<OwnedSemaphorePermit>) -> Self {
+        let data = frame.payload_parts().is_some_and(|(head, body)| {
+            head.first() == Some(&(PeerKind::Collective as u8)) && !body.is_empty()
+        });
+        let class = if data { DATA_CLASS } else { CONTROL_CLASS };
+        Queued {
+            dst,
+            frame,
+            permit,
+            class,
+        }
+    }
 }
 
 /// Orders the messages queued on one link. Messages to the same
@@ -85,11 +106,7 @@ mod tests {
                 name: String::new(),
             },
         };
-        Queued {
-            dst,
-            frame: m.to_frame().unwrap(),
-            permit: None,
-        }
+        Queued::new(dst, m.to_frame().unwrap(), None)
     }
 
     fn seq(q: &Queued) -> u64 {

@@ -24,12 +24,14 @@ impl Session<'_> {
             Ok(inbound::Step::Taken) => None,
             Ok(inbound::Step::Whole {
                 id,
+                class,
                 data,
                 count,
                 reservation,
             }) => {
                 self.submit(Job {
                     id,
+                    class,
                     data,
                     count,
                     reservation,
@@ -82,6 +84,7 @@ impl Session<'_> {
             let reservation = self.guard.reserve(need).await;
             let job = Job {
                 id,
+                class: c.class,
                 data: c.data,
                 count: count as usize,
                 reservation,

@@ -12,6 +12,7 @@ use corefarm_cores::{Core, CoreError, Loaded};
 use corefarm_node::{CoreLoader, NodeError, NodeOptions};
 use corefarm_smp::codec::{write_frame, FrameReader};
 use corefarm_smp::hello::features;
+use corefarm_smp::stream::{Chunk, Chunks, Reassembler};
 use corefarm_smp::{
     default_core_table, BenchmarkConfig, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg,
     Frame, Hello, MsgType, OutFrame,
@@ -199,7 +200,8 @@ pub fn inputs(tag: u32, count: usize, size: usize) -> Vec<u8> {
 /// Permits handed to gated cores; `open_all` lets everything through.
 #[derive(Default)]
 pub struct Gate {
-    state: Mutex<(u64, bool)>,
+    /// (permits, open for all, cores waiting for a permit)
+    state: Mutex<(u64, bool, usize)>,
     cv: Condvar,
 }
 
@@ -216,12 +218,35 @@ impl Gate {
 
     fn wait(&self) {
         let mut s = self.state.lock().unwrap();
+        s.2 += 1;
+        self.cv.notify_all();
         while s.0 == 0 && !s.1 {
             s = self.cv.wait(s).unwrap();
         }
+        s.2 -= 1;
         if !s.1 {
             s.0 -= 1;
         }
+    }
+
+    /// Waits until `n` cores hold an input and wait for a permit (blocking:
+    /// call it from `spawn_blocking`).
+    pub fn blocked(&self, n: usize) {
+        let mut s = self.state.lock().unwrap();
+        while s.2 < n {
+            s = self.cv.wait(s).unwrap();
+        }
+    }
+
+    /// [`Gate::blocked`] from async code.
+    pub async fn until_blocked(self: &Arc<Self>, n: usize) {
+        let me = self.clone();
+        within(
+            "cores to block on the gate",
+            tokio::task::spawn_blocking(move || me.blocked(n)),
+        )
+        .await
+        .unwrap();
     }
 }
 
@@ -293,5 +318,47 @@ pub fn check_echo(input: &[u8], output: &[u8], input_size: usize, output_size: u
             o[16..].iter().all(|&b| b == 0),
             "output after the echo is zero"
         );
+    }
+}
+
+/// Reads the node's hello and answers with chunks of `size` bytes.
+pub async fn handshake_chunks(srv: &mut TcpServer, size: u32) -> Hello {
+    let f = srv.recv().await;
+    assert_eq!(f.ty, MsgType::Hello);
+    let h = Hello::decode(&f.payload).unwrap();
+    let mut reply = Hello::new("server");
+    reply.features = vec![features::ERROR.into(), features::CHUNKS.into()];
+    reply.chunk_size = Some(size);
+    srv.send(reply.to_frame()).await;
+    h
+}
+
+pub async fn send_chunk(srv: &mut TcpServer, c: &Chunk) {
+    let bytes = c.to_frame().unwrap().to_vec();
+    srv.send_raw(&bytes).await;
+}
+
+pub fn cut(id: u32, class: u8, data: &[u8], size: usize) -> Vec<Chunk> {
+    Chunks::new(id, class, Bytes::copy_from_slice(data), size)
+        .unwrap()
+        .collect()
+}
+
+/// The next whole result, reassembled if it came as chunks: (id, class, data).
+pub async fn result(srv: &mut TcpServer, r: &mut Reassembler) -> (u32, u8, Bytes) {
+    loop {
+        let f = srv.recv().await;
+        match f.ty {
+            MsgType::Data => {
+                let d = corefarm_smp::Data::parse(f.payload).unwrap();
+                return (d.id, corefarm_smp::stream::DEFAULT_CLASS, d.data);
+            }
+            MsgType::Chunk => {
+                if let Some(m) = r.push(Chunk::parse(f.payload).unwrap()).unwrap() {
+                    return (m.id, m.class, m.data);
+                }
+            }
+            other => panic!("expected a result, got {other:?}"),
+        }
     }
 }

@@ -55,7 +55,7 @@ pub async fn cluster(group: u32, n: u32, topology: Topology) -> Cluster {
 }
 
 /// Polls every future to completion on this task (no spawn needed: they borrow the listeners).
-async fn futures_join_all<F: Future>(fs: Vec<F>) -> Vec<F::Output> {
+pub async fn futures_join_all<F: Future>(fs: Vec<F>) -> Vec<F::Output> {
     let mut fs: Vec<_> = fs.into_iter().map(Box::pin).collect();
     let mut out: Vec<Option<F::Output>> = fs.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {

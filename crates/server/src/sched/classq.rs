@@ -1,20 +1,21 @@
 //! A function's queue with priority classes (issue 11): one deficit
 //! round-robin queue per class, served by strict priority (class 0 first)
-//! with the anti-starvation guard of `smp::stream::ClassQueues` — a class
-//! passed over [`GUARD`] times in a row by more urgent ones is served once.
+//! with the anti-starvation policy of `smp::stream::ClassPicker` (shared
+//! with the links and the node's queue to its cores) — a class passed over
+//! [`GUARD`] times in a row by more urgent ones is served once.
 //! Fairness between users holds within each class.
 
-use corefarm_smp::stream::CLASSES;
+use corefarm_smp::stream::{ClassPicker, CLASSES, MESSAGE_GUARD};
 
 use super::queue::{DrrQueue, Queued};
 
 /// Pops of more urgent classes after which a waiting class is served once.
-pub const GUARD: u32 = 16;
+pub const GUARD: u32 = MESSAGE_GUARD;
 
 #[derive(Debug)]
 pub struct ClassDrr<J> {
     classes: Vec<DrrQueue<J>>,
-    passed: [u32; CLASSES as usize],
+    picker: ClassPicker,
     len: usize,
 }
 
@@ -26,7 +27,7 @@ impl<J: Queued> ClassDrr<J> {
     pub fn new(quantum: u64) -> Self {
         ClassDrr {
             classes: (0..CLASSES).map(|_| DrrQueue::new(quantum)).collect(),
-            passed: [0; CLASSES as usize],
+            picker: ClassPicker::new(GUARD),
             len: 0,
         }
     }
@@ -75,16 +76,8 @@ impl<J: Queued> ClassDrr<J> {
     }
 
     pub fn pop(&mut self) -> Option<J> {
-        let top = self.classes.iter().position(|q| !q.is_empty())?;
-        let starved = (top + 1..CLASSES as usize)
-            .find(|&c| !self.classes[c].is_empty() && self.passed[c] >= GUARD);
-        let c = starved.unwrap_or(top);
-        for k in c + 1..CLASSES as usize {
-            if !self.classes[k].is_empty() {
-                self.passed[k] += 1;
-            }
-        }
-        self.passed[c] = 0;
+        let classes = &self.classes;
+        let c = self.picker.pick(|c| !classes[c].is_empty())?;
         let j = self.classes[c].pop()?;
         self.len -= 1;
         Some(j)

@@ -9,11 +9,55 @@ use std::collections::VecDeque;
 
 use super::chunk::CLASSES;
 
+/// The guard of queues whose items are whole messages (the server's
+/// function queues, the node's queue to its cores): a bulk message waits
+/// at most this many urgent ones. Links, whose items are chunks, use a
+/// longer one ([`super::outbox::STARVATION_GUARD`]).
+pub const MESSAGE_GUARD: u32 = 16;
+
+/// The policy alone, for queues that keep their classes in a structure of
+/// their own (the server's deficit round-robin queues): which class goes
+/// next, given which classes have something waiting.
+#[derive(Debug, Clone)]
+pub struct ClassPicker {
+    passed: [u32; CLASSES as usize],
+    guard: u32,
+}
+
+impl ClassPicker {
+    /// `guard` 0: strict priority, no anti-starvation.
+    pub fn new(guard: u32) -> Self {
+        ClassPicker {
+            passed: [0; CLASSES as usize],
+            guard,
+        }
+    }
+
+    /// The class to serve next among those for which `waiting` holds,
+    /// counted as served; `None` when nothing waits.
+    pub fn pick(&mut self, waiting: impl Fn(usize) -> bool) -> Option<usize> {
+        let top = (0..CLASSES as usize).find(|&c| waiting(c))?;
+        // The most urgent class passed over `guard` times goes first.
+        let starved = (self.guard > 0)
+            .then(|| {
+                (top + 1..CLASSES as usize).find(|&c| waiting(c) && self.passed[c] >= self.guard)
+            })
+            .flatten();
+        let c = starved.unwrap_or(top);
+        for k in c + 1..CLASSES as usize {
+            if waiting(k) {
+                self.passed[k] += 1;
+            }
+        }
+        self.passed[c] = 0;
+        Some(c)
+    }
+}
+
 #[derive(Debug)]
 pub struct ClassQueues<T> {
     queues: Vec<VecDeque<T>>,
-    passed: [u32; CLASSES as usize],
-    guard: u32,
+    picker: ClassPicker,
     len: usize,
 }
 
@@ -22,8 +66,7 @@ impl<T> ClassQueues<T> {
     pub fn new(guard: u32) -> Self {
         ClassQueues {
             queues: (0..CLASSES).map(|_| VecDeque::new()).collect(),
-            passed: [0; CLASSES as usize],
-            guard,
+            picker: ClassPicker::new(guard),
             len: 0,
         }
     }
@@ -58,21 +101,8 @@ impl<T> ClassQueues<T> {
 
     /// The next item to send, with its class.
     pub fn pop(&mut self) -> Option<(u8, T)> {
-        let top = self.queues.iter().position(|q| !q.is_empty())?;
-        // The most urgent class passed over `guard` times goes first.
-        let starved = (self.guard > 0)
-            .then(|| {
-                (top + 1..CLASSES as usize)
-                    .find(|&c| !self.queues[c].is_empty() && self.passed[c] >= self.guard)
-            })
-            .flatten();
-        let c = starved.unwrap_or(top);
-        for k in c + 1..CLASSES as usize {
-            if !self.queues[k].is_empty() {
-                self.passed[k] += 1;
-            }
-        }
-        self.passed[c] = 0;
+        let queues = &self.queues;
+        let c = self.picker.pick(|c| !queues[c].is_empty())?;
         self.len -= 1;
         self.queues[c].pop_front().map(|t| (c as u8, t))
     }

@@ -23,6 +23,6 @@ pub mod reassemble;
 pub use chunk::{
     Chunk, ChunkFrame, Chunks, CHUNK_HEADER_LEN, CLASSES, DEFAULT_CHUNK_SIZE, DEFAULT_CLASS,
 };
-pub use classes::ClassQueues;
+pub use classes::{ClassPicker, ClassQueues, MESSAGE_GUARD};
 pub use outbox::Outbox;
 pub use reassemble::{Message, Reassembler};

@@ -7,11 +7,13 @@
 //! With chunks off (a peer that did not negotiate them) every frame waits
 //! in one class (0): the link is the plain FIFO it always was. With chunks on,
 //! frames other than data (configuration, group control, errors) ride in
-//! class 0, above data, as issue 11 asks of control traffic.
+//! class 0, above data, as issue 11 asks of control traffic, and a data
+//! message outside the default class goes as chunks even when it is small,
+//! so that its class reaches the receiver's queues.
 
 use bytes::Bytes;
 
-use super::chunk::{Chunks, CLASSES};
+use super::chunk::{Chunks, CLASSES, DEFAULT_CLASS};
 use super::classes::ClassQueues;
 use crate::outframe::OutFrame;
 
@@ -68,7 +70,10 @@ impl<T> Outbox<T> {
         let class = class.min(CLASSES - 1);
         let entry = match f.as_data() {
             None => return self.queues.push(0, Entry::Frame(f, tag)),
-            Some((id, body)) if body.len() > self.chunk_size => {
+            // A plain data frame carries no class (the receiver serves it
+            // in the default one), so a message of any other class goes as
+            // chunks however small: one chunk, 20 bytes more on the wire.
+            Some((id, body)) if body.len() > self.chunk_size || class != DEFAULT_CLASS => {
                 let body: Bytes = body.clone();
                 match Chunks::new(id, class, body, self.chunk_size) {
                     Ok(c) => Entry::Stream(c, tag),
@@ -136,13 +141,26 @@ mod tests {
             0,
             "urgent",
         );
+        o.push(
+            OutFrame::data(3, Bytes::from_static(b"plain")).unwrap(),
+            DEFAULT_CLASS,
+            "plain",
+        );
         let (w, done) = o.pop().unwrap();
         assert_eq!(done, Some("urgent"));
         let (ty, p) = parse(&w);
+        assert_eq!(ty, 0x1D, "small but urgent: one chunk carrying its class");
+        let c = Chunk::parse(p).unwrap();
         assert_eq!(
-            (ty, &p[4..]),
-            (3, &b"urgent"[..]),
-            "small: a plain data frame"
+            (c.id, c.class, c.first, c.last, &c.data[..]),
+            (2, 0, true, true, &b"urgent"[..])
+        );
+        let (w, done) = o.pop().unwrap();
+        let (ty, p) = parse(&w);
+        assert_eq!(
+            (ty, &p[4..], done),
+            (3, &b"plain"[..], Some("plain")),
+            "small in the default class: a plain data frame"
         );
         let mut rest = Vec::new();
         while let Some((w, done)) = o.pop() {

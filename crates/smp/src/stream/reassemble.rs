@@ -71,8 +71,8 @@ impl Reassembler {
 
     /// Whole messages come out as a data message's payload, the 4-byte id
     /// then the data, so a receiver hands them on like a data frame it read
-    /// whole (a message of one chunk is then copied once; the sending side
-    /// sends those as plain data messages anyway).
+    /// whole (a message of one chunk is then copied once; only small
+    /// messages outside the default class travel as one chunk).
     pub fn with_id_prefix(mut self) -> Self {
         self.prefix = crate::DATA_ID_LEN;
         self

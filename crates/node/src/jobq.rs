@@ -1,0 +1,217 @@
+//! The node's input queue to its cores (issue 11), and the handler lane's
+//! queue: jobs wait by priority class and the threads that serve them
+//! (core handlers, the lane) take the most urgent first, under the
+//! same anti-starvation policy as the server's function queues
+//! (`smp::stream::ClassQueues` with [`MESSAGE_GUARD`]): a bulk job is passed
+//! over by at most that many more urgent ones in a row. Within a class the
+//! queue is FIFO, so a link without classes (a seed-format server, or one
+//! without chunks: every job in the default class) sees the FIFO it always
+//! had.
+//!
+//! A mutex and a condition variable rather than a lock-free channel: the
+//! order depends on everything waiting, so taking a job has to look at all
+//! classes at once. The lock is held for a push or a pop only, never while
+//! a core runs, and a push wakes a thread only if one is waiting.
+
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+
+use corefarm_smp::stream::{ClassQueues, MESSAGE_GUARD};
+
+use crate::handlers::Job;
+
+/// A queue by class, shared by whoever submits (the receiving task, the
+/// handler lane forwarding to the cores) and the threads that serve it.
+pub struct ClassQueue<T>(Arc<Shared<T>>);
+
+/// The queue to the cores.
+pub type JobQueue = ClassQueue<Job>;
+
+impl<T> Clone for ClassQueue<T> {
+    fn clone(&self) -> Self {
+        ClassQueue(self.0.clone())
+    }
+}
+
+struct Shared<T> {
+    state: Mutex<State<T>>,
+    ready: Condvar,
+}
+
+struct State<T> {
+    jobs: ClassQueues<T>,
+    closed: bool,
+    /// Threads blocked in [`JobQueue::wait`].
+    idle: usize,
+}
+
+impl<T> Default for ClassQueue<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> ClassQueue<T> {
+    pub fn new() -> Self {
+        Self::with_guard(MESSAGE_GUARD)
+    }
+
+    /// `guard` 0: strict priority (a test's way to watch starvation happen).
+    pub fn with_guard(guard: u32) -> Self {
+        ClassQueue(Arc::new(Shared {
+            state: Mutex::new(State {
+                jobs: ClassQueues::new(guard),
+                closed: false,
+                idle: 0,
+            }),
+            ready: Condvar::new(),
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State<T>> {
+        // Nothing panics while holding it (pushes and pops of a VecDeque):
+        // a poisoned state is still consistent.
+        self.0.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Queues `job` in `class`; gives it back once the queue is closed.
+    pub fn push(&self, class: u8, job: T) -> Result<(), T> {
+        let mut s = self.lock();
+        if s.closed {
+            return Err(job);
+        }
+        s.jobs.push(class, job);
+        let wake = s.idle > 0;
+        drop(s);
+        if wake {
+            self.0.ready.notify_one();
+        }
+        Ok(())
+    }
+
+    /// The next job by class, waiting for one (blocking: core handler
+    /// threads only). `None` once the queue is closed and empty.
+    pub fn wait(&self) -> Option<T> {
+        let mut s = self.lock();
+        loop {
+            if let Some((_, job)) = s.jobs.pop() {
+                return Some(job);
+            }
+            if s.closed {
+                return None;
+            }
+            s.idle += 1;
+            s = self.0.ready.wait(s).unwrap_or_else(|p| p.into_inner());
+            s.idle -= 1;
+        }
+    }
+
+    /// A job already queued, only if no thread is waiting for one: a job
+    /// taken ahead would otherwise wait behind another while a core is free.
+    pub fn ahead(&self) -> Option<T> {
+        let mut s = self.lock();
+        if s.idle != 0 {
+            return None;
+        }
+        s.jobs.pop().map(|(_, job)| job)
+    }
+
+    /// No more jobs: the threads finish what is queued, then see the end.
+    pub fn close(&self) {
+        self.lock().closed = true;
+        self.0.ready.notify_all();
+    }
+
+    /// Closes the queue and drops what it holds (their reservations return
+    /// to the memory guard, outside the lock).
+    pub fn abort(&self) {
+        let mut dropped = Vec::new();
+        {
+            let mut s = self.lock();
+            s.closed = true;
+            while let Some((_, job)) = s.jobs.pop() {
+                dropped.push(job);
+            }
+        }
+        self.0.ready.notify_all();
+        drop(dropped);
+    }
+
+    /// Jobs waiting.
+    pub fn len(&self) -> usize {
+        self.lock().jobs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::MemoryGuard;
+    use bytes::Bytes;
+
+    async fn job(g: &MemoryGuard, id: u32, class: u8) -> Job {
+        Job {
+            id,
+            class,
+            data: Bytes::from_static(b"x"),
+            count: 1,
+            reservation: g.reserve(1).await,
+        }
+    }
+
+    fn drain(q: &JobQueue) -> Vec<u32> {
+        std::iter::from_fn(|| q.ahead()).map(|j| j.id).collect()
+    }
+
+    #[tokio::test]
+    async fn urgent_jobs_first_fifo_within_a_class() {
+        let g = MemoryGuard::new(1 << 20);
+        let q = JobQueue::new();
+        for (id, class) in [(1, 6), (2, 4), (3, 6), (4, 0), (5, 4), (6, 0)] {
+            assert!(q.push(class, job(&g, id, class).await).is_ok());
+        }
+        assert_eq!(drain(&q), [4, 6, 2, 5, 1, 3]);
+    }
+
+    #[tokio::test]
+    async fn a_bulk_job_waits_at_most_the_guard_under_urgent_ones() {
+        let g = MemoryGuard::new(1 << 20);
+        for (guard, bound) in [(MESSAGE_GUARD, Some(MESSAGE_GUARD as usize)), (0, None)] {
+            let q = JobQueue::with_guard(guard);
+            q.push(7, job(&g, 0, 7).await).ok().unwrap();
+            let mut passed = None;
+            for i in 0..4 * MESSAGE_GUARD {
+                q.push(0, job(&g, 100 + i, 0).await).ok().unwrap();
+                if q.ahead().unwrap().id == 0 {
+                    passed = Some(i as usize);
+                    break;
+                }
+            }
+            assert_eq!(passed, bound, "guard {guard}");
+        }
+    }
+
+    #[tokio::test]
+    async fn closing_lets_the_threads_drain_and_abort_drops_the_rest() {
+        let g = MemoryGuard::new(1 << 20);
+        let q = JobQueue::new();
+        for id in 0..3 {
+            q.push(4, job(&g, id, 4).await).ok().unwrap();
+        }
+        let t = std::thread::spawn({
+            let q = q.clone();
+            move || std::iter::from_fn(|| q.wait()).count()
+        });
+        q.close();
+        assert_eq!(t.join().unwrap(), 3, "queued jobs still run after close");
+        assert!(q.push(4, job(&g, 9, 4).await).is_err(), "closed");
+        let q = JobQueue::new();
+        q.push(4, job(&g, 1, 4).await).ok().unwrap();
+        q.abort();
+        assert!(q.wait().is_none() && q.is_empty());
+        assert_eq!(g.available(), g.limit(), "every reservation released");
+    }
+}
