@@ -233,6 +233,9 @@ impl Client {
     /// urgent, 7 least; `submit` is class 4). With `chunks` agreed, its
     /// chunks go out ahead of less urgent messages' chunks that other
     /// threads are sending, and its result comes back the same way.
+    /// Without `chunks` (not asked for, or a server that does not offer
+    /// it) every message is class 4 and `class` has no effect, so the same
+    /// code runs against any server.
     pub fn submit_with(&self, data: Bytes, class: u8) -> Result<u32> {
         self.inner.submit_class(None, Body::Shared(data), class)
     }
