@@ -7,7 +7,7 @@ mod fabric_common;
 use bytes::Bytes;
 use corefarm_node::collective::{CollError, CollOptions};
 use corefarm_node::peer::Topology;
-use corefarm_smp::{Algo, CollHeader, CollOp, DType, ReduceOp};
+use corefarm_smp::{Algo, CollHeader, DType, ReduceOp};
 use fabric_common::*;
 
 fn opts(chunk: usize) -> CollOptions {
@@ -83,18 +83,7 @@ async fn a_duplicate_message_is_delivered_once() {
     let (_l, mut gs) = groups(c, opts(1024));
     let mut g = gs.remove(0);
     // Rank 0 plays its part of bcast #1 by hand and sends its only chunk twice.
-    let coll = CollHeader {
-        seq: 1,
-        op: CollOp::Bcast,
-        phase: 0,
-        algo: Algo::Linear,
-        dtype: DType::Bytes,
-        reduce: ReduceOp::None,
-        root: 0,
-        block: 0,
-        offset: 0,
-        total: 5,
-    };
+    let coll = CollHeader::bcast(5);
     let m = sender.next_message(1, coll, Bytes::from_static(b"hello"));
     sender.send_raw(1, &m).unwrap();
     sender.send_raw(1, &m).unwrap();

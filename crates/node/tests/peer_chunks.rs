@@ -9,25 +9,14 @@ use corefarm_node::peer::{Event, Fabric, GroupSpec, Member, PeerListener, Topolo
 use corefarm_smp::codec::FrameReader;
 use corefarm_smp::stream::{Chunk, Chunks};
 use corefarm_smp::{
-    Algo, CollHeader, CollOp, DType, MsgType, PeerBody, PeerHeader, PeerKind, PeerMsg, ReduceOp,
+    Algo, CollHeader, DType, MsgType, PeerBody, PeerHeader, PeerKind, PeerMsg, ReduceOp,
 };
 use fabric_common::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 fn coll(total: usize) -> CollHeader {
-    CollHeader {
-        seq: 1,
-        op: CollOp::Bcast,
-        phase: 0,
-        algo: Algo::Linear,
-        dtype: DType::Bytes,
-        reduce: ReduceOp::None,
-        root: 0,
-        block: 0,
-        offset: 0,
-        total: total as u64,
-    }
+    CollHeader::bcast(total as u64)
 }
 
 #[tokio::test]

@@ -217,6 +217,23 @@ fn need(what: &'static str, got: usize, need: usize) -> Result<(), ProtocolError
 }
 
 impl CollHeader {
+    /// The whole of a linear broadcast #1 from rank 0, one block of
+    /// `total` bytes: the simplest chunk header (tests build on it).
+    pub fn bcast(total: u64) -> CollHeader {
+        CollHeader {
+            seq: 1,
+            op: CollOp::Bcast,
+            phase: 0,
+            algo: Algo::Linear,
+            dtype: DType::Bytes,
+            reduce: ReduceOp::None,
+            root: 0,
+            block: 0,
+            offset: 0,
+            total,
+        }
+    }
+
     fn parse(b: &[u8], data_len: usize) -> Result<Self, ProtocolError> {
         let c = CollHeader {
             seq: u32_at(b, 0),
@@ -438,16 +455,8 @@ mod tests {
     #[test]
     fn chunk_overrunning_its_block_is_rejected() {
         let coll = CollHeader {
-            seq: 1,
-            op: CollOp::Bcast,
-            phase: 0,
-            algo: Algo::Linear,
-            dtype: DType::Bytes,
-            reduce: ReduceOp::None,
-            root: 0,
-            block: 0,
             offset: u64::MAX - 2,
-            total: u64::MAX,
+            ..CollHeader::bcast(u64::MAX)
         };
         let m = PeerMsg {
             header: hdr(PeerKind::Collective),

@@ -204,24 +204,10 @@ mod tests {
     use super::super::sched::round_robin;
     use super::*;
     use corefarm_smp::stream::Reassembler;
-    use corefarm_smp::{
-        Algo, CollHeader, CollOp, DType, PeerBody, PeerHeader, PeerKind, PeerMsg, ReduceOp,
-        HEADER_LEN,
-    };
+    use corefarm_smp::{CollHeader, PeerBody, PeerHeader, PeerKind, PeerMsg, HEADER_LEN};
 
     fn msg(dst: u32, seq: u64, data: &[u8]) -> PeerMsg {
-        let coll = CollHeader {
-            seq: 1,
-            op: CollOp::Bcast,
-            phase: 0,
-            algo: Algo::Linear,
-            dtype: DType::Bytes,
-            reduce: ReduceOp::None,
-            root: 0,
-            block: 0,
-            offset: 0,
-            total: data.len() as u64,
-        };
+        let coll = CollHeader::bcast(data.len() as u64);
         PeerMsg {
             header: PeerHeader {
                 kind: PeerKind::Collective,
