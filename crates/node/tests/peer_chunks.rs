@@ -198,36 +198,13 @@ async fn a_peer_that_breaks_the_chunk_rules_is_cut_off_with_the_reason() {
 async fn collectives_agree_over_links_with_and_without_chunks() {
     // Chunks of 1 KiB on every link, collective chunks of 4 KiB: every
     // collective message crosses the links as chunks.
-    let mut listeners = Vec::new();
-    for _ in 0..3 {
-        listeners.push(
-            PeerListener::bind("127.0.0.1:0".parse().unwrap())
-                .await
-                .unwrap(),
-        );
-    }
-    let members: Vec<Member> = listeners
-        .iter()
-        .enumerate()
-        .map(|(i, l)| Member {
-            name: format!("n{i}"),
-            addr: l.local_addr(),
-        })
-        .collect();
     // Rank 2 offers no chunks: its links carry whole messages.
-    let joins = listeners.iter().enumerate().map(|(i, l)| {
-        let size = if i == 2 { 0 } else { 1024 };
-        Fabric::join(
-            l,
-            GroupSpec::new(23, i as u32, members.clone(), Topology::Ring).with_chunk_size(size),
-        )
-    });
-    let mut fabrics = Vec::new();
-    for f in within("the group", futures_join_all(joins.collect())).await {
-        fabrics.push(f.unwrap());
-    }
+    let cluster = cluster_with(23, 3, Topology::Ring, |rank, spec| {
+        spec.with_chunk_size(if rank == 2 { 0 } else { 1024 })
+    })
+    .await;
     let (_l, groups) = groups(
-        Cluster { listeners, fabrics },
+        cluster,
         corefarm_node::collective::CollOptions {
             chunk: 4096,
             ..Default::default()

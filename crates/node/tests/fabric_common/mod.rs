@@ -25,6 +25,16 @@ pub struct Cluster {
 }
 
 pub async fn cluster(group: u32, n: u32, topology: Topology) -> Cluster {
+    cluster_with(group, n, topology, |_, spec| spec).await
+}
+
+/// [`cluster`] with each rank's spec adjusted by `adjust(rank, spec)`.
+pub async fn cluster_with(
+    group: u32,
+    n: u32,
+    topology: Topology,
+    adjust: impl Fn(u32, GroupSpec) -> GroupSpec,
+) -> Cluster {
     let mut listeners = Vec::new();
     for _ in 0..n {
         listeners.push(
@@ -44,7 +54,10 @@ pub async fn cluster(group: u32, n: u32, topology: Topology) -> Cluster {
     let joins = listeners.iter().enumerate().map(|(i, l)| {
         Fabric::join(
             l,
-            GroupSpec::new(group, i as u32, members.clone(), topology),
+            adjust(
+                i as u32,
+                GroupSpec::new(group, i as u32, members.clone(), topology),
+            ),
         )
     });
     let fabrics = within("group to link", futures_join_all(joins.collect())).await;
