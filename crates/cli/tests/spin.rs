@@ -140,6 +140,24 @@ fn every_case(extra: &[&str]) {
     let manifest = Image::parse(image.clone()).unwrap().manifest;
     assert_eq!(manifest.handler_sets.len(), 8);
     let (_local, users) = support::local_cluster(1, extra);
+    // The node's hello first: a configuration that reached the node before
+    // the server's answer would be refused without a reason (the node does
+    // not yet know that the server takes error messages).
+    let observer = Client::connect(
+        &users,
+        ClientOptions {
+            nodes: Some(0),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    support::poll_until(
+        "the node's hello",
+        Duration::from_secs(30),
+        || observer.status().unwrap(),
+        |s| s.nodes.iter().any(|n| !n.targets.is_empty()),
+    );
+    drop(observer);
     let client = Client::connect(
         &users,
         ClientOptions {

@@ -177,13 +177,6 @@ impl NodeConn {
                     match r {
                         Ok(Some(f)) if f.ty == MsgType::Hello => match Hello::decode(&f.payload) {
                             Ok(h) if h.role == "node" => {
-                                entry.set_info(NodeInfo {
-                                    name: h.name.clone(),
-                                    targets: h.targets.clone(),
-                                    hello: true,
-                                    peer: h.peer.clone().filter(|_| h.has(features::PEER)),
-                                });
-                                tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
                                 let mut reply = Hello::new("server");
                                 errors = h.has(features::ERROR);
                                 reply.features = if errors {
@@ -207,6 +200,16 @@ impl NodeConn {
                                 sink.send(reply.to_frame(), false);
                                 // After the answer: no chunk goes out before it.
                                 sink.set_chunk_size(chunk);
+                                // Only now may a user see the node (and send it a
+                                // configuration): nothing may reach a node before
+                                // the answer that tells it which features it has.
+                                entry.set_info(NodeInfo {
+                                    name: h.name.clone(),
+                                    targets: h.targets.clone(),
+                                    hello: true,
+                                    peer: h.peer.clone().filter(|_| h.has(features::PEER)),
+                                });
+                                tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
                             }
                             Ok(h) => {
                                 break format!("hello with role {:?} on the node port", h.role)
