@@ -113,6 +113,11 @@ pub struct ServerTuning {
     /// trickling bytes is cut off). Waiting between messages is not bounded by it.
     #[arg(long, default_value_t = defaults::READ_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub read_timeout: f64,
+    /// Seconds a new node connection may take to say hello before it is
+    /// taken for a seed-format node and joins the pool (corefarm nodes say
+    /// hello at once and join as soon as it is answered).
+    #[arg(long, default_value_t = defaults::NODE_HELLO_GRACE.as_secs_f64(), value_parser = parse_seconds)]
+    pub node_hello_grace: f64,
     /// Concurrent user connections; more are refused with a reason.
     #[arg(long, default_value_t = defaults::MAX_USERS)]
     pub max_users: usize,
@@ -201,6 +206,7 @@ impl ServerTuning {
             node_wait: Duration::from_secs_f64(self.node_wait),
             user_idle_timeout: Duration::from_secs_f64(self.user_idle_timeout),
             read_timeout: Duration::from_secs_f64(self.read_timeout),
+            node_hello_grace: Duration::from_secs_f64(self.node_hello_grace),
             max_users: self.max_users,
             max_nodes: self.max_nodes,
             auth: None,

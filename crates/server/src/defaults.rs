@@ -27,6 +27,10 @@ pub const NODE_WAIT: Duration = Duration::from_secs(5);
 pub const USER_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
 /// A begun frame must finish its header within this, and make progress at least this often.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a new node connection may take to say hello before it joins the
+/// pool as a seed-format node: corefarm nodes say it at once, so this only
+/// delays nodes that never will.
+pub const NODE_HELLO_GRACE: Duration = Duration::from_millis(250);
 pub const MAX_USERS: usize = 256;
 pub const MAX_NODES: usize = 1024;
 /// Who owns the nodes. Exclusive (the seed's behaviour) until the sharing

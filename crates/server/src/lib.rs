@@ -78,6 +78,9 @@ pub struct ServerOptions {
     /// A frame whose header has begun must complete its header within this,
     /// and its payload must make progress at least this often (users and nodes).
     pub read_timeout: Duration,
+    /// A new node joins the pool when its hello has been answered, or after
+    /// this long without one (a seed-format node never says hello).
+    pub node_hello_grace: Duration,
     /// Concurrent user connections; more are refused with a reason.
     pub max_users: usize,
     /// Concurrent node connections; more are refused with a reason.
@@ -126,6 +129,7 @@ impl Default for ServerOptions {
             node_wait: NODE_WAIT,
             user_idle_timeout: USER_IDLE_TIMEOUT,
             read_timeout: READ_TIMEOUT,
+            node_hello_grace: NODE_HELLO_GRACE,
             max_users: MAX_USERS,
             max_nodes: MAX_NODES,
             auth: None,
@@ -401,9 +405,24 @@ fn start_node(
     kill: CancellationToken,
     prefix: &[u8],
 ) {
-    let conn = nodeconn::NodeConn::start(s, addr, shared, permit, kill, prefix);
-    tracing::info!(node = %conn.label(), "node connected");
-    shared.pool.add(conn);
+    let (conn, introduced) = nodeconn::NodeConn::start(s, addr, shared, permit, kill, prefix);
+    // Until the node has said hello and been answered, nothing may be sent
+    // to it: a configuration that overtook the answer would reach a node
+    // that does not yet know which features (error messages, chunks) it has.
+    // So the node joins the pool (and the status) only then, or after the
+    // grace period for a seed-format node, which never says hello.
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let _ = tokio::time::timeout(shared.opts.node_hello_grace, introduced).await;
+        if !shared
+            .registry
+            .add_node_if_open(conn.entry.clone(), || conn.is_closed())
+        {
+            return;
+        }
+        tracing::info!(node = %conn.label(), "node connected");
+        shared.pool.add(conn);
+    });
 }
 
 /// Without an auth file anyone who reaches a port runs code on the nodes,

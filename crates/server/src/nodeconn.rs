@@ -13,7 +13,7 @@ use crate::tls::Stream;
 use corefarm_smp::codec::FrameReader;
 use corefarm_smp::stream::{Chunk, Reassembler, DEFAULT_CLASS};
 use corefarm_smp::{hello::features, ErrorMsg, Frame, Hello, MsgType, OutFrame};
-use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::{NodeEntry, NodeInfo};
@@ -90,6 +90,9 @@ pub struct NodeConn {
 impl NodeConn {
     /// Starts the connection's tasks. `permit` is its `--max-nodes` slot;
     /// `prefix` holds bytes authentication already read from the stream.
+    /// The receiver completes once the node's hello has been answered (and
+    /// fails when the connection ends first); the node is not registered
+    /// until the caller says so.
     pub(crate) fn start(
         stream: Stream,
         addr: SocketAddr,
@@ -97,10 +100,10 @@ impl NodeConn {
         permit: OwnedSemaphorePermit,
         kill: CancellationToken,
         prefix: &[u8],
-    ) -> NodeConn {
+    ) -> (NodeConn, oneshot::Receiver<()>) {
         let id = shared.next_id();
         let entry = Arc::new(NodeEntry::new(id, addr));
-        shared.registry.add_node(entry.clone());
+        let (introduced_tx, introduced) = oneshot::channel();
         let slot = Arc::new(Slot {
             shared: shared.clone(),
             id,
@@ -150,6 +153,7 @@ impl NodeConn {
             let prefix = prefix.to_vec();
             let read_timeout = shared.opts.read_timeout;
             let chunk_size = shared.opts.node_chunk_size;
+            let mut introduced = Some(introduced_tx);
             tokio::spawn(async move {
                 let _slot = slot;
                 let permits = Arc::new(Semaphore::new(READ_AHEAD));
@@ -210,6 +214,9 @@ impl NodeConn {
                                     peer: h.peer.clone().filter(|_| h.has(features::PEER)),
                                 });
                                 tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
+                                if let Some(t) = introduced.take() {
+                                    let _ = t.send(());
+                                }
                             }
                             Ok(h) => {
                                 break format!("hello with role {:?} on the node port", h.role)
@@ -260,7 +267,7 @@ impl NodeConn {
                 let _ = ev_tx.send(NodeEvent::Closed(reason));
             });
         }
-        NodeConn {
+        let conn = NodeConn {
             id,
             addr,
             entry,
@@ -270,7 +277,8 @@ impl NodeConn {
             events,
             closed,
             kill,
-        }
+        };
+        (conn, introduced)
     }
 
     /// Sends a frame to the node now (written at once when the socket is

@@ -204,8 +204,17 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn add_node(&self, e: Arc<NodeEntry>) {
-        self.nodes.lock().expect("registry lock").insert(e.id, e);
+    /// Adds a node unless `closed()` says its connection already ended.
+    /// Checked under the registry lock: a connection's removal (when its
+    /// last task ends, after it is marked closed) then either comes after
+    /// the insert and undoes it, or the insert does not happen.
+    pub fn add_node_if_open(&self, e: Arc<NodeEntry>, closed: impl FnOnce() -> bool) -> bool {
+        let mut nodes = self.nodes.lock().expect("registry lock");
+        if closed() {
+            return false;
+        }
+        nodes.insert(e.id, e);
+        true
     }
 
     pub fn remove_node(&self, id: u64) {
@@ -282,8 +291,8 @@ mod tests {
             hello: true,
             ..Default::default()
         });
-        r.add_node(a.clone());
-        r.add_node(b.clone());
+        r.add_node_if_open(a.clone(), || false);
+        r.add_node_if_open(b.clone(), || false);
         let u = Arc::new(UserEntry::new(7, addr(20)));
         u.set_hello(Some("prog".into()));
         u.set_phase(UserPhase::Routing);
