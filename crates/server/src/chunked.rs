@@ -140,8 +140,30 @@ impl Outbound {
     }
 
     /// The next chunk to write, by class.
+    #[cfg(test)]
     pub(crate) fn next_frame(&mut self) -> Option<Result<OutFrame, ProtocolError>> {
         self.next_with_class().map(|(_, f)| f)
+    }
+
+    /// Hands the most urgent waiting chunk to the user's sink in its class,
+    /// so an urgent result is written at once rather than when the session
+    /// next runs out of work. Err if the chunk cannot be framed or the
+    /// connection is gone.
+    pub(crate) fn feed(
+        &mut self,
+        sink: &crate::wire::Sink,
+        metrics: &crate::metrics::Metrics,
+    ) -> Result<(), String> {
+        let Some((class, next)) = self.next_with_class() else {
+            return Ok(());
+        };
+        let f = next.map_err(|e| format!("cannot frame a result chunk: {e}"))?;
+        metrics.bytes(crate::metrics::Link::UserOut, f.wire_len());
+        if sink.push_class(f, class, false) {
+            Ok(())
+        } else {
+            Err("user connection closed".into())
+        }
     }
 
     /// [`Outbound::next_frame`] with the chunk's class, for a sink that

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use crate::tls::{ReadHalf, Stream};
 use bytes::Bytes;
-use corefarm_smp::codec::{write_batch, FrameReader, ReadError};
+use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
     Frame, Hello, MsgType, OutFrame, UserPhase as Phase,
@@ -28,9 +28,10 @@ use tokio_util::sync::CancellationToken;
 use super::driver::{Cmd, Handle, ToUser};
 use super::Job;
 use crate::registry::UserEntry;
+use crate::wire::Sink;
 use crate::Shared;
 
-/// Frames queued for the user's socket.
+/// Frames queued for the user's socket before the session waits for it.
 const USER_QUEUE: usize = 32;
 
 /// Features the server agrees to in shared mode.
@@ -48,7 +49,10 @@ struct Session {
     peer: SocketAddr,
     entry: Arc<UserEntry>,
     reader: FrameReader<ReadHalf>,
-    out: mpsc::Sender<OutFrame>,
+    /// The user's socket, shared with exclusive mode: frames are written
+    /// by the session itself when the socket is idle, an urgent result
+    /// chunk at once, ahead of queued bulk (`Sink::push_class`).
+    out: Arc<Sink>,
     hello: Option<Hello>,
     /// With `chunks` agreed: the user's chunks being reassembled, and
     /// results waiting to go back as chunks.
@@ -89,30 +93,18 @@ pub(crate) async fn run(
     let (tx, mut rx) = mpsc::unbounded_channel();
     sched.send(Cmd::Join { user, tx });
     let _registered = Registered(shared.clone(), sched.clone(), user);
-    let (rd, mut wr) = stream.into_split();
-    let (out, mut out_rx) = mpsc::channel::<OutFrame>(USER_QUEUE);
+    let (rd, wr) = stream.into_split();
+    let out = Arc::new(Sink::new(wr));
     let io_timeout = shared.opts.io_timeout;
-    let writer_stop = stop.clone();
-    let metrics = shared.metrics.clone();
-    let writer = tokio::spawn(async move {
-        while let Some(f) = out_rx.recv().await {
-            let mut bytes = f.wire_len();
-            let more = || out_rx.try_recv().ok().inspect(|f| bytes += f.wire_len());
-            let write = write_batch(&mut wr, f, more);
-            match tokio::time::timeout(io_timeout, write).await {
-                Ok(Ok(_)) => metrics.bytes(crate::metrics::Link::UserOut, bytes),
-                Ok(Err(e)) => {
-                    tracing::info!(user = %peer, "write to user failed: {e}");
-                    break;
-                }
-                Err(_) => {
-                    tracing::warn!(user = %peer, "user stopped reading for {io_timeout:?}; closing");
-                    break;
-                }
+    let writer = {
+        let (out, stop) = (out.clone(), stop.clone());
+        tokio::spawn(async move {
+            if let Some(reason) = out.run(io_timeout, |_| {}).await {
+                tracing::info!(user = %peer, "closing: {reason}");
             }
-        }
-        writer_stop.cancel();
-    });
+            stop.cancel();
+        })
+    };
     let mut s = Session {
         reader: FrameReader::new(rd, shared.opts.max_message)
             .with_read_timeout(shared.opts.read_timeout)
@@ -139,7 +131,9 @@ pub(crate) async fn run(
         Ok(()) => tracing::info!(user = %peer, "user session ended"),
         Err(e) => tracing::warn!(user = %peer, "user session ended: {e}"),
     }
+    s.out.finish();
     drop(s);
+    // The writer flushes what is queued (e.g. a final error) then exits.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
 }
 
@@ -160,6 +154,7 @@ impl Session {
             let waiting_class = self.waiting.as_ref().map_or(0, |j| j.class);
             let chunks_waiting = self.outbound.as_ref().is_some_and(|o| !o.is_empty());
             let out = self.out.clone();
+            let unflushed = self.out.unflushed();
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
@@ -173,14 +168,11 @@ impl Session {
                         self.submit(job).await?;
                     }
                 }
-                // One chunk per free place in the writer's channel, picked
-                // by class when the place frees up.
-                p = out.reserve_owned(), if chunks_waiting => {
-                    let Ok(p) = p else { return Err("user connection closed".into()) };
-                    match self.outbound.as_mut().and_then(|o| o.next_frame()) {
-                        Some(Ok(f)) => { p.send(f); }
-                        Some(Err(e)) => return Err(format!("cannot frame a result chunk: {e}")),
-                        None => {}
+                // One chunk at a time into the sink, picked by class when
+                // there is room: an urgent result passes queued bulk.
+                _ = out.room(crate::chunked::SINK_DEPTH), if chunks_waiting => {
+                    if let Some(o) = self.outbound.as_mut() {
+                        o.feed(&self.out, &self.shared.metrics)?;
                     }
                 }
                 r = self.reader.read_frame(), if read => match r {
@@ -192,6 +184,9 @@ impl Session {
                     Err(ReadError::Io(e)) => return Err(format!("read failed: {e}")),
                     Err(ReadError::Protocol(e)) => return self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
                 },
+                // Last, so only when nothing else is ready: what this
+                // wake-up produced goes out in one write.
+                _ = std::future::ready(()), if unflushed => { self.out.flush(); }
             }
         }
     }
@@ -250,11 +245,18 @@ impl Session {
         });
     }
 
+    /// Queues a frame for the user; waits first while a queue's worth is
+    /// unwritten (the user's pace, not memory, bounds what it is sent).
     async fn send(&mut self, f: OutFrame) -> Result<(), String> {
-        self.out
-            .send(f)
-            .await
-            .map_err(|_| "user connection closed".to_string())
+        self.out.room(USER_QUEUE).await;
+        self.shared
+            .metrics
+            .bytes(crate::metrics::Link::UserOut, f.wire_len());
+        if self.out.push(f, false) {
+            Ok(())
+        } else {
+            Err("user connection closed".into())
+        }
     }
 
     async fn send_error(&mut self, id: u32, code: ErrorCode, reason: String) -> Result<(), String> {

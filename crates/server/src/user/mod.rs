@@ -400,19 +400,9 @@ impl Handler {
 
     /// Hands the most urgent waiting chunk to the user's sink.
     fn feed_chunk(&mut self) -> Result<(), End> {
-        let Some((class, next)) = self.outbound.as_mut().and_then(|o| o.next_with_class()) else {
-            return Ok(());
-        };
-        let f = next.map_err(|e| End::Error(format!("cannot frame a result chunk: {e}")))?;
-        self.shared
-            .metrics
-            .bytes(crate::metrics::Link::UserOut, f.wire_len());
-        // In its class: an urgent result is written at once, not when the
-        // handler next runs out of user input to read.
-        if self.out.push_class(f, class, false) {
-            Ok(())
-        } else {
-            Err(End::Error("user connection closed".into()))
+        match self.outbound.as_mut() {
+            Some(o) => o.feed(&self.out, &self.shared.metrics).map_err(End::Error),
+            None => Ok(()),
         }
     }
 
