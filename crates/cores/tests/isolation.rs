@@ -5,50 +5,14 @@
 //! `cores/faulty/faulty.cpp` (fault chosen by the first input byte) and,
 //! for RTL, the reference `vadd` and `stuck` Verilog cores.
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+#[path = "support/faulty.rs"]
+mod faulty;
 
 use bytes::Bytes;
 use corefarm_cores::image::{self, ArtifactKind};
-use corefarm_cores::{load, Core, CoreError, DriverOptions, Isolation, LoadOptions, WorkerCommand};
+use corefarm_cores::{load, Core, CoreError, Isolation, LoadOptions, WorkerCommand};
 use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
-
-fn repo() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
-fn opts(timeout_ms: u64) -> LoadOptions {
-    LoadOptions {
-        driver: DriverOptions {
-            timeout: Duration::from_millis(timeout_ms),
-            poll: Duration::from_millis(1),
-        },
-        worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
-        ..LoadOptions::default()
-    }
-}
-
-fn cache() -> PathBuf {
-    Path::new(env!("CARGO_TARGET_TMPDIR")).join("isolation-cache")
-}
-
-/// The faulty core in an image of `cores` cores with the given sizes.
-fn faulty_image(test: &str, cores: u32, input: u32, output: u32) -> Option<Vec<u8>> {
-    if !require_tool(Tool::Cxx, test) {
-        return None;
-    }
-    let src = repo().join("cores/faulty/faulty.cpp");
-    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache()).unwrap();
-    let table = image::default_core_table(cores, input, output).unwrap();
-    let target = image::native_target().unwrap();
-    let so = std::fs::read(so).unwrap();
-    Some(
-        ImageBuilder::new("faulty", input, output, table)
-            .artifact(target, ArtifactKind::Native, "faulty", so)
-            .build()
-            .unwrap(),
-    )
-}
+use faulty::{cache, faulty_image, opts, repo};
 
 fn input(first: u8, salt: u8) -> Vec<u8> {
     let mut v: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(3) ^ salt).collect();

@@ -4,13 +4,8 @@
 //! worker. A test binary of its own, so that the only worker processes of
 //! this process are this test's.
 
-use std::path::Path;
-use std::time::Duration;
-
-use bytes::Bytes;
-use corefarm_cores::image::{self, ArtifactKind};
-use corefarm_cores::{load, DriverOptions, LoadOptions, WorkerCommand};
-use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
+#[path = "support/faulty.rs"]
+mod faulty;
 
 /// Pids of this process's children, from /proc.
 fn children() -> Vec<i32> {
@@ -37,33 +32,10 @@ fn children() -> Vec<i32> {
 
 #[test]
 fn a_worker_killed_between_jobs_fails_the_next_job_only() {
-    if !require_tool(Tool::Cxx, "a_worker_killed_between_jobs") {
+    // A job timeout far beyond the test: the death is noticed at once.
+    let Some(mut loaded) = faulty::load_faulty("a_worker_killed_between_jobs", 30_000) else {
         return;
-    }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("isolation-cache");
-    let src = repo.join("cores/faulty/faulty.cpp");
-    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache).unwrap();
-    let table = image::default_core_table(1, 64, 64).unwrap();
-    let img = ImageBuilder::new("faulty", 64, 64, table)
-        .artifact(
-            image::native_target().unwrap(),
-            ArtifactKind::Native,
-            "faulty",
-            std::fs::read(so).unwrap(),
-        )
-        .build()
-        .unwrap();
-    let cfg = image::configuration(Bytes::from(img)).unwrap();
-    let opts = LoadOptions {
-        driver: DriverOptions {
-            timeout: Duration::from_secs(30),
-            poll: Duration::from_millis(1),
-        },
-        worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
-        ..LoadOptions::default()
     };
-    let mut loaded = load(&cfg, &opts).unwrap();
     let input: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(5) & 0x7f).collect();
     let want: Vec<u8> = input.iter().map(|b| b ^ 0x5A).collect();
     let mut out = vec![0u8; 64];

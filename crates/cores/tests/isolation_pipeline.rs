@@ -6,43 +6,10 @@
 //! correct. The core is `cores/faulty/faulty.cpp` (fault chosen by the
 //! first input byte; output = input ^ 0x5A).
 
-use std::path::Path;
-use std::time::Duration;
+#[path = "support/faulty.rs"]
+mod faulty;
 
-use bytes::Bytes;
-use corefarm_cores::image::{self, ArtifactKind};
-use corefarm_cores::{load, DriverOptions, LoadOptions, Loaded, WorkerCommand};
-use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
-
-fn faulty(test: &str, timeout_ms: u64) -> Option<Loaded> {
-    if !require_tool(Tool::Cxx, test) {
-        return None;
-    }
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let cache = Path::new(env!("CARGO_TARGET_TMPDIR")).join("isolation-cache");
-    let src = repo.join("cores/faulty/faulty.cpp");
-    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache).unwrap();
-    let table = image::default_core_table(1, 64, 64).unwrap();
-    let img = ImageBuilder::new("faulty", 64, 64, table)
-        .artifact(
-            image::native_target().unwrap(),
-            ArtifactKind::Native,
-            "faulty",
-            std::fs::read(so).unwrap(),
-        )
-        .build()
-        .unwrap();
-    let cfg = image::configuration(Bytes::from(img)).unwrap();
-    let opts = LoadOptions {
-        driver: DriverOptions {
-            timeout: Duration::from_millis(timeout_ms),
-            poll: Duration::from_millis(1),
-        },
-        worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
-        ..LoadOptions::default()
-    };
-    Some(load(&cfg, &opts).unwrap())
-}
+use faulty::load_faulty as faulty;
 
 /// `count` inputs of 64 bytes, salted by `salt`; the first byte of each is
 /// `first` (a fault) or below 0x80 (a good input).

@@ -361,6 +361,24 @@ impl Sink {
         self.shutdown();
     }
 
+    /// Spawns the writer task of a user's socket: when it ends (the user
+    /// stopped reading for `io_timeout`, the socket failed, or after
+    /// [`Sink::finish`]) the session is stopped through `stop`.
+    pub fn spawn_user_writer(
+        self: &std::sync::Arc<Self>,
+        io_timeout: Duration,
+        peer: std::net::SocketAddr,
+        stop: tokio_util::sync::CancellationToken,
+    ) -> tokio::task::JoinHandle<()> {
+        let out = self.clone();
+        tokio::spawn(async move {
+            if let Some(reason) = out.run(io_timeout, |_| {}).await {
+                tracing::info!(user = %peer, "closing: {reason}");
+            }
+            stop.cancel();
+        })
+    }
+
     /// The writer task's body: writes queued frames whenever the socket is
     /// handed over, reporting the tags of written frames to `on_written`.
     /// Returns why it ended (a failure, or `None` after [`Sink::finish`]).

@@ -163,16 +163,7 @@ pub(crate) async fn run(
     let _registered = Registered(shared.clone(), user);
     let (rd, wr) = stream.into_split();
     let out = Arc::new(Sink::new(wr));
-    let io_timeout = shared.opts.io_timeout;
-    let writer = {
-        let (out, stop) = (out.clone(), stop.clone());
-        tokio::spawn(async move {
-            if let Some(reason) = out.run(io_timeout, |_| {}).await {
-                tracing::info!(user = %peer, "closing: {reason}");
-            }
-            stop.cancel();
-        })
-    };
+    let writer = out.spawn_user_writer(shared.opts.io_timeout, peer, stop.clone());
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
     let mut h = Handler {
         reader: FrameReader::new(rd, shared.opts.max_message)
