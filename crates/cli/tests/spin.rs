@@ -142,20 +142,13 @@ fn streaming_handlers_on_a_real_node_with_chunks_on_the_wire() {
     every_case(&["--node-chunk-size", "1024"]);
 }
 
-fn every_case(extra: &[&str]) {
-    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let image = build_image(dir.path());
-    let manifest = Image::parse(image.clone()).unwrap().manifest;
-    assert_eq!(manifest.handler_sets.len(), 8);
-    let (_local, users) = support::local_cluster(1, extra);
-    // The node's hello first: a configuration that reached the node before
-    // the server's answer would be refused without a reason (the node does
-    // not yet know that the server takes error messages).
+/// A client with the cluster's node, once the node's hello was answered:
+/// a configuration that reached the node before the server's answer would
+/// be refused without a reason (the node does not yet know that the server
+/// takes error messages).
+fn connect_after_hello(users: &str) -> Client {
     let observer = Client::connect(
-        &users,
+        users,
         ClientOptions {
             nodes: Some(0),
             ..ClientOptions::default()
@@ -169,15 +162,59 @@ fn every_case(extra: &[&str]) {
         |s| s.nodes.iter().any(|n| !n.targets.is_empty()),
     );
     drop(observer);
-    let client = Client::connect(
-        &users,
+    Client::connect(
+        users,
         ClientOptions {
             nodes: Some(1),
             io_timeout: Some(Duration::from_secs(60)),
             ..ClientOptions::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A handler result longer than one message on the link (`--max-message`
+/// less the id) fails that message with the limit; the next one succeeds.
+#[test]
+fn a_handler_result_beyond_one_message_fails_with_the_limit() {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    // Room for the configuration (the image), not for the result below.
+    let limit = (image.len() + 4096).max(64 << 10);
+    let count = (limit / 64 + 100) as u32;
+    assert!(
+        count as usize * 64 + 16 <= 1 << 20,
+        "the strided scratchpad holds it"
+    );
+    let (_local, users) = support::local_cluster(1, &["--max-message", &limit.to_string()]);
+    let client = connect_after_hello(&users);
+    client
+        .configure(&image::configuration(image).unwrap())
+        .unwrap();
+    let e = one(&client, &header(4, [count, 16, 64])).unwrap_err();
+    let want = format!(
+        "handler set strided: emitted {} bytes, more than one result message carries on this \
+         link ({} bytes)",
+        count * 64,
+        limit - 4
+    );
+    assert!(e.contains(&want), "{e}");
+    sum_of_seven(&client);
+}
+
+fn every_case(extra: &[&str]) {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    let manifest = Image::parse(image.clone()).unwrap().manifest;
+    assert_eq!(manifest.handler_sets.len(), 8);
+    let (_local, users) = support::local_cluster(1, extra);
+    let client = connect_after_hello(&users);
 
     // A handler set the image's code does not define: refused with the reason.
     let bad = {
