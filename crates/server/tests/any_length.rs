@@ -4,12 +4,14 @@
 //! exactly those bytes, a hello user that did not gets them padded (or an
 //! error for a longer one), a seed user gets them padded (or its session
 //! ends); a node that did not agree it is still dropped for a result of
-//! another size, and the max message still bounds every result.
+//! another size, and the max message still bounds every result. The Rust
+//! client with `chunks` gets a long result as chunks, reassembled whole.
 
 mod common;
 
 use bytes::Bytes;
 use common::{bench, opts, start, FakeUser, LIMIT};
+use corefarm_client::{Client, ClientOptions};
 use corefarm_server::{ServerOptions, Sharing};
 use corefarm_smp::codec::{write_frame, FrameReader};
 use corefarm_smp::hello::features;
@@ -279,5 +281,41 @@ async fn a_result_beyond_the_max_message_is_refused_even_with_the_feature() {
         // One byte more, announced in its first chunk: the node is dropped.
         u.send(ask(2, most + 1)).await;
         n.closed().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_with_chunks_gets_results_of_any_length_whole() {
+    for mode in MODES {
+        let srv = start(options(mode)).await;
+        let feats = [features::ERROR, features::ANY_LENGTH, features::CHUNKS];
+        let mut n = node(srv.nodes, &feats, Some(4096)).await;
+        n.server_hello().await;
+        srv.wait_free_nodes(1).await;
+        let users = srv.users.to_string();
+        tokio::task::spawn_blocking(move || {
+            let opts = ClientOptions {
+                chunks: true,
+                chunk_size: Some(512),
+                io_timeout: Some(LIMIT),
+                ..ClientOptions::default()
+            };
+            let c = Client::connect(&users, opts).unwrap();
+            let agreed = c.server_hello().unwrap();
+            assert!(agreed.has(features::ANY_LENGTH), "{mode:?}: {agreed:?}");
+            c.configure(&bench(INPUT, OUTPUT)).unwrap();
+            // 5000 bytes: 5 chunks from the node, 10 to the client.
+            for (len, count) in [(5000u32, 312u32), (3, 0), (0, 0)] {
+                let mut input = vec![0u8; INPUT as usize];
+                input[..4].copy_from_slice(&len.to_le_bytes());
+                let id = c.submit(Bytes::from(input)).unwrap();
+                let out = c.recv(Some(LIMIT)).unwrap();
+                assert_eq!(out.id, id);
+                assert_eq!(&out.data[..], &emitted(len as usize)[..], "{mode:?}: {len}");
+                assert_eq!(out.count, count, "{mode:?}: whole outputs in {len} bytes");
+            }
+        })
+        .await
+        .unwrap();
     }
 }
