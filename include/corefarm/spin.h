@@ -24,6 +24,10 @@
  * Output: `emit` appends bytes to the message's result. The result is
  * ordered by chunk, whatever order the handlers ran in: head's output
  * first, then each chunk's payload output by chunk offset, then tail's.
+ * The user gets exactly those bytes, of any length up to the output budget
+ * and one message (hello feature `any-length`); a client without that
+ * feature gets them zero-padded to inputs x output size, and a longer
+ * result fails its message for it (docs/streams.md, "Results").
  * Without emit, forward or drop, the message goes to the hardware cores
  * as if no handler had matched.
  *
@@ -65,7 +69,8 @@ typedef struct cf_spin_ops {
     int (*emit)(void *ctx, const uint8_t *bytes, uint32_t len);
     /* After the tail, hand the whole message to the hardware cores. */
     void (*forward)(void *ctx);
-    /* The message produces no result (the user gets an empty one). */
+    /* The message produces no result (the user gets an empty one; zeros
+     * of the fixed size without `any-length`). */
     void (*drop)(void *ctx);
     /* Sends the user a notification of `len` bytes (at most 4 KiB).
      * Nodes collect notifications but do not deliver them yet

@@ -13,6 +13,7 @@ used from many threads; `corefarm.aio` is the asyncio interface.
 
 import collections as _collections
 import json as _json
+import math as _math
 import operator as _operator
 import os as _os
 import shutil as _shutil
@@ -245,14 +246,25 @@ class _Type:
             raise InputError(f"input array is not C-contiguous (use numpy.ascontiguousarray); {takes}")
         return batch
 
-    def array(self, data, batch):
+    def array(self, data, batch, inputs=None):
         """`data` (k outputs' bytes) as a read-only array: shape `self.shape`
-        for one input without a batch axis, else (k, *self.shape)."""
+        for one input without a batch axis (`batch` None), else
+        (k, *self.shape). A result of another length than `inputs` outputs
+        (a streaming handler's: what its handlers emitted, docs/streams.md)
+        has no such shape: it comes back as a read-only 1-D array of the
+        element type when its length is a multiple of the element's size,
+        else as the raw bytes."""
         import numpy
-        flat = numpy.frombuffer(data, dtype=self.numpy_dtype())
-        if batch is None:
-            return flat.reshape(self.shape)
-        return flat.reshape((-1, *self.shape))
+        dtype = self.numpy_dtype()
+        whole = dtype.itemsize * _math.prod(self.shape)
+        n = len(data)
+        shaped = n == whole if batch is None else n % whole == 0
+        if shaped and (inputs is None or n == inputs * whole):
+            flat = numpy.frombuffer(data, dtype=dtype)
+            return flat.reshape(self.shape if batch is None else (-1, *self.shape))
+        if n % dtype.itemsize == 0:
+            return numpy.frombuffer(data, dtype=dtype)
+        return bytes(data)
 
 
 def _is_array(data):
@@ -412,28 +424,38 @@ class Client:
         return tuple(t.spec if t else None for t in self._types)
 
     def _prepare(self, data):
-        """The bytes view to send, and the batch: None for one typed input
-        without a batch axis, k for an array of k inputs, 0 for bytes."""
+        """The bytes view to send, and how its result is shaped (`_array`):
+        (batch, inputs), batch None for one typed input without a batch
+        axis, k for an array of k inputs, 0 for bytes; inputs the number of
+        inputs the message holds (None if unknown)."""
         t = self._types[0]
-        batch = t.check(data, self._image) if t is not None and _is_array(data) else 0
-        return _as_bytes_view(data), batch
+        if t is not None and _is_array(data):
+            batch = t.check(data, self._image)  # before the view: its errors name the type
+            return _as_bytes_view(data), (batch, 1 if batch is None else batch)
+        view = _as_bytes_view(data)
+        sizes = self._raw.sizes
+        return view, (0, len(view) // sizes[0] if sizes and sizes[0] else None)
 
     def array(self, result):
         """A result (an Output or its bytes) as a read-only numpy array of
         the image's output type: shaped as the type if it holds one output,
-        else (k, *shape). Raises UsageError if the configured image records
-        no output type."""
-        return self._array(result.data if isinstance(result, Output) else result, 0)
+        else (k, *shape). A result that is no whole number of outputs (a
+        streaming handler's, see `map`) comes back as a 1-D array of the
+        element type, or as bytes if it is no whole number of elements
+        either. Raises UsageError if the configured image records no output
+        type."""
+        return self._array(result.data if isinstance(result, Output) else result, (0, None))
 
-    def _array(self, data, batch):
+    def _array(self, data, form):
         t = self._types[1]
         if t is None:
             raise UsageError("the configured image records no output type (build it with "
                              "--output-type, or read the bytes)")
+        batch, inputs = form
         if batch == 0:  # bytes in: one output gets no batch axis
             sizes = self._raw.sizes
             batch = None if sizes and len(data) == sizes[1] else -1
-        return t.array(data, batch)
+        return t.array(data, batch, inputs)
 
     # -- data ----------------------------------------------------------
     def submit(self, data, id=None, *, priority=None):
@@ -476,6 +498,11 @@ class Client:
         of the input shape gives one output shaped as the output type, a
         batch (k, *input shape) gives (k, *output shape); bytes holding k
         inputs give k outputs the same way (no batch axis for k = 1).
+        A streaming handler's result is exactly what its handlers emitted
+        (a sum, the records a filter kept; docs/streams.md), of any length:
+        when it is not the k outputs of its input it comes back as a
+        read-only 1-D array of the output element type if its length is a
+        multiple of the element's size, else as bytes.
 
         `cowork=True` (or a `corefarm.cowork.Cowork`) computes part of the
         inputs on this machine too (seed 002, chapter 4); see

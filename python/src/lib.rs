@@ -167,7 +167,9 @@ struct Output {
     /// The id of the data message this result answers.
     #[pyo3(get)]
     id: u32,
-    /// How many outputs of the configured output size `data` holds.
+    /// How many whole outputs of the configured output size `data` holds
+    /// (a streaming handler's result may be any length: `len(data)` //
+    /// output size, not the number of inputs).
     #[pyo3(get)]
     count: u32,
     data: Bytes,

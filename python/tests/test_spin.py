@@ -1,8 +1,10 @@
 """Streaming handlers (docs/streams.md) from Python: an image built with
 `corefarm image build --handlers` carries the reference handler sets of
 cores/spin; each one, driven through a real node of `corefarm local`,
-gives the whole-message computation (zero-padded to the message's result
-size), and a message no ruleset matches goes to the core."""
+gives exactly the whole-message computation (the bytes its handlers
+emitted, no padding: the client agrees `any-length`), typed results of
+another length come back as 1-D arrays, and a message no ruleset matches
+goes to the core."""
 
 import json
 import random
@@ -73,10 +75,11 @@ def header(word0, a=0, b=0, c=0):
     return struct.pack("<4I", word0, a, b, c)
 
 
-def padded(msg, want):
-    room = len(msg) // INPUT * OUTPUT
-    assert len(want) <= room
-    return want + bytes(room - len(want))
+def exactly(got, msg, want):
+    # Not the fixed size (inputs × 64 bytes): a padded result would differ.
+    assert len(want) != len(msg) // INPUT * OUTPUT
+    assert len(got) == len(want), msg[:4]
+    assert got == want, msg[:4]
 
 
 def test_reference_handlers_through_a_real_node(cluster, image):
@@ -105,7 +108,7 @@ def test_reference_handlers_through_a_real_node(cluster, image):
         c.configure(image)
         got = list(c.map([m for m, _ in cases], window=1))
         for (msg, want), out in zip(cases, got):
-            assert bytes(out) == padded(msg, want), msg[:4]
+            exactly(bytes(out), msg, want)
         # No ruleset matches word 0 = 99: the echo core answers.
         msg = header(99) + bytes(range(16))
         (out,) = list(c.map([msg], window=1))
@@ -113,3 +116,30 @@ def test_reference_handlers_through_a_real_node(cluster, image):
         for k in range(2):
             assert out[k * OUTPUT:k * OUTPUT + 16] == msg[k * INPUT:(k + 1) * INPUT]
             assert out[k * OUTPUT + 16:(k + 1) * OUTPUT] == b"\xee" * 48
+
+
+def test_a_typed_sum_comes_back_as_a_1d_array_of_the_output_element(cluster, tmp_path):
+    np = pytest.importorskip("numpy")
+    require_tools()
+    (tmp_path / "echo.cpp").write_text(ECHO)
+    (tmp_path / "sets.json").write_text(json.dumps([rule_set("sum", 1)]))
+    out = tmp_path / "typed.cfimg"
+    subprocess.run(
+        [BIN, "image", "build", "--hls", str(tmp_path / "echo.cpp"), "--entry", "echo",
+         "--input-type", "int32[4]", "--output-type", "int64[8]",
+         "--handlers", str(tmp_path / "sets.json"),
+         "--handler-source", str(ROOT / "cores" / "spin" / "sum.c"), "-o", str(out)],
+        check=True)
+    rng = random.Random(11)
+    words = [rng.randrange(-2**31, 2**31) for _ in range(4 * 300)]
+    batch = np.array([[1, 0, 0, 0]] + [words[i:i + 4] for i in range(0, len(words), 4)],
+                     dtype=np.int32)
+    with corefarm.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+        c.configure(out)
+        assert c.types == ("int32[4]", "int64[8]")
+        (got,) = list(c.map([batch], window=1))
+        # One int64 (the sum of the words after the header row), not 301 outputs.
+        assert got.dtype == np.dtype("<i8") and got.shape == (1,)
+        assert got.tolist() == [sum(words)]
+        (raw,) = list(c.map([batch], window=1, raw=True))
+        assert raw == struct.pack("<q", sum(words))

@@ -157,3 +157,35 @@ def test_a_file_that_is_not_an_image_is_named_so(tmp_path):
         with pytest.raises(corefarm.ConfigurationError, match="this buffer is not a corefarm image"):
             c.configure(b"RBF")
     srv.join()
+
+
+def test_results_of_another_length_are_1d_arrays_or_bytes():
+    # A streaming handler's result is what it emitted (docs/streams.md):
+    # here 3 elements, nothing, 5 bytes, and 2 whole outputs for 1 input.
+    answers = [struct.pack("<3i", 7, -8, 9), b"", b"\1\2\3\4\5", bytes(range(32))]
+
+    def script(p):
+        hello = p.hello(features=("error", "credit", "any-length"))
+        assert "any-length" in hello["features"], hello
+        p.configuration()
+        p.credit(64)
+        for body in answers + answers[:1]:
+            ident, _ = p.data()
+            p.result(ident, body)
+
+    srv = FakeServer(script)
+    with corefarm.connect(srv.addr) as c:
+        c.configure(IMAGE)
+        one = np.array([1, 2, 3, 4], dtype=np.int16)
+        got = list(c.map([one, one, one, one.tobytes()], window=1))
+        assert got[0].dtype == np.dtype("<i4") and got[0].shape == (3,)
+        assert got[0].tolist() == [7, -8, 9] and not got[0].flags.writeable
+        assert got[1].dtype == np.dtype("<i4") and got[1].shape == (0,)
+        assert got[2] == b"\1\2\3\4\5"
+        # Bytes of one input, two outputs' worth back: not shaped as outputs.
+        assert got[3].shape == (8,) and got[3].dtype == np.dtype("<i4")
+        ident = c.submit(one)
+        out = c.recv(timeout=10)
+        assert out.id == ident and out.count == 0 and len(out) == 12
+        assert c.array(out).tolist() == [7, -8, 9]
+    srv.join()

@@ -1,7 +1,9 @@
 //! Streaming handlers through a real node (`corefarm local`, one node): an
 //! image built by `corefarm image build --handlers` carries the reference
 //! handler sets of cores/spin and an echo core. Each reference set's
-//! result equals the whole-message computation, an unmatched message goes
+//! result is exactly the whole-message computation — the bytes the handlers
+//! emitted, no padding (the client agrees `any-length`; a seed-format
+//! client still gets them padded to its fixed size) — an unmatched message goes
 //! to the core, a handler that crashes, loops or overruns its output
 //! budget fails only its message (the next one succeeds), and an image
 //! whose handler set does not exist is refused at configuration. All of it
@@ -91,11 +93,22 @@ fn header(word0: u32, params: [u32; 3]) -> Vec<u8> {
         .collect()
 }
 
-/// What the node answers for handler output `want`: padded with zeros to
-/// the message's result size (inputs × 64 bytes, what the server accepts).
+/// What a seed-format user gets for handler output `want`: padded with
+/// zeros to the message's result size (inputs × 64 bytes).
 fn padded(msg_len: usize, mut want: Vec<u8>) -> Vec<u8> {
     want.resize(msg_len / INPUT * OUTPUT, 0);
     want
+}
+
+/// `got` is exactly `want`, which is not the fixed size: nothing padded.
+fn exactly(got: Vec<u8>, msg_len: usize, want: Vec<u8>, what: &str) {
+    assert_ne!(
+        want.len(),
+        msg_len / INPUT * OUTPUT,
+        "{what}: pick another size"
+    );
+    assert_eq!(got.len(), want.len(), "{what}: the emitted length");
+    assert_eq!(got, want, "{what}");
 }
 
 fn one(client: &Client, msg: &[u8]) -> Result<Vec<u8>, String> {
@@ -112,10 +125,8 @@ fn one(client: &Client, msg: &[u8]) -> Result<Vec<u8>, String> {
 fn sum_of_seven(client: &Client) {
     let mut msg = header(1, [0; 3]);
     msg.extend_from_slice(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
-    assert_eq!(
-        one(client, &msg).expect("the next message succeeds"),
-        padded(msg.len(), 7i64.to_le_bytes().to_vec())
-    );
+    let got = one(client, &msg).expect("the next message succeeds");
+    exactly(got, msg.len(), 7i64.to_le_bytes().to_vec(), "sum of seven");
 }
 
 #[test]
@@ -131,20 +142,13 @@ fn streaming_handlers_on_a_real_node_with_chunks_on_the_wire() {
     every_case(&["--node-chunk-size", "1024"]);
 }
 
-fn every_case(extra: &[&str]) {
-    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
-        return;
-    }
-    let dir = tempfile::tempdir().unwrap();
-    let image = build_image(dir.path());
-    let manifest = Image::parse(image.clone()).unwrap().manifest;
-    assert_eq!(manifest.handler_sets.len(), 8);
-    let (_local, users) = support::local_cluster(1, extra);
-    // The node's hello first: a configuration that reached the node before
-    // the server's answer would be refused without a reason (the node does
-    // not yet know that the server takes error messages).
+/// A client with the cluster's node, once the node's hello was answered:
+/// a configuration that reached the node before the server's answer would
+/// be refused without a reason (the node does not yet know that the server
+/// takes error messages).
+fn connect_after_hello(users: &str) -> Client {
     let observer = Client::connect(
-        &users,
+        users,
         ClientOptions {
             nodes: Some(0),
             ..ClientOptions::default()
@@ -158,15 +162,59 @@ fn every_case(extra: &[&str]) {
         |s| s.nodes.iter().any(|n| !n.targets.is_empty()),
     );
     drop(observer);
-    let client = Client::connect(
-        &users,
+    Client::connect(
+        users,
         ClientOptions {
             nodes: Some(1),
             io_timeout: Some(Duration::from_secs(60)),
             ..ClientOptions::default()
         },
     )
-    .unwrap();
+    .unwrap()
+}
+
+/// A handler result longer than one message on the link (`--max-message`
+/// less the id) fails that message with the limit; the next one succeeds.
+#[test]
+fn a_handler_result_beyond_one_message_fails_with_the_limit() {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    // Room for the configuration (the image), not for the result below.
+    let limit = (image.len() + 4096).max(64 << 10);
+    let count = (limit / 64 + 100) as u32;
+    assert!(
+        count as usize * 64 + 16 <= 1 << 20,
+        "the strided scratchpad holds it"
+    );
+    let (_local, users) = support::local_cluster(1, &["--max-message", &limit.to_string()]);
+    let client = connect_after_hello(&users);
+    client
+        .configure(&image::configuration(image).unwrap())
+        .unwrap();
+    let e = one(&client, &header(4, [count, 16, 64])).unwrap_err();
+    let want = format!(
+        "handler set strided: emitted {} bytes, more than one result message carries on this \
+         link ({} bytes)",
+        count * 64,
+        limit - 4
+    );
+    assert!(e.contains(&want), "{e}");
+    sum_of_seven(&client);
+}
+
+fn every_case(extra: &[&str]) {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    let manifest = Image::parse(image.clone()).unwrap().manifest;
+    assert_eq!(manifest.handler_sets.len(), 8);
+    let (_local, users) = support::local_cluster(1, extra);
+    let client = connect_after_hello(&users);
 
     // A handler set the image's code does not define: refused with the reason.
     let bad = {
@@ -192,6 +240,7 @@ fn every_case(extra: &[&str]) {
         .to_string();
     assert!(e.contains("defines none of nosuch_head"), "{e}");
 
+    let image_bytes = image.clone();
     client
         .configure(&image::configuration(image).unwrap())
         .unwrap();
@@ -207,8 +256,13 @@ fn every_case(extra: &[&str]) {
             .chunks_exact(4)
             .map(|w| i32::from_le_bytes(w.try_into().unwrap()) as i64)
             .sum();
-        let want = padded(msg.len(), want.to_le_bytes().to_vec());
-        assert_eq!(one(&client, &msg).unwrap(), want, "sum {round}");
+        let got = one(&client, &msg).unwrap();
+        exactly(
+            got,
+            msg.len(),
+            want.to_le_bytes().to_vec(),
+            &format!("sum {round}"),
+        );
 
         let threshold: i32 = rng.gen_range(-1000..1000) * 1_000_000;
         let mut msg = header(2, [threshold as u32, 0, 0]);
@@ -220,22 +274,16 @@ fn every_case(extra: &[&str]) {
             .copied()
             .collect();
         assert!(!kept.is_empty(), "the data has records above {threshold}");
-        assert_eq!(
-            one(&client, &msg).unwrap(),
-            padded(msg.len(), kept),
-            "filter {round}"
-        );
+        let got = one(&client, &msg).unwrap();
+        exactly(got, msg.len(), kept, &format!("filter {round}"));
 
         let mut msg = header(3, [0; 3]);
         msg.extend_from_slice(&data);
         let mut bins = [0u64; 256];
         data.iter().for_each(|&b| bins[b as usize] += 1);
         let want: Vec<u8> = bins.iter().flat_map(|c| c.to_le_bytes()).collect();
-        assert_eq!(
-            one(&client, &msg).unwrap(),
-            padded(msg.len(), want),
-            "histogram {round}"
-        );
+        let got = one(&client, &msg).unwrap();
+        exactly(got, msg.len(), want, &format!("histogram {round}"));
 
         let block = 16 * rng.gen_range(1..4u32);
         let stride = block * rng.gen_range(1..4u32);
@@ -248,11 +296,8 @@ fn every_case(extra: &[&str]) {
             let at = i * stride as usize;
             want[at..at + block as usize].copy_from_slice(blk);
         }
-        assert_eq!(
-            one(&client, &msg).unwrap(),
-            padded(msg.len(), want),
-            "strided {round}"
-        );
+        let got = one(&client, &msg).unwrap();
+        exactly(got, msg.len(), want, &format!("strided {round}"));
     }
 
     // No ruleset matches word 0 = 99 (the `never` set's rule matches
@@ -294,8 +339,51 @@ fn every_case(extra: &[&str]) {
     assert!(e.contains("handler set greedy: Payload handler emitted more than the output budget of 10000 bytes"), "{e}");
     sum_of_seven(&client);
 
-    // More output than the message's result holds: that message fails.
-    let e = one(&client, &header(4, [100, 16, 64])).unwrap_err();
-    assert!(e.contains("more than this message's result"), "{e}");
-    sum_of_seven(&client);
+    // An unpacked vector of 100 blocks: 6400 bytes, less than the 101
+    // inputs × 64 the message's fixed size would be, so not padded; and
+    // with no packed data (one input, 64 bytes fixed) 6400 zeros, more
+    // than it: delivered whole.
+    let mut packed = header(4, [100, 16, 64]);
+    let blocks: Vec<u8> = (0..1600u32).map(|i| (i % 251) as u8).collect();
+    packed.extend_from_slice(&blocks);
+    let mut want = vec![0u8; 6400];
+    for (i, blk) in blocks.chunks(16).enumerate() {
+        want[i * 64..i * 64 + 16].copy_from_slice(blk);
+    }
+    let want_packed = want.clone();
+    exactly(
+        one(&client, &packed).unwrap(),
+        packed.len(),
+        want,
+        "strided",
+    );
+    let longer = header(4, [100, 16, 64]);
+    let got = one(&client, &longer).unwrap();
+    exactly(got, longer.len(), vec![0u8; 6400], "strided, longer");
+    drop(client);
+
+    // A seed-format user keeps its contract of inputs × 64 bytes: the sum
+    // and the vector come padded, and a longer result fails its message,
+    // which for a seed user ends the session (as a failed core does).
+    let seed = Client::connect(
+        &users,
+        ClientOptions {
+            legacy: true,
+            io_timeout: Some(Duration::from_secs(60)),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    seed.configure(&image::configuration(image_bytes).unwrap())
+        .unwrap();
+    let mut msg = header(1, [0; 3]);
+    msg.extend_from_slice(&[7, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+    let got = one(&seed, &msg).unwrap();
+    assert_eq!(got, padded(msg.len(), 7i64.to_le_bytes().to_vec()));
+    let got = one(&seed, &packed).unwrap();
+    assert_eq!(got, padded(packed.len(), want_packed));
+    assert!(
+        one(&seed, &longer).is_err(),
+        "a longer result ends a seed session"
+    );
 }

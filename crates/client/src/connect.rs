@@ -83,9 +83,15 @@ pub(crate) fn handshake(
     };
     let mut hello = Hello::new("user");
     hello.name = opts.name.clone();
-    hello.features = [features::ERROR, features::CREDIT, features::STATUS]
-        .map(String::from)
-        .to_vec();
+    // `any-length`: a streaming handler's result comes as emitted (Output::count).
+    hello.features = [
+        features::ERROR,
+        features::CREDIT,
+        features::STATUS,
+        features::ANY_LENGTH,
+    ]
+    .map(String::from)
+    .to_vec();
     hello.nodes = opts.nodes;
     if opts.secret.is_some() {
         hello.features.push(features::AUTH.into());

@@ -124,10 +124,19 @@ impl Default for ClientOptions {
 
 /// One result: the id of the data message it answers, the outputs, and how
 /// many outputs of the configured output size they are.
+///
+/// A core's result is count × output size bytes, one output per input. A
+/// streaming handler's result (docs/streams.md) is exactly what the
+/// handlers emitted — a sum, the records a filter kept, possibly nothing —
+/// since the client agrees the `any-length` feature: `data` is then whole,
+/// whatever its length, and `count` is the number of *whole* outputs of
+/// the configured size in it (`data.len() / output_size`, rounded down),
+/// not the number of inputs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Output {
     pub id: u32,
     pub data: Bytes,
+    /// Whole outputs of the configured output size in `data` (see above).
     pub count: u32,
 }
 

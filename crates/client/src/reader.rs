@@ -267,7 +267,8 @@ fn handle(
     Ok(())
 }
 
-/// A result, whole or reassembled, to whoever waits for its id.
+/// A result, whole or reassembled, to whoever waits for its id. Any length
+/// is delivered whole (`any-length`): `count` is the whole outputs in it.
 fn deliver_result(shared: &Shared, d: Data, output_size: u32) {
     let count = match output_size {
         0 => 0,

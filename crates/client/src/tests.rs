@@ -608,3 +608,33 @@ fn unused_credit_carries_over_a_reconfiguration() {
     drop(c);
     srv.join().unwrap();
 }
+
+#[test]
+fn results_of_any_length_are_delivered_whole_with_the_whole_outputs_counted() {
+    let (addr, srv) = fake(|mut p| {
+        let h = p.hello(&["error", "any-length"], 1);
+        assert!(h.has("any-length"), "the client asks for any-length");
+        p.configured(0);
+        // A sum (8 bytes), a drop (nothing), a filter that kept 2.5
+        // outputs' worth: each answers one data message of one input.
+        for len in [8usize, 0, 40] {
+            let d = p.data();
+            let out = Bytes::from((0..len).map(|i| i as u8).collect::<Vec<u8>>());
+            p.send(OutFrame::data(d.id, out).unwrap());
+        }
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    for (len, count) in [(8usize, 0u32), (0, 0), (40, 2)] {
+        let id = c.submit_slice(&[1u8; 16]).unwrap();
+        let o = c.recv(None).unwrap();
+        assert_eq!(o.id, id);
+        assert_eq!(o.data.len(), len, "delivered whole");
+        assert_eq!(
+            &o.data[..],
+            &(0..len).map(|i| i as u8).collect::<Vec<u8>>()[..]
+        );
+        assert_eq!(o.count, count, "whole outputs of 16 bytes in {len} bytes");
+    }
+    srv.join().unwrap();
+}

@@ -55,11 +55,13 @@ pub struct Configured {
 
 /// Parses, checks and loads a configuration; `Err` is the reason sent back.
 /// `limit` is the largest payload the link carries (the node's own limit,
-/// lowered by the server's if it announced one).
+/// lowered by the server's if it announced one); `any_length`: the server
+/// takes handler results of any length (hello feature `any-length`).
 pub async fn configure(
     payload: Bytes,
     opts: &NodeOptions,
     limit: u32,
+    any_length: bool,
     results: &mpsc::UnboundedSender<Outgoing>,
 ) -> Result<Configured, String> {
     if !opts.reconfigure_delay.is_zero() {
@@ -93,8 +95,9 @@ pub async fn configure(
     let mut workers = Workers::start(engine, results.clone(), &opts.name)
         .map_err(|e| format!("cannot start the core handlers: {e}"))?;
     if let Some((worker, rulesets)) = handler_sets(&cfg, opts).await? {
+        let link = crate::spin::ResultLink { limit, any_length };
         workers
-            .attach_spin(worker, rulesets, opts.spin, &opts.name)
+            .attach_spin(worker, rulesets, opts.spin, link, &opts.name)
             .map_err(|e| format!("cannot start the streaming handlers: {e}"))?;
     }
     Ok(Configured { cfg, workers })
@@ -166,7 +169,7 @@ mod tests {
     async fn sizes_beyond_the_limit_are_refused_with_a_reason() {
         let (tx, _rx) = mpsc::unbounded_channel();
         let o = opts(CoreLoader::default());
-        let why = configure(bench(32, 0xFFFF_FFF0), &o, 1 << 20, &tx)
+        let why = configure(bench(32, 0xFFFF_FFF0), &o, 1 << 20, false, &tx)
             .await
             .err()
             .unwrap();
@@ -174,7 +177,7 @@ mod tests {
             why.contains("output size") && why.contains("limit"),
             "{why}"
         );
-        assert!(configure(bench(32, 1 << 19), &o, 1 << 20, &tx)
+        assert!(configure(bench(32, 1 << 19), &o, 1 << 20, false, &tx)
             .await
             .is_ok());
     }
@@ -187,7 +190,9 @@ mod tests {
             ..opts(CoreLoader::default())
         };
         let t0 = tokio::time::Instant::now();
-        assert!(configure(bench(32, 32), &o, 1 << 20, &tx).await.is_ok());
+        assert!(configure(bench(32, 32), &o, 1 << 20, false, &tx)
+            .await
+            .is_ok());
         // Paused clock: exactly the emulated time, whatever the machine's load.
         assert_eq!(t0.elapsed(), std::time::Duration::from_millis(250));
     }
@@ -206,7 +211,7 @@ mod tests {
             }],
             bitstream: Bytes::from_static(b"image"),
         };
-        let why = configure(Bytes::from(cfg.encode_payload()), &o, 1 << 20, &tx)
+        let why = configure(Bytes::from(cfg.encode_payload()), &o, 1 << 20, false, &tx)
             .await
             .err()
             .unwrap();
@@ -230,7 +235,9 @@ mod tests {
         let o = opts(CoreLoader::new(|_, _| {
             Err(LoadError::Unsupported("no such backend".into()))
         }));
-        let why = configure(payload.clone(), &o, 1 << 20, &tx).await.err();
+        let why = configure(payload.clone(), &o, 1 << 20, false, &tx)
+            .await
+            .err();
         assert_eq!(why.as_deref(), Some("no such backend"));
         let o = opts(CoreLoader::new(|_, _| {
             Ok(Loaded {
@@ -238,7 +245,10 @@ mod tests {
                 description: "nothing".into(),
             })
         }));
-        let why = configure(payload, &o, 1 << 20, &tx).await.err().unwrap();
+        let why = configure(payload, &o, 1 << 20, false, &tx)
+            .await
+            .err()
+            .unwrap();
         assert!(why.contains("no cores"), "{why}");
     }
 }

@@ -414,7 +414,7 @@ impl Resident {
             let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let c = configure::configure(payload, &self.env.opts, self.env.limit, &tx)
+        let c = configure::configure(payload, &self.env.opts, self.env.limit, false, &tx)
             .await
             .map_err(|e| local(ErrorCode::ConfigurationFailed, e))?;
         tracing::info!(node = %self.env.opts.name, "group cores: {}", configure::describe(&c.cfg));

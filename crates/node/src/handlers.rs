@@ -17,7 +17,7 @@ use corefarm_cores::worker::HandlerWorker;
 
 use crate::guard::Reservation;
 use crate::jobq::JobQueue;
-use crate::spin::{SpinLane, SpinOptions};
+use crate::spin::{ResultLink, SpinLane, SpinOptions};
 
 /// One data message waiting for a core.
 pub struct Job {
@@ -150,6 +150,7 @@ impl Workers {
         worker: HandlerWorker,
         rulesets: Vec<Ruleset>,
         opts: SpinOptions,
+        link: ResultLink,
         node: &str,
     ) -> std::io::Result<()> {
         let Kind::Threads { queue, .. } = &self.kind else {
@@ -161,7 +162,7 @@ impl Workers {
             worker,
             rulesets,
             opts,
-            self.output_size,
+            link.shape(self.output_size),
             queue.clone(),
             self.results.clone(),
             node,

@@ -108,6 +108,7 @@ where
         out: out_tx,
         negotiated,
         limit: opts.max_message,
+        any_length: false,
         guard: MemoryGuard::new(opts.memory_limit),
         state: None,
         sent_hello: None,
@@ -140,6 +141,7 @@ where
             h.features.push(features::CHUNKS.into());
             h.chunk_size = Some(opts.chunk_size);
         }
+        h.features.push(features::ANY_LENGTH.into());
         s.sent_hello = Some(h.encode());
         s.queue(Outgoing::Frame(h.to_frame()));
     }
@@ -216,6 +218,8 @@ struct Session<'a> {
     negotiated: Arc<AtomicBool>,
     /// Largest payload on this link: ours, or the server's if smaller.
     limit: u32,
+    /// The server takes handler results of any length (`any-length`).
+    any_length: bool,
     guard: MemoryGuard,
     state: Option<Configured>,
     /// The hello exactly as sent: an authentication answer covers it.
@@ -272,6 +276,7 @@ impl Session<'_> {
                     if let Some(m) = h.max_message {
                         self.limit = self.opts.max_message.min(m);
                     }
+                    self.any_length = h.has(features::ANY_LENGTH);
                     let ours = self.opts.chunk_size;
                     if ours > 0 && h.has(features::CHUNKS) {
                         let size = h.chunk_size.unwrap_or(ours).clamp(1, ours);
@@ -350,7 +355,8 @@ impl Session<'_> {
             let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
         }
         let started = std::time::Instant::now();
-        let r = configure::configure(payload, self.opts, self.limit, &self.out).await;
+        let (limit, any_length) = (self.limit, self.any_length);
+        let r = configure::configure(payload, self.opts, limit, any_length, &self.out).await;
         if let Some(s) = &self.stats {
             s.configured(r.as_ref().ok().map(|c| &c.cfg), started.elapsed());
         }

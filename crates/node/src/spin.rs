@@ -3,9 +3,9 @@
 //! own instead of the cores' queue. The lane's thread runs each through
 //! the handler worker process (`corefarm_cores::worker::HandlerWorker`),
 //! cut into chunks of [`SpinOptions::chunk_size`] bytes, and answers with
-//! what the handlers produced:
-//! their emitted bytes, zero-padded to the result size the server expects
-//! (count × output size; more fails the message), zeros when dropped, the
+//! what the handlers produced ([`ResultShape`]): their emitted bytes (as
+//! emitted to a server that agreed `any-length`, else zero-padded to the
+//! count × output size it expects), nothing (or zeros) when dropped, the
 //! cores' result when forwarded (the job joins the cores' queue), or the
 //! usual per-message error when a handler failed, crashed or overran.
 //!
@@ -33,6 +33,9 @@ use tokio::sync::mpsc;
 use crate::guard::Reservation;
 use crate::handlers::{Job, Outgoing};
 use crate::jobq::{ClassQueue, JobQueue};
+
+mod result;
+pub use result::{ResultLink, ResultShape};
 
 /// A message whose chunks are still arriving.
 pub struct StreamJob {
@@ -86,7 +89,7 @@ impl SpinLane {
         worker: HandlerWorker,
         rulesets: Vec<Ruleset>,
         opts: SpinOptions,
-        output_size: usize,
+        shape: ResultShape,
         cores: JobQueue,
         results: mpsc::UnboundedSender<Outgoing>,
         node: &str,
@@ -96,7 +99,7 @@ impl SpinLane {
         let rx = queue.clone();
         let thread = std::thread::Builder::new()
             .name(format!("{node}-spin"))
-            .spawn(move || lane(worker, chunk, output_size, rx, cores, results))?;
+            .spawn(move || lane(worker, chunk, shape, rx, cores, results))?;
         Ok(SpinLane {
             rulesets: rulesets.into_iter().map(|r| (r, ())).collect(),
             chunk,
@@ -137,7 +140,7 @@ impl SpinLane {
 fn lane(
     mut worker: HandlerWorker,
     chunk: usize,
-    output_size: usize,
+    shape: ResultShape,
     rx: ClassQueue<(usize, LaneJob)>,
     cores: JobQueue,
     results: mpsc::UnboundedSender<Outgoing>,
@@ -163,32 +166,26 @@ fn lane(
             );
         }
         // The server takes a result of count × output size bytes only: the
-        // handlers' output is padded with zeros to that (docs/streams.md).
-        let room = job.count * output_size;
+        // handlers' output is padded unless it agreed any-length (`shape`).
         let out = match done.outcome {
-            Outcome::Result(bytes) if bytes.len() > room => Outgoing::Failed {
-                id: job.id,
-                code: ErrorCode::CoreFailure,
-                reason: format!(
-                    "handler set {}: emitted {} bytes, more than this message's result of {} \
-                     inputs × {output_size} bytes = {room} bytes",
-                    worker.set(ctx).name,
-                    bytes.len(),
-                    job.count
-                ),
-                reservation: Some(job.reservation),
-            },
-            Outcome::Result(mut bytes) => {
-                bytes.resize(room, 0);
-                Outgoing::Result {
-                    id: job.id,
-                    data: Bytes::from(bytes),
-                    reservation: job.reservation,
+            Outcome::Result(bytes) => {
+                match shape.emitted(&worker.set(ctx).name, job.count, bytes) {
+                    Ok(data) => Outgoing::Result {
+                        id: job.id,
+                        data,
+                        reservation: job.reservation,
+                    },
+                    Err(reason) => Outgoing::Failed {
+                        id: job.id,
+                        code: ErrorCode::CoreFailure,
+                        reason,
+                        reservation: Some(job.reservation),
+                    },
                 }
             }
             Outcome::Dropped => Outgoing::Result {
                 id: job.id,
-                data: Bytes::from(vec![0; room]),
+                data: shape.dropped(job.count),
                 reservation: job.reservation,
             },
             Outcome::Failed(reason) => Outgoing::Failed {

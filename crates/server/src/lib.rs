@@ -18,6 +18,7 @@
 //! - [`tls`]: optional TLS on either port (`--tls-cert`, `--tls-key`).
 //! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
+mod anylen;
 pub mod auth;
 mod chunked;
 pub mod defaults;

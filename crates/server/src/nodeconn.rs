@@ -189,6 +189,13 @@ impl NodeConn {
                                     vec![]
                                 };
                                 reply.max_message = Some(max);
+                                // Before the node is visible: an owner reads it on
+                                // the first result of another length.
+                                let any_length = h.has(features::ANY_LENGTH);
+                                entry.set_any_length(any_length);
+                                if any_length {
+                                    reply.features.push(features::ANY_LENGTH.into());
+                                }
                                 let chunk = negotiate_chunks(&h, chunk_size);
                                 if chunk > 0 {
                                     reply.features.push(features::CHUNKS.into());

@@ -34,6 +34,9 @@ pub struct NodeEntry {
     user: AtomicU64,
     pub in_flight: AtomicU64,
     pub results: AtomicU64,
+    /// It agreed `any-length` in its hello: its results may have any
+    /// length (streaming handlers), not only count × output size.
+    any_length: AtomicBool,
     /// Busy time, results, reconfigurations for metrics (crate::metrics).
     pub m: crate::metrics::NodeMetrics,
 }
@@ -48,12 +51,22 @@ impl NodeEntry {
             user: AtomicU64::new(0),
             in_flight: AtomicU64::new(0),
             results: AtomicU64::new(0),
+            any_length: AtomicBool::new(false),
             m: Default::default(),
         }
     }
 
     pub fn set_info(&self, info: NodeInfo) {
         *self.info.lock().expect("node info lock") = info;
+    }
+
+    pub fn set_any_length(&self, yes: bool) {
+        self.any_length.store(yes, Ordering::Relaxed);
+    }
+
+    /// Read only for a result whose length is not count × output size.
+    pub fn any_length(&self) -> bool {
+        self.any_length.load(Ordering::Relaxed)
     }
 
     pub fn info(&self) -> NodeInfo {

@@ -41,6 +41,12 @@ pub mod features {
     /// interleave. A data message sent whole is class
     /// [`crate::stream::chunk::DEFAULT_CLASS`]. Seed-format peers never see a chunk.
     pub const CHUNKS: &str = "chunks";
+    /// Streaming handlers (issue 11): a data message's result may have any
+    /// length up to the frame limit, not only inputs × output size (a
+    /// reducing or filtering handler emits what it emits). Agreed server ↔
+    /// node (the node then sends handler output unpadded) and server ↔ user
+    /// (the user then gets it as is); a peer without it keeps the fixed size.
+    pub const ANY_LENGTH: &str = "any-length";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

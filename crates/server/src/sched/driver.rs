@@ -64,6 +64,8 @@ pub enum ToUser {
         id: u32,
         data: Bytes,
         class: u8,
+        /// Inputs of the data message (see [`Action::Result`]).
+        count: u32,
     },
     Failed {
         id: u32,
@@ -338,7 +340,10 @@ impl Driver {
             }
             NodeEvent::Frame(f, _permit) => match f.ty {
                 MsgType::Data => match Data::parse(f.payload) {
-                    Ok(d) => self.sched.on_result(id, d.id, d.data, now).err(),
+                    Ok(d) => {
+                        let any = self.conns.get(&id).is_some_and(|c| c.entry.any_length());
+                        self.sched.on_result(id, d.id, d.data, any, now).err()
+                    }
                     Err(e) => Some(format!("bad data message: {e}")),
                 },
                 MsgType::ConfigurationResponse => {
@@ -405,6 +410,7 @@ impl Driver {
                     id,
                     data,
                     class,
+                    count,
                 } => {
                     if let Some(c) = self.conns.get(&node) {
                         c.entry
@@ -412,7 +418,12 @@ impl Driver {
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
                     if let Some((tx, _)) = self.users.get(&user) {
-                        let _ = tx.send(ToUser::Result { id, data, class });
+                        let _ = tx.send(ToUser::Result {
+                            id,
+                            data,
+                            class,
+                            count,
+                        });
                     }
                 }
                 Action::Failed {

@@ -113,6 +113,9 @@ pub enum Action {
         data: Bytes,
         /// The job's class: a `chunks` user gets the result in it.
         class: u8,
+        /// Inputs in the job: a user without `any-length` expects count ×
+        /// output size bytes, which a node with it need not send.
+        count: u32,
     },
     Failed {
         user: u64,
@@ -515,11 +518,14 @@ impl Sched {
 
     /// A result from a node. `Err`: the node broke the protocol and must be
     /// closed (its work is re-dispatched when the close is reported).
+    /// `any_length`: the node agreed `any-length`, so a result of another
+    /// size than count × output size is no breach.
     pub fn on_result(
         &mut self,
         node: u64,
         internal: u32,
         data: Bytes,
+        any_length: bool,
         now: Duration,
     ) -> Result<(), String> {
         let Some(slot) = self.nodes.get_mut(&node) else {
@@ -532,7 +538,7 @@ impl Sched {
         let expect = f
             .as_ref()
             .map_or(0, |f| f.output_size as usize * job.count as usize);
-        if data.len() != expect {
+        if !crate::anylen::node_may_send(data.len(), expect, any_length) {
             let why = format!(
                 "result of {} bytes for {} input(s), expected {expect}",
                 data.len(),
@@ -564,6 +570,7 @@ impl Sched {
                 id: job.id,
                 data,
                 class: job.class,
+                count: job.count,
             });
         }
         self.settle(now);

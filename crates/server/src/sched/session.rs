@@ -35,11 +35,12 @@ use crate::Shared;
 const USER_QUEUE: usize = 32;
 
 /// Features the server agrees to in shared mode.
-const AGREED: [&str; 4] = [
+const AGREED: [&str; 5] = [
     features::ERROR,
     features::CREDIT,
     features::STATUS,
     features::QUEUE_FULL,
+    features::ANY_LENGTH,
 ];
 
 struct Session {
@@ -293,8 +294,21 @@ impl Session {
                 }
                 self.send_response(ok).await
             }
-            ToUser::Result { id, data, class } => {
+            ToUser::Result {
+                id,
+                data,
+                class,
+                count,
+            } => {
                 self.outstanding = self.outstanding.saturating_sub(1);
+                let data = match self.fit_result(data, count) {
+                    Ok(data) => data,
+                    // Like a failed core (`ToUser::Failed` below).
+                    Err(why) if self.hello.is_some() => {
+                        return self.send_error(id, ErrorCode::CoreFailure, why).await
+                    }
+                    Err(why) => return self.fail(id, ErrorCode::CoreFailure, why).await,
+                };
                 self.entry.results.fetch_add(1, Ordering::Relaxed);
                 if let Some(o) = self.outbound.as_mut() {
                     if let Err(e) = o.push(id, class, data) {
@@ -317,6 +331,14 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// A result as this user takes it ([`crate::anylen::for_user`]).
+    fn fit_result(&self, data: Bytes, count: u32) -> Result<Bytes, String> {
+        let output_size = self.cfg.as_ref().map_or(0, |c| c.output_size as usize);
+        let expect = count as usize * output_size;
+        let agreed = data.len() != expect && self.agreed(features::ANY_LENGTH);
+        crate::anylen::for_user(data, expect, agreed)
     }
 
     async fn on_frame(&mut self, f: Frame) -> Result<(), String> {

@@ -81,7 +81,7 @@ fn configure(s: &mut Sched, user: u64, name: &str, now: Duration, took: Duration
 fn answer(s: &mut Sched, sent: &[(u64, u32)], now: Duration) -> Vec<Action> {
     let mut out = Vec::new();
     for &(node, internal) in sent {
-        s.on_result(node, internal, Bytes::from_static(&[1; 8]), now)
+        s.on_result(node, internal, Bytes::from_static(&[1; 8]), false, now)
             .unwrap();
         out.extend(s.take_actions());
     }
@@ -542,4 +542,43 @@ fn a_new_function_takes_a_fair_share_of_the_spare_nodes_at_once() {
     // waits for Algorithm 1 and takes no node here.
     s.configure(2, payload("b"), 8, 8, ms(11));
     assert!(configures(&s.take_actions()).is_empty());
+}
+
+#[test]
+fn a_result_of_another_length_is_taken_only_from_a_node_that_agreed_any_length() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    s.take_actions();
+    s.submit(job(10, 7), ms(2));
+    let sent = sends(&s.take_actions());
+    let (node, internal) = sent[0];
+    // Without the feature: a breach, and the job stays in flight (it is
+    // re-dispatched when the node's close is reported).
+    let why = s
+        .on_result(node, internal, Bytes::from_static(b"abc"), false, ms(3))
+        .unwrap_err();
+    assert!(
+        why.contains("result of 3 bytes") && why.contains("expected 8"),
+        "{why}"
+    );
+    assert!(results(&s.take_actions()).is_empty());
+    // With it: the bytes go to the user as they are, with the job's count.
+    s.on_result(node, internal, Bytes::from_static(b"abc"), true, ms(4))
+        .unwrap();
+    let a = s.take_actions();
+    let got: Vec<_> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Result {
+                user,
+                id,
+                data,
+                count,
+                ..
+            } => Some((*user, *id, data.clone(), *count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(got, [(10, 7, Bytes::from_static(b"abc"), 1)]);
 }

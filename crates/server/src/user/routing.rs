@@ -209,7 +209,8 @@ impl Handler {
                 };
                 let cfg = self.cfg.as_ref().expect("ready implies configured");
                 let expect = p.count as usize * cfg.output_size as usize;
-                if d.data.len() != expect {
+                let any_length = d.data.len() != expect && n.tx.entry.any_length();
+                if !crate::anylen::node_may_send(d.data.len(), expect, any_length) {
                     let reason = format!(
                         "result of {} bytes for {} input(s), expected {expect}",
                         d.data.len(),
@@ -240,12 +241,33 @@ impl Handler {
                         now - p.sent
                     );
                 }
+                let agreed = d.data.len() != expect && self.agreed(features::ANY_LENGTH);
+                let data = match crate::anylen::for_user(d.data, expect, agreed) {
+                    Ok(data) => data,
+                    Err(why) => {
+                        // Like a failed core: the user hears about it by id.
+                        let node = self.nodes.get(&id).map(|n| n.tx.label());
+                        let reason = format!("node {}: {why}", node.unwrap_or_default());
+                        self.answered();
+                        self.entry
+                            .m
+                            .failure(&self.shared.metrics, || self.entry.label());
+                        return if self.hello.is_some() {
+                            self.send_error(p.user_id, ErrorCode::CoreFailure, reason)
+                                .await
+                        } else {
+                            Err(self
+                                .fail_user(p.user_id, ErrorCode::CoreFailure, reason)
+                                .await)
+                        };
+                    }
+                };
                 self.entry.results.fetch_add(1, Ordering::Relaxed);
                 let m = &self.shared.metrics;
                 self.entry.m.result(m, || self.entry.label(), now - p.sent);
                 self.answered();
-                // A result of the configured size always fits (checked at configuration).
-                self.send_result(p.user_id, p.class, d.data).await
+                // A result within the frame limit fits one to the user (same limit).
+                self.send_result(p.user_id, p.class, data).await
             }
             (MsgType::ConfigurationResponse, Slot::Configuring { .. }) => {
                 let ok = ConfigurationResponse::parse(&f.payload)
