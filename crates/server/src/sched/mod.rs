@@ -51,8 +51,7 @@ pub struct Job {
     pub data: Bytes,
     pub count: u32,
     /// Priority class, 0 most urgent (issue 11): orders the function's
-    /// queue. The node link still carries whole frames; this is the field
-    /// a chunking node link would take its class from.
+    /// queue, and the job's chunks on a node link that negotiated chunks.
     pub class: u8,
     /// Its place in the function's bounded queue; released at dispatch.
     pub permit: Option<places::Place>,
@@ -96,8 +95,8 @@ pub enum Action {
         node: u64,
         internal: u32,
         data: Bytes,
-        /// The job's priority class: unused while the node link sends
-        /// whole frames; there for a chunking node link (issue 11).
+        /// The job's priority class: its chunks' class on a node link
+        /// that negotiated chunks (issue 11).
         class: u8,
     },
     /// The answer to a user's configuration (errors go before it).
