@@ -42,6 +42,7 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::GroupCmd => "group_command",
         MsgType::GroupReply => "group_reply",
         MsgType::Chunk => "chunk",
+        MsgType::Notification => "notification",
     }
 }
 
@@ -105,6 +106,10 @@ fn decode_inner(
             let c = corefarm_smp::stream::Chunk::parse(f.payload)?;
             json!({"id": c.id, "class": c.class, "first": c.first, "last": c.last,
                    "offset": c.offset, "total": c.total, "data_hex": hex::encode(&c.data)})
+        }
+        MsgType::Notification => {
+            let n = corefarm_smp::Notification::parse(f.payload)?;
+            json!({"id": n.id, "set": n.set, "data_hex": hex::encode(&n.data)})
         }
         MsgType::AuthChallenge => json!({"nonce_hex": hex::encode(
             corefarm_smp::auth::AuthChallenge::parse(&f.payload)?.nonce)}),

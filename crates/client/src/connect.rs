@@ -83,9 +83,14 @@ pub(crate) fn handshake(
     };
     let mut hello = Hello::new("user");
     hello.name = opts.name.clone();
-    hello.features = [features::ERROR, features::CREDIT, features::STATUS]
-        .map(String::from)
-        .to_vec();
+    hello.features = [
+        features::ERROR,
+        features::CREDIT,
+        features::STATUS,
+        features::SPIN_NOTIFY,
+    ]
+    .map(String::from)
+    .to_vec();
     hello.nodes = opts.nodes;
     if opts.secret.is_some() {
         hello.features.push(features::AUTH.into());

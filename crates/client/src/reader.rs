@@ -76,6 +76,8 @@ pub(crate) struct Shared {
     pub cond: Condvar,
     /// Something was queued for `recv`, or the connection failed.
     pub results: Condvar,
+    /// Handler notifications, apart from results (their own lock).
+    pub notes: crate::notify::Notes,
 }
 
 impl Shared {
@@ -101,6 +103,7 @@ impl Shared {
         drop(st);
         self.cond.notify_all();
         self.results.notify_all();
+        self.notes.close();
         for slot in claims {
             slot.complete(Outcome::Failed(failure.clone()));
         }
@@ -169,6 +172,7 @@ fn handle(
                 deliver_result(shared, d, *output_size);
             }
         }
+        MsgType::Notification => deliver_notification(shared, frame.payload)?,
         MsgType::ConfigurationResponse => {
             let r = ConfigurationResponse::parse(&frame.payload).map_err(Failure::Protocol)?;
             let mut st = shared.lock();
@@ -264,6 +268,18 @@ fn handle(
             )));
         }
     }
+    Ok(())
+}
+
+/// A handler notification to its queue; never to a result's waiter. Only
+/// a server that agreed `spin-notify` sends one.
+fn deliver_notification(shared: &Shared, payload: bytes::Bytes) -> Result<(), Failure> {
+    let n = corefarm_smp::Notification::parse(payload).map_err(Failure::Protocol)?;
+    shared.notes.push(crate::notify::Notification {
+        id: n.id,
+        set: n.set,
+        data: n.data,
+    });
     Ok(())
 }
 

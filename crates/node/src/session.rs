@@ -28,6 +28,7 @@ use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
 use crate::inbound::Inbound;
 use crate::metrics::NodeStats;
+use crate::notes::NoteLink;
 use crate::peer::PeerListener;
 use crate::sender::{self, Chunking, SendError};
 use crate::{NodeError, NodeOptions};
@@ -90,6 +91,7 @@ where
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let negotiated = Arc::new(AtomicBool::new(false));
     let chunking = Arc::new(Chunking::default());
+    let notes = Arc::new(NoteLink::default());
     // `ended` is cancelled when `stop` is, or when the sending task ends in
     // any way (returns, panics, is aborted): its drop guard lives in the task.
     let ended = stop.child_token();
@@ -97,10 +99,10 @@ where
     let _connected = stats.clone().map(Connected::new);
     let mut sender = tokio::spawn({
         let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());
-        let (stats, chunking) = (stats.clone(), chunking.clone());
+        let (stats, chunking, notes) = (stats.clone(), chunking.clone(), notes.clone());
         async move {
             let _guard = guard;
-            sender::send_loop_chunked(wr, out_rx, negotiated, chunking, stats).await
+            sender::send_loop_chunked(wr, out_rx, negotiated, chunking, notes, stats).await
         }
     });
     let mut s = Session {
@@ -115,12 +117,13 @@ where
         group: None,
         stats,
         chunking,
+        notes,
         inbound: None,
     };
     if opts.hello {
         let mut h = Hello::new("node");
         h.name = Some(opts.name.clone());
-        h.features = vec![features::ERROR.into()];
+        h.features = vec![features::ERROR.into(), features::SPIN_NOTIFY.into()];
         h.targets = corefarm_cores::supported_targets(&opts.load);
         h.max_message = Some(opts.max_message);
         // Advertised once `run` has bound it (a concrete address).
@@ -227,6 +230,8 @@ struct Session<'a> {
     stats: Option<Arc<NodeStats>>,
     /// Chunk size and result classes, shared with the sending task.
     chunking: Arc<Chunking>,
+    /// Whether handler notifications go to the server, shared with the sending task.
+    notes: Arc<NoteLink>,
     /// Chunked messages being received; `Some` once the server agreed to
     /// chunks in its hello (a chunk before that is an unexpected message).
     inbound: Option<Inbound>,
@@ -269,6 +274,7 @@ impl Session<'_> {
                     tracing::debug!(node = %self.opts.name, "server hello: {h:?}");
                     self.negotiated
                         .store(h.has(features::ERROR), Ordering::Relaxed);
+                    self.notes.set_agreed(h.has(features::SPIN_NOTIFY));
                     if let Some(m) = h.max_message {
                         self.limit = self.opts.max_message.min(m);
                     }

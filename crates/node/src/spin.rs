@@ -143,7 +143,7 @@ fn lane(
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     while let Some((ctx, job)) = rx.wait() {
-        let (mut job, kept, done) = match job {
+        let (mut job, kept, mut done) = match job {
             LaneJob::Whole(job) => {
                 let done = worker.run(ctx, job.id, &job.data, chunk);
                 (job, Vec::new(), done)
@@ -154,13 +154,8 @@ fn lane(
                 None => continue,
             },
         };
-        if !done.notifications.is_empty() {
-            // No SMP message carries them yet (docs/streams.md).
-            tracing::debug!(
-                id = job.id,
-                "{} handler notifications not delivered",
-                done.notifications.len()
-            );
+        if !queue_notes(&results, ctx, job.id, &mut done) {
+            return;
         }
         // The server takes a result of count × output size bytes only: the
         // handlers' output is padded with zeros to that (docs/streams.md).
@@ -218,6 +213,34 @@ fn lane(
             return;
         }
     }
+}
+
+/// Queues the notifications of message `id` just before its result or
+/// error (the sending task keeps them ahead of it, [`crate::notes`]).
+/// `false` once the sending task is gone.
+fn queue_notes(
+    results: &mpsc::UnboundedSender<Outgoing>,
+    ctx: usize,
+    id: u32,
+    done: &mut corefarm_cores::worker::SpinOutcome,
+) -> bool {
+    if done.notifications_dropped > 0 {
+        tracing::warn!(
+            id,
+            "{} handler notification(s) over the {} a message may send were dropped",
+            done.notifications_dropped,
+            corefarm_cores::worker::MAX_NOTIFICATIONS
+        );
+    }
+    if done.notifications.is_empty() {
+        return true;
+    }
+    let notes = Outgoing::Notes {
+        id,
+        set: u8::try_from(ctx).unwrap_or(u8::MAX),
+        notes: std::mem::take(&mut done.notifications),
+    };
+    results.send(notes).is_ok()
 }
 
 /// Feeds a streamed message to the worker as its chunks arrive. The chunks

@@ -184,6 +184,9 @@ impl NodeConn {
                                 } else {
                                     vec![]
                                 };
+                                if h.has(features::SPIN_NOTIFY) {
+                                    reply.features.push(features::SPIN_NOTIFY.into());
+                                }
                                 reply.max_message = Some(max);
                                 let chunk = negotiate_chunks(&h, chunk_size);
                                 if chunk > 0 {

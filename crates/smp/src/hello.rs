@@ -41,6 +41,11 @@ pub mod features {
     /// interleave. A data message sent whole is class
     /// [`crate::stream::chunk::DEFAULT_CLASS`]. Seed-format peers never see a chunk.
     pub const CHUNKS: &str = "chunks";
+    /// Streaming handlers' notifications (issue 11): on this link the
+    /// peer takes `Notification` messages (type 0x1C,
+    /// [`crate::notify`]); those of a data message come before its result
+    /// or error. Node → server and server → user only.
+    pub const SPIN_NOTIFY: &str = "spin-notify";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -26,7 +26,12 @@ const USER_RCVBUF_MIN: usize = 64 << 10;
 const USER_RCVBUF_MAX: usize = 1 << 20;
 
 /// Extension features the server agrees to when a user asks for them.
-const AGREED: [&str; 3] = [features::ERROR, features::CREDIT, features::STATUS];
+const AGREED: [&str; 4] = [
+    features::ERROR,
+    features::CREDIT,
+    features::STATUS,
+    features::SPIN_NOTIFY,
+];
 
 impl Handler {
     pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {

@@ -247,6 +247,7 @@ impl Handler {
                 // A result of the configured size always fits (checked at configuration).
                 self.send_result(p.user_id, p.class, d.data).await
             }
+            (MsgType::Notification, Slot::Ready) => self.on_node_notification(id, f).await,
             (MsgType::ConfigurationResponse, Slot::Configuring { .. }) => {
                 let ok = ConfigurationResponse::parse(&f.payload)
                     .map(|r| r.ok())
