@@ -220,6 +220,14 @@ pub fn encode<'py>(py: Python<'py>, ty: &str, fields: &str) -> PyResult<Bound<'p
             messages: u32_field(&v, "messages")?,
         }
         .to_frame(),
+        "notification" => corefarm_smp::Notification {
+            id: u32_field(&v, "id")?,
+            set: u8::try_from(u32_field(&v, "set")?)
+                .map_err(|_| PyValueError::new_err("set > 255"))?,
+            data: hex_field(&v, "data_hex")?,
+        }
+        .to_frame()
+        .map_err(|e| protocol_error(py, e))?,
         "auth_challenge" => corefarm_smp::auth::AuthChallenge {
             nonce: fixed_hex(&v, "nonce_hex")?,
         }
