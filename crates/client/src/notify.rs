@@ -46,7 +46,17 @@ impl Notes {
         self.q.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// From the reader thread.
+    /// A notification message from the server (reader thread).
+    pub fn deliver(&self, payload: Bytes) -> Result<(), corefarm_smp::ProtocolError> {
+        let n = corefarm_smp::Notification::parse(payload)?;
+        self.push(Notification {
+            id: n.id,
+            set: n.set,
+            data: n.data,
+        });
+        Ok(())
+    }
+
     pub fn push(&self, n: Notification) {
         let mut q = self.lock();
         if q.items.len() >= NOTIFICATION_QUEUE {

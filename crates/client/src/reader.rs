@@ -4,7 +4,8 @@
 //! changes: credit, configuration and status responses update [`State`]
 //! (callers wait on `cond`); a result or data error goes to the [`Pending`]
 //! that registered its id, or else to the `recv` queue (callers wait on
-//! `results`).
+//! `results`); a handler notification goes to its own queue
+//! ([`crate::notify`]), never to a result's waiter.
 //!
 //! [`Pending`]: crate::Pending
 
@@ -172,7 +173,11 @@ fn handle(
                 deliver_result(shared, d, *output_size);
             }
         }
-        MsgType::Notification => deliver_notification(shared, frame.payload)?,
+        // To their own queue, never to a result's waiter.
+        MsgType::Notification => shared
+            .notes
+            .deliver(frame.payload)
+            .map_err(Failure::Protocol)?,
         MsgType::ConfigurationResponse => {
             let r = ConfigurationResponse::parse(&frame.payload).map_err(Failure::Protocol)?;
             let mut st = shared.lock();
@@ -268,18 +273,6 @@ fn handle(
             )));
         }
     }
-    Ok(())
-}
-
-/// A handler notification to its queue; never to a result's waiter. Only
-/// a server that agreed `spin-notify` sends one.
-fn deliver_notification(shared: &Shared, payload: bytes::Bytes) -> Result<(), Failure> {
-    let n = corefarm_smp::Notification::parse(payload).map_err(Failure::Protocol)?;
-    shared.notes.push(crate::notify::Notification {
-        id: n.id,
-        set: n.set,
-        data: n.data,
-    });
     Ok(())
 }
 
