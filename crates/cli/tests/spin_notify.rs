@@ -3,14 +3,23 @@
 //! second word) and at the tail (with its byte count); the Rust client
 //! receives both, with the id it submitted the message under, before the
 //! message's result. With and without chunks on the server↔node link.
+//! And a real node (`corefarm node`) against a scripted server: the
+//! notifications go out before the result when the server agreed
+//! `spin-notify`, and not at all when it did not.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use std::net::TcpListener;
+use std::process::Stdio;
+
 use bytes::Bytes;
 use corefarm_client::{Client, ClientOptions};
 use corefarm_cores::image;
+use corefarm_smp::blocking::{write_frame, FrameReader};
+use corefarm_smp::hello::features;
+use corefarm_smp::{ConfigurationResponse, Hello, MsgType, OutFrame};
 use tools::Tool;
 
 #[allow(dead_code)]
@@ -178,4 +187,80 @@ fn run(extra: &[&str]) {
     assert!(client
         .recv_notification(Some(Duration::from_millis(1)))
         .is_none());
+}
+
+/// A real node connected to a scripted server that agrees `spin-notify` or
+/// not: what the node sends for one tally message, up to its result.
+fn node_sends(image: &Bytes, agree: bool) -> Vec<(MsgType, Vec<u8>)> {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let _node = support::Proc(
+        Command::new(support::BIN)
+            .args(["node", "--server", &l.local_addr().unwrap().to_string()])
+            .args(["--name", "notifier"])
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start corefarm node"),
+    );
+    let (s, _) = l.accept().unwrap();
+    // Bounds a broken node's silence; every wait below is on a frame.
+    s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
+    let mut w = s.try_clone().unwrap();
+    let mut r = FrameReader::new(s, 1 << 26);
+    let mut next = || r.read_frame().unwrap().expect("a frame from the node");
+    let f = next();
+    assert_eq!(f.ty, MsgType::Hello);
+    let h = Hello::decode(&f.payload).unwrap();
+    assert!(h.has(features::SPIN_NOTIFY), "the node offers it: {h:?}");
+    let mut reply = Hello::new("server");
+    reply.features = vec![features::ERROR.into()];
+    if agree {
+        reply.features.push(features::SPIN_NOTIFY.into());
+    }
+    write_frame(&mut w, reply.to_frame()).unwrap();
+    let cfg = image::configuration(image.clone()).unwrap();
+    write_frame(&mut w, cfg.to_frame().unwrap()).unwrap();
+    let f = next();
+    assert_eq!(f.ty, MsgType::ConfigurationResponse, "{f:?}");
+    assert!(ConfigurationResponse::parse(&f.payload).unwrap().ok());
+    let mut msg = vec![0u8; 160];
+    msg[..4].copy_from_slice(&8u32.to_le_bytes());
+    msg[4..8].copy_from_slice(&0xB7u32.to_le_bytes());
+    write_frame(&mut w, OutFrame::data(5, Bytes::from(msg)).unwrap()).unwrap();
+    let mut sent = Vec::new();
+    loop {
+        let f = next();
+        let done = f.ty != MsgType::Notification;
+        sent.push((f.ty, f.payload.to_vec()));
+        if done {
+            return sent;
+        }
+    }
+}
+
+#[test]
+fn a_node_sends_notifications_before_the_result_only_when_agreed() {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    let note = |id: u32, set: u8, data: &[u8]| {
+        let mut p = id.to_le_bytes().to_vec();
+        p.push(set);
+        p.extend_from_slice(data);
+        (MsgType::Notification, p)
+    };
+    let mut result = 5u32.to_le_bytes().to_vec();
+    result.extend_from_slice(&160u64.to_le_bytes());
+    result.resize(4 + 10 * 64, 0);
+    let result = (MsgType::Data, result);
+    assert_eq!(
+        node_sends(&image, true),
+        [
+            note(5, 0, b"head\xb7\0\0\0"),
+            note(5, 0, &160u64.to_le_bytes()),
+            result.clone()
+        ]
+    );
+    assert_eq!(node_sends(&image, false), [result]);
 }
