@@ -190,17 +190,27 @@ fn run(extra: &[&str]) {
 }
 
 /// A real node connected to a scripted server that agrees `spin-notify` or
-/// not: what the node sends for one tally message, up to its result.
-fn node_sends(image: &Bytes, agree: bool) -> Vec<(MsgType, Vec<u8>)> {
+/// not: what the node sends for one tally message, up to its result, and
+/// then its notification metrics.
+fn node_sends(image: &Bytes, agree: bool) -> (Vec<(MsgType, Vec<u8>)>, String) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
-    let _node = support::Proc(
-        Command::new(support::BIN)
-            .args(["node", "--server", &l.local_addr().unwrap().to_string()])
-            .args(["--name", "notifier"])
-            .stderr(Stdio::null())
-            .spawn()
-            .expect("start corefarm node"),
-    );
+    let mut child = Command::new(support::BIN)
+        .args(["node", "--server", &l.local_addr().unwrap().to_string()])
+        .args(["--name", "notifier", "--metrics-listen", "127.0.0.1:0"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("start corefarm node");
+    let stdout = child.stdout.take().unwrap();
+    let _node = support::Proc(child);
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(stdout), &mut line).unwrap();
+    let metrics = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("metrics="))
+        .unwrap_or_else(|| panic!("no metrics= in {line:?}"))
+        .to_string();
     let (s, _) = l.accept().unwrap();
     // Bounds a broken node's silence; every wait below is on a frame.
     s.set_read_timeout(Some(Duration::from_secs(60))).unwrap();
@@ -232,9 +242,19 @@ fn node_sends(image: &Bytes, agree: bool) -> Vec<(MsgType, Vec<u8>)> {
         let done = f.ty != MsgType::Notification;
         sent.push((f.ty, f.payload.to_vec()));
         if done {
-            return sent;
+            break;
         }
     }
+    // Counted before the result was queued, so already visible.
+    let (code, text) = support::http_get(&metrics, "/metrics");
+    assert_eq!(code, 200, "{text}");
+    let counts = text
+        .lines()
+        .filter(|l| l.starts_with("corefarm_node_manager_notifications_total{"))
+        .map(|l| l.rsplit_once('{').unwrap().1.to_string())
+        .collect::<Vec<_>>()
+        .join("; ");
+    (sent, counts)
 }
 
 #[test]
@@ -254,13 +274,23 @@ fn a_node_sends_notifications_before_the_result_only_when_agreed() {
     result.extend_from_slice(&160u64.to_le_bytes());
     result.resize(4 + 10 * 64, 0);
     let result = (MsgType::Data, result);
+    let (sent, counts) = node_sends(&image, true);
     assert_eq!(
-        node_sends(&image, true),
+        sent,
         [
             note(5, 0, b"head\xb7\0\0\0"),
             note(5, 0, &160u64.to_le_bytes()),
             result.clone()
         ]
     );
-    assert_eq!(node_sends(&image, false), [result]);
+    assert!(
+        counts.contains(r#"outcome="sent"} 2"#) && counts.contains(r#"outcome="dropped"} 0"#),
+        "{counts}"
+    );
+    let (sent, counts) = node_sends(&image, false);
+    assert_eq!(sent, [result]);
+    assert!(
+        counts.contains(r#"outcome="sent"} 0"#) && counts.contains(r#"outcome="dropped"} 2"#),
+        "{counts}"
+    );
 }

@@ -54,6 +54,8 @@ pub enum Outgoing {
         id: u32,
         set: u8,
         notes: Vec<Vec<u8>>,
+        /// More that the node did not keep (over the per-message limit).
+        over: u64,
     },
 }
 

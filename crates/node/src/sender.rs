@@ -250,11 +250,17 @@ fn admit(
     if out.chunk_size() != size {
         out.set_chunk_size(size);
     }
-    if let Outgoing::Notes { id, set, notes: n } = o {
+    if let Outgoing::Notes {
+        id,
+        set,
+        notes: n,
+        over,
+    } = o
+    {
         // In the class the message's result will take: first in line
         // within a class is first on the wire, so they precede the result.
         let class = chunking.peek(id);
-        for f in notes.frames(id, set, n) {
+        for f in notes.frames(id, set, n, over) {
             out.push_in_class(f, class, None);
             if class != 0 {
                 noted.insert(id);
@@ -470,6 +476,7 @@ mod tests {
                 id,
                 set: 2,
                 notes: vec![b"first".to_vec(), vec![id as u8; 4096]],
+                over: 1,
             })
             .unwrap();
         }
@@ -546,7 +553,7 @@ mod tests {
                 last_note(2) < pos((MsgType::Error, 2)),
                 "chunks {chunks}: {seen:?}"
             );
-            assert_eq!(notes.dropped(), 0);
+            assert_eq!(notes.dropped(), 2, "the ones over the limit");
         }
     }
 
@@ -554,7 +561,7 @@ mod tests {
     async fn notifications_are_counted_and_dropped_when_not_agreed() {
         let (seen, notes) = notes_then_answer(false, false).await;
         assert_eq!(seen, [(MsgType::Data, 1), (MsgType::Error, 2)]);
-        assert_eq!(notes.dropped(), 4);
+        assert_eq!(notes.dropped(), 6);
     }
 
     #[tokio::test]

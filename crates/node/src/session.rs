@@ -91,11 +91,11 @@ where
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let negotiated = Arc::new(AtomicBool::new(false));
     let chunking = Arc::new(Chunking::default());
-    let notes = Arc::new(NoteLink::default());
     // `ended` is cancelled when `stop` is, or when the sending task ends in
     // any way (returns, panics, is aborted): its drop guard lives in the task.
     let ended = stop.child_token();
     let stats = opts.telemetry.as_ref().map(|t| t.node(&opts.name));
+    let notes = Arc::new(NoteLink::with_stats(stats.clone()));
     let _connected = stats.clone().map(Connected::new);
     let mut sender = tokio::spawn({
         let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());

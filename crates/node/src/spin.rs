@@ -239,6 +239,7 @@ fn queue_notes(
         id,
         set: u8::try_from(ctx).unwrap_or(u8::MAX),
         notes: std::mem::take(&mut done.notifications),
+        over: done.notifications_dropped,
     };
     results.send(notes).is_ok()
 }
