@@ -125,7 +125,13 @@ impl Actions<'_> {
             ));
             return false;
         }
-        st.notifications.push(bytes.to_vec());
+        // Kept bounded here too: a handler that notifies in a loop must
+        // not grow the worker's memory any more than the node's.
+        if st.notifications.len() < MAX_NOTIFICATIONS {
+            st.notifications.push(bytes.to_vec());
+        } else {
+            st.notifications_dropped += 1;
+        }
         true
     }
 }
@@ -212,10 +218,19 @@ pub enum Outcome {
     Failed(String),
 }
 
+/// Notifications kept per message (4 KiB each at most, so 1 MiB): a
+/// handler that notifies in a loop cannot fill the worker's or the node's
+/// memory; the rest are counted and dropped, the message itself is
+/// unaffected.
+pub const MAX_NOTIFICATIONS: usize = 256;
+
 #[derive(Debug)]
 pub struct Finished {
     pub outcome: Outcome,
+    /// At most [`MAX_NOTIFICATIONS`], in the order they were sent.
     pub notifications: Vec<Vec<u8>>,
+    /// Those past [`MAX_NOTIFICATIONS`].
+    pub notifications_dropped: u64,
 }
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -407,6 +422,7 @@ pub(super) struct State {
     forward: bool,
     dropped: bool,
     notifications: Vec<Vec<u8>>,
+    notifications_dropped: u64,
     error: Option<String>,
 }
 
@@ -520,6 +536,7 @@ impl RunState {
         let done = Finished {
             outcome,
             notifications: std::mem::take(&mut st.notifications),
+            notifications_dropped: std::mem::take(&mut st.notifications_dropped),
         };
         drop(st);
         if let Some(tx) = self.done.lock().unwrap().take() {

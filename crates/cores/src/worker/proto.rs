@@ -91,6 +91,9 @@ pub enum Msg {
     Output(Vec<u8>),
     /// spin worker → node: `N` + a notification.
     Notify(Vec<u8>),
+    /// spin worker → node, after the notifications: `M` + u64, how many
+    /// more the handlers sent past the per-message limit (dropped).
+    NotesDropped(u64),
     /// spin worker → node: `F` + [`SpinEnd`] u8 + reason.
     Finished(SpinEnd, String),
     /// spin worker → node, from its fault handler: `X` + context u32 +
@@ -153,6 +156,10 @@ impl Msg {
                 b.push(b'N');
                 b.extend(d);
             }
+            Msg::NotesDropped(n) => {
+                b.push(b'M');
+                b.extend(n.to_le_bytes());
+            }
             Msg::Finished(end, why) => {
                 b.extend([b'F', *end as u8]);
                 b.extend(cut(why).as_bytes());
@@ -211,6 +218,7 @@ impl Msg {
             }),
             Some(b'O') => Ok(Msg::Output(b[1..].to_vec())),
             Some(b'N') => Ok(Msg::Notify(b[1..].to_vec())),
+            Some(b'M') if b.len() == 9 => Ok(Msg::NotesDropped(u64_at(1)?)),
             Some(b'F') if b.len() >= 2 => {
                 let end = match b[1] {
                     0 => SpinEnd::Result,
@@ -284,6 +292,7 @@ mod tests {
             },
             Msg::Output(vec![7; 100]),
             Msg::Notify(vec![]),
+            Msg::NotesDropped(300),
             Msg::Finished(SpinEnd::Overrun, "ran over".into()),
             Msg::Fault {
                 context: 3,

@@ -39,10 +39,7 @@ pub struct SpinOutcome {
     pub notifications_dropped: u64,
 }
 
-/// Notifications kept per message (4 KiB each at most, so 1 MiB): a
-/// handler that notifies in a loop cannot fill the node's memory; the rest
-/// are counted and dropped, the message itself is unaffected.
-pub const MAX_NOTIFICATIONS: usize = 256;
+pub use crate::spin::engine::MAX_NOTIFICATIONS;
 
 /// A running (or, after a failure, to be restarted) handler worker.
 pub struct HandlerWorker {
@@ -254,6 +251,7 @@ impl HandlerWorker {
                         notes_dropped += 1;
                     }
                 }
+                Ok(Msg::NotesDropped(n)) => notes_dropped += n,
                 Ok(Msg::Fault { context, stage }) => fault = Some((context, stage)),
                 Ok(Msg::Finished(end, why)) => {
                     let outcome = match end {

@@ -134,6 +134,9 @@ pub(super) fn run(sock: OwnedFd, artifact: OwnedFd, init: Init) -> Result<(), St
         for n in &done.notifications {
             send(&sock, &Msg::Notify(n.clone()))?;
         }
+        if done.notifications_dropped > 0 {
+            send(&sock, &Msg::NotesDropped(done.notifications_dropped))?;
+        }
         let (end, why) = match done.outcome {
             Outcome::Result(bytes) => {
                 for piece in bytes.chunks(MAX_PIECE) {
