@@ -323,6 +323,61 @@ async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
     assert!(results.len() <= 2, "class 6 served first: {results:?}");
 }
 
+/// Without `queue-full`, a full class pushes back on the user's socket;
+/// but a message of that class waiting for its place must not stop the
+/// reads behind it: an urgent message sent after it is admitted at once and
+/// is the next one served (with reads stopped it would wait for a place of
+/// the full class first, and be served one message later).
+#[tokio::test]
+async fn a_message_waiting_for_its_full_class_does_not_hold_back_an_urgent_one() {
+    use corefarm_smp::stream::{Chunk, Chunks};
+    let mut class_depths = vec![None; 8];
+    class_depths[6] = Some(2);
+    let server = start(ServerOptions {
+        queue_limit: 64,
+        class_depths,
+        credit: 1,
+        credit_adaptive: false,
+        ..shared()
+    })
+    .await;
+    nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
+    let (mut u, _) =
+        FakeUser::hello_with(server.users, "classes", None, &["error", "chunks"]).await;
+    assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
+    let send = |id: u32, class: u8| {
+        let frames: Vec<Vec<u8>> = Chunks::new(id, class, Bytes::from(vec![0; 16]), 1024)
+            .unwrap()
+            .map(|c| c.to_frame().unwrap().to_vec())
+            .collect();
+        frames.concat()
+    };
+    // One in service, two queued (the class's depth), one waiting for a place.
+    for id in 0..4u32 {
+        u.send_raw(&send(id, 6)).await;
+    }
+    u.send_raw(&send(100, 0)).await;
+    let mut results = Vec::new();
+    while results.len() < 5 {
+        let f = u.recv().await.expect("a frame");
+        match f.ty {
+            MsgType::Chunk => {
+                let c = Chunk::parse(f.payload).unwrap();
+                if c.last {
+                    results.push(c.id);
+                }
+            }
+            MsgType::Error => panic!("{}", corefarm_smp::ErrorMsg::parse(&f.payload).unwrap()),
+            _ => {}
+        }
+    }
+    assert_eq!(results[0], 0, "the one in service first: {results:?}");
+    assert_eq!(results[1], 100, "then the urgent one: {results:?}");
+    let mut rest = results[2..].to_vec();
+    rest.sort_unstable();
+    assert_eq!(rest, [1, 2, 3], "every message answered once");
+}
+
 /// Two users alternate bursts on two functions; returns the number of
 /// node configurations the run took.
 async fn alternate(program: Duration) -> u64 {

@@ -104,11 +104,55 @@ impl Places {
             _class: c,
         })
     }
+
+    /// Waits for a place in whichever of `classes` gets one first; the
+    /// waits begin in the order given (most urgent first), so of two
+    /// classes waiting for the queue's next free place the first takes it.
+    /// The other waits are dropped, holding nothing.
+    pub async fn take_first(&self, classes: &[u8]) -> (u8, Option<Place>) {
+        use std::future::Future;
+        let mut waits: Vec<_> = classes
+            .iter()
+            .map(|&c| Box::pin(async move { (c, self.take(c).await) }))
+            .collect();
+        std::future::poll_fn(|cx| {
+            for w in waits.iter_mut() {
+                if let std::task::Poll::Ready(r) = w.as_mut().poll(cx) {
+                    return std::task::Poll::Ready(r);
+                }
+            }
+            std::task::Poll::Pending
+        })
+        .await
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn take_first_gets_the_class_with_room_and_prefers_the_first_listed() {
+        let mut depths = vec![None; CLASSES as usize];
+        depths[7] = Some(1);
+        let p = Places::new(2, &depths);
+        let bulk = p.try_take(7).unwrap();
+        let other = p.try_take(3).unwrap();
+        // Queue full: both wait; the first listed takes the freed place.
+        let first = p.take_first(&[0, 3]);
+        tokio::pin!(first);
+        assert!(futures_poll(&mut first).await.is_none());
+        drop(other);
+        let (c, got) = first.await;
+        assert_eq!(c, 0);
+        assert!(got.is_some());
+        drop(got);
+        // Class 7 is at its depth, the queue has room: class 3 goes first.
+        drop(bulk);
+        let _again = p.try_take(7).unwrap();
+        let (c, got) = p.take_first(&[7, 3]).await;
+        assert_eq!((c, got.is_some()), (3, true));
+    }
 
     #[tokio::test]
     async fn a_full_class_refuses_only_its_own_jobs_and_frees_on_drop() {

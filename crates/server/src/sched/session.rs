@@ -65,10 +65,14 @@ struct Session {
     /// A configuration that waits until this user's data in flight is answered.
     next_cfg: Option<(Configuration, Bytes)>,
     queue: Option<Arc<Places>>,
-    /// A data message read while its function's queue was full: reads stop
-    /// until it gets a place (so an idle user holds no place, and a pushed
-    /// back user holds at most one message in memory).
-    waiting: Option<Job>,
+    /// Per class, a data message read while its class (or the function's
+    /// queue) was full. Reads go on, so a message of another class that
+    /// has room still gets in, and an urgent one waits for the next place
+    /// before bulk does; a second message of a class that already waits
+    /// stops reads (`blocked`) until that class gets a place. A pushed back
+    /// user thus holds at most one message per class, plus that one.
+    waiting: Vec<Option<Job>>,
+    blocked: Option<Job>,
     outstanding: u64,
     credit: u64,
     /// Handler notifications dropped: the user did not agree `spin-notify`.
@@ -118,7 +122,8 @@ pub(crate) async fn run(
         cfg: None,
         next_cfg: None,
         queue: None,
-        waiting: None,
+        waiting: (0..corefarm_smp::stream::CLASSES).map(|_| None).collect(),
+        blocked: None,
         outstanding: 0,
         credit: 0,
         notes_dropped: Default::default(),
@@ -144,10 +149,14 @@ impl Session {
             let read = match self.phase {
                 Phase::Initial => true,
                 Phase::Configuring => false,
-                Phase::Routing => self.next_cfg.is_none() && self.waiting.is_none(),
+                Phase::Routing => self.next_cfg.is_none() && self.blocked.is_none(),
             };
             let queue = self.queue.clone();
-            let waiting_class = self.waiting.as_ref().map_or(0, |j| j.class);
+            // Most urgent first: of two classes waiting for the queue's
+            // next place, the more urgent takes it.
+            let waiting: Vec<u8> = (0..self.waiting.len() as u8)
+                .filter(|&c| self.waiting[c as usize].is_some())
+                .collect();
             let chunks_waiting = self.outbound.as_ref().is_some_and(|o| !o.is_empty());
             let out = self.out.clone();
             let unflushed = self.out.unflushed();
@@ -158,10 +167,15 @@ impl Session {
                     Some(m) => self.on_sched(m).await?,
                     None => return self.fail(ErrorMsg::NO_ID, ErrorCode::Internal, "scheduler stopped".into()).await,
                 },
-                p = async { queue.expect("checked").take(waiting_class).await }, if self.waiting.is_some() && queue.is_some() => {
-                    if let (Some(p), Some(mut job)) = (p, self.waiting.take()) {
+                (c, p) = async { queue.expect("checked").take_first(&waiting).await }, if !waiting.is_empty() && queue.is_some() => {
+                    if let (Some(p), Some(mut job)) = (p, self.waiting[c as usize].take()) {
                         job.permit = Some(p);
                         self.submit(job).await?;
+                    }
+                    // The message that stopped reads waited for this class.
+                    if self.blocked.as_ref().is_some_and(|j| j.class == c) {
+                        let job = self.blocked.take().expect("checked");
+                        self.admit(job).await?;
                     }
                 }
                 // One chunk at a time into the sink, picked by class when
@@ -502,23 +516,49 @@ impl Session {
         job.class = class;
         let place = self.queue.as_ref().map(|q| q.try_take(class));
         match place {
-            Some(Ok(p)) => {
-                job.permit = Some(p);
-                self.outstanding += 1;
-                self.submit(job).await
-            }
             Some(Err(full)) if self.agreed(features::QUEUE_FULL) => {
                 let why = format!("{full}; send it again later");
                 // Sent even without the error feature: queue-full asked for it.
                 self.send(ErrorMsg::new(d.id, ErrorCode::QueueFull, why).to_frame())
                     .await
             }
-            _ => {
-                // Back-pressure: no more reads until it has a place.
+            Some(Ok(p)) => {
+                job.permit = Some(p);
                 self.outstanding += 1;
-                self.waiting = Some(job);
+                self.submit(job).await
+            }
+            _ => {
+                self.outstanding += 1;
+                self.park(job);
                 Ok(())
             }
+        }
+    }
+
+    /// A job already counted as outstanding: submitted if its class has a
+    /// place now, else parked.
+    async fn admit(&mut self, mut job: Job) -> Result<(), String> {
+        match self.queue.as_ref().map(|q| q.try_take(job.class)) {
+            Some(Ok(p)) => {
+                job.permit = Some(p);
+                self.submit(job).await
+            }
+            _ => {
+                self.park(job);
+                Ok(())
+            }
+        }
+    }
+
+    /// Back-pressure: the job waits for a place in its class; if one of
+    /// its class already waits, reads stop until that one has a place.
+    fn park(&mut self, job: Job) {
+        let last = self.waiting.len() - 1;
+        let slot = &mut self.waiting[(job.class as usize).min(last)];
+        if slot.is_none() {
+            *slot = Some(job);
+        } else {
+            self.blocked = Some(job);
         }
     }
 
