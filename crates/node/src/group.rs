@@ -23,9 +23,10 @@ use tokio::task::JoinHandle;
 use crate::buffers::{BufError, Buffers};
 use crate::collective::{CollError, CollOptions, Group};
 use crate::configure::{self, Configured};
-use crate::direct::{self, DirectJob};
+use crate::direct;
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
+use crate::peer::link;
 use crate::peer::{Fabric, GroupSpec, Member, PeerListener, Topology};
 use crate::NodeOptions;
 
@@ -221,7 +222,9 @@ impl Resident {
                 None
             }
         };
-        let (jobs_tx, mut jobs) = mpsc::channel::<DirectJob>(direct::QUEUE);
+        let (jobs_tx, mut jobs) = direct::queue::queue();
+        let max_frame = self.env.listener.max_frame();
+        let offer = link::offer(self.env.opts.chunk_size, max_frame);
         // Dropped with this task: the direct connections end with the membership.
         let mut conns = tokio::task::JoinSet::new();
         loop {
@@ -238,10 +241,10 @@ impl Resident {
                     None => break,
                 },
                 Some(inc) = incoming => {
-                    conns.spawn(direct::accept(inc, group, rank, token, jobs_tx.clone()));
+                    conns.spawn(direct::accept(inc, group, rank, token, offer, max_frame, jobs_tx.clone()));
                     continue;
                 }
-                Some(job) = jobs.recv() => {
+                Some(job) = jobs.next() => {
                     let frame = match self.compute(job.data, &format!("direct data id {}", job.id)).await {
                         Ok(out) => OutFrame::data(job.id, out)
                             .unwrap_or_else(|e| ErrorMsg::new(job.id, e.code(), e.to_string()).to_frame()),
