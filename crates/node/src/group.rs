@@ -224,7 +224,15 @@ impl Resident {
         };
         let (jobs_tx, mut jobs) = direct::queue::queue();
         let max_frame = self.env.listener.max_frame();
-        let offer = link::offer(self.env.opts.chunk_size, max_frame);
+        let member = direct::Member {
+            group,
+            rank,
+            token,
+            offer: link::offer(self.env.opts.chunk_size, max_frame),
+            max_frame,
+            jobs: jobs_tx,
+            stats: (self.env.opts.telemetry.as_ref()).map(|t| t.node(&self.env.opts.name)),
+        };
         // Dropped with this task: the direct connections end with the membership.
         let mut conns = tokio::task::JoinSet::new();
         loop {
@@ -241,7 +249,7 @@ impl Resident {
                     None => break,
                 },
                 Some(inc) = incoming => {
-                    conns.spawn(direct::accept(inc, group, rank, token, offer, max_frame, jobs_tx.clone()));
+                    conns.spawn(direct::accept(inc, member.clone()));
                     continue;
                 }
                 Some(job) = jobs.next() => {

@@ -27,6 +27,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::mpsc;
 
+use crate::metrics::NodeStats;
 use crate::peer::{link, Incoming};
 pub(crate) use queue::Submit;
 
@@ -46,18 +47,33 @@ pub(crate) struct DirectJob {
     pub reply: mpsc::UnboundedSender<OutFrame>,
 }
 
+/// What a member's direct connections share: who it is, what it offers,
+/// where their messages go.
+#[derive(Clone)]
+pub(crate) struct Member {
+    pub group: u32,
+    pub rank: u32,
+    pub token: u64,
+    /// The chunk size this member offers (0: none).
+    pub offer: u32,
+    /// Its peer port's frame limit.
+    pub max_frame: u32,
+    pub jobs: Submit,
+    pub stats: Option<std::sync::Arc<NodeStats>>,
+}
+
 /// Checks a direct user's hello, answers it, and serves the connection
-/// until it ends; jobs go to `jobs`. A wrong hello closes the connection.
-/// `offer`: the chunk size this member offers (0: none).
-pub(crate) async fn accept(
-    inc: Incoming,
-    group: u32,
-    rank: u32,
-    token: u64,
-    offer: u32,
-    max_frame: u32,
-    jobs: Submit,
-) {
+/// until it ends; jobs go to `m.jobs`. A wrong hello closes the connection.
+pub(crate) async fn accept(inc: Incoming, m: Member) {
+    let Member {
+        group,
+        rank,
+        token,
+        offer,
+        max_frame,
+        jobs,
+        stats,
+    } = m;
     let Incoming {
         hello,
         token: shown,
@@ -95,7 +111,7 @@ pub(crate) async fn accept(
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::join!(
         write_loop(writer, rx),
-        read_loop(reader, tx, jobs, chunk_size, max_message)
+        read_loop(reader, tx, jobs, chunk_size, max_message, stats)
     );
 }
 
@@ -115,6 +131,7 @@ async fn read_loop(
     jobs: Submit,
     chunk_size: u32,
     max_message: u64,
+    stats: Option<std::sync::Arc<NodeStats>>,
 ) {
     let bad = |reason: String| {
         let _ = reply.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Malformed, reason).to_frame());
@@ -153,6 +170,9 @@ async fn read_loop(
         };
         if jobs.push(job).await.is_err() {
             return;
+        }
+        if let Some(s) = &stats {
+            s.direct_queued();
         }
     }
 }

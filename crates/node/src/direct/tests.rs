@@ -14,7 +14,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::TcpStream;
 
 use super::queue::{queue, Submit, Take};
-use super::{accept, MAX_MESSAGE};
+use super::{accept, Member, MAX_MESSAGE};
 use crate::peer::{link, PeerListener};
 
 const GROUP: u32 = 7;
@@ -44,15 +44,16 @@ async fn connect(l: &PeerListener, jobs: &Submit, offer: u32) -> User {
         .await
         .unwrap()
         .unwrap();
-    tokio::spawn(accept(
-        inc,
-        GROUP,
-        RANK,
-        TOKEN,
-        OFFER,
-        l.max_frame(),
-        jobs.clone(),
-    ));
+    let member = Member {
+        group: GROUP,
+        rank: RANK,
+        token: TOKEN,
+        offer: OFFER,
+        max_frame: l.max_frame(),
+        jobs: jobs.clone(),
+        stats: None,
+    };
+    tokio::spawn(accept(inc, member));
     let mut rd = FrameReader::new(rd, 1 << 21);
     let f = rd.read_frame().await.unwrap().unwrap();
     assert_eq!(f.ty, MsgType::Peer);
