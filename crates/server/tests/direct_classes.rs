@@ -2,7 +2,8 @@
 //! end in one process: the real server, a real node manager (peer port on
 //! loopback), the blocking group client. An urgent message from one
 //! direct connection runs before bulk ones already queued from another,
-//! and a client that offers no chunks is served as before.
+//! a client that offers no chunks is served as before, and messages of
+//! several chunks come back whole.
 
 mod common;
 
@@ -148,7 +149,7 @@ async fn an_urgent_direct_message_runs_before_queued_bulk_ones() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_direct_client_without_chunks_is_served_in_arrival_order() {
+async fn a_client_without_chunks_is_served_in_order_and_chunked_messages_whole() {
     let s = start(opts()).await;
     let log = Arc::new(Mutex::new(Vec::new()));
     let t = Arc::new(NodeTelemetry::default());
@@ -164,11 +165,18 @@ async fn a_direct_client_without_chunks_is_served_in_arrival_order() {
             // The class cannot travel; the member runs them as they came.
             assert_eq!(d.map_with_priority(&tags(0..20), 0).unwrap(), tags(0..20));
             assert_eq!(d.map(&tags(20..40)).unwrap(), tags(20..40));
+            // Messages of three inputs over 8-byte chunks: reassembled whole.
+            let mut c = g.direct_with_chunks(4, 8).unwrap();
+            assert_eq!(c.chunked(), 1);
+            let three: Vec<Bytes> = (0..10u32)
+                .map(|m| tags(40 + 3 * m..43 + 3 * m).concat().into())
+                .collect();
+            assert_eq!(c.map(&three).unwrap(), three);
         }),
     )
     .await
     .unwrap()
     .unwrap();
-    assert_eq!(*log.lock().unwrap(), (0..40).collect::<Vec<u32>>());
-    assert_eq!(t.status()[0].direct, 40);
+    assert_eq!(*log.lock().unwrap(), (0..70).collect::<Vec<u32>>());
+    assert_eq!(t.status()[0].direct, 50);
 }
