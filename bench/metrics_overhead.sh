@@ -3,6 +3,9 @@
 #
 #   bench/metrics_overhead.sh BASE_BIN METRICS_BIN PAIRS DURATION INPUT OUTPUT NODES
 #
+# BASE_BIN is best the same commit built with `--features
+# corefarm-server/metrics-off` (the per-message hooks compiled out), so the
+# pair differs in the metrics only.
 # Each pair runs two clusters at the same time, so both see the same
 # background load: BASE_BIN without metrics, METRICS_BIN with
 # --metrics-listen on the server and the node managers and the server's

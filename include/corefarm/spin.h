@@ -72,9 +72,10 @@ typedef struct cf_spin_ops {
     /* The message produces no result (the user gets an empty one; zeros
      * of the fixed size without `any-length`). */
     void (*drop)(void *ctx);
-    /* Sends the user a notification of `len` bytes (at most 4 KiB).
-     * Nodes collect notifications but do not deliver them yet
-     * (docs/streams.md, "Notifications"). */
+    /* Sends the user a notification of `len` bytes (at most 4 KiB, else
+     * -1 and the message fails); 0 on success. The user receives it
+     * (recv_notification) before the message's result or error; a node
+     * keeps at most 256 per message (docs/streams.md, "Notifications"). */
     int (*notify)(void *ctx, const uint8_t *bytes, uint32_t len);
 } cf_spin_ops;
 

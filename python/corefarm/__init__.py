@@ -40,7 +40,7 @@ from .errors import (
 )
 
 __all__ = [
-    "connect", "Client", "Output", "Pending", "read_image_manifest", "default_core_table",
+    "connect", "Client", "Output", "Pending", "Notification", "read_image_manifest", "default_core_table",
     "build_image", "inspect_image", "ImageError",
     "Error", "ConnectionError", "ConfigurationError", "TimeoutError", "ServerError",
     "ProtocolError", "InputError", "UsageError", "UnsupportedError", "ERROR_CODES",
@@ -57,6 +57,9 @@ from .group import Group, group  # noqa: E402  (after the errors it raises)
 
 Output = _corefarm.Output
 Pending = _corefarm.Pending
+Notification = _collections.namedtuple("Notification", "id set data")
+Notification.__doc__ = """A streaming handler's notification (`Client.recv_notification`):
+the data message's `id`, the handler `set`'s index, the `data` bytes."""
 _IMAGE_MAGIC = b"CFIMAGE\0"
 
 
@@ -486,6 +489,28 @@ class Client:
         TimeoutError after `timeout` s, UsageError if only `map()`/`Pending`
         results are in flight (they never come here)."""
         return self._raw.recv(timeout)
+
+    def recv_notification(self, timeout=None):
+        """The oldest handler notification not yet taken, as a Notification
+        (`.id`, `.set`, `.data`; also the tuple `id, set, data`), or None
+        after `timeout` s (None: wait until one comes) or once the connection
+        has ended and none is left.
+
+        A streaming handler sends one with `ops->notify` (include/corefarm/
+        spin.h): `id` is the id of the data message it concerns (as
+        submitted), `set` the index of the handler set in the image,
+        `data` its bytes (at most 4 KiB). All notifications of a message
+        arrive before its result, so once the result is in they are all
+        here. They wait in a queue of their own (the newest 1024; older ones
+        are dropped and counted in `notifications_dropped`), apart from
+        results, which they never delay."""
+        n = self._raw.recv_notification(timeout)
+        return None if n is None else Notification(*n)
+
+    @property
+    def notifications_dropped(self):
+        """Notifications dropped because 1024 were waiting unread."""
+        return self._raw.notifications_dropped
 
     def map(self, inputs, window=64, raw=False, cowork=None, *, priority=None):
         """Yields the result of each input in input order, keeping at most

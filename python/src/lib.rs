@@ -437,6 +437,41 @@ impl Client {
         .map(Output::from)
     }
 
+    /// recv_notification(timeout=None) -> (id, set, bytes) or None: the
+    /// oldest handler notification; None after `timeout` s, or once the
+    /// connection has ended and none is left.
+    #[pyo3(signature = (timeout=None))]
+    fn recv_notification(
+        &self,
+        py: Python<'_>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<(u32, u8, Py<PyBytes>)>> {
+        const SLICE: Duration = Duration::from_millis(100);
+        let deadline = secs(timeout)?.map(|t| Instant::now() + t);
+        loop {
+            let slice = deadline.map_or(SLICE, |d| {
+                d.saturating_duration_since(Instant::now()).min(SLICE)
+            });
+            let began = Instant::now();
+            if let Some(n) = py.detach(|| self.inner.recv_notification(Some(slice))) {
+                return Ok(Some((n.id, n.set, PyBytes::new(py, &n.data).unbind())));
+            }
+            // Only an ended connection answers None before the slice is up.
+            let closed = began.elapsed() < slice;
+            if closed || deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            // Between slices: Ctrl-C interrupts a long wait.
+            py.check_signals()?;
+        }
+    }
+
+    /// Notifications dropped because the client's queue (1024) was full.
+    #[getter]
+    fn notifications_dropped(&self) -> u64 {
+        self.inner.notifications_dropped()
+    }
+
     /// status() -> the server's status as a JSON string.
     fn status(&self, py: Python<'_>) -> PyResult<String> {
         let s = py.detach(|| self.inner.status()).map_err(to_py)?;

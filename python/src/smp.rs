@@ -42,6 +42,7 @@ fn type_name(t: MsgType) -> &'static str {
         MsgType::GroupCmd => "group_command",
         MsgType::GroupReply => "group_reply",
         MsgType::Chunk => "chunk",
+        MsgType::Notification => "notification",
     }
 }
 
@@ -105,6 +106,10 @@ fn decode_inner(
             let c = corefarm_smp::stream::Chunk::parse(f.payload)?;
             json!({"id": c.id, "class": c.class, "first": c.first, "last": c.last,
                    "offset": c.offset, "total": c.total, "data_hex": hex::encode(&c.data)})
+        }
+        MsgType::Notification => {
+            let n = corefarm_smp::Notification::parse(f.payload)?;
+            json!({"id": n.id, "set": n.set, "data_hex": hex::encode(&n.data)})
         }
         MsgType::AuthChallenge => json!({"nonce_hex": hex::encode(
             corefarm_smp::auth::AuthChallenge::parse(&f.payload)?.nonce)}),
@@ -215,6 +220,14 @@ pub fn encode<'py>(py: Python<'py>, ty: &str, fields: &str) -> PyResult<Bound<'p
             messages: u32_field(&v, "messages")?,
         }
         .to_frame(),
+        "notification" => corefarm_smp::Notification {
+            id: u32_field(&v, "id")?,
+            set: u8::try_from(u32_field(&v, "set")?)
+                .map_err(|_| PyValueError::new_err("set > 255"))?,
+            data: hex_field(&v, "data_hex")?,
+        }
+        .to_frame()
+        .map_err(|e| protocol_error(py, e))?,
         "auth_challenge" => corefarm_smp::auth::AuthChallenge {
             nonce: fixed_hex(&v, "nonce_hex")?,
         }

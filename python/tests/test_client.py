@@ -23,7 +23,7 @@ def test_submit_accepts_every_buffer_kind_and_recv_returns_outputs():
     def script(p):
         h = p.hello(nodes=2)
         assert h["role"] == "user" and h["nodes"] == 2
-        assert set(h["features"]) == {"error", "credit", "status", "any-length"}
+        assert set(h["features"]) == {"error", "credit", "status", "any-length", "spin-notify"}
         cfg = p.configuration()
         assert (cfg["input_size"], cfg["output_size"], cfg["cores"]) == (16, 8, [])
         assert struct.unpack("<I", cfg["bitstream"]) == (5,)

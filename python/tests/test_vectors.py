@@ -51,3 +51,22 @@ def test_invalid_vector_extension(v):
     with pytest.raises(corefarm.ProtocolError) as e:
         corefarm._corefarm.decode(bytes.fromhex(v["hex"]), MAX, 16)
     assert e.value.kind == v["error"]
+
+
+NOTIFY = json.loads(
+    (pathlib.Path(__file__).resolve().parents[2] / "tests" / "vectors" / "notify.json").read_text())
+
+
+@pytest.mark.parametrize("v", NOTIFY["valid"], ids=ids(NOTIFY["valid"]))
+def test_valid_notification_vector_extension(v):
+    kind, fields = corefarm._corefarm.decode(bytes.fromhex(v["hex"]), 1 << 20, None)
+    assert kind == "notification"
+    assert json.loads(fields) == v["decoded"]
+    assert corefarm._corefarm.encode(kind, json.dumps(v["decoded"])).hex() == v["hex"]
+
+
+@pytest.mark.parametrize("v", NOTIFY["invalid"], ids=ids(NOTIFY["invalid"]))
+def test_invalid_notification_vector_extension(v):
+    with pytest.raises(corefarm.ProtocolError) as e:
+        corefarm._corefarm.decode(bytes.fromhex(v["hex"]), 1 << 20, None)
+    assert e.value.kind == v["error"]

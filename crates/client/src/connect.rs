@@ -83,12 +83,14 @@ pub(crate) fn handshake(
     };
     let mut hello = Hello::new("user");
     hello.name = opts.name.clone();
-    // `any-length`: a streaming handler's result comes as emitted (Output::count).
+    // `any-length`: a streaming handler's result comes as emitted (Output::count);
+    // `spin-notify`: its notifications come too (recv_notification).
     hello.features = [
         features::ERROR,
         features::CREDIT,
         features::STATUS,
         features::ANY_LENGTH,
+        features::SPIN_NOTIFY,
     ]
     .map(String::from)
     .to_vec();

@@ -45,6 +45,7 @@ mod error;
 pub mod group;
 mod inner;
 mod map;
+mod notify;
 mod pending;
 mod reader;
 pub mod tls;
@@ -63,6 +64,7 @@ pub use cowork::{Cowork, CoworkError, CoworkOptions, CoworkReport, CoworkRun, Es
 pub use error::{ClientError, Result};
 use inner::{Body, CreditWait, Inner, Route};
 pub use map::MapIter;
+pub use notify::{Notification, NOTIFICATION_QUEUE};
 pub use pending::Pending;
 use reader::Shared;
 
@@ -334,6 +336,27 @@ impl Client {
     /// [`ClientError::Usage`] instead of waiting.
     pub fn recv(&self, timeout: Option<Duration>) -> Result<Output> {
         self.inner.recv(timeout)
+    }
+
+    /// The oldest handler notification not yet taken (docs/streams.md,
+    /// "Notifications"), waiting up to `timeout` (`None`: until one comes).
+    /// `None` on timeout, or once the connection has ended and none is
+    /// left. All notifications of a message arrive before its result, so
+    /// once its result is in, they are all here. Results are unaffected:
+    /// they never wait for this queue, which keeps the newest
+    /// [`NOTIFICATION_QUEUE`] notifications.
+    pub fn recv_notification(&self, timeout: Option<Duration>) -> Option<Notification> {
+        self.inner.shared.notes.recv(timeout)
+    }
+
+    /// [`Client::recv_notification`] without waiting.
+    pub fn try_recv_notification(&self) -> Option<Notification> {
+        self.inner.shared.notes.try_recv()
+    }
+
+    /// Notifications dropped because [`NOTIFICATION_QUEUE`] were waiting.
+    pub fn notifications_dropped(&self) -> u64 {
+        self.inner.shared.notes.dropped()
     }
 
     /// Results in input order, keeping at most `window` data messages in

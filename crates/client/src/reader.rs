@@ -4,7 +4,8 @@
 //! changes: credit, configuration and status responses update [`State`]
 //! (callers wait on `cond`); a result or data error goes to the [`Pending`]
 //! that registered its id, or else to the `recv` queue (callers wait on
-//! `results`).
+//! `results`); a handler notification goes to its own queue
+//! ([`crate::notify`]), never to a result's waiter.
 //!
 //! [`Pending`]: crate::Pending
 
@@ -76,6 +77,8 @@ pub(crate) struct Shared {
     pub cond: Condvar,
     /// Something was queued for `recv`, or the connection failed.
     pub results: Condvar,
+    /// Handler notifications, apart from results (their own lock).
+    pub notes: crate::notify::Notes,
 }
 
 impl Shared {
@@ -101,6 +104,7 @@ impl Shared {
         drop(st);
         self.cond.notify_all();
         self.results.notify_all();
+        self.notes.close();
         for slot in claims {
             slot.complete(Outcome::Failed(failure.clone()));
         }
@@ -169,6 +173,11 @@ fn handle(
                 deliver_result(shared, d, *output_size);
             }
         }
+        // To their own queue, never to a result's waiter.
+        MsgType::Notification => shared
+            .notes
+            .deliver(frame.payload)
+            .map_err(Failure::Protocol)?,
         MsgType::ConfigurationResponse => {
             let r = ConfigurationResponse::parse(&frame.payload).map_err(Failure::Protocol)?;
             let mut st = shared.lock();

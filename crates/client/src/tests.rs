@@ -638,3 +638,46 @@ fn results_of_any_length_are_delivered_whole_with_the_whole_outputs_counted() {
     }
     srv.join().unwrap();
 }
+
+#[test]
+fn notifications_queue_apart_from_results() {
+    let (addr, srv) = fake(|mut p| {
+        let h = p.hello(&["error", "spin-notify"], 1);
+        assert!(h.has("spin-notify"), "the client asks for notifications");
+        p.configured(0);
+        let d = p.data();
+        for (set, text) in [(0u8, &b"head"[..]), (2, b"tail")] {
+            let n = corefarm_smp::Notification {
+                id: d.id,
+                set,
+                data: Bytes::from_static(text),
+            };
+            p.send(n.to_frame().unwrap());
+        }
+        p.send(OutFrame::data(d.id, Bytes::from(vec![7u8; 16])).unwrap());
+        // The client's recv_notification then sees the end of the connection.
+        assert!(p.at_eof());
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    assert_eq!(c.try_recv_notification(), None);
+    // The result goes to its waiter; the notifications to their queue, first.
+    let p = c.submit_slice_pending(&[1; 16]).unwrap();
+    let out = p.wait(Some(Duration::from_secs(20))).unwrap();
+    assert_eq!(out.data, Bytes::from(vec![7u8; 16]));
+    let head = c.try_recv_notification().expect("before the result");
+    assert_eq!(
+        (head.id, head.set, &head.data[..]),
+        (out.id, 0, &b"head"[..])
+    );
+    let tail = c.recv_notification(Some(Duration::ZERO)).unwrap();
+    assert_eq!(
+        (tail.id, tail.set, &tail.data[..]),
+        (out.id, 2, &b"tail"[..])
+    );
+    assert_eq!(c.notifications_dropped(), 0);
+    c.close();
+    // Closed and empty: no waiting for what cannot come.
+    assert_eq!(c.recv_notification(None), None);
+    srv.join().unwrap();
+}

@@ -555,7 +555,8 @@ impl Resident {
                 Some(Outgoing::Failed { reason, .. }) => {
                     return Err(local(ErrorCode::CoreFailure, format!("{label}: {reason}")))
                 }
-                Some(Outgoing::Frame(_)) => {}
+                // A group command has no user link to notify.
+                Some(Outgoing::Frame(_) | Outgoing::Notes { .. }) => {}
                 None => return Err(local(ErrorCode::CoreFailure, "the core handlers stopped")),
             }
         }

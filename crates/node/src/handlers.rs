@@ -48,6 +48,15 @@ pub enum Outgoing {
         reason: String,
         reservation: Option<Reservation>,
     },
+    /// What the handlers of message `id` (handler set `set`) passed to
+    /// `notify`, queued just before its result or error ([`crate::notes`]).
+    Notes {
+        id: u32,
+        set: u8,
+        notes: Vec<Vec<u8>>,
+        /// More that the node did not keep (over the per-message limit).
+        over: u64,
+    },
 }
 
 /// What the node runs for the current configuration: its cores and the sizes
@@ -523,7 +532,7 @@ mod tests {
                     assert!(reason.contains("bad input"), "{reason}");
                     seen.push(id);
                 }
-                Outgoing::Frame(_) => panic!("no frames from handlers"),
+                Outgoing::Frame(_) | Outgoing::Notes { .. } => panic!("no frames from handlers"),
             }
         }
         seen.sort();

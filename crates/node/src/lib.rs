@@ -28,6 +28,7 @@ pub mod handlers;
 pub mod inbound;
 pub mod jobq;
 pub mod metrics;
+pub mod notes;
 pub mod peer;
 pub mod sender;
 pub mod session;

@@ -32,6 +32,8 @@ pub struct NodeStats {
     config_time: AtomicHistogram,
     function: Mutex<Option<String>>,
     cores: AtomicU32,
+    notes_sent: AtomicU64,
+    notes_dropped: AtomicU64,
 }
 
 impl Default for NodeStats {
@@ -47,6 +49,8 @@ impl Default for NodeStats {
             config_time: AtomicHistogram::new(CONFIG_BOUNDS),
             function: Mutex::new(None),
             cores: AtomicU32::new(0),
+            notes_sent: AtomicU64::new(0),
+            notes_dropped: AtomicU64::new(0),
         }
     }
 }
@@ -75,6 +79,13 @@ impl NodeStats {
     /// Results and per-input errors written to the server.
     pub fn answered(&self, n: usize) {
         self.answers.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// Handler notifications sent to the server, and dropped (the server
+    /// did not agree them, or a message sent more than the node keeps).
+    pub fn notifications(&self, sent: u64, dropped: u64) {
+        self.notes_sent.fetch_add(sent, Ordering::Relaxed);
+        self.notes_dropped.fetch_add(dropped, Ordering::Relaxed);
     }
 
     /// A configuration was loaded (`Some`) or refused (`None`) after `took`.
@@ -110,6 +121,8 @@ impl NodeStats {
             configurations: self.configurations.load(Ordering::Relaxed),
             configurations_refused: self.refused.load(Ordering::Relaxed),
             direct: self.direct.load(Ordering::Relaxed),
+            notifications_sent: self.notes_sent.load(Ordering::Relaxed),
+            notifications_dropped: self.notes_dropped.load(Ordering::Relaxed),
         }
     }
 }
@@ -139,6 +152,8 @@ pub struct NodeManagerStatus {
     pub configurations_refused: u64,
     /// Data messages of a group's direct path queued for its cores.
     pub direct: u64,
+    pub notifications_sent: u64,
+    pub notifications_dropped: u64,
 }
 
 /// Every node manager of this process, by name.
@@ -251,6 +266,23 @@ impl corefarm_telemetry::Endpoints for NodeEndpoints {
                 for (outcome, v) in [
                     ("loaded", s.configurations),
                     ("refused", s.configurations_refused),
+                ] {
+                    let mut l = l.clone();
+                    l.push(("outcome", outcome.into()));
+                    f.counter(&l, v)?;
+                }
+            }
+            let mut f = family(
+                enc,
+                "node_manager_notifications",
+                "Handler notifications by outcome (dropped: not agreed by the server, or over \
+                 a message's limit).",
+                Counter,
+            )?;
+            for (l, s) in &st {
+                for (outcome, v) in [
+                    ("sent", s.notifications_sent),
+                    ("dropped", s.notifications_dropped),
                 ] {
                     let mut l = l.clone();
                     l.push(("outcome", outcome.into()));

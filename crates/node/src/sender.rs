@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::guard::Reservation;
 use crate::handlers::Outgoing;
+use crate::notes::NoteLink;
 
 /// Why the sending task stopped before its queue was closed.
 #[derive(Debug, thiserror::Error)]
@@ -63,6 +64,12 @@ impl Chunking {
         }
     }
 
+    /// The class of message `id`'s result, left in place for the result.
+    fn peek(&self, id: u32) -> u8 {
+        let c = self.lock();
+        c.get(&id).copied().unwrap_or(DEFAULT_CLASS)
+    }
+
     fn take(&self, id: u32) -> u8 {
         let mut c = self.lock();
         if c.is_empty() {
@@ -86,6 +93,7 @@ type Ready = (OutFrame, u8, Option<Reservation>);
 fn to_wire(o: Outgoing, negotiated: bool, chunking: &Chunking) -> Result<Ready, String> {
     let (id, code, reason, held) = match o {
         Outgoing::Frame(f) => return Ok((f, 0, None)),
+        Outgoing::Notes { .. } => unreachable!("admit sends notes apart"),
         Outgoing::Result {
             id,
             data,
@@ -128,21 +136,26 @@ pub async fn send_loop<W: AsyncWrite + Unpin>(
     negotiated: Arc<AtomicBool>,
     stats: Option<Arc<crate::metrics::NodeStats>>,
 ) -> Result<u64, SendError> {
-    send_loop_chunked(wr, rx, negotiated, Arc::default(), stats).await
+    send_loop_chunked(wr, rx, negotiated, Arc::default(), Arc::default(), stats).await
 }
 
-/// [`send_loop`] on a link that may negotiate chunks (`chunking`).
+/// [`send_loop`] on a link that may negotiate chunks (`chunking`) and
+/// handler notifications (`notes`).
 pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
     mut wr: W,
     mut rx: mpsc::UnboundedReceiver<Outgoing>,
     negotiated: Arc<AtomicBool>,
     chunking: Arc<Chunking>,
+    notes: Arc<NoteLink>,
     stats: Option<Arc<crate::metrics::NodeStats>>,
 ) -> Result<u64, SendError> {
     let mut results = 0u64;
     // Reservations are released only once their result is on the wire, so
     // the memory guard also counts results waiting for the socket.
     let mut out: Outbox<Option<Reservation>> = Outbox::new();
+    // Messages whose notifications wait in a class other than 0: an error
+    // for one of them must wait in the same class, behind them.
+    let mut noted = std::collections::HashSet::new();
     let (mut closed, mut fatal) = (false, None);
     loop {
         if out.is_empty() {
@@ -150,7 +163,14 @@ pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
                 break;
             }
             match rx.recv().await {
-                Some(o) => admit(o, &mut out, &negotiated, &chunking, &mut fatal),
+                Some(o) => admit(
+                    o,
+                    &mut out,
+                    &negotiated,
+                    &chunking,
+                    (&notes, &mut noted),
+                    &mut fatal,
+                ),
                 None => {
                     closed = true;
                     continue;
@@ -161,7 +181,14 @@ pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
         // nothing after an item that can only be reported by closing.
         while fatal.is_none() && !closed {
             match rx.try_recv() {
-                Ok(o) => admit(o, &mut out, &negotiated, &chunking, &mut fatal),
+                Ok(o) => admit(
+                    o,
+                    &mut out,
+                    &negotiated,
+                    &chunking,
+                    (&notes, &mut noted),
+                    &mut fatal,
+                ),
                 Err(mpsc::error::TryRecvError::Empty) => break,
                 Err(mpsc::error::TryRecvError::Disconnected) => closed = true,
             }
@@ -215,6 +242,7 @@ fn admit(
     out: &mut Outbox<Option<Reservation>>,
     negotiated: &AtomicBool,
     chunking: &Chunking,
+    (notes, noted): (&NoteLink, &mut std::collections::HashSet<u32>),
     fatal: &mut Option<String>,
 ) {
     // Learnt from the server's hello, which comes before any data.
@@ -222,7 +250,33 @@ fn admit(
     if out.chunk_size() != size {
         out.set_chunk_size(size);
     }
+    if let Outgoing::Notes {
+        id,
+        set,
+        notes: n,
+        over,
+    } = o
+    {
+        // In the class the message's result will take: first in line
+        // within a class is first on the wire, so they precede the result.
+        let class = chunking.peek(id);
+        for f in notes.frames(id, set, n, over) {
+            out.push_in_class(f, class, None);
+            if class != 0 {
+                noted.insert(id);
+            }
+        }
+        return;
+    }
+    let id = match &o {
+        Outgoing::Result { id, .. } | Outgoing::Failed { id, .. } => Some(*id),
+        _ => None,
+    };
+    let after_notes = !noted.is_empty() && id.is_some_and(|id| noted.remove(&id));
     match to_wire(o, negotiated.load(Ordering::Relaxed), chunking) {
+        Ok((f, class, held)) if after_notes && f.as_data().is_none() => {
+            out.push_in_class(f, class, held)
+        }
         Ok((f, class, held)) => out.push(f, class, held),
         Err(why) => *fatal = Some(why),
     }
@@ -335,6 +389,7 @@ mod tests {
             rx,
             Arc::new(AtomicBool::new(true)),
             chunking,
+            Arc::default(),
             None,
         ));
         tx.send(Outgoing::Result {
@@ -400,6 +455,113 @@ mod tests {
         assert_eq!(&f.payload[..], b"\x07\0\0\0done");
         drop(tx);
         assert_eq!(task.await.unwrap().unwrap(), 1);
+    }
+
+    /// What a sender writes for a message with two notifications (then
+    /// its result, or an error for a second one), with `agreed` and
+    /// chunks on or off: the frame types in order, and the notes link.
+    async fn notes_then_answer(agreed: bool, chunks: bool) -> (Vec<(MsgType, u32)>, Arc<NoteLink>) {
+        let g = MemoryGuard::new(1 << 20);
+        let (tx, rx) = mpsc::unbounded_channel();
+        let chunking = Arc::new(Chunking::default());
+        if chunks {
+            chunking.set_size(1024);
+            chunking.class_of(1, 6);
+            chunking.class_of(2, 3);
+        }
+        let notes = Arc::new(NoteLink::default());
+        notes.set_agreed(agreed);
+        for id in [1, 2] {
+            tx.send(Outgoing::Notes {
+                id,
+                set: 2,
+                notes: vec![b"first".to_vec(), vec![id as u8; 4096]],
+                over: 1,
+            })
+            .unwrap();
+        }
+        tx.send(Outgoing::Result {
+            id: 1,
+            data: Bytes::from(vec![9; 3000]),
+            reservation: g.reserve(1024).await,
+        })
+        .unwrap();
+        tx.send(failed(&g, 2).await).unwrap();
+        drop(tx);
+        let (a, b) = tokio::io::duplex(1 << 20);
+        let negotiated = Arc::new(AtomicBool::new(true));
+        send_loop_chunked(a, rx, negotiated, chunking, notes.clone(), None)
+            .await
+            .unwrap();
+        let mut r = FrameReader::new(b, 1 << 20);
+        let mut seen = Vec::new();
+        let mut re = corefarm_smp::stream::Reassembler::new(1 << 20, 4, 1 << 20);
+        while let Some(f) = r.read_frame().await.unwrap() {
+            match f.ty {
+                MsgType::Notification => {
+                    let n = corefarm_smp::Notification::parse(f.payload).unwrap();
+                    assert_eq!(n.set, 2);
+                    let want = if n.data.len() == 5 {
+                        b"first".to_vec()
+                    } else {
+                        vec![n.id as u8; 4096]
+                    };
+                    assert_eq!(n.data, want);
+                    seen.push((f.ty, n.id));
+                }
+                MsgType::Chunk => {
+                    let c = corefarm_smp::stream::Chunk::parse(f.payload).unwrap();
+                    if let Some(m) = re.push(c).unwrap() {
+                        seen.push((MsgType::Data, m.id));
+                    }
+                }
+                MsgType::Data => {
+                    seen.push((f.ty, u32::from_le_bytes(f.payload[..4].try_into().unwrap())))
+                }
+                MsgType::Error => seen.push((f.ty, ErrorMsg::parse(&f.payload).unwrap().id)),
+                t => panic!("unexpected {t:?}"),
+            }
+        }
+        (seen, notes)
+    }
+
+    #[tokio::test]
+    async fn notifications_go_before_their_message_s_answer_when_agreed() {
+        for chunks in [false, true] {
+            let (seen, notes) = notes_then_answer(true, chunks).await;
+            let pos = |x: (MsgType, u32)| seen.iter().position(|&s| s == x).unwrap();
+            let of = |id| {
+                seen.iter()
+                    .filter(|&&s| s == (MsgType::Notification, id))
+                    .count()
+            };
+            assert_eq!(
+                (of(1), of(2), seen.len()),
+                (2, 2, 6),
+                "chunks {chunks}: {seen:?}"
+            );
+            let last_note = |id| {
+                seen.iter()
+                    .rposition(|&s| s == (MsgType::Notification, id))
+                    .unwrap()
+            };
+            assert!(
+                last_note(1) < pos((MsgType::Data, 1)),
+                "chunks {chunks}: {seen:?}"
+            );
+            assert!(
+                last_note(2) < pos((MsgType::Error, 2)),
+                "chunks {chunks}: {seen:?}"
+            );
+            assert_eq!(notes.dropped(), 2, "the ones over the limit");
+        }
+    }
+
+    #[tokio::test]
+    async fn notifications_are_counted_and_dropped_when_not_agreed() {
+        let (seen, notes) = notes_then_answer(false, false).await;
+        assert_eq!(seen, [(MsgType::Data, 1), (MsgType::Error, 2)]);
+        assert_eq!(notes.dropped(), 6);
     }
 
     #[tokio::test]

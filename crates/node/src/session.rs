@@ -28,6 +28,7 @@ use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
 use crate::inbound::Inbound;
 use crate::metrics::NodeStats;
+use crate::notes::NoteLink;
 use crate::peer::PeerListener;
 use crate::sender::{self, Chunking, SendError};
 use crate::{NodeError, NodeOptions};
@@ -94,13 +95,14 @@ where
     // any way (returns, panics, is aborted): its drop guard lives in the task.
     let ended = stop.child_token();
     let stats = opts.telemetry.as_ref().map(|t| t.node(&opts.name));
+    let notes = Arc::new(NoteLink::with_stats(stats.clone()));
     let _connected = stats.clone().map(Connected::new);
     let mut sender = tokio::spawn({
         let (guard, negotiated) = (ended.clone().drop_guard(), negotiated.clone());
-        let (stats, chunking) = (stats.clone(), chunking.clone());
+        let (stats, chunking, notes) = (stats.clone(), chunking.clone(), notes.clone());
         async move {
             let _guard = guard;
-            sender::send_loop_chunked(wr, out_rx, negotiated, chunking, stats).await
+            sender::send_loop_chunked(wr, out_rx, negotiated, chunking, notes, stats).await
         }
     });
     let mut s = Session {
@@ -116,12 +118,13 @@ where
         group: None,
         stats,
         chunking,
+        notes,
         inbound: None,
     };
     if opts.hello {
         let mut h = Hello::new("node");
         h.name = Some(opts.name.clone());
-        h.features = vec![features::ERROR.into()];
+        h.features = vec![features::ERROR.into(), features::SPIN_NOTIFY.into()];
         h.targets = corefarm_cores::supported_targets(&opts.load);
         h.max_message = Some(opts.max_message);
         // Advertised once `run` has bound it (a concrete address).
@@ -231,6 +234,8 @@ struct Session<'a> {
     stats: Option<Arc<NodeStats>>,
     /// Chunk size and result classes, shared with the sending task.
     chunking: Arc<Chunking>,
+    /// Whether handler notifications go to the server, shared with the sending task.
+    notes: Arc<NoteLink>,
     /// Chunked messages being received; `Some` once the server agreed to
     /// chunks in its hello (a chunk before that is an unexpected message).
     inbound: Option<Inbound>,
@@ -273,6 +278,7 @@ impl Session<'_> {
                     tracing::debug!(node = %self.opts.name, "server hello: {h:?}");
                     self.negotiated
                         .store(h.has(features::ERROR), Ordering::Relaxed);
+                    self.notes.set_agreed(h.has(features::SPIN_NOTIFY));
                     if let Some(m) = h.max_message {
                         self.limit = self.opts.max_message.min(m);
                     }

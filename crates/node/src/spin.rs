@@ -146,7 +146,7 @@ fn lane(
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     while let Some((ctx, job)) = rx.wait() {
-        let (mut job, kept, done) = match job {
+        let (mut job, kept, mut done) = match job {
             LaneJob::Whole(job) => {
                 let done = worker.run(ctx, job.id, &job.data, chunk);
                 (job, Vec::new(), done)
@@ -157,13 +157,8 @@ fn lane(
                 None => continue,
             },
         };
-        if !done.notifications.is_empty() {
-            // No SMP message carries them yet (docs/streams.md).
-            tracing::debug!(
-                id = job.id,
-                "{} handler notifications not delivered",
-                done.notifications.len()
-            );
+        if !queue_notes(&results, ctx, job.id, &mut done) {
+            return;
         }
         // The server takes a result of count × output size bytes only: the
         // handlers' output is padded unless it agreed any-length (`shape`).
@@ -215,6 +210,35 @@ fn lane(
             return;
         }
     }
+}
+
+/// Queues the notifications of message `id` just before its result or
+/// error (the sending task keeps them ahead of it, [`crate::notes`]).
+/// `false` once the sending task is gone.
+fn queue_notes(
+    results: &mpsc::UnboundedSender<Outgoing>,
+    ctx: usize,
+    id: u32,
+    done: &mut corefarm_cores::worker::SpinOutcome,
+) -> bool {
+    if done.notifications_dropped > 0 {
+        tracing::warn!(
+            id,
+            "{} handler notification(s) over the {} a message may send were dropped",
+            done.notifications_dropped,
+            corefarm_cores::worker::MAX_NOTIFICATIONS
+        );
+    }
+    if done.notifications.is_empty() {
+        return true;
+    }
+    let notes = Outgoing::Notes {
+        id,
+        set: u8::try_from(ctx).unwrap_or(u8::MAX),
+        notes: std::mem::take(&mut done.notifications),
+        over: done.notifications_dropped,
+    };
+    results.send(notes).is_ok()
 }
 
 /// Feeds a streamed message to the worker as its chunks arrive. The chunks

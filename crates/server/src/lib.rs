@@ -27,6 +27,7 @@ mod group;
 mod limits;
 pub mod metrics;
 pub mod nodeconn;
+mod notes;
 pub mod pool;
 mod registry;
 pub mod sched;

@@ -188,6 +188,9 @@ impl NodeConn {
                                 } else {
                                     vec![]
                                 };
+                                if h.has(features::SPIN_NOTIFY) {
+                                    reply.features.push(features::SPIN_NOTIFY.into());
+                                }
                                 reply.max_message = Some(max);
                                 // Before the node is visible: an owner reads it on
                                 // the first result of another length.

@@ -65,6 +65,8 @@ pub enum ProtocolError {
     BadGroup(String),
     #[error("chunk is not valid: {0}")]
     BadChunk(String),
+    #[error("notification is not valid: {0}")]
+    BadNotification(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -164,6 +166,7 @@ impl ProtocolError {
             ProtocolError::BadAuth(_) => "bad_auth",
             ProtocolError::BadGroup(_) => "bad_group",
             ProtocolError::BadChunk(_) => "bad_chunk",
+            ProtocolError::BadNotification(_) => "bad_notification",
         }
     }
 

@@ -30,6 +30,8 @@ pub enum MsgType {
     GroupCmd = 0x19,
     /// A node's answer to a group command ([`crate::group::GroupReply`]).
     GroupReply = 0x1A,
+    /// A streaming handler's notification ([`crate::notify::Notification`]).
+    Notification = 0x1C,
     /// One chunk of a data message ([`crate::stream::Chunk`]).
     Chunk = 0x1D,
 }
@@ -51,6 +53,7 @@ impl MsgType {
             0x18 => MsgType::GroupCtl,
             0x19 => MsgType::GroupCmd,
             0x1A => MsgType::GroupReply,
+            0x1C => MsgType::Notification,
             0x1D => MsgType::Chunk,
             other => return Err(ProtocolError::UnknownType(other)),
         })
@@ -72,6 +75,7 @@ impl MsgType {
             MsgType::GroupCtl => "group-control",
             MsgType::GroupCmd => "group-command",
             MsgType::GroupReply => "group-reply",
+            MsgType::Notification => "notification",
             MsgType::Chunk => "chunk",
         }
     }

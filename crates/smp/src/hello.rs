@@ -47,6 +47,11 @@ pub mod features {
     /// node (the node then sends handler output unpadded) and server ↔ user
     /// (the user then gets it as is); a peer without it keeps the fixed size.
     pub const ANY_LENGTH: &str = "any-length";
+    /// Streaming handlers' notifications (issue 11): on this link the
+    /// peer takes `Notification` messages (type 0x1C,
+    /// [`crate::notify`]); those of a data message come before its result
+    /// or error. Node → server and server → user only.
+    pub const SPIN_NOTIFY: &str = "spin-notify";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

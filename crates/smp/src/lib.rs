@@ -10,6 +10,7 @@
 //! - [`group`]: groups of nodes driven by a user: control, commands, replies.
 //! - [`status`]: the status extension (what the server is doing, as JSON).
 //! - [`stream`]: chunked messages with priority classes (issue 11; not negotiated yet).
+//! - [`notify`]: streaming handlers' notifications (node → server → user).
 //! - [`auth`]: challenge–response authentication of hello peers.
 //! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).
 //! - [`blocking`]: the same framing over `std::io` for synchronous peers.
@@ -25,6 +26,7 @@ pub mod group;
 pub mod header;
 pub mod hello;
 pub mod message;
+pub mod notify;
 pub mod outframe;
 pub mod peer;
 pub mod status;
@@ -38,6 +40,7 @@ pub use message::{
     default_core_table, BenchmarkConfig, Configuration, ConfigurationResponse, CoreInfo, Credit,
     Data, ErrorMsg, Frame, DEFAULT_CORE_BASE,
 };
+pub use notify::Notification;
 pub use outframe::{FrameBatch, OutFrame};
 pub use peer::{
     Algo, CollHeader, CollOp, DType, PeerBody, PeerFrame, PeerHeader, PeerKind, PeerMsg, ReduceOp,

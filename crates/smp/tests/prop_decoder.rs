@@ -80,6 +80,11 @@ fn parse_typed(f: &Frame) {
         MsgType::Chunk => {
             let _ = corefarm_smp::stream::Chunk::parse(f.payload.clone());
         }
+        MsgType::Notification => {
+            if let Ok(n) = corefarm_smp::Notification::parse(f.payload.clone()) {
+                assert_eq!(&n.to_frame().unwrap().to_vec()[8..], &f.payload[..]);
+            }
+        }
         MsgType::Peer => {
             if let Ok(m) = corefarm_smp::PeerMsg::parse(f.payload.clone()) {
                 assert_eq!(&m.to_frame().unwrap().to_vec()[8..], &f.payload[..]);

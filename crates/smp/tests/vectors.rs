@@ -112,6 +112,7 @@ fn decode(f: &Frame, unit: Option<u32>) -> Result<(Vec<u8>, Value), ProtocolErro
         // Peer messages have their own vectors (tests/vectors/peer.json, peer_vectors.rs).
         MsgType::Peer => panic!("smp.json holds no peer message"),
         MsgType::Chunk => panic!("smp.json holds no chunk (chunk.json does)"),
+        MsgType::Notification => panic!("smp.json holds no notification (notify.json does)"),
         // Group messages have their own vectors (tests/vectors/group.json, group_vectors.rs).
         MsgType::GroupCtl | MsgType::GroupCmd | MsgType::GroupReply => {
             panic!("smp.json holds no group message")

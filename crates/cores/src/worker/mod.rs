@@ -30,7 +30,7 @@ pub(crate) mod shm;
 mod spin;
 mod spin_child;
 
-pub use spin::{HandlerWorker, SpinOutcome};
+pub use spin::{HandlerWorker, SpinOutcome, MAX_NOTIFICATIONS};
 
 use std::collections::VecDeque;
 use std::io::Write;

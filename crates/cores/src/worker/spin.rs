@@ -32,8 +32,17 @@ const SLACK: Duration = Duration::from_secs(10);
 #[derive(Debug)]
 pub struct SpinOutcome {
     pub outcome: Outcome,
+    /// What the handlers passed to `notify`, in order, at most
+    /// [`MAX_NOTIFICATIONS`] of them.
     pub notifications: Vec<Vec<u8>>,
+    /// Notifications past [`MAX_NOTIFICATIONS`], dropped.
+    pub notifications_dropped: u64,
 }
+
+/// Notifications kept per message (4 KiB each at most, so 1 MiB): a
+/// handler that notifies in a loop cannot fill the node's memory; the rest
+/// are counted and dropped, the message itself is unaffected.
+pub const MAX_NOTIFICATIONS: usize = 256;
 
 /// A running (or, after a failure, to be restarted) handler worker.
 pub struct HandlerWorker {
@@ -147,6 +156,7 @@ impl HandlerWorker {
                     self.label(ctx)
                 )),
                 notifications: Vec::new(),
+                notifications_dropped: 0,
             });
         }
         self.current = Some(Current {
@@ -210,6 +220,7 @@ impl HandlerWorker {
         let failed = |why: String| SpinOutcome {
             outcome: Outcome::Failed(why),
             notifications: Vec::new(),
+            notifications_dropped: 0,
         };
         let Some(cur) = self.current.take() else {
             return failed("no message was begun".into());
@@ -229,6 +240,7 @@ impl HandlerWorker {
         let budget = self.init.spin[ctx].budgets.budgets().per_call;
         let deadline = Instant::now() + budget * (cur.pieces + 2) + SLACK;
         let (mut out, mut notes, mut fault) = (Vec::new(), Vec::new(), None);
+        let mut notes_dropped = 0u64;
         let limit = self.init.spin[ctx].budgets.output;
         loop {
             match self.recv(deadline) {
@@ -236,7 +248,11 @@ impl HandlerWorker {
                     out.extend_from_slice(&p)
                 }
                 Ok(Msg::Notify(n)) if n.len() <= crate::spin::manifest::NOTIFICATION as usize => {
-                    notes.push(n)
+                    if notes.len() < MAX_NOTIFICATIONS {
+                        notes.push(n)
+                    } else {
+                        notes_dropped += 1;
+                    }
                 }
                 Ok(Msg::Fault { context, stage }) => fault = Some((context, stage)),
                 Ok(Msg::Finished(end, why)) => {
@@ -254,6 +270,7 @@ impl HandlerWorker {
                     return SpinOutcome {
                         outcome,
                         notifications: notes,
+                        notifications_dropped: notes_dropped,
                     };
                 }
                 Ok(other) => {

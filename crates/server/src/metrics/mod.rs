@@ -72,6 +72,12 @@ pub struct UserSlot {
     latency: AtomicHistogram,
 }
 
+/// Built with the `metrics-off` feature: the per-message hooks do nothing.
+/// Only for measuring what they cost against the same code with them
+/// (bench/metrics_overhead.sh); such a server's metrics and status counters
+/// stay at zero.
+const OFF: bool = cfg!(feature = "metrics-off");
+
 #[derive(Debug)]
 pub struct Metrics {
     started: Instant,
@@ -95,6 +101,9 @@ impl Default for Metrics {
 
 impl Metrics {
     pub fn bytes(&self, link: Link, n: usize) {
+        if OFF {
+            return;
+        }
         self.link[link as usize]
             .0
             .fetch_add(n as u64, Ordering::Relaxed);
@@ -197,6 +206,9 @@ impl Default for NodeMetrics {
 impl NodeMetrics {
     /// A message went to the node at `now`; `first` if nothing else was in flight.
     pub fn dispatched(&self, first: bool, now: Instant) {
+        if OFF {
+            return;
+        }
         if first {
             self.busy_since.store(stamp_at(now), Ordering::Relaxed);
         }
@@ -205,6 +217,9 @@ impl NodeMetrics {
     /// A result (or, with `failed`, an error for an input) came back at
     /// `now`; `idle` if nothing is in flight any more.
     pub fn answered(&self, idle: bool, failed: bool, now: Instant) {
+        if OFF {
+            return;
+        }
         let c = if failed {
             &self.failures
         } else {
@@ -285,6 +300,9 @@ impl UserMetrics {
 
     /// A result came back `latency` after its message went to a node.
     pub fn result(&self, m: &Metrics, name: impl FnOnce() -> String, latency: Duration) {
+        if OFF {
+            return;
+        }
         self.latency.observe(latency);
         let slot = self.slot(m, name);
         slot.results.fetch_add(1, Ordering::Relaxed);

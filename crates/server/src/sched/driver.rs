@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::{
-    ConfigurationResponse, Data, ErrorCode, ErrorMsg, MsgType, NodeState, OutFrame,
+    ConfigurationResponse, Data, ErrorCode, ErrorMsg, MsgType, NodeState, Notification, OutFrame,
 };
 use tokio::sync::{mpsc, oneshot};
 
@@ -72,6 +72,8 @@ pub enum ToUser {
         code: ErrorCode,
         reason: String,
     },
+    /// A handler's notification, before the result of its message.
+    Notification(Notification),
 }
 
 #[derive(Clone)]
@@ -357,6 +359,10 @@ impl Driver {
                     }
                     Err(e) => Some(format!("bad error message: {e}")),
                 },
+                MsgType::Notification => match Notification::parse(f.payload) {
+                    Ok(n) => self.sched.on_notification(id, n).err(),
+                    Err(e) => Some(format!("bad notification: {e}")),
+                },
                 other => Some(format!("unexpected {} message from a node", other.name())),
             },
         };
@@ -450,6 +456,11 @@ impl Driver {
                     }
                 }
                 Action::Lent { node } => self.hand_over(node),
+                Action::Notify { user, note } => {
+                    if let Some((tx, _)) = self.users.get(&user) {
+                        let _ = tx.send(ToUser::Notification(note));
+                    }
+                }
             }
         }
     }

@@ -24,6 +24,7 @@ pub mod driver;
 pub mod first;
 pub mod function;
 mod lend;
+mod notify;
 mod params;
 pub mod places;
 pub mod queue;
@@ -121,6 +122,11 @@ pub enum Action {
         id: u32,
         code: ErrorCode,
         reason: String,
+    },
+    /// A handler's notification for the user's message `note.id`.
+    Notify {
+        user: u64,
+        note: corefarm_smp::Notification,
     },
     State {
         node: u64,

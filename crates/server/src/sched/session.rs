@@ -35,12 +35,13 @@ use crate::Shared;
 const USER_QUEUE: usize = 32;
 
 /// Features the server agrees to in shared mode.
-const AGREED: [&str; 5] = [
+const AGREED: [&str; 6] = [
     features::ERROR,
     features::CREDIT,
     features::STATUS,
     features::QUEUE_FULL,
     features::ANY_LENGTH,
+    features::SPIN_NOTIFY,
 ];
 
 struct Session {
@@ -70,6 +71,8 @@ struct Session {
     waiting: Option<Job>,
     outstanding: u64,
     credit: u64,
+    /// Handler notifications dropped: the user did not agree `spin-notify`.
+    notes_dropped: crate::notes::Dropped,
 }
 
 /// Removes the user from the registry and the scheduler however the session ends.
@@ -118,6 +121,7 @@ pub(crate) async fn run(
         waiting: None,
         outstanding: 0,
         credit: 0,
+        notes_dropped: Default::default(),
     };
     match s.main_loop(&stop, &mut rx).await {
         Ok(()) => tracing::info!(user = %peer, "user session ended"),
@@ -320,6 +324,21 @@ impl Session {
                     Ok(f) => self.send(f).await,
                     Err(e) => self.fail(id, e.code(), e.to_string()).await,
                 }
+            }
+            // Sent before the message's result (which may still go as
+            // chunks through `outbound`): the channel is first in, first out.
+            ToUser::Notification(note) if self.agreed(features::SPIN_NOTIFY) => {
+                match note.to_frame() {
+                    Ok(f) => self.send(f).await,
+                    Err(e) => {
+                        tracing::warn!(user = %self.peer, "notification not relayed: {e}");
+                        Ok(())
+                    }
+                }
+            }
+            ToUser::Notification(note) => {
+                self.notes_dropped.count(&self.peer, &note);
+                Ok(())
             }
             ToUser::Failed { id, code, reason } => {
                 self.outstanding = self.outstanding.saturating_sub(1);

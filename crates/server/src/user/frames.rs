@@ -26,11 +26,12 @@ const USER_RCVBUF_MIN: usize = 64 << 10;
 const USER_RCVBUF_MAX: usize = 1 << 20;
 
 /// Extension features the server agrees to when a user asks for them.
-const AGREED: [&str; 4] = [
+const AGREED: [&str; 5] = [
     features::ERROR,
     features::CREDIT,
     features::STATUS,
     features::ANY_LENGTH,
+    features::SPIN_NOTIFY,
 ];
 
 impl Handler {

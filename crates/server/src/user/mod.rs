@@ -16,6 +16,7 @@
 mod configure;
 mod frames;
 mod nodes;
+mod notify;
 mod routing;
 
 use std::collections::{HashMap, VecDeque};
@@ -141,6 +142,8 @@ struct Handler {
     refusals: configure::Refusals,
     /// Last message from the user or answer to it (for --user-idle-timeout).
     last_activity: Instant,
+    /// Handler notifications dropped: the user did not agree `spin-notify`.
+    notes_dropped: crate::notes::Dropped,
 }
 
 /// Removes the user from the registry however the task ends.
@@ -195,6 +198,7 @@ pub(crate) async fn run(
         credit: 0,
         refusals: Default::default(),
         last_activity: Instant::now(),
+        notes_dropped: Default::default(),
     };
     let mut end = h.main_loop(&stop).await;
     if let End::Group = end {

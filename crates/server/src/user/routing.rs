@@ -269,6 +269,7 @@ impl Handler {
                 // A result within the frame limit fits one to the user (same limit).
                 self.send_result(p.user_id, p.class, data).await
             }
+            (MsgType::Notification, Slot::Ready) => self.on_node_notification(id, f).await,
             (MsgType::ConfigurationResponse, Slot::Configuring { .. }) => {
                 let ok = ConfigurationResponse::parse(&f.payload)
                     .map(|r| r.ok())

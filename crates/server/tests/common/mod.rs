@@ -14,7 +14,7 @@ use corefarm_server::{Server, ServerOptions, StatusHandle};
 use corefarm_smp::codec::{write_frame, FrameReader};
 use corefarm_smp::{
     hello::features, BenchmarkConfig, ClusterStatus, Configuration, ConfigurationResponse, Credit,
-    Data, ErrorMsg, Frame, Hello, MsgType, OutFrame,
+    Data, ErrorMsg, Frame, Hello, MsgType, Notification, OutFrame,
 };
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -116,6 +116,23 @@ pub enum Behaviour {
     Hold,
     /// Sends a hello, then 3 bytes of a header, then nothing.
     TrickleHeader,
+    /// Like `Echo`, after [`NOTES`] handler notifications (set 1) for each
+    /// data message, when the server agreed `spin-notify`.
+    Notify,
+    /// Sends a notification for an id it never received (then echoes).
+    NotifyUnknownId,
+}
+
+/// Handler set index of the `Notify` node's notifications.
+pub const NOTE_SET: u8 = 1;
+
+/// The notifications a `Notify` node sends for a data message whose data
+/// starts with `first`.
+pub fn notes(first: u8) -> [Bytes; 2] {
+    [
+        Bytes::from(format!("head:{first}")),
+        Bytes::from(vec![first; 4096]),
+    ]
 }
 
 pub struct FakeNode {
@@ -133,6 +150,9 @@ impl FakeNode {
         let mut hello = Hello::new("node");
         hello.name = Some(name.into());
         hello.features = vec![features::ERROR.into()];
+        if matches!(behaviour, Behaviour::Notify | Behaviour::NotifyUnknownId) {
+            hello.features.push(features::SPIN_NOTIFY.into());
+        }
         write_frame(&mut w, hello.to_frame()).await.unwrap();
         let (cfg_tx, configs) = mpsc::unbounded_channel();
         let (release, released) = oneshot::channel();
@@ -176,6 +196,7 @@ async fn node_loop(
     let mut answered = 0usize;
     let mut held: Vec<Data> = Vec::new();
     let mut holding = behaviour == Behaviour::Hold;
+    let mut notify = false;
     loop {
         let f = tokio::select! {
             f = r.read_frame() => f,
@@ -189,7 +210,11 @@ async fn node_loop(
         };
         let Ok(Some(f)) = f else { return };
         match f.ty {
-            MsgType::Hello => {}
+            MsgType::Hello => {
+                notify = Hello::decode(&f.payload)
+                    .unwrap()
+                    .has(features::SPIN_NOTIFY);
+            }
             MsgType::Configuration => {
                 let c = Configuration::parse(f.payload).unwrap();
                 output = c.output_size;
@@ -216,6 +241,26 @@ async fn node_loop(
                     _ if holding => {
                         held.push(d);
                         continue;
+                    }
+                    Behaviour::Notify if notify => {
+                        for data in notes(d.data[0]) {
+                            let n = Notification {
+                                id: d.id,
+                                set: NOTE_SET,
+                                data,
+                            };
+                            let _ = write_frame(&mut w, n.to_frame().unwrap()).await;
+                        }
+                        result(tag, output, &d)
+                    }
+                    Behaviour::NotifyUnknownId if notify => {
+                        let n = Notification {
+                            id: d.id.wrapping_add(1000),
+                            set: 0,
+                            data: Bytes::from_static(b"who?"),
+                        };
+                        let _ = write_frame(&mut w, n.to_frame().unwrap()).await;
+                        result(tag, output, &d)
                     }
                     _ => result(tag, output, &d),
                 };

@@ -85,6 +85,18 @@ impl<T> Outbox<T> {
         self.queues.push(class, entry);
     }
 
+    /// Queues a frame that is not data in `class` (with chunks on; class 0
+    /// otherwise, like every frame): what concerns a message (a handler's
+    /// notification) then stays ahead of that message's result, which
+    /// takes the same class, since a class is served first in, first out.
+    pub fn push_in_class(&mut self, f: OutFrame, class: u8, tag: T) {
+        let class = match self.chunk_size {
+            0 => 0,
+            _ => class.min(CLASSES - 1),
+        };
+        self.queues.push(class, Entry::Frame(f, tag));
+    }
+
     /// Messages waiting (a message being chunked counts once).
     pub fn len(&self) -> usize {
         self.queues.len()

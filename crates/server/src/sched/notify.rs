@@ -1,0 +1,29 @@
+//! Shared mode: a node's handler notification goes to the user whose job
+//! it concerns, with that user's id for it (mapped from the node-side id
+//! the way [`Sched::on_result`] maps a result's), as an action executed in
+//! order with the results, so it stays ahead of the job's own result.
+
+use corefarm_smp::Notification;
+
+use super::{Action, Sched};
+
+impl Sched {
+    /// `Err`: the node named a job it does not hold, and must be closed
+    /// (as for a result for an unknown id).
+    pub fn on_notification(&mut self, node: u64, note: Notification) -> Result<(), String> {
+        let Some(slot) = self.nodes.get(&node) else {
+            return Ok(());
+        };
+        let Some(job) = slot.in_flight.get(&note.id) else {
+            return Err(format!("notification for unknown id {}", note.id));
+        };
+        let (user, id) = (job.user, job.id);
+        if self.users.contains_key(&user) {
+            self.out.push(Action::Notify {
+                user,
+                note: note.with_id(id),
+            });
+        }
+        Ok(())
+    }
+}

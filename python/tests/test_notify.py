@@ -1,0 +1,104 @@
+"""Handler notifications (docs/streams.md, "Notifications") from Python
+through a real node of `corefarm local`: a test handler set notifies at
+the head of a message (its word 1) and at its tail (its byte count); the
+client gets both, under the id it submitted, before the message's result."""
+
+import json
+import shutil
+import struct
+import subprocess
+
+import pytest
+
+import corefarm
+from realbin import Cluster, find_binary
+
+BIN = find_binary()
+
+ECHO = r"""
+#include "corefarm/hls.h"
+hls_avalon_agent_component
+component void echo(hls_avalon_agent_memory_argument(16) uint8_t *in,
+                     hls_avalon_agent_memory_argument(64) uint8_t *out) {
+    for (int i = 0; i < 64; i++) out[i] = i < 16 ? in[i] : 0xEE;
+}
+"""
+
+TALLY = r"""
+#include <corefarm/spin.h>
+#include <string.h>
+
+int tally_head(const cf_spin_args *a, const cf_spin_ops *ops) {
+    uint8_t note[8] = {'h', 'e', 'a', 'd'};
+    if (a->len < 8) return 1;
+    memcpy(note + 4, a->data + 4, 4);
+    return ops->notify(ops->ctx, note, sizeof note);
+}
+
+int tally_payload(const cf_spin_args *a, const cf_spin_ops *ops) {
+    (void)ops;
+    __atomic_fetch_add((uint64_t *)a->scratch, a->len, __ATOMIC_RELAXED);
+    return 0;
+}
+
+int tally_tail(const cf_spin_args *a, const cf_spin_ops *ops) {
+    uint64_t n = __atomic_load_n((uint64_t *)a->scratch, __ATOMIC_ACQUIRE);
+    if (ops->notify(ops->ctx, (const uint8_t *)&n, sizeof n) != 0) return 2;
+    return ops->emit(ops->ctx, (const uint8_t *)&n, sizeof n);
+}
+"""
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory):
+    # A missing tool fails the test with its name (never a silent skip).
+    assert BIN is not None, "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN"
+    for tool in ("c++", "cc"):
+        assert shutil.which(tool), f"no C/C++ compiler ({tool}) on PATH"
+    d = tmp_path_factory.mktemp("notify")
+    (d / "echo.cpp").write_text(ECHO)
+    (d / "tally.c").write_text(TALLY)
+    sets = [{"name": "tally",
+             "ruleset": {"mode": "and",
+                         "rules": [{"index": 0, "mask": 0xFFFFFFFF, "start": 8, "end": 8}]}}]
+    (d / "sets.json").write_text(json.dumps(sets))
+    out = d / "tally.cfimg"
+    subprocess.run(
+        [BIN, "image", "build", "--hls", str(d / "echo.cpp"), "--entry", "echo",
+         "--handlers", str(d / "sets.json"), "--handler-source", str(d / "tally.c"),
+         "-o", str(out)],
+        check=True)
+    return out
+
+
+@pytest.fixture
+def cluster():
+    c = Cluster(BIN, 1)
+    try:
+        yield c
+    finally:
+        c.stop()
+
+
+def test_notifications_come_before_the_result(cluster, image):
+    sizes = [16, 4096, 160]
+    with corefarm.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+        assert "spin-notify" in c.server_hello["features"]
+        c.configure(image)
+        assert c.recv_notification(timeout=0.01) is None
+        for i, size in enumerate(sizes):
+            msg = struct.pack("<2I", 8, 0xA0 + i) + bytes(size - 8)
+            sent = c.submit(msg)
+            out = c.recv(timeout=60)
+            assert out.id == sent and bytes(out.data)[:8] == struct.pack("<Q", size)
+            # Its result is in, so its notifications are already queued.
+            head = c.recv_notification(timeout=0)
+            tail = c.recv_notification(timeout=0)
+            assert head is not None and tail is not None, i
+            assert head.data == b"head" + struct.pack("<I", 0xA0 + i)
+            assert tail.data == struct.pack("<Q", size)
+            assert head.id == tail.id == sent and (head.set, tail.set) == (0, 0)
+            ident, handler_set, data = tail  # also a plain tuple
+            assert (ident, handler_set, data) == (tail.id, 0, tail.data)
+        assert c.recv_notification(timeout=0.01) is None
+        assert c.notifications_dropped == 0
