@@ -34,7 +34,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::group::DIRECT_USER;
-use corefarm_smp::peer::{hello_name, split_hello_name};
+use corefarm_smp::peer::{agree_chunks, hello_name, split_hello_name};
 use corefarm_smp::stream::{Chunks, CLASSES, DEFAULT_CHUNK_SIZE, DEFAULT_CLASS};
 use corefarm_smp::{Data, ErrorMsg, MsgType, OutFrame, PeerBody, PeerHeader, PeerKind, PeerMsg};
 
@@ -133,7 +133,7 @@ impl Group {
                 Ok(PeerMsg {
                     body: PeerBody::Hello { name, .. },
                     ..
-                }) => agree(chunk_size, split_hello_name(&name).1),
+                }) => agree_chunks(chunk_size, split_hello_name(&name).1),
                 other => {
                     return Err(GroupError::Failed {
                         op: "direct connection".into(),
@@ -166,16 +166,6 @@ impl Group {
             window: window.max(1),
             timeout: self.timeout + Duration::from_secs(5),
         })
-    }
-}
-
-/// The chunk size of a direct connection: both ends offered, the smaller
-/// wins; 0 (whole frames) if either did not.
-fn agree(ours: u32, theirs: u32) -> u32 {
-    if ours == 0 || theirs == 0 {
-        0
-    } else {
-        ours.min(theirs)
     }
 }
 
@@ -366,17 +356,4 @@ fn send(w: &mut TcpStream, id: u32, class: u8, data: Bytes, chunk: u32) -> std::
         crate::chunked::write_buf(w, &mut f)?;
     }
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn chunks_only_when_both_ends_offer_the_smaller_size() {
-        assert_eq!(agree(DEFAULT_CHUNK_SIZE, 0), 0, "an old member");
-        assert_eq!(agree(0, 4096), 0);
-        assert_eq!(agree(DEFAULT_CHUNK_SIZE, 4096), 4096);
-        assert_eq!(agree(4096, DEFAULT_CHUNK_SIZE), 4096);
-    }
 }

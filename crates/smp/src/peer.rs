@@ -396,6 +396,16 @@ pub fn hello_name(name: &str, chunk_size: u32) -> String {
     }
 }
 
+/// The chunk size both ends of a peer or direct connection agree on: the
+/// smaller offer, or 0 (whole messages) if either offered none.
+pub fn agree_chunks(ours: u32, theirs: u32) -> u32 {
+    if ours == 0 || theirs == 0 {
+        0
+    } else {
+        ours.min(theirs)
+    }
+}
+
 /// A hello's name field split into the name and the chunk size it offers
 /// (0: none, or an option this end cannot read). Options after the NUL
 /// are `;`-separated; unknown ones are ignored.
@@ -422,6 +432,10 @@ mod tests {
         assert_eq!(n, "user\0chunks=65536");
         assert_eq!(split_hello_name(&n), ("user", 65536));
         assert_eq!(split_hello_name("rank 3"), ("rank 3", 0));
+        assert_eq!(agree_chunks(65536, 0), 0, "an old end");
+        assert_eq!(agree_chunks(0, 4096), 0);
+        assert_eq!(agree_chunks(65536, 4096), 4096);
+        assert_eq!(agree_chunks(4096, 65536), 4096);
         assert_eq!(split_hello_name("n\0x=1;chunks=8;y"), ("n", 8));
         for unreadable in ["n\0chunks=", "n\0chunks=-1", "n\0chunks=99999999999", "n\0"] {
             assert_eq!(split_hello_name(unreadable), ("n", 0), "{unreadable:?}");

@@ -37,11 +37,7 @@ pub(crate) fn offer(chunk_size: u32, max_frame: u32) -> u32 {
 
 /// The chunk size of a link: both ends offered chunks, the smaller wins.
 pub(crate) fn agree(ours: u32, theirs: u32) -> u32 {
-    if ours == 0 || theirs == 0 {
-        0
-    } else {
-        ours.min(theirs)
-    }
+    corefarm_smp::peer::agree_chunks(ours, theirs)
 }
 
 /// A hello's name field split into the name and the chunk size it offers
