@@ -186,12 +186,15 @@ class Group:
         self._raw.run(input, output, operand)
         self._dtypes[output] = "u8"
 
-    def direct_map(self, inputs, window=4):
+    def direct_map(self, inputs, window=4, *, priority=None):
         """Sends each data message of `inputs` (whole inputs of the configured
         cores) straight to the members' peer ports, past the server, and
         returns the outputs in input order (a list of bytes), each exactly
-        once: a member that is lost has its messages re-sent to the others."""
-        return self._raw.direct_map(list(inputs), window)
+        once: a member that is lost has its messages re-sent to the others.
+        `priority`: the class of every message, 0 (most urgent) to 7,
+        default 4; at each member they run ahead of queued messages of less
+        urgent classes (a member that predates chunks ignores it)."""
+        return self._raw.direct_map(list(inputs), window, priority=priority)
 
     def close(self):
         """Ends the group; its nodes go back to the server's pool."""

@@ -279,17 +279,21 @@ impl RawGroup {
 
     /// Streams `inputs` (data messages) straight to the members' peer ports,
     /// `window` in flight per member; outputs in input order, exactly once.
+    /// `priority`: their class, 0 (most urgent) to 7; None is the default 4.
+    #[pyo3(signature = (inputs, window, *, priority=None))]
     fn direct_map<'py>(
         &self,
         py: Python<'py>,
         inputs: Vec<Bound<'py, PyAny>>,
         window: usize,
+        priority: Option<u8>,
     ) -> PyResult<Vec<Bound<'py, PyBytes>>> {
         let data = inputs
             .iter()
             .map(|i| Ok(Bytes::from(byte_buffer(i)?.to_vec(py)?)))
             .collect::<PyResult<Vec<Bytes>>>()?;
-        let out = self.with(py, |g| g.direct(window)?.map(&data))?;
+        let class = priority.unwrap_or(corefarm_smp::stream::DEFAULT_CLASS);
+        let out = self.with(py, |g| g.direct(window)?.map_with_priority(&data, class))?;
         Ok(out.iter().map(|o| PyBytes::new(py, o)).collect())
     }
 

@@ -101,6 +101,18 @@ def test_direct_map_past_the_server(cluster):
         assert all(len(o) == 32 for o in outs)
 
 
+def test_direct_map_takes_a_priority_class(cluster):
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        g.configure_benchmark(16, 16)
+        inputs = [bytes([i % 256]) * 16 * (1 + i % 3) for i in range(40)]
+        for priority in (0, 7, None):
+            outs = g.direct_map(inputs, window=3, priority=priority)
+            assert [o[:16] for o in outs] == [i[:16] for i in inputs]
+            assert [len(o) for o in outs] == [len(i) for i in inputs]
+        with pytest.raises(corefarm.UsageError, match="class 8"):
+            g.direct_map(inputs, priority=8)
+
+
 def test_a_group_is_lent_nodes_beside_a_shared_user():
     """--sharing shared: the scheduler lends the group two of three nodes;
     the shared user is served throughout, and the nodes come back."""

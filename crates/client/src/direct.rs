@@ -7,6 +7,14 @@
 //! ends (it died) has its unanswered messages sent again to the others, and
 //! a result is kept only the first time its id is answered.
 //!
+//! Classes (issue 11): [`Direct::map_with_priority`] gives a call's
+//! messages a priority class, 0 (most urgent) to 7; [`Direct::map`] uses
+//! the default class 4. A member that offers chunks in its hello answer
+//! gets them as chunk frames (type 0x1D) carrying the class, and runs the
+//! queued messages of all direct connections most urgent first (with the
+//! node's anti-starvation guard); an old member gets whole data frames and
+//! runs them in arrival order, as before. Results come back whole.
+//!
 //! ```no_run
 //! # use corefarm_client::group::{Group, GroupOptions};
 //! # let mut g = Group::open("127.0.0.1:9999", GroupOptions::new(4))?;
@@ -26,6 +34,8 @@ use std::time::Duration;
 use bytes::Bytes;
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::group::DIRECT_USER;
+use corefarm_smp::peer::{agree_chunks, hello_name, split_hello_name};
+use corefarm_smp::stream::{Chunks, CLASSES, DEFAULT_CHUNK_SIZE, DEFAULT_CLASS};
 use corefarm_smp::{Data, ErrorMsg, MsgType, OutFrame, PeerBody, PeerHeader, PeerKind, PeerMsg};
 
 use crate::group::{Group, GroupError, Result};
@@ -45,6 +55,8 @@ struct Link {
     label: String,
     writer: Option<TcpStream>,
     in_flight: BTreeSet<u32>,
+    /// The agreed chunk size; 0: a member that predates chunks.
+    chunk: u32,
 }
 
 /// Direct connections to every member of a group.
@@ -71,8 +83,15 @@ fn io(during: &'static str) -> impl Fn(std::io::Error) -> GroupError {
 
 impl Group {
     /// Opens a direct connection to every member; `window` data messages may
-    /// be in flight per member.
+    /// be in flight per member. Chunks (and so classes) are offered with
+    /// the default chunk size.
     pub fn direct(&self, window: usize) -> Result<Direct> {
+        self.direct_with_chunks(window, DEFAULT_CHUNK_SIZE)
+    }
+
+    /// [`Group::direct`] offering chunks of `chunk_size` bytes; 0 offers
+    /// none, as a client that predates them: whole frames, no classes.
+    pub fn direct_with_chunks(&self, window: usize, chunk_size: u32) -> Result<Direct> {
         let (tx, events) = mpsc::channel();
         let mut links = Vec::new();
         for m in self.members() {
@@ -94,7 +113,7 @@ impl Group {
                 },
                 body: PeerBody::Hello {
                     token: self.token,
-                    name: "user".into(),
+                    name: hello_name("user", chunk_size),
                 },
             };
             let f = hello.to_frame().map_err(ClientError::Protocol)?;
@@ -106,8 +125,15 @@ impl Group {
             // Outputs may be larger than inputs: bounded like any server message.
             let mut reader = FrameReader::new(rd, corefarm_smp::DEFAULT_MAX_MESSAGE);
             let label = self.label(m.rank);
-            match reader.read_frame() {
-                Ok(Some(f)) if f.ty == MsgType::Peer => {}
+            let answer = match reader.read_frame() {
+                Ok(Some(f)) if f.ty == MsgType::Peer => PeerMsg::parse(f.payload),
+                other => Err(corefarm_smp::ProtocolError::BadPeer(format!("{other:?}"))),
+            };
+            let chunk = match answer {
+                Ok(PeerMsg {
+                    body: PeerBody::Hello { name, .. },
+                    ..
+                }) => agree_chunks(chunk_size, split_hello_name(&name).1),
                 other => {
                     return Err(GroupError::Failed {
                         op: "direct connection".into(),
@@ -116,7 +142,7 @@ impl Group {
                         reason: format!("rank {} ({label}) did not accept it: {other:?}", m.rank),
                     })
                 }
-            }
+            };
             reader
                 .get_ref()
                 .set_read_timeout(None)
@@ -131,6 +157,7 @@ impl Group {
                 label,
                 writer: Some(s),
                 in_flight: BTreeSet::new(),
+                chunk,
             });
         }
         Ok(Direct {
@@ -174,11 +201,33 @@ impl Direct {
         self.links.iter().filter(|l| l.writer.is_some()).count()
     }
 
+    /// Members whose connection carries chunks, and so classes.
+    pub fn chunked(&self) -> usize {
+        self.links
+            .iter()
+            .filter(|l| l.writer.is_some() && l.chunk > 0)
+            .count()
+    }
+
     /// Sends every data message (whole inputs of the group's configuration,
     /// at most [`MAX_DIRECT_MESSAGE`] bytes) to the members and returns the
     /// outputs in input order, each exactly once, re-sending the messages of
-    /// a member that is lost to the others.
+    /// a member that is lost to the others. The default class (4).
     pub fn map(&mut self, inputs: &[Bytes]) -> Result<Vec<Bytes>> {
+        self.map_with_priority(inputs, DEFAULT_CLASS)
+    }
+
+    /// [`Direct::map`] in priority class `class`, 0 (most urgent) to 7:
+    /// at every member, these messages run ahead of queued ones of less
+    /// urgent classes from any direct connection (a member that predates
+    /// chunks ignores the class).
+    pub fn map_with_priority(&mut self, inputs: &[Bytes], class: u8) -> Result<Vec<Bytes>> {
+        if class >= CLASSES {
+            return Err(GroupError::Usage(format!(
+                "priority class {class}: 0 (most urgent) to {} exist",
+                CLASSES - 1
+            )));
+        }
         if let Some(i) = inputs.iter().position(|d| d.len() > MAX_DIRECT_MESSAGE) {
             return Err(GroupError::Usage(format!(
                 "input message {i} is over the direct path's {MAX_DIRECT_MESSAGE} bytes"
@@ -188,7 +237,7 @@ impl Direct {
         let mut queue: VecDeque<u32> = (0..inputs.len() as u32).collect();
         let (mut done, mut lost) = (0, Vec::new());
         while done < inputs.len() {
-            self.dispatch(&mut queue, inputs, &mut lost);
+            self.dispatch(&mut queue, inputs, class, &mut lost);
             if self.live() == 0 {
                 return Err(GroupError::Failed {
                     op: "direct data".into(),
@@ -257,7 +306,13 @@ impl Direct {
     }
 
     /// Fills every live member's window from the queue.
-    fn dispatch(&mut self, queue: &mut VecDeque<u32>, inputs: &[Bytes], lost: &mut Vec<String>) {
+    fn dispatch(
+        &mut self,
+        queue: &mut VecDeque<u32>,
+        inputs: &[Bytes],
+        class: u8,
+        lost: &mut Vec<String>,
+    ) {
         let mut progress = true;
         while progress && !queue.is_empty() {
             progress = false;
@@ -267,9 +322,9 @@ impl Direct {
                     continue;
                 }
                 let Some(id) = queue.pop_front() else { break };
-                let frame = OutFrame::data(id, inputs[id as usize].clone()).expect("bounded size");
+                let (data, chunk) = (inputs[id as usize].clone(), l.chunk);
                 let w = l.writer.as_mut().expect("live");
-                match write_frame(w, frame) {
+                match send(w, id, class, data, chunk) {
                     Ok(()) => {
                         l.in_flight.insert(id);
                         progress = true;
@@ -282,4 +337,23 @@ impl Direct {
             }
         }
     }
+}
+
+/// Writes one message: whole to a member without chunks; with chunks, as
+/// chunks of `class` unless it is a default-class message that fits one
+/// chunk (whole, as on the user link: the member takes a whole frame as
+/// the default class). A call's messages share one class and are written
+/// one after the other, so there is nothing to interleave on one
+/// connection; the member's queue orders connections' messages by class.
+fn send(w: &mut TcpStream, id: u32, class: u8, data: Bytes, chunk: u32) -> std::io::Result<()> {
+    if chunk == 0 || (class == DEFAULT_CLASS && data.len() <= chunk as usize) {
+        let frame = OutFrame::data(id, data).expect("bounded size");
+        return write_frame(w, frame);
+    }
+    let invalid = |e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e);
+    for c in Chunks::new(id, class, data, chunk as usize).map_err(invalid)? {
+        let mut f = c.to_frame().map_err(invalid)?;
+        crate::chunked::write_buf(w, &mut f)?;
+    }
+    Ok(())
 }

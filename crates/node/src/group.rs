@@ -23,9 +23,10 @@ use tokio::task::JoinHandle;
 use crate::buffers::{BufError, Buffers};
 use crate::collective::{CollError, CollOptions, Group};
 use crate::configure::{self, Configured};
-use crate::direct::{self, DirectJob};
+use crate::direct;
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
+use crate::peer::link;
 use crate::peer::{Fabric, GroupSpec, Member, PeerListener, Topology};
 use crate::NodeOptions;
 
@@ -221,7 +222,17 @@ impl Resident {
                 None
             }
         };
-        let (jobs_tx, mut jobs) = mpsc::channel::<DirectJob>(direct::QUEUE);
+        let (jobs_tx, mut jobs) = direct::queue::queue();
+        let max_frame = self.env.listener.max_frame();
+        let member = direct::Member {
+            group,
+            rank,
+            token,
+            offer: link::offer(self.env.opts.chunk_size, max_frame),
+            max_frame,
+            jobs: jobs_tx,
+            stats: (self.env.opts.telemetry.as_ref()).map(|t| t.node(&self.env.opts.name)),
+        };
         // Dropped with this task: the direct connections end with the membership.
         let mut conns = tokio::task::JoinSet::new();
         loop {
@@ -238,10 +249,10 @@ impl Resident {
                     None => break,
                 },
                 Some(inc) = incoming => {
-                    conns.spawn(direct::accept(inc, group, rank, token, jobs_tx.clone()));
+                    conns.spawn(direct::accept(inc, member.clone()));
                     continue;
                 }
-                Some(job) = jobs.recv() => {
+                Some(job) = jobs.next() => {
                     let frame = match self.compute(job.data, &format!("direct data id {}", job.id)).await {
                         Ok(out) => OutFrame::data(job.id, out)
                             .unwrap_or_else(|e| ErrorMsg::new(job.id, e.code(), e.to_string()).to_frame()),

@@ -115,6 +115,12 @@ impl<T> ClassQueue<T> {
         s.jobs.pop().map(|(_, job)| job)
     }
 
+    /// A job already queued, without waiting: for an async taker that
+    /// learns of queued jobs otherwise (the direct path's slots).
+    pub fn try_pop(&self) -> Option<T> {
+        self.lock().jobs.pop().map(|(_, job)| job)
+    }
+
     /// No more jobs: the threads finish what is queued, then see the end.
     pub fn close(&self) {
         self.lock().closed = true;

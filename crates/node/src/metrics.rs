@@ -28,6 +28,7 @@ pub struct NodeStats {
     answers: AtomicU64,
     configurations: AtomicU64,
     refused: AtomicU64,
+    direct: AtomicU64,
     config_time: AtomicHistogram,
     function: Mutex<Option<String>>,
     cores: AtomicU32,
@@ -44,6 +45,7 @@ impl Default for NodeStats {
             answers: AtomicU64::new(0),
             configurations: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            direct: AtomicU64::new(0),
             config_time: AtomicHistogram::new(CONFIG_BOUNDS),
             function: Mutex::new(None),
             cores: AtomicU32::new(0),
@@ -67,6 +69,11 @@ impl NodeStats {
     /// A data message was accepted as a job.
     pub fn job(&self) {
         self.jobs.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A group's direct-path data message was queued for its cores.
+    pub fn direct_queued(&self) {
+        self.direct.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Results and per-input errors written to the server.
@@ -113,6 +120,7 @@ impl NodeStats {
             in_flight: jobs.saturating_sub(answers),
             configurations: self.configurations.load(Ordering::Relaxed),
             configurations_refused: self.refused.load(Ordering::Relaxed),
+            direct: self.direct.load(Ordering::Relaxed),
             notifications_sent: self.notes_sent.load(Ordering::Relaxed),
             notifications_dropped: self.notes_dropped.load(Ordering::Relaxed),
         }
@@ -142,6 +150,8 @@ pub struct NodeManagerStatus {
     pub in_flight: u64,
     pub configurations: u64,
     pub configurations_refused: u64,
+    /// Data messages of a group's direct path queued for its cores.
+    pub direct: u64,
     pub notifications_sent: u64,
     pub notifications_dropped: u64,
 }
@@ -209,6 +219,15 @@ impl corefarm_telemetry::Endpoints for NodeEndpoints {
             let mut f = family(enc, "node_manager_jobs", "Data messages accepted.", Counter)?;
             for (l, s) in &st {
                 f.counter(l, s.jobs)?;
+            }
+            let mut f = family(
+                enc,
+                "node_manager_direct_messages",
+                "Data messages of a group's direct path queued for its cores.",
+                Counter,
+            )?;
+            for (l, s) in &st {
+                f.counter(l, s.direct)?;
             }
             let mut f = family(
                 enc,

@@ -358,7 +358,7 @@ async fn direct_path_computes_past_the_server() {
         g.configure(&dot_cfg(2)).unwrap();
         let (inputs, want) = dot_messages(200);
         let mut d = g.direct(4).unwrap();
-        assert_eq!(d.live(), 4);
+        assert_eq!((d.live(), d.chunked()), (4, 4));
         let out = d.map(&inputs).unwrap();
         let got: Vec<Vec<i32>> = out.iter().map(|b| from_i32s(b)).collect();
         assert_eq!(got, want);

@@ -386,9 +386,61 @@ impl PeerFrame {
     }
 }
 
+/// A hello's name field offering chunks (issue 11): `name\0chunks=N`,
+/// the option docs/protocol.md describes for node links and the direct
+/// path; `chunk_size` 0 offers nothing and leaves the name as it was.
+pub fn hello_name(name: &str, chunk_size: u32) -> String {
+    match chunk_size {
+        0 => name.to_string(),
+        n => format!("{name}\0chunks={n}"),
+    }
+}
+
+/// The chunk size both ends of a peer or direct connection agree on: the
+/// smaller offer, or 0 (whole messages) if either offered none.
+pub fn agree_chunks(ours: u32, theirs: u32) -> u32 {
+    if ours == 0 || theirs == 0 {
+        0
+    } else {
+        ours.min(theirs)
+    }
+}
+
+/// A hello's name field split into the name and the chunk size it offers
+/// (0: none, or an option this end cannot read). Options after the NUL
+/// are `;`-separated; unknown ones are ignored.
+pub fn split_hello_name(raw: &str) -> (&str, u32) {
+    let Some((name, opts)) = raw.split_once('\0') else {
+        return (raw, 0);
+    };
+    let chunks = opts
+        .split(';')
+        .find_map(|o| o.strip_prefix("chunks="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0);
+    (name, chunks)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hello_names_carry_the_chunk_option_and_old_names_none() {
+        assert_eq!(hello_name("user", 0), "user");
+        let n = hello_name("user", 65536);
+        assert_eq!(n, "user\0chunks=65536");
+        assert_eq!(split_hello_name(&n), ("user", 65536));
+        assert_eq!(split_hello_name("rank 3"), ("rank 3", 0));
+        assert_eq!(agree_chunks(65536, 0), 0, "an old end");
+        assert_eq!(agree_chunks(0, 4096), 0);
+        assert_eq!(agree_chunks(65536, 4096), 4096);
+        assert_eq!(agree_chunks(4096, 65536), 4096);
+        assert_eq!(split_hello_name("n\0x=1;chunks=8;y"), ("n", 8));
+        for unreadable in ["n\0chunks=", "n\0chunks=-1", "n\0chunks=99999999999", "n\0"] {
+            assert_eq!(split_hello_name(unreadable), ("n", 0), "{unreadable:?}");
+        }
+    }
 
     fn hdr(kind: PeerKind) -> PeerHeader {
         PeerHeader {

@@ -37,24 +37,13 @@ pub(crate) fn offer(chunk_size: u32, max_frame: u32) -> u32 {
 
 /// The chunk size of a link: both ends offered chunks, the smaller wins.
 pub(crate) fn agree(ours: u32, theirs: u32) -> u32 {
-    if ours == 0 || theirs == 0 {
-        0
-    } else {
-        ours.min(theirs)
-    }
+    corefarm_smp::peer::agree_chunks(ours, theirs)
 }
 
 /// A hello's name field split into the name and the chunk size it offers
 /// (0: none, or an option this node cannot read).
 pub(crate) fn split_name(raw: &str) -> (String, u32) {
-    let Some((name, opts)) = raw.split_once('\0') else {
-        return (raw.to_string(), 0);
-    };
-    let chunks = opts
-        .split(';')
-        .find_map(|o| o.strip_prefix("chunks="))
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0);
+    let (name, chunks) = corefarm_smp::peer::split_hello_name(raw);
     (name.to_string(), chunks)
 }
 
@@ -66,10 +55,7 @@ pub(crate) fn hello(
     name: &str,
     chunk_size: u32,
 ) -> PeerMsg {
-    let name = match chunk_size {
-        0 => name.to_string(),
-        n => format!("{name}\0chunks={n}"),
-    };
+    let name = corefarm_smp::peer::hello_name(name, chunk_size);
     PeerMsg {
         header: PeerHeader {
             kind: PeerKind::Hello,

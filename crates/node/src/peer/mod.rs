@@ -15,7 +15,7 @@
 
 pub mod dedup;
 mod fabric;
-mod link;
+pub(crate) mod link;
 pub mod outq;
 pub mod router;
 pub mod sched;
