@@ -9,7 +9,8 @@
 # Each pair runs two clusters at the same time, so both see the same
 # background load: BASE_BIN without metrics, METRICS_BIN with
 # --metrics-listen on the server and the node managers and the server's
-# /metrics scraped every second. Each cluster gets its own benchmarking user
+# /metrics scraped every second (which starts first alternates by pair).
+# Each cluster gets its own benchmarking user
 # (delay 0, as fast as it goes). One line per pair:
 #   off INPUTS/S SERVER-US/MSG MISSING on INPUTS/S SERVER-US/MSG MISSING
 set -euo pipefail
@@ -17,9 +18,13 @@ ABIN=$1 BBIN=$2 PAIRS=$3 DUR=$4 IN=$5 OUT=$6 NODES=$7
 dir=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$dir"' EXIT
 field() { grep -o "$1=[^ ]*" "$2" | head -1 | cut -d= -f2; }
-for _ in $(seq "$PAIRS"); do
+for i in $(seq "$PAIRS"); do
+    # Which variant starts first alternates, so an edge of the first (or
+    # second) cluster started does not lean on one side.
+    order="a b"
+    [ $((i % 2)) -eq 0 ] && order="b a"
     pids=()
-    for t in a b; do
+    for t in $order; do
         bin=$ABIN extra=()
         [ $t = b ] && bin=$BBIN extra=(--metrics-listen 127.0.0.1:0)
         "$bin" server --nodes-listen 127.0.0.1:0 --users-listen 127.0.0.1:0 "${extra[@]}" \
@@ -31,7 +36,7 @@ for _ in $(seq "$PAIRS"); do
         grep -q listening "$dir/a.log" && grep -q listening "$dir/b.log" && break
         sleep 0.1
     done
-    for t in a b; do
+    for t in $order; do
         bin=$ABIN extra=()
         [ $t = b ] && bin=$BBIN extra=(--metrics-listen 127.0.0.1:0)
         "$bin" node --server "$(field nodes "$dir/$t.log")" --count "$NODES" "${extra[@]}" \
@@ -42,7 +47,7 @@ for _ in $(seq "$PAIRS"); do
     (while sleep 1; do curl -s -o /dev/null "http://$metrics/metrics"; done) &
     pids+=($!)
     users=()
-    for t in a b; do
+    for t in $order; do
         bin=$ABIN
         [ $t = b ] && bin=$BBIN
         "$bin" bench user --server "$(field users "$dir/$t.log")" --json --nodes "$NODES" \

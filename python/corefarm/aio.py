@@ -74,6 +74,12 @@ class AsyncClient:
         """See Client.status."""
         return await _asyncio.to_thread(self.client.status)
 
+    async def recv_notification(self, timeout=None):
+        """See Client.recv_notification: the oldest handler notification
+        (a Notification) or None after `timeout` s or once the connection
+        has ended. Waits in a worker thread, so the event loop runs on."""
+        return await _asyncio.to_thread(self.client.recv_notification, timeout)
+
     # -- data ----------------------------------------------------------------
     async def submit(self, data, *, priority=None):
         """Sends one data message (waiting for credit without blocking the

@@ -102,3 +102,24 @@ def test_notifications_come_before_the_result(cluster, image):
             assert (ident, handler_set, data) == (tail.id, 0, tail.data)
         assert c.recv_notification(timeout=0.01) is None
         assert c.notifications_dropped == 0
+
+
+def test_asyncio_clients_get_notifications_too(cluster, image):
+    import asyncio
+
+    import corefarm.aio
+
+    async def main():
+        async with await corefarm.aio.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+            await c.configure(image)
+            msg = struct.pack("<2I", 8, 0xB0) + bytes(56)
+            out = await c.run(msg)
+            assert bytes(out.data)[:8] == struct.pack("<Q", 64)
+            head = await c.recv_notification(timeout=0)
+            tail = await c.recv_notification(timeout=0)
+            assert head.data == b"head" + struct.pack("<I", 0xB0)
+            assert tail.data == struct.pack("<Q", 64)
+            assert head.id == tail.id == out.id
+            assert await c.recv_notification(timeout=0.01) is None
+
+    asyncio.run(main())
