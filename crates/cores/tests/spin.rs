@@ -3,8 +3,10 @@
 //! each result must equal the same computation done on the whole message,
 //! and rulesets must route each message to its handler set (or to none).
 
+#[path = "support/cc.rs"]
+mod cc;
+
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,31 +18,17 @@ use corefarm_cores::spin::{
 use corefarm_toolchain::{require_tool, Tool};
 use rand::{Rng, SeedableRng};
 
-const SETS: [(&str, u32); 4] = [("sum", 1), ("filter", 2), ("histogram", 3), ("strided", 4)];
-
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
+/// A reference handler set alone in a shared object.
 fn compile(dir: &Path, set: &str) -> PathBuf {
-    let src = root().join(format!("cores/spin/{set}.c"));
-    let so = dir.join(format!("{set}.so"));
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC"])
-        .arg(format!("-I{}", root().join("include").display()))
-        .arg(&src)
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .expect("running the C compiler");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    so
+    cc::shared_object(
+        &[cc::reference(set)],
+        "c11",
+        &[],
+        &dir.join(format!("{set}.so")),
+    )
 }
+
+const SETS: [(&str, u32); 4] = [("sum", 1), ("filter", 2), ("histogram", 3), ("strided", 4)];
 
 fn selector(word0: u32) -> Ruleset {
     Ruleset {

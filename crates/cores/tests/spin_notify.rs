@@ -3,8 +3,10 @@
 //! than `MAX_NOTIFICATIONS` times for one message has the rest counted and
 //! dropped, its message unaffected (the node's memory stays bounded).
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
+#[path = "support/cc.rs"]
+mod cc;
+
+use std::path::Path;
 
 use corefarm_cores::spin::{BudgetSpec, HandlerSet, Mode, Outcome, Rule, Ruleset};
 use corefarm_cores::worker::{HandlerWorker, MAX_NOTIFICATIONS};
@@ -33,28 +35,8 @@ int chatty_tail(const cf_spin_args *a, const cf_spin_ops *ops) {
 }
 "#;
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 fn compile(dir: &Path) -> Vec<u8> {
-    let (src, so) = (dir.join("chatty.c"), dir.join("chatty.so"));
-    std::fs::write(&src, CHATTY).unwrap();
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc)
-        .args(["-O2", "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC"])
-        .arg(format!("-I{}", root().join("include").display()))
-        .arg(&src)
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .expect("running the C compiler");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read(so).unwrap()
+    cc::from_text(dir, "chatty", CHATTY, "c11", &[])
 }
 
 #[test]

@@ -5,6 +5,9 @@
 //! handler writes one byte to a FIFO per chunk, and the test reads the
 //! first one before it has fed the rest of the message.
 
+#[path = "support/cc.rs"]
+mod cc;
+
 use std::io::Read;
 use std::path::Path;
 use std::process::Command;
@@ -36,26 +39,8 @@ int probe_tail(const cf_spin_args *a, const cf_spin_ops *ops) {
 "#;
 
 fn compile(dir: &Path, fifo: &Path) -> Vec<u8> {
-    let src = dir.join("probe.c");
-    std::fs::write(&src, PROBE).unwrap();
-    let so = dir.join("probe.so");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let include = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../include");
-    let out = Command::new(&cc)
-        .args(["-O2", "-std=gnu11", "-Wall", "-Werror", "-shared", "-fPIC"])
-        .arg(format!("-I{}", include.display()))
-        .arg(format!("-DPROBE_FIFO=\"{}\"", fifo.display()))
-        .arg(&src)
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .expect("running the C compiler");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read(so).unwrap()
+    let define = format!("PROBE_FIFO=\"{}\"", fifo.display());
+    cc::from_text(dir, "probe", PROBE, "gnu11", &[define])
 }
 
 #[test]

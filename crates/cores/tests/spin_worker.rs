@@ -3,7 +3,10 @@
 //! results, and a handler that crashes, loops or overruns its output
 //! budget fails only its message; the next one succeeds.
 
-use std::path::{Path, PathBuf};
+#[path = "support/cc.rs"]
+mod cc;
+
+use std::path::Path;
 use std::process::Command;
 
 use corefarm_cores::spin::{BudgetSpec, HandlerSet, Mode, Outcome, Rule, Ruleset};
@@ -12,31 +15,18 @@ use corefarm_cores::{LoadError, LoadOptions, WorkerCommand};
 use corefarm_toolchain::{require_tool, Tool};
 use rand::{Rng, SeedableRng};
 
-fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
-
 /// Every handler set of cores/spin in one shared object.
 fn compile(dir: &Path) -> Vec<u8> {
-    let so = dir.join("spin.so");
-    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let mut cmd = Command::new(&cc);
-    cmd.args(["-O2", "-std=c11", "-Wall", "-Werror", "-shared", "-fPIC"])
-        .arg(format!("-I{}", root().join("include").display()));
-    for f in ["sum", "filter", "histogram", "strided", "faulty"] {
-        cmd.arg(root().join(format!("cores/spin/{f}.c")));
-    }
-    let out = cmd
-        .arg("-o")
-        .arg(&so)
-        .output()
-        .expect("running the C compiler");
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    std::fs::read(so).unwrap()
+    let sources: Vec<_> = ["sum", "filter", "histogram", "strided", "faulty"]
+        .map(cc::reference)
+        .to_vec();
+    std::fs::read(cc::shared_object(
+        &sources,
+        "c11",
+        &[],
+        &dir.join("spin.so"),
+    ))
+    .unwrap()
 }
 
 fn set(name: &str, word0: u32, budgets: BudgetSpec) -> HandlerSet {

@@ -268,32 +268,40 @@ async fn a_full_queue_answers_queue_full_to_a_user_that_asked() {
     assert_eq!(e.code, ErrorCode::QueueFull as u32, "{e}");
 }
 
-#[tokio::test]
-async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
-    use corefarm_smp::stream::{Chunk, Chunks};
+/// Shared mode, one message in flight per node, class 6 at most 2 deep.
+async fn class_six_server() -> TestServer {
     let mut class_depths = vec![None; 8];
     class_depths[6] = Some(2);
-    let server = start(ServerOptions {
+    start(ServerOptions {
         queue_limit: 64,
         class_depths,
         credit: 1,
         credit_adaptive: false,
         ..shared()
     })
-    .await;
+    .await
+}
+
+/// A 16-byte data message of `class` as chunk frames (how a class travels).
+fn chunked_message(id: u32, class: u8) -> Vec<u8> {
+    corefarm_smp::stream::Chunks::new(id, class, Bytes::from(vec![0; 16]), 1024)
+        .unwrap()
+        .map(|c| c.to_frame().unwrap().to_vec())
+        .collect::<Vec<_>>()
+        .concat()
+}
+
+#[tokio::test]
+async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
+    use corefarm_smp::stream::Chunk;
+    let server = class_six_server().await;
     // One message in service at a time, each for 200 ms of emulated
     // hardware: the class-6 messages after the first wait in the queue.
     nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
     let feats = ["error", "queue-full", "chunks"];
     let (mut u, _) = FakeUser::hello_with(server.users, "classes", None, &feats).await;
     assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
-    let send = |id: u32, class: u8| {
-        let frames: Vec<Vec<u8>> = Chunks::new(id, class, Bytes::from(vec![0; 16]), 1024)
-            .unwrap()
-            .map(|c| c.to_frame().unwrap().to_vec())
-            .collect();
-        frames.concat()
-    };
+    let send = chunked_message;
     for id in 0..5u32 {
         u.send_raw(&send(id, 6)).await;
     }
@@ -330,28 +338,13 @@ async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
 /// the full class first, and be served one message later).
 #[tokio::test]
 async fn a_message_waiting_for_its_full_class_does_not_hold_back_an_urgent_one() {
-    use corefarm_smp::stream::{Chunk, Chunks};
-    let mut class_depths = vec![None; 8];
-    class_depths[6] = Some(2);
-    let server = start(ServerOptions {
-        queue_limit: 64,
-        class_depths,
-        credit: 1,
-        credit_adaptive: false,
-        ..shared()
-    })
-    .await;
+    use corefarm_smp::stream::Chunk;
+    let server = class_six_server().await;
     nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
     let (mut u, _) =
         FakeUser::hello_with(server.users, "classes", None, &["error", "chunks"]).await;
     assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
-    let send = |id: u32, class: u8| {
-        let frames: Vec<Vec<u8>> = Chunks::new(id, class, Bytes::from(vec![0; 16]), 1024)
-            .unwrap()
-            .map(|c| c.to_frame().unwrap().to_vec())
-            .collect();
-        frames.concat()
-    };
+    let send = chunked_message;
     // One in service, two queued (the class's depth), one waiting for a place.
     for id in 0..4u32 {
         u.send_raw(&send(id, 6)).await;
