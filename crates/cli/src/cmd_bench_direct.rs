@@ -32,6 +32,12 @@ pub struct DirectArgs {
     /// Messages per `Direct::map` call.
     #[arg(long, default_value_t = 256)]
     batch: usize,
+    /// Priority class of every message, 0 (most urgent) to 7 (default 4:
+    /// the default class); sent as chunks of that class where the members
+    /// offer chunks on the direct path.
+    #[arg(long, default_value_t = corefarm_smp::stream::DEFAULT_CLASS,
+          value_parser = clap::value_parser!(u8).range(0..8))]
+    priority: u8,
     /// Measured seconds (after the warm-up).
     #[arg(long, default_value_t = 5.0)]
     duration: f64,
@@ -69,7 +75,7 @@ pub fn run(a: DirectArgs) -> Result<()> {
     let (mut msgs, mut out_bytes, mut first, mut last) = (0usize, 0usize, None, start);
     while Instant::now() < end {
         let t = Instant::now();
-        let outs = d.map(&inputs)?;
+        let outs = d.map_with_priority(&inputs, a.priority)?;
         if t >= start {
             first.get_or_insert(t);
             msgs += outs.len();
@@ -95,6 +101,7 @@ pub fn run(a: DirectArgs) -> Result<()> {
     let report = serde_json::json!({
         "path": "direct", "nodes": a.nodes, "input_size": a.input_size,
         "output_size": a.output_size, "window": a.window, "batch": a.batch,
+        "priority": a.priority,
         "seconds": secs, "messages": msgs,
         "throughput": {"input_bps": in_bps, "output_bps": out_bps, "messages_per_s": msgs as f64 / secs},
         "cpu": cpu_json,

@@ -246,12 +246,15 @@ fn bench_direct_streams_past_the_server() {
             "0.5",
             "--warmup",
             "0",
+            "--priority",
+            "1",
             "--cpu-pid",
             &format!("server={pid}"),
         ],
     ));
     let v: serde_json::Value = serde_json::from_str(out.trim()).unwrap();
     assert_eq!(v["path"], "direct");
+    assert_eq!(v["priority"], 1);
     let msgs = v["messages"].as_u64().unwrap();
     assert!(msgs >= 16 && msgs.is_multiple_of(16), "{v}");
     // Outputs of the benchmarking core: 64 bytes per 4096-byte input.
