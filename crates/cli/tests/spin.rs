@@ -10,7 +10,6 @@
 //! with and without chunks on the server↔node link.
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -62,28 +61,11 @@ fn root() -> PathBuf {
 }
 
 fn build_image(dir: &Path) -> Bytes {
-    let echo = dir.join("echo.cpp");
-    std::fs::write(&echo, ECHO).unwrap();
-    let sets = dir.join("sets.json");
-    std::fs::write(&sets, sets_json()).unwrap();
-    let out = dir.join("spin.cfimg");
     let sources: Vec<PathBuf> = ["sum", "filter", "histogram", "strided", "faulty"]
         .iter()
         .map(|s| root().join(format!("cores/spin/{s}.c")))
         .collect();
-    let st = Command::new(support::BIN)
-        .args(["image", "build", "--hls"])
-        .arg(&echo)
-        .args(["--entry", "echo", "--name", "spin-demo", "--handlers"])
-        .arg(&sets)
-        .arg("--handler-source")
-        .args(&sources)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("run corefarm image build");
-    assert!(st.success(), "corefarm image build failed");
-    Bytes::from(std::fs::read(out).unwrap())
+    support::handler_image(dir, "spin-demo", ECHO, &sets_json(), &sources)
 }
 
 fn header(word0: u32, params: [u32; 3]) -> Vec<u8> {

@@ -7,7 +7,7 @@
 //! notifications go out before the result when the server agreed
 //! `spin-notify`, and not at all when it did not.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
@@ -67,30 +67,9 @@ int tally_tail(const cf_spin_args *a, const cf_spin_ops *ops) {
 const SETS: &str = r#"[{"name":"tally","ruleset":{"mode":"and","rules":[{"index":0,"mask":4294967295,"start":8,"end":8}]}}]"#;
 
 fn build_image(dir: &Path) -> Bytes {
-    let write = |name: &str, text: &str| -> PathBuf {
-        let p = dir.join(name);
-        std::fs::write(&p, text).unwrap();
-        p
-    };
-    let (echo, sets, tally) = (
-        write("echo.cpp", ECHO),
-        write("sets.json", SETS),
-        write("tally.c", TALLY),
-    );
-    let out = dir.join("tally.cfimg");
-    let st = Command::new(support::BIN)
-        .args(["image", "build", "--hls"])
-        .arg(&echo)
-        .args(["--entry", "echo", "--name", "tally", "--handlers"])
-        .arg(&sets)
-        .arg("--handler-source")
-        .arg(&tally)
-        .arg("-o")
-        .arg(&out)
-        .status()
-        .expect("run corefarm image build");
-    assert!(st.success(), "corefarm image build failed");
-    Bytes::from(std::fs::read(out).unwrap())
+    let tally = dir.join("tally.c");
+    std::fs::write(&tally, TALLY).unwrap();
+    support::handler_image(dir, "tally", ECHO, SETS, &[tally])
 }
 
 #[test]

@@ -142,6 +142,35 @@ pub fn hls_image(dir: &Path, source: &str, args: &[&str]) -> Bytes {
     Bytes::from(std::fs::read(out).unwrap())
 }
 
+/// Builds an image with streaming handlers into `dir`: the HLS component
+/// `echo_src` (C++ text, entry `echo`), the handler sets `sets_json`, and
+/// the handlers' C `sources`.
+pub fn handler_image(
+    dir: &Path,
+    name: &str,
+    echo_src: &str,
+    sets_json: &str,
+    sources: &[std::path::PathBuf],
+) -> Bytes {
+    let (echo, sets) = (dir.join("echo.cpp"), dir.join("sets.json"));
+    std::fs::write(&echo, echo_src).unwrap();
+    std::fs::write(&sets, sets_json).unwrap();
+    let out = dir.join(format!("{name}.cfimg"));
+    let st = Command::new(BIN)
+        .args(["image", "build", "--hls"])
+        .arg(&echo)
+        .args(["--entry", "echo", "--name", name, "--handlers"])
+        .arg(&sets)
+        .arg("--handler-source")
+        .args(sources)
+        .arg("-o")
+        .arg(&out)
+        .status()
+        .expect("run corefarm image build");
+    assert!(st.success(), "corefarm image build {name} failed");
+    Bytes::from(std::fs::read(out).unwrap())
+}
+
 /// Asks `ask` until `cond` holds on its answer, for at most `limit`; fails
 /// with `what` and the last answer. The pause between questions only spares
 /// the CPU: the condition is the synchronisation.
