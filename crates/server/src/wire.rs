@@ -361,6 +361,20 @@ impl Sink {
         self.shutdown();
     }
 
+    /// Queues a frame for a user: waits first while more than `max` frames
+    /// are unwritten (the user's pace, not memory, bounds what it is sent),
+    /// and counts its bytes. False if the connection is gone.
+    pub async fn push_to_user(
+        &self,
+        f: OutFrame,
+        max: usize,
+        metrics: &crate::metrics::Metrics,
+    ) -> bool {
+        self.room(max).await;
+        metrics.bytes(crate::metrics::Link::UserOut, f.wire_len());
+        self.push(f, false)
+    }
+
     /// Spawns the writer task of a user's socket: when it ends (the user
     /// stopped reading for `io_timeout`, the socket failed, or after
     /// [`Sink::finish`]) the session is stopped through `stop`.

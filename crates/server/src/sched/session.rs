@@ -258,11 +258,11 @@ impl Session {
     /// Queues a frame for the user; waits first while a queue's worth is
     /// unwritten (the user's pace, not memory, bounds what it is sent).
     async fn send(&mut self, f: OutFrame) -> Result<(), String> {
-        self.out.room(USER_QUEUE).await;
-        self.shared
-            .metrics
-            .bytes(crate::metrics::Link::UserOut, f.wire_len());
-        if self.out.push(f, false) {
+        if self
+            .out
+            .push_to_user(f, USER_QUEUE, &self.shared.metrics)
+            .await
+        {
             Ok(())
         } else {
             Err("user connection closed".into())

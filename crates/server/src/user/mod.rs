@@ -361,11 +361,11 @@ impl Handler {
         // Back-pressure: when the user stops reading, the handler (and so
         // the nodes' results) waits after a few queued messages. Written
         // when the handler is about to wait (`flush_writes`).
-        self.out.room(USER_QUEUE).await;
-        self.shared
-            .metrics
-            .bytes(crate::metrics::Link::UserOut, f.wire_len());
-        if self.out.push(f, false) {
+        if self
+            .out
+            .push_to_user(f, USER_QUEUE, &self.shared.metrics)
+            .await
+        {
             Ok(())
         } else {
             Err(End::Error("user connection closed".into()))

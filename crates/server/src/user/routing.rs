@@ -248,18 +248,7 @@ impl Handler {
                         // Like a failed core: the user hears about it by id.
                         let node = self.nodes.get(&id).map(|n| n.tx.label());
                         let reason = format!("node {}: {why}", node.unwrap_or_default());
-                        self.answered();
-                        self.entry
-                            .m
-                            .failure(&self.shared.metrics, || self.entry.label());
-                        return if self.hello.is_some() {
-                            self.send_error(p.user_id, ErrorCode::CoreFailure, reason)
-                                .await
-                        } else {
-                            Err(self
-                                .fail_user(p.user_id, ErrorCode::CoreFailure, reason)
-                                .await)
-                        };
+                        return self.core_failure(p.user_id, reason).await;
                     }
                 };
                 self.entry.results.fetch_add(1, Ordering::Relaxed);
@@ -306,18 +295,7 @@ impl Handler {
                     n.tx.entry.m.answered(n.in_flight.is_empty(), true, at);
                     let reason =
                         format!("node {} failed on this input: {}", n.tx.label(), e.reason);
-                    self.answered();
-                    self.entry
-                        .m
-                        .failure(&self.shared.metrics, || self.entry.label());
-                    if self.hello.is_some() {
-                        self.send_error(p.user_id, ErrorCode::CoreFailure, reason)
-                            .await
-                    } else {
-                        Err(self
-                            .fail_user(p.user_id, ErrorCode::CoreFailure, reason)
-                            .await)
-                    }
+                    self.core_failure(p.user_id, reason).await
                 } else {
                     tracing::warn!(user = %self.peer, node = %n.tx.label(), "node reports: {e}");
                     if matches!(n.slot, Slot::Configuring { .. }) {
@@ -340,5 +318,23 @@ impl Handler {
     fn answered(&mut self) {
         self.outstanding -= 1;
         self.last_activity = Instant::now();
+    }
+
+    /// A data message failed on a node (its core, or a result it cannot
+    /// take): a hello user hears about it by id; a seed user cannot be told
+    /// about one input, so its session ends.
+    async fn core_failure(&mut self, user_id: u32, reason: String) -> Result<(), End> {
+        self.answered();
+        self.entry
+            .m
+            .failure(&self.shared.metrics, || self.entry.label());
+        if self.hello.is_some() {
+            self.send_error(user_id, ErrorCode::CoreFailure, reason)
+                .await
+        } else {
+            Err(self
+                .fail_user(user_id, ErrorCode::CoreFailure, reason)
+                .await)
+        }
     }
 }
