@@ -155,7 +155,26 @@ pub async fn start_local(
             server.run(stop).await;
         }
     });
+    wait_for_nodes(&cluster, nodes).await;
     Ok((cluster, handle))
+}
+
+/// Until every node has joined (said hello and been answered), so that a
+/// user who connects as soon as the address is printed finds them all free.
+/// Bounded: a node that cannot start is the node's error to report.
+async fn wait_for_nodes(cluster: &LocalCluster, nodes: usize) {
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(30);
+    while cluster.status.get().nodes.len() < nodes {
+        if tokio::time::Instant::now() > deadline {
+            tracing::warn!(
+                "{} of {nodes} node(s) joined within 30 s; going on",
+                cluster.status.get().nodes.len()
+            );
+            return;
+        }
+        // The join is quick (one hello round trip); the poll is short.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
 }
 
 pub fn run_local(args: LocalArgs) -> anyhow::Result<()> {
