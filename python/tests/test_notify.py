@@ -4,6 +4,7 @@ the head of a message (its word 1) and at its tail (its byte count); the
 client gets both, under the id it submitted, before the message's result."""
 
 import json
+import pathlib
 import shutil
 import struct
 import subprocess
@@ -14,39 +15,12 @@ import corefarm
 from realbin import Cluster, find_binary
 
 BIN = find_binary()
+# The C/C++ sources these tests share with the Rust ones.
+FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "spin"
 
-ECHO = r"""
-#include "corefarm/hls.h"
-hls_avalon_agent_component
-component void echo(hls_avalon_agent_memory_argument(16) uint8_t *in,
-                     hls_avalon_agent_memory_argument(64) uint8_t *out) {
-    for (int i = 0; i < 64; i++) out[i] = i < 16 ? in[i] : 0xEE;
-}
-"""
+ECHO = (FIXTURES / "echo.cpp").read_text()
 
-TALLY = r"""
-#include <corefarm/spin.h>
-#include <string.h>
-
-int tally_head(const cf_spin_args *a, const cf_spin_ops *ops) {
-    uint8_t note[8] = {'h', 'e', 'a', 'd'};
-    if (a->len < 8) return 1;
-    memcpy(note + 4, a->data + 4, 4);
-    return ops->notify(ops->ctx, note, sizeof note);
-}
-
-int tally_payload(const cf_spin_args *a, const cf_spin_ops *ops) {
-    (void)ops;
-    __atomic_fetch_add((uint64_t *)a->scratch, a->len, __ATOMIC_RELAXED);
-    return 0;
-}
-
-int tally_tail(const cf_spin_args *a, const cf_spin_ops *ops) {
-    uint64_t n = __atomic_load_n((uint64_t *)a->scratch, __ATOMIC_ACQUIRE);
-    if (ops->notify(ops->ctx, (const uint8_t *)&n, sizeof n) != 0) return 2;
-    return ops->emit(ops->ctx, (const uint8_t *)&n, sizeof n);
-}
-"""
+TALLY = (FIXTURES / "tally.c").read_text()
 
 
 @pytest.fixture(scope="module")

@@ -7,6 +7,7 @@ another length come back as 1-D arrays, and a message no ruleset matches
 goes to the core."""
 
 import json
+import pathlib
 import random
 import shutil
 import struct
@@ -17,18 +18,13 @@ import pytest
 import corefarm
 from realbin import Cluster, find_binary
 
-ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = find_binary()
+# The C/C++ sources these tests share with the Rust ones.
+FIXTURES = ROOT / "tests" / "fixtures" / "spin"
 INPUT, OUTPUT = 16, 64
 
-ECHO = r"""
-#include "corefarm/hls.h"
-hls_avalon_agent_component
-component void echo(hls_avalon_agent_memory_argument(16) uint8_t *in,
-                     hls_avalon_agent_memory_argument(64) uint8_t *out) {
-    for (int i = 0; i < 64; i++) out[i] = i < 16 ? in[i] : 0xEE;
-}
-"""
+ECHO = (FIXTURES / "echo.cpp").read_text()
 
 
 def require_tools():

@@ -28,40 +28,10 @@ mod tools;
 mod support;
 
 /// One input of 16 bytes, one output of 64 (the handlers answer instead).
-const ECHO: &str = r#"
-#include "corefarm/hls.h"
-hls_avalon_agent_component
-component void echo(hls_avalon_agent_memory_argument(16) uint8_t *in,
-                     hls_avalon_agent_memory_argument(64) uint8_t *out) {
-    for (int i = 0; i < 64; i++) out[i] = i < 16 ? in[i] : 0xEE;
-}
-"#;
+const ECHO: &str = include_str!("../../../tests/fixtures/spin/echo.cpp");
 
-/// `tally`: notifies "head" + the message's word 1 at its head, its byte
-/// count (u64) at its tail, and emits that count as its result.
-const TALLY: &str = r#"
-#include <corefarm/spin.h>
-#include <string.h>
-
-int tally_head(const cf_spin_args *a, const cf_spin_ops *ops) {
-    uint8_t note[8] = {'h', 'e', 'a', 'd'};
-    if (a->len < 8) return 1;
-    memcpy(note + 4, a->data + 4, 4);
-    return ops->notify(ops->ctx, note, sizeof note);
-}
-
-int tally_payload(const cf_spin_args *a, const cf_spin_ops *ops) {
-    (void)ops;
-    __atomic_fetch_add((uint64_t *)a->scratch, a->len, __ATOMIC_RELAXED);
-    return 0;
-}
-
-int tally_tail(const cf_spin_args *a, const cf_spin_ops *ops) {
-    uint64_t n = __atomic_load_n((uint64_t *)a->scratch, __ATOMIC_ACQUIRE);
-    if (ops->notify(ops->ctx, (const uint8_t *)&n, sizeof n) != 0) return 2;
-    return ops->emit(ops->ctx, (const uint8_t *)&n, sizeof n);
-}
-"#;
+/// `tally`: notifies at head and tail, emits the byte count.
+const TALLY: &str = include_str!("../../../tests/fixtures/spin/tally.c");
 
 /// Word 0 = 8 selects `tally`.
 const SETS: &str = r#"[{"name":"tally","ruleset":{"mode":"and","rules":[{"index":0,"mask":4294967295,"start":8,"end":8}]}}]"#;
