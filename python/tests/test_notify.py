@@ -3,46 +3,22 @@ through a real node of `corefarm local`: a test handler set notifies at
 the head of a message (its word 1) and at its tail (its byte count); the
 client gets both, under the id it submitted, before the message's result."""
 
-import json
-import pathlib
-import shutil
 import struct
-import subprocess
 
 import pytest
 
 import corefarm
 from realbin import Cluster, find_binary
+from spinimage import FIXTURES, handler_image, rule_set
 
 BIN = find_binary()
-# The C/C++ sources these tests share with the Rust ones.
-FIXTURES = pathlib.Path(__file__).resolve().parents[2] / "tests" / "fixtures" / "spin"
-
-ECHO = (FIXTURES / "echo.cpp").read_text()
-
-TALLY = (FIXTURES / "tally.c").read_text()
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
-    # A missing tool fails the test with its name (never a silent skip).
-    assert BIN is not None, "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN"
-    for tool in ("c++", "cc"):
-        assert shutil.which(tool), f"no C/C++ compiler ({tool}) on PATH"
-    d = tmp_path_factory.mktemp("notify")
-    (d / "echo.cpp").write_text(ECHO)
-    (d / "tally.c").write_text(TALLY)
-    sets = [{"name": "tally",
-             "ruleset": {"mode": "and",
-                         "rules": [{"index": 0, "mask": 0xFFFFFFFF, "start": 8, "end": 8}]}}]
-    (d / "sets.json").write_text(json.dumps(sets))
-    out = d / "tally.cfimg"
-    subprocess.run(
-        [BIN, "image", "build", "--hls", str(d / "echo.cpp"), "--entry", "echo",
-         "--handlers", str(d / "sets.json"), "--handler-source", str(d / "tally.c"),
-         "-o", str(out)],
-        check=True)
-    return out
+    # Word 0 = 8 selects `tally`.
+    return handler_image(BIN, tmp_path_factory.mktemp("notify"), "tally",
+                         [rule_set("tally", 8)], [FIXTURES / "tally.c"])
 
 
 @pytest.fixture

@@ -6,56 +6,25 @@ emitted, no padding: the client agrees `any-length`), typed results of
 another length come back as 1-D arrays, and a message no ruleset matches
 goes to the core."""
 
-import json
-import pathlib
 import random
-import shutil
 import struct
-import subprocess
 
 import pytest
 
 import corefarm
 from realbin import Cluster, find_binary
+from spinimage import ROOT, handler_image, rule_set
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 BIN = find_binary()
-# The C/C++ sources these tests share with the Rust ones.
-FIXTURES = ROOT / "tests" / "fixtures" / "spin"
 INPUT, OUTPUT = 16, 64
-
-ECHO = (FIXTURES / "echo.cpp").read_text()
-
-
-def require_tools():
-    # A missing tool fails the test with its name (never a silent skip).
-    assert BIN is not None, "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN"
-    for tool in ("c++", "cc"):
-        assert shutil.which(tool), f"no C/C++ compiler ({tool}) on PATH"
-
-
-def rule_set(name, word0):
-    return {"name": name,
-            "ruleset": {"mode": "and",
-                        "rules": [{"index": 0, "mask": 0xFFFFFFFF, "start": word0, "end": word0}]},
-            "budgets": {"scratch": 1 << 20}}
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
-    require_tools()
-    d = tmp_path_factory.mktemp("spin")
-    (d / "echo.cpp").write_text(ECHO)
-    sets = [rule_set(n, w) for n, w in (("sum", 1), ("filter", 2), ("histogram", 3), ("strided", 4))]
-    (d / "sets.json").write_text(json.dumps(sets))
-    out = d / "spin.cfimg"
-    subprocess.run(
-        [BIN, "image", "build", "--hls", str(d / "echo.cpp"), "--entry", "echo",
-         "--handlers", str(d / "sets.json"), "--handler-source",
-         *[str(ROOT / "cores" / "spin" / f"{s}.c") for s in ("sum", "filter", "histogram", "strided")],
-         "-o", str(out)],
-        check=True)
-    return out
+    names = ("sum", "filter", "histogram", "strided")
+    sets = [rule_set(n, w, budgets={"scratch": 1 << 20}) for w, n in enumerate(names, 1)]
+    return handler_image(BIN, tmp_path_factory.mktemp("spin"), "spin", sets,
+                         [ROOT / "cores" / "spin" / f"{n}.c" for n in names])
 
 
 @pytest.fixture
@@ -116,16 +85,9 @@ def test_reference_handlers_through_a_real_node(cluster, image):
 
 def test_a_typed_sum_comes_back_as_a_1d_array_of_the_output_element(cluster, tmp_path):
     np = pytest.importorskip("numpy")
-    require_tools()
-    (tmp_path / "echo.cpp").write_text(ECHO)
-    (tmp_path / "sets.json").write_text(json.dumps([rule_set("sum", 1)]))
-    out = tmp_path / "typed.cfimg"
-    subprocess.run(
-        [BIN, "image", "build", "--hls", str(tmp_path / "echo.cpp"), "--entry", "echo",
-         "--input-type", "int32[4]", "--output-type", "int64[8]",
-         "--handlers", str(tmp_path / "sets.json"),
-         "--handler-source", str(ROOT / "cores" / "spin" / "sum.c"), "-o", str(out)],
-        check=True)
+    out = handler_image(BIN, tmp_path, "typed", [rule_set("sum", 1)],
+                        [ROOT / "cores" / "spin" / "sum.c"],
+                        extra=("--input-type", "int32[4]", "--output-type", "int64[8]"))
     rng = random.Random(11)
     words = [rng.randrange(-2**31, 2**31) for _ in range(4 * 300)]
     batch = np.array([[1, 0, 0, 0]] + [words[i:i + 4] for i in range(0, len(words), 4)],
