@@ -117,26 +117,10 @@ fn streaming_handlers_on_a_real_node_with_chunks_on_the_wire() {
     every_case(&["--node-chunk-size", "1024"]);
 }
 
-/// A client with the cluster's node, once the node's hello was answered:
-/// a configuration that reached the node before the server's answer would
-/// be refused without a reason (the node does not yet know that the server
-/// takes error messages).
+/// A client with the cluster's node: `corefarm local` prints its address
+/// once the node has joined, which the server lets it do only after its
+/// hello was answered, so a configuration cannot overtake that answer.
 fn connect_after_hello(users: &str) -> Client {
-    let observer = Client::connect(
-        users,
-        ClientOptions {
-            nodes: Some(0),
-            ..ClientOptions::default()
-        },
-    )
-    .unwrap();
-    support::poll_until(
-        "the node's hello",
-        Duration::from_secs(30),
-        || observer.status().unwrap(),
-        |s| s.nodes.iter().any(|n| !n.targets.is_empty()),
-    );
-    drop(observer);
     Client::connect(
         users,
         ClientOptions {

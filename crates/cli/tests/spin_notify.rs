@@ -59,23 +59,7 @@ fn run(extra: &[&str]) {
     let dir = tempfile::tempdir().unwrap();
     let image = build_image(dir.path());
     let (_local, users) = support::local_cluster(1, extra);
-    // The node's hello first (as in spin.rs): a configuration must not
-    // reach the node before the server's answer.
-    let observer = Client::connect(
-        &users,
-        ClientOptions {
-            nodes: Some(0),
-            ..ClientOptions::default()
-        },
-    )
-    .unwrap();
-    support::poll_until(
-        "the node's hello",
-        Duration::from_secs(30),
-        || observer.status().unwrap(),
-        |s| s.nodes.iter().any(|n| !n.targets.is_empty()),
-    );
-    drop(observer);
+    // The node has joined (its hello answered) once local prints its address.
     let client = Client::connect(
         &users,
         ClientOptions {
