@@ -21,7 +21,7 @@ mod tests;
 use bytes::Bytes;
 use corefarm_smp::codec::{write_frame, FrameReader};
 use corefarm_smp::group::DIRECT_USER;
-use corefarm_smp::stream::{Chunk, Reassembler, CLASSES, DEFAULT_CLASS};
+use corefarm_smp::stream::{Reassembler, CLASSES, DEFAULT_CLASS};
 use corefarm_smp::{Data, ErrorCode, ErrorMsg, MsgType, OutFrame, DATA_ID_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
@@ -151,8 +151,8 @@ async fn read_loop(
                 Err(e) => return bad(e.to_string()),
             },
             MsgType::Chunk if chunk_size > 0 => {
-                match reassemble(&mut chunks, f.payload, chunk_size) {
-                    Ok(Some(m)) => m,
+                match link::reassemble(&mut chunks, f.payload, chunk_size, "connection") {
+                    Ok(Some(m)) => (m.id, m.class, m.data),
                     Ok(None) => continue,
                     Err(e) => return bad(e),
                 }
@@ -174,25 +174,5 @@ async fn read_loop(
         if let Some(s) = &stats {
             s.direct_queued();
         }
-    }
-}
-
-/// One chunk: the whole message (id, class, data) once its last chunk is in.
-fn reassemble(
-    r: &mut Reassembler,
-    payload: Bytes,
-    chunk_size: u32,
-) -> Result<Option<(u32, u8, Bytes)>, String> {
-    let c = Chunk::parse(payload).map_err(|e| format!("an invalid chunk: {e}"))?;
-    if c.data.len() > chunk_size as usize {
-        return Err(format!(
-            "a chunk of {} bytes of message {}, over the connection's chunk size of {chunk_size}",
-            c.data.len(),
-            c.id
-        ));
-    }
-    match r.push(c) {
-        Ok(m) => Ok(m.map(|m| (m.id, m.class, m.data))),
-        Err(e) => Err(format!("an invalid chunk: {e}")),
     }
 }

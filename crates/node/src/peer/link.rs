@@ -150,10 +150,10 @@ pub(crate) async fn read_loop(
         let payload = match f.ty {
             MsgType::Peer => f.payload,
             MsgType::Chunk if chunk_size > 0 => {
-                match reassemble(&mut chunks, f.payload, chunk_size) {
-                    Ok(Some(p)) => p,
+                match reassemble(&mut chunks, f.payload, chunk_size, "link") {
+                    Ok(Some(m)) => m.data,
                     Ok(None) => continue,
-                    Err(e) => break e,
+                    Err(e) => break format!("sent {e}"),
                 }
             }
             MsgType::Chunk => break "sent a chunk on a link that did not agree to chunks".into(),
@@ -170,25 +170,24 @@ pub(crate) async fn read_loop(
     shared.link_lost(peer, reason).await;
 }
 
-/// One chunk of a peer message: the whole message's payload once its last
-/// chunk is in.
-fn reassemble(
+/// One chunk of a chunked message, checked against the chunk size agreed on
+/// the `scope` ("link", "connection"): the whole message once its last chunk
+/// is in. Shared by peer links and direct connections.
+pub(crate) fn reassemble(
     r: &mut Reassembler,
     payload: bytes::Bytes,
     chunk_size: u32,
-) -> Result<Option<bytes::Bytes>, String> {
-    let c = Chunk::parse(payload).map_err(|e| format!("sent an invalid chunk: {e}"))?;
+    scope: &str,
+) -> Result<Option<corefarm_smp::stream::Message>, String> {
+    let c = Chunk::parse(payload).map_err(|e| format!("an invalid chunk: {e}"))?;
     if c.data.len() > chunk_size as usize {
         return Err(format!(
-            "sent a chunk of {} bytes of message {}, over the link's chunk size of {chunk_size}",
+            "a chunk of {} bytes of message {}, over the {scope}'s chunk size of {chunk_size}",
             c.data.len(),
             c.id
         ));
     }
-    match r.push(c) {
-        Ok(m) => Ok(m.map(|m| m.data)),
-        Err(e) => Err(format!("sent an invalid chunk: {e}")),
-    }
+    r.push(c).map_err(|e| format!("an invalid chunk: {e}"))
 }
 
 /// Writes what the outbox picks until the fabric closes the queue; a
