@@ -95,6 +95,9 @@ pub(crate) fn handshake(
     .map(String::from)
     .to_vec();
     hello.nodes = opts.nodes;
+    // What this client's reader takes: a result beyond it fails by id at
+    // the server instead of breaking the connection here.
+    hello.max_message = Some(opts.max_message);
     if opts.secret.is_some() {
         hello.features.push(features::AUTH.into());
     }

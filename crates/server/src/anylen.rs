@@ -2,8 +2,38 @@
 //! that agreed it may answer a data message with any number of bytes (a
 //! streaming handler's sum or filter), up to the frame limit. What a user
 //! gets depends on what it agreed; both sharing modes use [`for_user`].
+//!
+//! A user also bounds what it reads: a hello may announce its own
+//! `max_message`, below the server's. A result it could not read fails by
+//! id instead of reaching it ([`user_limit`], [`fixed_result_fits`]).
 
 use bytes::{Bytes, BytesMut};
+use corefarm_smp::{Hello, DATA_ID_LEN};
+
+/// The largest payload (id included) this user reads: the server's own
+/// limit, or the smaller one its hello announced. A seed-format user has
+/// no hello and takes what the server takes.
+pub(crate) fn user_limit(server_max: u32, hello: Option<&Hello>) -> u32 {
+    hello
+        .and_then(|h| h.max_message)
+        .map_or(server_max, |m| m.min(server_max))
+}
+
+/// Whether the result of `count` inputs, `output_size` bytes each, fits
+/// the user's `limit`; checked when the data arrives, so that a message
+/// whose result the user could not read is never computed. The `Err` is
+/// the reason it fails with.
+pub(crate) fn fixed_result_fits(count: u32, output_size: u32, limit: u32) -> Result<(), String> {
+    let len = u64::from(count) * u64::from(output_size);
+    if len + DATA_ID_LEN as u64 <= u64::from(limit) {
+        return Ok(());
+    }
+    Err(format!(
+        "its result ({count} × {output_size} bytes = {len}) would exceed the {limit}-byte \
+         message limit this client announced (max_message, id included): send fewer \
+         inputs per message or raise the client's limit"
+    ))
+}
 
 /// Whether a node's result of `len` bytes is acceptable where `expect`
 /// (count × output size) was asked for: always for a node that agreed
@@ -17,7 +47,22 @@ pub(crate) fn node_may_send(len: usize, expect: usize, any_length: bool) -> bool
 /// as they are. A user that did not keeps its contract of `expect` bytes: a
 /// shorter result is padded with zeros; a longer one cannot be given to it,
 /// and the `Err` is the reason its message fails with.
-pub(crate) fn for_user(data: Bytes, expect: usize, user_agreed: bool) -> Result<Bytes, String> {
+///
+/// A result longer than the user's `limit` (a handler's, whose length is
+/// known only now) fails the same way, whatever was agreed.
+pub(crate) fn for_user(
+    data: Bytes,
+    expect: usize,
+    user_agreed: bool,
+    limit: u32,
+) -> Result<Bytes, String> {
+    if data.len() + DATA_ID_LEN > limit as usize {
+        return Err(format!(
+            "the result of {} bytes exceeds the {limit}-byte message limit this client \
+             announced (max_message, id included)",
+            data.len()
+        ));
+    }
     if data.len() == expect || user_agreed {
         return Ok(data);
     }
@@ -51,36 +96,74 @@ mod tests {
     #[test]
     fn an_agreeing_user_gets_the_bytes_as_they_are() {
         let data = Bytes::from_static(b"abc");
-        let out = for_user(data.clone(), 64, true).unwrap();
+        let out = for_user(data.clone(), 64, true, u32::MAX).unwrap();
         assert_eq!(out, data);
         // No copy: the same memory.
         assert_eq!(out.as_ptr(), data.as_ptr());
         let long = Bytes::from(vec![7u8; 100]);
-        assert_eq!(for_user(long.clone(), 64, true).unwrap(), long);
-        assert!(for_user(Bytes::new(), 64, true).unwrap().is_empty());
+        assert_eq!(for_user(long.clone(), 64, true, u32::MAX).unwrap(), long);
+        assert!(for_user(Bytes::new(), 64, true, u32::MAX)
+            .unwrap()
+            .is_empty());
     }
 
     #[test]
     fn the_expected_size_is_passed_on_without_a_copy() {
         let data = Bytes::from(vec![1u8; 64]);
-        let out = for_user(data.clone(), 64, false).unwrap();
+        let out = for_user(data.clone(), 64, false, u32::MAX).unwrap();
         assert_eq!(out.as_ptr(), data.as_ptr());
     }
 
     #[test]
     fn a_shorter_result_is_padded_with_zeros_for_a_user_without_the_feature() {
-        let out = for_user(Bytes::from_static(b"\x01\x02\x03"), 8, false).unwrap();
+        let out = for_user(Bytes::from_static(b"\x01\x02\x03"), 8, false, u32::MAX).unwrap();
         assert_eq!(&out[..], b"\x01\x02\x03\0\0\0\0\0");
-        let empty = for_user(Bytes::new(), 4, false).unwrap();
+        let empty = for_user(Bytes::new(), 4, false, u32::MAX).unwrap();
         assert_eq!(&empty[..], &[0u8; 4]);
     }
 
     #[test]
     fn a_longer_result_fails_for_a_user_without_the_feature_naming_both_lengths() {
-        let why = for_user(Bytes::from(vec![0u8; 100]), 64, false).unwrap_err();
+        let why = for_user(Bytes::from(vec![0u8; 100]), 64, false, u32::MAX).unwrap_err();
         assert!(
             why.contains("100 bytes") && why.contains("64 bytes"),
             "{why}"
         );
+    }
+
+    #[test]
+    fn a_result_beyond_the_users_own_limit_fails_whatever_was_agreed() {
+        let data = Bytes::from(vec![0u8; 100]);
+        // 100 bytes + the 4-byte id: 104 fits exactly, 103 does not.
+        assert!(for_user(data.clone(), 100, false, 104).is_ok());
+        let why = for_user(data.clone(), 100, true, 103).unwrap_err();
+        assert!(
+            why.contains("100 bytes") && why.contains("103-byte"),
+            "{why}"
+        );
+        assert!(for_user(data, 64, true, 103).is_err());
+    }
+
+    #[test]
+    fn the_user_limit_is_the_smaller_of_the_two_and_the_servers_without_one() {
+        assert_eq!(user_limit(1 << 20, None), 1 << 20);
+        let mut h = Hello::new("user");
+        assert_eq!(user_limit(1 << 20, Some(&h)), 1 << 20);
+        h.max_message = Some(4096);
+        assert_eq!(user_limit(1 << 20, Some(&h)), 4096);
+        h.max_message = Some(u32::MAX);
+        assert_eq!(user_limit(1 << 20, Some(&h)), 1 << 20);
+    }
+
+    #[test]
+    fn a_fixed_result_is_checked_with_its_id_and_without_overflow() {
+        assert!(fixed_result_fits(4, 1020, 4084).is_ok());
+        let why = fixed_result_fits(4, 1020, 4083).unwrap_err();
+        assert!(
+            why.contains("4 × 1020 bytes = 4080") && why.contains("4083-byte"),
+            "{why}"
+        );
+        assert!(fixed_result_fits(u32::MAX, u32::MAX, u32::MAX).is_err());
+        assert!(fixed_result_fits(0, 16, 4).is_ok());
     }
 }

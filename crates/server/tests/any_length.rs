@@ -319,3 +319,113 @@ async fn the_rust_client_with_chunks_gets_results_of_any_length_whole() {
         .unwrap();
     }
 }
+
+/// A message of `inputs` inputs asking the fake node for `len` bytes.
+fn ask_inputs(id: u32, inputs: usize, len: u32) -> OutFrame {
+    let mut data = vec![0u8; INPUT as usize * inputs];
+    data[..4].copy_from_slice(&len.to_le_bytes());
+    OutFrame::data(id, Bytes::from(data)).unwrap()
+}
+
+fn error_of(f: Option<Frame>) -> ErrorMsg {
+    let f = f.expect("an error, not a closed connection");
+    assert_eq!(f.ty, MsgType::Error, "{}", f.ty.name());
+    ErrorMsg::parse(&f.payload).unwrap()
+}
+
+#[tokio::test]
+async fn a_result_beyond_the_users_own_max_message_fails_by_id_in_both_modes() {
+    // Four 16-byte outputs and the id: what this user reads at most.
+    const USER_MAX: u32 = 4 * OUTPUT + 4;
+    for mode in MODES {
+        let srv = start(options(mode)).await;
+        let feats = [features::ERROR, features::ANY_LENGTH, features::CHUNKS];
+        let mut n = node(srv.nodes, &feats, Some(4096)).await;
+        n.server_hello().await;
+        for any_length in [false, true] {
+            // Shared mode keeps the node configured for the next user.
+            if mode == Sharing::Exclusive || !any_length {
+                srv.wait_free_nodes(1).await;
+            }
+            let mut u = FakeUser::connect(srv.users).await;
+            let mut h = Hello::new("user");
+            h.nodes = Some(1);
+            h.max_message = Some(USER_MAX);
+            h.features = vec![features::ERROR.into()];
+            if any_length {
+                h.features.push(features::ANY_LENGTH.into());
+            }
+            u.send(h.to_frame()).await;
+            let agreed = u.recv().await.expect("a hello");
+            let agreed = Hello::decode(&agreed.payload).unwrap();
+            // The server still takes its own limit from the user.
+            assert_eq!(agreed.max_message, Some(options(mode).max_message));
+            assert_eq!(u.configure(&bench(INPUT, OUTPUT)).await.0, 0);
+            let what = format!("{mode:?}, any-length {any_length}");
+            if any_length {
+                // Known only once the node answers: that message fails.
+                u.send(ask(1, 4 * OUTPUT + 1)).await;
+                let e = error_of(u.recv_skip_credit().await);
+                assert_eq!(e.id, 1, "{what}: {e}");
+                assert!(
+                    e.reason.contains("65 bytes") && e.reason.contains("68-byte"),
+                    "{what}: {e}"
+                );
+            } else {
+                // Five fixed-size outputs cannot fit: refused on arrival.
+                u.send(ask_inputs(1, 5, 5 * OUTPUT)).await;
+                let e = error_of(u.recv_skip_credit().await);
+                assert_eq!(
+                    (e.id, e.code),
+                    (1, ErrorCode::TooLarge as u32),
+                    "{what}: {e}"
+                );
+                assert!(
+                    e.reason.contains("5 × 16 bytes = 80") && e.reason.contains("68-byte"),
+                    "{what}: {e}"
+                );
+            }
+            // The session goes on, and a result that fits exactly is taken.
+            u.send(ask_inputs(2, 4, 4 * OUTPUT)).await;
+            let got = result_of(u.recv_skip_credit().await, 2);
+            assert_eq!(&got[..], &emitted(4 * OUTPUT as usize)[..], "{what}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_announces_its_max_message_and_gets_an_error_not_a_broken_connection() {
+    let srv = start(options(Sharing::Exclusive)).await;
+    let feats = [features::ERROR, features::ANY_LENGTH];
+    let mut n = node(srv.nodes, &feats, None).await;
+    n.server_hello().await;
+    srv.wait_free_nodes(1).await;
+    let users = srv.users.to_string();
+    tokio::task::spawn_blocking(move || {
+        let opts = ClientOptions {
+            max_message: 1024,
+            io_timeout: Some(LIMIT),
+            ..ClientOptions::default()
+        };
+        let c = Client::connect(&users, opts).unwrap();
+        c.configure(&bench(INPUT, OUTPUT)).unwrap();
+        let ask = |len: u32| {
+            let mut input = vec![0u8; INPUT as usize];
+            input[..4].copy_from_slice(&len.to_le_bytes());
+            c.submit(Bytes::from(input)).unwrap()
+        };
+        // 2000 bytes would not pass the client's own reader.
+        let id = ask(2000);
+        let err = c.recv(Some(LIMIT)).unwrap_err().to_string();
+        assert!(
+            err.contains("2000 bytes") && err.contains("1024-byte"),
+            "{err}"
+        );
+        assert!(err.contains(&id.to_string()), "{err}");
+        let id = ask(1020);
+        let out = c.recv(Some(LIMIT)).unwrap();
+        assert_eq!((out.id, out.data.len()), (id, 1020));
+    })
+    .await
+    .unwrap();
+}

@@ -56,6 +56,8 @@ struct Session {
     /// chunk at once, ahead of queued bulk (`Sink::push_class`).
     out: Arc<Sink>,
     hello: Option<Hello>,
+    /// The largest result payload this user reads (`anylen::user_limit`).
+    result_limit: u32,
     /// With `chunks` agreed: the user's chunks being reassembled, and
     /// results waiting to go back as chunks.
     inbound: Option<crate::chunked::Inbound>,
@@ -104,6 +106,7 @@ pub(crate) async fn run(
     let (rd, wr) = stream.into_split();
     let out = Arc::new(Sink::new(wr));
     let writer = out.spawn_user_writer(shared.opts.io_timeout, peer, stop.clone());
+    let shared_max = shared.opts.max_message;
     let mut s = Session {
         reader: FrameReader::new(rd, shared.opts.max_message)
             .with_read_timeout(shared.opts.read_timeout)
@@ -116,6 +119,7 @@ pub(crate) async fn run(
         entry,
         out,
         hello: None,
+        result_limit: shared_max,
         inbound: None,
         outbound: None,
         phase: Phase::Initial,
@@ -371,7 +375,7 @@ impl Session {
         let output_size = self.cfg.as_ref().map_or(0, |c| c.output_size as usize);
         let expect = count as usize * output_size;
         let agreed = data.len() != expect && self.agreed(features::ANY_LENGTH);
-        crate::anylen::for_user(data, expect, agreed)
+        crate::anylen::for_user(data, expect, agreed, self.result_limit)
     }
 
     async fn on_frame(&mut self, f: Frame) -> Result<(), String> {
@@ -434,6 +438,7 @@ impl Session {
             }
         }
         self.hello = Some(agreed.clone());
+        self.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
         self.entry.set_hello(h.name.clone());
         // Nodes are shared: every connected node may serve this user. An
         // observer (`nodes: 0`, e.g. `corefarm status`) is told it has none.
@@ -511,6 +516,18 @@ impl Session {
                 return self.fail(d.id, ErrorCode::UnexpectedMessage, why).await;
             }
             self.credit -= 1;
+        }
+        // Fixed-length results only: see `user::frames::accept_data`.
+        let fixed = !self.agreed(features::ANY_LENGTH);
+        let fits = crate::anylen::fixed_result_fits(count, cfg.output_size, self.result_limit);
+        if let (true, Err(why)) = (fixed, fits) {
+            // As in exclusive mode (`user::frames`): by id with the error
+            // feature, else the session ends with the reason.
+            let reason = format!("data id {}: {why}", d.id);
+            if self.agreed(features::ERROR) {
+                return self.send_error(d.id, ErrorCode::TooLarge, reason).await;
+            }
+            return self.fail(d.id, ErrorCode::TooLarge, reason).await;
         }
         let mut job = Job::new(self.user, d.id, d.data, count);
         job.class = class;

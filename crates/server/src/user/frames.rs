@@ -129,6 +129,7 @@ impl Handler {
             }
         }
         self.hello = Some(agreed.clone());
+        self.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
         self.entry.set_hello(h.name.clone());
         self.take_nodes().await;
         agreed.nodes = Some(self.nodes.len() as u32);
@@ -252,6 +253,22 @@ impl Handler {
                     .await);
             }
             self.credit -= 1;
+        }
+        // With `any-length` a result's length is known only when it comes
+        // back (a handler's sum is shorter than its inputs' outputs), and
+        // `anylen::for_user` checks it then.
+        let fixed = !self.agreed(features::ANY_LENGTH);
+        let fits = crate::anylen::fixed_result_fits(count, cfg.output_size, self.result_limit);
+        if let (true, Err(why)) = (fixed, fits) {
+            // Only a hello announces a limit below the server's. With the
+            // error feature the user hears about it by id and keeps its
+            // session (its credit comes back with the next grant); without,
+            // it could not be told, so the session ends with the reason.
+            let reason = format!("data id {}: {why}", d.id);
+            if self.agreed(features::ERROR) {
+                return self.send_error(d.id, ErrorCode::TooLarge, reason).await;
+            }
+            return Err(self.fail_user(d.id, ErrorCode::TooLarge, reason).await);
         }
         self.outstanding += 1;
         self.dispatch(Pending {

@@ -113,6 +113,8 @@ struct Handler {
     out: Arc<Sink>,
     /// Features agreed in the hello; `None` for a seed-format user.
     hello: Option<Hello>,
+    /// The largest result payload this user reads (`anylen::user_limit`).
+    result_limit: u32,
     /// With `chunks` agreed: the user's chunks being reassembled, and
     /// results waiting to go back as chunks.
     inbound: Option<crate::chunked::Inbound>,
@@ -168,6 +170,7 @@ pub(crate) async fn run(
     let out = Arc::new(Sink::new(wr));
     let writer = out.spawn_user_writer(shared.opts.io_timeout, peer, stop.clone());
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
+    let shared_max = shared.opts.max_message;
     let mut h = Handler {
         reader: FrameReader::new(rd, shared.opts.max_message)
             .with_prefix(prefix)
@@ -178,6 +181,7 @@ pub(crate) async fn run(
         entry,
         out,
         hello: None,
+        result_limit: shared_max,
         inbound: None,
         outbound: None,
         want: None,

@@ -242,7 +242,8 @@ impl Handler {
                     );
                 }
                 let agreed = d.data.len() != expect && self.agreed(features::ANY_LENGTH);
-                let data = match crate::anylen::for_user(d.data, expect, agreed) {
+                let data = match crate::anylen::for_user(d.data, expect, agreed, self.result_limit)
+                {
                     Ok(data) => data,
                     Err(why) => {
                         // Like a failed core: the user hears about it by id.
