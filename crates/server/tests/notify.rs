@@ -76,6 +76,14 @@ async fn relay(opts: ServerOptions) {
     }
     let mut u = user(&srv, &WITHOUT).await;
     round_trips(&mut u, &[41, 42], false).await;
+    // Two notifications per message: three messages' relayed, two's dropped.
+    let text = corefarm_telemetry::Endpoints::metrics(&srv.status);
+    for want in [
+        "notifications_total{outcome=\"relayed\"} 6",
+        "notifications_total{outcome=\"dropped\"} 4",
+    ] {
+        assert!(text.contains(want), "{want} in:\n{text}");
+    }
 }
 
 #[tokio::test]

@@ -165,6 +165,15 @@ pub fn encode(
         Counter,
     )?
     .counter(&none, s.redispatched)?;
+    let (relayed, dropped) = m.notifications();
+    let mut f = family(
+        enc,
+        "notifications",
+        "Handler notifications from nodes: relayed to their user, or dropped (the user did not agree spin-notify).",
+        Counter,
+    )?;
+    f.counter(&vec![("outcome", "relayed".into())], relayed)?;
+    f.counter(&vec![("outcome", "dropped".into())], dropped)?;
     let mut f = family(enc, "errors", "Errors by kind.", Counter)?;
     for (kind, v) in &s.errors {
         f.counter(&vec![("kind", kind.clone())], *v)?;

@@ -85,6 +85,9 @@ pub struct Metrics {
     redispatched: Padded,
     errors: [AtomicU64; 5],
     users: Slots<UserSlot>,
+    /// Handler notifications from nodes: relayed to their user, or dropped
+    /// because the user did not agree `spin-notify`.
+    notifications: [Padded; 2],
 }
 
 impl Default for Metrics {
@@ -95,6 +98,7 @@ impl Default for Metrics {
             redispatched: Padded::default(),
             errors: Default::default(),
             users: Slots::new(USER_SLOTS),
+            notifications: Default::default(),
         }
     }
 }
@@ -107,6 +111,22 @@ impl Metrics {
         self.link[link as usize]
             .0
             .fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// A node's handler notification, relayed to its user or dropped.
+    pub fn notification(&self, relayed: bool) {
+        if OFF {
+            return;
+        }
+        self.notifications[usize::from(!relayed)]
+            .0
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (relayed, dropped) notifications so far.
+    pub fn notifications(&self) -> (u64, u64) {
+        let [r, d] = &self.notifications;
+        (r.0.load(Ordering::Relaxed), d.0.load(Ordering::Relaxed))
     }
 
     pub fn error(&self, kind: ErrorKind) {

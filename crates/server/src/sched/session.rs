@@ -347,7 +347,10 @@ impl Session {
             // chunks through `outbound`): the channel is first in, first out.
             ToUser::Notification(note) if self.agreed(features::SPIN_NOTIFY) => {
                 match note.to_frame() {
-                    Ok(f) => self.send(f).await,
+                    Ok(f) => {
+                        self.shared.metrics.notification(true);
+                        self.send(f).await
+                    }
                     Err(e) => {
                         tracing::warn!(user = %self.peer, "notification not relayed: {e}");
                         Ok(())
@@ -356,6 +359,7 @@ impl Session {
             }
             ToUser::Notification(note) => {
                 self.notes_dropped.count(&self.peer, &note);
+                self.shared.metrics.notification(false);
                 Ok(())
             }
             ToUser::Failed { id, code, reason } => {

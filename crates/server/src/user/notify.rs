@@ -24,11 +24,15 @@ impl Handler {
         let note = note.with_id(p.user_id);
         if !self.agreed(features::SPIN_NOTIFY) {
             self.notes_dropped.count(&self.peer, &note);
+            self.shared.metrics.notification(false);
             return Ok(());
         }
         // Checked when parsed: it fits.
         match note.to_frame() {
-            Ok(frame) => self.send_user(frame).await,
+            Ok(frame) => {
+                self.shared.metrics.notification(true);
+                self.send_user(frame).await
+            }
             Err(e) => self.lose_node(id, &format!("bad notification: {e}")).await,
         }
     }
