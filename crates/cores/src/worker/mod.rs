@@ -29,6 +29,7 @@ mod proto;
 pub(crate) mod shm;
 mod spin;
 mod spin_child;
+mod spin_memory;
 
 pub use spin::{HandlerWorker, SpinOutcome, MAX_NOTIFICATIONS};
 
