@@ -1,10 +1,10 @@
 //! Streaming handlers on a node (docs/streams.md): data messages whose
 //! first chunk matches one of the image's rulesets go to a lane of their
 //! own instead of the cores' queue. The lane has a pool of handler worker
-//! processes (`corefarm_cores::worker::HandlerWorker`, [`SpinOptions::
-//! workers`]), one thread each; a free thread takes the next message and
-//! runs it through its worker,
-//! cut into chunks of [`SpinOptions::chunk_size`] bytes, and answers with
+//! processes (`corefarm_cores::worker::HandlerWorker`,
+//! [`SpinOptions::workers`] of them), one thread each; a free thread takes
+//! the next message and runs it through its worker, cut into chunks of
+//! [`SpinOptions::chunk_size`] bytes, and answers with
 //! what the handlers produced ([`ResultShape`]): their emitted bytes (as
 //! emitted to a server that agreed `any-length`, else zero-padded to the
 //! count × output size it expects), nothing (or zeros) when dropped, the
