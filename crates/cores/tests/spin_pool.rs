@@ -2,7 +2,8 @@
 //! with `--handler-workers N`): two messages in different workers run at
 //! the same time, a crash in one worker fails only its message while the
 //! other's completes, and the handler set's shared memory and counters are
-//! one for the whole pool, whichever worker runs a message.
+//! one for the whole pool, whichever worker runs a message; an overrun
+//! likewise ends only its own worker and message.
 //!
 //! The handler set is `tests/fixtures/spin/meet.c`: a "waiter" message's
 //! head waits (bounded) until a "partner" message's head has raised a flag
@@ -23,33 +24,57 @@ const PARTNER: u32 = 2;
 const CRASH: u32 = 3;
 const REPORT: u32 = 4;
 
-fn pool(dir: &std::path::Path, size: usize) -> Vec<HandlerWorker> {
-    let src = cc::root().join("tests/fixtures/spin/meet.c");
-    let so = cc::shared_object(&[src], "c11", &[], &dir.join("meet.so"));
-    let set = HandlerSet {
-        name: "meet".into(),
+/// A handler set whose head never returns: the worker's monitor stops it
+/// after its budget, ending the worker process.
+const STALL: &str = r#"
+#include <corefarm/spin.h>
+int stall_head(const cf_spin_args *a, const cf_spin_ops *ops) {
+    (void)a; (void)ops;
+    for (volatile unsigned i = 0;; i++) {}
+    return 0;
+}
+"#;
+const STALL_WORD0: u32 = 0x53;
+
+fn set(name: &str, word0: u32, budgets: BudgetSpec) -> HandlerSet {
+    HandlerSet {
+        name: name.into(),
         ruleset: Ruleset {
             mode: Mode::And,
             rules: vec![Rule {
                 index: 0,
                 mask: u32::MAX,
-                start: WORD0,
-                end: WORD0,
+                start: word0,
+                end: word0,
             }],
         },
-        budgets: BudgetSpec {
-            scratch: 64,
-            shared: 16,
-            counters: 1,
-            per_call_ms: 60_000,
-            ..BudgetSpec::default()
-        },
+        budgets,
+    }
+}
+
+/// `size` workers of one pool running `meet` and `stall`.
+fn pool(dir: &std::path::Path, size: usize) -> Vec<HandlerWorker> {
+    let stall = dir.join("stall.c");
+    std::fs::write(&stall, STALL).unwrap();
+    let meet = cc::root().join("tests/fixtures/spin/meet.c");
+    let so = cc::shared_object(&[meet, stall], "c11", &[], &dir.join("meet.so"));
+    let meet = BudgetSpec {
+        scratch: 64,
+        shared: 16,
+        counters: 1,
+        per_call_ms: 60_000,
+        ..BudgetSpec::default()
     };
+    let stall = BudgetSpec {
+        per_call_ms: 100,
+        ..BudgetSpec::default()
+    };
+    let sets = vec![set("meet", WORD0, meet), set("stall", STALL_WORD0, stall)];
     let opts = LoadOptions {
         worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
         ..LoadOptions::default()
     };
-    let first = HandlerWorker::start(&std::fs::read(so).unwrap(), vec![set], 2, &opts).unwrap();
+    let first = HandlerWorker::start(&std::fs::read(so).unwrap(), sets, 2, &opts).unwrap();
     let mut all = vec![first];
     for _ in 1..size {
         all.push(all[0].sibling().unwrap());
@@ -69,7 +94,7 @@ fn msg(role: u32, wait_ms: u32, len: usize) -> Vec<u8> {
 }
 
 fn begin(w: &mut HandlerWorker, id: u32, m: &[u8]) {
-    let ctx = w.select(&m[..16]).expect("meet matches");
+    let ctx = w.select(&m[..16]).expect("a set matches");
     w.begin(ctx, id, m.len() as u64).unwrap();
     w.feed(m, 32);
 }
@@ -203,4 +228,34 @@ fn handler_memory_is_one_for_the_whole_pool() {
     let (count, total, own2) = report(&mut p[1], 101);
     assert_eq!(count, n as u64 + 2);
     assert_eq!(total, want_bytes + (own + own2) as u64);
+}
+
+#[test]
+fn an_overrun_fails_only_its_message_while_the_other_worker_completes() {
+    if !require_tool(Tool::Cxx, "an_overrun_fails_only_its_message") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut p = pool(dir.path(), 2);
+    let (a, b) = p.split_at_mut(1);
+    let (a, b) = (&mut a[0], &mut b[0]);
+    // The waiter runs in one worker while the other's handler overruns and
+    // that worker is ended; the partner then runs in its replacement.
+    let waiter = msg(WAITER, 50_000, 64);
+    begin(a, 1, &waiter);
+    let mut stall = STALL_WORD0.to_le_bytes().to_vec();
+    stall.resize(16, 0);
+    begin(b, 2, &stall);
+    match b.finish().outcome {
+        Outcome::Failed(why) => assert!(
+            why.contains("stall: Head handler still running after")
+                && why.contains("the handler worker is restarted"),
+            "{why}"
+        ),
+        other => panic!("the overrun fails its message, got {other:?}"),
+    }
+    let partner = msg(PARTNER, 0, 32);
+    begin(b, 3, &partner);
+    assert_eq!(b.finish().outcome, own_length(&partner));
+    assert_eq!(a.finish().outcome, own_length(&waiter));
 }
