@@ -16,10 +16,25 @@
  *
  * Memory: `scratch` is the message's own state (zeroed before head, freed
  * after tail), `shared` is the handler set's memory kept across messages;
- * payload handlers of one message run concurrently, so updates to either
- * must be atomic (__atomic builtins or C11 <stdatomic.h>). `counters` are
- * 64-bit counters of the handler set, also shared and atomic. Sizes are
- * the budgets the image declared; writing past them is a fault.
+ * `counters` are 64-bit counters of the handler set, kept likewise. Sizes
+ * are the budgets the image declared; writing past them is a fault (or,
+ * within the last page, lands in padding nobody reads).
+ *
+ * Concurrency: payload handlers of one message run concurrently with each
+ * other, and handlers of *different messages* run concurrently too — a
+ * node runs several messages at once, each in one of a pool of worker
+ * processes that all map the same `shared` memory and `counters`. So:
+ *   - every update of `scratch`, `shared` or `counters` must be atomic
+ *     (__atomic builtins, e.g. __atomic_fetch_add(&a->counters[0], 1,
+ *     __ATOMIC_RELAXED), or C11 <stdatomic.h>); a plain `+=` loses counts;
+ *   - no lock of the C library or of your own code protects `shared`
+ *     across messages (the other messages run in other processes), and a
+ *     spin lock in `shared` is held forever if its holder crashes;
+ *   - static and global variables of the handler object are per worker
+ *     process, not per handler set: use `shared` for state all messages
+ *     must see;
+ *   - `shared` and `counters` survive a crashed handler (a replaced
+ *     worker maps the same memory), including a half-done update.
  *
  * Output: `emit` appends bytes to the message's result. The result is
  * ordered by chunk, whatever order the handlers ran in: head's output
@@ -34,8 +49,9 @@
  * Packaging: list the set in an image's `handler_sets` and build its
  * sources into the image (`corefarm image build --handlers sets.json
  * --handler-source file.c ...`, docs/streams.md). A node runs handlers in
- * a worker process: a handler that crashes or outruns its time budget
- * fails its message, and the node carries on.
+ * a pool of worker processes, one message at a time each: a handler that
+ * crashes or outruns its time budget fails its message, and the node
+ * carries on.
  */
 #ifndef COREFARM_SPIN_H
 #define COREFARM_SPIN_H

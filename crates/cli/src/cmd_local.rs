@@ -76,6 +76,13 @@ pub struct LocalNodeArgs {
     /// Payload handlers of one message running at once (streaming handlers).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub spin_threads: u32,
+    /// Handler worker processes per handler-carrying configuration, so
+    /// that many messages run their streaming handlers at once (each
+    /// worker runs one message at a time, so a crash fails only its
+    /// message; all share the handler sets' memory). Default: 2, or 1 on a
+    /// one-CPU machine.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub handler_workers: Option<u32>,
 }
 
 impl LocalNodeArgs {
@@ -91,7 +98,10 @@ impl LocalNodeArgs {
         let core_timeout = self.core_timeout.to_string();
         let memory_limit = self.memory_limit.to_string();
         let isolation = self.isolation.to_string();
-        let tuning = Defaults::try_parse_from([
+        let spin_chunk_size = self.spin_chunk_size.to_string();
+        let spin_threads = self.spin_threads.to_string();
+        let handler_workers = self.handler_workers.map(|n| n.to_string());
+        let mut args = vec![
             "local",
             "--isolation",
             &isolation,
@@ -104,10 +114,14 @@ impl LocalNodeArgs {
             "--core-timeout",
             &core_timeout,
             "--spin-chunk-size",
-            &self.spin_chunk_size.to_string(),
+            &spin_chunk_size,
             "--spin-threads",
-            &self.spin_threads.to_string(),
-        ])?;
+            &spin_threads,
+        ];
+        if let Some(n) = &handler_workers {
+            args.extend(["--handler-workers", n]);
+        }
+        let tuning = Defaults::try_parse_from(args)?;
         Ok(tuning.node.options(String::new()))
     }
 }

@@ -68,6 +68,13 @@ pub struct NodeTuning {
     /// Payload handlers of one message running at once (streaming handlers).
     #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub spin_threads: u32,
+    /// Handler worker processes per handler-carrying configuration, so
+    /// that many messages run their streaming handlers at once (each
+    /// worker runs one message at a time, so a crash fails only its
+    /// message; all share the handler sets' memory). Default: 2, or 1 on a
+    /// one-CPU machine.
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
+    pub handler_workers: Option<u32>,
     /// Offer chunks on the server link (issue 11) with this chunk size in
     /// bytes: the server sends data larger than the size in force (the
     /// smaller of this and its `--node-chunk-size`) as chunks interleaved by
@@ -181,6 +188,11 @@ impl NodeTuning {
             spin: corefarm_node::spin::SpinOptions {
                 chunk_size: self.spin_chunk_size as usize,
                 threads: self.spin_threads as usize,
+                workers: self
+                    .handler_workers
+                    .map_or_else(corefarm_node::spin::SpinOptions::default_workers, |n| {
+                        n as usize
+                    }),
             },
             chunk_size: self.chunk_size,
             ..NodeOptions::default()

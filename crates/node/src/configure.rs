@@ -94,36 +94,47 @@ pub async fn configure(
     };
     let mut workers = Workers::start(engine, results.clone(), &opts.name)
         .map_err(|e| format!("cannot start the core handlers: {e}"))?;
-    if let Some((worker, rulesets)) = handler_sets(&cfg, opts).await? {
+    if let Some((pool, rulesets)) = handler_sets(&cfg, opts).await? {
         let link = crate::spin::ResultLink { limit, any_length };
         workers
-            .attach_spin(worker, rulesets, opts.spin, link, &opts.name)
+            .attach_spin(pool, rulesets, opts.spin, link, &opts.name)
             .map_err(|e| format!("cannot start the streaming handlers: {e}"))?;
     }
     Ok(Configured { cfg, workers })
 }
 
-/// The image's streaming handler sets, loaded in a handler worker
+/// The image's streaming handler sets, loaded in a pool of
+/// `opts.spin.workers` handler workers sharing the sets' memory
 /// (docs/streams.md), and their rulesets; `None` without handler sets.
 async fn handler_sets(
     cfg: &Configuration,
     opts: &NodeOptions,
-) -> Result<Option<(HandlerWorker, Vec<Ruleset>)>, String> {
+) -> Result<Option<(Vec<HandlerWorker>, Vec<Ruleset>)>, String> {
     if cfg.benchmark().is_some() {
         return Ok(None);
     }
     let (c, load, threads) = (cfg.clone(), opts.load.clone(), opts.spin.threads);
-    let worker = tokio::task::spawn_blocking(move || {
-        corefarm_cores::spin::load_handlers(&c, &load, threads)
+    let size = opts.spin.workers.max(1);
+    let pool = tokio::task::spawn_blocking(move || {
+        let Some(first) = corefarm_cores::spin::load_handlers(&c, &load, threads)? else {
+            return Ok(None);
+        };
+        let mut pool = Vec::with_capacity(size);
+        for _ in 1..size {
+            pool.push(first.sibling()?);
+        }
+        pool.insert(0, first);
+        Ok(Some(pool))
     })
     .await
     .map_err(|e| format!("loading the handler sets crashed: {e}"))?
-    .map_err(|e| format!("handler sets: {e}"))?;
-    Ok(worker.map(|w| {
+    .map_err(|e: corefarm_cores::LoadError| format!("handler sets: {e}"))?;
+    Ok(pool.map(|pool| {
+        let w = &pool[0];
         let rulesets = (0..w.contexts())
             .map(|i| w.set(i).ruleset.clone())
             .collect();
-        (w, rulesets)
+        (pool, rulesets)
     }))
 }
 

@@ -152,11 +152,12 @@ impl Workers {
         })
     }
 
-    /// Routes the messages that match one of `rulesets` through the
-    /// handler worker (docs/streams.md); the others still go to the cores.
+    /// Routes the messages that match one of `rulesets` through the pool
+    /// of handler workers (docs/streams.md); the others still go to the
+    /// cores.
     pub fn attach_spin(
         &mut self,
-        worker: HandlerWorker,
+        pool: Vec<HandlerWorker>,
         rulesets: Vec<Ruleset>,
         opts: SpinOptions,
         link: ResultLink,
@@ -168,7 +169,7 @@ impl Workers {
             ));
         };
         let lane = SpinLane::start(
-            worker,
+            pool,
             rulesets,
             opts,
             link.shape(self.output_size),

@@ -1,8 +1,10 @@
 //! Streaming handlers on a node (docs/streams.md): data messages whose
 //! first chunk matches one of the image's rulesets go to a lane of their
-//! own instead of the cores' queue. The lane's thread runs each through
-//! the handler worker process (`corefarm_cores::worker::HandlerWorker`),
-//! cut into chunks of [`SpinOptions::chunk_size`] bytes, and answers with
+//! own instead of the cores' queue. The lane has a pool of handler worker
+//! processes (`corefarm_cores::worker::HandlerWorker`,
+//! [`SpinOptions::workers`] of them), one thread each; a free thread takes
+//! the next message and runs it through its worker, cut into chunks of
+//! [`SpinOptions::chunk_size`] bytes, and answers with
 //! what the handlers produced ([`ResultShape`]): their emitted bytes (as
 //! emitted to a server that agreed `any-length`, else zero-padded to the
 //! count × output size it expects), nothing (or zeros) when dropped, the
@@ -15,11 +17,15 @@
 //! task gets them, so its head and payload handlers run while the rest of
 //! it is still on the wire (FPsPIN's overlap of transfer and compute).
 //!
-//! Messages of the lane are handled one at a time (their payload handlers
-//! in parallel), the most urgent class first (the cores' queue's policy,
-//! [`ClassQueue`]), so a crash is attributed to exactly one message; the
-//! chunks of a streamed message that waits for its turn queue in its
-//! channel, within the memory the guard reserved for it.
+//! Each worker handles one message at a time (its payload handlers in
+//! parallel), so a crash is attributed to exactly one message; the pool
+//! runs as many messages at once as it has workers, all sharing the
+//! handler sets' memory. Waiting messages start in the cores' queue's
+//! order (the most urgent class first, [`ClassQueue`]); they may finish in
+//! another. The thread that ran a message sends its notifications and
+//! then its result or error, once. The chunks of a streamed message that
+//! waits for a free worker queue in its channel, within the memory the
+//! guard reserved for it.
 
 use std::thread::JoinHandle;
 
@@ -63,6 +69,16 @@ pub struct SpinOptions {
     pub chunk_size: usize,
     /// Payload handlers of one message running at once.
     pub threads: usize,
+    /// Handler worker processes, hence messages handled at once.
+    pub workers: usize,
+}
+
+impl SpinOptions {
+    /// The default pool: two workers (one message can wait on a slow
+    /// handler while another runs), fewer on a one-CPU machine.
+    pub fn default_workers() -> usize {
+        std::thread::available_parallelism().map_or(1, |n| n.get().min(2))
+    }
 }
 
 impl Default for SpinOptions {
@@ -70,6 +86,7 @@ impl Default for SpinOptions {
         SpinOptions {
             chunk_size: 4096,
             threads: 4,
+            workers: SpinOptions::default_workers(),
         }
     }
 }
@@ -78,15 +95,18 @@ impl Default for SpinOptions {
 pub struct SpinLane {
     rulesets: Vec<(Ruleset, ())>,
     chunk: usize,
-    /// Messages waiting for the lane, by class like the cores' queue.
+    /// Messages waiting for a free worker, by class like the cores' queue.
     queue: ClassQueue<(usize, LaneJob)>,
-    thread: JoinHandle<()>,
+    /// One per worker of the pool.
+    threads: Vec<JoinHandle<()>>,
 }
 
 impl SpinLane {
-    /// Starts the lane's thread; forwarded messages go to `cores`.
+    /// Starts one thread per worker of `pool` (the workers of one
+    /// configuration, `HandlerWorker::sibling`); forwarded messages go to
+    /// `cores`.
     pub fn start(
-        worker: HandlerWorker,
+        pool: Vec<HandlerWorker>,
         rulesets: Vec<Ruleset>,
         opts: SpinOptions,
         shape: ResultShape,
@@ -96,15 +116,26 @@ impl SpinLane {
     ) -> std::io::Result<SpinLane> {
         let queue = ClassQueue::new();
         let chunk = opts.chunk_size.max(16);
-        let rx = queue.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("{node}-spin"))
-            .spawn(move || lane(worker, chunk, shape, rx, cores, results))?;
+        let mut threads = Vec::with_capacity(pool.len());
+        for (i, worker) in pool.into_iter().enumerate() {
+            let (rx, cores, results) = (queue.clone(), cores.clone(), results.clone());
+            let t = std::thread::Builder::new()
+                .name(format!("{node}-spin{i}"))
+                .spawn(move || lane(worker, chunk, shape, rx, cores, results));
+            match t {
+                Ok(t) => threads.push(t),
+                Err(e) => {
+                    queue.abort();
+                    threads.into_iter().for_each(|t| drop(t.join()));
+                    return Err(e);
+                }
+            }
+        }
         Ok(SpinLane {
             rulesets: rulesets.into_iter().map(|r| (r, ())).collect(),
             chunk,
             queue,
-            thread,
+            threads,
         })
     }
 
@@ -124,19 +155,23 @@ impl SpinLane {
         self.queue.push(class, (ctx, LaneJob::Stream(job))).is_ok()
     }
 
-    /// Finishes the queued messages, then joins the thread (blocking).
+    /// Finishes the queued messages, then joins the threads (blocking).
     pub fn stop(self) {
         self.queue.close();
-        let _ = self.thread.join();
+        for t in self.threads {
+            let _ = t.join();
+        }
     }
 
-    /// Drops the queued messages, then joins the thread (blocking).
+    /// Drops the queued messages, then joins the threads (blocking).
     pub fn abort(self) {
         self.queue.abort();
         self.stop();
     }
 }
 
+/// One worker's thread: the next waiting message, whichever class queue
+/// holds it, runs here from its first chunk to its result.
 fn lane(
     mut worker: HandlerWorker,
     chunk: usize,

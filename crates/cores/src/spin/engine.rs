@@ -9,13 +9,14 @@
 //! gets the [`Outcome`] when the tail has run; it never blocks on a handler.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::AtomicU64;
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+pub use super::memory::ContextMemory;
+use super::memory::RawBuf;
 use super::rules::{self, Ruleset};
 
 /// Which handler of a set.
@@ -149,60 +150,6 @@ pub trait Handlers: Send + Sync + 'static {
         mem: &Memory,
         actions: &Actions<'_>,
     ) -> Result<(), String>;
-}
-
-/// Zeroed bytes that handlers reach only through a raw pointer: payload
-/// handlers of a message write them concurrently (synchronising in their
-/// own code, as spin.h asks), so Rust never forms a reference to them.
-pub(super) struct RawBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: RawBuf owns its allocation; access to the bytes is the handlers'
-// (raw pointers, their own synchronisation), never through Rust references.
-unsafe impl Send for RawBuf {}
-// SAFETY: as above.
-unsafe impl Sync for RawBuf {}
-
-impl RawBuf {
-    fn zeroed(len: usize) -> RawBuf {
-        let b: Box<[u8]> = vec![0u8; len].into_boxed_slice();
-        RawBuf {
-            len: b.len(),
-            ptr: Box::into_raw(b) as *mut u8,
-        }
-    }
-}
-
-impl Drop for RawBuf {
-    fn drop(&mut self) {
-        // SAFETY: ptr/len came from Box::into_raw of a boxed slice of len
-        // bytes; no handler runs any more (the last Arc is gone).
-        drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(self.ptr, self.len)) });
-    }
-}
-
-/// Memory of one execution context, kept across messages.
-pub struct ContextMemory {
-    shared: RawBuf,
-    counters: Box<[AtomicU64]>,
-}
-
-impl ContextMemory {
-    pub fn new(shared: u64, counters: u32) -> ContextMemory {
-        ContextMemory {
-            shared: RawBuf::zeroed(shared as usize),
-            counters: (0..counters).map(|_| AtomicU64::new(0)).collect(),
-        }
-    }
-
-    pub fn counters(&self) -> Vec<u64> {
-        self.counters
-            .iter()
-            .map(|c| c.load(std::sync::atomic::Ordering::Acquire))
-            .collect()
-    }
 }
 
 /// What became of a message.
@@ -459,10 +406,10 @@ impl RunState {
         let mem = Memory {
             scratch: self.scratch.ptr,
             scratch_len: self.scratch.len as u32,
-            shared: self.ctx.memory.shared.ptr,
-            shared_len: self.ctx.memory.shared.len as u64,
-            counters: self.ctx.memory.counters.as_ptr() as *mut u64,
-            counters_len: self.ctx.memory.counters.len() as u32,
+            shared: self.ctx.memory.shared,
+            shared_len: self.ctx.memory.shared_len as u64,
+            counters: self.ctx.memory.counters as *mut u64,
+            counters_len: self.ctx.memory.counters_len as u32,
         };
         let actions = Actions {
             run: self,

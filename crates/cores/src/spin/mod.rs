@@ -5,6 +5,8 @@
 //! - [`rules`]: FPsPIN's matching rules and rulesets.
 //! - [`engine`]: head/payload/tail scheduling on a bounded pool, per-message
 //!   scratchpads, shared memory and counters, budgets, outcomes.
+//! - [`memory`]: scratchpads, shared memory and counters (on the heap,
+//!   or in the mapping a node's handler workers share).
 //! - [`native`]: handler sets in C (`include/corefarm/spin.h`).
 //! - [`manifest`]: handler sets as images declare them.
 //!
@@ -14,6 +16,7 @@
 
 pub mod engine;
 pub mod manifest;
+pub mod memory;
 pub mod native;
 pub mod rules;
 

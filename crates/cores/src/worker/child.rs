@@ -65,8 +65,8 @@ fn run() -> Result<(), String> {
         m => return Err(format!("expected the init message, got {m:?}")),
     };
     if init.kind == "spin" {
-        drop(region_fd);
-        return super::spin_child::run(sock, artifact, init);
+        // The region is the handler memory every worker of the pool shares.
+        return super::spin_child::run(sock, region_fd, artifact, init);
     }
     let layout = Layout::with_slots(
         init.input_size as usize,

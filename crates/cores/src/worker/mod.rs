@@ -20,6 +20,11 @@
 //! out is killed and reaped, the job it was running fails with an error
 //! naming the core, the input and the cause, a job waiting behind it runs
 //! on a fresh worker, and nothing a failed job wrote is copied out.
+//!
+//! Streaming handlers run in handler workers, the same executable with
+//! init kind "spin" ([`HandlerWorker`], its child `spin_child`): one
+//! message at a time each, several of them per configuration sharing the
+//! handler sets' memory (`spin_memory`).
 
 mod child;
 mod doorbell;
@@ -29,6 +34,7 @@ mod proto;
 pub(crate) mod shm;
 mod spin;
 mod spin_child;
+mod spin_memory;
 
 pub use spin::{HandlerWorker, SpinOutcome, MAX_NOTIFICATIONS};
 

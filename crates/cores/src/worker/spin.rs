@@ -6,9 +6,16 @@
 //! dies, reports an overrun or stops answering is killed and reaped; the
 //! message fails with an error naming the handler set and stage, and the
 //! next message starts a fresh worker.
+//!
+//! To run several messages at once a node starts a pool of such workers
+//! ([`HandlerWorker::sibling`]): each still runs one message at a time, so
+//! a crash stays pinned on exactly one message, and all of them map the
+//! same handler memory ([`super::spin_memory`]), so handler sets keep one
+//! shared memory and one set of counters whichever worker runs a message.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::process::Child;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rustix::net::sockopt::Timeout;
@@ -41,10 +48,18 @@ pub struct SpinOutcome {
 
 pub use crate::spin::engine::MAX_NOTIFICATIONS;
 
+/// What every worker of a pool starts from.
+struct Shared {
+    program: std::path::PathBuf,
+    /// The handler sets' shared object (a sealed memfd).
+    artifact: OwnedFd,
+    /// The handler memory all workers map ([`super::spin_memory`]).
+    memory: OwnedFd,
+}
+
 /// A running (or, after a failure, to be restarted) handler worker.
 pub struct HandlerWorker {
-    program: std::path::PathBuf,
-    artifact: OwnedFd,
+    shared: Arc<Shared>,
     init: Init,
     contexts: Vec<(Ruleset, ())>,
     worker: Option<(Child, OwnedFd)>,
@@ -79,9 +94,14 @@ impl HandlerWorker {
     ) -> Result<HandlerWorker, LoadError> {
         crate::spin::manifest::check(&sets).map_err(LoadError::Invalid)?;
         let contexts = sets.iter().map(|s| (s.ruleset.clone(), ())).collect();
+        let memory = super::spin_memory::create(&sets)
+            .map_err(|e| LoadError::Backend(format!("handler memory: {e}")))?;
         let mut w = HandlerWorker {
-            program: super::program(opts)?,
-            artifact: sealed_artifact(so)?,
+            shared: Arc::new(Shared {
+                program: super::program(opts)?,
+                artifact: sealed_artifact(so)?,
+                memory,
+            }),
             init: Init {
                 kind: "spin".into(),
                 entry: String::new(),
@@ -96,6 +116,23 @@ impl HandlerWorker {
                 spin_threads: threads.clamp(1, 64) as u32,
             },
             contexts,
+            worker: None,
+            buf: vec![0; MAX_MESSAGE],
+            current: None,
+            restarts: 0,
+        };
+        w.ensure()?;
+        Ok(w)
+    }
+
+    /// Starts another worker of this one's pool: the same handler sets,
+    /// sharing their memory and counters with it, and running messages of
+    /// its own concurrently with it.
+    pub fn sibling(&self) -> Result<HandlerWorker, LoadError> {
+        let mut w = HandlerWorker {
+            shared: self.shared.clone(),
+            init: self.init.clone(),
+            contexts: self.contexts.clone(),
             worker: None,
             buf: vec![0; MAX_MESSAGE],
             current: None,
@@ -350,7 +387,7 @@ impl HandlerWorker {
                 let status = self.reap();
                 Err(LoadError::Backend(format!(
                     "the handler worker {} did not load ({}); it {status} (is it a corefarm executable?)",
-                    self.program.display(),
+                    self.shared.program.display(),
                     match other {
                         Ok(m) => describe_msg(&m),
                         Err(true) => format!("no answer within {READY_TIMEOUT:?}"),
@@ -369,20 +406,20 @@ impl HandlerWorker {
             None,
         )
         .map_err(|e| format!("socketpair: {e}"))?;
-        // The handler worker has no shared region: the artifact fills both.
+        // The region of a core worker is the handler memory here.
         let fds = [
             theirs.as_raw_fd(),
-            self.artifact.as_raw_fd(),
-            self.artifact.as_raw_fd(),
+            self.shared.memory.as_raw_fd(),
+            self.shared.artifact.as_raw_fd(),
         ];
-        let mut cmd = std::process::Command::new(&self.program);
+        let mut cmd = std::process::Command::new(&self.shared.program);
         cmd.arg(SUBCOMMAND).stdin(std::process::Stdio::null());
         // SAFETY: `place_fds` only makes async-signal-safe calls.
         unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || place_fds(fds)) };
         let child = cmd.spawn().map_err(|e| {
             format!(
                 "cannot start the handler worker {}: {e}",
-                self.program.display()
+                self.shared.program.display()
             )
         })?;
         drop(theirs);

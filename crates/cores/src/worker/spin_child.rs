@@ -1,9 +1,11 @@
 //! The handler worker (init kind "spin"): loads an image's handler sets
 //! from the artifact and runs the sPIN engine on the messages the node
 //! streams to it, one message at a time, its payload handlers in parallel
-//! on a pool. User code that crashes takes only this process down: the
-//! fault handler first tells the node which handler set and stage was
-//! running. A handler call that outruns its time budget cannot be
+//! on a pool of threads. A node runs several such workers
+//! (`HandlerWorker::sibling`), all mapping the same handler memory
+//! ([`super::spin_memory`]), to run several messages at once. User code
+//! that crashes takes only this process down: the fault handler first
+//! tells the node which handler set and stage was running. A handler call that outruns its time budget cannot be
 //! interrupted inside a thread, so a monitor thread reports it and ends
 //! the process; the node restarts it for the next message.
 
@@ -21,7 +23,7 @@ use super::child::{exit_with_the_node, send};
 use super::proto::{Init, Msg, RefusalKind, SpinEnd, MAX_MESSAGE, MAX_PIECE};
 use super::FD_CONTROL;
 use crate::spin::engine::{Actions, ChunkRef, Memory};
-use crate::spin::{Context, ContextMemory, Engine, Handlers, NativeHandlers, Outcome, Pool, Stage};
+use crate::spin::{Context, Engine, Handlers, NativeHandlers, Outcome, Pool, Stage};
 
 thread_local! {
     /// (context + 1) << 8 | stage of the handler this thread runs; 0: none.
@@ -81,10 +83,15 @@ impl Handlers for Watched {
     }
 }
 
-pub(super) fn run(sock: OwnedFd, artifact: OwnedFd, init: Init) -> Result<(), String> {
+pub(super) fn run(
+    sock: OwnedFd,
+    memory: OwnedFd,
+    artifact: OwnedFd,
+    init: Init,
+) -> Result<(), String> {
     report_faults()?;
     let calls: Arc<Calls> = Arc::default();
-    let engine = match load(&artifact, &init, &calls) {
+    let engine = match load(&artifact, &memory, &init, &calls) {
         Ok(e) => e,
         Err(why) => return send(&sock, &Msg::Refused(RefusalKind::Invalid, why)),
     };
@@ -152,11 +159,17 @@ pub(super) fn run(sock: OwnedFd, artifact: OwnedFd, init: Init) -> Result<(), St
     }
 }
 
-fn load(artifact: &OwnedFd, init: &Init, calls: &Arc<Calls>) -> Result<Engine, String> {
+fn load(
+    artifact: &OwnedFd,
+    memory: &OwnedFd,
+    init: &Init,
+    calls: &Arc<Calls>,
+) -> Result<Engine, String> {
     // The artifact is a sealed memfd: dlopen it through /proc.
     let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", artifact.as_raw_fd()));
     let mut contexts = Vec::with_capacity(init.spin.len());
-    for (i, set) in init.spin.iter().enumerate() {
+    let memories = super::spin_memory::map(memory, &init.spin)?;
+    for ((i, set), memory) in init.spin.iter().enumerate().zip(memories) {
         let inner = NativeHandlers::open(&path, &set.name)
             .map_err(|e| format!("handler set {:?}: {e}", set.name))?;
         let budgets = set.budgets.budgets();
@@ -168,7 +181,7 @@ fn load(artifact: &OwnedFd, init: &Init, calls: &Arc<Calls>) -> Result<Engine, S
                 budget: budgets.per_call,
                 calls: calls.clone(),
             }),
-            memory: Arc::new(ContextMemory::new(set.budgets.shared, set.budgets.counters)),
+            memory: Arc::new(memory),
             budgets,
         });
     }
