@@ -19,11 +19,33 @@ pub(crate) fn user_limit(server_max: u32, hello: Option<&Hello>) -> u32 {
         .map_or(server_max, |m| m.min(server_max))
 }
 
+/// Why data message `id` of `count` inputs is refused on arrival, if it
+/// is: its fixed-size result would not fit what the user reads. With
+/// `any-length` agreed a result's length is known only when it comes back
+/// (a handler's sum is shorter than its inputs' outputs) and [`for_user`]
+/// checks it then. `.1`: the user can be told by id (it agreed `error`)
+/// and keeps its session; else the session ends with the reason.
+pub(crate) fn refuse_data(
+    id: u32,
+    count: u32,
+    output_size: u32,
+    limit: u32,
+    agreed: Option<&Hello>,
+) -> Option<(String, bool)> {
+    use corefarm_smp::hello::features;
+    if agreed.is_some_and(|h| h.has(features::ANY_LENGTH)) {
+        return None;
+    }
+    let why = fixed_result_fits(count, output_size, limit).err()?;
+    let by_id = agreed.is_some_and(|h| h.has(features::ERROR));
+    Some((format!("data id {id}: {why}"), by_id))
+}
+
 /// Whether the result of `count` inputs, `output_size` bytes each, fits
 /// the user's `limit`; checked when the data arrives, so that a message
 /// whose result the user could not read is never computed. The `Err` is
 /// the reason it fails with.
-pub(crate) fn fixed_result_fits(count: u32, output_size: u32, limit: u32) -> Result<(), String> {
+fn fixed_result_fits(count: u32, output_size: u32, limit: u32) -> Result<(), String> {
     let len = u64::from(count) * u64::from(output_size);
     if len + DATA_ID_LEN as u64 <= u64::from(limit) {
         return Ok(());

@@ -521,17 +521,15 @@ impl Session {
             }
             self.credit -= 1;
         }
-        // Fixed-length results only: see `user::frames::accept_data`.
-        let fixed = !self.agreed(features::ANY_LENGTH);
-        let fits = crate::anylen::fixed_result_fits(count, cfg.output_size, self.result_limit);
-        if let (true, Err(why)) = (fixed, fits) {
-            // As in exclusive mode (`user::frames`): by id with the error
-            // feature, else the session ends with the reason.
-            let reason = format!("data id {}: {why}", d.id);
-            if self.agreed(features::ERROR) {
-                return self.send_error(d.id, ErrorCode::TooLarge, reason).await;
+        let limit = self.result_limit;
+        let refused =
+            crate::anylen::refuse_data(d.id, count, cfg.output_size, limit, self.hello.as_ref());
+        match refused {
+            Some((reason, true)) => {
+                return self.send_error(d.id, ErrorCode::TooLarge, reason).await
             }
-            return self.fail(d.id, ErrorCode::TooLarge, reason).await;
+            Some((reason, false)) => return self.fail(d.id, ErrorCode::TooLarge, reason).await,
+            None => {}
         }
         let mut job = Job::new(self.user, d.id, d.data, count);
         job.class = class;

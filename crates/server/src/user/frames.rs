@@ -254,18 +254,12 @@ impl Handler {
             }
             self.credit -= 1;
         }
-        // With `any-length` a result's length is known only when it comes
-        // back (a handler's sum is shorter than its inputs' outputs), and
-        // `anylen::for_user` checks it then.
-        let fixed = !self.agreed(features::ANY_LENGTH);
-        let fits = crate::anylen::fixed_result_fits(count, cfg.output_size, self.result_limit);
-        if let (true, Err(why)) = (fixed, fits) {
-            // Only a hello announces a limit below the server's. With the
-            // error feature the user hears about it by id and keeps its
-            // session (its credit comes back with the next grant); without,
-            // it could not be told, so the session ends with the reason.
-            let reason = format!("data id {}: {why}", d.id);
-            if self.agreed(features::ERROR) {
+        let limit = self.result_limit;
+        let refused =
+            crate::anylen::refuse_data(d.id, count, cfg.output_size, limit, self.hello.as_ref());
+        if let Some((reason, by_id)) = refused {
+            // Its credit comes back with the next grant.
+            if by_id {
                 return self.send_error(d.id, ErrorCode::TooLarge, reason).await;
             }
             return Err(self.fail_user(d.id, ErrorCode::TooLarge, reason).await);
