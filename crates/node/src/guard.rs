@@ -36,14 +36,12 @@ impl Reservation {
 
     /// Takes `extra` more bytes now if the guard has them, without waiting:
     /// a thread whose queued work holds reservations must not wait for
-    /// memory only that work would give back. As with
-    /// [`MemoryGuard::reserve`], growing beyond the whole budget takes all
-    /// of it (the job then holds it alone). On `Err` nothing changed.
+    /// memory only that work would give back. Unlike
+    /// [`MemoryGuard::reserve`], nothing is granted beyond the whole budget:
+    /// a job admitted alone does not get to hold more than the limit.
+    /// On `Err` nothing changed.
     pub fn try_grow(&mut self, extra: usize) -> Result<(), Short> {
-        let held = self.permit.num_permits();
-        let units = extra
-            .div_ceil(1024)
-            .min((self.limit / 1024).saturating_sub(held));
+        let units = extra.div_ceil(1024);
         if units == 0 {
             return Ok(());
         }
@@ -158,17 +156,24 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn growing_beyond_the_budget_takes_all_of_it_or_nothing() {
+    async fn nothing_grows_beyond_the_budget() {
         let g = MemoryGuard::new(4 * 1024);
         let mut a = g.reserve(1024).await;
-        let b = g.reserve(1024).await;
-        assert!(a.try_grow(1 << 30).is_err(), "b holds part of the budget");
-        assert_eq!(g.available(), 2 * 1024);
-        drop(b);
-        a.try_grow(1 << 30).unwrap();
-        assert_eq!((a.bytes(), g.available()), (4 * 1024, 0));
-        a.try_grow(1 << 30).unwrap();
-        drop(a);
+        a.try_grow(3 * 1024).unwrap();
+        assert_eq!(g.available(), 0);
+        a.give_back(3 * 1024);
+        let short = Short {
+            free: 3 * 1024,
+            limit: 4 * 1024,
+        };
+        assert_eq!(a.try_grow(3 * 1024 + 1), Err(short), "alone, still capped");
+        let mut whole = {
+            drop(a);
+            g.reserve(1 << 30).await
+        };
+        assert_eq!(whole.bytes(), 4 * 1024, "admitted alone, as reserve does");
+        assert!(whole.try_grow(1).is_err());
+        drop(whole);
         assert_eq!(g.available(), g.limit());
     }
 
