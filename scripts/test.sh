@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole corefarm test suite, from a fresh clone: installs what it needs,
-# checks formatting and lints, runs every Rust test (unit, property,
+# checks formatting, lints and API docs, runs every Rust test (unit, property,
 # integration against the real binaries), builds and tests the Python package,
 # and runs the benchmark suite in --quick mode so the harness never rots.
 set -euo pipefail
@@ -24,6 +24,10 @@ cargo fmt --all -- --check
 
 step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
+
+step "cargo doc -D warnings (broken, ambiguous or private intra-doc links, stray HTML)"
+# --release reuses the dependencies clippy just checked.
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --release
 
 step "cargo test (release build, overflow checks on)"
 cargo test --workspace --release

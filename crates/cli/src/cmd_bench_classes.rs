@@ -60,8 +60,8 @@ struct Service {
 }
 
 impl Service {
-    /// E[S] and E[S²] for a geometric number of inputs with mean `m`:
-    /// E[c] = m, E[c²] = 2m² − m.
+    /// `E[S]` and `E[S²]` for a geometric number of inputs with mean `m`:
+    /// `E[c] = m`, `E[c²] = 2m² − m`.
     fn moments(&self, m: f64) -> (f64, f64) {
         let c2 = 2.0 * m * m - m;
         (
@@ -243,7 +243,7 @@ struct Measured {
     offered: [f64; 2],
 }
 
-/// Poisson arrivals at rate ρ/E[S] for one second of warm-up and then
+/// Poisson arrivals at rate `ρ/E[S]` for one second of warm-up and then
 /// `duration` seconds; every message's time from submit to result.
 fn measure(
     client: &Arc<Client>,

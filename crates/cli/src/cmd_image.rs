@@ -14,8 +14,8 @@ pub enum ImageCmd {
     ///
     /// Every source given becomes one artifact, so one image can serve
     /// nodes of different kinds: `--hls` is compiled with the C++ compiler
-    /// into a native soft core for this machine (native-<arch>-linux),
-    /// `--verilog` is Verilated into an RTL simulation (rtl-<arch>-linux),
+    /// into a native soft core for this machine (`native-<arch>-linux`),
+    /// `--verilog` is Verilated into an RTL simulation (`rtl-<arch>-linux`),
     /// `--rbf` is embedded as is (fpga-cyclonev). Without `--core-table`
     /// the default table of docs/images.md is used for `--cores` cores.
     ///
@@ -60,7 +60,7 @@ pub struct BuildArgs {
     /// armv7 (hard-float, the Cyclone V HPS), aarch64. Default: this
     /// machine's. Other architectures use Debian's cross compilers
     /// (g++-arm-linux-gnueabihf, g++-aarch64-linux-gnu) or
-    /// $COREFARM_CXX_<ARCH>; each node loads the artifact of its own CPU.
+    /// `$COREFARM_CXX_<ARCH>`; each node loads the artifact of its own CPU.
     #[arg(long, value_name = "ARCH,...", value_delimiter = ',', requires = "hls",
           value_parser = clap::builder::PossibleValuesParser::new(["x86_64", "armv7", "aarch64"]))]
     arch: Vec<String>,
@@ -93,11 +93,11 @@ pub struct BuildArgs {
     /// Bytes of one output (default: from the sources; given, it must agree with them).
     #[arg(long)]
     output_size: Option<u32>,
-    /// Element type and shape of one input, e.g. int16[4127] or int32[2,64,64]
+    /// Element type and shape of one input, e.g. `int16[4127]` or `int32[2,64,64]`
     /// (little-endian, C order; default: the HLS input pointer's element type).
     #[arg(long, value_name = "TYPE", value_parser = parse_type)]
     input_type: Option<DataType>,
-    /// Element type and shape of one output, e.g. int32[64,64].
+    /// Element type and shape of one output, e.g. `int32[64,64]`.
     #[arg(long, value_name = "TYPE", value_parser = parse_type)]
     output_type: Option<DataType>,
     /// Fail the build on Verilator's warnings (they are always shown).

@@ -45,7 +45,7 @@ fn local_users_listen() -> String {
 /// The node flags that make sense for simulated nodes.
 #[derive(Args, Clone)]
 pub struct LocalNodeArgs {
-    /// Node name prefix (nodes are named <name>-<i>).
+    /// Node name prefix (nodes are named `<name>-<i>`).
     #[arg(long, default_value = "node")]
     pub name: String,
     /// Memory guard per node: bytes of queued input and unsent output it may

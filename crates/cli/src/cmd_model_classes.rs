@@ -22,9 +22,9 @@ pub struct ClassesArgs {
     /// `class=ms` pairs for each class of --rates.
     #[arg(long, value_delimiter = ',', required = true)]
     service_ms: Vec<String>,
-    /// Squared coefficient of variation of the service time, E[S²]/E[S]² − 1:
+    /// Squared coefficient of variation of the service time, `E[S²]/E[S]² − 1`:
     /// 0 for constant service, 1 for exponential (seed 001's M/M/1).
-    /// `corefarm bench classes` prints E[S] and E[S²] of a real node.
+    /// `corefarm bench classes` prints `E[S]` and `E[S²]` of a real node.
     #[arg(long, default_value_t = 1.0)]
     cs2: f64,
     /// Fixed cost of the links on the path, µs (added to each class's time;

@@ -33,7 +33,7 @@ pub struct NodeArgs {
 
 #[derive(Args, Clone)]
 pub struct NodeTuning {
-    /// Node name announced to the server (suffixed with -<i> when --count > 1).
+    /// Node name announced to the server (suffixed with `-<i>` when --count > 1).
     #[arg(long, default_value = "node")]
     pub name: String,
     /// Memory guard: bytes of queued input and unsent output a node may hold

@@ -164,6 +164,40 @@ fn a_handler_result_beyond_one_message_fails_with_the_limit() {
     sum_of_seven(&client);
 }
 
+/// A handler result longer than count × output size is held in the node's
+/// memory guard until it is sent: one the guard cannot hold (`--memory-limit`
+/// 64 KiB, a 128 000-byte result of a one-input message) fails that message
+/// with the sizes (the node says `too-large`; the server passes it on as
+/// the failed input of a core, like every node failure); its bytes and the
+/// message's own go back, so the next one succeeds.
+#[test]
+fn a_handler_result_beyond_the_node_memory_guard_fails_with_its_size() {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let image = build_image(dir.path());
+    let limit = 64 << 10;
+    let (_local, users) = support::local_cluster(1, &["--memory-limit", &limit.to_string()]);
+    let client = connect_after_hello(&users);
+    client
+        .configure(&image::configuration(image).unwrap())
+        .unwrap();
+    let count = 2000u32;
+    let e = one(&client, &header(4, [count, 16, 64])).unwrap_err();
+    let want = format!(
+        "handler set strided: a result of {} bytes needs {} bytes more than the 64 reserved",
+        count * 64,
+        count * 64 - 64
+    );
+    assert!(e.contains(&want), "{e}");
+    assert!(e.contains(&format!("of its {limit} bytes free")), "{e}");
+    sum_of_seven(&client);
+    // A longer result that fits is sent as emitted.
+    let got = one(&client, &header(4, [300, 16, 64])).expect("300 × 64 bytes fit");
+    assert_eq!(got.len(), 300 * 64);
+}
+
 fn every_case(extra: &[&str]) {
     if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
         return;

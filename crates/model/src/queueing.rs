@@ -7,10 +7,10 @@
 //! even if a more urgent one arrives, which is what a framed link does), the
 //! mean wait of class k (1 = most urgent) is Cobham's formula
 //!
-//!   W_k = W0 / ((1 − σ_{k−1})(1 − σ_k)),   W0 = Σ_i λ_i E[S_i²] / 2,
+//! `W_k = W0 / ((1 − σ_{k−1})(1 − σ_k))`,   `W0 = Σ_i λ_i E[S_i²] / 2`,
 //!
 //! with σ_k = Σ_{i≤k} ρ_i and ρ_i = λ_i / μ_i; the time in system adds the
-//! service time 1/μ_k. For exponential service E[S²] = 2/μ², so
+//! service time 1/μ_k. For exponential service `E[S²] = 2/μ²`, so
 //! W0 = Σ ρ_i / μ_i. Buffer depths follow from the queue-length
 //! distribution: geometric for M/M/1, and approximated as geometric with the
 //! class's mean occupancy (Little: L_k = λ_k T_k) for the priority classes.
@@ -100,18 +100,18 @@ pub fn priority_classes(classes: &[Class]) -> Vec<Option<ClassFigures>> {
 /// One priority class with any service-time distribution (M/G/1): its
 /// arrival rate and the first two moments of its service time, as a
 /// measurement gives them (a link's service is closer to constant than to
-/// exponential, and W0 depends on E[S²]).
+/// exponential, and W0 depends on `E[S²]`).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct GeneralClass {
     pub lambda: f64,
-    /// E[S], seconds.
+    /// `E[S]`, seconds.
     pub mean: f64,
-    /// E[S²], seconds².
+    /// `E[S²]`, seconds².
     pub second_moment: f64,
 }
 
 impl From<Class> for GeneralClass {
-    /// Exponential service of rate μ: E[S] = 1/μ, E[S²] = 2/μ².
+    /// Exponential service of rate μ: `E[S] = 1/μ`, `E[S²] = 2/μ²`.
     fn from(c: Class) -> GeneralClass {
         let (mean, second_moment) = if c.mu > 0.0 {
             (1.0 / c.mu, 2.0 / (c.mu * c.mu))
@@ -126,7 +126,7 @@ impl From<Class> for GeneralClass {
     }
 }
 
-/// Cobham's formula with W0 = Σ λ_i E[S_i²] / 2 (M/G/1 non-preemptive
+/// Cobham's formula with `W0 = Σ λ_i E[S_i²] / 2` (M/G/1 non-preemptive
 /// priority); [`priority_classes`] is the exponential case.
 pub fn priority_classes_general(classes: &[GeneralClass]) -> Vec<Option<ClassFigures>> {
     let valid = |c: &GeneralClass| {

@@ -15,7 +15,53 @@ pub struct MemoryGuard {
 /// Bytes reserved for one job, released when the job's result has been sent.
 #[derive(Debug)]
 pub struct Reservation {
-    _permit: OwnedSemaphorePermit,
+    permit: OwnedSemaphorePermit,
+    /// The guard's whole budget, in bytes.
+    limit: usize,
+}
+
+/// Why a reservation could not grow: the guard had `free` of its `limit`
+/// bytes left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Short {
+    pub free: usize,
+    pub limit: usize,
+}
+
+impl Reservation {
+    /// Bytes held (whole KiB; a job larger than the budget holds all of it).
+    pub fn bytes(&self) -> usize {
+        self.permit.num_permits() * 1024
+    }
+
+    /// Takes `extra` more bytes now if the guard has them, without waiting:
+    /// a thread whose queued work holds reservations must not wait for
+    /// memory only that work would give back. Unlike
+    /// [`MemoryGuard::reserve`], nothing is granted beyond the whole budget:
+    /// a job admitted alone does not get to hold more than the limit.
+    /// On `Err` nothing changed.
+    pub fn try_grow(&mut self, extra: usize) -> Result<(), Short> {
+        let units = extra.div_ceil(1024);
+        if units == 0 {
+            return Ok(());
+        }
+        let sem = self.permit.semaphore().clone();
+        let short = Short {
+            free: sem.available_permits() * 1024,
+            limit: self.limit,
+        };
+        let units = u32::try_from(units).map_err(|_| short)?;
+        let more = sem.try_acquire_many_owned(units).map_err(|_| short)?;
+        self.permit.merge(more);
+        Ok(())
+    }
+
+    /// Gives back the whole KiB of `bytes` now (what a job turned out not to
+    /// need), keeping the rest until the reservation is dropped.
+    pub fn give_back(&mut self, bytes: usize) {
+        let units = (bytes / 1024).min(self.permit.num_permits());
+        drop(self.permit.split(units));
+    }
 }
 
 impl MemoryGuard {
@@ -43,7 +89,10 @@ impl MemoryGuard {
             .acquire_many_owned(units)
             .await
             .expect("semaphore never closed");
-        Reservation { _permit: permit }
+        Reservation {
+            permit,
+            limit: self.limit,
+        }
     }
 
     /// Takes `bytes` now if they fit, `None` otherwise: resident buffers
@@ -51,7 +100,10 @@ impl MemoryGuard {
     pub fn try_reserve(&self, bytes: usize) -> Option<Reservation> {
         let units = u32::try_from(bytes.div_ceil(1024)).ok()?;
         let permit = self.sem.clone().try_acquire_many_owned(units).ok()?;
-        Some(Reservation { _permit: permit })
+        Some(Reservation {
+            permit,
+            limit: self.limit,
+        })
     }
 
     /// Bytes currently free (for tests and stats).
@@ -76,6 +128,53 @@ mod tests {
         drop(a);
         let _b = waiter.await.unwrap();
         assert_eq!(g.available(), 4 * 1024);
+    }
+
+    #[tokio::test]
+    async fn a_reservation_grows_only_into_free_bytes_and_gives_back_whole_kib() {
+        let g = MemoryGuard::new(10 * 1024);
+        let mut a = g.reserve(2 * 1024).await;
+        let other = g.reserve(5 * 1024).await;
+        // 2.5 KiB more is 3 KiB: all that is free.
+        a.try_grow(2 * 1024 + 512).unwrap();
+        assert_eq!((a.bytes(), g.available()), (5 * 1024, 0));
+        assert_eq!(
+            a.try_grow(1),
+            Err(Short {
+                free: 0,
+                limit: 10 * 1024
+            })
+        );
+        assert_eq!(a.bytes(), 5 * 1024, "a failed grow changes nothing");
+        // Only whole KiB go back: 1.9 KiB returns 1 KiB.
+        a.give_back(1024 + 900);
+        assert_eq!((a.bytes(), g.available()), (4 * 1024, 1024));
+        a.give_back(1 << 30);
+        assert_eq!((a.bytes(), g.available()), (0, 5 * 1024));
+        drop((a, other));
+        assert_eq!(g.available(), g.limit());
+    }
+
+    #[tokio::test]
+    async fn nothing_grows_beyond_the_budget() {
+        let g = MemoryGuard::new(4 * 1024);
+        let mut a = g.reserve(1024).await;
+        a.try_grow(3 * 1024).unwrap();
+        assert_eq!(g.available(), 0);
+        a.give_back(3 * 1024);
+        let short = Short {
+            free: 3 * 1024,
+            limit: 4 * 1024,
+        };
+        assert_eq!(a.try_grow(3 * 1024 + 1), Err(short), "alone, still capped");
+        let mut whole = {
+            drop(a);
+            g.reserve(1 << 30).await
+        };
+        assert_eq!(whole.bytes(), 4 * 1024, "admitted alone, as reserve does");
+        assert!(whole.try_grow(1).is_err());
+        drop(whole);
+        assert_eq!(g.available(), g.limit());
     }
 
     #[tokio::test]

@@ -6,7 +6,8 @@
 //!
 //! What the server can make the node hold is bounded: a message's whole
 //! length (its inputs and its result) is reserved in the memory guard at
-//! its first chunk, and at most [`MAX_OPEN`] messages are open at once. A
+//! its first chunk (a handler result longer than count × output size takes
+//! the rest when it is ready, [`crate::spin`]), and at most [`MAX_OPEN`] messages are open at once. A
 //! message is refused (with a per-message error, its remaining chunks
 //! discarded) when its reservation could never be granted while the other
 //! open messages hold theirs: they need chunks that are behind this one on

@@ -5,7 +5,7 @@
 //!   configuration message ([`configure`]) and queues each data message as a job;
 //! - core handlers ([`handlers`]) — one OS thread per hardware core — take jobs
 //!   from the input queue ([`jobq`], by priority class), run them on their core and push results; the
-//!   benchmarking configuration is one more core ([`bench`]);
+//!   benchmarking configuration is one more core ([`mod@bench`]);
 //! - the sending task ([`sender`]) writes results back to the server.
 //!
 //! The node fabric ([`peer`]) links the node managers of a group over their

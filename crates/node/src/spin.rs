@@ -10,6 +10,10 @@
 //! count × output size it expects), nothing (or zeros) when dropped, the
 //! cores' result when forwarded (the job joins the cores' queue), or the
 //! usual per-message error when a handler failed, crashed or overran.
+//! The message's reservation in the memory guard is made to cover the
+//! result before it is queued ([`ResultShape::account`]: an `any-length`
+//! result longer than count × output size takes the difference from the
+//! guard without waiting, or fails the message with `TooLarge`).
 //!
 //! A message that arrives whole (a plain data frame) is fed to the worker
 //! at once; one that arrives as chunks on a link that negotiated them
@@ -181,7 +185,7 @@ fn lane(
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     while let Some((ctx, job)) = rx.wait() {
-        let (mut job, kept, mut done) = match job {
+        let (job, kept, mut done) = match job {
             LaneJob::Whole(job) => {
                 let done = worker.run(ctx, job.id, &job.data, chunk);
                 (job, Vec::new(), done)
@@ -195,36 +199,9 @@ fn lane(
         if !queue_notes(&results, ctx, job.id, &mut done) {
             return;
         }
-        // The server takes a result of count × output size bytes only: the
-        // handlers' output is padded unless it agreed any-length (`shape`).
-        let out = match done.outcome {
-            Outcome::Result(bytes) => {
-                match shape.emitted(&worker.set(ctx).name, job.count, bytes) {
-                    Ok(data) => Outgoing::Result {
-                        id: job.id,
-                        data,
-                        reservation: job.reservation,
-                    },
-                    Err(reason) => Outgoing::Failed {
-                        id: job.id,
-                        code: ErrorCode::CoreFailure,
-                        reason,
-                        reservation: Some(job.reservation),
-                    },
-                }
-            }
-            Outcome::Dropped => Outgoing::Result {
-                id: job.id,
-                data: shape.dropped(job.count),
-                reservation: job.reservation,
-            },
-            Outcome::Failed(reason) => Outgoing::Failed {
-                id: job.id,
-                code: ErrorCode::CoreFailure,
-                reason,
-                reservation: Some(job.reservation),
-            },
-            Outcome::Forward => {
+        let out = match answer(shape, &worker.set(ctx).name, job, done.outcome) {
+            Ok(out) => out,
+            Err(mut job) => {
                 if !kept.is_empty() {
                     job.data = concat(kept);
                 }
@@ -245,6 +222,47 @@ fn lane(
             return;
         }
     }
+}
+
+/// What message `job` (run by handler set `set`) sends for `outcome`;
+/// `Err`: the handlers forwarded it to the cores.
+///
+/// The server takes a result of count × output size bytes only: the
+/// handlers' output is padded unless it agreed any-length (`shape`). Its
+/// reservation is made to cover the result as it goes out
+/// ([`ResultShape::account`]): a longer result that the memory guard
+/// cannot cover now fails the message.
+fn answer(shape: ResultShape, set: &str, job: Job, outcome: Outcome) -> Result<Outgoing, Job> {
+    let data = match outcome {
+        Outcome::Forward => return Err(job),
+        Outcome::Result(bytes) => shape.emitted(set, job.count, bytes),
+        Outcome::Dropped => Ok(shape.dropped(job.count)),
+        Outcome::Failed(reason) => Err(reason),
+    };
+    let Job {
+        id,
+        count,
+        mut reservation,
+        ..
+    } = job;
+    let failed = |code, reason, reservation| Outgoing::Failed {
+        id,
+        code,
+        reason,
+        reservation: Some(reservation),
+    };
+    let out = match data {
+        Err(reason) => failed(ErrorCode::CoreFailure, reason, reservation),
+        Ok(data) => match shape.account(set, count, data.len(), &mut reservation) {
+            Ok(()) => Outgoing::Result {
+                id,
+                data,
+                reservation,
+            },
+            Err(reason) => failed(ErrorCode::TooLarge, reason, reservation),
+        },
+    };
+    Ok(out)
 }
 
 /// Queues the notifications of message `id` just before its result or
@@ -325,4 +343,156 @@ fn concat(mut kept: Vec<Bytes>) -> Bytes {
     let mut b = bytes::BytesMut::with_capacity(kept.iter().map(Bytes::len).sum());
     kept.iter().for_each(|c| b.extend_from_slice(c));
     b.freeze()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::Arc;
+
+    use corefarm_smp::codec::FrameReader;
+    use corefarm_smp::MsgType;
+
+    use super::*;
+    use crate::guard::MemoryGuard;
+
+    /// A link whose server agreed any-length: 64-byte outputs, results up
+    /// to 1 MiB.
+    const ANY: ResultShape = ResultShape {
+        output_size: 64,
+        any_length: true,
+        max_data: 1 << 20,
+    };
+
+    /// A message of `count` 16-byte inputs, its input and output reserved
+    /// as the session reserves them.
+    async fn job(g: &MemoryGuard, id: u32, count: usize, shape: ResultShape) -> Job {
+        Job {
+            id,
+            class: corefarm_smp::stream::DEFAULT_CLASS,
+            data: Bytes::from(vec![1; 16 * count]),
+            count,
+            reservation: g.reserve(16 * count + count * shape.output_size).await,
+        }
+    }
+
+    fn held(g: &MemoryGuard) -> usize {
+        g.limit() - g.available()
+    }
+
+    #[tokio::test]
+    async fn a_longer_result_holds_its_whole_size_in_the_guard_until_sent() {
+        let g = MemoryGuard::new(64 * 1024);
+        let j = job(&g, 5, 1, ANY).await;
+        assert_eq!(held(&g), 1024, "16 + 64 bytes reserved on arrival");
+        let out = answer(ANY, "filter", j, Outcome::Result(vec![7; 20_000])).ok();
+        let Some(out @ Outgoing::Result { .. }) = out else {
+            panic!("a result")
+        };
+        // Input and result, rounded up to whole KiB (at most one more).
+        assert!(
+            (16 + 20_000..=16 + 20_000 + 2048).contains(&held(&g)),
+            "{} bytes held",
+            held(&g)
+        );
+        let queued = held(&g);
+        // Queued to a sending task whose peer reads nothing yet: the bytes
+        // stay held while the result is unsent.
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (a, b) = tokio::io::duplex(256);
+        let sender = tokio::spawn(crate::sender::send_loop(
+            a,
+            rx,
+            Arc::new(AtomicBool::new(true)),
+            None,
+        ));
+        tx.send(out).ok().unwrap();
+        tokio::task::yield_now().await;
+        assert_eq!(held(&g), queued, "held while the result is unsent");
+        let mut r = FrameReader::new(b, 1 << 20);
+        let f = r.read_frame().await.unwrap().unwrap();
+        assert_eq!((f.ty, f.payload.len()), (MsgType::Data, 4 + 20_000));
+        drop(tx);
+        assert_eq!(sender.await.unwrap().unwrap(), 1);
+        assert_eq!(held(&g), 0, "released once written");
+    }
+
+    #[tokio::test]
+    async fn a_longer_result_the_guard_cannot_hold_fails_its_message() {
+        let g = MemoryGuard::new(64 * 1024);
+        let others = g.reserve(50 * 1024).await;
+        let j = job(&g, 6, 1, ANY).await;
+        let Ok(Outgoing::Failed {
+            id,
+            code,
+            reason,
+            reservation,
+        }) = answer(ANY, "filter", j, Outcome::Result(vec![7; 20_000]))
+        else {
+            panic!("a failure")
+        };
+        assert_eq!((id, code), (6, ErrorCode::TooLarge));
+        for want in [
+            "handler set filter",
+            "20000 bytes",
+            "13312 of its 65536 bytes free",
+        ] {
+            assert!(reason.contains(want), "{want:?} in {reason}");
+        }
+        assert_eq!(held(&g), 51 * 1024, "nothing more taken");
+        drop((reservation, others));
+        assert_eq!(held(&g), 0);
+    }
+
+    #[tokio::test]
+    async fn a_shorter_result_gives_its_unused_output_bytes_back() {
+        let g = MemoryGuard::new(64 * 1024);
+        // 8 inputs: 128 + 8 × 1024 bytes reserved.
+        let shape = ResultShape {
+            output_size: 1024,
+            ..ANY
+        };
+        let j = job(&g, 7, 8, shape).await;
+        assert_eq!(held(&g), 9 * 1024);
+        let Ok(Outgoing::Result {
+            data, reservation, ..
+        }) = answer(shape, "filter", j, Outcome::Result(vec![1; 2000]))
+        else {
+            panic!("a result")
+        };
+        assert_eq!(data.len(), 2000);
+        assert_eq!(held(&g), 3 * 1024, "128 + 2000 bytes, in whole KiB");
+        drop(reservation);
+        let j = job(&g, 8, 8, shape).await;
+        let Ok(Outgoing::Result {
+            data,
+            reservation: _kept,
+            ..
+        }) = answer(shape, "filter", j, Outcome::Dropped)
+        else {
+            panic!("a result")
+        };
+        assert!(data.is_empty());
+        assert_eq!(held(&g), 1024, "a dropped message keeps its input's");
+    }
+
+    #[tokio::test]
+    async fn a_fixed_size_result_keeps_its_reservation() {
+        let g = MemoryGuard::new(64 * 1024);
+        let shape = ResultShape {
+            any_length: false,
+            ..ANY
+        };
+        let j = job(&g, 9, 20, shape).await;
+        let before = held(&g);
+        let Ok(Outgoing::Result {
+            data,
+            reservation: _kept,
+            ..
+        }) = answer(shape, "sum", j, Outcome::Result(vec![1; 3]))
+        else {
+            panic!("a result")
+        };
+        assert_eq!((data.len(), held(&g)), (20 * 64, before));
+    }
 }

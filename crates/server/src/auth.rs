@@ -1,4 +1,4 @@
-//! `--auth-file`: who may connect. Every connection passes [`admit`] before
+//! `--auth-file`: who may connect. Every connection passes `admit` before
 //! it becomes a node or a user session: a hello peer must answer a fresh
 //! challenge with its role's secret ([`corefarm_smp::auth`]); a seed-format
 //! peer (no hello) is admitted only with `--allow-legacy`. The first message,

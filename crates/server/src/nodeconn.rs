@@ -1,6 +1,6 @@
 //! A node connection: a reader task and a writer task that live as long as
 //! the TCP connection, whoever currently owns the node (pool or user handler).
-//! The owner sends through a [`Sink`] (written directly by the owner's task
+//! The owner sends through a `Sink` (written directly by the owner's task
 //! when the socket is idle, else by the writer task) and hears from the node
 //! through a channel, so ownership moves by moving a [`NodeConn`] value,
 //! without touching the socket.
@@ -323,7 +323,7 @@ impl NodeConn {
         ok
     }
 
-    /// Writes the queued frames (see [`Sink::flush`]).
+    /// Writes the queued frames (see `Sink::flush`).
     pub fn flush(&self) {
         let written = self.sink.flush();
         if written > 0 {

@@ -1,7 +1,7 @@
 //! Optional TLS on the server's ports (`--tls-cert`, `--tls-key`,
 //! `--tls-ports`).
 //!
-//! A connection is a [`Stream`]: plain TCP or TLS over TCP. Its halves are
+//! A connection is a `Stream`: plain TCP or TLS over TCP. Its halves are
 //! enums rather than boxed trait objects so that the plain-TCP hot path
 //! stays what it was (the `OwnedReadHalf`/`OwnedWriteHalf` of the socket,
 //! one match per call, no extra copy or lock); a TLS connection is split

@@ -56,7 +56,7 @@ impl ImageBuilder {
     }
 
     /// Streaming handler sets (their code goes in a `spin-<arch>-linux`
-    /// artifact, see [`crate::build_handlers`]).
+    /// artifact, see [`crate::build_handlers_for`]).
     pub fn handler_sets(mut self, sets: Vec<HandlerSet>) -> Self {
         self.handler_sets = sets;
         self

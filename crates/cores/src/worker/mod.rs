@@ -3,17 +3,17 @@
 //! fails its job instead of taking the node manager down.
 //!
 //! The node side is [`IsolatedCore`], a [`Core`] like the others. Per core:
-//! a shared memory region ([`shm`]: header, then one input and one output
+//! a shared memory region (`shm`: header, then one input and one output
 //! memory per slot, between guard pages), a `SOCK_SEQPACKET` control
-//! channel ([`proto`]: start-up, and the reason of a failed job) and a
+//! channel (`proto`: start-up, and the reason of a failed job) and a
 //! child process, the same executable re-run with [`SUBCOMMAND`] (or any
 //! program whose `main` calls [`main`]). The slots are two lanes; a job is
 //! up to a lane's worth of inputs (all the inputs of a data message, when
 //! they fit): one copy of each into its slot, a doorbell each way in the
-//! shared header ([`doorbell`]: futex words, no system call while the other
+//! shared header (`doorbell`: futex words, no system call while the other
 //! side is quick), one copy out of each output. Through [`Pipeline`] the
 //! node rings the next job into the other lane while the worker runs the
-//! current one ([`pipeline`]), so at one input per message the worker does
+//! current one (`pipeline`), so at one input per message the worker does
 //! not wait for the node's copies and hand-offs. The node waits for a
 //! completion at most the core timeout per input (the watchdog); a worker
 //! that dies (the kernel wakes the node through a robust futex) or times

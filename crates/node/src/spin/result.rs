@@ -6,6 +6,8 @@
 
 use bytes::Bytes;
 
+use crate::guard::Reservation;
+
 /// What the link to the server allows a result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct ResultLink {
@@ -64,6 +66,42 @@ impl ResultShape {
         }
         emitted.resize(room, 0);
         Ok(Bytes::from(emitted))
+    }
+
+    /// Makes `reservation`, which holds count × output size bytes for the
+    /// message's output, hold `len` bytes for it instead: a longer result
+    /// (`any-length`) takes the difference from the memory guard before it
+    /// is queued, so the guard counts all of it while it waits to be sent;
+    /// a shorter one gives the difference back. `Err` is the reason the
+    /// message fails (the guard cannot spare the difference now).
+    ///
+    /// Never waits: the lane thread calling this has messages queued
+    /// behind it holding reservations, and its results wait in the sending
+    /// task's queue holding theirs; memory that only they can give back
+    /// may never come while this thread blocks.
+    pub fn account(
+        &self,
+        set: &str,
+        count: usize,
+        len: usize,
+        reservation: &mut Reservation,
+    ) -> Result<(), String> {
+        let room = count * self.output_size;
+        if len <= room {
+            reservation.give_back(room - len);
+            return Ok(());
+        }
+        reservation.try_grow(len - room).map_err(|short| {
+            format!(
+                "handler set {set}: a result of {len} bytes needs {} bytes more than the \
+                 {room} reserved for its output ({count} × {} bytes), and the node's memory \
+                 guard has {} of its {} bytes free",
+                len - room,
+                self.output_size,
+                short.free,
+                short.limit
+            )
+        })
     }
 
     /// The result of a message the handlers dropped: empty, or zeros of

@@ -8,7 +8,7 @@
 //! - [`NodeMetrics`]: a node's busy time, results, failures and
 //!   reconfigurations, kept in its registry entry;
 //! - [`UserMetrics`]: a session's failures and latency histogram;
-//! - [`families`]: the Prometheus families, encoded at scrape time.
+//! - `families`: the Prometheus families, encoded at scrape time.
 
 mod families;
 

@@ -8,10 +8,10 @@
 //! completions, disconnects), from the pool (nodes joining) and from a timer.
 //!
 //! - this file: the task, its event loop, replies and session endings;
-//! - [`frames`]: what the user sends (hello, configuration, data, status);
-//! - [`configure`]: configuring nodes, refusing configurations;
-//! - [`routing`]: dispatch, credit, results and messages from nodes;
-//! - [`nodes`]: taking, adopting, losing and releasing nodes; node timeouts.
+//! - `frames`: what the user sends (hello, configuration, data, status);
+//! - `configure`: configuring nodes, refusing configurations;
+//! - `routing`: dispatch, credit, results and messages from nodes;
+//! - `nodes`: taking, adopting, losing and releasing nodes; node timeouts.
 
 mod configure;
 mod frames;
