@@ -120,6 +120,17 @@ impl ErrorCode {
         })
     }
 
+    /// The code a node's per-input error keeps on its way to the user:
+    /// `too-large` and `bad-data-size` say what the user can change;
+    /// anything else (and a code this version does not know) is a
+    /// `core-failure` of that input.
+    pub fn per_input(node_code: u32) -> Self {
+        match Self::from_u32(node_code) {
+            Some(c @ (ErrorCode::TooLarge | ErrorCode::BadDataSize)) => c,
+            _ => ErrorCode::CoreFailure,
+        }
+    }
+
     pub fn name(self) -> &'static str {
         use ErrorCode::*;
         match self {
@@ -181,6 +192,24 @@ impl ProtocolError {
                 ErrorCode::BadDataSize
             }
             _ => ErrorCode::Malformed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::ErrorCode;
+
+    #[test]
+    fn a_per_input_error_keeps_only_the_codes_a_user_can_act_on() {
+        assert_eq!(ErrorCode::per_input(2), ErrorCode::TooLarge);
+        assert_eq!(ErrorCode::per_input(5), ErrorCode::BadDataSize);
+        for other in [0, 1, 3, 8, 9, 10, 12, 99] {
+            assert_eq!(
+                ErrorCode::per_input(other),
+                ErrorCode::CoreFailure,
+                "{other}"
+            );
         }
     }
 }

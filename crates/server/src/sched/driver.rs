@@ -354,7 +354,7 @@ impl Driver {
                 }
                 MsgType::Error => match ErrorMsg::parse(&f.payload) {
                     Ok(e) => {
-                        self.sched.on_node_error(id, e.id, &e.reason, now);
+                        self.sched.on_node_error(id, e.id, e.code, &e.reason, now);
                         None
                     }
                     Err(e) => Some(format!("bad error message: {e}")),

@@ -497,7 +497,8 @@ impl Sched {
 
     /// A node explained an error: a per-input failure, or why it refuses
     /// the configuration it is loading.
-    pub fn on_node_error(&mut self, node: u64, id: u32, reason: &str, now: Duration) {
+    /// `code`: the node's (`ErrorCode::per_input` decides what the user sees).
+    pub fn on_node_error(&mut self, node: u64, id: u32, code: u32, reason: &str, now: Duration) {
         let Some(slot) = self.nodes.get_mut(&node) else {
             return;
         };
@@ -509,7 +510,7 @@ impl Sched {
                 self.out.push(Action::Failed {
                     user: j.user,
                     id: j.id,
-                    code: ErrorCode::CoreFailure,
+                    code: ErrorCode::per_input(code),
                     reason,
                 });
             }

@@ -354,6 +354,7 @@ fn refusals_and_missing_nodes_give_a_negative_response() {
     s.on_node_error(
         1,
         corefarm_smp::ErrorMsg::NO_ID,
+        ErrorCode::ConfigurationFailed as u32,
         "no artifact for native",
         ms(1),
     );

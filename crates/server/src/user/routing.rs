@@ -296,7 +296,8 @@ impl Handler {
                     n.tx.entry.m.answered(n.in_flight.is_empty(), true, at);
                     let reason =
                         format!("node {} failed on this input: {}", n.tx.label(), e.reason);
-                    self.core_failure(p.user_id, reason).await
+                    let code = ErrorCode::per_input(e.code);
+                    self.input_failure(p.user_id, code, reason).await
                 } else {
                     tracing::warn!(user = %self.peer, node = %n.tx.label(), "node reports: {e}");
                     if matches!(n.slot, Slot::Configuring { .. }) {
@@ -325,17 +326,26 @@ impl Handler {
     /// take): a hello user hears about it by id; a seed user cannot be told
     /// about one input, so its session ends.
     async fn core_failure(&mut self, user_id: u32, reason: String) -> Result<(), End> {
+        self.input_failure(user_id, ErrorCode::CoreFailure, reason)
+            .await
+    }
+
+    /// [`Self::core_failure`] with the node's code where the user can act
+    /// on it (`ErrorCode::per_input`).
+    async fn input_failure(
+        &mut self,
+        user_id: u32,
+        code: ErrorCode,
+        reason: String,
+    ) -> Result<(), End> {
         self.answered();
         self.entry
             .m
             .failure(&self.shared.metrics, || self.entry.label());
         if self.hello.is_some() {
-            self.send_error(user_id, ErrorCode::CoreFailure, reason)
-                .await
+            self.send_error(user_id, code, reason).await
         } else {
-            Err(self
-                .fail_user(user_id, ErrorCode::CoreFailure, reason)
-                .await)
+            Err(self.fail_user(user_id, code, reason).await)
         }
     }
 }

@@ -121,6 +121,8 @@ pub enum Behaviour {
     Notify,
     /// Sends a notification for an id it never received (then echoes).
     NotifyUnknownId,
+    /// Answers every data message with a per-input error of this code.
+    FailWith(u32),
 }
 
 /// Handler set index of the `Notify` node's notifications.
@@ -242,6 +244,12 @@ async fn node_loop(
                         held.push(d);
                         continue;
                     }
+                    Behaviour::FailWith(code) => ErrorMsg {
+                        id: d.id,
+                        code,
+                        reason: format!("input {} refused", d.id),
+                    }
+                    .to_frame(),
                     Behaviour::Notify if notify => {
                         for data in notes(d.data[0]) {
                             let n = Notification {
