@@ -12,6 +12,13 @@
 //! 0x1D) at a time, so a more urgent message queued after it passes
 //! between two of its chunks.
 //!
+//! Passing reorders a source's sequence numbers, and a receiver drops a
+//! message more than its duplicate window ([`super::dedup::WINDOW`]) older
+//! than the newest it has seen from that source. So a message that has
+//! seen [`MAX_PASSED`] messages leave the link since it was queued goes
+//! next, whatever its lane: with a quarter of the window per link, routes
+//! of up to four hops stay inside it.
+//!
 //! One message per lane is cut at a time: the scheduler of a lane sees
 //! the next message only once the previous one has left, as it did when
 //! every message left whole, so its order per destination holds.
@@ -57,6 +64,9 @@ impl Lane {
 
 const LANES: usize = 1 + CLASSES as usize;
 
+/// Messages that may leave a link while one queued on it waits.
+pub const MAX_PASSED: u64 = super::dedup::WINDOW / 4;
+
 /// Either kind of frame the writer sends; both are `Buf`s without copies.
 pub enum Frame {
     Whole(PeerFrame),
@@ -72,6 +82,8 @@ struct Stream {
     total: u64,
     /// Bytes of the payload already sent.
     sent: u64,
+    /// Its [`Queued::stamp`]: it counts as waiting until its last chunk.
+    ticket: u64,
     /// Held until the last chunk has been taken.
     permit: Option<OwnedSemaphorePermit>,
 }
@@ -109,6 +121,13 @@ pub struct PeerOutbox {
     current: Vec<Option<Stream>>,
     /// Between the data classes only: control never waits for data.
     picker: ClassPicker,
+    /// Messages that have left the link (whole or their last chunk).
+    done: u64,
+    /// Every message not yet wholly sent, by ticket (the order they were
+    /// queued in): `done` when it was queued, and its lane.
+    unsent: std::collections::BTreeMap<u64, (u64, usize)>,
+    /// The next ticket.
+    pushed: u64,
     chunk_size: usize,
     next_id: u32,
 }
@@ -122,13 +141,19 @@ impl PeerOutbox {
             queued: [0; LANES],
             current: (0..LANES).map(|_| None).collect(),
             picker: ClassPicker::new(GUARD),
+            done: 0,
+            unsent: std::collections::BTreeMap::new(),
+            pushed: 0,
             chunk_size,
             next_id: 0,
         }
     }
 
-    pub fn push(&mut self, q: Queued) {
+    pub fn push(&mut self, mut q: Queued) {
         let c = q.lane.index();
+        q.stamp = self.pushed;
+        self.pushed += 1;
+        self.unsent.insert(q.stamp, (self.done, c));
         let factory = &self.factory;
         self.scheds[c].get_or_insert_with(|| factory()).push(q);
         self.queued[c] += 1;
@@ -143,17 +168,26 @@ impl PeerOutbox {
     pub fn pop(&mut self) -> Option<(Frame, Option<OwnedSemaphorePermit>)> {
         let (queued, current) = (&self.queued, &self.current);
         let waiting = |l: usize| queued[l] > 0 || current[l].is_some();
-        let c = if waiting(0) {
-            0
-        } else {
-            1 + self.picker.pick(|class| waiting(1 + class))?
+        // The oldest message, once passed by MAX_PASSED, takes its lane's turn.
+        let overdue = self
+            .unsent
+            .first_key_value()
+            .filter(|(_, (at, _))| self.done - at >= MAX_PASSED)
+            .map(|(_, &(_, lane))| lane);
+        let c = match overdue {
+            Some(lane) => lane,
+            None if waiting(0) => 0,
+            None => 1 + self.picker.pick(|class| waiting(1 + class))?,
         };
         if self.current[c].is_none() {
             let q = self.scheds[c].as_mut()?.pop()?;
             self.queued[c] -= 1;
             match self.cut(q, Lane::wire_class(c)) {
                 Ok(s) => self.current[c] = Some(s),
-                Err(whole) => return Some(whole),
+                Err((whole, ticket)) => {
+                    self.left(ticket);
+                    return Some(whole);
+                }
             }
         }
         let s = self.current[c].as_mut().expect("set above");
@@ -161,23 +195,31 @@ impl PeerOutbox {
         // Cut from a message that fits a frame: every rule holds.
         let frame = chunk.to_frame().expect("a valid chunk");
         let permit = if chunk.last {
-            self.current[c].take().and_then(|s| s.permit)
+            let s = self.current[c].take().expect("set above");
+            self.left(s.ticket);
+            s.permit
         } else {
             None
         };
         Some((Frame::Chunk(frame), permit))
     }
 
+    /// The message with `ticket` has wholly left the link.
+    fn left(&mut self, ticket: u64) {
+        self.unsent.remove(&ticket);
+        self.done += 1;
+    }
+
     /// A message as chunks, or whole when its data fits one chunk (or
     /// chunks are off): collectives cut blocks into chunks of their own,
     /// 64 KiB by default, which would otherwise each cost a second frame
     /// for their headers and gain no earlier turn for anyone.
-    #[allow(clippy::result_large_err)]
+    #[allow(clippy::result_large_err, clippy::type_complexity)]
     fn cut(
         &mut self,
         q: Queued,
         class: u8,
-    ) -> Result<Stream, (Frame, Option<OwnedSemaphorePermit>)> {
+    ) -> Result<Stream, ((Frame, Option<OwnedSemaphorePermit>), u64)> {
         let size = self.chunk_size;
         let parts = q
             .frame
@@ -194,10 +236,11 @@ impl PeerOutbox {
                     body: body.clone(),
                     total: len as u64,
                     sent: 0,
+                    ticket: q.stamp,
                     permit: q.permit,
                 })
             }
-            _ => Err((Frame::Whole(q.frame), q.permit)),
+            _ => Err(((Frame::Whole(q.frame), q.permit), q.stamp)),
         }
     }
 }
@@ -412,6 +455,41 @@ mod tests {
         assert_eq!(bulk_at[0], 1 + GUARD as usize, "{order:?}");
         assert_eq!(bulk_at[1], 2 + 2 * GUARD as usize);
         assert_eq!(order.iter().filter(|c| c.0 == 0).count(), 200);
+    }
+
+    #[test]
+    fn a_message_is_passed_by_at_most_max_passed_others() {
+        let mut o = PeerOutbox::new(round_robin(), 0);
+        // 20 bulk messages to one destination and a flood of urgent ones:
+        // by the guard alone the last bulk one would wait for about
+        // 20 × 64 urgent ones, more than a receiver's window tolerates.
+        for seq in 0..20 {
+            o.push(queued(&msg_of(7, 1, seq, &[7; 10])));
+        }
+        for seq in 100..2100 {
+            o.push(queued(&msg_of(0, 2, seq, &[0; 10])));
+        }
+        let order = classes_in_order(&mut o);
+        assert_eq!(order.len(), 2020);
+        let bulk: Vec<(usize, u64)> = order
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| c.0 == 7)
+            .map(|(i, c)| (i, c.1))
+            .collect();
+        assert_eq!(
+            bulk.iter().map(|b| b.1).collect::<Vec<_>>(),
+            (0..20).collect::<Vec<_>>()
+        );
+        // Passed by urgent ones: those that left before it; a quarter of
+        // the receivers' window per hop.
+        let bound = crate::peer::dedup::WINDOW / 4;
+        for (k, &(at, seq)) in bulk.iter().enumerate() {
+            let passed = (at - k) as u64;
+            assert!(passed <= bound, "bulk {seq} passed by {passed}");
+        }
+        // The guard still gave the first ones their turns among urgent ones.
+        assert_eq!(bulk[0].0, GUARD as usize);
     }
 
     #[test]

@@ -25,6 +25,9 @@ pub struct Queued {
     /// collective header carries, everything else (aborts, empty chunks
     /// such as a barrier's) in the control lane above every class.
     pub lane: Lane,
+    /// Messages the link had sent when this one was queued (set by the
+    /// outbox): how many have left since bounds how far it was passed.
+    pub(crate) stamp: u64,
 }
 
 impl Queued {
@@ -41,6 +44,7 @@ impl Queued {
             frame,
             permit,
             lane,
+            stamp: 0,
         }
     }
 }
