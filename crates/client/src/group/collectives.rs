@@ -248,6 +248,90 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group::GroupOptions;
+    use corefarm_smp::blocking::{write_frame, FrameReader};
+    use corefarm_smp::group::{GroupCtl, GroupMember, GroupReply};
+    use corefarm_smp::hello::features;
+    use corefarm_smp::{Hello, MsgType};
+    use std::net::TcpListener;
+
+    /// A scripted server of two ranks: agrees `group-priority` or not
+    /// (an older server), answers every command, and returns the command
+    /// bytes (byte 8 of each command) it received.
+    fn server(agree: bool) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+        let l = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        let t = std::thread::spawn(move || {
+            let (s, _) = l.accept().unwrap();
+            let mut w = s.try_clone().unwrap();
+            let mut r = FrameReader::new(s, 1 << 20);
+            let hello = Hello::decode(&r.read_frame().unwrap().unwrap().payload).unwrap();
+            assert!(hello.has(features::GROUP_PRIORITY), "the client offers it");
+            let mut answer = Hello::new("server");
+            answer.features = vec![features::ERROR.into(), features::GROUP.into()];
+            if agree {
+                answer.features.push(features::GROUP_PRIORITY.into());
+            }
+            write_frame(&mut w, answer.to_frame()).unwrap();
+            let mut bytes = Vec::new();
+            while let Ok(Some(f)) = r.read_frame() {
+                match f.ty {
+                    MsgType::GroupCtl => {
+                        if let Ok(GroupCtl::Open { .. }) = GroupCtl::decode(&f.payload) {
+                            let members = (0..2)
+                                .map(|rank| GroupMember {
+                                    rank,
+                                    name: format!("n{rank}"),
+                                    peer: "127.0.0.1:9".into(),
+                                })
+                                .collect();
+                            let opened = GroupCtl::Opened {
+                                group: 1,
+                                members,
+                                token: 0,
+                            };
+                            write_frame(&mut w, opened.to_frame()).unwrap();
+                        }
+                    }
+                    MsgType::GroupCmd => {
+                        bytes.push(f.payload[8]);
+                        let c = GroupCmd::parse(f.payload).unwrap();
+                        for rank in 0..2 {
+                            let ok = GroupReply::ok(c.seq, rank, Bytes::new());
+                            write_frame(&mut w, ok.to_frame().unwrap()).unwrap();
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            bytes
+        });
+        (addr, t)
+    }
+
+    fn urgent_allreduce(addr: &str) -> bool {
+        let mut opts = GroupOptions::new(2);
+        opts.model = None;
+        let mut g = Group::open(addr, opts).unwrap();
+        let agreed = g.priorities();
+        let (i32, sum, algo) = (DType::I32, ReduceOp::Sum, Algorithm::Binomial);
+        g.allreduce_with_priority("x", "s", i32, sum, algo, 0)
+            .unwrap();
+        g.allreduce("x", "t", i32, sum, algo).unwrap();
+        agreed
+    }
+
+    #[test]
+    fn a_class_goes_only_to_a_server_that_agreed_it() {
+        let allreduce = Cmd::Allreduce as u8;
+        let (addr, t) = server(true);
+        assert!(urgent_allreduce(&addr));
+        assert_eq!(t.join().unwrap(), [0x80 | allreduce, allreduce]);
+        // An older server would refuse the byte: class 4 for everything.
+        let (addr, t) = server(false);
+        assert!(!urgent_allreduce(&addr));
+        assert_eq!(t.join().unwrap(), [allreduce, allreduce]);
+    }
 
     #[test]
     fn classes_over_7_are_a_usage_error() {
