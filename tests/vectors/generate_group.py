@@ -83,6 +83,8 @@ def main():
     bad("unknown command 99", w[:16] + bytes([99]) + w[17:], "bad_group")
     bad("command byte with a class field no sender writes (0x17)", w[:16] + bytes([0x17]) + w[17:],
         "bad_group")
+    bad("class 4 spelt 8 + 4 in the command byte (0xC3): it is written as 0", w[:16] + bytes([0xC3]) + w[17:],
+        "bad_group")
     bad("name longer than the payload",
         frame(CMD, struct.pack("<IIBBBBIIHH", 1, 0, 3, 0, 0, 0, 0, 1, 9, 0) + b"abc"), "truncated")
     bad("reply of 15 bytes", frame(REPLY, bytes(15)), "truncated")

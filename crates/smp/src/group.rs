@@ -553,11 +553,19 @@ mod tests {
             let stripped = GroupCmd::without_class(&payload).unwrap();
             assert_eq!(&stripped[..], &old[8..]);
         }
-        // High nibbles no sender writes are refused.
-        let mut q = old[8..].to_vec();
-        q[8] = 0x17;
-        let e = GroupCmd::parse(Bytes::from(q)).unwrap_err();
-        assert!(e.to_string().contains("unknown group command 23"), "{e}");
+        // High nibbles no sender writes are refused: 1–7, and class 4
+        // spelt 8 + 4 (one encoding per class: a parsed command re-encodes
+        // to the bytes it came from).
+        for (byte, shown) in [(0x17, 23), (0xC7, 199)] {
+            let mut q = old[8..].to_vec();
+            q[8] = byte;
+            let e = GroupCmd::parse(Bytes::from(q)).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("unknown group command {shown}")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

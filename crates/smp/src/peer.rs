@@ -178,7 +178,8 @@ pub struct CollHeader {
 /// A priority class as a 4-bit field of a group command or a collective
 /// header: 0 is "none given", the default class, which is what a sender
 /// that predates classes writes; otherwise 8 + class. The default class
-/// is written as 0, so default traffic is byte for byte what it was.
+/// is written as 0 (never 8 + 4), so default traffic is byte for byte what
+/// it was and every class has one encoding.
 pub fn class_field(class: u8) -> u8 {
     match class.min(CLASSES - 1) {
         DEFAULT_CLASS => 0,
@@ -186,11 +187,12 @@ pub fn class_field(class: u8) -> u8 {
     }
 }
 
-/// The class a 4-bit field names, or `None` for a value no sender writes (1–7).
+/// The class a 4-bit field names, or `None` for a value no sender writes
+/// (1–7, and 8 + 4).
 pub fn class_from_field(field: u8) -> Option<u8> {
     match field & 0x0F {
         0 => Some(DEFAULT_CLASS),
-        f if f & 8 != 0 => Some(f & 7),
+        f if f & 8 != 0 && f & 7 != DEFAULT_CLASS => Some(f & 7),
         _ => None,
     }
 }

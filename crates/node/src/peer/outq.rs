@@ -82,7 +82,7 @@ struct Stream {
     total: u64,
     /// Bytes of the payload already sent.
     sent: u64,
-    /// Its [`Queued::stamp`]: it counts as waiting until its last chunk.
+    /// Its [`Queued::ticket`]: it counts as waiting until its last chunk.
     ticket: u64,
     /// Held until the last chunk has been taken.
     permit: Option<OwnedSemaphorePermit>,
@@ -151,9 +151,9 @@ impl PeerOutbox {
 
     pub fn push(&mut self, mut q: Queued) {
         let c = q.lane.index();
-        q.stamp = self.pushed;
+        q.ticket = self.pushed;
         self.pushed += 1;
-        self.unsent.insert(q.stamp, (self.done, c));
+        self.unsent.insert(q.ticket, (self.done, c));
         let factory = &self.factory;
         self.scheds[c].get_or_insert_with(|| factory()).push(q);
         self.queued[c] += 1;
@@ -236,11 +236,11 @@ impl PeerOutbox {
                     body: body.clone(),
                     total: len as u64,
                     sent: 0,
-                    ticket: q.stamp,
+                    ticket: q.ticket,
                     permit: q.permit,
                 })
             }
-            _ => Err(((Frame::Whole(q.frame), q.permit), q.stamp)),
+            _ => Err(((Frame::Whole(q.frame), q.permit), q.ticket)),
         }
     }
 }

@@ -25,9 +25,9 @@ pub struct Queued {
     /// collective header carries, everything else (aborts, empty chunks
     /// such as a barrier's) in the control lane above every class.
     pub lane: Lane,
-    /// Messages the link had sent when this one was queued (set by the
-    /// outbox): how many have left since bounds how far it was passed.
-    pub(crate) stamp: u64,
+    /// Its place in the order its link queued messages (set by the
+    /// outbox, which tracks by it how far a waiting message was passed).
+    pub(crate) ticket: u64,
 }
 
 impl Queued {
@@ -44,7 +44,7 @@ impl Queued {
             frame,
             permit,
             lane,
-            stamp: 0,
+            ticket: 0,
         }
     }
 }
