@@ -22,7 +22,8 @@ use serde::{Deserialize, Serialize};
 use crate::error::ProtocolError;
 use crate::header::MsgType;
 use crate::outframe::OutFrame;
-use crate::peer::{class_field, class_from_field, Algo, DType, ReduceOp};
+use crate::peer::{Algo, DType, ReduceOp};
+use crate::priority::{class_field, class_from_field};
 use crate::stream::DEFAULT_CLASS;
 
 /// Largest group a user may ask for (bounds every member list).

@@ -15,7 +15,8 @@ use bytes::{Buf, Bytes};
 use crate::error::ProtocolError;
 use crate::header::{Header, MsgType, HEADER_LEN};
 use crate::outframe::Inline;
-use crate::stream::{CLASSES, DEFAULT_CLASS};
+use crate::priority::{class_field, class_from_field};
+use crate::stream::DEFAULT_CLASS;
 
 /// Length of the routing header at the start of every peer payload.
 pub const PEER_HEADER_LEN: usize = 24;
@@ -173,28 +174,6 @@ pub struct CollHeader {
     /// links it crosses order its data by it. A chunk from a node that
     /// predates classes reads as [`DEFAULT_CLASS`].
     pub class: u8,
-}
-
-/// A priority class as a 4-bit field of a group command or a collective
-/// header: 0 is "none given", the default class, which is what a sender
-/// that predates classes writes; otherwise 8 + class. The default class
-/// is written as 0 (never 8 + 4), so default traffic is byte for byte what
-/// it was and every class has one encoding.
-pub fn class_field(class: u8) -> u8 {
-    match class.min(CLASSES - 1) {
-        DEFAULT_CLASS => 0,
-        c => 8 | c,
-    }
-}
-
-/// The class a 4-bit field names, or `None` for a value no sender writes
-/// (1–7, and 8 + 4).
-pub fn class_from_field(field: u8) -> Option<u8> {
-    match field & 0x0F {
-        0 => Some(DEFAULT_CLASS),
-        f if f & 8 != 0 && f & 7 != DEFAULT_CLASS => Some(f & 7),
-        _ => None,
-    }
 }
 
 /// Body of a peer message, by kind.
