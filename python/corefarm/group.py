@@ -116,42 +116,61 @@ class Group:
         """Every rank's buffer `name`, in rank order (a list of bytes)."""
         return self._raw.gather(name)
 
-    def bcast(self, name, data=None, root=0, dst=None, dtype=None, algo="auto"):
+    # The collectives take `priority`: the class of their data on the links
+    # between the members, 0 (most urgent) to 7, default 4. Each link
+    # serves classes by strict priority (with an anti-starvation guard), so
+    # an urgent collective's data passes a bulk one's queued before it. A
+    # class over 7 raises UsageError; through a server that predates
+    # classes every collective is class 4 (see `priorities`).
+
+    def bcast(self, name, data=None, root=0, dst=None, dtype=None, algo="auto", *,
+              priority=None):
         """With `data`: gives every member `data` as buffer `name` (one copy
         through the server, then a broadcast among the nodes). Without:
         broadcasts `root`'s buffer `name` into buffer `dst` (default `name`)
-        of every member."""
+        of every member. `priority`: the broadcast's class (0–7, default 4)."""
         if data is not None:
             view, t, _ = _typed(data, dtype)
-            self._raw.bcast_from_user(name, t, view, algo)
+            self._raw.bcast_from_user(name, t, view, algo, priority=priority)
             self._dtypes[name] = t
             return
         t = self._dtype(name, dtype)
-        self._raw.bcast(root, name, dst or name, t, algo)
+        self._raw.bcast(root, name, dst or name, t, algo, priority=priority)
         self._dtypes[dst or name] = t
 
-    def reduce(self, src, dst, op="sum", root=0, dtype=None, algo="auto"):
+    def reduce(self, src, dst, op="sum", root=0, dtype=None, algo="auto", *, priority=None):
         """Element-wise `op` ("sum", "prod", "min", "max") of every member's
-        `src` into buffer `dst` of `root`."""
+        `src` into buffer `dst` of `root`. `priority`: its class (0–7, default 4)."""
         t = self._dtype(src, dtype)
-        self._raw.reduce(root, src, dst, t, op, algo)
+        self._raw.reduce(root, src, dst, t, op, algo, priority=priority)
         self._dtypes[dst] = t
 
-    def allreduce(self, src, dst, op="sum", dtype=None, algo="auto"):
-        """Element-wise `op` of every member's `src` into buffer `dst` of every member."""
+    def allreduce(self, src, dst, op="sum", dtype=None, algo="auto", *, priority=None):
+        """Element-wise `op` of every member's `src` into buffer `dst` of every
+        member. `priority`: its class (0–7, default 4)."""
         t = self._dtype(src, dtype)
-        self._raw.allreduce(src, dst, t, op, algo)
+        self._raw.allreduce(src, dst, t, op, algo, priority=priority)
         self._dtypes[dst] = t
 
-    def allgather(self, src, dst, algo="auto"):
-        """Every member's `src`, in rank order, into buffer `dst` of every member."""
-        self._raw.allgather(src, dst, algo)
+    def allgather(self, src, dst, algo="auto", *, priority=None):
+        """Every member's `src`, in rank order, into buffer `dst` of every
+        member. `priority`: its class (0–7, default 4)."""
+        self._raw.allgather(src, dst, algo, priority=priority)
         if src in self._dtypes:
             self._dtypes[dst] = self._dtypes[src]
 
-    def barrier(self, algo="auto"):
-        """Returns once every member has entered the barrier."""
-        self._raw.barrier(algo)
+    def barrier(self, algo="auto", *, priority=None):
+        """Returns once every member has entered the barrier. `priority`:
+        checked like any collective's; a barrier moves no data and its
+        messages ride above every class anyway."""
+        self._raw.barrier(algo, priority=priority)
+
+    @property
+    def priorities(self):
+        """Whether the server passes a collective's `priority` on to the
+        nodes (it agreed the `group-priority` feature); if not, every
+        collective is class 4."""
+        return self._raw.priorities()
 
     def configure_benchmark(self, input_size, output_size, delay_us=0):
         """Loads the benchmarking core on every member, for `run`."""

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_client::group::{Algorithm, Calibration, Group, GroupError, GroupOptions};
+use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{BenchmarkConfig, DType, ReduceOp};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
@@ -37,6 +38,11 @@ fn group_err(e: GroupError) -> PyErr {
             made.unwrap_or_else(|import_failed| import_failed)
         }),
     }
+}
+
+/// A collective's class: None is the default (the client checks the range).
+fn class(priority: Option<u8>) -> u8 {
+    priority.unwrap_or(DEFAULT_CLASS)
 }
 
 fn dtype(s: &str) -> PyResult<DType> {
@@ -170,6 +176,11 @@ impl RawGroup {
         Ok(parts.iter().map(|p| PyBytes::new(py, p)).collect())
     }
 
+    // Collectives take `priority`: their class on the links between the
+    // members, 0 (most urgent) to 7; None is the default class 4. A class
+    // over 7 is a `UsageError` from the client, before anything is sent.
+
+    #[pyo3(signature = (name, dt, data, al, *, priority=None))]
     fn bcast_from_user(
         &self,
         py: Python<'_>,
@@ -177,15 +188,21 @@ impl RawGroup {
         dt: &str,
         data: &Bound<'_, PyAny>,
         al: &str,
+        priority: Option<u8>,
     ) -> PyResult<()> {
         let (dt, al, data) = (
             dtype(dt)?,
             algo(al)?,
             Bytes::from(byte_buffer(data)?.to_vec(py)?),
         );
-        self.with(py, |g| g.bcast_from_user(name, dt, data, al))
+        let class = class(priority);
+        self.with(py, |g| {
+            g.bcast_from_user_with_priority(name, dt, data, al, class)
+        })
     }
 
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (root, src, dst, dt, al, *, priority=None))]
     fn bcast(
         &self,
         py: Python<'_>,
@@ -194,12 +211,14 @@ impl RawGroup {
         dst: &str,
         dt: &str,
         al: &str,
+        priority: Option<u8>,
     ) -> PyResult<()> {
-        let (dt, al) = (dtype(dt)?, algo(al)?);
-        self.with(py, |g| g.bcast(root, src, dst, dt, al))
+        let (dt, al, class) = (dtype(dt)?, algo(al)?, class(priority));
+        self.with(py, |g| g.bcast_with_priority(root, src, dst, dt, al, class))
     }
 
     #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (root, src, dst, dt, op, al, *, priority=None))]
     fn reduce(
         &self,
         py: Python<'_>,
@@ -209,11 +228,17 @@ impl RawGroup {
         dt: &str,
         op: &str,
         al: &str,
+        priority: Option<u8>,
     ) -> PyResult<()> {
         let (dt, op, al) = (dtype(dt)?, reduce_op(op)?, algo(al)?);
-        self.with(py, |g| g.reduce(root, src, dst, dt, op, al))
+        let class = class(priority);
+        self.with(py, |g| {
+            g.reduce_with_priority(root, src, dst, dt, op, al, class)
+        })
     }
 
+    #[allow(clippy::too_many_arguments)]
+    #[pyo3(signature = (src, dst, dt, op, al, *, priority=None))]
     fn allreduce(
         &self,
         py: Python<'_>,
@@ -222,19 +247,37 @@ impl RawGroup {
         dt: &str,
         op: &str,
         al: &str,
+        priority: Option<u8>,
     ) -> PyResult<()> {
         let (dt, op, al) = (dtype(dt)?, reduce_op(op)?, algo(al)?);
-        self.with(py, |g| g.allreduce(src, dst, dt, op, al))
+        let class = class(priority);
+        self.with(py, |g| {
+            g.allreduce_with_priority(src, dst, dt, op, al, class)
+        })
     }
 
-    fn allgather(&self, py: Python<'_>, src: &str, dst: &str, al: &str) -> PyResult<()> {
-        let al = algo(al)?;
-        self.with(py, |g| g.allgather(src, dst, al))
+    #[pyo3(signature = (src, dst, al, *, priority=None))]
+    fn allgather(
+        &self,
+        py: Python<'_>,
+        src: &str,
+        dst: &str,
+        al: &str,
+        priority: Option<u8>,
+    ) -> PyResult<()> {
+        let (al, class) = (algo(al)?, class(priority));
+        self.with(py, |g| g.allgather_with_priority(src, dst, al, class))
     }
 
-    fn barrier(&self, py: Python<'_>, al: &str) -> PyResult<()> {
-        let al = algo(al)?;
-        self.with(py, |g| g.barrier(al))
+    #[pyo3(signature = (al, *, priority=None))]
+    fn barrier(&self, py: Python<'_>, al: &str, priority: Option<u8>) -> PyResult<()> {
+        let (al, class) = (algo(al)?, class(priority));
+        self.with(py, |g| g.barrier_with_priority(al, class))
+    }
+
+    /// Whether the server relays a collective's class to the nodes.
+    fn priorities(&self, py: Python<'_>) -> PyResult<bool> {
+        self.with(py, |g| Ok(g.priorities()))
     }
 
     fn configure(

@@ -113,6 +113,37 @@ def test_direct_map_takes_a_priority_class(cluster):
             g.direct_map(inputs, priority=8)
 
 
+def test_collectives_take_a_priority_class(cluster):
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        assert g.priorities, "the server passes classes on to the nodes"
+        rows = list(range(40))
+        g.scatter("x", i32(rows), dtype="i32", row_bytes=40)
+        want = [sum(rows[r * 10 + i] for r in range(4)) for i in range(10)]
+        for priority in (0, 7, None):
+            name = f"s{priority}"
+            g.allreduce("x", name, op="sum", priority=priority)
+            assert all(from_i32(b) == want for b in g.gather(name)), priority
+        g.reduce("x", "m", op="max", root=2, priority=1)
+        assert from_i32(g.get(2, "m")) == rows[30:40]
+        g.bcast("w", i32([1, 2]), dtype="i32", priority=0)
+        g.bcast("w", root=0, dst="w2", priority=6)
+        assert all(from_i32(b) == [1, 2] for b in g.gather("w2"))
+        g.allgather("x", "all", priority=3)
+        assert from_i32(g.get(1, "all")) == rows
+        g.barrier(priority=0)
+        for call in (lambda: g.allreduce("x", "bad", priority=8),
+                     lambda: g.reduce("x", "bad", priority=8),
+                     lambda: g.bcast("x", root=0, dst="bad", priority=8),
+                     lambda: g.bcast("bad", i32([1]), dtype="i32", priority=8),
+                     lambda: g.allgather("x", "bad", priority=8),
+                     lambda: g.barrier(priority=8)):
+            with pytest.raises(corefarm.UsageError, match="priority class 8: 0 \\(most urgent\\) to 7"):
+                call()
+        # Nothing of the refused calls reached the nodes: "bad" exists nowhere.
+        with pytest.raises(corefarm.GroupError, match="bad"):
+            g.get(0, "bad")
+
+
 def test_a_group_is_lent_nodes_beside_a_shared_user():
     """--sharing shared: the scheduler lends the group two of three nodes;
     the shared user is served throughout, and the nodes come back."""

@@ -24,13 +24,15 @@ def frame(ty, payload):
     return struct.pack("<B3xI", ty, len(payload)) + payload
 
 
-def cmd(seq, target, name, algo, dtype, reduce, root, timeout_ms, a, b, data):
+def cmd(seq, target, name, algo, dtype, reduce, root, timeout_ms, a, b, data, klass=4):
     a, b = a.encode(), b.encode()
-    head = struct.pack("<IIBBBBIIHH", seq, target, CMDS[name], ALGOS[algo], DTYPES.index(dtype),
+    # The high nibble of the command byte: 0 for the default class 4, else 8 + class.
+    field = 0 if klass == 4 else 8 | klass
+    head = struct.pack("<IIBBBBIIHH", seq, target, CMDS[name] | field << 4, ALGOS[algo], DTYPES.index(dtype),
                        REDUCE.index(reduce), root, timeout_ms, len(a), len(b))
     wire = frame(CMD, head + a + b + data)
     decoded = {"seq": seq, "target": target, "cmd": name, "algo": algo, "dtype": dtype,
-               "reduce": reduce, "root": root, "timeout_ms": timeout_ms, "a": a.decode(),
+               "reduce": reduce, "root": root, "timeout_ms": timeout_ms, "class": klass, "a": a.decode(),
                "b": b.decode(), "data_hex": data.hex()}
     return wire, decoded
 
@@ -61,6 +63,8 @@ def main():
         cmd(3, 2, "put", None, "i32", "none", 0, 10000, "x", "", struct.pack("<ii", 5, -1)))
     add("i32 sum allreduce of x into s on every rank, binomial",
         cmd(4, 0xFFFFFFFF, "allreduce", "binomial", "i32", "sum", 0, 10000, "x", "s", b""))
+    add("urgent (class 0) broadcast of x from rank 1 into y, linear",
+        cmd(7, 0xFFFFFFFF, "bcast", "linear", "bytes", "none", 1, 10000, "x", "y", b"", klass=0))
     add("run the cores over A with operand v into y",
         cmd(5, 0xFFFFFFFF, "run", None, "bytes", "none", 0, 10000, "A", "y", b"v"))
     add("rank 1 answers a get with 4 bytes", reply(6, 1, 0, 0xFFFFFFFF, b"\x01\x02\x03\x04"))
@@ -77,6 +81,10 @@ def main():
     bad("command of 23 bytes", frame(CMD, bytes(23)), "truncated")
     w, _ = cmd(1, 0, "get", None, "bytes", "none", 0, 1, "x", "", b"")
     bad("unknown command 99", w[:16] + bytes([99]) + w[17:], "bad_group")
+    bad("command byte with a class field no sender writes (0x17)", w[:16] + bytes([0x17]) + w[17:],
+        "bad_group")
+    bad("class 4 spelt 8 + 4 in the command byte (0xC3): it is written as 0", w[:16] + bytes([0xC3]) + w[17:],
+        "bad_group")
     bad("name longer than the payload",
         frame(CMD, struct.pack("<IIBBBBIIHH", 1, 0, 3, 0, 0, 0, 0, 1, 9, 0) + b"abc"), "truncated")
     bad("reply of 15 bytes", frame(REPLY, bytes(15)), "truncated")

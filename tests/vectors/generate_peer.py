@@ -28,8 +28,11 @@ def routing(kind, ttl, group, src, dst, seq, flags=0):
     return struct.pack("<BBHIIIQ", kind, flags, ttl, group, src, dst, seq)
 
 
-def coll(seq, op, phase, algo, dtype, reduce, root, block, offset, total):
-    return struct.pack("<IBBBBB3xII4xQQ", seq, op, phase, algo, dtype, reduce, root, block, offset, total)
+def coll(seq, op, phase, algo, dtype, reduce, root, block, offset, total, klass=4):
+    # Byte 9: the priority class field, 0 for the default class 4, else 8 + class.
+    field = 0 if klass == 4 else 8 | klass
+    return struct.pack("<IBBBBBB2xII4xQQ", seq, op, phase, algo, dtype, reduce, field, root, block,
+                       offset, total)
 
 
 def header(kind, ttl, group, src, dst, seq):
@@ -44,7 +47,7 @@ def main():
         "decoded": {"header": header("hello", 0, 7, 0, 3, 0), "token": "%016x" % 0x5EC12E7_0F_6A0B, "name": "n0"},
     })
     c = {"seq": 4, "op": "allreduce", "phase": 0, "algo": "binomial", "dtype": "i32",
-         "reduce": "sum", "root": 0, "block": 2, "offset": 8, "total": 16}
+         "reduce": "sum", "root": 0, "block": 2, "offset": 8, "total": 16, "class": 4}
     data = struct.pack("<ii", 5, -1)
     body = coll(4, OPS["allreduce"], 0, ALGOS["binomial"], DTYPES.index("i32"), REDUCE.index("sum"), 0, 2, 8, 16)
     valid.append({
@@ -53,11 +56,18 @@ def main():
         "decoded": {"header": header("collective", 5, 7, 2, 0, 41), "coll": c, "data_hex": data.hex()},
     })
     e = {"seq": 1, "op": "bcast", "phase": 0, "algo": "linear", "dtype": "bytes",
-         "reduce": "none", "root": 1, "block": 1, "offset": 0, "total": 0}
+         "reduce": "none", "root": 1, "block": 1, "offset": 0, "total": 0, "class": 4}
     valid.append({
         "name": "the only chunk of an empty broadcast",
         "hex": frame(routing(2, 2, 1, 1, 2, 1) + coll(1, 2, 0, 1, 0, 0, 1, 1, 0, 0)).hex(),
         "decoded": {"header": header("collective", 2, 1, 1, 2, 1), "coll": e, "data_hex": ""},
+    })
+    u = {"seq": 3, "op": "bcast", "phase": 0, "algo": "binomial", "dtype": "bytes",
+         "reduce": "none", "root": 0, "block": 0, "offset": 0, "total": 2, "class": 0}
+    valid.append({
+        "name": "chunk of an urgent (class 0) broadcast",
+        "hex": frame(routing(2, 1, 7, 0, 1, 9) + coll(3, 2, 0, 2, 0, 0, 0, 0, 0, 2, klass=0) + b"hi").hex(),
+        "decoded": {"header": header("collective", 1, 7, 0, 1, 9), "coll": u, "data_hex": b"hi".hex()},
     })
     reason = "link lost".encode()
     valid.append({

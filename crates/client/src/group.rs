@@ -36,11 +36,12 @@ use corefarm_model::collectives::{Algo as ModelAlgo, Op as ModelOp};
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_RANKS};
 use corefarm_smp::hello::features;
-use corefarm_smp::{Algo, Configuration, DType, Hello, MsgType, ReduceOp};
+use corefarm_smp::{Algo, Configuration, DType, Hello, MsgType};
 
 use crate::ClientError;
 
 mod calls;
+mod collectives;
 pub use calls::Call;
 use calls::{read_until, unexpected};
 
@@ -221,6 +222,8 @@ pub struct Group {
     /// Admits direct connections to the members ([`crate::direct`]).
     pub(crate) token: u64,
     model: Option<Arc<Calibration>>,
+    /// The server agreed `features::GROUP_PRIORITY`: commands may carry a class.
+    classes: bool,
 }
 
 impl Drop for Group {
@@ -250,7 +253,9 @@ impl Group {
         let mut reader = FrameReader::new(stream, opts.max_message);
         let mut hello = Hello::new("user");
         hello.name = opts.name.clone();
-        hello.features = vec![features::ERROR.into(), features::GROUP.into()];
+        hello.features = [features::ERROR, features::GROUP, features::GROUP_PRIORITY]
+            .map(String::from)
+            .to_vec();
         hello.nodes = Some(0);
         write_frame(&mut writer, hello.to_frame()).map_err(io_err("sending the hello"))?;
         let open = GroupCtl::Open {
@@ -259,15 +264,16 @@ impl Group {
         };
         let deadline = Instant::now() + opts.connect_timeout;
         let h = read_until(&mut reader, deadline, "the hello reply")?;
-        match h.ty {
+        let classes = match h.ty {
             MsgType::Hello => {
                 let h = Hello::decode(&h.payload).map_err(ClientError::Protocol)?;
                 if !h.has(features::GROUP) {
                     return Err(ClientError::Unsupported("groups").into());
                 }
+                h.has(features::GROUP_PRIORITY)
             }
             _ => return Err(unexpected(&h, "the hello reply")),
-        }
+        };
         write_frame(&mut writer, open.to_frame()).map_err(io_err("asking for a group"))?;
         let f = read_until(&mut reader, deadline, "the group to open")?;
         let (id, members, token) = match (f.ty, GroupCtl::decode(&f.payload)) {
@@ -294,6 +300,7 @@ impl Group {
             io: None,
             early: Vec::new(),
             model: opts.model,
+            classes,
         })
     }
 
@@ -390,89 +397,6 @@ impl Group {
         (0..self.size()).map(|r| self.get(r, name)).collect()
     }
 
-    /// Gives every member `data` as buffer `name`: one copy to rank 0, then a
-    /// broadcast among the nodes (the server carries the data once).
-    pub fn bcast_from_user(
-        &mut self,
-        name: &str,
-        dtype: DType,
-        data: Bytes,
-        algo: Algorithm,
-    ) -> Result<()> {
-        self.put(0, name, dtype, data)?;
-        self.bcast(0, name, name, dtype, algo)
-    }
-
-    /// Buffer `src` of `root` into buffer `dst` of every member.
-    pub fn bcast(
-        &mut self,
-        root: u32,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        algo: Algorithm,
-    ) -> Result<()> {
-        let size = self.size_of(src, root);
-        let mut c = self.coll(Cmd::Bcast, algo, size, src, dst);
-        (c.root, c.dtype) = (root, dtype);
-        self.call(c)?;
-        self.set_size(dst, None, size);
-        Ok(())
-    }
-
-    /// Element-wise reduction of every member's `src` into `dst` of `root`.
-    pub fn reduce(
-        &mut self,
-        root: u32,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algorithm,
-    ) -> Result<()> {
-        let size = self.size_of(src, root);
-        let mut c = self.coll(Cmd::Reduce, algo, size, src, dst);
-        (c.root, c.dtype, c.reduce) = (root, dtype, op);
-        self.call(c)?;
-        self.set_size(dst, Some(root), size);
-        Ok(())
-    }
-
-    /// Element-wise reduction of every member's `src` into `dst` of every member.
-    pub fn allreduce(
-        &mut self,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algorithm,
-    ) -> Result<()> {
-        let size = self.size_of(src, 0);
-        let mut c = self.coll(Cmd::Allreduce, algo, size, src, dst);
-        (c.dtype, c.reduce) = (dtype, op);
-        self.call(c)?;
-        self.set_size(dst, None, size);
-        Ok(())
-    }
-
-    /// Every member's `src`, in rank order, into `dst` of every member.
-    pub fn allgather(&mut self, src: &str, dst: &str, algo: Algorithm) -> Result<()> {
-        let total = self
-            .sizes
-            .get(src)
-            .and_then(|v| v.iter().copied().sum::<Option<u64>>());
-        let c = self.coll(Cmd::Allgather, algo, total, src, dst);
-        self.call(c)?;
-        self.set_size(dst, None, total);
-        Ok(())
-    }
-
-    /// Returns once every member has entered the barrier.
-    pub fn barrier(&mut self, algo: Algorithm) -> Result<()> {
-        let c = self.coll(Cmd::Barrier, algo, Some(0), "", "");
-        self.call(c).map(drop)
-    }
-
     /// Every member runs its configured cores over each input of its buffer
     /// `input`; the outputs stay resident as buffer `output`.
     pub fn run(&mut self, input: &str, output: &str) -> Result<()> {
@@ -540,25 +464,6 @@ impl Group {
         c
     }
 
-    fn coll(
-        &mut self,
-        cmd: Cmd,
-        algo: Algorithm,
-        bytes: Option<u64>,
-        a: &str,
-        b: &str,
-    ) -> GroupCmd {
-        let algo = match algo {
-            Algorithm::Auto => auto(self.model.as_deref(), cmd, bytes, self.size()),
-            Algorithm::Linear => Algo::Linear,
-            Algorithm::Binomial => Algo::Binomial,
-            Algorithm::Star => Algo::Star,
-        };
-        let mut c = self.cmd(ALL_RANKS, cmd);
-        (c.algo, c.a, c.b) = (Some(algo), a.into(), b.into());
-        c
-    }
-
     fn check_open(&self) -> Result<()> {
         match &self.closed {
             Some(r) => Err(GroupError::Closed(r.clone())),
@@ -571,22 +476,6 @@ impl Group {
         let mut c = self.cmd(ALL_RANKS, Cmd::Run);
         (c.a, c.b) = (input.into(), output.into());
         c.data = Bytes::from(operand.unwrap_or("").as_bytes().to_vec());
-        self.begin(c)
-    }
-
-    /// Starts [`Group::allreduce`] without waiting for it.
-    pub fn begin_allreduce(
-        &mut self,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algorithm,
-    ) -> Result<Call> {
-        let size = self.size_of(src, 0);
-        let mut c = self.coll(Cmd::Allreduce, algo, size, src, dst);
-        (c.dtype, c.reduce) = (dtype, op);
-        self.set_size(dst, None, size);
         self.begin(c)
     }
 

@@ -292,6 +292,7 @@ impl Resident {
             }
             self.coll
                 .set_timeout(Duration::from_millis(c.timeout_ms.max(1) as u64));
+            self.coll.set_class(c.class);
             let r = self.collective(&c).await;
             if let Err(f) = &r {
                 if f.culprit == NO_CULPRIT {

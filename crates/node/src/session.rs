@@ -135,6 +135,9 @@ where
             .or(bound)
         {
             h.features.push(features::PEER.into());
+            // Group commands may carry a class: the collective's data then
+            // rides in it on the peer links.
+            h.features.push(features::GROUP_PRIORITY.into());
             h.peer = Some(a.to_string());
         }
         if opts.secret.is_some() {

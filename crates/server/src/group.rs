@@ -50,6 +50,8 @@ pub(crate) type End = Result<(), String>;
 struct Member {
     conn: NodeConn,
     label: String,
+    /// It agreed `group-priority`: commands reach it with their class.
+    classes: bool,
 }
 
 struct Live {
@@ -200,11 +202,24 @@ impl Session {
                     let reason = format!("{}: that sequence number is still in use", c.label());
                     return self.fail(ErrorCode::Malformed, reason).await;
                 }
+                // A node that predates classes would refuse the command
+                // byte with one: it gets the command in the default class
+                // (one copy, only when the class is not the default).
+                let plain = targets
+                    .iter()
+                    .any(|&r| !live.members[r as usize].classes)
+                    .then(|| GroupCmd::without_class(&f.payload))
+                    .flatten();
                 for &r in &targets {
-                    let frame = OutFrame::new(MsgType::GroupCmd, f.payload.clone())
-                        .map_err(|e| e.to_string())?;
+                    let m = &live.members[r as usize];
+                    let payload = match &plain {
+                        Some(p) if !m.classes => p.clone(),
+                        _ => f.payload.clone(),
+                    };
+                    let frame =
+                        OutFrame::new(MsgType::GroupCmd, payload).map_err(|e| e.to_string())?;
                     // A closed connection shows up as a node event next.
-                    live.members[r as usize].conn.send(frame);
+                    m.conn.send(frame);
                 }
                 live.pending.insert(c.seq, (c.label(), targets));
                 Ok(())
@@ -264,6 +279,7 @@ impl Session {
             });
             members.push(Member {
                 label: conn.label(),
+                classes: info.group_priority,
                 conn,
             });
         }

@@ -222,6 +222,7 @@ impl NodeConn {
                                     targets: h.targets.clone(),
                                     hello: true,
                                     peer: h.peer.clone().filter(|_| h.has(features::PEER)),
+                                    group_priority: h.has(features::GROUP_PRIORITY),
                                 });
                                 tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
                                 if let Some(t) = introduced.take() {

@@ -21,6 +21,8 @@ pub struct NodeInfo {
     pub hello: bool,
     /// Its peer port (`peer` feature), where group members reach it.
     pub peer: Option<String>,
+    /// It takes group commands carrying a class (`group-priority` feature).
+    pub group_priority: bool,
 }
 
 /// A connected node as the rest of the server sees it.

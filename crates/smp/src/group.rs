@@ -23,6 +23,8 @@ use crate::error::ProtocolError;
 use crate::header::MsgType;
 use crate::outframe::OutFrame;
 use crate::peer::{Algo, DType, ReduceOp};
+use crate::priority::{class_field, class_from_field};
+use crate::stream::DEFAULT_CLASS;
 
 /// Largest group a user may ask for (bounds every member list).
 pub const MAX_GROUP: u32 = 1024;
@@ -221,6 +223,11 @@ pub struct GroupCmd {
     pub root: u32,
     /// How long the node may wait on other members for this command.
     pub timeout_ms: u32,
+    /// Priority class 0 (most urgent) … 7 of a collective's data on the
+    /// links between members (issue 11). On the wire only where both ends
+    /// agreed `features::GROUP_PRIORITY`; [`DEFAULT_CLASS`] is written as
+    /// the bytes of a command without one.
+    pub class: u8,
     pub a: String,
     pub b: String,
     pub data: Bytes,
@@ -250,6 +257,7 @@ impl GroupCmd {
             reduce: ReduceOp::None,
             root: 0,
             timeout_ms: 10_000,
+            class: DEFAULT_CLASS,
             a: String::new(),
             b: String::new(),
             data: Bytes::new(),
@@ -267,7 +275,12 @@ impl GroupCmd {
         }
         let seq = p.get_u32_le();
         let target = p.get_u32_le();
-        let cmd = Cmd::from_u8(p.get_u8())?;
+        // The low nibble is the command, the high one its class.
+        let byte = p.get_u8();
+        let cmd =
+            Cmd::from_u8(byte & 0x0F).map_err(|_| bad(format!("unknown group command {byte}")))?;
+        let class = class_from_field(byte >> 4)
+            .ok_or_else(|| bad(format!("unknown group command {byte}")))?;
         let algo = match p.get_u8() {
             0 => None,
             v => Some(Algo::from_u8(v).map_err(|e| bad(e.to_string()))?),
@@ -301,6 +314,7 @@ impl GroupCmd {
             reduce,
             root,
             timeout_ms,
+            class,
             a,
             b,
             data: p,
@@ -316,7 +330,7 @@ impl GroupCmd {
         v.extend_from_slice(&self.seq.to_le_bytes());
         v.extend_from_slice(&self.target.to_le_bytes());
         v.extend_from_slice(&[
-            self.cmd as u8,
+            self.cmd as u8 | class_field(self.class) << 4,
             self.algo.map_or(0, |a| a as u8),
             self.dtype as u8,
             self.reduce as u8,
@@ -333,6 +347,19 @@ impl GroupCmd {
     /// How errors name this command: `allreduce #4`.
     pub fn label(&self) -> String {
         format!("{} #{}", self.cmd, self.seq)
+    }
+
+    /// The payload of command `payload` without its class, for a node
+    /// that did not agree `features::GROUP_PRIORITY` (an older node would
+    /// refuse the command byte). `None`: it carries none, relay it as is.
+    pub fn without_class(payload: &Bytes) -> Option<Bytes> {
+        let byte = *payload.get(8)?;
+        if byte >> 4 == 0 {
+            return None;
+        }
+        let mut v = payload.to_vec();
+        v[8] = byte & 0x0F;
+        Some(Bytes::from(v))
     }
 }
 
@@ -502,6 +529,44 @@ mod tests {
             GroupCmd::parse(Bytes::copy_from_slice(&wire[8..])).unwrap(),
             c
         );
+    }
+
+    #[test]
+    fn a_class_rides_in_the_command_byte_and_the_default_is_the_old_bytes() {
+        let mut c = GroupCmd::new(4, ALL_RANKS, Cmd::Allreduce);
+        c.a = "x".into();
+        let old = c.to_frame().unwrap().to_vec();
+        assert_eq!(old[8 + 8], 7, "class 4: the command byte alone");
+        // What an older client sends parses as the default class.
+        let p = GroupCmd::parse(Bytes::copy_from_slice(&old[8..])).unwrap();
+        assert_eq!(p.class, DEFAULT_CLASS);
+        assert_eq!(
+            GroupCmd::without_class(&Bytes::copy_from_slice(&old[8..])),
+            None
+        );
+        for class in [0, 3, 5, 7] {
+            c.class = class;
+            let wire = c.to_frame().unwrap().to_vec();
+            assert_eq!(wire[8 + 8], (8 | class) << 4 | 7);
+            let payload = Bytes::copy_from_slice(&wire[8..]);
+            assert_eq!(GroupCmd::parse(payload.clone()).unwrap(), c);
+            // For an older node: the same command without its class.
+            let stripped = GroupCmd::without_class(&payload).unwrap();
+            assert_eq!(&stripped[..], &old[8..]);
+        }
+        // High nibbles no sender writes are refused: 1–7, and class 4
+        // spelt 8 + 4 (one encoding per class: a parsed command re-encodes
+        // to the bytes it came from).
+        for (byte, shown) in [(0x17, 23), (0xC7, 199)] {
+            let mut q = old[8..].to_vec();
+            q[8] = byte;
+            let e = GroupCmd::parse(Bytes::from(q)).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("unknown group command {shown}")),
+                "{e}"
+            );
+        }
     }
 
     #[test]

@@ -34,6 +34,13 @@ pub mod features {
     /// The user drives a group of gang-allocated nodes (issue 9): group
     /// control (0x18), commands (0x19) and replies (0x1A), see [`crate::group`].
     pub const GROUP: &str = "group";
+    /// Group commands may carry a priority class (issue 11): the high
+    /// nibble of a command's byte 8 (docs/protocol.md "0x19 — group
+    /// command"). Agreed user ↔ server and server ↔ node; the server
+    /// clears the class of a command it relays to a node without it, and
+    /// a client whose server did not agree sends every command in the
+    /// default class.
+    pub const GROUP_PRIORITY: &str = "group-priority";
     /// Messages as streams (issue 11): on this link a data message (and a
     /// result) may travel as chunks (type 0x1D, [`crate::stream`]) of at
     /// most the negotiated `chunk_size` bytes, each carrying a priority

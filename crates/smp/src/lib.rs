@@ -29,6 +29,7 @@ pub mod message;
 pub mod notify;
 pub mod outframe;
 pub mod peer;
+pub mod priority;
 pub mod status;
 pub mod stream;
 pub mod tls;

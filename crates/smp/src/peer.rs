@@ -15,6 +15,8 @@ use bytes::{Buf, Bytes};
 use crate::error::ProtocolError;
 use crate::header::{Header, MsgType, HEADER_LEN};
 use crate::outframe::Inline;
+use crate::priority::{class_field, class_from_field};
+use crate::stream::DEFAULT_CLASS;
 
 /// Length of the routing header at the start of every peer payload.
 pub const PEER_HEADER_LEN: usize = 24;
@@ -168,6 +170,10 @@ pub struct CollHeader {
     /// Offset of this chunk in its block, and the block's whole length.
     pub offset: u64,
     pub total: u64,
+    /// Priority class of the collective (issue 11), 0 most urgent … 7: the
+    /// links it crosses order its data by it. A chunk from a node that
+    /// predates classes reads as [`DEFAULT_CLASS`].
+    pub class: u8,
 }
 
 /// Body of a peer message, by kind.
@@ -231,7 +237,16 @@ impl CollHeader {
             block: 0,
             offset: 0,
             total,
+            class: DEFAULT_CLASS,
         }
+    }
+
+    /// The class of a collective chunk on its way out, read from its
+    /// routing and collective headers (`head`, the payload's first bytes):
+    /// a forwarding node queues it by the class its source gave it.
+    pub fn class_in(head: &[u8]) -> Option<u8> {
+        let b = *head.get(PEER_HEADER_LEN + 9)?;
+        Some(class_from_field(b).unwrap_or(DEFAULT_CLASS))
     }
 
     fn parse(b: &[u8], data_len: usize) -> Result<Self, ProtocolError> {
@@ -246,6 +261,9 @@ impl CollHeader {
             block: u32_at(b, 16),
             offset: u64_at(b, 24),
             total: u64_at(b, 32),
+            // Formerly reserved and ignored on input: a value no sender
+            // writes is still ignored.
+            class: class_from_field(b[9]).unwrap_or(DEFAULT_CLASS),
         };
         let end = c.offset.checked_add(data_len as u64);
         if end.is_none_or(|e| e > c.total) {
@@ -266,7 +284,8 @@ impl CollHeader {
             self.dtype as u8,
             self.reduce as u8,
         ]);
-        out[9..12].fill(0);
+        out[9] = class_field(self.class);
+        out[10..12].fill(0);
         out[12..16].copy_from_slice(&self.root.to_le_bytes());
         out[16..20].copy_from_slice(&self.block.to_le_bytes());
         out[20..24].fill(0);
@@ -482,6 +501,7 @@ mod tests {
             block: 3,
             offset: 16,
             total: 40,
+            class: 2,
         };
         let wire = round_trip(&PeerMsg {
             header: hdr(PeerKind::Collective),
@@ -502,6 +522,38 @@ mod tests {
                 reason: "link lost".into(),
             },
         });
+    }
+
+    #[test]
+    fn a_collective_class_rides_in_a_formerly_reserved_byte() {
+        let chunk = |class| PeerMsg {
+            header: hdr(PeerKind::Collective),
+            body: PeerBody::Collective {
+                coll: CollHeader {
+                    class,
+                    ..CollHeader::bcast(3)
+                },
+                data: Bytes::from_static(b"abc"),
+            },
+        };
+        let at = HEADER_LEN + PEER_HEADER_LEN + 9;
+        // The default class is the bytes an older node writes (0).
+        let old = round_trip(&chunk(DEFAULT_CLASS));
+        assert_eq!(old[at], 0);
+        for class in [0, 1, 6, 7] {
+            let wire = round_trip(&chunk(class));
+            assert_eq!(wire[at], 8 | class);
+            assert_eq!(CollHeader::class_in(&wire[HEADER_LEN..]), Some(class));
+        }
+        // A value no sender writes is ignored, as the reserved byte was.
+        let mut odd = old.clone();
+        odd[at] = 3;
+        let m = PeerMsg::parse(Bytes::copy_from_slice(&odd[HEADER_LEN..])).unwrap();
+        assert_eq!(m, chunk(DEFAULT_CLASS));
+        assert_eq!(
+            CollHeader::class_in(&odd[HEADER_LEN..]),
+            Some(DEFAULT_CLASS)
+        );
     }
 
     #[test]

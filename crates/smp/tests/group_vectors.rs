@@ -25,7 +25,7 @@ fn decode(wire: &[u8]) -> Result<(Value, Option<Vec<u8>>), ProtocolError> {
             let v = json!({
                 "seq": c.seq, "target": c.target, "cmd": c.cmd.name(),
                 "algo": c.algo.map(|a| a.name()), "dtype": c.dtype.name(),
-                "reduce": c.reduce.name(), "root": c.root, "timeout_ms": c.timeout_ms,
+                "reduce": c.reduce.name(), "root": c.root, "timeout_ms": c.timeout_ms, "class": c.class,
                 "a": c.a, "b": c.b, "data_hex": hex::encode(&c.data),
             });
             (v, Some(c.to_frame().unwrap().to_vec()))
@@ -44,7 +44,7 @@ fn decode(wire: &[u8]) -> Result<(Value, Option<Vec<u8>>), ProtocolError> {
 
 #[test]
 fn valid_group_vectors_decode_and_reencode() {
-    check_valid(&vectors("group.json"), 6, decode);
+    check_valid(&vectors("group.json"), 7, decode);
 }
 
 #[test]

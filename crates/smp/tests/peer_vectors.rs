@@ -25,7 +25,7 @@ fn decode(wire: &[u8]) -> Result<(PeerMsg, Value), ProtocolError> {
             "coll": {
                 "seq": c.seq, "op": c.op.name(), "phase": c.phase, "algo": c.algo.name(),
                 "dtype": c.dtype.name(), "reduce": c.reduce.name(), "root": c.root,
-                "block": c.block, "offset": c.offset, "total": c.total,
+                "block": c.block, "offset": c.offset, "total": c.total, "class": c.class,
             },
             "data_hex": hex::encode(data),
         }),
@@ -50,7 +50,7 @@ fn decode_again(wire: &[u8]) -> Result<(Value, Option<Vec<u8>>), ProtocolError> 
 fn valid_peer_vectors_decode_and_reencode_byte_exact() {
     let doc = vectors("peer.json");
     assert_eq!(doc["type"], MsgType::Peer as u8);
-    check_valid(&doc, 4, decode_again);
+    check_valid(&doc, 5, decode_again);
 }
 
 #[test]

@@ -38,19 +38,23 @@ fn coll(len: usize) -> impl Strategy<Value = CollHeader> {
         any::<u32>(),
         0u64..1 << 40,
         0u64..1 << 20,
+        0u8..8,
     )
         .prop_map(
-            move |(seq, op, phase, algo, dtype, reduce, root, block, offset, extra)| CollHeader {
-                seq,
-                op,
-                phase,
-                algo,
-                dtype,
-                reduce,
-                root,
-                block,
-                offset,
-                total: offset + len as u64 + extra,
+            move |(seq, op, phase, algo, dtype, reduce, root, block, offset, extra, class)| {
+                CollHeader {
+                    seq,
+                    op,
+                    phase,
+                    algo,
+                    dtype,
+                    reduce,
+                    root,
+                    block,
+                    offset,
+                    total: offset + len as u64 + extra,
+                    class,
+                }
             },
         )
 }
@@ -115,7 +119,8 @@ proptest! {
         let mut p = vec![kind, 0];
         p.extend(rest);
         if let Ok(m) = PeerMsg::parse(Bytes::from(p.clone())) {
-            // Reserved bytes of the collective header are ignored on input, written as zero.
+            // Reserved bytes of the collective header are ignored on input,
+            // written as zero; so is a class field no sender writes.
             let mut again = m.to_frame().unwrap().to_vec().split_off(HEADER_LEN);
             if m.header.kind == PeerKind::Collective {
                 let at = 24;

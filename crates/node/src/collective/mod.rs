@@ -89,6 +89,9 @@ struct Ctx {
     root: u32,
     dtype: DType,
     reduce: ReduceOp,
+    /// Priority class of its data on the links (not compared with the
+    /// chunks' own: a member that predates classes sends the default).
+    class: u8,
     tree: Tree,
 }
 
@@ -113,6 +116,7 @@ impl Ctx {
             block,
             offset,
             total,
+            class: self.class,
         }
     }
 
@@ -141,6 +145,8 @@ pub struct Group {
     stash: HashMap<u32, VecDeque<Chunk>>,
     stash_bytes: usize,
     failed: Option<CollError>,
+    /// Priority class of the next calls' data on the links.
+    class: u8,
 }
 
 impl Group {
@@ -154,6 +160,7 @@ impl Group {
             stash: HashMap::new(),
             stash_bytes: 0,
             failed: None,
+            class: corefarm_smp::stream::DEFAULT_CLASS,
         }
     }
 
@@ -172,6 +179,14 @@ impl Group {
     /// Changes the wait bound of the next calls (each group command carries its own).
     pub fn set_timeout(&mut self, timeout: Duration) {
         self.opts.timeout = timeout;
+    }
+
+    /// Sets the priority class (0 most urgent … 7) of the next calls' data
+    /// on the links (each group command carries its own): each member's
+    /// outgoing links serve it by class, so an urgent collective's chunks
+    /// pass a bulk one's still queued.
+    pub fn set_class(&mut self, class: u8) {
+        self.class = class.min(corefarm_smp::stream::CLASSES - 1);
     }
 
     fn peer_err(&self, ctx: &Ctx, rank: u32, reason: impl Into<String>) -> CollError {
@@ -207,6 +222,7 @@ impl Group {
             root,
             dtype,
             reduce,
+            class: self.class,
             tree: Tree::new(algo, n, root.min(n - 1)),
         };
         if let Some(e) = &self.failed {

@@ -5,10 +5,10 @@
 
 use std::collections::{HashMap, VecDeque};
 
-use corefarm_smp::{PeerFrame, PeerKind};
+use corefarm_smp::{CollHeader, PeerFrame, PeerKind};
 use tokio::sync::OwnedSemaphorePermit;
 
-use super::outq::{CONTROL_CLASS, DATA_CLASS};
+use super::outq::Lane;
 
 /// A message waiting for its link.
 #[derive(Debug)]
@@ -21,23 +21,30 @@ pub struct Queued {
     /// node must never wait on its own queue, or routes that form a cycle
     /// could deadlock).
     pub permit: Option<OwnedSemaphorePermit>,
-    /// Priority class on the link: collective data in [`DATA_CLASS`],
-    /// everything else (aborts, empty chunks such as a barrier's) in
-    /// [`CONTROL_CLASS`], above it.
-    pub class: u8,
+    /// Where it waits on the link: collective data in the class its
+    /// collective header carries, everything else (aborts, empty chunks
+    /// such as a barrier's) in the control lane above every class.
+    pub lane: Lane,
+    /// Its place in the order its link queued messages (set by the
+    /// outbox, which tracks by it how far a waiting message was passed).
+    pub(crate) ticket: u64,
 }
 
 impl Queued {
     pub fn new(dst: u32, frame: PeerFrame, permit: Option<OwnedSemaphorePermit>) -> Self {
-        let data = frame.payload_parts().is_some_and(|(head, body)| {
-            head.first() == Some(&(PeerKind::Collective as u8)) && !body.is_empty()
+        // Read from the frame, not passed in: a forwarded message keeps the
+        // class its source gave it.
+        let class = frame.payload_parts().and_then(|(head, body)| {
+            let data = head.first() == Some(&(PeerKind::Collective as u8)) && !body.is_empty();
+            data.then(|| CollHeader::class_in(head)).flatten()
         });
-        let class = if data { DATA_CLASS } else { CONTROL_CLASS };
+        let lane = class.map_or(Lane::Control, Lane::Data);
         Queued {
             dst,
             frame,
             permit,
-            class,
+            lane,
+            ticket: 0,
         }
     }
 }

@@ -95,6 +95,11 @@ impl Handler {
             agreed.features = [features::ERROR, features::GROUP]
                 .map(String::from)
                 .to_vec();
+            // Commands with a class are relayed (without it to a node
+            // that did not agree it): `features::GROUP_PRIORITY`.
+            if h.has(features::GROUP_PRIORITY) {
+                agreed.features.push(features::GROUP_PRIORITY.into());
+            }
             agreed.nodes = Some(0);
             agreed.max_message = Some(self.shared.opts.max_message);
             self.hello = Some(agreed.clone());
