@@ -357,3 +357,6 @@ fn send(w: &mut TcpStream, id: u32, class: u8, data: Bytes, chunk: u32) -> std::
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests;

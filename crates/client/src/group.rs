@@ -486,4 +486,4 @@ impl Group {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -248,66 +248,8 @@ impl Group {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::group::tests::{server, NO_PEER};
     use crate::group::GroupOptions;
-    use corefarm_smp::blocking::{write_frame, FrameReader};
-    use corefarm_smp::group::{GroupCtl, GroupMember, GroupReply};
-    use corefarm_smp::hello::features;
-    use corefarm_smp::{Hello, MsgType};
-    use std::net::TcpListener;
-
-    /// A scripted server of two ranks: agrees `group-priority` or not
-    /// (an older server), answers every command, and returns the command
-    /// bytes (byte 8 of each command) it received.
-    fn server(agree: bool) -> (String, std::thread::JoinHandle<Vec<u8>>) {
-        let l = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = l.local_addr().unwrap().to_string();
-        let t = std::thread::spawn(move || {
-            let (s, _) = l.accept().unwrap();
-            let mut w = s.try_clone().unwrap();
-            let mut r = FrameReader::new(s, 1 << 20);
-            let hello = Hello::decode(&r.read_frame().unwrap().unwrap().payload).unwrap();
-            assert!(hello.has(features::GROUP_PRIORITY), "the client offers it");
-            let mut answer = Hello::new("server");
-            answer.features = vec![features::ERROR.into(), features::GROUP.into()];
-            if agree {
-                answer.features.push(features::GROUP_PRIORITY.into());
-            }
-            write_frame(&mut w, answer.to_frame()).unwrap();
-            let mut bytes = Vec::new();
-            while let Ok(Some(f)) = r.read_frame() {
-                match f.ty {
-                    MsgType::GroupCtl => {
-                        if let Ok(GroupCtl::Open { .. }) = GroupCtl::decode(&f.payload) {
-                            let members = (0..2)
-                                .map(|rank| GroupMember {
-                                    rank,
-                                    name: format!("n{rank}"),
-                                    peer: "127.0.0.1:9".into(),
-                                })
-                                .collect();
-                            let opened = GroupCtl::Opened {
-                                group: 1,
-                                members,
-                                token: 0,
-                            };
-                            write_frame(&mut w, opened.to_frame()).unwrap();
-                        }
-                    }
-                    MsgType::GroupCmd => {
-                        bytes.push(f.payload[8]);
-                        let c = GroupCmd::parse(f.payload).unwrap();
-                        for rank in 0..2 {
-                            let ok = GroupReply::ok(c.seq, rank, Bytes::new());
-                            write_frame(&mut w, ok.to_frame().unwrap()).unwrap();
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            bytes
-        });
-        (addr, t)
-    }
 
     fn urgent_allreduce(addr: &str) -> bool {
         let mut opts = GroupOptions::new(2);
@@ -324,11 +266,11 @@ mod tests {
     #[test]
     fn a_class_goes_only_to_a_server_that_agreed_it() {
         let allreduce = Cmd::Allreduce as u8;
-        let (addr, t) = server(true);
+        let (addr, t) = server(true, &[NO_PEER; 2]);
         assert!(urgent_allreduce(&addr));
         assert_eq!(t.join().unwrap(), [0x80 | allreduce, allreduce]);
         // An older server would refuse the byte: class 4 for everything.
-        let (addr, t) = server(false);
+        let (addr, t) = server(false, &[NO_PEER; 2]);
         assert!(!urgent_allreduce(&addr));
         assert_eq!(t.join().unwrap(), [allreduce, allreduce]);
     }

@@ -1,5 +1,68 @@
 use super::*;
 use corefarm_model::collectives::PerTree;
+use corefarm_smp::group::GroupCtl;
+use std::net::TcpListener;
+
+/// A member's peer address that is never contacted (tests of the control
+/// plane only).
+pub(crate) const NO_PEER: &str = "127.0.0.1:9";
+
+/// A scripted server: agrees `group-priority` or not (an older server),
+/// opens a group whose rank r has peer address `peers[r]`, answers every
+/// command for every rank, and returns the command bytes (byte 8 of each
+/// command) it received once the client closes the connection.
+pub(crate) fn server(agree: bool, peers: &[&str]) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+    let peers: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = FrameReader::new(s, 1 << 20);
+        let hello = Hello::decode(&r.read_frame().unwrap().unwrap().payload).unwrap();
+        assert!(hello.has(features::GROUP_PRIORITY), "the client offers it");
+        let mut answer = Hello::new("server");
+        answer.features = vec![features::ERROR.into(), features::GROUP.into()];
+        if agree {
+            answer.features.push(features::GROUP_PRIORITY.into());
+        }
+        write_frame(&mut w, answer.to_frame()).unwrap();
+        let mut bytes = Vec::new();
+        while let Ok(Some(f)) = r.read_frame() {
+            match f.ty {
+                MsgType::GroupCtl => {
+                    if let Ok(GroupCtl::Open { .. }) = GroupCtl::decode(&f.payload) {
+                        let members = (0..)
+                            .zip(&peers)
+                            .map(|(rank, peer)| GroupMember {
+                                rank,
+                                name: format!("n{rank}"),
+                                peer: peer.clone(),
+                            })
+                            .collect();
+                        let opened = GroupCtl::Opened {
+                            group: 1,
+                            members,
+                            token: 0,
+                        };
+                        write_frame(&mut w, opened.to_frame()).unwrap();
+                    }
+                }
+                MsgType::GroupCmd => {
+                    bytes.push(f.payload[8]);
+                    let c = GroupCmd::parse(f.payload).unwrap();
+                    for rank in 0..peers.len() as u32 {
+                        let ok = GroupReply::ok(c.seq, rank, Bytes::new());
+                        write_frame(&mut w, ok.to_frame().unwrap()).unwrap();
+                    }
+                }
+                _ => {}
+            }
+        }
+        bytes
+    });
+    (addr, t)
+}
 
 #[test]
 fn auto_follows_the_stage_model() {
