@@ -3,6 +3,8 @@ import os
 import pathlib
 import sys
 
+import pytest
+
 HERE = pathlib.Path(__file__).resolve().parent
 SRC = HERE.parent  # python/: holds the package sources without the built extension
 
@@ -21,3 +23,17 @@ if not os.environ.get("COREFARM_BIN"):
 
     if find_binary():
         os.environ["COREFARM_BIN"] = find_binary()
+
+
+@pytest.fixture
+def one_node():
+    """`corefarm local` with one node, stopped after the test (the streaming
+    handler tests: their images are built with spinimage.py)."""
+    from realbin import Cluster
+    from spinimage import BIN
+
+    c = Cluster(BIN, 1)
+    try:
+        yield c
+    finally:
+        c.stop()

@@ -1,19 +1,23 @@
 """Images with streaming handler sets for the Python sPIN tests: the cores'
 side is the 16-in, 64-out echo of tests/fixtures/spin (shared with the Rust
-tests); the handler sets and their C sources come from each test."""
+tests); the handler sets and their C sources come from each test. They run
+on the single node of the `one_node` fixture (conftest.py)."""
 
 import json
 import pathlib
 import shutil
 import subprocess
 
+from realbin import find_binary
+
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures" / "spin"
+BIN = find_binary()
 
 
-def require_tools(binary):
+def require_tools():
     # A missing tool fails the test with its name (never a silent skip).
-    assert binary is not None, \
+    assert BIN is not None, \
         "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN"
     for tool in ("c++", "cc"):
         assert shutil.which(tool), f"no C/C++ compiler ({tool}) on PATH"
@@ -27,16 +31,16 @@ def rule_set(name, word0, **extra):
             **extra}
 
 
-def handler_image(binary, d, name, sets, sources, extra=()):
+def handler_image(d, name, sets, sources, extra=()):
     """Builds `name`.cfimg in directory `d` with `corefarm image build`
     (`extra`: more of its flags, e.g. element types)."""
-    require_tools(binary)
+    require_tools()
     echo = d / "echo.cpp"
     echo.write_text((FIXTURES / "echo.cpp").read_text())
     (d / "sets.json").write_text(json.dumps(sets))
     out = d / f"{name}.cfimg"
     subprocess.run(
-        [binary, "image", "build", "--hls", str(echo), "--entry", "echo", *extra,
+        [BIN, "image", "build", "--hls", str(echo), "--entry", "echo", *extra,
          "--handlers", str(d / "sets.json"), "--handler-source", *map(str, sources),
          "-o", str(out)],
         check=True)

@@ -8,31 +8,19 @@ import struct
 import pytest
 
 import corefarm
-from realbin import Cluster, find_binary
 from spinimage import FIXTURES, handler_image, rule_set
-
-BIN = find_binary()
 
 
 @pytest.fixture(scope="module")
 def image(tmp_path_factory):
     # Word 0 = 8 selects `tally`.
-    return handler_image(BIN, tmp_path_factory.mktemp("notify"), "tally",
+    return handler_image(tmp_path_factory.mktemp("notify"), "tally",
                          [rule_set("tally", 8)], [FIXTURES / "tally.c"])
 
 
-@pytest.fixture
-def cluster():
-    c = Cluster(BIN, 1)
-    try:
-        yield c
-    finally:
-        c.stop()
-
-
-def test_notifications_come_before_the_result(cluster, image):
+def test_notifications_come_before_the_result(one_node, image):
     sizes = [16, 4096, 160]
-    with corefarm.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+    with corefarm.connect(one_node.users_addr, nodes=1, timeout=60) as c:
         assert "spin-notify" in c.server_hello["features"]
         c.configure(image)
         assert c.recv_notification(timeout=0.01) is None
@@ -54,13 +42,13 @@ def test_notifications_come_before_the_result(cluster, image):
         assert c.notifications_dropped == 0
 
 
-def test_asyncio_clients_get_notifications_too(cluster, image):
+def test_asyncio_clients_get_notifications_too(one_node, image):
     import asyncio
 
     import corefarm.aio
 
     async def main():
-        async with await corefarm.aio.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+        async with await corefarm.aio.connect(one_node.users_addr, nodes=1, timeout=60) as c:
             await c.configure(image)
             msg = struct.pack("<2I", 8, 0xB0) + bytes(56)
             out = await c.run(msg)

@@ -12,10 +12,8 @@ import struct
 import pytest
 
 import corefarm
-from realbin import Cluster, find_binary
 from spinimage import ROOT, handler_image, rule_set
 
-BIN = find_binary()
 INPUT, OUTPUT = 16, 64
 
 
@@ -23,17 +21,8 @@ INPUT, OUTPUT = 16, 64
 def image(tmp_path_factory):
     names = ("sum", "filter", "histogram", "strided")
     sets = [rule_set(n, w, budgets={"scratch": 1 << 20}) for w, n in enumerate(names, 1)]
-    return handler_image(BIN, tmp_path_factory.mktemp("spin"), "spin", sets,
+    return handler_image(tmp_path_factory.mktemp("spin"), "spin", sets,
                          [ROOT / "cores" / "spin" / f"{n}.c" for n in names])
-
-
-@pytest.fixture
-def cluster():
-    c = Cluster(BIN, 1)
-    try:
-        yield c
-    finally:
-        c.stop()
 
 
 def header(word0, a=0, b=0, c=0):
@@ -47,7 +36,7 @@ def exactly(got, msg, want):
     assert got == want, msg[:4]
 
 
-def test_reference_handlers_through_a_real_node(cluster, image):
+def test_reference_handlers_through_a_real_node(one_node, image):
     rng = random.Random(5)
     data = bytes(rng.getrandbits(8) for _ in range(16 * 700))
     ints = struct.unpack(f"<{len(data) // 4}i", data)
@@ -69,7 +58,7 @@ def test_reference_handlers_through_a_real_node(cluster, image):
         (header(3) + data, struct.pack("<256Q", *hist)),
         (header(4, count, block, stride) + packed, bytes(unpacked)),
     ]
-    with corefarm.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+    with corefarm.connect(one_node.users_addr, nodes=1, timeout=60) as c:
         c.configure(image)
         got = list(c.map([m for m, _ in cases], window=1))
         for (msg, want), out in zip(cases, got):
@@ -83,16 +72,16 @@ def test_reference_handlers_through_a_real_node(cluster, image):
             assert out[k * OUTPUT + 16:(k + 1) * OUTPUT] == b"\xee" * 48
 
 
-def test_a_typed_sum_comes_back_as_a_1d_array_of_the_output_element(cluster, tmp_path):
+def test_a_typed_sum_comes_back_as_a_1d_array_of_the_output_element(one_node, tmp_path):
     np = pytest.importorskip("numpy")
-    out = handler_image(BIN, tmp_path, "typed", [rule_set("sum", 1)],
+    out = handler_image(tmp_path, "typed", [rule_set("sum", 1)],
                         [ROOT / "cores" / "spin" / "sum.c"],
                         extra=("--input-type", "int32[4]", "--output-type", "int64[8]"))
     rng = random.Random(11)
     words = [rng.randrange(-2**31, 2**31) for _ in range(4 * 300)]
     batch = np.array([[1, 0, 0, 0]] + [words[i:i + 4] for i in range(0, len(words), 4)],
                      dtype=np.int32)
-    with corefarm.connect(cluster.users_addr, nodes=1, timeout=60) as c:
+    with corefarm.connect(one_node.users_addr, nodes=1, timeout=60) as c:
         c.configure(out)
         assert c.types == ("int32[4]", "int64[8]")
         (got,) = list(c.map([batch], window=1))
