@@ -1354,11 +1354,13 @@ def exp_streams(ctx: Context) -> dict:
     geometric number of inputs per message (`corefarm bench classes`): each class's measured mean time
     from submit to result beside Cobham's formula (M/G/1 with the calibrated service moments, and the
     M/M/1 form of seed 001). Each run calibrates afresh.
-    `hol` (streams_hol) and `overlap` (streams_overlap) follow. Not part of `all`."""
+    `hol` (streams_hol), `overlap` (streams_overlap) and `pool` (streams_pool: handler throughput against
+    the node's handler worker count) follow. Not part of `all`."""
     binary = str(ctx.need_binary())
     loads = [0.3, 0.7] if ctx.quick else [0.1, 0.3, 0.5, 0.7, 0.9]
     seconds = 1.0 if ctx.quick else max(ctx.duration, 20.0)
-    rec = Recorder(ctx, "streams", len(loads) * 2 + 7 + (3 if ctx.quick else 6),
+    pool_rounds = POOL_ROUNDS[:1] if ctx.quick else POOL_ROUNDS
+    rec = Recorder(ctx, "streams", len(loads) * 2 + 7 + (3 if ctx.quick else 6) + len(pool_rounds),
                    {"loads": loads, "urgent_share": 0.3, "duration_s": seconds, "runs": ctx.runs})
     per_key: dict[tuple, list] = {}
     failure = None
@@ -1382,6 +1384,7 @@ def exp_streams(ctx: Context) -> dict:
             rec.add({"part": "model", "load": load, "class": cls}, per_key.get((load, cls), []), failure)
     streams_hol(ctx, rec, binary)
     streams_overlap(ctx, rec, binary)
+    streams_pool(ctx, rec, binary, pool_rounds)
     return rec.write()
 
 
@@ -1446,6 +1449,31 @@ def streams_overlap(ctx: "Context", rec: "Recorder", binary: str) -> None:
     bulk = [] if obj is None else [{k: obj[k] for k in ("bulk_MBps_whole", "bulk_MBps_chunked",
                                                           "bulk_chunked_over_whole")}]
     rec.add({"part": "overlap", "bulk": "16 MiB"}, bulk, failure)
+
+
+# Compute per 8-byte word of the `pool` part's handler: light, medium, compute-bound.
+POOL_ROUNDS = [200, 50, 10]
+
+
+def streams_pool(ctx: "Context", rec: "Recorder", binary: str, rounds: list[int]) -> None:
+    """`pool`: bench/handler_pool.py, handler throughput against the node's handler worker count
+    (`--handler-workers 1` and `2`, one payload thread each): messages per second of a stream of 256 KiB
+    messages, at most 4 in flight, through two one-node clusters side by side, measurements alternating."""
+    env = dict(os.environ, COREFARM_BIN=binary)
+    for r in rounds:
+        args = [sys.executable, str(ROOT / "bench" / "handler_pool.py"), "--rounds", str(r),
+                "--messages", "20" if ctx.quick else "100", "--repeat", "1" if ctx.quick else "7"]
+        try:
+            p = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env,
+                               start_new_session=True)
+            obj = json.loads(p.stdout) if p.returncode == 0 else None
+            failure = None if obj else (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+        except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+            obj, failure = None, str(e)
+        runs = [] if obj is None else [{"messages_per_s_1": obj["messages_per_s"]["1"],
+                                        "messages_per_s_2": obj["messages_per_s"]["2"],
+                                        "two_over_one": obj["ratio_over_first"]["2"]}]
+        rec.add({"part": "pool", "rounds": r, "size_kib": 256}, runs, failure)
 
 
 RUNNERS["streams"] = exp_streams
