@@ -52,3 +52,29 @@ async fn a_nodes_per_input_error_keeps_the_code_a_user_can_act_on() {
         }
     }
 }
+
+#[tokio::test]
+async fn a_hello_user_without_the_error_feature_is_not_left_waiting_for_a_failed_input() {
+    for sharing in [Sharing::Exclusive, Sharing::Shared] {
+        let srv = start(options(sharing)).await;
+        let failing = Behaviour::FailWith(ErrorCode::CoreFailure as u32);
+        let _node = FakeNode::spawn(srv.nodes, "refuser", 1, failing).await;
+        srv.wait_free_nodes(1).await;
+        let feats = [corefarm_smp::hello::features::CREDIT];
+        let (mut u, f) = FakeUser::hello_with(srv.users, "no-errors", Some(1), &feats).await;
+        assert_eq!(f.ty, MsgType::Hello, "{sharing:?}");
+        assert_eq!(u.configure(&bench(16, 16)).await.0, 0);
+        u.send(OutFrame::data(5, Bytes::from(vec![0u8; 16])).unwrap())
+            .await;
+        // It cannot be told about one input: its session ends (no error
+        // frame it did not agree, no result), instead of the message
+        // silently never being answered.
+        while let Some(f) = u.recv().await {
+            assert_eq!(
+                f.ty,
+                MsgType::Credit,
+                "{sharing:?}: only credit, then the end"
+            );
+        }
+    }
+}

@@ -326,7 +326,7 @@ impl Session {
                 let data = match self.fit_result(data, count) {
                     Ok(data) => data,
                     // Like a failed core (`ToUser::Failed` below).
-                    Err(why) if self.hello.is_some() => {
+                    Err(why) if self.agreed(features::ERROR) => {
                         return self.send_error(id, ErrorCode::CoreFailure, why).await
                     }
                     Err(why) => return self.fail(id, ErrorCode::CoreFailure, why).await,
@@ -364,10 +364,11 @@ impl Session {
             }
             ToUser::Failed { id, code, reason } => {
                 self.outstanding = self.outstanding.saturating_sub(1);
-                if self.hello.is_some() {
+                if self.agreed(features::ERROR) {
                     self.send_error(id, code, reason).await
                 } else {
-                    // A seed user cannot be told about one input: the session ends.
+                    // A seed user (or a hello without `error`) cannot be
+                    // told about one input: the session ends.
                     self.fail(id, code, reason).await
                 }
             }

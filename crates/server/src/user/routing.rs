@@ -342,7 +342,10 @@ impl Handler {
         self.entry
             .m
             .failure(&self.shared.metrics, || self.entry.label());
-        if self.hello.is_some() {
+        // Only a user that agreed `error` can be told about one input; any
+        // other (a seed user, or a hello without it) would otherwise never
+        // hear of this message again, so its session ends with the reason.
+        if self.agreed(features::ERROR) {
             self.send_error(user_id, code, reason).await
         } else {
             Err(self.fail_user(user_id, code, reason).await)
