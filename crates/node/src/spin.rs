@@ -185,7 +185,7 @@ fn lane(
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
     while let Some((ctx, job)) = rx.wait() {
-        let (job, kept, mut done) = match job {
+        let (mut job, kept, mut done) = match job {
             LaneJob::Whole(job) => {
                 let done = worker.run(ctx, job.id, &job.data, chunk);
                 (job, Vec::new(), done)
@@ -196,6 +196,7 @@ fn lane(
                 None => continue,
             },
         };
+        guard_notes(&mut job, &mut done);
         if !queue_notes(&results, ctx, job.id, &mut done) {
             return;
         }
@@ -265,6 +266,27 @@ fn answer(shape: ResultShape, set: &str, job: Job, outcome: Outcome) -> Result<O
     Ok(out)
 }
 
+/// The notifications of `job` wait in the sending queue before its result
+/// (up to 256 of up to 4 KiB each): the job's reservation grows by their
+/// bytes, held until its result is written. Without waiting, as for a
+/// longer result ([`answer`]); if the guard cannot hold them they are
+/// dropped and counted as such, and the message itself goes on.
+fn guard_notes(job: &mut Job, done: &mut corefarm_cores::worker::SpinOutcome) {
+    let bytes: usize = done.notifications.iter().map(Vec::len).sum();
+    if let Err(short) = job.reservation.try_grow(bytes) {
+        tracing::warn!(
+            id = job.id,
+            "{} handler notification(s) of {bytes} bytes dropped: the node's memory guard \
+             has {} of its {} bytes free",
+            done.notifications.len(),
+            short.free,
+            short.limit
+        );
+        done.notifications_dropped += done.notifications.len() as u64;
+        done.notifications.clear();
+    }
+}
+
 /// Queues the notifications of message `id` just before its result or
 /// error (the sending task keeps them ahead of it, [`crate::notes`]).
 /// `false` once the sending task is gone.
@@ -282,7 +304,8 @@ fn queue_notes(
             corefarm_cores::worker::MAX_NOTIFICATIONS
         );
     }
-    if done.notifications.is_empty() {
+    // Dropped ones alone still go, to be counted where the rest are.
+    if done.notifications.is_empty() && done.notifications_dropped == 0 {
         return true;
     }
     let notes = Outgoing::Notes {
@@ -378,6 +401,33 @@ mod tests {
 
     fn held(g: &MemoryGuard) -> usize {
         g.limit() - g.available()
+    }
+
+    fn noted(notes: Vec<Vec<u8>>) -> corefarm_cores::worker::SpinOutcome {
+        corefarm_cores::worker::SpinOutcome {
+            outcome: Outcome::Dropped,
+            notifications: notes,
+            notifications_dropped: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn notifications_are_held_in_the_guard_or_dropped_when_it_is_full() {
+        let g = MemoryGuard::new(64 * 1024);
+        let mut j = job(&g, 1, 1, ANY).await;
+        let mut done = noted(vec![vec![1; 4096]; 4]);
+        guard_notes(&mut j, &mut done);
+        assert_eq!(done.notifications.len(), 4);
+        assert_eq!(held(&g), 1024 + 4 * 4096, "the notes' bytes join the job's");
+        // Another job's notes that do not fit what is left: dropped, counted.
+        let mut k = job(&g, 2, 1, ANY).await;
+        let mut more = noted(vec![vec![2; 4096]; 12]);
+        guard_notes(&mut k, &mut more);
+        assert!(more.notifications.is_empty());
+        assert_eq!(more.notifications_dropped, 12);
+        assert_eq!(held(&g), 2 * 1024 + 4 * 4096, "nothing taken for them");
+        drop((j, k));
+        assert_eq!(held(&g), 0, "all given back with the jobs");
     }
 
     #[tokio::test]
