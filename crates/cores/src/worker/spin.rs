@@ -96,43 +96,48 @@ impl HandlerWorker {
         let contexts = sets.iter().map(|s| (s.ruleset.clone(), ())).collect();
         let memory = super::spin_memory::create(&sets)
             .map_err(|e| LoadError::Backend(format!("handler memory: {e}")))?;
-        let mut w = HandlerWorker {
-            shared: Arc::new(Shared {
-                program: super::program(opts)?,
-                artifact: sealed_artifact(so)?,
-                memory,
-            }),
-            init: Init {
-                kind: "spin".into(),
-                entry: String::new(),
-                input_size: 0,
-                output_size: 0,
-                core: [0; 3],
-                timeout_us: 0,
-                poll_us: 0,
-                region_len: 0,
-                slots: 0,
-                spin: sets,
-                spin_threads: threads.clamp(1, 64) as u32,
-            },
-            contexts,
-            worker: None,
-            buf: vec![0; MAX_MESSAGE],
-            current: None,
-            restarts: 0,
+        let shared = Arc::new(Shared {
+            program: super::program(opts)?,
+            artifact: sealed_artifact(so)?,
+            memory,
+        });
+        let init = Init {
+            kind: "spin".into(),
+            entry: String::new(),
+            input_size: 0,
+            output_size: 0,
+            core: [0; 3],
+            timeout_us: 0,
+            poll_us: 0,
+            region_len: 0,
+            slots: 0,
+            spin: sets,
+            spin_threads: threads.clamp(1, 64) as u32,
         };
-        w.ensure()?;
-        Ok(w)
+        Self::launch(shared, init, contexts)
     }
 
     /// Starts another worker of this one's pool: the same handler sets,
     /// sharing their memory and counters with it, and running messages of
     /// its own concurrently with it.
     pub fn sibling(&self) -> Result<HandlerWorker, LoadError> {
+        Self::launch(
+            self.shared.clone(),
+            self.init.clone(),
+            self.contexts.clone(),
+        )
+    }
+
+    /// A worker of the pool `shared` belongs to, started and loaded.
+    fn launch(
+        shared: Arc<Shared>,
+        init: Init,
+        contexts: Vec<(Ruleset, ())>,
+    ) -> Result<HandlerWorker, LoadError> {
         let mut w = HandlerWorker {
-            shared: self.shared.clone(),
-            init: self.init.clone(),
-            contexts: self.contexts.clone(),
+            shared,
+            init,
+            contexts,
             worker: None,
             buf: vec![0; MAX_MESSAGE],
             current: None,
