@@ -12,8 +12,9 @@
 
 #[path = "support/cc.rs"]
 mod cc;
+use cc::set;
 
-use corefarm_cores::spin::{BudgetSpec, HandlerSet, Mode, Outcome, Rule, Ruleset};
+use corefarm_cores::spin::{BudgetSpec, Outcome};
 use corefarm_cores::worker::HandlerWorker;
 use corefarm_cores::{LoadOptions, WorkerCommand};
 use corefarm_toolchain::{require_tool, Tool};
@@ -35,22 +36,6 @@ int stall_head(const cf_spin_args *a, const cf_spin_ops *ops) {
 }
 "#;
 const STALL_WORD0: u32 = 0x53;
-
-fn set(name: &str, word0: u32, budgets: BudgetSpec) -> HandlerSet {
-    HandlerSet {
-        name: name.into(),
-        ruleset: Ruleset {
-            mode: Mode::And,
-            rules: vec![Rule {
-                index: 0,
-                mask: u32::MAX,
-                start: word0,
-                end: word0,
-            }],
-        },
-        budgets,
-    }
-}
 
 /// `size` workers of one pool running `meet` and `stall`.
 fn pool(dir: &std::path::Path, size: usize) -> Vec<HandlerWorker> {

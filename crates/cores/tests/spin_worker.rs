@@ -5,11 +5,12 @@
 
 #[path = "support/cc.rs"]
 mod cc;
+use cc::set;
 
 use std::path::Path;
 use std::process::Command;
 
-use corefarm_cores::spin::{BudgetSpec, HandlerSet, Mode, Outcome, Rule, Ruleset};
+use corefarm_cores::spin::{BudgetSpec, HandlerSet, Outcome, Rule};
 use corefarm_cores::worker::HandlerWorker;
 use corefarm_cores::{LoadError, LoadOptions, WorkerCommand};
 use corefarm_toolchain::{require_tool, Tool};
@@ -27,22 +28,6 @@ fn compile(dir: &Path) -> Vec<u8> {
         &dir.join("spin.so"),
     ))
     .unwrap()
-}
-
-fn set(name: &str, word0: u32, budgets: BudgetSpec) -> HandlerSet {
-    HandlerSet {
-        name: name.into(),
-        ruleset: Ruleset {
-            mode: Mode::And,
-            rules: vec![Rule {
-                index: 0,
-                mask: u32::MAX,
-                start: word0,
-                end: word0,
-            }],
-        },
-        budgets,
-    }
 }
 
 fn sets() -> Vec<HandlerSet> {

@@ -52,3 +52,25 @@ pub fn from_text(dir: &Path, name: &str, text: &str, std: &str, defines: &[Strin
     let so = shared_object(&[src], std, defines, &dir.join(format!("{name}.so")));
     std::fs::read(so).unwrap()
 }
+
+/// A handler set `name` that takes the messages whose first word is `word0`.
+pub fn set(
+    name: &str,
+    word0: u32,
+    budgets: corefarm_cores::spin::BudgetSpec,
+) -> corefarm_cores::spin::HandlerSet {
+    use corefarm_cores::spin::{HandlerSet, Mode, Rule, Ruleset};
+    HandlerSet {
+        name: name.into(),
+        ruleset: Ruleset {
+            mode: Mode::And,
+            rules: vec![Rule {
+                index: 0,
+                mask: u32::MAX,
+                start: word0,
+                end: word0,
+            }],
+        },
+        budgets,
+    }
+}
