@@ -33,10 +33,11 @@ pub(crate) fn refuse_data(
     agreed: Option<&Hello>,
 ) -> Option<(String, bool)> {
     use corefarm_smp::hello::features;
+    // Arithmetic first: on the data path nearly every message fits.
+    let why = fixed_result_fits(count, output_size, limit).err()?;
     if agreed.is_some_and(|h| h.has(features::ANY_LENGTH)) {
         return None;
     }
-    let why = fixed_result_fits(count, output_size, limit).err()?;
     let by_id = agreed.is_some_and(|h| h.has(features::ERROR));
     Some((format!("data id {id}: {why}"), by_id))
 }
