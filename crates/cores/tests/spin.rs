@@ -5,6 +5,7 @@
 
 #[path = "support/cc.rs"]
 mod cc;
+use cc::selector;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,8 +13,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_cores::spin::{
-    Budgets, Context, ContextMemory, Engine, Handlers, Mode, NativeHandlers, Outcome, Pool, Rule,
-    Ruleset,
+    Budgets, Context, ContextMemory, Engine, Handlers, NativeHandlers, Outcome, Pool,
 };
 use corefarm_toolchain::{require_tool, Tool};
 use rand::{Rng, SeedableRng};
@@ -29,18 +29,6 @@ fn compile(dir: &Path, set: &str) -> PathBuf {
 }
 
 const SETS: [(&str, u32); 4] = [("sum", 1), ("filter", 2), ("histogram", 3), ("strided", 4)];
-
-fn selector(word0: u32) -> Ruleset {
-    Ruleset {
-        mode: Mode::And,
-        rules: vec![Rule {
-            index: 0,
-            mask: u32::MAX,
-            start: word0,
-            end: word0,
-        }],
-    }
-}
 
 /// An engine with the four reference sets, and each set's memory (its counters).
 fn engine_and_memory(

@@ -53,24 +53,29 @@ pub fn from_text(dir: &Path, name: &str, text: &str, std: &str, defines: &[Strin
     std::fs::read(so).unwrap()
 }
 
+/// A ruleset that takes the messages whose first word is `word0`.
+pub fn selector(word0: u32) -> corefarm_cores::spin::Ruleset {
+    use corefarm_cores::spin::{Mode, Rule, Ruleset};
+    Ruleset {
+        mode: Mode::And,
+        rules: vec![Rule {
+            index: 0,
+            mask: u32::MAX,
+            start: word0,
+            end: word0,
+        }],
+    }
+}
+
 /// A handler set `name` that takes the messages whose first word is `word0`.
 pub fn set(
     name: &str,
     word0: u32,
     budgets: corefarm_cores::spin::BudgetSpec,
 ) -> corefarm_cores::spin::HandlerSet {
-    use corefarm_cores::spin::{HandlerSet, Mode, Rule, Ruleset};
-    HandlerSet {
+    corefarm_cores::spin::HandlerSet {
         name: name.into(),
-        ruleset: Ruleset {
-            mode: Mode::And,
-            rules: vec![Rule {
-                index: 0,
-                mask: u32::MAX,
-                start: word0,
-                end: word0,
-            }],
-        },
+        ruleset: selector(word0),
         budgets,
     }
 }

@@ -311,17 +311,24 @@ mod tests {
         Queued::new(m.header.dst, m.to_frame().unwrap(), None)
     }
 
+    /// A frame as it arrives: whether it is a whole peer message (else a
+    /// chunk), and its payload.
+    fn decoded(f: Frame) -> (bool, Bytes) {
+        let v = match f {
+            Frame::Whole(f) => f.to_vec(),
+            Frame::Chunk(f) => f.to_vec(),
+        };
+        let peer = v[0] == corefarm_smp::MsgType::Peer as u8;
+        (peer, Bytes::copy_from_slice(&v[HEADER_LEN..]))
+    }
+
     /// What the receiving side makes of the frames: whole peer messages.
     fn receive(frames: Vec<Frame>) -> Vec<PeerMsg> {
         let mut r = Reassembler::new(1 << 20, 8, 1 << 20);
         let mut out = Vec::new();
         for f in frames {
-            let v = match f {
-                Frame::Whole(f) => f.to_vec(),
-                Frame::Chunk(f) => f.to_vec(),
-            };
-            let payload = Bytes::copy_from_slice(&v[HEADER_LEN..]);
-            if v[0] == corefarm_smp::MsgType::Peer as u8 {
+            let (peer, payload) = decoded(f);
+            if peer {
                 out.push(PeerMsg::parse(payload).unwrap());
             } else if let Some(m) = r.push(Chunk::parse(payload).unwrap()).unwrap() {
                 out.push(PeerMsg::parse(m.data).unwrap());
@@ -368,12 +375,8 @@ mod tests {
         let frames: Vec<Frame> = std::iter::from_fn(|| o.pop().map(|p| p.0)).collect();
         let mut out = Vec::new();
         for f in frames {
-            let v = match f {
-                Frame::Whole(f) => f.to_vec(),
-                Frame::Chunk(f) => f.to_vec(),
-            };
-            let payload = Bytes::copy_from_slice(&v[HEADER_LEN..]);
-            if v[0] == corefarm_smp::MsgType::Peer as u8 {
+            let (peer, payload) = decoded(f);
+            if peer {
                 let m = PeerMsg::parse(payload).unwrap();
                 let class = match m.body {
                     PeerBody::Collective { coll, .. } => coll.class,
