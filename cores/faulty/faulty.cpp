@@ -8,9 +8,11 @@
 //   0xF3  never returns
 //   0xF4  calls abort()
 //   0xF5  writes its input (read-only for a core)
+//   0xF6  no fault, but takes 200 ms (a job an event loop has to wait for)
 //   0xFF  like 0xF2
 #include <cstdlib>
 #include <cstring>
+#include <unistd.h>
 
 #include "corefarm/hls.h"
 
@@ -38,6 +40,9 @@ component void faulty(hls_avalon_agent_memory_argument(64) uint8_t *in,
     case 0xF5:
         in[1] = 1;
         return;
+    case 0xF6:
+        usleep(200000);
+        [[fallthrough]];
     default:
         for (int i = 0; i < 64; i++)
             out[i] = in[i] ^ 0x5A;

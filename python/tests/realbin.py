@@ -18,6 +18,9 @@ class Cluster:
     """`corefarm local`: a server and N simulated nodes in one process."""
 
     def __init__(self, binary, nodes=2, *extra):
+        if binary is None:
+            raise RuntimeError(
+                "no corefarm binary: build it (cargo build -p corefarm-cli) or set COREFARM_BIN")
         self.log = tempfile.TemporaryFile(mode="w+")
         self.p = subprocess.Popen(
             [binary, "local", "--nodes", str(nodes), "--nodes-listen", "127.0.0.1:0",

@@ -143,7 +143,44 @@ pub trait Pipeline {
     /// Waits for the oldest outstanding job and writes its outputs; on
     /// failure says which input failed, and nothing of the job is written.
     fn collect(&mut self, outputs: &mut [u8]) -> Result<(), BatchError>;
+
+    /// For an event loop: a descriptor that turns readable when a job
+    /// completes after [`Pipeline::arm`] (an eventfd: read it to reset
+    /// it). `None`: this pipeline can only be waited for by
+    /// [`Pipeline::collect`], on a thread of its own.
+    fn ready_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        None
+    }
+
+    /// [`Pipeline::collect`] without waiting: `None` while the oldest job
+    /// still runs. It may still block to restart a lost worker.
+    fn try_collect(&mut self, outputs: &mut [u8]) -> Option<Result<(), BatchError>> {
+        Some(self.collect(outputs))
+    }
+
+    /// Asks to hear of the next completion through [`Pipeline::ready_fd`];
+    /// `false` if the oldest job needs no waiting (completed, failed or
+    /// none): call [`Pipeline::try_collect`] again instead of waiting.
+    fn arm(&mut self) -> bool {
+        false
+    }
+
+    /// Called by an event loop at least every [`PIPELINE_TICK`] while it
+    /// waits: applies the watchdog and notices a worker that died, so the
+    /// next [`Pipeline::try_collect`] reports either.
+    fn tick(&mut self) {}
+
+    /// Whether the next [`Pipeline::submit`] or [`Pipeline::try_collect`]
+    /// will start a worker (after one was lost): an event loop makes that
+    /// call where blocking is allowed.
+    fn needs_start(&self) -> bool {
+        false
+    }
 }
+
+/// How long an event loop may wait on [`Pipeline::ready_fd`] before it
+/// calls [`Pipeline::tick`].
+pub const PIPELINE_TICK: std::time::Duration = std::time::Duration::from_millis(20);
 
 /// One job's buffers must match the core's sizes exactly: every backend
 /// checks this before touching them.

@@ -1,6 +1,9 @@
 //! Core handlers: one OS thread per hardware core (seed 000 §3.4.2), fed from
 //! the shared input queue ([`JobQueue`]: by priority class). Cores block (an FPGA poll loop, a simulated clock,
-//! a C function), so they get real threads rather than async tasks. An
+//! a C function), so they get real threads rather than async tasks; an
+//! isolated core, which computes in its worker process and signals its
+//! completions through a descriptor, gets a task on the event loop instead
+//! (`isolated`). An
 //! [`Engine`] whose cores are instantaneous (the zero-delay benchmarking
 //! core) is instead run by the receiving task itself, which saves two thread
 //! hand-offs per message; the session does not know the difference.
@@ -8,7 +11,7 @@
 use std::thread::JoinHandle;
 
 use bytes::{Bytes, BytesMut};
-use corefarm_cores::Core;
+use corefarm_cores::{BatchError, Core};
 use corefarm_smp::ErrorCode;
 use tokio::sync::mpsc;
 
@@ -107,6 +110,8 @@ enum Kind {
     Threads {
         queue: JobQueue,
         threads: Vec<JoinHandle<()>>,
+        /// Ends (every sender dropped) once the isolated cores' tasks have.
+        tasks: Option<std::sync::mpsc::Receiver<()>>,
     },
 }
 
@@ -126,8 +131,25 @@ impl Workers {
             (false, Some(first)) => {
                 let queue = JobQueue::new();
                 let mut threads = Vec::new();
-                for (i, core) in std::iter::once(first).chain(cores).enumerate() {
+                let (done, tasks) = std::sync::mpsc::channel();
+                let runtime = tokio::runtime::Handle::try_current().ok();
+                for (i, mut core) in std::iter::once(first).chain(cores).enumerate() {
                     let (q, results) = (queue.clone(), results.clone());
+                    if let Some(rt) = &runtime {
+                        if let Some(ready) = crate::isolated::ready(core.as_mut()) {
+                            let done = done.clone();
+                            rt.spawn(crate::isolated::run(
+                                core,
+                                ready,
+                                input_size,
+                                output_size,
+                                q,
+                                results,
+                                done,
+                            ));
+                            continue;
+                        }
+                    }
                     let t = std::thread::Builder::new()
                         .name(format!("{node}-core{i}"))
                         .spawn(move || core_loop(core, input_size, output_size, q, results));
@@ -140,7 +162,11 @@ impl Workers {
                         }
                     }
                 }
-                Kind::Threads { queue, threads }
+                Kind::Threads {
+                    queue,
+                    threads,
+                    tasks: Some(tasks),
+                }
             }
         };
         Ok(Workers {
@@ -210,10 +236,19 @@ impl Workers {
         if let Some(lane) = self.spin.take() {
             lane.stop();
         }
-        if let Kind::Threads { queue, threads } = self.kind {
+        if let Kind::Threads {
+            queue,
+            threads,
+            tasks,
+        } = self.kind
+        {
             queue.close();
             for t in threads {
                 let _ = t.join();
+            }
+            // Errs once every task has ended (none sends).
+            if let Some(tasks) = tasks {
+                let _ = tasks.recv();
             }
         }
     }
@@ -302,22 +337,27 @@ fn pipelined_loop(
             continue;
         };
         let mut out = BytesMut::zeroed(job.count * output_size);
-        let out = match pipe.collect(&mut out) {
-            Ok(()) => Outgoing::Result {
-                id: job.id,
-                data: out.freeze(),
-                reservation: job.reservation,
-            },
-            Err(e) => Outgoing::Failed {
-                id: job.id,
-                code: ErrorCode::CoreFailure,
-                reason: format!("input {} of {}: {}", e.index, job.count, e.error),
-                reservation: Some(job.reservation),
-            },
-        };
-        if results.send(out).is_err() {
+        let outcome = pipe.collect(&mut out);
+        if results.send(collected(job, out, outcome)).is_err() {
             return;
         }
+    }
+}
+
+/// What a collected pipelined job sends: its outputs, or its error.
+pub(crate) fn collected(job: Job, out: BytesMut, outcome: Result<(), BatchError>) -> Outgoing {
+    match outcome {
+        Ok(()) => Outgoing::Result {
+            id: job.id,
+            data: out.freeze(),
+            reservation: job.reservation,
+        },
+        Err(e) => Outgoing::Failed {
+            id: job.id,
+            code: ErrorCode::CoreFailure,
+            reason: format!("input {} of {}: {}", e.index, job.count, e.error),
+            reservation: Some(job.reservation),
+        },
     }
 }
 

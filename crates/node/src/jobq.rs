@@ -35,12 +35,15 @@ impl<T> Clone for ClassQueue<T> {
 struct Shared<T> {
     state: Mutex<State<T>>,
     ready: Condvar,
+    /// The same signal for tasks waiting in [`ClassQueue::wait_async`].
+    ready_async: tokio::sync::Notify,
 }
 
 struct State<T> {
     jobs: ClassQueues<T>,
     closed: bool,
-    /// Threads blocked in [`JobQueue::wait`].
+    /// Threads blocked in [`JobQueue::wait`] and tasks in
+    /// [`ClassQueue::wait_async`].
     idle: usize,
 }
 
@@ -64,6 +67,7 @@ impl<T> ClassQueue<T> {
                 idle: 0,
             }),
             ready: Condvar::new(),
+            ready_async: tokio::sync::Notify::new(),
         }))
     }
 
@@ -84,6 +88,7 @@ impl<T> ClassQueue<T> {
         drop(s);
         if wake {
             self.0.ready.notify_one();
+            self.0.ready_async.notify_one();
         }
         Ok(())
     }
@@ -102,6 +107,38 @@ impl<T> ClassQueue<T> {
             s.idle += 1;
             s = self.0.ready.wait(s).unwrap_or_else(|p| p.into_inner());
             s.idle -= 1;
+        }
+    }
+
+    /// [`ClassQueue::wait`] for a task (an isolated core's, on the node's
+    /// event loop): the same order, and it counts as waiting for
+    /// [`ClassQueue::ahead`].
+    pub async fn wait_async(&self) -> Option<T> {
+        /// Keeps `idle` right if the waiting future is dropped.
+        struct Idle<'a, T>(&'a ClassQueue<T>);
+        impl<T> Drop for Idle<'_, T> {
+            fn drop(&mut self) {
+                self.0.lock().idle -= 1;
+            }
+        }
+        loop {
+            // Registered before the queue is looked at, so a push in
+            // between is not missed.
+            let notified = self.0.ready_async.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            {
+                let mut s = self.lock();
+                if let Some((_, job)) = s.jobs.pop() {
+                    return Some(job);
+                }
+                if s.closed {
+                    return None;
+                }
+                s.idle += 1;
+            }
+            let _idle = Idle(self);
+            notified.await;
         }
     }
 
@@ -125,6 +162,7 @@ impl<T> ClassQueue<T> {
     pub fn close(&self) {
         self.lock().closed = true;
         self.0.ready.notify_all();
+        self.0.ready_async.notify_waiters();
     }
 
     /// Closes the queue and drops what it holds (their reservations return
@@ -139,6 +177,7 @@ impl<T> ClassQueue<T> {
             }
         }
         self.0.ready.notify_all();
+        self.0.ready_async.notify_waiters();
         drop(dropped);
     }
 

@@ -26,6 +26,7 @@ pub mod group;
 pub mod guard;
 pub mod handlers;
 pub mod inbound;
+mod isolated;
 pub mod jobq;
 pub mod metrics;
 pub mod notes;

@@ -14,7 +14,7 @@ use rustix::net::{RecvFlags, SendFlags};
 use super::doorbell;
 use super::proto::{Init, Msg, RefusalKind, MAX_MESSAGE};
 use super::shm::{Header, Layout, Region};
-use super::{FD_ARTIFACT, FD_CONTROL, FD_REGION};
+use super::{FD_ARTIFACT, FD_CONTROL, FD_EVENT, FD_REGION};
 use crate::bus::{Bus, BusError};
 use crate::native::{NativeCore, NativeLib};
 use crate::rtl::{AddressMap, RtlBus, RtlLib};
@@ -79,6 +79,7 @@ fn run() -> Result<(), String> {
             init.region_len, layout.len
         ));
     }
+    let event = inherited(FD_EVENT, "completion eventfd")?;
     let region = Region::map(&region_fd, layout, true).map_err(|e| format!("mmap: {e}"))?;
     drop(region_fd);
     // The region lives until the process exits: the core may keep pointers.
@@ -177,6 +178,11 @@ fn run() -> Result<(), String> {
         };
         entry.code.store(code, Ordering::Relaxed);
         doorbell::complete(&header.done, &header.completed, seq);
+        // After `completed` (both sequentially consistent): either the
+        // node's event loop sees the completion or this sees its request.
+        if header.notify.swap(0, Ordering::SeqCst) != 0 {
+            let _ = rustix::io::write(&event, &1u64.to_ne_bytes());
+        }
     }
 }
 

@@ -69,6 +69,7 @@ pub const SUBCOMMAND: &str = "__core-worker";
 pub(crate) const FD_CONTROL: RawFd = 3;
 pub(crate) const FD_REGION: RawFd = 4;
 pub(crate) const FD_ARTIFACT: RawFd = 5;
+pub(crate) const FD_EVENT: RawFd = 6;
 
 /// Longest a worker may take to load its core before the load fails.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -102,6 +103,13 @@ pub struct IsolatedCore {
     init: Init,
     region_fd: OwnedFd,
     region: Region,
+    /// Signalled by the worker at a completion the node asked to hear of
+    /// (`Header::notify`): what an event loop waits on. One per core, kept
+    /// across worker restarts.
+    event: OwnedFd,
+    /// The front job the event loop's watchdog is timing: its sequence
+    /// number, the progress last seen, and the deadline from then.
+    watch: Option<(u32, u32, Instant)>,
     worker: Option<Worker>,
     /// The worker's job thread id (its mark in `done`).
     tid: u32,
@@ -198,6 +206,12 @@ pub(crate) fn load_cores(
             },
             region_fd,
             region,
+            event: rustix::event::eventfd(
+                0,
+                rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
+            )
+            .map_err(|e| backend("eventfd")(e.into()))?,
+            watch: None,
             worker: None,
             tid: 0,
             seq: 0,

@@ -12,8 +12,11 @@
 //! inputs are intact: the worker maps inputs read-only) is rung again on
 //! the next worker, so one bad input costs only its own message.
 
+use std::os::fd::{AsFd, BorrowedFd};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+use rustix::thread::futex::OWNER_DIED;
 
 use super::doorbell::{self, reached, Wait, NODE_SPIN, SEQ_MASK};
 use super::{IsolatedCore, SLICE};
@@ -179,6 +182,108 @@ impl IsolatedCore {
                 }
             }
         }
+    }
+
+    /// [`Self::collect_job`] for an event loop: `None` instead of sleeping
+    /// while the oldest job runs (a worker restart may still block).
+    pub(super) fn try_collect_job(
+        &mut self,
+        outputs: &mut [u8],
+    ) -> Option<Result<(), (usize, CoreError)>> {
+        loop {
+            let Some(front) = self.pending.front() else {
+                let e = format!("{}: no job was submitted", self.label());
+                return Some(Err((0, CoreError::Failed(e))));
+            };
+            match front.state {
+                State::Failed(..) => {
+                    if let Some(InFlight {
+                        state: State::Failed(k, e),
+                        ..
+                    }) = self.pending.pop_front()
+                    {
+                        return Some(Err((k, e)));
+                    }
+                }
+                State::Rerun => drop(self.ensure_worker()),
+                State::Rung => {
+                    let seq = front.seq;
+                    let h = self.region.header();
+                    if reached(h.completed.load(Ordering::SeqCst), seq) {
+                        self.watch = None;
+                        return Some(self.finish(outputs));
+                    }
+                    if h.done.load(Ordering::SeqCst) & OWNER_DIED == 0 {
+                        return None;
+                    }
+                    self.lose_to_crash();
+                }
+            }
+        }
+    }
+
+    /// Asks the worker to signal the eventfd at its next completion, and
+    /// starts the watchdog on the oldest job if it is not timed yet.
+    /// `false` if that job needs no waiting (done, dead worker, none).
+    pub(super) fn arm_front(&mut self) -> bool {
+        let Some(front) = self.pending.front() else {
+            return false;
+        };
+        if !matches!(front.state, State::Rung) {
+            return false;
+        }
+        let seq = front.seq;
+        let h = self.region.header();
+        if self.watch.map(|w| w.0) != Some(seq) {
+            let p = h.jobs[(seq & 1) as usize].progress.load(Ordering::Acquire);
+            self.watch = Some((seq, p, Instant::now() + self.shared.watchdog));
+        }
+        h.notify.store(1, Ordering::SeqCst);
+        // The completion (or the death) may have come before the request
+        // was seen: then nothing will signal.
+        !reached(h.completed.load(Ordering::SeqCst), seq)
+            && h.done.load(Ordering::SeqCst) & OWNER_DIED == 0
+    }
+
+    /// The event loop's periodic look at the oldest job: the watchdog
+    /// (reset by progress, as in [`Self::wait_for`]) and a worker that died
+    /// without the kernel marking `done`.
+    pub(super) fn tick_front(&mut self) {
+        let Some(front) = self.pending.front() else {
+            return;
+        };
+        if !matches!(front.state, State::Rung) {
+            return;
+        }
+        let seq = front.seq;
+        let h = self.region.header();
+        if reached(h.completed.load(Ordering::SeqCst), seq) {
+            return;
+        }
+        let p = h.jobs[(seq & 1) as usize].progress.load(Ordering::Acquire);
+        let now = Instant::now();
+        match self.watch {
+            Some((s, seen, deadline)) if s == seq => {
+                if p != seen {
+                    self.watch = Some((seq, p, now + self.shared.watchdog));
+                } else if now >= deadline {
+                    self.watch = None;
+                    let cause = self.hung();
+                    self.worker_lost(cause, None);
+                    return;
+                }
+            }
+            _ => self.watch = Some((seq, p, now + self.shared.watchdog)),
+        }
+        if h.done.load(Ordering::SeqCst) & OWNER_DIED != 0 || self.worker_gone() {
+            self.lose_to_crash();
+        }
+    }
+
+    fn lose_to_crash(&mut self) {
+        self.watch = None;
+        let cause = self.crashed();
+        self.worker_lost(cause, None);
     }
 
     /// Drops the oldest job without copying anything out (after a failure
@@ -357,6 +462,26 @@ impl IsolatedCore {
     }
 }
 
+impl IsolatedCore {
+    /// Output buffers of the wrong size for the oldest job: the job is
+    /// dropped (waited for if it runs) and this is its error.
+    fn check_outputs(&mut self, outputs: &[u8]) -> Option<BatchError> {
+        let osz = self.init.output_size as usize;
+        let p = self.pending.front()?;
+        let want = p.n * osz;
+        if matches!(p.state, State::Failed(..)) || outputs.len() == want {
+            return None;
+        }
+        self.discard_front();
+        let error = CoreError::Failed(format!(
+            "{}: {} output bytes for a job of {want}",
+            self.label(),
+            outputs.len()
+        ));
+        Some(BatchError { index: 0, error })
+    }
+}
+
 impl Pipeline for IsolatedCore {
     fn depth(&self) -> usize {
         2
@@ -380,20 +505,34 @@ impl Pipeline for IsolatedCore {
     }
 
     fn collect(&mut self, outputs: &mut [u8]) -> Result<(), BatchError> {
-        let osz = self.init.output_size as usize;
-        if let Some(p) = self.pending.front() {
-            let want = p.n * osz;
-            if !matches!(p.state, State::Failed(..)) && outputs.len() != want {
-                self.discard_front();
-                let error = CoreError::Failed(format!(
-                    "{}: {} output bytes for a job of {want}",
-                    self.label(),
-                    outputs.len()
-                ));
-                return Err(BatchError { index: 0, error });
-            }
+        if let Some(e) = self.check_outputs(outputs) {
+            return Err(e);
         }
         self.collect_job(outputs)
             .map_err(|(index, error)| BatchError { index, error })
+    }
+
+    fn ready_fd(&self) -> Option<BorrowedFd<'_>> {
+        Some(self.event.as_fd())
+    }
+
+    fn try_collect(&mut self, outputs: &mut [u8]) -> Option<Result<(), BatchError>> {
+        if let Some(e) = self.check_outputs(outputs) {
+            return Some(Err(e));
+        }
+        self.try_collect_job(outputs)
+            .map(|r| r.map_err(|(index, error)| BatchError { index, error }))
+    }
+
+    fn arm(&mut self) -> bool {
+        self.arm_front()
+    }
+
+    fn tick(&mut self) {
+        self.tick_front()
+    }
+
+    fn needs_start(&self) -> bool {
+        self.worker.is_none() || self.pending.iter().any(|p| matches!(p.state, State::Rerun))
     }
 }

@@ -26,6 +26,7 @@ impl IsolatedCore {
             theirs.as_raw_fd(),
             self.region_fd.as_raw_fd(),
             self.shared.artifact.as_raw_fd(),
+            self.event.as_raw_fd(),
         ];
         let mut cmd = Command::new(&self.shared.program);
         cmd.arg(SUBCOMMAND).stdin(Stdio::null());
@@ -88,13 +89,13 @@ impl IsolatedCore {
     }
 }
 
-/// In the child between fork and exec: moves the three descriptors to
-/// their fixed numbers (first above 9, so no source is overwritten before
+/// In the child between fork and exec: moves the descriptors to their
+/// fixed numbers (first above 9, so no source is overwritten before
 /// it is moved; dup2 clears close-on-exec on the copies), sends the core's
 /// stdout to stderr (the node's stdout may be machine-read), and disables
 /// core dumps (a crashing core is expected, not worth a dump).
-pub(super) fn place_fds(fds: [RawFd; 3]) -> std::io::Result<()> {
-    let mut tmp = [0; 3];
+pub(super) fn place_fds<const N: usize>(fds: [RawFd; N]) -> std::io::Result<()> {
+    let mut tmp = [0; N];
     for (t, fd) in tmp.iter_mut().zip(fds) {
         // SAFETY: async-signal-safe calls on descriptors this process owns.
         *t = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 10) };

@@ -164,6 +164,11 @@ pub struct Header {
     /// Address whose access raised SIGSEGV or SIGBUS in the worker, plus one
     /// (0: none), stored by its signal handler just before it dies.
     pub fault: AtomicU64,
+    /// Set by a node that waits for the next completion on its event loop
+    /// (the eventfd at `FD_EVENT`) rather than asleep on `done`; the
+    /// worker, after storing `completed`, clears it and signals the
+    /// eventfd only if it was set.
+    pub notify: AtomicU32,
     pub jobs: [JobEntry; 2],
 }
 

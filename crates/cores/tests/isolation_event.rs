@@ -1,0 +1,125 @@
+//! An isolated core waited for by an event loop (`Pipeline::ready_fd`,
+//! `try_collect`, `arm`, `tick`), as the node manager drives it: the
+//! completion of a job comes through the eventfd, a hang through the
+//! watchdog applied at ticks, a crash through the dead worker's mark, and
+//! the job behind a failed one runs on the restarted worker. The loop here
+//! waits with poll(2), as the node's runtime does with epoll. The core is
+//! `cores/faulty/faulty.cpp` (fault chosen by the first input byte;
+//! 0xF6 is a correct job that takes 200 ms).
+
+#[path = "support/faulty.rs"]
+mod faulty;
+
+use std::os::fd::AsFd;
+
+use corefarm_cores::{BatchError, Pipeline, PIPELINE_TICK};
+use faulty::load_faulty as faulty;
+use rustix::event::{poll, PollFd, PollFlags, Timespec};
+
+fn input(first: u8, salt: u8) -> Vec<u8> {
+    let mut v: Vec<u8> = (0..64u8).map(|i| i.wrapping_mul(7) ^ salt).collect();
+    v[0] = first;
+    if first == 0xF2 {
+        v[1..9].fill(0); // a null write
+    }
+    v
+}
+
+fn xor(inputs: &[u8]) -> Vec<u8> {
+    inputs.iter().map(|b| b ^ 0x5A).collect()
+}
+
+/// How an event-loop wait went.
+#[derive(Default, Debug)]
+struct Waited {
+    /// Times the eventfd turned readable.
+    signals: u32,
+    /// Times the wait ran out and the pipeline was ticked.
+    ticks: u32,
+}
+
+/// Collects the oldest job the way the node's task does.
+fn collect(pipe: &mut dyn Pipeline, out: &mut [u8], w: &mut Waited) -> Result<(), BatchError> {
+    loop {
+        if let Some(r) = pipe.try_collect(out) {
+            return r;
+        }
+        if !pipe.arm() {
+            continue;
+        }
+        let fd = pipe
+            .ready_fd()
+            .expect("an isolated core has a ready descriptor");
+        let mut fds = [PollFd::new(&fd, PollFlags::IN)];
+        let t = Timespec::try_from(PIPELINE_TICK).unwrap();
+        if poll(&mut fds, Some(&t)).unwrap() == 0 {
+            pipe.tick();
+            w.ticks += 1;
+            continue;
+        }
+        let mut count = [0u8; 8];
+        rustix::io::read(fd.as_fd(), &mut count).expect("a readable eventfd reads");
+        assert!(u64::from_ne_bytes(count) >= 1);
+        w.signals += 1;
+    }
+}
+
+#[test]
+fn a_slow_job_completes_through_the_eventfd() {
+    let Some(mut loaded) = faulty("event_slow_job", 30_000) else {
+        return;
+    };
+    let pipe = loaded.cores[0].pipeline().unwrap();
+    let slow = input(0xF6, 1);
+    pipe.submit(&slow, 1);
+    // The job sleeps 200 ms: it cannot be done yet, so the loop must wait.
+    let mut out = vec![0u8; 64];
+    assert!(
+        pipe.try_collect(&mut out).is_none(),
+        "a 200 ms job is still running"
+    );
+    let mut w = Waited::default();
+    collect(pipe, &mut out, &mut w).expect("the slow job succeeds");
+    assert_eq!(out, xor(&slow));
+    assert_eq!(w.signals, 1, "{w:?}");
+    // A tick is every 20 ms of waiting: the wait took about ten, each
+    // ending without a signal, until the completion's.
+    assert!(w.ticks >= 1, "{w:?}");
+}
+
+#[test]
+fn hangs_and_crashes_fail_their_job_and_the_next_runs_on_a_new_worker() {
+    let Some(mut loaded) = faulty("event_faults", 300) else {
+        return;
+    };
+    let core = &mut loaded.cores[0];
+    for (n, (fault, cause)) in [
+        (0xF3, "no result within 300ms"),
+        (0xF2, "was killed by SIGSEGV"),
+        (0xF4, "SIGABRT"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (bad, next) = (input(fault, n as u8), input(0x11, n as u8 + 9));
+        let pipe = core.pipeline().unwrap();
+        pipe.submit(&bad, 1);
+        pipe.submit(&next, 1);
+        let mut out = vec![0x77u8; 64];
+        let mut w = Waited::default();
+        let e = collect(pipe, &mut out, &mut w).expect_err("the faulty job fails");
+        let msg = e.error.to_string();
+        assert!(msg.starts_with("core 0 (native faulty): "), "{msg}");
+        assert!(msg.contains(cause), "{fault:#x}: {msg}");
+        assert!(out.iter().all(|&b| b == 0x77), "nothing of it is written");
+        if fault == 0xF3 {
+            // Only the watchdog, applied at ticks, ends a hang.
+            assert!(w.ticks >= 300 / 20 - 1, "{w:?}");
+        }
+        assert!(pipe.needs_start() || !pipe.arm(), "the worker is gone");
+        collect(pipe, &mut out, &mut w).expect("the job behind it runs");
+        assert_eq!(out, xor(&next), "{fault:#x}");
+    }
+    let s = core.stats();
+    assert_eq!((s.resets, s.timeouts), (3, 1));
+}

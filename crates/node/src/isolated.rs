@@ -1,0 +1,153 @@
+//! Isolated cores driven from the node's event loop: a task per core, no
+//! thread. A core in a worker process already runs on a CPU of its own;
+//! a handler thread in between only relays (wakes up to copy a job in and
+//! ring the worker, sleeps, wakes up again at the completion), and on a
+//! machine where a system call and a context switch are dear, those two
+//! extra hand-overs per message were most of what isolation cost
+//! (docs/benchmarks.md, "Where the two-core gap comes from"). Here the
+//! task that takes a job from the queue copies it in and rings the worker,
+//! and the completion comes back through the core's eventfd, polled like a
+//! socket. The watchdog and a worker that dies without a completion are
+//! looked at every [`PIPELINE_TICK`] of waiting.
+//!
+//! The order of jobs is the core handler threads' (`handlers::
+//! pipelined_loop`): the next queued job is rung before the current one
+//! is collected, but only if no other core waits for work.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::Read;
+
+use bytes::BytesMut;
+use corefarm_cores::{Core, PIPELINE_TICK};
+use tokio::io::unix::AsyncFd;
+use tokio::sync::mpsc;
+
+use crate::handlers::{collected, run_job, Job, Outgoing};
+use crate::jobq::JobQueue;
+
+/// The core's completion descriptor, registered with the event loop;
+/// `None` if the core has none (it then gets a handler thread).
+pub fn ready(core: &mut dyn Core) -> Option<AsyncFd<File>> {
+    let fd = core.pipeline()?.ready_fd()?.try_clone_to_owned().ok()?;
+    // SAFETY: the `File` owns the descriptor (a duplicate of the core's
+    // eventfd) for as long as the `AsyncFd` holds it, and always returns
+    // that same descriptor.
+    unsafe { AsyncFd::register_with_interest(File::from(fd), tokio::io::Interest::READABLE) }.ok()
+}
+
+/// Runs `f` where it may block (starting a worker, a batch too large for
+/// the pipeline): off the event loop's thread when the runtime has others.
+fn blocking<R>(f: impl FnOnce() -> R) -> R {
+    use tokio::runtime::{Handle, RuntimeFlavor};
+    match Handle::try_current().map(|h| h.runtime_flavor()) {
+        Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
+        _ => f(),
+    }
+}
+
+enum Step {
+    Done(Result<(), corefarm_cores::BatchError>),
+    /// Armed: the eventfd or the tick says when to look again.
+    Wait,
+    /// Completed (or lost) in between: look again now.
+    Again,
+}
+
+/// The task of one isolated core: until the queue closes (and is empty)
+/// or the sending task is gone. `_done` is dropped when it ends, which
+/// `Workers::stop` waits for.
+pub async fn run(
+    mut core: Box<dyn Core>,
+    ready: AsyncFd<File>,
+    input_size: usize,
+    output_size: usize,
+    queue: JobQueue,
+    results: mpsc::UnboundedSender<Outgoing>,
+    _done: std::sync::mpsc::Sender<()>,
+) {
+    let mut pending = VecDeque::<Job>::new();
+    let mut next: Option<Job> = None;
+    loop {
+        if next.is_none() {
+            next = if pending.is_empty() {
+                match queue.wait_async().await {
+                    Some(job) => Some(job),
+                    None => return,
+                }
+            } else {
+                queue.ahead()
+            };
+        }
+        if let Some(job) = next.take() {
+            let Some(pipe) = core.pipeline() else { return };
+            if pipe.fits(job.count) && pending.len() < pipe.depth() {
+                let inputs = &job.data[..job.count * input_size];
+                if pipe.needs_start() {
+                    blocking(|| pipe.submit(inputs, job.count));
+                } else {
+                    pipe.submit(inputs, job.count);
+                }
+                pending.push_back(job);
+                continue;
+            }
+            if pending.is_empty() {
+                // Too large for one pipelined job: alone, as a batch.
+                let out = blocking(|| run_job(core.as_mut(), job, input_size, output_size));
+                if results.send(out).is_err() {
+                    return;
+                }
+                continue;
+            }
+            next = Some(job);
+        }
+        let Some(job) = pending.pop_front() else {
+            continue;
+        };
+        let mut out = BytesMut::zeroed(job.count * output_size);
+        let mut tick = false;
+        let outcome = loop {
+            // The pipeline is borrowed in here only: a `dyn Pipeline` held
+            // across the wait below would make the task not `Send`.
+            let step = {
+                let Some(pipe) = core.pipeline() else { return };
+                if std::mem::take(&mut tick) {
+                    pipe.tick();
+                }
+                let r = if pipe.needs_start() {
+                    blocking(|| pipe.try_collect(&mut out))
+                } else {
+                    pipe.try_collect(&mut out)
+                };
+                match r {
+                    Some(r) => Step::Done(r),
+                    None if pipe.arm() => Step::Wait,
+                    None => Step::Again,
+                }
+            };
+            match step {
+                Step::Done(r) => break r,
+                Step::Again => continue,
+                Step::Wait => {}
+            }
+            match tokio::time::timeout(PIPELINE_TICK, ready.readable()).await {
+                Ok(Ok(mut signalled)) => {
+                    // Resets the eventfd; a signal that was for an earlier
+                    // completion costs one more look, nothing else.
+                    let mut count = [0u8; 8];
+                    let _ = signalled.get_inner().read(&mut count);
+                    signalled.clear_ready();
+                }
+                // Only at the runtime's shutdown: wait as if by the clock.
+                Ok(Err(_)) => {
+                    tokio::time::sleep(PIPELINE_TICK).await;
+                    tick = true;
+                }
+                Err(_) => tick = true,
+            }
+        };
+        if results.send(collected(job, out, outcome)).is_err() {
+            return;
+        }
+    }
+}
