@@ -259,4 +259,41 @@ mod tests {
         assert!(q.wait().is_none() && q.is_empty());
         assert_eq!(g.available(), g.limit(), "every reservation released");
     }
+
+    #[tokio::test]
+    async fn a_task_waiting_gets_the_next_push_and_counts_as_waiting() {
+        let g = MemoryGuard::new(1 << 20);
+        let q = JobQueue::new();
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.wait_async().await.map(|j| j.id) }
+        });
+        // Until the task waits, a push would simply be queued.
+        while q.lock().idle == 0 {
+            tokio::task::yield_now().await;
+        }
+        q.push(4, job(&g, 7, 4).await).ok().unwrap();
+        assert_eq!(waiter.await.unwrap(), Some(7));
+        assert_eq!(q.lock().idle, 0, "the waiter no longer counts");
+        // A job taken ahead by a busy core must not pass a waiting one.
+        let waiter = tokio::spawn({
+            let q = q.clone();
+            async move { q.wait_async().await.map(|j| j.id) }
+        });
+        while q.lock().idle == 0 {
+            tokio::task::yield_now().await;
+        }
+        assert!(q.ahead().is_none(), "nothing queued");
+        q.close();
+        assert_eq!(waiter.await.unwrap(), None, "close ends the wait");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_cancelled_wait_stops_counting() {
+        let q = JobQueue::new();
+        // Polled once (counted as waiting), then dropped at the timeout.
+        let r = tokio::time::timeout(std::time::Duration::from_millis(1), q.wait_async()).await;
+        assert!(r.is_err(), "nothing was queued");
+        assert_eq!(q.lock().idle, 0, "a cancelled wait is not a waiting core");
+    }
 }
