@@ -723,14 +723,16 @@ def exp_node_matmul(ctx: Context) -> dict:
                 demo_point(ctx, rec, key, target=target, nodes=1, cores=cores, count=count, jobs=jobs,
                            baseline_s=0.05)
     rec.notes.append("Points with an `isolation` key compare `--isolation in-process` and `process` (worker "
-                     "processes, the default of every other point) at counts 1 and 4, runs interleaved.")
+                     "processes, the default of every other point) at counts 1 and 4, runs interleaved, the first "
+                     "alternating.")
     b = str(ctx.need_binary())
     for cores in iso_cores:
         for count in iso_counts:
             runs: dict[str, list[dict]] = {"in-process": [], "process": []}
             failure: dict[str, str | None] = {"in-process": None, "process": None}
-            for _ in range(ctx.runs):
-                for isolation in runs:
+            for rep_no in range(ctx.runs):
+                # Which goes first alternates: the second run of a pair was seen to gain.
+                for isolation in (list(runs) if rep_no % 2 == 0 else list(runs)[::-1]):
                     if failure[isolation]:
                         continue
                     rep, err = run_json([b, "demo", "--target", "native", "--nodes", "1", "--cores", str(cores),
