@@ -12,7 +12,10 @@
 //!
 //! The order of jobs is the core handler threads' (`handlers::
 //! pipelined_loop`): the next queued job is rung before the current one
-//! is collected, but only if no other core waits for work.
+//! is collected, but only if no other core waits for work. Unlike a
+//! thread asleep on its worker, the task also takes a job pushed while it
+//! waits (`JobQueue::wait_ahead_async`, same rule), so a worker kept busy
+//! goes from one job to the next without waiting for the task to wake.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -48,8 +51,9 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
 
 enum Step {
     Done(Result<(), corefarm_cores::BatchError>),
-    /// Armed: the eventfd or the tick says when to look again.
-    Wait,
+    /// Armed: the eventfd or the tick says when to look again; the
+    /// pipeline's depth.
+    Wait(usize),
     /// Completed (or lost) in between: look again now.
     Again,
 }
@@ -121,29 +125,50 @@ pub async fn run(
                 };
                 match r {
                     Some(r) => Step::Done(r),
-                    None if pipe.arm() => Step::Wait,
+                    None if pipe.arm() => Step::Wait(pipe.depth()),
                     None => Step::Again,
                 }
             };
-            match step {
+            let depth = match step {
                 Step::Done(r) => break r,
                 Step::Again => continue,
-                Step::Wait => {}
-            }
-            match tokio::time::timeout(PIPELINE_TICK, ready.readable()).await {
-                Ok(Ok(mut signalled)) => {
-                    // Resets the eventfd; a signal that was for an earlier
-                    // completion costs one more look, nothing else.
-                    let mut count = [0u8; 8];
-                    let _ = signalled.get_inner().read(&mut count);
-                    signalled.clear_ready();
+                Step::Wait(depth) => depth,
+            };
+            // A job that arrives while the worker computes is rung at once
+            // (if a lane is free and no other core waits for work), so the
+            // worker goes on to it without waiting for this task to wake.
+            let take = next.is_none() && pending.len() + 1 < depth;
+            tokio::select! {
+                biased;
+                r = tokio::time::timeout(PIPELINE_TICK, ready.readable()) => match r {
+                    Ok(Ok(mut signalled)) => {
+                        // Resets the eventfd; a signal that was for an earlier
+                        // completion costs one more look, nothing else.
+                        let mut count = [0u8; 8];
+                        let _ = signalled.get_inner().read(&mut count);
+                        signalled.clear_ready();
+                    }
+                    // Only at the runtime's shutdown: wait as if by the clock.
+                    Ok(Err(_)) => {
+                        tokio::time::sleep(PIPELINE_TICK).await;
+                        tick = true;
+                    }
+                    Err(_) => tick = true,
+                },
+                ahead = queue.wait_ahead_async(), if take => {
+                    let Some(pipe) = core.pipeline() else { return };
+                    if pipe.fits(ahead.count) {
+                        let inputs = &ahead.data[..ahead.count * input_size];
+                        if pipe.needs_start() {
+                            blocking(|| pipe.submit(inputs, ahead.count));
+                        } else {
+                            pipe.submit(inputs, ahead.count);
+                        }
+                        pending.push_back(ahead);
+                    } else {
+                        next = Some(ahead);
+                    }
                 }
-                // Only at the runtime's shutdown: wait as if by the clock.
-                Ok(Err(_)) => {
-                    tokio::time::sleep(PIPELINE_TICK).await;
-                    tick = true;
-                }
-                Err(_) => tick = true,
             }
         };
         if results.send(collected(job, out, outcome)).is_err() {

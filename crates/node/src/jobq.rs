@@ -37,6 +37,9 @@ struct Shared<T> {
     ready: Condvar,
     /// The same signal for tasks waiting in [`ClassQueue::wait_async`].
     ready_async: tokio::sync::Notify,
+    /// A push while no core waits, for a busy core's task that would take
+    /// the job ahead ([`ClassQueue::wait_ahead_async`]).
+    ahead_async: tokio::sync::Notify,
 }
 
 struct State<T> {
@@ -68,6 +71,7 @@ impl<T> ClassQueue<T> {
             }),
             ready: Condvar::new(),
             ready_async: tokio::sync::Notify::new(),
+            ahead_async: tokio::sync::Notify::new(),
         }))
     }
 
@@ -89,6 +93,8 @@ impl<T> ClassQueue<T> {
         if wake {
             self.0.ready.notify_one();
             self.0.ready_async.notify_one();
+        } else {
+            self.0.ahead_async.notify_one();
         }
         Ok(())
     }
@@ -138,6 +144,22 @@ impl<T> ClassQueue<T> {
                 s.idle += 1;
             }
             let _idle = Idle(self);
+            notified.await;
+        }
+    }
+
+    /// [`ClassQueue::ahead`] as a wait: the next job pushed while no core
+    /// waits for work, for a core that is busy but could take one more (an
+    /// isolated core's task, while its worker computes). Waits for good
+    /// once the queue is closed and empty; a dropped wait takes nothing.
+    pub async fn wait_ahead_async(&self) -> T {
+        loop {
+            let notified = self.0.ahead_async.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(job) = self.ahead() {
+                return job;
+            }
             notified.await;
         }
     }
@@ -286,6 +308,41 @@ mod tests {
         assert!(q.ahead().is_none(), "nothing queued");
         q.close();
         assert_eq!(waiter.await.unwrap(), None, "close ends the wait");
+    }
+
+    #[tokio::test]
+    async fn a_busy_core_takes_a_job_ahead_only_while_no_core_waits() {
+        let g = MemoryGuard::new(1 << 20);
+        let q = JobQueue::new();
+        let busy = tokio::spawn({
+            let q = q.clone();
+            async move { q.wait_ahead_async().await.id }
+        });
+        tokio::task::yield_now().await;
+        q.push(4, job(&g, 1, 4).await).ok().unwrap();
+        assert_eq!(
+            busy.await.unwrap(),
+            1,
+            "no core waits: the busy one takes it"
+        );
+        // Now one core waits for work and another is busy: the waiting one
+        // gets the job, the busy one nothing.
+        let idle = tokio::spawn({
+            let q = q.clone();
+            async move { q.wait_async().await.map(|j| j.id) }
+        });
+        while q.lock().idle == 0 {
+            tokio::task::yield_now().await;
+        }
+        let busy = tokio::spawn({
+            let q = q.clone();
+            async move { q.wait_ahead_async().await.id }
+        });
+        tokio::task::yield_now().await;
+        q.push(4, job(&g, 2, 4).await).ok().unwrap();
+        assert_eq!(idle.await.unwrap(), Some(2));
+        assert!(!busy.is_finished(), "the busy core did not take it");
+        busy.abort();
     }
 
     #[tokio::test(start_paused = true)]
