@@ -22,7 +22,7 @@ use std::fs::File;
 use std::io::Read;
 
 use bytes::BytesMut;
-use corefarm_cores::{Core, PIPELINE_TICK};
+use corefarm_cores::{Core, Pipeline, PIPELINE_TICK};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
@@ -46,6 +46,17 @@ fn blocking<R>(f: impl FnOnce() -> R) -> R {
     match Handle::try_current().map(|h| h.runtime_flavor()) {
         Ok(RuntimeFlavor::MultiThread) => tokio::task::block_in_place(f),
         _ => f(),
+    }
+}
+
+/// Copies `job` in and rings it; a lost worker is restarted first, where
+/// blocking is allowed.
+fn submit(pipe: &mut dyn Pipeline, job: &Job, input_size: usize) {
+    let inputs = &job.data[..job.count * input_size];
+    if pipe.needs_start() {
+        blocking(|| pipe.submit(inputs, job.count));
+    } else {
+        pipe.submit(inputs, job.count);
     }
 }
 
@@ -86,12 +97,7 @@ pub async fn run(
         if let Some(job) = next.take() {
             let Some(pipe) = core.pipeline() else { return };
             if pipe.fits(job.count) && pending.len() < pipe.depth() {
-                let inputs = &job.data[..job.count * input_size];
-                if pipe.needs_start() {
-                    blocking(|| pipe.submit(inputs, job.count));
-                } else {
-                    pipe.submit(inputs, job.count);
-                }
+                submit(pipe, &job, input_size);
                 pending.push_back(job);
                 continue;
             }
@@ -158,12 +164,7 @@ pub async fn run(
                 ahead = queue.wait_ahead_async(), if take => {
                     let Some(pipe) = core.pipeline() else { return };
                     if pipe.fits(ahead.count) {
-                        let inputs = &ahead.data[..ahead.count * input_size];
-                        if pipe.needs_start() {
-                            blocking(|| pipe.submit(inputs, ahead.count));
-                        } else {
-                            pipe.submit(inputs, ahead.count);
-                        }
+                        submit(pipe, &ahead, input_size);
                         pending.push_back(ahead);
                     } else {
                         next = Some(ahead);
