@@ -107,8 +107,9 @@ pub struct NodeTuning {
     pub core_timeout: f64,
     /// Where native and RTL cores run: `process` (a worker process per
     /// core: a core that crashes, overruns its memories or hangs fails its
-    /// job and is restarted) or `in-process` (on the node's threads, a
-    /// little faster but unsafe: a faulty core can take the node down).
+    /// job and is restarted) or `in-process` (on the node's threads: no
+    /// faster, docs/benchmarks.md, and unsafe: a faulty core can take the
+    /// node down).
     #[arg(long, default_value_t = corefarm_cores::Isolation::Process, value_parser = parse_isolation, help_heading = "Backends")]
     pub isolation: corefarm_cores::Isolation,
     /// File mapped for the HPS-to-FPGA bridge (opened read/write, O_SYNC).
