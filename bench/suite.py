@@ -702,7 +702,10 @@ def exp_node_matmul(ctx: Context) -> dict:
     # Count 4 shows the batching: all inputs of a data message go to the worker as one job.
     iso_cores = [2] if ctx.quick else [1, 2]
     iso_counts = [1, 4]
-    iso_jobs = plan["native"][2]
+    # Runs of ~3 s and at least six alternating pairs: with ~1 s runs single runs spread ±20 %, wider
+    # than the 5 % target these points check.
+    iso_jobs = plan["native"][2] if ctx.quick else 20000
+    iso_runs = ctx.runs if ctx.quick else max(ctx.runs, 6)
     planned = sum(len(c) * len(k) for c, k, _ in plan.values()) + 2 * len(iso_cores) * len(iso_counts)
     rec = Recorder(ctx, "node-matmul", planned, {
         "plan": {t: {"cores": c, "counts": k, "jobs": j} for t, (c, k, j) in plan.items()},
@@ -730,7 +733,7 @@ def exp_node_matmul(ctx: Context) -> dict:
         for count in iso_counts:
             runs: dict[str, list[dict]] = {"in-process": [], "process": []}
             failure: dict[str, str | None] = {"in-process": None, "process": None}
-            for rep_no in range(ctx.runs):
+            for rep_no in range(iso_runs):
                 # Which goes first alternates: the second run of a pair was seen to gain.
                 for isolation in (list(runs) if rep_no % 2 == 0 else list(runs)[::-1]):
                     if failure[isolation]:
