@@ -324,9 +324,7 @@ fn pipelined_loop(
                 continue;
             }
             if pending.is_empty() {
-                // Too large for one pipelined job: alone, as a batch.
-                let out = run_job(core.as_mut(), job, input_size, output_size);
-                if results.send(out).is_err() {
+                if !run_alone(core.as_mut(), job, input_size, output_size, &results) {
                     return;
                 }
                 continue;
@@ -342,6 +340,20 @@ fn pipelined_loop(
             return;
         }
     }
+}
+
+/// A job too large for one pipelined job, run alone as a batch (nothing
+/// else outstanding); `false` once its result cannot be sent.
+pub(crate) fn run_alone(
+    core: &mut dyn Core,
+    job: Job,
+    input_size: usize,
+    output_size: usize,
+    results: &mpsc::UnboundedSender<Outgoing>,
+) -> bool {
+    results
+        .send(run_job(core, job, input_size, output_size))
+        .is_ok()
 }
 
 /// What a collected pipelined job sends: its outputs, or its error.

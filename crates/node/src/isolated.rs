@@ -26,7 +26,7 @@ use corefarm_cores::{Core, Pipeline, PIPELINE_TICK};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
-use crate::handlers::{collected, run_job, Job, Outgoing};
+use crate::handlers::{collected, run_alone, Job, Outgoing};
 use crate::jobq::JobQueue;
 
 /// The core's completion descriptor, registered with the event loop;
@@ -102,9 +102,8 @@ pub async fn run(
                 continue;
             }
             if pending.is_empty() {
-                // Too large for one pipelined job: alone, as a batch.
-                let out = blocking(|| run_job(core.as_mut(), job, input_size, output_size));
-                if results.send(out).is_err() {
+                let c = core.as_mut();
+                if !blocking(|| run_alone(c, job, input_size, output_size, &results)) {
                     return;
                 }
                 continue;
