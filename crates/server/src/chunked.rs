@@ -152,13 +152,13 @@ impl Outbound {
     pub(crate) fn feed(
         &mut self,
         sink: &crate::wire::Sink,
-        metrics: &crate::metrics::Metrics,
+        metrics: &crate::metrics::UserMetrics,
     ) -> Result<(), String> {
         let Some((class, next)) = self.next_with_class() else {
             return Ok(());
         };
         let f = next.map_err(|e| format!("cannot frame a result chunk: {e}"))?;
-        metrics.bytes(crate::metrics::Link::UserOut, f.wire_len());
+        metrics.sent(f.wire_len());
         if sink.push_class(f, class, false) {
             Ok(())
         } else {

@@ -201,8 +201,9 @@ impl corefarm_telemetry::Endpoints for StatusHandle {
         let mut reg = corefarm_telemetry::registry();
         reg.register_collector(corefarm_telemetry::collector(move |enc| {
             let s = shared.status(None);
+            let names = shared.registry.by_name(&shared.metrics);
             let times = shared.registry.config_times();
-            metrics::encode(enc, &shared.metrics, &s, &times)
+            metrics::encode(enc, &shared.metrics, &s, &names, &times)
         }));
         corefarm_telemetry::encode(&reg)
     }

@@ -61,13 +61,13 @@ pub enum NodeEvent {
 /// leaves the registry and its `--max-nodes` slot is free again.
 struct Slot {
     shared: Arc<Shared>,
-    id: u64,
+    entry: Arc<NodeEntry>,
     _permit: OwnedSemaphorePermit,
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.shared.registry.remove_node(self.id);
+        self.shared.registry.remove_node(&self.entry);
     }
 }
 
@@ -77,9 +77,6 @@ pub struct NodeConn {
     /// Identity and counters shown by the status extension.
     pub entry: Arc<NodeEntry>,
     sink: Arc<Sink>,
-    /// The byte counters of `--metrics-listen` (not `Shared`: the pool,
-    /// which `Shared` owns, holds NodeConns).
-    metrics: Arc<crate::metrics::Metrics>,
     /// Reports a frame the owner wrote itself, for policies that count writes.
     ev_tx: Option<mpsc::UnboundedSender<NodeEvent>>,
     pub events: mpsc::UnboundedReceiver<NodeEvent>,
@@ -106,7 +103,7 @@ impl NodeConn {
         let (introduced_tx, introduced) = oneshot::channel();
         let slot = Arc::new(Slot {
             shared: shared.clone(),
-            id,
+            entry: entry.clone(),
             _permit: permit,
         });
         let (rd, wr) = stream.into_split();
@@ -173,10 +170,10 @@ impl NodeConn {
                         r = reader.read_frame() => r,
                     };
                     if let Ok(Some(f)) = &r {
-                        _slot.shared.metrics.bytes(
-                            crate::metrics::Link::NodeIn,
-                            f.payload.len() + corefarm_smp::HEADER_LEN,
-                        );
+                        _slot
+                            .entry
+                            .m
+                            .received(f.payload.len() + corefarm_smp::HEADER_LEN);
                     }
                     match r {
                         Ok(Some(f)) if f.ty == MsgType::Hello => match Hello::decode(&f.payload) {
@@ -283,7 +280,6 @@ impl NodeConn {
             addr,
             entry,
             sink,
-            metrics: shared.metrics.clone(),
             ev_tx: track_writes.then_some(ev_tx),
             events,
             closed,
@@ -311,9 +307,9 @@ impl NodeConn {
     /// served first): on a link with chunks, a message larger than the
     /// chunk size goes as chunks, interleaved with others by class.
     pub fn queue_class(&self, f: OutFrame, class: u8) -> bool {
-        // Counted when handed to the socket's queue: a relaxed add, no lock.
-        self.metrics
-            .bytes(crate::metrics::Link::NodeOut, f.wire_len());
+        // Counted when handed to the socket's queue, by the node's one
+        // owner (a session's handler, or the scheduler of shared nodes).
+        self.entry.m.sent(f.wire_len());
         self.sink.push_class(f, class, true)
     }
 

@@ -5,13 +5,21 @@
 //! are atomics written only by the task that owns the node or user (relaxed
 //! increments, no lock per data message). The maps are locked only when a
 //! connection comes or goes, and when someone asks for a status.
+//!
+//! Totals over connections (bytes per link, results and latency by user
+//! name) are the live entries' sum plus what ended connections left, which
+//! an entry hands over as it leaves its map, under the map's lock: a sum
+//! taken under the same lock counts every connection exactly once, so the
+//! totals never step back.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex};
 
-use corefarm_smp::{ClusterStatus, NodeState, NodeStatus, UserPhase, UserStatus};
+use corefarm_smp::{ClusterStatus, LinkBytes, NodeState, NodeStatus, UserPhase, UserStatus};
+
+use crate::metrics::{Metrics, NameTotals};
 
 /// What a node told us about itself in its hello.
 #[derive(Debug, Clone, Default)]
@@ -212,10 +220,27 @@ impl UserEntry {
     }
 }
 
+/// Live entries and the bytes of those that ended, under one lock.
+#[derive(Debug)]
+struct Map<T> {
+    live: BTreeMap<u64, Arc<T>>,
+    /// (in, out) bytes of ended connections.
+    ended: (u64, u64),
+}
+
+impl<T> Default for Map<T> {
+    fn default() -> Self {
+        Map {
+            live: BTreeMap::new(),
+            ended: (0, 0),
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 pub struct Registry {
-    nodes: Mutex<BTreeMap<u64, Arc<NodeEntry>>>,
-    users: Mutex<BTreeMap<u64, Arc<UserEntry>>>,
+    nodes: Mutex<Map<NodeEntry>>,
+    users: Mutex<Map<UserEntry>>,
 }
 
 impl Registry {
@@ -228,46 +253,75 @@ impl Registry {
         if closed() {
             return false;
         }
-        nodes.insert(e.id, e);
+        nodes.live.insert(e.id, e);
         true
     }
 
-    pub fn remove_node(&self, id: u64) {
-        self.nodes.lock().expect("registry lock").remove(&id);
+    /// The node's connection ended (its last task is gone, whether or not
+    /// it was ever added): its bytes move to the ended total.
+    pub fn remove_node(&self, e: &NodeEntry) {
+        let mut nodes = self.nodes.lock().expect("registry lock");
+        nodes.live.remove(&e.id);
+        nodes.ended.0 += e.m.bytes_in.get();
+        nodes.ended.1 += e.m.bytes_out.get();
     }
 
     /// Nodes connected now.
     pub fn node_count(&self) -> usize {
-        self.nodes.lock().expect("registry lock").len()
+        self.nodes.lock().expect("registry lock").live.len()
     }
 
     pub fn add_user(&self, e: Arc<UserEntry>) {
-        self.users.lock().expect("registry lock").insert(e.id, e);
+        self.users
+            .lock()
+            .expect("registry lock")
+            .live
+            .insert(e.id, e);
     }
 
+    /// The session ended: its bytes move to the ended total, its results
+    /// and latency to its name's slot. Called once per added user.
     pub fn remove_user(&self, id: u64) {
-        self.users.lock().expect("registry lock").remove(&id);
+        let mut users = self.users.lock().expect("registry lock");
+        if let Some(e) = users.live.remove(&id) {
+            users.ended.0 += e.m.bytes_in.get();
+            users.ended.1 += e.m.bytes_out.get();
+            e.m.fold();
+        }
+    }
+
+    /// Results, failures and latency by user name, ended and live sessions.
+    pub fn by_name(&self, m: &Metrics) -> Vec<NameTotals> {
+        let users = self.users.lock().expect("registry lock");
+        m.by_name(users.live.values().map(|u| &u.m))
     }
 
     /// Each node's configuration-time histogram, by node id (metrics).
     pub fn config_times(&self) -> Vec<(u64, corefarm_telemetry::HistogramSnapshot)> {
         let nodes = self.nodes.lock().expect("registry lock");
-        nodes.values().map(|n| (n.id, n.m.config_times())).collect()
+        nodes
+            .live
+            .values()
+            .map(|n| (n.id, n.m.config_times()))
+            .collect()
     }
 
     /// Everything but the server-wide fields (policy, limits, who asks).
     pub fn snapshot(&self) -> ClusterStatus {
-        let nodes: Vec<NodeStatus> = self
-            .nodes
-            .lock()
-            .expect("registry lock")
-            .values()
-            .map(|n| n.status())
-            .collect();
-        let users = self
-            .users
-            .lock()
-            .expect("registry lock")
+        let mut bytes = LinkBytes::default();
+        let nodes: Vec<NodeStatus> = {
+            let nodes = self.nodes.lock().expect("registry lock");
+            (bytes.node_in, bytes.node_out) = nodes.live.values().fold(nodes.ended, |(i, o), n| {
+                (i + n.m.bytes_in.get(), o + n.m.bytes_out.get())
+            });
+            nodes.live.values().map(|n| n.status()).collect()
+        };
+        let users = self.users.lock().expect("registry lock");
+        (bytes.user_in, bytes.user_out) = users.live.values().fold(users.ended, |(i, o), u| {
+            (i + u.m.bytes_in.get(), o + u.m.bytes_out.get())
+        });
+        let users = users
+            .live
             .values()
             .map(|u| {
                 let mine = nodes
@@ -281,6 +335,7 @@ impl Registry {
         ClusterStatus {
             nodes,
             users,
+            bytes,
             ..ClusterStatus::default()
         }
     }
@@ -338,10 +393,61 @@ mod tests {
         assert_eq!(s.node(1).unwrap().state, NodeState::Free);
         assert_eq!(s.node(1).unwrap().in_flight, 0);
         assert!(s.user(7).unwrap().nodes.is_empty());
-        r.remove_node(1);
+        r.remove_node(&a);
         r.remove_user(7);
         let s = r.snapshot();
         assert!(s.node(1).is_none() && s.user(7).is_none());
+    }
+
+    #[test]
+    fn totals_stay_when_connections_end() {
+        let (r, m) = (Registry::default(), Metrics::default());
+        let n = Arc::new(NodeEntry::new(1, addr(10)));
+        r.add_node_if_open(n.clone(), || false);
+        let u = Arc::new(UserEntry::new(2, addr(20)));
+        u.set_hello(Some("prog".into()));
+        r.add_user(u.clone());
+        u.m.received(100);
+        n.m.sent(100);
+        n.m.received(40);
+        u.m.sent(40);
+        u.m.result(&m, || u.label(), std::time::Duration::from_millis(1));
+        // A node that never got past its hello still counts what it sent.
+        let early = NodeEntry::new(3, addr(11));
+        early.m.received(12);
+
+        let totals = |r: &Registry| {
+            let names = r.by_name(&m);
+            let prog = names.iter().find(|t| t.name == "prog").unwrap();
+            (r.snapshot().bytes, prog.results, prog.latency.count)
+        };
+        let live = totals(&r);
+        assert_eq!(
+            live,
+            (
+                LinkBytes {
+                    user_in: 100,
+                    user_out: 40,
+                    node_in: 40,
+                    node_out: 100
+                },
+                1,
+                1
+            )
+        );
+        r.remove_user(2);
+        r.remove_node(&n);
+        assert_eq!(totals(&r), live, "ended connections keep their counts");
+        r.remove_node(&early);
+        assert_eq!(totals(&r).0.node_in, 52);
+        // A second session of the same name adds to the first.
+        let again = Arc::new(UserEntry::new(4, addr(21)));
+        again.set_hello(Some("prog".into()));
+        r.add_user(again.clone());
+        again
+            .m
+            .result(&m, || again.label(), std::time::Duration::from_millis(1));
+        assert_eq!(totals(&r).1, 2);
     }
 
     #[test]

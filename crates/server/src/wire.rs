@@ -368,10 +368,10 @@ impl Sink {
         &self,
         f: OutFrame,
         max: usize,
-        metrics: &crate::metrics::Metrics,
+        metrics: &crate::metrics::UserMetrics,
     ) -> bool {
         self.room(max).await;
-        metrics.bytes(crate::metrics::Link::UserOut, f.wire_len());
+        metrics.sent(f.wire_len());
         self.push(f, false)
     }
 

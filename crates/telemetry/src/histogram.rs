@@ -45,6 +45,32 @@ impl AtomicHistogram {
         self.sum_ns.fetch_add(ns, Ordering::Relaxed);
     }
 
+    /// [`AtomicHistogram::observe`] by the histogram's one writer at a time
+    /// (see [`crate::owned`]): a load and a store per word, no locked add.
+    #[inline]
+    pub fn observe_owned(&self, d: Duration) {
+        let ns = u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        let i = self.bounds_ns.partition_point(|&b| b < ns);
+        let bump = |a: &AtomicU64, n: u64| {
+            a.store(a.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed)
+        };
+        bump(&self.counts[i], 1);
+        bump(&self.sum_ns, ns);
+    }
+
+    /// Adds a snapshot taken of a histogram with the same bounds (an ended
+    /// session folded into its name's totals). Any number of writers.
+    pub fn add(&self, s: &HistogramSnapshot) {
+        debug_assert_eq!(self.bounds, s.bounds);
+        for (a, &n) in self.counts.iter().zip(&s.counts) {
+            if n > 0 {
+                a.fetch_add(n, Ordering::Relaxed);
+            }
+        }
+        self.sum_ns
+            .fetch_add((s.sum * 1e9).round() as u64, Ordering::Relaxed);
+    }
+
     /// A consistent-enough copy (each bucket read once, relaxed).
     pub fn snapshot(&self) -> HistogramSnapshot {
         let counts: Vec<u64> = self
@@ -151,5 +177,22 @@ mod tests {
         let mut merged = s.clone();
         merged.merge(&s);
         assert_eq!(merged.count, 200);
+    }
+
+    #[test]
+    fn owned_observations_and_added_snapshots_agree_with_observe() {
+        let (a, b) = (AtomicHistogram::default(), AtomicHistogram::default());
+        for us in [10, 70, 300, 2_000, 40_000] {
+            a.observe(Duration::from_micros(us));
+            b.observe_owned(Duration::from_micros(us));
+        }
+        assert_eq!(a.snapshot(), b.snapshot());
+        let folded = AtomicHistogram::default();
+        folded.add(&b.snapshot());
+        folded.add(&b.snapshot());
+        let mut twice = a.snapshot();
+        twice.merge(&a.snapshot());
+        assert_eq!(folded.snapshot().counts, twice.counts);
+        assert!((folded.snapshot().sum - twice.sum).abs() < 1e-9);
     }
 }

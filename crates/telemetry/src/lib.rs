@@ -4,15 +4,18 @@
 //! slots, and helpers to encode metric families with prometheus-client.
 //!
 //! Metrics are derived at scrape time from counters their owners keep anyway
-//! (atomics written by one task, relaxed): the data path never takes a lock
-//! for telemetry, and the status model and the metrics cannot disagree.
+//! (atomics written by one task, relaxed, most without a locked instruction:
+//! [`OwnedCounter`], [`AtomicHistogram::observe_owned`]): the data path never
+//! takes a lock for telemetry, and the status model and the metrics cannot disagree.
 
 pub mod histogram;
 pub mod http;
+pub mod owned;
 pub mod slots;
 
 pub use histogram::{AtomicHistogram, HistogramSnapshot, LATENCY_BOUNDS};
 pub use http::{Endpoints, MetricsServer};
+pub use owned::OwnedCounter;
 pub use prometheus_client;
 pub use slots::Slots;
 

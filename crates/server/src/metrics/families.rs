@@ -2,14 +2,12 @@
 //! snapshot plus what the status does not carry (per-name user slots and
 //! per-node configuration-time histograms).
 
-use std::sync::atomic::Ordering;
-
 use corefarm_smp::{ClusterStatus, NodeState, NodeStatus};
 use corefarm_telemetry::prometheus_client::encoding::DescriptorEncoder;
 use corefarm_telemetry::prometheus_client::metrics::MetricType::{Counter, Gauge, Histogram};
 use corefarm_telemetry::{family, Labels};
 
-use super::Metrics;
+use super::{Metrics, NameTotals};
 
 fn node_label(n: &NodeStatus) -> String {
     match &n.name {
@@ -18,12 +16,13 @@ fn node_label(n: &NodeStatus) -> String {
     }
 }
 
-/// Every server family, from one status snapshot plus the slots and
-/// per-node histograms it does not carry.
+/// Every server family, from one status snapshot plus the per-name totals
+/// and per-node histograms it does not carry.
 pub fn encode(
     enc: &mut DescriptorEncoder,
     m: &Metrics,
     s: &ClusterStatus,
+    names: &[NameTotals],
     config_times: &[(u64, corefarm_telemetry::HistogramSnapshot)],
 ) -> Result<(), std::fmt::Error> {
     let none: Labels = vec![];
@@ -111,7 +110,6 @@ pub fn encode(
             f.histogram(l, h)?;
         }
     }
-    let slots = m.users.all();
     let user = |name: &str| vec![("user", name.to_string())];
     let mut f = family(
         enc,
@@ -119,8 +117,8 @@ pub fn encode(
         "Results delivered to users, by user name.",
         Counter,
     )?;
-    for (name, slot) in &slots {
-        f.counter(&user(name), slot.results.load(Ordering::Relaxed))?;
+    for n in names {
+        f.counter(&user(&n.name), n.results)?;
     }
     let mut f = family(
         enc,
@@ -128,8 +126,8 @@ pub fn encode(
         "Inputs answered with a core failure.",
         Counter,
     )?;
-    for (name, slot) in &slots {
-        f.counter(&user(name), slot.failures.load(Ordering::Relaxed))?;
+    for n in names {
+        f.counter(&user(&n.name), n.failures)?;
     }
     let mut f = family(
         enc,
@@ -137,8 +135,8 @@ pub fn encode(
         "From handing a message to a node to its result, by user name.",
         Histogram,
     )?;
-    for (name, slot) in &slots {
-        f.histogram(&user(name), &slot.latency.snapshot())?;
+    for n in names {
+        f.histogram(&user(&n.name), &n.latency)?;
     }
     let (outstanding, queued) = s
         .users

@@ -2,12 +2,20 @@
 //! lock per message), turned into Prometheus families and into the status
 //! model only when someone asks (`/metrics`, `/status`, the status request).
 //!
-//! - [`Metrics`]: server-wide totals (bytes per link, errors by kind,
-//!   re-dispatches) and per-user-name slots, capped so a stream of distinct
-//!   names cannot grow the label set;
-//! - [`NodeMetrics`]: a node's busy time, results, failures and
+//! What a data message touches is owned by one task, the session's handler
+//! or the node connection's reader, and counted without a locked
+//! instruction ([`OwnedCounter`], `observe_owned`); totals across sessions
+//! and nodes (bytes per link, results and latency by user name) are summed
+//! when someone asks, from the live entries plus what ended connections
+//! left (folded in by the registry when they go, under the lock the sum
+//! takes, so no count is seen twice or missed).
+//!
+//! - [`Metrics`]: server-wide counters (errors by kind, re-dispatches) and
+//!   per-user-name slots, capped so a stream of distinct names cannot grow
+//!   the label set;
+//! - [`NodeMetrics`]: a node's bytes, busy time, results, failures and
 //!   reconfigurations, kept in its registry entry;
-//! - [`UserMetrics`]: a session's failures and latency histogram;
+//! - [`UserMetrics`]: a session's bytes, results, failures and latency;
 //! - `families`: the Prometheus families, encoded at scrape time.
 
 mod families;
@@ -18,8 +26,8 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use corefarm_smp::{ClusterStatus, Configuration, LinkBytes, NodeState, NodeStatus, UserStatus};
-use corefarm_telemetry::{AtomicHistogram, Slots};
+use corefarm_smp::{ClusterStatus, Configuration, NodeState, NodeStatus, UserStatus};
+use corefarm_telemetry::{AtomicHistogram, HistogramSnapshot, OwnedCounter, Slots};
 
 /// Distinct user names with their own label; the rest share `other`.
 pub const USER_SLOTS: usize = 32;
@@ -27,14 +35,6 @@ pub const USER_SLOTS: usize = 32;
 /// Configuration round trips: from 1 ms (a native core) to 10 s and more
 /// (programming an FPGA).
 const CONFIG_BOUNDS: &[f64] = &[0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 30.0];
-
-#[derive(Debug, Clone, Copy)]
-pub enum Link {
-    UserIn,
-    UserOut,
-    NodeIn,
-    NodeOut,
-}
 
 #[derive(Debug, Clone, Copy)]
 pub enum ErrorKind {
@@ -64,12 +64,23 @@ const ERROR_KINDS: [(&str, ErrorKind); 5] = [
 #[repr(align(64))]
 struct Padded(AtomicU64);
 
-/// Per user name, across sessions (so counters only grow).
+/// Per user name, across sessions (so counters only grow): results and
+/// latency of the name's ended sessions (the live ones' are added when
+/// someone asks, see [`Metrics::by_name`]), failures of all.
 #[derive(Debug, Default)]
 pub struct UserSlot {
     results: AtomicU64,
     failures: AtomicU64,
     latency: AtomicHistogram,
+}
+
+/// A user name's totals as `/metrics` shows them.
+#[derive(Debug, Clone)]
+pub struct NameTotals {
+    pub name: String,
+    pub results: u64,
+    pub failures: u64,
+    pub latency: HistogramSnapshot,
 }
 
 /// Built with the `metrics-off` feature: the per-message hooks do nothing.
@@ -81,7 +92,6 @@ const OFF: bool = cfg!(feature = "metrics-off");
 #[derive(Debug)]
 pub struct Metrics {
     started: Instant,
-    link: [Padded; 4],
     redispatched: Padded,
     errors: [AtomicU64; 5],
     users: Slots<UserSlot>,
@@ -94,7 +104,6 @@ impl Default for Metrics {
     fn default() -> Self {
         Metrics {
             started: Instant::now(),
-            link: Default::default(),
             redispatched: Padded::default(),
             errors: Default::default(),
             users: Slots::new(USER_SLOTS),
@@ -104,15 +113,6 @@ impl Default for Metrics {
 }
 
 impl Metrics {
-    pub fn bytes(&self, link: Link, n: usize) {
-        if OFF {
-            return;
-        }
-        self.link[link as usize]
-            .0
-            .fetch_add(n as u64, Ordering::Relaxed);
-    }
-
     /// A node's handler notification, relayed to its user or dropped.
     pub fn notification(&self, relayed: bool) {
         if OFF {
@@ -141,17 +141,35 @@ impl Metrics {
             .fetch_add(moved as u64, Ordering::Relaxed);
     }
 
-    /// Server-wide fields of the status model.
+    /// Per user name: the slot's (ended sessions, failures of all) plus the
+    /// `live` sessions'. The caller holds the lock under which sessions
+    /// are folded into their slot when they end ([`UserMetrics::fold`]).
+    pub fn by_name<'a>(&self, live: impl Iterator<Item = &'a UserMetrics>) -> Vec<NameTotals> {
+        let slots = self.users.all();
+        let mut out: Vec<NameTotals> = slots
+            .iter()
+            .map(|(name, slot)| NameTotals {
+                name: name.clone(),
+                results: slot.results.load(Ordering::Relaxed),
+                failures: slot.failures.load(Ordering::Relaxed),
+                latency: slot.latency.snapshot(),
+            })
+            .collect();
+        for u in live {
+            let Some(mine) = u.slot.get() else { continue };
+            if let Some(i) = slots.iter().position(|(_, s)| Arc::ptr_eq(s, mine)) {
+                out[i].results += u.results.get();
+                out[i].latency.merge(&u.latency.snapshot());
+            }
+        }
+        out
+    }
+
+    /// Server-wide fields of the status model (bytes per link come from
+    /// the registry, which sums its entries').
     pub fn fill(&self, s: &mut ClusterStatus) {
-        let l = |k: Link| self.link[k as usize].0.load(Ordering::Relaxed);
         s.uptime_seconds = self.started.elapsed().as_secs_f64();
         s.redispatched = self.redispatched.0.load(Ordering::Relaxed);
-        s.bytes = LinkBytes {
-            user_in: l(Link::UserIn),
-            user_out: l(Link::UserOut),
-            node_in: l(Link::NodeIn),
-            node_out: l(Link::NodeOut),
-        };
         s.errors = ERROR_KINDS
             .iter()
             .map(|(name, k)| {
@@ -190,7 +208,8 @@ fn stamp() -> u64 {
     stamp_at(Instant::now())
 }
 
-/// Written by the task that owns the node (one writer); read by status.
+/// Written by the task that owns the node (one writer; the connection's
+/// reader for `bytes_in`); read by status.
 #[derive(Debug)]
 pub struct NodeMetrics {
     function: Mutex<Option<String>>,
@@ -198,7 +217,11 @@ pub struct NodeMetrics {
     busy_ns: AtomicU64,
     /// When the node last went from idle to busy; 0 while idle.
     busy_since: AtomicU64,
-    results: AtomicU64,
+    /// Frames read from the node, header included.
+    pub bytes_in: OwnedCounter,
+    /// Frames its owner queued for it, header included.
+    pub bytes_out: OwnedCounter,
+    results: OwnedCounter,
     failures: AtomicU64,
     reconfigurations: AtomicU64,
     config_since: AtomicU64,
@@ -214,7 +237,9 @@ impl Default for NodeMetrics {
             cores: AtomicU32::new(0),
             busy_ns: AtomicU64::new(0),
             busy_since: AtomicU64::new(0),
-            results: AtomicU64::new(0),
+            bytes_in: OwnedCounter::default(),
+            bytes_out: OwnedCounter::default(),
+            results: OwnedCounter::default(),
             failures: AtomicU64::new(0),
             reconfigurations: AtomicU64::new(0),
             config_since: AtomicU64::new(0),
@@ -224,6 +249,21 @@ impl Default for NodeMetrics {
 }
 
 impl NodeMetrics {
+    /// A frame of `n` bytes (header included) came from the node; called by
+    /// its connection's reader only.
+    pub fn received(&self, n: usize) {
+        if !OFF {
+            self.bytes_in.add(n as u64);
+        }
+    }
+
+    /// A frame of `n` bytes was queued for the node by its owner.
+    pub fn sent(&self, n: usize) {
+        if !OFF {
+            self.bytes_out.add(n as u64);
+        }
+    }
+
     /// A message went to the node at `now`; `first` if nothing else was in flight.
     pub fn dispatched(&self, first: bool, now: Instant) {
         if OFF {
@@ -240,12 +280,11 @@ impl NodeMetrics {
         if OFF {
             return;
         }
-        let c = if failed {
-            &self.failures
+        if failed {
+            self.failures.fetch_add(1, Ordering::Relaxed);
         } else {
-            &self.results
-        };
-        c.fetch_add(1, Ordering::Relaxed);
+            self.results.add(1);
+        }
         if idle {
             self.stop_busy(now);
         }
@@ -297,18 +336,23 @@ impl NodeMetrics {
         s.function = self.function.lock().expect("function lock").clone();
         s.cores = self.cores.load(Ordering::Relaxed);
         s.busy_seconds = self.busy_seconds();
-        s.results_total = self.results.load(Ordering::Relaxed);
+        s.results_total = self.results.get();
         s.failures = self.failures.load(Ordering::Relaxed);
         s.reconfigurations = self.reconfigurations.load(Ordering::Relaxed);
     }
 }
 
-/// Written by the user's handler task; read by status.
+/// Written by the user's handler task (one writer); read by status.
 #[derive(Debug, Default)]
 pub struct UserMetrics {
     slot: OnceLock<Arc<UserSlot>>,
     failures: AtomicU64,
+    results: OwnedCounter,
     latency: AtomicHistogram,
+    /// Frames read from the user, header included.
+    pub bytes_in: OwnedCounter,
+    /// Frames queued for the user, header included.
+    pub bytes_out: OwnedCounter,
 }
 
 impl UserMetrics {
@@ -323,10 +367,35 @@ impl UserMetrics {
         if OFF {
             return;
         }
-        self.latency.observe(latency);
-        let slot = self.slot(m, name);
-        slot.results.fetch_add(1, Ordering::Relaxed);
-        slot.latency.observe(latency);
+        self.latency.observe_owned(latency);
+        self.results.add(1);
+        // Names the slot this session's counts go to when it ends.
+        self.slot(m, name);
+    }
+
+    /// A frame of `n` bytes (header included) came from the user.
+    pub fn received(&self, n: usize) {
+        if !OFF {
+            self.bytes_in.add(n as u64);
+        }
+    }
+
+    /// A frame of `n` bytes was queued for the user.
+    pub fn sent(&self, n: usize) {
+        if !OFF {
+            self.bytes_out.add(n as u64);
+        }
+    }
+
+    /// The session ended: its results and latency go to its name's slot.
+    /// Called once, by the registry, under the lock [`Metrics::by_name`]
+    /// is called under.
+    pub fn fold(&self) {
+        if let Some(slot) = self.slot.get() {
+            slot.results
+                .fetch_add(self.results.get(), Ordering::Relaxed);
+            slot.latency.add(&self.latency.snapshot());
+        }
     }
 
     /// A core failed on one of the user's inputs.
@@ -413,11 +482,19 @@ mod tests {
     fn families_follow_the_status_and_cap_user_names() {
         let m = Metrics::default();
         m.node_lost(3);
-        m.bytes(Link::UserIn, 100);
+        // Sessions of 37 names: the names past the cap share `other`; the
+        // even ones ended (folded into their slot), the odd ones are live.
+        let mut live = vec![];
         for i in 0..USER_SLOTS + 5 {
             let u = UserMetrics::default();
             u.result(&m, || format!("u{i}"), Duration::from_millis(2));
+            if i % 2 == 0 {
+                u.fold();
+            } else {
+                live.push(u);
+            }
         }
+        let names = m.by_name(live.iter());
         let mut s = ClusterStatus {
             nodes: vec![NodeStatus {
                 id: 1,
@@ -434,20 +511,21 @@ mod tests {
                 queued: 4,
                 ..Default::default()
             }],
+            bytes: corefarm_smp::LinkBytes {
+                user_in: 100,
+                ..Default::default()
+            },
             ..Default::default()
         };
         m.fill(&mut s);
-        assert_eq!(
-            (s.redispatched, s.errors["node_lost"], s.bytes.user_in),
-            (3, 1, 100)
-        );
+        assert_eq!((s.redispatched, s.errors["node_lost"]), (3, 1));
         let times = vec![(1, AtomicHistogram::new(CONFIG_BOUNDS).snapshot())];
         let mut reg = corefarm_telemetry::registry();
         let st = s.clone();
         let m = Arc::new(m);
         let m2 = m.clone();
         reg.register_collector(corefarm_telemetry::collector(move |enc| {
-            encode(enc, &m2, &st, &times)
+            encode(enc, &m2, &st, &names, &times)
         }));
         let text = corefarm_telemetry::to_prometheus_text(&corefarm_telemetry::encode(&reg));
         for line in [
@@ -458,6 +536,9 @@ mod tests {
             r#"corefarm_redispatched_total 3"#,
             r#"corefarm_queued_messages 4"#,
             r#"corefarm_user_results_total{user="other"} 5"#,
+            r#"corefarm_user_results_total{user="u0"} 1"#,
+            r#"corefarm_user_results_total{user="u1"} 1"#,
+            r#"corefarm_user_latency_seconds_count{user="other"} 5"#,
             r#"corefarm_link_bytes_total{link="user",direction="in"} 100"#,
         ] {
             assert!(text.lines().any(|l| l == line), "no {line} in:\n{text}");

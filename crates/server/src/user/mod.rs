@@ -272,7 +272,7 @@ impl Handler {
                         }
                     };
                     self.last_activity = Instant::now();
-                    self.shared.metrics.bytes(crate::metrics::Link::UserIn, frame.payload.len() + corefarm_smp::HEADER_LEN);
+                    self.entry.m.received(frame.payload.len() + corefarm_smp::HEADER_LEN);
                     if let Err(e) = self.on_user_frame(frame).await { return e; }
                 }
                 // Last, so only when nothing else is ready: what this
@@ -365,11 +365,7 @@ impl Handler {
         // Back-pressure: when the user stops reading, the handler (and so
         // the nodes' results) waits after a few queued messages. Written
         // when the handler is about to wait (`flush_writes`).
-        if self
-            .out
-            .push_to_user(f, USER_QUEUE, &self.shared.metrics)
-            .await
-        {
+        if self.out.push_to_user(f, USER_QUEUE, &self.entry.m).await {
             Ok(())
         } else {
             Err(End::Error("user connection closed".into()))
@@ -400,7 +396,7 @@ impl Handler {
     /// Hands the most urgent waiting chunk to the user's sink.
     fn feed_chunk(&mut self) -> Result<(), End> {
         match self.outbound.as_mut() {
-            Some(o) => o.feed(&self.out, &self.shared.metrics).map_err(End::Error),
+            Some(o) => o.feed(&self.out, &self.entry.m).map_err(End::Error),
             None => Ok(()),
         }
     }
