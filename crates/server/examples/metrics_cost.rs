@@ -19,16 +19,16 @@ const N: u64 = 5_000_000;
 // Each counter has one writer, as in the server: the bytes a user sends
 // are counted by one side, the rest of the session's counters by the other.
 fn user_side(user: &UserMetrics, node: &NodeMetrics, now: Instant) {
-    user.received(76);
+    user.link.received(76);
     node.dispatched(true, now);
-    node.sent(76);
+    node.link.sent(76);
 }
 
 fn node_side(m: &Metrics, node: &NodeMetrics, user: &UserMetrics, rtt: Duration, now: Instant) {
-    node.received(76);
+    node.link.received(76);
     node.answered(true, false, now);
     user.result(m, || "bench".into(), rtt);
-    user.sent(76);
+    user.link.sent(76);
 }
 
 fn main() {

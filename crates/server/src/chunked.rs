@@ -152,7 +152,7 @@ impl Outbound {
     pub(crate) fn feed(
         &mut self,
         sink: &crate::wire::Sink,
-        metrics: &crate::metrics::UserMetrics,
+        metrics: &crate::metrics::LinkCounters,
     ) -> Result<(), String> {
         let Some((class, next)) = self.next_with_class() else {
             return Ok(());

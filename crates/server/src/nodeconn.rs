@@ -173,6 +173,7 @@ impl NodeConn {
                         _slot
                             .entry
                             .m
+                            .link
                             .received(f.payload.len() + corefarm_smp::HEADER_LEN);
                     }
                     match r {
@@ -309,7 +310,7 @@ impl NodeConn {
     pub fn queue_class(&self, f: OutFrame, class: u8) -> bool {
         // Counted when handed to the socket's queue, by the node's one
         // owner (a session's handler, or the scheduler of shared nodes).
-        self.entry.m.sent(f.wire_len());
+        self.entry.m.link.sent(f.wire_len());
         self.sink.push_class(f, class, true)
     }
 

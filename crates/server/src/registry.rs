@@ -220,6 +220,11 @@ impl UserEntry {
     }
 }
 
+/// (in, out) byte pairs added.
+fn add(a: (u64, u64), b: (u64, u64)) -> (u64, u64) {
+    (a.0 + b.0, a.1 + b.1)
+}
+
 /// Live entries and the bytes of those that ended, under one lock.
 #[derive(Debug)]
 struct Map<T> {
@@ -262,8 +267,7 @@ impl Registry {
     pub fn remove_node(&self, e: &NodeEntry) {
         let mut nodes = self.nodes.lock().expect("registry lock");
         nodes.live.remove(&e.id);
-        nodes.ended.0 += e.m.bytes_in.get();
-        nodes.ended.1 += e.m.bytes_out.get();
+        nodes.ended = add(nodes.ended, e.m.link.bytes());
     }
 
     /// Nodes connected now.
@@ -284,8 +288,7 @@ impl Registry {
     pub fn remove_user(&self, id: u64) {
         let mut users = self.users.lock().expect("registry lock");
         if let Some(e) = users.live.remove(&id) {
-            users.ended.0 += e.m.bytes_in.get();
-            users.ended.1 += e.m.bytes_out.get();
+            users.ended = add(users.ended, e.m.link.bytes());
             e.m.fold();
         }
     }
@@ -311,15 +314,19 @@ impl Registry {
         let mut bytes = LinkBytes::default();
         let nodes: Vec<NodeStatus> = {
             let nodes = self.nodes.lock().expect("registry lock");
-            (bytes.node_in, bytes.node_out) = nodes.live.values().fold(nodes.ended, |(i, o), n| {
-                (i + n.m.bytes_in.get(), o + n.m.bytes_out.get())
-            });
+            (bytes.node_in, bytes.node_out) = nodes
+                .live
+                .values()
+                .map(|n| n.m.link.bytes())
+                .fold(nodes.ended, add);
             nodes.live.values().map(|n| n.status()).collect()
         };
         let users = self.users.lock().expect("registry lock");
-        (bytes.user_in, bytes.user_out) = users.live.values().fold(users.ended, |(i, o), u| {
-            (i + u.m.bytes_in.get(), o + u.m.bytes_out.get())
-        });
+        (bytes.user_in, bytes.user_out) = users
+            .live
+            .values()
+            .map(|u| u.m.link.bytes())
+            .fold(users.ended, add);
         let users = users
             .live
             .values()
@@ -407,14 +414,14 @@ mod tests {
         let u = Arc::new(UserEntry::new(2, addr(20)));
         u.set_hello(Some("prog".into()));
         r.add_user(u.clone());
-        u.m.received(100);
-        n.m.sent(100);
-        n.m.received(40);
-        u.m.sent(40);
+        u.m.link.received(100);
+        n.m.link.sent(100);
+        n.m.link.received(40);
+        u.m.link.sent(40);
         u.m.result(&m, || u.label(), std::time::Duration::from_millis(1));
         // A node that never got past its hello still counts what it sent.
         let early = NodeEntry::new(3, addr(11));
-        early.m.received(12);
+        early.m.link.received(12);
 
         let totals = |r: &Registry| {
             let names = r.by_name(&m);

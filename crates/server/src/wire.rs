@@ -368,7 +368,7 @@ impl Sink {
         &self,
         f: OutFrame,
         max: usize,
-        metrics: &crate::metrics::UserMetrics,
+        metrics: &crate::metrics::LinkCounters,
     ) -> bool {
         self.room(max).await;
         metrics.sent(f.wire_len());

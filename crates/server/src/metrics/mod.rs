@@ -208,6 +208,35 @@ fn stamp() -> u64 {
     stamp_at(Instant::now())
 }
 
+/// The bytes of one connection each way, frames with their headers: read
+/// by one task, queued by one owner at a time.
+#[derive(Debug, Default)]
+pub struct LinkCounters {
+    bytes_in: OwnedCounter,
+    bytes_out: OwnedCounter,
+}
+
+impl LinkCounters {
+    /// A frame of `n` bytes came in (called by the connection's reader).
+    pub fn received(&self, n: usize) {
+        if !OFF {
+            self.bytes_in.add(n as u64);
+        }
+    }
+
+    /// A frame of `n` bytes was queued (called by the connection's owner).
+    pub fn sent(&self, n: usize) {
+        if !OFF {
+            self.bytes_out.add(n as u64);
+        }
+    }
+
+    /// (in, out) so far.
+    pub fn bytes(&self) -> (u64, u64) {
+        (self.bytes_in.get(), self.bytes_out.get())
+    }
+}
+
 /// Written by the task that owns the node (one writer; the connection's
 /// reader for `bytes_in`); read by status.
 #[derive(Debug)]
@@ -217,10 +246,8 @@ pub struct NodeMetrics {
     busy_ns: AtomicU64,
     /// When the node last went from idle to busy; 0 while idle.
     busy_since: AtomicU64,
-    /// Frames read from the node, header included.
-    pub bytes_in: OwnedCounter,
-    /// Frames its owner queued for it, header included.
-    pub bytes_out: OwnedCounter,
+    /// Bytes read by the connection's reader, queued by the node's owner.
+    pub link: LinkCounters,
     results: OwnedCounter,
     failures: AtomicU64,
     reconfigurations: AtomicU64,
@@ -237,8 +264,7 @@ impl Default for NodeMetrics {
             cores: AtomicU32::new(0),
             busy_ns: AtomicU64::new(0),
             busy_since: AtomicU64::new(0),
-            bytes_in: OwnedCounter::default(),
-            bytes_out: OwnedCounter::default(),
+            link: LinkCounters::default(),
             results: OwnedCounter::default(),
             failures: AtomicU64::new(0),
             reconfigurations: AtomicU64::new(0),
@@ -249,21 +275,6 @@ impl Default for NodeMetrics {
 }
 
 impl NodeMetrics {
-    /// A frame of `n` bytes (header included) came from the node; called by
-    /// its connection's reader only.
-    pub fn received(&self, n: usize) {
-        if !OFF {
-            self.bytes_in.add(n as u64);
-        }
-    }
-
-    /// A frame of `n` bytes was queued for the node by its owner.
-    pub fn sent(&self, n: usize) {
-        if !OFF {
-            self.bytes_out.add(n as u64);
-        }
-    }
-
     /// A message went to the node at `now`; `first` if nothing else was in flight.
     pub fn dispatched(&self, first: bool, now: Instant) {
         if OFF {
@@ -349,10 +360,8 @@ pub struct UserMetrics {
     failures: AtomicU64,
     results: OwnedCounter,
     latency: AtomicHistogram,
-    /// Frames read from the user, header included.
-    pub bytes_in: OwnedCounter,
-    /// Frames queued for the user, header included.
-    pub bytes_out: OwnedCounter,
+    /// Bytes read and queued by the session's handler.
+    pub link: LinkCounters,
 }
 
 impl UserMetrics {
@@ -371,20 +380,6 @@ impl UserMetrics {
         self.results.add(1);
         // Names the slot this session's counts go to when it ends.
         self.slot(m, name);
-    }
-
-    /// A frame of `n` bytes (header included) came from the user.
-    pub fn received(&self, n: usize) {
-        if !OFF {
-            self.bytes_in.add(n as u64);
-        }
-    }
-
-    /// A frame of `n` bytes was queued for the user.
-    pub fn sent(&self, n: usize) {
-        if !OFF {
-            self.bytes_out.add(n as u64);
-        }
     }
 
     /// The session ended: its results and latency go to its name's slot.

@@ -186,12 +186,12 @@ impl Session {
                 // there is room: an urgent result passes queued bulk.
                 _ = out.room(crate::chunked::SINK_DEPTH), if chunks_waiting => {
                     if let Some(o) = self.outbound.as_mut() {
-                        o.feed(&self.out, &self.entry.m)?;
+                        o.feed(&self.out, &self.entry.m.link)?;
                     }
                 }
                 r = self.reader.read_frame(), if read => match r {
                     Ok(Some(f)) => {
-                        self.entry.m.received(f.payload.len() + corefarm_smp::HEADER_LEN);
+                        self.entry.m.link.received(f.payload.len() + corefarm_smp::HEADER_LEN);
                         self.on_frame(f).await?
                     }
                     Ok(None) => return Ok(()),
@@ -265,7 +265,11 @@ impl Session {
     /// Queues a frame for the user; waits first while a queue's worth is
     /// unwritten (the user's pace, not memory, bounds what it is sent).
     async fn send(&mut self, f: OutFrame) -> Result<(), String> {
-        if self.out.push_to_user(f, USER_QUEUE, &self.entry.m).await {
+        if self
+            .out
+            .push_to_user(f, USER_QUEUE, &self.entry.m.link)
+            .await
+        {
             Ok(())
         } else {
             Err("user connection closed".into())

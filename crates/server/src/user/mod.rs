@@ -272,7 +272,7 @@ impl Handler {
                         }
                     };
                     self.last_activity = Instant::now();
-                    self.entry.m.received(frame.payload.len() + corefarm_smp::HEADER_LEN);
+                    self.entry.m.link.received(frame.payload.len() + corefarm_smp::HEADER_LEN);
                     if let Err(e) = self.on_user_frame(frame).await { return e; }
                 }
                 // Last, so only when nothing else is ready: what this
@@ -365,7 +365,11 @@ impl Handler {
         // Back-pressure: when the user stops reading, the handler (and so
         // the nodes' results) waits after a few queued messages. Written
         // when the handler is about to wait (`flush_writes`).
-        if self.out.push_to_user(f, USER_QUEUE, &self.entry.m).await {
+        if self
+            .out
+            .push_to_user(f, USER_QUEUE, &self.entry.m.link)
+            .await
+        {
             Ok(())
         } else {
             Err(End::Error("user connection closed".into()))
@@ -396,7 +400,7 @@ impl Handler {
     /// Hands the most urgent waiting chunk to the user's sink.
     fn feed_chunk(&mut self) -> Result<(), End> {
         match self.outbound.as_mut() {
-            Some(o) => o.feed(&self.out, &self.entry.m).map_err(End::Error),
+            Some(o) => o.feed(&self.out, &self.entry.m.link).map_err(End::Error),
             None => Ok(()),
         }
     }
