@@ -145,9 +145,10 @@ pub trait Pipeline {
     fn collect(&mut self, outputs: &mut [u8]) -> Result<(), BatchError>;
 
     /// For an event loop: a descriptor that turns readable when a job
-    /// completes after [`Pipeline::arm`] (an eventfd: read it to reset
-    /// it). `None`: this pipeline can only be waited for by
-    /// [`Pipeline::collect`], on a thread of its own.
+    /// completes after [`Pipeline::arm`] or when the pipeline's worker
+    /// dies (poll it, do not read it; `arm` resets it). `None`: this
+    /// pipeline can only be waited for by [`Pipeline::collect`], on a
+    /// thread of its own.
     fn ready_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
         None
     }
@@ -166,8 +167,9 @@ pub trait Pipeline {
     }
 
     /// Called by an event loop at least every [`PIPELINE_TICK`] while it
-    /// waits: applies the watchdog and notices a worker that died, so the
-    /// next [`Pipeline::try_collect`] reports either.
+    /// waits: applies the watchdog (and notices a worker that died in a
+    /// way its ready descriptor missed), so the next
+    /// [`Pipeline::try_collect`] reports either.
     fn tick(&mut self) {}
 
     /// Whether the next [`Pipeline::submit`] or [`Pipeline::try_collect`]

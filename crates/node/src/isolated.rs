@@ -6,9 +6,9 @@
 //! extra hand-overs per message were most of what isolation cost
 //! (docs/benchmarks.md, "Where the two-core gap comes from"). Here the
 //! task that takes a job from the queue copies it in and rings the worker,
-//! and the completion comes back through the core's eventfd, polled like a
-//! socket. The watchdog and a worker that dies without a completion are
-//! looked at every [`PIPELINE_TICK`] of waiting.
+//! and the completion comes back through the core's ready descriptor,
+//! polled like a socket, which a worker's death makes readable too. The
+//! watchdog is looked at every [`PIPELINE_TICK`] of waiting.
 //!
 //! The order of jobs is the core handler threads' (`handlers::
 //! pipelined_loop`): the next queued job is rung before the current one
@@ -19,7 +19,6 @@
 
 use std::collections::VecDeque;
 use std::fs::File;
-use std::io::Read;
 
 use bytes::BytesMut;
 use corefarm_cores::{Core, Pipeline, PIPELINE_TICK};
@@ -29,13 +28,14 @@ use tokio::sync::mpsc;
 use crate::handlers::{collected, run_alone, Job, Outgoing};
 use crate::jobq::JobQueue;
 
-/// The core's completion descriptor, registered with the event loop;
-/// `None` if the core has none (it then gets a handler thread).
+/// The core's ready descriptor (completions and its worker's death),
+/// registered with the event loop; `None` if the core has none (it then
+/// gets a handler thread).
 pub fn ready(core: &mut dyn Core) -> Option<AsyncFd<File>> {
     let fd = core.pipeline()?.ready_fd()?.try_clone_to_owned().ok()?;
     // SAFETY: the `File` owns the descriptor (a duplicate of the core's
-    // eventfd) for as long as the `AsyncFd` holds it, and always returns
-    // that same descriptor.
+    // ready descriptor) for as long as the `AsyncFd` holds it, and always
+    // returns that same descriptor.
     unsafe { AsyncFd::register_with_interest(File::from(fd), tokio::io::Interest::READABLE) }.ok()
 }
 
@@ -62,7 +62,7 @@ fn submit(pipe: &mut dyn Pipeline, job: &Job, input_size: usize) {
 
 enum Step {
     Done(Result<(), corefarm_cores::BatchError>),
-    /// Armed: the eventfd or the tick says when to look again; the
+    /// Armed: the ready descriptor or the tick says when to look again; the
     /// pipeline's depth.
     Wait(usize),
     /// Completed (or lost) in between: look again now.
@@ -146,13 +146,9 @@ pub async fn run(
             tokio::select! {
                 biased;
                 r = tokio::time::timeout(PIPELINE_TICK, ready.readable()) => match r {
-                    Ok(Ok(mut signalled)) => {
-                        // Resets the eventfd; a signal that was for an earlier
-                        // completion costs one more look, nothing else.
-                        let mut count = [0u8; 8];
-                        let _ = signalled.get_inner().read(&mut count);
-                        signalled.clear_ready();
-                    }
+                    // The next `arm` resets the descriptor; a signal that
+                    // was for an earlier completion costs one more look.
+                    Ok(Ok(mut signalled)) => signalled.clear_ready(),
                     // Only at the runtime's shutdown: wait as if by the clock.
                     Ok(Err(_)) => {
                         tokio::time::sleep(PIPELINE_TICK).await;

@@ -104,9 +104,14 @@ pub struct IsolatedCore {
     region_fd: OwnedFd,
     region: Region,
     /// Signalled by the worker at a completion the node asked to hear of
-    /// (`Header::notify`): what an event loop waits on. One per core, kept
-    /// across worker restarts.
+    /// (`Header::notify`). One per core, kept across worker restarts.
     event: OwnedFd,
+    /// What an event loop waits on (`Pipeline::ready_fd`): an epoll set of
+    /// `event` and the running worker's channel, which hangs up when the
+    /// worker dies, so a crash wakes the loop as a completion does. A
+    /// stable descriptor: the worker's channel joins it at each start and
+    /// leaves it when the worker is reaped.
+    ready: OwnedFd,
     /// The front job the event loop's watchdog is timing: its sequence
     /// number, the progress last seen, and the deadline from then.
     watch: Option<(u32, u32, Instant)>,
@@ -211,6 +216,8 @@ pub(crate) fn load_cores(
                 rustix::event::EventfdFlags::CLOEXEC | rustix::event::EventfdFlags::NONBLOCK,
             )
             .map_err(|e| backend("eventfd")(e.into()))?,
+            ready: rustix::event::epoll::create(rustix::event::epoll::CreateFlags::CLOEXEC)
+                .map_err(|e| backend("epoll")(e.into()))?,
             watch: None,
             worker: None,
             tid: 0,
@@ -223,6 +230,13 @@ pub(crate) fn load_cores(
             discard: Vec::new(),
             stats: CoreStats::default(),
         };
+        rustix::event::epoll::add(
+            &core.ready,
+            &core.event,
+            rustix::event::epoll::EventData::new_u64(0),
+            rustix::event::epoll::EventFlags::IN,
+        )
+        .map_err(|e| backend("epoll")(e.into()))?;
         core.fill_slack(0..layout.slots);
         // Started here, waited for below: the workers load in parallel.
         core.worker = Some(core.spawn().map_err(LoadError::Backend)?);

@@ -238,6 +238,10 @@ impl IsolatedCore {
             let p = h.jobs[(seq & 1) as usize].progress.load(Ordering::Acquire);
             self.watch = Some((seq, p, Instant::now() + self.shared.watchdog));
         }
+        // A signal of an earlier completion, already looked at, is reset
+        // here, so the set is readable only for what comes after.
+        let mut count = [0u8; 8];
+        let _ = rustix::io::read(&self.event, &mut count);
         h.notify.store(1, Ordering::SeqCst);
         // The completion (or the death) may have come before the request
         // was seen: then nothing will signal.
@@ -513,7 +517,7 @@ impl Pipeline for IsolatedCore {
     }
 
     fn ready_fd(&self) -> Option<BorrowedFd<'_>> {
-        Some(self.event.as_fd())
+        Some(self.ready.as_fd())
     }
 
     fn try_collect(&mut self, outputs: &mut [u8]) -> Option<Result<(), BatchError>> {

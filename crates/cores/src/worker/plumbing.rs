@@ -6,7 +6,7 @@ use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use rustix::event::{PollFd, PollFlags};
+use rustix::event::{epoll, PollFd, PollFlags};
 use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
 
 use super::proto::Msg;
@@ -39,6 +39,13 @@ impl IsolatedCore {
             )
         })?;
         drop(theirs);
+        // Its hang-up (the worker ended) makes the ready set readable.
+        let _ = epoll::add(
+            &self.ready,
+            &ours,
+            epoll::EventData::new_u64(1),
+            epoll::EventFlags::RDHUP,
+        );
         let w = Worker {
             child,
             sock: ours,
@@ -70,6 +77,7 @@ impl IsolatedCore {
         // crash is still reported as the crash; one that closed its channel
         // and lives on is not waited for forever.
         let _ = w.child.kill();
+        let _ = epoll::delete(&self.ready, &w.sock);
         drop(w.sock);
         w.child
             .wait()
