@@ -26,8 +26,11 @@ step "cargo clippy -D warnings"
 cargo clippy --workspace --all-targets --release -- -D warnings
 
 step "cargo doc -D warnings (broken, ambiguous or private intra-doc links, stray HTML)"
-# --release reuses the dependencies clippy just checked.
+# --release reuses the dependencies clippy just checked. Twice: the public
+# docs (a public item must not link to a private one), then every item's
+# (private items' docs are read by contributors and must not rot either).
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --release
+RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --release --document-private-items
 
 step "cargo test (release build, overflow checks on)"
 cargo test --workspace --release

@@ -166,7 +166,7 @@ impl Outbound {
         }
     }
 
-    /// [`Outbound::next_frame`] with the chunk's class, for a sink that
+    /// The next chunk to write, by class, with its class, for a sink that
     /// writes urgent frames at once ([`crate::wire::Sink::push_class`]).
     pub(crate) fn next_with_class(&mut self) -> Option<(u8, Result<OutFrame, ProtocolError>)> {
         let (class, mut rest) = self.q.pop()?;

@@ -28,7 +28,7 @@ pub(crate) struct Side {
 pub(crate) struct Decided {
     pub size: u32,
     pub dtype: Option<DataType>,
-    /// E.g. "input: 2056 bytes, int32[514] (from the first argument of
+    /// E.g. "input: 2056 bytes, `int32[514]` (from the first argument of
     /// saxpy in saxpy.cpp; --input-size)".
     pub note: String,
 }
