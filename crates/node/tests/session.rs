@@ -261,8 +261,8 @@ async fn a_failing_core_closes_the_connection_to_a_seed_server() {
     assert!(e.contains("data id 1"), "{e}");
 }
 
-#[tokio::test]
-async fn reconfiguration_finishes_the_old_configurations_queue_first() {
+/// A node on test cores whose jobs wait at `gate`, past its handshake.
+async fn gated_node() -> (std::sync::Arc<Gate>, TestCores, TcpServer, Node) {
     let gate = std::sync::Arc::new(Gate::default());
     let tc = TestCores {
         gate: Some(gate.clone()),
@@ -274,6 +274,12 @@ async fn reconfiguration_finishes_the_old_configurations_queue_first() {
     })
     .await;
     srv.handshake(None).await;
+    (gate, tc, srv, node)
+}
+
+#[tokio::test]
+async fn reconfiguration_finishes_the_old_configurations_queue_first() {
+    let (gate, tc, mut srv, node) = gated_node().await;
     srv.configure(&cores(2, 8, 8)).await;
     for id in 1..=4u32 {
         srv.data(id, inputs(id, 1, 8)).await;
@@ -301,17 +307,7 @@ async fn reconfiguration_finishes_the_old_configurations_queue_first() {
 
 #[tokio::test]
 async fn loading_waits_for_the_old_cores() {
-    let gate = std::sync::Arc::new(Gate::default());
-    let tc = TestCores {
-        gate: Some(gate.clone()),
-        ..Default::default()
-    };
-    let (mut srv, node) = start(NodeOptions {
-        loader: tc.loader(),
-        ..options()
-    })
-    .await;
-    srv.handshake(None).await;
+    let (gate, tc, mut srv, node) = gated_node().await;
     srv.configure(&cores(1, 8, 8)).await;
     for id in 1..=3u32 {
         srv.data(id, inputs(id, 1, 8)).await;
