@@ -23,6 +23,7 @@ pub mod auth;
 mod chunked;
 pub mod defaults;
 pub mod dispatch;
+mod greeting;
 mod group;
 mod limits;
 pub mod metrics;

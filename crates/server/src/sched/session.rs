@@ -18,7 +18,7 @@ use bytes::Bytes;
 use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
-    Frame, Hello, MsgType, OutFrame, UserPhase as Phase,
+    Frame, Hello, OutFrame, UserPhase as Phase,
 };
 use tokio::sync::mpsc;
 
@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::driver::{Cmd, Handle, ToUser};
 use super::Job;
+use crate::greeting::{self, Asked};
 use crate::registry::UserEntry;
 use crate::wire::Sink;
 use crate::Shared;
@@ -387,63 +388,38 @@ impl Session {
     }
 
     async fn on_frame(&mut self, f: Frame) -> Result<(), String> {
-        match f.ty {
-            MsgType::Hello
-                if self.phase == Phase::Initial && self.hello.is_none() && self.cfg.is_none() =>
-            {
-                self.on_hello(f).await
-            }
-            MsgType::Configuration if self.phase != Phase::Configuring => {
-                self.on_configuration(f).await
-            }
-            MsgType::Data if self.phase == Phase::Routing => self.on_data(f).await,
-            MsgType::Chunk if self.inbound.is_some() && self.phase == Phase::Routing => {
-                self.on_chunk(f).await
-            }
-            MsgType::Data | MsgType::Chunk if f.ty == MsgType::Data || self.inbound.is_some() => {
-                let why = "data message before a successful configuration".to_string();
-                self.fail(ErrorMsg::NO_ID, ErrorCode::NotConfigured, why)
-                    .await
-            }
-            MsgType::StatusRequest if self.agreed(features::STATUS) => {
+        let session = greeting::Session {
+            phase: self.phase,
+            greeted: self.hello.is_some(),
+            configured: self.cfg.is_some(),
+            chunks: self.inbound.is_some(),
+            status: self.agreed(features::STATUS),
+        };
+        match greeting::classify(f.ty, session) {
+            Asked::Hello => self.on_hello(f).await,
+            Asked::Configuration => self.on_configuration(f).await,
+            Asked::Data => self.on_data(f).await,
+            Asked::Chunk => self.on_chunk(f).await,
+            Asked::Status => {
                 let status = self.shared.status(Some(self.user));
                 self.send(status.to_frame()).await
             }
-            other => {
-                let why = format!("unexpected {} message from the user", other.name());
-                self.fail(ErrorMsg::NO_ID, ErrorCode::UnexpectedMessage, why)
-                    .await
-            }
+            Asked::Refused(code, why) => self.fail(ErrorMsg::NO_ID, code, why).await,
         }
     }
 
     async fn on_hello(&mut self, f: Frame) -> Result<(), String> {
-        let h = match Hello::decode(&f.payload) {
-            Ok(h) if h.role == "user" => h,
-            Ok(h) => {
-                let why = format!("hello with role {:?} on the user port", h.role);
-                return self.fail(ErrorMsg::NO_ID, ErrorCode::Malformed, why).await;
-            }
-            Err(e) => {
-                return self
-                    .fail(ErrorMsg::NO_ID, ErrorCode::Malformed, e.to_string())
-                    .await
-            }
+        let h = match greeting::user_hello(&f.payload) {
+            Ok(h) => h,
+            Err((code, why)) => return self.fail(ErrorMsg::NO_ID, code, why).await,
         };
-        let mut agreed = Hello::new("server");
-        agreed.features = AGREED
-            .iter()
-            .filter(|f| h.has(f))
-            .map(|f| f.to_string())
-            .collect();
-        if h.has(features::CHUNKS) {
-            if let Some(size) = crate::chunked::chunk_size(&h) {
-                agreed.features.push(features::CHUNKS.into());
-                agreed.chunk_size = Some(size);
-                let max = self.shared.opts.max_message;
-                self.inbound = Some(crate::chunked::Inbound::new(size, max));
-                self.outbound = Some(crate::chunked::Outbound::new(size));
-            }
+        let greeting::Agreed {
+            hello: mut agreed,
+            chunks,
+        } = greeting::agree(&h, &AGREED, self.shared.opts.max_message, self.peer);
+        if let Some(c) = chunks {
+            self.inbound = Some(c.inbound);
+            self.outbound = Some(c.outbound);
         }
         self.hello = Some(agreed.clone());
         self.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
@@ -454,7 +430,6 @@ impl Session {
             Some(0) => Some(0),
             _ => Some(self.shared.registry.node_count() as u32),
         };
-        agreed.max_message = Some(self.shared.opts.max_message);
         self.send(agreed.to_frame()).await
     }
 

@@ -1,13 +1,13 @@
 //! Messages from the user: hello, configuration, data and status requests.
 
 use corefarm_smp::{
-    hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,
-    UserPhase as Phase,
+    hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, UserPhase as Phase,
 };
 
 use corefarm_smp::stream::DEFAULT_CLASS;
 
 use super::{End, Handler, NextCfg, Pending};
+use crate::greeting::{self, Asked};
 
 /// A configured user's receive buffer holds this many data messages of
 /// its input size (the kernel doubles the figure for its bookkeeping).
@@ -36,36 +36,24 @@ const AGREED: [&str; 5] = [
 
 impl Handler {
     pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {
-        match frame.ty {
-            MsgType::Hello
-                if self.phase == Phase::Initial && self.hello.is_none() && self.cfg.is_none() =>
-            {
-                self.on_hello(frame).await
-            }
-            MsgType::Configuration if self.phase != Phase::Configuring => {
-                self.on_configuration(frame).await
-            }
-            MsgType::Data if self.phase == Phase::Routing => self.on_data(frame).await,
-            MsgType::Chunk if self.inbound.is_some() && self.phase == Phase::Routing => {
-                self.on_chunk(frame).await
-            }
-            MsgType::Data | MsgType::Chunk
-                if frame.ty == MsgType::Data || self.inbound.is_some() =>
-            {
-                let reason = "data message before a successful configuration".to_string();
-                Err(self
-                    .fail_user(ErrorMsg::NO_ID, ErrorCode::NotConfigured, reason)
-                    .await)
-            }
-            MsgType::StatusRequest if self.agreed(features::STATUS) => {
+        let session = greeting::Session {
+            phase: self.phase,
+            greeted: self.hello.is_some(),
+            configured: self.cfg.is_some(),
+            chunks: self.inbound.is_some(),
+            status: self.agreed(features::STATUS),
+        };
+        match greeting::classify(frame.ty, session) {
+            Asked::Hello => self.on_hello(frame).await,
+            Asked::Configuration => self.on_configuration(frame).await,
+            Asked::Data => self.on_data(frame).await,
+            Asked::Chunk => self.on_chunk(frame).await,
+            Asked::Status => {
                 let status = self.shared.status(Some(self.user));
                 self.send_user(status.to_frame()).await
             }
-            other => {
-                let reason = format!("unexpected {} message from the user", other.name());
-                Err(self
-                    .fail_user(ErrorMsg::NO_ID, ErrorCode::UnexpectedMessage, reason)
-                    .await)
+            Asked::Refused(code, reason) => {
+                Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await)
             }
         }
     }
@@ -75,19 +63,9 @@ impl Handler {
     }
 
     async fn on_hello(&mut self, frame: Frame) -> Result<(), End> {
-        let h = match Hello::decode(&frame.payload) {
-            Ok(h) if h.role == "user" => h,
-            Ok(h) => {
-                let reason = format!("hello with role {:?} on the user port", h.role);
-                return Err(self
-                    .fail_user(ErrorMsg::NO_ID, ErrorCode::Malformed, reason)
-                    .await);
-            }
-            Err(e) => {
-                return Err(self
-                    .fail_user(ErrorMsg::NO_ID, ErrorCode::Malformed, e.to_string())
-                    .await)
-            }
+        let h = match greeting::user_hello(&frame.payload) {
+            Ok(h) => h,
+            Err((code, reason)) => return Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await),
         };
         if h.has(features::GROUP) {
             // A group user takes its nodes as one group (crate::group), not here.
@@ -110,27 +88,15 @@ impl Handler {
         // `nodes: 0` asks for none: an observer (e.g. `corefarm status`)
         // must not take nodes away from the users that compute.
         self.want = h.nodes;
-        let mut agreed = Hello::new("server");
-        agreed.features = AGREED
-            .iter()
-            .filter(|f| h.has(f))
-            .map(|f| f.to_string())
-            .collect();
-        if h.has(features::CHUNKS) {
-            match crate::chunked::chunk_size(&h) {
-                Some(size) => {
-                    agreed.features.push(features::CHUNKS.into());
-                    agreed.chunk_size = Some(size);
-                    let max = self.shared.opts.max_message;
-                    self.inbound = Some(crate::chunked::Inbound::new(size, max));
-                    self.outbound = Some(crate::chunked::Outbound::new(size));
-                    if let Some(sock) = self.reader.get_ref().sock() {
-                        crate::chunked::shallow_buffers(&sock, size);
-                    }
-                }
-                None => tracing::info!(user = %self.peer,
-                    "chunks not agreed: chunk size {:?} under {} bytes",
-                    h.chunk_size, crate::chunked::MIN_CHUNK_SIZE),
+        let greeting::Agreed {
+            hello: mut agreed,
+            chunks,
+        } = greeting::agree(&h, &AGREED, self.shared.opts.max_message, self.peer);
+        if let Some(c) = chunks {
+            self.inbound = Some(c.inbound);
+            self.outbound = Some(c.outbound);
+            if let Some(sock) = self.reader.get_ref().sock() {
+                crate::chunked::shallow_buffers(&sock, c.size);
             }
         }
         self.hello = Some(agreed.clone());
@@ -138,7 +104,6 @@ impl Handler {
         self.entry.set_hello(h.name.clone());
         self.take_nodes().await;
         agreed.nodes = Some(self.nodes.len() as u32);
-        agreed.max_message = Some(self.shared.opts.max_message);
         self.send_user(agreed.to_frame()).await
     }
 
