@@ -45,9 +45,17 @@ struct Shared<T> {
 struct State<T> {
     jobs: ClassQueues<T>,
     closed: bool,
-    /// Threads blocked in [`JobQueue::wait`] and tasks in
-    /// [`ClassQueue::wait_async`].
-    idle: usize,
+    /// Threads blocked in [`JobQueue::wait`].
+    idle_threads: usize,
+    /// Tasks in [`ClassQueue::wait_async`].
+    idle_tasks: usize,
+}
+
+impl<T> State<T> {
+    /// Cores waiting for work, threads and tasks.
+    fn idle(&self) -> usize {
+        self.idle_threads + self.idle_tasks
+    }
 }
 
 impl<T> Default for ClassQueue<T> {
@@ -67,7 +75,8 @@ impl<T> ClassQueue<T> {
             state: Mutex::new(State {
                 jobs: ClassQueues::new(guard),
                 closed: false,
-                idle: 0,
+                idle_threads: 0,
+                idle_tasks: 0,
             }),
             ready: Condvar::new(),
             ready_async: tokio::sync::Notify::new(),
@@ -88,12 +97,18 @@ impl<T> ClassQueue<T> {
             return Err(job);
         }
         s.jobs.push(class, job);
-        let wake = s.idle > 0;
+        // Only the kind of waiter that is there: a condition variable's
+        // notify is a system call even when no thread waits, and a node
+        // of isolated cores has only tasks waiting.
+        let (threads, tasks) = (s.idle_threads > 0, s.idle_tasks > 0);
         drop(s);
-        if wake {
+        if threads {
             self.0.ready.notify_one();
+        }
+        if tasks {
             self.0.ready_async.notify_one();
-        } else {
+        }
+        if !threads && !tasks {
             self.0.ahead_async.notify_one();
         }
         Ok(())
@@ -110,9 +125,9 @@ impl<T> ClassQueue<T> {
             if s.closed {
                 return None;
             }
-            s.idle += 1;
+            s.idle_threads += 1;
             s = self.0.ready.wait(s).unwrap_or_else(|p| p.into_inner());
-            s.idle -= 1;
+            s.idle_threads -= 1;
         }
     }
 
@@ -124,7 +139,7 @@ impl<T> ClassQueue<T> {
         struct Idle<'a, T>(&'a ClassQueue<T>);
         impl<T> Drop for Idle<'_, T> {
             fn drop(&mut self) {
-                self.0.lock().idle -= 1;
+                self.0.lock().idle_tasks -= 1;
             }
         }
         loop {
@@ -141,7 +156,7 @@ impl<T> ClassQueue<T> {
                 if s.closed {
                     return None;
                 }
-                s.idle += 1;
+                s.idle_tasks += 1;
             }
             let _idle = Idle(self);
             notified.await;
@@ -168,7 +183,7 @@ impl<T> ClassQueue<T> {
     /// taken ahead would otherwise wait behind another while a core is free.
     pub fn ahead(&self) -> Option<T> {
         let mut s = self.lock();
-        if s.idle != 0 {
+        if s.idle() != 0 {
             return None;
         }
         s.jobs.pop().map(|(_, job)| job)
@@ -291,23 +306,49 @@ mod tests {
             async move { q.wait_async().await.map(|j| j.id) }
         });
         // Until the task waits, a push would simply be queued.
-        while q.lock().idle == 0 {
+        while q.lock().idle() == 0 {
             tokio::task::yield_now().await;
         }
         q.push(4, job(&g, 7, 4).await).ok().unwrap();
         assert_eq!(waiter.await.unwrap(), Some(7));
-        assert_eq!(q.lock().idle, 0, "the waiter no longer counts");
+        assert_eq!(q.lock().idle(), 0, "the waiter no longer counts");
         // A job taken ahead by a busy core must not pass a waiting one.
         let waiter = tokio::spawn({
             let q = q.clone();
             async move { q.wait_async().await.map(|j| j.id) }
         });
-        while q.lock().idle == 0 {
+        while q.lock().idle() == 0 {
             tokio::task::yield_now().await;
         }
         assert!(q.ahead().is_none(), "nothing queued");
         q.close();
         assert_eq!(waiter.await.unwrap(), None, "close ends the wait");
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_thread_and_a_task_waiting_side_by_side_each_get_a_push() {
+        let g = MemoryGuard::new(1 << 20);
+        let q = JobQueue::new();
+        let thread = std::thread::spawn({
+            let q = q.clone();
+            move || q.wait().map(|j| j.id)
+        });
+        let task = tokio::spawn({
+            let q = q.clone();
+            async move { q.wait_async().await.map(|j| j.id) }
+        });
+        while {
+            let s = q.lock();
+            (s.idle_threads, s.idle_tasks) != (1, 1)
+        } {
+            tokio::task::yield_now().await;
+        }
+        q.push(4, job(&g, 1, 4).await).ok().unwrap();
+        q.push(4, job(&g, 2, 4).await).ok().unwrap();
+        let mut got = [thread.join().unwrap(), task.await.unwrap()];
+        got.sort();
+        assert_eq!(got, [Some(1), Some(2)], "each kind of waiter is woken");
+        assert_eq!(q.lock().idle(), 0);
     }
 
     #[tokio::test]
@@ -331,7 +372,7 @@ mod tests {
             let q = q.clone();
             async move { q.wait_async().await.map(|j| j.id) }
         });
-        while q.lock().idle == 0 {
+        while q.lock().idle() == 0 {
             tokio::task::yield_now().await;
         }
         let busy = tokio::spawn({
@@ -351,6 +392,6 @@ mod tests {
         // Polled once (counted as waiting), then dropped at the timeout.
         let r = tokio::time::timeout(std::time::Duration::from_millis(1), q.wait_async()).await;
         assert!(r.is_err(), "nothing was queued");
-        assert_eq!(q.lock().idle, 0, "a cancelled wait is not a waiting core");
+        assert_eq!(q.lock().idle(), 0, "a cancelled wait is not a waiting core");
     }
 }
