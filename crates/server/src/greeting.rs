@@ -34,6 +34,20 @@ pub(crate) struct Session {
     pub status: bool,
 }
 
+impl Session {
+    /// A session in `phase` whose hello was answered with `agreed` (if it
+    /// was), with a configuration accepted or not, chunks agreed or not.
+    pub fn new(phase: UserPhase, agreed: Option<&Hello>, configured: bool, chunks: bool) -> Self {
+        Session {
+            phase,
+            greeted: agreed.is_some(),
+            configured,
+            chunks,
+            status: agreed.is_some_and(|h| h.has(features::STATUS)),
+        }
+    }
+}
+
 pub(crate) fn classify(ty: MsgType, s: Session) -> Asked {
     let routing = s.phase == UserPhase::Routing;
     match ty {

@@ -388,13 +388,8 @@ impl Session {
     }
 
     async fn on_frame(&mut self, f: Frame) -> Result<(), String> {
-        let session = greeting::Session {
-            phase: self.phase,
-            greeted: self.hello.is_some(),
-            configured: self.cfg.is_some(),
-            chunks: self.inbound.is_some(),
-            status: self.agreed(features::STATUS),
-        };
+        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
+        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
         match greeting::classify(f.ty, session) {
             Asked::Hello => self.on_hello(f).await,
             Asked::Configuration => self.on_configuration(f).await,

@@ -36,13 +36,8 @@ const AGREED: [&str; 5] = [
 
 impl Handler {
     pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {
-        let session = greeting::Session {
-            phase: self.phase,
-            greeted: self.hello.is_some(),
-            configured: self.cfg.is_some(),
-            chunks: self.inbound.is_some(),
-            status: self.agreed(features::STATUS),
-        };
+        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
+        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
         match greeting::classify(frame.ty, session) {
             Asked::Hello => self.on_hello(frame).await,
             Asked::Configuration => self.on_configuration(frame).await,
