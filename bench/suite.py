@@ -1359,13 +1359,15 @@ def exp_streams(ctx: Context) -> dict:
     geometric number of inputs per message (`corefarm bench classes`): each class's measured mean time
     from submit to result beside Cobham's formula (M/G/1 with the calibrated service moments, and the
     M/M/1 form of seed 001). Each run calibrates afresh.
-    `hol` (streams_hol), `overlap` (streams_overlap) and `pool` (streams_pool: handler throughput against
-    the node's handler worker count) follow. Not part of `all`."""
+    `hol` (streams_hol), `overlap` (streams_overlap), `gemm` (streams_gemm: the overlap ratio as seed 004
+    defines it) and `pool` (streams_pool: handler throughput against the node's handler worker count)
+    follow. Not part of `all`."""
     binary = str(ctx.need_binary())
     loads = [0.3, 0.7] if ctx.quick else [0.1, 0.3, 0.5, 0.7, 0.9]
     seconds = 1.0 if ctx.quick else max(ctx.duration, 20.0)
     pool_rounds = POOL_ROUNDS[:1] if ctx.quick else POOL_ROUNDS
-    rec = Recorder(ctx, "streams", len(loads) * 2 + 7 + (3 if ctx.quick else 6) + len(pool_rounds),
+    overlap_points, gemm_points = (3, 2) if ctx.quick else (6, 6)
+    rec = Recorder(ctx, "streams", len(loads) * 2 + 7 + overlap_points + gemm_points + len(pool_rounds),
                    {"loads": loads, "urgent_share": 0.3, "duration_s": seconds, "runs": ctx.runs})
     per_key: dict[tuple, list] = {}
     failure = None
@@ -1389,6 +1391,7 @@ def exp_streams(ctx: Context) -> dict:
             rec.add({"part": "model", "load": load, "class": cls}, per_key.get((load, cls), []), failure)
     streams_hol(ctx, rec, binary)
     streams_overlap(ctx, rec, binary)
+    streams_gemm(ctx, rec, binary)
     streams_pool(ctx, rec, binary, pool_rounds)
     return rec.write()
 
@@ -1454,6 +1457,29 @@ def streams_overlap(ctx: "Context", rec: "Recorder", binary: str) -> None:
     bulk = [] if obj is None else [{k: obj[k] for k in ("bulk_MBps_whole", "bulk_MBps_chunked",
                                                           "bulk_chunked_over_whole")}]
     rec.add({"part": "overlap", "bulk": "16 MiB"}, bulk, failure)
+
+
+def streams_gemm(ctx: "Context", rec: "Recorder", binary: str) -> None:
+    """`gemm`: bench/spin_gemm_overlap.py, seed 004 §6.3.2's experiment: the strided-datatype handlers
+    unpack messages on a node while the user runs a GEMM and polls for the result between GEMM calls;
+    r_Overlap = T_GEMM / (T_GEMM + T_Poll), beside the same with the user's submit counted as overhead,
+    the GEMM slowdown and the datatypes latency alone and overlapped."""
+    args = [sys.executable, str(ROOT / "bench" / "spin_gemm_overlap.py")]
+    if ctx.quick:
+        args += ["--sizes", "256,1024", "--inflight", "1", "--samples", "5", "--warmup", "3"]
+    env = dict(os.environ, COREFARM_BIN=binary)
+    try:
+        p = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env, start_new_session=True)
+        obj = json.loads(p.stdout) if p.returncode == 0 else None
+        failure = None if obj else (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
+        obj, failure = None, str(e)
+    if obj is None:
+        rec.add({"part": "gemm"}, [], failure)
+        return
+    for row in obj["points"]:
+        key = {"part": "gemm", "KiB": row["KiB"], "inflight": row["inflight"]}
+        rec.add(key, [{k: v for k, v in row.items() if k not in key and not isinstance(v, list)}], None)
 
 
 # Compute per 8-byte word of the `pool` part's handler: light, medium, compute-bound.

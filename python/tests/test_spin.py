@@ -90,3 +90,28 @@ def test_a_typed_sum_comes_back_as_a_1d_array_of_the_output_element(one_node, tm
         assert got.tolist() == [sum(words)]
         (raw,) = list(c.map([batch], window=1, raw=True))
         assert raw == struct.pack("<q", sum(words))
+
+
+def test_seed_overlap_benchmark_runs_and_checks_every_unpack():
+    """bench/spin_gemm_overlap.py (seed 004 §6.3.2, in the `streams` suite,
+    which CI does not run): a small run through a real node gives a ratio
+    in (0, 1] at each point, and its byte-for-byte check of the handlers'
+    unpack against the host's passed (the script exits non-zero if not)."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from spinimage import BIN, require_tools
+
+    require_tools()
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "spin_gemm_overlap.py"), "--sizes", "64",
+         "--inflight", "1,2", "--sweep-size", "64", "--samples", "4", "--warmup", "1"],
+        capture_output=True, text=True, timeout=300, env=dict(os.environ, COREFARM_BIN=BIN))
+    assert p.returncode == 0, p.stderr
+    points = json.loads(p.stdout)["points"]
+    assert [(x["KiB"], x["inflight"]) for x in points] == [(64, 1), (64, 2)]
+    for x in points:
+        assert 0 < x["r_overlap_with_submit"] <= x["r_overlap"] <= 1, x
+        assert x["polls_per_trial"] >= 1 and x["datatypes_ms_alone"] > 0, x
