@@ -481,6 +481,14 @@ class Client:
         view, _ = self._prepare(data)
         return self._raw.submit_pending(view, priority=priority)
 
+    def try_submit_pending(self, data, *, priority=None):
+        """Like `submit_pending()`, but never waits for credit: returns None,
+        sending nothing, when the server grants none right now. For a program
+        that computes while its messages are processed and sends the next one
+        between its own steps (bench/spin_gemm_overlap.py)."""
+        view, _ = self._prepare(data)
+        return self._raw.try_submit_pending(view, priority=priority)
+
     def recv(self, timeout=None):
         """Next result of a plain `submit()` as an Output (`.id`, `.data`,
         `.count`; `id, data = out`; `memoryview(out)` without copying;

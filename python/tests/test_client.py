@@ -3,6 +3,7 @@
 import json
 import struct
 import threading
+import time
 
 import pytest
 
@@ -272,4 +273,35 @@ def _recv_is_interrupted():
             c.recv()   # no timeout: only the signal can end this wait
         timer.join()
     release.set()
+    srv.join()
+
+
+def test_try_submit_pending_returns_none_without_credit_and_sends_once_granted():
+    go = threading.Event()
+
+    def script(p):
+        p.hello()
+        p.configuration()
+        p.credit(1)
+        ident, body = p.data()
+        p.result(ident, body)
+        assert go.wait(20)  # the next credit only once the test saw None
+        p.credit(1)
+        ident, body = p.data()
+        p.result(ident, body)
+
+    srv = FakeServer(script)
+    with corefarm.connect(srv.addr) as c:
+        c.configure_benchmark(16, 16)
+        first = c.try_submit_pending(bytes(range(16)))
+        assert first is not None
+        assert first.result(timeout=10).data == bytes(range(16))
+        assert c.try_submit_pending(bytes(16)) is None  # the one credit is spent
+        go.set()
+        deadline = time.monotonic() + 20
+        second = None
+        while second is None and time.monotonic() < deadline:
+            second = c.try_submit_pending(bytes(16))  # polled, as its users do
+        assert second is not None
+        assert second.result(timeout=10).data == bytes(16)
     srv.join()
