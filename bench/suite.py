@@ -235,6 +235,24 @@ def run_json(args: list[str], timeout: float) -> tuple[dict | None, str]:
     return obj, err
 
 
+def bench_script(script: str, args: list[str], binary: str, timeout: float) -> tuple[dict | None, str | None]:
+    """Runs bench/<script> (a Python benchmark over the corefarm package) with COREFARM_BIN=binary;
+    returns (its JSON object, None), or (None, the last line it printed to stderr: a traceback's or
+    SystemExit's message)."""
+    env = dict(os.environ, COREFARM_BIN=binary)
+    cmd = [sys.executable, str(ROOT / "bench" / script), *args]
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env, start_new_session=True)
+        obj = json.loads(p.stdout) if p.returncode == 0 else None
+    except subprocess.TimeoutExpired:
+        return None, f"{script} timed out after {timeout:.0f} s"
+    except json.JSONDecodeError as e:
+        return None, f"{script}: {e}"
+    if obj is None:
+        return None, (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
+    return obj, None
+
+
 # ---------------------------------------------------------------- recording
 
 class Recorder:
@@ -1442,14 +1460,7 @@ def streams_overlap(ctx: "Context", rec: "Recorder", binary: str) -> None:
     that was hidden, (T_transfer + T_compute - T_total) / min(T_transfer, T_compute)."""
     sizes = "1,4" if ctx.quick else "1,4,16,64,128"
     repeat = "1" if ctx.quick else "3"
-    env = dict(os.environ, COREFARM_BIN=binary)
-    args = [sys.executable, str(ROOT / "bench" / "streams_overlap.py"), "--sizes", sizes, "--repeat", repeat]
-    try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=3600, env=env, start_new_session=True)
-        obj = json.loads(p.stdout) if p.returncode == 0 else None
-        failure = None if obj else (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-    except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
-        obj, failure = None, str(e)
+    obj, failure = bench_script("streams_overlap.py", ["--sizes", sizes, "--repeat", repeat], binary, 3600)
     for mib in [int(x) for x in sizes.split(",")]:
         row = next((r for r in (obj or {}).get("overlap", []) if r["MiB"] == mib), None)
         runs = [] if row is None else [{k: v for k, v in row.items() if k != "MiB"}]
@@ -1464,16 +1475,8 @@ def streams_gemm(ctx: "Context", rec: "Recorder", binary: str) -> None:
     unpack messages on a node while the user runs a GEMM and polls for the result between GEMM calls;
     r_Overlap = T_GEMM / (T_GEMM + T_Poll), beside the same with the user's submit counted as overhead,
     the GEMM slowdown and the datatypes latency alone and overlapped."""
-    args = [sys.executable, str(ROOT / "bench" / "spin_gemm_overlap.py")]
-    if ctx.quick:
-        args += ["--sizes", "256,1024", "--inflight", "1", "--samples", "5", "--warmup", "3"]
-    env = dict(os.environ, COREFARM_BIN=binary)
-    try:
-        p = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env, start_new_session=True)
-        obj = json.loads(p.stdout) if p.returncode == 0 else None
-        failure = None if obj else (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-    except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
-        obj, failure = None, str(e)
+    args = ["--sizes", "256,1024", "--inflight", "1", "--samples", "5", "--warmup", "3"] if ctx.quick else []
+    obj, failure = bench_script("spin_gemm_overlap.py", args, binary, 1800)
     if obj is None:
         rec.add({"part": "gemm"}, [], failure)
         return
@@ -1490,17 +1493,9 @@ def streams_pool(ctx: "Context", rec: "Recorder", binary: str, rounds: list[int]
     """`pool`: bench/handler_pool.py, handler throughput against the node's handler worker count
     (`--handler-workers 1` and `2`, one payload thread each): messages per second of a stream of 256 KiB
     messages, at most 4 in flight, through two one-node clusters side by side, measurements alternating."""
-    env = dict(os.environ, COREFARM_BIN=binary)
     for r in rounds:
-        args = [sys.executable, str(ROOT / "bench" / "handler_pool.py"), "--rounds", str(r),
-                "--messages", "20" if ctx.quick else "100", "--repeat", "1" if ctx.quick else "7"]
-        try:
-            p = subprocess.run(args, capture_output=True, text=True, timeout=1800, env=env,
-                               start_new_session=True)
-            obj = json.loads(p.stdout) if p.returncode == 0 else None
-            failure = None if obj else (p.stderr.strip().splitlines() or [f"exit status {p.returncode}"])[-1]
-        except (subprocess.TimeoutExpired, json.JSONDecodeError) as e:
-            obj, failure = None, str(e)
+        args = ["--rounds", str(r), "--messages", "20" if ctx.quick else "100", "--repeat", "1" if ctx.quick else "7"]
+        obj, failure = bench_script("handler_pool.py", args, binary, 1800)
         runs = [] if obj is None else [{"messages_per_s_1": obj["messages_per_s"]["1"],
                                         "messages_per_s_2": obj["messages_per_s"]["2"],
                                         "two_over_one": obj["ratio_over_first"]["2"]}]
