@@ -78,7 +78,8 @@ pub struct SharingArgs {
     /// single-function utilisation experiment, §5.5.3).
     #[arg(long, default_value_t = 16)]
     functions: u32,
-    /// Calls per application.
+    /// Each application's share of the work, in calls of mean size
+    /// (50.5 ms of node time each); the calls themselves are 1–100 ms.
     #[arg(long, default_value_t = 20)]
     calls: u32,
     /// Messages one call is split into (the seed's n_j).
@@ -125,17 +126,32 @@ fn delay_us(f: u32) -> u32 {
     100 * (f + 1)
 }
 
+/// Mean node time of a call drawn from 1–100 ms, in µs.
+const MEAN_CALL_US: u64 = 50_500;
+
+/// Every application gets the same share of the work, `--calls` calls of
+/// mean size (seed 002 §5.5.2: the experiment's total workload "is divided
+/// between applications"), as calls of 1–100 ms of node time drawn until
+/// the share is used, the last one cut to what is left (so a share is
+/// exact to within one input). Unequal shares
+/// would leave the application with the most work running alone at the
+/// end, on fewer nodes than its calls could use, which measures the draw
+/// rather than the framework.
 fn workload(a: &SharingArgs) -> Vec<Vec<Call>> {
     let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
+    let share_us = u64::from(a.calls) * MEAN_CALL_US;
     (0..a.apps)
         .map(|_| {
-            (0..a.calls)
-                .map(|_| {
-                    let f = rng.below(a.functions as u64) as u32;
-                    let work_us = 1000 + rng.below(99_000) as u32;
-                    (f, (work_us / delay_us(f)).max(1))
-                })
-                .collect()
+            let mut left = share_us;
+            let mut calls = Vec::new();
+            while left > 0 {
+                let f = rng.below(a.functions as u64) as u32;
+                let work_us = (1000 + rng.below(99_000)).min(left);
+                let inputs = (work_us / u64::from(delay_us(f))).max(1);
+                left = left.saturating_sub(inputs * u64::from(delay_us(f)));
+                calls.push((f, inputs as u32));
+            }
+            calls
         })
         .collect()
 }

@@ -89,3 +89,28 @@ fn bad_arguments_are_refused() {
     a.apps = 1;
     assert!(measure(&a).is_err());
 }
+
+#[test]
+fn every_application_gets_the_same_share_of_the_work() {
+    let mut a = tiny(Variant::Shared, 16, 1.0);
+    (a.apps, a.calls) = (8, 10);
+    let node_us = |c: &[Call]| -> u64 {
+        c.iter()
+            .map(|&(f, n)| u64::from(n) * u64::from(delay_us(f)))
+            .sum()
+    };
+    let w = workload(&a);
+    assert_eq!(w.len(), 8);
+    let share = 10 * MEAN_CALL_US;
+    for calls in &w {
+        let t = node_us(calls);
+        // Within one input of the share (an input is 0.1–1.6 ms).
+        assert!(t.abs_diff(share) < 1600, "{t} µs of {share}");
+        assert!(calls
+            .iter()
+            .all(|&(f, n)| n >= 1 && u64::from(n) * u64::from(delay_us(f)) <= 100_000));
+    }
+    // Different draws per application, and the same workload for the same seed.
+    assert_ne!(w[0], w[1]);
+    assert_eq!(w, workload(&a));
+}
