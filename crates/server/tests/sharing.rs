@@ -131,6 +131,26 @@ async fn two_users_share_one_function() {
     assert_eq!(tb.await.unwrap().len(), 40);
 }
 
+/// Shared mode keeps the nodes' counters as exclusive mode does: results
+/// and seconds with work in flight (the status and /metrics said 0 for both).
+#[tokio::test]
+async fn nodes_count_their_results_and_busy_time() {
+    let server = start(shared()).await;
+    nodes(&server, 2, Duration::ZERO, Duration::from_millis(1)).await;
+    let cfg = func(16);
+    let (mut a, _) = FakeUser::hello(server.users, None).await;
+    assert_eq!(a.configure(&cfg).await.0, ConfigurationResponse::OK);
+    assert_eq!(a.stream(0..20, 16, true).await.len(), 20);
+    let s = server
+        .wait_status("20 results counted", |s| {
+            s.nodes.iter().map(|n| n.results_total).sum::<u64>() == 20
+        })
+        .await;
+    // A node serves one message at a time, each holding it for its 1 ms input.
+    let busy: f64 = s.nodes.iter().map(|n| n.busy_seconds).sum();
+    assert!(busy >= 0.020, "{busy} s busy for 20 messages of 1 ms");
+}
+
 #[tokio::test]
 async fn three_users_with_different_functions_on_two_nodes() {
     let server = start(shared()).await;

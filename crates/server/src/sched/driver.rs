@@ -392,12 +392,19 @@ impl Driver {
                     internal,
                     data,
                     class,
+                    first,
                 } => {
                     if let (Some(c), Ok(f)) =
                         (self.conns.get(&node), OutFrame::data(internal, data))
                     {
+                        c.entry.m.dispatched(first, Instant::now().into_std());
                         // A failed send is followed by the node's Closed event.
                         c.send_class(f, class);
+                    }
+                }
+                Action::Answered { node, idle, failed } => {
+                    if let Some(c) = self.conns.get(&node) {
+                        c.entry.m.answered(idle, failed, Instant::now().into_std());
                     }
                 }
                 Action::Configured { user, ok, errors } => {

@@ -99,6 +99,16 @@ pub enum Action {
         /// The job's priority class: its chunks' class on a node link
         /// that negotiated chunks (issue 11).
         class: u8,
+        /// Nothing else was in flight on the node: its busy time starts.
+        first: bool,
+    },
+    /// A node answered a job (a result, or an error for it); `idle`: it
+    /// has nothing else in flight (its busy time stops). For the node's
+    /// metrics, as exclusive mode keeps them.
+    Answered {
+        node: u64,
+        idle: bool,
+        failed: bool,
     },
     /// The answer to a user's configuration (errors go before it).
     Configured {
@@ -504,6 +514,11 @@ impl Sched {
         };
         if let Some(j) = slot.in_flight.remove(&id) {
             slot.last_progress = now;
+            self.out.push(Action::Answered {
+                node,
+                idle: slot.in_flight.is_empty(),
+                failed: true,
+            });
             if let Some(u) = self.users.get_mut(&j.user) {
                 u.in_flight -= 1;
                 let reason = format!("node {node} failed on this input: {reason}");
@@ -553,6 +568,11 @@ impl Sched {
             slot.in_flight.insert(internal, job);
             return Err(why);
         }
+        self.out.push(Action::Answered {
+            node,
+            idle: slot.in_flight.is_empty(),
+            failed: false,
+        });
         let started = job.sent.max(slot.busy_until);
         let took = now.saturating_sub(started);
         slot.busy_until = now;

@@ -198,7 +198,8 @@ impl Sched {
                     u.in_flight += 1;
                 }
                 let slot = self.nodes.get_mut(&node).expect("picked");
-                if slot.in_flight.is_empty() {
+                let first = slot.in_flight.is_empty();
+                if first {
                     slot.last_progress = now;
                     slot.busy_until = slot.busy_until.max(now);
                 }
@@ -207,6 +208,7 @@ impl Sched {
                     internal,
                     data: job.data.clone(),
                     class: job.class,
+                    first,
                 });
                 slot.in_flight.insert(internal, job);
                 slot.sent += 1;
