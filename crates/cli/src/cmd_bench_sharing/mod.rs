@@ -218,14 +218,20 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
         }
     };
     let result = run_apps(a, calls, sw, cluster.as_ref().map(|c| c.users_addr), placed);
-    let reconfigurations: u64 = match (&cluster, a.variant.server()) {
-        (Some(c), Some(Sharing::Shared)) => apps::status(c.users_addr)?
-            .functions
-            .iter()
-            .map(|f| f.reconfigurations)
-            .sum(),
+    let st = match &cluster {
+        Some(c) => Some(apps::status(c.users_addr)?),
+        None => None,
+    };
+    let reconfigurations: u64 = match (&st, a.variant.server()) {
+        (Some(st), Some(Sharing::Shared)) => st.functions.iter().map(|f| f.reconfigurations).sum(),
         _ => 0,
     };
+    // Seconds the nodes had work in flight, all of them: beside the
+    // utilisation, it tells nodes left idle from nodes slower than their
+    // nominal delay (busy but behind the expected makespan).
+    let busy: f64 = st
+        .as_ref()
+        .map_or(0.0, |st| st.nodes.iter().map(|n| n.busy_seconds).sum());
     if let Some(c) = cluster {
         c.stop.cancel();
     }
@@ -241,6 +247,7 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
         "expected_s": expected,
         "normalised_makespan": makespan / software,
         "utilisation": expected / makespan,
+        "nodes_busy_share": if nodes > 0.0 { busy / (nodes * makespan) } else { 0.0 },
         "local_share": local_inputs as f64 / inputs.max(1) as f64,
         "reconfigurations": reconfigurations,
     }))
