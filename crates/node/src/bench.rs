@@ -12,16 +12,20 @@ use crate::handlers::Engine;
 /// One simulated core that takes `delay` per input.
 pub struct BenchCore {
     delay: Duration,
-    /// When the previous input was due; `None` before the first one.
-    deadline: Option<Instant>,
+    /// The previous input: when it was due, and when the core's thread
+    /// woke from waiting for that; `None` before the first one.
+    last: Option<Last>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    due: Instant,
+    woke: Instant,
 }
 
 impl BenchCore {
     pub fn new(delay: Duration) -> Self {
-        BenchCore {
-            delay,
-            deadline: None,
-        }
+        BenchCore { delay, last: None }
     }
 
     /// The engine for a benchmarking configuration: one simulated core
@@ -37,16 +41,22 @@ impl BenchCore {
     }
 }
 
-/// Deadline of the next input. While inputs arrive back to back, each
-/// deadline is the previous one plus the delay, so the wake-up latency of one
-/// sleep is absorbed by the next instead of stretching every input (the node
-/// keeps its nominal rate); after a real idle gap (more than `slack` late)
-/// the schedule restarts from now.
-fn next_deadline(now: Instant, previous: Option<Instant>, delay: Duration) -> Instant {
-    let slack = Duration::from_micros(500).min(delay);
-    match previous {
-        Some(d) if now.saturating_duration_since(d) <= slack => d + delay,
-        _ => now + delay,
+/// Deadline of the next input, handed over at `now`. The emulated core
+/// (seed 002's accelerator with a set execution time, a hardware timer)
+/// finished the previous input at its deadline; its thread only noticed at
+/// `woke`, a sleep's wake-up latency that a board does not have. That
+/// lateness is taken off: the time the node took from the core's finish to
+/// the next input is counted from the deadline, so a late wake-up does not
+/// stretch the core (a burst of late ones is caught up by inputs due at
+/// once) while every gap of the node's own — reading, queueing, sending —
+/// still costs the core its time, as it would cost a board's.
+fn next_deadline(now: Instant, last: Option<Last>, delay: Duration) -> Instant {
+    match last {
+        Some(l) => {
+            let late = l.woke.saturating_duration_since(l.due);
+            now.checked_sub(late).unwrap_or(now).max(l.due) + delay
+        }
+        None => now + delay,
     }
 }
 
@@ -63,11 +73,14 @@ impl Core for BenchCore {
         }
         if !self.delay.is_zero() {
             let now = Instant::now();
-            let due = next_deadline(now, self.deadline, self.delay);
-            self.deadline = Some(due);
-            if due > now {
+            let due = next_deadline(now, self.last, self.delay);
+            let woke = if due > now {
                 std::thread::sleep(due - now);
-            }
+                Instant::now()
+            } else {
+                now
+            };
+            self.last = Some(Last { due, woke });
         }
         output[..BENCH_ECHO_LEN].copy_from_slice(&input[..BENCH_ECHO_LEN]);
         Ok(())
@@ -91,16 +104,42 @@ mod tests {
     }
 
     #[test]
-    fn deadlines_keep_the_nominal_rate_and_restart_after_a_gap() {
+    fn a_late_wake_up_is_taken_off_and_the_nodes_own_gaps_are_not() {
         let t0 = Instant::now();
         let d = Duration::from_millis(1);
+        let us = Duration::from_micros;
         assert_eq!(next_deadline(t0, None, d), t0 + d);
-        // Woken 300 µs late: the next input is still due one delay after the last deadline.
-        let late = t0 + d + Duration::from_micros(300);
-        assert_eq!(next_deadline(late, Some(t0 + d), d), t0 + 2 * d);
-        // Idle for a while: restart from now.
+        // Due at t0 + d, woken 300 µs late, the next input handed 20 µs
+        // later: due one delay after the deadline plus those 20 µs.
+        let last = Last {
+            due: t0 + d,
+            woke: t0 + d + us(300),
+        };
+        assert_eq!(
+            next_deadline(t0 + d + us(320), Some(last), d),
+            t0 + 2 * d + us(20)
+        );
+        // Woken 2.5 delays late: the next inputs are due at once (in the
+        // past), until the core has caught up.
+        let last = Last {
+            due: t0 + d,
+            woke: t0 + d + us(2500),
+        };
+        let next = next_deadline(t0 + d + us(2500), Some(last), d);
+        assert_eq!(next, t0 + 2 * d);
+        let last = Last {
+            due: next,
+            woke: t0 + d + us(2500),
+        };
+        assert_eq!(next_deadline(t0 + d + us(2500), Some(last), d), t0 + 3 * d);
+        // Woken on time, the next input 50 ms later (the node idle, or busy
+        // on its own): that gap counts, the schedule restarts from now.
+        let last = Last {
+            due: t0 + d,
+            woke: t0 + d,
+        };
         let idle = t0 + Duration::from_millis(50);
-        assert_eq!(next_deadline(idle, Some(t0 + d), d), idle + d);
+        assert_eq!(next_deadline(idle, Some(last), d), idle + d);
     }
 
     #[test]
