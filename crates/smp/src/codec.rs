@@ -133,9 +133,13 @@ impl Decoder {
 pub enum Read<W> {
     /// An ordinary frame (first chunks and chunks not placed among them).
     Frame(Frame),
-    /// A chunk whose data went into its message's buffer, and the message
-    /// it completed, if it was the last.
-    Placed(Option<W>),
+    /// A chunk whose data went into its message's buffer (its header, for
+    /// the caller's accounting), and the message it completed, if it was
+    /// the last.
+    Placed {
+        chunk: ChunkHeader,
+        whole: Option<W>,
+    },
 }
 
 /// The chunk whose data is being read into its message's buffer.
@@ -260,7 +264,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     self.frame_started = None;
                     self.waiting_since = None;
                     self.after_placed = true;
-                    return Ok(Some(Read::Placed(p.placed(&st.head))));
+                    return Ok(Some(Read::Placed {
+                        chunk: st.head,
+                        whole: p.placed(&st.head),
+                    }));
                 }
                 let deadline = self.deadline(false);
                 let n = read_by(&mut self.inner, &mut buf.limit(left), deadline).await?;
@@ -667,7 +674,7 @@ mod tests {
             let (mut whole, mut frames) = (Vec::new(), Vec::new());
             while let Some(got) = r.read_placing(re).await? {
                 match got {
-                    Read::Placed(m) => whole.extend(m),
+                    Read::Placed { whole: m, .. } => whole.extend(m),
                     Read::Frame(f) if f.ty == MsgType::Chunk => {
                         whole.extend(re.push(Chunk::parse(f.payload)?)?);
                     }
@@ -887,8 +894,8 @@ mod tests {
                 match tokio::time::timeout(t, r.read_placing(&mut re)).await {
                     Err(_) => given_up += 1,
                     Ok(got) => match got.unwrap().unwrap() {
-                        Read::Placed(None) => continue,
-                        Read::Placed(Some(m)) => {
+                        Read::Placed { whole: None, .. } => continue,
+                        Read::Placed { whole: Some(m), .. } => {
                             assert_eq!((sent, given_up), (rest.len(), 3));
                             assert_eq!(m.data, data);
                             assert_eq!(m.data.as_ptr(), at, "the buffer moved");
@@ -899,7 +906,9 @@ mod tests {
                 }
             }
             // The last placed chunk may need one more read to complete.
-            let Read::Placed(Some(m)) = r.read_placing(&mut re).await.unwrap().unwrap() else {
+            let Read::Placed { whole: Some(m), .. } =
+                r.read_placing(&mut re).await.unwrap().unwrap()
+            else {
                 panic!("the message is not whole");
             };
             assert_eq!(m.data, data);
@@ -934,7 +943,7 @@ mod tests {
             re.push(Chunk::parse(f.payload).unwrap()).unwrap();
             assert!(matches!(
                 r.read_placing(&mut re).await.unwrap(),
-                Some(Read::Placed(None))
+                Some(Read::Placed { whole: None, .. })
             ));
             let started = Instant::now();
             let e = r.read_placing(&mut re).await.unwrap_err();
