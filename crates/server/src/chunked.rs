@@ -132,12 +132,12 @@ impl Place for Inbound {
     }
 }
 
-/// The next frame from a user, or a chunk placed in `inbound` (once
+/// The next frame from a peer, or a chunk placed in `inbound` (once
 /// chunks are agreed). Cancel-safe: `inbound`, once given, stays.
-pub(crate) async fn read<R: AsyncRead + Unpin>(
+pub(crate) async fn read<R: AsyncRead + Unpin, P: Place>(
     r: &mut FrameReader<R>,
-    inbound: Option<&mut Inbound>,
-) -> Result<Option<Read<Message>>, ReadError> {
+    inbound: Option<&mut P>,
+) -> Result<Option<Read<P::Whole>>, ReadError> {
     match inbound {
         Some(i) => r.read_placing(i).await,
         None => Ok(r.read_frame().await?.map(Read::Frame)),
