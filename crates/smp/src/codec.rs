@@ -26,7 +26,7 @@ use crate::stream::{ChunkHeader, Place, CHUNK_HEADER_LEN};
 
 /// A frame header and a chunk header: what a placing reader needs to see
 /// before it decides where a chunk's data goes.
-const CHUNK_HEAD: usize = HEADER_LEN + CHUNK_HEADER_LEN;
+pub(crate) const CHUNK_HEAD: usize = HEADER_LEN + CHUNK_HEADER_LEN;
 
 /// Smallest read we ask the kernel for, so that streams of small messages
 /// are read many per syscall.
@@ -60,6 +60,9 @@ pub struct Decoder {
     last_frame: usize,
     /// How many bytes the next read should take (see [`Decoder::read_limit`]).
     want: usize,
+    /// Chunk data copied from this buffer into a message's.
+    #[cfg(test)]
+    pub(crate) copied: usize,
 }
 
 impl Decoder {
@@ -69,6 +72,8 @@ impl Decoder {
             max_payload,
             last_frame: 0,
             want: MIN_READ,
+            #[cfg(test)]
+            copied: 0,
         }
     }
 
@@ -121,6 +126,52 @@ impl Decoder {
     /// Buffer the next read should fill.
     pub fn buffer(&mut self) -> &mut BytesMut {
         &mut self.buf
+    }
+
+    /// The header of the chunk at the start of the buffer if it does not
+    /// begin its message, once both headers are in and valid.
+    pub(crate) fn continuing_chunk(&self) -> Result<Option<ChunkHeader>, ProtocolError> {
+        let b = &self.buf;
+        if b.len() < CHUNK_HEAD {
+            return Ok(None);
+        }
+        let hb = b[..HEADER_LEN].try_into().expect("8 bytes");
+        let header = Header::decode(hb, self.max_payload)?;
+        if header.ty != MsgType::Chunk || (header.size as usize) < CHUNK_HEADER_LEN {
+            return Ok(None);
+        }
+        let ch = b[HEADER_LEN..CHUNK_HEAD].try_into().expect("24 bytes");
+        // A bad chunk header goes on as a frame: the caller's parse reports it.
+        match ChunkHeader::parse(ch, header.size as usize - CHUNK_HEADER_LEN) {
+            Ok(h) if !h.first => Ok(Some(h)),
+            _ => Ok(None),
+        }
+    }
+
+    /// Moves the headers of the chunk at the start of the buffer out, and
+    /// as much of its `len` data bytes as the buffer holds into `to`:
+    /// returns how many data bytes that was.
+    pub(crate) fn take_placed(&mut self, len: usize, to: &mut Vec<u8>) -> usize {
+        let have = (self.buf.len() - CHUNK_HEAD).min(len);
+        to.extend_from_slice(&self.buf[CHUNK_HEAD..CHUNK_HEAD + have]);
+        self.buf.advance(CHUNK_HEAD + have);
+        #[cfg(test)]
+        {
+            self.copied += have;
+        }
+        have
+    }
+
+    /// At most how many bytes a read after a placed chunk should take: only
+    /// the headers while the next frame may be a chunk, so that its data
+    /// can be placed rather than copied.
+    pub(crate) fn after_placed_limit(&self) -> usize {
+        let chunk = self.buf.first().is_none_or(|&t| t == MsgType::Chunk as u8);
+        if chunk && self.buf.len() < CHUNK_HEAD {
+            CHUNK_HEAD - self.buf.len()
+        } else {
+            usize::MAX
+        }
     }
 
     pub fn buffered(&self) -> usize {
@@ -176,9 +227,6 @@ pub struct FrameReader<R> {
     /// boundary takes only the headers, so that the next chunk's data
     /// goes into its buffer rather than being copied there.
     after_placed: bool,
-    /// Chunk data copied from the decoder's buffer into a message's.
-    #[cfg(test)]
-    copied: usize,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -191,8 +239,6 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             waiting_since: None,
             placing: None,
             after_placed: false,
-            #[cfg(test)]
-            copied: 0,
         }
     }
 
@@ -278,20 +324,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.waiting_since = None;
                 continue;
             }
-            if let Some(h) = self.continuing_chunk()? {
+            if let Some(h) = self.dec.continuing_chunk()? {
                 if let Some(buf) = p.place(&h)? {
                     let len = h.len as usize;
-                    let have = (self.dec.buf.len() - CHUNK_HEAD).min(len);
                     self.placing = Some(Placing {
                         head: h,
                         end: buf.len() + len,
                     });
-                    buf.extend_from_slice(&self.dec.buf[CHUNK_HEAD..CHUNK_HEAD + have]);
-                    self.dec.buf.advance(CHUNK_HEAD + have);
-                    #[cfg(test)]
-                    {
-                        self.copied += have;
-                    }
+                    self.dec.take_placed(len, buf);
                     continue;
                 }
             }
@@ -300,45 +340,13 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 return Ok(Some(Read::Frame(f)));
             }
             let mut limit = self.dec.read_limit();
-            if self.after_placed && self.dec.buffered() < CHUNK_HEAD && self.may_be_chunk() {
-                // Only the headers: the data may be placed.
-                limit = limit.min(CHUNK_HEAD - self.dec.buffered());
+            if self.after_placed {
+                limit = limit.min(self.dec.after_placed_limit());
             }
             if self.fill(limit).await? == 0 {
                 return Ok(self.end_of_stream()?.map(Read::Frame));
             }
         }
-    }
-
-    /// The header of the chunk at the start of the buffer if it does not
-    /// begin its message, once both headers are in and valid.
-    fn continuing_chunk(&self) -> Result<Option<ChunkHeader>, ProtocolError> {
-        let b = &self.dec.buf;
-        if b.len() < CHUNK_HEAD {
-            return Ok(None);
-        }
-        let header = Header::decode(
-            &b[..HEADER_LEN].try_into().expect("8 bytes"),
-            self.dec.max_payload,
-        )?;
-        if header.ty != MsgType::Chunk || (header.size as usize) < CHUNK_HEADER_LEN {
-            return Ok(None);
-        }
-        let ch = b[HEADER_LEN..CHUNK_HEAD].try_into().expect("24 bytes");
-        // A bad chunk header goes on as a frame: the caller's parse reports it.
-        match ChunkHeader::parse(ch, header.size as usize - CHUNK_HEADER_LEN) {
-            Ok(h) if !h.first => Ok(Some(h)),
-            _ => Ok(None),
-        }
-    }
-
-    /// Whether the frame at the start of the buffer may be a chunk (its
-    /// type is not in yet, or says chunk).
-    fn may_be_chunk(&self) -> bool {
-        self.dec
-            .buf
-            .first()
-            .is_none_or(|&t| t == MsgType::Chunk as u8)
     }
 
     fn decode(&mut self) -> Result<Option<Frame>, ProtocolError> {
@@ -739,7 +747,7 @@ mod tests {
             // The second chunk is read ahead with the first (the reader
             // does not know yet it continues a placed message) and copied;
             // from then on a chunk boundary takes only the headers.
-            assert_eq!(r.copied, size);
+            assert_eq!(r.dec.copied, size);
         }
 
         #[tokio::test]
