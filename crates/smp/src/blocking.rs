@@ -63,6 +63,7 @@ impl<R: Read> FrameReader<R> {
         &mut self,
         p: &mut P,
     ) -> Result<Option<Got<P::Whole>>, ReadError> {
+        self.dec.read_chunk_headers_ahead();
         loop {
             if let Some(h) = self.dec.continuing_chunk()? {
                 if let Some(buf) = p.place(&h)? {
@@ -71,9 +72,14 @@ impl<R: Read> FrameReader<R> {
                     let end = begun + len;
                     self.dec.take_placed(len, buf);
                     let mut at = buf.len();
-                    buf.resize(end, 0);
+                    // The next frame's headers too, as the async reader reads them.
+                    let ahead = buf
+                        .capacity()
+                        .saturating_sub(end)
+                        .min(crate::codec::CHUNK_HEAD);
+                    buf.resize(end + ahead, 0);
                     while at < end {
-                        let n = match self.inner.read(&mut buf[at..end]) {
+                        let n = match self.inner.read(&mut buf[at..end + ahead]) {
                             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                             Err(e) => {
                                 buf.truncate(at);
@@ -88,6 +94,8 @@ impl<R: Read> FrameReader<R> {
                         }
                         at += n;
                     }
+                    self.dec.put_back(&buf[end..at]);
+                    buf.truncate(end);
                     self.after_placed = true;
                     let whole = p.placed(&h);
                     return Ok(Some(Got::Placed { chunk: h, whole }));
@@ -97,11 +105,7 @@ impl<R: Read> FrameReader<R> {
                 self.after_placed = false;
                 return Ok(Some(Got::Frame(f)));
             }
-            let cap = if self.after_placed {
-                self.dec.after_placed_limit()
-            } else {
-                usize::MAX
-            };
+            let cap = self.dec.placing_limit(self.after_placed);
             if self.fill(cap)? == 0 {
                 return Ok(self.end_of_stream()?.map(Got::Frame));
             }

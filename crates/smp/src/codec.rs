@@ -60,6 +60,9 @@ pub struct Decoder {
     last_frame: usize,
     /// How many bytes the next read should take (see [`Decoder::read_limit`]).
     want: usize,
+    /// Bytes a read of a large frame takes past it: the next header, or
+    /// both headers of a chunk for a placing reader.
+    ahead: usize,
     /// Chunk data copied from this buffer into a message's.
     #[cfg(test)]
     pub(crate) copied: usize,
@@ -72,6 +75,7 @@ impl Decoder {
             max_payload,
             last_frame: 0,
             want: MIN_READ,
+            ahead: HEADER_LEN,
             #[cfg(test)]
             copied: 0,
         }
@@ -101,7 +105,7 @@ impl Decoder {
             let ahead = if total < SMALL_FRAME {
                 SMALL_FRAME
             } else {
-                HEADER_LEN
+                self.ahead
             };
             self.want = total - self.buf.len() + ahead;
             self.buf.reserve(self.want);
@@ -162,11 +166,27 @@ impl Decoder {
         have
     }
 
-    /// At most how many bytes a read after a placed chunk should take: only
-    /// the headers while the next frame may be a chunk, so that its data
-    /// can be placed rather than copied.
-    pub(crate) fn after_placed_limit(&self) -> usize {
-        let chunk = self.buf.first().is_none_or(|&t| t == MsgType::Chunk as u8);
+    /// Reads of a large frame take a chunk's headers past it, so that a
+    /// placing reader sees whether the next chunk is placed before any of
+    /// its data is read into this buffer.
+    pub(crate) fn read_chunk_headers_ahead(&mut self) {
+        self.ahead = CHUNK_HEAD;
+    }
+
+    /// Bytes read past a placed chunk's end: the next frame's start.
+    pub(crate) fn put_back(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+    }
+
+    /// At most how many bytes a placing reader's next read should take:
+    /// only the rest of the headers while the frame at the start of the
+    /// buffer is a chunk (or, with the buffer empty after a placed chunk,
+    /// likely one), so that its data can be placed rather than copied.
+    pub(crate) fn placing_limit(&self, after_placed: bool) -> usize {
+        let chunk = match self.buf.first() {
+            Some(&t) => t == MsgType::Chunk as u8,
+            None => after_placed,
+        };
         if chunk && self.buf.len() < CHUNK_HEAD {
             CHUNK_HEAD - self.buf.len()
         } else {
@@ -223,9 +243,8 @@ pub struct FrameReader<R> {
     waiting_since: Option<Instant>,
     /// The chunk being placed; kept across cancellations.
     placing: Option<Placing>,
-    /// The last thing read was a placed chunk: the read at the next frame
-    /// boundary takes only the headers, so that the next chunk's data
-    /// goes into its buffer rather than being copied there.
+    /// The last thing read was a placed chunk: a read at the next frame
+    /// boundary takes only the headers (see [`Decoder::placing_limit`]).
     after_placed: bool,
 }
 
@@ -296,6 +315,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         &mut self,
         p: &mut P,
     ) -> Result<Option<Read<P::Whole>>, ReadError> {
+        self.dec.read_chunk_headers_ahead();
         loop {
             if let Some(st) = self.placing {
                 let Some(buf) = p.resume(st.head.id) else {
@@ -315,11 +335,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                         whole: p.placed(&st.head),
                     }));
                 }
+                // As a read of a frame does, this one also takes the next
+                // frame's headers, into the buffer's room past the chunk
+                // (the rest of the message), and hands them to the decoder.
+                let ahead = buf.capacity().saturating_sub(st.end).min(CHUNK_HEAD);
                 let deadline = self.deadline(false);
-                let n = read_by(&mut self.inner, &mut buf.limit(left), deadline).await?;
+                let n = read_by(&mut self.inner, &mut buf.limit(left + ahead), deadline).await?;
                 if n == 0 {
                     let got = CHUNK_HEAD + st.head.len as usize - left;
                     return Err(ProtocolError::TruncatedStream(got).into());
+                }
+                if buf.len() > st.end {
+                    self.dec.put_back(&buf[st.end..]);
+                    buf.truncate(st.end);
                 }
                 self.waiting_since = None;
                 continue;
@@ -339,10 +367,10 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 self.after_placed = false;
                 return Ok(Some(Read::Frame(f)));
             }
-            let mut limit = self.dec.read_limit();
-            if self.after_placed {
-                limit = limit.min(self.dec.after_placed_limit());
-            }
+            let limit = self
+                .dec
+                .read_limit()
+                .min(self.dec.placing_limit(self.after_placed));
             if self.fill(limit).await? == 0 {
                 return Ok(self.end_of_stream()?.map(Read::Frame));
             }
@@ -736,18 +764,22 @@ mod tests {
             let data = message(1, 16 * size);
             let cs = chunks(1, 0, &data, size);
             let (mut a, b) = tokio::io::duplex(4 << 20);
-            for c in &cs {
+            for (i, c) in cs.iter().enumerate() {
                 a.write_all(&wire(c)).await.unwrap();
+                if i == 5 {
+                    let f = OutFrame::data(9, Bytes::from_static(b"between"));
+                    a.write_all(&f.unwrap().to_vec()).await.unwrap();
+                }
             }
             drop(a);
             let mut r = FrameReader::new(b, 1 << 20);
             let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
-            let (whole, _) = read_all(&mut r, &mut re).await.unwrap();
+            let (whole, frames) = read_all(&mut r, &mut re).await.unwrap();
             assert_eq!(whole[0].data, data);
-            // The second chunk is read ahead with the first (the reader
-            // does not know yet it continues a placed message) and copied;
-            // from then on a chunk boundary takes only the headers.
-            assert_eq!(r.dec.copied, size);
+            assert_eq!(&frames[0].payload[4..], b"between");
+            // Reads take the next chunk's headers along, or only them: no
+            // chunk data is read into the decoder's buffer after the first.
+            assert_eq!(r.dec.copied, 0);
         }
 
         #[tokio::test]
