@@ -13,7 +13,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use corefarm_smp::blocking::FrameReader;
-use corefarm_smp::codec::ReadError;
+use corefarm_smp::codec::{Read, ReadError};
 use corefarm_smp::stream::{Chunk, Reassembler};
 use corefarm_smp::{
     ClusterStatus, ConfigurationResponse, Credit, Data, ErrorMsg, Frame, MsgType, ProtocolError,
@@ -138,8 +138,24 @@ pub(crate) fn run(
     // Output size of the configuration in force, to count outputs per result.
     let mut output_size = shared.lock().sizes.map(|s| s.1).unwrap_or(0);
     loop {
-        let frame = match reader.read_frame() {
-            Ok(Some(f)) => f,
+        // Chunked results after their first chunk are read straight into
+        // their buffers.
+        let read = match chunks.as_mut() {
+            Some(re) => reader.read_placing(re),
+            None => reader.read_frame().map(|f| f.map(Read::Frame)),
+        };
+        let frame = match read {
+            Ok(Some(Read::Frame(f))) => f,
+            Ok(Some(Read::Placed { whole, .. })) => {
+                if let Some(m) = whole {
+                    let d = Data {
+                        id: m.id,
+                        data: m.data,
+                    };
+                    deliver_result(shared, d, output_size);
+                }
+                continue;
+            }
             Ok(None) => return shared.fail(Failure::Closed),
             Err(ReadError::Io(e)) => return shared.fail(Failure::Io(e.kind(), e.to_string())),
             Err(ReadError::Protocol(e)) => return shared.fail(Failure::Protocol(e)),

@@ -15,8 +15,8 @@
 
 use std::collections::HashMap;
 
-use bytes::{Bytes, BytesMut};
-use corefarm_smp::stream::Chunk;
+use bytes::Bytes;
+use corefarm_smp::stream::{Chunk, ChunkHeader, Place};
 use corefarm_smp::ProtocolError;
 
 use crate::guard::Reservation;
@@ -27,9 +27,10 @@ pub const MAX_OPEN: usize = 64;
 
 /// Where the rest of an open message goes.
 pub enum Dest {
-    /// Gathered for the cores.
+    /// Gathered for the cores; the session reads its chunks after the
+    /// first straight into `buf` ([`Place`]).
     Cores {
-        buf: BytesMut,
+        buf: Vec<u8>,
         count: usize,
         reservation: Reservation,
     },
@@ -105,6 +106,26 @@ impl Inbound {
             }
             return Ok(Step::Begin(c));
         }
+        let o = self.take(&c.header())?;
+        match &mut o.dest {
+            Dest::Cores { buf, .. } => buf.extend_from_slice(&c.data),
+            // A lane that stopped reading is the session ending; the chunk
+            // has nowhere to go.
+            Dest::Spin(tx) => {
+                let _ = tx.send(c.data);
+            }
+            Dest::Discard => {}
+        }
+        if !c.last {
+            return Ok(Step::Taken);
+        }
+        Ok(self.finish(id))
+    }
+
+    /// Checks a chunk that continues an open message against it and moves
+    /// the message past it: the message, ready for the chunk's data.
+    fn take(&mut self, c: &ChunkHeader) -> Result<&mut Open, ProtocolError> {
+        let id = c.id;
         let Some(o) = self.open.get_mut(&id) else {
             return Err(bad(format!(
                 "chunk at offset {} of message {id}, which was not begun",
@@ -123,34 +144,27 @@ impl Inbound {
                 c.offset, o.next
             )));
         }
-        o.next += c.data.len() as u64;
-        match &mut o.dest {
-            Dest::Cores { buf, .. } => buf.extend_from_slice(&c.data),
-            // A lane that stopped reading is the session ending; the chunk
-            // has nowhere to go.
-            Dest::Spin(tx) => {
-                let _ = tx.send(c.data);
-            }
-            Dest::Discard => {}
-        }
-        if !c.last {
-            return Ok(Step::Taken);
-        }
-        let o = self.open.remove(&id).expect("found above");
+        o.next += c.len;
+        Ok(o)
+    }
+
+    /// Closes a message whose last chunk is in.
+    fn finish(&mut self, id: u32) -> Step {
+        let o = self.open.remove(&id).expect("an open message");
         self.reserved -= o.reserved;
         match o.dest {
             Dest::Cores {
                 buf,
                 count,
                 reservation,
-            } => Ok(Step::Whole {
+            } => Step::Whole {
                 id,
                 class: o.class,
-                data: buf.freeze(),
+                data: Bytes::from(buf),
                 count,
                 reservation,
-            }),
-            Dest::Spin(_) | Dest::Discard => Ok(Step::Taken),
+            },
+            Dest::Spin(_) | Dest::Discard => Step::Taken,
         }
     }
 
@@ -171,6 +185,40 @@ impl Inbound {
     }
 }
 
+/// Messages for the cores are placed: their chunks after the first are
+/// read into the buffer the cores take. Streamed and discarded ones are
+/// not (the lane takes each chunk as it comes).
+impl Place for Inbound {
+    type Whole = Step;
+
+    fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        let cores = self
+            .open
+            .get(&h.id)
+            .is_some_and(|o| matches!(o.dest, Dest::Cores { .. }));
+        if !cores {
+            return Ok(None);
+        }
+        match &mut self.take(h)?.dest {
+            // Allocated for the whole message at its first chunk, and the
+            // chunk ends within it (checked by the codec and `take`).
+            Dest::Cores { buf, .. } => Ok(Some(buf)),
+            _ => unreachable!("checked above"),
+        }
+    }
+
+    fn resume(&mut self, id: u32) -> Option<&mut Vec<u8>> {
+        match &mut self.open.get_mut(&id)?.dest {
+            Dest::Cores { buf, .. } => Some(buf),
+            _ => None,
+        }
+    }
+
+    fn placed(&mut self, h: &ChunkHeader) -> Option<Step> {
+        h.last.then(|| self.finish(h.id))
+    }
+}
+
 /// A streamed message for the lane, and the sender its chunks go through.
 pub fn stream_job(
     first: &Chunk,
@@ -188,4 +236,82 @@ pub fn stream_job(
         chunks: rx,
     };
     (job, tx)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::guard::MemoryGuard;
+    use corefarm_smp::codec::{FrameReader, Read};
+    use corefarm_smp::stream::Chunks;
+
+    fn chunks(id: u32, n: usize, size: usize) -> Vec<Chunk> {
+        let data = Bytes::from(
+            (0..n)
+                .map(|i| (i * 13) as u8 ^ id as u8)
+                .collect::<Vec<u8>>(),
+        );
+        Chunks::new(id, 2, data, size).unwrap().collect()
+    }
+
+    /// A message for the cores is read into its buffer; a streamed one
+    /// still reaches the lane chunk by chunk.
+    #[tokio::test]
+    async fn messages_for_the_cores_are_placed_and_streamed_ones_are_not() {
+        let guard = MemoryGuard::new(1 << 20);
+        let (cores, spin) = (chunks(1, 40_000, 8192), chunks(2, 30_000, 8192));
+        let mut wire = Vec::new();
+        for i in 1..cores.len().max(spin.len()) {
+            for c in [cores.get(i), spin.get(i)].into_iter().flatten() {
+                wire.extend(c.to_frame().unwrap().to_vec());
+            }
+        }
+        let mut inb = Inbound::default();
+        let mut first = Vec::with_capacity(40_000);
+        first.extend_from_slice(&cores[0].data);
+        let at = first.as_ptr();
+        let reservation = guard.reserve(40_000).await;
+        inb.open(
+            &cores[0],
+            0,
+            Dest::Cores {
+                buf: first,
+                count: 1,
+                reservation,
+            },
+        );
+        let (job, tx) = stream_job(&spin[0], 1, guard.reserve(0).await);
+        inb.open(&spin[0], 0, Dest::Spin(tx));
+        let mut r = FrameReader::new(&wire[..], 1 << 20);
+        let (mut whole, mut frames) = (None, 0);
+        while let Some(read) = r.read_placing(&mut inb).await.unwrap() {
+            match read {
+                Read::Placed {
+                    whole: Some(Step::Whole { data, .. }),
+                    ..
+                } => whole = Some(data),
+                Read::Placed { .. } => {}
+                Read::Frame(f) => {
+                    frames += 1;
+                    match inb.push(Chunk::parse(f.payload).unwrap()).unwrap() {
+                        Step::Taken => {}
+                        _ => panic!("a streamed chunk is taken"),
+                    }
+                }
+            }
+        }
+        let want: Vec<u8> = cores.iter().flat_map(|c| c.data.to_vec()).collect();
+        let whole = whole.unwrap();
+        assert_eq!(whole, want);
+        assert_eq!(whole.as_ptr(), at, "the cores' buffer moved");
+        assert_eq!(
+            frames,
+            spin.len() - 1,
+            "every streamed chunk came as a frame"
+        );
+        let got: Vec<u8> = job.chunks.try_iter().flat_map(|b| b.to_vec()).collect();
+        let sent: Vec<u8> = spin.iter().flat_map(|c| c.data.to_vec()).collect();
+        assert_eq!(got, sent);
+        assert_eq!(inb.open_count(), 0);
+    }
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::auth::{AuthChallenge, AuthResponse};
-use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::group::{GroupCmd, GroupCtl, GroupReply};
 use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
@@ -266,8 +266,17 @@ type Step = Option<Result<(), NodeError>>;
 impl Session<'_> {
     /// Reads and handles one message.
     async fn step<R: AsyncRead + Unpin>(&mut self, reader: &mut FrameReader<R>) -> Step {
-        let frame = match reader.read_frame().await {
-            Ok(Some(f)) => f,
+        // Chunks of messages for the cores are read into their buffers.
+        let read = match self.inbound.as_mut() {
+            Some(inb) => reader.read_placing(inb).await,
+            None => reader.read_frame().await.map(|f| f.map(Read::Frame)),
+        };
+        let frame = match read {
+            Ok(Some(Read::Frame(f))) => f,
+            Ok(Some(Read::Placed { whole: None, .. })) => return None,
+            Ok(Some(Read::Placed {
+                whole: Some(step), ..
+            })) => return self.chunk_step(step).await,
             Ok(None) => return Some(Ok(())),
             Err(ReadError::Io(e)) => return Some(Err(NodeError::Io(e))),
             Err(ReadError::Protocol(e)) => {

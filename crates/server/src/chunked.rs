@@ -8,10 +8,13 @@
 //!   picked by class, so an urgent result overtakes a bulk one mid-way.
 
 use bytes::Bytes;
+use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::stream::{
-    Chunk, Chunks, ClassQueues, Message, Reassembler, CHUNK_HEADER_LEN, DEFAULT_CHUNK_SIZE,
+    Chunk, ChunkHeader, Chunks, ClassQueues, Message, Place, Reassembler, CHUNK_HEADER_LEN,
+    DEFAULT_CHUNK_SIZE,
 };
 use corefarm_smp::{Hello, OutFrame, ProtocolError, HEADER_LEN};
+use tokio::io::AsyncRead;
 
 /// The largest chunk this server sends or accepts; a user may ask for less.
 pub(crate) const SERVER_CHUNK_SIZE: u32 = DEFAULT_CHUNK_SIZE;
@@ -89,15 +92,18 @@ impl Inbound {
     /// One chunk frame's payload; the message it completes, if any.
     pub(crate) fn push(&mut self, payload: Bytes) -> Result<Option<Message>, ProtocolError> {
         let c = Chunk::parse(payload)?;
-        if c.data.len() > self.chunk_size as usize {
+        self.check_size(&c.header())?;
+        self.re.push(c)
+    }
+
+    fn check_size(&self, c: &ChunkHeader) -> Result<(), ProtocolError> {
+        if c.len > u64::from(self.chunk_size) {
             return Err(ProtocolError::BadChunk(format!(
                 "message {}: a chunk of {} bytes, over the {} agreed in the hello",
-                c.id,
-                c.data.len(),
-                self.chunk_size
+                c.id, c.len, self.chunk_size
             )));
         }
-        self.re.push(c)
+        Ok(())
     }
 
     /// Messages begun and not finished.
@@ -105,6 +111,42 @@ impl Inbound {
     pub(crate) fn open(&self) -> usize {
         self.re.open()
     }
+}
+
+/// The user's chunks after a message's first are read straight into the
+/// message's buffer, checked as `push` checks them.
+impl Place for Inbound {
+    type Whole = Message;
+
+    fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        self.check_size(h)?;
+        self.re.place(h)
+    }
+
+    fn resume(&mut self, id: u32) -> Option<&mut Vec<u8>> {
+        self.re.resume(id)
+    }
+
+    fn placed(&mut self, h: &ChunkHeader) -> Option<Message> {
+        self.re.placed(h)
+    }
+}
+
+/// The next frame from a peer, or a chunk placed in `inbound` (once
+/// chunks are agreed). Cancel-safe: `inbound`, once given, stays.
+pub(crate) async fn read<R: AsyncRead + Unpin, P: Place>(
+    r: &mut FrameReader<R>,
+    inbound: Option<&mut P>,
+) -> Result<Option<Read<P::Whole>>, ReadError> {
+    match inbound {
+        Some(i) => r.read_placing(i).await,
+        None => Ok(r.read_frame().await?.map(Read::Frame)),
+    }
+}
+
+/// Wire bytes of a placed chunk, for the link counters.
+pub(crate) fn wire_len(c: &ChunkHeader) -> usize {
+    HEADER_LEN + CHUNK_HEADER_LEN + c.len as usize
 }
 
 /// Results to a `chunks` user, by class. Each waits as its remaining
@@ -252,5 +294,55 @@ mod tests {
         }
         let m = got.expect("whole message");
         assert_eq!((m.id, m.class, m.data.len(), i.open()), (6, 2, 600, 0));
+    }
+
+    /// A user's chunks after the first are read into the message's
+    /// buffer; one over the agreed size is refused there as by `push`.
+    #[tokio::test]
+    async fn placed_chunks_come_out_whole_and_over_the_agreed_size_are_refused() {
+        let data = Bytes::from((0..5000u32).map(|i| i as u8).collect::<Vec<u8>>());
+        let wire = |cs: &[Chunk]| -> Vec<u8> {
+            cs.iter()
+                .flat_map(|c| c.to_frame().unwrap().to_vec())
+                .collect()
+        };
+        let cs: Vec<Chunk> = Chunks::new(6, 3, data.clone(), 512).unwrap().collect();
+        let stream = wire(&cs);
+        let mut r = FrameReader::new(&stream[..], 1 << 20);
+        let mut i = Inbound::new(512, 1 << 20);
+        let (mut placed, mut got) = (0, None);
+        while let Some(read) = read(&mut r, Some(&mut i)).await.unwrap() {
+            match read {
+                Read::Frame(f) => assert!(i.push(f.payload).unwrap().is_none()),
+                Read::Placed { chunk, whole } => {
+                    placed += 1;
+                    assert!(wire_len(&chunk) <= HEADER_LEN + CHUNK_HEADER_LEN + 512);
+                    got = whole;
+                }
+            }
+        }
+        let m = got.expect("whole message");
+        assert_eq!((m.id, m.class, m.data, i.open()), (6, 3, data.clone(), 0));
+        assert_eq!(placed, cs.len() - 1, "every chunk after the first");
+
+        let mut big = Chunks::new(7, 3, data.clone(), 512).unwrap();
+        let mut cs = vec![big.next().unwrap()];
+        cs.push(Chunk {
+            data: data.slice(512..1112),
+            ..big.next().unwrap()
+        });
+        let stream = wire(&cs);
+        let mut r = FrameReader::new(&stream[..], 1 << 20);
+        let mut i = Inbound::new(512, 1 << 20);
+        let Some(Read::Frame(f)) = read(&mut r, Some(&mut i)).await.unwrap() else {
+            panic!("a first chunk is read as a frame");
+        };
+        i.push(f.payload).unwrap();
+        let e = read(&mut r, Some(&mut i)).await.unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("a chunk of 600 bytes, over the 512 agreed"),
+            "{e}"
+        );
     }
 }

@@ -10,9 +10,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use crate::tls::Stream;
-use corefarm_smp::codec::FrameReader;
+use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::stream::{Chunk, Reassembler, DEFAULT_CLASS};
-use corefarm_smp::{hello::features, ErrorMsg, Frame, Hello, MsgType, OutFrame};
+use corefarm_smp::{hello::features, ErrorMsg, Frame, Hello, MsgType, OutFrame, ProtocolError};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -165,17 +165,41 @@ impl NodeConn {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
                         p = permits.clone().acquire_owned() => p.expect("never closed"),
                     };
+                    // Chunked results after their first chunk are read
+                    // straight into their buffers.
                     let r = tokio::select! {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
-                        r = reader.read_frame() => r,
+                        r = crate::chunked::read(&mut reader, results.as_mut()) => r,
                     };
-                    if let Ok(Some(f)) = &r {
-                        _slot
-                            .entry
-                            .m
-                            .link
-                            .received(f.payload.len() + corefarm_smp::HEADER_LEN);
-                    }
+                    let link = &_slot.entry.m.link;
+                    let r = match r {
+                        Ok(Some(Read::Frame(f))) => {
+                            link.received(f.payload.len() + corefarm_smp::HEADER_LEN);
+                            Ok(Some(f))
+                        }
+                        Ok(Some(Read::Placed { chunk, whole })) => {
+                            link.received(crate::chunked::wire_len(&chunk));
+                            let Some(m) = whole else { continue };
+                            let f = Frame {
+                                ty: MsgType::Data,
+                                payload: m.data,
+                            };
+                            if ev_tx.send(NodeEvent::Frame(f, permit)).is_err() {
+                                break "owner gone".into();
+                            }
+                            continue;
+                        }
+                        // A placed chunk that broke a rule, as one read whole.
+                        Err(ReadError::Protocol(e @ ProtocolError::BadChunk(_))) => {
+                            if errors {
+                                let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), e.to_string());
+                                sink.send(m.to_frame(), false);
+                            }
+                            break format!("{e}");
+                        }
+                        Ok(None) => Ok(None),
+                        Err(e) => Err(e),
+                    };
                     match r {
                         Ok(Some(f)) if f.ty == MsgType::Hello => match Hello::decode(&f.payload) {
                             Ok(h) if h.role == "node" => {

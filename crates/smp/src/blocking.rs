@@ -1,15 +1,19 @@
 //! SMP framing over blocking `std::io` streams, for synchronous peers such as
 //! the client library (which is also what the Python package wraps).
+//!
+//! `read_placing` reads a continuing chunk's data straight into its
+//! message's buffer, as the async reader's does ([`crate::stream::place`]).
 
 use std::io::{self, IoSlice, Read, Write};
 
 use bytes::Buf;
 
-use crate::codec::{Decoder, ReadError};
+use crate::codec::{Decoder, Read as Got, ReadError};
 use crate::error::ProtocolError;
 use crate::header::{Header, MsgType, HEADER_LEN};
 use crate::message::Frame;
 use crate::outframe::OutFrame;
+use crate::stream::Place;
 use crate::DATA_ID_LEN;
 
 /// Reads frames from a blocking byte stream.
@@ -21,6 +25,8 @@ pub struct FrameReader<R> {
     /// reads actually return, so large messages are read in large steps
     /// without zeroing much more than is filled.
     window: usize,
+    /// The last thing read was a placed chunk (see the async reader's).
+    after_placed: bool,
 }
 
 /// Bounds of the read window.
@@ -33,6 +39,7 @@ impl<R: Read> FrameReader<R> {
             inner,
             dec: Decoder::new(max_payload),
             window: MIN_WINDOW,
+            after_placed: false,
         }
     }
 
@@ -42,33 +49,107 @@ impl<R: Read> FrameReader<R> {
             if let Some(f) = self.dec.decode()? {
                 return Ok(Some(f));
             }
-            // `Read::read` may look at the slice it is given, so it must be
-            // initialised: the spare capacity is zeroed (safe `resize`), but
-            // only a window sized by recent reads, not the whole reservation.
-            let buf = self.dec.buffer();
-            let start = buf.len();
-            let want = buf.capacity().saturating_sub(start).max(1).min(self.window);
-            buf.resize(start + want, 0);
-            let r = loop {
-                match self.inner.read(&mut buf[start..]) {
-                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                    r => break r,
+            if self.fill(usize::MAX)? == 0 {
+                return self.end_of_stream();
+            }
+        }
+    }
+
+    /// Next frame, or the next chunk that continues a message `p` takes in
+    /// place: as [`crate::codec::FrameReader::read_placing`], its data read
+    /// straight into the message's buffer (zeroed first: `Read::read` may
+    /// look at the slice it is given).
+    pub fn read_placing<P: Place>(
+        &mut self,
+        p: &mut P,
+    ) -> Result<Option<Got<P::Whole>>, ReadError> {
+        self.dec.read_chunk_headers_ahead();
+        loop {
+            if let Some(h) = self.dec.continuing_chunk()? {
+                if let Some(buf) = p.place(&h)? {
+                    let len = h.len as usize;
+                    let begun = buf.len();
+                    let end = begun + len;
+                    self.dec.take_placed(len, buf);
+                    let mut at = buf.len();
+                    // The next frame's headers too, as the async reader reads them.
+                    let ahead = buf
+                        .capacity()
+                        .saturating_sub(end)
+                        .min(crate::codec::CHUNK_HEAD);
+                    buf.resize(end + ahead, 0);
+                    while at < end {
+                        let n = match self.inner.read(&mut buf[at..end + ahead]) {
+                            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                            Err(e) => {
+                                buf.truncate(at);
+                                return Err(e.into());
+                            }
+                            Ok(n) => n,
+                        };
+                        if n == 0 {
+                            buf.truncate(at);
+                            let got = crate::codec::CHUNK_HEAD + at - begun;
+                            return Err(ProtocolError::TruncatedStream(got).into());
+                        }
+                        at += n;
+                    }
+                    self.dec.put_back(&buf[end..at]);
+                    buf.truncate(end);
+                    self.after_placed = true;
+                    let whole = p.placed(&h);
+                    return Ok(Some(Got::Placed { chunk: h, whole }));
                 }
-            };
-            let n = *r.as_ref().unwrap_or(&0);
-            buf.truncate(start + n);
-            let n = r?;
+            }
+            if let Some(f) = self.dec.decode()? {
+                self.after_placed = false;
+                return Ok(Some(Got::Frame(f)));
+            }
+            let cap = self.dec.placing_limit(self.after_placed);
+            if self.fill(cap)? == 0 {
+                return Ok(self.end_of_stream()?.map(Got::Frame));
+            }
+        }
+    }
+
+    /// One read into the decoder's buffer of at most `cap` bytes.
+    fn fill(&mut self, cap: usize) -> io::Result<usize> {
+        // `Read::read` may look at the slice it is given, so it must be
+        // initialised: the spare capacity is zeroed (safe `resize`), but
+        // only a window sized by recent reads, not the whole reservation.
+        let buf = self.dec.buffer();
+        let start = buf.len();
+        let want = buf
+            .capacity()
+            .saturating_sub(start)
+            .max(1)
+            .min(self.window)
+            .min(cap);
+        buf.resize(start + want, 0);
+        let r = loop {
+            match self.inner.read(&mut buf[start..]) {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                r => break r,
+            }
+        };
+        let n = *r.as_ref().unwrap_or(&0);
+        buf.truncate(start + n);
+        let n = r?;
+        // A read capped below the window says nothing of what the stream has.
+        if want < cap {
             self.window = if n == want {
                 (want * 2).min(MAX_WINDOW)
             } else {
                 (n * 2).clamp(MIN_WINDOW, MAX_WINDOW)
             };
-            if n == 0 {
-                return match self.dec.buffered() {
-                    0 => Ok(None),
-                    n => Err(ProtocolError::TruncatedStream(n).into()),
-                };
-            }
+        }
+        Ok(n)
+    }
+
+    fn end_of_stream(&self) -> Result<Option<Frame>, ReadError> {
+        match self.dec.buffered() {
+            0 => Ok(None),
+            n => Err(ProtocolError::TruncatedStream(n).into()),
         }
     }
 
@@ -197,5 +278,77 @@ mod tests {
         ));
         let mut r = FrameReader::new(OneByte(&wire), 1 << 20);
         assert_eq!(r.read_frame().unwrap().unwrap().payload.len(), 100_004);
+    }
+
+    /// Hands out its bytes in pieces of the sizes given, in turn.
+    struct Pieces<'a>(&'a [u8], &'a [usize], usize);
+    impl Read for Pieces<'_> {
+        fn read(&mut self, b: &mut [u8]) -> io::Result<usize> {
+            let size = self.1[self.2 % self.1.len()];
+            self.2 += 1;
+            let n = size.min(b.len()).min(self.0.len());
+            b[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn placed_chunks_come_out_whole_in_place_and_checked_as_push_checks() {
+        use crate::stream::{Chunk, Chunks, Reassembler};
+        let data = Bytes::from((0..70_000u32).map(|i| (i * 7) as u8).collect::<Vec<u8>>());
+        let cs: Vec<Chunk> = Chunks::new(3, 1, data.clone(), 8192).unwrap().collect();
+        let wire: Vec<u8> = cs
+            .iter()
+            .flat_map(|c| c.to_frame().unwrap().to_vec())
+            .collect();
+        for sizes in [&[1][..], &[5, 19, 8000, 3], &[1 << 20]] {
+            let mut r = FrameReader::new(Pieces(&wire, sizes, 0), 1 << 20);
+            let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
+            let Some(Got::Frame(f)) = r.read_placing(&mut re).unwrap() else {
+                panic!("a first chunk is placed");
+            };
+            re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+            let at = re.buffer_at(3).unwrap();
+            let mut placed = 0;
+            let m = loop {
+                match r.read_placing(&mut re).unwrap().unwrap() {
+                    Got::Placed { whole: Some(m), .. } => break m,
+                    Got::Placed { whole: None, .. } => placed += 1,
+                    Got::Frame(f) => {
+                        if let Some(m) = re.push(Chunk::parse(f.payload).unwrap()).unwrap() {
+                            break m;
+                        }
+                    }
+                }
+            };
+            assert_eq!(m.data, data, "{sizes:?}");
+            assert_eq!(m.data.as_ptr(), at, "the buffer moved");
+            assert!(placed >= cs.len() - 3, "{placed} placed");
+            assert!(r.read_placing(&mut re).unwrap().is_none());
+        }
+        // A chunk out of order: push's error.
+        let mut bad = cs[0].to_frame().unwrap().to_vec();
+        bad.extend(cs[2].to_frame().unwrap().to_vec());
+        let mut r = FrameReader::new(&bad[..], 1 << 20);
+        let mut re = Reassembler::new(1 << 20, 4, 1 << 20);
+        let Some(Got::Frame(f)) = r.read_placing(&mut re).unwrap() else {
+            panic!("a first chunk is placed");
+        };
+        re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+        let e = r.read_placing(&mut re).unwrap_err();
+        assert!(e.to_string().contains("offset 16384, expected 8192"), "{e}");
+        // Cut short in a placed chunk's data.
+        let short = &wire[..8192 + 32 + 32 + 100];
+        let mut r = FrameReader::new(short, 1 << 20);
+        let mut re = Reassembler::new(1 << 20, 4, 1 << 20);
+        let Some(Got::Frame(f)) = r.read_placing(&mut re).unwrap() else {
+            panic!("a first chunk is placed");
+        };
+        re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+        assert!(matches!(
+            r.read_placing(&mut re),
+            Err(ReadError::Protocol(ProtocolError::TruncatedStream(132)))
+        ));
     }
 }

@@ -3,7 +3,7 @@
 //! read whole, made at its first chunk, then the chunks go where
 //! [`crate::inbound`] says.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use corefarm_smp::stream::Chunk;
 use corefarm_smp::{ErrorCode, ErrorMsg, ProtocolError, DATA_ID_LEN};
 
@@ -21,14 +21,21 @@ impl Session<'_> {
         let inb = self.inbound.as_mut().expect("called once chunks are on");
         match inb.push(c) {
             Err(e) => self.malformed(e),
-            Ok(inbound::Step::Taken) => None,
-            Ok(inbound::Step::Whole {
+            Ok(step) => self.chunk_step(step).await,
+        }
+    }
+
+    /// What a chunk (read as a frame or placed) means for the session.
+    pub(super) async fn chunk_step(&mut self, step: inbound::Step) -> Step {
+        match step {
+            inbound::Step::Taken => None,
+            inbound::Step::Whole {
                 id,
                 class,
                 data,
                 count,
                 reservation,
-            }) => {
+            } => {
                 self.submit(Job {
                     id,
                     class,
@@ -38,7 +45,7 @@ impl Session<'_> {
                 })
                 .await
             }
-            Ok(inbound::Step::Begin(c)) => self.begin(c).await,
+            inbound::Step::Begin(c) => self.begin(c).await,
         }
     }
 
@@ -124,7 +131,7 @@ impl Session<'_> {
                 Dest::Spin(tx)
             }
             None => {
-                let mut buf = BytesMut::with_capacity(c.total as usize);
+                let mut buf = Vec::with_capacity(c.total as usize);
                 buf.extend_from_slice(&c.data);
                 Dest::Cores {
                     buf,

@@ -15,10 +15,11 @@ use std::time::Duration;
 
 use crate::tls::{ReadHalf, Stream};
 use bytes::Bytes;
-use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::codec::{FrameReader, Read, ReadError};
+use corefarm_smp::stream::Message;
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
-    Frame, Hello, OutFrame, UserPhase as Phase,
+    Frame, Hello, MsgType, OutFrame, UserPhase as Phase,
 };
 use tokio::sync::mpsc;
 
@@ -190,10 +191,14 @@ impl Session {
                         o.feed(&self.out, &self.entry.m.link)?;
                     }
                 }
-                r = self.reader.read_frame(), if read => match r {
-                    Ok(Some(f)) => {
+                r = crate::chunked::read(&mut self.reader, self.inbound.as_mut()), if read => match r {
+                    Ok(Some(Read::Frame(f))) => {
                         self.entry.m.link.received(f.payload.len() + corefarm_smp::HEADER_LEN);
                         self.on_frame(f).await?
+                    }
+                    Ok(Some(Read::Placed { chunk, whole })) => {
+                        self.entry.m.link.received(crate::chunked::wire_len(&chunk));
+                        self.on_placed(whole).await?
                     }
                     Ok(None) => return Ok(()),
                     Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
@@ -466,16 +471,30 @@ impl Session {
     async fn on_chunk(&mut self, f: Frame) -> Result<(), String> {
         let inbound = self.inbound.as_mut().expect("checked by the caller");
         match inbound.push(f.payload) {
-            Ok(None) => Ok(()),
-            Ok(Some(m)) => {
-                let d = Data {
-                    id: m.id,
-                    data: m.data,
-                };
-                self.accept_data(d, m.class).await
-            }
+            Ok(whole) => self.on_whole(whole).await,
             Err(e) => self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
         }
+    }
+
+    /// A chunk read into its message's buffer: allowed when a chunk frame
+    /// would be, then as one.
+    async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), String> {
+        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
+        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
+        if let Asked::Refused(code, why) = greeting::classify(MsgType::Chunk, session) {
+            return self.fail(ErrorMsg::NO_ID, code, why).await;
+        }
+        self.on_whole(whole).await
+    }
+
+    /// The message a chunk completed, if any, queued in the chunks' class.
+    async fn on_whole(&mut self, whole: Option<Message>) -> Result<(), String> {
+        let Some(m) = whole else { return Ok(()) };
+        let d = Data {
+            id: m.id,
+            data: m.data,
+        };
+        self.accept_data(d, m.class).await
     }
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), String> {

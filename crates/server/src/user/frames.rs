@@ -1,10 +1,11 @@
 //! Messages from the user: hello, configuration, data and status requests.
 
 use corefarm_smp::{
-    hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, UserPhase as Phase,
+    hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,
+    UserPhase as Phase,
 };
 
-use corefarm_smp::stream::DEFAULT_CLASS;
+use corefarm_smp::stream::{Message, DEFAULT_CLASS};
 
 use super::{End, Handler, NextCfg, Pending};
 use crate::greeting::{self, Asked};
@@ -186,18 +187,32 @@ impl Handler {
     async fn on_chunk(&mut self, frame: Frame) -> Result<(), End> {
         let inbound = self.inbound.as_mut().expect("checked by the caller");
         match inbound.push(frame.payload) {
-            Ok(None) => Ok(()),
-            Ok(Some(m)) => {
-                let d = Data {
-                    id: m.id,
-                    data: m.data,
-                };
-                self.accept_data(d, m.class).await
-            }
+            Ok(whole) => self.on_whole(whole).await,
             Err(e) => Err(self
                 .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
                 .await),
         }
+    }
+
+    /// A chunk read into its message's buffer: allowed when a chunk frame
+    /// would be, then as one.
+    pub(super) async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), End> {
+        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
+        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
+        if let Asked::Refused(code, reason) = greeting::classify(MsgType::Chunk, session) {
+            return Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await);
+        }
+        self.on_whole(whole).await
+    }
+
+    /// The message a chunk completed, if any, routed like one sent whole.
+    async fn on_whole(&mut self, whole: Option<Message>) -> Result<(), End> {
+        let Some(m) = whole else { return Ok(()) };
+        let d = Data {
+            id: m.id,
+            data: m.data,
+        };
+        self.accept_data(d, m.class).await
     }
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), End> {

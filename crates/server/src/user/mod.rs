@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use crate::tls::{ReadHalf, Stream};
 use bytes::Bytes;
-use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
     hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
@@ -258,9 +258,15 @@ impl Handler {
                 _ = out.room(crate::chunked::SINK_DEPTH), if chunks_waiting => {
                     if let Err(e) = self.feed_chunk() { return e; }
                 }
-                r = self.reader.read_frame(), if read_user => {
+                r = crate::chunked::read(&mut self.reader, self.inbound.as_mut()), if read_user => {
                     let frame = match r {
-                        Ok(Some(f)) => f,
+                        Ok(Some(Read::Frame(f))) => f,
+                        Ok(Some(Read::Placed { chunk, whole })) => {
+                            self.last_activity = Instant::now();
+                            self.entry.m.link.received(crate::chunked::wire_len(&chunk));
+                            if let Err(e) = self.on_placed(whole).await { return e; }
+                            continue;
+                        }
                         Ok(None) => return End::Closed,
                         Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
                             let reason = format!("{e} (--read-timeout)");

@@ -50,34 +50,39 @@ fn bad(why: String) -> ProtocolError {
     ProtocolError::BadChunk(why)
 }
 
-impl Chunk {
-    /// Check-then-parse of a chunk payload; the data is shared, not copied.
-    pub fn parse(mut payload: Bytes) -> Result<Chunk, ProtocolError> {
-        if payload.len() < CHUNK_HEADER_LEN {
-            return Err(ProtocolError::Truncated {
-                what: "chunk",
-                got: payload.len(),
-                need: CHUNK_HEADER_LEN,
-            });
-        }
-        let h = &payload[..CHUNK_HEADER_LEN];
+/// A chunk's header and the length of its data: what a reader that puts
+/// the data straight into its message's buffer checks before the data
+/// has arrived.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkHeader {
+    pub id: u32,
+    pub class: u8,
+    pub first: bool,
+    pub last: bool,
+    pub offset: u64,
+    pub total: u64,
+    /// Bytes of the message's data this chunk carries.
+    pub len: u64,
+}
+
+impl ChunkHeader {
+    /// Parses the header of a chunk that carries `len` bytes of data and
+    /// checks the rules every chunk obeys by itself.
+    pub fn parse(h: &[u8; CHUNK_HEADER_LEN], len: usize) -> Result<ChunkHeader, ProtocolError> {
         let id = u32::from_le_bytes(h[0..4].try_into().expect("4 bytes"));
         let (flags, class) = (h[4], h[5]);
-        let offset = u64::from_le_bytes(h[8..16].try_into().expect("8 bytes"));
-        let total = u64::from_le_bytes(h[16..24].try_into().expect("8 bytes"));
-        payload.advance(CHUNK_HEADER_LEN);
-        let c = Chunk {
+        if flags & !(FIRST | LAST) != 0 {
+            return Err(bad(format!("message {id}: unknown chunk flags {flags:#x}")));
+        }
+        let c = ChunkHeader {
             id,
             class,
             first: flags & FIRST != 0,
             last: flags & LAST != 0,
-            offset,
-            total,
-            data: payload,
+            offset: u64::from_le_bytes(h[8..16].try_into().expect("8 bytes")),
+            total: u64::from_le_bytes(h[16..24].try_into().expect("8 bytes")),
+            len: len as u64,
         };
-        if flags & !(FIRST | LAST) != 0 {
-            return Err(bad(format!("message {id}: unknown chunk flags {flags:#x}")));
-        }
         c.check()?;
         Ok(c)
     }
@@ -92,13 +97,11 @@ impl Chunk {
                 CLASSES - 1
             )));
         }
-        let end = self.offset.checked_add(self.data.len() as u64);
+        let end = self.offset.checked_add(self.len);
         if end.is_none_or(|e| e > self.total) {
             return Err(bad(format!(
                 "message {id}: {} bytes at offset {} overrun its {} bytes",
-                self.data.len(),
-                self.offset,
-                self.total
+                self.len, self.offset, self.total
             )));
         }
         if self.first != (self.offset == 0) {
@@ -114,17 +117,55 @@ impl Chunk {
                 self.total
             )));
         }
-        if self.data.is_empty() && !self.last {
+        if self.len == 0 && !self.last {
             return Err(bad(format!(
                 "message {id}: an empty chunk that is not the last"
             )));
         }
         Ok(())
     }
+}
+
+impl Chunk {
+    /// Check-then-parse of a chunk payload; the data is shared, not copied.
+    pub fn parse(mut payload: Bytes) -> Result<Chunk, ProtocolError> {
+        if payload.len() < CHUNK_HEADER_LEN {
+            return Err(ProtocolError::Truncated {
+                what: "chunk",
+                got: payload.len(),
+                need: CHUNK_HEADER_LEN,
+            });
+        }
+        let h = payload[..CHUNK_HEADER_LEN].try_into().expect("checked");
+        let h = ChunkHeader::parse(h, payload.len() - CHUNK_HEADER_LEN)?;
+        payload.advance(CHUNK_HEADER_LEN);
+        Ok(Chunk {
+            id: h.id,
+            class: h.class,
+            first: h.first,
+            last: h.last,
+            offset: h.offset,
+            total: h.total,
+            data: payload,
+        })
+    }
+
+    /// This chunk's header.
+    pub fn header(&self) -> ChunkHeader {
+        ChunkHeader {
+            id: self.id,
+            class: self.class,
+            first: self.first,
+            last: self.last,
+            offset: self.offset,
+            total: self.total,
+            len: self.data.len() as u64,
+        }
+    }
 
     /// The chunk ready to write: headers inline, data shared.
     pub fn to_frame(&self) -> Result<ChunkFrame, ProtocolError> {
-        self.check()?;
+        self.header().check()?;
         let len = CHUNK_HEADER_LEN + self.data.len();
         let size = u32::try_from(len).map_err(|_| ProtocolError::Unrepresentable(len))?;
         let mut head = [0u8; HEADER_LEN + CHUNK_HEADER_LEN];

@@ -9,6 +9,8 @@
 //! - [`classes`]: strict-priority queues with an anti-starvation guard, the
 //!   order in which a link sends what waits for it.
 //!
+//! - [`place`]: reading continuing chunks straight into their message's
+//!   buffer.
 //! - [`outbox`]: what a link sends next: whole frames and messages cut
 //!   into chunks, by class.
 //!
@@ -18,11 +20,14 @@
 pub mod chunk;
 pub mod classes;
 pub mod outbox;
+pub mod place;
 pub mod reassemble;
 
 pub use chunk::{
-    Chunk, ChunkFrame, Chunks, CHUNK_HEADER_LEN, CLASSES, DEFAULT_CHUNK_SIZE, DEFAULT_CLASS,
+    Chunk, ChunkFrame, ChunkHeader, Chunks, CHUNK_HEADER_LEN, CLASSES, DEFAULT_CHUNK_SIZE,
+    DEFAULT_CLASS,
 };
 pub use classes::{ClassPicker, ClassQueues, MESSAGE_GUARD};
 pub use outbox::Outbox;
+pub use place::Place;
 pub use reassemble::{Message, Reassembler};

@@ -12,7 +12,8 @@ use std::collections::HashMap;
 
 use bytes::{Bytes, BytesMut};
 
-use super::chunk::Chunk;
+use super::chunk::{Chunk, ChunkHeader};
+use super::place::Place;
 use crate::error::ProtocolError;
 
 /// A whole message.
@@ -115,12 +116,7 @@ impl Reassembler {
     /// of one chunk is handed on without a copy.
     pub fn push(&mut self, c: Chunk) -> Result<Option<Message>, ProtocolError> {
         let id = c.id;
-        if c.total > self.max_message {
-            return Err(bad(format!(
-                "message {id} of {} bytes exceeds the limit of {} bytes",
-                c.total, self.max_message
-            )));
-        }
+        self.check_size(id, c.total)?;
         let len = c.data.len() as u64;
         if c.first {
             if self.open.contains_key(&id) {
@@ -180,6 +176,18 @@ impl Reassembler {
             );
             return Ok(None);
         }
+        let p = self.take(&c.header())?;
+        p.buf.extend_from_slice(&c.data);
+        if !c.last {
+            return Ok(None);
+        }
+        Ok(Some(self.finish(id)))
+    }
+
+    /// Checks a chunk that continues an open message against it and counts
+    /// its bytes as held: the message, ready for the chunk's data.
+    fn take(&mut self, c: &ChunkHeader) -> Result<&mut Partial, ProtocolError> {
+        let id = c.id;
         let Some(p) = self.open.get(&id) else {
             return Err(bad(format!(
                 "chunk at offset {} of message {id}, which was not begun",
@@ -199,28 +207,39 @@ impl Reassembler {
                 c.offset
             )));
         }
-        let grown = (at + len).saturating_sub(p.charged);
+        let grown = (at + c.len).saturating_sub(p.charged);
         if grown > 0 {
             self.hold(id, grown)?;
         }
         let p = self.open.get_mut(&id).expect("checked");
         p.charged += grown;
-        p.buf.extend_from_slice(&c.data);
-        if !c.last {
-            return Ok(None);
-        }
-        let p = self.open.remove(&id).expect("checked");
+        Ok(p)
+    }
+
+    /// Closes a message whose last chunk is in.
+    fn finish(&mut self, id: u32) -> Message {
+        let p = self.open.remove(&id).expect("an open message");
         self.held -= p.charged;
-        Ok(Some(Message {
+        Message {
             id,
             class: p.class,
             data: Bytes::from(p.buf),
-        }))
+        }
+    }
+
+    fn check_size(&self, id: u32, total: u64) -> Result<(), ProtocolError> {
+        if total > self.max_message {
+            return Err(bad(format!(
+                "message {id} of {total} bytes exceeds the limit of {} bytes",
+                self.max_message
+            )));
+        }
+        Ok(())
     }
 
     /// Where an open message's bytes are (a test sees whether they moved).
     #[cfg(test)]
-    fn buffer_at(&self, id: u32) -> Option<*const u8> {
+    pub(crate) fn buffer_at(&self, id: u32) -> Option<*const u8> {
         self.open.get(&id).map(|p| p.buf.as_ptr())
     }
 
@@ -233,6 +252,32 @@ impl Reassembler {
         }
         self.held += len;
         Ok(())
+    }
+}
+
+/// Every open message is placed: its buffer is where its data ends up.
+impl Place for Reassembler {
+    type Whole = Message;
+
+    fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        self.check_size(h.id, h.total)?;
+        let p = self.take(h)?;
+        // Grows as `push` would (amortised); a refused growth is an error.
+        if p.buf.try_reserve(h.len as usize).is_err() {
+            return Err(bad(format!(
+                "message {}: cannot allocate {} bytes for it",
+                h.id, h.total
+            )));
+        }
+        Ok(Some(&mut p.buf))
+    }
+
+    fn resume(&mut self, id: u32) -> Option<&mut Vec<u8>> {
+        self.open.get_mut(&id).map(|p| &mut p.buf)
+    }
+
+    fn placed(&mut self, h: &ChunkHeader) -> Option<Message> {
+        h.last.then(|| self.finish(h.id))
     }
 }
 
