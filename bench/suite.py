@@ -1092,7 +1092,7 @@ def exp_policies(ctx: Context) -> dict:
 
 
 SHARING_METRICS = ("normalised_makespan", "utilisation", "makespan_s", "software_s", "expected_s",
-                   "local_share", "reconfigurations")
+                   "local_share", "reconfigurations", "nodes_busy_share")
 
 
 def exp_sharing(ctx: Context) -> dict:
