@@ -1385,7 +1385,8 @@ def exp_streams(ctx: Context) -> dict:
     seconds = 1.0 if ctx.quick else max(ctx.duration, 20.0)
     pool_rounds = POOL_ROUNDS[:1] if ctx.quick else POOL_ROUNDS
     overlap_points, gemm_points = (3, 2) if ctx.quick else (6, 6)
-    rec = Recorder(ctx, "streams", len(loads) * 2 + 7 + overlap_points + gemm_points + len(pool_rounds),
+    rec = Recorder(ctx, "streams", len(loads) * 2 + 7 + len(HOL_SWEEP) + overlap_points + gemm_points
+                   + len(pool_rounds),
                    {"loads": loads, "urgent_share": 0.3, "duration_s": seconds, "runs": ctx.runs})
     per_key: dict[tuple, list] = {}
     failure = None
@@ -1414,14 +1415,21 @@ def exp_streams(ctx: Context) -> dict:
     return rec.write()
 
 
+# Chunk sizes of the head-of-line sweep besides the default 64 KiB (the server agrees up to 1 MiB).
+HOL_SWEEP = [16 << 10, 256 << 10, 1 << 20]
+
+
 def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
     """`hol`: `corefarm bench hol` on an embedded 2-node cluster, once with whole frames on the node link
     (`--node-chunk-size 0`: its `unchunked` run is unchunked end to end) and once with the default chunks;
     the two follow each other in every repetition, so both see the same load. The `summary` point holds
-    the issue's end-to-end ratios: whole/unchunked against chunks/chunked."""
+    the issue's end-to-end ratios: whole/unchunked against chunks/chunked. The `sweep_chunk_size` points
+    run both links at 16 KiB, 256 KiB and 1 MiB chunks, each against its repetition's whole/unchunked run
+    (the bulk cost of chunking against the urgent messages' gain, by chunk size)."""
     samples = "100" if ctx.quick else "500"
     per: dict[tuple, list] = {}
     summary: list[dict] = []
+    sweep: dict[int, list] = {}
     failure = None
     for _ in range(ctx.runs):
         got = {}
@@ -1446,10 +1454,29 @@ def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
         summary.append({"p99_unchunked_over_chunked": ratio(base["small_p99_ms"], best["small_p99_ms"]),
                         "p99_chunked_over_unloaded": ratio(best["small_p99_ms"], idle["small_p99_ms"]),
                         "bulk_chunked_over_unchunked": ratio(best["bulk_MBps"], base["bulk_MBps"])})
+        # The chunk-size sweep: both links at each size, against this repetition's whole-frame baseline.
+        for cs in HOL_SWEEP:
+            args = [binary, "bench", "hol", "--samples", samples, "--chunk-size", str(cs),
+                    "--node-chunk-size", str(cs)]
+            obj, err = run_json(args, timeout=900)
+            if obj is None:
+                failure = err or "bench hol failed"
+                break
+            c = next(r for r in obj["runs"] if r["mode"] == "chunked")
+            sweep.setdefault(cs, []).append({
+                "small_p50_ms": c["small"]["p50_ms"], "small_p99_ms": c["small"]["p99_ms"],
+                "bulk_MBps": c["bulk_bytes_per_s"] / 1e6,
+                "p99_unchunked_over_chunked": ratio(base["small_p99_ms"], c["small"]["p99_ms"]),
+                "p99_chunked_over_unloaded": ratio(c["small"]["p99_ms"], idle["small_p99_ms"]),
+                "bulk_chunked_over_unchunked": ratio(c["bulk_bytes_per_s"] / 1e6, base["bulk_MBps"])})
+        if failure:
+            break
     for link in ("whole", "chunks"):
         for mode in ("unloaded", "unchunked", "chunked"):
             rec.add({"part": "hol", "node_link": link, "mode": mode}, per.get((link, mode), []), failure)
     rec.add({"part": "hol", "summary": "end to end"}, summary, failure)
+    for cs in HOL_SWEEP:
+        rec.add({"part": "hol", "sweep_chunk_size": cs}, sweep.get(cs, []), failure)
 
 
 def streams_overlap(ctx: "Context", rec: "Recorder", binary: str) -> None:

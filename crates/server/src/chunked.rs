@@ -11,13 +11,14 @@ use bytes::Bytes;
 use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::stream::{
     Chunk, ChunkHeader, Chunks, ClassQueues, Message, Place, Reassembler, CHUNK_HEADER_LEN,
-    DEFAULT_CHUNK_SIZE,
+    DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
 };
 use corefarm_smp::{Hello, OutFrame, ProtocolError, HEADER_LEN};
 use tokio::io::AsyncRead;
 
-/// The largest chunk this server sends or accepts; a user may ask for less.
-pub(crate) const SERVER_CHUNK_SIZE: u32 = DEFAULT_CHUNK_SIZE;
+/// The largest chunk this server sends or accepts; a user that asks for no
+/// size gets the default, one that asks for more gets at most this.
+pub(crate) const SERVER_CHUNK_SIZE: u32 = MAX_CHUNK_SIZE;
 
 /// Below this a chunk costs more in headers and wake-ups than it saves in
 /// waiting: a user asking for less is not agreed `chunks` at all.

@@ -83,8 +83,10 @@ async fn the_hello_agrees_chunks_at_the_smaller_size_and_only_when_asked() {
     assert_eq!(h.chunk_size, Some(corefarm_smp::stream::DEFAULT_CHUNK_SIZE));
     let (_u, h) = chunk_user(srv.users, Some(4096)).await;
     assert_eq!(h.chunk_size, Some(4096));
+    let (_u, h) = chunk_user(srv.users, Some(256 << 10)).await;
+    assert_eq!(h.chunk_size, Some(256 << 10));
     let (_u, h) = chunk_user(srv.users, Some(u32::MAX)).await;
-    assert_eq!(h.chunk_size, Some(corefarm_smp::stream::DEFAULT_CHUNK_SIZE));
+    assert_eq!(h.chunk_size, Some(corefarm_smp::stream::MAX_CHUNK_SIZE));
     // Too small to be worth it: not agreed, and the reply says so.
     let (_u, h) = chunk_user(srv.users, Some(16)).await;
     assert!(!h.has(features::CHUNKS) && h.chunk_size.is_none());

@@ -30,6 +30,11 @@ pub const DEFAULT_CLASS: u8 = 4;
 /// The chunk size a link uses unless the hello says otherwise (issue 11
 /// asks for it to be chosen by benchmark; `bench suite streams` sweeps it).
 pub const DEFAULT_CHUNK_SIZE: u32 = 64 * 1024;
+/// The largest chunk size a server agrees to with a user that asks for
+/// more than the default: larger chunks cost bulk messages less (fewer
+/// frames and wake-ups) and urgent ones more (each waits behind up to a
+/// few chunks), the trade-off the suite's chunk-size sweep measures.
+pub const MAX_CHUNK_SIZE: u32 = 1 << 20;
 
 const FIRST: u8 = 1;
 const LAST: u8 = 2;

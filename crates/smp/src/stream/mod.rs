@@ -25,7 +25,7 @@ pub mod reassemble;
 
 pub use chunk::{
     Chunk, ChunkFrame, ChunkHeader, Chunks, CHUNK_HEADER_LEN, CLASSES, DEFAULT_CHUNK_SIZE,
-    DEFAULT_CLASS,
+    DEFAULT_CLASS, MAX_CHUNK_SIZE,
 };
 pub use classes::{ClassPicker, ClassQueues, MESSAGE_GUARD};
 pub use outbox::Outbox;
