@@ -174,12 +174,7 @@ impl Inner {
         };
         let sent = match self.chunk_size {
             Some(size) if class != DEFAULT_CLASS || len > size as usize => {
-                let data = match body {
-                    Body::Shared(b) => b,
-                    // Chunks share one buffer; borrowed memory is copied once.
-                    Body::Borrowed(b) => Bytes::copy_from_slice(b),
-                };
-                crate::chunked::send(&self.gate, id, class, data, size, |f| {
+                crate::chunked::send(&self.gate, id, class, body.as_slice(), size, |f| {
                     crate::chunked::write_buf(&mut *lock(&self.writer), f)?;
                     self.chunks_written
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -504,7 +504,8 @@ impl Inner {
 
 #[doc(hidden)]
 impl Client {
-    /// Test hook: chunks this client has written.
+    /// Test hook: writes of chunks (one, or a batch of one message's) this
+    /// client has made.
     pub fn chunks_written(&self) -> u64 {
         self.inner
             .chunks_written

@@ -92,6 +92,25 @@ impl ChunkHeader {
         Ok(c)
     }
 
+    /// The frame header and chunk header that go before this chunk's
+    /// `len` bytes of data on the wire, checked as a receiver checks them:
+    /// a writer that has the data elsewhere (borrowed memory) sends these
+    /// and then the data, without gathering them into one buffer.
+    pub fn encode(&self) -> Result<[u8; HEADER_LEN + CHUNK_HEADER_LEN], ProtocolError> {
+        self.check()?;
+        let len = (CHUNK_HEADER_LEN as u64).saturating_add(self.len);
+        let size = u32::try_from(len).map_err(|_| ProtocolError::Unrepresentable(len as usize))?;
+        let mut head = [0u8; HEADER_LEN + CHUNK_HEADER_LEN];
+        head[..HEADER_LEN].copy_from_slice(&Header::new(MsgType::Chunk, size).encode());
+        let h = &mut head[HEADER_LEN..];
+        h[0..4].copy_from_slice(&self.id.to_le_bytes());
+        h[4] = (u8::from(self.first) * FIRST) | (u8::from(self.last) * LAST);
+        h[5] = self.class;
+        h[8..16].copy_from_slice(&self.offset.to_le_bytes());
+        h[16..24].copy_from_slice(&self.total.to_le_bytes());
+        Ok(head)
+    }
+
     /// The rules every chunk obeys by itself.
     fn check(&self) -> Result<(), ProtocolError> {
         let id = self.id;
@@ -170,17 +189,7 @@ impl Chunk {
 
     /// The chunk ready to write: headers inline, data shared.
     pub fn to_frame(&self) -> Result<ChunkFrame, ProtocolError> {
-        self.header().check()?;
-        let len = CHUNK_HEADER_LEN + self.data.len();
-        let size = u32::try_from(len).map_err(|_| ProtocolError::Unrepresentable(len))?;
-        let mut head = [0u8; HEADER_LEN + CHUNK_HEADER_LEN];
-        head[..HEADER_LEN].copy_from_slice(&Header::new(MsgType::Chunk, size).encode());
-        let h = &mut head[HEADER_LEN..];
-        h[0..4].copy_from_slice(&self.id.to_le_bytes());
-        h[4] = (u8::from(self.first) * FIRST) | (u8::from(self.last) * LAST);
-        h[5] = self.class;
-        h[8..16].copy_from_slice(&self.offset.to_le_bytes());
-        h[16..24].copy_from_slice(&self.total.to_le_bytes());
+        let head = self.header().encode()?;
         Ok(ChunkFrame::from_parts(
             head,
             HEADER_LEN + CHUNK_HEADER_LEN,
