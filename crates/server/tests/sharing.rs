@@ -131,8 +131,9 @@ async fn two_users_share_one_function() {
     assert_eq!(tb.await.unwrap().len(), 40);
 }
 
-/// Shared mode keeps the nodes' counters as exclusive mode does: results
-/// and seconds with work in flight (the status and /metrics said 0 for both).
+/// Shared mode keeps the nodes' counters as exclusive mode does: results,
+/// seconds with work in flight and configurations loaded (the status and
+/// /metrics said 0 for all three).
 #[tokio::test]
 async fn nodes_count_their_results_and_busy_time() {
     let server = start(shared()).await;
@@ -149,6 +150,13 @@ async fn nodes_count_their_results_and_busy_time() {
     // A node serves one message at a time, each holding it for its 1 ms input.
     let busy: f64 = s.nodes.iter().map(|n| n.busy_seconds).sum();
     assert!(busy >= 0.020, "{busy} s busy for 20 messages of 1 ms");
+    // Every node that loaded the function counted it.
+    let loads = function(&s, &cfg).expect("listed").reconfigurations;
+    assert!(loads >= 1);
+    assert_eq!(
+        s.nodes.iter().map(|n| n.reconfigurations).sum::<u64>(),
+        loads
+    );
 }
 
 #[tokio::test]

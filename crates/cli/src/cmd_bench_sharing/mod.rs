@@ -222,10 +222,11 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
         Some(c) => Some(apps::status(c.users_addr)?),
         None => None,
     };
-    let reconfigurations: u64 = match (&st, a.variant.server()) {
-        (Some(st), Some(Sharing::Shared)) => st.functions.iter().map(|f| f.reconfigurations).sum(),
-        _ => 0,
-    };
+    // Configurations the nodes loaded, in every mode (a static partition's
+    // setup, before the clock, included).
+    let reconfigurations: u64 = st
+        .as_ref()
+        .map_or(0, |st| st.nodes.iter().map(|n| n.reconfigurations).sum());
     // Seconds the nodes had work in flight, all of them: beside the
     // utilisation, it tells nodes left idle from nodes slower than their
     // nominal delay (busy but behind the expected makespan).

@@ -376,10 +376,19 @@ impl Driver {
     fn execute(&mut self) {
         for a in self.sched.take_actions() {
             match a {
-                Action::Configure { node, payload } => {
+                Action::Configure {
+                    node,
+                    payload,
+                    function,
+                } => {
                     let Some(c) = self.conns.get(&node) else {
                         continue;
                     };
+                    // Its reconfigurations and their duration count in its
+                    // metrics from here to its response, as in exclusive mode.
+                    let cores = corefarm_smp::Configuration::parse(payload.clone())
+                        .map_or(0, |cfg| cfg.cores.len());
+                    c.entry.m.configuring(function.short(), cores);
                     match OutFrame::new(MsgType::Configuration, payload) {
                         Ok(f) => {
                             c.send(f);

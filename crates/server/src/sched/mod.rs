@@ -91,6 +91,8 @@ pub enum Action {
     Configure {
         node: u64,
         payload: Bytes,
+        /// The function it loads (for the node's metrics).
+        function: FnId,
     },
     Send {
         node: u64,
@@ -446,7 +448,11 @@ impl Sched {
         if let Some(old) = old.filter(|&o| o != f) {
             self.forget_if_unused(old);
         }
-        self.out.push(Action::Configure { node, payload });
+        self.out.push(Action::Configure {
+            node,
+            payload,
+            function: f,
+        });
         self.out.push(Action::State {
             node,
             state: NodeState::Configuring,

@@ -31,7 +31,7 @@ fn job(user: u64, id: u32) -> Job {
 fn configures(a: &[Action]) -> Vec<(u64, Bytes)> {
     a.iter()
         .filter_map(|a| match a {
-            Action::Configure { node, payload } => Some((*node, payload.clone())),
+            Action::Configure { node, payload, .. } => Some((*node, payload.clone())),
             _ => None,
         })
         .collect()
