@@ -148,11 +148,7 @@ pub(crate) fn run(
             Ok(Some(Read::Frame(f))) => f,
             Ok(Some(Read::Placed { whole, .. })) => {
                 if let Some(m) = whole {
-                    let d = Data {
-                        id: m.id,
-                        data: m.data,
-                    };
-                    deliver_result(shared, d, output_size);
+                    deliver_result(shared, Data::from(m), output_size);
                 }
                 continue;
             }
@@ -182,11 +178,7 @@ fn handle(
             let re = chunks.as_mut().expect("checked");
             let c = Chunk::parse(frame.payload).map_err(Failure::Protocol)?;
             if let Some(m) = re.push(c).map_err(Failure::Protocol)? {
-                let d = Data {
-                    id: m.id,
-                    data: m.data,
-                };
-                deliver_result(shared, d, *output_size);
+                deliver_result(shared, Data::from(m), *output_size);
             }
         }
         // To their own queue, never to a result's waiter.

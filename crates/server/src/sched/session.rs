@@ -392,10 +392,15 @@ impl Session {
         crate::anylen::for_user(data, expect, agreed, self.result_limit)
     }
 
-    async fn on_frame(&mut self, f: Frame) -> Result<(), String> {
+    /// What a frame of type `ty` asks for in the session's present state.
+    fn asked(&self, ty: MsgType) -> Asked {
         let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
         let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
-        match greeting::classify(f.ty, session) {
+        greeting::classify(ty, session)
+    }
+
+    async fn on_frame(&mut self, f: Frame) -> Result<(), String> {
+        match self.asked(f.ty) {
             Asked::Hello => self.on_hello(f).await,
             Asked::Configuration => self.on_configuration(f).await,
             Asked::Data => self.on_data(f).await,
@@ -479,9 +484,7 @@ impl Session {
     /// A chunk read into its message's buffer: allowed when a chunk frame
     /// would be, then as one.
     async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), String> {
-        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
-        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
-        if let Asked::Refused(code, why) = greeting::classify(MsgType::Chunk, session) {
+        if let Asked::Refused(code, why) = self.asked(MsgType::Chunk) {
             return self.fail(ErrorMsg::NO_ID, code, why).await;
         }
         self.on_whole(whole).await
@@ -490,11 +493,8 @@ impl Session {
     /// The message a chunk completed, if any, queued in the chunks' class.
     async fn on_whole(&mut self, whole: Option<Message>) -> Result<(), String> {
         let Some(m) = whole else { return Ok(()) };
-        let d = Data {
-            id: m.id,
-            data: m.data,
-        };
-        self.accept_data(d, m.class).await
+        let class = m.class;
+        self.accept_data(Data::from(m), class).await
     }
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), String> {

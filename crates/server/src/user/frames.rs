@@ -36,10 +36,15 @@ const AGREED: [&str; 5] = [
 ];
 
 impl Handler {
-    pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {
+    /// What a frame of type `ty` asks for in the session's present state.
+    fn asked(&self, ty: MsgType) -> Asked {
         let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
         let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
-        match greeting::classify(frame.ty, session) {
+        greeting::classify(ty, session)
+    }
+
+    pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {
+        match self.asked(frame.ty) {
             Asked::Hello => self.on_hello(frame).await,
             Asked::Configuration => self.on_configuration(frame).await,
             Asked::Data => self.on_data(frame).await,
@@ -197,9 +202,7 @@ impl Handler {
     /// A chunk read into its message's buffer: allowed when a chunk frame
     /// would be, then as one.
     pub(super) async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), End> {
-        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
-        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
-        if let Asked::Refused(code, reason) = greeting::classify(MsgType::Chunk, session) {
+        if let Asked::Refused(code, reason) = self.asked(MsgType::Chunk) {
             return Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await);
         }
         self.on_whole(whole).await
@@ -208,11 +211,8 @@ impl Handler {
     /// The message a chunk completed, if any, routed like one sent whole.
     async fn on_whole(&mut self, whole: Option<Message>) -> Result<(), End> {
         let Some(m) = whole else { return Ok(()) };
-        let d = Data {
-            id: m.id,
-            data: m.data,
-        };
-        self.accept_data(d, m.class).await
+        let class = m.class;
+        self.accept_data(Data::from(m), class).await
     }
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), End> {

@@ -54,6 +54,16 @@ fn bad(why: String) -> ProtocolError {
     ProtocolError::BadChunk(why)
 }
 
+/// A whole message as the data message it stands for (its class aside).
+impl From<Message> for crate::Data {
+    fn from(m: Message) -> Self {
+        crate::Data {
+            id: m.id,
+            data: m.data,
+        }
+    }
+}
+
 impl Reassembler {
     /// Messages of at most `max_message` bytes, at most `max_open` of them
     /// incomplete at once, holding at most `max_held` bytes between them.
