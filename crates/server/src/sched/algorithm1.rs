@@ -63,7 +63,7 @@ impl Sched {
             .map_or(0.0, |f| self.rho(f, period))
     }
 
-    fn reconfig_time(&self, node: u64) -> Duration {
+    pub(super) fn reconfig_time(&self, node: u64) -> Duration {
         self.nodes[&node].reconfig.unwrap_or(self.p.period)
     }
 
@@ -165,6 +165,13 @@ impl Sched {
             let gain = (rate - n_h).clamp(0.0, 1.0) * (horizon - r).max(0.0);
             let sole =
                 own.is_some_and(|g| self.replicas_or_loading(g) == 1 && self.fns[&g].wanted());
+            // The only replica of a function someone uses is lent only once
+            // it has been idle for a whole period: a user between two calls,
+            // or whose function was just loaded, would otherwise lose it at
+            // once and take a node back from another function.
+            if sole && now.saturating_sub(self.nodes[&node].busy_until) < self.p.period {
+                continue;
+            }
             let cost = r + if sole { r + own_rho * horizon } else { 0.0 };
             if gain > cost {
                 tracing::debug!(node, function = %h, gain, cost, "replicating");

@@ -59,8 +59,12 @@ pub struct Params {
     pub service_prior: Duration,
     /// How long users wait for a replica while no node is connected at all.
     pub node_wait: Duration,
-    /// A function without a replica is loaded on a fair share of the spare
-    /// nodes (nodes / functions in use) at once, not on one.
+    /// Functions get their fair share of the nodes (the nodes split over
+    /// the users of wanted functions) at once: a new function on that many
+    /// spare nodes, and nodes beyond a function's share move to one below
+    /// its share without waiting for the period. Off: one spare node per
+    /// new function, the rest left to Algorithm 1 (the unit tests place
+    /// functions node by node).
     pub fair_share: bool,
 }
 

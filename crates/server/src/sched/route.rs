@@ -69,6 +69,10 @@ impl Sched {
 
     /// A requested function without a replica goes at once onto a node
     /// nobody needs: empty, or holding a function no user wants any more.
+    /// Without one, a node of a function holding more than its fair share
+    /// is drained for it at once, as exclusive mode reprograms a user's own
+    /// nodes at once: waiting for Algorithm 1's period would leave the user
+    /// idle while other functions keep replicas beyond their share.
     fn place(&mut self, now: Duration) {
         let mut wanting: Vec<(Duration, FnId)> = self
             .fns
@@ -77,24 +81,44 @@ impl Sched {
             .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
             .collect();
         wanting.sort();
-        // A fair share of the nodes (nodes / functions in use) is loaded
-        // together with the first replica. Loading only one would make the
-        // user wait for it (the positive response) and then its queued jobs
-        // wait for a second round of programming on the spare nodes
-        // (`spread`), where exclusive mode programs all of a user's nodes at
-        // once. Spare nodes hold nothing anyone wants: this costs only their
-        // own idle time.
-        let in_use = self.fns.values().filter(|f| f.wanted()).count().max(1);
-        let fair = match self.p.fair_share {
-            true => (self.nodes.len() / in_use).max(1),
-            false => 1,
-        };
+        // A fair share of the nodes is loaded together with the first
+        // replica. Loading only one would make the user wait for it (the
+        // positive response) and then its queued jobs wait for a second
+        // round of programming on the spare nodes (`spread`), where
+        // exclusive mode programs all of a user's nodes at once. Spare
+        // nodes hold nothing anyone wants: this costs only their own idle
+        // time.
         for (_, f) in wanting {
+            let fair = match self.p.fair_share {
+                true => self.fair_share(f),
+                false => 1,
+            };
+            let mut placed = 0;
             for _ in 0..fair {
                 let Some(node) = self.spare_for(f) else { break };
                 self.reconfigure(node, f, now);
+                placed += 1;
+            }
+            if placed == 0 && self.p.fair_share {
+                if let Some(node) = self.surplus_for(f, now) {
+                    self.drain_for(node, f, now);
+                }
             }
         }
+    }
+
+    /// `f`'s fair share of the nodes: as many as exclusive mode would give
+    /// its users, the nodes split evenly over the users of the functions
+    /// someone wants (a function wanted only for its queued work counts as
+    /// one user); at least one.
+    fn fair_share(&self, f: FnId) -> usize {
+        let weight = |g: &Function| match g.wanted() {
+            true => g.users.len().max(1),
+            false => 0,
+        };
+        let total: usize = self.fns.values().map(weight).sum::<usize>().max(1);
+        let mine = self.fns.get(&f).map_or(1, weight).max(1);
+        (self.nodes.len() * mine / total).max(1)
     }
 
     /// A node nobody needs, idle, that may load `f`.
@@ -110,11 +134,49 @@ impl Sched {
             .map(|(&id, _)| id)
     }
 
-    /// Work that waits in a queue after dispatch goes onto spare nodes at
-    /// once, one node per waiting job at most, without waiting for the
-    /// period: a spare node holds nothing anyone wants, so replicating costs
-    /// only its own otherwise idle programming time. Algorithm 1 then
-    /// decides about nodes that do hold wanted functions.
+    /// A replica `f` may take from a function holding more than its fair
+    /// share: the one that will be idle first (its work in flight, from its
+    /// function's measured service time), then one of the function with the
+    /// most. Moving a node from above a fair share to below one cannot make
+    /// the two functions trade it back.
+    fn surplus_for(&self, f: FnId, now: Duration) -> Option<u64> {
+        self.nodes
+            .iter()
+            .filter(|(_, s)| s.state == SlotState::Ready && !s.refused.contains(&f))
+            .filter_map(|(&id, s)| {
+                let g = s.function.filter(|&g| g != f)?;
+                let n = self.replicas_or_loading(g);
+                if n <= self.fair_share(g) {
+                    return None;
+                }
+                let service = self.fns.get(&g)?.service_or(self.p.service_prior);
+                let inputs: u64 = s.in_flight.values().map(|j| j.count as u64).sum();
+                let done = now.saturating_sub(s.busy_until).as_secs_f64();
+                let left = (inputs as f64 * service - done).max(0.0);
+                Some((Duration::from_secs_f64(left), std::cmp::Reverse(n), id))
+            })
+            .min()
+            .map(|(_, _, id)| id)
+    }
+
+    /// `node` loads `f` now if idle; otherwise it takes no new work and
+    /// loads `f` once its work is done (`finish_drains`).
+    fn drain_for(&mut self, node: u64, f: FnId, now: Duration) {
+        tracing::debug!(node, function = %f, "a replica beyond its function's fair share goes to another");
+        let slot = self.nodes.get_mut(&node).expect("listed");
+        match slot.in_flight.is_empty() {
+            true => self.reconfigure(node, f, now),
+            false => slot.state = SlotState::Draining { target: f },
+        }
+    }
+
+    /// Work that waits in a queue after dispatch goes onto more nodes at
+    /// once, without waiting for the period, when the queue would keep the
+    /// function's replicas busy longer than programming a node takes: spare
+    /// nodes first (they hold nothing anyone wants, so it costs only their
+    /// idle time), then, up to the function's fair share, nodes of
+    /// functions holding more than theirs. Algorithm 1 then decides about
+    /// the rest.
     fn spread(&mut self, now: Duration) {
         let mut waiting: Vec<(usize, FnId)> = self
             .fns
@@ -124,16 +186,38 @@ impl Sched {
             .collect();
         waiting.sort_by_key(|w| std::cmp::Reverse(w.0));
         for (queued, f) in waiting {
+            let fair = self.fair_share(f);
+            let func = &self.fns[&f];
+            let work = func.queue.iter().map(|j| j.count as f64).sum::<f64>()
+                * func.service_or(self.p.service_prior);
             let mut loading = self
                 .nodes
                 .values()
-                .filter(|s| matches!(s.state, SlotState::Configuring { target, .. } if target == f))
+                .filter(|s| match s.state {
+                    SlotState::Configuring { target, .. } | SlotState::Draining { target } => {
+                        target == f
+                    }
+                    _ => false,
+                })
                 .count();
             while loading < queued {
-                let Some(node) = self.spare_for(f) else {
-                    return;
+                let replicas = self.replicas_or_loading(f);
+                let node = match self.spare_for(f) {
+                    Some(n) => Some((n, false)),
+                    None if self.p.fair_share && replicas < fair => {
+                        self.surplus_for(f, now).map(|n| (n, true))
+                    }
+                    None => None,
                 };
-                self.reconfigure(node, f, now);
+                let Some((node, drain)) = node else { break };
+                let programming = self.reconfig_time(node).as_secs_f64();
+                if work / replicas.max(1) as f64 <= programming {
+                    break;
+                }
+                match drain {
+                    true => self.drain_for(node, f, now),
+                    false => self.reconfigure(node, f, now),
+                }
                 loading += 1;
             }
         }
@@ -149,10 +233,12 @@ impl Sched {
             })
             .collect();
         for (node, target) in done {
-            if self.fns.get(&target).is_some_and(Function::wanted)
-                && self.replicas_or_loading(target) == 1
-            // only this node is promised to it
-            {
+            // Still needed: only this node is promised to the function, or
+            // it has work waiting (a drain for its fair share).
+            let needed = self.fns.get(&target).is_some_and(|f| {
+                f.wanted() && (self.replicas_or_loading(target) == 1 || !f.queue.is_empty())
+            });
+            if needed {
                 self.reconfigure(node, target, now);
             } else {
                 self.nodes.get_mut(&node).expect("listed").state = SlotState::Ready;

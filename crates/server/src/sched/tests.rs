@@ -538,11 +538,110 @@ fn a_new_function_takes_a_fair_share_of_the_spare_nodes_at_once() {
     }
     let sent = sends(&s.take_actions());
     assert_eq!(sent.len(), 4, "{sent:?}");
-    // A second function while the first is used: half of the nodes would
-    // be its share, but none is spare (all hold a wanted function), so it
-    // waits for Algorithm 1 and takes no node here.
+    // A second function while the first is used: none is spare (all hold
+    // a wanted function) and all are busy, so a node of "a", which holds
+    // more than its half, is drained for it: it loads "b" as soon as its
+    // job is done, without waiting for Algorithm 1's period.
     s.configure(2, payload("b"), 8, 8, ms(11));
     assert!(configures(&s.take_actions()).is_empty());
+    let a = answer(&mut s, &sent, ms(12));
+    assert_eq!(configures(&a), [(1, payload("b"))]);
+}
+
+/// A function's fair share is what exclusive mode would give its users:
+/// the nodes split over the users of the wanted functions. A new function
+/// takes a node from one holding more than its share at once, and its
+/// backlog grows it to its share, not beyond.
+#[test]
+fn a_function_takes_its_users_share_from_one_holding_more_at_once() {
+    let mut s = Sched::new(Params {
+        credit: 1,
+        credit_adaptive: false,
+        ..Params::new(ms(10))
+    });
+    for n in 1..=6 {
+        s.add_node(n, ms(0));
+    }
+    s.configure(1, payload("a"), 8, 8, ms(0));
+    for (n, _) in configures(&s.take_actions()) {
+        s.on_config_response(n, true, ms(1)).unwrap();
+    }
+    s.configure(2, payload("a"), 8, 8, ms(2));
+    s.take_actions();
+    // Two of the three users use "a": its share is 4 of the 6 nodes.
+    s.configure(3, payload("b"), 8, 8, ms(3));
+    let c = configures(&s.take_actions());
+    assert_eq!(c.len(), 1, "an idle node of \"a\" loads \"b\" at once");
+    assert_eq!(c[0].1, payload("b"));
+    s.on_config_response(c[0].0, true, ms(4)).unwrap();
+    assert_eq!(answers(&s.take_actions()), [(3, true)]);
+    // A backlog of "b" (jobs longer than a reprogramming) takes one more.
+    for id in 0..10 {
+        s.submit(Job::new(3, id, Bytes::from_static(&[0; 8]), 50), ms(5));
+    }
+    let c = configures(&s.take_actions());
+    assert_eq!(c.len(), 1, "{c:?}");
+    s.on_config_response(c[0].0, true, ms(6)).unwrap();
+    assert!(configures(&s.take_actions()).is_empty(), "its share is 2");
+    assert_eq!(s.replicas(FnId::of(&payload("b"))), 2);
+    assert_eq!(s.replicas(FnId::of(&payload("a"))), 4);
+}
+
+/// A backlog that the replicas finish sooner than a node is programmed is
+/// not spread onto spare nodes.
+#[test]
+fn a_short_backlog_is_not_spread() {
+    let mut s = Sched::new(Params {
+        credit: 1,
+        credit_adaptive: false,
+        ..Params::new(ms(10))
+    });
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    // Node 2 takes 20 ms to program.
+    configure(&mut s, 11, "b", ms(0), ms(20));
+    s.take_actions();
+    s.user_gone(11, ms(21));
+    s.take_actions();
+    // Three queued inputs of the 1 ms prior: 3 ms of work, under 20 ms.
+    for id in 0..4 {
+        s.submit(job(10, id), ms(22));
+    }
+    assert!(configures(&s.take_actions()).is_empty());
+    // Twenty-three are worth the spare node.
+    for id in 4..24 {
+        s.submit(job(10, id), ms(22));
+    }
+    assert_eq!(configures(&s.take_actions()).len(), 1);
+}
+
+/// Algorithm 1 lends the only replica of a function someone uses only once
+/// it has been idle a whole period (its user may be between two calls).
+#[test]
+fn the_only_replica_of_a_used_function_is_lent_after_an_idle_period() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.add_node(2, ms(0));
+    configure(&mut s, 10, "hot", ms(0), ms(1));
+    configure(&mut s, 11, "cold", ms(0), ms(1));
+    s.submit(job(10, 0), ms(2));
+    s.submit(job(11, 0), ms(2));
+    let sent = sends(&s.take_actions());
+    answer(&mut s, &sent, ms(3));
+    for id in 1..200 {
+        s.submit(job(10, id), ms(3));
+    }
+    s.take_actions();
+    s.tick(ms(10));
+    assert!(
+        configures(&s.take_actions()).is_empty(),
+        "\"cold\" was busy 7 ms ago"
+    );
+    s.tick(ms(20));
+    let c = configures(&s.take_actions());
+    assert_eq!(c.len(), 1, "idle for a period: it replicates \"hot\"");
+    assert_eq!(c[0].1, payload("hot"));
 }
 
 #[test]
