@@ -336,13 +336,11 @@ fn measure(
 /// message per node, in this process; stops on drop.
 struct Embedded {
     addr: String,
-    rt: Option<tokio::runtime::Runtime>,
-    cluster: crate::cmd_local::LocalCluster,
+    _cluster: crate::cmd_local::EmbeddedCluster,
 }
 
 impl Embedded {
     fn start() -> Result<Embedded> {
-        let rt = crate::cmd_server::runtime()?;
         let server = corefarm_server::ServerOptions {
             nodes_listen: "127.0.0.1:0".into(),
             users_listen: "127.0.0.1:0".into(),
@@ -360,21 +358,11 @@ impl Embedded {
             reconnect: false,
             ..corefarm_node::NodeOptions::default()
         };
-        let (cluster, _handle) = rt.block_on(crate::cmd_local::start_local(1, server, node))?;
+        let cluster = crate::cmd_local::EmbeddedCluster::start(1, server, node)?;
         Ok(Embedded {
-            addr: cluster.users_addr.to_string(),
-            rt: Some(rt),
-            cluster,
+            addr: cluster.cluster.users_addr.to_string(),
+            _cluster: cluster,
         })
-    }
-}
-
-impl Drop for Embedded {
-    fn drop(&mut self) {
-        self.cluster.stop.cancel();
-        if let Some(rt) = self.rt.take() {
-            rt.shutdown_timeout(Duration::from_secs(2));
-        }
     }
 }
 

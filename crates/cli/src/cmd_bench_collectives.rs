@@ -203,16 +203,8 @@ fn point(g: &mut Group, grid: &Grid, op: Op, algo: Option<Algo>, bytes: u64) -> 
 pub struct Target {
     pub addr: String,
     pub label: String,
-    embedded: Option<(tokio::runtime::Runtime, crate::cmd_local::LocalCluster)>,
-}
-
-impl Drop for Target {
-    fn drop(&mut self) {
-        if let Some((rt, c)) = self.embedded.take() {
-            c.stop.cancel();
-            rt.shutdown_timeout(Duration::from_secs(2));
-        }
-    }
+    /// Stops on drop.
+    _embedded: Option<crate::cmd_local::EmbeddedCluster>,
 }
 
 impl Target {
@@ -222,11 +214,10 @@ impl Target {
             return Ok(Target {
                 addr: a.clone(),
                 label: format!("cluster at {a}"),
-                embedded: None,
+                _embedded: None,
             });
         }
         let n = grid.nodes.iter().copied().max().unwrap_or(1) as usize;
-        let rt = crate::cmd_server::runtime()?;
         let server = corefarm_server::ServerOptions {
             nodes_listen: "127.0.0.1:0".into(),
             users_listen: "127.0.0.1:0".into(),
@@ -238,12 +229,12 @@ impl Target {
             peer_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             ..corefarm_node::NodeOptions::default()
         };
-        let (cluster, _handle) = rt.block_on(crate::cmd_local::start_local(n, server, node))?;
+        let embedded = crate::cmd_local::EmbeddedCluster::start(n, server, node)?;
         let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
         Ok(Target {
-            addr: cluster.users_addr.to_string(),
+            addr: embedded.cluster.users_addr.to_string(),
             label: format!("embedded cluster of {n} nodes in one process, {cpus} CPUs"),
-            embedded: Some((rt, cluster)),
+            _embedded: Some(embedded),
         })
     }
 }

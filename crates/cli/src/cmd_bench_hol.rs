@@ -66,7 +66,6 @@ pub fn run(a: HolArgs) -> Result<()> {
     o.addr = match a.server {
         Some(s) => s,
         None => {
-            let rt = crate::cmd_server::runtime()?;
             let server = corefarm_server::ServerOptions {
                 nodes_listen: "127.0.0.1:0".into(),
                 users_listen: "127.0.0.1:0".into(),
@@ -78,26 +77,14 @@ pub fn run(a: HolArgs) -> Result<()> {
                 reconnect: false,
                 ..corefarm_node::NodeOptions::default()
             };
-            let (cluster, _handle) =
-                rt.block_on(crate::cmd_local::start_local(a.nodes, server, node))?;
-            let addr = cluster.users_addr.to_string();
-            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
-            // The nodes connect on their own; a user that came first would get fewer.
-            while cluster.status.get().nodes.len() < a.nodes {
-                if std::time::Instant::now() > deadline {
-                    bail!("the embedded nodes did not connect within 10 s");
-                }
-                std::thread::sleep(std::time::Duration::from_millis(5));
-            }
-            embedded = Some((rt, cluster));
+            let cluster = crate::cmd_local::EmbeddedCluster::start(a.nodes, server, node)?;
+            let addr = cluster.cluster.users_addr.to_string();
+            embedded = Some(cluster);
             addr
         }
     };
     let report = hol::run(&o);
-    if let Some((rt, cluster)) = embedded {
-        cluster.stop.cancel();
-        drop(rt);
-    }
+    drop(embedded);
     println!("{}", serde_json::to_string_pretty(&report?)?);
     Ok(())
 }

@@ -145,6 +145,52 @@ pub struct LocalCluster {
     pub status: corefarm_server::StatusHandle,
 }
 
+/// How long a stopping embedded cluster's nodes may take to end their sessions.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// An embedded cluster on a runtime of its own, for the commands that
+/// measure on one while their own code blocks (`bench sharing`, `hol`,
+/// `collectives`, `classes`). Dropping it stops the server and waits
+/// (bounded) for the nodes to end their sessions before the runtime goes.
+pub struct EmbeddedCluster {
+    pub cluster: LocalCluster,
+    rt: Option<tokio::runtime::Runtime>,
+    handle: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl EmbeddedCluster {
+    /// Starts it; returns once every node has joined.
+    pub fn start(nodes: usize, opts: ServerOptions, node: NodeOptions) -> anyhow::Result<Self> {
+        let rt = runtime()?;
+        let (cluster, handle) = rt.block_on(start_local(nodes, opts, node))?;
+        let embedded = EmbeddedCluster {
+            cluster,
+            rt: Some(rt),
+            handle: Some(handle),
+        };
+        // A measurement on fewer nodes than asked would be wrong, not slow.
+        let joined = embedded.cluster.status.get().nodes.len();
+        anyhow::ensure!(
+            joined >= nodes,
+            "only {joined} of {nodes} embedded node(s) joined within 30 s"
+        );
+        Ok(embedded)
+    }
+}
+
+impl Drop for EmbeddedCluster {
+    fn drop(&mut self) {
+        self.cluster.stop.cancel();
+        if let (Some(rt), Some(handle)) = (self.rt.take(), self.handle.take()) {
+            // The timer is made inside the runtime: it needs its time driver.
+            rt.block_on(async move {
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE * 2, handle).await;
+            });
+            rt.shutdown_timeout(SHUTDOWN_GRACE);
+        }
+    }
+}
+
 pub async fn start_local(
     nodes: usize,
     opts: ServerOptions,
@@ -163,10 +209,15 @@ pub async fn start_local(
     let handle = tokio::spawn({
         let stop = stop.clone();
         async move {
-            if nodes > 0 {
-                tokio::spawn(corefarm_node::run_many(node, nodes, stop.clone()));
-            }
+            let nodes = (nodes > 0)
+                .then(|| tokio::spawn(corefarm_node::run_many(node, nodes, stop.clone())));
             server.run(stop).await;
+            // The nodes end their sessions on the same token: whoever waits
+            // for this task waits for them too (bounded), so dropping the
+            // runtime afterwards does not cut a session off midway.
+            if let Some(n) = nodes {
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, n).await;
+            }
         }
     });
     wait_for_nodes(&cluster, nodes).await;

@@ -196,7 +196,6 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
     };
     let period = Duration::from_millis(a.period_ms.max(1));
     let reconfigure = a.reconfigure_delay_ms.unwrap_or(a.period_ms);
-    let rt = crate::cmd_server::runtime()?;
     let cluster = match a.variant.server() {
         None => None,
         Some(sharing) => {
@@ -211,15 +210,20 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
                 reconfigure_delay: Duration::from_millis(reconfigure),
                 ..corefarm_node::NodeOptions::default()
             };
-            let (cluster, _handle) =
-                rt.block_on(crate::cmd_local::start_local(a.nodes, opts, node))?;
-            apps::wait_nodes(cluster.users_addr, a.nodes)?;
-            Some(cluster)
+            let embedded = crate::cmd_local::EmbeddedCluster::start(a.nodes, opts, node)?;
+            apps::wait_nodes(embedded.cluster.users_addr, a.nodes)?;
+            Some(embedded)
         }
     };
-    let result = run_apps(a, calls, sw, cluster.as_ref().map(|c| c.users_addr), placed);
+    let result = run_apps(
+        a,
+        calls,
+        sw,
+        cluster.as_ref().map(|c| c.cluster.users_addr),
+        placed,
+    );
     let st = match &cluster {
-        Some(c) => Some(apps::status(c.users_addr)?),
+        Some(c) => Some(apps::status(c.cluster.users_addr)?),
         None => None,
     };
     // Configurations the nodes loaded, in every mode (a static partition's
@@ -233,9 +237,7 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
     let busy: f64 = st
         .as_ref()
         .map_or(0.0, |st| st.nodes.iter().map(|n| n.busy_seconds).sum());
-    if let Some(c) = cluster {
-        c.stop.cancel();
-    }
+    drop(cluster);
     let (makespan, local_inputs) = result?;
     let inputs: u64 = workload(a).iter().flatten().map(|&(_, n)| n as u64).sum();
     Ok(serde_json::json!({
