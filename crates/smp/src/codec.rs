@@ -281,14 +281,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
 
     /// Next frame; `Ok(None)` on a clean end of stream between messages.
     ///
-    /// # Panics
-    /// If a cancelled [`FrameReader::read_placing`] left a chunk half
-    /// placed: only another `read_placing` can finish it.
+    /// A chunk half placed by a cancelled [`FrameReader::read_placing`] can
+    /// only be finished by another `read_placing`: asked here instead, it is
+    /// an error (the stream's position is inside that chunk's data).
     pub async fn read_frame(&mut self) -> Result<Option<Frame>, ReadError> {
-        assert!(
-            self.placing.is_none(),
-            "a chunk is half placed: resume it with read_placing"
-        );
+        if let Some(st) = self.placing {
+            return Err(ProtocolError::BadChunk(format!(
+                "message {}: a chunk is half placed; only read_placing can finish it",
+                st.head.id
+            ))
+            .into());
+        }
         loop {
             if let Some(f) = self.decode()? {
                 return Ok(Some(f));

@@ -438,6 +438,44 @@ mod placing {
         assert_eq!(m.data.as_ptr(), at, "the buffer moved");
     }
 
+    /// A plain read while a cancelled placing read left a chunk half in
+    /// its buffer is an error, not a panic; a placing read then finishes it.
+    #[tokio::test(start_paused = true)]
+    async fn a_plain_read_of_a_half_placed_chunk_is_an_error() {
+        let data = message(7, 40_000);
+        let cs = chunks(7, 1, &data, 16_000);
+        let (mut a, b) = tokio::io::duplex(1 << 20);
+        let mut r = FrameReader::new(b, 1 << 20);
+        let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
+        a.write_all(&wire(&cs[0])).await.unwrap();
+        let Read::Frame(f) = r.read_placing(&mut re).await.unwrap().unwrap() else {
+            panic!("a first chunk is placed");
+        };
+        re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+        let rest: Vec<u8> = cs[1..].iter().flat_map(wire).collect();
+        a.write_all(&rest[..5000]).await.unwrap();
+        let t = Duration::from_secs(1);
+        assert!(tokio::time::timeout(t, r.read_placing(&mut re))
+            .await
+            .is_err());
+        let err = r.read_frame().await.unwrap_err();
+        assert!(
+            matches!(&err, ReadError::Protocol(ProtocolError::BadChunk(w)) if w.contains("half placed")),
+            "{err}"
+        );
+        a.write_all(&rest[5000..]).await.unwrap();
+        loop {
+            match r.read_placing(&mut re).await.unwrap().unwrap() {
+                Read::Placed { whole: None, .. } => continue,
+                Read::Placed { whole: Some(m), .. } => {
+                    assert_eq!(m.data, data);
+                    break;
+                }
+                Read::Frame(f) => panic!("{f:?}"),
+            }
+        }
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_trickling_peer_still_meets_the_read_deadline() {
         let t = Duration::from_secs(10);
