@@ -19,6 +19,15 @@ fn sched() -> Sched {
     })
 }
 
+/// [`sched`] with fair shares: functions take their users' share of the
+/// nodes at once.
+fn fair_sched() -> Sched {
+    Sched::new(Params {
+        fair_share: true,
+        ..sched().p
+    })
+}
+
 fn payload(name: &str) -> Bytes {
     Bytes::from(format!("configuration {name}"))
 }
@@ -515,11 +524,7 @@ fn groups_borrow_idle_nodes_at_once_and_busy_ones_once_their_work_is_done() {
 /// at once).
 #[test]
 fn a_new_function_takes_a_fair_share_of_the_spare_nodes_at_once() {
-    let mut s = Sched::new(Params {
-        credit: 1,
-        credit_adaptive: false,
-        ..Params::new(ms(10))
-    });
+    let mut s = fair_sched();
     for n in 1..=4 {
         s.add_node(n, ms(0));
     }
@@ -554,11 +559,7 @@ fn a_new_function_takes_a_fair_share_of_the_spare_nodes_at_once() {
 /// backlog grows it to its share, not beyond.
 #[test]
 fn a_function_takes_its_users_share_from_one_holding_more_at_once() {
-    let mut s = Sched::new(Params {
-        credit: 1,
-        credit_adaptive: false,
-        ..Params::new(ms(10))
-    });
+    let mut s = fair_sched();
     for n in 1..=6 {
         s.add_node(n, ms(0));
     }
@@ -591,11 +592,7 @@ fn a_function_takes_its_users_share_from_one_holding_more_at_once() {
 /// not spread onto spare nodes.
 #[test]
 fn a_short_backlog_is_not_spread() {
-    let mut s = Sched::new(Params {
-        credit: 1,
-        credit_adaptive: false,
-        ..Params::new(ms(10))
-    });
+    let mut s = fair_sched();
     s.add_node(1, ms(0));
     s.add_node(2, ms(0));
     configure(&mut s, 10, "a", ms(0), ms(1));

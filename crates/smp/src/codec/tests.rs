@@ -388,18 +388,31 @@ mod placing {
         ));
     }
 
-    #[tokio::test(start_paused = true)]
-    async fn a_read_cancelled_mid_chunk_resumes_where_it_was() {
-        let data = message(5, 40_000);
-        let cs = chunks(5, 1, &data, 16_000);
+    /// A link whose reader has taken `first` (a message's first chunk)
+    /// into a reassembler that places the rest of the message.
+    async fn first_chunk_placed(
+        first: &Chunk,
+    ) -> (
+        tokio::io::DuplexStream,
+        FrameReader<tokio::io::DuplexStream>,
+        Reassembler,
+    ) {
         let (mut a, b) = tokio::io::duplex(1 << 20);
         let mut r = FrameReader::new(b, 1 << 20);
         let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
-        a.write_all(&wire(&cs[0])).await.unwrap();
+        a.write_all(&wire(first)).await.unwrap();
         let Read::Frame(f) = r.read_placing(&mut re).await.unwrap().unwrap() else {
             panic!("a first chunk is placed");
         };
         re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+        (a, r, re)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_cancelled_mid_chunk_resumes_where_it_was() {
+        let data = message(5, 40_000);
+        let cs = chunks(5, 1, &data, 16_000);
+        let (mut a, mut r, mut re) = first_chunk_placed(&cs[0]).await;
         let at = re.buffer_at(5).unwrap();
         let rest: Vec<u8> = cs[1..].iter().flat_map(wire).collect();
         let (mut sent, mut given_up) = (0, 0);
@@ -444,14 +457,7 @@ mod placing {
     async fn a_plain_read_of_a_half_placed_chunk_is_an_error() {
         let data = message(7, 40_000);
         let cs = chunks(7, 1, &data, 16_000);
-        let (mut a, b) = tokio::io::duplex(1 << 20);
-        let mut r = FrameReader::new(b, 1 << 20);
-        let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
-        a.write_all(&wire(&cs[0])).await.unwrap();
-        let Read::Frame(f) = r.read_placing(&mut re).await.unwrap().unwrap() else {
-            panic!("a first chunk is placed");
-        };
-        re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+        let (mut a, mut r, mut re) = first_chunk_placed(&cs[0]).await;
         let rest: Vec<u8> = cs[1..].iter().flat_map(wire).collect();
         a.write_all(&rest[..5000]).await.unwrap();
         let t = Duration::from_secs(1);
