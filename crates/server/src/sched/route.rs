@@ -100,7 +100,7 @@ impl Sched {
                 placed += 1;
             }
             if placed == 0 && self.p.fair_share {
-                if let Some(node) = self.surplus_for(f, now) {
+                if let Some((node, _)) = self.surplus_for(f, now) {
                     self.drain_for(node, f, now);
                 }
             }
@@ -135,11 +135,11 @@ impl Sched {
     }
 
     /// A replica `f` may take from a function holding more than its fair
-    /// share: the one that will be idle first (its work in flight, from its
-    /// function's measured service time), then one of the function with the
-    /// most. Moving a node from above a fair share to below one cannot make
-    /// the two functions trade it back.
-    fn surplus_for(&self, f: FnId, now: Duration) -> Option<u64> {
+    /// share, and how long until its work in flight is done (from its
+    /// function's measured service time): the one idle first, then one of
+    /// the function with the most. Moving a node from above a fair share to
+    /// below one cannot make the two functions trade it back.
+    fn surplus_for(&self, f: FnId, now: Duration) -> Option<(u64, f64)> {
         self.nodes
             .iter()
             .filter(|(_, s)| s.state == SlotState::Ready && !s.refused.contains(&f))
@@ -156,7 +156,7 @@ impl Sched {
                 Some((Duration::from_secs_f64(left), std::cmp::Reverse(n), id))
             })
             .min()
-            .map(|(_, _, id)| id)
+            .map(|(left, _, id)| (id, left.as_secs_f64()))
     }
 
     /// `node` loads `f` now if idle; otherwise it takes no new work and
@@ -202,21 +202,27 @@ impl Sched {
                 .count();
             while loading < queued {
                 let replicas = self.replicas_or_loading(f);
+                // A spare node is free now; one taken from another
+                // function once its work in flight is done.
                 let node = match self.spare_for(f) {
-                    Some(n) => Some((n, false)),
+                    Some(n) => Some((n, None)),
                     None if self.p.fair_share && replicas < fair => {
-                        self.surplus_for(f, now).map(|n| (n, true))
+                        self.surplus_for(f, now).map(|(n, left)| (n, Some(left)))
                     }
                     None => None,
                 };
                 let Some((node, drain)) = node else { break };
-                let programming = self.reconfig_time(node).as_secs_f64();
-                if work / replicas.max(1) as f64 <= programming {
+                // Worth it only if the node is ready (drained and
+                // programmed) before the replicas would have finished the
+                // queue: a drained node takes no work of its own function,
+                // and one that comes too late is not needed any more.
+                let ready_in = drain.unwrap_or(0.0) + self.reconfig_time(node).as_secs_f64();
+                if work / replicas.max(1) as f64 <= ready_in {
                     break;
                 }
                 match drain {
-                    true => self.drain_for(node, f, now),
-                    false => self.reconfigure(node, f, now),
+                    Some(_) => self.drain_for(node, f, now),
+                    None => self.reconfigure(node, f, now),
                 }
                 loading += 1;
             }

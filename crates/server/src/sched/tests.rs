@@ -679,3 +679,71 @@ fn a_result_of_another_length_is_taken_only_from_a_node_that_agreed_any_length()
         .collect();
     assert_eq!(got, [(10, 7, Bytes::from_static(b"abc"), 1)]);
 }
+
+/// A function below its fair share takes a busy node of one above it only
+/// when that node, drained and programmed, would come before the queue is
+/// done anyway: a short backlog leaves the other function's node at work.
+#[test]
+fn a_busy_node_is_drained_for_a_backlog_only_if_it_would_come_in_time() {
+    // (jobs of "b", inputs per job, nodes "b" takes from "a")
+    // Answers "a"'s jobs (10 inputs of 8 bytes out each).
+    let answer_a = |s: &mut Sched, sent: &[(u64, u32)], now: Duration| {
+        let mut out = Vec::new();
+        for &(node, internal) in sent {
+            s.on_result(node, internal, Bytes::from(vec![1; 80]), false, now)
+                .unwrap();
+            out.extend(s.take_actions());
+        }
+        out
+    };
+    for (jobs, inputs, moved) in [(2, 2, 0), (4, 50, 1)] {
+        let mut s = fair_sched();
+        for n in 1..=4 {
+            s.add_node(n, ms(0));
+        }
+        s.configure(1, payload("a"), 8, 8, ms(0));
+        for (n, _) in configures(&s.take_actions()) {
+            s.on_config_response(n, true, ms(1)).unwrap();
+        }
+        s.take_actions();
+        // "a" keeps its four nodes busy with a backlog of its own: jobs
+        // of 10 inputs, measured at 2 ms each.
+        for id in 0..40 {
+            s.submit(Job::new(1, id, Bytes::from_static(&[0; 8]), 10), ms(1));
+        }
+        let mut busy = sends(&s.take_actions());
+        assert_eq!(busy.len(), 4);
+        // "b" has no replica: the node idle first is drained for it.
+        s.configure(2, payload("b"), 8, 8, ms(2));
+        s.take_actions();
+        let mut b_nodes = Vec::new();
+        let mut now = 2;
+        while b_nodes.is_empty() {
+            now += 1;
+            let a = answer_a(&mut s, &busy, ms(now));
+            busy = sends(&a);
+            for (n, _) in configures(&a) {
+                s.on_config_response(n, true, ms(now)).unwrap();
+                b_nodes.push(n);
+            }
+        }
+        busy.extend(sends(&s.take_actions()));
+        // Its backlog: one job at the node, the rest waiting (1 ms of
+        // work per input before it is measured). Two inputs waiting take
+        // longer than programming a node (1 ms) but not than draining one
+        // of "a"'s first (2 ms): that node stays with "a".
+        for id in 0..jobs {
+            s.submit(
+                Job::new(2, id, Bytes::from_static(&[0; 8]), inputs),
+                ms(now),
+            );
+        }
+        s.take_actions();
+        let draining = s
+            .nodes
+            .values()
+            .filter(|n| matches!(n.state, SlotState::Draining { .. }))
+            .count();
+        assert_eq!(draining, moved, "{jobs} jobs of {inputs} input(s)");
+    }
+}
