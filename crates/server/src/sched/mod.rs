@@ -191,6 +191,17 @@ struct Slot {
 }
 
 impl Slot {
+    /// The function it serves (Ready) or is being loaded or drained for:
+    /// what it counts as a replica of (a draining node is promised to its
+    /// target, so no second node is drained for the same function).
+    fn promised_to(&self) -> Option<FnId> {
+        match self.state {
+            SlotState::Ready => self.function,
+            SlotState::Configuring { target, .. } | SlotState::Draining { target } => Some(target),
+            SlotState::Empty | SlotState::Lending => None,
+        }
+    }
+
     fn idle(&self) -> bool {
         self.in_flight.is_empty() && matches!(self.state, SlotState::Empty | SlotState::Ready)
     }
@@ -415,13 +426,7 @@ impl Sched {
     fn replicas_or_loading(&self, id: FnId) -> usize {
         self.nodes
             .values()
-            .filter(|s| match s.state {
-                SlotState::Ready => s.function == Some(id),
-                SlotState::Configuring { target, .. } => target == id,
-                // Promised to it: no second node is drained for the same function.
-                SlotState::Draining { target } => target == id,
-                _ => false,
-            })
+            .filter(|s| s.promised_to() == Some(id))
             .count()
     }
 

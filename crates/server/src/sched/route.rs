@@ -2,12 +2,13 @@
 //! functions go onto spare nodes, drained nodes are reprogrammed, and queued
 //! jobs go to the replicas the dispatch policy picks.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::function::Function;
 use corefarm_smp::ErrorCode;
 
-use super::{Action, FnId, Sched, SlotState};
+use super::{Action, FnId, Sched, Slot, SlotState};
 use crate::dispatch::Load;
 
 /// Shared mode: at most this many messages in flight per replica, whatever
@@ -21,6 +22,15 @@ const SHARED_WINDOW: u32 = 2;
 /// out before answering) is given up: its waiting users get a negative
 /// response with the reasons, as when every node refuses it.
 pub(super) const MAX_LOST_LOADS: u32 = 3;
+
+/// A function's weight in the fair shares: its users, one if it is wanted
+/// only for its queued work, none if nobody wants it.
+fn share_weight(f: &Function) -> usize {
+    match f.wanted() {
+        true => f.users.len().max(1),
+        false => 0,
+    }
+}
 
 impl Sched {
     /// After every event: fail functions every node refused, place requested
@@ -112,13 +122,17 @@ impl Sched {
     /// someone wants (a function wanted only for its queued work counts as
     /// one user); at least one.
     fn fair_share(&self, f: FnId) -> usize {
-        let weight = |g: &Function| match g.wanted() {
-            true => g.users.len().max(1),
-            false => 0,
-        };
-        let total: usize = self.fns.values().map(weight).sum::<usize>().max(1);
-        let mine = self.fns.get(&f).map_or(1, weight).max(1);
-        (self.nodes.len() * mine / total).max(1)
+        self.share_of(f, self.users_of_wanted())
+    }
+
+    /// [`Sched::fair_share`] with the users of the wanted functions counted.
+    fn share_of(&self, f: FnId, users: usize) -> usize {
+        let mine = self.fns.get(&f).map_or(1, share_weight).max(1);
+        (self.nodes.len() * mine / users.max(1)).max(1)
+    }
+
+    fn users_of_wanted(&self) -> usize {
+        self.fns.values().map(share_weight).sum()
     }
 
     /// A node nobody needs, idle, that may load `f`.
@@ -140,13 +154,20 @@ impl Sched {
     /// the function with the most. Moving a node from above a fair share to
     /// below one cannot make the two functions trade it back.
     fn surplus_for(&self, f: FnId, now: Duration) -> Option<(u64, f64)> {
+        // Counted once per call, not per node: this runs after every event
+        // while some function's queue waits.
+        let users = self.users_of_wanted();
+        let mut held: HashMap<FnId, usize> = HashMap::new();
+        for g in self.nodes.values().filter_map(Slot::promised_to) {
+            *held.entry(g).or_default() += 1;
+        }
         self.nodes
             .iter()
             .filter(|(_, s)| s.state == SlotState::Ready && !s.refused.contains(&f))
             .filter_map(|(&id, s)| {
                 let g = s.function.filter(|&g| g != f)?;
-                let n = self.replicas_or_loading(g);
-                if n <= self.fair_share(g) {
+                let n = held.get(&g).copied().unwrap_or(0);
+                if n <= self.share_of(g, users) {
                     return None;
                 }
                 let service = self.fns.get(&g)?.service_or(self.p.service_prior);
@@ -172,7 +193,8 @@ impl Sched {
 
     /// Work that waits in a queue after dispatch goes onto more nodes at
     /// once, without waiting for the period, when the queue would keep the
-    /// function's replicas busy longer than programming a node takes: spare
+    /// function's replicas busy longer than the new node takes to be ready
+    /// (drained, if it is taken from another function, and programmed): spare
     /// nodes first (they hold nothing anyone wants, so it costs only their
     /// idle time), then, up to the function's fair share, nodes of
     /// functions holding more than theirs. Algorithm 1 then decides about
