@@ -37,6 +37,7 @@ fn estimates<'py>(py: Python<'py>, e: &Estimates) -> PyResult<Bound<'py, PyDict>
     let d = PyDict::new(py);
     d.set_item("x_c", e.x_c)?;
     d.set_item("x_a", e.x_a)?;
+    d.set_item("x_a_beside", e.x_a_beside)?;
     d.set_item("d_a", e.d_a)?;
     d.set_item("o_c", e.o_c)?;
     d.set_item("o_0", e.o_0)?;

@@ -109,6 +109,85 @@ impl Partition {
         }
         ((a * nf).round() as u64).min(n)
     }
+
+    /// Eq. 4.3a for `items` whole items (0 when it gets none), where the
+    /// accelerator runs at `beside` items/s while the CPU computes (for
+    /// `cpu_busy` seconds) and at `X_a` after: on a machine whose CPUs also
+    /// drive the accelerator the CPU's own work slows it, which eq. 4.3a
+    /// does not model (`beside = X_a` gives eq. 4.3a).
+    fn accelerator_items_time(&self, items: u64, beside: f64, cpu_busy: f64) -> f64 {
+        if items == 0 {
+            return 0.0;
+        }
+        let m = items as f64;
+        let during = beside * cpu_busy;
+        let busy = if m <= during {
+            m / beside
+        } else {
+            cpu_busy + (m - during) / self.x_a
+        };
+        busy + self.d_a
+    }
+
+    /// Eq. 4.3b's compute time for `items` on `threads` CPU threads: a
+    /// thread runs whole items, so the CPU lasts as long as its busiest one.
+    fn cpu_items_busy(&self, items: u64, threads: u64) -> f64 {
+        let t = threads.max(1);
+        (items.div_ceil(t) * t) as f64 / self.x_c
+    }
+
+    /// Eq. 4.4 over whole items: how many of `n` items go to the
+    /// accelerator so that the later of the two sides (eq. 4.3a, 4.3b)
+    /// finishes first. Eq. 4.4 makes both sides finish together for a
+    /// divisible workload; rounding its share can leave the CPU a last item
+    /// that outlasts the accelerator's whole share, which matters when a
+    /// call has few items and the CPU is much slower per item. `beside`:
+    /// the accelerator's throughput while the CPU computes (see
+    /// `accelerator_items_time`; `X_a` when they do not compete), so the
+    /// CPU gets no work where it would cost the accelerator more than it
+    /// adds. The CPU's side pays `O_c`, or `O_0` when it does everything;
+    /// ties go to the accelerator.
+    pub fn accelerator_items_whole(&self, n: u64, threads: u64, beside: f64) -> u64 {
+        if n == 0 {
+            return 0;
+        }
+        let t = threads.max(1);
+        let beside = if beside.is_finite() && beside > 0.0 {
+            beside
+        } else {
+            self.x_a
+        };
+        let cost = |cpu: u64| {
+            if cpu == 0 {
+                return self.accelerator_items_time(n, self.x_a, 0.0);
+            }
+            let busy = self.cpu_items_busy(cpu, t);
+            let overhead = if cpu == n { self.o_0 } else { self.o_c };
+            let a = self.accelerator_items_time(n - cpu, beside, busy);
+            a.max(busy + overhead)
+        };
+        // Every whole multiple of `threads` for a call-sized workload; for
+        // a large one, those around eq. 4.4's share at either throughput.
+        let steps = n.div_ceil(t);
+        let candidates: Vec<u64> = if steps <= 4096 {
+            (0..=steps).map(|k| (k * t).min(n)).collect()
+        } else {
+            let mut c = vec![0, n];
+            for x_a in [self.x_a, beside] {
+                let p = Partition { x_a, ..*self };
+                let nf = n as f64;
+                let cpu = ((1.0 - p.alpha(nf)) * nf).clamp(0.0, nf);
+                let below = (cpu / t as f64).floor() as u64 * t;
+                c.extend([below.min(n), (below + t).min(n)]);
+            }
+            c
+        };
+        candidates
+            .into_iter()
+            .map(|cpu| (cost(cpu), cpu))
+            .min_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)))
+            .map_or(n, |(_, cpu)| n - cpu)
+    }
 }
 
 #[cfg(test)]
@@ -195,6 +274,64 @@ mod tests {
         // A slow, far accelerator never gets work below its latency horizon.
         let far = Partition { d_a: 1.0, ..p };
         assert_eq!(far.accelerator_items(500), 0);
+    }
+
+    #[test]
+    fn whole_items_never_leave_the_cpu_a_longer_tail_than_the_accelerator() {
+        let p = p();
+        // Divisible workloads agree with eq. 4.4: N = 100 → 69 (T = 33 ms).
+        assert_eq!(p.accelerator_items_whole(100, 1, 3000.0), 69);
+        // Below N_L everything stays on the CPU, as in Algorithm 2.
+        assert_eq!(p.accelerator_items_whole(9, 1, 3000.0), 0);
+        assert_eq!(p.accelerator_items_whole(0, 1, 3000.0), 0);
+        // Few items, a CPU 38× slower per item, a short latency: eq. 4.4
+        // gives the CPU 0.85 of 24 items, rounded to 1, which takes it
+        // longer (10 ms) than the accelerator all 24 (8.75 ms).
+        let few = Partition {
+            x_c: 100.0,
+            x_a: 3840.0,
+            o_c: 0.0,
+            o_0: 0.0,
+            d_a: 0.0025,
+        };
+        assert!(few.accelerator_items(24) < 24);
+        assert_eq!(few.accelerator_items_whole(24, 1, 3840.0), 24);
+        // Many items: eq. 4.4's share, whole (10.0 of 400).
+        let k = few.accelerator_items_whole(400, 1, 3840.0);
+        assert!((389..=390).contains(&k), "{k}");
+        // Two threads run whole items each: the CPU's share is even.
+        let two = Partition { x_c: 480.0, ..few };
+        assert_eq!((400 - two.accelerator_items_whole(400, 2, 3840.0)) % 2, 0);
+        // One item: whichever side finishes it first.
+        assert_eq!(few.accelerator_items_whole(1, 1, 3840.0), 1);
+        let far = Partition { d_a: 0.010, ..few };
+        assert_eq!(far.accelerator_items_whole(1, 1, 3840.0), 0);
+    }
+
+    #[test]
+    fn a_cpu_that_slows_the_accelerator_more_than_it_adds_gets_no_work() {
+        // X_c = 300/s; the accelerator: 3000/s alone, 2500/s beside the CPU.
+        let p = Partition {
+            x_c: 300.0,
+            x_a: 3000.0,
+            o_c: 0.0,
+            o_0: 0.0,
+            d_a: 0.001,
+        };
+        // Undisturbed, the CPU takes about eq. 4.4's share (10 % less D_a).
+        let free = p.accelerator_items_whole(1000, 1, 3000.0);
+        assert!((908..=910).contains(&free), "{free}");
+        // Costing the accelerator 500/s while adding 300/s: all to it.
+        assert_eq!(p.accelerator_items_whole(1000, 1, 2500.0), 1000);
+        // Costing it 200/s while adding 300/s still pays; the two finish
+        // together with a little more on the CPU, the accelerator being
+        // slower while they share.
+        let some = p.accelerator_items_whole(1000, 1, 2800.0);
+        assert!((900..free).contains(&some), "{some}");
+        // Large workloads take the candidates around eq. 4.4's share.
+        let big = p.accelerator_items_whole(1_000_000, 1, 3000.0);
+        assert!((909_000..=909_100).contains(&big), "{big}");
+        assert_eq!(p.accelerator_items_whole(1_000_000, 1, 2500.0), 1_000_000);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use bytes::Bytes;
 use corefarm_cores::Core;
 
-use super::policy::{self, Clock, Estimates, Knobs, Meter};
+use super::policy::{self, Clock, Estimates, Knobs, Meter, Side};
 use super::{CoworkError, CoworkReport};
 use crate::ClientError;
 
@@ -30,15 +30,6 @@ pub(crate) trait ClusterPath: Sync {
     fn submit(&self, data: &Bytes) -> Result<Self::Ticket, ClientError>;
     /// That message's result.
     fn wait(&self, ticket: Self::Ticket) -> Result<Bytes, ClientError>;
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Side {
-    /// Not configured yet: may still take work.
-    Waiting,
-    Active,
-    /// Finished or failed: takes no more work and gives none back.
-    Done,
 }
 
 struct Board {
@@ -169,23 +160,27 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                 }
                 if !b.returned.is_empty() {
                     let est = sh.estimates(&b);
-                    let k = policy::local_take(&est, b.returned.len(), 0, false, &sh.knobs);
-                    let at = b.returned.len() - k;
-                    break b.returned.split_off(at);
+                    let n = b.returned.len();
+                    let k = policy::local_take(&est, n, 0, Side::Done, &sh.knobs);
+                    b.meter.local_start();
+                    break b.returned.split_off(n - k);
                 }
                 let unassigned = sh.inputs.len() - b.next;
                 if unassigned > 0 {
                     let est = sh.estimates(&b);
-                    let on = b.cluster != Side::Done;
-                    let k = policy::local_take(&est, unassigned, b.cluster_inflight, on, &sh.knobs);
-                    let from = b.next;
-                    b.next += k;
-                    break (from..from + k).collect();
-                }
-                if b.cluster == Side::Done {
+                    let (side, inflight) = (b.cluster, b.cluster_inflight);
+                    let k = policy::local_take(&est, unassigned, inflight, side, &sh.knobs);
+                    if k > 0 {
+                        b.meter.local_start();
+                        let from = b.next;
+                        b.next += k;
+                        break (from..from + k).collect();
+                    }
+                } else if b.cluster == Side::Done {
                     return;
                 }
-                // The cluster may still give work back.
+                // The cluster may still give work back, or leave this
+                // thread a share as its own work runs out.
                 b = sh.cond.wait(b).unwrap_or_else(|p| p.into_inner());
             }
         };
@@ -311,5 +306,7 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
         }
         b.cluster_items += 1;
         b.cluster_inflight -= 1;
+        // What is left may now be the local threads' share.
+        sh.cond.notify_all();
     }
 }

@@ -35,9 +35,15 @@ impl Clock for WallClock {
 pub struct Estimates {
     /// `X_c`: local throughput over all local threads, messages/s.
     pub x_c: Option<f64>,
-    /// `X_a`: cluster throughput, messages/s (measured from arriving results,
-    /// or reported by the caller — see `Cowork::set_cluster_throughput`).
+    /// `X_a`: cluster throughput, messages/s (measured from results that
+    /// arrived while no local thread computed, else from all of them; or
+    /// reported by the caller — see `Cowork::set_cluster_throughput`).
     pub x_a: Option<f64>,
+    /// Cluster throughput while local threads computed, messages/s. Below
+    /// `X_a` where the local work competes with the cluster's path for the
+    /// CPUs (nodes, server or client threads on the same machine); the
+    /// split then gives the CPU only work that adds more than it costs.
+    pub x_a_beside: Option<f64>,
     /// `D_a`: the shortest round trip of one message through the cluster
     /// (includes that message's processing time, so it errs high).
     pub d_a: Option<f64>,
@@ -54,6 +60,7 @@ impl Estimates {
         Estimates {
             x_c: newer.x_c.or(self.x_c),
             x_a: newer.x_a.or(self.x_a),
+            x_a_beside: newer.x_a_beside.or(self.x_a_beside),
             d_a: newer.d_a.or(self.d_a),
             o_c: newer.o_c.or(self.o_c),
             o_0: newer.o_0.or(self.o_0),
@@ -91,15 +98,36 @@ pub(crate) struct Knobs {
     pub jobs: usize,
 }
 
+/// Where the cluster path stands, as the local threads see it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Side {
+    /// Not configured yet: may still take work.
+    Waiting,
+    Active,
+    /// Finished or failed: takes no more work and gives none back.
+    Done,
+}
+
+/// Messages of `rem` still to do that the cluster should do: eq. 4.4 over
+/// whole messages ([`Partition::accelerator_items_whole`], which weighs
+/// all-local too, as eq. 4.8's break-even size does for divisible work), so
+/// that no local thread is left with a last message that outlasts the
+/// cluster's whole share. `None` while the model is not known.
+fn cluster_share(est: &Estimates, rem: usize, k: &Knobs) -> Option<usize> {
+    let p = est.partition()?;
+    let beside = est.x_a_beside.unwrap_or(p.x_a);
+    Some(p.accelerator_items_whole(rem as u64, k.threads.max(1) as u64, beside) as usize)
+}
+
 /// How many more messages the cluster should take now, with `unassigned`
 /// messages not yet taken by anyone and `inflight` already at the cluster.
 ///
-/// The cluster's target is its eq. 4.4 share of the work still to do
-/// (`α(R)·R`, `R = unassigned + inflight`), nothing at or below the
-/// break-even size `N_L` (eq. 4.8) or when `α ≤ 0`, at most `window`. So
-/// as the work runs out the cluster stops refilling early enough to finish
-/// together with the local threads. Before the cluster has been measured
-/// it is probed as if it were one more local thread (`R / (threads + 1)`).
+/// The cluster's target is its share of the work still to do
+/// (`R = unassigned + inflight`, see [`cluster_share`]), at most `window`.
+/// So as the work runs out the cluster stops refilling early enough to
+/// finish together with the local threads. Before the cluster has been
+/// measured it is probed as if it were one more local thread
+/// (`R / (threads + 1)`).
 pub(crate) fn cluster_take(
     est: &Estimates,
     unassigned: usize,
@@ -109,51 +137,73 @@ pub(crate) fn cluster_take(
     if unassigned == 0 || inflight >= k.window {
         return 0;
     }
-    let rem = (unassigned + inflight) as f64;
-    let target = match est.partition() {
-        Some(p) => {
-            let a = p.alpha(rem);
-            if rem <= p.break_even() || a <= 0.0 {
-                0.0
-            } else {
-                (a.min(1.0) * rem).round()
-            }
-        }
-        None => (rem / (k.threads + 1) as f64).round(),
-    };
-    let target = (target as usize).min(k.window);
-    target.saturating_sub(inflight).min(unassigned)
+    let rem = unassigned + inflight;
+    let target = cluster_share(est, rem, k)
+        .unwrap_or_else(|| (rem as f64 / (k.threads + 1) as f64).round() as usize);
+    target
+        .min(k.window)
+        .saturating_sub(inflight)
+        .min(unassigned)
 }
 
-/// How many messages a local thread takes next. `cluster_on`: the cluster
-/// is (or may still be) taking work; its expected share `α(R)` is then left
-/// out of the local share. The batch is 1/(n_j · threads) of the local
-/// share, at least 1, at most `local_max` (Algorithm 2's `C_COWORK_MAX`).
+/// How many messages a local thread takes next: 1/(n_j · threads) of the
+/// local share, at least 1, at most `local_max` (Algorithm 2's
+/// `C_COWORK_MAX`). The local share is everything once the cluster is
+/// `Done`; while it is `Waiting` for its configuration, what eq. 4.4 would
+/// leave the CPU (so work goes on locally meanwhile, Algorithm 2 lines
+/// 7–12); once it is `Active`, what [`cluster_share`] leaves the CPU, which
+/// may be nothing: the thread then takes none and waits.
 pub(crate) fn local_take(
     est: &Estimates,
     unassigned: usize,
     inflight: usize,
-    cluster_on: bool,
+    cluster: Side,
     k: &Knobs,
 ) -> usize {
     if unassigned == 0 {
         return 0;
     }
-    let rem = (unassigned + inflight) as f64;
-    let alpha = if !cluster_on {
-        0.0
-    } else {
-        match est.partition() {
-            Some(p) if rem > p.break_even() => p.alpha(rem).clamp(0.0, 1.0),
-            Some(_) => 0.0,
-            None => 1.0 / (k.threads + 1) as f64,
+    let rem = unassigned + inflight;
+    let share = match (cluster, est.partition()) {
+        (Side::Done, _) => rem as f64,
+        (Side::Active, Some(_)) => {
+            let cpu = rem - cluster_share(est, rem, k).unwrap_or(rem).min(rem);
+            if cpu == 0 {
+                return 0;
+            }
+            // Never more than the share itself, whatever the rounding.
+            return batch(cpu as f64, k).min(cpu).min(unassigned);
         }
+        (_, Some(p)) if rem as f64 > p.break_even() => {
+            (1.0 - p.alpha(rem as f64).clamp(0.0, 1.0)) * rem as f64
+        }
+        (_, Some(_)) => rem as f64,
+        // Unmeasured: one message, the least a probe can take; the next
+        // batch is sized by what it and the cluster's first results measure.
+        (_, None) => return 1,
     };
-    let share = (1.0 - alpha) * rem / (k.jobs.max(1) * k.threads.max(1)) as f64;
+    batch(share, k).min(unassigned)
+}
+
+/// 1/(n_j · threads) of a local share, at least 1, at most `local_max`.
+fn batch(share: f64, k: &Knobs) -> usize {
+    let b = share / (k.jobs.max(1) * k.threads.max(1)) as f64;
     // The epsilon keeps float noise (60.000000000001) from adding one.
-    ((share - 1e-9).ceil() as usize)
-        .clamp(1, k.local_max.max(1))
-        .min(unassigned)
+    ((b - 1e-9).ceil() as usize).clamp(1, k.local_max.max(1))
+}
+
+/// Cluster results of closed and open busy periods: the arrivals after
+/// the first of each period, and the seconds between them.
+#[derive(Debug, Default, Clone, Copy)]
+struct Arrivals {
+    gaps: u64,
+    span: f64,
+}
+
+impl Arrivals {
+    fn rate(&self) -> Option<f64> {
+        (self.gaps > 0 && self.span > 0.0).then(|| self.gaps as f64 / self.span)
+    }
 }
 
 /// Running measurements of one run.
@@ -163,12 +213,16 @@ pub(crate) struct Meter {
     local_items: u64,
     /// Seconds the local threads spent processing, summed over threads.
     local_busy: f64,
-    /// Cluster results counted in closed busy periods, minus one each.
-    gaps: u64,
-    /// Seconds from first to last result of the closed busy periods.
-    span: f64,
-    /// The open busy period: (first arrival, last arrival, results).
-    open: Option<(f64, f64, u64)>,
+    /// Local threads computing now.
+    local_active: usize,
+    /// A local thread computed since the last cluster result.
+    local_since: bool,
+    /// Intervals between cluster results with no local thread computing,
+    /// and with one computing at some point.
+    alone: Arrivals,
+    beside: Arrivals,
+    /// Last arrival of the open busy period.
+    open: Option<f64>,
     min_latency: Option<f64>,
     pub o_0: Option<f64>,
     pub o_c: Option<f64>,
@@ -182,8 +236,15 @@ impl Meter {
         }
     }
 
+    /// A local thread starts a batch.
+    pub fn local_start(&mut self) {
+        self.local_active += 1;
+        self.local_since = true;
+    }
+
     /// One local thread processed `items` messages in `secs`.
     pub fn local_batch(&mut self, items: usize, secs: f64) {
+        self.local_active = self.local_active.saturating_sub(1);
         self.local_items += items as u64;
         self.local_busy += secs.max(0.0);
     }
@@ -192,34 +253,37 @@ impl Meter {
     pub fn cluster_result(&mut self, sent: f64, arrived: f64) {
         let lat = (arrived - sent).max(0.0);
         self.min_latency = Some(self.min_latency.map_or(lat, |m| m.min(lat)));
-        self.open = Some(match self.open {
-            None => (arrived, arrived, 1),
-            Some((first, _, n)) => (first, arrived, n + 1),
-        });
+        if let Some(last) = self.open {
+            let a = if self.local_since {
+                &mut self.beside
+            } else {
+                &mut self.alone
+            };
+            a.gaps += 1;
+            a.span += (arrived - last).max(0.0);
+        }
+        self.open = Some(arrived);
+        self.local_since = self.local_active > 0;
     }
 
     /// The cluster has nothing in flight: the time until the next
     /// submission is not cluster time.
     pub fn cluster_idle(&mut self) {
-        if let Some((first, last, n)) = self.open.take() {
-            self.gaps += n - 1;
-            self.span += last - first;
-        }
+        self.open = None;
     }
 
     /// What this run has measured so far.
     pub fn estimates(&self) -> Estimates {
         let x_c = (self.local_items > 0 && self.local_busy > 0.0)
             .then(|| self.threads as f64 * self.local_items as f64 / self.local_busy);
-        let (mut gaps, mut span) = (self.gaps, self.span);
-        if let Some((first, last, n)) = self.open {
-            gaps += n - 1;
-            span += last - first;
-        }
-        let x_a = (gaps > 0 && span > 0.0).then(|| gaps as f64 / span);
+        let all = Arrivals {
+            gaps: self.alone.gaps + self.beside.gaps,
+            span: self.alone.span + self.beside.span,
+        };
         Estimates {
             x_c,
-            x_a,
+            x_a: self.alone.rate().or(all.rate()),
+            x_a_beside: self.beside.rate(),
             d_a: self.min_latency,
             o_c: self.o_c,
             o_0: self.o_0,
@@ -264,6 +328,7 @@ mod tests {
             d_a: Some(0.010),
             o_c: Some(0.002),
             o_0: Some(0.001),
+            x_a_beside: None,
         }
     }
 
@@ -298,6 +363,53 @@ mod tests {
     }
 
     #[test]
+    fn meter_tells_the_cluster_alone_from_the_cluster_beside_local_work() {
+        let mut m = Meter::new(1);
+        // Alone: results 1 ms apart (1000/s).
+        for t in [0.000, 0.001, 0.002] {
+            m.cluster_result(0.0, t);
+        }
+        // A local batch starts: results 2 ms apart (500/s) until it ends.
+        m.local_start();
+        m.cluster_result(0.0, 0.004);
+        m.cluster_result(0.0, 0.006);
+        m.local_batch(1, 0.005);
+        // The interval the batch ended in still counts beside it.
+        m.cluster_result(0.0, 0.008);
+        // Alone again: 1 ms apart.
+        m.cluster_result(0.0, 0.009);
+        let e = m.estimates();
+        assert!((e.x_a.unwrap() - 1000.0).abs() < 1e-6, "{e:?}");
+        assert!((e.x_a_beside.unwrap() - 500.0).abs() < 1e-6, "{e:?}");
+        // Only ever beside local work: X_a falls back to all results.
+        let mut m = Meter::new(1);
+        m.local_start();
+        m.cluster_result(0.0, 0.001);
+        m.cluster_result(0.0, 0.003);
+        assert_eq!(m.estimates().x_a, m.estimates().x_a_beside);
+    }
+
+    #[test]
+    fn a_local_thread_that_slows_the_cluster_more_than_it_adds_takes_none() {
+        let k = Knobs {
+            threads: 1,
+            window: 1000,
+            ..K
+        };
+        // Undisturbed, the CPU's share of 400 is 10 messages.
+        assert_eq!(local_take(&slow_cpu(), 400, 0, Side::Active, &k), 2);
+        // Beside it the cluster loses 200/s; the CPU adds 100/s: none.
+        let slowed = Estimates {
+            x_a_beside: Some(3640.0),
+            ..slow_cpu()
+        };
+        assert_eq!(local_take(&slowed, 400, 0, Side::Active, &k), 0);
+        assert_eq!(cluster_take(&slowed, 400, 0, &k), 400);
+        // Still starting, the CPU works meanwhile all the same.
+        assert_eq!(local_take(&slowed, 400, 0, Side::Waiting, &k), 2);
+    }
+
+    #[test]
     fn merged_prefers_newer_values() {
         let old = known();
         let newer = Estimates {
@@ -313,17 +425,22 @@ mod tests {
 
     #[test]
     fn cluster_takes_its_eq_4_4_share_of_what_remains() {
-        // R = 100: α = 0.69 → 69, capped by the window (32).
+        // R = 100: α = 0.69 leaves the 2 threads 31, as whole pairs 30
+        // (T = 33.3 ms; 32 would take 34 ms) → 70, capped by the window (32).
         assert_eq!(cluster_take(&known(), 100, 0, &K), 32);
         let wide = Knobs { window: 1000, ..K };
-        assert_eq!(cluster_take(&known(), 100, 0, &wide), 69);
-        // With 60 in flight of R = 100 it tops up to 69.
-        assert_eq!(cluster_take(&known(), 40, 60, &wide), 9);
-        // R = 9 ≤ N_L = 9.33: nothing more goes to the cluster.
-        assert_eq!(cluster_take(&known(), 9, 0, &wide), 0);
-        // R = 20: α = 0.45 → 9; 10 already in flight → none more.
+        assert_eq!(cluster_take(&known(), 100, 0, &wide), 70);
+        // With 60 in flight of R = 100 it tops up to 70.
+        assert_eq!(cluster_take(&known(), 40, 60, &wide), 10);
+        // R = 9 ≤ N_L = 9.33 with one thread: nothing goes to the cluster.
+        let one = Knobs { threads: 1, ..wide };
+        assert_eq!(cluster_take(&known(), 9, 0, &one), 0);
+        // With two threads of whole messages, 4 each and 1 at the cluster
+        // (10.3 ms) beat 5 and 4 on the CPU (11 ms).
+        assert_eq!(cluster_take(&known(), 9, 0, &wide), 1);
+        // R = 20: α = 0.45 leaves 11, as pairs 10 → 10; 10 in flight → none more.
         assert_eq!(cluster_take(&known(), 10, 10, &wide), 0);
-        assert_eq!(cluster_take(&known(), 20, 0, &wide), 9);
+        assert_eq!(cluster_take(&known(), 20, 0, &wide), 10);
         // Nothing left, or the window full.
         assert_eq!(cluster_take(&known(), 0, 5, &wide), 0);
         assert_eq!(cluster_take(&known(), 500, 32, &K), 0);
@@ -342,16 +459,57 @@ mod tests {
 
     #[test]
     fn local_batches_shrink_with_the_work_left() {
-        // Cluster off: R = 1200 over 6 · 2 → 100, capped at 16.
-        assert_eq!(local_take(&known(), 1200, 0, false, &K), 16);
-        // Cluster off, R = 60: 60 / 12 = 5.
-        assert_eq!(local_take(&known(), 60, 0, false, &K), 5);
-        // Cluster on, R = 100: local share 31 / 12 → 3.
-        assert_eq!(local_take(&known(), 100, 0, true, &K), 3);
-        // Cluster on but R ≤ N_L: all of it is local work → 9 / 12 → 1.
-        assert_eq!(local_take(&known(), 9, 0, true, &K), 1);
-        // Unmeasured cluster: local share 2/3 of 90 = 60 → 5.
-        assert_eq!(local_take(&Estimates::default(), 90, 0, true, &K), 5);
-        assert_eq!(local_take(&known(), 0, 10, true, &K), 0);
+        // Cluster done: R = 1200 over 6 · 2 → 100, capped at 16.
+        assert_eq!(local_take(&known(), 1200, 0, Side::Done, &K), 16);
+        // Cluster done, R = 60: 60 / 12 = 5.
+        assert_eq!(local_take(&known(), 60, 0, Side::Done, &K), 5);
+        // Cluster starting, R = 100: local share 31 / 12 → 3.
+        assert_eq!(local_take(&known(), 100, 0, Side::Waiting, &K), 3);
+        // Cluster starting but R ≤ N_L: all of it is local work → 9 / 12 → 1.
+        assert_eq!(local_take(&known(), 9, 0, Side::Waiting, &K), 1);
+        // Unmeasured: one message, a probe.
+        let none = Estimates::default();
+        assert_eq!(local_take(&none, 90, 0, Side::Waiting, &K), 1);
+        assert_eq!(local_take(&none, 90, 0, Side::Active, &K), 1);
+        assert_eq!(local_take(&known(), 0, 10, Side::Waiting, &K), 0);
+    }
+
+    /// X_c = 100/s (10 ms a message), X_a = 3840/s, D_a = 2.5 ms: a call of
+    /// 24 messages is done by the cluster in 8.75 ms, by the cluster and one
+    /// local message in 10 ms.
+    fn slow_cpu() -> Estimates {
+        Estimates {
+            x_c: Some(100.0),
+            x_a: Some(3840.0),
+            d_a: Some(0.0025),
+            o_c: Some(0.0),
+            o_0: Some(0.0),
+            x_a_beside: None,
+        }
+    }
+
+    #[test]
+    fn an_active_cluster_leaves_the_cpu_only_messages_it_finishes_in_time() {
+        let k = Knobs {
+            threads: 1,
+            window: 64,
+            ..K
+        };
+        // Eq. 4.4 rounded would give the CPU one message (0.85 of 24).
+        let p = slow_cpu().partition().unwrap();
+        assert_eq!(24 - p.accelerator_items(24), 1);
+        assert_eq!(local_take(&slow_cpu(), 24, 0, Side::Active, &k), 0);
+        assert_eq!(cluster_take(&slow_cpu(), 24, 0, &k), 24);
+        // Still starting: the CPU works meanwhile (Algorithm 2 lines 7–12).
+        assert_eq!(local_take(&slow_cpu(), 24, 0, Side::Waiting, &k), 1);
+        // A large call: the CPU's whole share, in batches of 1/n_j.
+        assert_eq!(cluster_take(&slow_cpu(), 400, 0, &k), 64);
+        assert_eq!(local_take(&slow_cpu(), 400, 0, Side::Active, &k), 2);
+        // The cluster's share is what the CPU does not take, whole.
+        let wide = Knobs { window: 1000, ..k };
+        assert_eq!(cluster_take(&slow_cpu(), 400, 0, &wide), 390);
+        assert_eq!(local_take(&slow_cpu(), 10, 390, Side::Active, &wide), 2);
+        // Nothing left to the CPU: the cluster tops up to everything.
+        assert_eq!(cluster_take(&slow_cpu(), 10, 390, &wide), 0);
     }
 }

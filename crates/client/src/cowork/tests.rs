@@ -256,6 +256,7 @@ fn below_break_even_nothing_goes_to_the_cluster() {
         d_a: Some(0.010),
         o_c: Some(0.0),
         o_0: Some(0.0),
+        x_a_beside: None,
     };
     let (out, report) = run(&w, &ins, cores(&w, 2), &cluster(&w, 0), prior).unwrap();
     assert_eq!(out, expected(&ins));
