@@ -33,12 +33,15 @@ class Cowork:
 
     image: bytes-like or a path (sizes and core table from its manifest unless
     given). threads: local worker threads (0: one per CPU). local_batch_max
-    and jobs: C_COWORK_MAX and n_j of the seed's Algorithm 2. Keeps the
+    and jobs: C_COWORK_MAX and n_j of the seed's Algorithm 2. configure:
+    `map` sends this function's configuration when the client holds another
+    one and computes locally until the server answers (Algorithm 2 lines
+    7-12); without it an unconfigured client's work stays local. Keeps the
     measured throughputs between runs; `set_cluster_throughput(x)` replaces
     the measured cluster throughput (messages/s) with a known one."""
 
     def __init__(self, image=None, *, input_size=None, output_size=None, cores=None,
-                 threads=0, local_batch_max=16, jobs=6, _raw=None):
+                 threads=0, local_batch_max=16, jobs=6, configure=False, _raw=None):
         self.report = None
         if _raw is not None:
             self._raw = _raw
@@ -60,7 +63,8 @@ class Cowork:
         if isinstance(cores, int):
             cores = corefarm.default_core_table(cores, input_size, output_size)
         self._raw = _corefarm.Cowork(input_size, output_size, [tuple(c) for c in cores], image,
-                                     threads=threads, local_batch_max=local_batch_max, jobs=jobs)
+                                     threads=threads, local_batch_max=local_batch_max, jobs=jobs,
+                                     configure=configure)
 
     @classmethod
     def for_client(cls, client, **options):
@@ -87,8 +91,9 @@ class Cowork:
 
     @property
     def estimates(self):
-        """Model parameters measured so far: x_c, x_a (messages/s), d_a,
-        o_c, o_0 (s); None where unknown."""
+        """Model parameters measured so far: x_c, x_a, x_a_beside (the
+        cluster's throughput while local threads computed; messages/s),
+        d_a, o_c, o_0 (s); None where unknown."""
         return self._raw.estimates
 
     @property

@@ -62,11 +62,12 @@ pub struct Cowork {
     inner: RustCowork,
 }
 
-fn options(threads: usize, local_batch_max: usize, jobs: usize) -> CoworkOptions {
+fn options(threads: usize, local_batch_max: usize, jobs: usize, configure: bool) -> CoworkOptions {
     CoworkOptions {
         threads,
         local_batch_max,
         jobs,
+        configure,
         ..CoworkOptions::default()
     }
 }
@@ -74,10 +75,12 @@ fn options(threads: usize, local_batch_max: usize, jobs: usize) -> CoworkOptions
 #[pymethods]
 impl Cowork {
     /// Cowork(input_size, output_size, cores, image, *, threads=0,
-    /// local_batch_max=16, jobs=6): `cores` is a list of (control, input,
-    /// output) base addresses, as for `Client.configure`.
+    /// local_batch_max=16, jobs=6, configure=False): `cores` is a list of
+    /// (control, input, output) base addresses, as for `Client.configure`.
+    /// `configure=True`: `map` sends this configuration when the client
+    /// holds another one and computes locally until the server answers.
     #[new]
-    #[pyo3(signature = (input_size, output_size, cores, image, *, threads=0, local_batch_max=16, jobs=6))]
+    #[pyo3(signature = (input_size, output_size, cores, image, *, threads=0, local_batch_max=16, jobs=6, configure=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -88,6 +91,7 @@ impl Cowork {
         threads: usize,
         local_batch_max: usize,
         jobs: usize,
+        configure: bool,
     ) -> PyResult<Self> {
         let cfg = crate::configuration(
             input_size,
@@ -95,7 +99,7 @@ impl Cowork {
             cores,
             Bytes::from(byte_buffer(image)?.to_vec(py)?),
         );
-        let opts = options(threads, local_batch_max, jobs);
+        let opts = options(threads, local_batch_max, jobs, configure);
         let inner = py
             .detach(|| RustCowork::load(&cfg, opts))
             .map_err(cowork_err)?;
@@ -104,15 +108,16 @@ impl Cowork {
 
     /// Loads the configuration `client` was last configured with.
     #[staticmethod]
-    #[pyo3(signature = (client, *, threads=0, local_batch_max=16, jobs=6))]
+    #[pyo3(signature = (client, *, threads=0, local_batch_max=16, jobs=6, configure=false))]
     fn for_client(
         py: Python<'_>,
         client: &Client,
         threads: usize,
         local_batch_max: usize,
         jobs: usize,
+        configure: bool,
     ) -> PyResult<Self> {
-        let opts = options(threads, local_batch_max, jobs);
+        let opts = options(threads, local_batch_max, jobs, configure);
         let inner = py
             .detach(|| RustCowork::for_client(&client.inner, opts))
             .map_err(cowork_err)?;

@@ -92,3 +92,18 @@ def test_cowork_true_needs_a_configuration(cluster, image):
             list(c.map([b"x" * 16], cowork=True))
         with pytest.raises(corefarm.InputError):
             corefarm.cowork.Cowork(image, threads=1).map(c, [b"x" * 2047])
+
+
+def test_cowork_configures_the_client_itself_and_computes_meanwhile(cluster, image):
+    ins = inputs(120)
+    expected = [vadd(x) for x in ins]
+    cw = corefarm.cowork.Cowork(image, threads=2, configure=True)
+    with corefarm.connect(cluster.users_addr, nodes=2, timeout=30) as c:
+        assert not cw.matches(c)
+        for _ in range(200):
+            assert list(c.map(ins, window=16, cowork=cw)) == expected
+            if cw.report["cluster_items"] > 0:
+                break
+        assert cw.report["cluster_items"] > 0, "the cluster never joined"
+        assert cw.matches(c)
+        assert "x_a_beside" in cw.estimates

@@ -135,4 +135,33 @@ fn cowork_results_equal_all_local_and_all_cluster() {
             assert!(rep.measured.x_a.is_some() && rep.measured.x_c.is_some());
         }
     }
+
+    // A client that asks for the nodes but leaves configuring to the
+    // co-working calls (Algorithm 2 lines 7–12): its first call starts the
+    // configuration and computes locally meanwhile; once the server has
+    // answered, a call uses the cluster too.
+    drop(client);
+    let asking = connect(&users, 2);
+    let opts = CoworkOptions {
+        threads: 2,
+        configure: true,
+        ..CoworkOptions::default()
+    };
+    let cowork = Cowork::load(&cfg, opts).unwrap();
+    let mut joined = None;
+    for run in 0..200 {
+        let r = asking.map_cowork(&inputs, 16, &cowork).unwrap();
+        assert!(r.results == all_cluster, "run {run}: cowork ≠ all-cluster");
+        assert!(r.report.cluster_error.is_none(), "{:?}", r.report);
+        if r.report.cluster_items > 0 {
+            joined = Some(run);
+            break;
+        }
+    }
+    eprintln!("the cluster joined at call {joined:?}");
+    assert!(
+        joined.is_some(),
+        "the cluster never joined the co-working calls"
+    );
+    assert_eq!(asking.configuration().as_ref(), Some(&cfg));
 }

@@ -72,6 +72,12 @@ pub struct CoworkOptions {
     /// program, and a worker process would need the `corefarm` binary
     /// beside every program that co-works.
     pub load: LoadOptions,
+    /// `map_cowork` sends the cowork's configuration itself when the client
+    /// holds another one, and the local threads work until the server
+    /// answers (seed 002 Algorithm 2 lines 7–12, where a call requests its
+    /// accelerator and computes on the CPU meanwhile). Without it the
+    /// caller configures, and an unconfigured call runs locally.
+    pub configure: bool,
 }
 
 impl Default for CoworkOptions {
@@ -88,6 +94,7 @@ impl Default for CoworkOptions {
                 isolation: corefarm_cores::Isolation::InProcess,
                 ..LoadOptions::default()
             },
+            configure: false,
         }
     }
 }
@@ -388,8 +395,11 @@ impl Client {
         // In shared mode the server knows the function's replicas and their
         // measured service time: X_a from the start of the call instead of
         // from the first results (seed 002 Algorithm 2). A caller's pinned
-        // value wins; the reported one holds for this call only.
-        let reported = (lock(&cowork.pinned_x_a).is_none() && self.has_status())
+        // value wins; the reported one holds for this call only. Asked
+        // only when configured for it: the server answers a status request
+        // after a configuration it is still carrying out.
+        let ready = engine::ClusterPath::ready(&path);
+        let reported = (ready && lock(&cowork.pinned_x_a).is_none() && self.has_status())
             .then(|| self.status().ok())
             .flatten()
             .and_then(|s| {
@@ -398,6 +408,31 @@ impl Client {
             });
         if reported.is_some() {
             cowork.set_cluster_throughput(reported);
+        }
+        let idle = || {
+            let flag = &self.inner.cowork_configuring;
+            !flag.swap(true, std::sync::atomic::Ordering::AcqRel)
+        };
+        if cowork.opts.configure && !ready && idle() {
+            // Not joined: the call ends when its work is done, even while
+            // the programming of a node goes on; a later `configure` waits
+            // for this one (they are serialised), and a later co-working
+            // call sends none while it is on its way. A refusal (or no
+            // thread) leaves the client's configuration as it was, so the
+            // work stays local.
+            let inner = self.inner.clone();
+            let cfg = cowork.cfg.clone();
+            let started = std::thread::Builder::new()
+                .name("cowork-configure".into())
+                .spawn(move || {
+                    let _ = inner.configure(&cfg);
+                    let flag = &inner.cowork_configuring;
+                    flag.store(false, std::sync::atomic::Ordering::Release);
+                });
+            if started.is_err() {
+                let flag = &self.inner.cowork_configuring;
+                flag.store(false, std::sync::atomic::Ordering::Release);
+            }
         }
         let run = cowork.run(inputs, window, &path, &policy::WallClock::new());
         if reported.is_some() {

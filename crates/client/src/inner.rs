@@ -36,6 +36,10 @@ pub(crate) struct Inner {
     pub status_lock: Mutex<()>,
     /// The last configuration the server accepted (for co-working).
     pub configuration: Mutex<Option<Configuration>>,
+    /// A co-working call's configuration request is on its way: later
+    /// calls do not queue more behind it (each would program nodes for a
+    /// function whose call may be over by then).
+    pub cowork_configuring: std::sync::atomic::AtomicBool,
     pub reader: Mutex<Option<JoinHandle<()>>>,
 }
 

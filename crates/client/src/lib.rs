@@ -205,6 +205,7 @@ impl Client {
                 configure_lock: Mutex::new(()),
                 status_lock: Mutex::new(()),
                 configuration: Mutex::new(None),
+                cowork_configuring: Default::default(),
                 reader: Mutex::new(Some(handle)),
             }),
         })

@@ -165,7 +165,8 @@ pub fn software(sw: Software, calls: &[Call]) -> Result<u64> {
 
 /// `cowork`: each call through the client's co-working map (seed 002
 /// Algorithm 2), the local side being the calibrated software loop on one
-/// thread. Calls are split into `4 × jobs` messages so the local side has
+/// thread; a call to another function requests its configuration and
+/// computes locally until the server has answered. Calls are split into `4 × jobs` messages so the local side has
 /// batches finer than the cluster's `jobs` (its C_COWORK_MAX blocks).
 pub fn cowork(addr: SocketAddr, sw: Software, calls: &[Call], jobs: u32) -> Result<u64> {
     if sw.speedup <= 0.0 {
@@ -179,14 +180,9 @@ pub fn cowork(addr: SocketAddr, sw: Software, calls: &[Call], jobs: u32) -> Resu
         },
     )?;
     let mut coworks: HashMap<u32, Cowork> = HashMap::new();
-    let mut current = None;
     let mut local = 0;
     for &(f, inputs) in calls {
         let cfg = config(f).to_configuration();
-        if current != Some(f) {
-            client.configure(&cfg)?;
-            current = Some(f);
-        }
         let cw = match coworks.entry(f) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => v.insert(Cowork::with_cores(
@@ -195,6 +191,8 @@ pub fn cowork(addr: SocketAddr, sw: Software, calls: &[Call], jobs: u32) -> Resu
                 CoworkOptions {
                     threads: 1,
                     jobs: jobs as usize,
+                    // Computes while the nodes are programmed (Algorithm 2).
+                    configure: true,
                     ..CoworkOptions::default()
                 },
             )?),

@@ -13,6 +13,7 @@
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_cores::Core;
@@ -210,8 +211,13 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
     }
 }
 
+/// How often a waiting cluster path looks again, besides after every
+/// local batch (a configuration may be answered in the middle of a long one).
+const READY_POLL: Duration = Duration::from_millis(1);
+
 /// Waits until the cluster runs this function or no work is left to take;
-/// re-checks after every local batch. True if the cluster is ready.
+/// re-checks after every local batch and every [`READY_POLL`]. True if the
+/// cluster is ready.
 fn wait_ready<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> bool {
     loop {
         if cluster.ready() {
@@ -221,7 +227,8 @@ fn wait_ready<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> bool {
         if b.abort.is_some() || b.next >= sh.inputs.len() {
             return false;
         }
-        drop(sh.cond.wait(b).unwrap_or_else(|p| p.into_inner()));
+        let waited = sh.cond.wait_timeout(b, READY_POLL);
+        drop(waited.unwrap_or_else(|p| p.into_inner()));
     }
 }
 
