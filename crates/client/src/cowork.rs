@@ -355,15 +355,72 @@ impl Cowork {
 struct ClientPath<'a> {
     client: &'a Client,
     cfg: &'a Configuration,
+    /// [`CoworkOptions::configure`].
+    configure: bool,
+}
+
+impl ClientPath<'_> {
+    /// A configuration request is on its way (sent, or about to be by a
+    /// co-working call's thread).
+    fn asking(&self, t: &crate::inner::ConfigureTiming) -> bool {
+        let flag = &self.client.inner.cowork_configuring;
+        t.since.is_some() || flag.load(std::sync::atomic::Ordering::Acquire)
+    }
 }
 
 impl engine::ClusterPath for ClientPath<'_> {
     type Ticket = crate::Pending;
 
     fn ready(&self) -> bool {
-        self.client
-            .configuration()
-            .is_some_and(|c| c.input_size == self.cfg.input_size && c == *self.cfg)
+        // A configuration on its way replaces the accepted one for every
+        // message sent after it, whichever it was.
+        !self.asking(&crate::inner::lock(&self.client.inner.configure_timing))
+            && self
+                .client
+                .configuration()
+                .is_some_and(|c| c.input_size == self.cfg.input_size && c == *self.cfg)
+    }
+
+    fn expected_wait(&self) -> Option<f64> {
+        let t = crate::inner::lock(&self.client.inner.configure_timing);
+        if !self.asking(&t) {
+            return None;
+        }
+        let elapsed = t.since.map_or(0.0, |s| s.elapsed().as_secs_f64());
+        Some(
+            t.took
+                .map_or(f64::INFINITY, |d| (d.as_secs_f64() - elapsed).max(0.0)),
+        )
+    }
+
+    fn request(&self) {
+        let flag = &self.client.inner.cowork_configuring;
+        if !self.configure
+            || crate::inner::lock(&self.client.inner.configure_timing)
+                .since
+                .is_some()
+            || flag.swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        // Not joined: the call ends when its work is done, even while the
+        // programming of a node goes on; a later `configure` waits for
+        // this one (they are serialised), and no second request goes out
+        // while it is on its way (it would program nodes for a call that
+        // may be over by then). A refusal (or no thread) leaves the
+        // client's configuration as it was, so the work stays local.
+        let inner = self.client.inner.clone();
+        let cfg = self.cfg.clone();
+        let started = std::thread::Builder::new()
+            .name("cowork-configure".into())
+            .spawn(move || {
+                let _ = inner.configure(&cfg);
+                let flag = &inner.cowork_configuring;
+                flag.store(false, std::sync::atomic::Ordering::Release);
+            });
+        if started.is_err() {
+            flag.store(false, std::sync::atomic::Ordering::Release);
+        }
     }
 
     fn submit(&self, data: &Bytes) -> Result<crate::Pending, ClientError> {
@@ -391,6 +448,7 @@ impl Client {
         let path = ClientPath {
             client: self,
             cfg: &cowork.cfg,
+            configure: cowork.opts.configure,
         };
         // In shared mode the server knows the function's replicas and their
         // measured service time: X_a from the start of the call instead of
@@ -408,31 +466,6 @@ impl Client {
             });
         if reported.is_some() {
             cowork.set_cluster_throughput(reported);
-        }
-        let idle = || {
-            let flag = &self.inner.cowork_configuring;
-            !flag.swap(true, std::sync::atomic::Ordering::AcqRel)
-        };
-        if cowork.opts.configure && !ready && idle() {
-            // Not joined: the call ends when its work is done, even while
-            // the programming of a node goes on; a later `configure` waits
-            // for this one (they are serialised), and a later co-working
-            // call sends none while it is on its way. A refusal (or no
-            // thread) leaves the client's configuration as it was, so the
-            // work stays local.
-            let inner = self.inner.clone();
-            let cfg = cowork.cfg.clone();
-            let started = std::thread::Builder::new()
-                .name("cowork-configure".into())
-                .spawn(move || {
-                    let _ = inner.configure(&cfg);
-                    let flag = &inner.cowork_configuring;
-                    flag.store(false, std::sync::atomic::Ordering::Release);
-                });
-            if started.is_err() {
-                let flag = &self.inner.cowork_configuring;
-                flag.store(false, std::sync::atomic::Ordering::Release);
-            }
         }
         let run = cowork.run(inputs, window, &path, &policy::WallClock::new());
         if reported.is_some() {

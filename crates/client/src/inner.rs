@@ -18,6 +18,23 @@ use crate::pending::{Pending, Slot};
 use crate::reader::{self, Event, Shared, State};
 use crate::{ClientError, ClientOptions, Output, Result};
 
+#[derive(Debug, Default)]
+pub(crate) struct ConfigureTiming {
+    pub since: Option<Instant>,
+    pub took: Option<Duration>,
+}
+
+impl ConfigureTiming {
+    fn answered(&mut self, ok: bool) {
+        if let (true, Some(t)) = (ok, self.since) {
+            let d = t.elapsed();
+            // Recent programming times count most; one outlier does not rule.
+            self.took = Some(self.took.map_or(d, |m| (m * 3 + d) / 4));
+        }
+        self.since = None;
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub addr: String,
@@ -40,6 +57,9 @@ pub(crate) struct Inner {
     /// calls do not queue more behind it (each would program nodes for a
     /// function whose call may be over by then).
     pub cowork_configuring: std::sync::atomic::AtomicBool,
+    /// When the configuration on its way was sent, and how long accepted
+    /// ones took (a moving average): when co-working expects the next.
+    pub configure_timing: Mutex<ConfigureTiming>,
     pub reader: Mutex<Option<JoinHandle<()>>>,
 }
 
@@ -265,15 +285,18 @@ impl Inner {
             self.shared.lock().configuring = false;
             ClientError::InvalidInput(e.to_string())
         })?;
+        lock(&self.configure_timing).since = Some(Instant::now());
         let sent = write_frame(&mut *lock(&self.writer), frame);
         if let Err(e) = sent {
             self.shared.lock().configuring = false;
+            lock(&self.configure_timing).answered(false);
             return Err(self.write_failed(e, "while sending the configuration"));
         }
         let deadline = self.deadline();
         let mut st = self.shared.lock();
         loop {
             if let Some(r) = st.config_reply.take() {
+                lock(&self.configure_timing).answered(r.ok());
                 let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
                 return if r.ok() {
                     st.warnings = errors.into_iter().map(|e| e.reason).collect();
@@ -290,6 +313,7 @@ impl Inner {
             }
             if let Some(f) = st.failed.clone() {
                 st.configuring = false;
+                lock(&self.configure_timing).answered(false);
                 // The server explained before it hung up: that is the error.
                 if !st.config_errors.is_empty() {
                     let reasons: Vec<String> =
@@ -301,7 +325,9 @@ impl Inner {
                 }
                 return Err(f.to_error("while waiting for the configuration response"));
             }
-            st = self.wait(st, deadline, "waiting for the configuration response")?;
+            st = self
+                .wait(st, deadline, "waiting for the configuration response")
+                .inspect_err(|_| lock(&self.configure_timing).answered(false))?;
         }
     }
 

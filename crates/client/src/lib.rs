@@ -206,6 +206,7 @@ impl Client {
                 status_lock: Mutex::new(()),
                 configuration: Mutex::new(None),
                 cowork_configuring: Default::default(),
+                configure_timing: Default::default(),
                 reader: Mutex::new(Some(handle)),
             }),
         })

@@ -27,6 +27,15 @@ pub(crate) trait ClusterPath: Sync {
     type Ticket;
     /// Whether the cluster runs this function now.
     fn ready(&self) -> bool;
+    /// While not ready: seconds until it is expected to be, if a
+    /// configuration is on its way (infinite when there is no estimate
+    /// yet); `None` when none is, so it may never be.
+    fn expected_wait(&self) -> Option<f64> {
+        None
+    }
+    /// Not ready: asks for this function, if the path may (called on
+    /// every check; at most one request is on its way).
+    fn request(&self) {}
     /// Sends one data message; blocks while out of credit.
     fn submit(&self, data: &Bytes) -> Result<Self::Ticket, ClientError>;
     /// That message's result.
@@ -61,6 +70,8 @@ struct Shared<'a> {
     /// pinned (they win over measurements).
     prior: Estimates,
     pinned: Estimates,
+    /// The cluster path's [`ClusterPath::expected_wait`].
+    wait: &'a (dyn Fn() -> Option<f64> + Sync),
 }
 
 impl Shared<'_> {
@@ -95,6 +106,7 @@ pub(crate) fn run<P: ClusterPath>(
         window: knobs.window.max(1),
         ..knobs
     };
+    let wait = || cluster.expected_wait();
     let mut meter = Meter::new(cores.len());
     meter.o_0 = prior.o_0;
     let sh = Shared {
@@ -117,6 +129,7 @@ pub(crate) fn run<P: ClusterPath>(
         knobs,
         prior,
         pinned,
+        wait: &wait,
     };
     let start = clock.now();
     std::thread::scope(|s| {
@@ -162,7 +175,7 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                 if !b.returned.is_empty() {
                     let est = sh.estimates(&b);
                     let n = b.returned.len();
-                    let k = policy::local_take(&est, n, 0, Side::Done, &sh.knobs);
+                    let k = policy::local_take(&est, n, 0, Side::Done, None, &sh.knobs);
                     b.meter.local_start();
                     break b.returned.split_off(n - k);
                 }
@@ -170,7 +183,8 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                 if unassigned > 0 {
                     let est = sh.estimates(&b);
                     let (side, inflight) = (b.cluster, b.cluster_inflight);
-                    let k = policy::local_take(&est, unassigned, inflight, side, &sh.knobs);
+                    let wait = (side == Side::Waiting).then(|| (sh.wait)()).flatten();
+                    let k = policy::local_take(&est, unassigned, inflight, side, wait, &sh.knobs);
                     if k > 0 {
                         b.meter.local_start();
                         let from = b.next;
@@ -223,10 +237,14 @@ fn wait_ready<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> bool {
         if cluster.ready() {
             return true;
         }
+        cluster.request();
         let b = sh.lock();
         if b.abort.is_some() || b.next >= sh.inputs.len() {
             return false;
         }
+        // Local threads holding back for a configuration on its way look
+        // again too: it may have failed, or be overdue.
+        sh.cond.notify_all();
         let waited = sh.cond.wait_timeout(b, READY_POLL);
         drop(waited.unwrap_or_else(|p| p.into_inner()));
     }

@@ -151,17 +151,26 @@ pub(crate) fn cluster_take(
 /// `C_COWORK_MAX`). The local share is everything once the cluster is
 /// `Done`; while it is `Waiting` for its configuration, what eq. 4.4 would
 /// leave the CPU (so work goes on locally meanwhile, Algorithm 2 lines
-/// 7–12); once it is `Active`, what [`cluster_share`] leaves the CPU, which
-/// may be nothing: the thread then takes none and waits.
+/// 7–12) — unless the configuration is expected (`wait` seconds) before a
+/// local message would be done, when the thread takes none and waits; once
+/// it is `Active`, what [`cluster_share`] leaves the CPU, which may be
+/// nothing: the thread then takes none and waits.
 pub(crate) fn local_take(
     est: &Estimates,
     unassigned: usize,
     inflight: usize,
     cluster: Side,
+    wait: Option<f64>,
     k: &Knobs,
 ) -> usize {
     if unassigned == 0 {
         return 0;
+    }
+    if let (Side::Waiting, Some(wait), Some(x_c)) = (cluster, wait, est.x_c) {
+        // One message on one thread (X_c counts all of them).
+        if k.threads.max(1) as f64 / x_c > wait {
+            return 0;
+        }
     }
     let rem = unassigned + inflight;
     let share = match (cluster, est.partition()) {
@@ -397,16 +406,33 @@ mod tests {
             ..K
         };
         // Undisturbed, the CPU's share of 400 is 10 messages.
-        assert_eq!(local_take(&slow_cpu(), 400, 0, Side::Active, &k), 2);
+        assert_eq!(local_take(&slow_cpu(), 400, 0, Side::Active, None, &k), 2);
         // Beside it the cluster loses 200/s; the CPU adds 100/s: none.
         let slowed = Estimates {
             x_a_beside: Some(3640.0),
             ..slow_cpu()
         };
-        assert_eq!(local_take(&slowed, 400, 0, Side::Active, &k), 0);
+        assert_eq!(local_take(&slowed, 400, 0, Side::Active, None, &k), 0);
         assert_eq!(cluster_take(&slowed, 400, 0, &k), 400);
         // Still starting, the CPU works meanwhile all the same.
-        assert_eq!(local_take(&slowed, 400, 0, Side::Waiting, &k), 2);
+        assert_eq!(local_take(&slowed, 400, 0, Side::Waiting, None, &k), 2);
+    }
+
+    #[test]
+    fn a_local_thread_waits_for_a_configuration_due_before_its_message() {
+        let k = Knobs { threads: 1, ..K };
+        // X_c = 100/s: a message takes a local thread 10 ms.
+        let e = slow_cpu();
+        // Expected in 2 ms: waiting beats starting a 10 ms message.
+        assert_eq!(local_take(&e, 24, 0, Side::Waiting, Some(0.002), &k), 0);
+        // Expected in 50 ms, or no estimate yet: work meanwhile.
+        assert_eq!(local_take(&e, 24, 0, Side::Waiting, Some(0.050), &k), 1);
+        let never = Some(f64::INFINITY);
+        assert_eq!(local_take(&e, 24, 0, Side::Waiting, never, &k), 1);
+        // Nothing on its way (it may never come), or X_c unknown: work.
+        assert_eq!(local_take(&e, 24, 0, Side::Waiting, None, &k), 1);
+        let none = Estimates::default();
+        assert_eq!(local_take(&none, 24, 0, Side::Waiting, Some(0.0), &k), 1);
     }
 
     #[test]
@@ -460,18 +486,18 @@ mod tests {
     #[test]
     fn local_batches_shrink_with_the_work_left() {
         // Cluster done: R = 1200 over 6 · 2 → 100, capped at 16.
-        assert_eq!(local_take(&known(), 1200, 0, Side::Done, &K), 16);
+        assert_eq!(local_take(&known(), 1200, 0, Side::Done, None, &K), 16);
         // Cluster done, R = 60: 60 / 12 = 5.
-        assert_eq!(local_take(&known(), 60, 0, Side::Done, &K), 5);
+        assert_eq!(local_take(&known(), 60, 0, Side::Done, None, &K), 5);
         // Cluster starting, R = 100: local share 31 / 12 → 3.
-        assert_eq!(local_take(&known(), 100, 0, Side::Waiting, &K), 3);
+        assert_eq!(local_take(&known(), 100, 0, Side::Waiting, None, &K), 3);
         // Cluster starting but R ≤ N_L: all of it is local work → 9 / 12 → 1.
-        assert_eq!(local_take(&known(), 9, 0, Side::Waiting, &K), 1);
+        assert_eq!(local_take(&known(), 9, 0, Side::Waiting, None, &K), 1);
         // Unmeasured: one message, a probe.
         let none = Estimates::default();
-        assert_eq!(local_take(&none, 90, 0, Side::Waiting, &K), 1);
-        assert_eq!(local_take(&none, 90, 0, Side::Active, &K), 1);
-        assert_eq!(local_take(&known(), 0, 10, Side::Waiting, &K), 0);
+        assert_eq!(local_take(&none, 90, 0, Side::Waiting, None, &K), 1);
+        assert_eq!(local_take(&none, 90, 0, Side::Active, None, &K), 1);
+        assert_eq!(local_take(&known(), 0, 10, Side::Waiting, None, &K), 0);
     }
 
     /// X_c = 100/s (10 ms a message), X_a = 3840/s, D_a = 2.5 ms: a call of
@@ -498,17 +524,20 @@ mod tests {
         // Eq. 4.4 rounded would give the CPU one message (0.85 of 24).
         let p = slow_cpu().partition().unwrap();
         assert_eq!(24 - p.accelerator_items(24), 1);
-        assert_eq!(local_take(&slow_cpu(), 24, 0, Side::Active, &k), 0);
+        assert_eq!(local_take(&slow_cpu(), 24, 0, Side::Active, None, &k), 0);
         assert_eq!(cluster_take(&slow_cpu(), 24, 0, &k), 24);
         // Still starting: the CPU works meanwhile (Algorithm 2 lines 7–12).
-        assert_eq!(local_take(&slow_cpu(), 24, 0, Side::Waiting, &k), 1);
+        assert_eq!(local_take(&slow_cpu(), 24, 0, Side::Waiting, None, &k), 1);
         // A large call: the CPU's whole share, in batches of 1/n_j.
         assert_eq!(cluster_take(&slow_cpu(), 400, 0, &k), 64);
-        assert_eq!(local_take(&slow_cpu(), 400, 0, Side::Active, &k), 2);
+        assert_eq!(local_take(&slow_cpu(), 400, 0, Side::Active, None, &k), 2);
         // The cluster's share is what the CPU does not take, whole.
         let wide = Knobs { window: 1000, ..k };
         assert_eq!(cluster_take(&slow_cpu(), 400, 0, &wide), 390);
-        assert_eq!(local_take(&slow_cpu(), 10, 390, Side::Active, &wide), 2);
+        assert_eq!(
+            local_take(&slow_cpu(), 10, 390, Side::Active, None, &wide),
+            2
+        );
         // Nothing left to the CPU: the cluster tops up to everything.
         assert_eq!(cluster_take(&slow_cpu(), 10, 390, &wide), 0);
     }
