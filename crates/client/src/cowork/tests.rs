@@ -98,13 +98,25 @@ struct FakeCluster {
     fail_after: Option<usize>,
     /// Results one byte short.
     short: bool,
+    /// Readiness checks so far; ready from this many on as well.
+    polls: AtomicUsize,
+    ready_after_polls: usize,
+    /// A configuration is "on its way, due now" for this many checks
+    /// (then it is not: refused, or never asked).
+    pending_polls: usize,
 }
 
 impl ClusterPath for FakeCluster {
     type Ticket = Result<Bytes, ClientError>;
 
     fn ready(&self) -> bool {
+        let polls = self.polls.fetch_add(1, Ordering::SeqCst) + 1;
         self.w.local_jobs.load(Ordering::SeqCst) >= self.ready_after
+            || polls >= self.ready_after_polls
+    }
+
+    fn expected_wait(&self) -> Option<f64> {
+        (self.polls.load(Ordering::SeqCst) < self.pending_polls).then_some(0.0)
     }
 
     fn submit(&self, data: &Bytes) -> Result<Self::Ticket, ClientError> {
@@ -147,6 +159,9 @@ fn cluster(w: &Arc<World>, ready_after: usize) -> FakeCluster {
         ready_after,
         fail_after: None,
         short: false,
+        polls: AtomicUsize::new(0),
+        ready_after_polls: usize::MAX,
+        pending_polls: 0,
     }
 }
 
@@ -417,4 +432,46 @@ fn cluster_throughput_from_a_shared_mode_status() {
     s.functions[0].replicas = 3;
     s.you = Some(8);
     assert_eq!(super::reported_throughput(&s, 4), None);
+}
+
+/// Known from earlier runs: a local message takes 10 ms (X_c = 100/s),
+/// the cluster does 10⁵ messages a second, 1 ms after it gets them.
+fn slow_local() -> Estimates {
+    Estimates {
+        x_c: Some(100.0),
+        x_a: Some(1e5),
+        d_a: Some(0.001),
+        o_c: Some(0.0),
+        o_0: Some(0.0),
+        x_a_beside: None,
+    }
+}
+
+#[test]
+fn local_threads_wait_for_a_configuration_due_before_their_message() {
+    let w = Arc::new(World::default());
+    let ins = inputs(50);
+    let c = FakeCluster {
+        ready_after_polls: 5,
+        pending_polls: usize::MAX,
+        ..cluster(&w, usize::MAX)
+    };
+    let (out, report) = run(&w, &ins, cores(&w, 2), &c, slow_local()).unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!((report.local_items, report.cluster_items), (0, 50));
+}
+
+#[test]
+fn a_configuration_that_never_comes_leaves_the_work_local() {
+    // "Due now" for a few checks, then no longer on its way (refused):
+    // the local threads stop waiting and do everything.
+    let w = Arc::new(World::default());
+    let ins = inputs(50);
+    let c = FakeCluster {
+        pending_polls: 5,
+        ..cluster(&w, usize::MAX)
+    };
+    let (out, report) = run(&w, &ins, cores(&w, 2), &c, slow_local()).unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!((report.local_items, report.cluster_items), (50, 0));
 }
