@@ -4,8 +4,10 @@
 //! `WINDOW` numbers below it. Anything older than the window is rejected
 //! too — with in-order routes it can only be a replay.
 
-/// Sequence numbers remembered below the highest one seen.
-pub const WINDOW: u64 = 1024;
+/// Sequence numbers remembered below the highest one seen (512 bytes a
+/// source): wide enough that a link may let 64 messages pass a waiting one
+/// on routes of up to 64 hops (see `outq::max_passed`).
+pub const WINDOW: u64 = 4096;
 const WORDS: usize = (WINDOW / 64) as usize;
 
 #[derive(Debug, Clone)]

@@ -388,7 +388,10 @@ impl Fabric {
                 .lock()
                 .expect("links lock")
                 .insert(nb, LinkTx { tx, budget });
-            writers.push(tokio::spawn(link::write_loop(rx, sched.clone(), wr, size)));
+            // A message takes at most `ttl` + 1 links, rerouted or not.
+            let passed = super::outq::max_passed(u32::from(shared.ttl) + 1);
+            let w = link::write_loop(rx, sched.clone(), wr, size, passed);
+            writers.push(tokio::spawn(w));
             readers.push(tokio::spawn(link::read_loop(
                 shared.clone(),
                 nb,

@@ -198,8 +198,9 @@ pub(crate) async fn write_loop(
     sched: SchedulerFactory,
     mut wr: OwnedWriteHalf,
     chunk_size: u32,
+    max_passed: u64,
 ) {
-    let mut out = PeerOutbox::new(sched, chunk_size as usize);
+    let mut out = PeerOutbox::new(sched, chunk_size as usize, max_passed);
     loop {
         while let Ok(q) = rx.try_recv() {
             out.push(q);

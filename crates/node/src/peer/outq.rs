@@ -15,9 +15,10 @@
 //! Passing reorders a source's sequence numbers, and a receiver drops a
 //! message more than its duplicate window ([`super::dedup::WINDOW`]) older
 //! than the newest it has seen from that source. So a message that has
-//! seen [`MAX_PASSED`] messages leave the link since it was queued goes
-//! next, whatever its lane: with a quarter of the window per link, routes
-//! of up to four hops stay inside it.
+//! seen a link's `max_passed` messages leave since it was queued goes
+//! next, whatever its lane: [`max_passed`] shares the window among the
+//! hops of the longest route a message may take (its time to live), so
+//! every route stays inside it.
 //!
 //! One message per lane is cut at a time: the scheduler of a lane sees
 //! the next message only once the previous one has left, as it did when
@@ -64,8 +65,12 @@ impl Lane {
 
 const LANES: usize = 1 + CLASSES as usize;
 
-/// Messages that may leave a link while one queued on it waits.
-pub const MAX_PASSED: u64 = super::dedup::WINDOW / 4;
+/// Messages that may leave a link while one queued on it waits, for a
+/// group whose messages take at most `hops` links: the duplicate window
+/// shared among them (at least 1).
+pub fn max_passed(hops: u32) -> u64 {
+    (super::dedup::WINDOW / u64::from(hops.max(1))).max(1)
+}
 
 /// Either kind of frame the writer sends; both are `Buf`s without copies.
 pub enum Frame {
@@ -130,11 +135,14 @@ pub struct PeerOutbox {
     pushed: u64,
     chunk_size: usize,
     next_id: u32,
+    /// [`max_passed`] for this link's group.
+    max_passed: u64,
 }
 
 impl PeerOutbox {
     /// `chunk_size` 0: every message whole (a peer without chunks).
-    pub fn new(factory: SchedulerFactory, chunk_size: usize) -> Self {
+    /// `max_passed`: see [`max_passed`].
+    pub fn new(factory: SchedulerFactory, chunk_size: usize, max_passed: u64) -> Self {
         PeerOutbox {
             factory,
             scheds: (0..LANES).map(|_| None).collect(),
@@ -146,6 +154,7 @@ impl PeerOutbox {
             pushed: 0,
             chunk_size,
             next_id: 0,
+            max_passed: max_passed.max(1),
         }
     }
 
@@ -168,11 +177,11 @@ impl PeerOutbox {
     pub fn pop(&mut self) -> Option<(Frame, Option<OwnedSemaphorePermit>)> {
         let (queued, current) = (&self.queued, &self.current);
         let waiting = |l: usize| queued[l] > 0 || current[l].is_some();
-        // The oldest message, once passed by MAX_PASSED, takes its lane's turn.
+        // The oldest message, once passed by max_passed, takes its lane's turn.
         let overdue = self
             .unsent
             .first_key_value()
-            .filter(|(_, (at, _))| self.done - at >= MAX_PASSED)
+            .filter(|(_, (at, _))| self.done - at >= self.max_passed)
             .map(|(_, &(_, lane))| lane);
         let c = match overdue {
             Some(lane) => lane,
@@ -279,6 +288,7 @@ impl bytes::Buf for Frame {
 mod tests {
     use super::super::sched::round_robin;
     use super::*;
+    use crate::peer::dedup::WINDOW;
     use corefarm_smp::stream::Reassembler;
     use corefarm_smp::{CollHeader, PeerBody, PeerHeader, PeerKind, PeerMsg, HEADER_LEN};
 
@@ -339,7 +349,7 @@ mod tests {
 
     #[test]
     fn an_urgent_message_passes_a_large_one_between_two_chunks() {
-        let mut o = PeerOutbox::new(round_robin(), 1000);
+        let mut o = PeerOutbox::new(round_robin(), 1000, max_passed(4));
         let big: Vec<u8> = (0..5000u32).map(|i| i as u8).collect();
         let big = msg(1, 1, &big);
         o.push(queued(&big));
@@ -393,7 +403,7 @@ mod tests {
 
     #[test]
     fn urgent_collective_data_passes_bulk_data_queued_before_it() {
-        let mut o = PeerOutbox::new(round_robin(), 1000);
+        let mut o = PeerOutbox::new(round_robin(), 1000, max_passed(4));
         // Bulk (class 7) collective data queued first, two messages of five
         // chunks each, then urgent (class 0) and default data: one chunk of
         // bulk has left when the others arrive.
@@ -423,7 +433,7 @@ mod tests {
 
     #[test]
     fn control_passes_every_data_class_and_the_guard_serves_bulk() {
-        let mut o = PeerOutbox::new(round_robin(), 100);
+        let mut o = PeerOutbox::new(round_robin(), 100, max_passed(4));
         // One bulk message of 100 chunks and a stream of urgent ones.
         o.push(queued(&msg_of(7, 1, 1, &[7; 100 * 100])));
         for seq in 0..200 {
@@ -462,7 +472,7 @@ mod tests {
 
     #[test]
     fn a_message_is_passed_by_at_most_max_passed_others() {
-        let mut o = PeerOutbox::new(round_robin(), 0);
+        let mut o = PeerOutbox::new(round_robin(), 0, max_passed(4));
         // 20 bulk messages to one destination and a flood of urgent ones:
         // by the guard alone the last bulk one would wait for about
         // 20 × 64 urgent ones, more than a receiver's window tolerates.
@@ -484,20 +494,29 @@ mod tests {
             bulk.iter().map(|b| b.1).collect::<Vec<_>>(),
             (0..20).collect::<Vec<_>>()
         );
-        // Passed by urgent ones: those that left before it; a quarter of
-        // the receivers' window per hop.
-        let bound = crate::peer::dedup::WINDOW / 4;
+        // Passed by urgent ones: those that left before it; at most the
+        // link's share of the receivers' window (here, for 4 hops).
+        let bound = max_passed(4);
         for (k, &(at, seq)) in bulk.iter().enumerate() {
             let passed = (at - k) as u64;
             assert!(passed <= bound, "bulk {seq} passed by {passed}");
         }
         // The guard still gave the first ones their turns among urgent ones.
         assert_eq!(bulk[0].0, GUARD as usize);
+        // Every hop's share fits the window together, whatever the length.
+        for hops in [1, 2, 4, 17, 65, 5000] {
+            let p = max_passed(hops);
+            assert!(
+                p >= 1 && (p * u64::from(hops) <= WINDOW || p == 1),
+                "{hops}: {p}"
+            );
+        }
+        assert_eq!(max_passed(0), WINDOW);
     }
 
     #[test]
     fn within_a_class_the_scheduler_keeps_each_destinations_order() {
-        let mut o = PeerOutbox::new(round_robin(), 300);
+        let mut o = PeerOutbox::new(round_robin(), 300, max_passed(4));
         let ms = [
             msg(1, 1, &[1; 700]),
             msg(1, 2, &[2; 10]),
@@ -513,7 +532,7 @@ mod tests {
 
     #[test]
     fn without_chunks_messages_leave_whole() {
-        let mut o = PeerOutbox::new(round_robin(), 0);
+        let mut o = PeerOutbox::new(round_robin(), 0, max_passed(4));
         let m = msg(1, 1, &[9; 5000]);
         o.push(queued(&m));
         let (f, _) = o.pop().unwrap();
