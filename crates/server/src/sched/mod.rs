@@ -213,12 +213,19 @@ struct UserRec {
     in_flight: u64,
 }
 
+/// Forgotten functions whose reconfiguration counts [`Sched`] keeps.
+const FORGOTTEN_MAX: usize = 4096;
+
 pub struct Sched {
     p: Params,
     fns: HashMap<FnId, Function>,
     nodes: BTreeMap<u64, Slot>,
     orders: HashMap<FnId, Order>,
     users: HashMap<u64, UserRec>,
+    /// Reconfigurations of functions no user wants and no node holds, so
+    /// that the status keeps counting from there when one comes back (the
+    /// same payload is the same function); at most [`FORGOTTEN_MAX`].
+    forgotten: HashMap<FnId, u64>,
     next_internal: u32,
     period_start: Duration,
     /// Since when no node has been connected (for `node_wait`).
@@ -234,6 +241,7 @@ impl Sched {
             nodes: BTreeMap::new(),
             orders: HashMap::new(),
             users: HashMap::new(),
+            forgotten: HashMap::new(),
             next_internal: 0,
             period_start: Duration::ZERO,
             no_nodes_since: Some(Duration::ZERO),
@@ -337,10 +345,12 @@ impl Sched {
         let id = FnId::of(&payload);
         self.leave_function(user);
         self.users.entry(user).or_default().function = Some(id);
-        let f = self
-            .fns
-            .entry(id)
-            .or_insert_with(|| Function::new(id, payload, input_size, output_size));
+        let forgotten = &mut self.forgotten;
+        let f = self.fns.entry(id).or_insert_with(|| {
+            let mut f = Function::new(id, payload, input_size, output_size);
+            f.reconfigurations = forgotten.remove(&id).unwrap_or(0);
+            f
+        });
         f.users.insert(user);
         if self.replicas(id) > 0 {
             self.out.push(Action::Configured {
@@ -409,7 +419,14 @@ impl Sched {
                 || matches!(s.state, SlotState::Configuring { target, .. } if target == id)
         });
         if !held && self.fns.get(&id).is_some_and(|f| !f.wanted()) {
-            self.fns.remove(&id);
+            if let Some(f) = self.fns.remove(&id).filter(|f| f.reconfigurations > 0) {
+                if self.forgotten.len() >= FORGOTTEN_MAX {
+                    // Any one: the bound is on memory, the counts are a courtesy.
+                    let any = self.forgotten.keys().next().copied();
+                    any.map(|k| self.forgotten.remove(&k));
+                }
+                self.forgotten.insert(id, f.reconfigurations);
+            }
             self.orders.remove(&id);
         }
     }

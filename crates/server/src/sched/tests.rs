@@ -747,3 +747,25 @@ fn a_busy_node_is_drained_for_a_backlog_only_if_it_would_come_in_time() {
         assert_eq!(draining, moved, "{jobs} jobs of {inputs} input(s)");
     }
 }
+
+#[test]
+fn a_function_that_comes_back_keeps_counting_its_reconfigurations() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    let count = |s: &Sched, name: &str| {
+        let id = FnId::of(&payload(name)).short();
+        let v = s.view();
+        v.functions
+            .iter()
+            .find(|f| f.id == id)
+            .map(|f| f.reconfigurations)
+    };
+    configure(&mut s, 10, "a", ms(0), ms(1));
+    assert_eq!(count(&s, "a"), Some(1));
+    // The node goes to "b": "a" is neither wanted nor held, so forgotten.
+    configure(&mut s, 10, "b", ms(2), ms(1));
+    assert_eq!((count(&s, "a"), count(&s, "b")), (None, Some(1)));
+    // Back to "a": its count goes on from where it was.
+    configure(&mut s, 10, "a", ms(4), ms(1));
+    assert_eq!(count(&s, "a"), Some(2));
+}
