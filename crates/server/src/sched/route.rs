@@ -283,16 +283,46 @@ impl Sched {
             .map(|f| f.id)
             .collect();
         for fid in busy {
+            // When this function's loading replicas will take work.
+            let loading: Vec<Duration> = self
+                .nodes
+                .iter()
+                .filter_map(|(&id, s)| match s.state {
+                    SlotState::Configuring { target, since } if target == fid => {
+                        Some(since + self.reconfig_time(id))
+                    }
+                    _ => None,
+                })
+                .collect();
+            let service = self.fns[&fid].service_or(self.p.service_prior);
             loop {
                 let (nodes, policy) = (&self.nodes, self.p.policy);
+                let queued = self.fns.get(&fid).map_or(0, |f| f.queue.len());
                 let load = |id: u64| {
                     nodes
                         .get(&id)
                         .filter(|s| s.state == SlotState::Ready && s.function == Some(fid))
-                        .map(|s| Load {
-                            unwritten: s.sent.saturating_sub(s.written),
-                            in_flight: s.in_flight.len(),
-                            window: s.window.get().min(SHARED_WINDOW),
+                        .map(|s| {
+                            let mut window = s.window.get().min(SHARED_WINDOW);
+                            // A busy replica queues no job that a replica
+                            // still loading would start sooner: the queue
+                            // is short enough for those to take it all.
+                            if !s.in_flight.is_empty() && !loading.is_empty() {
+                                let inputs: u64 =
+                                    s.in_flight.values().map(|j| j.count as u64).sum();
+                                // Its work in flight began at `busy_until`.
+                                let work = Duration::from_secs_f64(inputs as f64 * service);
+                                let frees = (s.busy_until + work).max(now);
+                                let sooner = loading.iter().filter(|&&t| t < frees).count();
+                                if queued <= sooner {
+                                    window = window.min(s.in_flight.len() as u32);
+                                }
+                            }
+                            Load {
+                                unwritten: s.sent.saturating_sub(s.written),
+                                in_flight: s.in_flight.len(),
+                                window,
+                            }
                         })
                 };
                 let Some(order) = self.orders.get_mut(&fid) else {

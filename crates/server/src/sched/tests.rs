@@ -769,3 +769,44 @@ fn a_function_that_comes_back_keeps_counting_its_reconfigurations() {
     configure(&mut s, 10, "a", ms(4), ms(1));
     assert_eq!(count(&s, "a"), Some(2));
 }
+
+/// The first replica of a function being loaded on several nodes answers
+/// its users first: it must not queue a job that a replica still loading
+/// would start sooner (exclusive mode answers once all are loaded, and its
+/// jobs start side by side), unless the queue is longer than they take.
+#[test]
+fn a_busy_replica_leaves_a_short_queue_to_replicas_about_to_load() {
+    let long = |id| Job::new(1, id, Bytes::from_static(&[0; 80]), 10); // 10 ms each
+    for (jobs, first_takes) in [(3, 1), (5, 2)] {
+        // Two messages in flight per replica.
+        let mut s = Sched::new(Params {
+            credit: 2,
+            ..fair_sched().p
+        });
+        for n in 1..=3 {
+            s.add_node(n, ms(0));
+        }
+        s.configure(1, payload("a"), 8, 8, ms(0));
+        let loading: Vec<u64> = configures(&s.take_actions()).iter().map(|c| c.0).collect();
+        assert_eq!(loading.len(), 3);
+        // One replica is ready early; the others are due at 10 ms (one
+        // period, unmeasured), before its first job is done (15 ms).
+        s.on_config_response(loading[0], true, ms(5)).unwrap();
+        assert_eq!(answers(&s.take_actions()), vec![(1, true)]);
+        for id in 0..jobs {
+            s.submit(long(id), ms(5));
+        }
+        let sent = sends(&s.take_actions());
+        assert_eq!(sent.len(), first_takes, "{jobs} jobs: {sent:?}");
+        assert!(sent.iter().all(|&(n, _)| n == loading[0]));
+        // The others load and take what waits.
+        let mut later = Vec::new();
+        for &n in &loading[1..] {
+            s.on_config_response(n, true, ms(10)).unwrap();
+            later.extend(sends(&s.take_actions()));
+        }
+        let nodes: std::collections::BTreeSet<u64> = later.iter().map(|s| s.0).collect();
+        assert_eq!(later.len() as u32, jobs - first_takes as u32, "{later:?}");
+        assert_eq!(nodes.len(), 2, "{later:?}");
+    }
+}
