@@ -447,31 +447,30 @@ fn slow_local() -> Estimates {
     }
 }
 
-#[test]
-fn local_threads_wait_for_a_configuration_due_before_their_message() {
+/// 50 inputs on two local threads against a cluster never ready through
+/// local work, ready after `ready_after_polls` checks, with a
+/// configuration "due now" for `pending_polls` checks: (local, cluster).
+fn split_while_configuring(ready_after_polls: usize, pending_polls: usize) -> (usize, usize) {
     let w = Arc::new(World::default());
     let ins = inputs(50);
     let c = FakeCluster {
-        ready_after_polls: 5,
-        pending_polls: usize::MAX,
+        ready_after_polls,
+        pending_polls,
         ..cluster(&w, usize::MAX)
     };
     let (out, report) = run(&w, &ins, cores(&w, 2), &c, slow_local()).unwrap();
     assert_eq!(out, expected(&ins));
-    assert_eq!((report.local_items, report.cluster_items), (0, 50));
+    (report.local_items, report.cluster_items)
+}
+
+#[test]
+fn local_threads_wait_for_a_configuration_due_before_their_message() {
+    assert_eq!(split_while_configuring(5, usize::MAX), (0, 50));
 }
 
 #[test]
 fn a_configuration_that_never_comes_leaves_the_work_local() {
     // "Due now" for a few checks, then no longer on its way (refused):
     // the local threads stop waiting and do everything.
-    let w = Arc::new(World::default());
-    let ins = inputs(50);
-    let c = FakeCluster {
-        pending_polls: 5,
-        ..cluster(&w, usize::MAX)
-    };
-    let (out, report) = run(&w, &ins, cores(&w, 2), &c, slow_local()).unwrap();
-    assert_eq!(out, expected(&ins));
-    assert_eq!((report.local_items, report.cluster_items), (50, 0));
+    assert_eq!(split_while_configuring(usize::MAX, 5), (50, 0));
 }
