@@ -148,18 +148,34 @@ pub struct Output {
 #[derive(Debug)]
 pub struct Client {
     inner: Arc<Inner>,
+    open: Arc<Open>,
 }
 
 /// Sending half of a split client.
 #[derive(Debug)]
 pub struct Sender {
     inner: Arc<Inner>,
+    _open: Arc<Open>,
 }
 
 /// Receiving half of a split client.
 #[derive(Debug)]
 pub struct Receiver {
     inner: Arc<Inner>,
+    _open: Arc<Open>,
+}
+
+/// Closes the connection once the last handle the user holds (a client, or
+/// both halves of a split one) is gone, even while a co-working call's
+/// configuration thread still holds the connection's state: that thread
+/// then sees the connection closed and ends.
+#[derive(Debug)]
+struct Open(Arc<Inner>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.close();
+    }
 }
 
 impl Client {
@@ -191,24 +207,26 @@ impl Client {
         let handle = inner::spawn_reader(reader, shared.clone(), credit_mode, reassembler)
             .map_err(io("starting the reader thread"))?;
 
+        let inner = Arc::new(Inner {
+            addr: addr.to_string(),
+            opts,
+            writer: Mutex::new(writer),
+            shared,
+            server_hello,
+            credit_mode,
+            chunk_size,
+            gate: Default::default(),
+            chunks_written: Default::default(),
+            configure_lock: Mutex::new(()),
+            status_lock: Mutex::new(()),
+            configuration: Mutex::new(None),
+            cowork_configuring: Default::default(),
+            configure_timing: Default::default(),
+            reader: Mutex::new(Some(handle)),
+        });
         Ok(Client {
-            inner: Arc::new(Inner {
-                addr: addr.to_string(),
-                opts,
-                writer: Mutex::new(writer),
-                shared,
-                server_hello,
-                credit_mode,
-                chunk_size,
-                gate: Default::default(),
-                chunks_written: Default::default(),
-                configure_lock: Mutex::new(()),
-                status_lock: Mutex::new(()),
-                configuration: Mutex::new(None),
-                cowork_configuring: Default::default(),
-                configure_timing: Default::default(),
-                reader: Mutex::new(Some(handle)),
-            }),
+            open: Arc::new(Open(inner.clone())),
+            inner,
         })
     }
 
@@ -402,8 +420,12 @@ impl Client {
         (
             Sender {
                 inner: self.inner.clone(),
+                _open: self.open.clone(),
             },
-            Receiver { inner: self.inner },
+            Receiver {
+                inner: self.inner,
+                _open: self.open,
+            },
         )
     }
 

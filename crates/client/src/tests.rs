@@ -681,3 +681,49 @@ fn notifications_queue_apart_from_results() {
     assert_eq!(c.recv_notification(None), None);
     srv.join().unwrap();
 }
+
+#[test]
+fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
+    // The server takes the configuration a co-working call requested and
+    // never answers; the call computes everything locally and returns.
+    let (tx, rx) = mpsc::channel();
+    let (addr, srv) = fake(move |mut p| {
+        p.hello(&[], 1);
+        p.expect(MsgType::Configuration);
+        tx.send(()).unwrap();
+        // Dropping the client must close the connection although the
+        // configuring thread still waits for this answer.
+        p.w.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        match p.r.read_frame() {
+            Ok(None) => {}
+            Err(e) if e.to_string().contains("reset") => {}
+            other => panic!("the client did not close: {other:?}"),
+        }
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    struct Copy;
+    impl corefarm_cores::Core for Copy {
+        fn process(
+            &mut self,
+            i: &[u8],
+            o: &mut [u8],
+        ) -> std::result::Result<(), corefarm_cores::CoreError> {
+            o.copy_from_slice(&i[..o.len()]);
+            Ok(())
+        }
+    }
+    let cfg = bench(16, 16);
+    let opts = crate::CoworkOptions {
+        threads: 1,
+        configure: true,
+        ..Default::default()
+    };
+    let cw = crate::Cowork::with_cores(&cfg, vec![Box::new(Copy)], opts).unwrap();
+    let inputs: Vec<Bytes> = (0..8u8).map(|i| Bytes::from(vec![i; 16])).collect();
+    let run = c.map_cowork(&inputs, 4, &cw).unwrap();
+    assert_eq!(run.results, inputs);
+    assert_eq!(run.report.local_items, 8);
+    rx.recv().unwrap();
+    drop(c);
+    srv.join().unwrap();
+}
