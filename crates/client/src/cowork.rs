@@ -374,7 +374,8 @@ impl engine::ClusterPath for ClientPath<'_> {
     fn ready(&self) -> bool {
         // A configuration on its way replaces the accepted one for every
         // message sent after it, whichever it was.
-        !self.asking(&crate::inner::lock(&self.client.inner.configure_timing))
+        let asking = self.asking(&crate::inner::lock(&self.client.inner.configure_timing));
+        !asking
             && self
                 .client
                 .configuration()
