@@ -28,6 +28,20 @@ fn fair_sched() -> Sched {
     })
 }
 
+/// [`fair_sched`] with nodes 1..=`nodes`, user 1 configured for "a",
+/// which every node loaded by 1 ms.
+fn fair_sched_with_a(nodes: u64) -> Sched {
+    let mut s = fair_sched();
+    for n in 1..=nodes {
+        s.add_node(n, ms(0));
+    }
+    s.configure(1, payload("a"), 8, 8, ms(0));
+    for (n, _) in configures(&s.take_actions()) {
+        s.on_config_response(n, true, ms(1)).unwrap();
+    }
+    s
+}
+
 fn payload(name: &str) -> Bytes {
     Bytes::from(format!("configuration {name}"))
 }
@@ -559,14 +573,7 @@ fn a_new_function_takes_a_fair_share_of_the_spare_nodes_at_once() {
 /// backlog grows it to its share, not beyond.
 #[test]
 fn a_function_takes_its_users_share_from_one_holding_more_at_once() {
-    let mut s = fair_sched();
-    for n in 1..=6 {
-        s.add_node(n, ms(0));
-    }
-    s.configure(1, payload("a"), 8, 8, ms(0));
-    for (n, _) in configures(&s.take_actions()) {
-        s.on_config_response(n, true, ms(1)).unwrap();
-    }
+    let mut s = fair_sched_with_a(6);
     s.configure(2, payload("a"), 8, 8, ms(2));
     s.take_actions();
     // Two of the three users use "a": its share is 4 of the 6 nodes.
@@ -697,14 +704,7 @@ fn a_busy_node_is_drained_for_a_backlog_only_if_it_would_come_in_time() {
         out
     };
     for (jobs, inputs, moved) in [(2, 2, 0), (4, 50, 1)] {
-        let mut s = fair_sched();
-        for n in 1..=4 {
-            s.add_node(n, ms(0));
-        }
-        s.configure(1, payload("a"), 8, 8, ms(0));
-        for (n, _) in configures(&s.take_actions()) {
-            s.on_config_response(n, true, ms(1)).unwrap();
-        }
+        let mut s = fair_sched_with_a(4);
         s.take_actions();
         // "a" keeps its four nodes busy with a backlog of its own: jobs
         // of 10 inputs, measured at 2 ms each.
