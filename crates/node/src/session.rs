@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::auth::{AuthChallenge, AuthResponse};
-use corefarm_smp::codec::{FrameReader, Read, ReadError};
+use corefarm_smp::codec::{FrameReader, Read, ReadError, ReadVectored};
 use corefarm_smp::group::{GroupCmd, GroupCtl, GroupReply};
 use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
@@ -68,7 +68,7 @@ pub async fn run_io<R, W>(
     stop: CancellationToken,
 ) -> Result<(), NodeError>
 where
-    R: AsyncRead + Unpin,
+    R: AsyncRead + ReadVectored + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     run_io_with(rd, wr, opts, stop, None).await
@@ -84,7 +84,7 @@ pub async fn run_io_with<R, W>(
     peer: Option<Arc<PeerListener>>,
 ) -> Result<(), NodeError>
 where
-    R: AsyncRead + Unpin,
+    R: AsyncRead + ReadVectored + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
     let mut reader = FrameReader::new(rd, opts.max_message);
@@ -265,7 +265,10 @@ type Step = Option<Result<(), NodeError>>;
 
 impl Session<'_> {
     /// Reads and handles one message.
-    async fn step<R: AsyncRead + Unpin>(&mut self, reader: &mut FrameReader<R>) -> Step {
+    async fn step<R: AsyncRead + ReadVectored + Unpin>(
+        &mut self,
+        reader: &mut FrameReader<R>,
+    ) -> Step {
         // Chunks of messages for the cores are read into their buffers.
         let read = match self.inbound.as_mut() {
             Some(inb) => reader.read_placing(inb).await,

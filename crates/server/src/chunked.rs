@@ -8,7 +8,7 @@
 //!   picked by class, so an urgent result overtakes a bulk one mid-way.
 
 use bytes::Bytes;
-use corefarm_smp::codec::{FrameReader, Read, ReadError};
+use corefarm_smp::codec::{FrameReader, Read, ReadError, ReadVectored};
 use corefarm_smp::stream::{
     Chunk, ChunkHeader, Chunks, ClassQueues, Message, Place, Reassembler, CHUNK_HEADER_LEN,
     DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
@@ -135,7 +135,7 @@ impl Place for Inbound {
 
 /// The next frame from a peer, or a chunk placed in `inbound` (once
 /// chunks are agreed). Cancel-safe: `inbound`, once given, stays.
-pub(crate) async fn read<R: AsyncRead + Unpin, P: Place>(
+pub(crate) async fn read<R: AsyncRead + ReadVectored + Unpin, P: Place>(
     r: &mut FrameReader<R>,
     inbound: Option<&mut P>,
 ) -> Result<Option<Read<P::Whole>>, ReadError> {

@@ -197,6 +197,16 @@ fn eof_is_end(r: Poll<io::Result<()>>) -> Poll<io::Result<()>> {
     }
 }
 
+/// Plain TCP reads chunk runs with one syscall; TLS reads its records.
+impl corefarm_smp::codec::ReadVectored for ReadHalf {
+    fn tcp(&self) -> Option<&TcpStream> {
+        match self {
+            ReadHalf::Plain(r) => Some(r.as_ref()),
+            ReadHalf::Tls(..) | ReadHalf::TlsNoSock(_) => None,
+        }
+    }
+}
+
 impl AsyncRead for ReadHalf {
     fn poll_read(
         self: Pin<&mut Self>,

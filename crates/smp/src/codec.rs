@@ -24,6 +24,9 @@ use crate::message::Frame;
 use crate::outframe::OutFrame;
 use crate::stream::{ChunkHeader, Place, CHUNK_HEADER_LEN};
 
+mod run;
+pub use run::ReadVectored;
+
 /// A frame header and a chunk header: what a placing reader needs to see
 /// before it decides where a chunk's data goes.
 pub(crate) const CHUNK_HEAD: usize = HEADER_LEN + CHUNK_HEADER_LEN;
@@ -246,6 +249,8 @@ pub struct FrameReader<R> {
     /// The last thing read was a placed chunk: a read at the next frame
     /// boundary takes only the headers (see [`Decoder::placing_limit`]).
     after_placed: bool,
+    /// Chunks of the message being placed that a run read took ahead.
+    run: run::Ahead,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -258,6 +263,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             waiting_since: None,
             placing: None,
             after_placed: false,
+            run: run::Ahead::default(),
         }
     }
 
@@ -285,10 +291,11 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// only be finished by another `read_placing`: asked here instead, it is
     /// an error (the stream's position is inside that chunk's data).
     pub async fn read_frame(&mut self) -> Result<Option<Frame>, ReadError> {
-        if let Some(st) = self.placing {
+        let half = self.placing.map(|st| st.head);
+        if let Some(h) = half.or_else(|| self.run.chunks.front().map(|c| c.0)) {
             return Err(ProtocolError::BadChunk(format!(
                 "message {}: a chunk is half placed; only read_placing can finish it",
-                st.head.id
+                h.id
             ))
             .into());
         }
@@ -314,10 +321,17 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     /// placed only once its headers are valid and the frame is within
     /// `max_payload`; one that is not reaches the caller as a frame, whose
     /// parsing reports it as before.
+    ///
+    /// On a TCP socket ([`ReadVectored`]) the read that finishes a chunk
+    /// also takes the next chunks of its message if they follow it (see
+    /// `codec::run`); they come out one per call, as if read one by one.
     pub async fn read_placing<P: Place>(
         &mut self,
         p: &mut P,
-    ) -> Result<Option<Read<P::Whole>>, ReadError> {
+    ) -> Result<Option<Read<P::Whole>>, ReadError>
+    where
+        R: ReadVectored,
+    {
         self.dec.read_chunk_headers_ahead();
         loop {
             if let Some(st) = self.placing {
@@ -338,6 +352,32 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                         whole: p.placed(&st.head),
                     }));
                 }
+                let more = st.head.total - (st.head.offset + st.head.len);
+                let slots = match self.inner.tcp() {
+                    Some(_) => run::slots(st.head.len, more, buf.capacity() - st.end),
+                    None => Vec::new(),
+                };
+                if !slots.is_empty() {
+                    let deadline = self.deadline(false);
+                    let tcp = self.inner.tcp().expect("checked above");
+                    let read = self.run.read(tcp, buf, left, st.end, &slots);
+                    let n = by_deadline(read, deadline).await?;
+                    if n == 0 {
+                        let got = CHUNK_HEAD + st.head.len as usize - left;
+                        return Err(ProtocolError::TruncatedStream(got).into());
+                    }
+                    if n > left {
+                        let dec = &mut self.dec;
+                        let max = dec.max_payload();
+                        let extra = n - left;
+                        self.run
+                            .take(&st.head, buf, st.end, extra, &slots, max, |b| {
+                                dec.put_back(b)
+                            });
+                    }
+                    self.waiting_since = None;
+                    continue;
+                }
                 // As a read of a frame does, this one also takes the next
                 // frame's headers, into the buffer's room past the chunk
                 // (the rest of the message), and hands them to the decoder.
@@ -353,6 +393,25 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                     buf.truncate(st.end);
                 }
                 self.waiting_since = None;
+                continue;
+            }
+            if let Some((h, at, got)) = self.run.chunks.pop_front() {
+                // Read ahead by a run: its data is in the buffer already.
+                let Some(buf) = p.place(&h)? else {
+                    return Err(placing_lost(h.id).into());
+                };
+                let same = buf.as_ptr() as usize == self.run.at;
+                if !same || buf.len() != at || buf.capacity() < at + h.len as usize {
+                    return Err(placing_lost(h.id).into());
+                }
+                // SAFETY: the run read wrote `got` bytes at `at` of this
+                // allocation (same address, checked); `Place` only lets
+                // the reader append to a message's buffer meanwhile.
+                unsafe { buf.set_len(at + got) };
+                self.placing = Some(Placing {
+                    head: h,
+                    end: at + h.len as usize,
+                });
                 continue;
             }
             if let Some(h) = self.dec.continuing_chunk()? {
@@ -444,10 +503,18 @@ async fn read_by<R: AsyncRead + Unpin, B: BufMut>(
     buf: &mut B,
     deadline: Option<Deadline>,
 ) -> io::Result<usize> {
+    by_deadline(r.read_buf(buf), deadline).await
+}
+
+/// A read, within `deadline` if there is one.
+async fn by_deadline(
+    read: impl std::future::Future<Output = io::Result<usize>>,
+    deadline: Option<Deadline>,
+) -> io::Result<usize> {
     let Some(d) = deadline else {
-        return r.read_buf(buf).await;
+        return read.await;
     };
-    match tokio::time::timeout_at(d.at, r.read_buf(buf)).await {
+    match tokio::time::timeout_at(d.at, read).await {
         Ok(r) => r,
         Err(_) if d.in_header => Err(io::Error::new(
             io::ErrorKind::TimedOut,

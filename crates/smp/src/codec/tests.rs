@@ -172,6 +172,8 @@ mod placing {
         turn: usize,
     }
 
+    impl ReadVectored for Pieces {}
+
     impl AsyncRead for Pieces {
         fn poll_read(
             mut self: Pin<&mut Self>,
@@ -188,7 +190,7 @@ mod placing {
     }
 
     /// Reads everything: whole messages and ordinary frames, in order.
-    async fn read_all<R: AsyncRead + Unpin>(
+    async fn read_all<R: AsyncRead + ReadVectored + Unpin>(
         r: &mut FrameReader<R>,
         re: &mut Reassembler,
     ) -> Result<(Vec<Message>, Vec<Frame>), ReadError> {

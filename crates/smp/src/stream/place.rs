@@ -21,6 +21,11 @@ pub trait Place {
     /// the chunk read as an ordinary frame (a message that is not placed,
     /// or one that was never opened: the ordinary path reports that);
     /// `Ok(None)` changes nothing, as the reader may ask again.
+    ///
+    /// The buffer must stay where it is (no reallocation) from one `place`
+    /// of a message to the next: a reader on a TCP socket may have read the
+    /// following chunks' data into its spare capacity already. Reserving
+    /// the whole message at its first chunk guarantees that.
     fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError>;
 
     /// The buffer of message `id` while its chunk is being placed (the read
