@@ -104,8 +104,8 @@ fn decode_inner(
         }
         MsgType::Chunk => {
             let c = corefarm_smp::stream::Chunk::parse(f.payload)?;
-            json!({"id": c.id, "class": c.class, "first": c.first, "last": c.last,
-                   "offset": c.offset, "total": c.total, "data_hex": hex::encode(&c.data)})
+            json!({"id": c.head.id, "class": c.head.class, "first": c.head.first, "last": c.head.last,
+                   "offset": c.head.offset, "total": c.head.total, "data_hex": hex::encode(&c.data)})
         }
         MsgType::Notification => {
             let n = corefarm_smp::Notification::parse(f.payload)?;

@@ -108,17 +108,9 @@ pub(crate) fn send(
         let mut spans = Vec::with_capacity(BATCH);
         loop {
             let n = size.min(data.len() - at);
-            let head = ChunkHeader {
-                id,
-                class,
-                first: at == 0,
-                last: at + n == data.len(),
-                offset: at as u64,
-                total,
-                len: n as u64,
-            }
-            .encode()
-            .map_err(invalid)?;
+            let head = ChunkHeader::at(id, class, at as u64, total, n as u64)
+                .encode()
+                .map_err(invalid)?;
             heads.push(head);
             spans.push(at..at + n);
             at += n;

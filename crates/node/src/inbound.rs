@@ -92,14 +92,14 @@ impl Inbound {
     /// Checks a chunk against its message and takes it; a first chunk is
     /// handed back for the session to open the message.
     pub fn push(&mut self, c: Chunk) -> Result<Step, ProtocolError> {
-        let id = c.id;
-        if c.first {
+        let id = c.head.id;
+        if c.head.first {
             if self.open.contains_key(&id) {
                 return Err(bad(format!(
                     "message {id} begun again before its last chunk"
                 )));
             }
-            if !c.last && self.open.len() >= MAX_OPEN {
+            if !c.head.last && self.open.len() >= MAX_OPEN {
                 return Err(bad(format!(
                     "message {id}: more than {MAX_OPEN} messages open at once"
                 )));
@@ -116,7 +116,7 @@ impl Inbound {
             }
             Dest::Discard => {}
         }
-        if !c.last {
+        if !c.head.last {
             return Ok(Step::Taken);
         }
         Ok(self.finish(id))
@@ -173,10 +173,10 @@ impl Inbound {
     pub fn open(&mut self, first: &Chunk, reserved: usize, dest: Dest) {
         self.reserved += reserved;
         self.open.insert(
-            first.id,
+            first.head.id,
             Open {
-                class: first.class,
-                total: first.total,
+                class: first.head.class,
+                total: first.head.total,
                 next: first.data.len() as u64,
                 reserved,
                 dest,
@@ -228,10 +228,10 @@ pub fn stream_job(
     let (tx, rx) = std::sync::mpsc::channel();
     let _ = tx.send(first.data.clone());
     let job = StreamJob {
-        id: first.id,
-        class: first.class,
+        id: first.head.id,
+        class: first.head.class,
         count,
-        total: first.total,
+        total: first.head.total,
         reservation,
         chunks: rx,
     };

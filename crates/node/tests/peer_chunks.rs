@@ -86,18 +86,10 @@ fn payload(len: usize) -> Bytes {
 }
 
 fn chunk(id: u32, offset: u64, total: u64, data: Bytes) -> Vec<u8> {
-    Chunk {
-        id,
-        class: 4,
-        first: offset == 0,
-        last: offset + data.len() as u64 == total,
-        offset,
-        total,
-        data,
-    }
-    .to_frame()
-    .unwrap()
-    .to_vec()
+    Chunk::new(id, 4, offset, total, data)
+        .to_frame()
+        .unwrap()
+        .to_vec()
 }
 
 /// Rank 1 joins; the test plays rank 0 with `name` in its hello, sends

@@ -214,7 +214,7 @@ impl Outbound {
     pub(crate) fn next_with_class(&mut self) -> Option<(u8, Result<OutFrame, ProtocolError>)> {
         let (class, mut rest) = self.q.pop()?;
         let c = rest.next()?;
-        if !c.last {
+        if !c.head.last {
             self.q.push(class, rest);
         }
         Some((class, out_frame(&c)))
@@ -254,11 +254,11 @@ mod tests {
         let mut o = Outbound::new(1000);
         o.push(1, 7, Bytes::from(vec![7u8; 5000])).unwrap();
         let first = parse_out(o.next_frame().unwrap().unwrap());
-        assert_eq!((first.id, first.offset), (1, 0));
+        assert_eq!((first.head.id, first.head.offset), (1, 0));
         o.push(2, 0, Bytes::from(vec![0u8; 1500])).unwrap();
         let order: Vec<(u32, u64)> = std::iter::from_fn(|| o.next_frame())
             .map(|f| parse_out(f.unwrap()))
-            .map(|c| (c.id, c.offset))
+            .map(|c| (c.head.id, c.head.offset))
             .collect();
         assert_eq!(
             order,

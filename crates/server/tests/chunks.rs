@@ -12,7 +12,7 @@ use bytes::Bytes;
 use common::{bench, opts, start, Behaviour, FakeNode, FakeUser, LIMIT};
 use corefarm_server::ServerOptions;
 use corefarm_smp::codec::{write_frame, FrameReader};
-use corefarm_smp::stream::{Chunk, Chunks, DEFAULT_CLASS};
+use corefarm_smp::stream::{Chunk, ChunkHeader, Chunks, DEFAULT_CLASS};
 use corefarm_smp::{
     hello::features, ConfigurationResponse, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,
     OutFrame,
@@ -64,12 +64,17 @@ async fn recv_messages(u: &mut FakeUser, n: usize) -> (HashMap<u32, (u8, Vec<u8>
             panic!("server error: {}", ErrorMsg::parse(&f.payload).unwrap());
         }
         let c = chunk_of(f);
-        let buf: &mut Vec<u8> = open.entry(c.id).or_default();
-        assert_eq!(buf.len() as u64, c.offset, "chunks of {} in order", c.id);
+        let buf: &mut Vec<u8> = open.entry(c.head.id).or_default();
+        assert_eq!(
+            buf.len() as u64,
+            c.head.offset,
+            "chunks of {} in order",
+            c.head.id
+        );
         buf.extend_from_slice(&c.data);
-        if c.last {
-            order.push(c.id);
-            done.insert(c.id, (c.class, open.remove(&c.id).unwrap()));
+        if c.head.last {
+            order.push(c.head.id);
+            done.insert(c.head.id, (c.head.class, open.remove(&c.head.id).unwrap()));
         }
     }
     (done, order)
@@ -194,7 +199,10 @@ async fn an_urgent_result_overtakes_a_bulk_result_being_written() {
     go.send(()).unwrap();
     // The bulk result is being written...
     let first = chunk_of(u.recv_skip_credit().await.unwrap());
-    assert_eq!((first.id, first.class, first.offset), (1, 7, 0));
+    assert_eq!(
+        (first.head.id, first.head.class, first.head.offset),
+        (1, 7, 0)
+    );
     // ...when the urgent one arrives. The test reads nothing until the
     // server holds both results, so the bulk one cannot have been written
     // out meanwhile (32 MiB is far more than the socket buffers hold) and
@@ -208,13 +216,13 @@ async fn an_urgent_result_overtakes_a_bulk_result_being_written() {
     let mut bulk_bytes = first.data.len();
     loop {
         let c = chunk_of(u.recv_skip_credit().await.unwrap());
-        if c.id == 1 {
+        if c.head.id == 1 {
             bulk_bytes += c.data.len();
         } else {
-            assert_eq!((c.id, c.class, c.data.len()), (2, 0, output));
+            assert_eq!((c.head.id, c.head.class, c.data.len()), (2, 0, output));
         }
-        if c.last {
-            order.push(c.id);
+        if c.head.last {
+            order.push(c.head.id);
             if order.len() == 2 {
                 break;
             }
@@ -245,13 +253,17 @@ fn wire(c: &Chunk) -> Vec<u8> {
 }
 
 fn chunk(id: u32, class: u8, first: bool, last: bool, offset: u64, total: u64, n: usize) -> Chunk {
-    Chunk {
+    let head = ChunkHeader {
         id,
         class,
         first,
         last,
         offset,
         total,
+        len: n as u64,
+    };
+    Chunk {
+        head,
         data: Bytes::from(vec![0u8; n]),
     }
 }
@@ -388,7 +400,7 @@ async fn random_chunk_payloads_never_break_the_server() {
                     // Accepted as a valid one-chunk message, or the result of 99.
                     assert_eq!(f.ty, MsgType::Chunk, "round {round}");
                     let c = Chunk::parse(f.payload).unwrap();
-                    if c.id == 99 {
+                    if c.head.id == 99 {
                         break;
                     }
                 }

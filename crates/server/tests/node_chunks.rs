@@ -67,7 +67,7 @@ async fn chunking_node(
                 MsgType::Data => Some((Data::parse(f.payload).unwrap().id, 0)),
                 MsgType::Chunk => {
                     let c = Chunk::parse(f.payload).unwrap();
-                    *parts.entry(c.id).or_default() += 1;
+                    *parts.entry(c.head.id).or_default() += 1;
                     re.push(c)
                         .unwrap()
                         .map(|m| (m.id, parts.remove(&m.id).unwrap()))
@@ -77,15 +77,7 @@ async fn chunking_node(
             let Some((id, chunks)) = done else { continue };
             let _ = tx.send(Seen::Message { chunks });
             if script == Script::BadChunk {
-                let c = Chunk {
-                    id: 77,
-                    class: 4,
-                    first: false,
-                    last: true,
-                    offset: 8,
-                    total: 16,
-                    data: Bytes::from_static(&[0; 8]),
-                };
+                let c = Chunk::new(77, 4, 8, 16, Bytes::from_static(&[0; 8]));
                 w.write_all(&c.to_frame().unwrap().to_vec()).await.unwrap();
                 continue;
             }

@@ -340,8 +340,8 @@ async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
         match f.ty {
             MsgType::Chunk => {
                 let c = Chunk::parse(f.payload).unwrap();
-                if c.last {
-                    results.push(c.id);
+                if c.head.last {
+                    results.push(c.head.id);
                 }
             }
             MsgType::Error => {
@@ -384,8 +384,8 @@ async fn a_message_waiting_for_its_full_class_does_not_hold_back_an_urgent_one()
         match f.ty {
             MsgType::Chunk => {
                 let c = Chunk::parse(f.payload).unwrap();
-                if c.last {
-                    results.push(c.id);
+                if c.head.last {
+                    results.push(c.head.id);
                 }
             }
             MsgType::Error => panic!("{}", corefarm_smp::ErrorMsg::parse(&f.payload).unwrap()),

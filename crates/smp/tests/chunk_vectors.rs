@@ -14,8 +14,8 @@ fn decode(wire: &[u8]) -> Result<(Value, Option<Vec<u8>>), ProtocolError> {
     assert_eq!(f.ty, MsgType::Chunk);
     let c = Chunk::parse(f.payload)?;
     let v = json!({
-        "id": c.id, "class": c.class, "first": c.first, "last": c.last,
-        "offset": c.offset, "total": c.total, "data_hex": hex::encode(&c.data),
+        "id": c.head.id, "class": c.head.class, "first": c.head.first, "last": c.head.last,
+        "offset": c.head.offset, "total": c.head.total, "data_hex": hex::encode(&c.data),
     });
     Ok((v, Some(c.to_frame().unwrap().to_vec())))
 }

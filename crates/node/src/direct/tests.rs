@@ -165,15 +165,7 @@ async fn users_that_break_the_rules_get_an_error_and_are_cut_off() {
     assert!(u.cut_off().await.contains("chunk size"));
     // A message announced over the direct path's limit.
     let mut u = connect(&l, &jobs, 1024).await;
-    let c = Chunk {
-        id: 1,
-        class: 0,
-        first: true,
-        last: false,
-        offset: 0,
-        total: MAX_MESSAGE + 1,
-        data: Bytes::from_static(b"x"),
-    };
+    let c = Chunk::new(1, 0, 0, MAX_MESSAGE + 1, Bytes::from_static(b"x"));
     u.wr.write_all_buf(&mut c.to_frame().unwrap())
         .await
         .unwrap();
@@ -181,11 +173,7 @@ async fn users_that_break_the_rules_get_an_error_and_are_cut_off() {
     // More messages open than classes.
     let mut u = connect(&l, &jobs, 1024).await;
     for id in 0..=super::MAX_OPEN as u32 {
-        let c = Chunk {
-            id,
-            total: 10,
-            ..c.clone()
-        };
+        let c = Chunk::new(id, 0, 0, 10, Bytes::from_static(b"x"));
         u.wr.write_all_buf(&mut c.to_frame().unwrap())
             .await
             .unwrap();
@@ -194,13 +182,7 @@ async fn users_that_break_the_rules_get_an_error_and_are_cut_off() {
     assert!(why.contains("open") || why.contains("at once"), "{why}");
     // A chunk of a message never begun.
     let mut u = connect(&l, &jobs, 1024).await;
-    let c = Chunk {
-        first: false,
-        offset: 1,
-        total: 2,
-        last: true,
-        ..c.clone()
-    };
+    let c = Chunk::new(1, 0, 1, 2, Bytes::from_static(b"x"));
     u.wr.write_all_buf(&mut c.to_frame().unwrap())
         .await
         .unwrap();

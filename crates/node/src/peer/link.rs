@@ -184,7 +184,7 @@ pub(crate) fn reassemble(
         return Err(format!(
             "a chunk of {} bytes of message {}, over the {scope}'s chunk size of {chunk_size}",
             c.data.len(),
-            c.id
+            c.head.id
         ));
     }
     r.push(c).map_err(|e| format!("an invalid chunk: {e}"))

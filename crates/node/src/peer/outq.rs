@@ -103,15 +103,7 @@ impl Stream {
             let to = (from + size).min(self.body.len());
             self.body.slice(from..to)
         };
-        let c = Chunk {
-            id: self.id,
-            class: self.class,
-            first: self.sent == 0,
-            last: self.sent + data.len() as u64 == self.total,
-            offset: self.sent,
-            total: self.total,
-            data,
-        };
+        let c = Chunk::new(self.id, self.class, self.sent, self.total, data);
         self.sent += c.data.len() as u64;
         c
     }
@@ -203,7 +195,7 @@ impl PeerOutbox {
         let chunk = s.next(self.chunk_size);
         // Cut from a message that fits a frame: every rule holds.
         let frame = chunk.to_frame().expect("a valid chunk");
-        let permit = if chunk.last {
+        let permit = if chunk.head.last {
             let s = self.current[c].take().expect("set above");
             self.left(s.ticket);
             s.permit
@@ -395,7 +387,7 @@ mod tests {
                 out.push((class, m.header.seq));
             } else {
                 let c = Chunk::parse(payload).unwrap();
-                out.push((c.class, 1000 + c.id as u64));
+                out.push((c.head.class, 1000 + c.head.id as u64));
             }
         }
         out

@@ -58,9 +58,9 @@ impl Session<'_> {
             return Some(Err(NodeError::Session(reason.into())));
         };
         let output_size = cfg.output_size as u64;
-        let id = c.id;
+        let id = c.head.id;
         // The limit of a message read whole, id included.
-        let size = c.total.saturating_add(DATA_ID_LEN as u64);
+        let size = c.head.total.saturating_add(DATA_ID_LEN as u64);
         if size > self.limit as u64 {
             let e = ProtocolError::TooLarge {
                 size: u32::try_from(size).unwrap_or(u32::MAX),
@@ -69,14 +69,14 @@ impl Session<'_> {
             self.error(id, e.code(), e.to_string());
             return Some(Err(NodeError::Protocol(e)));
         }
-        let count = match cfg.count_inputs(c.total as usize) {
+        let count = match cfg.count_inputs(c.head.total as usize) {
             Ok(n) => n as u64,
             Err(e) => {
                 self.error(id, e.code(), e.to_string());
                 return Some(Err(NodeError::Protocol(e)));
             }
         };
-        self.chunking.class_of(id, c.class);
+        self.chunking.class_of(id, c.head.class);
         let out_len = count * output_size;
         if out_len + DATA_ID_LEN as u64 > self.limit as u64 {
             let reason = format!(
@@ -86,12 +86,12 @@ impl Session<'_> {
             );
             return self.refuse(&c, reason);
         }
-        let need = (c.total + out_len) as usize;
-        if c.last {
+        let need = (c.head.total + out_len) as usize;
+        if c.head.last {
             let reservation = self.guard.reserve(need).await;
             let job = Job {
                 id,
-                class: c.class,
+                class: c.head.class,
                 data: c.data,
                 count: count as usize,
                 reservation,
@@ -108,7 +108,7 @@ impl Session<'_> {
             let reason = format!(
                 "message {id} of {} bytes needs {want} bytes of the node's memory guard \
                  ({limit} bytes), and {held} are held by {} message(s) still arriving",
-                c.total,
+                c.head.total,
                 inb.open_count()
             );
             return self.refuse(&c, reason);
@@ -131,7 +131,7 @@ impl Session<'_> {
                 Dest::Spin(tx)
             }
             None => {
-                let mut buf = Vec::with_capacity(c.total as usize);
+                let mut buf = Vec::with_capacity(c.head.total as usize);
                 buf.extend_from_slice(&c.data);
                 Dest::Cores {
                     buf,
@@ -149,12 +149,12 @@ impl Session<'_> {
     /// its chunks are read and dropped.
     fn refuse(&mut self, c: &Chunk, reason: String) -> Step {
         self.queue(Outgoing::Failed {
-            id: c.id,
+            id: c.head.id,
             code: ErrorCode::TooLarge,
             reason,
             reservation: None,
         });
-        if !c.last {
+        if !c.head.last {
             let inb = self.inbound.as_mut().expect("chunks are on");
             inb.open(c, 0, Dest::Discard);
         }

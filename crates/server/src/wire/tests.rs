@@ -164,7 +164,11 @@ async fn an_urgent_frame_is_written_at_once_ahead_of_queued_bulk_chunks() {
     let first = rd.read_frame().await.unwrap().unwrap();
     assert_eq!(first.ty, corefarm_smp::MsgType::Chunk);
     let c = corefarm_smp::stream::Chunk::parse(first.payload).unwrap();
-    assert_eq!((c.id, c.class, c.last), (2, 0, true), "urgent first, whole");
+    assert_eq!(
+        (c.head.id, c.head.class, c.head.last),
+        (2, 0, true),
+        "urgent first, whole"
+    );
     let mut bulk = 0;
     while bulk < 8 << 10 {
         let f = rd.read_frame().await.unwrap().unwrap();

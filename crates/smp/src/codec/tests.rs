@@ -164,6 +164,13 @@ mod placing {
         c.to_frame().unwrap().to_vec()
     }
 
+    /// `c` with its header changed by `f`.
+    fn with(c: &Chunk, f: impl FnOnce(&mut crate::stream::ChunkHeader)) -> Chunk {
+        let mut c = c.clone();
+        f(&mut c.head);
+        c
+    }
+
     /// Hands out its bytes in pieces of the sizes given, in turn.
     struct Pieces {
         data: Vec<u8>,
@@ -277,7 +284,7 @@ mod placing {
         let mut order = Vec::new();
         for i in 0..a.len().max(b.len()) {
             for c in [a.get(i), b.get(i)].into_iter().flatten() {
-                order.push(c.id);
+                order.push(c.head.id);
                 stream.extend(wire(c));
             }
             if i % 3 == 0 {
@@ -339,18 +346,11 @@ mod placing {
         let cases = [
             (cs[2].clone(), "offset 2000, expected 1000"),
             (
-                Chunk {
-                    class: 5,
-                    ..cs[1].clone()
-                },
+                with(&cs[1], |h| h.class = 5),
                 "changed from 3000 bytes in class 2",
             ),
             (
-                Chunk {
-                    total: 2500,
-                    last: false,
-                    ..cs[1].clone()
-                },
+                with(&cs[1], |h| (h.total, h.last) = (2500, false)),
                 "changed from 3000 bytes",
             ),
         ];
@@ -373,13 +373,8 @@ mod placing {
     #[tokio::test]
     async fn a_chunk_over_max_payload_is_refused_before_it_is_placed() {
         let data = message(4, 3000);
-        let cs = chunks(4, 0, &data, 1000);
         let first = chunks(4, 0, &data, 1000)[0].clone();
-        let big = Chunk {
-            data: data.slice(1000..3000),
-            last: true,
-            ..cs[1].clone()
-        };
+        let big = Chunk::new(4, 0, 1000, 3000, data.slice(1000..3000));
         let mut stream = wire(&first);
         stream.extend(wire(&big));
         let mut r = FrameReader::new(&stream[..], 1500);

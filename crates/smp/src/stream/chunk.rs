@@ -39,15 +39,11 @@ pub const MAX_CHUNK_SIZE: u32 = 1 << 20;
 const FIRST: u8 = 1;
 const LAST: u8 = 2;
 
-/// One chunk of a data message.
+/// One chunk of a data message: its header and its data (`head.len` is
+/// `data.len()`; [`Chunk::new`] sets it, and framing goes by the data).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Chunk {
-    pub id: u32,
-    pub class: u8,
-    pub first: bool,
-    pub last: bool,
-    pub offset: u64,
-    pub total: u64,
+    pub head: ChunkHeader,
     pub data: Bytes,
 }
 
@@ -71,6 +67,20 @@ pub struct ChunkHeader {
 }
 
 impl ChunkHeader {
+    /// The header of `len` bytes at `offset` of message `id`'s `total`;
+    /// whether it is the first or the last chunk follows from where it lies.
+    pub fn at(id: u32, class: u8, offset: u64, total: u64, len: u64) -> ChunkHeader {
+        ChunkHeader {
+            id,
+            class,
+            first: offset == 0,
+            last: offset.saturating_add(len) == total,
+            offset,
+            total,
+            len,
+        }
+    }
+
     /// Parses the header of a chunk that carries `len` bytes of data and
     /// checks the rules every chunk obeys by itself.
     pub fn parse(h: &[u8; CHUNK_HEADER_LEN], len: usize) -> Result<ChunkHeader, ProtocolError> {
@@ -164,26 +174,24 @@ impl Chunk {
         let h = ChunkHeader::parse(h, payload.len() - CHUNK_HEADER_LEN)?;
         payload.advance(CHUNK_HEADER_LEN);
         Ok(Chunk {
-            id: h.id,
-            class: h.class,
-            first: h.first,
-            last: h.last,
-            offset: h.offset,
-            total: h.total,
+            head: h,
             data: payload,
         })
     }
 
-    /// This chunk's header.
+    /// The chunk of message `id` that carries `data` at `offset` of its
+    /// `total` bytes; whether it is the first or the last follows from
+    /// where it lies.
+    pub fn new(id: u32, class: u8, offset: u64, total: u64, data: Bytes) -> Chunk {
+        let head = ChunkHeader::at(id, class, offset, total, data.len() as u64);
+        Chunk { head, data }
+    }
+
+    /// This chunk's header, its length that of the data.
     pub fn header(&self) -> ChunkHeader {
         ChunkHeader {
-            id: self.id,
-            class: self.class,
-            first: self.first,
-            last: self.last,
-            offset: self.offset,
-            total: self.total,
             len: self.data.len() as u64,
+            ..self.head
         }
     }
 
@@ -245,17 +253,9 @@ impl Iterator for Chunks {
         }
         let n = self.size.min(self.data.len());
         let data = self.data.split_to(n);
-        let c = Chunk {
-            id: self.id,
-            class: self.class,
-            first: self.offset == 0,
-            last: self.data.is_empty(),
-            offset: self.offset,
-            total: self.total,
-            data,
-        };
+        let c = Chunk::new(self.id, self.class, self.offset, self.total, data);
         self.offset += n as u64;
-        self.done = c.last;
+        self.done = c.head.last;
         Some(c)
     }
 }
@@ -275,7 +275,7 @@ mod tests {
         assert_eq!(
             chunks
                 .iter()
-                .map(|c| (c.offset, c.data.len(), c.first, c.last))
+                .map(|c| (c.head.offset, c.data.len(), c.head.first, c.head.last))
                 .collect::<Vec<_>>(),
             [
                 (0, 300, true, false),
@@ -291,21 +291,14 @@ mod tests {
         }
         let empty: Vec<Chunk> = Chunks::new(1, 0, Bytes::new(), 64).unwrap().collect();
         assert_eq!(empty.len(), 1);
-        assert!(empty[0].first && empty[0].last && empty[0].total == 0);
+        let h = empty[0].head;
+        assert!(h.first && h.last && h.total == 0);
         assert_eq!(Chunk::parse(wire(&empty[0])).unwrap(), empty[0]);
     }
 
     #[test]
     fn chunks_that_break_a_rule_are_refused_with_the_reason() {
-        let good = Chunk {
-            id: 5,
-            class: 1,
-            first: true,
-            last: false,
-            offset: 0,
-            total: 10,
-            data: Bytes::from_static(b"abcd"),
-        };
+        let good = Chunk::new(5, 1, 0, 10, Bytes::from_static(b"abcd"));
         let raw = |f: &dyn Fn(&mut [u8])| {
             let mut v = wire(&good).to_vec();
             f(&mut v);
@@ -319,12 +312,7 @@ mod tests {
         assert!(raw(&|v| v[8..16].copy_from_slice(&u64::MAX.to_le_bytes())).contains("overrun"));
         let e = Chunk::parse(Bytes::from_static(&[0; 23])).unwrap_err();
         assert_eq!(e.kind(), "truncated");
-        let empty_middle = Chunk {
-            first: false,
-            offset: 4,
-            data: Bytes::new(),
-            ..good.clone()
-        };
+        let empty_middle = Chunk::new(5, 1, 4, 10, Bytes::new());
         assert!(empty_middle.to_frame().is_err());
         assert!(Chunks::new(1, 8, Bytes::new(), 4).is_err());
     }

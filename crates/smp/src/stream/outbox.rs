@@ -117,7 +117,7 @@ impl<T> Outbox<T> {
                 let c = chunks.next().expect("a queued stream has a chunk left");
                 // Chunks cut by `Chunks` obey every rule and fit a frame.
                 let frame = c.to_frame().expect("a valid chunk");
-                if c.last {
+                if c.head.last {
                     Some((frame, Some(t)))
                 } else {
                     self.queues.push_front(class, Entry::Stream(chunks, t));
@@ -164,7 +164,13 @@ mod tests {
         assert_eq!(ty, 0x1D, "small but urgent: one chunk carrying its class");
         let c = Chunk::parse(p).unwrap();
         assert_eq!(
-            (c.id, c.class, c.first, c.last, &c.data[..]),
+            (
+                c.head.id,
+                c.head.class,
+                c.head.first,
+                c.head.last,
+                &c.data[..]
+            ),
             (2, 0, true, true, &b"urgent"[..])
         );
         let (w, done) = o.pop().unwrap();
@@ -179,8 +185,8 @@ mod tests {
             let (ty, p) = parse(&w);
             assert_eq!(ty, 0x1D);
             let c = Chunk::parse(p).unwrap();
-            assert_eq!(c.id, 1);
-            rest.push((c.offset, c.last, done));
+            assert_eq!(c.head.id, 1);
+            rest.push((c.head.offset, c.head.last, done));
         }
         assert_eq!(
             rest,

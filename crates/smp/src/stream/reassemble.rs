@@ -125,16 +125,16 @@ impl Reassembler {
     /// Takes the next chunk; returns the message it completes. A message
     /// of one chunk is handed on without a copy.
     pub fn push(&mut self, c: Chunk) -> Result<Option<Message>, ProtocolError> {
-        let id = c.id;
-        self.check_size(id, c.total)?;
+        let id = c.head.id;
+        self.check_size(id, c.head.total)?;
         let len = c.data.len() as u64;
-        if c.first {
+        if c.head.first {
             if self.open.contains_key(&id) {
                 return Err(bad(format!(
                     "message {id} begun again before its last chunk"
                 )));
             }
-            if c.last {
+            if c.head.last {
                 let data = if self.prefix == 0 {
                     c.data
                 } else {
@@ -145,7 +145,7 @@ impl Reassembler {
                 };
                 return Ok(Some(Message {
                     id,
-                    class: c.class,
+                    class: c.head.class,
                     data,
                 }));
             }
@@ -155,20 +155,24 @@ impl Reassembler {
                     self.max_open
                 )));
             }
-            let charged = if self.reserve { c.total.max(len) } else { len };
+            let charged = if self.reserve {
+                c.head.total.max(len)
+            } else {
+                len
+            };
             self.hold(id, charged)?;
             let mut buf = Vec::new();
             let reserved = if self.reserve {
                 buf.try_reserve_exact(self.prefix + charged as usize)
             } else {
-                let cap = (len * 2).max(c.total.min(self.prealloc));
+                let cap = (len * 2).max(c.head.total.min(self.prealloc));
                 buf.try_reserve(self.prefix + cap as usize)
             };
             if reserved.is_err() {
                 self.held -= charged;
                 return Err(bad(format!(
                     "message {id}: cannot allocate {} bytes for it",
-                    c.total
+                    c.head.total
                 )));
             }
             if self.prefix > 0 {
@@ -178,8 +182,8 @@ impl Reassembler {
             self.open.insert(
                 id,
                 Partial {
-                    class: c.class,
-                    total: c.total,
+                    class: c.head.class,
+                    total: c.head.total,
                     buf,
                     charged,
                 },
@@ -188,7 +192,7 @@ impl Reassembler {
         }
         let p = self.take(&c.header())?;
         p.buf.extend_from_slice(&c.data);
-        if !c.last {
+        if !c.head.last {
             return Ok(None);
         }
         Ok(Some(self.finish(id)))
@@ -375,10 +379,8 @@ mod tests {
         assert!(e.to_string().contains("offset 200, expected 100"), "{e}");
         let e = r.push(m[0].clone()).unwrap_err();
         assert!(e.to_string().contains("begun again"), "{e}");
-        let other_class = Chunk {
-            class: 3,
-            ..m[1].clone()
-        };
+        let mut other_class = m[1].clone();
+        other_class.head.class = 3;
         let e = r.push(other_class).unwrap_err();
         assert!(
             e.to_string().contains("changed from 300 bytes in class 2"),

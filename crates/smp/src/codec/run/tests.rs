@@ -27,15 +27,14 @@ fn chunks(id: u32, class: u8, data: &Bytes, sizes: &[usize]) -> Vec<Chunk> {
     loop {
         let n = sizes[k.min(sizes.len() - 1)].min(data.len() - at);
         k += 1;
-        v.push(Chunk {
+        let total = data.len() as u64;
+        v.push(Chunk::new(
             id,
             class,
-            first: at == 0,
-            last: at + n == data.len(),
-            offset: at as u64,
-            total: data.len() as u64,
-            data: data.slice(at..at + n),
-        });
+            at as u64,
+            total,
+            data.slice(at..at + n),
+        ));
         at += n;
         if at == data.len() {
             return v;
