@@ -140,7 +140,7 @@ async fn read_timeout_needs_payload_progress_not_speed() {
     drop(writer);
 }
 
-mod placing {
+pub(crate) mod placing {
     use super::*;
     use crate::stream::{Chunk, Chunks, Message, Reassembler};
     use std::pin::Pin;
@@ -197,7 +197,7 @@ mod placing {
     }
 
     /// Reads everything: whole messages and ordinary frames, in order.
-    async fn read_all<R: AsyncRead + ReadVectored + Unpin>(
+    pub(crate) async fn read_all<R: AsyncRead + ReadVectored + Unpin>(
         r: &mut FrameReader<R>,
         re: &mut Reassembler,
     ) -> Result<(Vec<Message>, Vec<Frame>), ReadError> {

@@ -6,8 +6,8 @@ use proptest::prelude::*;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
-use crate::codec::{FrameReader, Read, ReadError};
-use crate::header::MsgType;
+use crate::codec::tests::placing::read_all;
+use crate::codec::FrameReader;
 use crate::message::Frame;
 use crate::outframe::OutFrame;
 use crate::stream::{Chunk, Message, Reassembler};
@@ -53,24 +53,6 @@ async fn pair() -> (TcpStream, TcpStream) {
     (a, b)
 }
 
-/// Everything read from `r`: whole messages and other frames, in order.
-async fn read_all(
-    r: &mut FrameReader<TcpStream>,
-    re: &mut Reassembler,
-) -> Result<(Vec<Message>, Vec<Frame>), ReadError> {
-    let (mut whole, mut frames) = (Vec::new(), Vec::new());
-    while let Some(got) = r.read_placing(re).await? {
-        match got {
-            Read::Placed { whole: m, .. } => whole.extend(m),
-            Read::Frame(f) if f.ty == MsgType::Chunk => {
-                whole.extend(re.push(Chunk::parse(f.payload)?)?);
-            }
-            Read::Frame(f) => frames.push(f),
-        }
-    }
-    Ok((whole, frames))
-}
-
 /// Writes `stream` in pieces of the sizes given while the reader reads.
 async fn send(mut a: TcpStream, stream: Vec<u8>, pieces: Vec<usize>) {
     let mut at = 0;
@@ -111,17 +93,7 @@ async fn a_message_sent_at_once_is_read_in_runs_without_a_copy() {
 async fn oracle(stream: &[u8]) -> (Vec<Message>, Vec<Frame>) {
     let mut r = FrameReader::new(stream, 1 << 20);
     let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
-    let (mut whole, mut frames) = (Vec::new(), Vec::new());
-    while let Some(got) = r.read_placing(&mut re).await.unwrap() {
-        match got {
-            Read::Placed { whole: m, .. } => whole.extend(m),
-            Read::Frame(f) if f.ty == MsgType::Chunk => {
-                whole.extend(re.push(Chunk::parse(f.payload).unwrap()).unwrap());
-            }
-            Read::Frame(f) => frames.push(f),
-        }
-    }
-    (whole, frames)
+    read_all(&mut r, &mut re).await.unwrap()
 }
 
 /// Messages (id, size, chunk sizes) interleaved chunk by chunk in the
