@@ -196,9 +196,7 @@ impl RawGroup {
             Bytes::from(byte_buffer(data)?.to_vec(py)?),
         );
         let class = class(priority);
-        self.with(py, |g| {
-            g.bcast_from_user_with_priority(name, dt, data, al, class)
-        })
+        self.with(py, |g| g.bcast_from_user(name, dt, data, al.class(class)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -214,7 +212,7 @@ impl RawGroup {
         priority: Option<u8>,
     ) -> PyResult<()> {
         let (dt, al, class) = (dtype(dt)?, algo(al)?, class(priority));
-        self.with(py, |g| g.bcast_with_priority(root, src, dst, dt, al, class))
+        self.with(py, |g| g.bcast(root, src, dst, dt, al.class(class)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -232,9 +230,7 @@ impl RawGroup {
     ) -> PyResult<()> {
         let (dt, op, al) = (dtype(dt)?, reduce_op(op)?, algo(al)?);
         let class = class(priority);
-        self.with(py, |g| {
-            g.reduce_with_priority(root, src, dst, dt, op, al, class)
-        })
+        self.with(py, |g| g.reduce(root, src, dst, dt, op, al.class(class)))
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -251,9 +247,7 @@ impl RawGroup {
     ) -> PyResult<()> {
         let (dt, op, al) = (dtype(dt)?, reduce_op(op)?, algo(al)?);
         let class = class(priority);
-        self.with(py, |g| {
-            g.allreduce_with_priority(src, dst, dt, op, al, class)
-        })
+        self.with(py, |g| g.allreduce(src, dst, dt, op, al.class(class)))
     }
 
     #[pyo3(signature = (src, dst, al, *, priority=None))]
@@ -266,13 +260,13 @@ impl RawGroup {
         priority: Option<u8>,
     ) -> PyResult<()> {
         let (al, class) = (algo(al)?, class(priority));
-        self.with(py, |g| g.allgather_with_priority(src, dst, al, class))
+        self.with(py, |g| g.allgather(src, dst, al.class(class)))
     }
 
     #[pyo3(signature = (al, *, priority=None))]
     fn barrier(&self, py: Python<'_>, al: &str, priority: Option<u8>) -> PyResult<()> {
         let (al, class) = (algo(al)?, class(priority));
-        self.with(py, |g| g.barrier_with_priority(al, class))
+        self.with(py, |g| g.barrier(al.class(class)))
     }
 
     /// Whether the server relays a collective's class to the nodes.

@@ -44,6 +44,7 @@ mod calls;
 mod collectives;
 pub use calls::Call;
 use calls::{read_until, unexpected};
+pub use collectives::Plan;
 
 /// Which tree a collective runs over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -81,10 +81,16 @@ async fn a_collectives_class_reaches_nodes_that_agreed_and_old_nodes_get_the_pla
     let call = tokio::task::spawn_blocking(move || {
         let mut g = Group::open(&users, GroupOptions::new(2))?;
         assert!(g.priorities(), "the server agreed group-priority");
-        g.allreduce_with_priority("x", "s", DType::I32, ReduceOp::Sum, Algorithm::Binomial, 1)?;
+        g.allreduce(
+            "x",
+            "s",
+            DType::I32,
+            ReduceOp::Sum,
+            Algorithm::Binomial.class(1),
+        )?;
         g.bcast(0, "x", "y", DType::I32, Algorithm::Binomial)?;
         // A class over 7 never leaves the client.
-        let e = g.barrier_with_priority(Algorithm::Binomial, 8).unwrap_err();
+        let e = g.barrier(Algorithm::Binomial.class(8)).unwrap_err();
         assert!(matches!(e, GroupError::Usage(_)), "{e}");
         assert!(e.to_string().contains("priority class 8"), "{e}");
         Ok::<_, GroupError>(())

@@ -2,8 +2,9 @@
 //! call has a class, 0 (most urgent) to 7, that its data takes on the
 //! links between the members, where each link serves the classes by
 //! strict priority with an anti-starvation guard. An urgent collective's
-//! data so passes a bulk one's still queued on the same links. The plain
-//! calls use the default class 4; the `_with_priority` ones take a class.
+//! data so passes a bulk one's still queued on the same links. The
+//! calls take a [`Plan`]: an [`Algorithm`] alone is class 4,
+//! `Algorithm::class` names another.
 //!
 //! The class reaches the nodes only through a server that agreed
 //! `features::GROUP_PRIORITY` ([`Group::priorities`]); through an older
@@ -28,6 +29,34 @@ fn check_class(class: u8) -> Result<()> {
     Ok(())
 }
 
+/// How a collective runs: the tree it takes and the priority class of its
+/// data on the links. An [`Algorithm`] alone is a plan in the default
+/// class 4; [`Algorithm::class`] names another:
+/// `g.allreduce("x", "s", i32, sum, Algorithm::Auto.class(0))`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Plan {
+    pub algo: Algorithm,
+    /// 0 (most urgent) to 7.
+    pub class: u8,
+}
+
+impl From<Algorithm> for Plan {
+    fn from(algo: Algorithm) -> Plan {
+        Plan {
+            algo,
+            class: DEFAULT_CLASS,
+        }
+    }
+}
+
+impl Algorithm {
+    /// This tree, its data in priority class `class` (0 most urgent to 7;
+    /// a bad class is the call's usage error, and nothing is sent).
+    pub fn class(self, class: u8) -> Plan {
+        Plan { algo: self, class }
+    }
+}
+
 impl Group {
     /// Whether the server relays a call's class to the nodes (it agreed
     /// `features::GROUP_PRIORITY`); if not, every call is class 4.
@@ -36,31 +65,20 @@ impl Group {
     }
 
     /// Gives every member `data` as buffer `name`: one copy to rank 0, then a
-    /// broadcast among the nodes (the server carries the data once).
+    /// broadcast among the nodes (the server carries the data once; the
+    /// copy to rank 0 passes it in order with every command, whatever the
+    /// plan's class).
     pub fn bcast_from_user(
         &mut self,
         name: &str,
         dtype: DType,
         data: Bytes,
-        algo: Algorithm,
+        plan: impl Into<Plan>,
     ) -> Result<()> {
-        self.bcast_from_user_with_priority(name, dtype, data, algo, DEFAULT_CLASS)
-    }
-
-    /// [`Group::bcast_from_user`] whose broadcast is in priority class
-    /// `class`, 0 (most urgent) to 7 (the copy to rank 0 passes the server
-    /// in order with every command); a bad class sends nothing.
-    pub fn bcast_from_user_with_priority(
-        &mut self,
-        name: &str,
-        dtype: DType,
-        data: Bytes,
-        algo: Algorithm,
-        class: u8,
-    ) -> Result<()> {
-        check_class(class)?;
+        let plan = plan.into();
+        check_class(plan.class)?;
         self.put(0, name, dtype, data)?;
-        self.bcast_with_priority(0, name, name, dtype, algo, class)
+        self.bcast(0, name, name, dtype, plan)
     }
 
     /// Buffer `src` of `root` into buffer `dst` of every member.
@@ -70,23 +88,10 @@ impl Group {
         src: &str,
         dst: &str,
         dtype: DType,
-        algo: Algorithm,
-    ) -> Result<()> {
-        self.bcast_with_priority(root, src, dst, dtype, algo, DEFAULT_CLASS)
-    }
-
-    /// [`Group::bcast`] in priority class `class`, 0 (most urgent) to 7.
-    pub fn bcast_with_priority(
-        &mut self,
-        root: u32,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        algo: Algorithm,
-        class: u8,
+        plan: impl Into<Plan>,
     ) -> Result<()> {
         let size = self.size_of(src, root);
-        let mut c = self.coll(Cmd::Bcast, algo, size, src, dst, class)?;
+        let mut c = self.coll(Cmd::Bcast, plan.into(), size, src, dst)?;
         (c.root, c.dtype) = (root, dtype);
         self.call(c)?;
         self.set_size(dst, None, size);
@@ -101,25 +106,10 @@ impl Group {
         dst: &str,
         dtype: DType,
         op: ReduceOp,
-        algo: Algorithm,
-    ) -> Result<()> {
-        self.reduce_with_priority(root, src, dst, dtype, op, algo, DEFAULT_CLASS)
-    }
-
-    /// [`Group::reduce`] in priority class `class`, 0 (most urgent) to 7.
-    #[allow(clippy::too_many_arguments)]
-    pub fn reduce_with_priority(
-        &mut self,
-        root: u32,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algorithm,
-        class: u8,
+        plan: impl Into<Plan>,
     ) -> Result<()> {
         let size = self.size_of(src, root);
-        let mut c = self.coll(Cmd::Reduce, algo, size, src, dst, class)?;
+        let mut c = self.coll(Cmd::Reduce, plan.into(), size, src, dst)?;
         (c.root, c.dtype, c.reduce) = (root, dtype, op);
         self.call(c)?;
         self.set_size(dst, Some(root), size);
@@ -133,87 +123,45 @@ impl Group {
         dst: &str,
         dtype: DType,
         op: ReduceOp,
-        algo: Algorithm,
+        plan: impl Into<Plan>,
     ) -> Result<()> {
-        self.allreduce_with_priority(src, dst, dtype, op, algo, DEFAULT_CLASS)
-    }
-
-    /// [`Group::allreduce`] in priority class `class`, 0 (most urgent) to 7.
-    pub fn allreduce_with_priority(
-        &mut self,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algorithm,
-        class: u8,
-    ) -> Result<()> {
-        let call = self.begin_allreduce_with_priority(src, dst, dtype, op, algo, class)?;
+        let call = self.begin_allreduce(src, dst, dtype, op, plan)?;
         self.wait(call).map(drop)
     }
 
     /// Every member's `src`, in rank order, into `dst` of every member.
-    pub fn allgather(&mut self, src: &str, dst: &str, algo: Algorithm) -> Result<()> {
-        self.allgather_with_priority(src, dst, algo, DEFAULT_CLASS)
-    }
-
-    /// [`Group::allgather`] in priority class `class`, 0 (most urgent) to 7.
-    pub fn allgather_with_priority(
-        &mut self,
-        src: &str,
-        dst: &str,
-        algo: Algorithm,
-        class: u8,
-    ) -> Result<()> {
+    pub fn allgather(&mut self, src: &str, dst: &str, plan: impl Into<Plan>) -> Result<()> {
         let total = self
             .sizes
             .get(src)
             .and_then(|v| v.iter().copied().sum::<Option<u64>>());
-        let c = self.coll(Cmd::Allgather, algo, total, src, dst, class)?;
+        let c = self.coll(Cmd::Allgather, plan.into(), total, src, dst)?;
         self.call(c)?;
         self.set_size(dst, None, total);
         Ok(())
     }
 
-    /// Returns once every member has entered the barrier.
-    pub fn barrier(&mut self, algo: Algorithm) -> Result<()> {
-        self.barrier_with_priority(algo, DEFAULT_CLASS)
-    }
-
-    /// [`Group::barrier`] with priority class `class`. A barrier moves no
-    /// data, and its empty chunks ride above every class on the links
-    /// anyway; the class is checked and carried like any other call's.
-    pub fn barrier_with_priority(&mut self, algo: Algorithm, class: u8) -> Result<()> {
-        let c = self.coll(Cmd::Barrier, algo, Some(0), "", "", class)?;
+    /// Returns once every member has entered the barrier. A barrier moves
+    /// no data, and its empty chunks ride above every class on the links
+    /// anyway; a plan's class is checked and carried like any other call's.
+    pub fn barrier(&mut self, plan: impl Into<Plan>) -> Result<()> {
+        let c = self.coll(Cmd::Barrier, plan.into(), Some(0), "", "")?;
         self.call(c).map(drop)
     }
 
-    /// Starts [`Group::allreduce`] without waiting for it.
+    /// Starts [`Group::allreduce`] without waiting for it: a bulk allreduce
+    /// begun first and an urgent one after it share the links, where the
+    /// urgent one's chunks go first.
     pub fn begin_allreduce(
         &mut self,
         src: &str,
         dst: &str,
         dtype: DType,
         op: ReduceOp,
-        algo: Algorithm,
-    ) -> Result<Call> {
-        self.begin_allreduce_with_priority(src, dst, dtype, op, algo, DEFAULT_CLASS)
-    }
-
-    /// Starts [`Group::allreduce_with_priority`] without waiting for it:
-    /// a bulk allreduce begun first and an urgent one after it share the
-    /// links, where the urgent one's chunks go first.
-    pub fn begin_allreduce_with_priority(
-        &mut self,
-        src: &str,
-        dst: &str,
-        dtype: DType,
-        op: ReduceOp,
-        algo: Algorithm,
-        class: u8,
+        plan: impl Into<Plan>,
     ) -> Result<Call> {
         let size = self.size_of(src, 0);
-        let mut c = self.coll(Cmd::Allreduce, algo, size, src, dst, class)?;
+        let mut c = self.coll(Cmd::Allreduce, plan.into(), size, src, dst)?;
         (c.dtype, c.reduce) = (dtype, op);
         self.set_size(dst, None, size);
         self.begin(c)
@@ -224,12 +172,12 @@ impl Group {
     pub(super) fn coll(
         &mut self,
         cmd: Cmd,
-        algo: Algorithm,
+        plan: Plan,
         bytes: Option<u64>,
         a: &str,
         b: &str,
-        class: u8,
     ) -> Result<GroupCmd> {
+        let Plan { algo, class } = plan;
         check_class(class)?;
         let algo = match algo {
             Algorithm::Auto => auto(self.model.as_deref(), cmd, bytes, self.size()),
@@ -257,8 +205,7 @@ mod tests {
         let mut g = Group::open(addr, opts).unwrap();
         let agreed = g.priorities();
         let (i32, sum, algo) = (DType::I32, ReduceOp::Sum, Algorithm::Binomial);
-        g.allreduce_with_priority("x", "s", i32, sum, algo, 0)
-            .unwrap();
+        g.allreduce("x", "s", i32, sum, algo.class(0)).unwrap();
         g.allreduce("x", "t", i32, sum, algo).unwrap();
         agreed
     }
