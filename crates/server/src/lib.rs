@@ -25,6 +25,7 @@ pub mod defaults;
 pub mod dispatch;
 mod greeting;
 mod group;
+mod intake;
 mod limits;
 pub mod metrics;
 pub mod nodeconn;

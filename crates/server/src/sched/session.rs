@@ -29,6 +29,7 @@ use tokio_util::sync::CancellationToken;
 use super::driver::{Cmd, Handle, ToUser};
 use super::Job;
 use crate::greeting::{self, Asked};
+use crate::intake::{self, Refused};
 use crate::registry::UserEntry;
 use crate::wire::Sink;
 use crate::Shared;
@@ -499,31 +500,13 @@ impl Session {
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), String> {
         let cfg = self.cfg.as_ref().expect("routing implies a configuration");
-        let count = match cfg.count_inputs(d.data.len()) {
+        let credit = self.agreed(features::CREDIT).then_some(&mut self.credit);
+        let hello = self.hello.as_ref();
+        let count = match intake::check(cfg, credit, self.result_limit, hello, d.id, d.data.len()) {
             Ok(n) => n,
-            Err(e) => {
-                return self
-                    .fail(d.id, e.code(), format!("data id {}: {e}", d.id))
-                    .await
-            }
+            Err(Refused::ById(id, code, why)) => return self.send_error(id, code, why).await,
+            Err(Refused::End(id, code, why)) => return self.fail(id, code, why).await,
         };
-        if self.agreed(features::CREDIT) {
-            if self.credit == 0 {
-                let why = "data message sent without credit".to_string();
-                return self.fail(d.id, ErrorCode::UnexpectedMessage, why).await;
-            }
-            self.credit -= 1;
-        }
-        let limit = self.result_limit;
-        let refused =
-            crate::anylen::refuse_data(d.id, count, cfg.output_size, limit, self.hello.as_ref());
-        match refused {
-            Some((reason, true)) => {
-                return self.send_error(d.id, ErrorCode::TooLarge, reason).await
-            }
-            Some((reason, false)) => return self.fail(d.id, ErrorCode::TooLarge, reason).await,
-            None => {}
-        }
         let mut job = Job::new(self.user, d.id, d.data, count);
         job.class = class;
         let place = self.queue.as_ref().map(|q| q.try_take(class));

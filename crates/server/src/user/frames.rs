@@ -1,14 +1,14 @@
 //! Messages from the user: hello, configuration, data and status requests.
 
 use corefarm_smp::{
-    hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,
-    UserPhase as Phase,
+    hello::features, Configuration, Data, ErrorMsg, Frame, Hello, MsgType, UserPhase as Phase,
 };
 
 use corefarm_smp::stream::{Message, DEFAULT_CLASS};
 
 use super::{End, Handler, NextCfg, Pending};
 use crate::greeting::{self, Asked};
+use crate::intake::{self, Refused};
 
 /// A configured user's receive buffer holds this many data messages of
 /// its input size (the kernel doubles the figure for its bookkeeping).
@@ -217,33 +217,14 @@ impl Handler {
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), End> {
         let cfg = self.cfg.as_ref().expect("routing implies a configuration");
-        let count = match cfg.count_inputs(d.data.len()) {
+        let credit = self.agreed(features::CREDIT).then_some(&mut self.credit);
+        let hello = self.hello.as_ref();
+        let count = match intake::check(cfg, credit, self.result_limit, hello, d.id, d.data.len()) {
             Ok(n) => n,
-            Err(e) => {
-                return Err(self
-                    .fail_user(d.id, e.code(), format!("data id {}: {e}", d.id))
-                    .await)
-            }
-        };
-        if self.agreed(features::CREDIT) {
-            if self.credit == 0 {
-                let reason = "data message sent without credit".to_string();
-                return Err(self
-                    .fail_user(d.id, ErrorCode::UnexpectedMessage, reason)
-                    .await);
-            }
-            self.credit -= 1;
-        }
-        let limit = self.result_limit;
-        let refused =
-            crate::anylen::refuse_data(d.id, count, cfg.output_size, limit, self.hello.as_ref());
-        if let Some((reason, by_id)) = refused {
             // Its credit comes back with the next grant.
-            if by_id {
-                return self.send_error(d.id, ErrorCode::TooLarge, reason).await;
-            }
-            return Err(self.fail_user(d.id, ErrorCode::TooLarge, reason).await);
-        }
+            Err(Refused::ById(id, code, why)) => return self.send_error(id, code, why).await,
+            Err(Refused::End(id, code, why)) => return Err(self.fail_user(id, code, why).await),
+        };
         self.outstanding += 1;
         self.dispatch(Pending {
             user_id: d.id,
