@@ -7,7 +7,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
 
 use crate::codec::tests::placing::read_all;
-use crate::codec::FrameReader;
+use crate::codec::{FrameReader, Read};
 use crate::message::Frame;
 use crate::outframe::OutFrame;
 use crate::stream::{Chunk, Message, Reassembler};
@@ -155,6 +155,54 @@ async fn wrong_guesses_go_back_to_the_decoder_in_stream_order() {
             assert!(taken > 0, "messages one after another are read in runs");
         }
     }
+}
+
+/// Reads given up mid-way (their futures dropped) and begun again lose
+/// and repeat nothing: a run's `readv` and the chunks it took ahead are
+/// settled before the read can wait again.
+#[tokio::test]
+async fn reads_given_up_and_begun_again_hand_out_the_same() {
+    let msgs = vec![(1, 300_000, vec![8192]), (2, 50_000, vec![4096, 999])];
+    let stream = interleave(&msgs, &[0, 0, 0, 1], 7);
+    let (want_whole, want_frames) = oracle(&stream).await;
+    let (mut a, b) = pair().await;
+    // The sender writes its next piece only once a read has been given
+    // up, so every piece finds the reader waiting somewhere in a frame.
+    let (gave_up, mut next) = tokio::sync::mpsc::unbounded_channel::<()>();
+    let sender = tokio::spawn(async move {
+        for piece in stream.chunks(20_000) {
+            next.recv().await.unwrap();
+            a.write_all(piece).await.unwrap();
+        }
+    });
+    let mut r = FrameReader::new(b, 1 << 20);
+    let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
+    let (mut whole, mut frames, mut given_up) = (Vec::new(), Vec::new(), 0);
+    loop {
+        let t = std::time::Duration::from_micros(50);
+        let got = match tokio::time::timeout(t, r.read_placing(&mut re)).await {
+            Err(_) => {
+                given_up += 1;
+                let _ = gave_up.send(()); // the sender may be done
+                continue;
+            }
+            Ok(got) => got.unwrap(),
+        };
+        match got {
+            None => break,
+            Some(Read::Placed { whole: m, .. }) => whole.extend(m),
+            Some(Read::Frame(f)) if f.ty == crate::header::MsgType::Chunk => {
+                whole.extend(re.push(Chunk::parse(f.payload).unwrap()).unwrap());
+            }
+            Some(Read::Frame(f)) => frames.push(f),
+        }
+    }
+    sender.await.unwrap();
+    assert!(given_up > 0, "no read was given up");
+    let ids = |w: &[Message]| w.iter().map(|m| (m.id, m.data.clone())).collect::<Vec<_>>();
+    assert_eq!(ids(&whole), ids(&want_whole));
+    let fr = |f: &[Frame]| f.iter().map(|f| f.payload.clone()).collect::<Vec<_>>();
+    assert_eq!(fr(&frames), fr(&want_frames));
 }
 
 proptest! {
