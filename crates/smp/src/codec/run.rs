@@ -103,8 +103,9 @@ impl Ahead {
         end: usize,
         slots: &[usize],
     ) -> io::Result<usize> {
-        debug_assert!(slots.len() <= RUN && buf.len() + rest == end);
-        debug_assert!(end + slots.iter().sum::<usize>() <= buf.capacity());
+        // Checked in release builds too: the `readv` below writes there.
+        assert!(slots.len() <= RUN && buf.len() + rest == end);
+        assert!(end + slots.iter().sum::<usize>() <= buf.capacity());
         let fd = tcp.as_raw_fd();
         let n = loop {
             tcp.readable().await?;
@@ -245,7 +246,7 @@ fn buf_slice(buf: &Vec<u8>, at: usize, n: usize) -> Vec<u8> {
     if n == 0 {
         return Vec::new();
     }
-    debug_assert!(at + n <= buf.capacity());
+    assert!(at + n <= buf.capacity());
     // SAFETY: a run read wrote these bytes (within the vector's
     // allocation, past its length) just before; nothing wrote there since.
     unsafe { std::slice::from_raw_parts(buf.as_ptr().add(at), n) }.to_vec()
