@@ -49,10 +49,14 @@ class Peer:
                                      "nodes": nodes, "max_message": 1 << 24}).encode())
         return h
 
-    def configuration(self, status=0):
+    def configuration(self, status=0, credit=None):
+        """Answers a configuration; `credit` is granted just before the answer, so a client has it
+        by the time its configure returns (it handles frames in order)."""
         p = self.expect(CONFIGURATION)
         i, o, n = struct.unpack_from("<III", p)
         cores = [struct.unpack_from("<III", p, 12 + 12 * k) for k in range(n)]
+        if credit is not None:
+            self.credit(credit)
         self.send(RESPONSE, bytes([status]))
         return {"input_size": i, "output_size": o, "cores": cores, "bitstream": p[12 + 12 * n:]}
 

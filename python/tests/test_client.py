@@ -281,8 +281,7 @@ def test_try_submit_pending_returns_none_without_credit_and_sends_once_granted()
 
     def script(p):
         p.hello()
-        p.configuration()
-        p.credit(1)
+        p.configuration(credit=1)  # granted before configure returns, not racing it
         ident, body = p.data()
         p.result(ident, body)
         assert go.wait(20)  # the next credit only once the test saw None
