@@ -354,13 +354,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 }
                 let more = st.head.total - (st.head.offset + st.head.len);
                 let slots = match self.inner.tcp() {
-                    Some(_) => run::slots(st.head.len, more, buf.capacity() - st.end),
-                    None => Vec::new(),
+                    Some(_) => run::Slots::new(st.head.len, more, buf.capacity() - st.end),
+                    None => run::Slots::default(),
                 };
+                let slots = slots.as_slice();
                 if !slots.is_empty() {
                     let deadline = self.deadline(false);
                     let tcp = self.inner.tcp().expect("checked above");
-                    let read = self.run.read(tcp, buf, left, st.end, &slots);
+                    let read = self.run.read(tcp, buf, left, st.end, slots);
                     let n = by_deadline(read, deadline).await?;
                     if n == 0 {
                         let got = CHUNK_HEAD + st.head.len as usize - left;
@@ -371,7 +372,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                         let max = dec.max_payload();
                         let extra = n - left;
                         self.run
-                            .take(&st.head, buf, st.end, extra, &slots, max, |b| {
+                            .take(&st.head, buf, st.end, extra, slots, max, |b| {
                                 dec.put_back(b)
                             });
                     }

@@ -69,16 +69,30 @@ pub(crate) struct Ahead {
 
 /// The data sizes to ask for after the chunk being placed: chunks like it
 /// (`len` bytes), as many as the message has left (`left` bytes) and its
-/// buffer can hold (`room`), at most [`RUN`].
-pub(crate) fn slots(len: u64, left: u64, room: usize) -> Vec<usize> {
-    let mut end = left.min(room as u64);
-    let mut v = Vec::new();
-    while end > 0 && v.len() < RUN && len > 0 {
-        let s = end.min(len);
-        v.push(s as usize);
-        end -= s;
+/// buffer can hold (`room`), at most [`RUN`]. On the stack: this runs on
+/// every read of a chunk's data.
+#[derive(Debug, Default)]
+pub(crate) struct Slots {
+    len: [usize; RUN],
+    n: usize,
+}
+
+impl Slots {
+    pub(crate) fn new(len: u64, left: u64, room: usize) -> Slots {
+        let mut s = Slots::default();
+        let mut end = left.min(room as u64);
+        while end > 0 && s.n < RUN && len > 0 {
+            let l = end.min(len);
+            s.len[s.n] = l as usize;
+            s.n += 1;
+            end -= l;
+        }
+        s
     }
-    v
+
+    pub(crate) fn as_slice(&self) -> &[usize] {
+        &self.len[..self.n]
+    }
 }
 
 /// One part of what a run read, in stream order.
@@ -134,28 +148,33 @@ impl Ahead {
         slots: &[usize],
     ) -> io::Result<usize> {
         let base = buf.as_mut_ptr();
-        let mut iov: Vec<libc::iovec> = Vec::with_capacity(2 * slots.len() + 1);
+        let none = libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        };
+        let mut iov = [none; 2 * RUN + 1];
         // SAFETY (pointer offsets): every data range lies within the
         // buffer's capacity (asserted by the caller), past its length.
-        iov.push(libc::iovec {
+        iov[0] = libc::iovec {
             iov_base: unsafe { base.add(buf.len()) }.cast(),
             iov_len: rest,
-        });
+        };
         let mut at = end;
         for (i, &s) in slots.iter().enumerate() {
-            iov.push(libc::iovec {
+            iov[1 + 2 * i] = libc::iovec {
                 iov_base: self.heads[i].as_mut_ptr().cast(),
                 iov_len: CHUNK_HEAD,
-            });
-            iov.push(libc::iovec {
+            };
+            iov[2 + 2 * i] = libc::iovec {
                 iov_base: unsafe { base.add(at) }.cast(),
                 iov_len: s,
-            });
+            };
             at += s;
         }
+        let used = 1 + 2 * slots.len();
         // SAFETY: the iovecs point into `buf`'s spare capacity and into
         // `self.heads`, both borrowed mutably for this call.
-        let r = unsafe { libc::readv(fd, iov.as_ptr(), iov.len() as libc::c_int) };
+        let r = unsafe { libc::readv(fd, iov.as_ptr(), used as libc::c_int) };
         match r {
             r if r < 0 => Err(io::Error::last_os_error()),
             r => Ok(r as usize),
@@ -178,21 +197,18 @@ impl Ahead {
         mut put_back: impl FnMut(&[u8]),
     ) {
         // What the read filled, in stream order.
-        let mut segs = Vec::with_capacity(2 * slots.len());
+        let mut segs = [Seg::Data { at: 0, n: 0 }; 2 * RUN];
         let (mut left, mut at) = (extra, end);
         for (i, &s) in slots.iter().enumerate() {
-            for seg in [Seg::Head { i, n: CHUNK_HEAD }, Seg::Data { at, n: s }] {
-                let n = match seg {
-                    Seg::Head { n, .. } | Seg::Data { n, .. } => n.min(left),
-                };
-                left -= n;
-                segs.push(match seg {
-                    Seg::Head { i, .. } => Seg::Head { i, n },
-                    Seg::Data { at, .. } => Seg::Data { at, n },
-                });
-            }
+            let h = CHUNK_HEAD.min(left);
+            left -= h;
+            let d = s.min(left);
+            left -= d;
+            segs[2 * i] = Seg::Head { i, n: h };
+            segs[2 * i + 1] = Seg::Data { at, n: d };
             at += s;
         }
+        let segs = &segs[..2 * slots.len()];
         let (mut offset, mut k) = (head.offset + head.len, 0);
         while k + 1 < segs.len() {
             let (Seg::Head { i, n: hn }, Seg::Data { at, n: dn }) = (segs[k], segs[k + 1]) else {
@@ -215,7 +231,7 @@ impl Ahead {
             offset += h.len;
             if used < dn {
                 // A chunk shorter than its slot: the next frame follows it.
-                put_back(&buf_slice(buf, at + used, dn - used));
+                put_back(buf_slice(buf, at + used, dn - used));
                 k += 2;
                 return self.put_back_from(&segs[k..], buf, put_back);
             }
@@ -232,7 +248,7 @@ impl Ahead {
         for &s in segs {
             match s {
                 Seg::Head { i, n } => put_back(&self.heads[i][..n]),
-                Seg::Data { at, n } => put_back(&buf_slice(buf, at, n)),
+                Seg::Data { at, n } => put_back(buf_slice(buf, at, n)),
             }
         }
     }
@@ -242,14 +258,14 @@ impl Ahead {
 /// `&Vec`, not a slice: the bytes lie past its length, within the
 /// allocation only the vector's own pointer covers.
 #[allow(clippy::ptr_arg)]
-fn buf_slice(buf: &Vec<u8>, at: usize, n: usize) -> Vec<u8> {
+fn buf_slice(buf: &Vec<u8>, at: usize, n: usize) -> &[u8] {
     if n == 0 {
-        return Vec::new();
+        return &[];
     }
     assert!(at + n <= buf.capacity());
     // SAFETY: a run read wrote these bytes (within the vector's
     // allocation, past its length) just before; nothing wrote there since.
-    unsafe { std::slice::from_raw_parts(buf.as_ptr().add(at), n) }.to_vec()
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().add(at), n) }
 }
 
 /// The header of the chunk that continues `prev`'s message at `offset`,
