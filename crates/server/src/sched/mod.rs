@@ -16,6 +16,7 @@
 //! - [`driver`]: the task that owns every node in `--sharing shared` mode.
 //! - [`session`]: a user connection in shared mode.
 //! - [`first`]: which session a user gets (group users are lent nodes).
+//! - `nodes`: a node's slot and the events a node causes.
 //! - `lend`: nodes promised to groups leave once their work is done.
 
 pub mod algorithm1;
@@ -24,6 +25,7 @@ pub mod driver;
 pub mod first;
 pub mod function;
 mod lend;
+mod nodes;
 mod notify;
 mod params;
 pub mod places;
@@ -32,15 +34,16 @@ mod route;
 pub mod session;
 pub mod view;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_smp::{ErrorCode, NodeState};
 
-use crate::dispatch::{Order, Window};
+use crate::dispatch::Order;
 pub use function::FnId;
 use function::Function;
+use nodes::{Slot, SlotState};
 pub use params::{Params, Sharing};
 
 /// A data message of one user, queued or in flight.
@@ -154,59 +157,6 @@ pub enum Action {
     },
 }
 
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum SlotState {
-    /// Holds no function (new, or its configuration was refused).
-    Empty,
-    Configuring {
-        target: FnId,
-        since: Duration,
-    },
-    Ready,
-    /// Takes no new work; once idle it is reconfigured for `target`.
-    Draining {
-        target: FnId,
-    },
-    /// Promised to a group: takes no new work; once idle it leaves the
-    /// scheduler ([`Action::Lent`]).
-    Lending,
-}
-
-#[derive(Debug)]
-struct Slot {
-    /// The function it holds (Ready, Draining).
-    function: Option<FnId>,
-    state: SlotState,
-    in_flight: HashMap<u32, Job>,
-    window: Window,
-    sent: u64,
-    written: u64,
-    /// When its last job finished: the next one's service starts no earlier.
-    busy_until: Duration,
-    last_progress: Duration,
-    /// Measured reconfiguration time (moving average).
-    reconfig: Option<Duration>,
-    /// Functions it refused: never offered again.
-    refused: HashSet<FnId>,
-}
-
-impl Slot {
-    /// The function it serves (Ready) or is being loaded or drained for:
-    /// what it counts as a replica of (a draining node is promised to its
-    /// target, so no second node is drained for the same function).
-    fn promised_to(&self) -> Option<FnId> {
-        match self.state {
-            SlotState::Ready => self.function,
-            SlotState::Configuring { target, .. } | SlotState::Draining { target } => Some(target),
-            SlotState::Empty | SlotState::Lending => None,
-        }
-    }
-
-    fn idle(&self) -> bool {
-        self.in_flight.is_empty() && matches!(self.state, SlotState::Empty | SlotState::Ready)
-    }
-}
-
 #[derive(Debug, Default)]
 struct UserRec {
     function: Option<FnId>,
@@ -256,80 +206,6 @@ impl Sched {
     /// Everything decided since the last call, in order.
     pub fn take_actions(&mut self) -> Vec<Action> {
         std::mem::take(&mut self.out)
-    }
-
-    pub fn add_node(&mut self, node: u64, now: Duration) {
-        self.nodes.insert(
-            node,
-            Slot {
-                function: None,
-                state: SlotState::Empty,
-                in_flight: HashMap::new(),
-                window: Window::new(self.p.credit, self.p.credit_adaptive),
-                sent: 0,
-                written: 0,
-                busy_until: now,
-                last_progress: now,
-                reconfig: None,
-                refused: HashSet::new(),
-            },
-        );
-        self.no_nodes_since = None;
-        self.settle(now);
-    }
-
-    /// A node is gone: its in-flight work goes back to the front of its
-    /// users' queues, to be re-dispatched to another replica or to wait for one.
-    pub fn remove_node(&mut self, node: u64, now: Duration) {
-        self.detach(node, now);
-        self.settle(now);
-    }
-
-    /// [`Sched::remove_node`] without the follow-up.
-    fn detach(&mut self, node: u64, now: Duration) {
-        let Some(slot) = self.nodes.remove(&node) else {
-            return;
-        };
-        if let SlotState::Configuring { target, .. } = slot.state {
-            if let Some(f) = self.fns.get_mut(&target) {
-                // A configuration that kills or hangs nodes must not be
-                // retried on every node forever (see `MAX_LOST_LOADS`).
-                f.lost_loads += 1;
-                f.note(format!("node {node} was lost while loading it"));
-            }
-        }
-        if let Some(f) = slot.function {
-            if let Some(o) = self.orders.get_mut(&f) {
-                o.remove(node);
-            }
-        }
-        let mut moved: Vec<(u32, Job)> = slot.in_flight.into_iter().collect();
-        moved.sort_by_key(|(k, _)| std::cmp::Reverse(*k));
-        for (_, j) in moved {
-            if let Some(u) = self.users.get_mut(&j.user) {
-                u.in_flight -= 1;
-            }
-            if let Some(f) = self
-                .fns
-                .get_mut(&slot.function.expect("in flight implies a function"))
-            {
-                f.queue.push_front(j);
-            }
-        }
-        if let Some(f) = slot.function {
-            if self.replicas_or_loading(f) == 0 {
-                if let Some(func) = self.fns.get_mut(&f).filter(|f| f.wanted()) {
-                    // Its users still want it: load it elsewhere.
-                    func.requested.get_or_insert(now);
-                }
-            }
-        }
-        if let Some(f) = slot.function {
-            self.forget_if_unused(f);
-        }
-        if self.nodes.is_empty() {
-            self.no_nodes_since = Some(now);
-        }
     }
 
     /// A user's configuration: registers or finds its function. Returns the
@@ -445,198 +321,6 @@ impl Sched {
             .values()
             .filter(|s| s.promised_to() == Some(id))
             .count()
-    }
-
-    /// Sends `node` the configuration of `f`.
-    fn reconfigure(&mut self, node: u64, f: FnId, now: Duration) {
-        let Some(func) = self.fns.get(&f) else { return };
-        let payload = func.payload.clone();
-        let slot = self.nodes.get_mut(&node).expect("reconfigured node exists");
-        let old = slot.function.take();
-        if let Some(old) = old {
-            if let Some(o) = self.orders.get_mut(&old) {
-                o.remove(node);
-            }
-        }
-        slot.state = SlotState::Configuring {
-            target: f,
-            since: now,
-        };
-        // Service times change with the function: the window starts afresh.
-        slot.window = Window::new(self.p.credit, self.p.credit_adaptive);
-        slot.sent += 1;
-        // A function nobody uses any more, whose last replica this was, is
-        // forgotten (the soak showed one kept per configuration otherwise).
-        if let Some(old) = old.filter(|&o| o != f) {
-            self.forget_if_unused(old);
-        }
-        self.out.push(Action::Configure {
-            node,
-            payload,
-            function: f,
-        });
-        self.out.push(Action::State {
-            node,
-            state: NodeState::Configuring,
-        });
-    }
-
-    pub fn on_config_response(&mut self, node: u64, ok: bool, now: Duration) -> Result<(), String> {
-        let Some(slot) = self.nodes.get_mut(&node) else {
-            return Ok(());
-        };
-        let SlotState::Configuring { target, since } = slot.state else {
-            return Err("configuration response while not configuring".into());
-        };
-        let took = now.saturating_sub(since);
-        slot.reconfig = Some(match slot.reconfig {
-            Some(r) => (r * 3 + took) / 4,
-            None => took,
-        });
-        slot.last_progress = now;
-        slot.busy_until = now;
-        if ok {
-            slot.state = SlotState::Ready;
-            slot.function = Some(target);
-            self.orders.entry(target).or_default().add(node);
-            self.out.push(Action::State {
-                node,
-                state: NodeState::Ready,
-            });
-            if let Some(f) = self.fns.get_mut(&target) {
-                f.reconfigurations += 1;
-                f.requested = None;
-                f.lost_loads = 0;
-                f.refusals.clear();
-                for user in std::mem::take(&mut f.waiting) {
-                    self.out.push(Action::Configured {
-                        user,
-                        ok: true,
-                        errors: vec![],
-                    });
-                }
-            }
-        } else {
-            slot.state = SlotState::Empty;
-            slot.refused.insert(target);
-            self.out.push(Action::State {
-                node,
-                state: NodeState::Free,
-            });
-            if let Some(f) = self.fns.get_mut(&target) {
-                if f.refusals.is_empty() {
-                    f.note(format!("node {node} refused the configuration"));
-                }
-            }
-        }
-        self.settle(now);
-        Ok(())
-    }
-
-    /// A node explained an error: a per-input failure, or why it refuses
-    /// the configuration it is loading.
-    /// `code`: the node's (`ErrorCode::per_input` decides what the user sees).
-    pub fn on_node_error(&mut self, node: u64, id: u32, code: u32, reason: &str, now: Duration) {
-        let Some(slot) = self.nodes.get_mut(&node) else {
-            return;
-        };
-        if let Some(j) = slot.in_flight.remove(&id) {
-            slot.last_progress = now;
-            self.out.push(Action::Answered {
-                node,
-                idle: slot.in_flight.is_empty(),
-                failed: true,
-            });
-            if let Some(u) = self.users.get_mut(&j.user) {
-                u.in_flight -= 1;
-                let reason = format!("node {node} failed on this input: {reason}");
-                self.out.push(Action::Failed {
-                    user: j.user,
-                    id: j.id,
-                    code: ErrorCode::per_input(code),
-                    reason,
-                });
-            }
-        } else if let SlotState::Configuring { target, .. } = slot.state {
-            if let Some(f) = self.fns.get_mut(&target) {
-                f.note(format!("node {node}: {reason}"));
-            }
-        }
-        self.settle(now);
-    }
-
-    /// A result from a node. `Err`: the node broke the protocol and must be
-    /// closed (its work is re-dispatched when the close is reported).
-    /// `any_length`: the node agreed `any-length`, so a result of another
-    /// size than count × output size is no breach.
-    pub fn on_result(
-        &mut self,
-        node: u64,
-        internal: u32,
-        data: Bytes,
-        any_length: bool,
-        now: Duration,
-    ) -> Result<(), String> {
-        let Some(slot) = self.nodes.get_mut(&node) else {
-            return Ok(());
-        };
-        let Some(job) = slot.in_flight.remove(&internal) else {
-            return Err(format!("result for unknown id {internal}"));
-        };
-        let f = slot.function.and_then(|f| self.fns.get_mut(&f));
-        let expect = f
-            .as_ref()
-            .map_or(0, |f| f.output_size as usize * job.count as usize);
-        if !crate::anylen::node_may_send(data.len(), expect, any_length) {
-            let why = format!(
-                "result of {} bytes for {} input(s), expected {expect}",
-                data.len(),
-                job.count
-            );
-            slot.in_flight.insert(internal, job);
-            return Err(why);
-        }
-        self.out.push(Action::Answered {
-            node,
-            idle: slot.in_flight.is_empty(),
-            failed: false,
-        });
-        let started = job.sent.max(slot.busy_until);
-        let took = now.saturating_sub(started);
-        slot.busy_until = now;
-        slot.last_progress = now;
-        let cap =
-            (self.p.credit_max_bytes / (job.data.len() as u64).max(1)).min(u32::MAX as u64) as u32;
-        slot.window.on_result(
-            slot.in_flight.len(),
-            now.saturating_sub(job.sent),
-            false,
-            cap,
-        );
-        if let Some(f) = f {
-            f.record_service(took, job.count);
-        }
-        if let Some(u) = self.users.get_mut(&job.user) {
-            u.in_flight -= 1;
-            self.out.push(Action::Result {
-                node,
-                user: job.user,
-                id: job.id,
-                data,
-                class: job.class,
-                count: job.count,
-            });
-        }
-        self.settle(now);
-        Ok(())
-    }
-
-    /// Queue and stack policies: frames written to the node's socket.
-    pub fn on_written(&mut self, node: u64, count: u64, now: Duration) {
-        if let Some(s) = self.nodes.get_mut(&node) {
-            s.written += count;
-        }
-        self.settle(now);
     }
 
     /// Periodic work: Algorithm 1 once per period, users left without any node.
