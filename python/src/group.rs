@@ -330,7 +330,7 @@ impl RawGroup {
             .map(|i| Ok(Bytes::from(byte_buffer(i)?.to_vec(py)?)))
             .collect::<PyResult<Vec<Bytes>>>()?;
         let class = priority.unwrap_or(corefarm_smp::stream::DEFAULT_CLASS);
-        let out = self.with(py, |g| g.direct(window)?.map_with_priority(&data, class))?;
+        let out = self.with(py, |g| g.direct(window)?.map_with(&data, class))?;
         Ok(out.iter().map(|o| PyBytes::new(py, o)).collect())
     }
 

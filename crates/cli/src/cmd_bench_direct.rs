@@ -75,7 +75,7 @@ pub fn run(a: DirectArgs) -> Result<()> {
     let (mut msgs, mut out_bytes, mut first, mut last) = (0usize, 0usize, None, start);
     while Instant::now() < end {
         let t = Instant::now();
-        let outs = d.map_with_priority(&inputs, a.priority)?;
+        let outs = d.map_with(&inputs, a.priority)?;
         if t >= start {
             first.get_or_insert(t);
             msgs += outs.len();

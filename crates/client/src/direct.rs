@@ -7,7 +7,7 @@
 //! ends (it died) has its unanswered messages sent again to the others, and
 //! a result is kept only the first time its id is answered.
 //!
-//! Classes (issue 11): [`Direct::map_with_priority`] gives a call's
+//! Classes (issue 11): [`Direct::map_with`] gives a call's
 //! messages a priority class, 0 (most urgent) to 7; [`Direct::map`] uses
 //! the default class 4. A member that offers chunks in its hello answer
 //! gets them as chunk frames (type 0x1D) carrying the class, and runs the
@@ -214,14 +214,14 @@ impl Direct {
     /// outputs in input order, each exactly once, re-sending the messages of
     /// a member that is lost to the others. The default class (4).
     pub fn map(&mut self, inputs: &[Bytes]) -> Result<Vec<Bytes>> {
-        self.map_with_priority(inputs, DEFAULT_CLASS)
+        self.map_with(inputs, DEFAULT_CLASS)
     }
 
     /// [`Direct::map`] in priority class `class`, 0 (most urgent) to 7:
     /// at every member, these messages run ahead of queued ones of less
     /// urgent classes from any direct connection (a member that predates
     /// chunks ignores the class).
-    pub fn map_with_priority(&mut self, inputs: &[Bytes], class: u8) -> Result<Vec<Bytes>> {
+    pub fn map_with(&mut self, inputs: &[Bytes], class: u8) -> Result<Vec<Bytes>> {
         if class >= CLASSES {
             return Err(GroupError::Usage(format!(
                 "priority class {class}: 0 (most urgent) to {} exist",

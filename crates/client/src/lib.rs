@@ -390,12 +390,7 @@ impl Client {
     }
 
     /// [`map`](Client::map) with every input in priority class `class`.
-    pub fn map_with_priority<I>(
-        &self,
-        inputs: I,
-        window: usize,
-        class: u8,
-    ) -> MapIter<'_, I::IntoIter>
+    pub fn map_with<I>(&self, inputs: I, window: usize, class: u8) -> MapIter<'_, I::IntoIter>
     where
         I: IntoIterator<Item = Bytes>,
     {

@@ -104,10 +104,7 @@ async fn priorities_per_call_and_per_map_round_trip_as_chunks() {
         c.submit(Bytes::from(vec![2u8; 1024])).unwrap();
         assert_eq!(c.recv(Some(LIMIT)).unwrap().count, 1);
         let inputs = (1..=6).map(|n| Bytes::from(vec![0u8; n * 1024]));
-        let counts: Vec<u8> = c
-            .map_with_priority(inputs, 3, 0)
-            .map(|r| r.unwrap()[0])
-            .collect();
+        let counts: Vec<u8> = c.map_with(inputs, 3, 0).map(|r| r.unwrap()[0]).collect();
         assert_eq!(counts, [1, 2, 3, 4, 5, 6]);
         assert!(c.submit_with(Bytes::from(vec![0u8; 1024]), 8).is_err());
     })

@@ -127,15 +127,15 @@ async fn an_urgent_direct_message_runs_before_queued_bulk_ones() {
     .await
     .unwrap();
     // Six bulk messages: the first holds the core, five wait.
-    let bulk = tokio::task::spawn_blocking(move || bulk.map_with_priority(&tags(0..6), 7));
+    let bulk = tokio::task::spawn_blocking(move || bulk.map_with(&tags(0..6), 7));
     tokio::task::spawn_blocking(move || started.recv_timeout(LIMIT).unwrap())
         .await
         .unwrap();
     queued(&t, 6).await;
     let urgent = tokio::task::spawn_blocking(move || {
-        let e = urgent.map_with_priority(&tags([9]), 8).unwrap_err();
+        let e = urgent.map_with(&tags([9]), 8).unwrap_err();
         assert!(e.to_string().contains("class 8"), "{e}");
-        urgent.map_with_priority(&tags([100]), 0)
+        urgent.map_with(&tags([100]), 0)
     });
     queued(&t, 7).await;
     release.send(()).unwrap();
@@ -163,7 +163,7 @@ async fn a_client_without_chunks_is_served_in_order_and_chunked_messages_whole()
             let mut d = g.direct_with_chunks(4, 0).unwrap();
             assert_eq!(d.chunked(), 0, "whole frames");
             // The class cannot travel; the member runs them as they came.
-            assert_eq!(d.map_with_priority(&tags(0..20), 0).unwrap(), tags(0..20));
+            assert_eq!(d.map_with(&tags(0..20), 0).unwrap(), tags(0..20));
             assert_eq!(d.map(&tags(20..40)).unwrap(), tags(20..40));
             // Messages of three inputs over 8-byte chunks: reassembled whole.
             let mut c = g.direct_with_chunks(4, 8).unwrap();

@@ -90,7 +90,7 @@ fn a_new_client_sends_an_old_member_whole_frames_in_order() {
             Bytes::from(data)
         })
         .collect();
-    let out = d.map_with_priority(&inputs, 0);
+    let out = d.map_with(&inputs, 0);
     let chunked = d.chunked();
     drop(d);
     let received = member.join().unwrap();

@@ -18,7 +18,7 @@ use corefarm_smp::{Algo, DType, ReduceOp};
 
 use super::{auto, Algorithm, Call, Group, GroupError, Result};
 
-/// A class over 7 is the caller's mistake, as for `Direct::map_with_priority`.
+/// A class over 7 is the caller's mistake, as for `Direct::map_with`.
 fn check_class(class: u8) -> Result<()> {
     if class >= CLASSES {
         return Err(GroupError::Usage(format!(
