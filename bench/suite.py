@@ -1229,7 +1229,7 @@ def exp_collectives(ctx: Context) -> dict:
             for q in lines:
                 rec.add({"impl": "openmpi", "op": op, "algo": "openmpi", "n": n, "bytes": q["bytes"]},
                         [{"median_us": q["median_us"], "p99_us": q["p99_us"], "mean_us": q["mean_us"],
-                          "iters": q["iters"]}])
+                          "iters": q["iters"], "span_median_us": q.get("span_median_us")}])
     return rec.write()
 
 

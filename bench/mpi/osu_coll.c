@@ -9,15 +9,18 @@
  * reductions are MPI_SUM over int32, as `corefarm bench collectives` runs
  * them. For each size: WARMUP untimed calls, then ITERS timed ones, each
  * after a barrier (as OSU does); a call's time is the slowest rank's
- * (MPI_MAX over ranks). The result of the first reduce/allreduce is checked
+ * (MPI_MAX over ranks), and its span runs from the first rank in to the
+ * last rank out. The result of the first reduce/allreduce is checked
  * against the expected sum. Rank 0 prints one JSON object per size:
- * {"op","ranks","bytes","iters","median_us","p99_us","mean_us","min_us"}. */
+ * {"op","ranks","bytes","iters","median_us","p99_us","mean_us","min_us",
+ *  "span_median_us","span_p99_us"}. */
 #include <limits.h>
 #include <mpi.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 static int run(const char *op, void *s, void *r, int bytes, MPI_Comm c) {
     int count = bytes / 4;
@@ -29,6 +32,15 @@ static int run(const char *op, void *s, void *r, int bytes, MPI_Comm c) {
     if (!strcmp(op, "scatter")) return MPI_Scatter(r, bytes, MPI_BYTE, s, bytes, MPI_BYTE, 0, c);
     if (!strcmp(op, "barrier")) return MPI_Barrier(c);
     return -1;
+}
+
+/* Seconds on the host's monotonic clock, which every rank on this machine
+ * shares: the span of a call (first rank in to last rank out) is then a
+ * difference of two readings taken by different ranks. */
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int cmp(const void *a, const void *b) {
@@ -69,8 +81,8 @@ int main(int argc, char **argv) {
         return 2;
     }
     char *s = malloc(max), *r = malloc((size_t)max * n);
-    double *t = malloc(sizeof(double) * iters);
-    if (!s || !r || !t) MPI_Abort(MPI_COMM_WORLD, 3);
+    double *t = malloc(sizeof(double) * iters), *span = malloc(sizeof(double) * iters);
+    if (!s || !r || !t || !span) MPI_Abort(MPI_COMM_WORLD, 3);
     int checked = 0;
     for (int a = 4; a < argc; a++) {
         int bytes = (int)atol(argv[a]);
@@ -78,14 +90,19 @@ int main(int argc, char **argv) {
         memset(r, 0, (size_t)max * n);
         for (int i = 0; i < warmup + iters; i++) {
             MPI_Barrier(MPI_COMM_WORLD);
-            double t0 = MPI_Wtime();
+            double t0 = MPI_Wtime(), in = now_s();
             if (run(op, s, r, bytes, MPI_COMM_WORLD) != MPI_SUCCESS) {
                 if (rank == 0) fprintf(stderr, "osu_coll: unknown or failed op %s\n", op);
                 MPI_Abort(MPI_COMM_WORLD, 2);
             }
-            double dt = MPI_Wtime() - t0, slowest;
+            double dt = MPI_Wtime() - t0, out = now_s(), slowest, first_in, last_out;
             MPI_Reduce(&dt, &slowest, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
-            if (i >= warmup) t[i - warmup] = slowest;
+            MPI_Reduce(&in, &first_in, 1, MPI_DOUBLE, MPI_MIN, 0, MPI_COMM_WORLD);
+            MPI_Reduce(&out, &last_out, 1, MPI_DOUBLE, MPI_MAX, 0, MPI_COMM_WORLD);
+            if (i >= warmup) {
+                t[i - warmup] = slowest;
+                span[i - warmup] = last_out - first_in;
+            }
             /* Every int32 of rank k is (k+1)·0x01010101; the sum wraps as the cores' does. */
             if (!checked && rank == 0 && (!strcmp(op, "reduce") || !strcmp(op, "allreduce"))) {
                 uint32_t want = 0, got;
@@ -102,10 +119,13 @@ int main(int argc, char **argv) {
             double sum = 0;
             for (int i = 0; i < iters; i++) sum += t[i];
             qsort(t, iters, sizeof(double), cmp);
+            qsort(span, iters, sizeof(double), cmp);
             printf("{\"op\":\"%s\",\"ranks\":%d,\"bytes\":%d,\"iters\":%d,\"median_us\":%.3f,"
-                   "\"p99_us\":%.3f,\"mean_us\":%.3f,\"min_us\":%.3f}\n",
+                   "\"p99_us\":%.3f,\"mean_us\":%.3f,\"min_us\":%.3f,\"span_median_us\":%.3f,"
+                   "\"span_p99_us\":%.3f}\n",
                    op, n, !strcmp(op, "barrier") ? 0 : bytes, iters, quantile(t, iters, 0.5) * 1e6,
-                   quantile(t, iters, 0.99) * 1e6, sum / iters * 1e6, t[0] * 1e6);
+                   quantile(t, iters, 0.99) * 1e6, sum / iters * 1e6, t[0] * 1e6,
+                   quantile(span, iters, 0.5) * 1e6, quantile(span, iters, 0.99) * 1e6);
             fflush(stdout);
         }
         if (!strcmp(op, "barrier")) break;
