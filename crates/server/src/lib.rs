@@ -35,6 +35,7 @@ mod registry;
 pub mod sched;
 pub mod tls;
 pub mod user;
+pub(crate) mod userconn;
 mod wire;
 
 use std::net::SocketAddr;

@@ -13,13 +13,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::tls::{ReadHalf, Stream};
+use crate::tls::Stream;
 use bytes::Bytes;
-use corefarm_smp::codec::{FrameReader, Read, ReadError};
+use corefarm_smp::codec::FrameReader;
 use corefarm_smp::stream::Message;
 use corefarm_smp::{
-    hello::features, Configuration, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg,
-    Frame, Hello, MsgType, OutFrame, UserPhase as Phase,
+    hello::features, Configuration, Credit, Data, ErrorCode, ErrorMsg, Frame, MsgType, OutFrame,
+    UserPhase as Phase,
 };
 use tokio::sync::mpsc;
 
@@ -29,13 +29,11 @@ use tokio_util::sync::CancellationToken;
 use super::driver::{Cmd, Handle, ToUser};
 use super::Job;
 use crate::greeting::{self, Asked};
-use crate::intake::{self, Refused};
+use crate::intake::Refused;
 use crate::registry::UserEntry;
+use crate::userconn::{Next, UserConn};
 use crate::wire::Sink;
 use crate::Shared;
-
-/// Frames queued for the user's socket before the session waits for it.
-const USER_QUEUE: usize = 32;
 
 /// Features the server agrees to in shared mode.
 const AGREED: [&str; 6] = [
@@ -50,23 +48,9 @@ const AGREED: [&str; 6] = [
 struct Session {
     shared: Arc<Shared>,
     sched: Handle,
-    user: u64,
-    peer: SocketAddr,
-    entry: Arc<UserEntry>,
-    reader: FrameReader<ReadHalf>,
-    /// The user's socket, shared with exclusive mode: frames are written
-    /// by the session itself when the socket is idle, an urgent result
-    /// chunk at once, ahead of queued bulk (`Sink::push_class`).
-    out: Arc<Sink>,
-    hello: Option<Hello>,
-    /// The largest result payload this user reads (`anylen::user_limit`).
-    result_limit: u32,
-    /// With `chunks` agreed: the user's chunks being reassembled, and
-    /// results waiting to go back as chunks.
-    inbound: Option<crate::chunked::Inbound>,
-    outbound: Option<crate::chunked::Outbound>,
-    phase: Phase,
-    cfg: Option<Configuration>,
+    /// The user's connection, its hello, phase and configuration; the
+    /// socket is shared with exclusive mode's writer (`wire::Sink`).
+    conn: UserConn,
     /// A configuration that waits until this user's data in flight is answered.
     next_cfg: Option<(Configuration, Bytes)>,
     queue: Option<Arc<Places>>,
@@ -110,23 +94,14 @@ pub(crate) async fn run(
     let out = Arc::new(Sink::new(wr));
     let writer = out.spawn_user_writer(shared.opts.io_timeout, peer, stop.clone());
     let shared_max = shared.opts.max_message;
+    let reader = FrameReader::new(rd, shared.opts.max_message)
+        .with_read_timeout(shared.opts.read_timeout)
+        // What the authentication gate read ahead (docs/operations.md).
+        .with_prefix(prefix);
     let mut s = Session {
-        reader: FrameReader::new(rd, shared.opts.max_message)
-            .with_read_timeout(shared.opts.read_timeout)
-            // What the authentication gate read ahead (docs/operations.md).
-            .with_prefix(prefix),
+        conn: UserConn::new((user, entry), peer, reader, out, shared_max),
         shared,
         sched,
-        user,
-        peer,
-        entry,
-        out,
-        hello: None,
-        result_limit: shared_max,
-        inbound: None,
-        outbound: None,
-        phase: Phase::Initial,
-        cfg: None,
         next_cfg: None,
         queue: None,
         waiting: (0..corefarm_smp::stream::CLASSES).map(|_| None).collect(),
@@ -139,7 +114,7 @@ pub(crate) async fn run(
         Ok(()) => tracing::info!(user = %peer, "user session ended"),
         Err(e) => tracing::warn!(user = %peer, "user session ended: {e}"),
     }
-    s.out.finish();
+    s.conn.out.finish();
     drop(s);
     // The writer flushes what is queued (e.g. a final error) then exits.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
@@ -153,7 +128,7 @@ impl Session {
     ) -> Result<(), String> {
         loop {
             self.housekeeping().await?;
-            let read = match self.phase {
+            let read = match self.conn.phase {
                 Phase::Initial => true,
                 Phase::Configuring => false,
                 Phase::Routing => self.next_cfg.is_none() && self.blocked.is_none(),
@@ -164,9 +139,9 @@ impl Session {
             let waiting: Vec<u8> = (0..self.waiting.len() as u8)
                 .filter(|&c| self.waiting[c as usize].is_some())
                 .collect();
-            let chunks_waiting = self.outbound.as_ref().is_some_and(|o| !o.is_empty());
-            let out = self.out.clone();
-            let unflushed = self.out.unflushed();
+            let chunks_waiting = self.conn.outbound.as_ref().is_some_and(|o| !o.is_empty());
+            let out = self.conn.out.clone();
+            let unflushed = self.conn.out.unflushed();
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
@@ -188,50 +163,38 @@ impl Session {
                 // One chunk at a time into the sink, picked by class when
                 // there is room: an urgent result passes queued bulk.
                 _ = out.room(crate::chunked::SINK_DEPTH), if chunks_waiting => {
-                    if let Some(o) = self.outbound.as_mut() {
-                        o.feed(&self.out, &self.entry.m.link)?;
-                    }
+                    self.conn.feed_chunk()?;
                 }
-                r = crate::chunked::read(&mut self.reader, self.inbound.as_mut()), if read => match r {
-                    Ok(Some(Read::Frame(f))) => {
-                        self.entry.m.link.received(f.payload.len() + corefarm_smp::HEADER_LEN);
-                        self.on_frame(f).await?
-                    }
-                    Ok(Some(Read::Placed { chunk, whole })) => {
-                        self.entry.m.link.received(crate::chunked::wire_len(&chunk));
-                        self.on_placed(whole).await?
-                    }
-                    Ok(None) => return Ok(()),
-                    Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
-                        return self.fail(ErrorMsg::NO_ID, ErrorCode::Timeout, format!("{e} (--read-timeout)")).await;
-                    }
-                    Err(ReadError::Io(e)) => return Err(format!("read failed: {e}")),
-                    Err(ReadError::Protocol(e)) => return self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
+                next = self.conn.next(), if read => match next {
+                    Next::Frame(f) => self.on_frame(f).await?,
+                    Next::Placed(whole) => self.on_placed(whole).await?,
+                    Next::Closed => return Ok(()),
+                    Next::Fatal(code, reason) => return self.fail(ErrorMsg::NO_ID, code, reason).await,
+                    Next::Failed(e) => return Err(e),
                 },
                 // Last, so only when nothing else is ready: what this
                 // wake-up produced goes out in one write.
-                _ = std::future::ready(()), if unflushed => { self.out.flush(); }
+                _ = std::future::ready(()), if unflushed => { self.conn.out.flush(); }
             }
         }
-    }
-
-    fn agreed(&self, feature: &str) -> bool {
-        self.hello.as_ref().is_some_and(|h| h.has(feature))
     }
 
     /// A pending configuration once drained; credit toward credit users.
     async fn housekeeping(&mut self) -> Result<(), String> {
-        self.entry
+        self.conn
+            .entry
             .outstanding
             .store(self.outstanding, Ordering::Relaxed);
-        let results_out = self.outbound.as_ref().is_none_or(|o| o.is_empty());
+        let results_out = self.conn.outbound.as_ref().is_none_or(|o| o.is_empty());
         if self.outstanding == 0 && results_out {
             if let Some((cfg, payload)) = self.next_cfg.take() {
-                tracing::info!(user = %self.peer, "reconfiguring");
+                tracing::info!(user = %self.conn.peer, "reconfiguring");
                 self.configure(cfg, payload);
             }
         }
-        if self.agreed(features::CREDIT) && self.phase == Phase::Routing && self.next_cfg.is_none()
+        if self.conn.agreed(features::CREDIT)
+            && self.conn.phase == Phase::Routing
+            && self.next_cfg.is_none()
         {
             let o = &self.shared.opts;
             let window = o
@@ -251,18 +214,13 @@ impl Session {
         Ok(())
     }
 
-    fn set_phase(&mut self, p: Phase) {
-        self.phase = p;
-        self.entry.set_phase(p);
-    }
-
     fn configure(&mut self, cfg: Configuration, payload: Bytes) {
-        self.set_phase(Phase::Configuring);
+        self.conn.set_phase(Phase::Configuring);
         self.queue = None;
         let (input_size, output_size) = (cfg.input_size, cfg.output_size);
-        self.cfg = Some(cfg);
+        self.conn.cfg = Some(cfg);
         self.sched.send(Cmd::Configure {
-            user: self.user,
+            user: self.conn.user,
             payload,
             input_size,
             output_size,
@@ -272,41 +230,20 @@ impl Session {
     /// Queues a frame for the user; waits first while a queue's worth is
     /// unwritten (the user's pace, not memory, bounds what it is sent).
     async fn send(&mut self, f: OutFrame) -> Result<(), String> {
-        if self
-            .out
-            .push_to_user(f, USER_QUEUE, &self.entry.m.link)
-            .await
-        {
-            Ok(())
-        } else {
-            Err("user connection closed".into())
-        }
+        Ok(self.conn.send(f).await?)
     }
 
     async fn send_error(&mut self, id: u32, code: ErrorCode, reason: String) -> Result<(), String> {
-        if self.agreed(features::ERROR) {
-            self.send(ErrorMsg::new(id, code, reason).to_frame())
-                .await?;
-        }
-        Ok(())
+        Ok(self.conn.send_error(id, code, reason).await?)
     }
 
     async fn send_response(&mut self, ok: bool) -> Result<(), String> {
-        let status = if ok {
-            ConfigurationResponse::OK
-        } else {
-            ConfigurationResponse::FAILED
-        };
-        self.send(ConfigurationResponse { status }.to_frame()).await
+        Ok(self.conn.send_response(ok).await?)
     }
 
     /// Reports a fatal error as the protocol allows and ends the session.
     async fn fail(&mut self, id: u32, code: ErrorCode, reason: String) -> Result<(), String> {
-        if self.hello.is_some() {
-            let _ = self.send_error(id, code, reason.clone()).await;
-        } else if self.phase == Phase::Initial {
-            let _ = self.send_response(false).await;
-        }
+        self.conn.report(id, code, &reason).await;
         Err(reason)
     }
 
@@ -318,11 +255,11 @@ impl Session {
                         .await?;
                 }
                 if ok {
-                    self.set_phase(Phase::Routing);
+                    self.conn.set_phase(Phase::Routing);
                     self.queue = Some(queue);
                 } else {
-                    self.set_phase(Phase::Initial);
-                    self.cfg = None;
+                    self.conn.set_phase(Phase::Initial);
+                    self.conn.cfg = None;
                 }
                 self.send_response(ok).await
             }
@@ -336,13 +273,13 @@ impl Session {
                 let data = match self.fit_result(data, count) {
                     Ok(data) => data,
                     // Like a failed core (`ToUser::Failed` below).
-                    Err(why) if self.agreed(features::ERROR) => {
+                    Err(why) if self.conn.agreed(features::ERROR) => {
                         return self.send_error(id, ErrorCode::CoreFailure, why).await
                     }
                     Err(why) => return self.fail(id, ErrorCode::CoreFailure, why).await,
                 };
-                self.entry.results.fetch_add(1, Ordering::Relaxed);
-                if let Some(o) = self.outbound.as_mut() {
+                self.conn.entry.results.fetch_add(1, Ordering::Relaxed);
+                if let Some(o) = self.conn.outbound.as_mut() {
                     if let Err(e) = o.push(id, class, data) {
                         return self.fail(id, ErrorCode::Internal, e.to_string()).await;
                     }
@@ -355,26 +292,26 @@ impl Session {
             }
             // Sent before the message's result (which may still go as
             // chunks through `outbound`): the channel is first in, first out.
-            ToUser::Notification(note) if self.agreed(features::SPIN_NOTIFY) => {
+            ToUser::Notification(note) if self.conn.agreed(features::SPIN_NOTIFY) => {
                 match note.to_frame() {
                     Ok(f) => {
                         self.shared.metrics.notification(true);
                         self.send(f).await
                     }
                     Err(e) => {
-                        tracing::warn!(user = %self.peer, "notification not relayed: {e}");
+                        tracing::warn!(user = %self.conn.peer, "notification not relayed: {e}");
                         Ok(())
                     }
                 }
             }
             ToUser::Notification(note) => {
-                self.notes_dropped.count(&self.peer, &note);
+                self.notes_dropped.count(&self.conn.peer, &note);
                 self.shared.metrics.notification(false);
                 Ok(())
             }
             ToUser::Failed { id, code, reason } => {
                 self.outstanding = self.outstanding.saturating_sub(1);
-                if self.agreed(features::ERROR) {
+                if self.conn.agreed(features::ERROR) {
                     self.send_error(id, code, reason).await
                 } else {
                     // A seed user (or a hello without `error`) cannot be
@@ -387,27 +324,20 @@ impl Session {
 
     /// A result as this user takes it ([`crate::anylen::for_user`]).
     fn fit_result(&self, data: Bytes, count: u32) -> Result<Bytes, String> {
-        let output_size = self.cfg.as_ref().map_or(0, |c| c.output_size as usize);
+        let output_size = self.conn.cfg.as_ref().map_or(0, |c| c.output_size as usize);
         let expect = count as usize * output_size;
-        let agreed = data.len() != expect && self.agreed(features::ANY_LENGTH);
-        crate::anylen::for_user(data, expect, agreed, self.result_limit)
-    }
-
-    /// What a frame of type `ty` asks for in the session's present state.
-    fn asked(&self, ty: MsgType) -> Asked {
-        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
-        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
-        greeting::classify(ty, session)
+        let agreed = data.len() != expect && self.conn.agreed(features::ANY_LENGTH);
+        crate::anylen::for_user(data, expect, agreed, self.conn.result_limit)
     }
 
     async fn on_frame(&mut self, f: Frame) -> Result<(), String> {
-        match self.asked(f.ty) {
+        match self.conn.asked(f.ty) {
             Asked::Hello => self.on_hello(f).await,
             Asked::Configuration => self.on_configuration(f).await,
             Asked::Data => self.on_data(f).await,
             Asked::Chunk => self.on_chunk(f).await,
             Asked::Status => {
-                let status = self.shared.status(Some(self.user));
+                let status = self.shared.status(Some(self.conn.user));
                 self.send(status.to_frame()).await
             }
             Asked::Refused(code, why) => self.fail(ErrorMsg::NO_ID, code, why).await,
@@ -422,14 +352,14 @@ impl Session {
         let greeting::Agreed {
             hello: mut agreed,
             chunks,
-        } = greeting::agree(&h, &AGREED, self.shared.opts.max_message, self.peer);
+        } = greeting::agree(&h, &AGREED, self.shared.opts.max_message, self.conn.peer);
         if let Some(c) = chunks {
-            self.inbound = Some(c.inbound);
-            self.outbound = Some(c.outbound);
+            self.conn.inbound = Some(c.inbound);
+            self.conn.outbound = Some(c.outbound);
         }
-        self.hello = Some(agreed.clone());
-        self.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
-        self.entry.set_hello(h.name.clone());
+        self.conn.hello = Some(agreed.clone());
+        self.conn.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
+        self.conn.entry.set_hello(h.name.clone());
         // Nodes are shared: every connected node may serve this user. An
         // observer (`nodes: 0`, e.g. `corefarm status`) is told it has none.
         agreed.nodes = match h.nodes {
@@ -455,7 +385,7 @@ impl Session {
             self.send_error(ErrorMsg::NO_ID, e.code(), why).await?;
             return self.send_response(false).await;
         }
-        if self.phase == Phase::Routing {
+        if self.conn.phase == Phase::Routing {
             // Seed §3.3.1.3: this user's data in flight is answered first.
             self.next_cfg = Some((cfg, payload));
         } else {
@@ -475,8 +405,7 @@ impl Session {
 
     /// A chunk; the message it completes is queued in the chunks' class.
     async fn on_chunk(&mut self, f: Frame) -> Result<(), String> {
-        let inbound = self.inbound.as_mut().expect("checked by the caller");
-        match inbound.push(f.payload) {
+        match self.conn.chunk(f.payload) {
             Ok(whole) => self.on_whole(whole).await,
             Err(e) => self.fail(ErrorMsg::NO_ID, e.code(), e.to_string()).await,
         }
@@ -485,7 +414,7 @@ impl Session {
     /// A chunk read into its message's buffer: allowed when a chunk frame
     /// would be, then as one.
     async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), String> {
-        if let Asked::Refused(code, why) = self.asked(MsgType::Chunk) {
+        if let Asked::Refused(code, why) = self.conn.asked(MsgType::Chunk) {
             return self.fail(ErrorMsg::NO_ID, code, why).await;
         }
         self.on_whole(whole).await
@@ -499,19 +428,16 @@ impl Session {
     }
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), String> {
-        let cfg = self.cfg.as_ref().expect("routing implies a configuration");
-        let credit = self.agreed(features::CREDIT).then_some(&mut self.credit);
-        let hello = self.hello.as_ref();
-        let count = match intake::check(cfg, credit, self.result_limit, hello, d.id, d.data.len()) {
+        let count = match self.conn.intake(&mut self.credit, d.id, d.data.len()) {
             Ok(n) => n,
             Err(Refused::ById(id, code, why)) => return self.send_error(id, code, why).await,
             Err(Refused::End(id, code, why)) => return self.fail(id, code, why).await,
         };
-        let mut job = Job::new(self.user, d.id, d.data, count);
+        let mut job = Job::new(self.conn.user, d.id, d.data, count);
         job.class = class;
         let place = self.queue.as_ref().map(|q| q.try_take(class));
         match place {
-            Some(Err(full)) if self.agreed(features::QUEUE_FULL) => {
+            Some(Err(full)) if self.conn.agreed(features::QUEUE_FULL) => {
                 let why = format!("{full}; send it again later");
                 // Sent even without the error feature: queue-full asked for it.
                 self.send(ErrorMsg::new(d.id, ErrorCode::QueueFull, why).to_frame())

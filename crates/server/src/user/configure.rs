@@ -140,7 +140,7 @@ impl Handler {
             "configuration refused: {e} (--max-message is {})",
             self.shared.opts.max_message
         );
-        tracing::warn!(user = %self.peer, "{reason}");
+        tracing::warn!(user = %self.conn.peer, "{reason}");
         self.send_error(ErrorMsg::NO_ID, e.code(), reason).await?;
         self.send_response(false).await
     }
@@ -159,10 +159,10 @@ impl Handler {
                     .await)
             }
         };
-        self.set_phase(Phase::Configuring);
+        self.conn.set_phase(Phase::Configuring);
         self.refusals.clear();
         let (function, cores) = (crate::metrics::function_label(&cfg), cfg.cores.len());
-        self.cfg = Some(cfg);
+        self.conn.cfg = Some(cfg);
         self.cfg_frame = Some(frame.clone());
         let deadline = Instant::now() + self.shared.opts.config_timeout;
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
@@ -183,7 +183,7 @@ impl Handler {
     }
 
     pub(super) async fn finish_configuring_if_done(&mut self) -> Result<(), End> {
-        if self.phase != Phase::Configuring
+        if self.conn.phase != Phase::Configuring
             || self
                 .nodes
                 .values()
@@ -197,11 +197,11 @@ impl Handler {
             .filter(|n| n.slot == Slot::Ready)
             .count();
         if ready > 0 {
-            tracing::info!(user = %self.peer, "configured {}", count(ready, "node"));
-            self.set_phase(Phase::Routing);
+            tracing::info!(user = %self.conn.peer, "configured {}", count(ready, "node"));
+            self.conn.set_phase(Phase::Routing);
             // Warnings before the success response (docs/protocol.md).
             if let Some(short) = self.shortfall() {
-                tracing::info!(user = %self.peer, "{short}");
+                tracing::info!(user = %self.conn.peer, "{short}");
                 self.send_error(ErrorMsg::NO_ID, ErrorCode::NoNodes, short)
                     .await?;
             }
@@ -213,10 +213,10 @@ impl Handler {
             self.send_response(true).await
         } else {
             let why = self.why_no_node();
-            tracing::warn!(user = %self.peer, "configuration failed: {why}");
+            tracing::warn!(user = %self.conn.peer, "configuration failed: {why}");
             // Back to Initial: the next configuration takes free nodes again.
-            self.set_phase(Phase::Initial);
-            self.cfg = None;
+            self.conn.set_phase(Phase::Initial);
+            self.conn.cfg = None;
             self.cfg_frame = None;
             self.send_error(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, why)
                 .await?;
@@ -237,7 +237,7 @@ impl Handler {
         let others = status
             .nodes
             .iter()
-            .filter(|n| n.user.is_some_and(|u| u != self.user))
+            .filter(|n| n.user.is_some_and(|u| u != self.conn.user))
             .count();
         let held = match others {
             0 => String::new(),
@@ -268,7 +268,7 @@ impl Handler {
         }
         format!(
             "no node for this user: {} (waited {:?} for one, --node-wait)",
-            availability(&self.shared.status(None), self.user),
+            availability(&self.shared.status(None), self.conn.user),
             self.shared.opts.node_wait
         )
     }

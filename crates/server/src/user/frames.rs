@@ -8,7 +8,7 @@ use corefarm_smp::stream::{Message, DEFAULT_CLASS};
 
 use super::{End, Handler, NextCfg, Pending};
 use crate::greeting::{self, Asked};
-use crate::intake::{self, Refused};
+use crate::intake::Refused;
 
 /// A configured user's receive buffer holds this many data messages of
 /// its input size (the kernel doubles the figure for its bookkeeping).
@@ -36,31 +36,20 @@ const AGREED: [&str; 5] = [
 ];
 
 impl Handler {
-    /// What a frame of type `ty` asks for in the session's present state.
-    fn asked(&self, ty: MsgType) -> Asked {
-        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
-        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
-        greeting::classify(ty, session)
-    }
-
     pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {
-        match self.asked(frame.ty) {
+        match self.conn.asked(frame.ty) {
             Asked::Hello => self.on_hello(frame).await,
             Asked::Configuration => self.on_configuration(frame).await,
             Asked::Data => self.on_data(frame).await,
             Asked::Chunk => self.on_chunk(frame).await,
             Asked::Status => {
-                let status = self.shared.status(Some(self.user));
+                let status = self.shared.status(Some(self.conn.user));
                 self.send_user(status.to_frame()).await
             }
             Asked::Refused(code, reason) => {
                 Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await)
             }
         }
-    }
-
-    pub(super) fn agreed(&self, feature: &str) -> bool {
-        self.hello.as_ref().is_some_and(|h| h.has(feature))
     }
 
     async fn on_hello(&mut self, frame: Frame) -> Result<(), End> {
@@ -81,8 +70,8 @@ impl Handler {
             }
             agreed.nodes = Some(0);
             agreed.max_message = Some(self.shared.opts.max_message);
-            self.hello = Some(agreed.clone());
-            self.entry.set_hello(h.name.clone());
+            self.conn.hello = Some(agreed.clone());
+            self.conn.entry.set_hello(h.name.clone());
             self.send_user(agreed.to_frame()).await?;
             return Err(End::Group);
         }
@@ -92,17 +81,17 @@ impl Handler {
         let greeting::Agreed {
             hello: mut agreed,
             chunks,
-        } = greeting::agree(&h, &AGREED, self.shared.opts.max_message, self.peer);
+        } = greeting::agree(&h, &AGREED, self.shared.opts.max_message, self.conn.peer);
         if let Some(c) = chunks {
-            self.inbound = Some(c.inbound);
-            self.outbound = Some(c.outbound);
-            if let Some(sock) = self.reader.get_ref().sock() {
+            self.conn.inbound = Some(c.inbound);
+            self.conn.outbound = Some(c.outbound);
+            if let Some(sock) = self.conn.reader.get_ref().sock() {
                 crate::chunked::shallow_buffers(&sock, c.size);
             }
         }
-        self.hello = Some(agreed.clone());
-        self.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
-        self.entry.set_hello(h.name.clone());
+        self.conn.hello = Some(agreed.clone());
+        self.conn.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
+        self.conn.entry.set_hello(h.name.clone());
         self.take_nodes().await;
         agreed.nodes = Some(self.nodes.len() as u32);
         self.send_user(agreed.to_frame()).await
@@ -117,7 +106,7 @@ impl Handler {
                 return Err(self.fail_user(ErrorMsg::NO_ID, e.code(), reason).await);
             }
         };
-        tracing::info!(user = %self.peer, "configuration: input {} B, output {} B, {} cores, {} bytes of bitstream",
+        tracing::info!(user = %self.conn.peer, "configuration: input {} B, output {} B, {} cores, {} bytes of bitstream",
             cfg.input_size, cfg.output_size, cfg.cores.len(), cfg.bitstream.len());
         // Checked before any node sees it: a configuration whose results
         // cannot be carried would otherwise make every node fail its first
@@ -126,10 +115,10 @@ impl Handler {
         // Only a user without credit needs it: credit already bounds what a
         // hello user has sent and not had read, and a small buffer would cap
         // its throughput for nothing.
-        if verdict.is_ok() && !self.agreed(features::CREDIT) {
+        if verdict.is_ok() && !self.conn.agreed(features::CREDIT) {
             self.bound_receive_buffer(cfg.input_size);
         }
-        if self.phase == Phase::Initial {
+        if self.conn.phase == Phase::Initial {
             match verdict {
                 Ok(()) => {
                     self.take_nodes().await;
@@ -166,11 +155,11 @@ impl Handler {
         if want > USER_RCVBUF_MAX {
             return;
         }
-        let Some(sock) = self.reader.get_ref().sock() else {
+        let Some(sock) = self.conn.reader.get_ref().sock() else {
             return;
         };
         if let Err(e) = sock.set_recv_buffer_size(want.max(USER_RCVBUF_MIN)) {
-            tracing::debug!(user = %self.peer, "cannot set the receive buffer: {e}");
+            tracing::debug!(user = %self.conn.peer, "cannot set the receive buffer: {e}");
         }
     }
 
@@ -190,8 +179,7 @@ impl Handler {
     /// one sent whole, in the chunks' class. Any broken rule (see
     /// `smp::stream`) ends the session with the reason.
     async fn on_chunk(&mut self, frame: Frame) -> Result<(), End> {
-        let inbound = self.inbound.as_mut().expect("checked by the caller");
-        match inbound.push(frame.payload) {
+        match self.conn.chunk(frame.payload) {
             Ok(whole) => self.on_whole(whole).await,
             Err(e) => Err(self
                 .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
@@ -202,7 +190,7 @@ impl Handler {
     /// A chunk read into its message's buffer: allowed when a chunk frame
     /// would be, then as one.
     pub(super) async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), End> {
-        if let Asked::Refused(code, reason) = self.asked(MsgType::Chunk) {
+        if let Asked::Refused(code, reason) = self.conn.asked(MsgType::Chunk) {
             return Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await);
         }
         self.on_whole(whole).await
@@ -216,10 +204,7 @@ impl Handler {
     }
 
     async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), End> {
-        let cfg = self.cfg.as_ref().expect("routing implies a configuration");
-        let credit = self.agreed(features::CREDIT).then_some(&mut self.credit);
-        let hello = self.hello.as_ref();
-        let count = match intake::check(cfg, credit, self.result_limit, hello, d.id, d.data.len()) {
+        let count = match self.conn.intake(&mut self.credit, d.id, d.data.len()) {
             Ok(n) => n,
             // Its credit comes back with the next grant.
             Err(Refused::ById(id, code, why)) => return self.send_error(id, code, why).await,

@@ -25,13 +25,13 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::tls::{ReadHalf, Stream};
+use crate::tls::Stream;
 use bytes::Bytes;
-use corefarm_smp::codec::{FrameReader, Read, ReadError};
+use corefarm_smp::codec::FrameReader;
 use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
-    hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Hello, OutFrame,
-    ProtocolError, UserPhase as Phase,
+    hello::features, Configuration, ErrorCode, ErrorMsg, OutFrame, ProtocolError,
+    UserPhase as Phase,
 };
 use tokio::sync::mpsc;
 use tokio::time::Instant;
@@ -43,12 +43,17 @@ use crate::dispatch::{Order, Window};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::Control;
 use crate::registry::UserEntry;
+use crate::userconn::{Closed, Next, UserConn};
 use crate::wire::Sink;
 use crate::Shared;
 
-/// Results queued for the user's socket. Small: when the user stops reading,
-/// back-pressure reaches the nodes after a few messages.
-pub(crate) const USER_QUEUE: usize = 32;
+impl From<Closed> for End {
+    fn from(c: Closed) -> End {
+        End::Error(c.into())
+    }
+}
+
+pub(crate) use crate::userconn::USER_QUEUE;
 
 /// How often timers (node deadlines, the idle user) are checked.
 const TICK: Duration = Duration::from_millis(100);
@@ -105,23 +110,9 @@ enum End {
 
 struct Handler {
     shared: Arc<Shared>,
-    user: u64,
-    peer: SocketAddr,
-    entry: Arc<UserEntry>,
-    reader: FrameReader<ReadHalf>,
-    /// Frames to the user: written by this task when the socket is idle.
-    out: Arc<Sink>,
-    /// Features agreed in the hello; `None` for a seed-format user.
-    hello: Option<Hello>,
-    /// The largest result payload this user reads (`anylen::user_limit`).
-    result_limit: u32,
-    /// With `chunks` agreed: the user's chunks being reassembled, and
-    /// results waiting to go back as chunks.
-    inbound: Option<crate::chunked::Inbound>,
-    outbound: Option<crate::chunked::Outbound>,
+    /// The user's connection, its hello, phase and configuration.
+    conn: UserConn,
     want: Option<u32>,
-    phase: Phase,
-    cfg: Option<Configuration>,
     cfg_frame: Option<OutFrame>,
     next_cfg: Option<NextCfg>,
     nodes: HashMap<u64, Node>,
@@ -171,22 +162,13 @@ pub(crate) async fn run(
     let writer = out.spawn_user_writer(shared.opts.io_timeout, peer, stop.clone());
     let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
     let shared_max = shared.opts.max_message;
+    let reader = FrameReader::new(rd, shared.opts.max_message)
+        .with_prefix(prefix)
+        .with_read_timeout(shared.opts.read_timeout);
     let mut h = Handler {
-        reader: FrameReader::new(rd, shared.opts.max_message)
-            .with_prefix(prefix)
-            .with_read_timeout(shared.opts.read_timeout),
+        conn: UserConn::new((user, entry), peer, reader, out, shared_max),
         shared,
-        user,
-        peer,
-        entry,
-        out,
-        hello: None,
-        result_limit: shared_max,
-        inbound: None,
-        outbound: None,
         want: None,
-        phase: Phase::Initial,
-        cfg: None,
         cfg_frame: None,
         next_cfg: None,
         nodes: HashMap::new(),
@@ -209,7 +191,9 @@ pub(crate) async fn run(
         // The agreed hello was queued by the main loop, which would have
         // written it before its next wait: the group code takes over first.
         h.flush_writes();
-        end = match crate::group::serve(&h.shared, user, &mut h.reader, &h.out, &stop).await {
+        end = match crate::group::serve(&h.shared, user, &mut h.conn.reader, &h.conn.out, &stop)
+            .await
+        {
             Ok(()) => End::Closed,
             Err(e) => End::Error(e),
         };
@@ -220,7 +204,7 @@ pub(crate) async fn run(
         End::Group => unreachable!("served above"),
     }
     h.release_nodes();
-    h.out.finish();
+    h.conn.out.finish();
     drop(h);
     // The writer flushes what is queued (e.g. a final error) then exits.
     let _ = tokio::time::timeout(Duration::from_secs(5), writer).await;
@@ -237,8 +221,8 @@ impl Handler {
             self.publish();
             let read_user = self.wants_user_input();
             let unflushed = self.unflushed();
-            let out = self.out.clone();
-            let chunks_waiting = self.outbound.as_ref().is_some_and(|o| !o.is_empty());
+            let out = self.conn.out.clone();
+            let chunks_waiting = self.conn.outbound.as_ref().is_some_and(|o| !o.is_empty());
             tokio::select! {
                 biased;
                 _ = stop.cancelled() => return End::Closed,
@@ -258,28 +242,16 @@ impl Handler {
                 _ = out.room(crate::chunked::SINK_DEPTH), if chunks_waiting => {
                     if let Err(e) = self.feed_chunk() { return e; }
                 }
-                r = crate::chunked::read(&mut self.reader, self.inbound.as_mut()), if read_user => {
-                    let frame = match r {
-                        Ok(Some(Read::Frame(f))) => f,
-                        Ok(Some(Read::Placed { chunk, whole })) => {
-                            self.last_activity = Instant::now();
-                            self.entry.m.link.received(crate::chunked::wire_len(&chunk));
-                            if let Err(e) = self.on_placed(whole).await { return e; }
-                            continue;
-                        }
-                        Ok(None) => return End::Closed,
-                        Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
-                            let reason = format!("{e} (--read-timeout)");
-                            return self.fail_user(ErrorMsg::NO_ID, ErrorCode::Timeout, reason).await;
-                        }
-                        Err(ReadError::Io(e)) => return End::Error(format!("read failed: {e}")),
-                        Err(ReadError::Protocol(e)) => {
-                            return self.fail_user(ErrorMsg::NO_ID, e.code(), e.to_string()).await;
-                        }
-                    };
+                next = self.conn.next(), if read_user => {
                     self.last_activity = Instant::now();
-                    self.entry.m.link.received(frame.payload.len() + corefarm_smp::HEADER_LEN);
-                    if let Err(e) = self.on_user_frame(frame).await { return e; }
+                    let r = match next {
+                        Next::Frame(f) => self.on_user_frame(f).await,
+                        Next::Placed(whole) => self.on_placed(whole).await,
+                        Next::Closed => return End::Closed,
+                        Next::Fatal(code, reason) => return self.fail_user(ErrorMsg::NO_ID, code, reason).await,
+                        Next::Failed(e) => return End::Error(e),
+                    };
+                    if let Err(e) = r { return e; }
                 }
                 // Last, so only when nothing else is ready: what this
                 // wake-up produced goes out in one write per socket.
@@ -290,23 +262,20 @@ impl Handler {
 
     /// Counters for the status extension: two relaxed stores per event.
     fn publish(&self) {
-        self.entry
+        self.conn
+            .entry
             .outstanding
             .store(self.outstanding, Ordering::Relaxed);
-        self.entry
+        self.conn
+            .entry
             .queued
             .store(self.redispatch.len() as u64, Ordering::Relaxed);
-    }
-
-    fn set_phase(&mut self, p: Phase) {
-        self.phase = p;
-        self.entry.set_phase(p);
     }
 
     /// Reads from the user only when the message could be acted on at once;
     /// otherwise the data waits in the user's socket (TCP back-pressure).
     fn wants_user_input(&mut self) -> bool {
-        match self.phase {
+        match self.conn.phase {
             Phase::Initial => true,
             Phase::Configuring => false,
             Phase::Routing => {
@@ -323,8 +292,8 @@ impl Handler {
     /// by class, instead of in its socket behind the bulk messages it sent
     /// first. Credit bounds how much that can be.
     fn reads_ahead(&self) -> bool {
-        self.inbound.is_some()
-            && self.agreed(features::CREDIT)
+        self.conn.inbound.is_some()
+            && self.conn.agreed(features::CREDIT)
             && self.redispatch.len() < crate::chunked::READ_AHEAD
     }
 
@@ -340,14 +309,14 @@ impl Handler {
     async fn check_idle(&mut self) -> Result<(), End> {
         let limit = self.shared.opts.user_idle_timeout;
         let busy = self.outstanding > 0
-            || self.outbound.as_ref().is_some_and(|o| !o.is_empty())
+            || self.conn.outbound.as_ref().is_some_and(|o| !o.is_empty())
             || !self.redispatch.is_empty()
             || self.next_cfg.is_some()
-            || self.phase == Phase::Configuring;
+            || self.conn.phase == Phase::Configuring;
         if busy
             || self.nodes.is_empty()
             || self.last_activity.elapsed() <= limit
-            || !self.shared.pool.someone_starved(self.user)
+            || !self.shared.pool.someone_starved(self.conn.user)
         {
             return Ok(());
         }
@@ -356,13 +325,13 @@ impl Handler {
              session ended and its {} node(s) returned to the pool (--user-idle-timeout)",
             self.nodes.len()
         );
-        if self.hello.is_some() {
+        if self.conn.hello.is_some() {
             Err(self
                 .fail_user(ErrorMsg::NO_ID, ErrorCode::Timeout, reason)
                 .await)
         } else {
             // A seed-format user has no way to hear a reason: just close.
-            tracing::info!(user = %self.peer, "{reason}");
+            tracing::info!(user = %self.conn.peer, "{reason}");
             Err(End::Error(reason))
         }
     }
@@ -371,15 +340,7 @@ impl Handler {
         // Back-pressure: when the user stops reading, the handler (and so
         // the nodes' results) waits after a few queued messages. Written
         // when the handler is about to wait (`flush_writes`).
-        if self
-            .out
-            .push_to_user(f, USER_QUEUE, &self.entry.m.link)
-            .await
-        {
-            Ok(())
-        } else {
-            Err(End::Error("user connection closed".into()))
-        }
+        Ok(self.conn.send(f).await?)
     }
 
     /// A result to the user: whole, or as chunks of its class to a
@@ -387,7 +348,7 @@ impl Handler {
     /// ([`Handler::feed_chunk`]); like [`Handler::send_user`], the handler
     /// waits once a queue's worth of results is waiting.
     async fn send_result(&mut self, id: u32, class: u8, data: bytes::Bytes) -> Result<(), End> {
-        let Some(o) = self.outbound.as_mut() else {
+        let Some(o) = self.conn.outbound.as_mut() else {
             return match OutFrame::data(id, data) {
                 Ok(f) => self.send_user(f).await,
                 Err(e) => Err(self.fail_user(id, e.code(), e.to_string()).await),
@@ -396,8 +357,13 @@ impl Handler {
         if let Err(e) = o.push(id, class, data) {
             return Err(self.fail_user(id, ErrorCode::Internal, e.to_string()).await);
         }
-        while self.outbound.as_ref().is_some_and(|o| o.len() > USER_QUEUE) {
-            self.out.room(crate::chunked::SINK_DEPTH).await;
+        while self
+            .conn
+            .outbound
+            .as_ref()
+            .is_some_and(|o| o.len() > USER_QUEUE)
+        {
+            self.conn.out.room(crate::chunked::SINK_DEPTH).await;
             self.feed_chunk()?;
         }
         Ok(())
@@ -405,10 +371,7 @@ impl Handler {
 
     /// Hands the most urgent waiting chunk to the user's sink.
     fn feed_chunk(&mut self) -> Result<(), End> {
-        match self.outbound.as_mut() {
-            Some(o) => o.feed(&self.out, &self.entry.m.link).map_err(End::Error),
-            None => Ok(()),
-        }
+        self.conn.feed_chunk().map_err(End::Error)
     }
 
     async fn send_error(
@@ -417,22 +380,11 @@ impl Handler {
         code: ErrorCode,
         reason: impl Into<String>,
     ) -> Result<(), End> {
-        if self.hello.as_ref().is_some_and(|h| h.has(features::ERROR)) {
-            self.send_user(ErrorMsg::new(id, code, reason).to_frame())
-                .await
-        } else {
-            Ok(())
-        }
+        Ok(self.conn.send_error(id, code, reason).await?)
     }
 
     async fn send_response(&mut self, ok: bool) -> Result<(), End> {
-        let status = if ok {
-            ConfigurationResponse::OK
-        } else {
-            ConfigurationResponse::FAILED
-        };
-        self.send_user(ConfigurationResponse { status }.to_frame())
-            .await
+        Ok(self.conn.send_response(ok).await?)
     }
 
     /// Reports a fatal error to the user (as the protocol allows) and ends the session.
@@ -440,13 +392,8 @@ impl Handler {
         self.shared
             .metrics
             .error(crate::metrics::ErrorKind::UserError);
-        tracing::warn!(user = %self.peer, "{reason}");
-        if self.hello.is_some() {
-            let _ = self.send_error(id, code, reason.clone()).await;
-        } else if self.phase == Phase::Initial {
-            // A seed user only understands a negative configuration response.
-            let _ = self.send_response(false).await;
-        }
+        tracing::warn!(user = %self.conn.peer, "{reason}");
+        self.conn.report(id, code, &reason).await;
         End::Error(reason)
     }
 }

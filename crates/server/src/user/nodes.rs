@@ -25,14 +25,14 @@ impl Handler {
         if !self.registered {
             self.registered = true;
             self.shared.pool.register(Waiter {
-                user: self.user,
+                user: self.conn.user,
                 tx: self.ctl_tx.clone(),
                 want: self.want,
                 have: self.nodes.len() as u32,
                 refused: Default::default(),
             });
         }
-        for conn in self.shared.pool.take_for(self.user, self.want) {
+        for conn in self.shared.pool.take_for(self.conn.user, self.want) {
             self.adopt(conn);
         }
         // Nodes that connect meanwhile are sent to us by the pool.
@@ -47,7 +47,7 @@ impl Handler {
         }
         // The user was waiting on us, not idle.
         self.last_activity = Instant::now();
-        tracing::info!(user = %self.peer, "assigned {} node(s)", self.nodes.len());
+        tracing::info!(user = %self.conn.peer, "assigned {} node(s)", self.nodes.len());
     }
 
     fn enough_nodes(&self) -> bool {
@@ -65,7 +65,7 @@ impl Handler {
         self.events
             .insert(conn.id, UnboundedReceiverStream::new(events));
         let id = conn.id;
-        conn.entry.assign(Some(self.user));
+        conn.entry.assign(Some(self.conn.user));
         let mut st = Node {
             conn_id: id,
             tx: conn,
@@ -86,7 +86,7 @@ impl Handler {
                 st.tx.entry.set_state(NodeState::Configuring);
             }
         }
-        tracing::info!(user = %self.peer, node = %st.tx.label(), "node assigned");
+        tracing::info!(user = %self.conn.peer, node = %st.tx.label(), "node assigned");
         self.nodes.insert(id, st);
     }
 
@@ -110,7 +110,7 @@ impl Handler {
             .nodes
             .values()
             .any(|n| matches!(n.slot, Slot::Ready | Slot::Configuring { .. }));
-        if self.phase == Phase::Routing && !alive {
+        if self.conn.phase == Phase::Routing && !alive {
             let reason = format!("no node left to process data (last one lost: {reason})");
             let pending: Vec<u32> = self.redispatch.drain(..).map(|p| p.user_id).collect();
             for uid in pending {
@@ -128,9 +128,9 @@ impl Handler {
         let n = self.nodes.remove(&id)?;
         self.order.remove(id);
         self.events.remove(&id);
-        tracing::warn!(user = %self.peer, node = %n.tx.label(), "node dropped: {reason}");
+        tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "node dropped: {reason}");
         n.tx.close();
-        let user = self.user;
+        let user = self.conn.user;
         self.shared
             .pool
             .update(user, |w| w.have = w.have.saturating_sub(1));
@@ -148,7 +148,7 @@ impl Handler {
         match self.events.remove(&id) {
             Some(stream) if idle => {
                 n.tx.events = stream.into_inner();
-                tracing::info!(user = %self.peer, node = %n.tx.label(), "node returned to the pool");
+                tracing::info!(user = %self.conn.peer, node = %n.tx.label(), "node returned to the pool");
                 self.shared.pool.add(n.tx);
             }
             _ => n.tx.close(),
@@ -186,7 +186,7 @@ impl Handler {
         for (id, reason) in expired {
             // Synthesise a close; the next loop turn handles it like any other loss.
             if let Some(n) = self.nodes.get(&id) {
-                tracing::warn!(user = %self.peer, node = %n.tx.label(), "{reason}");
+                tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "{reason}");
                 n.tx.close();
             }
         }
@@ -194,7 +194,7 @@ impl Handler {
 
     /// At the end of the session: idle nodes back to the pool, busy ones reset.
     pub(super) fn release_nodes(&mut self) {
-        self.shared.pool.unregister(self.user);
+        self.shared.pool.unregister(self.conn.user);
         // Nodes the pool sent after the loop stopped listening go back too.
         while let Ok(Control::NodeJoined(conn)) = self.ctl_rx.try_recv() {
             self.shared.pool.add(conn);

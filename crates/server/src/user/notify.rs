@@ -22,8 +22,8 @@ impl Handler {
             return self.lose_node(id, &reason).await;
         };
         let note = note.with_id(p.user_id);
-        if !self.agreed(features::SPIN_NOTIFY) {
-            self.notes_dropped.count(&self.peer, &note);
+        if !self.conn.agreed(features::SPIN_NOTIFY) {
+            self.notes_dropped.count(&self.conn.peer, &note);
             self.shared.metrics.notification(false);
             return Ok(());
         }

@@ -40,7 +40,7 @@ impl Handler {
     /// Extra messages in flight a message of `class` may use: an urgent
     /// one from a `chunks` user gets [`crate::chunked::URGENT_RESERVE`].
     pub(super) fn urgent_reserve(&self, class: u8) -> u32 {
-        if self.inbound.is_some() && class < DEFAULT_CLASS {
+        if self.conn.inbound.is_some() && class < DEFAULT_CLASS {
             crate::chunked::URGENT_RESERVE
         } else {
             0
@@ -125,7 +125,7 @@ impl Handler {
 
     /// Frames queued for the user or a node and not written yet.
     pub(super) fn unflushed(&self) -> bool {
-        self.out.unflushed() || self.nodes.values().any(|n| n.tx.unflushed())
+        self.conn.out.unflushed() || self.nodes.values().any(|n| n.tx.unflushed())
     }
 
     /// Writes what this wake-up queued: one `writev` per socket for every
@@ -134,23 +134,23 @@ impl Handler {
         for n in self.nodes.values() {
             n.tx.flush();
         }
-        self.out.flush();
+        self.conn.out.flush();
     }
 
     /// Housekeeping after every event: re-dispatch, reconfigure, grant credit.
     pub(super) async fn pump(&mut self) -> Result<(), End> {
-        if self.phase != Phase::Routing {
+        if self.conn.phase != Phase::Routing {
             return Ok(());
         }
         while !self.redispatch.is_empty() && self.pick_node(false, self.waiting_class()).is_some() {
             let p = self.next_redispatch().expect("non-empty");
             self.dispatch(p);
         }
-        let results_out = self.outbound.as_ref().is_none_or(|o| o.is_empty());
+        let results_out = self.conn.outbound.as_ref().is_none_or(|o| o.is_empty());
         if self.next_cfg.is_some() && self.outstanding == 0 && results_out {
             return match self.next_cfg.take().expect("checked") {
                 NextCfg::Apply(cfg, payload) => {
-                    tracing::info!(user = %self.peer, "reconfiguring");
+                    tracing::info!(user = %self.conn.peer, "reconfiguring");
                     // Service times change with the configuration: windows start afresh.
                     self.windows.clear();
                     self.start_configuring(cfg, payload).await
@@ -158,7 +158,7 @@ impl Handler {
                 NextCfg::Refuse(e) => self.refuse_configuration(e).await,
             };
         }
-        if self.agreed(features::CREDIT) && self.next_cfg.is_none() {
+        if self.conn.agreed(features::CREDIT) && self.next_cfg.is_none() {
             let window = self
                 .shared
                 .opts
@@ -207,7 +207,7 @@ impl Handler {
                     let reason = format!("result for unknown id {}", d.id);
                     return self.lose_node(id, &reason).await;
                 };
-                let cfg = self.cfg.as_ref().expect("ready implies configured");
+                let cfg = self.conn.cfg.as_ref().expect("ready implies configured");
                 let expect = p.count as usize * cfg.output_size as usize;
                 let any_length = d.data.len() != expect && n.tx.entry.any_length();
                 if !crate::anylen::node_may_send(d.data.len(), expect, any_length) {
@@ -229,7 +229,7 @@ impl Handler {
                 let left = n.in_flight.len();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
-                let blocked = self.agreed(features::CREDIT) && self.credit == 0;
+                let blocked = self.conn.agreed(features::CREDIT) && self.credit == 0;
                 let w = self.window(id);
                 let before = w.get();
                 w.on_result(left, now - p.sent, blocked, cap);
@@ -241,20 +241,23 @@ impl Handler {
                         now - p.sent
                     );
                 }
-                let agreed = d.data.len() != expect && self.agreed(features::ANY_LENGTH);
-                let data = match crate::anylen::for_user(d.data, expect, agreed, self.result_limit)
-                {
-                    Ok(data) => data,
-                    Err(why) => {
-                        // Like a failed core: the user hears about it by id.
-                        let node = self.nodes.get(&id).map(|n| n.tx.label());
-                        let reason = format!("node {}: {why}", node.unwrap_or_default());
-                        return self.core_failure(p.user_id, reason).await;
-                    }
-                };
-                self.entry.results.fetch_add(1, Ordering::Relaxed);
+                let agreed = d.data.len() != expect && self.conn.agreed(features::ANY_LENGTH);
+                let data =
+                    match crate::anylen::for_user(d.data, expect, agreed, self.conn.result_limit) {
+                        Ok(data) => data,
+                        Err(why) => {
+                            // Like a failed core: the user hears about it by id.
+                            let node = self.nodes.get(&id).map(|n| n.tx.label());
+                            let reason = format!("node {}: {why}", node.unwrap_or_default());
+                            return self.core_failure(p.user_id, reason).await;
+                        }
+                    };
+                self.conn.entry.results.fetch_add(1, Ordering::Relaxed);
                 let m = &self.shared.metrics;
-                self.entry.m.result(m, || self.entry.label(), now - p.sent);
+                self.conn
+                    .entry
+                    .m
+                    .result(m, || self.conn.entry.label(), now - p.sent);
                 self.answered();
                 // A result within the frame limit fits one to the user (same limit).
                 self.send_result(p.user_id, p.class, data).await
@@ -267,14 +270,14 @@ impl Handler {
                 if ok {
                     n.slot = Slot::Ready;
                     n.tx.entry.set_state(NodeState::Ready);
-                    tracing::info!(user = %self.peer, node = %n.tx.label(), "node configured");
+                    tracing::info!(user = %self.conn.peer, node = %n.tx.label(), "node configured");
                 } else {
-                    tracing::warn!(user = %self.peer, node = %n.tx.label(), "node refused the configuration");
+                    tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "node refused the configuration");
                     self.refusals.refused(id, n.tx.label());
                     self.shared
                         .metrics
                         .error(crate::metrics::ErrorKind::ConfigurationFailed);
-                    let user = self.user;
+                    let user = self.conn.user;
                     self.shared.pool.update(user, |w| {
                         w.refused.insert(id);
                         w.have = w.have.saturating_sub(1);
@@ -299,7 +302,7 @@ impl Handler {
                     let code = ErrorCode::per_input(e.code);
                     self.input_failure(p.user_id, code, reason).await
                 } else {
-                    tracing::warn!(user = %self.peer, node = %n.tx.label(), "node reports: {e}");
+                    tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "node reports: {e}");
                     if matches!(n.slot, Slot::Configuring { .. }) {
                         self.refusals.reason(id, n.tx.label(), &e.reason);
                     }
@@ -339,13 +342,14 @@ impl Handler {
         reason: String,
     ) -> Result<(), End> {
         self.answered();
-        self.entry
+        self.conn
+            .entry
             .m
-            .failure(&self.shared.metrics, || self.entry.label());
+            .failure(&self.shared.metrics, || self.conn.entry.label());
         // Only a user that agreed `error` can be told about one input; any
         // other (a seed user, or a hello without it) would otherwise never
         // hear of this message again, so its session ends with the reason.
-        if self.agreed(features::ERROR) {
+        if self.conn.agreed(features::ERROR) {
             self.send_error(user_id, code, reason).await
         } else {
             Err(self.fail_user(user_id, code, reason).await)

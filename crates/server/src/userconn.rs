@@ -1,0 +1,211 @@
+//! A user's connection as both user sessions see it (exclusive mode's
+//! `user::Handler`, shared mode's `sched::session`): the socket's two
+//! halves, what the hello agreed, the session's phase and configuration,
+//! and the chunks in and out. The sessions differ in where data messages
+//! go (owned nodes, or the scheduler); how a frame is read and counted,
+//! which frame is allowed when, and how an error reaches a user that
+//! agreed to hear it or one of the seed's format are the same, and live here.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use corefarm_smp::codec::{FrameReader, Read, ReadError};
+use corefarm_smp::stream::Message;
+use corefarm_smp::{
+    hello::features, Configuration, ConfigurationResponse, ErrorCode, ErrorMsg, Frame, Hello,
+    MsgType, OutFrame, ProtocolError, UserPhase as Phase,
+};
+
+use crate::chunked::{Inbound, Outbound};
+use crate::greeting::{self, Asked};
+use crate::intake::{self, Refused};
+use crate::registry::UserEntry;
+use crate::tls::ReadHalf;
+use crate::wire::Sink;
+
+/// Frames a session may queue for the user before it waits for the
+/// socket: the user's reading pace, not the server's memory, bounds what
+/// it is sent.
+pub(crate) const USER_QUEUE: usize = 32;
+
+/// The user's socket is closed: nothing more can reach it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Closed;
+
+impl From<Closed> for String {
+    fn from(_: Closed) -> String {
+        "user connection closed".into()
+    }
+}
+
+/// What the next read from the user brought.
+pub(crate) enum Next {
+    /// A whole frame (a first chunk among them).
+    Frame(Frame),
+    /// A chunk read into its message's buffer, and the message it completed.
+    Placed(Option<Message>),
+    /// The user closed the connection between messages.
+    Closed,
+    /// A broken rule or a read deadline: the session ends, and tells the
+    /// user why as the protocol allows ([`UserConn::report`]).
+    Fatal(ErrorCode, String),
+    /// The connection failed: nobody left to tell.
+    Failed(String),
+}
+
+pub(crate) struct UserConn {
+    pub(crate) user: u64,
+    pub(crate) peer: SocketAddr,
+    pub(crate) entry: Arc<UserEntry>,
+    pub(crate) reader: FrameReader<ReadHalf>,
+    /// The user's socket: frames are written by the session itself when
+    /// the socket is idle, an urgent result chunk at once, ahead of queued
+    /// bulk (`Sink::push_class`).
+    pub(crate) out: Arc<Sink>,
+    /// Features agreed in the hello; `None` for a seed-format user.
+    pub(crate) hello: Option<Hello>,
+    /// The largest result payload this user reads (`anylen::user_limit`).
+    pub(crate) result_limit: u32,
+    /// With `chunks` agreed: the user's chunks being reassembled, and
+    /// results waiting to go back as chunks.
+    pub(crate) inbound: Option<Inbound>,
+    pub(crate) outbound: Option<Outbound>,
+    pub(crate) phase: Phase,
+    pub(crate) cfg: Option<Configuration>,
+}
+
+impl UserConn {
+    pub(crate) fn new(
+        (user, entry): (u64, Arc<UserEntry>),
+        peer: SocketAddr,
+        reader: FrameReader<ReadHalf>,
+        out: Arc<Sink>,
+        result_limit: u32,
+    ) -> Self {
+        UserConn {
+            user,
+            peer,
+            entry,
+            reader,
+            out,
+            hello: None,
+            result_limit,
+            inbound: None,
+            outbound: None,
+            phase: Phase::Initial,
+            cfg: None,
+        }
+    }
+
+    pub(crate) fn agreed(&self, feature: &str) -> bool {
+        self.hello.as_ref().is_some_and(|h| h.has(feature))
+    }
+
+    /// What a frame of type `ty` asks for in the session's present state.
+    pub(crate) fn asked(&self, ty: MsgType) -> Asked {
+        let (cfg, chunks) = (self.cfg.is_some(), self.inbound.is_some());
+        let session = greeting::Session::new(self.phase, self.hello.as_ref(), cfg, chunks);
+        greeting::classify(ty, session)
+    }
+
+    pub(crate) fn set_phase(&mut self, p: Phase) {
+        self.phase = p;
+        self.entry.set_phase(p);
+    }
+
+    /// The next frame or placed chunk from the user, counted on its link.
+    /// Cancel-safe: a session reads it in a `select!`.
+    pub(crate) async fn next(&mut self) -> Next {
+        let link = &self.entry.m.link;
+        match crate::chunked::read(&mut self.reader, self.inbound.as_mut()).await {
+            Ok(Some(Read::Frame(f))) => {
+                link.received(f.payload.len() + corefarm_smp::HEADER_LEN);
+                Next::Frame(f)
+            }
+            Ok(Some(Read::Placed { chunk, whole })) => {
+                link.received(crate::chunked::wire_len(&chunk));
+                Next::Placed(whole)
+            }
+            Ok(None) => Next::Closed,
+            Err(ReadError::Io(e)) if e.kind() == std::io::ErrorKind::TimedOut => {
+                Next::Fatal(ErrorCode::Timeout, format!("{e} (--read-timeout)"))
+            }
+            Err(ReadError::Io(e)) => Next::Failed(format!("read failed: {e}")),
+            Err(ReadError::Protocol(e)) => Next::Fatal(e.code(), e.to_string()),
+        }
+    }
+
+    /// A data message of `len` bytes under id `id` checked on its way in
+    /// (`intake::check`): its input count. `credit` is the session's
+    /// unused grant, spent here if the user agreed `credit`.
+    pub(crate) fn intake(&self, credit: &mut u64, id: u32, len: usize) -> Result<u32, Refused> {
+        let cfg = self.cfg.as_ref().expect("routing implies a configuration");
+        let credit = self.agreed(features::CREDIT).then_some(credit);
+        intake::check(cfg, credit, self.result_limit, self.hello.as_ref(), id, len)
+    }
+
+    /// A chunk frame's payload: the message it completes, if any.
+    pub(crate) fn chunk(&mut self, payload: Bytes) -> Result<Option<Message>, ProtocolError> {
+        self.inbound
+            .as_mut()
+            .expect("a chunk is only asked for with chunks agreed")
+            .push(payload)
+    }
+
+    /// Queues a frame for the user; waits first while [`USER_QUEUE`] are
+    /// unwritten.
+    pub(crate) async fn send(&self, f: OutFrame) -> Result<(), Closed> {
+        if self
+            .out
+            .push_to_user(f, USER_QUEUE, &self.entry.m.link)
+            .await
+        {
+            Ok(())
+        } else {
+            Err(Closed)
+        }
+    }
+
+    /// An error message, to a user that agreed `error`; nothing otherwise.
+    pub(crate) async fn send_error(
+        &self,
+        id: u32,
+        code: ErrorCode,
+        reason: impl Into<String>,
+    ) -> Result<(), Closed> {
+        if self.agreed(features::ERROR) {
+            self.send(ErrorMsg::new(id, code, reason).to_frame())
+                .await?;
+        }
+        Ok(())
+    }
+
+    pub(crate) async fn send_response(&self, ok: bool) -> Result<(), Closed> {
+        let status = if ok {
+            ConfigurationResponse::OK
+        } else {
+            ConfigurationResponse::FAILED
+        };
+        self.send(ConfigurationResponse { status }.to_frame()).await
+    }
+
+    /// Tells the user why its session ends, as the protocol allows: an
+    /// error message after a hello; a seed-format user only understands a
+    /// negative configuration response, and only while it configures.
+    pub(crate) async fn report(&self, id: u32, code: ErrorCode, reason: &str) {
+        if self.hello.is_some() {
+            let _ = self.send_error(id, code, reason).await;
+        } else if self.phase == Phase::Initial {
+            let _ = self.send_response(false).await;
+        }
+    }
+
+    /// Hands the most urgent waiting result chunk to the user's sink.
+    pub(crate) fn feed_chunk(&mut self) -> Result<(), String> {
+        match self.outbound.as_mut() {
+            Some(o) => o.feed(&self.out, &self.entry.m.link),
+            None => Ok(()),
+        }
+    }
+}
