@@ -535,6 +535,7 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
          "`python3 bench/report.py`. Compare two runs with `corefarm bench compare OLD.json NEW.json`. "
          "One experiment alone: `corefarm bench suite headline` (issues 2 and 3), `forwarding` (issue 7), `node`, "
          "`node-matmul`, ….", "",
+         *targets_summary(),
          "## Tools", "",
          "- `corefarm bench echo [server --listen A | client --addr A] --size B --clients N --duration S [--json]`: "
          "SMP echo; throughput = echoed payload bits/s, all clients together. `--cpu-pid LABEL=PID` "
@@ -640,6 +641,12 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
     for extra in sorted((ROOT / "bench/manual").glob("*.md")):
         L += [extra.read_text().rstrip(), ""]
     return "\n".join(L).rstrip() + "\n"
+
+
+def targets_summary() -> list[str]:
+    """The hand-kept table of round-2 targets (bench/targets.md), right after the introduction."""
+    p = HERE / "targets.md"
+    return [p.read_text().rstrip(), ""] if p.exists() else []
 
 
 def main(argv=None) -> int:
