@@ -114,10 +114,15 @@ impl Inbound {
     }
 }
 
-/// The user's chunks after a message's first are read straight into the
-/// message's buffer, checked as `push` checks them.
+/// The user's chunks are read straight into their message's buffer (the
+/// first opens it), checked as `push` checks them.
 impl Place for Inbound {
     type Whole = Message;
+
+    fn begin(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        self.check_size(h)?;
+        self.re.begin(h)
+    }
 
     fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
         self.check_size(h)?;
@@ -297,8 +302,8 @@ mod tests {
         assert_eq!((m.id, m.class, m.data.len(), i.open()), (6, 2, 600, 0));
     }
 
-    /// A user's chunks after the first are read into the message's
-    /// buffer; one over the agreed size is refused there as by `push`.
+    /// A user's chunks are read into the message's buffer, the first
+    /// opening it; one over the agreed size is refused there as by `push`.
     #[tokio::test]
     async fn placed_chunks_come_out_whole_and_over_the_agreed_size_are_refused() {
         let data = Bytes::from((0..5000u32).map(|i| i as u8).collect::<Vec<u8>>());
@@ -324,7 +329,7 @@ mod tests {
         }
         let m = got.expect("whole message");
         assert_eq!((m.id, m.class, m.data, i.open()), (6, 3, data.clone(), 0));
-        assert_eq!(placed, cs.len() - 1, "every chunk after the first");
+        assert_eq!(placed, cs.len(), "every chunk, the first opening the message");
 
         let mut big = Chunks::new(7, 3, data.clone(), 512).unwrap();
         let mut cs = vec![big.next().unwrap()];
@@ -335,15 +340,22 @@ mod tests {
         let stream = wire(&cs);
         let mut r = FrameReader::new(&stream[..], 1 << 20);
         let mut i = Inbound::new(512, 1 << 20);
-        let Some(Read::Frame(f)) = read(&mut r, Some(&mut i)).await.unwrap() else {
-            panic!("a first chunk is read as a frame");
-        };
-        i.push(f.payload).unwrap();
+        let first = read(&mut r, Some(&mut i)).await.unwrap();
+        assert!(matches!(first, Some(Read::Placed { whole: None, .. })));
         let e = read(&mut r, Some(&mut i)).await.unwrap_err();
         assert!(
             e.to_string()
                 .contains("a chunk of 600 bytes, over the 512 agreed"),
             "{e}"
         );
+        // A first chunk over the size, refused before anything is held.
+        let stream = wire(&cs[1..]);
+        let over = Chunk::new(8, 3, 0, 5000, data.slice(..600));
+        let stream = [wire(&[over]), stream].concat();
+        let mut r = FrameReader::new(&stream[..], 1 << 20);
+        let mut i = Inbound::new(512, 1 << 20);
+        let e = read(&mut r, Some(&mut i)).await.unwrap_err();
+        assert!(e.to_string().contains("a chunk of 600 bytes"), "{e}");
+        assert_eq!(i.open(), 0);
     }
 }

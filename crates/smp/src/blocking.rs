@@ -1,8 +1,8 @@
 //! SMP framing over blocking `std::io` streams, for synchronous peers such as
 //! the client library (which is also what the Python package wraps).
 //!
-//! `read_placing` reads a continuing chunk's data straight into its
-//! message's buffer, as the async reader's does ([`crate::stream::place`]).
+//! `read_placing` reads a chunk's data straight into its message's buffer
+//! when the receiver takes it in place, as the async reader's does ([`crate::stream::place`]).
 
 use std::io::{self, IoSlice, Read, Write};
 
@@ -55,8 +55,8 @@ impl<R: Read> FrameReader<R> {
         }
     }
 
-    /// Next frame, or the next chunk that continues a message `p` takes in
-    /// place: as [`crate::codec::FrameReader::read_placing`], its data read
+    /// Next frame, or the next chunk `p` takes in place: as
+    /// [`crate::codec::FrameReader::read_placing`], its data read
     /// straight into the message's buffer (zeroed first: `Read::read` may
     /// look at the slice it is given).
     pub fn read_placing<P: Place>(
@@ -65,8 +65,9 @@ impl<R: Read> FrameReader<R> {
     ) -> Result<Option<Got<P::Whole>>, ReadError> {
         self.dec.read_chunk_headers_ahead();
         loop {
-            if let Some(h) = self.dec.continuing_chunk()? {
-                if let Some(buf) = p.place(&h)? {
+            if let Some(h) = self.dec.chunk_at_start()? {
+                let buf = if h.first { p.begin(&h)? } else { p.place(&h)? };
+                if let Some(buf) = buf {
                     let len = h.len as usize;
                     let begun = buf.len();
                     let end = begun + len;
@@ -305,10 +306,9 @@ mod tests {
         for sizes in [&[1][..], &[5, 19, 8000, 3], &[1 << 20]] {
             let mut r = FrameReader::new(Pieces(&wire, sizes, 0), 1 << 20);
             let mut re = Reassembler::new(1 << 20, 4, 1 << 20).reserve_whole();
-            let Some(Got::Frame(f)) = r.read_placing(&mut re).unwrap() else {
-                panic!("a first chunk is placed");
-            };
-            re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+            // The first chunk opens the message in place.
+            let first = r.read_placing(&mut re).unwrap();
+            assert!(matches!(first, Some(Got::Placed { whole: None, .. })));
             let at = re.buffer_at(3).unwrap();
             let mut placed = 0;
             let m = loop {
@@ -332,20 +332,16 @@ mod tests {
         bad.extend(cs[2].to_frame().unwrap().to_vec());
         let mut r = FrameReader::new(&bad[..], 1 << 20);
         let mut re = Reassembler::new(1 << 20, 4, 1 << 20);
-        let Some(Got::Frame(f)) = r.read_placing(&mut re).unwrap() else {
-            panic!("a first chunk is placed");
-        };
-        re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+        let first = r.read_placing(&mut re).unwrap();
+        assert!(matches!(first, Some(Got::Placed { whole: None, .. })));
         let e = r.read_placing(&mut re).unwrap_err();
         assert!(e.to_string().contains("offset 16384, expected 8192"), "{e}");
         // Cut short in a placed chunk's data.
         let short = &wire[..8192 + 32 + 32 + 100];
         let mut r = FrameReader::new(short, 1 << 20);
         let mut re = Reassembler::new(1 << 20, 4, 1 << 20);
-        let Some(Got::Frame(f)) = r.read_placing(&mut re).unwrap() else {
-            panic!("a first chunk is placed");
-        };
-        re.push(Chunk::parse(f.payload).unwrap()).unwrap();
+        let first = r.read_placing(&mut re).unwrap();
+        assert!(matches!(first, Some(Got::Placed { whole: None, .. })));
         assert!(matches!(
             r.read_placing(&mut re),
             Err(ReadError::Protocol(ProtocolError::TruncatedStream(132)))

@@ -135,9 +135,9 @@ impl Decoder {
         &mut self.buf
     }
 
-    /// The header of the chunk at the start of the buffer if it does not
-    /// begin its message, once both headers are in and valid.
-    pub(crate) fn continuing_chunk(&self) -> Result<Option<ChunkHeader>, ProtocolError> {
+    /// The header of the chunk at the start of the buffer, once both
+    /// headers are in and valid.
+    pub(crate) fn chunk_at_start(&self) -> Result<Option<ChunkHeader>, ProtocolError> {
         let b = &self.buf;
         if b.len() < CHUNK_HEAD {
             return Ok(None);
@@ -149,10 +149,7 @@ impl Decoder {
         }
         let ch = b[HEADER_LEN..CHUNK_HEAD].try_into().expect("24 bytes");
         // A bad chunk header goes on as a frame: the caller's parse reports it.
-        match ChunkHeader::parse(ch, header.size as usize - CHUNK_HEADER_LEN) {
-            Ok(h) if !h.first => Ok(Some(h)),
-            _ => Ok(None),
-        }
+        Ok(ChunkHeader::parse(ch, header.size as usize - CHUNK_HEADER_LEN).ok())
     }
 
     /// Moves the headers of the chunk at the start of the buffer out, and
@@ -205,7 +202,7 @@ impl Decoder {
 /// What [`FrameReader::read_placing`] read.
 #[derive(Debug)]
 pub enum Read<W> {
-    /// An ordinary frame (first chunks and chunks not placed among them).
+    /// An ordinary frame (chunks `Place` did not take among them).
     Frame(Frame),
     /// A chunk whose data went into its message's buffer (its header, for
     /// the caller's accounting), and the message it completed, if it was
@@ -310,8 +307,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
-    /// Next frame, or the next chunk that continues a message `p` takes in
-    /// place ([`Place::place`]): its data is read into the message's buffer
+    /// Next frame, or the next chunk `p` takes in place (a message's first
+    /// chunk if [`Place::begin`] opens it, a continuing one if
+    /// [`Place::place`] takes it): its data is read into the message's buffer
     /// (the part already read into the decoder's buffer copied there, the
     /// rest read from the stream straight into it). `Ok(None)` on a clean
     /// end of stream between messages.
@@ -415,8 +413,9 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
                 });
                 continue;
             }
-            if let Some(h) = self.dec.continuing_chunk()? {
-                if let Some(buf) = p.place(&h)? {
+            if let Some(h) = self.dec.chunk_at_start()? {
+                let buf = if h.first { p.begin(&h)? } else { p.place(&h)? };
+                if let Some(buf) = buf {
                     let len = h.len as usize;
                     self.placing = Some(Placing {
                         head: h,

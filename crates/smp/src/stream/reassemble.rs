@@ -127,7 +127,6 @@ impl Reassembler {
     pub fn push(&mut self, c: Chunk) -> Result<Option<Message>, ProtocolError> {
         let id = c.head.id;
         self.check_size(id, c.head.total)?;
-        let len = c.data.len() as u64;
         if c.head.first {
             if self.open.contains_key(&id) {
                 return Err(bad(format!(
@@ -149,45 +148,9 @@ impl Reassembler {
                     data,
                 }));
             }
-            if self.open.len() >= self.max_open {
-                return Err(bad(format!(
-                    "message {id}: more than {} messages open at once",
-                    self.max_open
-                )));
-            }
-            let charged = if self.reserve {
-                c.head.total.max(len)
-            } else {
-                len
-            };
-            self.hold(id, charged)?;
-            let mut buf = Vec::new();
-            let reserved = if self.reserve {
-                buf.try_reserve_exact(self.prefix + charged as usize)
-            } else {
-                let cap = (len * 2).max(c.head.total.min(self.prealloc));
-                buf.try_reserve(self.prefix + cap as usize)
-            };
-            if reserved.is_err() {
-                self.held -= charged;
-                return Err(bad(format!(
-                    "message {id}: cannot allocate {} bytes for it",
-                    c.head.total
-                )));
-            }
-            if self.prefix > 0 {
-                buf.extend_from_slice(&id.to_le_bytes());
-            }
-            buf.extend_from_slice(&c.data);
-            self.open.insert(
-                id,
-                Partial {
-                    class: c.head.class,
-                    total: c.head.total,
-                    buf,
-                    charged,
-                },
-            );
+            self.open_message(&c.header())?
+                .buf
+                .extend_from_slice(&c.data);
             return Ok(None);
         }
         let p = self.take(&c.header())?;
@@ -196,6 +159,52 @@ impl Reassembler {
             return Ok(None);
         }
         Ok(Some(self.finish(id)))
+    }
+
+    /// Opens the message a first chunk (not also its last) begins: checks
+    /// the bounds on open messages and held bytes, counts the chunk (with
+    /// `reserve_whole`, the whole message) as held, and allocates its
+    /// buffer, which holds the id prefix if any and room for the chunk.
+    fn open_message(&mut self, h: &ChunkHeader) -> Result<&mut Partial, ProtocolError> {
+        let id = h.id;
+        if self.open.contains_key(&id) {
+            return Err(bad(format!(
+                "message {id} begun again before its last chunk"
+            )));
+        }
+        if self.open.len() >= self.max_open {
+            return Err(bad(format!(
+                "message {id}: more than {} messages open at once",
+                self.max_open
+            )));
+        }
+        let len = h.len;
+        let charged = if self.reserve { h.total.max(len) } else { len };
+        self.hold(id, charged)?;
+        let mut buf = Vec::new();
+        let reserved = if self.reserve {
+            buf.try_reserve_exact(self.prefix + charged as usize)
+        } else {
+            let cap = (len * 2).max(h.total.min(self.prealloc));
+            buf.try_reserve(self.prefix + cap as usize)
+        };
+        if reserved.is_err() {
+            self.held -= charged;
+            return Err(bad(format!(
+                "message {id}: cannot allocate {} bytes for it",
+                h.total
+            )));
+        }
+        if self.prefix > 0 {
+            buf.extend_from_slice(&id.to_le_bytes());
+        }
+        let p = Partial {
+            class: h.class,
+            total: h.total,
+            buf,
+            charged,
+        };
+        Ok(self.open.entry(id).or_insert(p))
     }
 
     /// Checks a chunk that continues an open message against it and counts
@@ -272,6 +281,16 @@ impl Reassembler {
 /// Every open message is placed: its buffer is where its data ends up.
 impl Place for Reassembler {
     type Whole = Message;
+
+    /// A message of one chunk stays a frame: handed on as it came, it is
+    /// not copied at all.
+    fn begin(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        if h.last {
+            return Ok(None);
+        }
+        self.check_size(h.id, h.total)?;
+        Ok(Some(&mut self.open_message(h)?.buf))
+    }
 
     fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
         self.check_size(h.id, h.total)?;
@@ -414,5 +433,34 @@ mod tests {
             .unwrap_err();
         assert!(e.to_string().contains("over 2097152 bytes"), "{e}");
         assert_eq!(r.held(), 1 << 20);
+    }
+
+    #[test]
+    fn a_first_chunk_opened_in_place_is_checked_and_held_as_push_would() {
+        let cs = chunks(4, 2, 3000, 1000);
+        let mut r = Reassembler::new(1 << 20, 1, 1 << 20).reserve_whole();
+        // A message of one chunk stays a frame.
+        let one = chunks(5, 2, 10, 64);
+        assert!(r.begin(&one[0].header()).unwrap().is_none());
+        let buf = r.begin(&cs[0].header()).unwrap().expect("opened");
+        assert!(buf.is_empty() && buf.capacity() >= 3000);
+        buf.extend_from_slice(&cs[0].data);
+        assert!(r.placed(&cs[0].header()).is_none());
+        // The whole message is held from its first chunk.
+        assert_eq!((r.open(), r.held()), (1, 3000));
+        // Begun twice, or one message too many: push's errors.
+        let e = r.begin(&cs[0].header()).unwrap_err();
+        assert!(e.to_string().contains("begun again"), "{e}");
+        let other = chunks(6, 2, 3000, 1000);
+        let e = r.begin(&other[0].header()).unwrap_err();
+        assert!(e.to_string().contains("more than 1 messages open"), "{e}");
+        for c in &cs[1..] {
+            let buf = r.place(&c.header()).unwrap().unwrap();
+            buf.extend_from_slice(&c.data);
+        }
+        let m = r.placed(&cs[2].header()).expect("whole");
+        let whole: Vec<u8> = cs.iter().flat_map(|c| c.data.to_vec()).collect();
+        assert_eq!(m.data, whole);
+        assert_eq!((r.open(), r.held()), (0, 0));
     }
 }
