@@ -144,7 +144,7 @@ async fn a_peer_that_breaks_the_chunk_rules_is_cut_off_with_the_reason() {
         (
             "raw\0chunks=1024",
             vec![chunk(1, 0, total, p.slice(..2000))],
-            "chunk of 2000 bytes of message 1, over the link's chunk size of 1024",
+            "message 1: a chunk of 2000 bytes, over the 1024 agreed",
         ),
         (
             "raw\0chunks=1024",

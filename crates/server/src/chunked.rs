@@ -8,13 +8,11 @@
 //!   picked by class, so an urgent result overtakes a bulk one mid-way.
 
 use bytes::Bytes;
-use corefarm_smp::codec::{FrameReader, Read, ReadError, ReadVectored};
 use corefarm_smp::stream::{
-    Chunk, ChunkHeader, Chunks, ClassQueues, Message, Place, Reassembler, CHUNK_HEADER_LEN,
-    DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
+    Chunk, ChunkHeader, Chunks, ClassQueues, Reassembler, CHUNK_HEADER_LEN, DEFAULT_CHUNK_SIZE,
+    MAX_CHUNK_SIZE,
 };
 use corefarm_smp::{Hello, OutFrame, ProtocolError, HEADER_LEN};
-use tokio::io::AsyncRead;
 
 /// The largest chunk this server sends or accepts; a user that asks for no
 /// size gets the default, one that asks for more gets at most this.
@@ -71,83 +69,19 @@ pub(crate) fn chunk_size(user: &Hello) -> Option<u32> {
     (size >= MIN_CHUNK_SIZE).then_some(size)
 }
 
-/// A user's chunks put back together. What a user can make the server hold
-/// is bounded by `--max-message` per message, [`MAX_OPEN`] messages, and
-/// twice `--max-message` across them (a bulk message near the limit plus
-/// urgent ones interleaved with it).
-pub(crate) struct Inbound {
-    re: Reassembler,
-    chunk_size: u32,
-}
+/// A user's chunks put back together, read into place (`Place`). What a
+/// user can make the server hold is bounded by `--max-message` per
+/// message, [`MAX_OPEN`] messages, and twice `--max-message` across them (a
+/// bulk message near the limit plus urgent ones interleaved with it); a
+/// chunk over the size agreed in the hello is refused.
+pub(crate) type Inbound = Reassembler;
 
-impl Inbound {
-    pub(crate) fn new(chunk_size: u32, max_message: u32) -> Self {
-        // The data of a message excludes its 4-byte id, as in type 3.
-        let max_data = u64::from(max_message).saturating_sub(corefarm_smp::DATA_ID_LEN as u64);
-        Inbound {
-            re: Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message)).reserve_whole(),
-            chunk_size,
-        }
-    }
-
-    /// One chunk frame's payload; the message it completes, if any.
-    pub(crate) fn push(&mut self, payload: Bytes) -> Result<Option<Message>, ProtocolError> {
-        let c = Chunk::parse(payload)?;
-        self.check_size(&c.header())?;
-        self.re.push(c)
-    }
-
-    fn check_size(&self, c: &ChunkHeader) -> Result<(), ProtocolError> {
-        if c.len > u64::from(self.chunk_size) {
-            return Err(ProtocolError::BadChunk(format!(
-                "message {}: a chunk of {} bytes, over the {} agreed in the hello",
-                c.id, c.len, self.chunk_size
-            )));
-        }
-        Ok(())
-    }
-
-    /// Messages begun and not finished.
-    #[cfg(test)]
-    pub(crate) fn open(&self) -> usize {
-        self.re.open()
-    }
-}
-
-/// The user's chunks are read straight into their message's buffer (the
-/// first opens it), checked as `push` checks them.
-impl Place for Inbound {
-    type Whole = Message;
-
-    fn begin(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
-        self.check_size(h)?;
-        self.re.begin(h)
-    }
-
-    fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
-        self.check_size(h)?;
-        self.re.place(h)
-    }
-
-    fn resume(&mut self, id: u32) -> Option<&mut Vec<u8>> {
-        self.re.resume(id)
-    }
-
-    fn placed(&mut self, h: &ChunkHeader) -> Option<Message> {
-        self.re.placed(h)
-    }
-}
-
-/// The next frame from a peer, or a chunk placed in `inbound` (once
-/// chunks are agreed). Cancel-safe: `inbound`, once given, stays.
-pub(crate) async fn read<R: AsyncRead + ReadVectored + Unpin, P: Place>(
-    r: &mut FrameReader<R>,
-    inbound: Option<&mut P>,
-) -> Result<Option<Read<P::Whole>>, ReadError> {
-    match inbound {
-        Some(i) => r.read_placing(i).await,
-        None => Ok(r.read_frame().await?.map(Read::Frame)),
-    }
+pub(crate) fn inbound(chunk_size: u32, max_message: u32) -> Inbound {
+    // The data of a message excludes its 4-byte id, as in type 3.
+    let max_data = u64::from(max_message).saturating_sub(corefarm_smp::DATA_ID_LEN as u64);
+    Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message))
+        .reserve_whole()
+        .chunk_limit(u64::from(chunk_size))
 }
 
 /// Wire bytes of a placed chunk, for the link counters.
@@ -235,6 +169,7 @@ pub(crate) fn out_frame(c: &Chunk) -> Result<OutFrame, ProtocolError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use corefarm_smp::codec::{FrameReader, Read};
 
     fn parse_out(f: OutFrame) -> Chunk {
         let v = f.to_vec();
@@ -282,13 +217,13 @@ mod tests {
 
     #[test]
     fn inbound_refuses_chunks_over_the_agreed_size() {
-        let mut i = Inbound::new(512, 1 << 20);
+        let mut i = inbound(512, 1 << 20);
         let c = Chunks::new(5, 2, Bytes::from(vec![1u8; 600]), 600)
             .unwrap()
             .next()
             .unwrap();
         let payload = Bytes::from(c.to_frame().unwrap().to_vec()).slice(HEADER_LEN..);
-        let e = i.push(payload).unwrap_err();
+        let e = i.push(Chunk::parse(payload).unwrap()).unwrap_err();
         assert!(e.to_string().contains("over the 512 agreed"), "{e}");
         let ok: Vec<Chunk> = Chunks::new(6, 2, Bytes::from(vec![1u8; 600]), 512)
             .unwrap()
@@ -296,7 +231,7 @@ mod tests {
         let mut got = None;
         for c in ok {
             let p = Bytes::from(c.to_frame().unwrap().to_vec()).slice(HEADER_LEN..);
-            got = i.push(p).unwrap();
+            got = i.push(Chunk::parse(p).unwrap()).unwrap();
         }
         let m = got.expect("whole message");
         assert_eq!((m.id, m.class, m.data.len(), i.open()), (6, 2, 600, 0));
@@ -315,11 +250,13 @@ mod tests {
         let cs: Vec<Chunk> = Chunks::new(6, 3, data.clone(), 512).unwrap().collect();
         let stream = wire(&cs);
         let mut r = FrameReader::new(&stream[..], 1 << 20);
-        let mut i = Inbound::new(512, 1 << 20);
+        let mut i = inbound(512, 1 << 20);
         let (mut placed, mut got) = (0, None);
-        while let Some(read) = read(&mut r, Some(&mut i)).await.unwrap() {
+        while let Some(read) = r.read_with(Some(&mut i)).await.unwrap() {
             match read {
-                Read::Frame(f) => assert!(i.push(f.payload).unwrap().is_none()),
+                Read::Frame(f) => {
+                    assert!(i.push(Chunk::parse(f.payload).unwrap()).unwrap().is_none())
+                }
                 Read::Placed { chunk, whole } => {
                     placed += 1;
                     assert!(wire_len(&chunk) <= HEADER_LEN + CHUNK_HEADER_LEN + 512);
@@ -329,7 +266,11 @@ mod tests {
         }
         let m = got.expect("whole message");
         assert_eq!((m.id, m.class, m.data, i.open()), (6, 3, data.clone(), 0));
-        assert_eq!(placed, cs.len(), "every chunk, the first opening the message");
+        assert_eq!(
+            placed,
+            cs.len(),
+            "every chunk, the first opening the message"
+        );
 
         let mut big = Chunks::new(7, 3, data.clone(), 512).unwrap();
         let mut cs = vec![big.next().unwrap()];
@@ -339,10 +280,10 @@ mod tests {
         });
         let stream = wire(&cs);
         let mut r = FrameReader::new(&stream[..], 1 << 20);
-        let mut i = Inbound::new(512, 1 << 20);
-        let first = read(&mut r, Some(&mut i)).await.unwrap();
+        let mut i = inbound(512, 1 << 20);
+        let first = r.read_with(Some(&mut i)).await.unwrap();
         assert!(matches!(first, Some(Read::Placed { whole: None, .. })));
-        let e = read(&mut r, Some(&mut i)).await.unwrap_err();
+        let e = r.read_with(Some(&mut i)).await.unwrap_err();
         assert!(
             e.to_string()
                 .contains("a chunk of 600 bytes, over the 512 agreed"),
@@ -353,8 +294,8 @@ mod tests {
         let over = Chunk::new(8, 3, 0, 5000, data.slice(..600));
         let stream = [wire(&[over]), stream].concat();
         let mut r = FrameReader::new(&stream[..], 1 << 20);
-        let mut i = Inbound::new(512, 1 << 20);
-        let e = read(&mut r, Some(&mut i)).await.unwrap_err();
+        let mut i = inbound(512, 1 << 20);
+        let e = r.read_with(Some(&mut i)).await.unwrap_err();
         assert!(e.to_string().contains("a chunk of 600 bytes"), "{e}");
         assert_eq!(i.open(), 0);
     }

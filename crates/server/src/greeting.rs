@@ -118,7 +118,7 @@ pub(crate) fn agree(
                 hello.chunk_size = Some(size);
                 chunks = Some(Chunks {
                     size,
-                    inbound: Inbound::new(size, max_message),
+                    inbound: crate::chunked::inbound(size, max_message),
                     outbound: Outbound::new(size),
                 });
             }

@@ -169,7 +169,7 @@ impl NodeConn {
                     // straight into their buffers.
                     let r = tokio::select! {
                         _ = kill.cancelled() => break "connection closed by the server".to_string(),
-                        r = crate::chunked::read(&mut reader, results.as_mut()) => r,
+                        r = reader.read_with(results.as_mut()) => r,
                     };
                     let link = &_slot.entry.m.link;
                     let r = match r {

@@ -118,7 +118,7 @@ impl UserConn {
     /// Cancel-safe: a session reads it in a `select!`.
     pub(crate) async fn next(&mut self) -> Next {
         let link = &self.entry.m.link;
-        match crate::chunked::read(&mut self.reader, self.inbound.as_mut()).await {
+        match self.reader.read_with(self.inbound.as_mut()).await {
             Ok(Some(Read::Frame(f))) => {
                 link.received(f.payload.len() + corefarm_smp::HEADER_LEN);
                 Next::Frame(f)
@@ -150,7 +150,7 @@ impl UserConn {
         self.inbound
             .as_mut()
             .expect("a chunk is only asked for with chunks agreed")
-            .push(payload)
+            .push(corefarm_smp::stream::Chunk::parse(payload)?)
     }
 
     /// Queues a frame for the user; waits first while [`USER_QUEUE`] are

@@ -439,6 +439,21 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         }
     }
 
+    /// [`FrameReader::read_placing`] into `p`, or without one (a link that
+    /// did not agree to chunks) [`FrameReader::read_frame`]'s frame.
+    pub async fn read_with<P: Place>(
+        &mut self,
+        p: Option<&mut P>,
+    ) -> Result<Option<Read<P::Whole>>, ReadError>
+    where
+        R: ReadVectored,
+    {
+        match p {
+            Some(p) => self.read_placing(p).await,
+            None => Ok(self.read_frame().await?.map(Read::Frame)),
+        }
+    }
+
     fn decode(&mut self) -> Result<Option<Frame>, ProtocolError> {
         let f = self.dec.decode()?;
         if f.is_some() {

@@ -19,7 +19,7 @@ pub(crate) mod queue;
 mod tests;
 
 use bytes::Bytes;
-use corefarm_smp::codec::{write_frame, FrameReader};
+use corefarm_smp::codec::{write_frame, FrameReader, Read};
 use corefarm_smp::group::DIRECT_USER;
 use corefarm_smp::stream::{Reassembler, CLASSES, DEFAULT_CLASS};
 use corefarm_smp::{Data, ErrorCode, ErrorMsg, MsgType, OutFrame, DATA_ID_LEN};
@@ -137,30 +137,37 @@ async fn read_loop(
         let _ = reply.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Malformed, reason).to_frame());
     };
     // Bounded by messages open (one per class) and bytes held: two
-    // messages' worth, the client's own reassembly bound.
-    let mut chunks = Reassembler::new(max_message, MAX_OPEN, 2 * max_message);
+    // messages' worth, the client's own reassembly bound. Chunks are read
+    // into place, reserved whole at the first.
+    let mut chunks = Reassembler::new(max_message, MAX_OPEN, 2 * max_message)
+        .reserve_whole()
+        .chunk_limit(u64::from(chunk_size));
     loop {
-        let f = match r.read_frame().await {
-            Ok(Some(f)) => f,
-            Ok(None) => return,
-            Err(e) => return bad(e.to_string()),
-        };
-        let (id, class, data) = match f.ty {
-            MsgType::Data => match Data::parse(f.payload) {
-                Ok(d) => (d.id, DEFAULT_CLASS, d.data),
-                Err(e) => return bad(e.to_string()),
-            },
-            MsgType::Chunk if chunk_size > 0 => {
-                match link::reassemble(&mut chunks, f.payload, chunk_size, "connection") {
+        let placing = (chunk_size > 0).then_some(&mut chunks);
+        let (id, class, data) = match r.read_with(placing).await {
+            Ok(Some(Read::Frame(f))) => match f.ty {
+                MsgType::Data => match Data::parse(f.payload) {
+                    Ok(d) => (d.id, DEFAULT_CLASS, d.data),
+                    Err(e) => return bad(e.to_string()),
+                },
+                MsgType::Chunk if chunk_size > 0 => match link::push(&mut chunks, f.payload) {
                     Ok(Some(m)) => (m.id, m.class, m.data),
                     Ok(None) => continue,
                     Err(e) => return bad(e),
+                },
+                MsgType::Chunk => {
+                    return bad(
+                        "a chunk on a direct connection that did not agree to chunks".into(),
+                    )
                 }
-            }
-            MsgType::Chunk => {
-                return bad("a chunk on a direct connection that did not agree to chunks".into())
-            }
-            other => return bad(format!("a {} message on a direct connection", other.name())),
+                other => return bad(format!("a {} message on a direct connection", other.name())),
+            },
+            Ok(Some(Read::Placed { whole, .. })) => match whole {
+                Some(m) => (m.id, m.class, m.data),
+                None => continue,
+            },
+            Ok(None) => return,
+            Err(e) => return bad(e.to_string()),
         };
         let job = DirectJob {
             id,

@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corefarm_smp::codec::{FrameReader, ReadError};
+use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::stream::{Chunk, Reassembler, CHUNK_HEADER_LEN, CLASSES};
 use corefarm_smp::{MsgType, PeerBody, PeerHeader, PeerKind, PeerMsg};
 use tokio::io::AsyncWriteExt;
@@ -134,30 +134,37 @@ pub(crate) async fn read_loop(
 ) {
     // The writer cuts one message per class at a time, so a well-behaved
     // peer never has more than `CLASSES` open or more than that many
-    // frames' worth held.
+    // frames' worth held. Chunks are read into place: reserved whole at
+    // the first, within those bounds.
     let mut chunks = Reassembler::new(
         max_frame as u64,
         CLASSES as usize,
         CLASSES as u64 * max_frame as u64,
-    );
+    )
+    .reserve_whole()
+    .chunk_limit(u64::from(chunk_size));
     let reason = loop {
-        let f = match reader.read_frame().await {
-            Ok(Some(f)) => f,
-            Ok(None) => break super::fabric::CLOSED.to_string(),
-            Err(ReadError::Io(e)) => break format!("connection failed: {e}"),
-            Err(ReadError::Protocol(e)) => break format!("sent an invalid message: {e}"),
-        };
-        let payload = match f.ty {
-            MsgType::Peer => f.payload,
-            MsgType::Chunk if chunk_size > 0 => {
-                match reassemble(&mut chunks, f.payload, chunk_size, "link") {
+        let placing = (chunk_size > 0).then_some(&mut chunks);
+        let payload = match reader.read_with(placing).await {
+            Ok(Some(Read::Frame(f))) => match f.ty {
+                MsgType::Peer => f.payload,
+                MsgType::Chunk if chunk_size > 0 => match push(&mut chunks, f.payload) {
                     Ok(Some(m)) => m.data,
                     Ok(None) => continue,
                     Err(e) => break format!("sent {e}"),
+                },
+                MsgType::Chunk => {
+                    break "sent a chunk on a link that did not agree to chunks".into()
                 }
-            }
-            MsgType::Chunk => break "sent a chunk on a link that did not agree to chunks".into(),
-            other => break format!("sent a {} message on a peer link", other.name()),
+                other => break format!("sent a {} message on a peer link", other.name()),
+            },
+            Ok(Some(Read::Placed { whole, .. })) => match whole {
+                Some(m) => m.data,
+                None => continue,
+            },
+            Ok(None) => break super::fabric::CLOSED.to_string(),
+            Err(ReadError::Io(e)) => break format!("connection failed: {e}"),
+            Err(ReadError::Protocol(e)) => break format!("sent an invalid message: {e}"),
         };
         let m = match PeerMsg::parse(payload) {
             Ok(m) => m,
@@ -170,23 +177,14 @@ pub(crate) async fn read_loop(
     shared.link_lost(peer, reason).await;
 }
 
-/// One chunk of a chunked message, checked against the chunk size agreed on
-/// the `scope` ("link", "connection"): the whole message once its last chunk
-/// is in. Shared by peer links and direct connections.
-pub(crate) fn reassemble(
+/// One chunk frame's payload into `r` (which holds it to the chunk size
+/// agreed): the whole message once its last chunk is in. Shared by peer
+/// links and direct connections, for the chunks not read into place.
+pub(crate) fn push(
     r: &mut Reassembler,
     payload: bytes::Bytes,
-    chunk_size: u32,
-    scope: &str,
 ) -> Result<Option<corefarm_smp::stream::Message>, String> {
     let c = Chunk::parse(payload).map_err(|e| format!("an invalid chunk: {e}"))?;
-    if c.data.len() > chunk_size as usize {
-        return Err(format!(
-            "a chunk of {} bytes of message {}, over the {scope}'s chunk size of {chunk_size}",
-            c.data.len(),
-            c.head.id
-        ));
-    }
     r.push(c).map_err(|e| format!("an invalid chunk: {e}"))
 }
 

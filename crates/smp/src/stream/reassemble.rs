@@ -48,6 +48,8 @@ pub struct Reassembler {
     prealloc: u64,
     /// See [`Reassembler::reserve_whole`].
     reserve: bool,
+    /// See [`Reassembler::chunk_limit`].
+    max_chunk: u64,
 }
 
 fn bad(why: String) -> ProtocolError {
@@ -77,6 +79,7 @@ impl Reassembler {
             prefix: 0,
             prealloc: 0,
             reserve: false,
+            max_chunk: u64::MAX,
         }
     }
 
@@ -112,6 +115,13 @@ impl Reassembler {
         self
     }
 
+    /// Chunks of at most `max` data bytes, the size agreed on the link: a
+    /// larger one is an error, placed or pushed.
+    pub fn chunk_limit(mut self, max: u64) -> Self {
+        self.max_chunk = max;
+        self
+    }
+
     /// Messages begun and not finished.
     pub fn open(&self) -> usize {
         self.open.len()
@@ -126,7 +136,7 @@ impl Reassembler {
     /// of one chunk is handed on without a copy.
     pub fn push(&mut self, c: Chunk) -> Result<Option<Message>, ProtocolError> {
         let id = c.head.id;
-        self.check_size(id, c.head.total)?;
+        self.check(&c.header())?;
         if c.head.first {
             if self.open.contains_key(&id) {
                 return Err(bad(format!(
@@ -250,11 +260,19 @@ impl Reassembler {
         }
     }
 
-    fn check_size(&self, id: u32, total: u64) -> Result<(), ProtocolError> {
-        if total > self.max_message {
+    /// The bounds any chunk is held to, whichever way it is read: its
+    /// length, and the length its message announces.
+    fn check(&self, h: &ChunkHeader) -> Result<(), ProtocolError> {
+        if h.len > self.max_chunk {
             return Err(bad(format!(
-                "message {id} of {total} bytes exceeds the limit of {} bytes",
-                self.max_message
+                "message {}: a chunk of {} bytes, over the {} agreed",
+                h.id, h.len, self.max_chunk
+            )));
+        }
+        if h.total > self.max_message {
+            return Err(bad(format!(
+                "message {} of {} bytes exceeds the limit of {} bytes",
+                h.id, h.total, self.max_message
             )));
         }
         Ok(())
@@ -288,12 +306,12 @@ impl Place for Reassembler {
         if h.last {
             return Ok(None);
         }
-        self.check_size(h.id, h.total)?;
+        self.check(h)?;
         Ok(Some(&mut self.open_message(h)?.buf))
     }
 
     fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
-        self.check_size(h.id, h.total)?;
+        self.check(h)?;
         let p = self.take(h)?;
         // Grows as `push` would (amortised); a refused growth is an error.
         if p.buf.try_reserve(h.len as usize).is_err() {
