@@ -162,7 +162,10 @@ async fn users_that_break_the_rules_get_an_error_and_are_cut_off() {
     // A chunk over the agreed size.
     let mut u = connect(&l, &jobs, 1024).await;
     u.chunks(1, 0, &[0; 2000], 2000).await;
-    assert!(u.cut_off().await.contains("a chunk of 2000 bytes, over the 1024 agreed"));
+    assert!(u
+        .cut_off()
+        .await
+        .contains("a chunk of 2000 bytes, over the 1024 agreed"));
     // A message announced over the direct path's limit.
     let mut u = connect(&l, &jobs, 1024).await;
     let c = Chunk::new(1, 0, 0, MAX_MESSAGE + 1, Bytes::from_static(b"x"));
