@@ -195,8 +195,10 @@ fn run(
 fn both_sides_work_and_results_keep_input_order() {
     let w = Arc::new(World::default());
     let ins = inputs(300);
-    // Each local core's first job waits until the cluster has taken work,
-    // so both sides compute some of it however the threads race.
+    // The cluster is ready once a local job has begun, and each local
+    // core's first job waits until the cluster has taken work, so both
+    // sides compute some of it however the threads race (an unmeasured
+    // cluster keeps its window full and could otherwise take it all).
     let gated: Vec<Box<dyn Core>> = (0..2)
         .map(|_| {
             Box::new(FakeCore {
@@ -207,7 +209,7 @@ fn both_sides_work_and_results_keep_input_order() {
             }) as Box<dyn Core>
         })
         .collect();
-    let (out, report) = run(&w, &ins, gated, &cluster(&w, 0), Estimates::default()).unwrap();
+    let (out, report) = run(&w, &ins, gated, &cluster(&w, 1), Estimates::default()).unwrap();
     assert_eq!(out, expected(&ins));
     assert!(
         report.cluster_items > 0 && report.local_items > 0,
