@@ -18,7 +18,7 @@ client is configured with that image.
 
     cw = corefarm.cowork.Cowork("matmul.cfimg", threads=2)
     out = list(c.map(inputs, cowork=cw))
-    cw.report        # last run: local_items, cluster_items, estimates, ...
+    cw.report        # last run: local_items, cluster_items, backups, estimates, ...
 """
 
 import os as _os

@@ -48,6 +48,7 @@ fn report<'py>(py: Python<'py>, r: &CoworkReport) -> PyResult<Bound<'py, PyDict>
     let d = PyDict::new(py);
     d.set_item("local_items", r.local_items)?;
     d.set_item("cluster_items", r.cluster_items)?;
+    d.set_item("backups", r.backups)?;
     d.set_item("cluster_error", r.cluster_error.clone())?;
     d.set_item("seconds", r.seconds)?;
     d.set_item("break_even", r.break_even())?;

@@ -62,6 +62,7 @@ def test_cowork_equals_all_cluster_and_all_local(cluster, image):
         assert co == all_cluster
         report = c._cowork.report
         assert report["local_items"] + report["cluster_items"] == len(ins)
+        assert isinstance(report["backups"], int)
         assert report["cluster_error"] is None
         assert report["measured"]["x_c"] > 0
 

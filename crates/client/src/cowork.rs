@@ -78,6 +78,10 @@ pub struct CoworkOptions {
     /// accelerator and computes on the CPU meanwhile). Without it the
     /// caller configures, and an unconfigured call runs locally.
     pub configure: bool,
+    /// When the cluster has nothing left to take, it also computes messages
+    /// local threads are still on and not due within one cluster round
+    /// trip; the first result is kept (docs/cowork.md, "Backup copies").
+    pub backup: bool,
 }
 
 impl Default for CoworkOptions {
@@ -95,6 +99,7 @@ impl Default for CoworkOptions {
                 ..LoadOptions::default()
             },
             configure: false,
+            backup: true,
         }
     }
 }
@@ -118,6 +123,9 @@ pub struct CoworkReport {
     pub local_items: usize,
     /// Data messages computed by the cluster.
     pub cluster_items: usize,
+    /// Copies sent to the cluster of messages a local thread was on
+    /// (counted above by whichever side answered first).
+    pub backups: usize,
     /// Why the cluster stopped taking work early, if it failed (its
     /// unanswered messages were then computed locally).
     pub cluster_error: Option<String>,
@@ -332,6 +340,7 @@ impl Cowork {
             threads: cores.len(),
             local_max: self.opts.local_batch_max,
             jobs: self.opts.jobs,
+            backup: self.opts.backup,
         };
         let pinned = Estimates {
             x_a: *lock(&self.pinned_x_a),

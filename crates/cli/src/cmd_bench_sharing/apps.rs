@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -168,7 +169,15 @@ pub fn software(sw: Software, calls: &[Call]) -> Result<u64> {
 /// thread; a call to another function requests its configuration and
 /// computes locally until the server has answered. Calls are split into `4 × jobs` messages so the local side has
 /// batches finer than the cluster's `jobs` (its C_COWORK_MAX blocks).
-pub fn cowork(addr: SocketAddr, sw: Software, calls: &[Call], jobs: u32) -> Result<u64> {
+/// `backup`: [`CoworkOptions::backup`]; `backups` counts the copies sent.
+pub fn cowork(
+    addr: SocketAddr,
+    sw: Software,
+    calls: &[Call],
+    jobs: u32,
+    backup: bool,
+    backups: &AtomicU64,
+) -> Result<u64> {
     if sw.speedup <= 0.0 {
         bail!("co-working needs a software path (--speedup > 0)");
     }
@@ -193,6 +202,7 @@ pub fn cowork(addr: SocketAddr, sw: Software, calls: &[Call], jobs: u32) -> Resu
                     jobs: jobs as usize,
                     // Computes while the nodes are programmed (Algorithm 2).
                     configure: true,
+                    backup,
                     ..CoworkOptions::default()
                 },
             )?),
@@ -202,6 +212,7 @@ pub fn cowork(addr: SocketAddr, sw: Software, calls: &[Call], jobs: u32) -> Resu
         // Items are messages; messages hold equal numbers of inputs but the
         // last, so this is the local share of the inputs to within one message.
         local += run.report.local_items as u64 * inputs as u64 / msgs.len() as u64;
+        backups.fetch_add(run.report.backups as u64, Ordering::Relaxed);
     }
     Ok(local)
 }

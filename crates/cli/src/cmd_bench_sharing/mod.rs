@@ -26,6 +26,7 @@ mod soft;
 #[cfg(test)]
 mod tests;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
@@ -100,6 +101,10 @@ pub struct SharingArgs {
     /// Seed of the random call sequences (same seed, same workload).
     #[arg(long, default_value_t = 1)]
     seed: u64,
+    /// `cowork`: no backup copies of the local threads' last messages
+    /// (docs/cowork.md), for comparison.
+    #[arg(long)]
+    no_backup: bool,
     /// Print the report as JSON.
     #[arg(long)]
     json: bool,
@@ -238,7 +243,11 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
         .as_ref()
         .map_or(0.0, |st| st.nodes.iter().map(|n| n.busy_seconds).sum());
     drop(cluster);
-    let (makespan, local_inputs) = result?;
+    let Ran {
+        makespan,
+        local_inputs,
+        backups,
+    } = result?;
     let inputs: u64 = workload(a).iter().flatten().map(|&(_, n)| n as u64).sum();
     Ok(serde_json::json!({
         "variant": a.variant.name(),
@@ -253,11 +262,12 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
         "nodes_busy_share": if nodes > 0.0 { busy / (nodes * makespan) } else { 0.0 },
         "local_share": local_inputs as f64 / inputs.max(1) as f64,
         "reconfigurations": reconfigurations,
+        "backup": a.variant == Variant::Cowork && !a.no_backup,
+        "backups": backups,
     }))
 }
 
-/// Starts the applications together and returns the makespan (seconds)
-/// and the inputs they computed on their CPUs. A static partition is set
+/// Starts the applications together and returns what they did. A static partition is set
 /// up (connected and programmed) before the clock starts: it is the
 /// up-front placement, not part of the workload.
 fn run_apps(
@@ -266,7 +276,7 @@ fn run_apps(
     sw: Software,
     addr: Option<std::net::SocketAddr>,
     placed: u32,
-) -> Result<(f64, u64)> {
+) -> Result<Ran> {
     let partition = match (a.variant, addr) {
         (Variant::Static, Some(addr)) => {
             if placed < a.functions && a.speedup <= 0.0 {
@@ -279,6 +289,8 @@ fn run_apps(
     let share = (a.nodes as u32 / a.apps).max(1);
     let jobs = a.jobs;
     let variant = a.variant;
+    let backup = !a.no_backup;
+    let backups = &AtomicU64::new(0);
     let start = Instant::now();
     let local = std::thread::scope(|s| -> Result<u64> {
         let threads: Vec<_> = calls
@@ -290,7 +302,9 @@ fn run_apps(
                     (Variant::Static, _) => partition.expect("started").app(sw, c, jobs),
                     (Variant::Exclusive, Some(addr)) => apps::cluster(addr, Some(share), c, jobs),
                     (Variant::Shared, Some(addr)) => apps::cluster(addr, None, c, jobs),
-                    (Variant::Cowork, Some(addr)) => apps::cowork(addr, sw, c, jobs),
+                    (Variant::Cowork, Some(addr)) => {
+                        apps::cowork(addr, sw, c, jobs, backup, backups)
+                    }
                     (_, None) => bail!("no cluster"),
                 })
             })
@@ -303,7 +317,20 @@ fn run_apps(
         }
         Ok(local)
     })?;
-    Ok((start.elapsed().as_secs_f64(), local))
+    Ok(Ran {
+        makespan: start.elapsed().as_secs_f64(),
+        local_inputs: local,
+        backups: backups.load(Ordering::Relaxed),
+    })
+}
+
+/// What the applications of one run did.
+struct Ran {
+    makespan: f64,
+    /// Inputs computed on the applications' CPUs.
+    local_inputs: u64,
+    /// Co-working's backup copies.
+    backups: u64,
 }
 
 pub fn run(a: SharingArgs) -> Result<()> {
@@ -313,7 +340,7 @@ pub fn run(a: SharingArgs) -> Result<()> {
     } else {
         println!(
             "{} apps, {} nodes, {}, speedup {}: makespan {:.3} s = {:.1} % of software-only, \
-             utilisation {:.1} %, {:.1} % of inputs on the CPU, {} reconfigurations",
+             utilisation {:.1} %, {:.1} % of inputs on the CPU, {} reconfigurations{}",
             a.apps,
             a.nodes,
             a.variant.name(),
@@ -323,6 +350,10 @@ pub fn run(a: SharingArgs) -> Result<()> {
             100.0 * r["utilisation"].as_f64().unwrap_or(0.0),
             100.0 * r["local_share"].as_f64().unwrap_or(0.0),
             r["reconfigurations"],
+            match a.variant {
+                Variant::Cowork => format!(", {} backup copies", r["backups"]),
+                _ => String::new(),
+            },
         );
     }
     Ok(())

@@ -15,6 +15,7 @@ fn tiny(variant: Variant, functions: u32, speedup: f64) -> SharingArgs {
         period_ms: 1,
         reconfigure_delay_ms: Some(1),
         seed: 7,
+        no_backup: false,
         json: true,
     }
 }
@@ -76,6 +77,12 @@ fn cowork_runs_and_refuses_a_missing_software_path() {
     let r = measure(&tiny(Variant::Cowork, 2, 0.5)).unwrap();
     check(&r, "cowork");
     assert_eq!(r["sharing"], "shared");
+    assert_eq!(r["backup"], true);
+    assert!(r["backups"].is_u64(), "{r}");
+    let mut off = tiny(Variant::Cowork, 2, 0.5);
+    off.no_backup = true;
+    let r = measure(&off).unwrap();
+    assert_eq!((&r["backup"], &r["backups"]), (&false.into(), &0.into()));
     let e = measure(&tiny(Variant::Cowork, 2, 0.0)).unwrap_err();
     assert!(e.to_string().contains("software path"), "{e}");
 }

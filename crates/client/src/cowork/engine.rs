@@ -10,13 +10,18 @@
 //! lost connection, an error for one message, a result of the wrong size —
 //! it stops taking work and everything it had not returned is given back to
 //! the local threads, which stay until the cluster path has finished.
+//!
+//! When nothing is left to take, the cluster also computes messages local
+//! threads are still on ([`policy::worth_backup`]): the first result fills
+//! the slot, and a local thread gives up a message whose slot is filled,
+//! checking between its inputs.
 
 use std::collections::VecDeque;
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use corefarm_cores::Core;
+use corefarm_cores::{Core, CoreError};
 
 use super::policy::{self, Clock, Estimates, Knobs, Meter, Side};
 use super::{CoworkError, CoworkReport};
@@ -55,6 +60,10 @@ struct Board {
     local_items: usize,
     cluster_items: usize,
     cluster_error: Option<String>,
+    /// Messages local threads took and have not finished, with when each
+    /// is expected done (infinite before `X_c` is known).
+    local_running: Vec<(usize, f64)>,
+    backups: usize,
 }
 
 struct Shared<'a> {
@@ -123,6 +132,8 @@ pub(crate) fn run<P: ClusterPath>(
             local_items: 0,
             cluster_items: 0,
             cluster_error: None,
+            local_running: Vec::new(),
+            backups: 0,
         }),
         cond: Condvar::new(),
         clock,
@@ -156,6 +167,7 @@ pub(crate) fn run<P: ClusterPath>(
     let report = CoworkReport {
         local_items: b.local_items,
         cluster_items: b.cluster_items,
+        backups: b.backups,
         cluster_error: b.cluster_error,
         estimates: sh.prior.merged(measured).merged(sh.pinned),
         measured,
@@ -176,8 +188,8 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                     let est = sh.estimates(&b);
                     let n = b.returned.len();
                     let k = policy::local_take(&est, n, 0, Side::Done, None, &sh.knobs);
-                    b.meter.local_start();
-                    break b.returned.split_off(n - k);
+                    let batch = b.returned.split_off(n - k);
+                    break start_batch(sh, &mut b, &est, batch);
                 }
                 let unassigned = sh.inputs.len() - b.next;
                 if unassigned > 0 {
@@ -186,10 +198,9 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                     let wait = (side == Side::Waiting).then(|| (sh.wait)()).flatten();
                     let k = policy::local_take(&est, unassigned, inflight, side, wait, &sh.knobs);
                     if k > 0 {
-                        b.meter.local_start();
                         let from = b.next;
                         b.next += k;
-                        break (from..from + k).collect();
+                        break start_batch(sh, &mut b, &est, (from..from + k).collect());
                     }
                 } else if b.cluster == Side::Done {
                     return;
@@ -200,14 +211,20 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
             }
         };
         let t0 = sh.clock.now();
+        // Measured over the messages computed whole: a message given up
+        // for the cluster's copy says nothing of this thread's speed.
+        let (mut done, mut answered, mut busy) = (0, 0, 0.0);
         for &i in &batch {
-            let input = &sh.inputs[i];
-            let mut out = vec![0u8; sh.output_len(i)];
-            let chunks = input
-                .chunks(sh.sizes.0)
-                .zip(out.chunks_mut(sh.sizes.1.max(1)));
-            for (inp, o) in chunks {
-                if let Err(error) = core.process(inp, o) {
+            match compute(&sh.inputs[i], sh.sizes, core, || {
+                sh.slots[i].get().is_some()
+            }) {
+                Ok(Some(out)) => {
+                    done += 1;
+                    busy = sh.clock.now() - t0;
+                    answered += usize::from(sh.slots[i].set(out).is_ok());
+                }
+                Ok(None) => {}
+                Err(error) => {
                     let mut b = sh.lock();
                     b.abort
                         .get_or_insert(CoworkError::Local { index: i, error });
@@ -215,14 +232,48 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                     return;
                 }
             }
-            let _ = sh.slots[i].set(Bytes::from(out));
         }
-        let secs = sh.clock.now() - t0;
         let mut b = sh.lock();
-        b.meter.local_batch(batch.len(), secs);
-        b.local_items += batch.len();
+        b.meter.local_batch(done, busy);
+        b.local_items += answered;
+        b.local_running.retain(|(i, _)| !batch.contains(i));
         sh.cond.notify_all();
     }
+}
+
+/// Marks `batch` as taken by a local thread, each message expected done
+/// one local message time after the one before it.
+fn start_batch(sh: &Shared<'_>, b: &mut Board, est: &Estimates, batch: Vec<usize>) -> Vec<usize> {
+    b.meter.local_start();
+    let now = sh.clock.now();
+    // X_c counts all local threads; one thread does 1/threads of it.
+    let per = est
+        .x_c
+        .filter(|x| *x > 0.0)
+        .map_or(f64::INFINITY, |x| sh.knobs.threads.max(1) as f64 / x);
+    for (n, &i) in batch.iter().enumerate() {
+        b.local_running.push((i, now + per * (n + 1) as f64));
+    }
+    batch
+}
+
+/// One message (`sizes.0`-byte inputs to `sizes.1`-byte outputs) through
+/// `core`, or `None` once `answered` says its result came from the cluster
+/// (asked before every input: a core cannot be stopped inside one).
+fn compute(
+    input: &[u8],
+    sizes: (usize, usize),
+    core: &mut dyn Core,
+    answered: impl Fn() -> bool,
+) -> Result<Option<Bytes>, CoreError> {
+    let mut out = vec![0u8; input.len() / sizes.0 * sizes.1];
+    for (inp, o) in input.chunks(sizes.0).zip(out.chunks_mut(sizes.1.max(1))) {
+        if answered() {
+            return Ok(None);
+        }
+        core.process(inp, o)?;
+    }
+    Ok(Some(Bytes::from(out)))
 }
 
 /// How often a waiting cluster path looks again, besides after every
@@ -239,7 +290,10 @@ fn wait_ready<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> bool {
         }
         cluster.request();
         let b = sh.lock();
-        if b.abort.is_some() || b.next >= sh.inputs.len() {
+        // With nothing left to take, a cluster configured while a local
+        // thread is still on a message can take a backup copy of it.
+        let copyable = sh.knobs.backup && !b.local_running.is_empty();
+        if b.abort.is_some() || (b.next >= sh.inputs.len() && !copyable) {
             return false;
         }
         // Local threads holding back for a configuration on its way look
@@ -267,20 +321,56 @@ fn cluster_path<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) {
     sh.cond.notify_all();
 }
 
+/// A message at the cluster.
+struct InFlight<T> {
+    i: usize,
+    ticket: T,
+    sent: f64,
+    /// A copy of a message a local thread is on.
+    backup: bool,
+}
+
+/// Up to `room` messages local threads are on that the cluster should
+/// compute too, those expected done last first.
+fn backups(
+    sh: &Shared<'_>,
+    b: &Board,
+    est: &Estimates,
+    copied: &[usize],
+    room: usize,
+) -> Vec<usize> {
+    let now = sh.clock.now();
+    let mut due: Vec<(usize, f64)> = b
+        .local_running
+        .iter()
+        .copied()
+        .filter(|&(i, finish)| {
+            !copied.contains(&i)
+                && sh.slots[i].get().is_none()
+                && policy::worth_backup(finish, now, est.d_a)
+        })
+        .collect();
+    due.sort_by(|a, b| b.1.total_cmp(&a.1));
+    due.into_iter().take(room).map(|(i, _)| i).collect()
+}
+
 /// Keeps the cluster busy with its share; on failure returns the reason
 /// and the inputs it took without returning their results.
 fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (String, Vec<usize>)> {
-    let mut inflight: VecDeque<(usize, P::Ticket, f64)> = VecDeque::new();
+    let mut inflight: VecDeque<InFlight<P::Ticket>> = VecDeque::new();
+    let mut copied: Vec<usize> = Vec::new();
     let mut first_submit = true;
-    let unfinished = |inflight: &VecDeque<(usize, P::Ticket, f64)>, rest: &[usize]| {
+    // A backup's message is still a local thread's: never given back.
+    let unfinished = |inflight: &VecDeque<InFlight<P::Ticket>>, rest: &[usize], backup: bool| {
         inflight
             .iter()
-            .map(|e| e.0)
-            .chain(rest.iter().copied())
+            .filter(|e| !e.backup)
+            .map(|e| e.i)
+            .chain(rest.iter().copied().filter(|_| !backup))
             .collect::<Vec<_>>()
     };
     loop {
-        let took: Vec<usize> = {
+        let (took, backup): (Vec<usize>, bool) = {
             let mut b = sh.lock();
             if b.abort.is_some() {
                 return Ok(());
@@ -288,16 +378,29 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
             let est = sh.estimates(&b);
             let unassigned = sh.inputs.len() - b.next;
             let k = policy::cluster_take(&est, unassigned, inflight.len(), &sh.knobs);
-            let from = b.next;
-            b.next += k;
-            b.cluster_inflight += k;
-            (from..from + k).collect()
+            if k == 0 && unassigned == 0 && b.returned.is_empty() && sh.knobs.backup {
+                let room = sh.knobs.window.saturating_sub(inflight.len());
+                let copies = backups(sh, &b, &est, &copied, room);
+                b.backups += copies.len();
+                copied.extend_from_slice(&copies);
+                (copies, true)
+            } else {
+                let from = b.next;
+                b.next += k;
+                b.cluster_inflight += k;
+                ((from..from + k).collect(), false)
+            }
         };
         for (n, &i) in took.iter().enumerate() {
             let t = sh.clock.now();
             match cluster.submit(&sh.inputs[i]) {
-                Ok(ticket) => inflight.push_back((i, ticket, t)),
-                Err(e) => return Err((e.to_string(), unfinished(&inflight, &took[n..]))),
+                Ok(ticket) => inflight.push_back(InFlight {
+                    i,
+                    ticket,
+                    sent: t,
+                    backup,
+                }),
+                Err(e) => return Err((e.to_string(), unfinished(&inflight, &took[n..], backup))),
             }
             if first_submit {
                 first_submit = false;
@@ -306,7 +409,21 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
                 b.meter.o_c = Some(b.meter.o_0.unwrap_or(0.0) + (sh.clock.now() - t));
             }
         }
-        let Some((i, ticket, sent)) = inflight.pop_front() else {
+        // A backup answered locally meanwhile: its ticket is dropped (the
+        // client discards the result when it comes).
+        while inflight
+            .front()
+            .is_some_and(|e| e.backup && sh.slots[e.i].get().is_some())
+        {
+            inflight.pop_front();
+        }
+        let Some(InFlight {
+            i,
+            ticket,
+            sent,
+            backup,
+        }) = inflight.pop_front()
+        else {
             return Ok(());
         };
         let result = cluster.wait(ticket);
@@ -319,19 +436,63 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
                     d.len(),
                     sh.output_len(i)
                 );
-                return Err((why, unfinished(&inflight, &[i])));
+                return Err((why, unfinished(&inflight, &[i], backup)));
             }
-            Err(e) => return Err((e.to_string(), unfinished(&inflight, &[i]))),
+            Err(e) => return Err((e.to_string(), unfinished(&inflight, &[i], backup))),
         };
-        let _ = sh.slots[i].set(data);
+        let answered = sh.slots[i].set(data).is_ok();
         let mut b = sh.lock();
         b.meter.cluster_result(sent, arrived);
         if inflight.is_empty() {
             b.meter.cluster_idle();
         }
-        b.cluster_items += 1;
-        b.cluster_inflight -= 1;
+        b.cluster_items += usize::from(answered);
+        if !backup {
+            b.cluster_inflight -= 1;
+        }
         // What is left may now be the local threads' share.
         sh.cond.notify_all();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Doubles each byte; counts its calls.
+    struct Doubler(usize);
+
+    impl Core for Doubler {
+        fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+            self.0 += 1;
+            for (o, i) in output.iter_mut().zip(input) {
+                *o = i.wrapping_mul(2);
+            }
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_message_answered_elsewhere_is_given_up_between_inputs() {
+        let input = [1u8, 2, 3, 4, 5, 6];
+        let mut core = Doubler(0);
+        let out = compute(&input, (2, 2), &mut core, || false).unwrap();
+        assert_eq!(out.as_deref(), Some(&[2u8, 4, 6, 8, 10, 12][..]));
+        assert_eq!(core.0, 3);
+
+        // Answered after the first input: the other two are not computed.
+        let mut core = Doubler(0);
+        let asked = std::cell::Cell::new(0);
+        let answered = || {
+            asked.set(asked.get() + 1);
+            asked.get() > 1
+        };
+        assert_eq!(compute(&input, (2, 2), &mut core, answered).unwrap(), None);
+        assert_eq!(core.0, 1);
+
+        // Answered before it began: the core is never called.
+        let mut core = Doubler(0);
+        assert_eq!(compute(&input, (2, 2), &mut core, || true).unwrap(), None);
+        assert_eq!(core.0, 0);
     }
 }

@@ -96,6 +96,9 @@ pub(crate) struct Knobs {
     /// local share at a time (guided self-scheduling), so batches shrink as
     /// the work runs out and neither side is left with a long tail.
     pub jobs: usize,
+    /// Backup copies ([`worth_backup`]): when the cluster has nothing left
+    /// to take, it also computes messages local threads are still on.
+    pub backup: bool,
 }
 
 /// Where the cluster path stands, as the local threads see it.
@@ -195,6 +198,22 @@ pub(crate) fn local_take(
         (_, None) => return 1,
     };
     batch(share, k).min(unassigned)
+}
+
+/// Whether the cluster, with nothing else left to take, should also
+/// compute a message a local thread is on, expected done at `finish`
+/// (clock seconds; infinite before `X_c` is known): yes unless the local
+/// result is due within one cluster round trip `D_a`, when the copy would
+/// come later anyway. An overdue message is a straggler (a longer message,
+/// or a thread that lost its CPU) and is copied too. Whichever result comes
+/// first is kept; the local thread gives up its copy between two inputs.
+/// Eq. 4.4 splits the work so that both sides finish together, but a
+/// thread's last message is indivisible: without this the call waits for
+/// it while the nodes idle (most of all on a function's first call, before
+/// `X_c` is known and the local thread has probed with a whole message).
+pub(crate) fn worth_backup(finish: f64, now: f64, d_a: Option<f64>) -> bool {
+    let left = finish - now;
+    left <= 0.0 || left > d_a.unwrap_or(0.0)
 }
 
 /// 1/(n_j · threads) of a local share, at least 1, at most `local_max`.
@@ -329,6 +348,7 @@ mod tests {
         threads: 2,
         local_max: 16,
         jobs: 6,
+        backup: true,
     };
 
     /// X_c = 1000/s, X_a = 3000/s, D_a = 10 ms, O_c = 2 ms, O_0 = 1 ms:
@@ -485,6 +505,19 @@ mod tests {
         assert_eq!(cluster_take(&e, 90, 0, &K), 32);
         assert_eq!(cluster_take(&e, 90, 30, &K), 2);
         assert_eq!(cluster_take(&e, 2, 0, &K), 2);
+    }
+
+    #[test]
+    fn a_local_message_is_copied_unless_due_within_a_cluster_round_trip() {
+        // Due in 5 ms, D_a = 10 ms: the copy would come later.
+        assert!(!worth_backup(1.005, 1.0, Some(0.010)));
+        // Due in 50 ms: the cluster is sooner.
+        assert!(worth_backup(1.050, 1.0, Some(0.010)));
+        // Unknown local speed, or unknown round trip: copied.
+        assert!(worth_backup(f64::INFINITY, 1.0, Some(0.010)));
+        assert!(worth_backup(1.005, 1.0, None));
+        // Overdue: a straggler, copied.
+        assert!(worth_backup(0.990, 1.0, Some(0.010)));
     }
 
     #[test]

@@ -170,14 +170,26 @@ const KNOBS: Knobs = Knobs {
     threads: 0, // set from the cores
     local_max: 16,
     jobs: 6,
+    backup: true,
 };
 
 fn run(
     w: &Arc<World>,
     inputs: &[Bytes],
+    cores: Vec<Box<dyn Core>>,
+    cluster: &FakeCluster,
+    prior: Estimates,
+) -> Result<(Vec<Bytes>, CoworkReport), CoworkError> {
+    run_with(w, inputs, cores, cluster, prior, KNOBS)
+}
+
+fn run_with(
+    w: &Arc<World>,
+    inputs: &[Bytes],
     mut cores: Vec<Box<dyn Core>>,
     cluster: &FakeCluster,
     prior: Estimates,
+    knobs: Knobs,
 ) -> Result<(Vec<Bytes>, CoworkReport), CoworkError> {
     engine::run(
         inputs,
@@ -185,10 +197,75 @@ fn run(
         &mut cores,
         cluster,
         &**w,
-        KNOBS,
+        knobs,
         prior,
         Estimates::default(),
     )
+}
+
+/// One message of `n` inputs.
+fn one_message(n: usize) -> Vec<Bytes> {
+    vec![Bytes::from(
+        (0..n * IN).map(|j| (j * 13) as u8).collect::<Vec<_>>(),
+    )]
+}
+
+#[test]
+fn a_message_a_local_thread_is_on_is_copied_to_the_idle_cluster() {
+    let w = Arc::new(World::default());
+    let ins = one_message(3);
+    // The local thread takes the only message; the cluster is configured
+    // once it has begun, and the thread's first input waits until the
+    // cluster has taken work — which only a backup copy can be.
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: None,
+        gate_at: Some(1),
+        cost: 0.0,
+    };
+    let (out, report) = run(
+        &w,
+        &ins,
+        vec![Box::new(core)],
+        &cluster(&w, 1),
+        Estimates::default(),
+    )
+    .unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!((report.backups, *w.submitted.lock().unwrap()), (1, 1));
+    // Whichever side answered first is counted, once.
+    assert_eq!(report.local_items + report.cluster_items, 1, "{report:?}");
+}
+
+#[test]
+fn without_backups_the_local_thread_keeps_its_message() {
+    let w = Arc::new(World::default());
+    let ins = one_message(3);
+    let core = FakeCore {
+        w: w.clone(),
+        fail_on: None,
+        gate_at: None,
+        cost: 0.0,
+    };
+    let knobs = Knobs {
+        backup: false,
+        ..KNOBS
+    };
+    let (out, report) = run_with(
+        &w,
+        &ins,
+        vec![Box::new(core)],
+        &cluster(&w, 1),
+        Estimates::default(),
+        knobs,
+    )
+    .unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!(
+        (report.local_items, report.cluster_items, report.backups),
+        (1, 0, 0)
+    );
+    assert_eq!(*w.submitted.lock().unwrap(), 0);
 }
 
 #[test]
@@ -199,6 +276,8 @@ fn both_sides_work_and_results_keep_input_order() {
     // core's first job waits until the cluster has taken work, so both
     // sides compute some of it however the threads race (an unmeasured
     // cluster keeps its window full and could otherwise take it all).
+    // Without backups: the instant fake cluster would otherwise answer
+    // the local threads' messages too, and which side wins is a race.
     let gated: Vec<Box<dyn Core>> = (0..2)
         .map(|_| {
             Box::new(FakeCore {
@@ -209,7 +288,12 @@ fn both_sides_work_and_results_keep_input_order() {
             }) as Box<dyn Core>
         })
         .collect();
-    let (out, report) = run(&w, &ins, gated, &cluster(&w, 1), Estimates::default()).unwrap();
+    let knobs = Knobs {
+        backup: false,
+        ..KNOBS
+    };
+    let cl = cluster(&w, 1);
+    let (out, report) = run_with(&w, &ins, gated, &cl, Estimates::default(), knobs).unwrap();
     assert_eq!(out, expected(&ins));
     assert!(
         report.cluster_items > 0 && report.local_items > 0,
@@ -217,6 +301,27 @@ fn both_sides_work_and_results_keep_input_order() {
     );
     assert_eq!(report.local_items + report.cluster_items, ins.len());
     assert_eq!(report.cluster_items, *w.submitted.lock().unwrap());
+    assert!(report.cluster_error.is_none());
+}
+
+#[test]
+fn with_backups_every_message_is_answered_once_whichever_side_wins() {
+    let w = Arc::new(World::default());
+    let ins = inputs(300);
+    let (out, report) = run(
+        &w,
+        &ins,
+        cores(&w, 2),
+        &cluster(&w, 1),
+        Estimates::default(),
+    )
+    .unwrap();
+    assert_eq!(out, expected(&ins));
+    assert_eq!(report.local_items + report.cluster_items, ins.len());
+    // Every message the cluster answered was sent to it; a backup copy may
+    // have been answered locally first.
+    let sent = *w.submitted.lock().unwrap();
+    assert!(report.cluster_items <= sent && sent <= report.cluster_items + report.backups);
     assert!(report.cluster_error.is_none());
 }
 
