@@ -211,19 +211,18 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
             }
         };
         let t0 = sh.clock.now();
-        // Measured over the messages computed whole: a message given up
-        // for the cluster's copy says nothing of this thread's speed.
-        let (mut done, mut answered, mut busy) = (0, 0, 0.0);
+        // A message given up for the cluster's copy counts the share of
+        // its inputs done: a thread slower than the cluster may give up
+        // every message it starts, and still its speed is measured.
+        let (mut done, mut answered) = (0.0, 0);
         for &i in &batch {
-            match compute(&sh.inputs[i], sh.sizes, core, || {
-                sh.slots[i].get().is_some()
-            }) {
-                Ok(Some(out)) => {
-                    done += 1;
-                    busy = sh.clock.now() - t0;
+            let answered_elsewhere = || sh.slots[i].get().is_some();
+            match compute(&sh.inputs[i], sh.sizes, core, answered_elsewhere) {
+                Ok(Computed::Whole(out)) => {
+                    done += 1.0;
                     answered += usize::from(sh.slots[i].set(out).is_ok());
                 }
-                Ok(None) => {}
+                Ok(Computed::GaveUp(share)) => done += share,
                 Err(error) => {
                     let mut b = sh.lock();
                     b.abort
@@ -233,6 +232,7 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                 }
             }
         }
+        let busy = sh.clock.now() - t0;
         let mut b = sh.lock();
         b.meter.local_batch(done, busy);
         b.local_items += answered;
@@ -257,23 +257,37 @@ fn start_batch(sh: &Shared<'_>, b: &mut Board, est: &Estimates, batch: Vec<usize
     batch
 }
 
+/// What a local thread made of one message.
+#[derive(Debug, PartialEq)]
+enum Computed {
+    Whole(Bytes),
+    /// Its result came from the cluster first, with this share of the
+    /// message's inputs done.
+    GaveUp(f64),
+}
+
 /// One message (`sizes.0`-byte inputs to `sizes.1`-byte outputs) through
-/// `core`, or `None` once `answered` says its result came from the cluster
+/// `core`, given up once `answered` says its result came from the cluster
 /// (asked before every input: a core cannot be stopped inside one).
 fn compute(
     input: &[u8],
     sizes: (usize, usize),
     core: &mut dyn Core,
     answered: impl Fn() -> bool,
-) -> Result<Option<Bytes>, CoreError> {
-    let mut out = vec![0u8; input.len() / sizes.0 * sizes.1];
-    for (inp, o) in input.chunks(sizes.0).zip(out.chunks_mut(sizes.1.max(1))) {
+) -> Result<Computed, CoreError> {
+    let n = input.len() / sizes.0;
+    let mut out = vec![0u8; n * sizes.1];
+    for (k, (inp, o)) in input
+        .chunks(sizes.0)
+        .zip(out.chunks_mut(sizes.1.max(1)))
+        .enumerate()
+    {
         if answered() {
-            return Ok(None);
+            return Ok(Computed::GaveUp(k as f64 / n as f64));
         }
         core.process(inp, o)?;
     }
-    Ok(Some(Bytes::from(out)))
+    Ok(Computed::Whole(Bytes::from(out)))
 }
 
 /// How often a waiting cluster path looks again, besides after every
@@ -477,7 +491,8 @@ mod tests {
         let input = [1u8, 2, 3, 4, 5, 6];
         let mut core = Doubler(0);
         let out = compute(&input, (2, 2), &mut core, || false).unwrap();
-        assert_eq!(out.as_deref(), Some(&[2u8, 4, 6, 8, 10, 12][..]));
+        let whole = Bytes::from_static(&[2, 4, 6, 8, 10, 12]);
+        assert_eq!(out, Computed::Whole(whole));
         assert_eq!(core.0, 3);
 
         // Answered after the first input: the other two are not computed.
@@ -487,12 +502,14 @@ mod tests {
             asked.set(asked.get() + 1);
             asked.get() > 1
         };
-        assert_eq!(compute(&input, (2, 2), &mut core, answered).unwrap(), None);
+        let out = compute(&input, (2, 2), &mut core, answered).unwrap();
+        assert_eq!(out, Computed::GaveUp(1.0 / 3.0));
         assert_eq!(core.0, 1);
 
         // Answered before it began: the core is never called.
         let mut core = Doubler(0);
-        assert_eq!(compute(&input, (2, 2), &mut core, || true).unwrap(), None);
+        let out = compute(&input, (2, 2), &mut core, || true).unwrap();
+        assert_eq!(out, Computed::GaveUp(0.0));
         assert_eq!(core.0, 0);
     }
 }

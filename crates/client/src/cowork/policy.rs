@@ -241,7 +241,9 @@ impl Arrivals {
 #[derive(Debug, Default, Clone)]
 pub(crate) struct Meter {
     threads: usize,
-    local_items: u64,
+    /// Messages the local threads computed (a message given up counts the
+    /// share of its inputs they had done).
+    local_items: f64,
     /// Seconds the local threads spent processing, summed over threads.
     local_busy: f64,
     /// Local threads computing now.
@@ -274,9 +276,9 @@ impl Meter {
     }
 
     /// One local thread processed `items` messages in `secs`.
-    pub fn local_batch(&mut self, items: usize, secs: f64) {
+    pub fn local_batch(&mut self, items: f64, secs: f64) {
         self.local_active = self.local_active.saturating_sub(1);
-        self.local_items += items as u64;
+        self.local_items += items.max(0.0);
         self.local_busy += secs.max(0.0);
     }
 
@@ -305,8 +307,8 @@ impl Meter {
 
     /// What this run has measured so far.
     pub fn estimates(&self) -> Estimates {
-        let x_c = (self.local_items > 0 && self.local_busy > 0.0)
-            .then(|| self.threads as f64 * self.local_items as f64 / self.local_busy);
+        let x_c = (self.local_items > 0.0 && self.local_busy > 0.0)
+            .then(|| self.threads as f64 * self.local_items / self.local_busy);
         let all = Arrivals {
             gaps: self.alone.gaps + self.beside.gaps,
             span: self.alone.span + self.beside.span,
@@ -370,8 +372,8 @@ mod tests {
         let mut m = Meter::new(2);
         assert_eq!(m.estimates(), Estimates::default());
         // Two threads, each 10 messages in 20 ms: 500/s each, 1000/s together.
-        m.local_batch(10, 0.020);
-        m.local_batch(10, 0.020);
+        m.local_batch(10.0, 0.020);
+        m.local_batch(10.0, 0.020);
         // The cluster: sent at t=0, results at 5, 6, 7, 8 ms (1000/s, 5 ms
         // first round trip); then idle; then one result 3 ms after its send.
         let sent = clock.now();
@@ -391,6 +393,12 @@ mod tests {
         let e = m.estimates();
         assert!((e.x_c.unwrap() - 1000.0).abs() < 1e-9, "{e:?}");
         assert!((e.x_a.unwrap() - 1000.0).abs() < 1e-6, "{e:?}");
+        // A message given up a quarter done in 5 ms counts a quarter:
+        // 20.25 messages in 45 ms over 2 threads, 900/s.
+        let mut gave_up = m.clone();
+        gave_up.local_batch(0.25, 0.005);
+        let x_c = gave_up.estimates().x_c.unwrap();
+        assert!((x_c - 900.0).abs() < 1e-9, "{x_c}");
         assert!((e.d_a.unwrap() - 0.003).abs() < 1e-12, "{e:?}");
     }
 
@@ -405,7 +413,7 @@ mod tests {
         m.local_start();
         m.cluster_result(0.0, 0.004);
         m.cluster_result(0.0, 0.006);
-        m.local_batch(1, 0.005);
+        m.local_batch(1.0, 0.005);
         // The interval the batch ended in still counts beside it.
         m.cluster_result(0.0, 0.008);
         // Alone again: 1 ms apart.
