@@ -39,8 +39,17 @@ pub struct CalibrateArgs {
     /// Bytes per rank to measure.
     #[arg(long, value_delimiter = ',', value_parser = parse_size, default_value = "8,8K,64K,1M")]
     sizes: Vec<u64>,
-    /// Seconds of timed calls per point (at least 3 calls, at most 20).
-    #[arg(long, default_value_t = 0.02)]
+    /// Untimed calls before each point.
+    #[arg(long, default_value_t = 3)]
+    warmup: u32,
+    /// Fewest timed calls per point.
+    #[arg(long, default_value_t = 5)]
+    min_iters: u32,
+    /// Most timed calls per point.
+    #[arg(long, default_value_t = 100)]
+    iters: u32,
+    /// Seconds of timed calls per point, within the two bounds above.
+    #[arg(long, default_value_t = 0.05)]
     budget: f64,
     /// Print every measured point on standard error.
     #[arg(long, short)]
@@ -89,9 +98,9 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         sizes: a.sizes,
         ops: Op::ALL.to_vec(),
         algos: Algo::ALL.to_vec(),
-        warmup: 1,
-        min_iters: 3,
-        iters: 20,
+        warmup: a.warmup,
+        min_iters: a.min_iters,
+        iters: a.iters,
         budget: a.budget,
     };
     let target = Target::start(&grid)?;
@@ -124,7 +133,8 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
     );
     println!(
         "t0 {:.1} µs per command; stage P = hop + bytes/bandwidth: linear {:.1} µs + {:.2} GB/s, \
-         binomial {:.1} µs + {:.2} GB/s, star {:.1} µs + {:.2} GB/s; O = {:.2} µs + {:.2} GB/s",
+         binomial {:.1} µs + {:.2} GB/s, star {:.1} µs + {:.2} GB/s; O = {:.2} µs + {:.2} GB/s; \
+         {:.1} µs per member; allgather {:.2} GB/s more",
         p.t0 * 1e6,
         p.hop.linear * 1e6,
         gbps(p.byte.linear),
@@ -134,6 +144,8 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         gbps(p.byte.star),
         p.combine * 1e6,
         gbps(p.combine_byte),
+        p.member * 1e6,
+        gbps(p.allgather_byte),
     );
     println!("wrote {}", out.display());
     Ok(())

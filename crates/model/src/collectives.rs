@@ -23,7 +23,15 @@
 //! total work of all members, not only the critical path, takes time: `msg`
 //! per chunk message sent by anyone and `work_byte` per byte moved or
 //! combined by anyone. `scatter`/`gather` from the user pass through the
-//! server once per rank (`relay`, `relay_byte`).
+//! server once per rank (`relay`, `relay_byte`). Two more were added when
+//! the model was checked against a second run (docs/collectives.md, "The
+//! model"): `member`, per member of a command (the server sends it to each
+//! member and waits for each reply: small calls over 16 members took
+//! 3–5× those over 2), and `allgather_byte`, per byte an allgather moves
+//! beyond `work_byte` (its blocks are n times a rank's buffer, and it moved
+//! 2–3.5 GB/s where the other operations moved 4–6). Together they took
+//! the points within 20 % of a separate run from 188–191 of 292 to
+//! 219–237 (three pairs of runs).
 //!
 //! Every term is linear in its parameter, so [`fit`] is a weighted least
 //! squares ([`crate::lsq::nnls`]) with weights 1/t (relative error).
@@ -171,12 +179,18 @@ pub struct Params {
     pub relay: f64,
     /// Per byte relayed by the server.
     pub relay_byte: f64,
+    /// Per member of a group command (the server's fan-out and the replies).
+    pub member: f64,
+    /// Per byte an allgather moves, beyond `work_byte`.
+    pub allgather_byte: f64,
 }
 
-const K: usize = 13;
+const K: usize = 15;
 /// Index of the first per-tree hop and byte parameters.
 const HOP: usize = 9;
 const BYTE: usize = 11;
+const MEMBER: usize = 13;
+const ALLGATHER_BYTE: usize = 14;
 
 fn tree_index(a: Algo) -> usize {
     match a {
@@ -202,6 +216,8 @@ impl Params {
             self.hop.star,
             self.byte.binomial,
             self.byte.star,
+            self.member,
+            self.allgather_byte,
         ]
     }
 
@@ -224,6 +240,8 @@ impl Params {
             work_byte: v[6],
             relay: v[7],
             relay_byte: v[8],
+            member: v[MEMBER],
+            allgather_byte: v[ALLGATHER_BYTE],
         }
     }
 
@@ -323,6 +341,7 @@ pub fn features(shape: Shape, chunk: u64) -> [f64; K] {
             x[byte] += st * bytes as f64 / c;
             x[5] += depth_sum(algo, n) * c;
             x[6] += depth_sum(algo, n) * bytes as f64;
+            x[ALLGATHER_BYTE] = (depth_sum(algo, n) + others * nf) * bytes as f64;
             bcast(bytes.saturating_mul(u64::from(n)), &mut x);
         }
         Op::Scatter | Op::Gather => {
@@ -332,6 +351,7 @@ pub fn features(shape: Shape, chunk: u64) -> [f64; K] {
         }
     }
     x[0] = 1.0;
+    x[MEMBER] = nf;
     x
 }
 
@@ -377,7 +397,7 @@ pub fn errors(p: &Params, samples: &[Sample], chunk: u64) -> Vec<f64> {
 }
 
 /// Identifies the file format; bumped when the parameters change meaning.
-pub const FORMAT: &str = "corefarm-collectives-model/1";
+pub const FORMAT: &str = "corefarm-collectives-model/2";
 
 /// A calibration as `corefarm model calibrate` writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -79,6 +79,8 @@ fn truth() -> Params {
         work_byte: 0.2e-9,
         relay: 60e-6,
         relay_byte: 1e-9,
+        member: 12e-6,
+        allgather_byte: 0.1e-9,
     }
 }
 
