@@ -8,10 +8,11 @@
 //! core) is instead run by the receiving task itself, which saves two thread
 //! hand-offs per message; the session does not know the difference.
 
+use std::collections::VecDeque;
 use std::thread::JoinHandle;
 
 use bytes::{Bytes, BytesMut};
-use corefarm_cores::{BatchError, Core};
+use corefarm_cores::{BatchError, Core, Pipeline};
 use corefarm_smp::ErrorCode;
 use tokio::sync::mpsc;
 
@@ -290,12 +291,94 @@ fn core_loop(
     }
 }
 
-/// The core loop of a core with a pipeline (an isolated core): the next
+/// The order of jobs on a core with a pipeline (an isolated core), for
+/// both of its drivers: the handler thread ([`pipelined_loop`]) and the
+/// task of a core with a ready descriptor (`isolated::run`). The next
 /// queued job is handed over before the current one is collected, so the
-/// worker goes from one to the next while this thread copies. Only jobs
+/// worker goes from one to the next while the driver copies. Only jobs
 /// already queued are taken ahead (never waited for), and only while no
-/// other core waits for work, so a job does not wait behind another while
-/// a different core is free.
+/// other core waits for work (`JobQueue::ahead`), so a job does not wait
+/// behind another while a different core is free.
+#[derive(Default)]
+pub(crate) struct PipeOrder {
+    /// Submitted, oldest first.
+    pending: VecDeque<Job>,
+    /// Taken from the queue, not submitted yet.
+    next: Option<Job>,
+}
+
+/// What a pipelined core's driver does next.
+pub(crate) enum PipeStep {
+    /// Copy the job in and ring it, then [`PipeOrder::submitted`].
+    Submit(Job),
+    /// Too large for the pipeline, with nothing outstanding: run it alone.
+    RunAlone(Job),
+    /// Collect the oldest submitted job.
+    Collect(Job),
+    /// Nothing to do: look at the queue again.
+    Again,
+}
+
+impl PipeOrder {
+    /// Nothing in hand or outstanding: the driver waits for the queue and
+    /// passes what it gets to [`PipeOrder::hold`].
+    pub fn idle(&self) -> bool {
+        self.next.is_none() && self.pending.is_empty()
+    }
+
+    pub fn hold(&mut self, job: Job) {
+        self.next = Some(job);
+    }
+
+    /// With jobs outstanding and none in hand, takes one already queued if
+    /// the queue lets this core go ahead.
+    pub fn look_ahead(&mut self, queue: &JobQueue) {
+        if self.next.is_none() && !self.pending.is_empty() {
+            self.next = queue.ahead();
+        }
+    }
+
+    pub fn step(&mut self, pipe: &dyn Pipeline) -> PipeStep {
+        if let Some(job) = self.next.take() {
+            if pipe.fits(job.count) && self.pending.len() < pipe.depth() {
+                return PipeStep::Submit(job);
+            }
+            if self.pending.is_empty() {
+                return PipeStep::RunAlone(job);
+            }
+            self.next = Some(job);
+        }
+        match self.pending.pop_front() {
+            Some(job) => PipeStep::Collect(job),
+            None => PipeStep::Again,
+        }
+    }
+
+    /// The job a [`PipeStep::Submit`] (or an [`PipeOrder::offer`]) gave
+    /// out was rung: it is outstanding now.
+    pub fn submitted(&mut self, job: Job) {
+        self.pending.push_back(job);
+    }
+
+    /// While collecting the oldest job (not counted here) from a pipeline
+    /// `depth` deep: whether one more may be taken meanwhile.
+    pub fn can_take(&self, depth: usize) -> bool {
+        self.next.is_none() && self.pending.len() + 1 < depth
+    }
+
+    /// A job taken while collecting: given back to ring now if it `fits`,
+    /// otherwise kept for the next [`PipeOrder::step`].
+    pub fn offer(&mut self, job: Job, fits: bool) -> Option<Job> {
+        if fits {
+            return Some(job);
+        }
+        self.next = Some(job);
+        None
+    }
+}
+
+/// The core loop of a core with a pipeline and no ready descriptor, in the
+/// order [`PipeOrder`] gives.
 fn pipelined_loop(
     mut core: Box<dyn Core>,
     input_size: usize,
@@ -303,41 +386,35 @@ fn pipelined_loop(
     queue: JobQueue,
     results: mpsc::UnboundedSender<Outgoing>,
 ) {
-    let mut pending = std::collections::VecDeque::<Job>::new();
-    let mut next: Option<Job> = None;
+    let mut order = PipeOrder::default();
     loop {
-        if next.is_none() {
-            next = if pending.is_empty() {
-                match queue.wait() {
-                    Some(job) => Some(job),
-                    None => return,
-                }
-            } else {
-                queue.ahead()
-            };
+        if order.idle() {
+            match queue.wait() {
+                Some(job) => order.hold(job),
+                None => return,
+            }
+        } else {
+            order.look_ahead(&queue);
         }
         let Some(pipe) = core.pipeline() else { return };
-        if let Some(job) = next.take() {
-            if pipe.fits(job.count) && pending.len() < pipe.depth() {
+        match order.step(pipe) {
+            PipeStep::Submit(job) => {
                 pipe.submit(&job.data[..job.count * input_size], job.count);
-                pending.push_back(job);
-                continue;
+                order.submitted(job);
             }
-            if pending.is_empty() {
+            PipeStep::RunAlone(job) => {
                 if !run_alone(core.as_mut(), job, input_size, output_size, &results) {
                     return;
                 }
-                continue;
             }
-            next = Some(job);
-        }
-        let Some(job) = pending.pop_front() else {
-            continue;
-        };
-        let mut out = BytesMut::zeroed(job.count * output_size);
-        let outcome = pipe.collect(&mut out);
-        if results.send(collected(job, out, outcome)).is_err() {
-            return;
+            PipeStep::Collect(job) => {
+                let mut out = BytesMut::zeroed(job.count * output_size);
+                let outcome = pipe.collect(&mut out);
+                if results.send(collected(job, out, outcome)).is_err() {
+                    return;
+                }
+            }
+            PipeStep::Again => {}
         }
     }
 }
@@ -539,6 +616,56 @@ mod tests {
             let n = inputs.len();
             self.inner.process_batch(&inputs, outputs, n)
         }
+    }
+
+    #[tokio::test]
+    async fn pipe_order_rings_ahead_and_runs_a_large_job_alone_once_nothing_is_outstanding() {
+        let g = MemoryGuard::new(1 << 20);
+        // Depth 2; jobs of up to 2 inputs fit.
+        let pipe = Piped {
+            inner: PlusOne::default(),
+            queue: Default::default(),
+            gate: None,
+            most: Default::default(),
+        };
+        let mut o = PipeOrder::default();
+        let id = |s: PipeStep| match s {
+            PipeStep::Submit(j) => ('s', j.id),
+            PipeStep::RunAlone(j) => ('a', j.id),
+            PipeStep::Collect(j) => ('c', j.id),
+            PipeStep::Again => ('-', 0),
+        };
+        assert!(o.idle());
+        for n in 0..2 {
+            o.hold(job(&g, n, &[1], 1).await);
+            let PipeStep::Submit(j) = o.step(&pipe) else {
+                panic!("job {n} fits")
+            };
+            o.submitted(j);
+        }
+        assert!(!o.idle());
+        // Full: the oldest is collected first, then the third is rung.
+        o.hold(job(&g, 2, &[1], 1).await);
+        assert_eq!(id(o.step(&pipe)), ('c', 0));
+        let PipeStep::Submit(j) = o.step(&pipe) else {
+            panic!("room for job 2")
+        };
+        o.submitted(j);
+        // Too large for the pipeline: it waits for the outstanding two.
+        o.hold(job(&g, 3, &[1, 2, 3], 3).await);
+        assert_eq!(id(o.step(&pipe)), ('c', 1));
+        assert_eq!(id(o.step(&pipe)), ('c', 2));
+        assert_eq!(id(o.step(&pipe)), ('a', 3));
+        assert_eq!(id(o.step(&pipe)), ('-', 0));
+        assert!(o.idle());
+        // While one is collected: one more may be taken (depth 2); a job
+        // that fits is given back to ring, one that does not is kept.
+        assert!(o.can_take(2) && !o.can_take(1));
+        let back = o.offer(job(&g, 4, &[1], 1).await, true).map(|j| j.id);
+        assert_eq!(back, Some(4));
+        assert!(o.offer(job(&g, 5, &[1, 2, 3], 3).await, false).is_none());
+        assert!(!o.can_take(2), "one is in hand");
+        assert_eq!(id(o.step(&pipe)), ('a', 5));
     }
 
     #[tokio::test]

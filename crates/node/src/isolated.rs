@@ -10,14 +10,13 @@
 //! polled like a socket, which a worker's death makes readable too. The
 //! watchdog is looked at every [`PIPELINE_TICK`] of waiting.
 //!
-//! The order of jobs is the core handler threads' (`handlers::
-//! pipelined_loop`): the next queued job is rung before the current one
-//! is collected, but only if no other core waits for work. Unlike a
-//! thread asleep on its worker, the task also takes a job pushed while it
-//! waits (`JobQueue::wait_ahead_async`, same rule), so a worker kept busy
-//! goes from one job to the next without waiting for the task to wake.
+//! The order of jobs is the core handler threads' ([`PipeOrder`]): the
+//! next queued job is rung before the current one is collected, but only
+//! if no other core waits for work. Unlike a thread asleep on its worker,
+//! the task also takes a job pushed while it waits
+//! (`JobQueue::wait_ahead_async`, same rule), so a worker kept busy goes
+//! from one job to the next without waiting for the task to wake.
 
-use std::collections::VecDeque;
 use std::fs::File;
 
 use bytes::BytesMut;
@@ -25,7 +24,7 @@ use corefarm_cores::{Core, Pipeline, PIPELINE_TICK};
 use tokio::io::unix::AsyncFd;
 use tokio::sync::mpsc;
 
-use crate::handlers::{collected, run_alone, Job, Outgoing};
+use crate::handlers::{collected, run_alone, Job, Outgoing, PipeOrder, PipeStep};
 use crate::jobq::JobQueue;
 
 /// The core's ready descriptor (completions and its worker's death),
@@ -81,37 +80,34 @@ pub async fn run(
     results: mpsc::UnboundedSender<Outgoing>,
     _done: std::sync::mpsc::Sender<()>,
 ) {
-    let mut pending = VecDeque::<Job>::new();
-    let mut next: Option<Job> = None;
+    let mut order = PipeOrder::default();
     loop {
-        if next.is_none() {
-            next = if pending.is_empty() {
-                match queue.wait_async().await {
-                    Some(job) => Some(job),
-                    None => return,
-                }
-            } else {
-                queue.ahead()
-            };
+        if order.idle() {
+            match queue.wait_async().await {
+                Some(job) => order.hold(job),
+                None => return,
+            }
+        } else {
+            order.look_ahead(&queue);
         }
-        if let Some(job) = next.take() {
+        let job = {
             let Some(pipe) = core.pipeline() else { return };
-            if pipe.fits(job.count) && pending.len() < pipe.depth() {
-                submit(pipe, &job, input_size);
-                pending.push_back(job);
-                continue;
-            }
-            if pending.is_empty() {
-                let c = core.as_mut();
-                if !blocking(|| run_alone(c, job, input_size, output_size, &results)) {
-                    return;
+            match order.step(pipe) {
+                PipeStep::Submit(job) => {
+                    submit(pipe, &job, input_size);
+                    order.submitted(job);
+                    continue;
                 }
-                continue;
+                PipeStep::RunAlone(job) => {
+                    let c = core.as_mut();
+                    if !blocking(|| run_alone(c, job, input_size, output_size, &results)) {
+                        return;
+                    }
+                    continue;
+                }
+                PipeStep::Collect(job) => job,
+                PipeStep::Again => continue,
             }
-            next = Some(job);
-        }
-        let Some(job) = pending.pop_front() else {
-            continue;
         };
         let mut out = BytesMut::zeroed(job.count * output_size);
         let mut tick = false;
@@ -142,7 +138,7 @@ pub async fn run(
             // A job that arrives while the worker computes is rung at once
             // (if a lane is free and no other core waits for work), so the
             // worker goes on to it without waiting for this task to wake.
-            let take = next.is_none() && pending.len() + 1 < depth;
+            let take = order.can_take(depth);
             tokio::select! {
                 biased;
                 r = tokio::time::timeout(PIPELINE_TICK, ready.readable()) => match r {
@@ -158,11 +154,10 @@ pub async fn run(
                 },
                 ahead = queue.wait_ahead_async(), if take => {
                     let Some(pipe) = core.pipeline() else { return };
-                    if pipe.fits(ahead.count) {
-                        submit(pipe, &ahead, input_size);
-                        pending.push_back(ahead);
-                    } else {
-                        next = Some(ahead);
+                    let fits = pipe.fits(ahead.count);
+                    if let Some(job) = order.offer(ahead, fits) {
+                        submit(pipe, &job, input_size);
+                        order.submitted(job);
                     }
                 }
             }
