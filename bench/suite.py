@@ -1164,8 +1164,9 @@ def exp_collectives(ctx: Context) -> dict:
     """Issue 9: OSU-style latency of group collectives (`corefarm bench collectives`) per tree, message size
     and group size, the calibrated model's prediction beside each point (`corefarm model calibrate` on the
     same grid first), and Open MPI (bench/mpi/osu_coll.c, TCP over loopback) on the same grid, run
-    interleaved with corefarm group size by group size and operation by operation. Not part of `all`.
-    Grid: $COREFARM_COLL_NODES / $COREFARM_COLL_SIZES (comma-separated) override the defaults."""
+    interleaved with corefarm group size by group size and operation by operation; each side `--runs` times
+    (separate processes: a point's median moves by up to ±20 % between them here), a point's metrics the
+    mean of its runs. Not part of `all`. Grid: $COREFARM_COLL_NODES / $COREFARM_COLL_SIZES (comma-separated) override the defaults."""
     binary = ctx.need_binary()
     nodes_list = _env_list("COREFARM_COLL_NODES", [2, 4] if ctx.quick else [2, 4, 8, 16])
     sizes = _env_list("COREFARM_COLL_SIZES", [8, 64 * KIB] if ctx.quick else [8, KIB, 64 * KIB, KIB * KIB, 4 * KIB * KIB])
@@ -1183,7 +1184,7 @@ def exp_collectives(ctx: Context) -> dict:
     per_n = len(sizes) * (4 * 3 + 2) + 3 + ((len(COLL_OPS) - 1) * len(sizes) + 1 if osu else 0)
     planned = len(nodes_list) * per_n
     rec = Recorder(ctx, "collectives", planned,
-                   {"nodes": nodes_list, "sizes": sizes, "ops": COLL_OPS, "budget_s": budget,
+                   {"nodes": nodes_list, "sizes": sizes, "ops": COLL_OPS, "budget_s": budget, "runs": ctx.runs,
                     "mpi": {"command": MPIRUN + ["-n", "N", "osu_coll", "OP", str(mpi_iters), str(mpi_warmup),
                                                  "BYTES..."], "available": osu is not None}})
     if mpi_note:
@@ -1198,38 +1199,56 @@ def exp_collectives(ctx: Context) -> dict:
     rec.notes.append(f"calibration ({time.monotonic() - t:.1f} s): " + " ".join(p.stdout.split("\n")[:2]))
     for n in nodes_list:
         for op in COLL_OPS:
-            out = ctx.logs / f"coll-{n}-{op}.json"
             ctx.logs.mkdir(parents=True, exist_ok=True)
-            args = [str(binary), "bench", "collectives", "--quiet", "--nodes", str(n), "--ops", op,
-                    "--sizes", ",".join(map(str, sizes)), "--budget", str(budget), "--model", str(cal),
-                    "--out", str(out)]
-            r = subprocess.run(args, capture_output=True, text=True, timeout=1800, start_new_session=True)
-            if r.returncode != 0:
-                rec.add({"impl": "corefarm", "op": op, "algo": "", "n": n, "bytes": 0}, [],
-                        (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1])
-            else:
+            # ctx.runs passes, each its own process (a point's value moves by up to ±20 % between
+            # processes here); a point records every pass and its metrics are their mean.
+            passes: dict[tuple, list] = {}
+            failure = None
+            for run in range(ctx.runs):
+                out = ctx.logs / f"coll-{n}-{op}-{run}.json"
+                args = [str(binary), "bench", "collectives", "--quiet", "--nodes", str(n), "--ops", op,
+                        "--sizes", ",".join(map(str, sizes)), "--budget", str(budget), "--model", str(cal),
+                        "--out", str(out)]
+                r = subprocess.run(args, capture_output=True, text=True, timeout=1800, start_new_session=True)
+                if r.returncode != 0:
+                    failure = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+                    break
                 for q in json.loads(out.read_text())["points"]:
-                    rec.add({"impl": "corefarm", "op": op, "algo": q["algo"] or "server", "n": n,
-                             "bytes": q["bytes"]},
-                            [{"median_us": q["median_us"], "p99_us": q["p99_us"], "mean_us": q["mean_us"],
-                              "predicted_us": q.get("predicted_us"), "model_error": q.get("model_error"),
-                              "iters": q["iters"]}])
+                    passes.setdefault((q["algo"] or "server", q["bytes"]), []).append(
+                        {"median_us": q["median_us"], "p99_us": q["p99_us"], "mean_us": q["mean_us"],
+                         "predicted_us": q.get("predicted_us"), "model_error": q.get("model_error"),
+                         "iters": q["iters"]})
+            if failure:
+                rec.add({"impl": "corefarm", "op": op, "algo": "", "n": n, "bytes": 0}, [], failure)
+            else:
+                for (algo, nbytes), runs in passes.items():
+                    rec.add({"impl": "corefarm", "op": op, "algo": algo, "n": n, "bytes": nbytes}, runs)
             if osu is None:
                 continue
             mpi_sizes = sizes[:1] if op == "barrier" else sizes
             cmd = MPIRUN + ["-n", str(n), str(osu), op, str(mpi_iters), str(mpi_warmup)] + [str(b) for b in mpi_sizes]
-            try:
-                r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, start_new_session=True)
-                lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
-                err = None if r.returncode == 0 else (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
-            except subprocess.TimeoutExpired:
-                lines, err = [], "timed out"
-            if err or not lines:
-                rec.add({"impl": "openmpi", "op": op, "algo": "openmpi", "n": n, "bytes": 0}, [], err or "no output")
-            for q in lines:
-                rec.add({"impl": "openmpi", "op": op, "algo": "openmpi", "n": n, "bytes": q["bytes"]},
-                        [{"median_us": q["median_us"], "p99_us": q["p99_us"], "mean_us": q["mean_us"],
-                          "iters": q["iters"], "span_median_us": q.get("span_median_us")}])
+            mpi: dict[int, list] = {}
+            err = None
+            for _ in range(ctx.runs):
+                try:
+                    r = subprocess.run(cmd, capture_output=True, text=True, timeout=1800, start_new_session=True)
+                    lines = [json.loads(x) for x in r.stdout.splitlines() if x.startswith("{")]
+                    if r.returncode != 0:
+                        err = (r.stderr.strip().splitlines() or [f"exit {r.returncode}"])[-1]
+                except subprocess.TimeoutExpired:
+                    lines, err = [], "timed out"
+                if err or not lines:
+                    err = err or "no output"
+                    break
+                for q in lines:
+                    mpi.setdefault(q["bytes"], []).append(
+                        {"median_us": q["median_us"], "p99_us": q["p99_us"], "mean_us": q["mean_us"],
+                         "iters": q["iters"], "span_median_us": q.get("span_median_us")})
+            if err:
+                rec.add({"impl": "openmpi", "op": op, "algo": "openmpi", "n": n, "bytes": 0}, [], err)
+                continue
+            for nbytes, runs in mpi.items():
+                rec.add({"impl": "openmpi", "op": op, "algo": "openmpi", "n": n, "bytes": nbytes}, runs)
     return rec.write()
 
 
