@@ -36,12 +36,15 @@ class Cowork:
     and jobs: C_COWORK_MAX and n_j of the seed's Algorithm 2. configure:
     `map` sends this function's configuration when the client holds another
     one and computes locally until the server answers (Algorithm 2 lines
-    7-12); without it an unconfigured client's work stays local. Keeps the
+    7-12); without it an unconfigured client's work stays local. backup:
+    once nothing is left to take, the cluster also computes the messages
+    local threads are still on, the first result kept (report["backups"]
+    counts the copies). Keeps the
     measured throughputs between runs; `set_cluster_throughput(x)` replaces
     the measured cluster throughput (messages/s) with a known one."""
 
     def __init__(self, image=None, *, input_size=None, output_size=None, cores=None,
-                 threads=0, local_batch_max=16, jobs=6, configure=False, _raw=None):
+                 threads=0, local_batch_max=16, jobs=6, configure=False, backup=True, _raw=None):
         self.report = None
         if _raw is not None:
             self._raw = _raw
@@ -64,7 +67,7 @@ class Cowork:
             cores = corefarm.default_core_table(cores, input_size, output_size)
         self._raw = _corefarm.Cowork(input_size, output_size, [tuple(c) for c in cores], image,
                                      threads=threads, local_batch_max=local_batch_max, jobs=jobs,
-                                     configure=configure)
+                                     configure=configure, backup=backup)
 
     @classmethod
     def for_client(cls, client, **options):

@@ -63,12 +63,19 @@ pub struct Cowork {
     inner: RustCowork,
 }
 
-fn options(threads: usize, local_batch_max: usize, jobs: usize, configure: bool) -> CoworkOptions {
+fn options(
+    threads: usize,
+    local_batch_max: usize,
+    jobs: usize,
+    configure: bool,
+    backup: bool,
+) -> CoworkOptions {
     CoworkOptions {
         threads,
         local_batch_max,
         jobs,
         configure,
+        backup,
         ..CoworkOptions::default()
     }
 }
@@ -76,12 +83,14 @@ fn options(threads: usize, local_batch_max: usize, jobs: usize, configure: bool)
 #[pymethods]
 impl Cowork {
     /// Cowork(input_size, output_size, cores, image, *, threads=0,
-    /// local_batch_max=16, jobs=6, configure=False): `cores` is a list of
-    /// (control, input, output) base addresses, as for `Client.configure`.
-    /// `configure=True`: `map` sends this configuration when the client
-    /// holds another one and computes locally until the server answers.
+    /// local_batch_max=16, jobs=6, configure=False, backup=True): `cores` is
+    /// a list of (control, input, output) base addresses, as for
+    /// `Client.configure`. `configure=True`: `map` sends this configuration
+    /// when the client holds another one and computes locally until the
+    /// server answers. `backup=False`: no backup copies to the cluster of
+    /// the messages local threads are still on.
     #[new]
-    #[pyo3(signature = (input_size, output_size, cores, image, *, threads=0, local_batch_max=16, jobs=6, configure=false))]
+    #[pyo3(signature = (input_size, output_size, cores, image, *, threads=0, local_batch_max=16, jobs=6, configure=false, backup=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -93,6 +102,7 @@ impl Cowork {
         local_batch_max: usize,
         jobs: usize,
         configure: bool,
+        backup: bool,
     ) -> PyResult<Self> {
         let cfg = crate::configuration(
             input_size,
@@ -100,7 +110,7 @@ impl Cowork {
             cores,
             Bytes::from(byte_buffer(image)?.to_vec(py)?),
         );
-        let opts = options(threads, local_batch_max, jobs, configure);
+        let opts = options(threads, local_batch_max, jobs, configure, backup);
         let inner = py
             .detach(|| RustCowork::load(&cfg, opts))
             .map_err(cowork_err)?;
@@ -109,7 +119,8 @@ impl Cowork {
 
     /// Loads the configuration `client` was last configured with.
     #[staticmethod]
-    #[pyo3(signature = (client, *, threads=0, local_batch_max=16, jobs=6, configure=false))]
+    #[pyo3(signature = (client, *, threads=0, local_batch_max=16, jobs=6, configure=false, backup=true))]
+    #[allow(clippy::too_many_arguments)]
     fn for_client(
         py: Python<'_>,
         client: &Client,
@@ -117,8 +128,9 @@ impl Cowork {
         local_batch_max: usize,
         jobs: usize,
         configure: bool,
+        backup: bool,
     ) -> PyResult<Self> {
-        let opts = options(threads, local_batch_max, jobs, configure);
+        let opts = options(threads, local_batch_max, jobs, configure, backup);
         let inner = py
             .detach(|| RustCowork::for_client(&client.inner, opts))
             .map_err(cowork_err)?;

@@ -82,6 +82,12 @@ def test_cowork_equals_all_cluster_and_all_local(cluster, image):
         cw.set_cluster_throughput(1e6)
         assert cw.estimates["x_a"] == 1e6
 
+        # Without backup copies: the same results, no copy sent.
+        plain = corefarm.cowork.Cowork(image, threads=2, backup=False)
+        assert list(c.map(ins, window=16, cowork=plain)) == all_cluster
+        assert plain.report["backups"] == 0
+        assert plain.report["local_items"] + plain.report["cluster_items"] == len(ins)
+
 
 def test_cowork_true_needs_a_configuration(cluster, image):
     with corefarm.connect(cluster.users_addr, nodes=1, timeout=30) as c:
