@@ -1166,7 +1166,7 @@ def exp_collectives(ctx: Context) -> dict:
     same grid first), and Open MPI (bench/mpi/osu_coll.c, TCP over loopback) on the same grid, run
     interleaved with corefarm group size by group size and operation by operation; each side `--runs` times
     (separate processes: a point's median moves by up to ±20 % between them here), a point's metrics the
-    mean of its runs. Not part of `all`. Grid: $COREFARM_COLL_NODES / $COREFARM_COLL_SIZES (comma-separated) override the defaults."""
+    mean of its runs; the calibration makes as many passes, each on a fresh cluster. Not part of `all`. Grid: $COREFARM_COLL_NODES / $COREFARM_COLL_SIZES (comma-separated) override the defaults."""
     binary = ctx.need_binary()
     nodes_list = _env_list("COREFARM_COLL_NODES", [2, 4] if ctx.quick else [2, 4, 8, 16])
     sizes = _env_list("COREFARM_COLL_SIZES", [8, 64 * KIB] if ctx.quick else [8, KIB, 64 * KIB, KIB * KIB, 4 * KIB * KIB])
@@ -1191,7 +1191,7 @@ def exp_collectives(ctx: Context) -> dict:
         rec.notes.append(mpi_note)
     cal = ctx.out / "collectives-model.json"
     t = time.monotonic()
-    p = subprocess.run([str(binary), "model", "calibrate", "--out", str(cal),
+    p = subprocess.run([str(binary), "model", "calibrate", "--out", str(cal), "--passes", str(ctx.runs),
                         "--nodes", ",".join(map(str, nodes_list)), "--sizes", ",".join(map(str, sizes))],
                        capture_output=True, text=True, timeout=1800, start_new_session=True)
     if p.returncode != 0:

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use corefarm_model::collectives::{default_path, Algo, Calibration, Op, Shape};
+use corefarm_model::collectives::{default_path, Algo, Calibration, Op, Sample, Shape};
 
 use crate::cmd_bench_collectives::{describe, measure, parse_size, Grid, Target};
 
@@ -51,6 +51,11 @@ pub struct CalibrateArgs {
     /// Seconds of timed calls per point, within the two bounds above.
     #[arg(long, default_value_t = 0.05)]
     budget: f64,
+    /// Passes over the grid, each on a fresh embedded cluster; a point's
+    /// sample is the geometric mean of its passes (a point's median moves
+    /// by up to ±20 % from one cluster to the next on a busy machine).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
+    passes: u32,
     /// Print every measured point on standard error.
     #[arg(long, short)]
     verbose: bool,
@@ -103,20 +108,26 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         iters: a.iters,
         budget: a.budget,
     };
-    let target = Target::start(&grid)?;
     let started = std::time::Instant::now();
     let verbose = a.verbose;
-    let points = measure(&target, &grid, &mut |p| {
-        if verbose {
-            eprintln!("{}", describe(p));
+    let mut passes = Vec::new();
+    let mut label = String::new();
+    for pass in 0..a.passes {
+        let target = Target::start(&grid)?;
+        if a.passes > 1 {
+            eprintln!("pass {} of {} on {}", pass + 1, a.passes, target.label);
         }
-    })?;
-    let samples = points.iter().map(|p| p.sample()).collect();
-    let cal =
-        Calibration::from_samples(samples, corefarm_client::group::CHUNK, target.label.clone())
-            .context(
-            "the measurements do not determine the model (too few group sizes or message sizes?)",
-        )?;
+        label = target.label.clone();
+        passes.push(measure(&target, &grid, &mut |p| {
+            if verbose {
+                eprintln!("{}", describe(p));
+            }
+        })?);
+    }
+    let samples = geometric_means(&passes);
+    let cal = Calibration::from_samples(samples, corefarm_client::group::CHUNK, label).context(
+        "the measurements do not determine the model (too few group sizes or message sizes?)",
+    )?;
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
@@ -124,8 +135,12 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         .with_context(|| format!("writing {}", out.display()))?;
     let p = &cal.params;
     println!(
-        "calibrated on {} in {:.1} s: {} points, fit error rms {:.1} %, max {:.1} %",
-        target.label,
+        "calibrated on {}{} in {:.1} s: {} points, fit error rms {:.1} %, max {:.1} %",
+        cal.on,
+        match a.passes {
+            1 => String::new(),
+            n => format!(" ({n} passes)"),
+        },
         started.elapsed().as_secs_f64(),
         cal.samples.len(),
         100.0 * cal.rms_error,
@@ -152,6 +167,31 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
 }
 
 /// Bytes per second, in GB/s, of a per-byte cost (∞ shown as "inf").
+/// One sample per point of the grid: the geometric mean of its medians
+/// over the passes (each pass measures the grid in the same order).
+fn geometric_means(passes: &[Vec<crate::cmd_bench_collectives::Point>]) -> Vec<Sample> {
+    let Some(first) = passes.first() else {
+        return Vec::new();
+    };
+    first
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let mine: Vec<f64> = passes
+                .iter()
+                .filter_map(|pass| pass.get(i))
+                .filter(|q| q.shape() == p.shape())
+                .map(|q| q.sample().seconds)
+                .collect();
+            let log_mean = mine.iter().map(|t| t.ln()).sum::<f64>() / mine.len() as f64;
+            Sample {
+                shape: p.shape(),
+                seconds: log_mean.exp(),
+            }
+        })
+        .collect()
+}
+
 fn gbps(per_byte: f64) -> f64 {
     if per_byte > 0.0 {
         1e-9 / per_byte
@@ -217,4 +257,38 @@ fn predict(a: PredictArgs) -> Result<()> {
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cmd_bench_collectives::Point;
+
+    fn point(op: Op, n: u32, median_us: f64) -> Point {
+        Point {
+            op,
+            algo: Some(Algo::Linear),
+            n,
+            bytes: 8,
+            iters: 5,
+            median_us,
+            p99_us: median_us,
+            mean_us: median_us,
+            min_us: median_us,
+        }
+    }
+
+    #[test]
+    fn passes_merge_into_the_geometric_mean_of_each_point() {
+        let passes = vec![
+            vec![point(Op::Bcast, 2, 100.0), point(Op::Reduce, 4, 10.0)],
+            vec![point(Op::Bcast, 2, 400.0), point(Op::Reduce, 4, 10.0)],
+        ];
+        let s = geometric_means(&passes);
+        assert_eq!(s.len(), 2);
+        assert_eq!(s[0].shape, passes[0][0].shape());
+        assert!((s[0].seconds - 200e-6).abs() < 1e-12, "{:?}", s[0]);
+        assert!((s[1].seconds - 10e-6).abs() < 1e-12, "{:?}", s[1]);
+        assert!(geometric_means(&[]).is_empty());
+    }
 }
