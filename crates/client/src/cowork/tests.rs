@@ -67,6 +67,18 @@ struct FakeCore {
     cost: f64,
 }
 
+impl FakeCore {
+    /// Never fails, never waits, costs no time.
+    fn new(w: &Arc<World>) -> FakeCore {
+        FakeCore {
+            w: w.clone(),
+            fail_on: None,
+            gate_at: None,
+            cost: 0.0,
+        }
+    }
+}
+
 impl Core for FakeCore {
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
         if self.fail_on == Some(input[0]) {
@@ -142,14 +154,7 @@ impl ClusterPath for FakeCluster {
 
 fn cores(w: &Arc<World>, n: usize) -> Vec<Box<dyn Core>> {
     (0..n)
-        .map(|_| {
-            Box::new(FakeCore {
-                w: w.clone(),
-                fail_on: None,
-                gate_at: None,
-                cost: 0.0,
-            }) as Box<dyn Core>
-        })
+        .map(|_| Box::new(FakeCore::new(w)) as Box<dyn Core>)
         .collect()
 }
 
@@ -218,10 +223,8 @@ fn a_message_a_local_thread_is_on_is_copied_to_the_idle_cluster() {
     // once it has begun, and the thread's first input waits until the
     // cluster has taken work — which only a backup copy can be.
     let core = FakeCore {
-        w: w.clone(),
-        fail_on: None,
         gate_at: Some(1),
-        cost: 0.0,
+        ..FakeCore::new(&w)
     };
     let (out, report) = run(
         &w,
@@ -241,12 +244,7 @@ fn a_message_a_local_thread_is_on_is_copied_to_the_idle_cluster() {
 fn without_backups_the_local_thread_keeps_its_message() {
     let w = Arc::new(World::default());
     let ins = one_message(3);
-    let core = FakeCore {
-        w: w.clone(),
-        fail_on: None,
-        gate_at: None,
-        cost: 0.0,
-    };
+    let core = FakeCore::new(&w);
     let knobs = Knobs {
         backup: false,
         ..KNOBS
@@ -281,10 +279,8 @@ fn both_sides_work_and_results_keep_input_order() {
     let gated: Vec<Box<dyn Core>> = (0..2)
         .map(|_| {
             Box::new(FakeCore {
-                w: w.clone(),
-                fail_on: None,
                 gate_at: Some(1),
-                cost: 0.0,
+                ..FakeCore::new(&w)
             }) as Box<dyn Core>
         })
         .collect();
@@ -349,10 +345,8 @@ fn cluster_configured_midway_joins_in() {
     // The cluster is configured after 10 local jobs; the local core then
     // waits at job 60 until the cluster has taken work, so it must join.
     let core = FakeCore {
-        w: w.clone(),
-        fail_on: None,
         gate_at: Some(60),
-        cost: 0.0,
+        ..FakeCore::new(&w)
     };
     let (out, report) = run(
         &w,
@@ -394,10 +388,8 @@ fn failed_cluster_work_is_done_locally() {
     let mut c = cluster(&w, 0);
     c.fail_after = Some(5);
     let core = FakeCore {
-        w: w.clone(),
-        fail_on: None,
         gate_at: Some(3),
-        cost: 0.0,
+        ..FakeCore::new(&w)
     };
     let (out, report) = run(&w, &ins, vec![Box::new(core)], &c, Estimates::default()).unwrap();
     assert_eq!(out, expected(&ins));
@@ -414,10 +406,8 @@ fn results_of_the_wrong_size_are_refused() {
     let mut c = cluster(&w, 0);
     c.short = true;
     let core = FakeCore {
-        w: w.clone(),
-        fail_on: None,
         gate_at: Some(2),
-        cost: 0.0,
+        ..FakeCore::new(&w)
     };
     let (out, report) = run(&w, &ins, vec![Box::new(core)], &c, Estimates::default()).unwrap();
     assert_eq!(out, expected(&ins));
@@ -438,10 +428,8 @@ fn a_local_failure_names_the_input() {
             == 1
     );
     let core = FakeCore {
-        w: w.clone(),
         fail_on: Some(bad),
-        gate_at: None,
-        cost: 0.0,
+        ..FakeCore::new(&w)
     };
     let e = run(
         &w,
@@ -459,10 +447,9 @@ fn local_throughput_is_measured_on_the_fake_clock() {
     let w = Arc::new(World::default());
     let ins: Vec<Bytes> = (0..40).map(|i| Bytes::from(vec![i as u8; IN])).collect();
     let core = FakeCore {
-        w: w.clone(),
-        fail_on: None,
-        gate_at: None,
-        cost: 0.002, // 2 ms per input: 500 inputs/s
+        // 2 ms per input: 500 inputs/s
+        cost: 0.002,
+        ..FakeCore::new(&w)
     };
     let (_, report) = run(
         &w,
@@ -482,10 +469,8 @@ fn local_throughput_is_measured_on_the_fake_clock() {
 fn cowork_checks_inputs_and_keeps_estimates_between_runs() {
     let w = Arc::new(World::default());
     let core = FakeCore {
-        w: w.clone(),
-        fail_on: None,
-        gate_at: None,
         cost: 0.001,
+        ..FakeCore::new(&w)
     };
     let cw = Cowork::from_cores(IN as u32, OUT as u32, vec![Box::new(core)]);
     let e = cw
