@@ -12,8 +12,8 @@ use crate::cmd_bench_collectives::{describe, measure, parse_size, Grid, Target};
 
 #[derive(Subcommand)]
 pub enum ModelCmd {
-    /// Measure collectives on an embedded cluster (a few seconds) and fit
-    /// the model's parameters; writes the calibration as JSON.
+    /// Measure collectives on an embedded cluster (about 15 s a pass) and
+    /// fit the model's parameters; writes the calibration as JSON.
     Calibrate(CalibrateArgs),
     /// Predicted latency of one collective.
     Predict(PredictArgs),
@@ -51,9 +51,10 @@ pub struct CalibrateArgs {
     /// Seconds of timed calls per point, within the two bounds above.
     #[arg(long, default_value_t = 0.05)]
     budget: f64,
-    /// Passes over the grid, each on a fresh embedded cluster; a point's
-    /// sample is the geometric mean of its passes (a point's median moves
-    /// by up to ±20 % from one cluster to the next on a busy machine).
+    /// Passes over the grid (each on a fresh embedded cluster, or all on
+    /// `--server`'s); a point's sample is the geometric mean of its passes
+    /// (a point's median moves by up to ±20 % from one cluster to the next
+    /// on a busy machine).
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=20))]
     passes: u32,
     /// Print every measured point on standard error.
