@@ -1,0 +1,286 @@
+use super::*;
+use crate::guard::MemoryGuard;
+use corefarm_cores::CoreError;
+
+/// Output = input + 1 byte-wise; fails on an input starting with 0xFF;
+/// blocks on `gate` (if any) before each input.
+#[derive(Default)]
+struct PlusOne {
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+    started: Option<std::sync::mpsc::Sender<()>>,
+}
+
+impl Core for PlusOne {
+    fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+        if let Some(s) = &self.started {
+            let _ = s.send(());
+        }
+        if let Some(g) = &self.gate {
+            g.recv()
+                .map_err(|_| CoreError::Failed("gate closed".into()))?;
+        }
+        if input[0] == 0xFF {
+            return Err(CoreError::Failed("bad input".into()));
+        }
+        for (o, i) in output.iter_mut().zip(input) {
+            *o = i.wrapping_add(1);
+        }
+        Ok(())
+    }
+}
+
+async fn job(guard: &MemoryGuard, id: u32, data: &[u8], count: usize) -> Job {
+    Job {
+        id,
+        class: corefarm_smp::stream::DEFAULT_CLASS,
+        data: Bytes::copy_from_slice(data),
+        count,
+        reservation: guard.reserve(data.len()).await,
+    }
+}
+
+#[tokio::test]
+async fn run_job_fills_one_buffer_and_names_the_failing_input() {
+    let g = MemoryGuard::new(1 << 20);
+    let mut core = PlusOne::default();
+    match run_job(&mut core, job(&g, 7, &[1, 2, 3, 4, 5, 6], 3).await, 2, 3) {
+        Outgoing::Result { id, data, .. } => {
+            assert_eq!(id, 7);
+            // The third output byte of each input is left zero.
+            assert_eq!(&data[..], &[2, 3, 0, 4, 5, 0, 6, 7, 0]);
+        }
+        _ => panic!("expected a result"),
+    }
+    match run_job(&mut core, job(&g, 8, &[1, 2, 0xFF, 0], 2).await, 2, 2) {
+        Outgoing::Failed {
+            id, code, reason, ..
+        } => {
+            assert_eq!((id, code), (8, ErrorCode::CoreFailure));
+            assert!(reason.contains("input 1 of 2") && reason.contains("bad input"));
+        }
+        _ => panic!("expected a failure"),
+    }
+}
+
+#[tokio::test]
+async fn threads_finish_queued_work_on_stop() {
+    let g = MemoryGuard::new(1 << 20);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let engine = Engine {
+        cores: vec![Box::new(PlusOne::default()), Box::new(PlusOne::default())],
+        input_size: 1,
+        output_size: 1,
+        inline: false,
+    };
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    for id in 0..20u32 {
+        assert!(w.submit(job(&g, id, &[id as u8], 1).await).await);
+    }
+    tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+    let mut seen = Vec::new();
+    while let Some(o) = rx.recv().await {
+        let Outgoing::Result { id, data, .. } = o else {
+            panic!("unexpected failure")
+        };
+        assert_eq!(data[0], id as u8 + 1);
+        seen.push(id);
+    }
+    seen.sort();
+    assert_eq!(seen, (0..20).collect::<Vec<_>>());
+    assert_eq!(g.available(), g.limit(), "every reservation released");
+}
+
+#[tokio::test]
+async fn abort_drops_queued_jobs() {
+    let g = MemoryGuard::new(1 << 20);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    let (started_tx, started) = std::sync::mpsc::channel();
+    let engine = Engine {
+        cores: vec![Box::new(PlusOne {
+            gate: Some(gate),
+            started: Some(started_tx),
+        })],
+        input_size: 1,
+        output_size: 1,
+        inline: false,
+    };
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    for id in 0..5u32 {
+        assert!(w.submit(job(&g, id, &[id as u8], 1).await).await);
+    }
+    // Job 0 is in the core: it finishes, the four queued ones are dropped.
+    tokio::task::spawn_blocking(move || started.recv().unwrap())
+        .await
+        .unwrap();
+    w.drop_queued();
+    open.send(()).unwrap();
+    tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+    let Some(Outgoing::Result { id: 0, .. }) = rx.recv().await else {
+        panic!("job 0 completes")
+    };
+    assert!(rx.recv().await.is_none(), "queued jobs produce nothing");
+    assert_eq!(g.available(), g.limit(), "their reservations are released");
+}
+
+/// A core with a pipeline of two: output = input + 1 byte-wise, fails
+/// an input starting with 0xFF; jobs of more than two inputs go through
+/// `process_batch`. The first collect waits for `gate`.
+struct Piped {
+    inner: PlusOne,
+    queue: std::collections::VecDeque<Vec<u8>>,
+    gate: Option<std::sync::mpsc::Receiver<()>>,
+    most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Core for Piped {
+    fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+        self.inner.process(input, output)
+    }
+    fn pipeline(&mut self) -> Option<&mut dyn corefarm_cores::Pipeline> {
+        Some(self)
+    }
+}
+
+impl corefarm_cores::Pipeline for Piped {
+    fn depth(&self) -> usize {
+        2
+    }
+    fn fits(&self, count: usize) -> bool {
+        count <= 2
+    }
+    fn submit(&mut self, inputs: &[u8], _count: usize) {
+        self.queue.push_back(inputs.to_vec());
+        self.most
+            .fetch_max(self.queue.len(), std::sync::atomic::Ordering::Relaxed);
+    }
+    fn collect(&mut self, outputs: &mut [u8]) -> Result<(), corefarm_cores::BatchError> {
+        if let Some(g) = self.gate.take() {
+            let _ = g.recv();
+        }
+        let inputs = self.queue.pop_front().expect("collect after submit");
+        let n = inputs.len();
+        self.inner.process_batch(&inputs, outputs, n)
+    }
+}
+
+#[tokio::test]
+async fn pipe_order_rings_ahead_and_runs_a_large_job_alone_once_nothing_is_outstanding() {
+    let g = MemoryGuard::new(1 << 20);
+    // Depth 2; jobs of up to 2 inputs fit.
+    let pipe = Piped {
+        inner: PlusOne::default(),
+        queue: Default::default(),
+        gate: None,
+        most: Default::default(),
+    };
+    let mut o = PipeOrder::default();
+    let id = |s: PipeStep| match s {
+        PipeStep::Submit(j) => ('s', j.id),
+        PipeStep::RunAlone(j) => ('a', j.id),
+        PipeStep::Collect(j) => ('c', j.id),
+        PipeStep::Again => ('-', 0),
+    };
+    assert!(o.idle());
+    for n in 0..2 {
+        o.hold(job(&g, n, &[1], 1).await);
+        let PipeStep::Submit(j) = o.step(&pipe) else {
+            panic!("job {n} fits")
+        };
+        o.submitted(j);
+    }
+    assert!(!o.idle());
+    // Full: the oldest is collected first, then the third is rung.
+    o.hold(job(&g, 2, &[1], 1).await);
+    assert_eq!(id(o.step(&pipe)), ('c', 0));
+    let PipeStep::Submit(j) = o.step(&pipe) else {
+        panic!("room for job 2")
+    };
+    o.submitted(j);
+    // Too large for the pipeline: it waits for the outstanding two.
+    o.hold(job(&g, 3, &[1, 2, 3], 3).await);
+    assert_eq!(id(o.step(&pipe)), ('c', 1));
+    assert_eq!(id(o.step(&pipe)), ('c', 2));
+    assert_eq!(id(o.step(&pipe)), ('a', 3));
+    assert_eq!(id(o.step(&pipe)), ('-', 0));
+    assert!(o.idle());
+    // While one is collected: one more may be taken (depth 2); a job
+    // that fits is given back to ring, one that does not is kept.
+    assert!(o.can_take(2) && !o.can_take(1));
+    let back = o.offer(job(&g, 4, &[1], 1).await, true).map(|j| j.id);
+    assert_eq!(back, Some(4));
+    assert!(o.offer(job(&g, 5, &[1, 2, 3], 3).await, false).is_none());
+    assert!(!o.can_take(2), "one is in hand");
+    assert_eq!(id(o.step(&pipe)), ('a', 5));
+}
+
+#[tokio::test]
+async fn a_pipelined_core_gets_the_next_queued_job_before_the_current_one_ends() {
+    let g = MemoryGuard::new(1 << 20);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (open, gate) = std::sync::mpsc::channel();
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let engine = Engine {
+        cores: vec![Box::new(Piped {
+            inner: PlusOne::default(),
+            queue: Default::default(),
+            gate: Some(gate),
+            most: most.clone(),
+        })],
+        input_size: 1,
+        output_size: 1,
+        inline: false,
+    };
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    // Counts 1 to 4 (3 and 4 do not fit the pipeline); id 13 fails.
+    let data = |id: u32| -> Vec<u8> {
+        let first = if id == 13 { 0xFF } else { id as u8 };
+        (0..1 + id as usize % 4)
+            .map(|k| first.wrapping_add(k as u8 * (first != 0xFF) as u8))
+            .collect()
+    };
+    for id in 0..30u32 {
+        let d = data(id);
+        assert!(w.submit(job(&g, id, &d, d.len()).await).await);
+    }
+    open.send(()).unwrap();
+    tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+    let mut seen = Vec::new();
+    while let Some(o) = rx.recv().await {
+        match o {
+            Outgoing::Result { id, data: out, .. } => {
+                let want: Vec<u8> = data(id).iter().map(|b| b + 1).collect();
+                assert_eq!(&out[..], &want[..], "id {id}");
+                seen.push(id);
+            }
+            Outgoing::Failed { id, reason, .. } => {
+                assert_eq!(id, 13);
+                assert!(reason.contains("bad input"), "{reason}");
+                seen.push(id);
+            }
+            Outgoing::Frame(_) | Outgoing::Notes { .. } => panic!("no frames from handlers"),
+        }
+    }
+    seen.sort();
+    assert_eq!(seen, (0..30).collect::<Vec<_>>());
+    assert_eq!(most.load(std::sync::atomic::Ordering::Relaxed), 2);
+    assert_eq!(g.available(), g.limit(), "every reservation released");
+}
+
+#[tokio::test]
+async fn inline_engine_answers_on_submit() {
+    let g = MemoryGuard::new(1 << 20);
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let engine = Engine {
+        cores: vec![Box::new(PlusOne::default())],
+        input_size: 2,
+        output_size: 2,
+        inline: true,
+    };
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    assert!(w.submit(job(&g, 3, &[1, 2], 1).await).await);
+    let Ok(Outgoing::Result { id, data, .. }) = rx.try_recv() else {
+        panic!("the result is queued before submit returns")
+    };
+    assert_eq!((id, &data[..]), (3, &[2u8, 3][..]));
+}
