@@ -1441,8 +1441,10 @@ def exp_streams(ctx: Context) -> dict:
     return rec.write()
 
 
-# Chunk sizes of the head-of-line sweep besides the default 64 KiB (the server agrees up to 1 MiB).
-HOL_SWEEP = [16 << 10, 256 << 10, 1 << 20]
+# The protocol's default chunk size (smp::stream::DEFAULT_CHUNK_SIZE), and the head-of-line sweep's
+# other sizes (the server agrees up to 1 MiB).
+DEFAULT_CHUNK = 128 << 10
+HOL_SWEEP = [16 << 10, 64 << 10, 256 << 10, 1 << 20]
 
 
 def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
@@ -1450,7 +1452,7 @@ def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
     (`--node-chunk-size 0`: its `unchunked` run is unchunked end to end) and once with the default chunks;
     the two follow each other in every repetition, so both see the same load. The `summary` point holds
     the issue's end-to-end ratios: whole/unchunked against chunks/chunked. The `sweep_chunk_size` points
-    run both links at 16 KiB, 256 KiB and 1 MiB chunks, each against its repetition's whole/unchunked run
+    run both links at 16 KiB, 64 KiB, 256 KiB and 1 MiB chunks, each against its repetition's whole/unchunked run
     (the bulk cost of chunking against the urgent messages' gain, by chunk size)."""
     samples = "100" if ctx.quick else "500"
     per: dict[tuple, list] = {}
@@ -1459,7 +1461,7 @@ def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
     failure = None
     for _ in range(ctx.runs):
         got = {}
-        for link, chunk in (("whole", "0"), ("chunks", "65536")):
+        for link, chunk in (("whole", "0"), ("chunks", str(DEFAULT_CHUNK))):
             args = [binary, "bench", "hol", "--samples", samples, "--node-chunk-size", chunk]
             obj, err = run_json(args, timeout=900)
             if obj is None:

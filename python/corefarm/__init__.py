@@ -331,7 +331,7 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     chunks: ask for the `chunks` feature (docs/streams.md): large messages
     and messages with a `priority` travel as chunks, a more urgent
     message's chunks between a bulk one's, and results come back the same
-    way; chunk_size: the largest chunk to ask for (default 64 KiB, at most
+    way; chunk_size: the largest chunk to ask for (default 128 KiB, at most
     1 MiB: larger chunks cost bulk messages less, urgent ones more). Without
     chunks every message is priority 4 and `priority=` has no effect.
     """

@@ -38,7 +38,7 @@ pub struct HolArgs {
     /// Small messages measured per run.
     #[arg(long, default_value_t = 500)]
     samples: usize,
-    /// Chunk size to ask for, bytes (default: the protocol's, 64 KiB).
+    /// Chunk size to ask for, bytes (default: the protocol's, 128 KiB).
     #[arg(long)]
     chunk_size: Option<u32>,
     /// Embedded cluster: the server's chunk size on its node links (0: whole

@@ -102,7 +102,7 @@ pub struct ClientOptions {
     /// chunks of their message's class. Without it (or with a server that
     /// does not agree) every message is class 4 and priorities are ignored.
     pub chunks: bool,
-    /// Largest chunk to ask for (`None`: the protocol's default, 64 KiB);
+    /// Largest chunk to ask for (`None`: the protocol's default, 128 KiB);
     /// the server may agree to less.
     pub chunk_size: Option<u32>,
 }

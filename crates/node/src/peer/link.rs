@@ -4,7 +4,7 @@
 //! link's scheduler within a class, chunks).
 //!
 //! Chunks are offered in the hello's name field, after a NUL:
-//! `name\0chunks=65536`. A node that predates them takes the suffix as
+//! `name\0chunks=131072`. A node that predates them takes the suffix as
 //! part of the name (it only logs it) and offers none, so its links carry
 //! whole messages as before.
 

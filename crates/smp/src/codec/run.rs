@@ -48,8 +48,9 @@ impl ReadVectored for tokio::io::DuplexStream {}
 impl<T> ReadVectored for tokio::io::ReadHalf<T> {}
 impl ReadVectored for &[u8] {}
 
-/// Most chunks one read takes beyond the one it finishes: 8 × 64 KiB,
-/// about what a loopback socket's receive buffer holds at once.
+/// Most chunks one read takes beyond the one it finishes: at the default
+/// 128 KiB, 1 MiB, more than a loopback socket's receive buffer usually
+/// holds at once (a read takes what is there).
 pub(crate) const RUN: usize = 8;
 
 /// Chunks read ahead of their turn, all of the message being placed.
