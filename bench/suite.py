@@ -1445,12 +1445,13 @@ def exp_streams(ctx: Context) -> dict:
 # other sizes (the server agrees up to 1 MiB).
 DEFAULT_CHUNK = 128 << 10
 HOL_SWEEP = [16 << 10, 64 << 10, 256 << 10, 1 << 20]
+HOL_REPEATS = 6
 
 
 def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
     """`hol`: `corefarm bench hol` on an embedded 2-node cluster, once with whole frames on the node link
     (`--node-chunk-size 0`: its `unchunked` run is unchunked end to end) and once with the default chunks;
-    the two follow each other in every repetition, so both see the same load. The `summary` point holds
+    the two follow each other in every repetition (at least HOL_REPEATS of them), so both see the same load. The `summary` point holds
     the issue's end-to-end ratios: whole/unchunked against chunks/chunked. The `sweep_chunk_size` points
     run both links at 16 KiB, 64 KiB, 256 KiB and 1 MiB chunks, each against its repetition's whole/unchunked run
     (the bulk cost of chunking against the urgent messages' gain, by chunk size)."""
@@ -1459,7 +1460,9 @@ def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
     summary: list[dict] = []
     sweep: dict[int, list] = {}
     failure = None
-    for _ in range(ctx.runs):
+    # A repetition's bulk ratios move by up to +-0.1 between repetitions (more than the difference
+    # between neighbouring chunk sizes), and one takes about 40 s: at least HOL_REPEATS of them.
+    for _ in range(ctx.runs if ctx.quick else max(ctx.runs, HOL_REPEATS)):
         got = {}
         for link, chunk in (("whole", "0"), ("chunks", str(DEFAULT_CHUNK))):
             args = [binary, "bench", "hol", "--samples", samples, "--node-chunk-size", chunk]
