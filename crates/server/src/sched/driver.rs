@@ -230,6 +230,7 @@ impl Driver {
         let now = self.now();
         match c {
             Cmd::Join { user, tx } => {
+                self.sched.user_joined(user);
                 self.users.insert(user, (tx, None));
             }
             Cmd::Configure {

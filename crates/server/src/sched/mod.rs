@@ -161,6 +161,9 @@ pub enum Action {
 struct UserRec {
     function: Option<FnId>,
     in_flight: u64,
+    /// It has configured at least once. Until then it counts in the fair
+    /// shares as one more user ([`Sched::user_joined`]).
+    configured: bool,
 }
 
 /// Forgotten functions whose reconfiguration counts [`Sched`] keeps.
@@ -220,7 +223,9 @@ impl Sched {
     ) -> FnId {
         let id = FnId::of(&payload);
         self.leave_function(user);
-        self.users.entry(user).or_default().function = Some(id);
+        let rec = self.users.entry(user).or_default();
+        rec.function = Some(id);
+        rec.configured = true;
         let forgotten = &mut self.forgotten;
         let f = self.fns.entry(id).or_insert_with(|| {
             let mut f = Function::new(id, payload, input_size, output_size);
@@ -267,6 +272,16 @@ impl Sched {
                 .get_or_insert(now);
         }
         self.settle(now);
+    }
+
+    /// A user connected. Until it configures, it counts in the fair shares
+    /// as a user of a function of its own: users that connect together
+    /// configure a moment apart, and the first would otherwise load its
+    /// function on every spare node only for the others to drain them
+    /// (seed 002's workload at P = 100 ms: each of the others then waited
+    /// one reprogramming more for its first function).
+    pub fn user_joined(&mut self, user: u64) {
+        self.users.entry(user).or_default();
     }
 
     /// The user left: its queued work is dropped, results still in flight

@@ -120,7 +120,7 @@ impl Sched {
     /// `f`'s fair share of the nodes: as many as exclusive mode would give
     /// its users, the nodes split evenly over the users of the functions
     /// someone wants (a function wanted only for its queued work counts as
-    /// one user); at least one.
+    /// one user) and the users still to configure; at least one.
     fn fair_share(&self, f: FnId) -> usize {
         self.share_of(f, self.users_of_wanted())
     }
@@ -131,8 +131,11 @@ impl Sched {
         (self.nodes.len() * mine / users.max(1)).max(1)
     }
 
+    /// The users of the functions someone wants, and the users about to
+    /// configure their first.
     fn users_of_wanted(&self) -> usize {
-        self.fns.values().map(share_weight).sum()
+        let joining = self.users.values().filter(|u| !u.configured).count();
+        self.fns.values().map(share_weight).sum::<usize>() + joining
     }
 
     /// A node nobody needs, idle, that may load `f`.

@@ -567,6 +567,34 @@ fn a_new_function_takes_a_fair_share_of_the_spare_nodes_at_once() {
     assert_eq!(configures(&a), [(1, payload("b"))]);
 }
 
+/// Users that have connected but not configured yet count in the fair
+/// shares: the first of two to configure loads half the spare nodes, and
+/// the second finds the other half spare at once instead of draining.
+#[test]
+fn a_user_still_to_configure_keeps_its_share_of_the_spare_nodes() {
+    let mut s = fair_sched();
+    for n in 1..=8 {
+        s.add_node(n, ms(0));
+    }
+    s.user_joined(1);
+    s.user_joined(2);
+    s.configure(1, payload("a"), 8, 8, ms(0));
+    assert_eq!(configures(&s.take_actions()).len(), 4);
+    s.configure(2, payload("b"), 8, 8, ms(1));
+    let b = configures(&s.take_actions());
+    assert_eq!(b.len(), 4, "{b:?}");
+    assert!(b.iter().all(|c| c.1 == payload("b")));
+    // A user that joined and left counts no more.
+    let mut s = fair_sched();
+    for n in 1..=8 {
+        s.add_node(n, ms(0));
+    }
+    s.user_joined(3);
+    s.user_gone(3, ms(0));
+    s.configure(1, payload("a"), 8, 8, ms(1));
+    assert_eq!(configures(&s.take_actions()).len(), 8);
+}
+
 /// A function's fair share is what exclusive mode would give its users:
 /// the nodes split over the users of the wanted functions. A new function
 /// takes a node from one holding more than its share at once, and its

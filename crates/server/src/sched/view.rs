@@ -68,6 +68,7 @@ impl Sched {
         let users = self
             .users
             .iter()
+            .filter(|(_, u)| u.configured)
             .map(|(&id, u)| {
                 let queued = u
                     .function
