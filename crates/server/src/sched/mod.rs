@@ -161,9 +161,9 @@ pub enum Action {
 struct UserRec {
     function: Option<FnId>,
     in_flight: u64,
-    /// It has configured at least once. Until then it counts in the fair
-    /// shares as one more user ([`Sched::user_joined`]).
-    configured: bool,
+    /// Connected and not configured yet: it counts in the fair shares as
+    /// one more user ([`Sched::user_joined`]).
+    joining: bool,
 }
 
 /// Forgotten functions whose reconfiguration counts [`Sched`] keeps.
@@ -175,6 +175,9 @@ pub struct Sched {
     nodes: BTreeMap<u64, Slot>,
     orders: HashMap<FnId, Order>,
     users: HashMap<u64, UserRec>,
+    /// Users with `joining` set, counted here because the fair shares are
+    /// computed after every event.
+    joining: usize,
     /// Reconfigurations of functions no user wants and no node holds, so
     /// that the status keeps counting from there when one comes back (the
     /// same payload is the same function); at most [`FORGOTTEN_MAX`].
@@ -194,6 +197,7 @@ impl Sched {
             nodes: BTreeMap::new(),
             orders: HashMap::new(),
             users: HashMap::new(),
+            joining: 0,
             forgotten: HashMap::new(),
             next_internal: 0,
             period_start: Duration::ZERO,
@@ -225,7 +229,9 @@ impl Sched {
         self.leave_function(user);
         let rec = self.users.entry(user).or_default();
         rec.function = Some(id);
-        rec.configured = true;
+        if std::mem::take(&mut rec.joining) {
+            self.joining -= 1;
+        }
         let forgotten = &mut self.forgotten;
         let f = self.fns.entry(id).or_insert_with(|| {
             let mut f = Function::new(id, payload, input_size, output_size);
@@ -281,14 +287,22 @@ impl Sched {
     /// (seed 002's workload at P = 100 ms: each of the others then waited
     /// one reprogramming more for its first function).
     pub fn user_joined(&mut self, user: u64) {
-        self.users.entry(user).or_default();
+        if let std::collections::hash_map::Entry::Vacant(e) = self.users.entry(user) {
+            e.insert(UserRec {
+                joining: true,
+                ..UserRec::default()
+            });
+            self.joining += 1;
+        }
     }
 
     /// The user left: its queued work is dropped, results still in flight
     /// will be discarded.
     pub fn user_gone(&mut self, user: u64, now: Duration) {
         self.leave_function(user);
-        self.users.remove(&user);
+        if self.users.remove(&user).is_some_and(|u| u.joining) {
+            self.joining -= 1;
+        }
         self.settle(now);
     }
 

@@ -134,8 +134,7 @@ impl Sched {
     /// The users of the functions someone wants, and the users about to
     /// configure their first.
     fn users_of_wanted(&self) -> usize {
-        let joining = self.users.values().filter(|u| !u.configured).count();
-        self.fns.values().map(share_weight).sum::<usize>() + joining
+        self.fns.values().map(share_weight).sum::<usize>() + self.joining
     }
 
     /// A node nobody needs, idle, that may load `f`.

@@ -68,7 +68,7 @@ impl Sched {
         let users = self
             .users
             .iter()
-            .filter(|(_, u)| u.configured)
+            .filter(|(_, u)| !u.joining)
             .map(|(&id, u)| {
                 let queued = u
                     .function
