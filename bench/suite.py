@@ -490,11 +490,20 @@ def echo_runs(ctx: Context, srv: Child, addr: str, size: int, clients: int) -> t
     return runs, failure
 
 
-def user_point(ctx: Context, cl: Cluster, rec: Recorder, key: dict, *, input_size: int, output_size: int,
-               count: int, delay_us: int, rate_hz: float | None = None, drain: float = 10.0,
-               legacy: bool = False, send_buffer: int | None = None) -> dict:
-    """Runs `bench user` ctx.runs times against the cluster and records the point. `legacy`: a seed-format
-    user (no hello, so no node count and no credit); `send_buffer`: its socket's SO_SNDBUF."""
+def user_point(ctx: Context, cl: Cluster, rec: Recorder, key: dict, **kw) -> dict:
+    """Runs `bench user` ctx.runs times against the cluster and records the point (see `user_runs`)."""
+    runs, failure = user_runs(ctx, cl, ctx.runs, **kw)
+    return rec.add(key, runs, failure, {"message_bytes": kw["input_size"] * kw["count"]})
+
+
+def user_runs(ctx: Context, cl: Cluster, n_runs: int, *, input_size: int, output_size: int,
+              count: int, delay_us: int, rate_hz: float | None = None, drain: float = 10.0,
+              legacy: bool = False, send_buffer: int | None = None,
+              prime: bool = True) -> tuple[list[dict], str | None]:
+    """Runs `bench user` `n_runs` times against the cluster: the per-run metrics, and the failure that
+    stopped them if one did. `legacy`: a seed-format user (no hello, so no node count and no credit);
+    `send_buffer`: its socket's SO_SNDBUF; `prime`: for a seed-format user, first wait until every node
+    has registered (a caller running one point in several calls primes once)."""
     b = str(ctx.need_binary())
     base = [b, "bench", "user", "--server", cl.users_addr, "--input-size", str(input_size), "--output-size",
             str(output_size), "--count", str(count), "--delay-us", str(delay_us), "--drain-timeout", str(drain),
@@ -520,11 +529,11 @@ def user_point(ctx: Context, cl: Cluster, rec: Recorder, key: dict, *, input_siz
                 continue
             return rep, err
 
-    if legacy:
+    if legacy and prime:
         # A seed-format user takes whatever nodes are free when it configures; a short hello run that asks
         # for all of them first makes sure every node has registered (late returns join during the warm-up).
         run_retrying(base + ["--duration", "0.05", "--warmup", "0", "--nodes", str(cl.nodes)])
-    for _ in range(ctx.runs):
+    for _ in range(n_runs):
         rep, err = run_retrying(args)
         if rep is not None and rep.get("ok"):
             runs.append(user_metrics(rep))
@@ -534,7 +543,7 @@ def user_point(ctx: Context, cl: Cluster, rec: Recorder, key: dict, *, input_siz
         if dead:
             failure += f" [{dead}]"
         break
-    return rec.add(key, runs, failure, {"message_bytes": input_size * count})
+    return runs, failure
 
 
 def sweep(ctx: Context, rec: Recorder, policy: str, nodes: int, points: list[tuple[dict, dict]],
@@ -556,6 +565,52 @@ def sweep(ctx: Context, rec: Recorder, policy: str, nodes: int, points: list[tup
             for key, kw in pending:
                 rec.add(key, [], str(e))
             pending = []
+
+
+def side_by_side(ctx: Context, rec: Recorder, policies: list[str], nodes: int,
+                 points: list[tuple[dict, dict]], seed_nodes: bool = False) -> None:
+    """Each point under every policy, one run at a time with the policies taking turns (the first of a
+    round rotating), against one cluster per policy kept up meanwhile. Measured policy after policy, the
+    same point's runs were minutes apart, and drift in the machine's load became differences between
+    the policies (issue 7 compares credit with queue point by point). A failed run fails that policy's
+    point and restarts its cluster before the next point."""
+    clusters: dict[str, Cluster] = {}
+
+    def cluster(policy: str) -> Cluster:
+        if policy not in clusters:
+            clusters[policy] = Cluster(ctx, policy, nodes, seed_nodes).__enter__()
+        return clusters[policy]
+
+    def drop(policy: str) -> None:
+        cl = clusters.pop(policy, None)
+        if cl is not None:
+            cl.__exit__()
+
+    try:
+        for key, kw in points:
+            runs: dict[str, list[dict]] = {p: [] for p in policies}
+            failed: dict[str, str] = {}
+            for r in range(ctx.runs):
+                turn = r % len(policies)
+                for policy in policies[turn:] + policies[:turn]:
+                    if policy in failed:
+                        continue
+                    try:
+                        cl = cluster(policy)
+                    except RuntimeError as e:
+                        failed[policy] = str(e)
+                        continue
+                    got, failure = user_runs(ctx, cl, 1, prime=r == 0, **kw)
+                    runs[policy] += got
+                    if failure:
+                        failed[policy] = failure
+                        drop(policy)
+            for policy in policies:
+                rec.add({"policy": policy, **key}, runs[policy], failed.get(policy),
+                        {"message_bytes": kw["input_size"] * kw["count"]})
+    finally:
+        for policy in list(clusters):
+            drop(policy)
 
 
 # ---------------------------------------------------------------- experiments
@@ -610,17 +665,17 @@ def exp_server(ctx: Context) -> dict:
     planned = len(grid) * len(policies) * (len(nodes_list) + len(seed_nodes))
     rec = Recorder(ctx, "server", planned,
                    {"grid": grid, "policies": policies, "nodes": nodes_list, "seed_peer_nodes": seed_nodes,
-                    "delay_us": 0, "duration_s": ctx.duration, "runs": ctx.runs})
-    for policy in policies:
-        for peers in ("hello", "seed"):
-            for n in nodes_list if peers == "hello" else seed_nodes:
-                # Hello points keep the keys of earlier results, so `bench compare` pairs them.
-                extra = {"peers": "seed"} if peers == "seed" else {}
-                sweep(ctx, rec, policy, n, [
-                    ({"policy": policy, "nodes": n, "input_size": size, "count": count, **extra},
-                     dict(input_size=size, output_size=size, count=count, delay_us=0, drain=ctx.drain if peers == "hello" else max(ctx.drain, 60.0),
-                          legacy=peers == "seed"))
-                    for size, count in grid], seed_nodes=peers == "seed")
+                    "delay_us": 0, "duration_s": ctx.duration, "runs": ctx.runs,
+                    "order": "side by side: at each point the policies take turns run by run, one cluster each"})
+    for peers in ("hello", "seed"):
+        for n in nodes_list if peers == "hello" else seed_nodes:
+            # Hello points keep the keys of earlier results, so `bench compare` pairs them.
+            extra = {"peers": "seed"} if peers == "seed" else {}
+            side_by_side(ctx, rec, policies, n, [
+                ({"nodes": n, "input_size": size, "count": count, **extra},
+                 dict(input_size=size, output_size=size, count=count, delay_us=0,
+                      drain=ctx.drain if peers == "hello" else max(ctx.drain, 60.0), legacy=peers == "seed"))
+                for size, count in grid], seed_nodes=peers == "seed")
     return rec.write()
 
 
