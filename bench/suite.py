@@ -1013,7 +1013,8 @@ def exp_forwarding(ctx: Context) -> dict:
     b = str(ctx.need_binary())
     duration = ctx.duration if ctx.quick else max(ctx.duration, ctx.headline_duration)
     policies = ["queue", "credit"]
-    rec = Recorder(ctx, "forwarding", 1 + 2 * len(policies) + 3, {
+    # Echo, the CPU points (policy x peers), and four latency points (credit: seed, seed-sndbuf, hello; queue: seed).
+    rec = Recorder(ctx, "forwarding", 1 + 2 * len(policies) + 4, {
         "size": FWD_SIZE, "policies": policies, "duration_s": duration, "runs": ctx.runs,
         "latency": {"input_size": MM_INPUT, "output_size": MM_OUTPUT, "delay_us": 919, "nodes": 4},
         "targets": {"server_cpu_per_gb_over_echo": TARGET_CPU_RATIO, "seed_user_p50_ms": TARGET_SEED_P50_MS,
