@@ -604,6 +604,7 @@ def side_by_side(ctx: Context, rec: Recorder, policies: list[str], nodes: int,
                     runs[policy] += got
                     if failure:
                         failed[policy] = failure
+                        log(f"restarting the {policy} server and nodes after the failed run")
                         drop(policy)
             for policy in policies:
                 rec.add({"policy": policy, **key}, runs[policy], failed.get(policy),
