@@ -153,7 +153,12 @@ impl Driver {
         self.stats.busy += started.elapsed();
         if let (Some(a), Some(b)) = (cycles0, self.bus.cycles(c)) {
             self.stats.last_cycles = Some(b.saturating_sub(a));
-            self.stats.cycles = Some(self.stats.cycles.unwrap_or(0) + b.saturating_sub(a));
+            self.stats.cycles = Some(
+                self.stats
+                    .cycles
+                    .unwrap_or(0)
+                    .saturating_add(b.saturating_sub(a)),
+            );
         }
         Ok(())
     }

@@ -258,7 +258,7 @@ impl Resident {
                             .unwrap_or_else(|e| ErrorMsg::new(job.id, e.code(), e.to_string()).to_frame()),
                         Err(f) => ErrorMsg::new(job.id, f.code, f.reason).to_frame(),
                     };
-                    let _ = job.reply.send(frame);
+                    let _ = job.reply.send((frame, Some(job.slot)));
                     continue;
                 }
             };
@@ -527,13 +527,16 @@ impl Resident {
         let jobs = cores.cfg.cores.len().clamp(1, count);
         let per = count.div_ceil(jobs);
         let mut parts: Vec<Option<Bytes>> = Vec::new();
+        let mut failure = None;
         for (id, start) in (0..count).step_by(per).enumerate() {
             let n = per.min(count - start);
-            let mem = self
-                .env
-                .guard
-                .try_reserve(n * (isz + osz))
-                .ok_or_else(|| local(ErrorCode::TooLarge, "the node's memory guard is full"))?;
+            let Some(mem) = self.env.guard.try_reserve(n * (isz + osz)) else {
+                failure = Some(local(
+                    ErrorCode::TooLarge,
+                    "the node's memory guard is full",
+                ));
+                break;
+            };
             let job = Job {
                 id: id as u32,
                 class: corefarm_smp::stream::DEFAULT_CLASS,
@@ -546,20 +549,31 @@ impl Resident {
             }
             parts.push(None);
         }
+        // Every part submitted is answered before this returns, failed or
+        // not: the channel is shared by the calls that follow, and a part
+        // left in it would be taken as one of theirs.
         let mut left = parts.len();
         while left > 0 {
             match results.recv().await {
                 Some(Outgoing::Result { id, data, .. }) => {
-                    parts[id as usize] = Some(data);
+                    if let Some(p) = parts.get_mut(id as usize) {
+                        *p = Some(data);
+                    }
                     left -= 1;
                 }
                 Some(Outgoing::Failed { reason, .. }) => {
-                    return Err(local(ErrorCode::CoreFailure, format!("{label}: {reason}")))
+                    failure.get_or_insert_with(|| {
+                        local(ErrorCode::CoreFailure, format!("{label}: {reason}"))
+                    });
+                    left -= 1;
                 }
                 // A group command has no user link to notify.
                 Some(Outgoing::Frame(_) | Outgoing::Notes { .. }) => {}
                 None => return Err(local(ErrorCode::CoreFailure, "the core handlers stopped")),
             }
+        }
+        if let Some(f) = failure {
+            return Err(f);
         }
         let mut out = BytesMut::with_capacity(out_len);
         parts

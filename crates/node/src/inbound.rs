@@ -168,6 +168,24 @@ impl Inbound {
         }
     }
 
+    /// A configuration ends every message still arriving: each is dropped
+    /// (its buffer and reservation; a lane stream ends, and the lane sends
+    /// nothing for it) and its remaining chunks are read and discarded.
+    /// Returns the ids of the messages not answered yet, in order.
+    pub fn abandon(&mut self) -> Vec<u32> {
+        let mut ids = Vec::new();
+        for (&id, o) in self.open.iter_mut() {
+            if !matches!(o.dest, Dest::Discard) {
+                o.dest = Dest::Discard;
+                ids.push(id);
+            }
+            o.reserved = 0;
+        }
+        self.reserved = 0;
+        ids.sort_unstable();
+        ids
+    }
+
     /// Opens message `first.id` (not its last chunk) toward `dest`, holding
     /// `reserved` guard bytes until its last chunk.
     pub fn open(&mut self, first: &Chunk, reserved: usize, dest: Dest) {

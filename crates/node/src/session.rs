@@ -372,6 +372,23 @@ impl Session<'_> {
     /// then loads the new one. A refused configuration leaves the node
     /// unconfigured; the session goes on.
     async fn configure(&mut self, payload: Bytes) {
+        // A server sends a configuration only once its messages are back,
+        // but one that does not must not leave chunks of a message begun
+        // under the old configuration to be finished under the new one (or
+        // none): those messages fail here, and a lane stream they feed
+        // ends, so the lane can stop.
+        let abandoned = self.inbound.as_mut().map(Inbound::abandon);
+        for id in abandoned.into_iter().flatten() {
+            self.queue(Outgoing::Failed {
+                id,
+                code: ErrorCode::UnexpectedMessage,
+                reason: format!(
+                    "a configuration arrived while message {id} was still arriving: \
+                     the message is dropped"
+                ),
+                reservation: None,
+            });
+        }
         if let Some(old) = self.state.take() {
             let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
         }

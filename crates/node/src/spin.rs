@@ -159,6 +159,12 @@ impl SpinLane {
         self.queue.push(class, (ctx, LaneJob::Stream(job))).is_ok()
     }
 
+    /// Lets the threads end once the queued messages are done, without
+    /// waiting for them.
+    pub fn close(&self) {
+        self.queue.close();
+    }
+
     /// Finishes the queued messages, then joins the threads (blocking).
     pub fn stop(self) {
         self.queue.close();

@@ -149,3 +149,56 @@ async fn a_message_that_could_never_get_memory_fails_alone() {
     drop(srv);
     node.ended().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_configuration_between_the_chunks_of_a_message_fails_that_message_only() {
+    // Accepted and refused alike: the message begun under the old
+    // configuration is failed before the response, its remaining chunks are
+    // dropped, and the node serves the next message.
+    for accept in [true, false] {
+        let tc = TestCores::default();
+        let (mut srv, node) = start(NodeOptions {
+            loader: tc.loader(),
+            ..options()
+        })
+        .await;
+        handshake_chunks(&mut srv, 100).await;
+        srv.configure(&cores(1, 50, 50)).await;
+        let begun = cut(7, 2, &inputs(7, 6, 50), 100);
+        send_chunk(&mut srv, &begun[0]).await;
+        srv.send(
+            cores(1, 64, if accept { 64 } else { 0 })
+                .to_frame()
+                .unwrap(),
+        )
+        .await;
+        let e = srv.expect_error().await;
+        assert_eq!(
+            (e.id, e.code()),
+            (7, Some(ErrorCode::UnexpectedMessage)),
+            "{e}"
+        );
+        assert!(e.reason.contains("still arriving"), "{e}");
+        if !accept {
+            let e = srv.expect_error().await;
+            assert_eq!(e.code(), Some(ErrorCode::ConfigurationFailed), "{e}");
+        }
+        assert_eq!(srv.expect_response().await, accept);
+        for c in &begun[1..] {
+            send_chunk(&mut srv, c).await;
+        }
+        if !accept {
+            srv.configure(&cores(1, 64, 64)).await;
+        }
+        let next = inputs(8, 3, 64);
+        for c in cut(8, 2, &next, 100) {
+            send_chunk(&mut srv, &c).await;
+        }
+        let mut r = Reassembler::new(1 << 20, 8, 1 << 20);
+        let (id, _, data) = result(&mut srv, &mut r).await;
+        assert_eq!(id, 8, "nothing came back for message 7");
+        assert_eq!(&data[..], &expected(&next, 64, 64)[..]);
+        drop(srv);
+        node.ended().await.unwrap();
+    }
+}

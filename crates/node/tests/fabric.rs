@@ -218,3 +218,73 @@ async fn a_member_with_a_mismatched_contribution_is_named_by_everyone() {
     }
     assert_blames(results, 2, "allreduce #1 (star, root 0, i32 sum)");
 }
+
+/// Rank 0 of a pair sends, by hand, `header`'s chunk of `len` bytes every
+/// few milliseconds until rank 1's broadcast (root 0) has ended; returns
+/// how rank 1's broadcast ended.
+async fn bcast_under_traffic(
+    group: u32,
+    opts: CollOptions,
+    header: CollHeader,
+    len: usize,
+) -> CollError {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let mut c = cluster(group, 2, Topology::FullMesh).await;
+    let sender = c.fabrics.remove(0);
+    let (_l, mut gs) = groups(c, opts);
+    let mut g = gs.remove(0);
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let traffic = {
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            while !stop.load(Ordering::Relaxed) {
+                let m = sender.next_message(1, header, Bytes::from(vec![7u8; len]));
+                if sender.send_raw(1, &m).is_err() {
+                    break;
+                }
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+            sender
+        })
+    };
+    let r = within(
+        "the broadcast to fail",
+        g.bcast(Algo::Linear, 0, Bytes::new()),
+    )
+    .await;
+    stop.store(true, Ordering::Relaxed);
+    let _ = traffic.await;
+    r.expect_err("rank 0 never takes part")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chunks_of_other_calls_do_not_hold_off_the_timeout() {
+    // Chunks of an earlier call are dropped as they come; they must not
+    // restart the wait for the chunk this call needs.
+    let stale = CollHeader {
+        seq: 0,
+        ..CollHeader::bcast(1)
+    };
+    let opts = CollOptions {
+        timeout: std::time::Duration::from_millis(300),
+        ..opts(1024)
+    };
+    let e = bcast_under_traffic(8, opts, stale, 1).await;
+    assert_eq!(e.rank(), Some(0), "{e}");
+    assert!(e.to_string().contains("sent nothing of this call"), "{e}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn empty_chunks_of_later_calls_count_against_the_stash() {
+    let early = CollHeader {
+        seq: 5,
+        ..CollHeader::bcast(0)
+    };
+    let opts = CollOptions {
+        max_stash: 4096,
+        ..opts(1024)
+    };
+    let e = bcast_under_traffic(9, opts, early, 0).await;
+    assert_eq!(e.rank(), Some(0), "{e}");
+    assert!(e.to_string().contains("ahead of this rank"), "{e}");
+}

@@ -2,6 +2,8 @@
 //! test plays the server), real peer ports on loopback. Join, resident
 //! buffers, collectives checked against local results, errors, and leave.
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -35,6 +37,15 @@ impl Drop for Node {
 
 impl Node {
     async fn start(name: &str, peer: bool, memory: usize) -> Node {
+        Node::start_with(name, peer, memory, corefarm_node::CoreLoader::default()).await
+    }
+
+    async fn start_with(
+        name: &str,
+        peer: bool,
+        memory: usize,
+        loader: corefarm_node::CoreLoader,
+    ) -> Node {
         let listener = match peer {
             true => Some(Arc::new(
                 PeerListener::bind("127.0.0.1:0".parse().unwrap())
@@ -47,6 +58,7 @@ impl Node {
             name: name.into(),
             memory_limit: memory,
             peer_listen: None,
+            loader,
             ..NodeOptions::default()
         };
         let (node_rd, wr) = duplex(1 << 20);
@@ -277,4 +289,86 @@ async fn memory_guard_bounds_buffers_and_a_node_without_peer_port_cannot_join() 
         GroupCtl::Joined { error: Some(e), .. } => assert!(e.contains("no peer port"), "{e}"),
         other => panic!("{other:?}"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_part_fails_leaves_nothing_for_the_next_run() {
+    // Two cores: part 1 fails at once while part 0 still computes. The
+    // failed run must wait for part 0, or its result is taken by the next.
+    let gate = Arc::new(common::Gate::default());
+    let tc = common::TestCores {
+        gate: Some(gate.clone()),
+        ..Default::default()
+    };
+    let mut n = solo_with_cores(&tc).await;
+    let mut seq = 1;
+    let mut cmd = |cmd: Cmd| {
+        seq += 1;
+        GroupCmd::new(seq, 0, cmd)
+    };
+    let mut bad = common::inputs(1, 2, 8);
+    bad[8] = 0xEE;
+    let good = common::inputs(2, 2, 8);
+    for (name, data) in [("bad", bad), ("good", good.clone())] {
+        let mut c = cmd(Cmd::Put);
+        (c.a, c.data) = (name.into(), Bytes::from(data));
+        n.send(c.to_frame().unwrap()).await;
+        assert_eq!(n.reply().await.status, 0, "put {name}");
+    }
+    let mut c = cmd(Cmd::Run);
+    (c.a, c.b) = ("bad".into(), "bad-out".into());
+    n.send(c.to_frame().unwrap()).await;
+    gate.until_blocked(1).await;
+    gate.open_all();
+    let r = n.reply().await;
+    assert!(r.reason().contains("scripted failure"), "{}", r.reason());
+    let mut c = cmd(Cmd::Run);
+    (c.a, c.b) = ("good".into(), "good-out".into());
+    n.send(c.to_frame().unwrap()).await;
+    assert_eq!(n.reply().await.status, 0, "the second run");
+    let mut c = cmd(Cmd::Get);
+    c.a = "good-out".into();
+    n.send(c.to_frame().unwrap()).await;
+    let want: Vec<u8> = good
+        .chunks(8)
+        .flat_map(|i| common::TestCores::expected(i, 8))
+        .collect();
+    assert_eq!(&n.reply().await.data[..], &want[..]);
+}
+
+/// A group of one node on two scripted cores, configured (command 1).
+async fn solo_with_cores(tc: &common::TestCores) -> Node {
+    let mut n = Node::start_with("solo", true, 1 << 20, tc.loader()).await;
+    let join = GroupCtl::Join {
+        group: 78,
+        rank: 0,
+        members: vec![GroupMember {
+            rank: 0,
+            name: n.name.clone(),
+            peer: n.peer.clone().expect("a peer port"),
+        }],
+        topology: "ring".into(),
+        token: 1,
+    };
+    n.send(join.to_frame()).await;
+    assert_eq!(n.recv().await.0, MsgType::GroupCtl, "joined");
+    let mut c = GroupCmd::new(1, 0, Cmd::Configure);
+    c.data = Bytes::from(common::cores(2, 8, 8).encode_payload());
+    n.send(c.to_frame().unwrap()).await;
+    let r = n.reply().await;
+    assert_eq!(r.status, 0, "configured: {}", r.reason());
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn leaving_a_group_ends_its_cores() {
+    let tc = common::TestCores::default();
+    let mut n = solo_with_cores(&tc).await;
+    n.send(GroupCtl::Leave { group: 78 }.to_frame()).await;
+    tc.until_dropped(2).await;
+    // The session goes on: a command for the group that ended is refused.
+    n.send(GroupCmd::new(2, 0, Cmd::Barrier).to_frame().unwrap())
+        .await;
+    let r = n.reply().await;
+    assert_ne!(r.status, 0, "no group any more");
 }

@@ -430,7 +430,7 @@ impl IsolatedCore {
         }
         if last != u64::MAX {
             self.stats.last_cycles = Some(last);
-            self.stats.cycles = Some(self.stats.cycles.unwrap_or(0) + all);
+            self.stats.cycles = Some(self.stats.cycles.unwrap_or(0).saturating_add(all));
         }
         let slots = first..first + n;
         if code == doorbell::DONE_FAILED {

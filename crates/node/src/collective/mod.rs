@@ -235,7 +235,7 @@ impl Group {
         let before = self.stash.len();
         self.stash.retain(|&s, _| s >= seq);
         if self.stash.len() != before {
-            self.stash_bytes = self.stash.values().flatten().map(|c| c.data.len()).sum();
+            self.stash_bytes = self.stash.values().flatten().map(stashed_size).sum();
         }
         if root >= n {
             return Err(self.local_err(&ctx, format!("root {root} in a group of {n}")));
@@ -342,7 +342,7 @@ impl Group {
     }
 
     fn stash(&mut self, ctx: &Ctx, c: Chunk) -> Result<(), CollError> {
-        self.stash_bytes += c.data.len();
+        self.stash_bytes += stashed_size(&c);
         if self.stash_bytes > self.opts.max_stash {
             let m = self.opts.max_stash;
             return Err(self.peer_err(
@@ -370,17 +370,24 @@ impl Group {
                 .position(|c| c.coll.phase == phase && from.contains(&c.src))
             {
                 let c = q.remove(i).expect("position is in range");
-                self.stash_bytes -= c.data.len();
+                self.stash_bytes -= stashed_size(&c);
                 return Ok(c);
             }
         }
+        // One deadline for this chunk: traffic of other calls (stashed or
+        // stale) must not keep a missing member from being named.
+        let deadline = tokio::time::Instant::now() + self.opts.timeout;
         loop {
-            let ev = match tokio::time::timeout(self.opts.timeout, self.fab.recv()).await {
+            let ev = match tokio::time::timeout_at(deadline, self.fab.recv()).await {
                 Ok(Some(ev)) => ev,
                 Ok(None) => return Err(self.local_err(ctx, "the fabric closed")),
                 Err(_) => {
                     let t = self.opts.timeout;
-                    return Err(self.peer_err(ctx, blame, format!("sent nothing for {t:?}")));
+                    return Err(self.peer_err(
+                        ctx,
+                        blame,
+                        format!("sent nothing of this call for {t:?}"),
+                    ));
                 }
             };
             let Some(c) = self.on_event(ctx, ev)? else {
@@ -478,4 +485,10 @@ impl Group {
 fn chunks(len: usize, chunk: usize) -> impl Iterator<Item = (usize, usize)> {
     let count = len.div_ceil(chunk).max(1);
     (0..count).map(move |i| (i * chunk, chunk.min(len - (i * chunk).min(len))))
+}
+
+/// What a stashed chunk counts against `max_stash`: its bytes plus its
+/// header, so that empty chunks cannot pile up unbounded.
+fn stashed_size(c: &Chunk) -> usize {
+    c.data.len() + std::mem::size_of::<Chunk>()
 }

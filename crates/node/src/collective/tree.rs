@@ -87,6 +87,11 @@ impl Tree {
     }
 
     pub fn in_subtree(&self, of: u32, rank: u32) -> bool {
+        // Ranks come from peers' chunk headers: one past the group is in
+        // no subtree (and would wrap round to one that is).
+        if of >= self.n || rank >= self.n {
+            return false;
+        }
         let (v, x) = (self.rel(of), self.rel(rank));
         x >= v && x < v + self.subtree_size(of)
     }
@@ -130,6 +135,18 @@ mod tests {
                     reached[root as usize] += 1;
                     assert!(reached.iter().all(|&x| x == 1), "{algo} n={n}: {reached:?}");
                 }
+            }
+        }
+    }
+
+    #[test]
+    fn ranks_outside_the_group_are_in_no_subtree() {
+        for algo in [Algo::Linear, Algo::Binomial, Algo::Star] {
+            let t = Tree::new(algo, 4, 1);
+            for of in 0..4 {
+                assert!(!t.in_subtree(of, 4 + of), "{algo:?}");
+                assert!(!t.in_subtree(of, u32::MAX), "{algo:?}");
+                assert!(!t.in_subtree(u32::MAX, of), "{algo:?}");
             }
         }
     }

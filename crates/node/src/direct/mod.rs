@@ -18,6 +18,8 @@ pub(crate) mod queue;
 #[cfg(test)]
 mod tests;
 
+use std::sync::Arc;
+
 use bytes::Bytes;
 use corefarm_smp::codec::{write_frame, FrameReader, Read};
 use corefarm_smp::group::DIRECT_USER;
@@ -25,7 +27,7 @@ use corefarm_smp::stream::{Reassembler, CLASSES, DEFAULT_CLASS};
 use corefarm_smp::{Data, ErrorCode, ErrorMsg, MsgType, OutFrame, DATA_ID_LEN};
 use tokio::io::AsyncWriteExt;
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::NodeStats;
 use crate::peer::{link, Incoming};
@@ -39,12 +41,23 @@ pub(crate) const MAX_MESSAGE: u64 = 1 << 20;
 /// one per class, as on node links.
 pub(crate) const MAX_OPEN: usize = CLASSES as usize;
 
+/// Answers of one direct connection not yet written to it, at most: a user
+/// that sends and never reads is no longer read (TCP back-pressure) instead
+/// of having its results pile up in the node's memory.
+pub(crate) const MAX_UNWRITTEN: usize = 2 * queue::QUEUE;
+
+/// An answer for the connection's writer, and the place it holds among the
+/// connection's [`MAX_UNWRITTEN`] until written.
+pub(crate) type Reply = (OutFrame, Option<OwnedSemaphorePermit>);
+
 /// One data message of a direct user, its class, and where its answer goes.
 pub(crate) struct DirectJob {
     pub id: u32,
     pub class: u8,
     pub data: Bytes,
-    pub reply: mpsc::UnboundedSender<OutFrame>,
+    pub reply: mpsc::UnboundedSender<Reply>,
+    /// Its place among the connection's unwritten answers.
+    pub slot: OwnedSemaphorePermit,
 }
 
 /// What a member's direct connections share: who it is, what it offers,
@@ -108,15 +121,16 @@ pub(crate) async fn accept(inc: Incoming, m: Member) {
     }
     let max_message = MAX_MESSAGE.min(u64::from(max_frame).saturating_sub(DATA_ID_LEN as u64));
     // One task for both directions, so ending the member ends the connection.
-    let (tx, rx) = mpsc::unbounded_channel();
+    let (tx, rx) = mpsc::unbounded_channel::<Reply>();
     tokio::join!(
         write_loop(writer, rx),
         read_loop(reader, tx, jobs, chunk_size, max_message, stats)
     );
 }
 
-async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<OutFrame>) {
-    while let Some(f) = rx.recv().await {
+async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Reply>) {
+    // Each answer's place is given back once it is written.
+    while let Some((f, _slot)) = rx.recv().await {
         if write_frame(&mut w, f).await.is_err() {
             return;
         }
@@ -127,18 +141,20 @@ async fn write_loop(mut w: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<OutFr
 /// (then it gets an error without an id and the connection ends).
 async fn read_loop(
     mut r: FrameReader<OwnedReadHalf>,
-    reply: mpsc::UnboundedSender<OutFrame>,
+    reply: mpsc::UnboundedSender<Reply>,
     jobs: Submit,
     chunk_size: u32,
     max_message: u64,
     stats: Option<std::sync::Arc<NodeStats>>,
 ) {
     let bad = |reason: String| {
-        let _ = reply.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Malformed, reason).to_frame());
+        let e = ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Malformed, reason);
+        let _ = reply.send((e.to_frame(), None));
     };
     // Bounded by messages open (one per class) and bytes held: two
     // messages' worth, the client's own reassembly bound. Chunks are read
     // into place, reserved whole at the first.
+    let unwritten = Arc::new(Semaphore::new(MAX_UNWRITTEN));
     let mut chunks = Reassembler::new(max_message, MAX_OPEN, 2 * max_message)
         .reserve_whole()
         .chunk_limit(u64::from(chunk_size));
@@ -169,11 +185,15 @@ async fn read_loop(
             Ok(None) => return,
             Err(e) => return bad(e.to_string()),
         };
+        let Ok(slot) = unwritten.clone().acquire_owned().await else {
+            return;
+        };
         let job = DirectJob {
             id,
             class,
             data,
             reply: reply.clone(),
+            slot,
         };
         if jobs.push(job).await.is_err() {
             return;

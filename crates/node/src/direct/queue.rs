@@ -81,6 +81,9 @@ mod tests {
             class,
             data: Bytes::new(),
             reply: mpsc::unbounded_channel().0,
+            slot: std::sync::Arc::new(tokio::sync::Semaphore::new(1))
+                .try_acquire_owned()
+                .unwrap(),
         }
     }
 

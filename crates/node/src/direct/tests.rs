@@ -192,3 +192,46 @@ async fn users_that_break_the_rules_get_an_error_and_are_cut_off() {
     u.cut_off().await;
     assert_eq!(take.len(), 0, "nothing of theirs was queued");
 }
+
+#[tokio::test]
+async fn a_user_that_does_not_read_its_answers_is_no_longer_read() {
+    use super::MAX_UNWRITTEN;
+    let l = listener().await;
+    let (jobs, mut take) = queue();
+    let mut user = connect(&l, &jobs, 0).await;
+    let n = MAX_UNWRITTEN + 8;
+    for id in 0..n as u32 {
+        user.whole(id, b"x").await;
+    }
+    // "The cores" take every message that comes and keep its answer
+    // unwritten (held): the member reads no more than its bound.
+    let mut held = Vec::new();
+    while held.len() < MAX_UNWRITTEN {
+        held.push(
+            tokio::time::timeout(LIMIT, take.next())
+                .await
+                .unwrap()
+                .unwrap(),
+        );
+    }
+    for _ in 0..2000 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(take.len(), 0, "read past {MAX_UNWRITTEN} unwritten answers");
+    // Each answer written frees a place for one more message.
+    let j = held.remove(0);
+    let _ = j
+        .reply
+        .send((OutFrame::data(j.id, Bytes::new()).unwrap(), Some(j.slot)));
+    let next = tokio::time::timeout(LIMIT, take.next())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.id, MAX_UNWRITTEN as u32);
+    let f = tokio::time::timeout(LIMIT, user.rd.read_frame())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(f.ty, MsgType::Data);
+}

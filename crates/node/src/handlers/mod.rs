@@ -247,14 +247,14 @@ impl Workers {
             queue,
             threads,
             tasks,
-        } = self.kind
+        } = &mut self.kind
         {
             queue.close();
-            for t in threads {
+            for t in std::mem::take(threads) {
                 let _ = t.join();
             }
             // Errs once every task has ended (none sends).
-            if let Some(tasks) = tasks {
+            if let Some(tasks) = tasks.take() {
                 let _ = tasks.recv();
             }
         }
@@ -275,6 +275,21 @@ impl Workers {
     fn drop_queued(&self) {
         if let Kind::Threads { queue, .. } = &self.kind {
             queue.abort();
+        }
+    }
+}
+
+/// Handlers dropped without [`Workers::stop`] (a configuration refused after
+/// its cores started, a group's task aborted when it leaves) still end:
+/// their queues close, so each thread, isolated core and lane worker exits
+/// once done with what it holds; nobody waits for them here.
+impl Drop for Workers {
+    fn drop(&mut self) {
+        if let Some(lane) = &self.spin {
+            lane.close();
+        }
+        if let Kind::Threads { queue, .. } = &self.kind {
+            queue.close();
         }
     }
 }

@@ -37,6 +37,11 @@ impl DedupWindow {
     /// True the first time `seq` is offered, false for a duplicate (or a
     /// number too old to tell).
     pub fn accept(&mut self, seq: u64) -> bool {
+        // `top` is one past the highest number seen: the last number there
+        // is cannot be tracked, and no sender counts that far.
+        if seq == u64::MAX {
+            return false;
+        }
         if seq >= self.top {
             // Clear the positions of numbers that slide out of the window.
             let from = self.top.max(seq.saturating_sub(WINDOW - 1));
@@ -81,6 +86,10 @@ mod tests {
         assert!(d.accept(10 * WINDOW));
         assert!(d.accept(10 * WINDOW - 1));
         assert!(!d.accept(10 * WINDOW));
+        // The largest number is refused, not an overflow.
+        assert!(!d.accept(u64::MAX));
+        assert!(d.accept(u64::MAX - 1));
+        assert!(!d.accept(u64::MAX - 1));
     }
 
     #[test]

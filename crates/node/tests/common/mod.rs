@@ -254,23 +254,33 @@ impl Gate {
 pub type Log = Arc<Mutex<Vec<String>>>;
 
 /// Scripted cores: each output byte is the bitwise NOT of the input byte at
-/// the same position (cycled); an input starting with 0xEE fails; with a
-/// gate, every input waits for a permit.
+/// the same position (cycled); an input starting with 0xEE fails at once;
+/// with a gate, every other input waits for a permit.
 #[derive(Clone, Default)]
 pub struct TestCores {
     pub gate: Option<Arc<Gate>>,
     pub log: Log,
+    /// Cores dropped so far (their handler ended), with a signal.
+    pub dropped: Arc<(Mutex<usize>, Condvar)>,
 }
 
 struct TestCore(TestCores);
 
+impl Drop for TestCore {
+    fn drop(&mut self) {
+        let (n, cv) = &*self.0.dropped;
+        *n.lock().unwrap() += 1;
+        cv.notify_all();
+    }
+}
+
 impl Core for TestCore {
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
-        if let Some(g) = &self.0.gate {
-            g.wait();
-        }
         if input[0] == 0xEE {
             return Err(CoreError::Failed("scripted failure".into()));
+        }
+        if let Some(g) = &self.0.gate {
+            g.wait();
         }
         for (o, i) in output.iter_mut().zip(input.iter().cycle()) {
             *o = !i;
@@ -296,6 +306,19 @@ impl TestCores {
                 description: format!("{} scripted cores", cfg.cores.len()),
             })
         })
+    }
+
+    /// Waits until `n` of these cores have been dropped.
+    pub async fn until_dropped(&self, n: usize) {
+        let d = self.dropped.clone();
+        let wait = tokio::task::spawn_blocking(move || {
+            let (count, cv) = &*d;
+            let mut c = count.lock().unwrap();
+            while *c < n {
+                c = cv.wait(c).unwrap();
+            }
+        });
+        within("cores to be dropped", wait).await.unwrap();
     }
 
     /// What a scripted core computes for `input` (one input).
