@@ -73,6 +73,7 @@ impl Sched {
             .fns
             .values()
             .filter(|f| !f.waiting.is_empty() || !f.queue.is_empty())
+            .filter(|f| f.lost_loads < super::route::MAX_LOST_LOADS)
             .filter_map(|f| f.requested.map(|t| (t, f.id)))
             .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
             .collect();

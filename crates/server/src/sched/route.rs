@@ -44,22 +44,42 @@ impl Sched {
         self.spread(now);
     }
 
-    /// Users of a function that every connected node refused, or that lost
-    /// `MAX_LOST_LOADS` nodes while loading, hear it.
+    /// A function no node can load: every connected node refused it, or
+    /// loading it lost `MAX_LOST_LOADS` nodes in a row.
+    fn unloadable(&self, f: &Function) -> bool {
+        f.lost_loads >= MAX_LOST_LOADS
+            || (!self.nodes.is_empty() && self.nodes.values().all(|s| s.refused.contains(&f.id)))
+    }
+
+    /// Users of a function no node can load hear it: those waiting for
+    /// their configuration get a negative response with the reasons, and
+    /// data queued for it while no replica is left (its last one lost) fails
+    /// with them, instead of waiting for a replica that cannot come.
     fn fail_refused(&mut self) {
         let ids: Vec<FnId> = self
             .fns
             .values()
-            .filter(|f| !f.waiting.is_empty())
-            .filter(|f| {
-                f.lost_loads >= MAX_LOST_LOADS
-                    || (!self.nodes.is_empty()
-                        && self.nodes.values().all(|s| s.refused.contains(&f.id)))
-            })
+            .filter(|f| !f.waiting.is_empty() || !f.queue.is_empty())
+            .filter(|f| self.unloadable(f) && self.replicas_or_loading(f.id) == 0)
             .map(|f| f.id)
             .collect();
         for id in ids {
             let f = self.fns.get_mut(&id).expect("listed");
+            let reason = match f.refusals.is_empty() {
+                true => "no node can load the configuration".to_string(),
+                false => format!(
+                    "no node can load the configuration: {}",
+                    f.refusals.join("; ")
+                ),
+            };
+            while let Some(j) = f.queue.pop() {
+                self.out.push(Action::Failed {
+                    user: j.user,
+                    id: j.id,
+                    code: ErrorCode::ConfigurationFailed,
+                    reason: reason.clone(),
+                });
+            }
             let errors = std::mem::take(&mut f.refusals);
             f.requested = None;
             for user in std::mem::take(&mut f.waiting) {
@@ -87,6 +107,7 @@ impl Sched {
         let mut wanting: Vec<(Duration, FnId)> = self
             .fns
             .values()
+            .filter(|f| f.lost_loads < MAX_LOST_LOADS)
             .filter_map(|f| f.requested.map(|t| (t, f.id)))
             .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
             .collect();

@@ -838,3 +838,78 @@ fn a_busy_replica_leaves_a_short_queue_to_replicas_about_to_load() {
         assert_eq!(nodes.len(), 2, "{later:?}");
     }
 }
+
+/// Jobs failed with their reasons: (user, id, reason).
+fn failures(a: &[Action]) -> Vec<(u64, u32, String)> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::Failed {
+                user, id, reason, ..
+            } => Some((*user, *id, reason.clone())),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn queued_work_fails_once_no_connected_node_can_load_its_function() {
+    // Node 1 holds the function; node 2 refuses it. Node 1 is lost with
+    // work queued: that work fails with the refusal instead of waiting.
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.configure(10, payload("x"), 8, 8, ms(0));
+    for (n, _) in configures(&s.take_actions()) {
+        s.on_config_response(n, true, ms(1)).unwrap();
+    }
+    s.add_node(2, ms(1));
+    // A backlog worth a second replica.
+    for i in 0..50 {
+        s.submit(job(10, i), ms(2));
+    }
+    let a = s.take_actions();
+    assert_eq!(configures(&a).iter().map(|c| c.0).collect::<Vec<_>>(), [2]);
+    s.on_config_response(2, false, ms(3)).unwrap();
+    s.take_actions();
+    s.remove_node(1, ms(4));
+    let a = s.take_actions();
+    let failed = failures(&a);
+    assert_eq!(
+        failed.iter().map(|f| f.1).collect::<Vec<_>>(),
+        (0..50).collect::<Vec<_>>(),
+        "every job, in flight or queued, fails once"
+    );
+    assert!(failed[0].2.contains("refused"), "{}", failed[0].2);
+    assert!(configures(&a).is_empty());
+    // Later data of the same user fails the same way, at once.
+    s.submit(job(10, 9), ms(5));
+    assert_eq!(failures(&s.take_actions()).len(), 1);
+}
+
+#[test]
+fn a_function_that_loses_every_node_loading_it_is_not_loaded_again() {
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.configure(10, payload("x"), 8, 8, ms(0));
+    for (n, _) in configures(&s.take_actions()) {
+        s.on_config_response(n, true, ms(1)).unwrap();
+    }
+    for i in 0..5 {
+        s.submit(job(10, i), ms(2));
+    }
+    s.take_actions();
+    s.remove_node(1, ms(3));
+    s.take_actions();
+    let (mut loads, mut failed) = (0, 0);
+    for k in 0..10u64 {
+        let node = 100 + k;
+        s.add_node(node, ms(10 + k * 10));
+        loads += configures(&s.take_actions()).len();
+        // The node dies while loading it.
+        s.remove_node(node, ms(15 + k * 10));
+        failed += failures(&s.take_actions()).len();
+        s.tick(ms(19 + k * 10));
+        failed += failures(&s.take_actions()).len();
+    }
+    assert_eq!(loads, route::MAX_LOST_LOADS as usize);
+    assert_eq!(failed, 5, "the queued jobs fail once it is given up");
+}
