@@ -106,12 +106,20 @@ impl Handler {
             self.redispatch.push_front(p);
         }
         self.finish_configuring_if_done().await?;
+        self.fail_if_no_node_left(&format!("last one lost: {reason}"))
+            .await
+    }
+
+    /// A routing user with no node left, ready or still configuring, cannot
+    /// be served: each input waiting for a node gets its own no-nodes error,
+    /// then the session ends (`why` says what happened to the last node).
+    pub(super) async fn fail_if_no_node_left(&mut self, why: &str) -> Result<(), End> {
         let alive = self
             .nodes
             .values()
             .any(|n| matches!(n.slot, Slot::Ready | Slot::Configuring { .. }));
         if self.conn.phase == Phase::Routing && !alive {
-            let reason = format!("no node left to process data (last one lost: {reason})");
+            let reason = format!("no node left to process data ({why})");
             let pending: Vec<u32> = self.redispatch.drain(..).map(|p| p.user_id).collect();
             for uid in pending {
                 self.send_error(uid, ErrorCode::NoNodes, reason.clone())

@@ -284,7 +284,12 @@ impl Handler {
                     });
                     self.release_node(id);
                 }
-                self.finish_configuring_if_done().await
+                self.finish_configuring_if_done().await?;
+                if !ok {
+                    self.fail_if_no_node_left("the last one refused the configuration")
+                        .await?;
+                }
+                Ok(())
             }
             (MsgType::Error, _) => {
                 let e = match ErrorMsg::parse(&f.payload) {
