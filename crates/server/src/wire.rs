@@ -433,11 +433,10 @@ impl Sink {
                 continue;
             };
             self.drained.notify_waiters();
-            let write = write_all(&self.out, &mut b.frames);
-            let err = match tokio::time::timeout(io_timeout, write).await {
-                Ok(Ok(())) => None,
-                Ok(Err(e)) => Some(format!("write failed: {e}")),
-                Err(_) => Some(format!("write made no progress for {io_timeout:?}")),
+            let err = match write_all(&self.out, &mut b.frames, io_timeout).await {
+                Ok(()) => None,
+                Err(e) if e.kind() == io::ErrorKind::TimedOut => Some(e.to_string()),
+                Err(e) => Some(format!("write failed: {e}")),
             };
             if let Some(reason) = err {
                 self.close(&reason);
@@ -466,8 +465,15 @@ fn write_now(wr: &OwnedWriteHalf, b: &mut impl Buf) -> io::Result<()> {
     Ok(())
 }
 
-/// Writes all of `b`, waiting for the socket to become writable as needed.
-async fn write_all(out: &Out, b: &mut impl Buf) -> io::Result<()> {
+/// Writes all of `b`, waiting for the socket as needed. Fails with
+/// `TimedOut` when one wait for progress lasts `stall`: a peer that stops
+/// reading is cut off, one that reads slowly (a 256 MiB result over a slow
+/// link) is not.
+async fn write_all(out: &Out, b: &mut impl Buf, stall: Duration) -> io::Result<()> {
+    let stalled = |_| {
+        let why = format!("write made no progress for {stall:?}");
+        io::Error::new(io::ErrorKind::TimedOut, why)
+    };
     let wr = match out {
         Out::Tcp(wr) => wr,
         Out::Stream { wr, .. } => {
@@ -475,12 +481,18 @@ async fn write_all(out: &Out, b: &mut impl Buf) -> io::Result<()> {
             while b.has_remaining() {
                 let mut iov = [IoSlice::new(&[]); IOVECS];
                 let n = b.chunks_vectored(&mut iov);
-                match wr.write_vectored(&iov[..n]).await? {
+                let write = wr.write_vectored(&iov[..n]);
+                match tokio::time::timeout(stall, write)
+                    .await
+                    .map_err(stalled)??
+                {
                     0 => return Err(io::ErrorKind::WriteZero.into()),
                     k => b.advance(k),
                 }
             }
-            return wr.flush().await;
+            return tokio::time::timeout(stall, wr.flush())
+                .await
+                .map_err(stalled)?;
         }
     };
     loop {
@@ -488,7 +500,9 @@ async fn write_all(out: &Out, b: &mut impl Buf) -> io::Result<()> {
         if !b.has_remaining() {
             return Ok(());
         }
-        wr.as_ref().writable().await?;
+        tokio::time::timeout(stall, wr.as_ref().writable())
+            .await
+            .map_err(stalled)??;
     }
 }
 

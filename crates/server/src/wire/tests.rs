@@ -180,3 +180,50 @@ async fn an_urgent_frame_is_written_at_once_ahead_of_queued_bulk_chunks() {
     assert!(sink.push_class(frame(3, 100), DEFAULT_CLASS, false));
     assert!(sink.unflushed());
 }
+
+/// A sink on one end of a loopback connection and the bare other end.
+async fn raw_pair() -> (Arc<Sink>, TcpStream) {
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let client = TcpStream::connect(l.local_addr().unwrap());
+    let (client, accepted) = tokio::join!(client, l.accept());
+    let (_rd, wr) = accepted.unwrap().0.into_split();
+    (Arc::new(Sink::new(wr)), client.unwrap())
+}
+
+#[tokio::test(start_paused = true)]
+async fn the_write_timeout_cuts_off_a_peer_that_stops_reading_not_a_slow_one() {
+    use tokio::io::AsyncReadExt;
+    let stall = Duration::from_secs(1);
+    // 16 MiB read 64 KiB every 10 ms (of the paused clock): about 2.6 s,
+    // in batches of 8 MiB that each take longer than `stall`.
+    let (sink, mut slow) = raw_pair().await;
+    let writer = tokio::spawn({
+        let sink = sink.clone();
+        async move { sink.run(stall, |_| {}).await }
+    });
+    for i in 0..64u32 {
+        sink.send(frame(i, 256 << 10), true);
+    }
+    let total = 64 * (corefarm_smp::HEADER_LEN + 4 + (256 << 10));
+    let mut buf = vec![0u8; 64 << 10];
+    let mut got = 0;
+    while got < total {
+        let n = slow.read(&mut buf).await.unwrap();
+        assert!(n > 0, "closed after {got} of {total} bytes");
+        got += n;
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    sink.finish();
+    assert_eq!(writer.await.unwrap(), None, "a slow reader was cut off");
+    // One that stops reading is cut off after `stall` without progress.
+    let (sink, _stopped) = raw_pair().await;
+    let writer = tokio::spawn({
+        let sink = sink.clone();
+        async move { sink.run(stall, |_| {}).await }
+    });
+    for i in 0..64u32 {
+        sink.send(frame(i, 256 << 10), true);
+    }
+    let why = writer.await.unwrap().expect("cut off");
+    assert!(why.contains("no progress"), "{why}");
+}
