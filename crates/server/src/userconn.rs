@@ -193,11 +193,25 @@ impl UserConn {
     /// Tells the user why its session ends, as the protocol allows: an
     /// error message after a hello; a seed-format user only understands a
     /// negative configuration response, and only while it configures.
-    pub(crate) async fn report(&self, id: u32, code: ErrorCode, reason: &str) {
+    pub(crate) async fn report(&mut self, id: u32, code: ErrorCode, reason: &str) {
+        self.drain_results().await;
         if self.hello.is_some() {
             let _ = self.send_error(id, code, reason).await;
         } else if self.phase == Phase::Initial {
             let _ = self.send_response(false).await;
+        }
+    }
+
+    /// Result chunks still waiting go out ahead of a session-ending error,
+    /// so every result the session counted as answered is delivered. A user
+    /// that stopped reading fails the writer after `--io-timeout` without
+    /// progress, which ends this too.
+    async fn drain_results(&mut self) {
+        while self.outbound.as_ref().is_some_and(|o| !o.is_empty()) {
+            self.out.room(crate::chunked::SINK_DEPTH).await;
+            if self.feed_chunk().is_err() {
+                return;
+            }
         }
     }
 

@@ -482,3 +482,57 @@ async fn shared_mode_takes_chunks_and_answers_in_the_message_class() {
     assert!(e.reason.contains("over the 1024 agreed"), "{e}");
     u.closed().await;
 }
+
+#[tokio::test]
+async fn results_waiting_as_chunks_go_out_before_the_error_that_ends_the_session() {
+    // 1 MiB results, read by nobody until the node has answered 8 and then
+    // broken down: more than the sockets hold, so some wait as chunks when
+    // the session ends for want of a node. They still go out before the
+    // error that ends it.
+    let srv = start(opts()).await;
+    let _n = FakeNode::spawn(srv.nodes, "a", 3, Behaviour::GarbageAfter(8)).await;
+    srv.wait_free_nodes(1).await;
+    let mut u = FakeUser::connect(srv.users).await;
+    let mut h = Hello::new("user");
+    h.features = vec![features::ERROR.into(), features::CHUNKS.into()];
+    u.send(h.to_frame()).await;
+    assert_eq!(u.recv().await.expect("hello reply").ty, MsgType::Hello);
+    assert_eq!(u.configure(&bench(16, 1 << 20)).await.0, 0);
+    for id in 0..12u32 {
+        u.send(OutFrame::data(id, Bytes::from(vec![0u8; 16])).unwrap())
+            .await;
+    }
+    let (mut results, mut errors, mut open) = (Vec::new(), Vec::new(), HashMap::new());
+    while let Some(f) = u.recv().await {
+        match f.ty {
+            MsgType::Chunk => {
+                let c = Chunk::parse(f.payload).unwrap();
+                let got: &mut u64 = open.entry(c.head.id).or_default();
+                *got += c.data.len() as u64;
+                if c.head.last {
+                    assert_eq!(*got, 1 << 20, "result {} whole", c.head.id);
+                    results.push(c.head.id);
+                }
+            }
+            MsgType::Error => errors.push(ErrorMsg::parse(&f.payload).unwrap()),
+            other => panic!("unexpected {}", other.name()),
+        }
+    }
+    let last = errors.pop().expect("the error that ends the session");
+    assert_eq!(
+        (last.id, last.code()),
+        (ErrorMsg::NO_ID, Some(ErrorCode::NoNodes)),
+        "{last}"
+    );
+    // The node answered 0..8, each result is delivered whole; ids the
+    // server had read after those get their own error (the server may not
+    // have read them all).
+    results.sort_unstable();
+    assert_eq!(results, (0..8).collect::<Vec<_>>(), "errors {errors:?}");
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.id >= 8 && e.code() == Some(ErrorCode::NoNodes)),
+        "{errors:?}"
+    );
+}
