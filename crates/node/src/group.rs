@@ -60,6 +60,11 @@ pub struct MemberEnv {
     pub out: mpsc::UnboundedSender<Outgoing>,
 }
 
+/// The longest a member waits on another for one chunk, whatever a command
+/// asks (10 minutes): a member that died is named within it, and the
+/// server's commands pending for a user end.
+pub const MAX_WAIT_MS: u32 = 600_000;
+
 /// The running member task; dropping it leaves the group (links closed,
 /// buffers freed, cores stopped).
 pub struct GroupHandle {
@@ -290,8 +295,9 @@ impl Resident {
                     reason: format!("{}: the group failed earlier: {}", c.label(), f.reason),
                 });
             }
-            self.coll
-                .set_timeout(Duration::from_millis(c.timeout_ms.max(1) as u64));
+            self.coll.set_timeout(Duration::from_millis(
+                c.timeout_ms.clamp(1, MAX_WAIT_MS) as u64
+            ));
             self.coll.set_class(c.class);
             let r = self.collective(&c).await;
             if let Err(f) = &r {

@@ -118,8 +118,17 @@ impl Session {
     }
 
     async fn run(&mut self, reader: &mut FrameReader<ReadHalf>, stop: &CancellationToken) -> End {
+        // With MAX_PENDING commands out, one more frame is read and held if
+        // it is a command: a `close` or the end of the connection behind a
+        // full window is still seen (the group ends, its nodes go back).
+        let mut held: Option<Frame> = None;
         loop {
-            let readable = self.pending() < MAX_PENDING;
+            if held.is_some() && self.pending() < MAX_PENDING {
+                let f = held.take().expect("checked");
+                self.on_user(f).await?;
+                continue;
+            }
+            let readable = held.is_none();
             let node_ev = async {
                 match self.live.as_mut() {
                     Some(l) if !l.events.is_empty() => l.events.next().await,
@@ -133,6 +142,9 @@ impl Session {
                 // Commands wait in the nodes' memory: a user that sends more
                 // than this many ahead of the replies waits in TCP instead.
                 r = reader.read_frame(), if readable => match r {
+                    Ok(Some(f)) if f.ty == MsgType::GroupCmd && self.pending() >= MAX_PENDING => {
+                        held = Some(f);
+                    }
                     Ok(Some(f)) => self.on_user(f).await?,
                     Ok(None) => return Ok(()),
                     Err(ReadError::Io(e)) => return Err(format!("read failed: {e}")),

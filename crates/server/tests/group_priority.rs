@@ -118,3 +118,77 @@ async fn a_collectives_class_reaches_nodes_that_agreed_and_old_nodes_get_the_pla
         ]
     );
 }
+
+/// A member that joins and never answers a command.
+async fn silent_member(server: SocketAddr, name: &str) {
+    let (rd, mut w) = TcpStream::connect(server).await.unwrap().into_split();
+    let mut hello = Hello::new("node");
+    hello.name = Some(name.into());
+    hello.features = vec![features::ERROR.into(), features::PEER.into()];
+    hello.peer = Some("127.0.0.1:9".into());
+    write_frame(&mut w, hello.to_frame()).await.unwrap();
+    tokio::spawn(async move {
+        let mut r = FrameReader::new(rd, 1 << 20);
+        while let Ok(Some(f)) = r.read_frame().await {
+            if let (MsgType::GroupCtl, Ok(GroupCtl::Join { group, .. })) =
+                (f.ty, GroupCtl::decode(&f.payload))
+            {
+                let joined = GroupCtl::Joined { group, error: None };
+                write_frame(&mut w, joined.to_frame()).await.unwrap();
+            }
+        }
+    });
+}
+
+#[tokio::test]
+async fn a_close_behind_a_full_window_of_commands_still_ends_the_group() {
+    let s = start(opts()).await;
+    silent_member(s.nodes, "mute").await;
+    s.wait_status("a free node with a hello", |st| {
+        st.nodes
+            .iter()
+            .any(|n| n.name.is_some() && n.user.is_none())
+    })
+    .await;
+    let (rd, mut w) = TcpStream::connect(s.users).await.unwrap().into_split();
+    let mut r = FrameReader::new(rd, 1 << 20);
+    let mut next = async move || {
+        tokio::time::timeout(LIMIT, r.read_frame())
+            .await
+            .expect("an answer in time")
+            .unwrap()
+            .expect("open")
+    };
+    let mut h = Hello::new("user");
+    h.features = vec![features::ERROR.into(), features::GROUP.into()];
+    write_frame(&mut w, h.to_frame()).await.unwrap();
+    assert_eq!(next().await.ty, MsgType::Hello);
+    let open = GroupCtl::Open {
+        nodes: 1,
+        topology: None,
+    };
+    write_frame(&mut w, open.to_frame()).await.unwrap();
+    let f = next().await;
+    assert!(matches!(
+        GroupCtl::decode(&f.payload),
+        Ok(GroupCtl::Opened { .. })
+    ));
+    // 64 commands the member never answers (the server's window), then
+    // `close`.
+    for seq in 1..=64 {
+        let mut c = GroupCmd::new(seq, 0, Cmd::Barrier);
+        c.timeout_ms = 600_000;
+        write_frame(&mut w, c.to_frame().unwrap()).await.unwrap();
+    }
+    write_frame(&mut w, GroupCtl::Close.to_frame())
+        .await
+        .unwrap();
+    loop {
+        let f = next().await;
+        if f.ty == MsgType::GroupCtl {
+            let c = GroupCtl::decode(&f.payload).unwrap();
+            assert!(matches!(c, GroupCtl::Closed { .. }), "{c:?}");
+            break;
+        }
+    }
+}
