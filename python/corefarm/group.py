@@ -30,7 +30,8 @@ _NUMPY = {"int8": "i8", "int16": "i16", "int32": "i32", "int64": "i64", "uint8":
 _SIZE = {"i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "f32": 4, "i64": 8, "u64": 8, "f64": 8}
 
 
-def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, name=None, model=None):
+def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, name=None, model=None,
+          secret=None, secret_file=None):
     """Opens a group of `nodes` nodes (all or none, held until closed).
 
     `topology`: "mesh", "ring", "tree" or "torus:<cols>"; `timeout`: seconds
@@ -38,10 +39,13 @@ def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, n
     `model`: the latency model `algo="auto"` picks algorithms with — None:
     the file `corefarm model calibrate` wrote, if there is a valid one; a
     path: that file (ValueError if it is not a valid calibration); False:
-    none (seed 003's stage count decides)."""
+    none (seed 003's stage count decides). `secret` / `secret_file`: the
+    user secret of a server with an auth file, as for `connect` (default:
+    $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE)."""
     path = None if model is None or model is False else _fspath(model)
+    sfile = None if secret_file is None else _fspath(secret_file)
     raw = _corefarm.RawGroup.open(address, nodes, topology, timeout, connect_timeout, name,
-                                  path, model is False)
+                                  path, model is False, secret, sfile)
     return Group(raw)
 
 

@@ -95,7 +95,7 @@ impl RawGroup {
 #[pymethods]
 impl RawGroup {
     #[staticmethod]
-    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None, model=None, no_model=false))]
+    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None, model=None, no_model=false, secret=None, secret_file=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -107,14 +107,29 @@ impl RawGroup {
         name: Option<String>,
         model: Option<String>,
         no_model: bool,
+        secret: Option<String>,
+        secret_file: Option<std::path::PathBuf>,
     ) -> PyResult<RawGroup> {
+        use corefarm_smp::auth::Secret;
+        // As `connect`: an explicit secret, else a file, else the environment.
+        let secret = match secret {
+            Some(s) => Some(Secret::new(&s)),
+            None => Secret::from_file_or_env(secret_file.as_deref()).transpose(),
+        }
+        .transpose()
+        .map_err(PyValueError::new_err)?;
         let secs = |s: f64| {
             Duration::try_from_secs_f64(s)
                 .map_err(|_| PyValueError::new_err(format!("invalid timeout {s}")))
         };
         let mut o = GroupOptions::new(nodes);
-        (o.topology, o.timeout, o.connect_timeout, o.name) =
-            (topology, secs(timeout)?, secs(connect_timeout)?, name);
+        (o.topology, o.timeout, o.connect_timeout, o.name, o.secret) = (
+            topology,
+            secs(timeout)?,
+            secs(connect_timeout)?,
+            name,
+            secret,
+        );
         if no_model {
             o.model = None;
         } else if let Some(path) = model {

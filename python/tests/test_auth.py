@@ -31,7 +31,7 @@ def server(tmp_path):
         nodes, users = start_server(binary, procs, "--auth-file", auth)
         env = {k: v for k, v in os.environ.items() if not k.startswith("COREFARM_SECRET")}
         procs.append(subprocess.Popen([binary, "node", "--server", nodes, "--name", "authed",
-                                       "--secret-file", node_secret],
+                                       "--secret-file", node_secret, "--peer-listen", "127.0.0.1:0"],
                                       stderr=subprocess.DEVNULL, env=env))
         wait_for_node(users, "authed", secret=USER)
         yield users, tmp_path
@@ -75,3 +75,16 @@ def test_wrong_or_missing_secret_is_refused_with_the_reason(server, monkeypatch)
     readable.chmod(0o644)
     with pytest.raises(ValueError, match="chmod 600"):
         corefarm.connect(users, secret_file=str(readable))
+
+
+def test_a_group_answers_the_challenge_too(server, monkeypatch):
+    users, tmp = server
+    monkeypatch.delenv("COREFARM_SECRET", raising=False)
+    monkeypatch.delenv("COREFARM_SECRET_FILE", raising=False)
+    with pytest.raises(corefarm.ServerError, match="user secret"):
+        corefarm.group(users, 1)
+    with corefarm.group(users, 1, secret=USER) as g:
+        g.barrier()
+    monkeypatch.setenv("COREFARM_SECRET_FILE", private(tmp / "user.secret", USER + "\n"))
+    with corefarm.group(users, 1) as g:
+        g.barrier()

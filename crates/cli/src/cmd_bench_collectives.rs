@@ -249,6 +249,7 @@ pub fn measure(target: &Target, grid: &Grid, say: &mut dyn FnMut(&Point)) -> Res
         opts.name = Some("bench collectives".into());
         opts.model = None;
         opts.timeout = Duration::from_secs(60);
+        opts.secret = corefarm_smp::auth::Secret::from_env().map_err(anyhow::Error::msg)?;
         let mut g = Group::open(&target.addr, opts)
             .with_context(|| format!("opening a group of {n} nodes"))?;
         let mut sizes = grid.sizes.clone();

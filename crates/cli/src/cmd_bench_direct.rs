@@ -56,7 +56,10 @@ pub fn run(a: DirectArgs) -> Result<()> {
     if a.batch == 0 || a.window == 0 || a.duration.is_nan() || a.duration <= 0.0 {
         bail!("--batch, --window and --duration must be positive");
     }
-    let mut g = Group::open(&a.server, GroupOptions::new(a.nodes))
+    let mut opts = GroupOptions::new(a.nodes);
+    // A server with an auth file: $COREFARM_SECRET or $COREFARM_SECRET_FILE.
+    opts.secret = corefarm_smp::auth::Secret::from_env().map_err(anyhow::Error::msg)?;
+    let mut g = Group::open(&a.server, opts)
         .with_context(|| format!("opening a group of {} nodes", a.nodes))?;
     let cfg = BenchmarkConfig {
         input_size: a.input_size,

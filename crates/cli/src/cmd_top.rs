@@ -26,8 +26,19 @@ pub struct TopArgs {
     /// Seconds between refreshes.
     #[arg(long, default_value_t = 1.0)]
     pub interval: f64,
+    /// File holding the user secret of a server with an auth file (mode
+    /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
+    #[arg(long)]
+    pub secret_file: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub tls: crate::cmd_tls::ClientTlsArgs,
+}
+
+/// What each connection (and reconnection) uses.
+struct Target {
+    server: String,
+    tls: Option<corefarm_smp::tls::ClientTls>,
+    secret: Option<corefarm_smp::auth::Secret>,
 }
 
 pub fn run(args: TopArgs) -> anyhow::Result<()> {
@@ -36,10 +47,23 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
         "--interval must be between 0.1 and 3600 seconds"
     );
     let interval = Duration::from_secs_f64(args.interval);
+    {
+        use std::io::IsTerminal;
+        anyhow::ensure!(
+            std::io::stdout().is_terminal() && std::io::stdin().is_terminal(),
+            "corefarm top draws on a terminal and reads its keys; without one, use \
+             `corefarm status` (or `corefarm status --json`)"
+        );
+    }
     // Connect before taking over the terminal, so a wrong address is a
     // plain error message.
-    let tls = args.tls.load()?;
-    let mut client = Some(connect(&args.server, &tls)?);
+    let target = Target {
+        server: args.server.clone(),
+        tls: args.tls.load()?,
+        secret: corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
+            .map_err(anyhow::Error::msg)?,
+    };
+    let mut client = Some(connect(&target)?);
     let mut terminal = ratatui::init();
     let mut view = View::new(args.server.clone());
     let result = (|| -> anyhow::Result<()> {
@@ -51,7 +75,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
                     view.error = Some(format!("{e}; reconnecting"));
                     client = None;
                 }
-                None => match connect(&args.server, &tls) {
+                None => match connect(&target) {
                     Ok(c) => {
                         client = Some(c);
                         view.error = None;
@@ -85,17 +109,18 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
     result
 }
 
-fn connect(server: &str, tls: &Option<corefarm_smp::tls::ClientTls>) -> anyhow::Result<Client> {
+fn connect(target: &Target) -> anyhow::Result<Client> {
     let t = Duration::from_secs(5);
     let opts = ClientOptions {
-        tls: tls.clone(),
+        tls: target.tls.clone(),
+        secret: target.secret.clone(),
         nodes: Some(0),
         name: Some("corefarm top".into()),
         connect_timeout: Some(t),
         io_timeout: Some(t),
         ..ClientOptions::default()
     };
-    Ok(Client::connect(server, opts)?)
+    Ok(Client::connect(&target.server, opts)?)
 }
 
 /// Counters of the previous answer, to turn totals into rates.

@@ -120,3 +120,20 @@ fn top_shows_nodes_and_a_busy_user_and_quits_on_q() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn without_a_terminal_top_says_what_to_use_instead() {
+    // Before any connection: the address need not answer.
+    let o = Command::new(BIN)
+        .args(["top", "--server", "127.0.0.1:1"])
+        .stdin(Stdio::null())
+        .output()
+        .expect("run corefarm top");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(
+        err.contains("terminal") && err.contains("corefarm status"),
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}

@@ -18,9 +18,9 @@ use crate::{ClientError, ClientOptions, Result};
 pub(crate) fn open(addr: &str, timeout: Option<Duration>) -> Result<TcpStream> {
     let addrs: Vec<SocketAddr> = addr
         .to_socket_addrs()
-        .map_err(|source| ClientError::Resolve {
+        .map_err(|cause| ClientError::Resolve {
             addr: addr.to_string(),
-            source,
+            cause,
         })?
         .collect();
     let mut last = io::Error::new(io::ErrorKind::NotFound, "the name resolved to no address");
@@ -36,7 +36,7 @@ pub(crate) fn open(addr: &str, timeout: Option<Duration>) -> Result<TcpStream> {
     }
     Err(ClientError::Connect {
         addr: addr.to_string(),
-        source: last,
+        cause: last,
     })
 }
 

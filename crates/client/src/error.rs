@@ -10,10 +10,12 @@ pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
 #[derive(Debug, thiserror::Error)]
 pub enum ClientError {
-    #[error("could not resolve the server address {addr}: {source}")]
-    Resolve { addr: String, source: io::Error },
-    #[error("could not connect to the corefarm server at {addr}: {source}")]
-    Connect { addr: String, source: io::Error },
+    // The cause is in the message and not a `source`: error chains
+    // (`anyhow`'s `{:#}`) would print it twice.
+    #[error("could not resolve the server address {addr}: {cause}")]
+    Resolve { addr: String, cause: io::Error },
+    #[error("could not connect to the corefarm server at {addr}: {cause}")]
+    Connect { addr: String, cause: io::Error },
     #[error("the server at {addr} did not complete the hello exchange: {detail}")]
     Handshake { addr: String, detail: String },
     #[error("TLS with the server at {addr} failed: {detail}")]

@@ -33,6 +33,7 @@ use bytes::Bytes;
 /// The latency model `auto` uses (`corefarm model calibrate`).
 pub use corefarm_model::collectives::Calibration;
 use corefarm_model::collectives::{Algo as ModelAlgo, Op as ModelOp};
+use corefarm_smp::auth::{AuthChallenge, AuthResponse, SECRET_ENV, SECRET_FILE_ENV};
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_RANKS};
 use corefarm_smp::hello::features;
@@ -148,6 +149,9 @@ pub struct GroupOptions {
     /// file of `corefarm model calibrate` if there is a valid one. `None`:
     /// seed 003's stage count ([`choose`]).
     pub model: Option<Arc<Calibration>>,
+    /// The user secret, for a server with an auth file (as
+    /// [`crate::ClientOptions::secret`]).
+    pub secret: Option<corefarm_smp::auth::Secret>,
 }
 
 impl GroupOptions {
@@ -160,6 +164,7 @@ impl GroupOptions {
             name: None,
             max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
             model: Calibration::load_default().map(Arc::new),
+            secret: None,
         }
     }
 }
@@ -258,13 +263,35 @@ impl Group {
             .map(String::from)
             .to_vec();
         hello.nodes = Some(0);
+        if opts.secret.is_some() {
+            hello.features.push(features::AUTH.into());
+        }
+        // Kept as sent: an answer to a challenge covers these exact bytes.
+        let hello_bytes = hello.encode();
         write_frame(&mut writer, hello.to_frame()).map_err(io_err("sending the hello"))?;
         let open = GroupCtl::Open {
             nodes: opts.nodes,
             topology: Some(opts.topology.clone()),
         };
         let deadline = Instant::now() + opts.connect_timeout;
-        let h = read_until(&mut reader, deadline, "the hello reply")?;
+        let mut h = read_until(&mut reader, deadline, "the hello reply")?;
+        if h.ty == MsgType::AuthChallenge {
+            let challenge = AuthChallenge::parse(&h.payload).map_err(ClientError::Protocol)?;
+            let Some(secret) = &opts.secret else {
+                return Err(ClientError::Handshake {
+                    addr: addr.to_string(),
+                    detail: format!(
+                        "the server requires authentication: give the user secret \
+                         ({SECRET_ENV}, {SECRET_FILE_ENV} or --secret-file)"
+                    ),
+                }
+                .into());
+            };
+            let answer = AuthResponse::answer(secret, &challenge, "user", &hello_bytes);
+            write_frame(&mut writer, answer.to_frame())
+                .map_err(io_err("sending the authentication answer"))?;
+            h = read_until(&mut reader, deadline, "the hello reply")?;
+        }
         let classes = match h.ty {
             MsgType::Hello => {
                 let h = Hello::decode(&h.payload).map_err(ClientError::Protocol)?;

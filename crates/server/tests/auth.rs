@@ -233,3 +233,34 @@ async fn a_peer_that_never_answers_the_challenge_is_closed() {
     assert!(refused(&mut u).await.reason.contains("3 bytes"));
     assert!(srv.status.get().users.is_empty());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_user_answers_the_challenge_too() {
+    use corefarm_client::group::{Algorithm, Group, GroupOptions};
+    let srv = start(with_auth(false)).await;
+    let stop = CancellationToken::new();
+    let o = corefarm_node::NodeOptions {
+        server: srv.nodes.to_string(),
+        name: "member".into(),
+        secret: Some(secret(NODE)),
+        reconnect: false,
+        peer_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
+        ..Default::default()
+    };
+    tokio::spawn(corefarm_node::run(o, stop.clone()));
+    let _stop = stop.drop_guard();
+    srv.wait_free_nodes(1).await;
+    let users = srv.users.to_string();
+    let call = tokio::task::spawn_blocking(move || {
+        let e = Group::open(&users, GroupOptions::new(1)).unwrap_err();
+        assert!(e.to_string().contains("user secret"), "{e}");
+        let mut o = GroupOptions::new(1);
+        o.secret = Some(secret(USER));
+        let mut g = Group::open(&users, o).expect("a group with the secret");
+        g.barrier(Algorithm::Binomial).expect("a barrier");
+    });
+    tokio::time::timeout(LIMIT, call)
+        .await
+        .expect("the group calls returned")
+        .unwrap();
+}
