@@ -163,8 +163,9 @@ fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
     // A single benchmark report.
     let (key, fields): (&str, Vec<(&str, &[&str])>) =
         match doc.get("benchmark").and_then(Value::as_str) {
-            Some("user") => (
-                "user",
+            // `bench node` measures a node with the same user report.
+            Some(k @ ("user" | "node")) => (
+                k,
                 vec![
                     ("input_bps", &["throughput", "input_bps"][..]),
                     ("output_bps", &["throughput", "output_bps"]),
@@ -188,8 +189,13 @@ fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
             metrics.insert(name.to_string(), Spread::of(&[x]));
         }
     }
-    let ok = doc.get("ok").and_then(Value::as_bool).unwrap_or(true)
-        && doc.get("errors").and_then(Value::as_u64).unwrap_or(0) == 0;
+    // `errors`: a count (echo) or the list of them (user, node).
+    let errors = doc.get("errors").map_or(0, |e| {
+        e.as_u64()
+            .or_else(|| e.as_array().map(|a| a.len() as u64))
+            .unwrap_or(0)
+    });
+    let ok = doc.get("ok").and_then(Value::as_bool).unwrap_or(true) && errors == 0;
     out.insert(
         key.to_string(),
         Point {
@@ -388,5 +394,18 @@ mod tests {
         let c = compare(&rep(100.0), &rep(120.0), 0.05).unwrap();
         assert_eq!((c.regressions, c.improvements), (0, 2));
         assert!(compare(&json!({"x": 1}), &rep(1.0), 0.05).is_err());
+    }
+
+    #[test]
+    fn node_reports_compare_too_and_a_list_of_errors_fails_a_point() {
+        let rep = |bps: f64, errors: Value| {
+            json!({"benchmark": "node", "ok": true, "errors": errors,
+                   "throughput": {"input_bps": bps, "output_bps": bps},
+                   "latency": {"avg_ms": 1.0, "p99_ms": 2.0}})
+        };
+        let c = compare(&rep(100.0, json!([])), &rep(80.0, json!([])), 0.05).unwrap();
+        assert_eq!((c.regressions, c.improvements), (2, 0));
+        let failed = points_of(&rep(100.0, json!(["no node"]))).unwrap();
+        assert_eq!(failed["node"].status, "failed");
     }
 }
