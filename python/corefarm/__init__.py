@@ -427,17 +427,18 @@ class Client:
         ("int32[514]", "int32[256]"); None where the image records none."""
         return tuple(t.spec if t else None for t in self._types)
 
-    def _prepare(self, data):
+    def _prepare(self, data, types=None, sizes=None):
         """The bytes view to send, and how its result is shaped (`_array`):
         (batch, inputs), batch None for one typed input without a batch
         axis, k for an array of k inputs, 0 for bytes; inputs the number of
-        inputs the message holds (None if unknown)."""
-        t = self._types[0]
+        inputs the message holds (None if unknown). `types`/`sizes`: the
+        configured image's unless given."""
+        t = (types or self._types)[0]
         if t is not None and _is_array(data):
             batch = t.check(data, self._image)  # before the view: its errors name the type
             return _as_bytes_view(data), (batch, 1 if batch is None else batch)
         view = _as_bytes_view(data)
-        sizes = self._raw.sizes
+        sizes = sizes or self._raw.sizes
         return view, (0, len(view) // sizes[0] if sizes and sizes[0] else None)
 
     def array(self, result):
@@ -450,14 +451,14 @@ class Client:
         type."""
         return self._array(result.data if isinstance(result, Output) else result, (0, None))
 
-    def _array(self, data, form):
-        t = self._types[1]
+    def _array(self, data, form, types=None, sizes=None):
+        t = (types or self._types)[1]
         if t is None:
             raise UsageError("the configured image records no output type (build it with "
                              "--output-type, or read the bytes)")
         batch, inputs = form
         if batch == 0:  # bytes in: one output gets no batch axis
-            sizes = self._raw.sizes
+            sizes = sizes or self._raw.sizes
             batch = None if sizes and len(data) == sizes[1] else -1
         return t.array(data, batch, inputs)
 
@@ -545,15 +546,21 @@ class Client:
         `priority`: the class of every input (0 most urgent to 7, default 4)."""
         if window < 1:
             raise ValueError("window must be at least 1")
-        typed = not raw and self._types[1] is not None
-        if typed:
-            self._types[1].numpy_dtype()  # no numpy: say so before sending anything
+        types, sizes = self._types, self._raw.sizes
         if cowork:
             from . import cowork as _cowork
-            prepared = [self._prepare(item) for item in inputs]
+            # A Cowork made from an image may configure the client as the
+            # map runs (configure=True): the image's types shape the results.
+            if isinstance(cowork, _cowork.Cowork) and types == (None, None):
+                types, sizes = cowork._types, cowork._sizes
+        typed = not raw and types[1] is not None
+        if typed:
+            types[1].numpy_dtype()  # no numpy: say so before sending anything
+        if cowork:
+            prepared = [self._prepare(item, types, sizes) for item in inputs]
             results = _cowork.map(self, [v for v, _ in prepared], window, cowork)
             for data, (_, batch) in zip(results, prepared):
-                yield self._array(data, batch) if typed else data
+                yield self._array(data, batch, types, sizes) if typed else data
             return
         it = iter(inputs)
         pending = _collections.deque()

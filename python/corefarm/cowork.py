@@ -46,6 +46,9 @@ class Cowork:
     def __init__(self, image=None, *, input_size=None, output_size=None, cores=None,
                  threads=0, local_batch_max=16, jobs=6, configure=False, backup=True, _raw=None):
         self.report = None
+        # The image's element types (for typed results of `Client.map`) and
+        # sizes; none for a Cowork of a client's configuration.
+        self._types, self._sizes = (None, None), None
         if _raw is not None:
             self._raw = _raw
             return
@@ -60,6 +63,11 @@ class Cowork:
         output_size = output_size if output_size is not None else manifest.get("output_size")
         if input_size is None or output_size is None:
             raise corefarm.ConfigurationError("input_size and output_size are required for an image without a manifest")
+        self._sizes = (input_size, output_size)
+        # As `Client.configure`: types describe the manifest's sizes only.
+        if (input_size, output_size) == (manifest.get("input_size"), manifest.get("output_size")):
+            self._types = tuple(corefarm._Type.from_manifest(manifest.get(k))
+                                for k in ("input_type", "output_type"))
         if cores is None:
             listed = manifest.get("cores")
             cores = [(c["control"], c["input"], c["output"]) for c in listed] if listed else 1

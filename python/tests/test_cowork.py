@@ -114,3 +114,15 @@ def test_cowork_configures_the_client_itself_and_computes_meanwhile(cluster, ima
         assert cw.report["cluster_items"] > 0, "the cluster never joined"
         assert cw.matches(c)
         assert "x_a_beside" in cw.estimates
+
+
+def test_a_cowork_that_configures_the_client_gives_the_images_typed_results(cluster, tmp_path):
+    typed = tmp_path / "vadd-typed.cfimg"
+    corefarm.build_image(hls=VADD, entry="vadd", input_size=2048, output_size=1024, cores=2,
+                         input_type="int8[2,1024]", output_type="int8[1024]", out=typed)
+    ins = [np.full((2, 1024), k % 50, dtype=np.int8) for k in range(40)]
+    cw = corefarm.cowork.Cowork(typed, threads=2, configure=True)
+    with corefarm.connect(cluster.users_addr, nodes=2, timeout=30) as c:
+        out = list(c.map(ins, window=8, cowork=cw))
+    assert all(isinstance(o, np.ndarray) and o.dtype == np.int8 and o.shape == (1024,) for o in out)
+    assert [int(o[0]) for o in out] == [2 * (k % 50) for k in range(40)]
