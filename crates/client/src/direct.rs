@@ -65,6 +65,10 @@ pub struct Direct {
     events: mpsc::Receiver<(usize, Event)>,
     window: usize,
     timeout: Duration,
+    /// The wire id of the next call's first message: each call's ids follow
+    /// the last call's, so an answer to a call that returned early (a
+    /// timeout, a failed message) is never taken for one of a later call.
+    next_id: u32,
 }
 
 impl Drop for Direct {
@@ -94,6 +98,34 @@ impl Group {
     pub fn direct_with_chunks(&self, window: usize, chunk_size: u32) -> Result<Direct> {
         let (tx, events) = mpsc::channel();
         let mut links = Vec::new();
+        match self.link_all(chunk_size, &tx, &mut links) {
+            Ok(()) => Ok(Direct {
+                links,
+                events,
+                window: window.max(1),
+                timeout: self.timeout + Duration::from_secs(5),
+                next_id: 0,
+            }),
+            Err(e) => {
+                // The members linked so far: their reader threads end with
+                // their connections.
+                for l in &links {
+                    if let Some(w) = &l.writer {
+                        let _ = w.shutdown(std::net::Shutdown::Both);
+                    }
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Links every member in turn, pushing each onto `links`.
+    fn link_all(
+        &self,
+        chunk_size: u32,
+        tx: &mpsc::Sender<(usize, Event)>,
+        links: &mut Vec<Link>,
+    ) -> Result<()> {
         for m in self.members() {
             let addr: SocketAddr = m
                 .peer
@@ -102,6 +134,10 @@ impl Group {
             let mut s = TcpStream::connect_timeout(&addr, self.timeout)
                 .map_err(io("connecting to a member's peer port"))?;
             s.set_nodelay(true).map_err(io("configuring the socket"))?;
+            // A member that stops reading (its cores stuck) fails the write
+            // instead of holding the caller: its messages go to the others.
+            s.set_write_timeout(Some(self.timeout + Duration::from_secs(5)))
+                .map_err(io("configuring the socket"))?;
             let hello = PeerMsg {
                 header: PeerHeader {
                     kind: PeerKind::Hello,
@@ -160,12 +196,7 @@ impl Group {
                 chunk,
             });
         }
-        Ok(Direct {
-            links,
-            events,
-            window: window.max(1),
-            timeout: self.timeout + Duration::from_secs(5),
-        })
+        Ok(())
     }
 }
 
@@ -233,11 +264,26 @@ impl Direct {
                 "input message {i} is over the direct path's {MAX_DIRECT_MESSAGE} bytes"
             )));
         }
+        if inputs.len() > (u32::MAX / 2) as usize {
+            return Err(GroupError::Usage(format!(
+                "{} input messages in one call; at most {}",
+                inputs.len(),
+                u32::MAX / 2
+            )));
+        }
+        // What an earlier call left in flight is answered, if ever, under
+        // ids this call does not use: forgotten (the members' own queues
+        // bound what they hold).
+        for l in &mut self.links {
+            l.in_flight.clear();
+        }
+        let base = self.next_id;
+        self.next_id = base.wrapping_add(inputs.len() as u32);
         let mut out: Vec<Option<Bytes>> = vec![None; inputs.len()];
         let mut queue: VecDeque<u32> = (0..inputs.len() as u32).collect();
         let (mut done, mut lost) = (0, Vec::new());
         while done < inputs.len() {
-            self.dispatch(&mut queue, inputs, class, &mut lost);
+            self.dispatch(&mut queue, inputs, base, class, &mut lost);
             if self.live() == 0 {
                 return Err(GroupError::Failed {
                     op: "direct data".into(),
@@ -269,22 +315,27 @@ impl Direct {
             };
             match ev {
                 Event::Result(id, data) => {
-                    // Only an id this member was given, answered for the first time.
-                    if self.links[k].in_flight.remove(&id) && out[id as usize].is_none() {
-                        out[id as usize] = Some(data);
+                    // Only an id this member was given in this call,
+                    // answered for the first time.
+                    let i = id.wrapping_sub(base) as usize;
+                    if self.links[k].in_flight.remove(&id) && i < out.len() && out[i].is_none() {
+                        out[i] = Some(data);
                         done += 1;
                     }
                 }
+                // An earlier call's message failing is not this call's.
+                Event::Failed(id, _) if !self.links[k].in_flight.contains(&id) => {}
                 Event::Failed(id, reason) => {
                     let l = &self.links[k];
+                    let i = id.wrapping_sub(base);
                     return Err(GroupError::Failed {
-                        op: format!("direct data id {id}"),
+                        op: format!("direct data message {i}"),
                         rank: Some(l.rank),
                         node: Some(l.label.clone()),
                         reason: format!("rank {} ({}): {reason}", l.rank, l.label),
                     });
                 }
-                Event::Closed(reason) => self.lose(k, &reason, &mut queue, &mut lost),
+                Event::Closed(reason) => self.lose(k, &reason, base, &mut queue, &mut lost),
             }
         }
         Ok(out
@@ -293,15 +344,30 @@ impl Direct {
             .collect())
     }
 
-    fn lose(&mut self, k: usize, reason: &str, queue: &mut VecDeque<u32>, lost: &mut Vec<String>) {
+    /// `queue` holds messages by index in the call; `base` is the wire id
+    /// of index 0.
+    fn lose(
+        &mut self,
+        k: usize,
+        reason: &str,
+        base: u32,
+        queue: &mut VecDeque<u32>,
+        lost: &mut Vec<String>,
+    ) {
         let l = &mut self.links[k];
         if l.writer.take().is_none() {
             return;
         }
         lost.push(format!("rank {} ({}) {reason}", l.rank, l.label));
-        // Its unanswered messages go to the others, first in line.
-        for id in std::mem::take(&mut l.in_flight).into_iter().rev() {
-            queue.push_front(id);
+        // Its unanswered messages go to the others, first in line (in the
+        // order they were sent, ids possibly wrapping past u32::MAX).
+        let mut ids: Vec<u32> = std::mem::take(&mut l.in_flight)
+            .into_iter()
+            .map(|id| id.wrapping_sub(base))
+            .collect();
+        ids.sort_unstable();
+        for i in ids.into_iter().rev() {
+            queue.push_front(i);
         }
     }
 
@@ -310,6 +376,7 @@ impl Direct {
         &mut self,
         queue: &mut VecDeque<u32>,
         inputs: &[Bytes],
+        base: u32,
         class: u8,
         lost: &mut Vec<String>,
     ) {
@@ -321,17 +388,18 @@ impl Direct {
                 if l.writer.is_none() || l.in_flight.len() >= self.window {
                     continue;
                 }
-                let Some(id) = queue.pop_front() else { break };
-                let (data, chunk) = (inputs[id as usize].clone(), l.chunk);
+                let Some(i) = queue.pop_front() else { break };
+                let (data, chunk) = (inputs[i as usize].clone(), l.chunk);
                 let w = l.writer.as_mut().expect("live");
+                let id = base.wrapping_add(i);
                 match send(w, id, class, data, chunk) {
                     Ok(()) => {
                         l.in_flight.insert(id);
                         progress = true;
                     }
                     Err(e) => {
-                        queue.push_front(id);
-                        self.lose(k, &format!("write failed: {e}"), queue, lost);
+                        queue.push_front(i);
+                        self.lose(k, &format!("write failed: {e}"), base, queue, lost);
                     }
                 }
             }

@@ -253,6 +253,11 @@ impl Group {
         stream
             .set_nodelay(true)
             .map_err(io_err("configuring the socket"))?;
+        // A server that stops reading fails a command's write within the
+        // command's bound instead of holding the caller.
+        stream
+            .set_write_timeout(Some(opts.timeout + Duration::from_secs(5)))
+            .map_err(io_err("configuring the socket"))?;
         let mut writer = stream
             .try_clone()
             .map_err(io_err("configuring the socket"))?;

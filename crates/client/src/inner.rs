@@ -168,10 +168,17 @@ impl Inner {
                     };
                 }
             }
+            let chosen = id.is_some();
             let id = match id {
                 Some(id) if st.claims.contains_key(&id) => {
                     return Err(ClientError::Usage(format!(
                         "id {id} is already in flight for a pending result; \
+                         its answer could not be told apart"
+                    )))
+                }
+                Some(id) if matches!(route, Route::Pending) && st.chosen.contains_key(&id) => {
+                    return Err(ClientError::Usage(format!(
+                        "id {id} is already in flight for recv(); \
                          its answer could not be told apart"
                     )))
                 }
@@ -186,6 +193,9 @@ impl Inner {
             let pending = match route {
                 Route::Recv => {
                     st.unclaimed += 1;
+                    if chosen {
+                        *st.chosen.entry(id).or_default() += 1;
+                    }
                     None
                 }
                 Route::Pending => {
@@ -276,19 +286,19 @@ impl Inner {
             if let Some(f) = &st.failed {
                 return Err(f.to_error("before the configuration could be sent"));
             }
-            st.configuring = true;
+            st.configs_unanswered += 1;
             st.config_reply = None;
             st.config_errors.clear();
             st.pending_sizes = Some((cfg.input_size, cfg.output_size));
         }
         let frame = cfg.to_frame().map_err(|e| {
-            self.shared.lock().configuring = false;
+            self.shared.lock().configs_unanswered -= 1;
             ClientError::InvalidInput(e.to_string())
         })?;
         lock(&self.configure_timing).since = Some(Instant::now());
         let sent = write_frame(&mut *lock(&self.writer), frame);
         if let Err(e) = sent {
-            self.shared.lock().configuring = false;
+            self.shared.lock().configs_unanswered -= 1;
             lock(&self.configure_timing).answered(false);
             return Err(self.write_failed(e, "while sending the configuration"));
         }
@@ -312,7 +322,7 @@ impl Inner {
                 };
             }
             if let Some(f) = st.failed.clone() {
-                st.configuring = false;
+                st.configs_unanswered = 0;
                 lock(&self.configure_timing).answered(false);
                 // The server explained before it hung up: that is the error.
                 if !st.config_errors.is_empty() {
@@ -431,7 +441,7 @@ fn next_free_id(st: &mut State) -> u32 {
     loop {
         let id = st.next_id;
         st.next_id = st.next_id.wrapping_add(1);
-        if id != ErrorMsg::NO_ID && !st.claims.contains_key(&id) {
+        if id != ErrorMsg::NO_ID && !st.claims.contains_key(&id) && !st.chosen.contains_key(&id) {
             return id;
         }
     }

@@ -34,8 +34,10 @@ pub(crate) enum Event {
 pub(crate) struct State {
     /// Data messages the server still allows (credit mode only).
     pub credit: u64,
-    /// A configuration was sent and its response has not arrived yet.
-    pub configuring: bool,
+    /// Configurations sent whose responses have not arrived yet: more
+    /// than one when a caller stopped waiting for one (its timeout) and
+    /// configured again. Responses come in order; the last one decides.
+    pub configs_unanswered: u32,
     /// Sizes of the configuration being sent, applied when it succeeds.
     pub pending_sizes: Option<(u32, u32)>,
     /// Sizes of the configuration in force (input, output).
@@ -57,6 +59,10 @@ pub(crate) struct State {
     /// Ids whose result goes to a `Pending` (dropped ones included, until
     /// their result arrives and is discarded).
     pub claims: HashMap<u32, Arc<Slot>>,
+    /// Caller-chosen ids of plain submissions in flight, with how many
+    /// messages carry each: automatic ids skip them, so a `Pending` never
+    /// takes the answer meant for `recv`.
+    pub chosen: HashMap<u32, u32>,
     /// Next automatic id.
     pub next_id: u32,
     /// Threads blocked in `recv` and in a credit wait (the misuse check and
@@ -123,6 +129,12 @@ impl Shared {
             return;
         }
         st.unclaimed = st.unclaimed.saturating_sub(1);
+        if let std::collections::hash_map::Entry::Occupied(mut n) = st.chosen.entry(id) {
+            *n.get_mut() -= 1;
+            if *n.get() == 0 {
+                n.remove();
+            }
+        }
         st.queue.push_back(event);
         drop(st);
         self.results.notify_one();
@@ -189,12 +201,18 @@ fn handle(
         MsgType::ConfigurationResponse => {
             let r = ConfigurationResponse::parse(&frame.payload).map_err(Failure::Protocol)?;
             let mut st = shared.lock();
-            if !st.configuring {
+            if st.configs_unanswered == 0 {
                 return Err(Failure::Unexpected(
                     "a configuration response without a configuration".into(),
                 ));
             }
-            st.configuring = false;
+            st.configs_unanswered -= 1;
+            if st.configs_unanswered > 0 {
+                // The answer to a configuration nobody waits for any more:
+                // its reasons were its own.
+                st.config_errors.clear();
+                return Ok(());
+            }
             if r.ok() {
                 st.sizes = st.pending_sizes;
                 *output_size = st.sizes.map(|s| s.1).unwrap_or(0);
@@ -242,7 +260,7 @@ fn handle(
                 return Ok(());
             }
             let mut st = shared.lock();
-            if st.configuring {
+            if st.configs_unanswered > 0 {
                 // The reason for the (failed) response that follows.
                 st.config_errors.push(e);
             } else {

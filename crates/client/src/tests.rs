@@ -265,6 +265,70 @@ fn configuration_failure_carries_the_servers_reason() {
 }
 
 #[test]
+fn a_configuration_whose_wait_timed_out_does_not_answer_the_next() {
+    // The answer to A comes only after B was sent (A's caller gave up):
+    // B's caller gets B's answer, with B's reason, and the session goes on.
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        let a = p.expect(MsgType::Configuration);
+        let b = p.expect(MsgType::Configuration);
+        assert_ne!(a.payload, b.payload);
+        p.send(
+            ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, "about A").to_frame(),
+        );
+        p.send(ConfigurationResponse { status: 0 }.to_frame());
+        p.send(
+            ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, "about B").to_frame(),
+        );
+        p.send(ConfigurationResponse { status: 1 }.to_frame());
+        p.configured(0);
+    });
+    let c = Client::connect(
+        &addr,
+        ClientOptions {
+            io_timeout: Some(Duration::from_millis(50)),
+            ..ClientOptions::default()
+        },
+    )
+    .unwrap();
+    let e = c.configure(&bench(16, 16)).unwrap_err();
+    assert!(matches!(e, ClientError::Timeout { .. }), "{e:?}");
+    match c.configure(&bench(32, 32)).unwrap_err() {
+        ClientError::Configuration { status, reason } => {
+            assert_eq!(status, Some(1));
+            let reason = reason.unwrap();
+            assert!(
+                reason.contains("about B") && !reason.contains("about A"),
+                "{reason}"
+            );
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    c.configure(&bench(16, 16)).unwrap();
+    srv.join().unwrap();
+}
+
+#[test]
+fn automatic_ids_skip_the_ids_a_caller_chose_for_recv() {
+    let (addr, srv) = fake(|mut p| {
+        p.hello(&["error"], 1);
+        p.configured(0);
+        echo(&mut p, 2, 16, 16);
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    // The next automatic id would be 0: taken by a plain submission.
+    c.submit_with_id(0, Bytes::from(vec![1u8; 16])).unwrap();
+    let p = c.submit_pending(Bytes::from(vec![2u8; 16])).unwrap();
+    assert_ne!(p.id(), 0);
+    let mine = p.wait(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!(&mine.data[..], &[2u8; 16]);
+    let plain = c.recv(Some(Duration::from_secs(10))).unwrap();
+    assert_eq!((plain.id, &plain.data[..]), (0, &[1u8; 16][..]));
+    srv.join().unwrap();
+}
+
+#[test]
 fn legacy_configuration_failure_is_a_status() {
     let (addr, srv) = fake(|mut p| {
         p.configured(3);

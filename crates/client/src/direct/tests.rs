@@ -109,3 +109,95 @@ fn a_new_client_sends_an_old_member_whole_frames_in_order() {
     drop(g);
     assert!(srv.join().unwrap().is_empty(), "no group command was sent");
 }
+
+/// A member that fails message A, holds message B, and answers B (late)
+/// only once a third message C has come, before answering C.
+fn late_member() -> (String, std::thread::JoinHandle<Received>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let t = std::thread::spawn(move || {
+        let (s, _) = l.accept().unwrap();
+        let mut w = s.try_clone().unwrap();
+        let mut r = FrameReader::new(s, 1 << 21);
+        let hello = PeerMsg::parse(r.read_frame().unwrap().unwrap().payload).unwrap();
+        let PeerBody::Hello { token, .. } = hello.body else {
+            panic!("not a hello")
+        };
+        let answer = PeerMsg {
+            header: PeerHeader {
+                kind: PeerKind::Hello,
+                ttl: 0,
+                group: 1,
+                src: 0,
+                dst: DIRECT_USER,
+                seq: 0,
+            },
+            body: PeerBody::Hello {
+                token,
+                name: "rank 0".into(),
+            },
+        };
+        w.write_all(&answer.to_frame().unwrap().to_vec()).unwrap();
+        let mut received = Vec::new();
+        let mut held = None;
+        while let Ok(Some(f)) = r.read_frame() {
+            let d = Data::parse(f.payload).unwrap();
+            received.push((MsgType::Data, d.id, d.data.len()));
+            match received.len() {
+                1 => {
+                    let e = ErrorMsg::new(d.id, corefarm_smp::ErrorCode::CoreFailure, "scripted");
+                    write_frame(&mut w, e.to_frame()).unwrap();
+                }
+                2 => held = Some(d.id),
+                _ => {
+                    if let Some(b) = held.take() {
+                        let stale = OutFrame::data(b, Bytes::from_static(b"stale")).unwrap();
+                        write_frame(&mut w, stale).unwrap();
+                    }
+                    write_frame(&mut w, OutFrame::data(d.id, d.data).unwrap()).unwrap();
+                }
+            }
+        }
+        received
+    });
+    (addr, t)
+}
+
+#[test]
+fn a_call_that_failed_early_leaves_nothing_for_the_next() {
+    let (peer, member) = late_member();
+    let (addr, srv) = server(true, &[&peer]);
+    let mut opts = GroupOptions::new(1);
+    opts.model = None;
+    let g = Group::open(&addr, opts).unwrap();
+    let mut d = g.direct_with_chunks(2, 0).unwrap();
+    let first = [Bytes::from_static(b"a"), Bytes::from_static(b"b")];
+    let e = d.map(&first).unwrap_err();
+    assert!(e.to_string().contains("scripted"), "{e}");
+    // B's answer comes during this call, under an id of the last one.
+    let out = d.map(&[Bytes::from_static(b"c")]).unwrap();
+    assert_eq!(out, [Bytes::from_static(b"c")]);
+    drop(d);
+    let ids: Vec<u32> = member.join().unwrap().iter().map(|r| r.1).collect();
+    assert_eq!(ids, [0, 1, 2], "each call's ids follow the last call's");
+    drop(g);
+    assert!(srv.join().unwrap().is_empty());
+}
+
+#[test]
+fn members_linked_before_one_that_fails_are_let_go() {
+    let (peer, member) = old_member();
+    // Rank 1's port takes no connection.
+    let closed = TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = closed.local_addr().unwrap().to_string();
+    drop(closed);
+    let (addr, srv) = server(true, &[&peer, &nobody]);
+    let mut opts = GroupOptions::new(2);
+    opts.model = None;
+    let g = Group::open(&addr, opts).unwrap();
+    assert!(g.direct(2).is_err());
+    // Rank 0's member sees its connection end: nothing holds it open.
+    assert!(member.join().unwrap().is_empty());
+    drop(g);
+    srv.join().unwrap();
+}
