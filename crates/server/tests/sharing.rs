@@ -14,7 +14,10 @@ use corefarm_smp::{
     BenchmarkConfig, ClusterStatus, Configuration, ConfigurationResponse, Data, ErrorCode, Hello,
     MsgType, OutFrame,
 };
+use std::sync::Arc;
+
 use tokio::net::TcpStream;
+use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 fn shared() -> ServerOptions {
@@ -46,6 +49,24 @@ fn sim_node(
     per_input: Duration,
     die_after: Option<usize>,
 ) -> JoinHandle<()> {
+    sim_node_gated(addr, tag, program, per_input, die_after, None)
+}
+
+/// A simulated board whose every data message waits for a permit of
+/// `gate` (the test decides when each is computed).
+fn gated_node(server: &TestServer, gate: &Arc<Semaphore>) -> JoinHandle<()> {
+    let gate = Some(gate.clone());
+    sim_node_gated(server.nodes, 1, Duration::ZERO, Duration::ZERO, None, gate)
+}
+
+fn sim_node_gated(
+    addr: std::net::SocketAddr,
+    tag: u8,
+    program: Duration,
+    per_input: Duration,
+    die_after: Option<usize>,
+    gate: Option<Arc<Semaphore>>,
+) -> JoinHandle<()> {
     tokio::spawn(async move {
         let s = TcpStream::connect(addr).await.expect("node port");
         let (rd, mut w) = s.into_split();
@@ -69,6 +90,9 @@ fn sim_node(
                     seen += 1;
                     if die_after == Some(seen) {
                         return;
+                    }
+                    if let Some(g) = &gate {
+                        g.acquire().await.unwrap().forget();
                     }
                     let d = Data::parse(f.payload).unwrap();
                     let count = d.data.len() as u32 / input;
@@ -241,7 +265,9 @@ async fn one_users_burst_does_not_starve_anothers_single_message() {
         ..shared()
     })
     .await;
-    nodes(&server, 1, Duration::ZERO, Duration::from_millis(10)).await;
+    let gate = Arc::new(Semaphore::new(0));
+    gated_node(&server, &gate);
+    server.wait_status("the node", |s| s.nodes.len() == 1).await;
     let cfg = func(16);
     let mut burst = FakeUser::connect(server.users).await;
     let mut single = FakeUser::connect(server.users).await;
@@ -266,11 +292,34 @@ async fn one_users_burst_does_not_starve_anothers_single_message() {
     single
         .send(OutFrame::data(7, Bytes::from(vec![2; 16])).unwrap())
         .await;
+    // The single message queued behind the burst, the node holding the
+    // burst's first: then the node computes at will.
+    server
+        .wait_status("the single message queued", |s| {
+            s.users.iter().any(|u| u.id != burst_id && u.queued == 1)
+        })
+        .await;
+    // One message computed at a time: the burst's in service, then the
+    // single one's turn comes within a message (fair by user, not by
+    // message), not after the burst's 29 queued ones.
+    let mut computed = 0;
+    let served = loop {
+        gate.add_permits(1);
+        computed += 1;
+        let s = server
+            .wait_status("one more result", |s| {
+                s.users.iter().map(|u| u.results).sum::<u64>() == computed
+            })
+            .await;
+        if s.users.iter().any(|u| u.id != burst_id && u.results == 1) {
+            break s.user(burst_id).unwrap().results;
+        }
+        assert!(computed < 30, "the single message was never served");
+    };
+    assert!(served <= 2, "the burst was served {served} messages first");
+    gate.add_permits(1000);
     let f = single.recv().await.expect("the single message's result");
     assert_eq!(Data::parse(f.payload).unwrap().id, 7);
-    let s = server.status.get();
-    let served = s.user(burst_id).unwrap().results;
-    assert!(served < 15, "the burst was served {served} messages first");
     drop(burst);
 }
 
@@ -283,7 +332,11 @@ async fn a_full_queue_answers_queue_full_to_a_user_that_asked() {
         ..shared()
     })
     .await;
-    nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
+    // The node holds what it is given: one in service, two queued, the
+    // rest refused.
+    let gate = Arc::new(Semaphore::new(0));
+    gated_node(&server, &gate);
+    server.wait_status("the node", |s| s.nodes.len() == 1).await;
     let feats = ["error", "queue-full"];
     let (mut u, hello) = FakeUser::hello_with(server.users, "q", None, &feats).await;
     assert_eq!(hello.ty, MsgType::Hello);
@@ -323,19 +376,30 @@ fn chunked_message(id: u32, class: u8) -> Vec<u8> {
 async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
     use corefarm_smp::stream::Chunk;
     let server = class_six_server().await;
-    // One message in service at a time, each for 200 ms of emulated
-    // hardware: the class-6 messages after the first wait in the queue.
-    nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
+    // The node holds each message until the test lets it go: message 0 in
+    // service, the class-6 messages after it in the queue.
+    let gate = Arc::new(Semaphore::new(0));
+    gated_node(&server, &gate);
+    server.wait_status("the node", |s| s.nodes.len() == 1).await;
     let feats = ["error", "queue-full", "chunks"];
     let (mut u, _) = FakeUser::hello_with(server.users, "classes", None, &feats).await;
-    assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
+    let cfg = func(16);
+    assert_eq!(u.configure(&cfg).await.0, ConfigurationResponse::OK);
     let send = chunked_message;
     for id in 0..5u32 {
         u.send_raw(&send(id, 6)).await;
     }
     u.send_raw(&send(100, 0)).await;
+    // 0 in service, 1 and 2 queued (the class's depth), 3 and 4 refused,
+    // the urgent 100 queued.
+    server
+        .wait_status("three queued", |s| {
+            function(s, &cfg).is_some_and(|f| f.queued == 3)
+        })
+        .await;
+    gate.add_permits(100);
     let (mut results, mut refused) = (Vec::new(), Vec::new());
-    while !results.contains(&100) {
+    while results.len() < 4 {
         let f = u.recv().await.expect("a frame");
         match f.ty {
             MsgType::Chunk => {
@@ -353,10 +417,13 @@ async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
             _ => {}
         }
     }
-    // At most one in service and two queued of class 6: two or more of the
-    // five refused, and the urgent one served before the queued ones.
-    assert!(refused.len() >= 2 && !refused.contains(&100), "{refused:?}");
-    assert!(results.len() <= 2, "class 6 served first: {results:?}");
+    refused.sort_unstable();
+    assert_eq!(refused, [3, 4]);
+    assert_eq!(
+        results,
+        [0, 100, 1, 2],
+        "the urgent one before the queued ones"
+    );
 }
 
 /// Without `queue-full`, a full class pushes back on the user's socket;
@@ -368,16 +435,26 @@ async fn a_full_class_refuses_its_own_messages_and_an_urgent_one_passes() {
 async fn a_message_waiting_for_its_full_class_does_not_hold_back_an_urgent_one() {
     use corefarm_smp::stream::Chunk;
     let server = class_six_server().await;
-    nodes(&server, 1, Duration::ZERO, Duration::from_millis(200)).await;
+    let gate = Arc::new(Semaphore::new(0));
+    gated_node(&server, &gate);
+    server.wait_status("the node", |s| s.nodes.len() == 1).await;
     let (mut u, _) =
         FakeUser::hello_with(server.users, "classes", None, &["error", "chunks"]).await;
-    assert_eq!(u.configure(&func(16)).await.0, ConfigurationResponse::OK);
+    let cfg = func(16);
+    assert_eq!(u.configure(&cfg).await.0, ConfigurationResponse::OK);
     let send = chunked_message;
     // One in service, two queued (the class's depth), one waiting for a place.
     for id in 0..4u32 {
         u.send_raw(&send(id, 6)).await;
     }
     u.send_raw(&send(100, 0)).await;
+    // The urgent one is admitted beside the two queued ones.
+    server
+        .wait_status("three queued", |s| {
+            function(s, &cfg).is_some_and(|f| f.queued == 3)
+        })
+        .await;
+    gate.add_permits(100);
     let mut results = Vec::new();
     while results.len() < 5 {
         let f = u.recv().await.expect("a frame");
