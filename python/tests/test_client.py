@@ -267,11 +267,17 @@ def _recv_is_interrupted():
     srv = FakeServer(script)
     with corefarm.connect(srv.addr, legacy=True) as c:
         c.configure_benchmark(16, 16)
-        timer = threading.Timer(0.2, _thread.interrupt_main)
-        timer.start()
+
+        def interrupt_once_blocked():
+            # The signal comes once recv() waits, not after a guessed delay.
+            if c._raw._wait_blocked_receivers(1, 20):
+                _thread.interrupt_main()
+
+        interrupter = threading.Thread(target=interrupt_once_blocked)
+        interrupter.start()
         with pytest.raises(KeyboardInterrupt):
             c.recv()   # no timeout: only the signal can end this wait
-        timer.join()
+        interrupter.join()
     release.set()
     srv.join()
 

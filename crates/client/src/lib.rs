@@ -540,9 +540,19 @@ impl Client {
     /// `timeout` passes (false). Lets tests act on a blocked receiver
     /// without sleeping.
     pub fn wait_for_blocked_receivers(&self, n: usize, timeout: Duration) -> bool {
+        self.wait_for_waiters(|st| st.receivers_waiting >= n, timeout)
+    }
+
+    /// Test hook: blocks until at least `n` submissions wait for credit
+    /// (true) or `timeout` passes (false).
+    pub fn wait_for_credit_waiters(&self, n: usize, timeout: Duration) -> bool {
+        self.wait_for_waiters(|st| st.credit_waiters >= n, timeout)
+    }
+
+    fn wait_for_waiters(&self, done: impl Fn(&reader::State) -> bool, timeout: Duration) -> bool {
         let deadline = std::time::Instant::now() + timeout;
         let mut st = self.inner.shared.lock();
-        while st.receivers_waiting < n {
+        while !done(&st) {
             let left = deadline.saturating_duration_since(std::time::Instant::now());
             if left.is_zero() {
                 return false;

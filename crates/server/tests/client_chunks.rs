@@ -212,6 +212,10 @@ async fn an_urgent_message_passes_bulk_that_holds_every_credit_and_node_slot() {
                     .map(|p| p.wait(Some(LIMIT)).unwrap().count)
             })
         };
+        assert!(
+            c.wait_for_credit_waiters(1, LIMIT),
+            "the third bulk message waits for credit"
+        );
         let urgent = c
             .submit_pending_with(Bytes::from(vec![0u8; input]), 0)
             .unwrap();

@@ -283,6 +283,7 @@ async fn member_killed_mid_collective_is_named_and_the_group_torn_down() {
     .await;
     let users = s.users.to_string();
     let (g_tx, g_rx) = std_mpsc::channel();
+    let (sent_tx, sent_rx) = std_mpsc::channel::<()>();
     let call = tokio::task::spawn_blocking(move || {
         let mut g = open_addr(&users, 4).unwrap();
         // Ranks follow the pool's order, not the names: find node n2's rank.
@@ -301,6 +302,7 @@ async fn member_killed_mid_collective_is_named_and_the_group_torn_down() {
         let all = g
             .begin_allreduce("A", "s", DType::I32, ReduceOp::Sum, Algorithm::Linear)
             .unwrap();
+        sent_tx.send(()).unwrap();
         let e = g.finish(run).unwrap_err();
         let e2 = g.finish(all).unwrap_err();
         let after = g.barrier(Algorithm::Auto).unwrap_err();
@@ -309,10 +311,13 @@ async fn member_killed_mid_collective_is_named_and_the_group_torn_down() {
     let victim = tokio::task::spawn_blocking(move || g_rx.recv_timeout(LIMIT).unwrap())
         .await
         .unwrap();
-    // Node n2 is inside its core: kill it there.
-    tokio::task::spawn_blocking(move || started_rx.recv_timeout(LIMIT).unwrap())
-        .await
-        .unwrap();
+    // Node n2 is inside its core and both commands are sent: kill it there.
+    tokio::task::spawn_blocking(move || {
+        started_rx.recv_timeout(LIMIT).unwrap();
+        sent_rx.recv_timeout(LIMIT).unwrap();
+    })
+    .await
+    .unwrap();
     n.stops[2].cancel();
     let (v, e, e2, after) = tokio::time::timeout(LIMIT, call).await.unwrap().unwrap();
     assert_eq!(v, victim);
