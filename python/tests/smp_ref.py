@@ -41,6 +41,8 @@ def decode_payload(kind, p, unit=None):
         i, o, n = struct.unpack_from("<III", p)
         if n * 12 > len(p) - 12:
             raise DecodeError("core_table_too_long", f"{n} cores")
+        if n > 1024:
+            raise DecodeError("too_many_cores", f"{n} cores")
         if i == 0:
             raise DecodeError("zero_input_size")
         cores = [dict(zip(("control", "input", "output"), struct.unpack_from("<III", p, 12 + 12 * k)))

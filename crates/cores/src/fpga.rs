@@ -14,7 +14,6 @@ use std::time::Duration;
 
 use corefarm_smp::Configuration;
 use memmap2::{MmapOptions, MmapRaw};
-use sha2::{Digest, Sha256};
 
 use crate::bus::{Bus, BusError};
 use crate::{Core, Driver, DriverOptions, LoadError, Loaded};
@@ -80,6 +79,9 @@ fn backend(msg: String) -> LoadError {
     LoadError::Backend(msg)
 }
 
+/// The file (in the firmware directory) the FPGA manager loads.
+pub const FIRMWARE_NAME: &str = "corefarm.rbf";
+
 /// Programs `bitstream` with the configured programmer.
 pub fn program(p: &Programmer, bitstream: &[u8]) -> Result<(), LoadError> {
     match p {
@@ -87,11 +89,11 @@ pub fn program(p: &Programmer, bitstream: &[u8]) -> Result<(), LoadError> {
             manager,
             firmware_dir,
         } => {
-            let name = format!(
-                "corefarm-{}.rbf",
-                &hex::encode(Sha256::digest(bitstream))[..16]
-            );
-            let fw = firmware_dir.join(&name);
+            // One file, rewritten for each bitstream: the manager reads it
+            // while the write to its `firmware` attribute lasts, and a file
+            // per bitstream would fill the board's card, one per user's.
+            let name = FIRMWARE_NAME;
+            let fw = firmware_dir.join(name);
             std::fs::write(&fw, bitstream).map_err(|e| {
                 backend(format!(
                     "cannot write the bitstream to {}: {e}",
@@ -99,7 +101,7 @@ pub fn program(p: &Programmer, bitstream: &[u8]) -> Result<(), LoadError> {
                 ))
             })?;
             let ctl = manager.join("firmware");
-            std::fs::write(&ctl, &name).map_err(|e| {
+            std::fs::write(&ctl, name).map_err(|e| {
                 backend(format!(
                     "FPGA manager refused the bitstream ({}): {e}",
                     ctl.display()

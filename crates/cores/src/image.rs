@@ -119,7 +119,48 @@ pub struct Manifest {
     pub handler_sets: Vec<crate::spin::HandlerSet>,
 }
 
+/// Longest image name, artifact target and entry symbol, and most
+/// artifacts: they go into error messages and logs, so an image cannot
+/// make those as large as its manifest.
+pub const MAX_NAME: usize = 256;
+pub const MAX_TARGET: usize = 64;
+pub const MAX_ARTIFACTS: usize = 64;
+
 impl Manifest {
+    /// The text fields and the artifact list within their bounds (checked
+    /// before anything quotes them).
+    fn check_lengths(&self) -> Result<(), ImageError> {
+        let long = |what: &str, len: usize, max: usize| {
+            ImageError::Manifest(format!("{what} of {len} bytes (at most {max})"))
+        };
+        if self.name.len() > MAX_NAME {
+            return Err(long("the name", self.name.len(), MAX_NAME));
+        }
+        if self.artifacts.len() > MAX_ARTIFACTS {
+            return Err(ImageError::Manifest(format!(
+                "{} artifacts (at most {MAX_ARTIFACTS})",
+                self.artifacts.len()
+            )));
+        }
+        for (i, a) in self.artifacts.iter().enumerate() {
+            if a.target.len() > MAX_TARGET {
+                return Err(long(
+                    &format!("artifact {i}'s target"),
+                    a.target.len(),
+                    MAX_TARGET,
+                ));
+            }
+            if a.entry.len() > MAX_NAME {
+                return Err(long(
+                    &format!("artifact {i}'s entry"),
+                    a.entry.len(),
+                    MAX_NAME,
+                ));
+            }
+        }
+        Ok(())
+    }
+
     /// Sizes positive where required, types consistent with the sizes.
     pub fn check(&self) -> Result<(), ImageError> {
         if self.input_size == 0 {
@@ -211,6 +252,7 @@ impl Image {
         }
         let manifest: Manifest = serde_json::from_slice(&bytes[HEADER_LEN..mend])
             .map_err(|e| ImageError::Manifest(e.to_string()))?;
+        manifest.check_lengths()?;
         let data = bytes.slice(mend..);
         let available = data.len() as u64;
         for (index, a) in manifest.artifacts.iter().enumerate() {
@@ -394,6 +436,30 @@ mod tests {
         b.extend_from_slice(&(manifest_json.len() as u32).to_le_bytes());
         b.extend_from_slice(manifest_json.as_bytes());
         Bytes::from(b)
+    }
+
+    #[test]
+    fn names_targets_and_artifact_counts_are_bounded() {
+        let with = |name: &str, artifacts: &str| {
+            image_with(&format!(
+                r#"{{"name":"{name}","input_size":8,"output_size":4,"cores":[],"artifacts":[{artifacts}]}}"#
+            ))
+        };
+        let art = |target: &str| {
+            format!(
+                r#"{{"target":"{target}","kind":"native","entry":"f","offset":0,"length":0,"sha256":"{}"}}"#,
+                "0".repeat(64)
+            )
+        };
+        assert!(Image::parse(with(&"n".repeat(MAX_NAME), "")).is_ok());
+        let e = Image::parse(with(&"\\u007f".repeat(MAX_NAME + 1), "")).unwrap_err();
+        assert!(e.to_string().contains("the name of 257 bytes"), "{e}");
+        let e = Image::parse(with("x", &art(&"t".repeat(MAX_TARGET + 1)))).unwrap_err();
+        assert!(e.to_string().contains("target of 65 bytes"), "{e}");
+        assert!(e.to_string().len() < 200, "{e}");
+        let many = vec![art("native-x86_64-linux"); MAX_ARTIFACTS + 1].join(",");
+        let e = Image::parse(with("x", &many)).unwrap_err();
+        assert!(e.to_string().contains("65 artifacts"), "{e}");
     }
 
     #[test]

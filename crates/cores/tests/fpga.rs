@@ -261,11 +261,12 @@ fn fpga_manager_programmer_uses_sysfs_files() {
     };
     corefarm_cores::fpga::program(&p, b"bits").unwrap();
     let name = std::fs::read_to_string(mgr.join("firmware")).unwrap();
-    assert!(
-        name.starts_with("corefarm-") && name.ends_with(".rbf"),
-        "{name}"
-    );
+    assert_eq!(name, corefarm_cores::fpga::FIRMWARE_NAME);
     assert_eq!(std::fs::read(fw.join(&name)).unwrap(), b"bits");
+    // Another bitstream rewrites the same file: one on the card, not one each.
+    corefarm_cores::fpga::program(&p, b"other bits").unwrap();
+    assert_eq!(std::fs::read(fw.join(&name)).unwrap(), b"other bits");
+    assert_eq!(std::fs::read_dir(&fw).unwrap().count(), 1);
     std::fs::write(mgr.join("state"), "write error\n").unwrap();
     let e = corefarm_cores::fpga::program(&p, b"bits").unwrap_err();
     assert!(e.to_string().contains("write error"), "{e}");

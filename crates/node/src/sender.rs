@@ -120,7 +120,7 @@ fn to_wire(o: Outgoing, negotiated: bool, chunking: &Chunking) -> Result<Ready, 
         } => (id, code, reason, reservation),
     };
     let class = chunking.take(id);
-    tracing::warn!("data id {id} failed: {reason}");
+    tracing::warn!("data id {id} failed: {}", ErrorMsg::clip(&reason));
     if negotiated {
         Ok((ErrorMsg::new(id, code, reason).to_frame(), class, held))
     } else {

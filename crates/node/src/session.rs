@@ -407,7 +407,8 @@ impl Session<'_> {
                 ));
             }
             Err(reason) => {
-                tracing::warn!(node = %self.opts.name, "configuration refused: {reason}");
+                let clipped = ErrorMsg::clip(&reason);
+                tracing::warn!(node = %self.opts.name, "configuration refused: {clipped}");
                 self.error(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, reason);
                 let status = ConfigurationResponse::FAILED;
                 self.queue(Outgoing::Frame(ConfigurationResponse { status }.to_frame()));

@@ -16,6 +16,8 @@ pub enum ProtocolError {
     },
     #[error("configuration declares {cores} cores but the payload holds only {room} bytes for the core table")]
     CoreTableTooLong { cores: u32, room: usize },
+    #[error("configuration declares {cores} cores; at most {max} are allowed")]
+    TooManyCores { cores: u32, max: u32 },
     #[error("configuration has input size 0")]
     ZeroInputSize,
     #[error("benchmarking configuration needs input and output sizes of at least 16 bytes, got {input} and {output}")]
@@ -159,6 +161,7 @@ impl ProtocolError {
             ProtocolError::TooLarge { .. } => "too_large",
             ProtocolError::Truncated { .. } => "truncated",
             ProtocolError::CoreTableTooLong { .. } => "core_table_too_long",
+            ProtocolError::TooManyCores { .. } => "too_many_cores",
             ProtocolError::ZeroInputSize => "zero_input_size",
             ProtocolError::BenchmarkTooSmall { .. } => "benchmark_too_small",
             ProtocolError::NotMultiple { .. } => "not_multiple",
@@ -187,7 +190,9 @@ impl ProtocolError {
             ProtocolError::TooLarge { .. }
             | ProtocolError::SizeOverLimit { .. }
             | ProtocolError::Unrepresentable(_) => ErrorCode::TooLarge,
-            ProtocolError::ZeroOutputSize => ErrorCode::ConfigurationFailed,
+            ProtocolError::ZeroOutputSize | ProtocolError::TooManyCores { .. } => {
+                ErrorCode::ConfigurationFailed
+            }
             ProtocolError::NotMultiple { .. } | ProtocolError::EmptyData(_) => {
                 ErrorCode::BadDataSize
             }

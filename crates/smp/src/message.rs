@@ -49,6 +49,11 @@ pub struct BenchmarkConfig {
     pub delay_us: u32,
 }
 
+/// Most hardware cores one configuration may declare: more than any
+/// design has, and a bound on what a node spends checking and starting a
+/// table (a thread or worker process per core).
+pub const MAX_CORES: u32 = 1024;
+
 impl Configuration {
     const FIXED: usize = 12;
     const CORE: usize = 12;
@@ -70,6 +75,12 @@ impl Configuration {
             return Err(ProtocolError::CoreTableTooLong {
                 cores: ncores,
                 room,
+            });
+        }
+        if ncores > MAX_CORES {
+            return Err(ProtocolError::TooManyCores {
+                cores: ncores,
+                max: MAX_CORES,
             });
         }
         if input_size == 0 {
@@ -271,6 +282,17 @@ impl ErrorMsg {
     /// Longest reason sent on the wire.
     pub const MAX_REASON: usize = 4096;
 
+    /// `reason` cut to [`ErrorMsg::MAX_REASON`] bytes on a character
+    /// boundary: what goes on the wire, and what a log line should hold of
+    /// a reason a peer may have made long.
+    pub fn clip(reason: &str) -> &str {
+        let mut end = reason.len().min(Self::MAX_REASON);
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        &reason[..end]
+    }
+
     pub fn new(id: u32, code: ErrorCode, reason: impl Into<String>) -> Self {
         ErrorMsg {
             id,
@@ -306,10 +328,7 @@ impl ErrorMsg {
         let mut p = [0u8; 8];
         p[..4].copy_from_slice(&self.id.to_le_bytes());
         p[4..].copy_from_slice(&self.code.to_le_bytes());
-        let mut end = self.reason.len().min(Self::MAX_REASON);
-        while !self.reason.is_char_boundary(end) {
-            end -= 1;
-        }
+        let end = Self::clip(&self.reason).len();
         OutFrame::small(
             MsgType::Error,
             &p,
@@ -523,6 +542,29 @@ mod tests {
         assert!(bench(32, 0xFFFF_FFF0).check_limits(1 << 20).is_err());
         assert!(bench(1 << 20, 16).check_limits(1 << 20).is_err());
         assert!(bench((1 << 20) - 4, 16).check_limits(1 << 20).is_ok());
+        // A core table of more than MAX_CORES is refused before it is built
+        // (too large for the shared vectors' 1 KiB payloads).
+        let many = Configuration {
+            input_size: 16,
+            output_size: 16,
+            cores: vec![
+                CoreInfo {
+                    control: 0,
+                    input: 0,
+                    output: 0
+                };
+                MAX_CORES as usize + 1
+            ],
+            bitstream: Bytes::new(),
+        };
+        let e = Configuration::parse(many.encode_payload().into()).unwrap_err();
+        assert_eq!(e.kind(), "too_many_cores");
+        assert_eq!(e.code(), crate::ErrorCode::ConfigurationFailed);
+        let most = Configuration {
+            cores: many.cores[..MAX_CORES as usize].to_vec(),
+            ..many
+        };
+        assert!(Configuration::parse(most.encode_payload().into()).is_ok());
         let mut c = Configuration::parse(cfg_payload(1, 12, b"xx")).unwrap();
         c.output_size = 0;
         assert_eq!(c.check_limits(1 << 20), Err(ProtocolError::ZeroOutputSize));

@@ -34,29 +34,34 @@ fn page() -> usize {
     rustix::param::page_size()
 }
 
-/// Each set's place and the file's length.
-pub(super) fn layout(sets: &[HandlerSet]) -> (Vec<Place>, usize) {
+/// Each set's place and the file's length; `None` when the sets' budgets
+/// together exceed the address space (a 32-bit board's, say).
+pub(super) fn checked_layout(sets: &[HandlerSet]) -> Option<(Vec<Place>, usize)> {
     let page = page();
-    let mut at = 0;
-    let places = sets
-        .iter()
-        .map(|s| {
-            let counters = s.budgets.counters as usize;
-            let shared = s.budgets.shared as usize;
-            let shared_at = at + counters * 8;
-            let guard_at = (shared_at + shared).next_multiple_of(page);
-            let p = Place {
-                counters_at: at,
-                counters,
-                shared_at,
-                shared,
-                guard_at,
-            };
-            at = guard_at + page;
-            p
-        })
-        .collect();
-    (places, at)
+    let mut at: usize = 0;
+    let mut places = Vec::with_capacity(sets.len());
+    for s in sets {
+        let counters = usize::try_from(s.budgets.counters).ok()?;
+        let shared = usize::try_from(s.budgets.shared).ok()?;
+        let shared_at = at.checked_add(counters.checked_mul(8)?)?;
+        let guard_at = shared_at
+            .checked_add(shared)?
+            .checked_next_multiple_of(page)?;
+        places.push(Place {
+            counters_at: at,
+            counters,
+            shared_at,
+            shared,
+            guard_at,
+        });
+        at = guard_at.checked_add(page)?;
+    }
+    Some((places, at))
+}
+
+/// [`checked_layout`] of sets that [`create`] accepted.
+pub(super) fn layout(sets: &[HandlerSet]) -> (Vec<Place>, usize) {
+    checked_layout(sets).unwrap_or_default()
 }
 
 /// A new, zeroed memfd for `sets`, sealed against resizing (a worker
@@ -66,7 +71,14 @@ pub(super) fn create(sets: &[HandlerSet]) -> std::io::Result<OwnedFd> {
         "corefarm-handler-memory",
         rustix::fs::MemfdFlags::CLOEXEC | rustix::fs::MemfdFlags::ALLOW_SEALING,
     )?;
-    rustix::fs::ftruncate(&fd, layout(sets).1 as u64)?;
+    let Some((_, len)) = checked_layout(sets) else {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "the handler sets' counters and shared memory together exceed this machine's \
+             address space",
+        ));
+    };
+    rustix::fs::ftruncate(&fd, len as u64)?;
     rustix::fs::fcntl_add_seals(
         &fd,
         rustix::fs::SealFlags::SHRINK | rustix::fs::SealFlags::GROW | rustix::fs::SealFlags::SEAL,
@@ -166,6 +178,13 @@ mod tests {
                 ..BudgetSpec::default()
             },
         }
+    }
+
+    #[test]
+    fn budgets_past_the_address_space_are_refused_not_an_overflow() {
+        let huge = set(u64::MAX / 4, 1 << 20);
+        assert!(checked_layout(&[huge.clone(), huge.clone(), huge.clone(), huge]).is_none());
+        assert!(create(&[set(u64::MAX, 0)]).is_err());
     }
 
     #[test]
