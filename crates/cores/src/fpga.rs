@@ -291,9 +291,17 @@ fn map_bridge(opts: &FpgaOptions) -> Result<Bridge, LoadError> {
             opts.device_offset + opts.span
         )));
     }
+    // Every bound below is checked against the span: on a 32-bit board a
+    // span past the address space must be refused, not cut short.
+    let span = usize::try_from(opts.span).map_err(|_| {
+        backend(format!(
+            "a bridge span of {:#x} bytes does not fit this machine's address space",
+            opts.span
+        ))
+    })?;
     let map = MmapOptions::new()
         .offset(opts.device_offset)
-        .len(opts.span as usize)
+        .len(span)
         .map_raw(&file)
         .map_err(|e| {
             backend(format!(

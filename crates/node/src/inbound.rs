@@ -206,7 +206,10 @@ impl Inbound {
 /// Messages for the cores are placed: their chunks after the first are
 /// read into the buffer the cores take. Streamed and discarded ones are
 /// not (the lane takes each chunk as it comes).
-impl Place for Inbound {
+// SAFETY: a message's buffer is its `Dest::Cores` vector, allocated whole
+// at the first chunk and left in place until the last; only the reader
+// extends it.
+unsafe impl Place for Inbound {
     type Whole = Step;
 
     fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {

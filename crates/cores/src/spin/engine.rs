@@ -66,14 +66,16 @@ pub struct ChunkRef<'a> {
 /// Memory a handler call may use: raw, because payload handlers of one
 /// message share it concurrently and synchronise in their own code (the
 /// header says: atomics). Rust code never forms references to it while a
-/// handler runs.
+/// handler runs. Built only here, from a message's scratchpad and its
+/// context's memory: the pointers go to C as they are, so a `Memory` made
+/// elsewhere could send a handler anywhere.
 pub struct Memory {
-    pub scratch: *mut u8,
-    pub scratch_len: u32,
-    pub shared: *mut u8,
-    pub shared_len: u64,
-    pub counters: *mut u64,
-    pub counters_len: u32,
+    pub(crate) scratch: *mut u8,
+    pub(crate) scratch_len: u32,
+    pub(crate) shared: *mut u8,
+    pub(crate) shared_len: u64,
+    pub(crate) counters: *mut u64,
+    pub(crate) counters_len: u32,
 }
 
 /// The actions a handler may take, recorded per message.

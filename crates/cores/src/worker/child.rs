@@ -246,7 +246,12 @@ pub(super) fn exit_with_the_node(sock: &OwnedFd) -> Result<(), String> {
                 rustix::event::PollFlags::RDHUP,
             )];
             match rustix::event::poll(&mut p, None) {
-                Ok(_) if !p[0].revents().is_empty() => std::process::exit(0),
+                // _exit: no atexit handlers or C++ destructors of the core's
+                // code while the main thread may still be running it.
+                Ok(_) if !p[0].revents().is_empty() => {
+                    // SAFETY: _exit ends the process at once; nothing runs after it.
+                    unsafe { libc::_exit(0) }
+                }
                 _ => continue,
             }
         })

@@ -10,7 +10,16 @@ use crate::error::ProtocolError;
 /// A receiver of chunked messages that takes their chunks in place. A
 /// message's first chunk arrives as an ordinary frame unless the receiver
 /// begins the message for it ([`Place::begin`]).
-pub trait Place {
+///
+/// # Safety
+///
+/// The reader extends a returned buffer's length over bytes it read into
+/// the buffer's spare capacity ahead of time. An implementation must keep
+/// each message's buffer the same allocation (never freed, moved or
+/// reallocated, its length changed only by the reader) from one `begin` or
+/// `place` of the message to the next; a buffer that is another allocation
+/// at the same address would expose bytes nobody wrote.
+pub unsafe trait Place {
     /// What a completed message comes out as.
     type Whole;
 

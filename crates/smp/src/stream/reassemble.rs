@@ -298,7 +298,10 @@ impl Reassembler {
 }
 
 /// Every open message is placed: its buffer is where its data ends up.
-impl Place for Reassembler {
+// SAFETY: a message's buffer lives in its `Open` entry from its first
+// chunk until it completes or is dropped with the message; only the reader
+// extends it (`try_reserve` reserves once, before the first placed read).
+unsafe impl Place for Reassembler {
     type Whole = Message;
 
     /// A message of one chunk stays a frame: handed on as it came, it is
