@@ -581,3 +581,56 @@ async fn a_full_queue_stops_reading_from_the_user() {
         got += 1;
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chunks_user_that_does_not_read_stops_being_read() {
+    // 16-byte inputs answered with 1 MiB each, to a user whose socket
+    // takes almost nothing: the server must not hold its results without
+    // bound (exclusive mode stops after a queue's worth; shared mode read
+    // on and held every result).
+    let server = start(shared()).await;
+    let _node = FakeNode::spawn(server.nodes, "n", 1, Behaviour::Echo).await;
+    server.wait_status("the node", |s| s.nodes.len() == 1).await;
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(1).unwrap();
+    sock.connect(&server.users.into()).unwrap();
+    sock.set_nonblocking(true).unwrap();
+    let (rd, mut w) = TcpStream::from_std(sock.into()).unwrap().into_split();
+    let mut r = FrameReader::new(rd, 1 << 30);
+    let mut h = Hello::new("user");
+    h.features = vec!["error".into(), "chunks".into()];
+    h.chunk_size = Some(64 * 1024);
+    h.nodes = Some(1);
+    write_frame(&mut w, h.to_frame()).await.unwrap();
+    let f = r.read_frame().await.unwrap().unwrap();
+    assert!(
+        Hello::decode(&f.payload).unwrap().has("chunks"),
+        "chunks agreed"
+    );
+    write_frame(&mut w, bench(16, 1 << 20).to_frame().unwrap())
+        .await
+        .unwrap();
+    let f = r.read_frame().await.unwrap().unwrap();
+    assert_eq!(f.ty, MsgType::ConfigurationResponse);
+    let sender = tokio::spawn(async move {
+        for id in 0..400u32 {
+            let f = OutFrame::data(id, Bytes::from(vec![7u8; 16])).unwrap();
+            if write_frame(&mut w, f).await.is_err() {
+                break;
+            }
+        }
+    });
+    // Results are made, then the reads stop: at most the 32 results a user
+    // may leave unread beside its window (credit 4 × one node), and a few
+    // in the sockets.
+    let results = |s: &ClusterStatus| s.nodes.iter().map(|n| n.results_total).sum::<u64>();
+    server.wait_status("results", |s| results(s) >= 20).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+    while tokio::time::Instant::now() < deadline {
+        let made = results(&server.status.get());
+        assert!(made <= 64, "{made} results made for a user that reads none");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sender.abort();
+    drop(r);
+}

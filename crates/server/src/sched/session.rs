@@ -128,10 +128,20 @@ impl Session {
     ) -> Result<(), String> {
         loop {
             self.housekeeping().await?;
+            // A user's messages read and not yet answered to it (computing,
+            // or results waiting to go out) are bounded, with or without
+            // credit: results come from the scheduler whether or not the
+            // user reads them, and each may be as large as a message.
+            let results_waiting = self.conn.outbound.as_ref().map_or(0, |o| o.len()) as u64;
+            let unanswered = self.outstanding + results_waiting;
             let read = match self.conn.phase {
                 Phase::Initial => true,
                 Phase::Configuring => false,
-                Phase::Routing => self.next_cfg.is_none() && self.blocked.is_none(),
+                Phase::Routing => {
+                    self.next_cfg.is_none()
+                        && self.blocked.is_none()
+                        && unanswered < self.window() + crate::userconn::USER_QUEUE as u64
+                }
             };
             let queue = self.queue.clone();
             // Most urgent first: of two classes waiting for the queue's
@@ -179,6 +189,19 @@ impl Session {
         }
     }
 
+    /// Messages a user may have unanswered: what credit grants, and what
+    /// bounds the reads of a user without credit (beside a queue's worth of
+    /// results to go out).
+    fn window(&self) -> u64 {
+        let o = &self.shared.opts;
+        o.user_window
+            .map_or_else(
+                || o.credit as u64 * self.shared.registry.node_count().max(1) as u64,
+                u64::from,
+            )
+            .clamp(1, o.queue_limit.max(1) as u64)
+    }
+
     /// A pending configuration once drained; credit toward credit users.
     async fn housekeeping(&mut self) -> Result<(), String> {
         self.conn
@@ -196,15 +219,11 @@ impl Session {
             && self.conn.phase == Phase::Routing
             && self.next_cfg.is_none()
         {
-            let o = &self.shared.opts;
-            let window = o
-                .user_window
-                .map_or_else(
-                    || o.credit as u64 * self.shared.registry.node_count().max(1) as u64,
-                    u64::from,
-                )
-                .clamp(1, o.queue_limit.max(1) as u64);
-            let used = self.outstanding + self.credit;
+            let window = self.window();
+            // A result still waiting to go out counts as outstanding: credit
+            // must not let a user that does not read pile up results here.
+            let waiting = self.conn.outbound.as_ref().map_or(0, |o| o.len()) as u64;
+            let used = self.outstanding + self.credit + waiting;
             if used < window {
                 let grant = (window - used) as u32;
                 self.credit += grant as u64;
