@@ -369,7 +369,7 @@ async fn direct_path_computes_past_the_server() {
         assert_eq!(got, want);
         // A message that is not whole inputs is refused by the member, by id.
         let e = d.map(&[Bytes::from_static(&[1, 2, 3])]).unwrap_err();
-        assert!(e.to_string().contains("direct data id 0"), "{e}");
+        assert!(e.to_string().contains("direct data message 0"), "{e}");
         // The group's commands still work beside the direct path.
         g.barrier(Algorithm::Auto).unwrap();
     })
