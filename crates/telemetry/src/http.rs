@@ -25,6 +25,11 @@ const MAX_CONNECTIONS: usize = 32;
 const MAX_HEAD: usize = 8 * 1024;
 /// The request head must arrive within this.
 const HEAD_TIMEOUT: Duration = Duration::from_secs(5);
+/// A connection's whole life, requests and responses: a client that stops
+/// reading its answers would otherwise hold a slot for good (hyper times
+/// only the reading of a request head), and 32 of them would lock every
+/// scraper out. Scrapers reconnect.
+const CONNECTION_LIFETIME: Duration = Duration::from_secs(30);
 
 /// What the endpoint serves: both answers are made at request time.
 pub trait Endpoints: Send + Sync + 'static {
@@ -37,6 +42,7 @@ pub trait Endpoints: Send + Sync + 'static {
 /// A bound metrics endpoint, ready to run.
 pub struct MetricsServer {
     listener: TcpListener,
+    lifetime: Duration,
 }
 
 impl MetricsServer {
@@ -47,7 +53,16 @@ impl MetricsServer {
                 format!("cannot listen for metrics on {addr}: {e}"),
             )
         })?;
-        Ok(MetricsServer { listener })
+        Ok(MetricsServer {
+            listener,
+            lifetime: CONNECTION_LIFETIME,
+        })
+    }
+
+    /// How long one connection may last (30 s by default).
+    pub fn connection_lifetime(mut self, d: Duration) -> Self {
+        self.lifetime = d;
+        self
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -76,6 +91,7 @@ impl MetricsServer {
             };
             let endpoints = endpoints.clone();
             let stop = stop.clone();
+            let lifetime = self.lifetime;
             tokio::spawn(async move {
                 let _permit = permit;
                 let svc = hyper::service::service_fn(move |req| {
@@ -90,8 +106,10 @@ impl MetricsServer {
                     .serve_connection(TokioIo::new(stream), svc);
                 tokio::select! {
                     _ = stop.cancelled() => {}
-                    r = conn => if let Err(e) = r {
-                        tracing::debug!(peer = %peer, "metrics connection: {e}");
+                    r = tokio::time::timeout(lifetime, conn) => match r {
+                        Ok(Err(e)) => tracing::debug!(peer = %peer, "metrics connection: {e}"),
+                        Err(_) => tracing::debug!(peer = %peer, "metrics connection closed after {lifetime:?}"),
+                        Ok(Ok(())) => {}
                     },
                 }
             });

@@ -103,3 +103,45 @@ async fn serves_metrics_and_status_and_refuses_the_rest() {
     stop.cancel();
     task.await.unwrap();
 }
+
+struct Large;
+
+impl Endpoints for Large {
+    fn metrics(&self) -> String {
+        "# EOF\n".into()
+    }
+    fn status(&self) -> Vec<u8> {
+        vec![b'x'; 64 * 1024]
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_never_read_cannot_lock_scrapers_out() {
+    // 32 connections (every slot), each with many requests pipelined and
+    // never reading: their answers fill the sockets. Each connection's
+    // lifetime ends it; a scraper is then served.
+    let s = MetricsServer::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .connection_lifetime(std::time::Duration::from_millis(300));
+    let addr = s.local_addr();
+    let stop = CancellationToken::new();
+    tokio::spawn(s.run(Arc::new(Large), stop.clone()));
+    let mut held = Vec::new();
+    for _ in 0..32 {
+        let mut c = TcpStream::connect(addr).await.unwrap();
+        let reqs = "GET /status HTTP/1.1\r\nHost: x\r\n\r\n".repeat(200);
+        c.write_all(reqs.as_bytes()).await.unwrap();
+        held.push(c);
+    }
+    let scrape = get(
+        addr,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    );
+    let answer = tokio::time::timeout(std::time::Duration::from_secs(20), scrape)
+        .await
+        .expect("a scrape is served once the stalled connections time out");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    drop(held);
+    stop.cancel();
+}
