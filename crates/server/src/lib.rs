@@ -290,6 +290,11 @@ impl Server {
         } = self;
         let node_slots = Arc::new(Semaphore::new(shared.opts.max_nodes));
         let user_slots = Arc::new(Semaphore::new(shared.opts.max_users));
+        // Of those, what peers still in their TLS handshake or
+        // authentication may hold: peers without a secret cannot take
+        // every slot, only this share of them.
+        let node_opening = Arc::new(Semaphore::new(opening_cap(shared.opts.max_nodes)));
+        let user_opening = Arc::new(Semaphore::new(opening_cap(shared.opts.max_users)));
         let refusals = limits::Refusals::new(&shared);
         let sched = (shared.opts.sharing == Sharing::Shared)
             .then(|| sched::driver::start(shared.clone(), stop.child_token()));
@@ -311,11 +316,20 @@ impl Server {
                         let tls = shared.opts.tls.clone().filter(|t| t.covers(limits::Port::Nodes));
                         match (shared.opts.auth.clone(), tls) {
                             (None, None) => start_node(&shared, tls::Stream::Plain(s), addr, permit, kill, &[]),
-                            (auth, tls) => { tokio::spawn(async move {
-                                let Some((s, prefix)) = open(&shared, s, addr, limits::Port::Nodes,
-                                    tls.as_ref(), auth.as_deref()).await else { return };
-                                start_node(&shared, s, addr, permit, kill, &prefix);
-                            }); }
+                            (auth, tls) => {
+                                let Ok(opening) = node_opening.clone().try_acquire_owned() else {
+                                    let cap = opening_cap(shared.opts.max_nodes);
+                                    refuse_opening(&refusals, &shared, limits::Port::Nodes, s, addr, cap);
+                                    continue;
+                                };
+                                tokio::spawn(async move {
+                                    let opened = open(&shared, s, addr, limits::Port::Nodes,
+                                        tls.as_ref(), auth.as_deref()).await;
+                                    drop(opening);
+                                    let Some((s, prefix)) = opened else { return };
+                                    start_node(&shared, s, addr, permit, kill, &prefix);
+                                });
+                            }
                         }
                     }
                     Err(e) => accept_error(e).await,
@@ -328,14 +342,27 @@ impl Server {
                             refuse(&refusals, &shared, limits::Port::Users, s, addr);
                             continue;
                         };
+                        let tls = shared.opts.tls.clone().filter(|t| t.covers(limits::Port::Users));
+                        let auth = shared.opts.auth.clone();
+                        let opening = match tls.is_some() || auth.is_some() {
+                            false => None,
+                            true => match user_opening.clone().try_acquire_owned() {
+                                Ok(p) => Some(p),
+                                Err(_) => {
+                                    let cap = opening_cap(shared.opts.max_users);
+                                    refuse_opening(&refusals, &shared, limits::Port::Users, s, addr, cap);
+                                    continue;
+                                }
+                            },
+                        };
                         let shared = shared.clone();
                         let stop = stop.child_token();
                         let sched = sched.clone();
                         tokio::spawn(async move {
-                            let tls = shared.opts.tls.clone().filter(|t| t.covers(limits::Port::Users));
-                            let auth = shared.opts.auth.clone();
-                            let Some((s, prefix)) = open(&shared, s, addr, limits::Port::Users,
-                                tls.as_ref(), auth.as_deref()).await else { return };
+                            let opened = open(&shared, s, addr, limits::Port::Users,
+                                tls.as_ref(), auth.as_deref()).await;
+                            drop(opening);
+                            let Some((s, prefix)) = opened else { return };
                             tracing::info!(user = %addr, "user connected");
                             // Listed from now on, whatever it sends first.
                             let id = shared.next_id();
@@ -364,9 +391,16 @@ impl Server {
     }
 }
 
+/// Connections of a port that may be in their TLS handshake or
+/// authentication at once: a quarter of its slots, at most 64.
+fn opening_cap(max: usize) -> usize {
+    (max / 4).clamp(1, 64)
+}
+
 /// A connection's way in: the TLS handshake on a TLS port, then the
-/// authentication challenge with `--auth-file`. `None` if either failed
-/// (the reason is logged, the connection closed).
+/// authentication challenge with `--auth-file`, all within one
+/// `--read-timeout`. `None` if either failed or the time ran out (the
+/// reason is logged, the connection closed).
 async fn open(
     shared: &Shared,
     s: TcpStream,
@@ -376,13 +410,41 @@ async fn open(
     auth: Option<&auth::AuthConfig>,
 ) -> Option<(tls::Stream, Vec<u8>)> {
     let timeout = shared.opts.read_timeout;
-    let s = match tls {
-        Some(t) => tls::accept(t, s, addr, port, timeout).await?,
-        None => tls::Stream::Plain(s),
+    let way_in = async {
+        let s = match tls {
+            Some(t) => tls::accept(t, s, addr, port, timeout).await?,
+            None => tls::Stream::Plain(s),
+        };
+        match auth {
+            None => Some((s, Vec::new())),
+            Some(a) => auth::admit(s, addr, port, a, shared.opts.allow_legacy, timeout).await,
+        }
     };
-    match auth {
-        None => Some((s, Vec::new())),
-        Some(a) => auth::admit(s, addr, port, a, shared.opts.allow_legacy, timeout).await,
+    match tokio::time::timeout(timeout, way_in).await {
+        Ok(opened) => opened,
+        Err(_) => {
+            tracing::warn!(peer = %addr, "closed: no way in (TLS, authentication) within {timeout:?}");
+            None
+        }
+    }
+}
+
+/// Beyond the connections a port may have on their way in at once (as
+/// [`refuse`] for a TLS port: just the close).
+fn refuse_opening(
+    refusals: &limits::Refusals,
+    shared: &Shared,
+    port: limits::Port,
+    s: TcpStream,
+    addr: SocketAddr,
+    cap: usize,
+) {
+    shared.metrics.error(metrics::ErrorKind::Refused);
+    match &shared.opts.tls {
+        Some(t) if t.covers(port) => {
+            tracing::warn!(peer = %addr, "connection refused (TLS port): {cap} still on their way in")
+        }
+        _ => refusals.refuse_opening(port, s, addr, cap),
     }
 }
 

@@ -52,6 +52,20 @@ impl Refusals {
     /// Refuses one connection; returns at once (the answer is a task).
     pub fn refuse(&self, port: Port, stream: TcpStream, addr: SocketAddr) {
         let reason = reason(port, self.max_users, self.max_nodes);
+        self.refuse_because(port, stream, addr, reason);
+    }
+
+    /// Refused because `cap` connections of the port are still on their way
+    /// in (TLS handshake, authentication).
+    pub fn refuse_opening(&self, port: Port, stream: TcpStream, addr: SocketAddr, cap: usize) {
+        let reason = format!(
+            "the server has {cap} connection(s) of this port still in their TLS handshake \
+             or authentication, its limit for those; try again later"
+        );
+        self.refuse_because(port, stream, addr, reason);
+    }
+
+    fn refuse_because(&self, port: Port, stream: TcpStream, addr: SocketAddr, reason: String) {
         tracing::warn!(peer = %addr, "connection refused: {reason}");
         let Ok(permit) = self.slots.clone().try_acquire_owned() else {
             return; // dropping the stream closes it

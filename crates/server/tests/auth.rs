@@ -264,3 +264,48 @@ async fn a_group_user_answers_the_challenge_too() {
         .expect("the group calls returned")
         .unwrap();
 }
+
+#[tokio::test]
+async fn peers_without_a_secret_hold_at_most_a_share_of_the_slots() {
+    // 8 user slots: at most 2 connections on their way in at once. Two
+    // peers that never answer the challenge hold those; a third is refused
+    // with the reason; once they leave, a user with the secret gets in.
+    let srv = start(ServerOptions {
+        max_users: 8,
+        ..with_auth(false)
+    })
+    .await;
+    let h = hello("user");
+    // Challenged (so on their way in), and never answering.
+    let silent = [
+        challenged(srv.users, &h).await.0,
+        challenged(srv.users, &h).await.0,
+    ];
+    let mut third = FakeUser::connect(srv.users).await;
+    third.send(h.to_frame()).await;
+    let f = third.recv().await.expect("a refusal");
+    assert_eq!(f.ty, MsgType::Error);
+    let e = ErrorMsg::parse(&f.payload).unwrap();
+    assert!(
+        e.reason
+            .contains("still in their TLS handshake or authentication"),
+        "{e}"
+    );
+    drop(silent);
+    // Their ends free the two places (the server sees the close).
+    let mut tries = 0;
+    let (mut u, ch) = loop {
+        let mut c = FakeUser::connect(srv.users).await;
+        c.send(h.to_frame()).await;
+        let f = c.recv().await.expect("an answer");
+        if f.ty == MsgType::AuthChallenge {
+            break (c, AuthChallenge::parse(&f.payload).unwrap());
+        }
+        tries += 1;
+        assert!(tries < 200, "the places were never freed");
+        tokio::task::yield_now().await;
+    };
+    let answer = AuthResponse::answer(&secret(USER), &ch, "user", &h.encode());
+    u.send(answer.to_frame()).await;
+    assert_eq!(u.recv().await.unwrap().ty, MsgType::Hello);
+}
