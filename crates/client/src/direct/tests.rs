@@ -9,6 +9,44 @@ use std::net::TcpListener;
 /// data length.
 type Received = Vec<(MsgType, u32, usize)>;
 
+/// Accepts the client's direct connection as rank 0 of group 1 (token 0)
+/// and answers its hello as a member that predates chunks. Returns the
+/// connection's two halves.
+fn accept_member(l: &TcpListener) -> (TcpStream, FrameReader<TcpStream>) {
+    let (s, _) = l.accept().unwrap();
+    let w = s.try_clone().unwrap();
+    let mut r = FrameReader::new(s, 1 << 21);
+    let f = r.read_frame().unwrap().unwrap();
+    assert_eq!(f.ty, MsgType::Peer);
+    let hello = PeerMsg::parse(f.payload).unwrap();
+    let PeerBody::Hello { token, name } = hello.body else {
+        panic!("not a hello: {hello:?}")
+    };
+    assert_eq!((hello.header.group, hello.header.dst, token), (1, 0, 0));
+    assert_eq!(
+        name,
+        hello_name("user", DEFAULT_CHUNK_SIZE),
+        "a new client offers chunks"
+    );
+    let answer = PeerMsg {
+        header: PeerHeader {
+            kind: PeerKind::Hello,
+            ttl: 0,
+            group: 1,
+            src: 0,
+            dst: DIRECT_USER,
+            seq: 0,
+        },
+        body: PeerBody::Hello {
+            token,
+            name: "rank 0".into(),
+        },
+    };
+    let mut w2 = &w;
+    w2.write_all(&answer.to_frame().unwrap().to_vec()).unwrap();
+    (w, r)
+}
+
 /// A member that predates chunks (rank 0 of group 1, token 0): answers the
 /// direct hello with a plain name, then answers every whole data message
 /// with its bytes reversed. Any other frame is recorded and ends the
@@ -17,36 +55,7 @@ fn old_member() -> (String, std::thread::JoinHandle<Received>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let t = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = FrameReader::new(s, 1 << 21);
-        let f = r.read_frame().unwrap().unwrap();
-        assert_eq!(f.ty, MsgType::Peer);
-        let hello = PeerMsg::parse(f.payload).unwrap();
-        let PeerBody::Hello { token, name } = hello.body else {
-            panic!("not a hello: {hello:?}")
-        };
-        assert_eq!((hello.header.group, hello.header.dst, token), (1, 0, 0));
-        assert_eq!(
-            name,
-            hello_name("user", DEFAULT_CHUNK_SIZE),
-            "a new client offers chunks"
-        );
-        let answer = PeerMsg {
-            header: PeerHeader {
-                kind: PeerKind::Hello,
-                ttl: 0,
-                group: 1,
-                src: 0,
-                dst: DIRECT_USER,
-                seq: 0,
-            },
-            body: PeerBody::Hello {
-                token,
-                name: "rank 0".into(),
-            },
-        };
-        w.write_all(&answer.to_frame().unwrap().to_vec()).unwrap();
+        let (mut w, mut r) = accept_member(&l);
         let mut received = Vec::new();
         while let Ok(Some(f)) = r.read_frame() {
             let len = f.payload.len();
@@ -116,28 +125,7 @@ fn late_member() -> (String, std::thread::JoinHandle<Received>) {
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let t = std::thread::spawn(move || {
-        let (s, _) = l.accept().unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = FrameReader::new(s, 1 << 21);
-        let hello = PeerMsg::parse(r.read_frame().unwrap().unwrap().payload).unwrap();
-        let PeerBody::Hello { token, .. } = hello.body else {
-            panic!("not a hello")
-        };
-        let answer = PeerMsg {
-            header: PeerHeader {
-                kind: PeerKind::Hello,
-                ttl: 0,
-                group: 1,
-                src: 0,
-                dst: DIRECT_USER,
-                seq: 0,
-            },
-            body: PeerBody::Hello {
-                token,
-                name: "rank 0".into(),
-            },
-        };
-        w.write_all(&answer.to_frame().unwrap().to_vec()).unwrap();
+        let (mut w, mut r) = accept_member(&l);
         let mut received = Vec::new();
         let mut held = None;
         while let Ok(Some(f)) = r.read_frame() {
@@ -170,7 +158,7 @@ fn a_call_that_failed_early_leaves_nothing_for_the_next() {
     let mut opts = GroupOptions::new(1);
     opts.model = None;
     let g = Group::open(&addr, opts).unwrap();
-    let mut d = g.direct_with_chunks(2, 0).unwrap();
+    let mut d = g.direct(2).unwrap();
     let first = [Bytes::from_static(b"a"), Bytes::from_static(b"b")];
     let e = d.map(&first).unwrap_err();
     assert!(e.to_string().contains("scripted"), "{e}");
