@@ -441,7 +441,10 @@ fn next_free_id(st: &mut State) -> u32 {
     loop {
         let id = st.next_id;
         st.next_id = st.next_id.wrapping_add(1);
-        if id != ErrorMsg::NO_ID && !st.claims.contains_key(&id) && !st.chosen.contains_key(&id) {
+        if id != ErrorMsg::NO_ID
+            && !st.claims.contains_key(&id)
+            && (st.chosen.is_empty() || !st.chosen.contains_key(&id))
+        {
             return id;
         }
     }

@@ -129,10 +129,13 @@ impl Shared {
             return;
         }
         st.unclaimed = st.unclaimed.saturating_sub(1);
-        if let std::collections::hash_map::Entry::Occupied(mut n) = st.chosen.entry(id) {
-            *n.get_mut() -= 1;
-            if *n.get() == 0 {
-                n.remove();
+        // Empty unless a caller chose ids: no hashing per result then.
+        if !st.chosen.is_empty() {
+            if let std::collections::hash_map::Entry::Occupied(mut n) = st.chosen.entry(id) {
+                *n.get_mut() -= 1;
+                if *n.get() == 0 {
+                    n.remove();
+                }
             }
         }
         st.queue.push_back(event);
