@@ -138,9 +138,12 @@ impl Session {
                 Phase::Initial => true,
                 Phase::Configuring => false,
                 Phase::Routing => {
+                    // The window (a registry lock) only matters past a
+                    // queue's worth: it is at least 1.
+                    let queue = crate::userconn::USER_QUEUE as u64;
                     self.next_cfg.is_none()
                         && self.blocked.is_none()
-                        && unanswered < self.window() + crate::userconn::USER_QUEUE as u64
+                        && (unanswered <= queue || unanswered < self.window() + queue)
                 }
             };
             let queue = self.queue.clone();
