@@ -6,9 +6,12 @@ ranks about twice as fast as corefarm's peer link (bench/manual/collectives.md,
 "Why Open MPI wins at two members"). This isolates the transport: two
 processes, one socket, messages written back to back; the receiver either
 blocks in recv (as an epoll-driven node does) or polls with non-blocking
-reads (as an MPI progress engine does). No corefarm code runs.
+reads (as an MPI progress engine does), or blocks with SO_RCVLOWAT set
+(`--lowat`: the kernel wakes it only once that many bytes are queued, and
+the low-water mark is lowered for the last bytes, which would otherwise
+never wake it). No corefarm code runs.
 
-    python3 bench/tcp_loopback.py [--message 4M] [--count 200] [--write 128K] [--reads 64K,1M]
+    python3 bench/tcp_loopback.py [--message 4M] [--count 200] [--write 128K] [--reads 64K,1M] [--lowat 256K]
 """
 
 import argparse
@@ -24,7 +27,7 @@ def size(s: str) -> int:
     return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
 
 
-def run(message: int, count: int, write: int, read: int, poll: bool) -> float:
+def run(message: int, count: int, write: int, read: int, poll: bool, lowat: int = 0) -> float:
     """Bytes per second from the first write to the receiver's acknowledgement of the last byte."""
     srv = socket.socket()
     srv.bind(("127.0.0.1", 0))
@@ -38,7 +41,13 @@ def run(message: int, count: int, write: int, read: int, poll: bool) -> float:
             buf = memoryview(bytearray(read))
             c.setblocking(not poll)
             total, want = 0, message * count
+            mark = lowat
+            if mark:
+                c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, mark)
             while total < want:
+                if mark > want - total:
+                    mark = want - total
+                    c.setsockopt(socket.SOL_SOCKET, socket.SO_RCVLOWAT, mark)
                 try:
                     n = c.recv_into(buf)
                 except BlockingIOError:
@@ -77,17 +86,20 @@ def main() -> int:
     ap.add_argument("--count", type=int, default=200, help="messages per run")
     ap.add_argument("--write", default="128K", help="bytes per write")
     ap.add_argument("--reads", default="64K,1M", help="receive buffer sizes to try, comma-separated")
+    ap.add_argument("--lowat", default="0",
+                    help="also a blocking receiver with this SO_RCVLOWAT (suffixes K, M; 0: not tried)")
     ap.add_argument("--rounds", type=int, default=2, help="alternating rounds of every variant")
     ap.add_argument("--json", action="store_true", help="one JSON object per run instead of a table")
     a = ap.parse_args()
-    message, write = size(a.message), size(a.write)
+    message, write, lowat = size(a.message), size(a.write), size(a.lowat)
     if message % write:
         ap.error("--message must be a multiple of --write")
     for r in range(a.rounds):
         for read in map(size, a.reads.split(",")):
-            for poll in (False, True):
-                bps = run(message, a.count, write, read, poll)
-                row = {"round": r + 1, "receiver": "polling" if poll else "blocking", "read": read,
+            kinds = [("blocking", False, 0), ("polling", True, 0)] + ([("lowat", False, lowat)] if lowat else [])
+            for kind, poll, mark in kinds:
+                bps = run(message, a.count, write, read, poll, mark)
+                row = {"round": r + 1, "receiver": kind, "lowat": mark, "read": read,
                        "write": write, "message": message, "GB_per_s": round(bps / 1e9, 2),
                        "us_per_message": round(message / bps * 1e6)}
                 if a.json:
