@@ -3,7 +3,7 @@
 //! (the next one is often waiting when one ends), until the node closes
 //! the control channel.
 
-use std::os::fd::{AsFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsFd, AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -261,10 +261,10 @@ pub(super) fn exit_with_the_node(sock: &OwnedFd) -> Result<(), String> {
 
 /// Reads the whole artifact with positioned reads: the node and the other
 /// workers share the descriptor's file offset.
-fn read_artifact(fd: OwnedFd) -> Result<Vec<u8>, LoadError> {
+fn read_artifact(fd: &OwnedFd) -> Result<Vec<u8>, LoadError> {
     use std::os::unix::fs::FileExt;
-    let file = std::fs::File::from(fd);
     let err = |e: std::io::Error| LoadError::Backend(format!("cannot read the artifact: {e}"));
+    let file = std::fs::File::from(fd.try_clone().map_err(err)?);
     let len = file.metadata().map_err(err)?.len();
     let mut so = vec![
         0u8;
@@ -275,15 +275,36 @@ fn read_artifact(fd: OwnedFd) -> Result<Vec<u8>, LoadError> {
     Ok(so)
 }
 
+/// dlopens the sealed artifact through /proc: a worker loads one core, so
+/// it needs no copy of its own, and nothing is written to disk that a
+/// worker killed by its core's initialisers would leave behind. Where
+/// memory files may not be mapped executable (`vm.memfd_noexec`), the
+/// object is copied to a temporary file as before (`copy`), and that
+/// attempt's error is the one reported.
+fn open_artifact<T>(
+    artifact: &OwnedFd,
+    open: impl FnOnce(&std::path::Path) -> Result<T, LoadError>,
+    copy: impl FnOnce(&[u8]) -> Result<T, LoadError>,
+) -> Result<T, LoadError> {
+    let path = std::path::PathBuf::from(format!("/proc/self/fd/{}", artifact.as_raw_fd()));
+    match open(&path) {
+        Ok(lib) => Ok(lib),
+        Err(_) => copy(&read_artifact(artifact)?),
+    }
+}
+
 fn load(
     init: &Init,
     artifact: OwnedFd,
     header: &'static Header,
 ) -> Result<Box<dyn Core>, LoadError> {
-    let so = read_artifact(artifact)?;
     match init.kind.as_str() {
         "native" => {
-            let lib = NativeLib::load(&so, &init.entry)?;
+            let lib = open_artifact(
+                &artifact,
+                |path| NativeLib::open(path, &init.entry),
+                |so| NativeLib::load(so, &init.entry),
+            )?;
             Ok(Box::new(NativeCore::new(
                 lib,
                 init.input_size,
@@ -291,7 +312,7 @@ fn load(
             )))
         }
         "rtl" => {
-            let lib = Arc::new(RtlLib::load(&so)?);
+            let lib = Arc::new(open_artifact(&artifact, RtlLib::open, RtlLib::load)?);
             crate::check_rtl_top(&lib, &init.entry)?;
             let [control, input, output] = init.core;
             let core = CoreInfo {

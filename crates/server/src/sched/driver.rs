@@ -48,8 +48,40 @@ pub enum Cmd {
     Lend {
         user: u64,
         n: usize,
-        reply: oneshot::Sender<Result<Vec<NodeConn>, String>>,
+        reply: oneshot::Sender<Result<Lent, String>>,
     },
+    /// Nodes lent to a group that stopped waiting before it took them.
+    Return {
+        conns: Vec<NodeConn>,
+    },
+}
+
+/// Nodes on their way to a group. Dropped before the group took them (its
+/// wait ended in the instant they were sent, or its session went away),
+/// they go back to the scheduler: a `NodeConn` dropped on its own would
+/// leave its node connected and owned by nobody.
+pub struct Lent {
+    conns: Vec<NodeConn>,
+    home: mpsc::WeakUnboundedSender<Cmd>,
+}
+
+impl Lent {
+    fn take(mut self) -> Vec<NodeConn> {
+        std::mem::take(&mut self.conns)
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if self.conns.is_empty() {
+            return;
+        }
+        let conns = std::mem::take(&mut self.conns);
+        // No scheduler any more: the server is stopping and closes them.
+        if let Some(home) = self.home.upgrade() {
+            let _ = home.send(Cmd::Return { conns });
+        }
+    }
 }
 
 /// From the scheduler to one user session.
@@ -94,8 +126,10 @@ impl Handle {
         if !self.send(Cmd::Lend { user, n, reply }) {
             return Err("the scheduler has stopped".into());
         }
-        rx.await
-            .unwrap_or_else(|_| Err("the scheduler has stopped".into()))
+        match rx.await {
+            Ok(r) => r.map(Lent::take),
+            Err(_) => Err("the scheduler has stopped".into()),
+        }
     }
 }
 
@@ -104,7 +138,7 @@ struct Loan {
     user: u64,
     need: usize,
     got: Vec<NodeConn>,
-    reply: oneshot::Sender<Result<Vec<NodeConn>, String>>,
+    reply: oneshot::Sender<Result<Lent, String>>,
 }
 
 /// Publishing the view costs a lock and a copy: at most this often while
@@ -113,7 +147,7 @@ const PUBLISH_EVERY: Duration = Duration::from_millis(1);
 
 pub(crate) fn start(shared: Arc<Shared>, stop: CancellationToken) -> Handle {
     let (tx, rx) = mpsc::unbounded_channel();
-    tokio::spawn(run(shared, rx, stop));
+    tokio::spawn(run(shared, rx, tx.downgrade(), stop));
     Handle(tx)
 }
 
@@ -138,10 +172,17 @@ struct Driver {
     users: HashMap<u64, (mpsc::UnboundedSender<ToUser>, Option<FnId>)>,
     queues: HashMap<FnId, Arc<Places>>,
     loans: std::collections::VecDeque<Loan>,
+    /// Where a [`Lent`] dropped on its way sends its nodes back.
+    home: mpsc::WeakUnboundedSender<Cmd>,
     last_publish: Instant,
 }
 
-async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>, stop: CancellationToken) {
+async fn run(
+    shared: Arc<Shared>,
+    mut rx: mpsc::UnboundedReceiver<Cmd>,
+    home: mpsc::WeakUnboundedSender<Cmd>,
+    stop: CancellationToken,
+) {
     let (ctl_tx, mut ctl_rx) = mpsc::unbounded_channel::<Control>();
     let me = shared.next_id();
     shared.pool.register(Waiter {
@@ -159,6 +200,7 @@ async fn run(shared: Arc<Shared>, mut rx: mpsc::UnboundedReceiver<Cmd>, stop: Ca
         users: HashMap::new(),
         queues: HashMap::new(),
         loans: Default::default(),
+        home,
         last_publish: Instant::now(),
         shared,
     };
@@ -255,6 +297,10 @@ impl Driver {
                 let old = self.users.remove(&user).and_then(|u| u.1);
                 self.forget_queue(old);
             }
+            Cmd::Return { conns } => {
+                tracing::info!("{} nodes lent to a group that stopped waiting", conns.len());
+                conns.into_iter().for_each(|c| self.adopt(c));
+            }
             Cmd::Lend { user, n, reply } => {
                 let candidates: Vec<u64> = self
                     .conns
@@ -301,8 +347,12 @@ impl Driver {
         loan.got.push(conn);
         if loan.got.len() == loan.need {
             let loan = self.loans.pop_front().expect("front");
-            if let Err(Ok(back)) = loan.reply.send(Ok(loan.got)) {
-                back.into_iter().for_each(|c| self.adopt(c));
+            let lent = Lent {
+                conns: loan.got,
+                home: self.home.clone(),
+            };
+            if let Err(Ok(back)) = loan.reply.send(Ok(lent)) {
+                back.take().into_iter().for_each(|c| self.adopt(c));
             }
         }
     }
@@ -491,5 +541,81 @@ impl CloseWith for NodeConn {
     fn close_with(&self, reason: &str) {
         tracing::warn!(node = %self.label(), "closing node: {reason}");
         self.close();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::future::Future;
+    use std::task::{Context, Waker};
+    use std::time::Duration;
+
+    use corefarm_node::NodeOptions;
+    use tokio::time::Instant;
+    use tokio_util::sync::CancellationToken;
+
+    use crate::{Server, ServerOptions, Sharing, StatusHandle};
+
+    const LIMIT: Duration = Duration::from_secs(15);
+
+    async fn wait_for(status: &StatusHandle, what: &str, users: &[Option<u64>]) {
+        let deadline = Instant::now() + LIMIT;
+        loop {
+            let s = status.get();
+            let mut now: Vec<Option<u64>> = s
+                .nodes
+                .iter()
+                .filter(|n| n.name.is_some())
+                .map(|n| n.user)
+                .collect();
+            now.sort_unstable();
+            if now == users {
+                return;
+            }
+            assert!(Instant::now() < deadline, "{what}: nodes' users {now:?}");
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// The group's side of a loan, dropped after the scheduler sent it the
+    /// nodes but before it read them (the race `timeout_at` loses when its
+    /// deadline and the reply land in the same poll): the nodes go back to
+    /// the scheduler instead of staying connected and owned by nobody.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn nodes_sent_to_a_group_that_stopped_waiting_come_back() {
+        let server = Server::bind(ServerOptions {
+            nodes_listen: "127.0.0.1:0".into(),
+            users_listen: "127.0.0.1:0".into(),
+            sharing: Sharing::Shared,
+            ..ServerOptions::default()
+        })
+        .await
+        .unwrap();
+        let (shared, status, nodes) = (
+            server.shared.clone(),
+            server.status_handle(),
+            server.nodes_addr(),
+        );
+        let stop = CancellationToken::new();
+        let _stop = stop.clone().drop_guard();
+        tokio::spawn(server.run(stop.clone()));
+        for i in 0..2 {
+            let o = NodeOptions {
+                server: nodes.to_string(),
+                name: format!("n{i}"),
+                peer_listen: Some("127.0.0.1:0".parse().unwrap()),
+                ..NodeOptions::default()
+            };
+            tokio::spawn(corefarm_node::run(o, stop.child_token()));
+        }
+        wait_for(&status, "both nodes in the scheduler", &[None, None]).await;
+        let h = shared.sched.get().expect("shared mode runs a scheduler");
+        let mut lend = Box::pin(h.lend(7, 2));
+        let mut cx = Context::from_waker(Waker::noop());
+        assert!(lend.as_mut().poll(&mut cx).is_pending());
+        // Idle nodes are handed over at once: the reply is on its way.
+        wait_for(&status, "both nodes sent to the group", &[Some(7), Some(7)]).await;
+        drop(lend);
+        wait_for(&status, "both nodes back in the scheduler", &[None, None]).await;
     }
 }

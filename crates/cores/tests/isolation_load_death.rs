@@ -1,0 +1,61 @@
+//! A native core whose initialiser kills its worker while the worker loads
+//! it: the load fails with the cause, and nothing is left on disk (the
+//! worker dlopens the sealed artifact through /proc; a copy written to a
+//! temporary file could not be removed by a worker killed mid-load). Alone
+//! in its test binary: it points TMPDIR, which the workers inherit, at a
+//! directory of its own.
+
+#[path = "support/faulty.rs"]
+mod faulty;
+
+use bytes::Bytes;
+use corefarm_cores::image::{self, ArtifactKind};
+use corefarm_cores::load;
+use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
+use faulty::{cache, opts};
+
+const DIES: &str = r#"
+#include <signal.h>
+#include <stdint.h>
+
+__attribute__((constructor)) static void die(void) { raise(SIGKILL); }
+
+void dies(const uint8_t *in, uint8_t *out) { out[0] = in[0]; }
+"#;
+
+#[test]
+fn a_core_that_kills_its_worker_while_loading_leaves_no_file_behind() {
+    let test = "a_core_that_kills_its_worker_while_loading";
+    if !require_tool(Tool::Cxx, test) {
+        return;
+    }
+    let src_dir = tempfile::tempdir().unwrap();
+    let src = src_dir.path().join("dies.c");
+    std::fs::write(&src, DIES).unwrap();
+    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache()).unwrap();
+    let table = image::default_core_table(2, 64, 64).unwrap();
+    let img = ImageBuilder::new("dies", 64, 64, table)
+        .artifact(
+            image::native_target().unwrap(),
+            ArtifactKind::Native,
+            "dies",
+            std::fs::read(so).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let cfg = image::configuration(Bytes::from(img)).unwrap();
+
+    let tmp = tempfile::tempdir().unwrap();
+    // The only test of this binary: no other thread reads the environment.
+    std::env::set_var("TMPDIR", tmp.path());
+    let e = load(&cfg, &opts(1000))
+        .err()
+        .expect("the load fails")
+        .to_string();
+    assert!(e.contains("SIGKILL") || e.contains("signal 9"), "{e}");
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .unwrap()
+        .map(|f| f.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "left in TMPDIR: {left:?}");
+}
