@@ -229,6 +229,18 @@ def main():
         "hex": frame(1, configuration(0, 16, [], b"bits-bits")).hex(),
         "error": "zero_input_size",
     })
+    # The checks of a configuration are made in a documented order
+    # (docs/protocol.md, "Type 1"): the kind names the first one broken.
+    invalid.append({
+        "name": "configuration with input size 0 and a core table too long (table checked first)",
+        "hex": frame(1, configuration(0, 16, [], b"", ncores=1)).hex(),
+        "error": "core_table_too_long",
+    })
+    invalid.append({
+        "name": "benchmarking configuration with input size 0 (zero input checked first)",
+        "hex": frame(1, configuration(0, 8, [], struct.pack("<I", 0))).hex(),
+        "error": "zero_input_size",
+    })
     invalid.append({
         "name": "header announcing 4 GiB - 1 (over the receiver's limit)",
         "hex": "03000000ffffffff",
@@ -242,6 +254,11 @@ def main():
     invalid.append({
         "name": "hello with an unknown role",
         "hex": frame(0x10, b'{"version":1,"role":"admin"}').hex(),
+        "error": "bad_hello",
+    })
+    invalid.append({
+        "name": "hello that is a JSON array of its fields, not an object",
+        "hex": frame(0x10, b'[1,"user"]').hex(),
         "error": "bad_hello",
     })
     invalid.append({

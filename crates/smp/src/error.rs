@@ -44,7 +44,7 @@ pub enum ProtocolError {
         size: u32,
         max: u32,
     },
-    #[error("configuration has output size 0 but instantiates cores")]
+    #[error("configuration has output size 0: its results would carry nothing")]
     ZeroOutputSize,
     #[error("a payload of {0} bytes cannot be described by the 32-bit size field")]
     Unrepresentable(usize),

@@ -37,7 +37,8 @@ pub const REPLY_HEADER_LEN: usize = 16;
 /// `target` of a command for every rank.
 pub const ALL_RANKS: u32 = u32::MAX;
 /// `src` of the peer hello with which a user opens a direct connection to
-/// a member's peer port (its `name` is the group's token in hex).
+/// a member's peer port (its body carries the group's token, as a node's
+/// hello does; its name is free).
 pub const DIRECT_USER: u32 = u32::MAX;
 /// `culprit` of a reply that blames no member.
 pub const NO_CULPRIT: u32 = u32::MAX;
@@ -111,6 +112,9 @@ pub enum GroupCtl {
 
 impl GroupCtl {
     pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
+        if !crate::hello::is_json_object(payload) {
+            return Err(bad("not a JSON object"));
+        }
         let c: GroupCtl = serde_json::from_slice(payload).map_err(|e| bad(e.to_string()))?;
         let members = match &c {
             GroupCtl::Open { nodes, .. } if *nodes == 0 || *nodes > MAX_GROUP => {
@@ -511,6 +515,15 @@ mod tests {
         };
         assert!(GroupCtl::decode(&c.encode()).is_err());
         assert!(GroupCtl::decode(br#"{"op":"explode"}"#).is_err());
+    }
+
+    #[test]
+    fn control_is_a_json_object_not_an_array_of_its_fields() {
+        assert!(GroupCtl::decode(b" \n{\"op\":\"close\"}").is_ok());
+        for arr in [&br#"["open",4]"#[..], br#"["close"]"#, br#"["leave",3]"#] {
+            let e = GroupCtl::decode(arr).unwrap_err();
+            assert_eq!(e.kind(), "bad_group", "{}", String::from_utf8_lossy(arr));
+        }
     }
 
     #[test]

@@ -112,6 +112,9 @@ impl Hello {
     }
 
     pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
+        if !is_json_object(payload) {
+            return Err(ProtocolError::BadHello("not a JSON object".into()));
+        }
         let h: Hello =
             serde_json::from_slice(payload).map_err(|e| ProtocolError::BadHello(e.to_string()))?;
         if !matches!(h.role.as_str(), "user" | "node" | "server") {
@@ -122,6 +125,18 @@ impl Hello {
         }
         Ok(h)
     }
+}
+
+/// Whether a JSON payload is an object (`{`, after any JSON whitespace):
+/// the hello, group control and status payloads are objects, and serde's
+/// derived decoders would otherwise also take an array of the fields in
+/// declaration order (`[1,"user"]` as a hello), which no document allows
+/// and an independent decoder refuses.
+pub(crate) fn is_json_object(payload: &[u8]) -> bool {
+    payload
+        .iter()
+        .find(|b| !matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+        .is_some_and(|&b| b == b'{')
 }
 
 #[cfg(test)]
@@ -136,6 +151,29 @@ mod tests {
         assert_eq!(Hello::decode(&h.encode()).unwrap(), h);
         let extra = br#"{"version":1,"role":"node","future":42}"#;
         assert_eq!(Hello::decode(extra).unwrap().role, "node");
+    }
+
+    #[test]
+    fn version_and_role_are_required_and_known_fields_typed() {
+        // docs/protocol.md, "Type 0x10": any version, but one must be given.
+        assert_eq!(
+            Hello::decode(br#"{"version":7,"role":"node"}"#)
+                .unwrap()
+                .version,
+            7
+        );
+        for bad in [
+            &br#"{"role":"user"}"#[..],
+            br#"{"version":1}"#,
+            br#"{"version":-1,"role":"user"}"#,
+            br#"{"version":1,"role":"user","nodes":-1}"#,
+            br#"{"version":1,"role":"user","features":"error"}"#,
+            br#"[1,"user"]"#,
+            br#" [1,"user",null,[],2]"#,
+        ] {
+            let e = Hello::decode(bad).unwrap_err();
+            assert_eq!(e.kind(), "bad_hello", "{}", String::from_utf8_lossy(bad));
+        }
     }
 
     #[test]

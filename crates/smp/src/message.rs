@@ -387,7 +387,7 @@ impl Hello {
 /// Base address of the first core in the default core table.
 pub const DEFAULT_CORE_BASE: u32 = 0xC000_0000;
 
-/// The default core table (docs/protocol.md): base [`DEFAULT_CORE_BASE`],
+/// The default core table (docs/images.md, "Default core table"): base [`DEFAULT_CORE_BASE`],
 /// S = next power of two ≥ max(input_size, output_size, 4096); core i at
 /// control = base + 4·S·i, input = control + S, output = control + 2·S.
 /// Fails if the table would not fit the 32-bit address space.
@@ -397,8 +397,11 @@ pub fn default_core_table(
     output_size: u32,
 ) -> Result<Vec<CoreInfo>, ProtocolError> {
     let s = (input_size.max(output_size).max(4096) as u64).next_power_of_two();
-    let end = (DEFAULT_CORE_BASE as u64).saturating_add(4 * s * n as u64);
-    if end > 1 << 32 {
+    // Checked: 4 · 2^32 · (2^32 − 1) does not fit a u64.
+    let end = (4 * s)
+        .checked_mul(n as u64)
+        .and_then(|w| w.checked_add(DEFAULT_CORE_BASE as u64));
+    if end.is_none_or(|e| e > 1 << 32) {
         return Err(ProtocolError::CoreTable(format!(
             "{n} cores with {s}-byte windows do not fit the 32-bit address space above {DEFAULT_CORE_BASE:#x}"
         )));
@@ -576,5 +579,17 @@ mod tests {
         assert_eq!(t[1].control, 0xC000_0000 + 4 * 32768);
         assert_eq!(t[0].input, 0xC000_8000);
         assert!(default_core_table(64, 1 << 24, 16).is_err());
+    }
+
+    #[test]
+    fn a_default_core_table_too_large_to_count_is_refused_not_wrapped() {
+        // 4 · 2^32 · 2^30 bytes of windows is 2^64: the check must not
+        // overflow (a panic in a debug build, a wrapped "fits" and a huge
+        // table in a release one).
+        for (n, size) in [(1 << 30, u32::MAX), (u32::MAX, u32::MAX), (u32::MAX, 1)] {
+            let e = default_core_table(n, size, 16).unwrap_err();
+            assert_eq!(e.kind(), "core_table", "{n} cores of {size} bytes");
+        }
+        assert_eq!(default_core_table(0, u32::MAX, u32::MAX).unwrap(), []);
     }
 }

@@ -352,6 +352,14 @@ impl PeerMsg {
         let mut fixed = PEER_HEADER_LEN;
         let body = match &self.body {
             PeerBody::Hello { token, name } => {
+                // What a receiver refuses is refused here, with the reason,
+                // rather than sent to a peer that closes the link unanswered.
+                if name.len() > MAX_PEER_TEXT {
+                    return Err(bad(format!(
+                        "peer name of {} bytes is over {MAX_PEER_TEXT}",
+                        name.len()
+                    )));
+                }
                 let mut b = Vec::with_capacity(8 + name.len());
                 b.extend_from_slice(&token.to_le_bytes());
                 b.extend_from_slice(name.as_bytes());
@@ -572,6 +580,22 @@ mod tests {
         let wire = m.to_frame().unwrap().to_vec();
         let e = PeerMsg::parse(Bytes::copy_from_slice(&wire[HEADER_LEN..])).unwrap_err();
         assert_eq!(e.kind(), "bad_peer");
+    }
+
+    #[test]
+    fn a_hello_name_the_receiver_would_refuse_is_not_encoded() {
+        let hello = |name: String| PeerMsg {
+            header: hdr(PeerKind::Hello),
+            body: PeerBody::Hello { token: 1, name },
+        };
+        // At the limit (the chunk option counts: it is part of the field).
+        let most = hello_name(&"n".repeat(MAX_PEER_TEXT - 14), 131072);
+        assert_eq!(most.len(), MAX_PEER_TEXT);
+        round_trip(&hello(most.clone()));
+        let over = hello(most + "x");
+        let e = over.to_frame().unwrap_err();
+        assert_eq!(e.kind(), "bad_peer");
+        assert!(e.to_string().contains("over 1024"), "{e}");
     }
 
     #[test]

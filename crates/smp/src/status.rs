@@ -218,6 +218,9 @@ impl ClusterStatus {
                 payload.len()
             )));
         }
+        if !crate::hello::is_json_object(payload) {
+            return Err(ProtocolError::BadStatus("not a JSON object".into()));
+        }
         serde_json::from_slice(payload).map_err(|e| ProtocolError::BadStatus(e.to_string()))
     }
 
@@ -293,6 +296,9 @@ mod tests {
         let later = br#"{"nodes":[{"id":1,"addr":"x","state":"free","future":1}],"functions":[]}"#;
         let d = ClusterStatus::decode(later).unwrap();
         assert_eq!(d.count_nodes(NodeState::Free), 1);
+        // An object, not an array of the fields in declaration order.
+        let e = ClusterStatus::decode(br#"[3,"queue",1024,[],[]]"#).unwrap_err();
+        assert_eq!(e.kind(), "bad_status");
         assert!(ClusterStatus::decode(b"{").is_err());
     }
 
