@@ -19,6 +19,7 @@ import os as _os
 import shutil as _shutil
 import struct as _struct
 import subprocess as _subprocess
+import sys as _sys
 import tempfile as _tempfile
 import warnings as _warnings
 
@@ -198,6 +199,12 @@ _DTYPES = {
 }
 
 
+# Kind of each struct/buffer format code: (i)nteger, (u)nsigned, (f)loat;
+# sizes come from the buffer's itemsize ('l' is 4 or 8 bytes by platform).
+_BUFFER_KINDS = {**dict.fromkeys("bhilqn", "i"), **dict.fromkeys("BHILQN", "u"),
+                 **dict.fromkeys("efd", "f")}
+
+
 class _Type:
     """Element type and shape of one input or output, from a manifest."""
 
@@ -216,6 +223,22 @@ class _Type:
         except (KeyError, TypeError, ValueError):
             pass
         return None
+
+    def check_buffer(self, mv, image):
+        """InputError unless typed buffer `mv` (a memoryview of an
+        array.array, ctypes array... whose format is not bytes) holds
+        elements of this type: an `array('i')` is never sent as int16
+        inputs because its byte count happens to fit. Its length is left to
+        the whole-inputs check; a flat buffer may hold several inputs."""
+        fmt = mv.format
+        order, code = (fmt[0], fmt[1:]) if fmt[:1] in "@=<>!" else ("@", fmt)
+        kind = _BUFFER_KINDS.get(code)
+        little = _sys.byteorder == "little" if order in "@=" else order == "<"
+        want = _DTYPES[self.name]
+        if kind is None or not little or (kind, mv.itemsize) != (want[1], int(want[2])):
+            raise InputError(
+                f"input buffer holds elements of format {fmt!r} ({mv.itemsize} bytes) but image "
+                f"{image!r} takes {self.spec} inputs; pass {self.name} elements (or bytes)")
 
     def numpy_dtype(self):
         try:
@@ -437,6 +460,13 @@ class Client:
         if t is not None and _is_array(data):
             batch = t.check(data, self._image)  # before the view: its errors name the type
             return _as_bytes_view(data), (batch, 1 if batch is None else batch)
+        if t is not None and not isinstance(data, (bytes, bytearray)):
+            try:
+                mv = memoryview(data)
+            except TypeError:
+                mv = None  # _as_bytes_view says so
+            if mv is not None and mv.format not in ("B", "b", "c"):
+                t.check_buffer(mv, self._image)
         view = _as_bytes_view(data)
         sizes = sizes or self._raw.sizes
         return view, (0, len(view) // sizes[0] if sizes and sizes[0] else None)

@@ -23,9 +23,11 @@ timeouts given to `connect`.
 import asyncio as _asyncio
 import itertools as _itertools
 import threading as _threading
+import weakref as _weakref
 
 from . import Client as _Client
 from . import _corefarm, connect as _connect_blocking
+from .errors import UsageError as _UsageError
 
 __all__ = ["connect", "AsyncClient"]
 
@@ -44,8 +46,12 @@ async def connect(addr="127.0.0.1:9999", nodes=None, timeout=10.0, *, legacy=Fal
 
 class AsyncClient:
     """An asyncio view of a `corefarm.Client`, bound to the running event
-    loop on first use. The blocking client stays usable from threads
-    (`.client`); results are routed by id, so they do not mix."""
+    loop on first use (and to a new one once that loop is closed, so that
+    successive `asyncio.run` calls may share it; using it from another loop
+    while the first still runs raises UsageError before anything is sent).
+    The blocking client stays usable from threads (`.client`); results are
+    routed by id, so they do not mix. An AsyncClient that is garbage
+    collected unclosed closes its connection, like a `Client`."""
 
     def __init__(self, client):
         if not isinstance(client, _Client):
@@ -93,6 +99,7 @@ class AsyncClient:
         return await self._send(view, priority)
 
     async def _send(self, view, priority=None):
+        self._bind()  # before sending: a message sent from a wrong loop would be lost
         pending = self._raw.try_submit_pending(view, priority=priority)
         if pending is None:
             pending = await _asyncio.to_thread(
@@ -153,25 +160,48 @@ class AsyncClient:
                 fut.cancel()
 
     # -- plumbing ------------------------------------------------------------
-    def _watch(self, pending):
+    def _bind(self):
+        """The running loop, after binding this client to it: the first
+        loop that uses it, or a new one once that loop is closed (whose
+        futures nobody can await any more). UsageError for another loop
+        while the bound one is open."""
         loop = _asyncio.get_running_loop()
         with self._lock:
-            if self._loop is None:
-                self._loop = loop
-                self._completions = _corefarm.Completions()
-                self._dispatcher = _threading.Thread(
-                    target=self._dispatch, args=(loop, self._completions),
-                    name="corefarm-aio", daemon=True)
-                self._dispatcher.start()
-            elif self._loop is not loop:
-                raise RuntimeError("an AsyncClient is bound to the event loop that first used it")
+            if self._loop is loop:
+                return loop
+            if self._loop is not None and not self._loop.is_closed():
+                raise _UsageError(
+                    "this AsyncClient is bound to the event loop that first used it, which is "
+                    "still open; use one AsyncClient per loop (corefarm.aio.AsyncClient(client) "
+                    "wraps the same connection again)")
+            old, self._completions = self._completions, _corefarm.Completions()
+            self._loop, self._waiting = loop, {}
+            # The dispatcher holds this client weakly, and the completion
+            # queue is closed when the client goes: an AsyncClient dropped
+            # unclosed is collected (closing its connection) and its thread
+            # ends, instead of both living as long as the process.
+            _weakref.finalize(self, self._completions.close)
+            self._dispatcher = _threading.Thread(
+                target=AsyncClient._dispatch,
+                args=(_weakref.ref(self), loop, self._completions),
+                name="corefarm-aio", daemon=True)
+            self._dispatcher.start()
+        if old is not None:
+            old.close()  # the closed loop's dispatcher ends
+        return loop
+
+    def _watch(self, pending):
+        loop = self._bind()
+        with self._lock:
             token = next(self._tokens)
             fut = loop.create_future()
             self._waiting[token] = (fut, pending)
-        pending.notify(self._completions, token)
+            completions = self._completions
+        pending.notify(completions, token)
         return fut
 
-    def _dispatch(self, loop, completions):
+    @staticmethod
+    def _dispatch(client_ref, loop, completions):
         # A plain thread, not the loop's executor: it waits as long as the
         # client lives, so it must not take one of the executor's workers.
         while True:
@@ -179,10 +209,14 @@ class AsyncClient:
             if tokens is None:
                 return
             if tokens:
+                client = client_ref()
+                if client is None:  # collected: nobody is waiting
+                    return
                 try:
-                    loop.call_soon_threadsafe(self._resolve, tokens)
+                    loop.call_soon_threadsafe(client._resolve, tokens)
                 except RuntimeError:  # the loop is closed: nobody is waiting
                     return
+                del client
 
     def _resolve(self, tokens):
         for token in tokens:

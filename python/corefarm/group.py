@@ -13,6 +13,7 @@ Buffers live on the nodes under a name. Data given by the user (`scatter`,
 through the server; collectives among the nodes and `run` do not.
 """
 
+import sys as _sys
 from os import fspath as _fspath
 
 from . import _corefarm
@@ -62,10 +63,38 @@ def _typed(data, dtype):
             row *= d
         import numpy
         return numpy.ascontiguousarray(data).view("u1").reshape(-1), t, row
+    held = _buffer_type(data)
+    if held is not None:
+        # A typed buffer (array.array, a memoryview of typed memory): its
+        # elements say what it holds, as a numpy array's dtype does.
+        if dtype is not None and dtype != held:
+            raise UsageError(f"the buffer holds {held}, not {dtype}")
+        return memoryview(data).cast("B"), held, _SIZE[held]
     t = dtype or "u8"
     if t not in _SIZE:
         raise UsageError(f"unknown element type {t!r} (one of {DTYPES})")
     return data, t, _SIZE[t]
+
+
+def _buffer_type(data):
+    """The element type of a typed, non-numpy buffer (None for bytes and
+    objects without the buffer protocol); UsageError for elements that are
+    none of DTYPES (bool, big-endian, multi-dimensional or strided ones)."""
+    try:
+        mv = memoryview(data)
+    except TypeError:
+        return None
+    if mv.format in ("B", "b", "c"):
+        return None
+    fmt = mv.format
+    order, code = (fmt[0], fmt[1:]) if fmt[:1] in "@=<>!" else ("@", fmt)
+    kind = {**dict.fromkeys("bhilqn", "i"), **dict.fromkeys("BHILQN", "u"),
+            **dict.fromkeys("fd", "f")}.get(code)
+    little = _sys.byteorder == "little" if order in "@=" else order == "<"
+    t = f"{kind}{8 * mv.itemsize}" if kind else None
+    if t not in _SIZE or not little or not mv.c_contiguous:
+        raise UsageError(f"buffers of format {fmt!r} cannot be sent; use one of {DTYPES}")
+    return t
 
 
 class Group:
@@ -92,7 +121,8 @@ class Group:
         return t
 
     def put(self, rank, name, data, dtype=None):
-        """Creates buffer `name` on `rank` from `data` (bytes-like or numpy array)."""
+        """Creates buffer `name` on `rank` from `data`: bytes-like, a numpy array
+        or a typed buffer such as array.array (whose element type it keeps)."""
         view, t, _ = _typed(data, dtype)
         self._raw.put(rank, name, t, view)
         self._dtypes[name] = t
@@ -109,8 +139,9 @@ class Group:
     def scatter(self, name, data, dtype=None, row_bytes=None):
         """Gives each rank a contiguous block of rows of `data` as buffer
         `name` (rank order; the first rows % size ranks get one more row).
-        A numpy array's rows are its first axis; for bytes, `row_bytes`
-        (default: one element). Returns the number of rows of each rank."""
+        A numpy array's rows are its first axis; for bytes or a typed buffer
+        (array.array), `row_bytes` (default: one element). Returns the number
+        of rows of each rank."""
         view, t, row = _typed(data, dtype)
         counts = self._raw.scatter_rows(name, t, view, row_bytes or row)
         self._dtypes[name] = t

@@ -111,9 +111,7 @@ impl Cowork {
             Bytes::from(byte_buffer(image)?.to_vec(py)?),
         );
         let opts = options(threads, local_batch_max, jobs, configure, backup);
-        let inner = py
-            .detach(|| RustCowork::load(&cfg, opts))
-            .map_err(cowork_err)?;
+        let inner = crate::detach(py, || RustCowork::load(&cfg, opts)).map_err(cowork_err)?;
         Ok(Cowork { inner })
     }
 
@@ -131,8 +129,7 @@ impl Cowork {
         backup: bool,
     ) -> PyResult<Self> {
         let opts = options(threads, local_batch_max, jobs, configure, backup);
-        let inner = py
-            .detach(|| RustCowork::for_client(&client.inner, opts))
+        let inner = crate::detach(py, || RustCowork::for_client(&client.inner, opts))
             .map_err(cowork_err)?;
         Ok(Cowork { inner })
     }
@@ -161,8 +158,7 @@ impl Cowork {
                 Err(_) => Ok(Bytes::from(byte_buffer(o)?.to_vec(py)?)),
             })
             .collect::<PyResult<_>>()?;
-        let run = py
-            .detach(|| client.inner.map_cowork(&owned, window, &self.inner))
+        let run = crate::detach(py, || client.inner.map_cowork(&owned, window, &self.inner))
             .map_err(cowork_err)?;
         let results = run.results.iter().map(|b| PyBytes::new(py, b)).collect();
         Ok((results, report(py, &run.report)?))

@@ -3,7 +3,6 @@
 //! buffer) is python/corefarm/group.py. Every call releases the GIL.
 
 use std::sync::Mutex;
-use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_client::group::{Algorithm, Calibration, Group, GroupError, GroupOptions};
@@ -81,8 +80,8 @@ impl RawGroup {
         py: Python<'_>,
         f: impl FnOnce(&mut Group) -> Result<T, GroupError> + Send,
     ) -> PyResult<T> {
-        py.detach(|| {
-            let mut g = self.inner.lock().expect("group lock");
+        crate::detach(py, || {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
             match g.as_mut() {
                 Some(g) => f(g),
                 None => Err(GroupError::Closed("closed by this client".into())),
@@ -118,10 +117,7 @@ impl RawGroup {
         }
         .transpose()
         .map_err(PyValueError::new_err)?;
-        let secs = |s: f64| {
-            Duration::try_from_secs_f64(s)
-                .map_err(|_| PyValueError::new_err(format!("invalid timeout {s}")))
-        };
+        let secs = crate::duration;
         let mut o = GroupOptions::new(nodes);
         (o.topology, o.timeout, o.connect_timeout, o.name, o.secret) = (
             topology,
@@ -137,7 +133,7 @@ impl RawGroup {
                 .map_err(|e| PyValueError::new_err(format!("model: {e}")))?;
             o.model = Some(std::sync::Arc::new(c));
         }
-        let g = py.detach(|| Group::open(&addr, o)).map_err(group_err)?;
+        let g = crate::detach(py, || Group::open(&addr, o)).map_err(group_err)?;
         Ok(RawGroup {
             inner: Mutex::new(Some(g)),
         })
@@ -350,10 +346,12 @@ impl RawGroup {
     }
 
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        let g = self.inner.lock().expect("group lock").take();
-        match g {
-            Some(g) => py.detach(|| g.close()).map_err(group_err),
-            None => Ok(()),
-        }
+        // The lock is taken without the GIL: another thread's command may
+        // hold it for as long as that command runs.
+        crate::detach(py, || {
+            let g = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+            g.map_or(Ok(()), |g| g.close())
+        })
+        .map_err(group_err)
     }
 }

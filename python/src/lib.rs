@@ -96,6 +96,72 @@ impl<'py> Payload<'py> {
     }
 }
 
+/// Whether the interpreter has begun finalizing; callable without the GIL.
+/// `Py_IsFinalizing` (3.13+) or `_Py_IsFinalizing` (3.8-3.12), looked up
+/// once in the running interpreter; `false` where neither can be found.
+pub(crate) fn interpreter_finalizing() -> bool {
+    use std::sync::OnceLock;
+    type IsFinalizing = unsafe extern "C" fn() -> c_int;
+    static FUNC: OnceLock<Option<IsFinalizing>> = OnceLock::new();
+    #[cfg(unix)]
+    fn lookup() -> Option<IsFinalizing> {
+        extern "C" {
+            fn dlsym(
+                handle: *mut std::ffi::c_void,
+                symbol: *const std::os::raw::c_char,
+            ) -> *mut std::ffi::c_void;
+        }
+        // RTLD_DEFAULT: the global scope, where the interpreter's symbols are.
+        #[cfg(any(target_os = "macos", target_os = "ios"))]
+        let default = -2isize as *mut std::ffi::c_void;
+        #[cfg(not(any(target_os = "macos", target_os = "ios")))]
+        let default = std::ptr::null_mut();
+        [c"Py_IsFinalizing", c"_Py_IsFinalizing"]
+            .into_iter()
+            .find_map(|name| {
+                // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name.
+                let f = unsafe { dlsym(default, name.as_ptr()) };
+                // SAFETY: both symbols are `int f(void)` in every CPython
+                // that exports them.
+                (!f.is_null()).then(|| unsafe { std::mem::transmute::<_, IsFinalizing>(f) })
+            })
+    }
+    #[cfg(not(unix))]
+    fn lookup() -> Option<IsFinalizing> {
+        None
+    }
+    // SAFETY: the function only reads the runtime's finalizing state (an
+    // atomic), which is allowed without the GIL.
+    FUNC.get_or_init(lookup)
+        .is_some_and(|f| unsafe { f() } != 0)
+}
+
+/// `py.detach(f)` for every blocking call of this module, made safe at
+/// interpreter exit. CPython (up to 3.13) ends a thread that takes the GIL
+/// back once finalization has begun with `pthread_exit`, whose unwinding
+/// PyO3's panic guard catches: the process aborts ("FATAL: exception not
+/// rethrown", SIGABRT). A daemon thread blocked in `recv`, `Pending.result`,
+/// `map` or the asyncio dispatcher's wait would do that as the interpreter
+/// exits. Such a thread is parked for good instead (what CPython 3.14 does
+/// itself); the thread finalizing the interpreter carries on as usual.
+pub(crate) fn detach<T, F>(py: Python<'_>, f: F) -> T
+where
+    T: Send,
+    F: FnOnce() -> T + Send,
+{
+    // With the GIL held, only the finalizing thread can see finalization.
+    let finalizer = interpreter_finalizing();
+    py.detach(move || {
+        let r = f();
+        if !finalizer && interpreter_finalizing() {
+            loop {
+                std::thread::park();
+            }
+        }
+        r
+    })
+}
+
 /// Runs a blocking wait in slices with the GIL released, so that Ctrl-C (a
 /// pending signal) interrupts it and other threads run meanwhile.
 /// `attempt(slice)` returns `Ok(None)` when the slice ran out.
@@ -115,7 +181,7 @@ where
             None => SLICE,
             Some((d, _)) => d.saturating_duration_since(Instant::now()).min(SLICE),
         };
-        match py.detach(|| attempt(slice)) {
+        match detach(py, || attempt(slice)) {
             Ok(Some(v)) => return Ok(v),
             Ok(None) => {
                 if let Some((d, total)) = deadline {
@@ -152,12 +218,21 @@ fn byte_buffer(obj: &Bound<'_, PyAny>) -> PyResult<PyBuffer<u8>> {
     Ok(buf)
 }
 
+/// A timeout in seconds as a `Duration`: `inf` (or anything past
+/// `MAX_WAIT`) waits as long as `MAX_WAIT`, since deadlines further out
+/// overflow the clock (a panic, not an error); negative or NaN is a
+/// ValueError.
+pub(crate) fn duration(s: f64) -> PyResult<Duration> {
+    /// About 31 700 years: "forever" for any caller.
+    const MAX_WAIT: f64 = 1e12;
+    if s.is_nan() || s < 0.0 {
+        return Err(PyValueError::new_err(format!("invalid timeout {s}")));
+    }
+    Ok(Duration::from_secs_f64(s.min(MAX_WAIT)))
+}
+
 pub(crate) fn secs(t: Option<f64>) -> PyResult<Option<Duration>> {
-    t.map(|s| {
-        Duration::try_from_secs_f64(s)
-            .map_err(|_| PyValueError::new_err(format!("invalid timeout {s}")))
-    })
-    .transpose()
+    t.map(duration).transpose()
 }
 
 /// One result: `id`, `count` (outputs), `data` (bytes). Supports the buffer
@@ -320,9 +395,7 @@ impl Client {
         if let Some(m) = max_message {
             opts.max_message = m;
         }
-        let inner = py
-            .detach(|| RustClient::connect(&addr, opts))
-            .map_err(to_py)?;
+        let inner = detach(py, || RustClient::connect(&addr, opts)).map_err(to_py)?;
         Ok(Client { inner })
     }
 
@@ -339,7 +412,7 @@ impl Client {
         let buf = byte_buffer(bitstream)?;
         // The configuration is sent once; a copy of the image is fine.
         let cfg = configuration(input_size, output_size, cores, Bytes::from(buf.to_vec(py)?));
-        py.detach(|| self.inner.configure(&cfg)).map_err(to_py)
+        detach(py, || self.inner.configure(&cfg)).map_err(to_py)
     }
 
     fn configure_benchmark(
@@ -349,7 +422,7 @@ impl Client {
         output_size: u32,
         delay_us: u32,
     ) -> PyResult<()> {
-        py.detach(|| {
+        detach(py, || {
             self.inner
                 .configure_benchmark(input_size, output_size, delay_us)
         })
@@ -369,8 +442,7 @@ impl Client {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
         let class = priority.unwrap_or(DEFAULT_CLASS);
-        py.detach(|| self.inner.submit_slice_with(None, bytes, class))
-            .map_err(to_py)
+        detach(py, || self.inner.submit_slice_with(None, bytes, class)).map_err(to_py)
     }
 
     #[pyo3(signature = (id, data, *, priority=None))]
@@ -384,7 +456,7 @@ impl Client {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
         let class = priority.unwrap_or(DEFAULT_CLASS);
-        py.detach(|| self.inner.submit_slice_with(Some(id), bytes, class))
+        detach(py, || self.inner.submit_slice_with(Some(id), bytes, class))
             .map(drop)
             .map_err(to_py)
     }
@@ -400,9 +472,11 @@ impl Client {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
         let class = priority.unwrap_or(DEFAULT_CLASS);
-        py.detach(|| self.inner.submit_slice_pending_with(bytes, class, false))
-            .map(|p| Pending::from(p.expect("a blocking submit sends")))
-            .map_err(to_py)
+        detach(py, || {
+            self.inner.submit_slice_pending_with(bytes, class, false)
+        })
+        .map(|p| Pending::from(p.expect("a blocking submit sends")))
+        .map_err(to_py)
     }
 
     /// The chunk size agreed with the server, or None without `chunks`.
@@ -423,9 +497,11 @@ impl Client {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
         let class = priority.unwrap_or(DEFAULT_CLASS);
-        py.detach(|| self.inner.submit_slice_pending_with(bytes, class, true))
-            .map(|p| p.map(Pending::from))
-            .map_err(to_py)
+        detach(py, || {
+            self.inner.submit_slice_pending_with(bytes, class, true)
+        })
+        .map(|p| p.map(Pending::from))
+        .map_err(to_py)
     }
 
     /// recv(timeout=None) -> Output; timeout in seconds.
@@ -453,7 +529,7 @@ impl Client {
                 d.saturating_duration_since(Instant::now()).min(SLICE)
             });
             let began = Instant::now();
-            if let Some(n) = py.detach(|| self.inner.recv_notification(Some(slice))) {
+            if let Some(n) = detach(py, || self.inner.recv_notification(Some(slice))) {
                 return Ok(Some((n.id, n.set, PyBytes::new(py, &n.data).unbind())));
             }
             // Only an ended connection answers None before the slice is up.
@@ -474,7 +550,7 @@ impl Client {
 
     /// status() -> the server's status as a JSON string.
     fn status(&self, py: Python<'_>) -> PyResult<String> {
-        let s = py.detach(|| self.inner.status()).map_err(to_py)?;
+        let s = detach(py, || self.inner.status()).map_err(to_py)?;
         Ok(String::from_utf8_lossy(&s.encode()).into_owned())
     }
 
@@ -486,11 +562,11 @@ impl Client {
     /// Test hook: waits until `n` threads block in `recv`; False on timeout.
     fn _wait_blocked_receivers(&self, py: Python<'_>, n: usize, timeout: f64) -> PyResult<bool> {
         let t = secs(Some(timeout))?.unwrap_or_default();
-        Ok(py.detach(|| self.inner.wait_for_blocked_receivers(n, t)))
+        Ok(detach(py, || self.inner.wait_for_blocked_receivers(n, t)))
     }
 
     fn close(&self, py: Python<'_>) {
-        py.detach(|| self.inner.close());
+        detach(py, || self.inner.close());
     }
 
     #[getter]

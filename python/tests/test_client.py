@@ -310,3 +310,28 @@ def test_try_submit_pending_returns_none_without_credit_and_sends_once_granted()
         assert second is not None
         assert second.result(timeout=10).data == bytes(16)
     srv.join()
+
+
+def test_infinite_and_huge_timeouts_wait_without_limit():
+    # math.inf is the natural "no limit"; 1e19 s used to overflow the
+    # clock inside the extension (a PanicException, which `except
+    # Exception` does not catch).
+    import math
+
+    def script(p):
+        p.hello()
+        p.configuration(credit=8)
+        echo(p, 6, 16, 16)
+
+    srv = FakeServer(script)
+    with corefarm.connect(srv.addr, timeout=math.inf, io_timeout=1e19) as c:
+        c.configure_benchmark(16, 16)
+        for k, t in enumerate((math.inf, 1e19, 1e300)):
+            ident = c.submit(bytes([k]) * 16)
+            out = c.recv(timeout=t)
+            assert (out.id, out.data) == (ident, bytes([k]) * 16)
+            assert c.submit_pending(b"p" * 16).result(timeout=t).data == b"p" * 16
+        for bad in (-1.0, math.nan):
+            with pytest.raises(ValueError, match="invalid timeout"):
+                c.recv(timeout=bad)
+    srv.join()

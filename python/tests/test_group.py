@@ -178,3 +178,23 @@ def test_the_latency_model_can_be_chosen(cluster, tmp_path):
         g.bcast("w", i32([4, 5]), dtype="i32")
         g.allreduce("w", "s", op="sum", algo="auto")
         assert from_i32(g.get(0, "s")) == [8, 10]
+
+
+def test_typed_buffers_carry_their_element_type(cluster):
+    # An array.array('d') is float64 elements, not bytes: rows are whole
+    # elements and reductions add floats (it used to fail with a bare
+    # BufferError, "not compatible with u8").
+    import array
+
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        values = array.array("d", [0.5 * k for k in range(8)])
+        assert g.scatter("d", values) == [2, 2, 2, 2]
+        g.allreduce("d", "s", op="sum")
+        want = [sum(values[2 * r + i] for r in range(4)) for i in range(2)]
+        assert all(list(struct.unpack("<2d", b)) == want for b in g.gather("s"))
+        g.put(1, "i", memoryview(i32([5, -6])))          # the same through a memoryview
+        assert from_i32(g.get(1, "i")) == [5, -6]
+        with pytest.raises(corefarm.UsageError, match="holds i32, not f32"):
+            g.put(0, "x", array.array("i", [1, 2]), dtype="f32")
+        with pytest.raises(corefarm.UsageError, match="format '\\?'"):
+            g.bcast("b", memoryview(bytes(2)).cast("?"))

@@ -189,3 +189,33 @@ def test_results_of_another_length_are_1d_arrays_or_bytes():
         assert out.id == ident and out.count == 0 and len(out) == 12
         assert c.array(out).tolist() == [7, -8, 9]
     srv.join()
+
+
+def test_typed_buffers_that_are_not_numpy_arrays_are_checked_too():
+    # array.array, memoryviews of typed memory: their elements have a type
+    # as surely as a numpy array's, and the same foot-gun applies.
+    import array
+
+    srv = serve(2)
+    with corefarm.connect(srv.addr) as c:
+        c.configure(IMAGE)  # int16[4] inputs (8 bytes)
+        wrong = [
+            array.array("i", [1, 2]),                        # int32: 8 bytes, one input's worth
+            array.array("H", [1, 2, 3, 4]),                   # uint16: right size, wrong kind
+            array.array("f", [0.5, 1.5]),
+            memoryview(np.arange(2, dtype=np.int32)),
+            memoryview(np.arange(4, dtype=">i2")),            # big-endian int16
+            memoryview(bytes(8)).cast("q"),
+        ]
+        for a in wrong:
+            for send in (c.submit, c.submit_pending, lambda x: next(c.map([x]))):
+                with pytest.raises(corefarm.InputError, match="takes int16\\[4\\] inputs") as e:
+                    send(a)
+                assert isinstance(e.value, ValueError)
+        # The right element type goes through, one input or a flat batch;
+        # bytes stay unchecked.
+        got = list(c.map([array.array("h", [1, -2, 3, 32767]),
+                          memoryview(np.arange(8, dtype="<i2"))]))
+        assert got[0].tolist() == [[1, -2], [3, 32767]]
+        assert got[1].shape == (2, 2, 2) and got[1].ravel().tolist() == list(range(8))
+    srv.join()
