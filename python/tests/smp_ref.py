@@ -22,6 +22,10 @@ def split_frame(wire, max_payload):
     """Returns (type name, payload) of the single message in `wire`."""
     if len(wire) < HEADER.size:
         raise DecodeError("truncated_stream", f"{len(wire)} header bytes")
+    # A TLS record header (handshake 0x16, version 3.0-3.4) is a TLS client
+    # on a plain port, refused as such; SMP writes its reserved bytes as zero.
+    if wire[0] == 0x16 and wire[1] == 0x03 and wire[2] <= 0x04:
+        raise DecodeError("tls_on_plain_port")
     ty, size = HEADER.unpack_from(wire)
     if ty not in TYPES:
         raise DecodeError("unknown_type", str(ty))
@@ -66,7 +70,9 @@ def decode_payload(kind, p, unit=None):
         body = p[4:]
         if unit is None:
             return {"id": ident, "data_hex": body.hex()}
-        if len(body) == 0 or len(body) % unit:
+        if len(body) == 0:
+            raise DecodeError("empty_data")
+        if len(body) % unit:
             raise DecodeError("not_multiple")
         return {"id": ident, "data_hex": body.hex(), "unit": unit, "count": len(body) // unit}
     if kind == "hello":
@@ -76,6 +82,9 @@ def decode_payload(kind, p, unit=None):
             raise DecodeError("bad_hello", str(e)) from None
         if not isinstance(obj, dict) or obj.get("role") not in ("user", "node", "server"):
             raise DecodeError("bad_hello", "role")
+        version = obj.get("version")
+        if type(version) is not int or not 0 <= version < 1 << 32:
+            raise DecodeError("bad_hello", "version")
         return obj
     if kind == "error":
         if len(p) < 8:

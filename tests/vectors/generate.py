@@ -252,6 +252,21 @@ def main():
         "error": "too_large",
     })
     invalid.append({
+        "name": "hello without a version",
+        "hex": frame(0x10, b'{"role":"user"}').hex(),
+        "error": "bad_hello",
+    })
+    invalid.append({
+        "name": "data message with an id and no input",
+        "hex": frame(3, struct.pack("<I", 5)).hex(),
+        "error": "empty_data",
+    })
+    invalid.append({
+        "name": "TLS record header on a plain port (not an auth challenge)",
+        "hex": "160301020000ffff",
+        "error": "tls_on_plain_port",
+    })
+    invalid.append({
         "name": "hello with an unknown role",
         "hex": frame(0x10, b'{"version":1,"role":"admin"}').hex(),
         "error": "bad_hello",
