@@ -340,6 +340,41 @@ impl From<RustOutput> for Output {
 #[pyclass(frozen, module = "corefarm._corefarm")]
 struct Client {
     inner: RustClient,
+    /// How long a submission waits for credit before a timeout error.
+    io_timeout: Option<Duration>,
+}
+
+impl Client {
+    /// Sends with `attempt`, which never waits for credit: while the server
+    /// grants none, waits for it in slices with the GIL released, so that
+    /// Ctrl-C interrupts a submission (as it does `recv`) and other threads
+    /// run meanwhile. Gives up after the connection's `io_timeout`, as the
+    /// Rust client's blocking submission does.
+    fn with_credit<T: Send>(
+        &self,
+        py: Python<'_>,
+        class: u8,
+        mut attempt: impl FnMut() -> Result<Option<T>, ClientError> + Send,
+    ) -> PyResult<T> {
+        const SLICE: Duration = Duration::from_millis(100);
+        let deadline = self.io_timeout.and_then(|t| Instant::now().checked_add(t));
+        loop {
+            if let Some(v) = detach(py, &mut attempt).map_err(to_py)? {
+                return Ok(v);
+            }
+            let slice = deadline.map_or(SLICE, |d| {
+                d.saturating_duration_since(Instant::now()).min(SLICE)
+            });
+            let credit = detach(py, || self.inner.wait_for_credit(class, slice)).map_err(to_py)?;
+            if !credit && deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(to_py(ClientError::Timeout {
+                    after: self.io_timeout.unwrap_or_default(),
+                    during: "waiting for credit from the server",
+                }));
+            }
+            py.check_signals()?;
+        }
+    }
 }
 
 #[pymethods]
@@ -395,8 +430,9 @@ impl Client {
         if let Some(m) = max_message {
             opts.max_message = m;
         }
+        let io_timeout = opts.io_timeout;
         let inner = detach(py, || RustClient::connect(&addr, opts)).map_err(to_py)?;
-        Ok(Client { inner })
+        Ok(Client { inner, io_timeout })
     }
 
     /// configure(input_size, output_size, cores, bitstream): `cores` is a
@@ -442,7 +478,9 @@ impl Client {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
         let class = priority.unwrap_or(DEFAULT_CLASS);
-        detach(py, || self.inner.submit_slice_with(None, bytes, class)).map_err(to_py)
+        self.with_credit(py, class, || {
+            self.inner.try_submit_slice_with(None, bytes, class)
+        })
     }
 
     #[pyo3(signature = (id, data, *, priority=None))]
@@ -456,9 +494,10 @@ impl Client {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
         let class = priority.unwrap_or(DEFAULT_CLASS);
-        detach(py, || self.inner.submit_slice_with(Some(id), bytes, class))
-            .map(drop)
-            .map_err(to_py)
+        self.with_credit(py, class, || {
+            self.inner.try_submit_slice_with(Some(id), bytes, class)
+        })
+        .map(drop)
     }
 
     /// submit_pending(data) -> Pending: the result goes to that handle only.
@@ -472,11 +511,10 @@ impl Client {
         let payload = Payload::of(data)?;
         let bytes = payload.as_slice();
         let class = priority.unwrap_or(DEFAULT_CLASS);
-        detach(py, || {
-            self.inner.submit_slice_pending_with(bytes, class, false)
+        self.with_credit(py, class, || {
+            self.inner.submit_slice_pending_with(bytes, class, true)
         })
-        .map(|p| Pending::from(p.expect("a blocking submit sends")))
-        .map_err(to_py)
+        .map(Pending::from)
     }
 
     /// The chunk size agreed with the server, or None without `chunks`.
@@ -563,6 +601,12 @@ impl Client {
     fn _wait_blocked_receivers(&self, py: Python<'_>, n: usize, timeout: f64) -> PyResult<bool> {
         let t = secs(Some(timeout))?.unwrap_or_default();
         Ok(detach(py, || self.inner.wait_for_blocked_receivers(n, t)))
+    }
+
+    /// Test hook: waits until `n` submissions wait for credit; False on timeout.
+    fn _wait_credit_waiters(&self, py: Python<'_>, n: usize, timeout: f64) -> PyResult<bool> {
+        let t = secs(Some(timeout))?.unwrap_or_default();
+        Ok(detach(py, || self.inner.wait_for_credit_waiters(n, t)))
     }
 
     fn close(&self, py: Python<'_>) {

@@ -11,6 +11,8 @@ import sys
 import threading
 import weakref
 
+import pytest
+
 import corefarm
 import corefarm.aio
 from fakeserver import FakeServer
@@ -140,4 +142,34 @@ def test_an_async_client_moves_to_a_new_loop_and_refuses_a_concurrent_one():
     assert len(refused) == 1 and "still open" in str(refused[0])
     assert isinstance(refused[0], RuntimeError)  # what it raised before, for old handlers
     c.close()
+    srv.join()
+
+
+def test_ctrl_c_interrupts_a_submission_waiting_for_credit():
+    """A server that grants no credit must not make a submission deaf to
+    Ctrl-C until its io_timeout: the wait is sliced and signals are checked
+    in between, as recv's is. Nothing is sent."""
+    import _thread
+
+    def script(p):
+        p.hello()
+        p.configuration()  # and no credit
+        expect_eof(p)
+
+    srv = FakeServer(script)
+    c = corefarm.connect(srv.addr, io_timeout=30)
+    c.configure_benchmark(16, 16)
+
+    def interrupt():
+        assert c._raw._wait_credit_waiters(1, 20), "the submission never waited for credit"
+        _thread.interrupt_main()
+
+    t = threading.Thread(target=interrupt)
+    t.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            c.submit(bytes(16))
+    finally:
+        t.join(20)
+        c.close()
     srv.join()

@@ -104,6 +104,41 @@ impl Inner {
         self.opts.io_timeout.map(|t| Instant::now() + t)
     }
 
+    /// See [`Client::wait_for_credit`](crate::Client::wait_for_credit).
+    pub fn wait_for_credit(&self, class: u8, timeout: Duration) -> Result<bool> {
+        if !self.credit_mode {
+            return Ok(true);
+        }
+        // A timeout too long for the clock waits without one.
+        let deadline = Instant::now().checked_add(timeout);
+        let kept = crate::chunked::kept_credit(self.chunk_size, class);
+        let mut st = self.shared.lock();
+        loop {
+            if let Some(f) = &st.failed {
+                return Err(f.to_error("while waiting for credit"));
+            }
+            if st.credit > kept {
+                return Ok(true);
+            }
+            let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|l| l.is_zero()) {
+                return Ok(false);
+            }
+            st.credit_waiters += 1;
+            self.shared.cond.notify_all();
+            let cond = &self.shared.cond;
+            st = match left {
+                Some(l) => {
+                    cond.wait_timeout(st, l)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+                None => cond.wait(st).unwrap_or_else(|p| p.into_inner()),
+            };
+            st.credit_waiters -= 1;
+        }
+    }
+
     /// Sends one data message in priority `class`. `id: None` takes the
     /// next automatic id. Returns the id used and, for `Route::Pending`,
     /// its handle; `None` when `wait` is `NoWait` and there is no credit.

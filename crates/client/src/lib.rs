@@ -303,6 +303,36 @@ impl Client {
             .submit_pending_class(Body::Borrowed(data), wait, class)
     }
 
+    /// Like [`submit_slice_with`](Client::submit_slice_with), but returns
+    /// `Ok(None)` at once, sending nothing, when the server grants no
+    /// credit right now.
+    pub fn try_submit_slice_with(
+        &self,
+        id: Option<u32>,
+        data: &[u8],
+        class: u8,
+    ) -> Result<Option<u32>> {
+        let sent = self.inner.send_data(
+            id,
+            Body::Borrowed(data),
+            Route::Recv,
+            CreditWait::NoWait,
+            class,
+        )?;
+        Ok(sent.map(|(id, _)| id))
+    }
+
+    /// Waits up to `timeout` until a data message of priority `class` could
+    /// be sent without waiting for credit: `Ok(false)` when the time ran
+    /// out, an error once the connection has failed. For callers that must
+    /// stay responsive while the server grants no credit (a binding that
+    /// checks for Ctrl-C, an event loop): wait in slices, then send with a
+    /// `try_` submission, which another thread may have beaten to the
+    /// credit.
+    pub fn wait_for_credit(&self, class: u8, timeout: Duration) -> Result<bool> {
+        self.inner.wait_for_credit(class, timeout)
+    }
+
     /// The chunk size agreed with the server, if `chunks` was.
     pub fn chunk_size(&self) -> Option<u32> {
         self.inner.chunk_size

@@ -791,3 +791,34 @@ fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
     drop(c);
     srv.join().unwrap();
 }
+
+/// `wait_for_credit` and `try_submit_slice_with` let a caller wait for
+/// credit in slices (a binding checking for Ctrl-C in between) instead of
+/// blocking inside a submit.
+#[test]
+fn credit_can_be_waited_for_in_slices_and_taken_without_blocking() {
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (addr, srv) = fake(move |mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        // The test saw a slice run out without credit.
+        go_rx.recv().unwrap();
+        p.credit(1);
+        assert_eq!(p.data().id, 0);
+        // The test saw the second try find no credit: end the session.
+        go_rx.recv().unwrap();
+    });
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    assert_eq!(c.try_submit_slice_with(None, &[1; 16], 4).unwrap(), None);
+    assert!(!c.wait_for_credit(4, Duration::from_millis(20)).unwrap());
+    go_tx.send(()).unwrap();
+    assert!(c.wait_for_credit(4, Duration::MAX).unwrap());
+    assert_eq!(c.try_submit_slice_with(None, &[1; 16], 4).unwrap(), Some(0));
+    assert_eq!(c.try_submit_slice_with(None, &[1; 16], 4).unwrap(), None);
+    go_tx.send(()).unwrap();
+    // The server went away: the wait ends with the reason, not a timeout.
+    let e = c.wait_for_credit(4, Duration::MAX).unwrap_err();
+    assert!(!e.is_timeout(), "{e}");
+    srv.join().unwrap();
+}
