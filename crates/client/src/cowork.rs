@@ -366,9 +366,20 @@ struct ClientPath<'a> {
     cfg: &'a Configuration,
     /// [`CoworkOptions::configure`].
     configure: bool,
+    /// This call sent its configuration request already.
+    requested: std::sync::atomic::AtomicBool,
 }
 
-impl ClientPath<'_> {
+impl<'a> ClientPath<'a> {
+    fn new(client: &'a Client, cowork: &'a Cowork) -> Self {
+        ClientPath {
+            client,
+            cfg: &cowork.cfg,
+            configure: cowork.opts.configure,
+            requested: Default::default(),
+        }
+    }
+
     /// A configuration request is on its way (sent, or about to be by a
     /// co-working call's thread).
     fn asking(&self, t: &crate::inner::ConfigureTiming) -> bool {
@@ -405,7 +416,11 @@ impl engine::ClusterPath for ClientPath<'_> {
 
     fn request(&self) {
         let flag = &self.client.inner.cowork_configuring;
+        // Once per call: the engine checks every millisecond, and after a
+        // refusal (or on a closed connection) each check would send the
+        // configuration, bitstream and all, again.
         if !self.configure
+            || self.requested.load(std::sync::atomic::Ordering::Acquire)
             || crate::inner::lock(&self.client.inner.configure_timing)
                 .since
                 .is_some()
@@ -419,6 +434,8 @@ impl engine::ClusterPath for ClientPath<'_> {
         // while it is on its way (it would program nodes for a call that
         // may be over by then). A refusal (or no thread) leaves the
         // client's configuration as it was, so the work stays local.
+        self.requested
+            .store(true, std::sync::atomic::Ordering::Release);
         let inner = self.client.inner.clone();
         let cfg = self.cfg.clone();
         let started = std::thread::Builder::new()
@@ -455,11 +472,7 @@ impl Client {
         window: usize,
         cowork: &Cowork,
     ) -> Result<CoworkRun, CoworkError> {
-        let path = ClientPath {
-            client: self,
-            cfg: &cowork.cfg,
-            configure: cowork.opts.configure,
-        };
+        let path = ClientPath::new(self, cowork);
         // In shared mode the server knows the function's replicas and their
         // measured service time: X_a from the start of the call instead of
         // from the first results (seed 002 Algorithm 2). A caller's pinned

@@ -9,9 +9,20 @@ use bytes::Bytes;
 
 use crate::{Client, ClientError, Pending, Result};
 
+/// One input of a map in flight: sent, or refused by the client.
+#[derive(Debug)]
+enum Entry {
+    Sent(Pending),
+    /// The client refused to send this input: its result, and whether it
+    /// ends the map (a failure for the whole session, not this input's).
+    Refused(ClientError, bool),
+}
+
 /// Iterator returned by [`Client::map`]. Each item is the result of the
-/// input at the same position, or the server's error for it. After a
-/// connection-level error the iterator yields that error once and ends.
+/// input at the same position, or the server's error for it, or the
+/// client's refusal to send it (not a whole number of inputs, too large).
+/// After a connection-level error the iterator yields that error once, in
+/// the place of the first input it cost, and ends.
 /// Dropping it early abandons the results still in flight.
 #[derive(Debug)]
 pub struct MapIter<'a, I> {
@@ -20,8 +31,9 @@ pub struct MapIter<'a, I> {
     window: usize,
     /// Priority class of every input.
     class: u8,
-    /// In flight, oldest first.
-    pending: VecDeque<Pending>,
+    /// In flight, oldest first, with the inputs whose submission failed
+    /// in their places.
+    pending: VecDeque<Entry>,
     exhausted: bool,
     failed: bool,
 }
@@ -56,13 +68,26 @@ impl<I: Iterator<Item = Bytes>> Iterator for MapIter<'_, I> {
         while !self.exhausted && self.pending.len() < self.window {
             match self.inputs.next() {
                 Some(b) => match self.client.submit_pending_with(b, self.class) {
-                    Ok(p) => self.pending.push_back(p),
-                    Err(e) => return self.stop(e),
+                    Ok(p) => self.pending.push_back(Entry::Sent(p)),
+                    // In its place, after the results of the inputs sent
+                    // before it. An input the client refuses (its size) is
+                    // that input's result; any other failure ends the map
+                    // there, so nothing after it is sent.
+                    Err(e) => {
+                        let this_input = matches!(e, ClientError::InvalidInput(_))
+                            && self.class < corefarm_smp::stream::CLASSES;
+                        self.exhausted = !this_input;
+                        self.pending.push_back(Entry::Refused(e, !this_input));
+                    }
                 },
                 None => self.exhausted = true,
             }
         }
-        let front = self.pending.pop_front()?;
+        let front = match self.pending.pop_front()? {
+            Entry::Sent(p) => p,
+            Entry::Refused(e, false) => return Some(Err(e)),
+            Entry::Refused(e, true) => return self.stop(e),
+        };
         match front.wait(None) {
             Ok(out) => Some(Ok(out.data)),
             // The server's error for this input is this input's result; one

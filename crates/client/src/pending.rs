@@ -148,10 +148,11 @@ impl Pending {
         ))
     }
 
-    /// Blocks until the result arrives (`None`: without limit). A timeout
-    /// leaves the result to a later call.
+    /// Blocks until the result arrives (`None`, or a timeout too long for
+    /// the clock: without limit). A timeout leaves the result to a later
+    /// call.
     pub fn wait(&self, timeout: Option<Duration>) -> Result<Output> {
-        let deadline = timeout.map(|t| Instant::now() + t);
+        let deadline = timeout.and_then(|t| Instant::now().checked_add(t));
         let mut st = self.slot.lock();
         loop {
             if let Some(r) = self.take(&mut st) {

@@ -822,3 +822,85 @@ fn credit_can_be_waited_for_in_slices_and_taken_without_blocking() {
     assert!(!e.is_timeout(), "{e}");
     srv.join().unwrap();
 }
+
+/// An input the client refuses before sending it (not a whole number of
+/// inputs) is that input's result, as the server's error for one would be:
+/// the results of the inputs around it still come, each in its place.
+#[test]
+fn map_yields_a_refused_input_in_its_place_and_goes_on() {
+    let (addr, srv) = fake(|mut p| {
+        p.configured(0);
+        // Every input but the refused one, echoed in order.
+        echo(&mut p, 7, 16, 16);
+        assert!(p.at_eof(), "the refused input was sent");
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let inputs: Vec<Bytes> = (0..8u8)
+        .map(|k| Bytes::from(vec![k; if k == 4 { 15 } else { 16 }]))
+        .collect();
+    let out: Vec<Result<Bytes>> = c.map(inputs.clone(), 3).collect();
+    assert_eq!(out.len(), 8, "{out:?}");
+    for (k, r) in out.iter().enumerate() {
+        match r {
+            Err(ClientError::InvalidInput(_)) if k == 4 => {}
+            Ok(b) if k != 4 => assert_eq!(b, &inputs[k], "result {k}"),
+            other => panic!("result {k}: {other:?}"),
+        }
+    }
+    // A priority class that does not exist is no one input's fault: one
+    // error, nothing sent.
+    let out: Vec<Result<Bytes>> = c.map_with(inputs, 3, 9).collect();
+    assert_eq!(out.len(), 1, "{out:?}");
+    assert!(
+        matches!(out[0], Err(ClientError::InvalidInput(_))),
+        "{out:?}"
+    );
+    drop(c);
+    srv.join().unwrap();
+}
+
+/// A submission that fails for the whole session (here: no credit within
+/// `io_timeout`) ends the map after the results of the inputs already sent,
+/// in their places, not in place of the first of them.
+#[test]
+fn map_yields_the_results_sent_before_a_failed_submission() {
+    let (addr, srv) = fake(move |mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        // Credit for two messages, never more.
+        p.credit(2);
+        echo(&mut p, 2, 16, 16);
+        assert!(p.at_eof());
+    });
+    let opts = ClientOptions {
+        io_timeout: Some(Duration::from_millis(50)),
+        ..Default::default()
+    };
+    let c = Client::connect(&addr, opts).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let inputs: Vec<Bytes> = (0..4u8).map(|k| Bytes::from(vec![k; 16])).collect();
+    let out: Vec<Result<Bytes>> = c.map(inputs.clone(), 4).collect();
+    assert_eq!(out.len(), 3, "{out:?}");
+    assert_eq!(out[0].as_ref().unwrap(), &inputs[0]);
+    assert_eq!(out[1].as_ref().unwrap(), &inputs[1]);
+    assert!(out[2].as_ref().unwrap_err().is_timeout(), "{out:?}");
+    drop(c);
+    srv.join().unwrap();
+}
+
+/// A timeout too long for the clock waits without one (as
+/// `wait_for_credit` does) instead of panicking on the overflow.
+#[test]
+fn a_pending_waits_out_a_timeout_too_long_for_the_clock() {
+    let (addr, srv) = fake(|mut p| {
+        p.configured(0);
+        echo(&mut p, 1, 16, 16);
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let p = c.submit_pending(Bytes::from_static(&[7; 16])).unwrap();
+    let out = p.wait(Some(Duration::MAX)).unwrap();
+    assert_eq!(out.data, Bytes::from_static(&[7; 16]));
+    srv.join().unwrap();
+}

@@ -217,7 +217,14 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
         let (mut done, mut answered) = (0.0, 0);
         for &i in &batch {
             let answered_elsewhere = || sh.slots[i].get().is_some();
-            match compute(&sh.inputs[i], sh.sizes, core, answered_elsewhere) {
+            // A core that panics fails the run like one that returns an
+            // error: its thread would otherwise end holding messages no
+            // one else takes (the cluster path waited for them forever).
+            let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                compute(&sh.inputs[i], sh.sizes, &mut *core, answered_elsewhere)
+            }))
+            .unwrap_or_else(|p| Err(CoreError::Failed(panic_message(p.as_ref()))));
+            match computed {
                 Ok(Computed::Whole(out)) => {
                     done += 1.0;
                     answered += usize::from(sh.slots[i].set(out).is_ok());
@@ -239,6 +246,16 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
         b.local_running.retain(|(i, _)| !batch.contains(i));
         sh.cond.notify_all();
     }
+}
+
+/// What a panicking core said, as an error message.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    let what = p
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message");
+    format!("the core panicked: {what}")
 }
 
 /// Marks `batch` as taken by a local thread, each message expected done
@@ -302,12 +319,19 @@ fn wait_ready<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> bool {
         if cluster.ready() {
             return true;
         }
+        let over = |b: &Board| {
+            // With nothing left to take, a cluster configured while a local
+            // thread is still on a message can take a backup copy of it.
+            let copyable = sh.knobs.backup && !b.local_running.is_empty();
+            b.abort.is_some() || (b.next >= sh.inputs.len() && !copyable)
+        };
+        // No request for a call with nothing (left) to do.
+        if over(&sh.lock()) {
+            return false;
+        }
         cluster.request();
         let b = sh.lock();
-        // With nothing left to take, a cluster configured while a local
-        // thread is still on a message can take a backup copy of it.
-        let copyable = sh.knobs.backup && !b.local_running.is_empty();
-        if b.abort.is_some() || (b.next >= sh.inputs.len() && !copyable) {
+        if over(&b) {
             return false;
         }
         // Local threads holding back for a configuration on its way look

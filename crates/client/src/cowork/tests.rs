@@ -61,6 +61,8 @@ struct FakeCore {
     w: Arc<World>,
     /// Fail on a job whose first byte is this.
     fail_on: Option<u8>,
+    /// Panic on a job whose first byte is this.
+    panic_on: Option<u8>,
     /// At this many local jobs, wait for the cluster to have taken work.
     gate_at: Option<usize>,
     /// Seconds of fake time per job.
@@ -73,6 +75,7 @@ impl FakeCore {
         FakeCore {
             w: w.clone(),
             fail_on: None,
+            panic_on: None,
             gate_at: None,
             cost: 0.0,
         }
@@ -83,6 +86,9 @@ impl Core for FakeCore {
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
         if self.fail_on == Some(input[0]) {
             return Err(CoreError::Failed("injected".into()));
+        }
+        if self.panic_on == Some(input[0]) {
+            panic!("injected panic");
         }
         let done = self.w.local_jobs.fetch_add(1, Ordering::SeqCst) + 1;
         if self.gate_at.is_some_and(|g| done >= g) {
@@ -565,4 +571,158 @@ fn a_configuration_that_never_comes_leaves_the_work_local() {
     // "Due now" for a few checks, then no longer on its way (refused):
     // the local threads stop waiting and do everything.
     assert_eq!(split_while_configuring(usize::MAX, 5), (50, 0));
+}
+
+/// Runs `ins` on one core that panics on the job whose first byte is
+/// `bad`, against a cluster ready after `ready_after` local jobs, on a
+/// thread of its own: the error, or a test failure if the run hangs,
+/// panics or succeeds.
+fn run_with_a_panicking_core(
+    ins: Vec<Bytes>,
+    bad: u8,
+    ready_after: usize,
+    backup: bool,
+) -> CoworkError {
+    let jobs = ins.iter().flat_map(|b| b.chunks(IN));
+    assert_eq!(jobs.filter(|c| c[0] == bad).count(), 1);
+    let w = Arc::new(World::default());
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let core = FakeCore {
+            panic_on: Some(bad),
+            ..FakeCore::new(&w)
+        };
+        let knobs = Knobs { backup, ..KNOBS };
+        let c = cluster(&w, ready_after);
+        let r = run_with(
+            &w,
+            &ins,
+            vec![Box::new(core)],
+            &c,
+            Estimates::default(),
+            knobs,
+        );
+        let _ = tx.send(r.map(|_| ()));
+    });
+    match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(r) => r.expect_err("a core that panicked cannot have computed every input"),
+        Err(std::sync::mpsc::RecvTimeoutError::Timeout) => panic!("the run hung"),
+        Err(e) => panic!("the run panicked instead of failing: {e}"),
+    }
+}
+
+#[test]
+fn a_panicking_local_core_fails_the_run_with_the_input_instead_of_hanging() {
+    // Unconfigured cluster: nobody else would ever take the message the
+    // panicked thread held (the run used to wait for it forever, with or
+    // without backups).
+    for backup in [true, false] {
+        let ins = inputs(40);
+        let bad = ins[17][0];
+        let e = run_with_a_panicking_core(ins, bad, usize::MAX, backup);
+        assert!(matches!(e, CoworkError::Local { index: 17, .. }), "{e}");
+        assert!(e.to_string().contains("panicked"), "{e}");
+    }
+}
+
+#[test]
+fn a_panicking_local_core_beside_a_cluster_is_an_error_not_a_panic() {
+    // The local thread takes message 0 (the cluster is ready only once a
+    // local job is done) and panics on its second input while the cluster
+    // computes the rest: the run used to re-raise the panic in the caller.
+    let mut ins = one_message(3);
+    let bad = ins[0][IN];
+    let clean = |b: &Bytes| b.chunks(IN).all(|c| c[0] != bad);
+    ins.extend(inputs(30).into_iter().filter(clean));
+    let e = run_with_a_panicking_core(ins, bad, 1, false);
+    assert!(matches!(e, CoworkError::Local { index: 0, .. }), "{e}");
+}
+
+/// Bounded wait for a condition nothing signals (an atomic flag).
+fn wait_until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while !cond() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting until {what}"
+        );
+        std::thread::yield_now();
+    }
+}
+
+/// A fake server that answers the hello, refuses the first `refuse`
+/// configurations, then reports (on the channel) the type of the next
+/// frame it reads, or "eof"; and a co-working client for it that
+/// configures by itself.
+fn configuring_client(refuse: usize) -> (Client, Cowork, std::sync::mpsc::Receiver<String>) {
+    use corefarm_smp::MsgType;
+    let (tx, rx) = std::sync::mpsc::channel();
+    let (addr, _srv) = crate::tests::fake(move |mut p| {
+        p.hello(&[], 1);
+        for _ in 0..refuse {
+            p.configured(1);
+            tx.send("refused".to_string()).unwrap();
+        }
+        let next = match p.r.read_frame() {
+            Ok(Some(f)) if f.ty == MsgType::Configuration => "configuration".to_string(),
+            Ok(Some(f)) => format!("{:?}", f.ty),
+            Ok(None) | Err(_) => "eof".to_string(),
+        };
+        let _ = tx.send(next);
+    });
+    let c = Client::connect(&addr, crate::ClientOptions::default()).unwrap();
+    let w = Arc::new(World::default());
+    let opts = CoworkOptions {
+        configure: true,
+        ..CoworkOptions::default()
+    };
+    let cfg = corefarm_smp::Configuration {
+        input_size: IN as u32,
+        output_size: OUT as u32,
+        cores: crate::default_core_table(1, IN as u32, OUT as u32).unwrap(),
+        bitstream: Bytes::from_static(b"a function"),
+    };
+    let cw = Cowork::with_cores(&cfg, cores(&w, 1), opts).unwrap();
+    (c, cw, rx)
+}
+
+fn asking(c: &Client) -> bool {
+    c.inner
+        .cowork_configuring
+        .load(std::sync::atomic::Ordering::Acquire)
+}
+
+#[test]
+fn a_refused_configuration_is_not_asked_for_again_in_the_same_call() {
+    let (c, cw, rx) = configuring_client(1);
+    let path = ClientPath::new(&c, &cw);
+    let wait = Duration::from_secs(20);
+    engine::ClusterPath::request(&path);
+    assert_eq!(rx.recv_timeout(wait).unwrap(), "refused");
+    wait_until("the refusal is taken in", || {
+        !asking(&c)
+            && crate::inner::lock(&c.inner.configure_timing)
+                .since
+                .is_none()
+    });
+    assert!(!engine::ClusterPath::ready(&path));
+    // The engine checks again after every local batch and every
+    // millisecond: each check used to send the configuration (the whole
+    // bitstream) once more.
+    engine::ClusterPath::request(&path);
+    assert!(!asking(&c), "the refused configuration was sent again");
+    drop(c);
+    assert_eq!(rx.recv_timeout(wait).unwrap(), "eof");
+}
+
+#[test]
+fn a_call_without_inputs_sends_no_configuration() {
+    let (c, cw, rx) = configuring_client(0);
+    let run = c.map_cowork(&[], 4, &cw).unwrap();
+    assert!(run.results.is_empty());
+    assert_eq!((run.report.local_items, run.report.cluster_items), (0, 0));
+    assert!(!asking(&c), "an empty call asked for the cluster");
+    drop(c);
+    let next = rx.recv_timeout(Duration::from_secs(20)).unwrap();
+    assert_eq!(next, "eof");
 }
