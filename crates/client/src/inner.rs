@@ -432,11 +432,16 @@ impl Inner {
             }
             // Waiting could only end if another thread submitted: say so
             // rather than hang (see the crate docs on recv and map).
-            if st.unclaimed == 0 && !st.claims.is_empty() {
+            // Results nobody waits for any more (a dropped map or Pending)
+            // do not count: they are discarded on arrival.
+            let claimed = match st.unclaimed {
+                0 => st.claims.values().filter(|s| !s.abandoned()).count(),
+                _ => 0,
+            };
+            if claimed > 0 {
                 return Err(ClientError::Usage(format!(
-                    "recv() only returns results of submit(); the {} data message(s) in \
-                     flight belong to map() or to Pending handles and are returned there",
-                    st.claims.len()
+                    "recv() only returns results of submit(); the {claimed} data message(s) in \
+                     flight belong to map() or to Pending handles and are returned there"
                 )));
             }
             st.receivers_waiting += 1;

@@ -76,6 +76,11 @@ impl Slot {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Its `Pending` was dropped: nobody waits for the outcome.
+    pub(crate) fn abandoned(&self) -> bool {
+        self.lock().abandoned
+    }
+
     /// Delivers the outcome (first one wins) and runs the waiter's wake-ups
     /// outside the lock.
     pub(crate) fn complete(&self, outcome: Outcome) {

@@ -145,6 +145,37 @@ fn a_dropped_pending_result_is_discarded_not_given_to_recv() {
     srv.join().unwrap();
 }
 
+#[test]
+fn recv_waits_for_another_thread_when_only_abandoned_results_are_in_flight() {
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let (addr, srv) = fake(move |mut p| {
+        p.configured(0);
+        let abandoned = p.data();
+        let plain = p.data();
+        go_rx.recv().unwrap();
+        p.send(OutFrame::data(abandoned.id, abandoned.data).unwrap());
+        p.send(OutFrame::data(plain.id, plain.data).unwrap());
+    });
+    let c = Arc::new(Client::connect(&addr, legacy()).unwrap());
+    c.configure(&bench(16, 16)).unwrap();
+    // Its result is still in flight, but nobody waits for it any more: a
+    // receiver started before its sender must wait, not be told that the
+    // messages in flight belong to a Pending.
+    drop(c.submit_pending(Bytes::from_static(&[1; 16])).unwrap());
+    let rc = c.clone();
+    let receiver = thread::spawn(move || rc.recv(None));
+    assert!(
+        c.wait_for_blocked_receivers(1, Duration::from_secs(20)),
+        "recv did not wait: {:?}",
+        receiver.is_finished().then(|| receiver.join().unwrap())
+    );
+    let id = c.submit(Bytes::from_static(&[2; 16])).unwrap();
+    go_tx.send(()).unwrap();
+    let o = receiver.join().unwrap().unwrap();
+    assert_eq!((o.id, &o.data[..]), (id, &[2u8; 16][..]));
+    srv.join().unwrap();
+}
+
 /// Polls a future on this thread, parking between wake-ups.
 fn block_on<F: std::future::Future>(f: F) -> F::Output {
     struct Unpark(thread::Thread);
