@@ -124,17 +124,21 @@ fn recv_with_only_pending_results_in_flight_is_a_clear_error() {
     srv.join().unwrap();
 }
 
+/// The fake server of the two tests below: two data messages (a dropped
+/// `Pending`'s, then a plain one), answered in order once `go` says so.
+fn abandoned_then_plain(mut p: Peer, go: mpsc::Receiver<()>) {
+    p.configured(0);
+    let abandoned = p.data();
+    let plain = p.data();
+    go.recv().unwrap();
+    p.send(OutFrame::data(abandoned.id, abandoned.data).unwrap());
+    p.send(OutFrame::data(plain.id, plain.data).unwrap());
+}
+
 #[test]
 fn a_dropped_pending_result_is_discarded_not_given_to_recv() {
     let (go_tx, go_rx) = mpsc::channel::<()>();
-    let (addr, srv) = fake(move |mut p| {
-        p.configured(0);
-        let abandoned = p.data();
-        let plain = p.data();
-        go_rx.recv().unwrap();
-        p.send(OutFrame::data(abandoned.id, abandoned.data).unwrap());
-        p.send(OutFrame::data(plain.id, plain.data).unwrap());
-    });
+    let (addr, srv) = fake(move |p| abandoned_then_plain(p, go_rx));
     let c = Client::connect(&addr, legacy()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
     drop(c.submit_pending(Bytes::from_static(&[1; 16])).unwrap());
@@ -148,14 +152,7 @@ fn a_dropped_pending_result_is_discarded_not_given_to_recv() {
 #[test]
 fn recv_waits_for_another_thread_when_only_abandoned_results_are_in_flight() {
     let (go_tx, go_rx) = mpsc::channel::<()>();
-    let (addr, srv) = fake(move |mut p| {
-        p.configured(0);
-        let abandoned = p.data();
-        let plain = p.data();
-        go_rx.recv().unwrap();
-        p.send(OutFrame::data(abandoned.id, abandoned.data).unwrap());
-        p.send(OutFrame::data(plain.id, plain.data).unwrap());
-    });
+    let (addr, srv) = fake(move |p| abandoned_then_plain(p, go_rx));
     let c = Arc::new(Client::connect(&addr, legacy()).unwrap());
     c.configure(&bench(16, 16)).unwrap();
     // Its result is still in flight, but nobody waits for it any more: a
