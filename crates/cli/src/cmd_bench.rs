@@ -279,6 +279,11 @@ fn echo_server(listen: &str) -> Result<()> {
 }
 
 fn echo_client(c: EchoClientArgs) -> Result<()> {
+    // Zero seconds measures nothing: the rates would be 0/0.
+    anyhow::ensure!(
+        c.duration > 0.0,
+        "--duration must be more than 0 seconds (it is the measured window)"
+    );
     let opts = EchoOptions {
         addr: c.addr,
         size: c.size,
@@ -402,6 +407,9 @@ fn node_bench(a: NodeArgs) -> Result<()> {
         },
     };
     let announce = a.no_spawn;
+    if !a.no_spawn {
+        crate::interrupt::kill_children_on_signal("bench node");
+    }
     let rep = node::run(&opts, |addr| {
         if announce {
             println!("listening {addr}");

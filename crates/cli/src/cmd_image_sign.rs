@@ -29,6 +29,12 @@ pub struct SignArgs {
 }
 
 pub fn keygen(a: KeygenArgs) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        a.out.extension().is_none_or(|e| e != "pub"),
+        "{}: a secret key named .pub would be taken for a public key; choose a name without .pub \
+         (the public half is written to NAME.pub)",
+        a.out.display()
+    );
     let key = SecretKey::generate();
     let public = key.write(&a.out).map_err(anyhow::Error::msg)?;
     eprintln!(
@@ -41,6 +47,7 @@ pub fn keygen(a: KeygenArgs) -> anyhow::Result<()> {
 }
 
 pub fn sign(a: SignArgs) -> anyhow::Result<()> {
+    check_secret_key_path(&a.key)?;
     let key = SecretKey::read(&a.key).map_err(anyhow::Error::msg)?;
     let bytes = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
     let signed = sign::sign(&bytes, &key)
@@ -49,6 +56,33 @@ pub fn sign(a: SignArgs) -> anyhow::Result<()> {
     let out = a.out.unwrap_or(a.file);
     std::fs::write(&out, signed).with_context(|| format!("writing {}", out.display()))?;
     eprintln!("signed {} with key {}", out.display(), key.public());
+    Ok(())
+}
+
+/// Refuses what cannot be the secret half of a key pair before the key is
+/// read. Both halves are 64 hex digits, so the public half read as a
+/// secret would sign with a key nobody trusts; and the permission check on
+/// a directory or a public file would advise `chmod 600`, which helps no one.
+fn check_secret_key_path(path: &std::path::Path) -> anyhow::Result<()> {
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("cannot read key {}", path.display()))?;
+    anyhow::ensure!(
+        !meta.is_dir(),
+        "{} is a directory; --key takes the secret key file made by `corefarm image keygen -o KEY`",
+        path.display()
+    );
+    if path.extension().is_some_and(|e| e == "pub") {
+        let secret = path.with_extension("");
+        anyhow::bail!(
+            "{} is a public key (the .pub half); sign with the secret key{} and give the .pub file to nodes (--trust)",
+            path.display(),
+            if secret.is_file() {
+                format!(" {}", secret.display())
+            } else {
+                " made with it by `corefarm image keygen`".into()
+            }
+        );
+    }
     Ok(())
 }
 

@@ -43,7 +43,8 @@ pub struct NodeTuning {
     /// Largest message payload this node accepts or sends, in bytes; a
     /// configuration whose inputs or outputs cannot fit is refused with the
     /// reason (the server's own limit applies too when it is smaller).
-    #[arg(long, default_value_t = corefarm_smp::DEFAULT_MAX_MESSAGE)]
+    #[arg(long, default_value_t = corefarm_smp::DEFAULT_MAX_MESSAGE,
+          value_parser = crate::cmd_server::parse_max_message)]
     pub node_max_message: u32,
     /// Behave exactly like a seed-format node: no hello, no error messages.
     #[arg(long)]
@@ -80,8 +81,10 @@ pub struct NodeTuning {
     /// smaller of this and its `--node-chunk-size`) as chunks interleaved by
     /// priority class, and streaming handlers start on a message's first
     /// chunk. The same size is offered on a group's peer links (a link uses
-    /// the smaller of its two nodes' offers). 0: do not offer chunks.
-    #[arg(long, default_value_t = corefarm_smp::stream::DEFAULT_CHUNK_SIZE)]
+    /// the smaller of its two nodes' offers). 0: do not offer chunks;
+    /// otherwise 512 to 1048576.
+    #[arg(long, default_value_t = corefarm_smp::stream::DEFAULT_CHUNK_SIZE,
+          value_parser = crate::cmd_server::parse_chunk_size)]
     pub chunk_size: u32,
     /// Peer port of the node fabric (groups, docs/collectives.md): where the
     /// other members of a group reach this node. An unspecified IP means the

@@ -45,7 +45,30 @@ pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
 
 /// `--trust`: a public key in hex, or a file holding one.
 pub(crate) fn parse_trust(s: &str) -> Result<corefarm_cores::signature::PublicKey, String> {
-    corefarm_cores::signature::PublicKey::parse_or_read(s)
+    use corefarm_cores::signature::PublicKey;
+    if s.trim().parse::<PublicKey>().is_ok() {
+        return Ok(s.trim().parse().expect("checked above"));
+    }
+    let path = std::path::Path::new(s);
+    if !path.is_file() {
+        return Err(format!(
+            "{s:?} is neither an Ed25519 public key (64 hex digits) nor a readable .pub file{}",
+            if path.exists() { "" } else { " (no such file)" }
+        ));
+    }
+    // A secret key is 64 hex digits too: read as a public key it would make
+    // the node trust a key nobody signs with (and the secret would be on
+    // the node). `image keygen` writes the public half beside it as KEY.pub.
+    let public = std::path::PathBuf::from(format!("{s}.pub"));
+    if public.is_file() {
+        return Err(format!(
+            "{s} is a secret signing key ({} beside it is its public half): give --trust {}, \
+             and keep {s} off the nodes",
+            public.display(),
+            public.display()
+        ));
+    }
+    PublicKey::parse_or_read(s)
 }
 
 /// `--isolation`: process or in-process.
@@ -89,7 +112,7 @@ pub struct ServerTuning {
     pub user_window: Option<u32>,
     /// Largest accepted message payload, in bytes. A configuration whose input
     /// or output (plus the 4-byte id) would not fit is refused with a reason.
-    #[arg(long, default_value_t = defaults::MAX_MESSAGE)]
+    #[arg(long, default_value_t = defaults::MAX_MESSAGE, value_parser = parse_max_message)]
     pub max_message: u32,
     /// Seconds a node may take to answer a configuration.
     #[arg(long, default_value_t = defaults::CONFIG_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
@@ -119,10 +142,10 @@ pub struct ServerTuning {
     #[arg(long, default_value_t = defaults::NODE_HELLO_GRACE.as_secs_f64(), value_parser = parse_seconds)]
     pub node_hello_grace: f64,
     /// Concurrent user connections; more are refused with a reason.
-    #[arg(long, default_value_t = defaults::MAX_USERS)]
+    #[arg(long, default_value_t = defaults::MAX_USERS, value_parser = parse_connections)]
     pub max_users: usize,
     /// Concurrent node connections; more are refused with a reason.
-    #[arg(long, default_value_t = defaults::MAX_NODES)]
+    #[arg(long, default_value_t = defaults::MAX_NODES, value_parser = parse_connections)]
     pub max_nodes: usize,
     /// Without an auth file, listen on addresses other hosts can reach
     /// anyway: anyone who reaches a port can then run code on every node.
@@ -154,12 +177,52 @@ pub struct ServerTuning {
     pub class_depths: Vec<(u8, u32)>,
     /// Bytes per chunk on the node link (issue 11): a data message or result
     /// larger than this travels as chunks interleaved by priority class, with
-    /// nodes that negotiate chunks (the smaller size of the two wins). 0: off.
-    #[arg(long, default_value_t = defaults::NODE_CHUNK_SIZE)]
+    /// nodes that negotiate chunks (the smaller size of the two wins). 0: off;
+    /// otherwise 512 to 1048576.
+    #[arg(long, default_value_t = defaults::NODE_CHUNK_SIZE, value_parser = parse_chunk_size)]
     pub node_chunk_size: u32,
 }
 
 /// `--monitor-period`: milliseconds, at least 0.1 (the scheduler ticks no faster).
+/// The smallest `--max-message`/`--node-max-message`: below it not even the
+/// hello exchange fits, and every peer fails with a confusing protocol error.
+pub(crate) const MIN_MAX_MESSAGE: u32 = 1024;
+
+/// `--max-message`, `--node-max-message`: bytes, at least [`MIN_MAX_MESSAGE`].
+pub(crate) fn parse_max_message(s: &str) -> Result<u32, String> {
+    match s.trim().parse::<u32>() {
+        Ok(v) if v >= MIN_MAX_MESSAGE => Ok(v),
+        Ok(v) => Err(format!(
+            "{v} bytes is too small: at least {MIN_MAX_MESSAGE} bytes, or no peer's hello fits"
+        )),
+        Err(e) => Err(format!("{s:?} is not a number of bytes: {e}")),
+    }
+}
+
+/// The chunk sizes a link can use: 0 (off) or 512 bytes (below which a
+/// chunk costs more than it saves; the server refuses users asking for
+/// less) to `corefarm_smp::stream::MAX_CHUNK_SIZE`.
+pub(crate) fn parse_chunk_size(s: &str) -> Result<u32, String> {
+    const MIN: u32 = 512;
+    const MAX: u32 = corefarm_smp::stream::MAX_CHUNK_SIZE;
+    match s.trim().parse::<u32>() {
+        Ok(v) if v == 0 || (MIN..=MAX).contains(&v) => Ok(v),
+        Ok(v) => Err(format!(
+            "{v} bytes is not a chunk size: give 0 (no chunks) or {MIN} to {MAX} bytes"
+        )),
+        Err(e) => Err(format!("{s:?} is not a number of bytes: {e}")),
+    }
+}
+
+/// `--max-users`, `--max-nodes`: 0 would refuse every connection.
+fn parse_connections(s: &str) -> Result<usize, String> {
+    match s.trim().parse::<usize>() {
+        Ok(v) if v >= 1 => Ok(v),
+        Ok(_) => Err("0 would refuse every connection: give at least 1".into()),
+        Err(e) => Err(format!("{s:?} is not a number of connections: {e}")),
+    }
+}
+
 fn parse_period_ms(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && (0.1..1e7).contains(&v) => Ok(v),

@@ -67,6 +67,7 @@ pub fn run(a: SoakArgs) -> Result<()> {
             a.duration, a.nodes, a.users, a.kill_every, a.sharing
         );
     }
+    crate::interrupt::kill_children_on_signal("bench soak");
     let r = soak::run(&opts)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);

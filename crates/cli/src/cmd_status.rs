@@ -83,12 +83,25 @@ pub fn fetch_tls(
         ..ClientOptions::default()
     };
     // The client's error already names the address.
-    let client = Client::connect(server, opts)?;
+    let client = Client::connect(server, opts).map_err(wrong_port_hint)?;
     let status = client
         .status()
         .with_context(|| format!("asking {server} for its status"))?;
     client.close();
     Ok(status)
+}
+
+/// A connection whose hello exchange failed usually reached some other
+/// port (the server's node port closes on a user's hello, the metrics
+/// port answers in HTTP): say which port to give.
+pub(crate) fn wrong_port_hint(e: corefarm_client::ClientError) -> anyhow::Error {
+    match &e {
+        corefarm_client::ClientError::Handshake { addr, .. } => anyhow::anyhow!(
+            "{e}. Is {addr} the server's user port? `corefarm server` prints it as users=ADDR \
+             (default 127.0.0.1:9999); its node port and metrics port do not answer users"
+        ),
+        _ => e.into(),
+    }
 }
 
 /// The status as a summary line and two tables. The observer's own session (`you`) is left

@@ -120,7 +120,7 @@ fn connect(target: &Target) -> anyhow::Result<Client> {
         io_timeout: Some(t),
         ..ClientOptions::default()
     };
-    Ok(Client::connect(&target.server, opts)?)
+    Client::connect(&target.server, opts).map_err(crate::cmd_status::wrong_port_hint)
 }
 
 /// Counters of the previous answer, to turn totals into rates.

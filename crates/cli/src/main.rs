@@ -29,6 +29,7 @@ mod cmd_tls;
 mod cmd_top;
 mod cmd_worker;
 mod demo;
+mod interrupt;
 
 #[derive(Parser)]
 #[command(name = "corefarm", version, about = "Distributed computing on accelerator nodes over SMP", long_about = None)]

@@ -517,7 +517,9 @@ fn check_exposure(opts: &ServerOptions, bound: &[SocketAddr]) -> std::io::Result
             return Err(std::io::Error::new(
                 std::io::ErrorKind::PermissionDenied,
                 format!(
-                    "refusing to listen on {open:?} without authentication: anyone who reaches it                      could run code on every node. Give --auth-file (see docs/operations.md),                      listen on 127.0.0.1, or pass --insecure-open"
+                    "refusing to listen on {open:?} without authentication: anyone who reaches it \
+                     could run code on every node. Give --auth-file (see docs/operations.md), \
+                     listen on 127.0.0.1, or pass --insecure-open"
                 ),
             ))
         }
@@ -557,6 +559,10 @@ mod tests {
         assert!(
             e.contains("0.0.0.0:9999") && e.contains("--auth-file"),
             "{e}"
+        );
+        assert!(
+            !e.contains("  "),
+            "a source line's indentation in the message: {e}"
         );
         o.insecure_open = true;
         assert!(check_exposure(&o, &[lo, any]).is_ok());
