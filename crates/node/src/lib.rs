@@ -139,9 +139,9 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
             _ = stop.cancelled() => return Ok(()),
             r = TcpStream::connect(&opts.server) => r,
         };
+        let began = tokio::time::Instant::now();
         let result = match attempt {
             Ok(stream) => {
-                backoff = Duration::from_millis(50);
                 if let (None, Some(want)) = (&peer, opts.peer_listen) {
                     let l = bind_peer(want, &stream).await?;
                     opts.peer_listen = Some(l.local_addr());
@@ -172,6 +172,13 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
         if !opts.reconnect || stop.is_cancelled() {
             return result;
         }
+        // A session that lasted resets the back-off (a restarted server is
+        // reached again at once); one that failed right away does not: a
+        // node given the wrong port, or refused, would otherwise reconnect
+        // (and log) twenty times a second for good.
+        if began.elapsed() >= SESSION_LASTED {
+            backoff = Duration::from_millis(50);
+        }
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
             _ = tokio::time::sleep(backoff) => {}
@@ -179,6 +186,10 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
         backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
+
+/// A session at least this long counts as having worked: the reconnection
+/// back-off starts again from its shortest step.
+const SESSION_LASTED: Duration = Duration::from_secs(10);
 
 /// Longest time the TLS handshake with the server may take.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -242,4 +253,38 @@ pub async fn run_many(
         }
     }
     first_err.map_or(Ok(()), Err)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A server that closes every connection at once (a node given the
+    /// wrong port is told no more than that) is retried with a growing
+    /// back-off, not every 50 ms for good. Paused clock: each gap between
+    /// two connections is exactly the back-off slept.
+    #[tokio::test(start_paused = true)]
+    async fn a_session_that_fails_at_once_backs_off() {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let opts = NodeOptions {
+            server: l.local_addr().unwrap().to_string(),
+            peer_listen: None,
+            ..NodeOptions::default()
+        };
+        let stop = CancellationToken::new();
+        let node = tokio::spawn(run(opts, stop.clone()));
+        let mut at = Vec::new();
+        for _ in 0..6 {
+            let (s, _) = l.accept().await.unwrap();
+            at.push(tokio::time::Instant::now());
+            drop(s);
+        }
+        stop.cancel();
+        node.await.unwrap().unwrap();
+        let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+        assert!(
+            gaps.windows(2).all(|g| g[1] >= g[0]) && gaps[4] >= 800,
+            "gaps between connections, ms: {gaps:?}"
+        );
+    }
 }
