@@ -111,10 +111,12 @@ impl Default for NodeOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    #[error("cannot connect to server {addr}: {source}")]
+    // `cause`, not `source`: the message carries it already, and as a
+    // source too it would be printed twice in an error chain.
+    #[error("cannot connect to server {addr}: {cause}")]
     Connect {
         addr: String,
-        source: std::io::Error,
+        cause: std::io::Error,
     },
     #[error("TLS handshake with server {addr} failed: {detail}")]
     Tls { addr: String, detail: String },
@@ -162,7 +164,7 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
             }
             Err(e) => Err(NodeError::Connect {
                 addr: opts.server.clone(),
-                source: e,
+                cause: e,
             }),
         };
         match &result {
