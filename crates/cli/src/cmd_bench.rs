@@ -55,9 +55,9 @@ pub enum BenchCmd {
 pub struct CompareArgs {
     old: std::path::PathBuf,
     new: std::path::PathBuf,
-    /// Smallest relative change that counts; the recorded spread of either
-    /// file widens it.
-    #[arg(long, default_value_t = 0.05)]
+    /// Smallest relative change that counts (0.05: 5 %); the recorded
+    /// spread of either file widens it.
+    #[arg(long, default_value_t = 0.05, value_parser = parse_threshold)]
     threshold: f64,
     /// Print the comparison as JSON.
     #[arg(long)]
@@ -464,6 +464,16 @@ fn print_user(r: &UserReport) {
         k.sent_messages, k.received_messages, k.missing, k.corrupted, k.failed
     );
     print_cpu(&r.cpu, (t.input_bps + t.output_bps) / 8.0);
+}
+
+/// A relative change: finite and not negative.
+fn parse_threshold(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
+        _ => Err(format!(
+            "{s:?} is not a relative change (a number of 0 or more, e.g. 0.05 for 5 %)"
+        )),
+    }
 }
 
 fn compare(a: CompareArgs) -> Result<()> {

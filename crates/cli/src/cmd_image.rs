@@ -214,10 +214,11 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
     }
     let m = &built.manifest;
     let targets: Vec<&str> = m.artifacts.iter().map(|x| x.target.as_str()).collect();
+    let n = m.cores.len();
     eprintln!(
-        "wrote {} ({} cores; artifacts: {})",
+        "wrote {} ({n} core{}; artifacts: {})",
         a.out.display(),
-        m.cores.len(),
+        if n == 1 { "" } else { "s" },
         targets.join(", ")
     );
     Ok(())
@@ -225,6 +226,12 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
 
 fn inspect(a: InspectArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
+    // Not a bitstream either: a node would be sent nothing to program.
+    anyhow::ensure!(
+        !bytes.is_empty(),
+        "{} is empty: neither a corefarm image nor a bitstream",
+        a.file.display()
+    );
     if !image::is_image(&bytes) {
         if a.json {
             println!(

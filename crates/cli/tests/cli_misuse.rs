@@ -345,3 +345,26 @@ fn status_at_the_wrong_port_names_the_user_port() {
         );
     }
 }
+
+#[test]
+fn bench_compare_refuses_a_threshold_that_is_not_a_change() {
+    for t in ["--threshold=nan", "--threshold=-0.1", "--threshold=inf"] {
+        refused(
+            &["bench", "compare", "old.json", "new.json", t],
+            2,
+            "is not a relative change",
+        );
+    }
+}
+
+#[test]
+fn image_inspect_refuses_an_empty_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty.cfimg");
+    std::fs::write(&empty, b"").unwrap();
+    refused(
+        &["image", "inspect", empty.to_str().unwrap()],
+        1,
+        "is empty: neither a corefarm image nor a bitstream",
+    );
+}

@@ -114,10 +114,7 @@ pub enum NodeError {
     // `cause`, not `source`: the message carries it already, and as a
     // source too it would be printed twice in an error chain.
     #[error("cannot connect to server {addr}: {cause}")]
-    Connect {
-        addr: String,
-        cause: std::io::Error,
-    },
+    Connect { addr: String, cause: std::io::Error },
     #[error("TLS handshake with server {addr} failed: {detail}")]
     Tls { addr: String, detail: String },
     #[error("connection to server lost: {0}")]
