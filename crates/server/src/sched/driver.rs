@@ -547,7 +547,7 @@ impl CloseWith for NodeConn {
 #[cfg(test)]
 mod tests {
     use std::future::Future;
-    use std::task::{Context, Waker};
+    use std::task::{Context, Poll, Waker};
     use std::time::Duration;
 
     use corefarm_node::NodeOptions;
@@ -558,21 +558,27 @@ mod tests {
 
     const LIMIT: Duration = Duration::from_secs(15);
 
-    async fn wait_for(status: &StatusHandle, what: &str, users: &[Option<u64>]) {
+    /// The users of the named nodes, sorted.
+    fn users(status: &StatusHandle) -> Vec<Option<u64>> {
+        let mut u: Vec<Option<u64>> = status
+            .get()
+            .nodes
+            .iter()
+            .filter(|n| n.name.is_some())
+            .map(|n| n.user)
+            .collect();
+        u.sort_unstable();
+        u
+    }
+
+    async fn wait_for(status: &StatusHandle, what: &str, want: &[Option<u64>]) {
         let deadline = Instant::now() + LIMIT;
-        loop {
-            let s = status.get();
-            let mut now: Vec<Option<u64>> = s
-                .nodes
-                .iter()
-                .filter(|n| n.name.is_some())
-                .map(|n| n.user)
-                .collect();
-            now.sort_unstable();
-            if now == users {
-                return;
-            }
-            assert!(Instant::now() < deadline, "{what}: nodes' users {now:?}");
+        while users(status) != want {
+            assert!(
+                Instant::now() < deadline,
+                "{what}: nodes' users {:?}",
+                users(status)
+            );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
     }
@@ -581,7 +587,9 @@ mod tests {
     /// nodes but before it read them (the race `timeout_at` loses when its
     /// deadline and the reply land in the same poll): the nodes go back to
     /// the scheduler instead of staying connected and owned by nobody.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    /// One thread: between two of this test's polls of the loan, and
+    /// between its look at the status and its poll, the driver cannot run.
+    #[tokio::test(flavor = "current_thread")]
     async fn nodes_sent_to_a_group_that_stopped_waiting_come_back() {
         let server = Server::bind(ServerOptions {
             nodes_listen: "127.0.0.1:0".into(),
@@ -608,13 +616,32 @@ mod tests {
             };
             tokio::spawn(corefarm_node::run(o, stop.child_token()));
         }
-        wait_for(&status, "both nodes in the scheduler", &[None, None]).await;
+        wait_for(&status, "both nodes connected", &[None, None]).await;
         let h = shared.sched.get().expect("shared mode runs a scheduler");
-        let mut lend = Box::pin(h.lend(7, 2));
         let mut cx = Context::from_waker(Waker::noop());
-        assert!(lend.as_mut().poll(&mut cx).is_pending());
-        // Idle nodes are handed over at once: the reply is on its way.
-        wait_for(&status, "both nodes sent to the group", &[Some(7), Some(7)]).await;
+        let deadline = Instant::now() + LIMIT;
+        let lend = loop {
+            let mut lend = Box::pin(h.lend(7, 2));
+            assert!(lend.as_mut().poll(&mut cx).is_pending());
+            // Idle nodes are handed over at once: once both are marked the
+            // group's, the reply is on its way, and it is never taken.
+            let sent = loop {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                if users(&status) == [Some(7), Some(7)] {
+                    break true;
+                }
+                match lend.as_mut().poll(&mut cx) {
+                    Poll::Pending => {}
+                    // Not both in the scheduler yet: ask again.
+                    Poll::Ready(Err(_)) => break false,
+                    Poll::Ready(Ok(_)) => unreachable!("nodes are marked before they are sent"),
+                }
+                assert!(Instant::now() < deadline, "no loan: {:?}", users(&status));
+            };
+            if sent {
+                break lend;
+            }
+        };
         drop(lend);
         wait_for(&status, "both nodes back in the scheduler", &[None, None]).await;
     }
