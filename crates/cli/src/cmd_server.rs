@@ -183,7 +183,6 @@ pub struct ServerTuning {
     pub node_chunk_size: u32,
 }
 
-/// `--monitor-period`: milliseconds, at least 0.1 (the scheduler ticks no faster).
 /// The smallest `--max-message`/`--node-max-message`: below it not even the
 /// hello exchange fits, and every peer fails with a confusing protocol error.
 pub(crate) const MIN_MAX_MESSAGE: u32 = 1024;
@@ -223,6 +222,7 @@ fn parse_connections(s: &str) -> Result<usize, String> {
     }
 }
 
+/// `--monitor-period`: milliseconds, at least 0.1 (the scheduler ticks no faster).
 fn parse_period_ms(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && (0.1..1e7).contains(&v) => Ok(v),
