@@ -279,7 +279,7 @@ impl Group {
             topology: Some(opts.topology.clone()),
         };
         let deadline = Instant::now() + opts.connect_timeout;
-        let mut h = read_until(&mut reader, deadline, "the hello reply")?;
+        let mut h = read_until(&mut reader, deadline, "waiting for the hello reply")?;
         if h.ty == MsgType::AuthChallenge {
             let challenge = AuthChallenge::parse(&h.payload).map_err(ClientError::Protocol)?;
             let Some(secret) = &opts.secret else {
@@ -295,7 +295,7 @@ impl Group {
             let answer = AuthResponse::answer(secret, &challenge, "user", &hello_bytes);
             write_frame(&mut writer, answer.to_frame())
                 .map_err(io_err("sending the authentication answer"))?;
-            h = read_until(&mut reader, deadline, "the hello reply")?;
+            h = read_until(&mut reader, deadline, "waiting for the hello reply")?;
         }
         let classes = match h.ty {
             MsgType::Hello => {
@@ -308,7 +308,7 @@ impl Group {
             _ => return Err(unexpected(&h, "the hello reply")),
         };
         write_frame(&mut writer, open.to_frame()).map_err(io_err("asking for a group"))?;
-        let f = read_until(&mut reader, deadline, "the group to open")?;
+        let f = read_until(&mut reader, deadline, "waiting for the group to open")?;
         let (id, members, token) = match (f.ty, GroupCtl::decode(&f.payload)) {
             (
                 MsgType::GroupCtl,
@@ -463,7 +463,7 @@ impl Group {
             .map_err(io_err("closing the group"))?;
         let deadline = Instant::now() + self.timeout;
         loop {
-            let f = read_until(&mut self.reader, deadline, "the group to close")?;
+            let f = read_until(&mut self.reader, deadline, "waiting for the group to close")?;
             if let (MsgType::GroupCtl, Ok(GroupCtl::Closed { .. })) =
                 (f.ty, GroupCtl::decode(&f.payload))
             {

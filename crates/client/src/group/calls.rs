@@ -141,7 +141,7 @@ impl Group {
         waiting: &BTreeSet<u32>,
         after: Duration,
     ) -> Result<Option<GroupReply>> {
-        let f = match read_until(&mut self.reader, deadline, "a group reply") {
+        let f = match read_until(&mut self.reader, deadline, "waiting for a group reply") {
             Ok(f) => f,
             Err(GroupError::Client(ClientError::Timeout { .. })) => {
                 let waiting: Vec<u32> = waiting.iter().copied().collect();
