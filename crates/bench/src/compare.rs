@@ -244,8 +244,8 @@ pub fn judge(metric: &str, old: Spread, new: Spread, threshold: f64) -> MetricDe
 }
 
 pub fn compare(old: &Value, new: &Value, threshold: f64) -> Result<Comparison> {
-    let old = points_of(old).context("reading OLD")?;
-    let new = points_of(new).context("reading NEW")?;
+    let old = points_of(old).context("in the old results")?;
+    let new = points_of(new).context("in the new results")?;
     let mut points = Vec::new();
     let (mut regressions, mut improvements) = (0, 0);
     for (key, o) in &old {

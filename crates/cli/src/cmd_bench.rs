@@ -483,7 +483,13 @@ fn compare(a: CompareArgs) -> Result<()> {
             std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
         serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
     };
-    let c = compare::compare(&read(&a.old)?, &read(&a.new)?, a.threshold)?;
+    let c = compare::compare(&read(&a.old)?, &read(&a.new)?, a.threshold).with_context(|| {
+        format!(
+            "comparing {} (old) with {} (new)",
+            a.old.display(),
+            a.new.display()
+        )
+    })?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&c)?);
     } else {

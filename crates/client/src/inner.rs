@@ -87,8 +87,9 @@ impl Body<'_> {
 pub(crate) enum Route {
     /// `recv` (any caller).
     Recv,
-    /// A `Pending` returned to the submitter.
-    Pending,
+    /// A `Pending` returned to the submitter; with a generation, only while
+    /// no configuration has been sent since that one (`State::generation`).
+    Pending(Option<u64>),
 }
 
 /// What to do without credit.
@@ -162,6 +163,16 @@ impl Inner {
             if let Some(f) = &st.failed {
                 return Err(f.to_error("before this data could be sent"));
             }
+            if let Route::Pending(Some(g)) = route {
+                if st.generation != g {
+                    return Err(ClientError::Usage(
+                        "the client was configured again while this map ran: \
+                         its remaining inputs were not sent (the new function \
+                         would have computed them)"
+                            .into(),
+                    ));
+                }
+            }
             let (input_size, _) = st.sizes.ok_or(ClientError::NotConfigured)?;
             if len == 0 || !len.is_multiple_of(input_size as usize) {
                 return Err(ClientError::InvalidInput(format!(
@@ -211,7 +222,7 @@ impl Inner {
                          its answer could not be told apart"
                     )))
                 }
-                Some(id) if matches!(route, Route::Pending) && st.chosen.contains_key(&id) => {
+                Some(id) if matches!(route, Route::Pending(_)) && st.chosen.contains_key(&id) => {
                     return Err(ClientError::Usage(format!(
                         "id {id} is already in flight for recv(); \
                          its answer could not be told apart"
@@ -233,7 +244,7 @@ impl Inner {
                     }
                     None
                 }
-                Route::Pending => {
+                Route::Pending(_) => {
                     let slot = Slot::new(id);
                     st.claims.insert(id, slot.clone());
                     Some(Pending::new(slot))
@@ -322,6 +333,7 @@ impl Inner {
                 return Err(f.to_error("before the configuration could be sent"));
             }
             st.configs_unanswered += 1;
+            st.generation += 1;
             st.config_reply = None;
             st.config_errors.clear();
             st.pending_sizes = Some((cfg.input_size, cfg.output_size));

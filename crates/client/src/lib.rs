@@ -411,7 +411,10 @@ impl Client {
 
     /// Results in input order, keeping at most `window` data messages in
     /// flight. The results are routed to this iterator only, so several
-    /// threads may each run a `map` on one client.
+    /// threads may each run a `map` on one client. A configuration sent
+    /// while it runs ends it with [`ClientError::Usage`] before its next
+    /// input: the inputs still to send were meant for the function in
+    /// place when the map began.
     pub fn map<I>(&self, inputs: I, window: usize) -> MapIter<'_, I::IntoIter>
     where
         I: IntoIterator<Item = Bytes>,
@@ -546,8 +549,25 @@ impl Inner {
         wait: CreditWait,
         class: u8,
     ) -> Result<Option<Pending>> {
-        let sent = self.send_data(None, body, Route::Pending, wait, class)?;
+        self.submit_pending_in(body, wait, class, None)
+    }
+
+    /// A submission for a `Pending` that is refused if a configuration was
+    /// sent after `generation` (see `State::generation`).
+    pub(crate) fn submit_pending_in(
+        &self,
+        body: Body<'_>,
+        wait: CreditWait,
+        class: u8,
+        generation: Option<u64>,
+    ) -> Result<Option<Pending>> {
+        let sent = self.send_data(None, body, Route::Pending(generation), wait, class)?;
         Ok(sent.map(|(_, p)| p.expect("routed to a pending")))
+    }
+
+    /// How many configurations this client has sent.
+    pub(crate) fn generation(&self) -> u64 {
+        self.shared.lock().generation
     }
 }
 

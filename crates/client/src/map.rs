@@ -36,6 +36,9 @@ pub struct MapIter<'a, I> {
     pending: VecDeque<Entry>,
     exhausted: bool,
     failed: bool,
+    /// The client's configuration count when the map began: its inputs are
+    /// for that configuration's function only.
+    generation: u64,
 }
 
 impl<'a, I: Iterator<Item = Bytes>> MapIter<'a, I> {
@@ -48,6 +51,7 @@ impl<'a, I: Iterator<Item = Bytes>> MapIter<'a, I> {
             pending: VecDeque::new(),
             exhausted: false,
             failed: false,
+            generation: client.inner.generation(),
         }
     }
 
@@ -67,8 +71,15 @@ impl<I: Iterator<Item = Bytes>> Iterator for MapIter<'_, I> {
         }
         while !self.exhausted && self.pending.len() < self.window {
             match self.inputs.next() {
-                Some(b) => match self.client.submit_pending_with(b, self.class) {
-                    Ok(p) => self.pending.push_back(Entry::Sent(p)),
+                Some(b) => match self.client.inner.submit_pending_in(
+                    crate::inner::Body::Shared(b),
+                    crate::inner::CreditWait::Block,
+                    self.class,
+                    Some(self.generation),
+                ) {
+                    Ok(p) => self
+                        .pending
+                        .push_back(Entry::Sent(p.expect("a blocking submit sends"))),
                     // In its place, after the results of the inputs sent
                     // before it. An input the client refuses (its size) is
                     // that input's result; any other failure ends the map

@@ -40,6 +40,10 @@ pub(crate) struct State {
     pub configs_unanswered: u32,
     /// Sizes of the configuration being sent, applied when it succeeds.
     pub pending_sizes: Option<(u32, u32)>,
+    /// Configurations sent so far: a `map` started under one refuses to
+    /// send its later inputs under the next, which would compute them with
+    /// another function.
+    pub generation: u64,
     /// Sizes of the configuration in force (input, output).
     pub sizes: Option<(u32, u32)>,
     pub config_reply: Option<ConfigurationResponse>,

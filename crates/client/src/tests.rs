@@ -889,6 +889,34 @@ fn map_yields_the_results_sent_before_a_failed_submission() {
     srv.join().unwrap();
 }
 
+/// A configuration sent while a map runs (another thread's, here the same
+/// thread's between two results) ends the map before its next input: the
+/// inputs already sent were for the old function, the rest would have been
+/// computed by the new one.
+#[test]
+fn a_map_stops_before_inputs_the_next_configuration_would_compute() {
+    let (addr, srv) = fake(|mut p| {
+        p.configured(0);
+        echo(&mut p, 1, 16, 16);
+        p.configured(0);
+        assert!(p.at_eof(), "an input was sent under the new configuration");
+    });
+    let c = Client::connect(&addr, legacy()).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    let inputs: Vec<Bytes> = (0..3u8).map(|k| Bytes::from(vec![k; 16])).collect();
+    let mut map = c.map(inputs.clone(), 1);
+    assert_eq!(map.next().unwrap().unwrap(), inputs[0]);
+    c.configure(&bench(16, 16)).unwrap();
+    match map.next() {
+        Some(Err(ClientError::Usage(m))) => assert!(m.contains("configured again"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(map.next().is_none());
+    drop(map);
+    drop(c);
+    srv.join().unwrap();
+}
+
 /// A timeout too long for the clock waits without one (as
 /// `wait_for_credit` does) instead of panicking on the overflow.
 #[test]

@@ -114,6 +114,7 @@ where
         guard: MemoryGuard::new(opts.memory_limit),
         state: None,
         sent_hello: None,
+        greeted: false,
         peer: peer.clone(),
         group: None,
         stats,
@@ -230,6 +231,8 @@ struct Session<'a> {
     state: Option<Configured>,
     /// The hello exactly as sent: an authentication answer covers it.
     sent_hello: Option<Vec<u8>>,
+    /// The server's hello has arrived: an error before it is a refusal.
+    greeted: bool,
     /// The node's peer port (groups need one).
     peer: Option<Arc<PeerListener>>,
     /// The group this node is a member of, if any.
@@ -291,6 +294,7 @@ impl Session<'_> {
             MsgType::Hello => match Hello::decode(&frame.payload) {
                 Ok(h) => {
                     tracing::debug!(node = %self.opts.name, "server hello: {h:?}");
+                    self.greeted = true;
                     self.negotiated
                         .store(h.has(features::ERROR), Ordering::Relaxed);
                     self.notes.set_agreed(h.has(features::SPIN_NOTIFY));
@@ -330,6 +334,11 @@ impl Session<'_> {
                 Err(e) => self.malformed(e),
             },
             MsgType::Error => match ErrorMsg::parse(&frame.payload) {
+                // Sent in place of the hello's answer (at the user port,
+                // say): the session ends with the server's reason.
+                Ok(e) if !self.greeted && self.sent_hello.is_some() => Some(Err(
+                    NodeError::Session(format!("the server refused this node: {}", e.reason)),
+                )),
                 Ok(e) => {
                     tracing::warn!(node = %self.opts.name, "server reports: {e}");
                     None

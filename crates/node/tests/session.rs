@@ -129,6 +129,20 @@ async fn a_seed_server_gets_only_the_negative_response() {
     node.ended().await.unwrap();
 }
 
+/// A server that answers the hello with an error (a node pointed at the
+/// user port gets one) ends the session with the server's reason, not
+/// with a closed connection or an "unexpected message".
+#[tokio::test]
+async fn an_error_in_place_of_the_servers_hello_is_the_sessions_end() {
+    let (mut srv, node) = start(options()).await;
+    assert_eq!(srv.recv().await.ty, MsgType::Hello);
+    let why = "hello with role \"node\" on the user port";
+    srv.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Malformed, why).to_frame())
+        .await;
+    let e = node.ended().await.unwrap_err().to_string();
+    assert!(e.contains("refused this node") && e.contains(why), "{e}");
+}
+
 #[tokio::test]
 async fn data_before_configuration_ends_the_session_with_a_reason() {
     let (mut srv, node) = start(options()).await;

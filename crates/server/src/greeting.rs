@@ -69,15 +69,38 @@ pub(crate) fn classify(ty: MsgType, s: Session) -> Asked {
     }
 }
 
+/// Why a hello was refused, and whether its sender reads error messages.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    pub code: ErrorCode,
+    pub reason: String,
+    /// The hello decoded and offered `error`: its sender is told why in an
+    /// error message although nothing was agreed (a node pointed at the
+    /// user port, say, which would otherwise see only a closed connection).
+    pub reads_errors: bool,
+}
+
 /// A user's hello, which must say it is one.
-pub(crate) fn user_hello(payload: &[u8]) -> Result<Hello, (ErrorCode, String)> {
+pub(crate) fn user_hello(payload: &[u8]) -> Result<Hello, Refused> {
     match Hello::decode(payload) {
         Ok(h) if h.role == "user" => Ok(h),
-        Ok(h) => Err((
-            ErrorCode::Malformed,
-            format!("hello with role {:?} on the user port", h.role),
-        )),
-        Err(e) => Err((ErrorCode::Malformed, e.to_string())),
+        Ok(h) => {
+            let hint = if h.role == "node" {
+                ": nodes connect to the server's node port (--nodes-listen, 8888 by default)"
+            } else {
+                ""
+            };
+            Err(Refused {
+                code: ErrorCode::Malformed,
+                reason: format!("hello with role {:?} on the user port{hint}", h.role),
+                reads_errors: h.has(features::ERROR),
+            })
+        }
+        Err(e) => Err(Refused {
+            code: ErrorCode::Malformed,
+            reason: e.to_string(),
+            reads_errors: false,
+        }),
     }
 }
 
@@ -192,7 +215,11 @@ mod tests {
     #[test]
     fn a_hello_is_a_users_and_the_answer_takes_only_what_was_offered() {
         let node = Hello::new("node").encode();
-        assert!(matches!(user_hello(&node), Err((ErrorCode::Malformed, _))));
+        let r = user_hello(&node).unwrap_err();
+        assert!(r.code == ErrorCode::Malformed && !r.reads_errors, "{r:?}");
+        let mut talking = Hello::new("node");
+        talking.features = vec![features::ERROR.into()];
+        assert!(user_hello(&talking.encode()).unwrap_err().reads_errors);
         assert!(user_hello(b"{").is_err());
         let mut h = Hello::new("user");
         h.features = vec![

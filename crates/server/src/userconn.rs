@@ -193,6 +193,16 @@ impl UserConn {
     /// Tells the user why its session ends, as the protocol allows: an
     /// error message after a hello; a seed-format user only understands a
     /// negative configuration response, and only while it configures.
+    /// Ends a session whose hello was refused (see `greeting::Refused`).
+    pub(crate) async fn refuse_hello(&mut self, r: &crate::greeting::Refused) {
+        if r.reads_errors {
+            let msg = ErrorMsg::new(ErrorMsg::NO_ID, r.code, r.reason.as_str());
+            let _ = self.send(msg.to_frame()).await;
+        } else {
+            self.report(ErrorMsg::NO_ID, r.code, &r.reason).await;
+        }
+    }
+
     pub(crate) async fn report(&mut self, id: u32, code: ErrorCode, reason: &str) {
         self.drain_results().await;
         if self.hello.is_some() {

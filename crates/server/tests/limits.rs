@@ -79,3 +79,32 @@ async fn nodes_beyond_max_nodes_are_refused_with_a_reason() {
     assert_eq!(u.configure(&bench(16, 16)).await.0, 0);
     assert_eq!(u.stream(0..5, 16, true).await.len(), 5);
 }
+
+/// A node given the user port by mistake sent its hello and got a negative
+/// configuration response (a seed user's only refusal), which it took for
+/// an unexpected message: it is told in an error, as a node hello offers
+/// them, which port it wants. In both sharing modes (each has its own
+/// user session).
+#[tokio::test]
+async fn a_node_at_the_user_port_is_told_to_use_the_node_port() {
+    for sharing in [
+        corefarm_server::Sharing::Exclusive,
+        corefarm_server::Sharing::Shared,
+    ] {
+        let srv = start(ServerOptions { sharing, ..opts() }).await;
+        let s = TcpStream::connect(srv.users).await.unwrap();
+        let (rd, mut w) = s.into_split();
+        let mut h = Hello::new("node");
+        h.features = vec![features::ERROR.into()];
+        write_frame(&mut w, h.to_frame()).await.unwrap();
+        let mut r = FrameReader::new(rd, 1 << 20);
+        let f = r.read_frame().await.unwrap().expect("an answer");
+        assert_eq!(f.ty, MsgType::Error, "{sharing:?}");
+        let e = ErrorMsg::parse(&f.payload).unwrap();
+        assert!(
+            e.reason.contains("on the user port") && e.reason.contains("--nodes-listen"),
+            "{sharing:?}: {e}"
+        );
+        assert!(r.read_frame().await.unwrap().is_none(), "then closed");
+    }
+}

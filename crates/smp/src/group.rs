@@ -48,12 +48,34 @@ fn bad(what: impl Into<String>) -> ProtocolError {
 }
 
 /// A member of a group as the server announces it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct GroupMember {
     pub rank: u32,
     pub name: String,
     /// The node's peer address, `IP:PORT`.
     pub peer: String,
+}
+
+/// A member is a JSON object too: serde's derive would also take the array
+/// of its fields in declaration order (`[0,"n-0","10.0.0.5:4000"]`), which
+/// the spec does not allow and no other implementation would accept.
+impl<'de> Deserialize<'de> for GroupMember {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Fields {
+            rank: u32,
+            name: String,
+            peer: String,
+        }
+        let map = serde_json::Map::<String, serde_json::Value>::deserialize(d)?;
+        let f: Fields = serde_json::from_value(serde_json::Value::Object(map))
+            .map_err(serde::de::Error::custom)?;
+        Ok(GroupMember {
+            rank: f.rank,
+            name: f.name,
+            peer: f.peer,
+        })
+    }
 }
 
 /// Group control (type 0x18): a JSON object whose `op` says which.
@@ -524,6 +546,13 @@ mod tests {
             let e = GroupCtl::decode(arr).unwrap_err();
             assert_eq!(e.kind(), "bad_group", "{}", String::from_utf8_lossy(arr));
         }
+        let member = r#"{"rank":0,"name":"n-0","peer":"127.0.0.1:4000"}"#;
+        let opened = |m: &str| format!(r#"{{"op":"opened","group":1,"members":[{m}]}}"#);
+        assert!(GroupCtl::decode(opened(member).as_bytes()).is_ok());
+        let e = GroupCtl::decode(opened(r#"[0,"n-0","127.0.0.1:4000"]"#).as_bytes()).unwrap_err();
+        assert_eq!(e.kind(), "bad_group");
+        let join = r#"{"op":"join","group":1,"rank":0,"topology":"mesh","members":[[0,"n-0","127.0.0.1:4000"]]}"#;
+        assert!(GroupCtl::decode(join.as_bytes()).is_err());
     }
 
     #[test]

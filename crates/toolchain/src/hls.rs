@@ -78,11 +78,14 @@ pub fn build_native_for(
     tools::require(&program, &hint)?;
 
     // -fwrapv: HLS sources such as the seed's matrix multiplier rely on
-    // two's-complement wrap-around, which is what the hardware does.
+    // two's-complement wrap-around, which is what the hardware does. -x:
+    // a source named otherwise than .c/.cpp (`vadd.hls`) would be taken
+    // for a linker input and fail with a linker error.
+    let lang = if is_c { "c" } else { "c++" };
     tools::compile_shared(
         &program,
         ("hls.h", HLS_HEADER),
-        &["-O3", "-shared", "-fPIC", "-fwrapv"],
+        &["-x", lang, "-O3", "-shared", "-fPIC", "-fwrapv"],
         &[source],
         out,
     )
@@ -111,9 +114,9 @@ component void twice(hls_avalon_agent_memory_argument(4) uint8_t *in,
             return;
         }
         let dir = tempfile::tempdir().unwrap();
-        // .c goes through the C compiler, .cpp through C++: both must export
-        // the plain symbol.
-        for name in ["twice.cpp", "twice.c"] {
+        // .c goes through the C compiler, .cpp (and any other name) through
+        // C++: all must export the plain symbol.
+        for name in ["twice.cpp", "twice.c", "twice.hls"] {
             let src = write(dir.path(), name, NATIVE_SRC);
             let so = dir.path().join(format!("{name}.so"));
             build_native(&src, &so).unwrap();

@@ -369,7 +369,10 @@ impl Session {
     async fn on_hello(&mut self, f: Frame) -> Result<(), String> {
         let h = match greeting::user_hello(&f.payload) {
             Ok(h) => h,
-            Err((code, why)) => return self.fail(ErrorMsg::NO_ID, code, why).await,
+            Err(r) => {
+                self.conn.refuse_hello(&r).await;
+                return Err(r.reason);
+            }
         };
         let greeting::Agreed {
             hello: mut agreed,

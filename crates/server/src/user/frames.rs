@@ -55,7 +55,14 @@ impl Handler {
     async fn on_hello(&mut self, frame: Frame) -> Result<(), End> {
         let h = match greeting::user_hello(&frame.payload) {
             Ok(h) => h,
-            Err((code, reason)) => return Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await),
+            Err(r) => {
+                self.shared
+                    .metrics
+                    .error(crate::metrics::ErrorKind::UserError);
+                tracing::warn!(user = %self.conn.peer, "{}", r.reason);
+                self.conn.refuse_hello(&r).await;
+                return Err(End::Error(r.reason));
+            }
         };
         if h.has(features::GROUP) {
             // A group user takes its nodes as one group (crate::group), not here.
