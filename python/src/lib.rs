@@ -236,7 +236,10 @@ pub(crate) fn secs(t: Option<f64>) -> PyResult<Option<Duration>> {
 }
 
 /// One result: `id`, `count` (outputs), `data` (bytes). Supports the buffer
-/// protocol, so `memoryview(out)` / `numpy.frombuffer(out)` do not copy.
+/// protocol, so `memoryview(out)` / `numpy.frombuffer(out)` do not copy;
+/// that memory is where the message arrived, after its 4-byte id, so it is
+/// not necessarily 8-byte aligned (numpy marks such an array unaligned and
+/// still computes right). `.data` and `client.array(out)` are aligned copies.
 #[pyclass(frozen, module = "corefarm._corefarm")]
 struct Output {
     /// The id of the data message this result answers.

@@ -244,6 +244,10 @@ pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         let stop = CancellationToken::new();
         stop_on_signal(&stop);
         let mut opts = args.node.options(args.server);
+        if let Some(f) = &opts.load.fpga {
+            f.check()
+                .map_err(|e| anyhow::anyhow!("--backends fpga: {e} (--fpga-device)"))?;
+        }
         opts.secret = secret;
         opts.tls = args.tls.load()?;
         if let Some(addr) = args.metrics_listen.as_deref() {

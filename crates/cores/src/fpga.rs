@@ -264,8 +264,17 @@ impl Bus for FpgaBus {
     }
 }
 
-/// Maps the bridge window of `opts`.
-fn map_bridge(opts: &FpgaOptions) -> Result<Bridge, LoadError> {
+impl FpgaOptions {
+    /// Opens the bridge device as a configuration would, and checks that a
+    /// regular file covers the window: a node started with a device it
+    /// cannot use says so at start, not at its first configuration.
+    pub fn check(&self) -> Result<(), LoadError> {
+        open_device(self).map(drop)
+    }
+}
+
+/// The bridge device of `opts`, opened for an uncached mapping.
+fn open_device(opts: &FpgaOptions) -> Result<std::fs::File, LoadError> {
     use std::os::unix::fs::OpenOptionsExt as _;
     let file = std::fs::OpenOptions::new()
         .read(true)
@@ -291,6 +300,12 @@ fn map_bridge(opts: &FpgaOptions) -> Result<Bridge, LoadError> {
             opts.device_offset + opts.span
         )));
     }
+    Ok(file)
+}
+
+/// Maps the bridge window of `opts`.
+fn map_bridge(opts: &FpgaOptions) -> Result<Bridge, LoadError> {
+    let file = open_device(opts)?;
     // Every bound below is checked against the span: on a 32-bit board a
     // span past the address space must be refused, not cut short.
     let span = usize::try_from(opts.span).map_err(|_| {
