@@ -374,22 +374,22 @@ fn image_inspect_refuses_an_empty_file() {
 /// side: it is refused at start with the device named.
 #[test]
 fn a_node_with_an_fpga_device_it_cannot_open_is_refused_at_start() {
-    let dir = tempfile::tempdir().unwrap();
-    let missing = dir.path().join("no-bridge");
-    let missing = missing.to_str().unwrap();
-    let err = refused(
-        &[
+    let node = |device: &str, needle: &str| {
+        let args = [
             "node",
             "--server",
             "127.0.0.1:9",
             "--backends",
             "fpga",
             "--fpga-device",
-            missing,
-        ],
-        1,
-        "cannot open the bridge device",
-    );
+            device,
+        ];
+        refused(&args, 1, needle)
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-bridge");
+    let missing = missing.to_str().unwrap();
+    let err = node(missing, "cannot open the bridge device");
     assert!(
         err.contains(missing) && err.contains("--fpga-device"),
         "{err}"
@@ -397,17 +397,5 @@ fn a_node_with_an_fpga_device_it_cannot_open_is_refused_at_start() {
     // A regular file too small for the window is refused too.
     let small = dir.path().join("small");
     std::fs::write(&small, [0u8; 64]).unwrap();
-    refused(
-        &[
-            "node",
-            "--server",
-            "127.0.0.1:9",
-            "--backends",
-            "fpga",
-            "--fpga-device",
-            small.to_str().unwrap(),
-        ],
-        1,
-        "the bridge window needs",
-    );
+    node(small.to_str().unwrap(), "the bridge window needs");
 }
