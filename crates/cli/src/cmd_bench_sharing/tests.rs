@@ -121,3 +121,27 @@ fn every_application_gets_the_same_share_of_the_work() {
     assert_ne!(w[0], w[1]);
     assert_eq!(w, workload(&a));
 }
+
+/// bench/sharing_bound.py models this workload and pins the same values
+/// (bench/tests/test_sharing_bound.py): a change to the generator must
+/// change both.
+#[test]
+fn the_workload_is_pinned() {
+    let a = SharingArgs {
+        apps: 2,
+        calls: 20,
+        functions: 16,
+        seed: 1,
+        ..tiny(Variant::Shared, 16, 1.0)
+    };
+    let w = workload(&a);
+    assert_eq!(w.iter().map(Vec::len).collect::<Vec<_>>(), [28, 23]);
+    assert_eq!(w[0][..4], [(10, 37), (8, 34), (5, 20), (13, 4)]);
+    assert_eq!(w[1][..4], [(5, 53), (14, 2), (2, 241), (12, 72)]);
+    let work: u64 = w
+        .iter()
+        .flatten()
+        .map(|&(f, n)| u64::from(n) * u64::from(delay_us(f)))
+        .sum();
+    assert_eq!(work, 2_020_100);
+}
