@@ -159,6 +159,11 @@ pub struct Cowork {
     cfg: Configuration,
     opts: CoworkOptions,
     cores: Mutex<Vec<Box<dyn Core>>>,
+    /// Local threads asked for: a core that panicked is dropped after its
+    /// run, and one loaded from the configuration is loaded again before
+    /// the next (`reloadable`); caller-built cores cannot be.
+    threads: usize,
+    reloadable: bool,
     estimates: Mutex<Estimates>,
     pinned_x_a: Mutex<Option<f64>>,
     description: String,
@@ -214,6 +219,8 @@ impl Cowork {
             cfg: cfg.clone(),
             opts,
             cores: Mutex::new(cores),
+            threads,
+            reloadable: true,
             estimates: Mutex::new(Estimates {
                 o_0: Some(o_0),
                 ..Estimates::default()
@@ -242,6 +249,8 @@ impl Cowork {
             cfg: cfg.clone(),
             opts,
             cores: Mutex::new(cores),
+            threads,
+            reloadable: false,
             estimates: Mutex::new(Estimates::default()),
             pinned_x_a: Mutex::new(None),
             description: format!("{threads} local thread(s) of caller-provided cores"),
@@ -263,6 +272,8 @@ impl Cowork {
                 bitstream: Bytes::new(),
             },
             opts: CoworkOptions::default(),
+            threads: cores.len(),
+            reloadable: false,
             cores: Mutex::new(cores),
             estimates: Mutex::new(Estimates::default()),
             pinned_x_a: Mutex::new(None),
@@ -335,6 +346,7 @@ impl Cowork {
     ) -> Result<CoworkRun, CoworkError> {
         self.check_inputs(inputs)?;
         let mut cores = lock(&self.cores);
+        self.replace_panicked(&mut cores)?;
         let knobs = policy::Knobs {
             window,
             threads: cores.len(),
@@ -356,6 +368,31 @@ impl Cowork {
             *e = e.merged(report.measured);
         }
         Ok(CoworkRun { results, report })
+    }
+}
+
+impl Cowork {
+    /// Cores dropped after a panic (see `engine::run`) are loaded again
+    /// from the configuration; caller-built ones cannot be, and a cowork
+    /// left without any says so instead of running all-cluster unasked.
+    fn replace_panicked(&self, cores: &mut Vec<Box<dyn Core>>) -> Result<(), CoworkError> {
+        while self.reloadable && cores.len() < self.threads {
+            let loaded = corefarm_cores::load(&self.cfg, &self.opts.load)?;
+            if loaded.cores.is_empty() {
+                break;
+            }
+            let missing = self.threads - cores.len();
+            cores.extend(loaded.cores.into_iter().take(missing));
+        }
+        if cores.is_empty() {
+            return Err(LoadError::Invalid(
+                "every local core panicked in an earlier run, and cores the caller built \
+                 cannot be loaded again: make a new Cowork"
+                    .into(),
+            )
+            .into());
+        }
+        Ok(())
     }
 }
 

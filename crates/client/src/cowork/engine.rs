@@ -98,12 +98,13 @@ impl Shared<'_> {
 }
 
 /// Runs `inputs` on `cores` (one thread each) and `cluster`. The inputs are
-/// already checked to be whole numbers of `sizes.0`-byte inputs.
+/// already checked to be whole numbers of `sizes.0`-byte inputs. A core
+/// that panicked is removed from `cores`.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn run<P: ClusterPath>(
     inputs: &[Bytes],
     sizes: (usize, usize),
-    cores: &mut [Box<dyn Core>],
+    cores: &mut Vec<Box<dyn Core>>,
     cluster: &P,
     clock: &dyn Clock,
     knobs: Knobs,
@@ -143,12 +144,26 @@ pub(crate) fn run<P: ClusterPath>(
         wait: &wait,
     };
     let start = clock.now();
-    std::thread::scope(|s| {
-        for core in cores.iter_mut() {
-            let sh = &sh;
-            s.spawn(move || local_worker(sh, core.as_mut()));
-        }
+    let panicked: Vec<bool> = std::thread::scope(|s| {
+        let threads: Vec<_> = cores
+            .iter_mut()
+            .map(|core| {
+                let sh = &sh;
+                s.spawn(move || local_worker(sh, core.as_mut()))
+            })
+            .collect();
         cluster_path(&sh, cluster);
+        threads
+            .into_iter()
+            .map(|t| t.join().unwrap_or(true))
+            .collect()
+    });
+    // A core that panicked is not run again: it may have been stopped
+    // halfway through changing its own state.
+    let mut k = 0;
+    cores.retain(|_| {
+        k += 1;
+        !panicked[k - 1]
     });
     let elapsed = clock.now() - start;
     let b = sh.board.into_inner().unwrap_or_else(|p| p.into_inner());
@@ -176,13 +191,15 @@ pub(crate) fn run<P: ClusterPath>(
     Ok((results, report))
 }
 
-fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
+/// One local thread's loop. Returns whether its core panicked: such a core
+/// may be left in any state, so the caller drops it.
+fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) -> bool {
     loop {
         let batch: Vec<usize> = {
             let mut b = sh.lock();
             loop {
                 if b.abort.is_some() {
-                    return;
+                    return false;
                 }
                 if !b.returned.is_empty() {
                     let est = sh.estimates(&b);
@@ -203,7 +220,7 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                         break start_batch(sh, &mut b, &est, (from..from + k).collect());
                     }
                 } else if b.cluster == Side::Done {
-                    return;
+                    return false;
                 }
                 // The cluster may still give work back, or leave this
                 // thread a share as its own work runs out.
@@ -220,10 +237,13 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
             // A core that panics fails the run like one that returns an
             // error: its thread would otherwise end holding messages no
             // one else takes (the cluster path waited for them forever).
-            let computed = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                compute(&sh.inputs[i], sh.sizes, &mut *core, answered_elsewhere)
-            }))
-            .unwrap_or_else(|p| Err(CoreError::Failed(panic_message(p.as_ref()))));
+            let (computed, panicked) =
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    compute(&sh.inputs[i], sh.sizes, &mut *core, answered_elsewhere)
+                })) {
+                    Ok(c) => (c, false),
+                    Err(p) => (Err(CoreError::Failed(panic_message(p.as_ref()))), true),
+                };
             match computed {
                 Ok(Computed::Whole(out)) => {
                     done += 1.0;
@@ -235,7 +255,7 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) {
                     b.abort
                         .get_or_insert(CoworkError::Local { index: i, error });
                     sh.cond.notify_all();
-                    return;
+                    return panicked;
                 }
             }
         }

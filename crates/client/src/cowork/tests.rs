@@ -726,3 +726,38 @@ fn a_call_without_inputs_sends_no_configuration() {
     let next = rx.recv_timeout(Duration::from_secs(20)).unwrap();
     assert_eq!(next, "eof");
 }
+
+/// A core that panicked may have stopped halfway through changing its own
+/// state: it is not run again. A cowork over caller-built cores goes on
+/// with the others, and says so when none is left (one loaded from a
+/// configuration loads a fresh core instead).
+#[test]
+fn a_core_that_panicked_is_not_run_again() {
+    let w = Arc::new(World::default());
+    let ins = inputs(40);
+    let bad = ins[17][0];
+    let clean: Vec<Bytes> = ins
+        .iter()
+        .filter(|b| b.chunks(IN).all(|c| c[0] != bad))
+        .cloned()
+        .collect();
+    let panicky = || {
+        Box::new(FakeCore {
+            panic_on: Some(bad),
+            ..FakeCore::new(&w)
+        }) as Box<dyn Core>
+    };
+    let cw = Cowork::from_cores(IN as u32, OUT as u32, vec![panicky(), panicky()]);
+    let never = cluster(&w, usize::MAX);
+    for left in [1, 0] {
+        let e = cw.run(&ins, 8, &never, &*w).unwrap_err();
+        assert!(e.to_string().contains("panicked"), "{e}");
+        assert_eq!(cw.threads(), left);
+        if left > 0 {
+            let run = cw.run(&clean, 8, &never, &*w).unwrap();
+            assert_eq!(run.results.len(), clean.len());
+        }
+    }
+    let e = cw.run(&clean, 8, &never, &*w).unwrap_err();
+    assert!(e.to_string().contains("make a new Cowork"), "{e}");
+}
