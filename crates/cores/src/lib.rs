@@ -16,6 +16,7 @@
 //! node.
 
 pub mod bus;
+mod dl;
 pub mod driver;
 pub mod dtype;
 pub mod fpga;

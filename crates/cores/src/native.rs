@@ -34,40 +34,25 @@ pub const ALIGN: usize = 16;
 /// that static state in the C code is per core, as it is per hardware core.
 pub struct NativeLib {
     // Keeps the code of `entry` mapped.
-    _lib: libloading::Library,
+    _lib: crate::dl::Object,
     entry: EntryFn,
 }
 
 impl NativeLib {
-    /// Writes `so` to a private temporary file, dlopens it and resolves `entry`.
+    /// dlopens a private copy of `so` (crate::dl) and resolves `entry`.
     pub fn load(so: &[u8], entry: &str) -> Result<NativeLib, LoadError> {
-        let file = tempfile::Builder::new()
-            .prefix("corefarm-native-")
-            .suffix(".so")
-            .tempfile()
-            .map_err(|e| {
-                LoadError::Backend(format!(
-                    "cannot create a temporary file for the native core: {e}"
-                ))
-            })?;
-        std::fs::write(file.path(), so)
-            .map_err(|e| LoadError::Backend(format!("cannot write the native core: {e}")))?;
-        Self::open(file.path(), entry)
-        // The file is removed here; the mapping stays valid once loaded.
+        check_entry(entry)?;
+        Self::resolve(crate::dl::open_copy(so, "native")?, entry)
     }
 
     /// dlopens an existing shared object.
     pub fn open(path: &Path, entry: &str) -> Result<NativeLib, LoadError> {
-        if entry.is_empty() || entry.contains('\0') {
-            return Err(LoadError::Invalid(format!(
-                "invalid native entry symbol {entry:?}"
-            )));
-        }
-        // SAFETY: loading runs the object's initialisers. The object comes from
-        // a configuration the user chose to run on this node, which is the
-        // trust model of the whole system (a bitstream can do anything too).
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| LoadError::Invalid(format!("native artifact cannot be loaded: {e}")))?;
+        check_entry(entry)?;
+        Self::resolve(crate::dl::open_path(path, "native")?, entry)
+    }
+
+    fn resolve(obj: crate::dl::Object, entry: &str) -> Result<NativeLib, LoadError> {
+        let lib = obj.lib();
         // SAFETY: the native ABI (docs/interfaces.md) fixes the symbol's type
         // as `void (const uint8_t *, uint8_t *)`; the copied function pointer
         // is only used while `lib` (stored next to it) keeps the code mapped.
@@ -79,10 +64,19 @@ impl NativeLib {
                 ))
             })?;
         Ok(NativeLib {
-            _lib: lib,
+            _lib: obj,
             entry: entry_fn,
         })
     }
+}
+
+fn check_entry(entry: &str) -> Result<(), LoadError> {
+    if entry.is_empty() || entry.contains('\0') {
+        return Err(LoadError::Invalid(format!(
+            "invalid native entry symbol {entry:?}"
+        )));
+    }
+    Ok(())
 }
 
 /// A heap buffer with an [`ALIGN`]-aligned window of `len` bytes, for jobs
@@ -198,21 +192,24 @@ impl Core for NativeCore {
 }
 
 /// Whether this process can load native and RTL artifacts: it has a
-/// dynamic loader (a static binary has none) and the temporary directory,
-/// where artifacts are written before dlopen, allows executable mappings (a
-/// `noexec` mount does not). Checked once per process.
+/// dynamic loader (a static binary has none), and memory files may be
+/// mapped executable or, where they may not, the temporary directory the
+/// artifacts are then written to allows it (a `noexec` mount does not).
+/// Checked once per process.
 pub fn dlopen_works() -> bool {
     static WORKS: OnceLock<bool> = OnceLock::new();
-    *WORKS.get_or_init(|| match can_dlopen(&std::env::temp_dir()) {
-        Ok(()) => true,
-        Err(why) => {
-            tracing::warn!("native and RTL cores are unavailable: {why}");
-            false
+    *WORKS.get_or_init(|| {
+        match can_dlopen(&std::env::temp_dir(), crate::dl::memory_files_execute()) {
+            Ok(()) => true,
+            Err(why) => {
+                tracing::warn!("native and RTL cores are unavailable: {why}");
+                false
+            }
         }
     })
 }
 
-fn can_dlopen(dir: &Path) -> Result<(), String> {
+fn can_dlopen(dir: &Path, in_memory: bool) -> Result<(), String> {
     #[cfg(unix)]
     {
         // SAFETY: dlopen(NULL) returns a handle to the already loaded main
@@ -221,6 +218,9 @@ fn can_dlopen(dir: &Path) -> Result<(), String> {
             libloading::os::unix::Library::open(None::<&str>, libloading::os::unix::RTLD_LAZY)
         }
         .map_err(|e| format!("this process cannot dlopen ({e})"))?;
+        if in_memory {
+            return Ok(());
+        }
         let mut file = tempfile::tempfile_in(dir)
             .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
         std::io::Write::write_all(&mut file, &[0xc3])
@@ -239,7 +239,7 @@ fn can_dlopen(dir: &Path) -> Result<(), String> {
     }
     #[cfg(not(unix))]
     {
-        let _ = dir;
+        let _ = (dir, in_memory);
         Err("native and RTL cores need a Unix dynamic loader".into())
     }
 }
@@ -251,7 +251,7 @@ mod tests {
     #[test]
     fn this_process_can_dlopen_from_its_temp_dir() {
         // The tests run as an ordinary dynamically linked program.
-        assert_eq!(can_dlopen(&std::env::temp_dir()), Ok(()));
+        assert_eq!(can_dlopen(&std::env::temp_dir(), false), Ok(()));
         assert!(dlopen_works());
     }
 
@@ -259,8 +259,10 @@ mod tests {
     fn an_unusable_directory_is_reported() {
         let dir = tempfile::tempdir().unwrap();
         let gone = dir.path().join("missing");
-        let e = can_dlopen(&gone).unwrap_err();
+        let e = can_dlopen(&gone, false).unwrap_err();
         assert!(e.contains("missing"), "{e}");
+        // Memory files that execute need no directory.
+        assert_eq!(can_dlopen(&gone, true), Ok(()));
     }
 
     #[test]

@@ -28,7 +28,7 @@ type Inst = *mut c_void;
 
 /// The resolved ABI of one loaded RTL artifact.
 pub struct RtlLib {
-    _lib: libloading::Library,
+    _lib: crate::dl::Object,
     top: String,
     create: unsafe extern "C" fn() -> Inst,
     destroy: unsafe extern "C" fn(Inst),
@@ -41,27 +41,18 @@ pub struct RtlLib {
 }
 
 impl RtlLib {
-    /// Writes the artifact to a private temporary file and dlopens it.
+    /// dlopens a private copy of the artifact (crate::dl).
     pub fn load(so: &[u8]) -> Result<RtlLib, LoadError> {
-        let file = tempfile::Builder::new()
-            .prefix("corefarm-rtl-")
-            .suffix(".so")
-            .tempfile()
-            .map_err(|e| {
-                LoadError::Backend(format!(
-                    "cannot create a temporary file for the RTL core: {e}"
-                ))
-            })?;
-        std::fs::write(file.path(), so)
-            .map_err(|e| LoadError::Backend(format!("cannot write the RTL core: {e}")))?;
-        Self::open(file.path())
+        Self::from_lib(crate::dl::open_copy(so, "RTL")?)
     }
 
     /// dlopens an RTL shared object and checks its ABI version.
     pub fn open(path: &Path) -> Result<RtlLib, LoadError> {
-        // SAFETY: same trust model as native cores (see native.rs).
-        let lib = unsafe { libloading::Library::new(path) }
-            .map_err(|e| LoadError::Invalid(format!("RTL artifact cannot be loaded: {e}")))?;
+        Self::from_lib(crate::dl::open_path(path, "RTL")?)
+    }
+
+    fn from_lib(obj: crate::dl::Object) -> Result<RtlLib, LoadError> {
+        let lib = obj.lib();
         macro_rules! sym {
             ($name:literal) => {
                 // SAFETY: the RTL ABI of docs/interfaces.md fixes each symbol's type.
@@ -101,7 +92,7 @@ impl RtlLib {
             tick: sym!(b"cf_rtl_tick"),
             cycles: sym!(b"cf_rtl_cycles"),
             irq: sym!(b"cf_rtl_irq"),
-            _lib: lib,
+            _lib: obj,
         })
     }
 
