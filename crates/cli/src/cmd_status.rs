@@ -92,8 +92,8 @@ pub fn fetch_tls(
 }
 
 /// A connection whose hello exchange failed usually reached some other
-/// port (the server's node port closes on a user's hello, the metrics
-/// port answers in HTTP): say which port to give.
+/// port (the metrics port answers in HTTP; the node port says itself that
+/// users have another): say which port to give.
 pub(crate) fn wrong_port_hint(e: corefarm_client::ClientError) -> anyhow::Error {
     match &e {
         corefarm_client::ClientError::Handshake { addr, .. } => anyhow::anyhow!(

@@ -12,7 +12,9 @@ use std::sync::Arc;
 use crate::tls::Stream;
 use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::stream::{Chunk, Reassembler, DEFAULT_CLASS};
-use corefarm_smp::{hello::features, ErrorMsg, Frame, Hello, MsgType, OutFrame, ProtocolError};
+use corefarm_smp::{
+    hello::features, ErrorCode, ErrorMsg, Frame, Hello, MsgType, OutFrame, ProtocolError,
+};
 use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
@@ -252,7 +254,19 @@ impl NodeConn {
                                 }
                             }
                             Ok(h) => {
-                                break format!("hello with role {:?} on the node port", h.role)
+                                let why = format!("hello with role {:?} on the node port", h.role);
+                                // A user that offered `error` hears which
+                                // port it wants (nothing else was agreed).
+                                if h.role == "user" && h.has(features::ERROR) {
+                                    let hint = format!(
+                                        "{why}: users connect to the server's user port \
+                                         (--users-listen, 9999 by default)"
+                                    );
+                                    let m =
+                                        ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Malformed, hint);
+                                    sink.send(m.to_frame(), false);
+                                }
+                                break why;
                             }
                             Err(e) => break format!("invalid hello: {e}"),
                         },
