@@ -4,10 +4,11 @@
 //! killed by a core's initialiser leaves nothing there). Alone in its test
 //! binary: it points TMPDIR at a directory that does not exist.
 
-use bytes::Bytes;
-use corefarm_cores::image::{self, ArtifactKind};
+#[path = "support/faulty.rs"]
+mod faulty;
+
 use corefarm_cores::{load, Isolation, LoadOptions};
-use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
+use faulty::c_configuration;
 
 const TWICE: &str = r#"
 #include <stdint.h>
@@ -21,28 +22,13 @@ void twice(const uint8_t *in, uint8_t *out) {
 #[test]
 fn in_process_native_cores_load_without_a_usable_tmpdir() {
     let test = "in_process_native_cores_load_without_a_usable_tmpdir";
-    if !require_tool(Tool::Cxx, test) {
+    let Some(cfg) = c_configuration(test, TWICE, "twice", 2, 8) else {
         return;
-    }
-    let src_dir = tempfile::tempdir().unwrap();
-    let src = src_dir.path().join("twice.c");
-    std::fs::write(&src, TWICE).unwrap();
-    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("in-memory-cache");
-    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache).unwrap();
-    let table = image::default_core_table(2, 8, 8).unwrap();
-    let img = ImageBuilder::new("twice", 8, 8, table)
-        .artifact(
-            image::native_target().unwrap(),
-            ArtifactKind::Native,
-            "twice",
-            std::fs::read(so).unwrap(),
-        )
-        .build()
-        .unwrap();
-    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    };
+    let gone = tempfile::tempdir().unwrap();
 
     // The only test of this binary: no other thread reads the environment.
-    std::env::set_var("TMPDIR", src_dir.path().join("does-not-exist"));
+    std::env::set_var("TMPDIR", gone.path().join("does-not-exist"));
     let opts = LoadOptions {
         isolation: Isolation::InProcess,
         ..LoadOptions::default()

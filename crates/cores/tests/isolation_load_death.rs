@@ -8,11 +8,8 @@
 #[path = "support/faulty.rs"]
 mod faulty;
 
-use bytes::Bytes;
-use corefarm_cores::image::{self, ArtifactKind};
 use corefarm_cores::load;
-use corefarm_toolchain::{self as toolchain, require_tool, BuildKind, ImageBuilder, Tool};
-use faulty::{cache, opts};
+use faulty::{c_configuration, opts};
 
 const DIES: &str = r#"
 #include <signal.h>
@@ -26,24 +23,9 @@ void dies(const uint8_t *in, uint8_t *out) { out[0] = in[0]; }
 #[test]
 fn a_core_that_kills_its_worker_while_loading_leaves_no_file_behind() {
     let test = "a_core_that_kills_its_worker_while_loading";
-    if !require_tool(Tool::Cxx, test) {
+    let Some(cfg) = c_configuration(test, DIES, "dies", 2, 64) else {
         return;
-    }
-    let src_dir = tempfile::tempdir().unwrap();
-    let src = src_dir.path().join("dies.c");
-    std::fs::write(&src, DIES).unwrap();
-    let so = toolchain::cached_build(&BuildKind::Native, &[src], "", &cache()).unwrap();
-    let table = image::default_core_table(2, 64, 64).unwrap();
-    let img = ImageBuilder::new("dies", 64, 64, table)
-        .artifact(
-            image::native_target().unwrap(),
-            ArtifactKind::Native,
-            "dies",
-            std::fs::read(so).unwrap(),
-        )
-        .build()
-        .unwrap();
-    let cfg = image::configuration(Bytes::from(img)).unwrap();
+    };
 
     let tmp = tempfile::tempdir().unwrap();
     // The only test of this binary: no other thread reads the environment.
