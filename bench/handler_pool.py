@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 11, handlers against worker count: throughput of a compute-bound
+"""Streams, handlers against worker count: throughput of a compute-bound
 streaming handler set on one node with `--handler-workers 1` and `2`
 (one payload thread each, `--spin-threads 1`), through a real
 `corefarm local` per setting.

@@ -250,7 +250,7 @@ SHARING_COLORS = dict(zip(SHARING_VARIANTS, ["C0", "C1", "C2", "C3", "C4"]))
 
 
 def plot_sharing(doc, out):
-    """Issue 8 (seed 002 §5.5): normalised makespan and utilisation vs applications per variant, one panel
+    """Shared nodes (seed 002 §5.5): normalised makespan and utilisation vs applications per variant, one panel
     per monitoring period; the speedup axis; single-function utilisation."""
     pts = _ok(doc)
     grid = [p for p in pts if p["key"].get("part") == "grid"]
@@ -281,7 +281,7 @@ def plot_sharing(doc, out):
             ax.legend(fontsize=6)
         axes[0][0].set_ylabel(label)
         sp = doc["params"].get("main_speedup")
-        paths.append(_save(fig, out, name, f"Shared nodes (issue 8, seed §5.5): {label}, 8 nodes, 16 functions, "
+        paths.append(_save(fig, out, name, f"Shared nodes (seed 002 §5.5): {label}, 8 nodes, 16 functions, "
                            f"speedup {sp}", doc["machine"]))
     spd = [p for p in pts if p["key"].get("part") == "speedup"]
     single = [p for p in pts if p["key"].get("part") == "single"]
@@ -312,7 +312,7 @@ def plot_sharing(doc, out):
         ax.set_ylabel("utilisation U")
         ax.set_title("one function (seed §5.5.3), P = 10 ms", fontsize=9)
         ax.legend(fontsize=6)
-        paths.append(_save(fig, out, "sharing_speedup_single.png", "Shared nodes (issue 8): speedup axis and "
+        paths.append(_save(fig, out, "sharing_speedup_single.png", "Shared nodes: speedup axis and "
                            "single-function utilisation", doc["machine"]))
     return paths
 
@@ -322,7 +322,7 @@ COLL_COLOURS = {"linear": "tab:blue", "binomial": "tab:orange", "star": "tab:gre
 
 
 def plot_collectives(doc, out):
-    """Issue 9: latency vs message size per tree with the model's curve (dashed) and Open MPI, one panel
+    """Group collectives: latency vs message size per tree with the model's curve (dashed) and Open MPI, one panel
     per operation and group size; then corefarm's best tree over Open MPI."""
     pts = [p for p in _ok(doc) if p["key"]["op"] != "barrier"]
     ops = [o for o in ("bcast", "reduce", "allreduce", "allgather", "scatter", "gather")
@@ -387,7 +387,7 @@ def plot_collectives(doc, out):
 
 
 def plot_direct(doc, out):
-    """Issue 9: direct data path vs through the server: input throughput and the server's CPU per GB."""
+    """A group's direct data path vs through the server: input throughput and the server's CPU per GB."""
     pts = _ok(doc)
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
     for path, colour in (("server", "tab:purple"), ("direct", "tab:blue")):
@@ -418,7 +418,7 @@ PLOTTERS["direct"] = plot_direct
 
 
 def plot_streams(doc, out):
-    """Issue 11: each part of the streams experiment that ran; `model`: per-class mean latency against
+    """Streams: each part of the streams experiment that ran; `model`: per-class mean latency against
     offered load, measured (error bars: spread over runs) beside Cobham's formula (M/G/1 and M/M/1)."""
     pts = [p for p in _ok(doc) if p["key"].get("part") == "model"]
     if not pts:

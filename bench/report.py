@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Writes docs/benchmarks.md from suite results and the seed's numbers.
+"""Writes docs/benchmarks.md from the committed suite results and the seeds' numbers.
 
-    python3 bench/report.py [--results bench-results] [--out docs/benchmarks.md] [--figures bench/figures]
+    python3 bench/report.py [--results bench/results] [--out docs/benchmarks.md] [--figures bench/figures]
 
-For every experiment: the seed's figures (bench/seed_figures.json) beside
-corefarm's, the machine the results come from, the plots (copied next to the
-document so that it can be committed) and a reading paragraph. Readings that
-need numbers from a full (not --quick) run are left as marked placeholders.
+Every table in the document comes from a result file (bench/results/*.json)
+and bench/seed_figures.json; the only hand-written text is the short reading
+per experiment (bench/readings.json). The output depends on nothing but those
+files, so running it twice gives the same document.
 """
 
 from __future__ import annotations
@@ -23,10 +23,11 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
 
-ORDER = ["headline", "forwarding", "echo", "server", "policies", "node", "node-matmul", "cluster", "software"]
+ORDER = ["headline", "forwarding", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
+         "collectives", "direct", "sharing", "streams", "soak"]
 TITLES = {
-    "headline": "Headline: issue 2's table and issue 3's rows (one run)",
-    "forwarding": "Issue 7 targets: forwarding CPU, seed-format latency, the headline point",
+    "headline": "Headline: the user through the server, and matrix multipliers per node",
+    "forwarding": "Forwarding cost and latency targets",
     "echo": "SMP echo (seed §4.2.1, figure 4.1)",
     "server": "Server, zero-delay benchmarking configuration (seed §4.2.2, figures 4.3 and 4.4)",
     "policies": "Policies when the nodes are the bottleneck (seed §4.2.2's queue-vs-stack finding)",
@@ -34,7 +35,14 @@ TITLES = {
     "node-matmul": "Node with matrix-multiplier cores (seed §4.4.1, figure 4.10)",
     "cluster": "Simulated matrix-multiplier cluster (seed §4.4.2, tables 4.1-4.4)",
     "software": "Software baseline and speedups (seed §4.5, §4.6)",
+    "collectives": "Group collectives against Open MPI (seed 003)",
+    "direct": "A group's direct data path against the path through the server",
+    "sharing": "Shared nodes (seed 002 §5.5)",
+    "streams": "Streams: priority classes, head-of-line blocking, overlap",
+    "soak": "Soak: one hour of node kills and bad peers",
 }
+# Sections shown even without a result (`suite.py all` runs them); the others appear once measured.
+ALWAYS = [n for n in ORDER if n in suite.EXPERIMENTS]
 PLACEHOLDER = "> **TODO (reading needs full-run numbers):** "
 # The plots each experiment writes (bench/plots.py), in document order.
 FIGURES = {
@@ -49,6 +57,11 @@ FIGURES = {
                 "fig4_13_cluster_throughput_count4.png", "fig4_14_cluster_latency_count4.png",
                 "fig4_15_cluster_throughput_rates.png", "fig4_16_cluster_latency_rates.png"],
     "software": ["sec4_6_speedup.png"],
+    "collectives": ["collectives_vs_openmpi.png"],
+    "direct": ["direct_vs_server.png"],
+    "sharing": ["sharing_makespan.png", "sharing_utilisation.png"],
+    "streams": ["streams_model.png"],
+    "soak": [],
 }
 
 
@@ -115,13 +128,15 @@ def sec_echo(doc, seed):
     s = seed["echo"]
     lines = [f"**Seed ({s['ref']}):** {s['text']}. Plateau: {bps(s['plateau_bps'])} from {size(s['plateau_from_bytes'])}."]
     if doc:
-        rows = [[p["key"]["clients"], size(p["key"]["size"]), with_spread(p, "throughput_bps", bps),
-                 with_spread(p, "messages_per_s", lambda v: f"{v:,.0f}"), cpu_gb(p), status_cell(p)]
-                for p in doc["points"]]
-        lines += ["", "**corefarm** (server CPU-s/GB: the echo server process's CPU-seconds per decimal GB echoed, "
-                      "over the measurement window):", "",
-                  table(["clients", "payload", "throughput", "messages/s", "server CPU-s/GB", "status"], rows)]
-        ok = [p for p in doc["points"] if p["status"] == "ok"]
+        pts = doc["points"]
+        clients = sorted({p["key"]["clients"] for p in pts})
+        by = {(p["key"]["size"], p["key"]["clients"]): p for p in pts}
+        rows = [[size(sz)] + [("-" if (sz, c) not in by else with_spread(by[(sz, c)], "throughput_bps", bps)
+                               if by[(sz, c)]["status"] == "ok" else status_cell(by[(sz, c)])) for c in clients]
+                for sz in sorted({p["key"]["size"] for p in pts})]
+        lines += ["", "**corefarm** (echoed payload bits/s, all clients together):", "",
+                  table(["payload"] + [f"{c} client{'s' if c > 1 else ''}" for c in clients], rows)]
+        ok = [p for p in pts if p["status"] == "ok"]
         if ok:
             best = max(ok, key=lambda p: mean(p, "throughput_bps") or 0)
             lines += ["", f"Highest: {bps(mean(best, 'throughput_bps'))} with {best['key']['clients']} client(s) at "
@@ -173,11 +188,21 @@ def sec_node(doc, seed):
     s = seed["node"]
     lines = [f"**Seed ({s['ref']}):** {s['text']}."]
     if doc:
-        rows = [[p["key"].get("path", "via-server"), size(p["key"]["size"]), with_spread(p, "input_bps", bps),
-                 with_spread(p, "latency_avg_ms", ms), with_spread(p, "latency_p99_ms", ms), status_cell(p)]
-                for p in doc["points"]]
-        lines += ["", "**corefarm:**", "", table(["path", "data size", "throughput", "avg latency", "p99 latency",
-                                                  "status"], rows)]
+        paths = sorted({p["key"].get("path", "via-server") for p in doc["points"]})
+        by = {(p["key"]["size"], p["key"].get("path", "via-server")): p for p in doc["points"]}
+        rows = []
+        for sz in sorted({p["key"]["size"] for p in doc["points"]}):
+            row = [size(sz)]
+            for path in paths:
+                p = by.get((sz, path))
+                if p is None or p["status"] != "ok":
+                    row += [status_cell(p) if p else "-", "", ""]
+                else:
+                    row += [with_spread(p, "input_bps", bps), ms(mean(p, "latency_avg_ms")),
+                            ms(mean(p, "latency_p99_ms"))]
+            rows.append(row)
+        lines += ["", "**corefarm:**", "", table(["data size"] + [f"{path} {h}" for path in paths
+                                                                  for h in ("throughput", "avg", "p99")], rows)]
         d = {p["key"]["size"]: p for p in doc["points"] if p["key"].get("path") == "direct" and p["status"] == "ok"}
         v = {p["key"]["size"]: p for p in doc["points"] if p["key"].get("path") == "via-server" and p["status"] == "ok"}
         near = min(d, key=lambda x: abs(x - 128000), default=None)
@@ -201,8 +226,7 @@ def sec_node_matmul(doc, seed):
     for p in pts:
         if p["key"].get("target") not in ("native", "rtl") and p["status"] != "ok":
             lines += ["", f"**corefarm:** {p['status']}: {p.get('reason')}"]
-    iso = [p for p in pts if "isolation" in p["key"]]
-    pts = [p for p in pts if "isolation" not in p["key"]]
+    pts = [p for p in pts if "isolation" not in p["key"]]  # points of a removed option
     for target in ("native", "rtl"):
         sel = [p for p in pts if p["key"].get("target") == target]
         if not sel:
@@ -232,20 +256,6 @@ def sec_node_matmul(doc, seed):
                           f"{mean(best, 'input_bytes_per_s') / 1e6:.1f} MB/s of input "
                           f"({bps(mean(best, 'input_bps'))}) with {best['key']['cores']} core(s) × count "
                           f"{best['key']['count']}; seed: 34 MB/s at 5 cores × count 4."]
-    if iso:
-        by = {(p["key"]["cores"], p["key"]["count"], p["key"]["isolation"]): p for p in iso}
-        rows = []
-        for c, k in sorted({(p["key"]["cores"], p["key"]["count"]) for p in iso}):
-            a, b = by.get((c, k, "in-process")), by.get((c, k, "process"))
-            ma = mean(a, "matrices_per_s") if a and a["status"] == "ok" else None
-            mb = mean(b, "matrices_per_s") if b and b["status"] == "ok" else None
-            rows.append([c, k, f"{ma:,.0f}/s" if ma else (a or {}).get("status", ""),
-                         f"{mb:,.0f}/s" if mb else (b or {}).get("status", ""),
-                         f"{mb / ma:.3f}" if ma and mb else ""])
-        lines += ["", "**Isolation cost** (native 64×64 matmul, same run, runs interleaved): cores in worker "
-                      "processes (`--isolation process`, the default) against in the node manager's own process "
-                      "(`in-process`, opt-in and unsafe). Target: at most 5 % lower throughput (ratio ≥ 0.95).",
-                  "", table(["cores", "count", "in-process", "process", "process ÷ in-process"], rows)]
     return lines
 
 
@@ -311,24 +321,18 @@ def sec_headline(doc, seed):
                          f"({mean(p, 'input_bytes_per_s') / 1e6:.0f} MB/s)",
                          f"{mean(p, 'software_matrices_per_s'):,.0f} ({mean(p, 'software_matrices_per_s') * 32768 / 1e6:.0f} MB/s)",
                          f"×{mean(p, 'ratio_vs_software'):.2f}", ms(mean(p, "latency_p50_ms")), rtl])
-        lines += ["", "**Issue 3: matrix multiplier per node against software** (`corefarm demo --json`: the same "
+        lines += ["", "**Matrix multiplier per node against software** (`corefarm demo --json`: the same "
                       "run measures the cluster, then the software baseline — the same C++ function called in a loop "
                       "on one thread — and, for RTL, one simulated instance alone):", "",
                   table(["target", "cluster", "corefarm matrices/s per node", "software matrices/s", "ratio",
                          "p50 latency", "RTL simulated cycles/s per instance"], rows)]
-    verdicts = prm.get("verdicts") or []
-    if verdicts:
-        lines += ["", "**Targets:**", "",
-                  table(["target", "measured", "met?"],
-                        [[v["target"], v["measured"], ("**met**" if v["met"] else f"**missed** ({v['ratio']:.2f}× the target)")]
-                         for v in verdicts])]
     return lines
 
 
-def sec_forwarding(doc, seed, docs=None, before=None):
-    """Issue 7 item 6: each target, the figure before the server work (bench/results/before/), the figure of
-    this run, met or not."""
-    docs, before = docs or {}, before or {}
+def sec_forwarding(doc, seed, docs=None):
+    """What forwarding costs against the echo server, the latency targets at 919 us, and whether credit is
+    ever below queue on the `server` grid; each target met or not."""
+    docs = docs or {}
     lines = []
     if doc:
         prm = doc["params"]
@@ -366,58 +370,12 @@ def sec_forwarding(doc, seed, docs=None, before=None):
                          if k.get("delay_us") and mean(p, "inputs_per_s") else ""])
         lines += [table(["part", "policy", "peers", "nodes", "delay µs", "throughput", "server CPUs",
                          "server CPU-s/GB", "× echo", "node CPUs", "p50", "p99", "of capacity"], rows)]
-    # Targets: this run beside the recorded "before" run.
-    now = {v["id"]: v for v in suite.forwarding_verdicts(doc["points"])} if doc else {}
-    bdoc = before.get("forwarding")
-    then = {v["id"]: v for v in suite.forwarding_verdicts(bdoc["points"])} if bdoc else {}
-    rows = []
-    for vid in list(now) + [v for v in then if v not in now]:
-        v = now.get(vid) or then[vid]
-        rows.append([v["target"], then[vid]["measured"] if vid in then else "-",
-                     now[vid]["measured"] if vid in now else "-",
-                     ("**met**" if now[vid]["met"] else "**not met**") if vid in now else "not measured"])
-    cq_now = suite.credit_below_queue(docs["server"]) if docs.get("server") else None
-    cq_then = suite.credit_below_queue(before["server"]) if before.get("server") else None
-
-    def cq_text(cq):
-        if cq is None:
-            return "-"
-        if not cq["below"]:
-            return f"never below ({cq['compared']} points)"
-        return f"below at {len(cq['below'])} of {cq['compared']} points (worst ×" \
-               f"{min(b['ratio'] for b in cq['below']):.2f})"
-    if cq_now or cq_then:
-        rows.append(["`server` grid: credit never below queue (beyond max(2 %, spread)), same run",
-                     cq_text(cq_then), cq_text(cq_now),
-                     ("**met**" if not cq_now["below"] else "**not met**") if cq_now else "not measured"])
-    if rows:
-        src = (f"before: `{before['_path']}`" if before.get("_path") else "no before run recorded")
-        lines += ["", f"**Issue 7 targets** ({src}; now: this document's results):", "",
-                  table(["target", "before", "now", "met?"], rows)]
-    if cq_now and cq_now["below"]:
+    cq = suite.credit_below_queue(docs["server"]) if docs.get("server") else None
+    if cq and cq["below"]:
         lines += ["", "Grid points where credit is below queue beyond the noise: " + "; ".join(
             f"{b['peers']} peers, {b['nodes']} node(s), {size(b['input_size'])} × {b['count']}: "
-            f"{bps(b['credit_bps'])} vs {bps(b['queue_bps'])}" for b in cq_now["below"]) + "."]
+            f"{bps(b['credit_bps'])} vs {bps(b['queue_bps'])}" for b in cq["below"]) + "."]
     return lines
-
-
-def load_before(path: Path) -> dict:
-    """Result files of the run recorded before a change (bench/results/before/), keyed by experiment."""
-    out = {}
-    if path.is_dir():
-        for f in sorted(path.glob("*.json")):
-            try:
-                d = json.loads(f.read_text())
-            except (OSError, json.JSONDecodeError):
-                continue
-            if isinstance(d, dict) and d.get("experiment"):
-                out[d["experiment"]] = d
-        if out:
-            try:
-                out["_path"] = path.resolve().relative_to(ROOT).as_posix()
-            except ValueError:
-                out["_path"] = path.name
-    return out
 
 
 def sec_cluster(doc, seed):
@@ -492,137 +450,428 @@ def sec_software(doc, seed):
     return lines
 
 
-SECTIONS = {"headline": sec_headline, "forwarding": sec_forwarding, "policies": sec_policies, "echo": sec_echo, "server": sec_server, "node": sec_node, "node-matmul": sec_node_matmul,
-            "cluster": sec_cluster, "software": sec_software}
+# ------------------------------------------------------------- experiments outside `all`
+
+COLL_BIG = 64 * 1024
+COLL_TARGET_OPS = ("bcast", "reduce", "allreduce")
+
+
+def us(v) -> str:
+    if v is None:
+        return "-"
+    return f"{v / 1000:.2f} ms" if v >= 1000 else f"{v:.0f} µs"
+
+
+def collectives_medians(doc) -> dict:
+    """(op, algo, n, bytes) -> median latency in µs (mean over passes) and model error, of the ok points."""
+    out = {}
+    for p in doc["points"]:
+        if p["status"] != "ok":
+            continue
+        k = p["key"]
+        out[(k["op"], k["algo"], k["n"], k["bytes"])] = (mean(p, "median_us"), mean(p, "model_error"))
+    return out
+
+
+def collectives_best(m, op, n, b):
+    """corefarm's fastest tree at one point, as (algo, µs), or None."""
+    c = [(us_, algo) for (o, algo, nn, bb), (us_, _) in m.items()
+         if (o, nn, bb) == (op, n, b) and algo != "openmpi" and us_ is not None]
+    return min(c)[::-1] if c else None
+
+
+def collectives_verdicts(doc) -> list[dict]:
+    m = collectives_medians(doc)
+    ns = sorted({k[2] for k in m})
+    wins = total = 0
+    for op in COLL_TARGET_OPS:
+        for n in ns:
+            for b in sorted({k[3] for k in m if k[3] >= COLL_BIG}):
+                best, mpi = collectives_best(m, op, n, b), m.get((op, "openmpi", n, b))
+                if best and mpi and mpi[0]:
+                    total += 1
+                    wins += best[1] <= mpi[0]
+    errs = [abs(e) for (o, algo, _, _), (_, e) in m.items() if e is not None and algo != "openmpi"]
+    out = []
+    if total:
+        out.append({"target": "bcast, reduce, allreduce no slower than Open MPI at ≥ 64 KiB",
+                    "measured": f"{wins} of {total} points", "met": wins == total})
+    if errs:
+        within = sum(e <= 0.2 for e in errs)
+        out.append({"target": "collectives model within 20 % of measurement",
+                    "measured": f"{within} of {len(errs)} points, median error "
+                                f"{sorted(errs)[len(errs) // 2] * 100:.0f} %", "met": within == len(errs)})
+    return out
+
+
+def sec_collectives(doc, seed):
+    if not doc:
+        return []
+    prm, m = doc["params"], collectives_medians(doc)
+    ns = sorted({k[2] for k in m})
+    big = sorted({k[3] for k in m if k[3] >= COLL_BIG})
+    lines = [f"`corefarm bench collectives` (an embedded cluster of n nodes on loopback) against Open MPI's "
+             f"`osu_coll` over TCP on loopback (`bench/mpi/`), n = {', '.join(map(str, prm['nodes']))}, "
+             f"{prm['runs']} passes a point, each point's median latency as the user sees it (the command goes "
+             f"through the server; Open MPI's time is among the ranks only). Bytes are per rank.", "",
+             "**corefarm's fastest tree ÷ Open MPI** (below 1: corefarm faster):", ""]
+    rows = []
+    for op in COLL_TARGET_OPS:
+        for n in ns:
+            row = [op, n]
+            for b in big:
+                best, mpi = collectives_best(m, op, n, b), m.get((op, "openmpi", n, b))
+                row.append(f"{best[1] / mpi[0]:.2f} ({best[0]}, {us(best[1])})" if best and mpi and mpi[0] else "-")
+            rows.append(row)
+    lines += [table(["op", "n"] + [size(b) for b in big], rows)]
+    sizes = sorted({k[3] for k in m if k[3] > 0})
+    rows = []
+    for op in COLL_TARGET_OPS:
+        for n in [x for x in ns if x > 2]:
+            row = [op, n]
+            for b in sizes:
+                lin, bi = m.get((op, "linear", n, b)), m.get((op, "binomial", n, b))
+                row.append("-" if not (lin and bi and lin[0] and bi[0]) else
+                           f"{'linear' if lin[0] < bi[0] else 'binomial'} {lin[0] / bi[0]:.2f}")
+            rows.append(row)
+    lines += ["", "**Binomial against linear** (the faster tree, and linear ÷ binomial):", "",
+              table(["op", "n"] + [size(b) for b in sizes], rows)]
+    rows = []
+    for op in ("bcast", "reduce", "allreduce", "allgather", "barrier", "scatter", "gather", None):
+        e = [abs(v) for (o, algo, _, _), (_, v) in m.items() if v is not None and algo != "openmpi"
+             and (op is None or o == op)]
+        if e:
+            e.sort()
+            rows.append([op or "all", len(e), f"{e[len(e) // 2] * 100:.0f} %", f"{sum(x <= 0.2 for x in e)}",
+                         f"{e[-1] * 100:.0f} %"])
+    lines += ["", "**Model error** (|predicted − measured| ÷ measured, the model calibrated in the same run):", "",
+              table(["op", "points", "median", "within 20 %", "worst"], rows)]
+    return lines
+
+
+def direct_verdicts(doc) -> list[dict]:
+    by = {(p["key"]["path"], p["key"]["nodes"]): p for p in doc["points"] if p["status"] == "ok"}
+    s, d = by.get(("server", 4)), by.get(("direct", 4))
+    if not (s and d):
+        return []
+    ratio = mean(d, "input_bps") / mean(s, "input_bps")
+    cut = mean(s, "server_cpu_s_per_gb") / mean(d, "server_cpu_s_per_gb") if mean(d, "server_cpu_s_per_gb") else None
+    return [{"target": "direct path at 4 nodes: ≥ the throughput through the server, server CPU per GB cut ≥ 10×",
+             "measured": f"×{ratio:.1f} the throughput, server CPU per GB "
+                         + (f"cut ×{cut:.0f}" if cut else "zero (no clock tick in any window)"),
+             "met": ratio >= 1 and (cut is None or cut >= 10)}]
+
+
+def sec_direct(doc, seed):
+    if not doc:
+        return []
+    prm = doc["params"]
+    by = {(p["key"]["path"], p["key"]["nodes"]): p for p in doc["points"]}
+    rows = []
+    for n in prm["nodes"]:
+        s, d = by.get(("server", n)), by.get(("direct", n))
+        ok = s and d and s["status"] == d["status"] == "ok"
+        rows.append([n, with_spread(s, "input_bps", bps) if s else "-", cpu_gb(s) if s else "-",
+                     with_spread(d, "input_bps", bps) if d else "-", cpu_gb(d) if d else "-",
+                     f"×{mean(d, 'input_bps') / mean(s, 'input_bps'):.1f}" if ok else "-"])
+    return [f"For each node count, on one cluster and back to back: `corefarm bench user --nodes N` (data through "
+            f"the server) and `corefarm bench direct --nodes N` (a group of N; each message goes to a member's peer "
+            f"port), benchmarking core at zero delay, {size(prm['input_size'])} inputs, {size(prm['output_size'])} "
+            f"outputs, {prm['runs']} runs of {prm['duration_s']:g} s. Server CPU-s/GB counts inputs plus outputs.",
+            "", table(["nodes", "through the server", "server CPU-s/GB", "direct", "server CPU-s/GB", "direct ÷ server"],
+                      rows)]
+
+
+SHARING_VARIANTS = ("exclusive", "static", "shared", "cowork")
+
+
+def sharing_grid(doc) -> dict:
+    return {(p["key"]["part"], p["key"]["period_ms"], p["key"]["apps"], p["key"]["speedup"], p["key"]["variant"]): p
+            for p in doc["points"] if p["status"] == "ok"}
+
+
+def sharing_verdicts(doc) -> list[dict]:
+    g, prm = sharing_grid(doc), doc["params"]
+    sp = prm.get("main_speedup", 2)
+    out = []
+    util = {v: mean(g[k], "utilisation") for v in ("exclusive", "static", "shared")
+            for k in [("single", 10, max(prm["apps"]), sp, v)] if k in g}
+    if util:
+        out.append({"target": f"single-function utilisation ≥ 93 % ({max(prm['apps'])} applications, P = 10 ms)",
+                    "measured": ", ".join(f"{v} {u * 100:.1f} %" for v, u in util.items()),
+                    "met": all(u >= 0.93 for u in util.values())})
+    one, more, cow = [], [], []
+    for per in prm["periods_ms"]:
+        for apps in prm["apps"]:
+            ex, sh = g.get(("grid", per, apps, sp, "exclusive")), g.get(("grid", per, apps, sp, "shared"))
+            co, sw = g.get(("grid", per, apps, sp, "cowork")), g.get(("grid", 0, apps, sp, "software"))
+            if ex and sh:
+                r = mean(sh, "makespan_s") / mean(ex, "makespan_s")
+                (one if apps == 1 else more).append(r)
+            if co and sw and sh:
+                cow.append(mean(co, "makespan_s") / min(mean(sw, "makespan_s"), mean(sh, "makespan_s")))
+    if one:
+        out.append({"target": "shared makespan no worse than exclusive for one application (5 % noise)",
+                    "measured": ", ".join(f"{r:.2f}" for r in one), "met": all(r <= 1.05 for r in one)})
+    if more:
+        out.append({"target": "shared makespan below exclusive for ≥ 2 applications",
+                    "measured": f"below at {sum(r < 1 for r in more)} of {len(more)} points",
+                    "met": all(r < 1 for r in more)})
+    if cow:
+        out.append({"target": "co-working within 10 % of the better of all-local and all-cluster",
+                    "measured": f"{sum(r <= 1.1 for r in cow)} of {len(cow)} points (worst {max(cow):.2f})",
+                    "met": all(r <= 1.1 for r in cow)})
+    return out
+
+
+def sec_sharing(doc, seed):
+    if not doc:
+        return []
+    g, prm = sharing_grid(doc), doc["params"]
+    sp = prm.get("main_speedup", 2)
+    rows = []
+    for per in prm["periods_ms"]:
+        for apps in prm["apps"]:
+            row = [per, apps]
+            for v in SHARING_VARIANTS:
+                p = g.get(("grid", per, apps, sp, v))
+                row.append(f"{mean(p, 'normalised_makespan'):.2f} ({mean(p, 'utilisation') * 100:.0f} %)" if p else "-")
+            sw = g.get(("grid", 0, apps, sp, "software"))
+            ex, sh = g.get(("grid", per, apps, sp, "exclusive")), g.get(("grid", per, apps, sp, "shared"))
+            co = g.get(("grid", per, apps, sp, "cowork"))
+            row.append(f"{mean(sw, 'normalised_makespan'):.2f}" if sw else "-")
+            row.append(f"{mean(sh, 'makespan_s') / mean(ex, 'makespan_s'):.2f}" if ex and sh else "-")
+            row.append(f"{mean(co, 'makespan_s') / min(mean(sw, 'makespan_s'), mean(sh, 'makespan_s')):.2f}"
+                       if co and sw and sh else "-")
+            rows.append(row)
+    return [f"`corefarm bench sharing`: concurrent applications calling 16 functions on {prm['nodes']} simulated "
+            f"nodes, monitoring period P with a reconfiguration delay of P, hardware speedup {sp}, {prm['runs']} "
+            f"runs a point, the variants of a point run back to back. Cells: makespan normalised to the expected "
+            f"software time (node utilisation). Shared ÷ exclusive and co-working ÷ the better of all-local "
+            f"(software) and all-cluster (shared) compare makespans.", "",
+            table(["P ms", "apps"] + list(SHARING_VARIANTS) + ["software", "shared ÷ exclusive",
+                                                                "cowork ÷ better"], rows)]
+
+
+def streams_points(doc) -> list[dict]:
+    return [p for p in doc["points"] if p["status"] == "ok"]
+
+
+def _sp(doc, part, **key):
+    for p in streams_points(doc):
+        k = p["key"]
+        if k.get("part") == part and all(k.get(a) == v for a, v in key.items()):
+            return p
+    return None
+
+
+def streams_verdicts(doc) -> list[dict]:
+    out = []
+    hol = _sp(doc, "hol", summary="end to end")
+    if hol:
+        r = mean(hol, "p99_chunked_over_unloaded")
+        out.append({"target": "urgent p99 under bulk load within 2× of unloaded", "measured": f"×{r:.1f}",
+                    "met": r <= 2})
+        r = mean(hol, "p99_unchunked_over_chunked")
+        out.append({"target": "urgent p99 ≥ 10× better chunked than unchunked", "measured": f"×{r:.1f}",
+                    "met": r >= 10})
+        r = mean(hol, "bulk_chunked_over_unchunked")
+        out.append({"target": "bulk throughput loses ≤ 5 % to chunking at the default chunk size",
+                    "measured": f"{r:.2f}", "met": r >= 0.95})
+    errs = [abs(mean(p, "error_mg1")) for p in streams_points(doc)
+            if p["key"].get("part") == "model" and mean(p, "error_mg1") is not None]
+    if errs:
+        out.append({"target": "priority classes within 15 % of the M/G/1 model",
+                    "measured": f"worst {max(errs) * 100:.0f} % over {len(errs)} points", "met": max(errs) <= 0.15})
+    gemm = [mean(p, "r_overlap") for p in streams_points(doc) if p["key"].get("part") == "gemm"]
+    if gemm:
+        out.append({"target": "overlap > 90 % for a compute-bound handler (seed 004's r_Overlap)",
+                    "measured": f"{min(gemm) * 100:.1f}–{max(gemm) * 100:.1f} %", "met": min(gemm) > 0.9})
+    return out
+
+
+def sec_streams(doc, seed):
+    if not doc:
+        return []
+    pts = streams_points(doc)
+    prm = doc["params"]
+    rows = [[p["key"]["load"], f"{mean(p, 'achieved_load'):.2f}", p["key"]["class"],
+             ms(mean(p, "measured_mean_s") * 1e3), ms(mean(p, "predicted_mg1_s") * 1e3),
+             f"{abs(mean(p, 'error_mg1')) * 100:.0f} %", ms(mean(p, "measured_p99_s") * 1e3)]
+            for p in pts if p["key"].get("part") == "model"]
+    lines = [f"**Priority classes** (`corefarm bench classes`: {prm['urgent_share'] * 100:.0f} % urgent messages "
+             f"(class 0), Poisson arrivals, one node in shared mode; {prm['runs']} runs): mean time from submit "
+             f"to result against Cobham's M/G/1 formula with the calibrated service moments.", "",
+             table(["load", "achieved", "class", "measured mean", "M/G/1", "error", "p99"], rows)]
+    rows = [[p["key"]["node_link"], p["key"]["mode"], ms(mean(p, "small_p50_ms")), ms(mean(p, "small_p99_ms")),
+             f"{mean(p, 'bulk_MBps'):,.0f}"] for p in pts if p["key"].get("part") == "hol" and "mode" in p["key"]]
+    rows += [[f"chunks of {size(p['key']['sweep_chunk_size'])}", "chunked", ms(mean(p, "small_p50_ms")),
+              ms(mean(p, "small_p99_ms")), f"{mean(p, 'bulk_MBps'):,.0f}"]
+             for p in pts if p["key"].get("part") == "hol" and "sweep_chunk_size" in p["key"]]
+    lines += ["", "**Head-of-line blocking** (`corefarm bench hol`, 2 nodes: small urgent messages at a fixed rate "
+                  "behind a stream of large bulk messages; node link with whole frames or chunks; default chunk "
+                  "size unless named):", "",
+              table(["node link", "mode", "urgent p50", "urgent p99", "bulk MB/s"], rows)]
+    rows = [[size(p["key"]["KiB"] * 1024), p["key"]["inflight"], f"{mean(p, 'r_overlap') * 100:.1f} %",
+             f"{mean(p, 'r_overlap_with_submit') * 100:.1f} %", f"×{mean(p, 'gemm_slowdown'):.2f}"]
+            for p in pts if p["key"].get("part") == "gemm"]
+    if rows:
+        lines += ["", "**Overlap of a transfer with compute** (seed 004's r_Overlap: a GEMM running while the node "
+                      "unpacks a strided datatype):", "",
+                  table(["message", "in flight", "r_Overlap", "with submit", "GEMM slowdown"], rows)]
+    rows = [[p["key"]["rounds"], f"{mean(p, 'messages_per_s_1'):,.0f}", f"{mean(p, 'messages_per_s_2'):,.0f}",
+             f"×{mean(p, 'two_over_one'):.2f}"] for p in pts if p["key"].get("part") == "pool"]
+    if rows:
+        lines += ["", "**Handler pool** (a compute-bound handler, 256 KiB messages; throughput with one and two "
+                      "handler workers):", "",
+                  table(["compute rounds", "1 worker msg/s", "2 workers msg/s", "2 ÷ 1"], rows)]
+    return lines
+
+
+def soak_verdicts(doc) -> list[dict]:
+    checks = doc.get("checks", [])
+    return [{"target": f"soak, {doc['seconds'] / 3600:.0f} h with node kills and bad peers: every check holds",
+             "measured": f"{sum(c['ok'] for c in checks)} of {len(checks)} checks",
+             "met": all(c["ok"] for c in checks)}] if checks else []
+
+
+def sec_soak(doc, seed):
+    if not doc:
+        return []
+    t = doc["totals"]
+    lines = [f"`corefarm bench soak` for {doc['seconds'] / 60:.0f} minutes, {doc['sharing']} mode, {doc['nodes']} "
+             f"nodes, {doc['users']} users, seed {doc['seed']}: sessions open and close, nodes are killed, bad peers "
+             f"connect. {t['sessions']:,} sessions, {t['messages']:,} data messages ({t['inputs']:,} inputs), "
+             f"{doc['nodes_killed']} nodes killed, {doc['bad_peers_played']} bad peers.", "",
+             table(["check", "held?", "detail"],
+                   [[c["name"], "yes" if c["ok"] else "**no**", c.get("detail", "")] for c in doc.get("checks", [])])]
+    return lines
+
+
+SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
+            "node": sec_node, "node-matmul": sec_node_matmul, "cluster": sec_cluster, "software": sec_software,
+            "collectives": sec_collectives, "direct": sec_direct, "sharing": sec_sharing, "streams": sec_streams,
+            "soak": sec_soak}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
     "headline": "whether the targets are met, by how much, and why.",
-    "forwarding": "where the server's CPU per byte goes compared with the echo server, and what changed since "
-                  "the before run.",
-    "echo": "where the plateau starts on this machine and how it compares with the seed's 16 Gbit/s "
-            "(the seed had 4 cores / 8 threads; here client and server share 2 cores).",
+    "forwarding": "where the server's CPU per byte goes compared with the echo server.",
+    "echo": "where the plateau starts on this machine and how it compares with the seed's 16 Gbit/s.",
     "server": "queue vs stack vs credit at 2-4 nodes, the best message size, and whether the seed's "
               "256-512 KB optimum holds.",
-    "node": "the growth of throughput with data size and the value at 128 KiB against the seed's 393 Mbit/s "
-            "(the seed's node was an ARM board; here the node runs on the server's machine).",
-    "node-matmul": "how throughput grows with cores and inputs per message, where it peaks, against the seed's "
-                   "34 MB/s at 5 cores x 4 inputs.",
-    "cluster": "the node count where throughput saturates and latency drops, for 1 and 4 inputs, and the "
-               "server overhead when processing matches the offered rate (seed: ~283 µs). With 2 cores the "
-               "saturation comes far earlier than the seed's 24-36 nodes.",
-    "software": "the software baseline is a modern vectorising compiler on this CPU, so the speedup ratios are "
-                "not comparable one-to-one with the seed's.",
+    "node": "the growth of throughput with data size and the value at 128 KiB against the seed's 393 Mbit/s.",
+    "node-matmul": "how throughput grows with cores and inputs per message, against the seed's 34 MB/s.",
+    "cluster": "the node count where throughput saturates and latency drops, for 1 and 4 inputs.",
+    "software": "the software baseline on this CPU and what the speedups compare.",
+    "collectives": "where corefarm's trees win and lose against Open MPI, and why.",
+    "direct": "what the direct path gains over the server's.",
+    "sharing": "where shared mode and co-working gain over exclusive mode, and where they cannot.",
+    "streams": "which of the streams targets hold and what limits the others.",
+    "soak": "what the soak shows about losses and leaks.",
 }
 
 
-def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict | None = None,
-           before: Path | None = None) -> str:
-    readings = readings or {}
-    before_docs = load_before(before if before is not None else HERE / "results" / "before")
+def load_results(results: Path) -> dict:
     docs = {}
     for name in ORDER:
         f = results / f"{name}.json"
         if f.exists():
             docs[name] = json.loads(f.read_text())
+    return docs
+
+
+def all_verdicts(docs: dict) -> list[tuple[str, dict]]:
+    """Every target the committed results can judge, with the experiment that measured it."""
+    out = []
+    if docs.get("headline"):
+        out += [("headline", v) for v in suite.headline_verdicts(docs["headline"]["points"])]
+    if docs.get("forwarding"):
+        out += [("forwarding", v) for v in suite.forwarding_verdicts(docs["forwarding"]["points"])]
+    if docs.get("server"):
+        cq = suite.credit_below_queue(docs["server"])
+        out.append(("server", {"target": "credit never below queue on the `server` grid (beyond the noise)",
+                               "measured": f"below at {len(cq['below'])} of {cq['compared']} points",
+                               "met": not cq["below"]}))
+    for name, f in (("collectives", collectives_verdicts), ("direct", direct_verdicts),
+                    ("sharing", sharing_verdicts), ("streams", streams_verdicts), ("soak", soak_verdicts)):
+        if docs.get(name):
+            out += [(name, v) for v in f(docs[name])]
+    return out
+
+
+def verdict_cell(v: dict) -> str:
+    if v["met"]:
+        return "yes"
+    return "**no**" + (f" (×{v['ratio']:.2f} the target)" if v.get("ratio") is not None else "")
+
+
+def targets_section(docs: dict) -> list[str]:
+    verdicts = all_verdicts(docs)
+    if not verdicts:
+        return []
+    return ["## Targets", "",
+            f"Each target the committed results can judge: {sum(v['met'] for _, v in verdicts)} of "
+            f"{len(verdicts)} met. Why a target is missed is in its experiment's reading.", "",
+            table(["experiment", "target", "measured", "met?"],
+                  [[name, v["target"], v["measured"], verdict_cell(v)] for name, v in verdicts]), ""]
+
+
+def provenance(docs: dict) -> list[list[str]]:
+    rows = []
+    for name, d in docs.items():
+        m = d.get("machine") or {}
+        load = (d.get("load") or {}).get("load_at_start", ["-"])[0]
+        rows.append([name + (" (quick)" if d.get("quick") else ""), f"`{(m.get('git_commit') or '-')[:7]}`",
+                     (m.get("date") or "-")[:10], load])
+    return rows
+
+
+def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict | None = None) -> str:
+    readings = readings or {}
+    docs = load_results(results)
     machine = next((d["machine"] for d in docs.values() if d.get("machine")), {})
     quick = any(d.get("quick") for d in docs.values())
     figures.mkdir(parents=True, exist_ok=True)
     rel = Path(os.path.relpath(figures, out.parent))
     L = ["# corefarm benchmarks", "",
-         "<!-- Generated by bench/report.py from suite results; edit the generator, not this file. -->", "",
-         "Reproduce with `python3 bench/suite.py all [--quick]` (or `corefarm bench suite all`), then "
-         "`python3 bench/report.py`. Compare two runs with `corefarm bench compare OLD.json NEW.json`. "
-         "One experiment alone: `corefarm bench suite headline` (issues 2 and 3), `forwarding` (issue 7), `node`, "
-         "`node-matmul`, ….", "",
-         *targets_summary(),
-         "## Tools", "",
-         "- `corefarm bench echo [server --listen A | client --addr A] --size B --clients N --duration S [--json]`: "
-         "SMP echo; throughput = echoed payload bits/s, all clients together. `--cpu-pid LABEL=PID` "
-         "(repeatable, also on `bench user`): the benchmark samples that process's (and its descendants') "
-         "utime + stime from /proc at the start and the end of its measurement window and reports "
-         "`cpu[{label, pid, cpu_s, user_s, sys_s, wall_s, cpus, processes}]`; the suite passes the server's pid "
-         "and records `server_cpus`, `server_cpu_s` and `server_cpu_s_per_gb` (CPU-seconds per decimal GB "
-         "forwarded, inputs + outputs, or echoed).",
-         "- `corefarm bench user --server A --input-size B --output-size B --delay-us U --count K --duration S "
-         "[--warmup S] [--rate-hz F] [--nodes N | --legacy] [--drain-timeout S] [--json] [--quiet]`: the "
-         "benchmarking user. Each input carries `u64 send-time ns, u32 id, u32 index` in its first 16 bytes; "
-         "latency is per message, from the echoed timestamp, over messages sent after the warm-up; throughput "
-         "counts results received inside the window (`input_bps` = input payload processed, the seed's "
-         "definition; `output_bps` = output payload returned). Exit status 1 if a result is missing, "
-         "corrupted, failed, or the run hangs.",
-         "- `--json` prints `{benchmark, ok, errors[], server, config{input_size, output_size, delay_us, count, "
-         "message_bytes, duration_s, warmup_s, rate_hz, nodes_requested, legacy}, session{hello, nodes, "
-         "features[], credit}, window_s, counts{sent_messages, sent_inputs, received_messages, received_outputs, "
-         "window_messages, missing, corrupted, failed}, throughput{input_bps, output_bps, offered_input_bps, "
-         "messages_per_s, inputs_per_s, send_rate_hz}, latency{samples, avg_ms, min_ms, p50_ms, p90_ms, p99_ms, "
-         "max_ms}}`.",
-         "- `corefarm bench node [--no-spawn] [--node-arg A] --input-size B [--output-size B] --count K "
-         "--window W --duration S [--json]`: the node manager isolated (seed §4.2.3). It listens on 127.0.0.1:0 "
-         "as a server node port, starts one `corefarm node --server ADDR --once` (or waits for one), sends the "
-         "benchmarking configuration with delay 0 and streams data messages straight to the node from a sender "
-         "thread, at most W in flight, while a receiver thread checks every result; same report as `bench user`.",
-         "- `corefarm demo --target native|rtl --nodes N --cores C --count K --jobs J --json`: real 64×64 "
-         "matrix products (K per data message) through an embedded server and N node managers, every result "
-         "checked, with the software baseline and (RTL) simulated cycles/s measured in the same run.",
-         "- `corefarm bench compare OLD.json NEW.json [--threshold 0.05] [--json]`: a metric regresses when it "
-         "moves the wrong way by more than max(threshold, (max−min)/mean of either recording); exit 1 on any "
-         "regression or newly failed point.",
-         "- Suite result files: `{experiment, quick, machine, params, notes, points: [{key, status: "
-         "ok|failed|skipped, reason, runs, metrics: {name: {runs, mean, min, max, stdev}}}]}` plus a CSV.", "",
-         "## Machines", "",
-         table(["", "seed 000 (§4.1)", "corefarm results below"], [
-             ["CPU", f"{seed['machine']['cpu']}, {seed['machine']['cores']} cores / {seed['machine']['threads']} threads",
-              f"{machine.get('cpu', '?')}, {machine.get('nproc', '?')} logical CPUs"],
-             ["memory", seed["machine"]["memory"],
-              f"{machine['memory_bytes'] / 2**30:.0f} GiB" if machine.get("memory_bytes") else "?"],
-             ["kernel", f"Linux {seed['machine']['kernel']}", f"{machine.get('os', '')} {machine.get('kernel', '?')}"],
-             ["date / commit", "2022", f"{machine.get('date', '?')} / `{(machine.get('git_commit') or '?')[:12]}`"],
-         ]), "",
-         "The seed ran everything (user, server, up to 4 simulation nodes) on 4 cores / 8 threads and kept one "
-         "thread each for the server and the user. This machine has 2 logical CPUs shared by the user, the "
-         "server and every simulated node, so absolute numbers are lower and saturate earlier; the shapes "
-         "of the curves are what compares.", ""]
-    run = {}
-    if (results / "run.json").exists():
-        run = json.loads((results / "run.json").read_text())
-    if run:
-        L += ["## This run", "",
-              f"`{run['command']}` with `COREFARM_BIN` = a release build of commit "
-              f"`{(machine.get('git_commit') or '?')[:12]}`: {len(run.get('experiments', []))} experiments in "
-              f"{run['total_s'] / 60:.1f} minutes (load waits included), {run['failed_points']} failed point(s).", "",
-              "Reproduce (the `--compact` sweeps keep the whole run near 25 minutes on 2 CPUs; without it the "
-              "suite runs the seed's full grids, many hours):", "",
-              "```sh",
-              "cargo build --release -p corefarm-cli",
-              "target/release/corefarm bench suite all --out bench/results -- --compact --runs 2 --duration 2 "
-              "--warmup 0.5 --wait-load 0.7 --wait-between 30",
-              "# issue 2/3 table and the busy-node policy comparison alone (both re-measured after the run):",
-              "target/release/corefarm bench suite headline --out DIR -- --runs 3 --duration 2 --warmup 0.5 --wait-load 0.7",
-              "target/release/corefarm bench suite policies --out DIR -- --runs 3 --duration 2 --warmup 0.5 --wait-load 0.7",
-              "python3 bench/report.py --results bench/results",
-              "```", ""]
-    loads = [[n, d["load"].get("load_at_start", ["?"])[0], d["load"].get("load_at_end", ["?"])[0],
-              f"{d['load'].get('waited_s', 0):.0f} s", f"{d.get('elapsed_s', 0):.0f} s"]
-             for n, d in docs.items() if d.get("load")]
-    if loads:
-        L += ["1-minute load average when each experiment started and ended, and how long the suite waited "
-              "for it to fall below the threshold first. The suite itself keeps 1-2 CPUs busy and the 1-minute "
-              "average decays over minutes, so a load above the threshold at the start of a later experiment "
-              "(the wait between experiments is capped) is mostly the previous experiment's own processes:", "",
-              table(["experiment", "load at start", "load at end", "waited", "duration"], loads), ""]
+         "<!-- Generated by bench/report.py from bench/results/*.json; edit the generator, not this file. -->", "",
+         "corefarm's figures on this machine beside the seeds'. Every table is generated from the committed "
+         "result files (one per experiment); the short readings are bench/readings.json. Reproduce an "
+         "experiment with `corefarm bench suite NAME --out bench/results` (`all` runs the seed's experiments; "
+         "`collectives`, `direct`, `sharing`, `streams`, `policies` and `tls` run alone), then "
+         "`python3 bench/report.py`. Compare two runs of one experiment with "
+         "`corefarm bench compare OLD.json NEW.json`. Measurements made by hand, and experiments tried and "
+         "dropped, are archived in [bench/manual/](../bench/manual/README.md).", ""]
+    L += targets_section(docs)
+    L += ["## Machines", "",
+          table(["", "seed 000 (§4.1)", "corefarm results below"], [
+              ["CPU", f"{seed['machine']['cpu']}, {seed['machine']['cores']} cores / {seed['machine']['threads']} threads",
+               f"{machine.get('cpu', '?')}, {machine.get('nproc', '?')} logical CPUs"],
+              ["memory", seed["machine"]["memory"],
+               f"{machine['memory_bytes'] / 2**30:.0f} GiB" if machine.get("memory_bytes") else "?"],
+              ["kernel", f"Linux {seed['machine']['kernel']}", f"{machine.get('os', '')} {machine.get('kernel', '?')}"],
+          ]), "",
+          "The seed ran everything on 4 cores / 8 threads and kept one thread each for the server and the user. "
+          "Here 2 logical CPUs are shared by the user, the server and every node, so absolute numbers are lower "
+          "and saturate earlier; the shapes of the curves are what compares. Where each result comes from "
+          "(commit, date, 1-minute load when the experiment started):", "",
+          table(["experiment", "commit", "date", "load at start"], provenance(docs)), ""]
     if quick:
-        L += ["**These are `--quick` results** (short runs, few points, one run per point): they show the "
-              "harness works end to end, not the system's performance.", ""]
+        L += ["**These are `--quick` results** (short runs, few points, one run per point) where marked: they show "
+              "the harness works end to end, not the system's performance.", ""]
     if not docs:
         L += [PLACEHOLDER + "no suite results found; run the suite first.", ""]
     for name in ORDER:
-        L += [f"## {TITLES[name]}", ""]
         doc = docs.get(name)
-        L += (sec_forwarding(doc, seed, docs, before_docs) if name == "forwarding" else SECTIONS[name](doc, seed))
+        if doc is None and name not in ALWAYS:
+            continue  # experiments outside `all` appear once they have a result
+        L += [f"## {TITLES[name]}", ""]
+        L += (sec_forwarding(doc, seed, docs) if name == "forwarding" else SECTIONS[name](doc, seed))
         if doc:
             for note in doc.get("notes", []):
-                L += ["", f"_Note:_ {note}"]
+                if "isolation" not in note:  # notes on points of a removed option
+                    L += ["", f"_Note:_ {note}"]
             for fname in FIGURES.get(name, []):
                 png = results / fname
                 if png.exists():
@@ -635,36 +884,30 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
         text = readings.get(name)
         if isinstance(text, list):
             text = "\n\n".join(text)
-        L += ["", "**Reading.**", "", text if text else PLACEHOLDER + READINGS[name], ""]
-    # Measurements made outside the suite (e.g. the metrics overhead) keep
-    # their hand-written sections in bench/manual/, appended in name order.
-    for extra in sorted((ROOT / "bench/manual").glob("*.md")):
-        L += [extra.read_text().rstrip(), ""]
+        L += ["", "**Reading.** " + text if text else PLACEHOLDER + READINGS[name], ""]
     return "\n".join(L).rstrip() + "\n"
-
-
-def targets_summary() -> list[str]:
-    """The hand-kept table of round-2 targets (bench/targets.md), right after the introduction."""
-    p = HERE / "targets.md"
-    return [p.read_text().rstrip(), ""] if p.exists() else []
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--results", default=str(ROOT / "bench-results"))
+    ap.add_argument("--results", default=str(HERE / "results"))
     ap.add_argument("--out", default=str(ROOT / "docs/benchmarks.md"))
     ap.add_argument("--figures", default=str(HERE / "figures"), help="where plots are copied for the document")
     ap.add_argument("--seed", default=str(HERE / "seed_figures.json"))
-    ap.add_argument("--before", default=str(HERE / "results" / "before"),
-                    help="results of the run before a change, shown beside this run's in the issue 7 targets")
     ap.add_argument("--readings", default=str(HERE / "readings.json"),
-                    help="hand-written reading paragraphs per experiment, written from the results they describe")
+                    help="short reading paragraphs per experiment, written from the results they describe")
+    ap.add_argument("--check", action="store_true",
+                    help="write nothing; exit 1 if the document differs from what the results generate")
     a = ap.parse_args(argv)
     seed = json.loads(Path(a.seed).read_text())
     out = Path(a.out).resolve()
     rp = Path(a.readings)
     readings = json.loads(rp.read_text()) if rp.exists() else {}
-    text = render(Path(a.results), out, Path(a.figures).resolve(), seed, readings, Path(a.before))
+    text = render(Path(a.results), out, Path(a.figures).resolve(), seed, readings)
+    if a.check:
+        same = out.exists() and out.read_text() == text
+        print(f"{out}: {'up to date' if same else 'differs from bench/report.py output'}", file=sys.stderr)
+        return 0 if same else 1
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
     print(f"wrote {out}", file=sys.stderr)

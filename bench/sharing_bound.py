@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What sharing nodes can gain on `corefarm bench sharing`'s workload, in
-an idealised model (issue 8, docs/benchmarks.md "Shared nodes").
+an idealised model (docs/benchmarks.md "Shared nodes").
 
 The workload is the benchmark's own (the same generator, checked against
 the Rust one by bench/tests/test_sharing_bound.py): `--apps` applications,

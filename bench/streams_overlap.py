@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Issue 11, server<->node link: FPsPIN's overlap ratio and the bulk cost of
+"""Streams, server<->node link: FPsPIN's overlap ratio and the bulk cost of
 chunking, measured through a real `corefarm local` (one node).
 
 Overlap: a compute-bound handler set (`work`) and a trivial one (`noop`) on

@@ -572,7 +572,7 @@ def side_by_side(ctx: Context, rec: Recorder, policies: list[str], nodes: int,
     """Each point under every policy, one run at a time with the policies taking turns (the first of a
     round rotating), against one cluster per policy kept up meanwhile. Measured policy after policy, the
     same point's runs were minutes apart, and drift in the machine's load became differences between
-    the policies (issue 7 compares credit with queue point by point). A failed run fails that policy's
+    the policies (the forwarding targets compare credit with queue point by point). A failed run fails that policy's
     point and restarts its cluster before the next point."""
     clusters: dict[str, Cluster] = {}
 
@@ -771,16 +771,7 @@ def exp_node_matmul(ctx: Context) -> dict:
         plan = {"native": ([1, 2, 3, 4, 6, 8] if ctx.compact else [1, 2, 3, 4, 5, 6, 8, 11], [1, 2, 3, 4, 5], 6000),
                 "rtl": ([1, 2, 4], [1, 2, 3, 4, 5], 60)}
     rtl_ok = tool_available("verilator", "VERILATOR")
-    # Isolation cost (issue 12): native points run with the cores inside the node manager (unsafe) and in
-    # one worker process per core (the default), alternating run by run so both see the same machine load.
-    # Count 4 shows the batching: all inputs of a data message go to the worker as one job.
-    iso_cores = [2] if ctx.quick else [1, 2]
-    iso_counts = [1, 4]
-    # Runs of ~3 s and at least six alternating pairs: with ~1 s runs single runs spread ±20 %, wider
-    # than the 5 % target these points check.
-    iso_jobs = plan["native"][2] if ctx.quick else 20000
-    iso_runs = ctx.runs if ctx.quick else max(ctx.runs, 6)
-    planned = sum(len(c) * len(k) for c, k, _ in plan.values()) + 2 * len(iso_cores) * len(iso_counts)
+    planned = sum(len(c) * len(k) for c, k, _ in plan.values())
     rec = Recorder(ctx, "node-matmul", planned, {
         "plan": {t: {"cores": c, "counts": k, "jobs": j} for t, (c, k, j) in plan.items()},
         "method": "`corefarm demo --nodes 1 --cores C --count K --target T --json`: one node manager with C "
@@ -799,29 +790,6 @@ def exp_node_matmul(ctx: Context) -> dict:
                     continue
                 demo_point(ctx, rec, key, target=target, nodes=1, cores=cores, count=count, jobs=jobs,
                            baseline_s=0.05)
-    rec.notes.append("Points with an `isolation` key compare `--isolation in-process` and `process` (worker "
-                     "processes, the default of every other point) at counts 1 and 4, runs interleaved, the first "
-                     "alternating.")
-    b = str(ctx.need_binary())
-    for cores in iso_cores:
-        for count in iso_counts:
-            runs: dict[str, list[dict]] = {"in-process": [], "process": []}
-            failure: dict[str, str | None] = {"in-process": None, "process": None}
-            for rep_no in range(iso_runs):
-                # Which goes first alternates: the second run of a pair was seen to gain.
-                for isolation in (list(runs) if rep_no % 2 == 0 else list(runs)[::-1]):
-                    if failure[isolation]:
-                        continue
-                    rep, err = run_json([b, "demo", "--target", "native", "--nodes", "1", "--cores", str(cores),
-                                         "--count", str(count), "--jobs", str(iso_jobs), "--baseline-seconds",
-                                         "0.05", "--isolation", isolation, "--json"], 600)
-                    if rep is not None and rep.get("all_verified") and not err:
-                        runs[isolation].append(demo_metrics(rep))
-                    else:
-                        failure[isolation] = err or "failed"
-            for isolation, r in runs.items():
-                rec.add({"target": "native", "cores": cores, "count": count, "isolation": isolation}, r,
-                        failure[isolation])
     return rec.write()
 
 
@@ -893,14 +861,14 @@ def exp_software(ctx: Context) -> dict:
     return rec.write()
 
 
-# Targets of the headline experiment (issues 2 and 3).
+# Targets of the headline experiment.
 TARGET_DELAY0_1NODE_BPS = 5e9
 TARGET_P50_MS = 10.0
 TARGET_RTL_CYCLES = 10e6
 
 
 def exp_headline(ctx: Context) -> dict:
-    """Issues 2 and 3 in one run: `bench user` through `corefarm server` (credit, and queue for comparison),
+    """The headline targets in one run: `bench user` through `corefarm server` (credit, and queue for comparison),
     32 KiB inputs / 16 KiB outputs, delay 0 and 919 us, 1/2/4 nodes, beside `bench echo` at the same message
     size; then native and RTL matrix multipliers per node against the software baseline (`corefarm demo`)."""
     b = str(ctx.need_binary())
@@ -937,7 +905,7 @@ def exp_headline(ctx: Context) -> dict:
             rec.add({"part": "echo", "size": MM_INPUT + 4}, runs, failure)
     finally:
         ctx.duration = saved
-    # Issue 3: matrix multipliers per node against software, from the demo's JSON (same run).
+    # Matrix multipliers per node against software, from the demo's JSON (same run).
     jobs_native = 400 if ctx.quick else 12000
     baseline = 0.2 if ctx.quick else 3.0
     demo_point(ctx, rec, {"part": "matmul", "target": "native", "nodes": 1, "cores": 2, "count": 4},
@@ -975,17 +943,16 @@ def headline_verdicts(points: list[dict]) -> list[dict]:
         # "No less than queue" within 2 %: both sit at the nodes' capacity, run-to-run noise is about that.
         out.append({"target": "delay 919 us, 4 nodes: credit throughput >= queue throughput (2 % noise allowed)",
                     "measured": f"{human_bps(tc)} vs {human_bps(tq)}", "met": tc >= 0.98 * tq, "ratio": tc / tq})
-    # Issue 7: the same point against the tighter targets, and a seed-format user there.
+    # The forwarding targets: the same point against the tighter targets, and a seed-format user there.
     ips = get("user", "inputs_per_s", policy="credit", nodes=4, delay_us=919)
     if ips is not None and p50 is not None:
         cap = ips / (4 * 1e6 / 919)
-        out.append({"target": "issue 7, delay 919 us, 4 nodes (credit): >= 99 % of node capacity with median "
-                              "<= 2.0 ms", "measured": f"{cap * 100:.2f} % of capacity, p50 {p50:.3f} ms",
+        out.append({"target": "delay 919 us, 4 nodes (credit): >= 99 % of node capacity with median <= 2.0 ms", "measured": f"{cap * 100:.2f} % of capacity, p50 {p50:.3f} ms",
                     "met": cap >= TARGET_CAPACITY and p50 <= TARGET_HEADLINE_P50_MS,
                     "ratio": max(TARGET_CAPACITY / cap if cap else float("inf"), p50 / TARGET_HEADLINE_P50_MS)})
     sp50 = get("user", "latency_p50_ms", peers="seed", policy="credit", nodes=4, delay_us=919)
     if sp50 is not None:
-        out.append({"target": "issue 7, delay 919 us, 4 nodes (credit), seed-format peers: median < 10 ms",
+        out.append({"target": "delay 919 us, 4 nodes (credit), seed-format peers: median < 10 ms",
                     "measured": f"{sp50:.3f} ms", "met": sp50 < TARGET_SEED_P50_MS,
                     "ratio": sp50 / TARGET_SEED_P50_MS})
     c = get("matmul", "rtl_standalone_cycles_per_s", target="rtl")
@@ -996,7 +963,7 @@ def headline_verdicts(points: list[dict]) -> list[dict]:
     return out
 
 
-# Targets of issue 7 item 6.
+# Targets of the forwarding experiment.
 TARGET_CPU_RATIO = 1.3          # server CPU-s per GB forwarded / echo server CPU-s per GB echoed, at 32 KiB
 TARGET_SEED_P50_MS = 10.0       # seed-format user, 919 us, 4 nodes
 TARGET_CAPACITY = 0.99          # hello user, credit, 919 us, 4 nodes: fraction of the nodes' capacity ...
@@ -1005,7 +972,7 @@ FWD_SIZE = 32 * KIB
 
 
 def exp_forwarding(ctx: Context) -> dict:
-    """Issue 7 item 6 in one run. (1) What forwarding costs: at 32 KiB inputs and outputs, zero delay, one node,
+    """The forwarding targets in one run. (1) What forwarding costs: at 32 KiB inputs and outputs, zero delay, one node,
     `corefarm server`'s CPU-seconds per GB forwarded (inputs + outputs) against `bench echo`'s server's
     CPU-seconds per GB echoed, with hello peers and with seed-format peers (`bench user --legacy`,
     `node --no-hello`), queue and credit. (2) Latency at 919 us per input with 4 nodes (32 KiB inputs, 16 KiB
@@ -1063,7 +1030,7 @@ def _find(points: list[dict], metric: str, **key):
 
 
 def forwarding_verdicts(points: list[dict]) -> list[dict]:
-    """Issue 7's targets, from the forwarding experiment's points (one run)."""
+    """The forwarding targets, from the forwarding experiment's points (one run)."""
     out = []
     echo = _find(points, "server_cpu_s_per_gb", part="echo")
     for policy in ("queue", "credit"):
@@ -1103,7 +1070,7 @@ def forwarding_verdicts(points: list[dict]) -> list[dict]:
 
 
 def credit_below_queue(server_doc: dict) -> dict:
-    """Issue 7: credit must never be below queue at any grid point of the `server` experiment (same run).
+    """Credit must never be below queue at any grid point of the `server` experiment (same run).
     A point counts as below when credit's mean input throughput is under queue's by more than the noise:
     max(2 %, half the relative range over runs of either policy)."""
     by = {}
@@ -1153,7 +1120,7 @@ SHARING_METRICS = ("normalised_makespan", "utilisation", "makespan_s", "software
 
 
 def exp_sharing(ctx: Context) -> dict:
-    """Seed 002 §5.5 scaled down (issue 8): concurrent applications calling 16 functions on 8 simulated
+    """Seed 002 §5.5 scaled down: concurrent applications calling 16 functions on 8 simulated
     nodes; monitoring period P with reconfiguration delay P (table 5.3). Each point runs
     `corefarm bench sharing --json`; the variants of one point run back to back (interleaved), so their
     ratios see the same machine load. Three parts:
@@ -1204,7 +1171,7 @@ def exp_sharing(ctx: Context) -> dict:
     return rec.write()
 
 
-# ---------------------------------------------------------------- collectives (issue 9)
+# ---------------------------------------------------------------- collectives
 
 COLL_OPS = ["bcast", "reduce", "allreduce", "allgather", "barrier", "scatter", "gather"]
 MPIRUN = ["mpirun", "--allow-run-as-root", "--oversubscribe", "--mca", "btl", "self,tcp",
@@ -1218,7 +1185,7 @@ def _env_list(name: str, default: list[int]) -> list[int]:
 
 
 def exp_collectives(ctx: Context) -> dict:
-    """Issue 9: OSU-style latency of group collectives (`corefarm bench collectives`) per tree, message size
+    """OSU-style latency of group collectives (`corefarm bench collectives`) per tree, message size
     and group size, the calibrated model's prediction beside each point (`corefarm model calibrate` on the
     same grid first), and Open MPI (bench/mpi/osu_coll.c, TCP over loopback) on the same grid, run
     interleaved with corefarm group size by group size and operation by operation; each side `--runs` times
@@ -1310,7 +1277,7 @@ def exp_collectives(ctx: Context) -> dict:
 
 
 def exp_direct(ctx: Context) -> dict:
-    """Issue 9: a group's direct data path (`corefarm bench direct`: client to the members' peer ports)
+    """A group's direct data path (`corefarm bench direct`: client to the members' peer ports)
     against the same stream through the server (`corefarm bench user`), 32 KiB inputs, 16 KiB outputs,
     zero delay, for 1-16 nodes (separate server and node processes), run back to back on the same cluster;
     the server's utime + stime over each window gives its CPU-seconds per GB moved. Not part of `all`."""
@@ -1387,7 +1354,7 @@ class TlsCluster(Cluster):
 
 
 def exp_tls(ctx: Context) -> dict:
-    """The throughput cost of TLS (issue 10): the same cluster point (2 nodes, credit policy, zero delay,
+    """The throughput cost of TLS: the same cluster point (2 nodes, credit policy, zero delay,
     input = output size) plain and with TLS on both ports, 64 B to 1 MiB messages. Both clusters run side
     by side and their runs alternate, so background load hits both alike; each point reports the ratio
     TLS / plain per pair of runs. Not part of `all`."""
@@ -1448,7 +1415,7 @@ EXTRA.append("direct")
 
 
 def exp_streams(ctx: Context) -> dict:
-    """Issue 11: messages as streams. `model`: two priority classes (30 % urgent) through one node's
+    """Messages as streams. `model`: two priority classes (30 % urgent) through one node's
     queue (shared mode, one message in flight per node) at offered loads 0.1-0.9, Poisson arrivals and a
     geometric number of inputs per message (`corefarm bench classes`): each class's measured mean time
     from submit to result beside Cobham's formula (M/G/1 with the calibrated service moments, and the

@@ -47,7 +47,7 @@ def test_policies_take_turns_at_each_point_and_a_failed_run_restarts_only_its_cl
               for size in (16, 1024)]
     suite.side_by_side(SimpleNamespace(runs=2), rec, ["queue", "stack", "credit"], 1, points)
 
-    # Round 1 starts with queue, round 2 with stack, whose run failed (the 4th call).
+    # The first pass starts with queue, the second with stack, whose run failed (the 4th call).
     assert [(s, p) for s, p, _ in calls[:5]] == [(16, "queue"), (16, "stack"), (16, "credit"),
                                                   (16, "stack"), (16, "credit")]
     assert calls[5][:2] == (16, "queue")
