@@ -17,7 +17,7 @@ export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 step() { printf '\n==> %s\n' "$*" >&2; }
 
 step "installing prerequisites"
-bash scripts/setup.sh
+bash scripts/setup.sh test
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
