@@ -1,4 +1,4 @@
-"""Chunks and priorities from Python (issue 11) against the real binary:
+"""Chunks and priorities from Python against the real binary:
 `connect(chunks=True)`, `priority=` on submit, submit_pending and map, and
 the same through corefarm.aio."""
 
