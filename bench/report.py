@@ -772,6 +772,40 @@ READINGS = {
 }
 
 
+def sec_compare(results: Path) -> list[str]:
+    """Before/after comparisons made in one run: each `compare-NAME.json` is the `--json` output of
+    `corefarm bench compare OLD.json NEW.json` for suite NAME, summarised per judged metric."""
+    files = sorted(results.glob("compare-*.json"))
+    if not files:
+        return []
+    L = ["## Before and after, same run", "",
+         "`corefarm bench compare OLD.json NEW.json --json` on results of the two builds measured in one run, "
+         "runs interleaved. A metric counts as worse or better only beyond max(threshold, the spread of its runs "
+         "in either recording); the ratio is new ÷ old (geometric mean over the points, and its range).", ""]
+    for f in files:
+        c = json.loads(f.read_text())
+        per = {}
+        for pt in c.get("points", []):
+            for m in pt.get("metrics", []):
+                if m.get("verdict") == "info" or not m.get("ratio"):
+                    continue
+                per.setdefault(m["metric"], []).append(m)
+        rows = []
+        for metric, ms_ in sorted(per.items()):
+            r = [m["ratio"] for m in ms_]
+            g = 1.0
+            for x in r:
+                g *= x
+            g **= 1 / len(r)
+            rows.append([metric, len(r), f"{g:.3f}", f"{min(r):.3f}–{max(r):.3f}",
+                         sum(m["verdict"] == "worse" for m in ms_), sum(m["verdict"] == "better" for m in ms_)])
+        name = f.stem[len("compare-"):]
+        L += [f"**{name}**: {len(c.get('points', []))} points, {c.get('regressions', 0)} regression(s), "
+              f"{c.get('improvements', 0)} improvement(s), threshold {c.get('threshold', 0) * 100:.0f} %.", "",
+              table(["metric", "points", "new ÷ old", "range", "worse", "better"], rows), ""]
+    return L
+
+
 def load_results(results: Path) -> dict:
     docs = {}
     for name in ORDER:
@@ -885,6 +919,7 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
         if isinstance(text, list):
             text = "\n\n".join(text)
         L += ["", "**Reading.** " + text if text else PLACEHOLDER + READINGS[name], ""]
+    L += sec_compare(results)
     return "\n".join(L).rstrip() + "\n"
 
 

@@ -238,3 +238,20 @@ def test_new_experiment_verdicts():
     hol = {"points": [_point({"part": "hol", "summary": "end to end"}, {
         "p99_chunked_over_unloaded": 1.5, "p99_unchunked_over_chunked": 12.0, "bulk_chunked_over_unchunked": 0.9})]}
     assert [x["met"] for x in report.streams_verdicts(hol)] == [True, True, False]
+
+
+def test_same_run_comparisons_are_summarised_per_metric(tmp_path):
+    results = tmp_path / "r"
+    shutil.copytree(HERE / "fixture", results)
+
+    def delta(metric, ratio, verdict):
+        s = {"runs": 1, "mean": 1.0, "min": 1.0, "max": 1.0, "stdev": 0.0}
+        return {"metric": metric, "old": s, "new": s, "ratio": ratio, "allowed": 0.05, "verdict": verdict}
+    (results / "compare-headline.json").write_text(json.dumps({
+        "threshold": 0.05, "regressions": 1, "improvements": 0, "only_in_old": [], "only_in_new": [],
+        "points": [{"key": "a", "status": "ok", "metrics": [delta("input_bps", 1.0, "same"), delta("runs", None, "info")]},
+                   {"key": "b", "status": "ok", "metrics": [delta("input_bps", 0.81, "worse")]}]}))
+    seed = json.loads((HERE.parent / "seed_figures.json").read_text())
+    text = report.render(results, tmp_path / "b.md", tmp_path / "f", seed)
+    assert "**headline**: 2 points, 1 regression(s), 0 improvement(s), threshold 5 %." in text
+    assert "| input_bps | 2 | 0.900 | 0.810–1.000 | 1 | 0 |" in text
