@@ -873,8 +873,8 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
          "corefarm's figures on this machine beside the seeds'. Every table is generated from the committed "
          "result files (one per experiment); the short readings are bench/readings.json. Reproduce an "
          "experiment with `corefarm bench suite NAME --out bench/results` (`all` runs the seed's experiments; "
-         "`collectives`, `direct`, `sharing`, `streams`, `policies` and `tls` run alone), then "
-         "`python3 bench/report.py`. Compare two runs of one experiment with "
+         "`collectives`, `direct`, `sharing`, `streams`, `policies` and `tls` run alone; the soak is "
+         "`corefarm bench soak --json > bench/results/soak.json`), then `python3 bench/report.py`. Compare two runs of one experiment with "
          "`corefarm bench compare OLD.json NEW.json`. Measurements made by hand, and experiments tried and "
          "dropped, are archived in [bench/manual/](../bench/manual/README.md).", ""]
     L += targets_section(docs)
