@@ -397,7 +397,7 @@ def sec_cluster(doc, seed):
             rows.append([n, bps(sr["bps"]) if sr else "", ms(sr["latency_avg_ms"]) if sr else "",
                          with_spread(p, "input_bps", bps) if p and p["status"] == "ok" else (status_cell(p) if p else ""),
                          with_spread(p, "latency_avg_ms", ms) if p and p["status"] == "ok" else ""])
-        lines += ["", f"**{t['ref']}** — {count} input(s) per message, unthrottled; seed delay {t['delay_us']} µs, corefarm 919 µs (the issue's value):", "",
+        lines += ["", f"**{t['ref']}** — {count} input(s) per message, unthrottled; seed delay {t['delay_us']} µs, corefarm 919 µs (the delay of the headline targets):", "",
                   table(["nodes", "seed throughput", "seed avg latency", "corefarm throughput", "corefarm avg latency"],
                         rows)]
     for tab, metric, fmt in (("table_4_3", "input_bps", bps), ("table_4_4", "latency_avg_ms", ms)):

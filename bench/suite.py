@@ -920,7 +920,7 @@ def exp_headline(ctx: Context) -> dict:
 
 
 def headline_verdicts(points: list[dict]) -> list[dict]:
-    """Whether the issues' targets are met, from the headline points."""
+    """Whether the headline targets are met, from the headline points."""
     def get(part, metric, peers="hello", **key):
         for p in points:
             k = p["key"]
@@ -1476,7 +1476,7 @@ def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
     """`hol`: `corefarm bench hol` on an embedded 2-node cluster, once with whole frames on the node link
     (`--node-chunk-size 0`: its `unchunked` run is unchunked end to end) and once with the default chunks;
     the two follow each other in every repetition (at least HOL_REPEATS of them), so both see the same load. The `summary` point holds
-    the issue's end-to-end ratios: whole/unchunked against chunks/chunked. The `sweep_chunk_size` points
+    the targets' end-to-end ratios: whole/unchunked against chunks/chunked. The `sweep_chunk_size` points
     run both links at 16 KiB, 64 KiB, 256 KiB and 1 MiB chunks, each against its repetition's whole/unchunked run
     (the bulk cost of chunking against the urgent messages' gain, by chunk size)."""
     samples = "100" if ctx.quick else "500"
@@ -1537,7 +1537,7 @@ def streams_hol(ctx: "Context", rec: "Recorder", binary: str) -> None:
 def streams_overlap(ctx: "Context", rec: "Recorder", binary: str) -> None:
     """`overlap`: bench/streams_overlap.py (FPsPIN's overlap of transfer and handler computation, and the
     bulk cost of chunks on the node link): two one-node clusters side by side, measurements alternating.
-    Beside the issue's ratio (T_transfer + T_compute - T_total) / T_compute, whose ceiling for a
+    Beside the targets' ratio (T_transfer + T_compute - T_total) / T_compute, whose ceiling for a
     compute-bound handler is T_transfer / T_compute, each point has the share of the overlappable time
     that was hidden, (T_transfer + T_compute - T_total) / min(T_transfer, T_compute)."""
     sizes = "1,4" if ctx.quick else "1,4,16,64,128"
