@@ -313,11 +313,21 @@ fn automatic_ids_skip_the_ids_a_caller_chose_for_recv() {
     let (addr, srv) = fake(|mut p| {
         p.hello(&["error"], 1);
         p.configured(0);
-        echo(&mut p, 2, 16, 16);
+        // Both messages are read before either is answered: the answer to
+        // the caller's id 0 cannot come back (which frees the id again)
+        // before the pending submission has picked its id.
+        let first = p.data();
+        let second = p.data();
+        assert_eq!(first.id, 0);
+        assert_ne!(second.id, 0);
+        for d in [second, first] {
+            p.send(OutFrame::data(d.id, d.data).unwrap());
+        }
     });
     let c = Client::connect(&addr, ClientOptions::default()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
-    // The next automatic id would be 0: taken by a plain submission.
+    // The next automatic id would be 0: taken by a plain submission still
+    // in flight.
     c.submit_with_id(0, Bytes::from(vec![1u8; 16])).unwrap();
     let p = c.submit_pending(Bytes::from(vec![2u8; 16])).unwrap();
     assert_ne!(p.id(), 0);
