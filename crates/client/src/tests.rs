@@ -775,13 +775,21 @@ fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
         }
     });
     let c = Client::connect(&addr, ClientOptions::default()).unwrap();
-    struct Copy;
+    /// Copies its input, once the server has the configuration: a call
+    /// with no work left requests none, so the local core must not finish
+    /// the call before the request is out.
+    struct Copy(Option<mpsc::Receiver<()>>);
     impl corefarm_cores::Core for Copy {
         fn process(
             &mut self,
             i: &[u8],
             o: &mut [u8],
         ) -> std::result::Result<(), corefarm_cores::CoreError> {
+            if let Some(configured) = self.0.take() {
+                configured
+                    .recv_timeout(Duration::from_secs(20))
+                    .expect("the co-working call requested its configuration");
+            }
             o.copy_from_slice(&i[..o.len()]);
             Ok(())
         }
@@ -792,12 +800,11 @@ fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
         configure: true,
         ..Default::default()
     };
-    let cw = crate::Cowork::with_cores(&cfg, vec![Box::new(Copy)], opts).unwrap();
+    let cw = crate::Cowork::with_cores(&cfg, vec![Box::new(Copy(Some(rx)))], opts).unwrap();
     let inputs: Vec<Bytes> = (0..8u8).map(|i| Bytes::from(vec![i; 16])).collect();
     let run = c.map_cowork(&inputs, 4, &cw).unwrap();
     assert_eq!(run.results, inputs);
     assert_eq!(run.report.local_items, 8);
-    rx.recv().unwrap();
     drop(c);
     srv.join().unwrap();
 }
