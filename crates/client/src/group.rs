@@ -1,4 +1,4 @@
-//! Groups of nodes driven from the client (issue 9, seed 003): a group of N
+//! Groups of nodes driven from the client (seed 003): a group of N
 //! gang-allocated nodes with ranks 0..N-1, named buffers resident on them,
 //! and MPI-style collectives among them.
 //!

@@ -96,7 +96,7 @@ pub struct ClientOptions {
     /// name its certificate carries); `None`: plain TCP. Groups and the
     /// direct data path to nodes stay plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
-    /// Ask for `chunks` (issue 11): large messages and every message with
+    /// Ask for `chunks`: large messages and every message with
     /// a priority other than the default go out as chunks, a more urgent
     /// message's chunks between a bulk one's, and results come back as
     /// chunks of their message's class. Without it (or with a server that

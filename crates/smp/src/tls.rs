@@ -1,4 +1,4 @@
-//! TLS settings shared by every corefarm peer (issue 10): the server's
+//! TLS settings shared by every corefarm peer: the server's
 //! certificate and key (`--tls-cert`, `--tls-key`), the CA a node or user
 //! trusts (`--tls-ca`) and the name it expects (`--tls-server-name`), and
 //! the words a failed handshake is explained with.
