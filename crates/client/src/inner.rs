@@ -15,7 +15,7 @@ use corefarm_smp::{ClusterStatus, Configuration, ErrorMsg, Hello};
 
 use crate::error::Failure;
 use crate::pending::{Pending, Slot};
-use crate::reader::{self, Event, Shared, State};
+use crate::reader::{self, Event, Rendezvous, State};
 use crate::{ClientError, ClientOptions, Output, Result};
 
 #[derive(Debug, Default)]
@@ -40,7 +40,7 @@ pub(crate) struct Inner {
     pub addr: String,
     pub opts: ClientOptions,
     pub writer: Mutex<crate::tls::SendHalf>,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Rendezvous>,
     pub server_hello: Option<Hello>,
     pub credit_mode: bool,
     /// The chunk size agreed in the hello (`ClientOptions::chunks`).
@@ -56,6 +56,7 @@ pub(crate) struct Inner {
     /// A co-working call's configuration request is on its way: later
     /// calls do not queue more behind it (each would program nodes for a
     /// function whose call may be over by then).
+    #[cfg(feature = "cowork")]
     pub cowork_configuring: std::sync::atomic::AtomicBool,
     /// When the configuration on its way was sent, and how long accepted
     /// ones took (a moving average): when co-working expects the next.
@@ -515,7 +516,7 @@ impl Drop for Inner {
 /// Starts the reader thread for an open connection.
 pub(crate) fn spawn_reader(
     reader: corefarm_smp::blocking::FrameReader<crate::tls::RecvHalf>,
-    shared: Arc<Shared>,
+    shared: Arc<Rendezvous>,
     credit_mode: bool,
     chunks: Option<corefarm_smp::stream::Reassembler>,
 ) -> io::Result<JoinHandle<()>> {

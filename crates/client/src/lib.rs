@@ -36,9 +36,18 @@
 //! outstanding, nothing queued, but pending ones in flight) fails with
 //! [`ClientError::Usage`] instead of blocking. With nothing at all in flight
 //! it waits, since another thread may be about to submit.
+//!
+//! # Co-working
+//!
+//! With the `cowork` feature, `Cowork` runs an image's native artifact on
+//! this machine while the cluster computes the rest of the same call
+//! (`Client::map_cowork`). It is a feature because it links the core loader
+//! (dlopen, worker processes), which a client that only talks to a server
+//! does not need.
 
 mod chunked;
 mod connect;
+#[cfg(feature = "cowork")]
 mod cowork;
 pub mod direct;
 mod error;
@@ -60,13 +69,14 @@ use corefarm_smp::{BenchmarkConfig, ClusterStatus, Configuration, Hello, DEFAULT
 
 /// The default core table (docs/interfaces.md), for images that give none.
 pub use corefarm_smp::default_core_table;
+#[cfg(feature = "cowork")]
 pub use cowork::{Cowork, CoworkError, CoworkOptions, CoworkReport, CoworkRun, Estimates};
 pub use error::{ClientError, Result};
 use inner::{Body, CreditWait, Inner, Route};
 pub use map::MapIter;
 pub use notify::{Notification, NOTIFICATION_QUEUE};
 pub use pending::Pending;
-use reader::Shared;
+use reader::Rendezvous;
 
 /// Default TCP port of the server's user side.
 pub const DEFAULT_USER_PORT: u16 = 9999;
@@ -203,7 +213,7 @@ impl Client {
         if let Some(size) = chunk_size {
             chunked::shallow_send_buffer(writer.tcp(), size);
         }
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Rendezvous::default());
         let handle = inner::spawn_reader(reader, shared.clone(), credit_mode, reassembler)
             .map_err(io("starting the reader thread"))?;
 
@@ -220,6 +230,7 @@ impl Client {
             configure_lock: Mutex::new(()),
             status_lock: Mutex::new(()),
             configuration: Mutex::new(None),
+            #[cfg(feature = "cowork")]
             cowork_configuring: Default::default(),
             configure_timing: Default::default(),
             reader: Mutex::new(Some(handle)),

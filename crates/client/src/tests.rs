@@ -756,6 +756,7 @@ fn notifications_queue_apart_from_results() {
     srv.join().unwrap();
 }
 
+#[cfg(feature = "cowork")]
 #[test]
 fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
     // The server takes the configuration a co-working call requested and
