@@ -217,9 +217,9 @@ impl Client {
         let handle = inner::spawn_reader(reader, shared.clone(), credit_mode, reassembler)
             .map_err(io("starting the reader thread"))?;
 
+        let io_timeout = inner::IoTimeout::new(opts.io_timeout);
         let inner = Arc::new(Inner {
             addr: addr.to_string(),
-            opts,
             writer: Mutex::new(writer),
             shared,
             server_hello,
@@ -227,6 +227,7 @@ impl Client {
             chunk_size,
             gate: Default::default(),
             chunks_written: Default::default(),
+            io_timeout,
             configure_lock: Mutex::new(()),
             status_lock: Mutex::new(()),
             configuration: Mutex::new(None),
@@ -342,6 +343,21 @@ impl Client {
     /// credit.
     pub fn wait_for_credit(&self, class: u8, timeout: Duration) -> Result<bool> {
         self.inner.wait_for_credit(class, timeout)
+    }
+
+    /// Changes [`ClientOptions::io_timeout`] for the waits that start
+    /// from now on (those under way keep the limit they began with) and
+    /// for socket writes. `None` waits forever.
+    pub fn set_io_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        inner::lock(&self.inner.writer)
+            .tcp()
+            .set_write_timeout(timeout)
+            .map_err(|source| ClientError::Io {
+                during: "setting the write timeout",
+                source,
+            })?;
+        self.inner.io_timeout.set(timeout);
+        Ok(())
     }
 
     /// The chunk size agreed with the server, if `chunks` was.

@@ -217,12 +217,10 @@ fn credit_wait_times_out_with_a_clear_error() {
         p.configured(0);
         assert!(p.at_eof());
     });
-    let opts = ClientOptions {
-        io_timeout: Some(Duration::from_millis(100)),
-        ..Default::default()
-    };
-    let c = Client::connect(&addr, opts).unwrap();
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
+    // Short only for the wait that must run out: no credit ever comes.
+    c.set_io_timeout(Some(Duration::from_millis(100))).unwrap();
     let e = c.submit(Bytes::from_static(&[0; 16])).unwrap_err();
     assert!(e.is_timeout(), "{e}");
     assert!(e.to_string().contains("credit"), "{e}");
@@ -283,16 +281,14 @@ fn a_configuration_whose_wait_timed_out_does_not_answer_the_next() {
         p.send(ConfigurationResponse { status: 1 }.to_frame());
         p.configured(0);
     });
-    let c = Client::connect(
-        &addr,
-        ClientOptions {
-            io_timeout: Some(Duration::from_millis(50)),
-            ..ClientOptions::default()
-        },
-    )
-    .unwrap();
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    // A's answer cannot come before B is sent: A's wait runs out however
+    // fast the server is. The waits that must succeed get a bound no
+    // scheduling delay reaches.
+    c.set_io_timeout(Some(Duration::from_millis(50))).unwrap();
     let e = c.configure(&bench(16, 16)).unwrap_err();
     assert!(matches!(e, ClientError::Timeout { .. }), "{e:?}");
+    c.set_io_timeout(Some(Duration::from_secs(20))).unwrap();
     match c.configure(&bench(32, 32)).unwrap_err() {
         ClientError::Configuration { status, reason } => {
             assert_eq!(status, Some(1));
@@ -891,12 +887,14 @@ fn map_yields_the_results_sent_before_a_failed_submission() {
         echo(&mut p, 2, 16, 16);
         assert!(p.at_eof());
     });
-    let opts = ClientOptions {
-        io_timeout: Some(Duration::from_millis(50)),
-        ..Default::default()
-    };
-    let c = Client::connect(&addr, opts).unwrap();
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
+    // Both credits are in before the limit gets short: only the third
+    // submission's wait can run out.
+    wait_state(&c, "the credit for two messages arrived", |st| {
+        st.credit == 2
+    });
+    c.set_io_timeout(Some(Duration::from_millis(50))).unwrap();
     let inputs: Vec<Bytes> = (0..4u8).map(|k| Bytes::from(vec![k; 16])).collect();
     let out: Vec<Result<Bytes>> = c.map(inputs.clone(), 4).collect();
     assert_eq!(out.len(), 3, "{out:?}");
