@@ -65,7 +65,8 @@ fn reduce_op(s: &str) -> PyResult<ReduceOp> {
 }
 
 fn algo(s: &str) -> PyResult<Algorithm> {
-    s.parse().map_err(PyValueError::new_err)
+    s.parse::<Algorithm>()
+        .map_err(|e| PyValueError::new_err(e.to_string()))
 }
 
 /// A group of nodes (see corefarm.Group, which wraps it).
@@ -116,7 +117,7 @@ impl RawGroup {
             None => Secret::from_file_or_env(secret_file.as_deref()).transpose(),
         }
         .transpose()
-        .map_err(PyValueError::new_err)?;
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let secs = crate::duration;
         let mut o = GroupOptions::new(nodes);
         (o.topology, o.timeout, o.connect_timeout, o.name, o.secret) = (

@@ -408,7 +408,7 @@ impl Client {
             None => Secret::from_file_or_env(secret_file.as_deref()).transpose(),
         }
         .transpose()
-        .map_err(pyo3::exceptions::PyValueError::new_err)?;
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         if tls_server_name.is_some() && tls_ca.is_none() {
             return Err(pyo3::exceptions::PyValueError::new_err(
                 "tls_server_name needs tls_ca (the CA that signed the server's certificate)",
@@ -417,7 +417,7 @@ impl Client {
         let tls = tls_ca
             .map(|ca| corefarm_smp::tls::ClientTls::from_ca_file(&ca, tls_server_name.as_deref()))
             .transpose()
-            .map_err(pyo3::exceptions::PyValueError::new_err)?;
+            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         let mut opts = ClientOptions {
             secret,
             tls,

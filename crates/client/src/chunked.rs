@@ -1,4 +1,5 @@
-//! Chunks on the client's link (issue 11, feature `chunks`).
+//! Chunks on the client's link (feature `chunks`), so that an urgent
+//! message need not wait behind a bulk one on the same connection.
 //!
 //! Sending: a message goes out chunk by chunk, each chunk a separate turn
 //! at the socket. Turns are granted by [`Gate`] to the waiting thread with

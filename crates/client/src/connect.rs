@@ -51,19 +51,20 @@ pub(crate) fn open_link(
     stream
         .set_nodelay(true)
         .map_err(io("configuring the socket"))?;
-    let (writer, reader) =
-        match &opts.tls {
-            None => {
-                let read_half = stream.try_clone().map_err(io("configuring the socket"))?;
-                (SendHalf::Plain(stream), RecvHalf::Plain(read_half))
-            }
-            Some(tls) => crate::tls::handshake(tls, addr, stream, opts.connect_timeout).map_err(
-                |detail| ClientError::Tls {
+    let (writer, reader) = match &opts.tls {
+        None => {
+            let read_half = stream.try_clone().map_err(io("configuring the socket"))?;
+            (SendHalf::Plain(stream), RecvHalf::Plain(read_half))
+        }
+        Some(tls) => {
+            crate::tls::handshake(tls, addr, stream, opts.connect_timeout).map_err(|cause| {
+                ClientError::Tls {
                     addr: addr.to_string(),
-                    detail,
-                },
-            )?,
-        };
+                    cause: Box::new(cause),
+                }
+            })?
+        }
+    };
     writer
         .tcp()
         .set_write_timeout(opts.io_timeout)

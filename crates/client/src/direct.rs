@@ -1,13 +1,13 @@
-//! The direct data path (issue 9 item 4): a group's data messages go
-//! straight to the members' peer ports while the server keeps the control
-//! plane (configuration through [`Group::configure`], membership, failure
-//! detection). Each member runs its share on the group's cores.
+//! The direct data path: a group's data messages go straight to the
+//! members' peer ports, so the server is not a hop on the bulk path, while
+//! the server keeps the control plane (configuration through
+//! [`Group::configure`], membership, failure detection). Each member runs its share on the group's cores.
 //!
 //! Exactly once: every input message has an id; a member whose connection
 //! ends (it died) has its unanswered messages sent again to the others, and
 //! a result is kept only the first time its id is answered.
 //!
-//! Classes (issue 11): [`Direct::map_with`] gives a call's
+//! Classes: [`Direct::map_with`] gives a call's
 //! messages a priority class, 0 (most urgent) to 7; [`Direct::map`] uses
 //! the default class 4. A member that offers chunks in its hello answer
 //! gets them as chunk frames (type 0x1D) carrying the class, and runs the

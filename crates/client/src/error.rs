@@ -18,8 +18,13 @@ pub enum ClientError {
     Connect { addr: String, cause: io::Error },
     #[error("the server at {addr} did not complete the hello exchange: {detail}")]
     Handshake { addr: String, detail: String },
-    #[error("TLS with the server at {addr} failed: {detail}")]
-    Tls { addr: String, detail: String },
+    #[error("TLS with the server at {addr} failed: {cause}")]
+    Tls {
+        addr: String,
+        // Boxed: the rustls and pem causes would make every client
+        // error several times larger.
+        cause: Box<crate::tls::HandshakeError>,
+    },
     #[error("the server closed the connection {during}")]
     Closed { during: &'static str },
     #[error("the connection was closed by this client")]

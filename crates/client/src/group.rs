@@ -1,4 +1,4 @@
-//! Groups of nodes driven from the client (issue 9, seed 003): a group of N
+//! Groups of nodes driven from the client (seed 003): a group of N
 //! gang-allocated nodes with ranks 0..N-1, named buffers resident on them,
 //! and MPI-style collectives among them.
 //!
@@ -58,19 +58,20 @@ pub enum Algorithm {
     Star,
 }
 
+/// A name that is not an [`Algorithm`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown algorithm {0:?} (auto, linear, binomial, star)")]
+pub struct UnknownAlgorithm(pub String);
+
 impl std::str::FromStr for Algorithm {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownAlgorithm;
+    fn from_str(s: &str) -> Result<Self, UnknownAlgorithm> {
         Ok(match s {
             "auto" => Algorithm::Auto,
             "linear" => Algorithm::Linear,
             "binomial" => Algorithm::Binomial,
             "star" => Algorithm::Star,
-            _ => {
-                return Err(format!(
-                    "unknown algorithm {s:?} (auto, linear, binomial, star)"
-                ))
-            }
+            _ => return Err(UnknownAlgorithm(s.to_string())),
         })
     }
 }

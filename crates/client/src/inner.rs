@@ -15,8 +15,8 @@ use corefarm_smp::{ClusterStatus, Configuration, ErrorMsg, Hello};
 
 use crate::error::Failure;
 use crate::pending::{Pending, Slot};
-use crate::reader::{self, Event, Shared, State};
-use crate::{ClientError, ClientOptions, Output, Result};
+use crate::reader::{self, Event, Rendezvous, State};
+use crate::{ClientError, Output, Result};
 
 #[derive(Debug, Default)]
 pub(crate) struct ConfigureTiming {
@@ -38,9 +38,8 @@ impl ConfigureTiming {
 #[derive(Debug)]
 pub(crate) struct Inner {
     pub addr: String,
-    pub opts: ClientOptions,
     pub writer: Mutex<crate::tls::SendHalf>,
-    pub shared: Arc<Shared>,
+    pub shared: Arc<Rendezvous>,
     pub server_hello: Option<Hello>,
     pub credit_mode: bool,
     /// The chunk size agreed in the hello (`ClientOptions::chunks`).
@@ -49,6 +48,9 @@ pub(crate) struct Inner {
     pub gate: crate::chunked::Gate,
     /// Chunks written so far (a test hook's signal).
     pub chunks_written: std::sync::atomic::AtomicU64,
+    /// `ClientOptions::io_timeout`, changeable while connected
+    /// ([`Client::set_io_timeout`](crate::Client::set_io_timeout)).
+    pub io_timeout: IoTimeout,
     pub configure_lock: Mutex<()>,
     pub status_lock: Mutex<()>,
     /// The last configuration the server accepted (for co-working).
@@ -56,6 +58,7 @@ pub(crate) struct Inner {
     /// A co-working call's configuration request is on its way: later
     /// calls do not queue more behind it (each would program nodes for a
     /// function whose call may be over by then).
+    #[cfg(feature = "cowork")]
     pub cowork_configuring: std::sync::atomic::AtomicBool,
     /// When the configuration on its way was sent, and how long accepted
     /// ones took (a moving average): when co-working expects the next.
@@ -100,9 +103,39 @@ pub(crate) enum CreditWait {
     NoWait,
 }
 
+/// A limit that every waiting thread reads and any thread may change: a
+/// duration in nanoseconds, `u64::MAX` for none.
+#[derive(Debug)]
+pub(crate) struct IoTimeout(std::sync::atomic::AtomicU64);
+
+impl IoTimeout {
+    pub fn new(t: Option<Duration>) -> IoTimeout {
+        let limit = IoTimeout(Default::default());
+        limit.set(t);
+        limit
+    }
+
+    pub fn get(&self) -> Option<Duration> {
+        match self.0.load(std::sync::atomic::Ordering::Relaxed) {
+            u64::MAX => None,
+            n => Some(Duration::from_nanos(n)),
+        }
+    }
+
+    pub fn set(&self, t: Option<Duration>) {
+        // Longer than 584 years is no limit.
+        let n = t.map_or(u64::MAX, |t| {
+            u64::try_from(t.as_nanos()).unwrap_or(u64::MAX)
+        });
+        self.0.store(n, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
 impl Inner {
     fn deadline(&self) -> Option<Instant> {
-        self.opts.io_timeout.map(|t| Instant::now() + t)
+        self.io_timeout
+            .get()
+            .and_then(|t| Instant::now().checked_add(t))
     }
 
     /// See [`Client::wait_for_credit`](crate::Client::wait_for_credit).
@@ -288,7 +321,7 @@ impl Inner {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     return Err(ClientError::Timeout {
-                        after: self.opts.io_timeout.unwrap_or_default(),
+                        after: self.io_timeout.get().unwrap_or_default(),
                         during,
                     });
                 }
@@ -309,7 +342,7 @@ impl Inner {
         }
         let err = match e.kind() {
             io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => ClientError::Timeout {
-                after: self.opts.io_timeout.unwrap_or_default(),
+                after: self.io_timeout.get().unwrap_or_default(),
                 during: "sending to the server (it is not reading)",
             },
             io::ErrorKind::BrokenPipe | io::ErrorKind::ConnectionReset => {
@@ -515,7 +548,7 @@ impl Drop for Inner {
 /// Starts the reader thread for an open connection.
 pub(crate) fn spawn_reader(
     reader: corefarm_smp::blocking::FrameReader<crate::tls::RecvHalf>,
-    shared: Arc<Shared>,
+    shared: Arc<Rendezvous>,
     credit_mode: bool,
     chunks: Option<corefarm_smp::stream::Reassembler>,
 ) -> io::Result<JoinHandle<()>> {

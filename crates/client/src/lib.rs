@@ -36,9 +36,18 @@
 //! outstanding, nothing queued, but pending ones in flight) fails with
 //! [`ClientError::Usage`] instead of blocking. With nothing at all in flight
 //! it waits, since another thread may be about to submit.
+//!
+//! # Co-working
+//!
+//! With the `cowork` feature, `Cowork` runs an image's native artifact on
+//! this machine while the cluster computes the rest of the same call
+//! (`Client::map_cowork`). It is a feature because it links the core loader
+//! (dlopen, worker processes), which a client that only talks to a server
+//! does not need.
 
 mod chunked;
 mod connect;
+#[cfg(feature = "cowork")]
 mod cowork;
 pub mod direct;
 mod error;
@@ -60,13 +69,14 @@ use corefarm_smp::{BenchmarkConfig, ClusterStatus, Configuration, Hello, DEFAULT
 
 /// The default core table (docs/interfaces.md), for images that give none.
 pub use corefarm_smp::default_core_table;
+#[cfg(feature = "cowork")]
 pub use cowork::{Cowork, CoworkError, CoworkOptions, CoworkReport, CoworkRun, Estimates};
 pub use error::{ClientError, Result};
 use inner::{Body, CreditWait, Inner, Route};
 pub use map::MapIter;
 pub use notify::{Notification, NOTIFICATION_QUEUE};
 pub use pending::Pending;
-use reader::Shared;
+use reader::Rendezvous;
 
 /// Default TCP port of the server's user side.
 pub const DEFAULT_USER_PORT: u16 = 9999;
@@ -96,7 +106,7 @@ pub struct ClientOptions {
     /// name its certificate carries); `None`: plain TCP. Groups and the
     /// direct data path to nodes stay plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
-    /// Ask for `chunks` (issue 11): large messages and every message with
+    /// Ask for `chunks`: large messages and every message with
     /// a priority other than the default go out as chunks, a more urgent
     /// message's chunks between a bulk one's, and results come back as
     /// chunks of their message's class. Without it (or with a server that
@@ -203,13 +213,13 @@ impl Client {
         if let Some(size) = chunk_size {
             chunked::shallow_send_buffer(writer.tcp(), size);
         }
-        let shared = Arc::new(Shared::default());
+        let shared = Arc::new(Rendezvous::default());
         let handle = inner::spawn_reader(reader, shared.clone(), credit_mode, reassembler)
             .map_err(io("starting the reader thread"))?;
 
+        let io_timeout = inner::IoTimeout::new(opts.io_timeout);
         let inner = Arc::new(Inner {
             addr: addr.to_string(),
-            opts,
             writer: Mutex::new(writer),
             shared,
             server_hello,
@@ -217,9 +227,11 @@ impl Client {
             chunk_size,
             gate: Default::default(),
             chunks_written: Default::default(),
+            io_timeout,
             configure_lock: Mutex::new(()),
             status_lock: Mutex::new(()),
             configuration: Mutex::new(None),
+            #[cfg(feature = "cowork")]
             cowork_configuring: Default::default(),
             configure_timing: Default::default(),
             reader: Mutex::new(Some(handle)),
@@ -331,6 +343,21 @@ impl Client {
     /// credit.
     pub fn wait_for_credit(&self, class: u8, timeout: Duration) -> Result<bool> {
         self.inner.wait_for_credit(class, timeout)
+    }
+
+    /// Changes [`ClientOptions::io_timeout`] for the waits that start
+    /// from now on (those under way keep the limit they began with) and
+    /// for socket writes. `None` waits forever.
+    pub fn set_io_timeout(&self, timeout: Option<Duration>) -> Result<()> {
+        inner::lock(&self.inner.writer)
+            .tcp()
+            .set_write_timeout(timeout)
+            .map_err(|source| ClientError::Io {
+                during: "setting the write timeout",
+                source,
+            })?;
+        self.inner.io_timeout.set(timeout);
+        Ok(())
     }
 
     /// The chunk size agreed with the server, if `chunks` was.

@@ -80,8 +80,10 @@ pub(crate) struct State {
     pub status_reply: Option<Result<ClusterStatus, ProtocolError>>,
 }
 
+/// Where the reader thread and the threads using the client meet: the
+/// connection's state under one lock, and the condvars they wait on.
 #[derive(Debug, Default)]
-pub(crate) struct Shared {
+pub(crate) struct Rendezvous {
     state: Mutex<State>,
     /// Credit, configuration, status, failure and waiter-count changes.
     pub cond: Condvar,
@@ -91,7 +93,7 @@ pub(crate) struct Shared {
     pub notes: crate::notify::Notes,
 }
 
-impl Shared {
+impl Rendezvous {
     /// Locks the state; a panic elsewhere while holding the lock does not
     /// make the state unusable (it holds plain values only).
     pub fn lock(&self) -> MutexGuard<'_, State> {
@@ -150,7 +152,7 @@ impl Shared {
 
 pub(crate) fn run(
     mut reader: FrameReader<crate::tls::RecvHalf>,
-    shared: &Shared,
+    shared: &Rendezvous,
     credit_mode: bool,
     mut chunks: Option<Reassembler>,
 ) {
@@ -183,7 +185,7 @@ pub(crate) fn run(
 
 fn handle(
     frame: Frame,
-    shared: &Shared,
+    shared: &Rendezvous,
     credit_mode: bool,
     output_size: &mut u32,
     chunks: &mut Option<Reassembler>,
@@ -311,7 +313,7 @@ fn handle(
 
 /// A result, whole or reassembled, to whoever waits for its id. Any length
 /// is delivered whole (`any-length`): `count` is the whole outputs in it.
-fn deliver_result(shared: &Shared, d: Data, output_size: u32) {
+fn deliver_result(shared: &Rendezvous, d: Data, output_size: u32) {
     let count = match output_size {
         0 => 0,
         n => (d.data.len() / n as usize) as u32,

@@ -217,12 +217,10 @@ fn credit_wait_times_out_with_a_clear_error() {
         p.configured(0);
         assert!(p.at_eof());
     });
-    let opts = ClientOptions {
-        io_timeout: Some(Duration::from_millis(100)),
-        ..Default::default()
-    };
-    let c = Client::connect(&addr, opts).unwrap();
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
+    // Short only for the wait that must run out: no credit ever comes.
+    c.set_io_timeout(Some(Duration::from_millis(100))).unwrap();
     let e = c.submit(Bytes::from_static(&[0; 16])).unwrap_err();
     assert!(e.is_timeout(), "{e}");
     assert!(e.to_string().contains("credit"), "{e}");
@@ -283,16 +281,14 @@ fn a_configuration_whose_wait_timed_out_does_not_answer_the_next() {
         p.send(ConfigurationResponse { status: 1 }.to_frame());
         p.configured(0);
     });
-    let c = Client::connect(
-        &addr,
-        ClientOptions {
-            io_timeout: Some(Duration::from_millis(50)),
-            ..ClientOptions::default()
-        },
-    )
-    .unwrap();
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    // A's answer cannot come before B is sent: A's wait runs out however
+    // fast the server is. The waits that must succeed get a bound no
+    // scheduling delay reaches.
+    c.set_io_timeout(Some(Duration::from_millis(50))).unwrap();
     let e = c.configure(&bench(16, 16)).unwrap_err();
     assert!(matches!(e, ClientError::Timeout { .. }), "{e:?}");
+    c.set_io_timeout(Some(Duration::from_secs(20))).unwrap();
     match c.configure(&bench(32, 32)).unwrap_err() {
         ClientError::Configuration { status, reason } => {
             assert_eq!(status, Some(1));
@@ -313,11 +309,21 @@ fn automatic_ids_skip_the_ids_a_caller_chose_for_recv() {
     let (addr, srv) = fake(|mut p| {
         p.hello(&["error"], 1);
         p.configured(0);
-        echo(&mut p, 2, 16, 16);
+        // Both messages are read before either is answered: the answer to
+        // the caller's id 0 cannot come back (which frees the id again)
+        // before the pending submission has picked its id.
+        let first = p.data();
+        let second = p.data();
+        assert_eq!(first.id, 0);
+        assert_ne!(second.id, 0);
+        for d in [second, first] {
+            p.send(OutFrame::data(d.id, d.data).unwrap());
+        }
     });
     let c = Client::connect(&addr, ClientOptions::default()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
-    // The next automatic id would be 0: taken by a plain submission.
+    // The next automatic id would be 0: taken by a plain submission still
+    // in flight.
     c.submit_with_id(0, Bytes::from(vec![1u8; 16])).unwrap();
     let p = c.submit_pending(Bytes::from(vec![2u8; 16])).unwrap();
     assert_ne!(p.id(), 0);
@@ -746,6 +752,7 @@ fn notifications_queue_apart_from_results() {
     srv.join().unwrap();
 }
 
+#[cfg(feature = "cowork")]
 #[test]
 fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
     // The server takes the configuration a co-working call requested and
@@ -765,13 +772,21 @@ fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
         }
     });
     let c = Client::connect(&addr, ClientOptions::default()).unwrap();
-    struct Copy;
+    /// Copies its input, once the server has the configuration: a call
+    /// with no work left requests none, so the local core must not finish
+    /// the call before the request is out.
+    struct Copy(Option<mpsc::Receiver<()>>);
     impl corefarm_cores::Core for Copy {
         fn process(
             &mut self,
             i: &[u8],
             o: &mut [u8],
         ) -> std::result::Result<(), corefarm_cores::CoreError> {
+            if let Some(configured) = self.0.take() {
+                configured
+                    .recv_timeout(Duration::from_secs(20))
+                    .expect("the co-working call requested its configuration");
+            }
             o.copy_from_slice(&i[..o.len()]);
             Ok(())
         }
@@ -782,12 +797,11 @@ fn dropping_a_client_closes_it_while_a_coworking_request_waits() {
         configure: true,
         ..Default::default()
     };
-    let cw = crate::Cowork::with_cores(&cfg, vec![Box::new(Copy)], opts).unwrap();
+    let cw = crate::Cowork::with_cores(&cfg, vec![Box::new(Copy(Some(rx)))], opts).unwrap();
     let inputs: Vec<Bytes> = (0..8u8).map(|i| Bytes::from(vec![i; 16])).collect();
     let run = c.map_cowork(&inputs, 4, &cw).unwrap();
     assert_eq!(run.results, inputs);
     assert_eq!(run.report.local_items, 8);
-    rx.recv().unwrap();
     drop(c);
     srv.join().unwrap();
 }
@@ -873,12 +887,14 @@ fn map_yields_the_results_sent_before_a_failed_submission() {
         echo(&mut p, 2, 16, 16);
         assert!(p.at_eof());
     });
-    let opts = ClientOptions {
-        io_timeout: Some(Duration::from_millis(50)),
-        ..Default::default()
-    };
-    let c = Client::connect(&addr, opts).unwrap();
+    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
     c.configure(&bench(16, 16)).unwrap();
+    // Both credits are in before the limit gets short: only the third
+    // submission's wait can run out.
+    wait_state(&c, "the credit for two messages arrived", |st| {
+        st.credit == 2
+    });
+    c.set_io_timeout(Some(Duration::from_millis(50))).unwrap();
     let inputs: Vec<Bytes> = (0..4u8).map(|k| Bytes::from(vec![k; 16])).collect();
     let out: Vec<Result<Bytes>> = c.map(inputs.clone(), 4).collect();
     assert_eq!(out.len(), 3, "{out:?}");

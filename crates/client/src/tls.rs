@@ -75,6 +75,27 @@ impl Link {
     }
 }
 
+/// Why a connection's TLS could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum HandshakeError {
+    /// No name to check the server's certificate against.
+    #[error(transparent)]
+    Name(#[from] corefarm_smp::tls::TlsError),
+    #[error("{0}")]
+    Rustls(corefarm_smp::tls::rustls::Error),
+    #[error("{0}")]
+    Socket(io::Error),
+    #[error(
+        "TLS handshake not done within {0:?} (is the server's port plain TCP? \
+         then connect without a TLS CA)"
+    )]
+    TimedOut(Duration),
+    /// The handshake failed; the text says what to fix
+    /// ([`corefarm_smp::tls::explain`]).
+    #[error("{}", corefarm_smp::tls::explain(.0))]
+    Failed(io::Error),
+}
+
 /// The two halves of a connection: plain TCP without `tls`, else TLS over
 /// `tcp` (connected to `addr`) once the handshake, bounded by `timeout`, is
 /// done. For programs that speak SMP themselves (the benchmarking user).
@@ -83,10 +104,10 @@ pub fn split(
     addr: &str,
     tcp: TcpStream,
     timeout: Option<Duration>,
-) -> Result<(SendHalf, RecvHalf), String> {
+) -> Result<(SendHalf, RecvHalf), HandshakeError> {
     match tls {
         None => {
-            let rd = tcp.try_clone().map_err(|e| e.to_string())?;
+            let rd = tcp.try_clone().map_err(HandshakeError::Socket)?;
             Ok((SendHalf::Plain(tcp), RecvHalf::Plain(rd)))
         }
         Some(t) => handshake(t, addr, tcp, timeout),
@@ -99,14 +120,14 @@ pub(crate) fn handshake(
     addr: &str,
     mut tcp: TcpStream,
     timeout: Option<Duration>,
-) -> Result<(SendHalf, RecvHalf), String> {
+) -> Result<(SendHalf, RecvHalf), HandshakeError> {
     let name = tls.server_name(addr)?;
-    let mut conn = ClientConnection::new(tls.config(), name).map_err(|e| e.to_string())?;
+    let mut conn = ClientConnection::new(tls.config(), name).map_err(HandshakeError::Rustls)?;
     conn.set_buffer_limit(Some(SEND_CHUNK));
     let deadline = |tcp: &TcpStream, t: Option<Duration>| {
         tcp.set_read_timeout(t)
             .and_then(|_| tcp.set_write_timeout(t))
-            .map_err(|e| e.to_string())
+            .map_err(HandshakeError::Socket)
     };
     deadline(&tcp, timeout)?;
     while conn.is_handshaking() {
@@ -115,13 +136,9 @@ pub(crate) fn handshake(
                 e.kind(),
                 io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
             ) {
-                return Err(format!(
-                    "TLS handshake not done within {:?} (is the server's port plain TCP? \
-                     then connect without a TLS CA)",
-                    timeout.unwrap_or_default()
-                ));
+                return Err(HandshakeError::TimedOut(timeout.unwrap_or_default()));
             }
-            return Err(corefarm_smp::tls::explain(&e));
+            return Err(HandshakeError::Failed(e));
         }
     }
     deadline(&tcp, None)?;
@@ -130,7 +147,7 @@ pub(crate) fn handshake(
         order: Mutex::new(()),
         pending: AtomicBool::new(false),
     });
-    let rd = tcp.try_clone().map_err(|e| e.to_string())?;
+    let rd = tcp.try_clone().map_err(HandshakeError::Socket)?;
     Ok((
         SendHalf::Tls(TlsSend {
             sock: tcp,

@@ -203,7 +203,7 @@ async fn tls_handshake(
         detail,
     };
     stream.set_nodelay(true)?;
-    let name = tls.server_name(addr).map_err(fail)?;
+    let name = tls.server_name(addr).map_err(|e| fail(e.to_string()))?;
     let connect = tokio_rustls::TlsConnector::from(tls.config()).connect(name, stream);
     match tokio::time::timeout(TLS_HANDSHAKE_TIMEOUT, connect).await {
         Ok(Ok(s)) => Ok(s),

@@ -71,7 +71,7 @@ impl AuthConfig {
 
     /// Reads `--auth-file`, refusing one that other users may read.
     pub fn load(path: &Path) -> Result<Self, String> {
-        corefarm_smp::auth::check_private(path)?;
+        corefarm_smp::auth::check_private(path).map_err(|e| e.to_string())?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read auth file {}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("auth file {}: {e}", path.display()))

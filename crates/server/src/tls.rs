@@ -72,7 +72,7 @@ impl std::fmt::Debug for ServerTls {
 
 impl ServerTls {
     pub fn load(cert: &Path, key: &Path, ports: TlsPorts) -> Result<Self, String> {
-        let cfg = corefarm_smp::tls::server_config(cert, key)?;
+        let cfg = corefarm_smp::tls::server_config(cert, key).map_err(|e| e.to_string())?;
         Ok(ServerTls {
             acceptor: TlsAcceptor::from(cfg),
             ports,

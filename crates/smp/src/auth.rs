@@ -17,7 +17,8 @@
 //! secret cannot produce a node's answer (the server checks each port's
 //! role against that role's own secret).
 
-use std::path::Path;
+use std::io;
+use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
 use hmac::{Hmac, Mac};
@@ -136,40 +137,91 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// Why a secret, or a file meant to hold one, was refused. The text says
+/// what to fix; it is what a user of the command line reads.
+#[derive(Debug, thiserror::Error)]
+pub enum SecretError {
+    #[error(
+        "a secret must be at least {MIN_SECRET} bytes, this one has {len} \
+         (make one with: head -c 32 /dev/urandom | base64)"
+    )]
+    TooShort { len: usize },
+    #[error("{SECRET_ENV} is not UTF-8")]
+    EnvNotUtf8,
+    /// A file could not be read; `what` names what it was meant to hold
+    /// ("secret file ", or empty when only its permissions were checked).
+    // The cause is in the message and not a `source`: error chains would
+    // print it twice.
+    #[error("cannot read {what}{}: {cause}", path.display())]
+    Unreadable {
+        what: &'static str,
+        path: PathBuf,
+        cause: io::Error,
+    },
+    #[error(
+        "{} is accessible to other users (mode {mode:03o}); it holds a secret, \
+         so make it private: chmod 600 {}",
+        path.display(),
+        path.display()
+    )]
+    NotPrivate { path: PathBuf, mode: u32 },
+    /// A bad secret, and where it came from (a file or a variable).
+    #[error("{origin}: {error}")]
+    From {
+        origin: String,
+        error: Box<SecretError>,
+    },
+}
+
+impl SecretError {
+    /// The refusal itself, without where the secret came from.
+    pub fn root(&self) -> &SecretError {
+        match self {
+            SecretError::From { error, .. } => error.root(),
+            e => e,
+        }
+    }
+
+    fn came_from(origin: impl std::fmt::Display) -> impl FnOnce(SecretError) -> SecretError {
+        let origin = origin.to_string();
+        move |e| SecretError::From {
+            origin,
+            error: Box::new(e),
+        }
+    }
+}
+
 impl Secret {
     /// A secret given as text; surrounding whitespace (a file's final
     /// newline) is not part of it.
-    pub fn new(text: &str) -> Result<Self, String> {
+    pub fn new(text: &str) -> Result<Self, SecretError> {
         let t = text.trim();
         if t.len() < MIN_SECRET {
-            return Err(format!(
-                "a secret must be at least {MIN_SECRET} bytes, this one has {} \
-                 (make one with: head -c 32 /dev/urandom | base64)",
-                t.len()
-            ));
+            return Err(SecretError::TooShort { len: t.len() });
         }
         Ok(Secret(t.as_bytes().to_vec()))
     }
 
     /// Reads a secret file. Like ssh with its keys, a file that other users
     /// may read is refused: anyone who can read it can act as this peer.
-    pub fn from_file(path: &Path) -> Result<Self, String> {
+    pub fn from_file(path: &Path) -> Result<Self, SecretError> {
         check_private(path)?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read secret file {}: {e}", path.display()))?;
-        Secret::new(&text).map_err(|e| format!("{}: {e}", path.display()))
+        let text = std::fs::read_to_string(path).map_err(|cause| SecretError::Unreadable {
+            what: "secret file ",
+            path: path.to_path_buf(),
+            cause,
+        })?;
+        Secret::new(&text).map_err(SecretError::came_from(path.display()))
     }
 
     /// The secret from the environment: `COREFARM_SECRET`, else the file
     /// named by `COREFARM_SECRET_FILE`; `None` when neither is set.
-    pub fn from_env() -> Result<Option<Self>, String> {
+    pub fn from_env() -> Result<Option<Self>, SecretError> {
         if let Some(v) = std::env::var_os(SECRET_ENV) {
-            let v = v
-                .into_string()
-                .map_err(|_| format!("{SECRET_ENV} is not UTF-8"))?;
+            let v = v.into_string().map_err(|_| SecretError::EnvNotUtf8)?;
             return Secret::new(&v)
                 .map(Some)
-                .map_err(|e| format!("{SECRET_ENV}: {e}"));
+                .map_err(SecretError::came_from(SECRET_ENV));
         }
         match std::env::var_os(SECRET_FILE_ENV) {
             Some(p) => Secret::from_file(Path::new(&p)).map(Some),
@@ -178,7 +230,7 @@ impl Secret {
     }
 
     /// `--secret-file` if given, else the environment.
-    pub fn from_file_or_env(path: Option<&Path>) -> Result<Option<Self>, String> {
+    pub fn from_file_or_env(path: Option<&Path>) -> Result<Option<Self>, SecretError> {
         match path {
             Some(p) => Secret::from_file(p).map(Some),
             None => Secret::from_env(),
@@ -187,20 +239,21 @@ impl Secret {
 }
 
 /// Refuses a file that its group or other users can read or write.
-pub fn check_private(path: &Path) -> Result<(), String> {
+pub fn check_private(path: &Path) -> Result<(), SecretError> {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        let meta =
-            std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+        let meta = std::fs::metadata(path).map_err(|cause| SecretError::Unreadable {
+            what: "",
+            path: path.to_path_buf(),
+            cause,
+        })?;
         let mode = meta.permissions().mode() & 0o777;
         if mode & 0o077 != 0 {
-            return Err(format!(
-                "{} is accessible to other users (mode {mode:03o}); it holds a secret, \
-                 so make it private: chmod 600 {}",
-                path.display(),
-                path.display()
-            ));
+            return Err(SecretError::NotPrivate {
+                path: path.to_path_buf(),
+                mode,
+            });
         }
     }
     let _ = path;
@@ -253,7 +306,10 @@ mod tests {
 
     #[test]
     fn short_secrets_are_refused_and_debug_hides_them() {
-        assert!(Secret::new("short\n").is_err());
+        assert!(matches!(
+            Secret::new("short\n"),
+            Err(SecretError::TooShort { len: 5 })
+        ));
         let s = secret("  a-long-enough-secret\n");
         assert_eq!(s, secret("a-long-enough-secret"));
         assert!(!format!("{s:?}").contains("long"));
@@ -268,7 +324,21 @@ mod tests {
         std::fs::write(&p, "a-long-enough-secret\n").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o644)).unwrap();
         let e = Secret::from_file(&p).unwrap_err();
-        assert!(e.contains("chmod 600"), "{e}");
+        assert!(
+            matches!(&e, SecretError::NotPrivate { path, mode: 0o644 } if *path == p),
+            "{e:?}"
+        );
+        // The text tells the user the fix.
+        assert!(e.to_string().contains("chmod 600"), "{e}");
+        std::fs::write(&p, "short\n").unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let e = Secret::from_file(&p).unwrap_err();
+        assert!(
+            matches!(e.root(), SecretError::TooShort { len: 5 }),
+            "{e:?}"
+        );
+        assert!(e.to_string().starts_with(&p.display().to_string()), "{e}");
+        std::fs::write(&p, "a-long-enough-secret\n").unwrap();
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
         assert_eq!(
             Secret::from_file(&p).unwrap(),

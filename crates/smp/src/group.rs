@@ -1,4 +1,4 @@
-//! Groups of nodes driven by one user (the `group` feature, issue 9).
+//! Groups of nodes driven by one user (the `group` feature, seed 003).
 //!
 //! - [`GroupCtl`] (type 0x18, JSON): opening and closing a group. The user
 //!   asks the server to `open` a group of N nodes; the server gang-allocates
@@ -250,7 +250,7 @@ pub struct GroupCmd {
     /// How long the node may wait on other members for this command.
     pub timeout_ms: u32,
     /// Priority class 0 (most urgent) … 7 of a collective's data on the
-    /// links between members (issue 11). On the wire only where both ends
+    /// links between members. On the wire only where both ends
     /// agreed `features::GROUP_PRIORITY`; [`DEFAULT_CLASS`] is written as
     /// the bytes of a command without one.
     pub class: u8,

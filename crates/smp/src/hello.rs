@@ -20,41 +20,41 @@ pub mod features {
     /// The user may ask the server what it is doing: `StatusRequest` (0x13,
     /// empty) is answered by `Status` (0x14, a JSON [`crate::ClusterStatus`]).
     pub const STATUS: &str = "status";
-    /// The node has a peer port for the node fabric (issue 9): its hello's
+    /// The node has a peer port for the node fabric: its hello's
     /// `peer` field is where other nodes of a group reach it with peer
     /// messages (type 0x15, [`crate::peer`]); only nodes ever connect there.
     pub const PEER: &str = "peer";
     /// The peer holds a secret and answers an `AuthChallenge` (0x16) with
     /// an `AuthResponse` (0x17) before the server's hello ([`crate::auth`]).
     pub const AUTH: &str = "auth";
-    /// Shared mode (issue 8): a data message that finds its function's
+    /// Shared mode: a data message that finds its function's
     /// queue full is answered with an `Error` (code `QueueFull`) instead of
     /// the server pausing reads from the user's socket.
     pub const QUEUE_FULL: &str = "queue-full";
-    /// The user drives a group of gang-allocated nodes (issue 9): group
+    /// The user drives a group of gang-allocated nodes: group
     /// control (0x18), commands (0x19) and replies (0x1A), see [`crate::group`].
     pub const GROUP: &str = "group";
-    /// Group commands may carry a priority class (issue 11): the high
+    /// Group commands may carry a priority class: the high
     /// nibble of a command's byte 8 (docs/protocol.md "0x19 — group
     /// command"). Agreed user ↔ server and server ↔ node; the server
     /// clears the class of a command it relays to a node without it, and
     /// a client whose server did not agree sends every command in the
     /// default class.
     pub const GROUP_PRIORITY: &str = "group-priority";
-    /// Messages as streams (issue 11): on this link a data message (and a
+    /// Messages as streams: on this link a data message (and a
     /// result) may travel as chunks (type 0x1D, [`crate::stream`]) of at
     /// most the negotiated `chunk_size` bytes, each carrying a priority
     /// class 0–7 (0 is the most urgent); chunks of different messages
     /// interleave. A data message sent whole is class
     /// [`crate::stream::chunk::DEFAULT_CLASS`]. Seed-format peers never see a chunk.
     pub const CHUNKS: &str = "chunks";
-    /// Streaming handlers (issue 11): a data message's result may have any
+    /// Streaming handlers: a data message's result may have any
     /// length up to the frame limit, not only inputs × output size (a
     /// reducing or filtering handler emits what it emits). Agreed server ↔
     /// node (the node then sends handler output unpadded) and server ↔ user
     /// (the user then gets it as is); a peer without it keeps the fixed size.
     pub const ANY_LENGTH: &str = "any-length";
-    /// Streaming handlers' notifications (issue 11): on this link the
+    /// Streaming handlers' notifications: on this link the
     /// peer takes `Notification` messages (type 0x1C,
     /// [`crate::notify`]); those of a data message come before its result
     /// or error. Node → server and server → user only.

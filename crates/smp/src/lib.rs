@@ -9,7 +9,7 @@
 //! - [`peer`]: node-to-node messages of the node fabric (peer port only).
 //! - [`group`]: groups of nodes driven by a user: control, commands, replies.
 //! - [`status`]: the status extension (what the server is doing, as JSON).
-//! - [`stream`]: chunked messages with priority classes (issue 11; feature `chunks`).
+//! - [`stream`]: chunked messages with priority classes (feature `chunks`).
 //! - [`notify`]: streaming handlers' notifications (node → server → user).
 //! - [`auth`]: challenge–response authentication of hello peers.
 //! - [`codec`]: async framing over tokio streams (bounded, cancel-safe reads; vectored writes).

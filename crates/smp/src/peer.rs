@@ -170,7 +170,7 @@ pub struct CollHeader {
     /// Offset of this chunk in its block, and the block's whole length.
     pub offset: u64,
     pub total: u64,
-    /// Priority class of the collective (issue 11), 0 most urgent … 7: the
+    /// Priority class of the collective, 0 most urgent … 7: the
     /// links it crosses order its data by it. A chunk from a node that
     /// predates classes reads as [`DEFAULT_CLASS`].
     pub class: u8,
@@ -413,7 +413,7 @@ impl PeerFrame {
     }
 }
 
-/// A hello's name field offering chunks (issue 11): `name\0chunks=N`,
+/// A hello's name field offering chunks: `name\0chunks=N`,
 /// the option docs/protocol.md describes for node links and the direct
 /// path; `chunk_size` 0 offers nothing and leaves the name as it was.
 pub fn hello_name(name: &str, chunk_size: u32) -> String {

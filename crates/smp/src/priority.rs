@@ -1,4 +1,4 @@
-//! A priority class (issue 11) as a 4-bit field, where group commands
+//! A priority class as a 4-bit field, where group commands
 //! (the high nibble of the command byte) and collective headers (byte 9)
 //! carry one: fields that older senders write as 0, so 0 must keep
 //! meaning "the default class" and the other classes need a marker bit.

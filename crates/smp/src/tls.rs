@@ -1,4 +1,4 @@
-//! TLS settings shared by every corefarm peer (issue 10): the server's
+//! TLS settings shared by every corefarm peer: the server's
 //! certificate and key (`--tls-cert`, `--tls-key`), the CA a node or user
 //! trusts (`--tls-ca`) and the name it expects (`--tls-server-name`), and
 //! the words a failed handshake is explained with.
@@ -9,51 +9,95 @@
 //! `ring` provider, so nothing depends on a process-wide default.
 
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 pub use rustls;
 pub use rustls_pki_types as pki;
 
 use rustls::{CertificateError, ClientConfig, RootCertStore, ServerConfig};
-use rustls_pki_types::pem::PemObject;
-use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use rustls_pki_types::pem::{self, PemObject};
+use rustls_pki_types::{CertificateDer, InvalidDnsNameError, PrivateKeyDer, ServerName};
+
+/// Why TLS settings could not be made: the files given, or the names. The
+/// text names the file or option to fix; it is what a command-line user reads.
+// Causes are in the messages and not `source`s: error chains would print
+// them twice.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("cannot read certificates from {}: {cause}", path.display())]
+    Certificates { path: PathBuf, cause: pem::Error },
+    #[error("no PEM certificate in {}", path.display())]
+    NoCertificate { path: PathBuf },
+    #[error("cannot read a private key from {}: {cause}", path.display())]
+    Key { path: PathBuf, cause: pem::Error },
+    #[error(
+        "{} and {} do not make a usable certificate: {cause}",
+        cert.display(),
+        key.display()
+    )]
+    Unusable {
+        cert: PathBuf,
+        key: PathBuf,
+        cause: rustls::Error,
+    },
+    #[error("no usable CA certificate in {}", path.display())]
+    NoCa { path: PathBuf },
+    /// The crypto provider refused the protocol versions (not expected with `ring`).
+    #[error("{0}")]
+    Provider(rustls::Error),
+    #[error("bad --tls-server-name {name:?}: {cause}")]
+    ServerName {
+        name: String,
+        cause: InvalidDnsNameError,
+    },
+    #[error("{host:?} is not a name a certificate can carry ({cause}); give --tls-server-name")]
+    HostName {
+        host: String,
+        cause: InvalidDnsNameError,
+    },
+}
 
 fn provider() -> Arc<rustls::crypto::CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
 /// Every certificate of a PEM file (a chain: the server's first).
-pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, String> {
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("cannot read certificates from {}: {e}", path.display()))?;
+        .map_err(|cause| TlsError::Certificates {
+            path: path.to_path_buf(),
+            cause,
+        })?;
     if certs.is_empty() {
-        return Err(format!("no PEM certificate in {}", path.display()));
+        return Err(TlsError::NoCertificate {
+            path: path.to_path_buf(),
+        });
     }
     Ok(certs)
 }
 
 /// The private key of a PEM file (PKCS#8, PKCS#1 or SEC1).
-pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, String> {
-    PrivateKeyDer::from_pem_file(path)
-        .map_err(|e| format!("cannot read a private key from {}: {e}", path.display()))
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|cause| TlsError::Key {
+        path: path.to_path_buf(),
+        cause,
+    })
 }
 
 /// The server's configuration from `--tls-cert` and `--tls-key`.
-pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, String> {
+pub fn server_config(cert: &Path, key: &Path) -> Result<Arc<ServerConfig>, TlsError> {
     let (certs, key_der) = (load_certs(cert)?, load_key(key)?);
     let cfg = ServerConfig::builder_with_provider(provider())
         .with_safe_default_protocol_versions()
-        .map_err(|e| e.to_string())?
+        .map_err(TlsError::Provider)?
         .with_no_client_auth()
         .with_single_cert(certs, key_der)
-        .map_err(|e| {
-            format!(
-                "{} and {} do not make a usable certificate: {e}",
-                cert.display(),
-                key.display()
-            )
+        .map_err(|cause| TlsError::Unusable {
+            cert: cert.to_path_buf(),
+            key: key.to_path_buf(),
+            cause,
         })?;
     Ok(Arc::new(cfg))
 }
@@ -76,21 +120,25 @@ impl std::fmt::Debug for ClientTls {
 
 impl ClientTls {
     /// Trusts the certificates of the PEM file `ca` (`--tls-ca`).
-    pub fn from_ca_file(ca: &Path, server_name: Option<&str>) -> Result<Self, String> {
+    pub fn from_ca_file(ca: &Path, server_name: Option<&str>) -> Result<Self, TlsError> {
         let mut roots = RootCertStore::empty();
         let (added, _) = roots.add_parsable_certificates(load_certs(ca)?);
         if added == 0 {
-            return Err(format!("no usable CA certificate in {}", ca.display()));
+            return Err(TlsError::NoCa {
+                path: ca.to_path_buf(),
+            });
         }
         let config = ClientConfig::builder_with_provider(provider())
             .with_safe_default_protocol_versions()
-            .map_err(|e| e.to_string())?
+            .map_err(TlsError::Provider)?
             .with_root_certificates(roots)
             .with_no_client_auth();
         let name = server_name
             .map(|n| {
-                ServerName::try_from(n.to_string())
-                    .map_err(|e| format!("bad --tls-server-name {n:?}: {e}"))
+                ServerName::try_from(n.to_string()).map_err(|cause| TlsError::ServerName {
+                    name: n.to_string(),
+                    cause,
+                })
             })
             .transpose()?;
         Ok(ClientTls {
@@ -105,7 +153,7 @@ impl ClientTls {
 
     /// The name the server's certificate must carry when connecting to
     /// `addr` (`host:port`): the configured one, or `host`.
-    pub fn server_name(&self, addr: &str) -> Result<ServerName<'static>, String> {
+    pub fn server_name(&self, addr: &str) -> Result<ServerName<'static>, TlsError> {
         if let Some(n) = &self.name {
             return Ok(n.clone());
         }
@@ -114,8 +162,9 @@ impl ClientTls {
             _ => addr,
         };
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        ServerName::try_from(host.to_string()).map_err(|e| {
-            format!("{host:?} is not a name a certificate can carry ({e}); give --tls-server-name")
+        ServerName::try_from(host.to_string()).map_err(|cause| TlsError::HostName {
+            host: host.to_string(),
+            cause,
         })
     }
 }
@@ -167,7 +216,10 @@ mod tests {
         let ca = std::env::temp_dir().join(format!("corefarm-tls-ca-{}.pem", std::process::id()));
         std::fs::write(&ca, "not a certificate").unwrap();
         let e = ClientTls::from_ca_file(&ca, None).unwrap_err();
-        assert!(e.contains("no PEM certificate"), "{e}");
+        assert!(
+            matches!(&e, TlsError::NoCertificate { path } if *path == ca),
+            "{e:?}"
+        );
         let _ = std::fs::remove_file(&ca);
 
         let t = ClientTls {
@@ -184,6 +236,9 @@ mod tests {
         assert_eq!(ip("127.0.0.1:7000"), "127.0.0.1");
         assert_eq!(ip("[::1]:7000"), "::1");
         assert_eq!(ip("farm.example:7000"), "farm.example");
-        assert!(t.server_name("bad name:1").is_err());
+        assert!(matches!(
+            t.server_name("bad name:1"),
+            Err(TlsError::HostName { host, .. }) if host == "bad name"
+        ));
     }
 }

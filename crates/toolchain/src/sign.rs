@@ -36,7 +36,7 @@ impl SecretKey {
 
     /// Reads a secret key file, refusing one that other users may read.
     pub fn read(path: &Path) -> Result<Self, String> {
-        corefarm_smp::auth::check_private(path)?;
+        corefarm_smp::auth::check_private(path).map_err(|e| e.to_string())?;
         let text = std::fs::read_to_string(path)
             .map_err(|e| format!("cannot read key {}: {e}", path.display()))?;
         let seed = hex::decode(text.trim())

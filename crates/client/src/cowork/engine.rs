@@ -66,7 +66,9 @@ struct Board {
     backups: usize,
 }
 
-struct Shared<'a> {
+/// One co-worked call: its inputs, the slots its results land in, and
+/// the board its local threads and its cluster feeder coordinate on.
+struct Job<'a> {
     inputs: &'a [Bytes],
     /// Bytes of output per byte of input (output_size / input_size).
     sizes: (usize, usize),
@@ -83,7 +85,7 @@ struct Shared<'a> {
     wait: &'a (dyn Fn() -> Option<f64> + Sync),
 }
 
-impl Shared<'_> {
+impl Job<'_> {
     fn lock(&self) -> MutexGuard<'_, Board> {
         self.board.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -119,7 +121,7 @@ pub(crate) fn run<P: ClusterPath>(
     let wait = || cluster.expected_wait();
     let mut meter = Meter::new(cores.len());
     meter.o_0 = prior.o_0;
-    let sh = Shared {
+    let job = Job {
         inputs,
         sizes,
         slots: (0..inputs.len()).map(|_| OnceLock::new()).collect(),
@@ -148,11 +150,11 @@ pub(crate) fn run<P: ClusterPath>(
         let threads: Vec<_> = cores
             .iter_mut()
             .map(|core| {
-                let sh = &sh;
-                s.spawn(move || local_worker(sh, core.as_mut()))
+                let job = &job;
+                s.spawn(move || local_worker(job, core.as_mut()))
             })
             .collect();
-        cluster_path(&sh, cluster);
+        cluster_path(&job, cluster);
         threads
             .into_iter()
             .map(|t| t.join().unwrap_or(true))
@@ -166,12 +168,12 @@ pub(crate) fn run<P: ClusterPath>(
         !panicked[k - 1]
     });
     let elapsed = clock.now() - start;
-    let b = sh.board.into_inner().unwrap_or_else(|p| p.into_inner());
+    let b = job.board.into_inner().unwrap_or_else(|p| p.into_inner());
     if let Some(e) = b.abort {
         return Err(e);
     }
     let measured = b.meter.estimates();
-    let results = sh
+    let results = job
         .slots
         .into_iter()
         .map(|s| {
@@ -184,7 +186,7 @@ pub(crate) fn run<P: ClusterPath>(
         cluster_items: b.cluster_items,
         backups: b.backups,
         cluster_error: b.cluster_error,
-        estimates: sh.prior.merged(measured).merged(sh.pinned),
+        estimates: job.prior.merged(measured).merged(job.pinned),
         measured,
         seconds: elapsed,
     };
@@ -193,53 +195,53 @@ pub(crate) fn run<P: ClusterPath>(
 
 /// One local thread's loop. Returns whether its core panicked: such a core
 /// may be left in any state, so the caller drops it.
-fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) -> bool {
+fn local_worker(job: &Job<'_>, core: &mut dyn Core) -> bool {
     loop {
         let batch: Vec<usize> = {
-            let mut b = sh.lock();
+            let mut b = job.lock();
             loop {
                 if b.abort.is_some() {
                     return false;
                 }
                 if !b.returned.is_empty() {
-                    let est = sh.estimates(&b);
+                    let est = job.estimates(&b);
                     let n = b.returned.len();
-                    let k = policy::local_take(&est, n, 0, Side::Done, None, &sh.knobs);
+                    let k = policy::local_take(&est, n, 0, Side::Done, None, &job.knobs);
                     let batch = b.returned.split_off(n - k);
-                    break start_batch(sh, &mut b, &est, batch);
+                    break start_batch(job, &mut b, &est, batch);
                 }
-                let unassigned = sh.inputs.len() - b.next;
+                let unassigned = job.inputs.len() - b.next;
                 if unassigned > 0 {
-                    let est = sh.estimates(&b);
+                    let est = job.estimates(&b);
                     let (side, inflight) = (b.cluster, b.cluster_inflight);
-                    let wait = (side == Side::Waiting).then(|| (sh.wait)()).flatten();
-                    let k = policy::local_take(&est, unassigned, inflight, side, wait, &sh.knobs);
+                    let wait = (side == Side::Waiting).then(|| (job.wait)()).flatten();
+                    let k = policy::local_take(&est, unassigned, inflight, side, wait, &job.knobs);
                     if k > 0 {
                         let from = b.next;
                         b.next += k;
-                        break start_batch(sh, &mut b, &est, (from..from + k).collect());
+                        break start_batch(job, &mut b, &est, (from..from + k).collect());
                     }
                 } else if b.cluster == Side::Done {
                     return false;
                 }
                 // The cluster may still give work back, or leave this
                 // thread a share as its own work runs out.
-                b = sh.cond.wait(b).unwrap_or_else(|p| p.into_inner());
+                b = job.cond.wait(b).unwrap_or_else(|p| p.into_inner());
             }
         };
-        let t0 = sh.clock.now();
+        let t0 = job.clock.now();
         // A message given up for the cluster's copy counts the share of
         // its inputs done: a thread slower than the cluster may give up
         // every message it starts, and still its speed is measured.
         let (mut done, mut answered) = (0.0, 0);
         for &i in &batch {
-            let answered_elsewhere = || sh.slots[i].get().is_some();
+            let answered_elsewhere = || job.slots[i].get().is_some();
             // A core that panics fails the run like one that returns an
             // error: its thread would otherwise end holding messages no
             // one else takes (the cluster path waited for them forever).
             let (computed, panicked) =
                 match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    compute(&sh.inputs[i], sh.sizes, &mut *core, answered_elsewhere)
+                    compute(&job.inputs[i], job.sizes, &mut *core, answered_elsewhere)
                 })) {
                     Ok(c) => (c, false),
                     Err(p) => (Err(CoreError::Failed(panic_message(p.as_ref()))), true),
@@ -247,24 +249,24 @@ fn local_worker(sh: &Shared<'_>, core: &mut dyn Core) -> bool {
             match computed {
                 Ok(Computed::Whole(out)) => {
                     done += 1.0;
-                    answered += usize::from(sh.slots[i].set(out).is_ok());
+                    answered += usize::from(job.slots[i].set(out).is_ok());
                 }
                 Ok(Computed::GaveUp(share)) => done += share,
                 Err(error) => {
-                    let mut b = sh.lock();
+                    let mut b = job.lock();
                     b.abort
                         .get_or_insert(CoworkError::Local { index: i, error });
-                    sh.cond.notify_all();
+                    job.cond.notify_all();
                     return panicked;
                 }
             }
         }
-        let busy = sh.clock.now() - t0;
-        let mut b = sh.lock();
+        let busy = job.clock.now() - t0;
+        let mut b = job.lock();
         b.meter.local_batch(done, busy);
         b.local_items += answered;
         b.local_running.retain(|(i, _)| !batch.contains(i));
-        sh.cond.notify_all();
+        job.cond.notify_all();
     }
 }
 
@@ -280,14 +282,14 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
 
 /// Marks `batch` as taken by a local thread, each message expected done
 /// one local message time after the one before it.
-fn start_batch(sh: &Shared<'_>, b: &mut Board, est: &Estimates, batch: Vec<usize>) -> Vec<usize> {
+fn start_batch(job: &Job<'_>, b: &mut Board, est: &Estimates, batch: Vec<usize>) -> Vec<usize> {
     b.meter.local_start();
-    let now = sh.clock.now();
+    let now = job.clock.now();
     // X_c counts all local threads; one thread does 1/threads of it.
     let per = est
         .x_c
         .filter(|x| *x > 0.0)
-        .map_or(f64::INFINITY, |x| sh.knobs.threads.max(1) as f64 / x);
+        .map_or(f64::INFINITY, |x| job.knobs.threads.max(1) as f64 / x);
     for (n, &i) in batch.iter().enumerate() {
         b.local_running.push((i, now + per * (n + 1) as f64));
     }
@@ -334,7 +336,7 @@ const READY_POLL: Duration = Duration::from_millis(1);
 /// Waits until the cluster runs this function or no work is left to take;
 /// re-checks after every local batch and every [`READY_POLL`]. True if the
 /// cluster is ready.
-fn wait_ready<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> bool {
+fn wait_ready<P: ClusterPath>(job: &Job<'_>, cluster: &P) -> bool {
     loop {
         if cluster.ready() {
             return true;
@@ -342,41 +344,41 @@ fn wait_ready<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> bool {
         let over = |b: &Board| {
             // With nothing left to take, a cluster configured while a local
             // thread is still on a message can take a backup copy of it.
-            let copyable = sh.knobs.backup && !b.local_running.is_empty();
-            b.abort.is_some() || (b.next >= sh.inputs.len() && !copyable)
+            let copyable = job.knobs.backup && !b.local_running.is_empty();
+            b.abort.is_some() || (b.next >= job.inputs.len() && !copyable)
         };
         // No request for a call with nothing (left) to do.
-        if over(&sh.lock()) {
+        if over(&job.lock()) {
             return false;
         }
         cluster.request();
-        let b = sh.lock();
+        let b = job.lock();
         if over(&b) {
             return false;
         }
         // Local threads holding back for a configuration on its way look
         // again too: it may have failed, or be overdue.
-        sh.cond.notify_all();
-        let waited = sh.cond.wait_timeout(b, READY_POLL);
+        job.cond.notify_all();
+        let waited = job.cond.wait_timeout(b, READY_POLL);
         drop(waited.unwrap_or_else(|p| p.into_inner()));
     }
 }
 
-fn cluster_path<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) {
-    let failure = if wait_ready(sh, cluster) {
-        sh.lock().cluster = Side::Active;
-        feed_cluster(sh, cluster).err()
+fn cluster_path<P: ClusterPath>(job: &Job<'_>, cluster: &P) {
+    let failure = if wait_ready(job, cluster) {
+        job.lock().cluster = Side::Active;
+        feed_cluster(job, cluster).err()
     } else {
         None
     };
-    let mut b = sh.lock();
+    let mut b = job.lock();
     b.cluster = Side::Done;
     if let Some((e, unfinished)) = failure {
         b.cluster_inflight = 0;
         b.returned.extend(unfinished);
         b.cluster_error = Some(e);
     }
-    sh.cond.notify_all();
+    job.cond.notify_all();
 }
 
 /// A message at the cluster.
@@ -390,21 +392,15 @@ struct InFlight<T> {
 
 /// Up to `room` messages local threads are on that the cluster should
 /// compute too, those expected done last first.
-fn backups(
-    sh: &Shared<'_>,
-    b: &Board,
-    est: &Estimates,
-    copied: &[usize],
-    room: usize,
-) -> Vec<usize> {
-    let now = sh.clock.now();
+fn backups(job: &Job<'_>, b: &Board, est: &Estimates, copied: &[usize], room: usize) -> Vec<usize> {
+    let now = job.clock.now();
     let mut due: Vec<(usize, f64)> = b
         .local_running
         .iter()
         .copied()
         .filter(|&(i, finish)| {
             !copied.contains(&i)
-                && sh.slots[i].get().is_none()
+                && job.slots[i].get().is_none()
                 && policy::worth_backup(finish, now, est.d_a)
         })
         .collect();
@@ -414,7 +410,7 @@ fn backups(
 
 /// Keeps the cluster busy with its share; on failure returns the reason
 /// and the inputs it took without returning their results.
-fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (String, Vec<usize>)> {
+fn feed_cluster<P: ClusterPath>(job: &Job<'_>, cluster: &P) -> Result<(), (String, Vec<usize>)> {
     let mut inflight: VecDeque<InFlight<P::Ticket>> = VecDeque::new();
     let mut copied: Vec<usize> = Vec::new();
     let mut first_submit = true;
@@ -429,16 +425,16 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
     };
     loop {
         let (took, backup): (Vec<usize>, bool) = {
-            let mut b = sh.lock();
+            let mut b = job.lock();
             if b.abort.is_some() {
                 return Ok(());
             }
-            let est = sh.estimates(&b);
-            let unassigned = sh.inputs.len() - b.next;
-            let k = policy::cluster_take(&est, unassigned, inflight.len(), &sh.knobs);
-            if k == 0 && unassigned == 0 && b.returned.is_empty() && sh.knobs.backup {
-                let room = sh.knobs.window.saturating_sub(inflight.len());
-                let copies = backups(sh, &b, &est, &copied, room);
+            let est = job.estimates(&b);
+            let unassigned = job.inputs.len() - b.next;
+            let k = policy::cluster_take(&est, unassigned, inflight.len(), &job.knobs);
+            if k == 0 && unassigned == 0 && b.returned.is_empty() && job.knobs.backup {
+                let room = job.knobs.window.saturating_sub(inflight.len());
+                let copies = backups(job, &b, &est, &copied, room);
                 b.backups += copies.len();
                 copied.extend_from_slice(&copies);
                 (copies, true)
@@ -450,8 +446,8 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
             }
         };
         for (n, &i) in took.iter().enumerate() {
-            let t = sh.clock.now();
-            match cluster.submit(&sh.inputs[i]) {
+            let t = job.clock.now();
+            match cluster.submit(&job.inputs[i]) {
                 Ok(ticket) => inflight.push_back(InFlight {
                     i,
                     ticket,
@@ -462,16 +458,16 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
             }
             if first_submit {
                 first_submit = false;
-                let mut b = sh.lock();
+                let mut b = job.lock();
                 // O_c: what starting to co-work costs the CPU beyond O_0.
-                b.meter.o_c = Some(b.meter.o_0.unwrap_or(0.0) + (sh.clock.now() - t));
+                b.meter.o_c = Some(b.meter.o_0.unwrap_or(0.0) + (job.clock.now() - t));
             }
         }
         // A backup answered locally meanwhile: its ticket is dropped (the
         // client discards the result when it comes).
         while inflight
             .front()
-            .is_some_and(|e| e.backup && sh.slots[e.i].get().is_some())
+            .is_some_and(|e| e.backup && job.slots[e.i].get().is_some())
         {
             inflight.pop_front();
         }
@@ -485,21 +481,21 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
             return Ok(());
         };
         let result = cluster.wait(ticket);
-        let arrived = sh.clock.now();
+        let arrived = job.clock.now();
         let data = match result {
-            Ok(d) if d.len() == sh.output_len(i) => d,
+            Ok(d) if d.len() == job.output_len(i) => d,
             Ok(d) => {
                 let why = format!(
                     "the cluster returned {} bytes for input {i}, expected {}",
                     d.len(),
-                    sh.output_len(i)
+                    job.output_len(i)
                 );
                 return Err((why, unfinished(&inflight, &[i], backup)));
             }
             Err(e) => return Err((e.to_string(), unfinished(&inflight, &[i], backup))),
         };
-        let answered = sh.slots[i].set(data).is_ok();
-        let mut b = sh.lock();
+        let answered = job.slots[i].set(data).is_ok();
+        let mut b = job.lock();
         b.meter.cluster_result(sent, arrived);
         if inflight.is_empty() {
             b.meter.cluster_idle();
@@ -509,7 +505,7 @@ fn feed_cluster<P: ClusterPath>(sh: &Shared<'_>, cluster: &P) -> Result<(), (Str
             b.cluster_inflight -= 1;
         }
         // What is left may now be the local threads' share.
-        sh.cond.notify_all();
+        job.cond.notify_all();
     }
 }
 

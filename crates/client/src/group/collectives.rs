@@ -1,4 +1,4 @@
-//! Collectives among a group's nodes, and their priority (issue 11): each
+//! Collectives among a group's nodes, and their priority: each
 //! call has a class, 0 (most urgent) to 7, that its data takes on the
 //! links between the members, where each link serves the classes by
 //! strict priority with an anti-starvation guard. An urgent collective's

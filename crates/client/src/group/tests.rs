@@ -133,5 +133,8 @@ fn auto_uses_the_calibrated_model() {
 #[test]
 fn algorithm_names() {
     assert_eq!("star".parse::<Algorithm>(), Ok(Algorithm::Star));
-    assert!("ring".parse::<Algorithm>().is_err());
+    assert_eq!(
+        "ring".parse::<Algorithm>(),
+        Err(UnknownAlgorithm("ring".into()))
+    );
 }

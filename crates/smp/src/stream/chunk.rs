@@ -28,7 +28,7 @@ pub const CLASSES: u8 = 8;
 /// middle, so that a user can mark work both more and less urgent.
 pub const DEFAULT_CLASS: u8 = 4;
 /// The chunk size a link uses unless the hello says otherwise, chosen by
-/// benchmark as issue 11 asks (`bench suite streams` sweeps it): side by
+/// benchmark (`bench suite streams` sweeps it): side by
 /// side, 128 KiB chunks kept 0.95–0.98 of unchunked bulk throughput where
 /// 64 KiB kept 0.90–0.94, and urgent messages behind that bulk waited no
 /// longer (docs/benchmarks.md, "Streams").

@@ -1,4 +1,4 @@
-//! Messages as streams (issue 11; seeds 001 and 004): a data message may
+//! Messages as streams (seeds 001 and 004): a data message may
 //! travel as a sequence of chunks (type 0x1D) that interleave with the
 //! chunks of other messages on one link, each carrying a priority class.
 //!

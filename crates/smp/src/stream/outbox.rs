@@ -7,8 +7,8 @@
 //! With chunks off (a peer that did not negotiate them) every frame waits
 //! in one class (0): the link is the plain FIFO it always was. With chunks on,
 //! frames other than data (configuration, group control, errors) ride in
-//! class 0, above data, as issue 11 asks of control traffic, and a data
-//! message outside the default class goes as chunks even when it is small,
+//! class 0, above data, so control never waits behind bulk data, and a
+//! data message outside the default class goes as chunks even when it is small,
 //! so that its class reaches the receiver's queues.
 
 use bytes::Bytes;

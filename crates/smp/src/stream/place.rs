@@ -2,7 +2,7 @@
 //! reassembles messages lets [`crate::codec::FrameReader::read_placing`]
 //! put a chunk's data where the message is gathered, instead
 //! of reading the chunk into the decoder's buffer and copying it from
-//! there (issue 11: that copy cost a tenth of bulk throughput).
+//! there (that copy cost a tenth of bulk throughput).
 
 use super::chunk::ChunkHeader;
 use crate::error::ProtocolError;
