@@ -98,6 +98,10 @@ fn run() -> Result<(), String> {
                 LoadError::Unsupported(w) => (RefusalKind::Unsupported, w),
                 LoadError::Invalid(w) => (RefusalKind::Invalid, w),
                 LoadError::Backend(w) => (RefusalKind::Backend, w),
+                // The node checks signatures before it starts a worker.
+                e @ (LoadError::Untrusted(_) | LoadError::HandlerSets(_)) => {
+                    (RefusalKind::Invalid, e.to_string())
+                }
             };
             return send(&sock, &Msg::Refused(kind, why));
         }

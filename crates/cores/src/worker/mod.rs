@@ -78,8 +78,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// before it published its thread id leaves no robust-futex mark).
 const SLICE: Duration = Duration::from_millis(20);
 
-/// What the cores of one load share.
-struct Shared {
+/// How to start a worker for any core of one load (what those cores share).
+struct WorkerSpec {
     program: PathBuf,
     /// Sealed memfd holding the artifact; each worker reads it.
     artifact: OwnedFd,
@@ -98,7 +98,7 @@ struct Worker {
 
 /// One core running in its own worker process (see the module docs).
 pub struct IsolatedCore {
-    shared: Arc<Shared>,
+    shared: Arc<WorkerSpec>,
     index: usize,
     init: Init,
     region_fd: OwnedFd,
@@ -182,7 +182,7 @@ pub(crate) fn load_cores(
         // it (a cheap recovery); the node only steps in if that fails.
         _ => ("rtl", timeout + (timeout / 2).max(Duration::from_secs(1))),
     };
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(WorkerSpec {
         program,
         artifact,
         name: format!("{kind_name} {image_name}"),

@@ -49,7 +49,7 @@ pub struct SpinOutcome {
 pub use crate::spin::engine::MAX_NOTIFICATIONS;
 
 /// What every worker of a pool starts from.
-struct Shared {
+struct PoolSpec {
     program: std::path::PathBuf,
     /// The handler sets' shared object (a sealed memfd).
     artifact: OwnedFd,
@@ -59,7 +59,7 @@ struct Shared {
 
 /// A running (or, after a failure, to be restarted) handler worker.
 pub struct HandlerWorker {
-    shared: Arc<Shared>,
+    shared: Arc<PoolSpec>,
     init: Init,
     contexts: Vec<(Ruleset, ())>,
     worker: Option<(Child, OwnedFd)>,
@@ -92,11 +92,11 @@ impl HandlerWorker {
         threads: usize,
         opts: &LoadOptions,
     ) -> Result<HandlerWorker, LoadError> {
-        crate::spin::manifest::check(&sets).map_err(LoadError::Invalid)?;
+        crate::spin::manifest::check(&sets)?;
         let contexts = sets.iter().map(|s| (s.ruleset.clone(), ())).collect();
         let memory = super::spin_memory::create(&sets)
             .map_err(|e| LoadError::Backend(format!("handler memory: {e}")))?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(PoolSpec {
             program: super::program(opts)?,
             artifact: sealed_artifact(so)?,
             memory,
@@ -130,7 +130,7 @@ impl HandlerWorker {
 
     /// A worker of the pool `shared` belongs to, started and loaded.
     fn launch(
-        shared: Arc<Shared>,
+        shared: Arc<PoolSpec>,
         init: Init,
         contexts: Vec<(Ruleset, ())>,
     ) -> Result<HandlerWorker, LoadError> {

@@ -187,7 +187,7 @@ fn load(
     }
     let pool = Pool::new(init.spin_threads.clamp(1, 64) as usize)
         .map_err(|e| format!("cannot start the handler threads: {e}"))?;
-    Engine::new(contexts, Arc::new(pool))
+    Engine::new(contexts, Arc::new(pool)).map_err(|e| e.to_string())
 }
 
 /// Ends the process when a handler call outruns its budget, after telling
