@@ -108,7 +108,7 @@ pub(super) fn run(
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(format!("control channel: {e}")),
         };
-        let (msg, eom) = match Msg::decode(&buf[..n])? {
+        let (msg, eom) = match Msg::decode(&buf[..n]).map_err(|e| e.to_string())? {
             Msg::Begin { id, len, eom, data } => {
                 match engine.begin(id, len).first_chunk(Bytes::from(data), eom) {
                     Some(m) => (m, eom),
