@@ -132,6 +132,7 @@ pub fn run(cmd: ImageCmd) -> anyhow::Result<()> {
 
 fn parse_type(s: &str) -> Result<DataType, String> {
     s.parse()
+        .map_err(|e: corefarm_cores::dtype::DataTypeError| e.to_string())
 }
 
 fn number(s: &str) -> anyhow::Result<u32> {

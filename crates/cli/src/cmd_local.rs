@@ -7,8 +7,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::cmd_node::NodeTuning;
 use crate::cmd_server::{
-    metrics_field, parse_isolation, parse_timeout, runtime, serve_metrics, stop_on_signal,
-    ServerTuning,
+    metrics_field, parse_timeout, runtime, serve_metrics, stop_on_signal, ServerTuning,
 };
 
 /// `corefarm local`: only what applies to a cluster inside one process.
@@ -64,11 +63,6 @@ pub struct LocalNodeArgs {
     /// Seconds one job may keep a core busy before the core counts as hung.
     #[arg(long, default_value_t = 10.0, value_parser = parse_timeout)]
     pub core_timeout: f64,
-    /// Where user cores run: `process` (a worker process per core, so a
-    /// crashing core fails only its job) or `in-process` (faster to start,
-    /// unsafe: a faulty core takes the node down).
-    #[arg(long, default_value_t = corefarm_cores::Isolation::Process, value_parser = parse_isolation)]
-    pub isolation: corefarm_cores::Isolation,
     /// Bytes per chunk a message is cut into for streaming handlers
     /// (docs/streams.md); at most 65 472.
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(16..=65472))]
@@ -97,14 +91,11 @@ impl LocalNodeArgs {
         let backends = self.backends.join(",");
         let core_timeout = self.core_timeout.to_string();
         let memory_limit = self.memory_limit.to_string();
-        let isolation = self.isolation.to_string();
         let spin_chunk_size = self.spin_chunk_size.to_string();
         let spin_threads = self.spin_threads.to_string();
         let handler_workers = self.handler_workers.map(|n| n.to_string());
         let mut args = vec![
             "local",
-            "--isolation",
-            &isolation,
             "--name",
             &self.name,
             "--memory-limit",

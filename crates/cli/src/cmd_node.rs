@@ -6,9 +6,7 @@ use clap::Args;
 use corefarm_node::NodeOptions;
 use tokio_util::sync::CancellationToken;
 
-use crate::cmd_server::{
-    metrics_field, parse_isolation, parse_trust, runtime, serve_metrics, stop_on_signal,
-};
+use crate::cmd_server::{metrics_field, parse_trust, runtime, serve_metrics, stop_on_signal};
 
 #[derive(Args, Clone)]
 pub struct NodeArgs {
@@ -108,13 +106,6 @@ pub struct NodeTuning {
     /// the job fails with an error, the core is reset where the backend can.
     #[arg(long, default_value_t = 10.0, value_parser = NodeTuning::parse_seconds, help_heading = "Backends")]
     pub core_timeout: f64,
-    /// Where native and RTL cores run: `process` (a worker process per
-    /// core: a core that crashes, overruns its memories or hangs fails its
-    /// job and is restarted) or `in-process` (on the node's threads: no
-    /// faster, docs/benchmarks.md, and unsafe: a faulty core can take the
-    /// node down).
-    #[arg(long, default_value_t = corefarm_cores::Isolation::Process, value_parser = parse_isolation, help_heading = "Backends")]
-    pub isolation: corefarm_cores::Isolation,
     /// File mapped for the HPS-to-FPGA bridge (opened read/write, O_SYNC).
     #[arg(
         long,
@@ -184,7 +175,6 @@ impl NodeTuning {
                     timeout: Duration::from_secs_f64(self.core_timeout),
                     ..defaults.driver
                 },
-                isolation: self.isolation,
                 trust: corefarm_cores::signature::Trust(self.trust.clone()),
                 ..defaults
             },

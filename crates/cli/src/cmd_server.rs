@@ -68,12 +68,14 @@ pub(crate) fn parse_trust(s: &str) -> Result<corefarm_cores::signature::PublicKe
             public.display()
         ));
     }
-    PublicKey::parse_or_read(s)
+    PublicKey::parse_or_read(s).map_err(|e| e.to_string())
 }
 
 /// `--isolation`: process or in-process.
 pub fn parse_isolation(s: &str) -> Result<corefarm_cores::Isolation, String> {
-    s.trim().parse()
+    s.trim()
+        .parse()
+        .map_err(|e: corefarm_cores::UnknownIsolation| e.to_string())
 }
 
 /// Seconds for a timeout: zero would fire at once, so it must be positive.

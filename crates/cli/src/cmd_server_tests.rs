@@ -97,4 +97,8 @@ fn local_passes_its_node_flags_on_including_the_streaming_ones() {
         (d.spin.chunk_size, d.spin.threads)
     );
     assert!(L::try_parse_from(["l", "--spin-threads", "0"]).is_err());
+    // A node runs user cores in worker processes only: no flag loads them
+    // into its own process.
+    assert!(L::try_parse_from(["l", "--isolation", "in-process"]).is_err());
+    assert!(parse(&["--isolation", "in-process"]).is_err());
 }

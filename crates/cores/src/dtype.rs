@@ -88,15 +88,51 @@ impl DataType {
         self.count()?.checked_mul(u64::from(self.dtype.size()))
     }
 
-    pub(crate) fn check_shape(&self) -> Result<(), String> {
+    pub(crate) fn check_shape(&self) -> Result<(), ShapeError> {
         if self.shape.is_empty() || self.shape.len() > MAX_DIMS {
-            return Err(format!("a shape has 1 to {MAX_DIMS} dimensions"));
+            return Err(ShapeError::Dimensions);
         }
         if self.shape.contains(&0) {
-            return Err("a shape has no zero dimension".into());
+            return Err(ShapeError::ZeroDimension);
         }
         Ok(())
     }
+}
+
+/// A shape no value can have.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ShapeError {
+    #[error("a shape has 1 to {MAX_DIMS} dimensions")]
+    Dimensions,
+    #[error("a shape has no zero dimension")]
+    ZeroDimension,
+}
+
+/// Text that is not a [`DataType`]; the message (shown by `corefarm image`)
+/// gives the form and the element types.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{text:?} is not a type like int16[4127] or int32[64,64]: {why} (element types: {})",
+    Dtype::ALL.map(Dtype::name).join(", ")
+)]
+pub struct DataTypeError {
+    pub text: String,
+    pub why: TypeSyntax,
+}
+
+/// What is wrong with a [`DataTypeError`]'s text.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TypeSyntax {
+    #[error("no [shape]")]
+    NoShape,
+    #[error("no closing ]")]
+    NoClosingBracket,
+    #[error("unknown element type")]
+    UnknownElement,
+    #[error("dimensions are positive integers")]
+    NotADimension,
+    #[error("{0}")]
+    Shape(ShapeError),
 }
 
 impl std::fmt::Display for DataType {
@@ -113,26 +149,29 @@ impl std::fmt::Display for DataType {
 }
 
 impl std::str::FromStr for DataType {
-    type Err = String;
+    type Err = DataTypeError;
 
     /// `dtype[d0,d1,...]`, e.g. `int16[4127]` or `float32[64, 64]`.
-    fn from_str(s: &str) -> Result<DataType, String> {
-        let bad = |why: &str| {
-            format!(
-                "{s:?} is not a type like int16[4127] or int32[64,64]: {why} (element types: {})",
-                Dtype::ALL.map(Dtype::name).join(", ")
-            )
+    fn from_str(s: &str) -> Result<DataType, DataTypeError> {
+        let bad = |why: TypeSyntax| DataTypeError {
+            text: s.to_string(),
+            why,
         };
-        let (name, rest) = s.trim().split_once('[').ok_or_else(|| bad("no [shape]"))?;
-        let dims = rest.strip_suffix(']').ok_or_else(|| bad("no closing ]"))?;
-        let dtype = Dtype::from_name(name.trim()).ok_or_else(|| bad("unknown element type"))?;
+        let (name, rest) = s
+            .trim()
+            .split_once('[')
+            .ok_or_else(|| bad(TypeSyntax::NoShape))?;
+        let dims = rest
+            .strip_suffix(']')
+            .ok_or_else(|| bad(TypeSyntax::NoClosingBracket))?;
+        let dtype = Dtype::from_name(name.trim()).ok_or_else(|| bad(TypeSyntax::UnknownElement))?;
         let shape = dims
             .split(',')
             .map(|d| d.trim().parse::<u32>())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|_| bad("dimensions are positive integers"))?;
+            .map_err(|_| bad(TypeSyntax::NotADimension))?;
         let t = DataType { dtype, shape };
-        t.check_shape().map_err(|e| bad(&e))?;
+        t.check_shape().map_err(|e| bad(TypeSyntax::Shape(e)))?;
         Ok(t)
     }
 }
@@ -160,8 +199,20 @@ mod tests {
             "int32[-1]",
         ] {
             let e = bad.parse::<DataType>().unwrap_err();
-            assert!(e.contains(bad) && e.contains("int16"), "{e}");
+            assert_eq!(e.text, bad);
+            // What `corefarm image` prints: the text and the element types.
+            let shown = e.to_string();
+            assert!(shown.contains(bad) && shown.contains("int16"), "{shown}");
         }
+        let why = |s: &str| s.parse::<DataType>().unwrap_err().why;
+        assert_eq!(why("int32"), TypeSyntax::NoShape);
+        assert_eq!(why("int32[4"), TypeSyntax::NoClosingBracket);
+        assert_eq!(why("int24[4]"), TypeSyntax::UnknownElement);
+        assert_eq!(why("int32[-1]"), TypeSyntax::NotADimension);
+        assert_eq!(
+            why("int32[0]"),
+            TypeSyntax::Shape(ShapeError::ZeroDimension)
+        );
         let huge = DataType {
             dtype: Dtype::Float64,
             shape: vec![u32::MAX; 4],

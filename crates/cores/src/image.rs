@@ -57,7 +57,7 @@ pub enum ImageError {
     #[error("{0}")]
     Build(String),
     #[error("image signature: {0}")]
-    Signature(String),
+    Signature(crate::signature::SignatureError),
 }
 
 /// What an artifact is, which decides the backend that can run it.
@@ -180,7 +180,8 @@ impl Manifest {
                 )));
             }
         }
-        crate::spin::manifest::check(&self.handler_sets).map_err(ImageError::Manifest)?;
+        crate::spin::manifest::check(&self.handler_sets)
+            .map_err(|e| ImageError::Manifest(e.to_string()))?;
         let spin = crate::spin::manifest::SPIN_TARGET_PREFIX;
         if !self.handler_sets.is_empty()
             && !self.artifacts.iter().any(|a| a.target.starts_with(spin))

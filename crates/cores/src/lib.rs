@@ -47,6 +47,13 @@ pub enum CoreError {
     Worker(String),
 }
 
+impl CoreError {
+    /// The SMP code of a data message this failure ended.
+    pub fn code(&self) -> corefarm_smp::ErrorCode {
+        corefarm_smp::ErrorCode::CoreFailure
+    }
+}
+
 /// Input `index` of a batch failed ([`Core::process_batch`]).
 #[derive(Debug, thiserror::Error)]
 #[error("input {index}: {error}")]
@@ -66,6 +73,20 @@ pub enum LoadError {
     /// A backend failed while instantiating (dlopen, programming, mmap).
     #[error("{0}")]
     Backend(String),
+    /// This node runs only signed images (`--trust`), and this one may not
+    /// run (unsigned, untrusted key, altered after signing).
+    #[error("{0}")]
+    Untrusted(#[from] signature::SignatureError),
+    /// The image's streaming handler sets break the manifest's rules.
+    #[error("{0}")]
+    HandlerSets(#[from] spin::manifest::HandlerSetError),
+}
+
+impl LoadError {
+    /// The SMP code of the configuration this refused.
+    pub fn code(&self) -> corefarm_smp::ErrorCode {
+        corefarm_smp::ErrorCode::ConfigurationFailed
+    }
 }
 
 /// Counters a core keeps for reporting.
@@ -85,7 +106,8 @@ pub struct CoreStats {
     pub last_cycles: Option<u64>,
 }
 
-/// One hardware core instance, driven by exactly one core handler thread.
+/// One hardware core instance, driven by one caller at a time (in a node,
+/// the core's task on the event loop).
 pub trait Core: Send {
     /// Processes one input (`input_size` bytes) into one output (`output_size` bytes).
     fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError>;
@@ -117,6 +139,13 @@ pub trait Core: Send {
     /// Counters for reporting; backends without any return the default.
     fn stats(&self) -> CoreStats {
         CoreStats::default()
+    }
+
+    /// Whether the core finishes an input in negligible time without ever
+    /// blocking (the zero-delay benchmarking core): an event loop may then
+    /// call it directly instead of handing it to a thread.
+    fn instant(&self) -> bool {
+        false
     }
 
     /// The core's pipeline, if it can take the next job while it runs the
@@ -250,13 +279,18 @@ impl Isolation {
     }
 }
 
+/// Text that names no [`Isolation`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an isolation (process, in-process)")]
+pub struct UnknownIsolation(pub String);
+
 impl std::str::FromStr for Isolation {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownIsolation;
+    fn from_str(s: &str) -> Result<Self, UnknownIsolation> {
         match s {
             "process" => Ok(Isolation::Process),
             "in-process" => Ok(Isolation::InProcess),
-            _ => Err(format!("{s:?} is not an isolation (process, in-process)")),
+            _ => Err(UnknownIsolation(s.to_string())),
         }
     }
 }
@@ -370,14 +404,12 @@ fn check_trust(cfg: &Configuration, trust: &signature::Trust) -> Result<(), Load
         return Ok(());
     }
     if !image::is_image(&cfg.bitstream) {
-        return Err(LoadError::Invalid(
-            "unsigned: a raw bitstream carries no signature, and this node runs only images \
-             signed by a trusted key (--trust)"
-                .into(),
+        return Err(LoadError::Untrusted(
+            signature::SignatureError::RawBitstream,
         ));
     }
     let img = Image::parse(cfg.bitstream.clone()).map_err(|e| LoadError::Invalid(e.to_string()))?;
-    trust.check(&img).map_err(LoadError::Invalid)
+    Ok(trust.check(&img)?)
 }
 
 /// Instantiates the cores of a (non-benchmark) configuration.

@@ -33,6 +33,59 @@ pub const TRAILER_LEN: usize = 12;
 /// A signature record is about 200 bytes; anything longer is not one.
 const MAX_RECORD: u32 = 4096;
 
+/// Why a key did not parse (`--trust`, `corefarm image`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    #[error("{0:?} is not an Ed25519 public key (64 hex digits)")]
+    NotHex(String),
+    #[error("{0:?} is not a valid Ed25519 point")]
+    NotAPoint(String),
+    #[error("reading {path}: {error}")]
+    Read { path: String, error: String },
+    #[error("{path}: {error}")]
+    InFile { path: String, error: Box<KeyError> },
+}
+
+/// Why a signature trailer is malformed or an image may not run.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SignatureError {
+    #[error("signature trailer declares a {0}-byte record")]
+    RecordLength(u32),
+    #[error("signature record is invalid: {0}")]
+    Record(String),
+    #[error(
+        "image {name:?} is unsigned; this node runs only images signed by a trusted key \
+         (--trust {trusted})"
+    )]
+    Unsigned { name: String, trusted: String },
+    #[error(
+        "unsigned: a raw bitstream carries no signature, and this node runs only images \
+         signed by a trusted key (--trust)"
+    )]
+    RawBitstream,
+    #[error("image {name:?} has a tampered artifact: {error}")]
+    Tampered { name: String, error: String },
+    #[error(
+        "image {name:?} is signed by key {key}, which this node does not trust (--trust {trusted})"
+    )]
+    Untrusted {
+        name: String,
+        key: PublicKey,
+        trusted: String,
+    },
+    #[error(
+        "bad signature by key {key}: the image changed after it was signed, or the \
+         signature was not made with this key"
+    )]
+    BadSignature { key: PublicKey },
+    /// [`SignatureError::BadSignature`] of a named image.
+    #[error("image {name:?}: {error}")]
+    Image {
+        name: String,
+        error: Box<SignatureError>,
+    },
+}
+
 /// An Ed25519 public key (32 bytes), shown as lower-case hex.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct PublicKey(pub [u8; 32]);
@@ -40,31 +93,32 @@ pub struct PublicKey(pub [u8; 32]);
 impl PublicKey {
     /// 64 hex digits, or the path of a file holding them (a `.pub` file
     /// written by `corefarm image keygen`).
-    pub fn parse_or_read(s: &str) -> Result<Self, String> {
+    pub fn parse_or_read(s: &str) -> Result<Self, KeyError> {
         match s.trim().parse() {
             Ok(k) => Ok(k),
             Err(_) if std::path::Path::new(s).is_file() => std::fs::read_to_string(s)
-                .map_err(|e| format!("reading {s}: {e}"))?
+                .map_err(|e| KeyError::Read {
+                    path: s.to_string(),
+                    error: e.to_string(),
+                })?
                 .parse()
-                .map_err(|e| format!("{s}: {e}")),
+                .map_err(|e| KeyError::InFile {
+                    path: s.to_string(),
+                    error: Box::new(e),
+                }),
             Err(e) => Err(e),
         }
     }
 }
 
 impl std::str::FromStr for PublicKey {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = KeyError;
+    fn from_str(s: &str) -> Result<Self, KeyError> {
         let b = hex::decode(s.trim())
             .ok()
             .and_then(|b| <[u8; 32]>::try_from(b).ok())
-            .ok_or_else(|| {
-                format!(
-                    "{:?} is not an Ed25519 public key (64 hex digits)",
-                    s.trim()
-                )
-            })?;
-        VerifyingKey::from_bytes(&b).map_err(|_| format!("{s:?} is not a valid Ed25519 point"))?;
+            .ok_or_else(|| KeyError::NotHex(s.trim().to_string()))?;
+        VerifyingKey::from_bytes(&b).map_err(|_| KeyError::NotAPoint(s.to_string()))?;
         Ok(PublicKey(b))
     }
 }
@@ -110,17 +164,25 @@ impl SignatureRecord {
         t
     }
 
-    fn parse(json: &[u8]) -> Result<Self, String> {
-        let r: Record = serde_json::from_slice(json).map_err(|e| e.to_string())?;
+    /// The error names what is wrong with the record.
+    fn parse(json: &[u8]) -> Result<Self, SignatureError> {
+        let invalid = |why: String| SignatureError::Record(why);
+        let r: Record = serde_json::from_slice(json).map_err(|e| invalid(e.to_string()))?;
         if r.algorithm != "ed25519" {
-            return Err(format!("unknown signature algorithm {:?}", r.algorithm));
+            return Err(invalid(format!(
+                "unknown signature algorithm {:?}",
+                r.algorithm
+            )));
         }
         let signature = hex::decode(&r.signature)
             .ok()
             .and_then(|b| <[u8; 64]>::try_from(b).ok())
-            .ok_or("the signature is not 128 hex digits")?;
+            .ok_or_else(|| invalid("the signature is not 128 hex digits".into()))?;
         Ok(SignatureRecord {
-            key: r.key.parse()?,
+            key: r
+                .key
+                .parse()
+                .map_err(|e: KeyError| invalid(e.to_string()))?,
             signature,
         })
     }
@@ -129,18 +191,17 @@ impl SignatureRecord {
 /// Splits a possibly signed image into the image proper and its record.
 /// An image without the trailer magic is unsigned; a trailer that is
 /// present but malformed is an error (never silently "unsigned").
-pub fn split(bytes: &[u8]) -> Result<(&[u8], Option<SignatureRecord>), String> {
+pub fn split(bytes: &[u8]) -> Result<(&[u8], Option<SignatureRecord>), SignatureError> {
     if !bytes.ends_with(TRAILER_MAGIC) || bytes.len() < TRAILER_LEN {
         return Ok((bytes, None));
     }
     let n = bytes.len();
     let len = u32::from_le_bytes(bytes[n - TRAILER_LEN..n - 8].try_into().expect("4 bytes"));
     if len > MAX_RECORD || len as usize > n - TRAILER_LEN {
-        return Err(format!("signature trailer declares a {len}-byte record"));
+        return Err(SignatureError::RecordLength(len));
     }
     let start = n - TRAILER_LEN - len as usize;
-    let record = SignatureRecord::parse(&bytes[start..n - TRAILER_LEN])
-        .map_err(|e| format!("signature record is invalid: {e}"))?;
+    let record = SignatureRecord::parse(&bytes[start..n - TRAILER_LEN])?;
     Ok((&bytes[..start], Some(record)))
 }
 
@@ -165,26 +226,31 @@ impl Trust {
     }
 
     /// Whether `image` may run here; the error says why not.
-    pub fn check(&self, img: &Image) -> Result<(), String> {
-        let name = &img.manifest.name;
+    pub fn check(&self, img: &Image) -> Result<(), SignatureError> {
+        let name = img.manifest.name.clone();
         let Some(rec) = &img.signature else {
-            return Err(format!(
-                "image {name:?} is unsigned; this node runs only images signed by a trusted key \
-                 (--trust {})",
-                self.list()
-            ));
+            return Err(SignatureError::Unsigned {
+                name,
+                trusted: self.list(),
+            });
         };
         if let Some(Err(e)) = img.verify().into_iter().find(|r| r.is_err()) {
-            return Err(format!("image {name:?} has a tampered artifact: {e}"));
+            return Err(SignatureError::Tampered {
+                name,
+                error: e.to_string(),
+            });
         }
         if !self.0.contains(&rec.key) {
-            return Err(format!(
-                "image {name:?} is signed by key {}, which this node does not trust (--trust {})",
-                rec.key,
-                self.list()
-            ));
+            return Err(SignatureError::Untrusted {
+                name,
+                key: rec.key,
+                trusted: self.list(),
+            });
         }
-        verify(img, rec).map_err(|e| format!("image {name:?}: {e}"))
+        verify(img, rec).map_err(|e| SignatureError::Image {
+            name,
+            error: Box::new(e),
+        })
     }
 
     fn list(&self) -> String {
@@ -197,16 +263,13 @@ impl Trust {
 }
 
 /// Checks `rec` against the image's contents.
-pub fn verify(img: &Image, rec: &SignatureRecord) -> Result<(), String> {
-    let key = VerifyingKey::from_bytes(&rec.key.0).map_err(|e| e.to_string())?;
+pub fn verify(img: &Image, rec: &SignatureRecord) -> Result<(), SignatureError> {
+    let bad = || SignatureError::BadSignature { key: rec.key };
+    // A key that is not a point never parsed into a `PublicKey`.
+    let key = VerifyingKey::from_bytes(&rec.key.0).map_err(|_| bad())?;
     let sig = EdSignature::from_bytes(&rec.signature);
-    key.verify_strict(&img.signed_message(), &sig).map_err(|_| {
-        format!(
-            "bad signature by key {}: the image changed after it was signed, or the \
-             signature was not made with this key",
-            rec.key
-        )
-    })
+    key.verify_strict(&img.signed_message(), &sig)
+        .map_err(|_| bad())
 }
 
 #[cfg(test)]
@@ -252,8 +315,19 @@ mod tests {
         out
     }
 
-    fn check(trust: &Trust, bytes: &[u8]) -> Result<(), String> {
-        trust.check(&Image::parse(Bytes::copy_from_slice(bytes)).map_err(|e| e.to_string())?)
+    fn check(trust: &Trust, bytes: &[u8]) -> Result<(), SignatureError> {
+        trust.check(&Image::parse(Bytes::copy_from_slice(bytes)).unwrap())
+    }
+
+    /// The signature failure inside a named image's.
+    fn bad_by(e: SignatureError) -> PublicKey {
+        match e {
+            SignatureError::Image { error, .. } => match *error {
+                SignatureError::BadSignature { key } => key,
+                e => panic!("{e}"),
+            },
+            e => panic!("{e}"),
+        }
     }
 
     #[test]
@@ -274,25 +348,28 @@ mod tests {
     fn unsigned_wrong_key_tampered_and_forged_images_are_refused_with_the_reason() {
         let k = key(1);
         let trust = Trust(vec![public(&k)]);
+        // The refusal is the reason a user reads: it names the trusted keys.
         let e = check(&trust, &image()).unwrap_err();
+        assert!(matches!(e, SignatureError::Unsigned { .. }), "{e}");
         assert!(
-            e.contains("unsigned") && e.contains(&public(&k).to_string()),
+            e.to_string().contains("unsigned") && e.to_string().contains(&public(&k).to_string()),
             "{e}"
         );
 
         let other = key(2);
         let e = check(&trust, &sign(&image(), &other, public(&other))).unwrap_err();
         assert!(
-            e.contains("does not trust") && e.contains(&public(&other).to_string()),
+            matches!(&e, SignatureError::Untrusted { key, .. } if *key == public(&other)),
             "{e}"
         );
+        assert!(e.to_string().contains("does not trust"), "{e}");
 
         // An artifact changed after signing fails its checksum first.
         let mut tampered = sign(&image(), &k, public(&k));
         let at = image().len() - 1;
         tampered[at] ^= 1;
         let e = check(&trust, &tampered).unwrap_err();
-        assert!(e.contains("tampered artifact"), "{e}");
+        assert!(matches!(e, SignatureError::Tampered { .. }), "{e}");
 
         // A manifest changed after signing (same length: name "x" -> "y").
         let signed = sign(&image(), &k, public(&k));
@@ -304,11 +381,12 @@ mod tests {
         let mut renamed = signed.clone();
         renamed[name] = b'y';
         let e = check(&trust, &renamed).unwrap_err();
-        assert!(e.contains("bad signature"), "{e}");
+        assert!(e.to_string().contains("bad signature"), "{e}");
+        assert_eq!(bad_by(e), public(&k));
 
         // Signed by another key but claiming the trusted one.
         let e = check(&trust, &sign(&image(), &other, public(&k))).unwrap_err();
-        assert!(e.contains("bad signature"), "{e}");
+        assert_eq!(bad_by(e), public(&k));
     }
 
     #[test]
@@ -336,7 +414,13 @@ mod tests {
     fn public_keys_parse_from_hex_only() {
         let k = public(&key(1));
         assert_eq!(k.to_string().parse::<PublicKey>().unwrap(), k);
-        assert!("abcd".parse::<PublicKey>().is_err());
-        assert!(PublicKey::parse_or_read("/nonexistent/key.pub").is_err());
+        assert!(matches!(
+            "abcd".parse::<PublicKey>(),
+            Err(KeyError::NotHex(_))
+        ));
+        assert!(matches!(
+            PublicKey::parse_or_read("/nonexistent/key.pub"),
+            Err(KeyError::NotHex(_))
+        ));
     }
 }

@@ -1,4 +1,4 @@
-//! Resident named buffers of a group member (issue 9): data that stays on
+//! Resident named buffers of a group member (docs/collectives.md): data that stays on
 //! the node between collectives and runs. Every buffer holds a reservation
 //! of the node's memory guard for its bytes, so buffers, queued jobs and
 //! unsent results share one bound; a buffer that does not fit is refused

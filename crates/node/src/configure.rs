@@ -8,7 +8,7 @@ use bytes::Bytes;
 use corefarm_cores::spin::Ruleset;
 use corefarm_cores::worker::HandlerWorker;
 use corefarm_cores::{LoadError, LoadOptions, Loaded};
-use corefarm_smp::Configuration;
+use corefarm_smp::{Configuration, ErrorCode, ProtocolError};
 use tokio::sync::mpsc;
 
 use crate::bench::BenchCore;
@@ -47,13 +47,54 @@ impl std::fmt::Debug for CoreLoader {
     }
 }
 
+/// Why a configuration was refused. The text is the reason sent back to the
+/// server (and on to the user); [`ConfigureError::code`] is the SMP code.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigureError {
+    /// The payload is not a configuration message.
+    #[error("{0}")]
+    Malformed(ProtocolError),
+    /// An input or output size cannot pass the link's message limit.
+    #[error("{0}")]
+    Limits(ProtocolError),
+    /// The backend refused or failed to load the cores.
+    #[error("{0}")]
+    Load(LoadError),
+    /// The loader panicked.
+    #[error("loading the configuration crashed: {0}")]
+    LoaderCrashed(String),
+    /// The loader returned no cores.
+    #[error("the configuration instantiates no cores")]
+    NoCores,
+    /// The OS refused the engine a thread.
+    #[error("cannot start the core handlers: {0}")]
+    Engine(std::io::Error),
+    /// The image's streaming handler sets did not load.
+    #[error("handler sets: {0}")]
+    HandlerSets(LoadError),
+    /// Loading the handler sets panicked.
+    #[error("loading the handler sets crashed: {0}")]
+    HandlerSetsCrashed(String),
+    /// The streaming-handler lane did not start.
+    #[error("cannot start the streaming handlers: {0}")]
+    Lane(std::io::Error),
+}
+
+impl ConfigureError {
+    /// Every refusal is a failed configuration on the wire; what went wrong
+    /// is in the reason.
+    pub fn code(&self) -> ErrorCode {
+        ErrorCode::ConfigurationFailed
+    }
+}
+
 /// The configuration a node runs and its core handlers.
 pub struct Configured {
     pub cfg: Configuration,
     pub workers: Workers,
 }
 
-/// Parses, checks and loads a configuration; `Err` is the reason sent back.
+/// Parses, checks and loads a configuration.
 /// `limit` is the largest payload the link carries (the node's own limit,
 /// lowered by the server's if it announced one); `any_length`: the server
 /// takes handler results of any length (hello feature `any-length`).
@@ -63,42 +104,41 @@ pub async fn configure(
     limit: u32,
     any_length: bool,
     results: &mpsc::UnboundedSender<Outgoing>,
-) -> Result<Configured, String> {
+) -> Result<Configured, ConfigureError> {
     if !opts.reconfigure_delay.is_zero() {
         // Emulated board programming (simulation only; zero by default).
         tokio::time::sleep(opts.reconfigure_delay).await;
     }
-    let cfg = Configuration::parse(payload).map_err(|e| e.to_string())?;
+    let cfg = Configuration::parse(payload).map_err(ConfigureError::Malformed)?;
     // Refused here, with a reason, rather than as an impossible allocation
     // or an unsendable result once data flows.
-    cfg.check_limits(limit).map_err(|e| e.to_string())?;
+    cfg.check_limits(limit).map_err(ConfigureError::Limits)?;
     let engine = match cfg.benchmark() {
         Some(b) => BenchCore::engine(&b),
         None => {
             let (c, load, loader) = (cfg.clone(), opts.load.clone(), opts.loader.clone());
             let loaded = tokio::task::spawn_blocking(move || loader.load(&c, &load))
                 .await
-                .map_err(|e| format!("loading the configuration crashed: {e}"))?
-                .map_err(|e| e.to_string())?;
+                .map_err(|e| ConfigureError::LoaderCrashed(e.to_string()))?
+                .map_err(ConfigureError::Load)?;
             if loaded.cores.is_empty() {
-                return Err("the configuration instantiates no cores".into());
+                return Err(ConfigureError::NoCores);
             }
             tracing::info!(node = %opts.name, "loaded {}", loaded.description);
             Engine {
                 cores: loaded.cores,
                 input_size: cfg.input_size as usize,
                 output_size: cfg.output_size as usize,
-                inline: false,
             }
         }
     };
-    let mut workers = Workers::start(engine, results.clone(), &opts.name)
-        .map_err(|e| format!("cannot start the core handlers: {e}"))?;
+    let mut workers =
+        Workers::start(engine, results.clone(), &opts.name).map_err(ConfigureError::Engine)?;
     if let Some((pool, rulesets)) = handler_sets(&cfg, opts).await? {
         let link = crate::spin::ResultLink { limit, any_length };
         workers
             .attach_spin(pool, rulesets, opts.spin, link, &opts.name)
-            .map_err(|e| format!("cannot start the streaming handlers: {e}"))?;
+            .map_err(ConfigureError::Lane)?;
     }
     Ok(Configured { cfg, workers })
 }
@@ -109,7 +149,7 @@ pub async fn configure(
 async fn handler_sets(
     cfg: &Configuration,
     opts: &NodeOptions,
-) -> Result<Option<(Vec<HandlerWorker>, Vec<Ruleset>)>, String> {
+) -> Result<Option<(Vec<HandlerWorker>, Vec<Ruleset>)>, ConfigureError> {
     if cfg.benchmark().is_some() {
         return Ok(None);
     }
@@ -127,8 +167,8 @@ async fn handler_sets(
         Ok(Some(pool))
     })
     .await
-    .map_err(|e| format!("loading the handler sets crashed: {e}"))?
-    .map_err(|e: corefarm_cores::LoadError| format!("handler sets: {e}"))?;
+    .map_err(|e| ConfigureError::HandlerSetsCrashed(e.to_string()))?
+    .map_err(ConfigureError::HandlerSets)?;
     Ok(pool.map(|pool| {
         let w = &pool[0];
         let rulesets = (0..w.contexts())
@@ -184,10 +224,8 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert!(
-            why.contains("output size") && why.contains("limit"),
-            "{why}"
-        );
+        assert!(matches!(why, ConfigureError::Limits(_)), "{why}");
+        assert_eq!(why.code(), ErrorCode::ConfigurationFailed);
         assert!(configure(bench(32, 1 << 19), &o, 1 << 20, false, &tx)
             .await
             .is_ok());
@@ -226,7 +264,7 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert!(why.contains("output size 0"), "{why}");
+        assert!(matches!(why, ConfigureError::Limits(_)), "{why}");
     }
 
     #[tokio::test]
@@ -248,8 +286,14 @@ mod tests {
         }));
         let why = configure(payload.clone(), &o, 1 << 20, false, &tx)
             .await
-            .err();
-        assert_eq!(why.as_deref(), Some("no such backend"));
+            .err()
+            .unwrap();
+        assert!(
+            matches!(&why, ConfigureError::Load(LoadError::Unsupported(m)) if m == "no such backend"),
+            "{why}"
+        );
+        // The backend's words are the reason the server gets, unchanged.
+        assert_eq!(why.to_string(), "no such backend");
         let o = opts(CoreLoader::new(|_, _| {
             Ok(Loaded {
                 cores: vec![],
@@ -260,6 +304,6 @@ mod tests {
             .await
             .err()
             .unwrap();
-        assert!(why.contains("no cores"), "{why}");
+        assert!(matches!(why, ConfigureError::NoCores), "{why}");
     }
 }

@@ -1,4 +1,4 @@
-//! A node's membership in a user's group (issue 9): the task that joins the
+//! A node's membership in a user's group (docs/collectives.md): the task that joins the
 //! fabric when the server says `join`, then runs the user's group commands
 //! one at a time, in the order the server relays them (collectives must run
 //! in the same order on every member, as in MPI), against the member's
@@ -27,25 +27,40 @@ use crate::direct;
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
 use crate::peer::link;
-use crate::peer::{Fabric, GroupSpec, Member, PeerListener, Topology};
+use crate::peer::{Fabric, FabricError, GroupSpec, Member, PeerListener, Topology, TopologyError};
 use crate::NodeOptions;
 
 /// Size of the reply header: a `get` must fit the link with it.
 const REPLY_OVERHEAD: usize = corefarm_smp::group::REPLY_HEADER_LEN;
 
 /// Parses a topology as group control names it: `mesh`, `ring`, `tree`, `torus:<cols>`.
-pub fn parse_topology(s: &str) -> Result<Topology, String> {
+pub fn parse_topology(s: &str) -> Result<Topology, TopologyError> {
     match s {
         "mesh" | "" => Ok(Topology::FullMesh),
         "ring" => Ok(Topology::Ring),
         "tree" => Ok(Topology::BinomialTree),
         t => match t.strip_prefix("torus:").map(str::parse::<u32>) {
             Some(Ok(cols)) if cols > 0 => Ok(Topology::Torus { cols }),
-            _ => Err(format!(
-                "unknown topology {t:?} (mesh, ring, tree or torus:<cols>)"
-            )),
+            _ => Err(TopologyError::Unknown(t.to_string())),
         },
     }
+}
+
+/// Why a member could not join its group; the text is the `joined`
+/// error the server (and the group's user) reads.
+#[derive(Debug, thiserror::Error)]
+pub enum JoinError {
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error("rank {rank} ({name}): peer address {peer:?}: {error}")]
+    PeerAddress {
+        rank: u32,
+        name: String,
+        peer: String,
+        error: std::net::AddrParseError,
+    },
+    #[error(transparent)]
+    Fabric(#[from] FabricError),
 }
 
 /// What a member needs besides the join message.
@@ -95,7 +110,7 @@ impl GroupHandle {
         let task = tokio::spawn(async move {
             let joined = match topology {
                 Ok(t) => join(group, rank, members, t, token, &env).await,
-                Err(e) => Err(e),
+                Err(e) => Err(JoinError::Topology(e)),
             };
             let fab = match joined {
                 Ok(f) => f,
@@ -103,7 +118,7 @@ impl GroupHandle {
                     tracing::warn!(node = %env.opts.name, group, "cannot join: {e}");
                     let ctl = GroupCtl::Joined {
                         group,
-                        error: Some(e),
+                        error: Some(e.to_string()),
                     };
                     let _ = env.out.send(Outgoing::Frame(ctl.to_frame()));
                     return;
@@ -130,25 +145,23 @@ async fn join(
     topology: Topology,
     token: u64,
     env: &MemberEnv,
-) -> Result<Fabric, String> {
+) -> Result<Fabric, JoinError> {
     let members = members
         .into_iter()
-        .map(|m| {
-            let addr: SocketAddr = m.peer.parse().map_err(|e| {
-                format!(
-                    "rank {} ({}): peer address {:?}: {e}",
-                    m.rank, m.name, m.peer
-                )
-            })?;
-            Ok(Member { name: m.name, addr })
+        .map(|m| match m.peer.parse::<SocketAddr>() {
+            Ok(addr) => Ok(Member { name: m.name, addr }),
+            Err(error) => Err(JoinError::PeerAddress {
+                rank: m.rank,
+                name: m.name,
+                peer: m.peer,
+                error,
+            }),
         })
-        .collect::<Result<Vec<_>, String>>()?;
+        .collect::<Result<Vec<_>, _>>()?;
     let spec = GroupSpec::new(group, rank, members, topology)
         .with_token(token)
         .with_chunk_size(env.opts.chunk_size);
-    Fabric::join(&env.listener, spec)
-        .await
-        .map_err(|e| e.to_string())
+    Ok(Fabric::join(&env.listener, spec).await?)
 }
 
 /// Why a command failed: code, reason, and the member to blame if another.
@@ -434,7 +447,7 @@ impl Resident {
         let (tx, rx) = mpsc::unbounded_channel();
         let c = configure::configure(payload, &self.env.opts, self.env.limit, false, &tx)
             .await
-            .map_err(|e| local(ErrorCode::ConfigurationFailed, e))?;
+            .map_err(|e| local(e.code(), e.to_string()))?;
         tracing::info!(node = %self.env.opts.name, "group cores: {}", configure::describe(&c.cfg));
         self.cores = Some((c, rx));
         Ok(())

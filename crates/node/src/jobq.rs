@@ -1,17 +1,19 @@
-//! The node's input queue to its cores (issue 11), and the handler lane's
-//! queue: jobs wait by priority class and the threads that serve them
-//! (core handlers, the lane) take the most urgent first, under the
-//! same anti-starvation policy as the server's function queues
-//! (`smp::stream::ClassQueues` with [`MESSAGE_GUARD`]): a bulk job is passed
+//! The node's input queue to its cores, and the handler lane's queue: jobs
+//! wait by priority class (so an urgent message passes queued bulk ones)
+//! and whoever serves them (the cores' tasks, the lane's threads) takes
+//! the most urgent first, under the same anti-starvation policy as the
+//! server's function queues (`smp::stream::ClassQueues` with
+//! [`MESSAGE_GUARD`]): a bulk job is passed
 //! over by at most that many more urgent ones in a row. Within a class the
 //! queue is FIFO, so a link without classes (a seed-format server, or one
 //! without chunks: every job in the default class) sees the FIFO it always
 //! had.
 //!
-//! A mutex and a condition variable rather than a lock-free channel: the
-//! order depends on everything waiting, so taking a job has to look at all
-//! classes at once. The lock is held for a push or a pop only, never while
-//! a core runs, and a push wakes a thread only if one is waiting.
+//! A mutex rather than a lock-free channel: the order depends on everything
+//! waiting, so taking a job has to look at all classes at once. The lock
+//! is held for a push or a pop only, never while a core runs, and a push
+//! wakes only a waiter that is there (a lane thread on the condition
+//! variable, a core's task on the notify).
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -21,7 +23,7 @@ use crate::handlers::Job;
 
 /// A queue by class, shared by whoever submits (the receiving task, the
 /// handler lane forwarding to the cores) and the threads that serve it.
-pub struct ClassQueue<T>(Arc<Shared<T>>);
+pub struct ClassQueue<T>(Arc<Queue<T>>);
 
 /// The queue to the cores.
 pub type JobQueue = ClassQueue<Job>;
@@ -32,7 +34,9 @@ impl<T> Clone for ClassQueue<T> {
     }
 }
 
-struct Shared<T> {
+/// The queue behind every [`ClassQueue`] handle: the jobs (under the lock)
+/// and the signals for who waits on them.
+struct Queue<T> {
     state: Mutex<State<T>>,
     ready: Condvar,
     /// The same signal for tasks waiting in [`ClassQueue::wait_async`].
@@ -71,7 +75,7 @@ impl<T> ClassQueue<T> {
 
     /// `guard` 0: strict priority (a test's way to watch starvation happen).
     pub fn with_guard(guard: u32) -> Self {
-        ClassQueue(Arc::new(Shared {
+        ClassQueue(Arc::new(Queue {
             state: Mutex::new(State {
                 jobs: ClassQueues::new(guard),
                 closed: false,
@@ -114,8 +118,8 @@ impl<T> ClassQueue<T> {
         Ok(())
     }
 
-    /// The next job by class, waiting for one (blocking: core handler
-    /// threads only). `None` once the queue is closed and empty.
+    /// The next job by class, waiting for one (blocking: the handler
+    /// lane's threads only). `None` once the queue is closed and empty.
     pub fn wait(&self) -> Option<T> {
         let mut s = self.lock();
         loop {
@@ -131,8 +135,8 @@ impl<T> ClassQueue<T> {
         }
     }
 
-    /// [`ClassQueue::wait`] for a task (an isolated core's, on the node's
-    /// event loop): the same order, and it counts as waiting for
+    /// [`ClassQueue::wait`] for a task (a core's, on the node's event
+    /// loop): the same order, and it counts as waiting for
     /// [`ClassQueue::ahead`].
     pub async fn wait_async(&self) -> Option<T> {
         /// Keeps `idle` right if the waiting future is dropped.
@@ -164,8 +168,8 @@ impl<T> ClassQueue<T> {
     }
 
     /// [`ClassQueue::ahead`] as a wait: the next job pushed while no core
-    /// waits for work, for a core that is busy but could take one more (an
-    /// isolated core's task, while its worker computes). Waits for good
+    /// waits for work, for a core that is busy but could take one more (the
+    /// task of a core in a worker process, while the worker computes). Waits for good
     /// once the queue is closed and empty; a dropped wait takes nothing.
     pub async fn wait_ahead_async(&self) -> T {
         loop {

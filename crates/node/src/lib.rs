@@ -3,13 +3,14 @@
 //! One session per server connection, structured like the seed's node:
 //! - the receiving task ([`session`]) reads SMP messages, reconfigures on every
 //!   configuration message ([`configure`]) and queues each data message as a job;
-//! - core handlers ([`handlers`]) — one OS thread per hardware core — take jobs
-//!   from the input queue ([`jobq`], by priority class), run them on their core and push results; the
-//!   benchmarking configuration is one more core ([`mod@bench`]);
+//! - the core engine ([`handlers`]) — one task per hardware core on the event
+//!   loop — takes jobs from the input queue ([`jobq`], by priority class),
+//!   runs them on their core and pushes results; the benchmarking
+//!   configuration is one more core ([`mod@bench`]);
 //! - the sending task ([`sender`]) writes results back to the server.
 //!
 //! The node fabric ([`peer`]) links the node managers of a group over their
-//! peer ports; [`collective`] runs MPI-like collectives over it (issue 9);
+//! peer ports; [`collective`] runs MPI-like collectives over it;
 //! [`group`] runs a user's group commands on a member against its resident
 //! [`buffers`].
 //!
@@ -26,7 +27,6 @@ pub mod group;
 pub mod guard;
 pub mod handlers;
 pub mod inbound;
-mod isolated;
 pub mod jobq;
 pub mod metrics;
 pub mod notes;
@@ -81,7 +81,8 @@ pub struct NodeOptions {
     /// TLS to the server's node port (`--tls-ca`, `--tls-server-name`);
     /// `None`: plain TCP. Peer links between nodes stay plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
-    /// Chunks on the server link (issue 11): offered in the hello with this
+    /// Chunks on the server link (so an urgent message need not wait behind
+    /// a whole bulk one): offered in the hello with this
     /// size (the server answers with the size in force), and in the peer
     /// hello of a group's links; 0: not offered.
     pub chunk_size: u32,

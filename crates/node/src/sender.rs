@@ -28,8 +28,11 @@ pub enum SendError {
     Io(#[from] std::io::Error),
     /// A seed-format server cannot be told that an input failed; closing the
     /// connection makes it re-dispatch instead of waiting forever.
-    #[error("{0}; closing the connection (the server did not negotiate error messages)")]
-    Closed(String),
+    #[error(
+        "data id {id} failed: {reason}; closing the connection (the server did not negotiate \
+         error messages)"
+    )]
+    Closed { id: u32, reason: String },
 }
 
 /// Bytes a batch takes at most once chunks are on: what an urgent result
@@ -88,9 +91,9 @@ impl Chunking {
 /// reservation held until it is written.
 type Ready = (OutFrame, u8, Option<Reservation>);
 
-/// The frame for one queued item. `Err(reason)` when the only way to report
-/// it is to close.
-fn to_wire(o: Outgoing, negotiated: bool, chunking: &Chunking) -> Result<Ready, String> {
+/// The frame for one queued item. `Err` when the only way to report it is
+/// to close.
+fn to_wire(o: Outgoing, negotiated: bool, chunking: &Chunking) -> Result<Ready, SendError> {
     let (id, code, reason, held) = match o {
         Outgoing::Frame(f) => return Ok((f, 0, None)),
         Outgoing::Notes { .. } => unreachable!("admit sends notes apart"),
@@ -124,7 +127,7 @@ fn to_wire(o: Outgoing, negotiated: bool, chunking: &Chunking) -> Result<Ready, 
     if negotiated {
         Ok((ErrorMsg::new(id, code, reason).to_frame(), class, held))
     } else {
-        Err(format!("data id {id} failed: {reason}"))
+        Err(SendError::Closed { id, reason })
     }
 }
 
@@ -232,7 +235,7 @@ pub async fn send_loop_chunked<W: AsyncWrite + Unpin>(
     }
     let _ = wr.shutdown().await;
     match fatal {
-        Some(why) => Err(SendError::Closed(why)),
+        Some(why) => Err(why),
         None => Ok(results),
     }
 }
@@ -243,7 +246,7 @@ fn admit(
     negotiated: &AtomicBool,
     chunking: &Chunking,
     (notes, noted): (&NoteLink, &mut std::collections::HashSet<u32>),
-    fatal: &mut Option<String>,
+    fatal: &mut Option<SendError>,
 ) {
     // Learnt from the server's hello, which comes before any data.
     let size = chunking.size() as usize;
@@ -349,10 +352,7 @@ mod tests {
         let e = send_loop(a, rx, Arc::new(AtomicBool::new(false)), None)
             .await
             .unwrap_err();
-        assert!(
-            matches!(e, SendError::Closed(ref why) if why.contains("data id 9")),
-            "{e}"
-        );
+        assert!(matches!(e, SendError::Closed { id: 9, .. }), "{e}");
         let mut r = FrameReader::new(b, 1024);
         let f = r.read_frame().await.unwrap().unwrap();
         assert_eq!(

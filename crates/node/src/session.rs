@@ -211,7 +211,7 @@ where
 fn sender_error(end: &Result<Result<u64, SendError>, JoinError>) -> NodeError {
     match end {
         Ok(Err(SendError::Io(e))) => NodeError::Io(std::io::Error::new(e.kind(), e.to_string())),
-        Ok(Err(e @ SendError::Closed(_))) => NodeError::Session(e.to_string()),
+        Ok(Err(e @ SendError::Closed { .. })) => NodeError::Session(e.to_string()),
         Ok(Ok(_)) => NodeError::Session("the sending task ended early".into()),
         Err(e) => NodeError::Session(format!("the sending task failed: {e}")),
     }
@@ -415,10 +415,11 @@ impl Session<'_> {
                     ConfigurationResponse { status: 0 }.to_frame(),
                 ));
             }
-            Err(reason) => {
+            Err(why) => {
+                let reason = why.to_string();
                 let clipped = ErrorMsg::clip(&reason);
                 tracing::warn!(node = %self.opts.name, "configuration refused: {clipped}");
-                self.error(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, reason);
+                self.error(ErrorMsg::NO_ID, why.code(), reason);
                 let status = ConfigurationResponse::FAILED;
                 self.queue(Outgoing::Frame(ConfigurationResponse { status }.to_frame()));
             }

@@ -242,9 +242,11 @@ fn lane(
 fn answer(shape: ResultShape, set: &str, job: Job, outcome: Outcome) -> Result<Outgoing, Job> {
     let data = match outcome {
         Outcome::Forward => return Err(job),
-        Outcome::Result(bytes) => shape.emitted(set, job.count, bytes),
+        Outcome::Result(bytes) => shape
+            .emitted(set, job.count, bytes)
+            .map_err(|e| (e.code(), e.to_string())),
         Outcome::Dropped => Ok(shape.dropped(job.count)),
-        Outcome::Failed(reason) => Err(reason),
+        Outcome::Failed(reason) => Err((ErrorCode::CoreFailure, reason)),
     };
     let Job {
         id,
@@ -259,14 +261,14 @@ fn answer(shape: ResultShape, set: &str, job: Job, outcome: Outcome) -> Result<O
         reservation: Some(reservation),
     };
     let out = match data {
-        Err(reason) => failed(ErrorCode::CoreFailure, reason, reservation),
+        Err((code, reason)) => failed(code, reason, reservation),
         Ok(data) => match shape.account(set, count, data.len(), &mut reservation) {
             Ok(()) => Outgoing::Result {
                 id,
                 data,
                 reservation,
             },
-            Err(reason) => failed(ErrorCode::TooLarge, reason, reservation),
+            Err(e) => failed(e.code(), e.to_string(), reservation),
         },
     };
     Ok(out)

@@ -1,4 +1,4 @@
-//! Priority classes in the node's input queue to its cores (issue 11): with
+//! Priority classes in the node's input queue to its cores: with
 //! the one core held on a gate, messages queue up; each permit then lets
 //! exactly one through, so the order results come back is the order the
 //! queue served them.

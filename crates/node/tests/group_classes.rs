@@ -1,5 +1,5 @@
-//! A group command's class reaches the node's collective (issue 11 ×
-//! issue 9): a real node session (this test plays its server over an
+//! A group command's class reaches the node's collective, so priority
+//! holds past the server on the group's links: a real node session (this test plays its server over an
 //! in-memory pipe) runs a broadcast from its buffer, and the test, playing
 //! the other member with a fabric of its own, sees the class of every
 //! chunk it receives.

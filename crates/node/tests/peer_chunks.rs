@@ -1,4 +1,4 @@
-//! Chunks and priority classes on node↔node links (issue 11): control
+//! Chunks and priority classes on node↔node links: control
 //! traffic passes collective data queued before it on the same link, and a
 //! peer that breaks the chunk rules is cut off with the reason.
 

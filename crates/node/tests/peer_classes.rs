@@ -1,4 +1,4 @@
-//! A user's priority on node↔node links (issue 11 × issue 9): each
+//! A user's priority on node↔node links, for a group's collectives: each
 //! collective's data carries its class, and a link serves the classes by
 //! strict priority, so an urgent collective's chunks pass a bulk one's
 //! still queued on the same link.

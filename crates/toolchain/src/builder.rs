@@ -355,7 +355,8 @@ fn handler_artifacts(
     if spec.handler_sets.is_empty() {
         return Err(ImageError::Build("handler sources but no handler sets".into()).into());
     }
-    corefarm_cores::spin::manifest::check(&spec.handler_sets).map_err(ImageError::Build)?;
+    corefarm_cores::spin::manifest::check(&spec.handler_sets)
+        .map_err(|e| ImageError::Build(e.to_string()))?;
     let host = image::host_arch()
         .ok_or_else(|| BuildError::Io(format!("no target for {}", std::env::consts::ARCH)))?;
     let so = dir.join("spin.so");

@@ -110,7 +110,11 @@ mod tests {
             let sig = &signed[image(1, b"code").len()..];
             let forged = [&other[..], sig].concat();
             let img = Image::parse(forged.into()).unwrap();
-            assert!(trust.check(&img).unwrap_err().contains("bad signature"));
+            assert!(trust
+                .check(&img)
+                .unwrap_err()
+                .to_string()
+                .contains("bad signature"));
         }
         // A handler set needs its code.
         let none = crate::ImageBuilder::new("s", 16, 16, default_core_table(1, 16, 16).unwrap())

@@ -239,17 +239,28 @@ pub struct Context {
     pub budgets: Budgets,
 }
 
+/// A handler set whose ruleset is over the limits.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{set}: {error}")]
+pub struct ContextError {
+    pub set: String,
+    pub error: super::rules::RulesetError,
+}
+
 pub struct Engine {
     contexts: Vec<(Ruleset, Arc<Context>)>,
     pool: Arc<Pool>,
 }
 
 impl Engine {
-    pub fn new(contexts: Vec<Context>, pool: Arc<Pool>) -> Result<Engine, String> {
+    /// Refuses a context whose ruleset is over the limits (the error
+    /// names its handler set).
+    pub fn new(contexts: Vec<Context>, pool: Arc<Pool>) -> Result<Engine, ContextError> {
         for c in &contexts {
-            c.ruleset
-                .validate()
-                .map_err(|e| format!("{}: {e}", c.handlers.name()))?;
+            c.ruleset.validate().map_err(|error| ContextError {
+                set: c.handlers.name().to_string(),
+                error,
+            })?;
         }
         Ok(Engine {
             contexts: contexts

@@ -96,70 +96,116 @@ fn is_c_identifier(s: &str) -> bool {
         && s.len() <= 64
 }
 
+/// What is wrong with a manifest's handler sets.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HandlerSetError {
+    #[error("{0} handler sets, at most {MAX_HANDLER_SETS}")]
+    TooMany(usize),
+    #[error("handler set {index} ({name:?}): {problem}")]
+    Set {
+        index: usize,
+        name: String,
+        problem: SetProblem,
+    },
+}
+
+/// What is wrong with one handler set.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SetProblem {
+    #[error("the name must be a C identifier of at most 64 characters")]
+    Name,
+    #[error("the name is used twice")]
+    Duplicate,
+    #[error("a ruleset has 1 to {MAX_RULES} rules, this one has {0}")]
+    RuleCount(usize),
+    #[error(
+        "rule {rule}: word index {index} is past the first {} bytes a rule may match",
+        (MAX_RULE_INDEX as u64 + 1) * 4
+    )]
+    WordIndex { rule: usize, index: u32 },
+    #[error(
+        "rule {rule}: range start {start:#x} is above its end {end:#x} (use mask 0, start 1, \
+         end 0 for a rule that matches nothing)"
+    )]
+    Range { rule: usize, start: u32, end: u32 },
+    #[error(
+        "rule {rule}: range start {start:#x} is above the mask {mask:#x}, so the rule never \
+         matches"
+    )]
+    AboveMask { rule: usize, start: u32, mask: u32 },
+    #[error("budget {what} = {value} exceeds the cap of {max}")]
+    Budget {
+        what: &'static str,
+        value: u64,
+        max: u64,
+    },
+    #[error("budget per_call_ms must be at least 1")]
+    NoTime,
+}
+
 /// Checks the handler sets of a manifest; the error names the set.
-pub fn check(sets: &[HandlerSet]) -> Result<(), String> {
+pub fn check(sets: &[HandlerSet]) -> Result<(), HandlerSetError> {
     if sets.len() > MAX_HANDLER_SETS {
-        return Err(format!(
-            "{} handler sets, at most {MAX_HANDLER_SETS}",
-            sets.len()
-        ));
+        return Err(HandlerSetError::TooMany(sets.len()));
     }
-    for (i, s) in sets.iter().enumerate() {
-        let at = format!("handler set {i} ({:?})", s.name);
-        if !is_c_identifier(&s.name) {
-            return Err(format!(
-                "{at}: the name must be a C identifier of at most 64 characters"
-            ));
+    for (index, s) in sets.iter().enumerate() {
+        check_set(s, &sets[..index]).map_err(|problem| HandlerSetError::Set {
+            index,
+            name: s.name.clone(),
+            problem,
+        })?;
+    }
+    Ok(())
+}
+
+/// One set, after `before` in the manifest.
+fn check_set(s: &HandlerSet, before: &[HandlerSet]) -> Result<(), SetProblem> {
+    if !is_c_identifier(&s.name) {
+        return Err(SetProblem::Name);
+    }
+    if before.iter().any(|o| o.name == s.name) {
+        return Err(SetProblem::Duplicate);
+    }
+    if s.ruleset.rules.is_empty() || s.ruleset.rules.len() > MAX_RULES {
+        return Err(SetProblem::RuleCount(s.ruleset.rules.len()));
+    }
+    for (rule, r) in s.ruleset.rules.iter().enumerate() {
+        if r.index > MAX_RULE_INDEX {
+            return Err(SetProblem::WordIndex {
+                rule,
+                index: r.index,
+            });
         }
-        if sets[..i].iter().any(|o| o.name == s.name) {
-            return Err(format!("{at}: the name is used twice"));
+        // mask 0 with start > end is the documented "matches nothing".
+        if r.mask != 0 && r.start > r.end {
+            return Err(SetProblem::Range {
+                rule,
+                start: r.start,
+                end: r.end,
+            });
         }
-        if s.ruleset.rules.is_empty() || s.ruleset.rules.len() > MAX_RULES {
-            return Err(format!(
-                "{at}: a ruleset has 1 to {MAX_RULES} rules, this one has {}",
-                s.ruleset.rules.len()
-            ));
+        if r.mask != 0 && r.start > r.mask {
+            return Err(SetProblem::AboveMask {
+                rule,
+                start: r.start,
+                mask: r.mask,
+            });
         }
-        for (k, r) in s.ruleset.rules.iter().enumerate() {
-            let rule = format!("{at}, rule {k}");
-            if r.index > MAX_RULE_INDEX {
-                return Err(format!(
-                    "{rule}: word index {} is past the first {} bytes a rule may match",
-                    r.index,
-                    (MAX_RULE_INDEX as u64 + 1) * 4
-                ));
-            }
-            // mask 0 with start > end is the documented "matches nothing".
-            if r.mask != 0 && r.start > r.end {
-                return Err(format!(
-                    "{rule}: range start {:#x} is above its end {:#x} (use mask 0, start 1, end 0 for a rule that matches nothing)",
-                    r.start, r.end
-                ));
-            }
-            if r.mask != 0 && r.start > r.mask {
-                return Err(format!(
-                    "{rule}: range start {:#x} is above the mask {:#x}, so the rule never matches",
-                    r.start, r.mask
-                ));
-            }
+    }
+    let b = &s.budgets;
+    for (what, value, max) in [
+        ("scratch", b.scratch as u64, MAX_SCRATCH as u64),
+        ("shared", b.shared, MAX_SHARED),
+        ("counters", b.counters as u64, MAX_COUNTERS as u64),
+        ("output", b.output, MAX_OUTPUT),
+        ("per_call_ms", b.per_call_ms, MAX_PER_CALL_MS),
+    ] {
+        if value > max {
+            return Err(SetProblem::Budget { what, value, max });
         }
-        let b = &s.budgets;
-        for (what, v, max) in [
-            ("scratch", b.scratch as u64, MAX_SCRATCH as u64),
-            ("shared", b.shared, MAX_SHARED),
-            ("counters", b.counters as u64, MAX_COUNTERS as u64),
-            ("output", b.output, MAX_OUTPUT),
-            ("per_call_ms", b.per_call_ms, MAX_PER_CALL_MS),
-        ] {
-            if v > max {
-                return Err(format!(
-                    "{at}: budget {what} = {v} exceeds the cap of {max}"
-                ));
-            }
-        }
-        if b.per_call_ms == 0 {
-            return Err(format!("{at}: budget per_call_ms must be at least 1"));
-        }
+    }
+    if b.per_call_ms == 0 {
+        return Err(SetProblem::NoTime);
     }
     Ok(())
 }
@@ -193,29 +239,61 @@ mod tests {
     fn good_sets_pass_and_bad_ones_say_why() {
         let ok = set("sum", vec![rule(0, u32::MAX, 1, 1), Rule::FALSE]);
         check(std::slice::from_ref(&ok)).unwrap();
+        let problem = |sets: &[HandlerSet]| match check(sets) {
+            Err(HandlerSetError::Set { problem, .. }) => problem,
+            other => panic!("{other:?}"),
+        };
         let cases = [
-            (vec![set("1sum", vec![Rule::FALSE])], "C identifier"),
-            (vec![ok.clone(), ok.clone()], "used twice"),
-            (vec![set("a", vec![])], "1 to 4 rules"),
-            (vec![set("a", vec![Rule::FALSE; 5])], "has 5"),
-            (vec![set("a", vec![rule(0, 0xFF, 9, 3)])], "above its end"),
+            (vec![set("1sum", vec![Rule::FALSE])], SetProblem::Name),
+            (vec![ok.clone(), ok.clone()], SetProblem::Duplicate),
+            (vec![set("a", vec![])], SetProblem::RuleCount(0)),
+            (
+                vec![set("a", vec![Rule::FALSE; 5])],
+                SetProblem::RuleCount(5),
+            ),
+            (
+                vec![set("a", vec![rule(0, 0xFF, 9, 3)])],
+                SetProblem::Range {
+                    rule: 0,
+                    start: 9,
+                    end: 3,
+                },
+            ),
             (
                 vec![set("a", vec![rule(0, 0xFF, 0x100, 0x200)])],
-                "above the mask",
+                SetProblem::AboveMask {
+                    rule: 0,
+                    start: 0x100,
+                    mask: 0xFF,
+                },
             ),
-            (vec![set("a", vec![rule(1 << 20, 1, 0, 1)])], "word index"),
-            (vec![ok.clone(); 17], "at most 16"),
+            (
+                vec![set("a", vec![rule(1 << 20, 1, 0, 1)])],
+                SetProblem::WordIndex {
+                    rule: 0,
+                    index: 1 << 20,
+                },
+            ),
         ];
         for (sets, why) in cases {
-            let e = check(&sets).unwrap_err();
-            assert!(e.contains(why), "{e}");
+            assert_eq!(problem(&sets), why);
         }
+        assert_eq!(
+            check(&vec![ok.clone(); 17]),
+            Err(HandlerSetError::TooMany(17))
+        );
         let mut big = ok.clone();
         big.budgets.scratch = MAX_SCRATCH + 1;
-        assert!(check(&[big]).unwrap_err().contains("scratch"));
+        assert!(matches!(
+            problem(&[big]),
+            SetProblem::Budget {
+                what: "scratch",
+                ..
+            }
+        ));
         let mut zero = ok;
         zero.budgets.per_call_ms = 0;
-        assert!(check(&[zero]).unwrap_err().contains("per_call_ms"));
+        assert_eq!(problem(&[zero]), SetProblem::NoTime);
     }
 
     #[test]

@@ -50,7 +50,7 @@ pub fn load_handlers(
     }
     // Also checked by `crate::load`; a node with its own loader relies on this.
     if !opts.trust.is_empty() {
-        opts.trust.check(&img).map_err(LoadError::Invalid)?;
+        opts.trust.check(&img)?;
     }
     let Some(target) = manifest::spin_target() else {
         return Err(LoadError::Unsupported(

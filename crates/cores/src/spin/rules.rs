@@ -55,17 +55,23 @@ pub struct Ruleset {
     pub rules: Vec<Rule>,
 }
 
+/// A ruleset over the limits a configuration may not exceed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RulesetError {
+    #[error("a ruleset needs at least one rule (Rule::FALSE to disable it)")]
+    Empty,
+    #[error("a ruleset has at most {MAX_RULES} rules, this one has {0}")]
+    TooMany(usize),
+}
+
 impl Ruleset {
     /// Checks the limits a configuration may not exceed.
-    pub fn validate(&self) -> Result<(), String> {
+    pub fn validate(&self) -> Result<(), RulesetError> {
         if self.rules.is_empty() {
-            return Err("a ruleset needs at least one rule (Rule::FALSE to disable it)".into());
+            return Err(RulesetError::Empty);
         }
         if self.rules.len() > MAX_RULES {
-            return Err(format!(
-                "a ruleset has at most {MAX_RULES} rules, this one has {}",
-                self.rules.len()
-            ));
+            return Err(RulesetError::TooMany(self.rules.len()));
         }
         Ok(())
     }
@@ -145,12 +151,14 @@ mod tests {
             mode: Mode::Or,
             rules: vec![Rule::FALSE; MAX_RULES + 1],
         };
-        assert!(too_many.validate().unwrap_err().contains("at most 4"));
-        assert!(Ruleset {
+        assert_eq!(
+            too_many.validate(),
+            Err(RulesetError::TooMany(MAX_RULES + 1))
+        );
+        let empty = Ruleset {
             mode: Mode::And,
-            rules: vec![]
-        }
-        .validate()
-        .is_err());
+            rules: vec![],
+        };
+        assert_eq!(empty.validate(), Err(RulesetError::Empty));
     }
 }

@@ -60,7 +60,7 @@ fn run() -> Result<(), String> {
     let mut buf = vec![0u8; MAX_MESSAGE];
     let (_, n) = rustix::net::recv(&sock, &mut buf[..], RecvFlags::empty())
         .map_err(|e| format!("control channel: {e}"))?;
-    let init = match Msg::decode(&buf[..n.min(buf.len())])? {
+    let init = match Msg::decode(&buf[..n.min(buf.len())]).map_err(|e| e.to_string())? {
         Msg::Init(i) => i,
         m => return Err(format!("expected the init message, got {m:?}")),
     };
@@ -98,6 +98,10 @@ fn run() -> Result<(), String> {
                 LoadError::Unsupported(w) => (RefusalKind::Unsupported, w),
                 LoadError::Invalid(w) => (RefusalKind::Invalid, w),
                 LoadError::Backend(w) => (RefusalKind::Backend, w),
+                // The node checks signatures before it starts a worker.
+                e @ (LoadError::Untrusted(_) | LoadError::HandlerSets(_)) => {
+                    (RefusalKind::Invalid, e.to_string())
+                }
             };
             return send(&sock, &Msg::Refused(kind, why));
         }

@@ -78,8 +78,8 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 /// before it published its thread id leaves no robust-futex mark).
 const SLICE: Duration = Duration::from_millis(20);
 
-/// What the cores of one load share.
-struct Shared {
+/// How to start a worker for any core of one load (what those cores share).
+struct WorkerSpec {
     program: PathBuf,
     /// Sealed memfd holding the artifact; each worker reads it.
     artifact: OwnedFd,
@@ -98,7 +98,7 @@ struct Worker {
 
 /// One core running in its own worker process (see the module docs).
 pub struct IsolatedCore {
-    shared: Arc<Shared>,
+    shared: Arc<WorkerSpec>,
     index: usize,
     init: Init,
     region_fd: OwnedFd,
@@ -182,7 +182,7 @@ pub(crate) fn load_cores(
         // it (a cheap recovery); the node only steps in if that fails.
         _ => ("rtl", timeout + (timeout / 2).max(Duration::from_secs(1))),
     };
-    let shared = Arc::new(Shared {
+    let shared = Arc::new(WorkerSpec {
         program,
         artifact,
         name: format!("{kind_name} {image_name}"),
@@ -239,7 +239,10 @@ pub(crate) fn load_cores(
         .map_err(|e| backend("epoll")(e.into()))?;
         core.fill_slack(0..layout.slots);
         // Started here, waited for below: the workers load in parallel.
-        core.worker = Some(core.spawn().map_err(LoadError::Backend)?);
+        core.worker = Some(
+            core.spawn()
+                .map_err(|e| LoadError::Backend(e.to_string()))?,
+        );
         cores.push(core);
     }
     for core in &mut cores {
@@ -258,7 +261,7 @@ enum Lost {
     /// The channel closed (the worker exited or died) or failed.
     Closed,
     /// The worker sent something the protocol does not allow.
-    Garbled(String),
+    Garbled(proto::DecodeError),
 }
 
 impl IsolatedCore {
@@ -296,7 +299,7 @@ impl IsolatedCore {
                     Err(Lost::TimedOut) => {
                         format!("did not load its core within {READY_TIMEOUT:?}")
                     }
-                    Err(Lost::Garbled(e)) => e,
+                    Err(Lost::Garbled(e)) => e.to_string(),
                     Err(Lost::Closed) => String::new(),
                 };
                 let status = self.reap();
@@ -425,7 +428,7 @@ impl IsolatedCore {
         };
         let how = match status {
             Ok(s) => describe(s, fault),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         };
         format!("the worker {how}")
     }

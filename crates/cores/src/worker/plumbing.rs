@@ -12,16 +12,33 @@ use rustix::net::{AddressFamily, SendFlags, SocketFlags, SocketType};
 use super::proto::Msg;
 use super::{IsolatedCore, Worker, FD_CONTROL, SUBCOMMAND};
 
+/// Why a worker process did not start, or could not be reaped.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("socketpair: {0}")]
+    SocketPair(rustix::io::Errno),
+    #[error("cannot start the {what} {program}: {error}")]
+    Exec {
+        what: &'static str,
+        program: String,
+        error: std::io::Error,
+    },
+    #[error("was not running")]
+    NotRunning,
+    #[error("could not be reaped: {0}")]
+    Wait(std::io::Error),
+}
+
 impl IsolatedCore {
     /// Starts a worker and sends it its init message.
-    pub(super) fn spawn(&self) -> Result<Worker, String> {
+    pub(super) fn spawn(&self) -> Result<Worker, ProcessError> {
         let (ours, theirs) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
             SocketFlags::CLOEXEC,
             None,
         )
-        .map_err(|e| format!("socketpair: {e}"))?;
+        .map_err(ProcessError::SocketPair)?;
         let fds = [
             theirs.as_raw_fd(),
             self.region_fd.as_raw_fd(),
@@ -32,11 +49,10 @@ impl IsolatedCore {
         cmd.arg(SUBCOMMAND).stdin(Stdio::null());
         // SAFETY: `place_fds` only makes async-signal-safe calls.
         unsafe { cmd.pre_exec(move || place_fds(fds)) };
-        let child = cmd.spawn().map_err(|e| {
-            format!(
-                "cannot start the core worker {}: {e}",
-                self.shared.program.display()
-            )
+        let child = cmd.spawn().map_err(|error| ProcessError::Exec {
+            what: "core worker",
+            program: self.shared.program.display().to_string(),
+            error,
         })?;
         drop(theirs);
         // Its hang-up (the worker ended) makes the ready set readable.
@@ -65,13 +81,13 @@ impl IsolatedCore {
     pub(super) fn reap(&mut self) -> String {
         match self.reap_status() {
             Ok(s) => describe(s, None),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 
-    pub(super) fn reap_status(&mut self) -> Result<std::process::ExitStatus, String> {
+    pub(super) fn reap_status(&mut self) -> Result<std::process::ExitStatus, ProcessError> {
         let Some(mut w) = self.worker.take() else {
-            return Err("was not running".into());
+            return Err(ProcessError::NotRunning);
         };
         // Killing an exiting process does not change its exit status, so a
         // crash is still reported as the crash; one that closed its channel
@@ -79,9 +95,7 @@ impl IsolatedCore {
         let _ = w.child.kill();
         let _ = epoll::delete(&self.ready, &w.sock);
         drop(w.sock);
-        w.child
-            .wait()
-            .map_err(|e| format!("could not be reaped: {e}"))
+        w.child.wait().map_err(ProcessError::Wait)
     }
 
     /// Whether the worker process has ended (its channel hung up).

@@ -173,17 +173,17 @@ impl Msg {
         b
     }
 
-    pub fn decode(b: &[u8]) -> Result<Msg, String> {
-        let u64_at = |o: usize| -> Result<u64, String> {
+    pub fn decode(b: &[u8]) -> Result<Msg, DecodeError> {
+        let u64_at = |o: usize| -> Result<u64, DecodeError> {
             b.get(o..o + 8)
                 .map(|s| u64::from_le_bytes(s.try_into().expect("8 bytes")))
-                .ok_or_else(|| format!("{}-byte message is too short", b.len()))
+                .ok_or(DecodeError::Short(b.len()))
         };
         let text = |s: &[u8]| String::from_utf8_lossy(cut_bytes(s)).into_owned();
         match b.first() {
             Some(b'I') => serde_json::from_slice(&b[1..])
                 .map(Msg::Init)
-                .map_err(|e| format!("bad init message: {e}")),
+                .map_err(|e| DecodeError::Init(e.to_string())),
             Some(b'R') if b.len() == 1 => Ok(Msg::Ready),
             Some(b'E') if b.len() >= 2 => {
                 let kind = match b[1] {
@@ -198,7 +198,7 @@ impl Msg {
                 let error = match b[17] {
                     0 if b.len() == 18 => None,
                     1 => Some(text(&b[18..])),
-                    _ => return Err("bad status in a completion".into()),
+                    _ => return Err(DecodeError::CompletionStatus),
                 };
                 Ok(Msg::Done {
                     seq: u64_at(1)?,
@@ -226,7 +226,7 @@ impl Msg {
                     2 => SpinEnd::Dropped,
                     3 => SpinEnd::Failed,
                     4 => SpinEnd::Overrun,
-                    e => return Err(format!("bad spin outcome {e}")),
+                    e => return Err(DecodeError::SpinOutcome(e)),
                 };
                 Ok(Msg::Finished(end, text(&b[2..])))
             }
@@ -234,13 +234,27 @@ impl Msg {
                 context: u32::from_le_bytes(b[1..5].try_into().expect("4 bytes")),
                 stage: b[5],
             }),
-            Some(t) => Err(format!(
-                "unexpected {}-byte message with tag {t:#04x}",
-                b.len()
-            )),
-            None => Err("empty message".into()),
+            Some(&tag) => Err(DecodeError::Unexpected { len: b.len(), tag }),
+            None => Err(DecodeError::Empty),
         }
     }
+}
+
+/// A message on a worker's channel that is not one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    #[error("empty message")]
+    Empty,
+    #[error("{0}-byte message is too short")]
+    Short(usize),
+    #[error("bad init message: {0}")]
+    Init(String),
+    #[error("bad status in a completion")]
+    CompletionStatus,
+    #[error("bad spin outcome {0}")]
+    SpinOutcome(u8),
+    #[error("unexpected {len}-byte message with tag {tag:#04x}")]
+    Unexpected { len: usize, tag: u8 },
 }
 
 fn cut_bytes(s: &[u8]) -> &[u8] {
@@ -319,6 +333,12 @@ mod tests {
         ] {
             assert!(Msg::decode(b).is_err(), "{b:?}");
         }
+        assert_eq!(Msg::decode(b""), Err(DecodeError::Empty));
+        assert_eq!(
+            Msg::decode(b"Z"),
+            Err(DecodeError::Unexpected { len: 1, tag: b'Z' })
+        );
+        assert_eq!(Msg::decode(b"F\x09"), Err(DecodeError::SpinOutcome(9)));
         let long = Msg::Refused(RefusalKind::Backend, "x".repeat(10_000)).encode();
         assert_eq!(long.len(), 2 + MAX_REASON);
     }

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rustix::net::sockopt::Timeout;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-use super::plumbing::{describe, place_fds};
+use super::plumbing::{describe, place_fds, ProcessError};
 use super::proto::{Init, Msg, RefusalKind, SpinEnd, MAX_MESSAGE, MAX_PIECE};
 use super::{sealed_artifact, SUBCOMMAND};
 use crate::spin::rules::{self, Ruleset};
@@ -49,7 +49,7 @@ pub struct SpinOutcome {
 pub use crate::spin::engine::MAX_NOTIFICATIONS;
 
 /// What every worker of a pool starts from.
-struct Shared {
+struct PoolSpec {
     program: std::path::PathBuf,
     /// The handler sets' shared object (a sealed memfd).
     artifact: OwnedFd,
@@ -59,7 +59,7 @@ struct Shared {
 
 /// A running (or, after a failure, to be restarted) handler worker.
 pub struct HandlerWorker {
-    shared: Arc<Shared>,
+    shared: Arc<PoolSpec>,
     init: Init,
     contexts: Vec<(Ruleset, ())>,
     worker: Option<(Child, OwnedFd)>,
@@ -92,11 +92,11 @@ impl HandlerWorker {
         threads: usize,
         opts: &LoadOptions,
     ) -> Result<HandlerWorker, LoadError> {
-        crate::spin::manifest::check(&sets).map_err(LoadError::Invalid)?;
+        crate::spin::manifest::check(&sets)?;
         let contexts = sets.iter().map(|s| (s.ruleset.clone(), ())).collect();
         let memory = super::spin_memory::create(&sets)
             .map_err(|e| LoadError::Backend(format!("handler memory: {e}")))?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(PoolSpec {
             program: super::program(opts)?,
             artifact: sealed_artifact(so)?,
             memory,
@@ -130,7 +130,7 @@ impl HandlerWorker {
 
     /// A worker of the pool `shared` belongs to, started and loaded.
     fn launch(
-        shared: Arc<Shared>,
+        shared: Arc<PoolSpec>,
         init: Init,
         contexts: Vec<(Ruleset, ())>,
     ) -> Result<HandlerWorker, LoadError> {
@@ -334,7 +334,7 @@ impl HandlerWorker {
                     }
                     let how = match status {
                         Ok(s) => describe_handler_end(s),
-                        Err(e) => e,
+                        Err(e) => e.to_string(),
                     };
                     let at = match fault {
                         Some((c, s)) if (c as usize) < self.init.spin.len() => format!(
@@ -377,7 +377,10 @@ impl HandlerWorker {
         if self.worker.is_some() {
             return Ok(());
         }
-        self.worker = Some(self.spawn().map_err(LoadError::Backend)?);
+        self.worker = Some(
+            self.spawn()
+                .map_err(|e| LoadError::Backend(e.to_string()))?,
+        );
         match self.recv(Instant::now() + READY_TIMEOUT) {
             Ok(Msg::Ready) => Ok(()),
             Ok(Msg::Refused(kind, why)) => {
@@ -403,14 +406,14 @@ impl HandlerWorker {
         }
     }
 
-    fn spawn(&self) -> Result<(Child, OwnedFd), String> {
+    fn spawn(&self) -> Result<(Child, OwnedFd), ProcessError> {
         let (ours, theirs) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
             SocketFlags::CLOEXEC,
             None,
         )
-        .map_err(|e| format!("socketpair: {e}"))?;
+        .map_err(ProcessError::SocketPair)?;
         // The region of a core worker is the handler memory here.
         let fds = [
             theirs.as_raw_fd(),
@@ -421,11 +424,10 @@ impl HandlerWorker {
         cmd.arg(SUBCOMMAND).stdin(std::process::Stdio::null());
         // SAFETY: `place_fds` only makes async-signal-safe calls.
         unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || place_fds(fds)) };
-        let child = cmd.spawn().map_err(|e| {
-            format!(
-                "cannot start the handler worker {}: {e}",
-                self.shared.program.display()
-            )
+        let child = cmd.spawn().map_err(|error| ProcessError::Exec {
+            what: "handler worker",
+            program: self.shared.program.display().to_string(),
+            error,
         })?;
         drop(theirs);
         // A worker that already died is reported by the ready wait.
@@ -464,21 +466,19 @@ impl HandlerWorker {
     fn reap(&mut self) -> String {
         match self.reap_status() {
             Ok(s) => describe(s, None),
-            Err(e) => e,
+            Err(e) => e.to_string(),
         }
     }
 
-    fn reap_status(&mut self) -> Result<std::process::ExitStatus, String> {
+    fn reap_status(&mut self) -> Result<std::process::ExitStatus, ProcessError> {
         let Some((mut child, sock)) = self.worker.take() else {
-            return Err("was not running".into());
+            return Err(ProcessError::NotRunning);
         };
         // Killing an exiting process keeps its exit status (a crash stays
         // a crash).
         let _ = child.kill();
         drop(sock);
-        child
-            .wait()
-            .map_err(|e| format!("could not be reaped: {e}"))
+        child.wait().map_err(ProcessError::Wait)
     }
 }
 

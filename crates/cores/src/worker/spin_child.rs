@@ -108,7 +108,7 @@ pub(super) fn run(
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(format!("control channel: {e}")),
         };
-        let (msg, eom) = match Msg::decode(&buf[..n])? {
+        let (msg, eom) = match Msg::decode(&buf[..n]).map_err(|e| e.to_string())? {
             Msg::Begin { id, len, eom, data } => {
                 match engine.begin(id, len).first_chunk(Bytes::from(data), eom) {
                     Some(m) => (m, eom),
@@ -187,7 +187,7 @@ fn load(
     }
     let pool = Pool::new(init.spin_threads.clamp(1, 64) as usize)
         .map_err(|e| format!("cannot start the handler threads: {e}"))?;
-    Engine::new(contexts, Arc::new(pool))
+    Engine::new(contexts, Arc::new(pool)).map_err(|e| e.to_string())
 }
 
 /// Ends the process when a handler call outruns its budget, after telling

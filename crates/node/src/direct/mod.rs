@@ -1,4 +1,4 @@
-//! The direct data path (issue 9 item 4): a group's user streams data
+//! The direct data path of a group (docs/collectives.md): a group's user streams data
 //! messages straight to a member's peer port, past the server, which keeps
 //! only the control plane. The user opens the connection with a peer hello
 //! from [`DIRECT_USER`] to the member's rank whose name is the group's
@@ -8,7 +8,7 @@
 //! message with the outputs, or an error message, for each id. Data runs on
 //! the member's group cores one message at a time, between commands.
 //!
-//! Classes (issue 11): a user that offers chunks in its hello
+//! Priority classes: a user that offers chunks in its hello
 //! (`name\0chunks=N`, as on node links) and gets the member's offer back
 //! may send its messages as chunks (type 0x1D) carrying their class; they
 //! wait in [`queue`] by class. Results go back whole (docs/collectives.md

@@ -1,5 +1,5 @@
-//! The member's queue of direct data messages (issue 11 on the direct
-//! path): the messages of all direct connections wait by class and the
+//! The member's queue of direct data messages, by priority class as on the
+//! server link: the messages of all direct connections wait by class and the
 //! group's serve loop takes the most urgent first, under the node's
 //! anti-starvation guard ([`ClassQueue`]), so an urgent message sent
 //! behind queued bulk ones runs next. FIFO within a class: an old client

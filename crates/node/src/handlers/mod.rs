@@ -1,14 +1,27 @@
-//! Core handlers: one OS thread per hardware core (seed 000 §3.4.2), fed from
-//! the shared input queue ([`JobQueue`]: by priority class). Cores block (an FPGA poll loop, a simulated clock,
-//! a C function), so they get real threads rather than async tasks; an
-//! isolated core, which computes in its worker process and signals its
-//! completions through a descriptor, gets a task on the event loop instead
-//! (`isolated`). An
-//! [`Engine`] whose cores are instantaneous (the zero-delay benchmarking
-//! core) is instead run by the receiving task itself, which saves two thread
-//! hand-offs per message; the session does not know the difference.
-
-use std::thread::JoinHandle;
+//! The core engine: how the node runs its cores. One task per core on the
+//! node's event loop takes jobs from the input queue ([`JobQueue`], by
+//! priority class) and sends each result to the sending task; there is no
+//! other way a core runs. What the task does while a job computes depends
+//! only on where the core computes (`engine.rs`):
+//!
+//! - in a worker process (native and RTL cores, isolated by default): the
+//!   task rings the job into the core's pipeline and waits on its ready
+//!   descriptor like on a socket, ringing the next queued job meanwhile;
+//! - on the event loop itself, for a core that declares itself instant
+//!   ([`Core::instant`]: the zero-delay benchmarking core), which costs less
+//!   than any hand-over;
+//! - on a thread of its own, for a core that blocks (an FPGA poll loop, the
+//!   benchmarking core's delay, an in-process core an embedder loaded, a
+//!   test's gated fake): the task hands the thread a job and waits for it
+//!   to come back idle, and the thread runs the jobs queued meanwhile itself,
+//!   so a busy core goes from job to job without a hop through the task.
+//!
+//! Cores run in worker processes in a node: `corefarm node` has no way to
+//! load user code into its own process (a crash, an overrun or a hang there
+//! takes the node down, and the pipelined worker is no slower). The cores
+//! crate keeps [`corefarm_cores::Isolation::InProcess`] for the client's
+//! co-working cores and for tests; a node embedded with it runs those cores
+//! on threads like any other blocking core.
 
 use bytes::{Bytes, BytesMut};
 use corefarm_cores::Core;
@@ -22,11 +35,11 @@ use crate::guard::Reservation;
 use crate::jobq::JobQueue;
 use crate::spin::{ResultLink, SpinLane, SpinOptions};
 
+mod engine;
 mod pipeline;
 #[cfg(test)]
 mod tests;
 
-use pipeline::pipelined_loop;
 pub(crate) use pipeline::{collected, run_alone, PipeOrder, PipeStep};
 
 /// One data message waiting for a core.
@@ -75,9 +88,6 @@ pub struct Engine {
     pub cores: Vec<Box<dyn Core>>,
     pub input_size: usize,
     pub output_size: usize,
-    /// The cores finish in negligible time without blocking, so the receiving
-    /// task runs the first one itself instead of starting handler threads.
-    pub inline: bool,
 }
 
 /// Runs every input of `job` through `core` into one output buffer,
@@ -90,7 +100,7 @@ pub fn run_job(core: &mut dyn Core, job: Job, input_size: usize, output_size: us
     if let Err(e) = core.process_batch(inputs, &mut out, job.count) {
         return Outgoing::Failed {
             id: job.id,
-            code: ErrorCode::CoreFailure,
+            code: e.error.code(),
             reason: format!("input {} of {}: {}", e.index, job.count, e.error),
             reservation: Some(job.reservation),
         };
@@ -104,81 +114,55 @@ pub fn run_job(core: &mut dyn Core, job: Job, input_size: usize, output_size: us
 
 /// The running core handlers of one configuration.
 pub struct Workers {
-    kind: Kind,
-    input_size: usize,
+    queue: JobQueue,
+    /// Ends (every sender dropped) once every core's task has.
+    tasks: Option<std::sync::mpsc::Receiver<()>>,
     output_size: usize,
     results: mpsc::UnboundedSender<Outgoing>,
     /// Streaming handlers, when the image carries handler sets.
     spin: Option<SpinLane>,
 }
 
-enum Kind {
-    Inline(Box<dyn Core>),
-    Threads {
-        queue: JobQueue,
-        threads: Vec<JoinHandle<()>>,
-        /// Ends (every sender dropped) once the isolated cores' tasks have.
-        tasks: Option<std::sync::mpsc::Receiver<()>>,
-    },
-}
-
 impl Workers {
-    /// Starts one handler thread per core (or none for an inline engine).
-    /// Fails only if the OS refuses a thread.
+    /// Starts one task per core on the current tokio runtime (and a thread
+    /// for each core that blocks). Fails without a runtime, without cores,
+    /// or if the OS refuses a thread.
     pub fn start(
         engine: Engine,
         results: mpsc::UnboundedSender<Outgoing>,
         node: &str,
     ) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Handle::try_current()
+            .map_err(|_| std::io::Error::other("the core engine runs on a tokio runtime"))?;
+        if engine.cores.is_empty() {
+            return Err(std::io::Error::other("the engine has no cores"));
+        }
         let (input_size, output_size) = (engine.input_size, engine.output_size);
-        let mut cores = engine.cores.into_iter();
-        let kind = match (engine.inline, cores.next()) {
-            (_, None) => return Err(std::io::Error::other("the engine has no cores")),
-            (true, Some(core)) => Kind::Inline(core),
-            (false, Some(first)) => {
-                let queue = JobQueue::new();
-                let mut threads = Vec::new();
-                let (done, tasks) = std::sync::mpsc::channel();
-                let runtime = tokio::runtime::Handle::try_current().ok();
-                for (i, mut core) in std::iter::once(first).chain(cores).enumerate() {
-                    let (q, results) = (queue.clone(), results.clone());
-                    if let Some(rt) = &runtime {
-                        if let Some(ready) = crate::isolated::ready(core.as_mut()) {
-                            let done = done.clone();
-                            rt.spawn(crate::isolated::run(
-                                core,
-                                ready,
-                                input_size,
-                                output_size,
-                                q,
-                                results,
-                                done,
-                            ));
-                            continue;
-                        }
-                    }
-                    let t = std::thread::Builder::new()
-                        .name(format!("{node}-core{i}"))
-                        .spawn(move || core_loop(core, input_size, output_size, q, results));
-                    match t {
-                        Ok(t) => threads.push(t),
-                        Err(e) => {
-                            // Threads already started see the closed queue and exit.
-                            queue.close();
-                            return Err(e);
-                        }
-                    }
-                }
-                Kind::Threads {
-                    queue,
-                    threads,
-                    tasks: Some(tasks),
-                }
-            }
-        };
-        Ok(Workers {
-            kind,
+        let queue = JobQueue::new();
+        let (done, tasks) = std::sync::mpsc::channel();
+        let shape = engine::Shape {
             input_size,
+            output_size,
+        };
+        let mut started = Vec::with_capacity(engine.cores.len());
+        for (i, core) in engine.cores.into_iter().enumerate() {
+            // On an error, the threads already started end as their places
+            // are dropped.
+            let name = format!("{node}-core{i}");
+            started.push(engine::Place::of(core, shape, &queue, &results, &name)?);
+        }
+        for place in started {
+            runtime.spawn(engine::run(
+                place,
+                shape,
+                queue.clone(),
+                results.clone(),
+                done.clone(),
+            ));
+        }
+        Ok(Workers {
+            queue,
+            tasks: Some(tasks),
             output_size,
             results,
             spin: None,
@@ -196,17 +180,12 @@ impl Workers {
         link: ResultLink,
         node: &str,
     ) -> std::io::Result<()> {
-        let Kind::Threads { queue, .. } = &self.kind else {
-            return Err(std::io::Error::other(
-                "streaming handlers need a configuration with core handler threads",
-            ));
-        };
         let lane = SpinLane::start(
             pool,
             rulesets,
             opts,
             link.shape(self.output_size),
-            queue.clone(),
+            self.queue.clone(),
             self.results.clone(),
             node,
         )?;
@@ -219,21 +198,15 @@ impl Workers {
         self.spin.as_ref()
     }
 
-    /// Queues a job (or, for an inline engine, runs it now). `false` once
-    /// nobody can take it any more (handlers or sending task gone).
+    /// Queues a job. `false` once nobody can take it any more (the
+    /// configuration's handlers are stopping).
     pub async fn submit(&mut self, job: Job) -> bool {
         if let Some(lane) = &self.spin {
             if let Some(ctx) = lane.select(&job.data) {
                 return lane.submit(ctx, job).await;
             }
         }
-        match &mut self.kind {
-            Kind::Inline(core) => {
-                let out = run_job(core.as_mut(), job, self.input_size, self.output_size);
-                self.results.send(out).is_ok()
-            }
-            Kind::Threads { queue, .. } => queue.push(job.class, job).is_ok(),
-        }
+        self.queue.push(job.class, job).is_ok()
     }
 
     /// Lets the handlers finish the queued jobs, then joins them (blocking:
@@ -243,20 +216,11 @@ impl Workers {
         if let Some(lane) = self.spin.take() {
             lane.stop();
         }
-        if let Kind::Threads {
-            queue,
-            threads,
-            tasks,
-        } = &mut self.kind
-        {
-            queue.close();
-            for t in std::mem::take(threads) {
-                let _ = t.join();
-            }
-            // Errs once every task has ended (none sends).
-            if let Some(tasks) = tasks.take() {
-                let _ = tasks.recv();
-            }
+        self.queue.close();
+        // Errs once every task has ended (none sends); a task ends after
+        // its core's thread, if it has one.
+        if let Some(tasks) = self.tasks.take() {
+            let _ = tasks.recv();
         }
     }
 
@@ -273,41 +237,19 @@ impl Workers {
     /// Closes the input queue and drops what it holds; handlers exit once
     /// done with their current job.
     fn drop_queued(&self) {
-        if let Kind::Threads { queue, .. } = &self.kind {
-            queue.abort();
-        }
+        self.queue.abort();
     }
 }
 
 /// Handlers dropped without [`Workers::stop`] (a configuration refused after
 /// its cores started, a group's task aborted when it leaves) still end:
-/// their queues close, so each thread, isolated core and lane worker exits
-/// once done with what it holds; nobody waits for them here.
+/// their queues close, so each core's task (and thread) and each lane
+/// worker exits once done with what it holds; nobody waits for them here.
 impl Drop for Workers {
     fn drop(&mut self) {
         if let Some(lane) = &self.spin {
             lane.close();
         }
-        if let Kind::Threads { queue, .. } = &self.kind {
-            queue.close();
-        }
-    }
-}
-
-fn core_loop(
-    mut core: Box<dyn Core>,
-    input_size: usize,
-    output_size: usize,
-    queue: JobQueue,
-    results: mpsc::UnboundedSender<Outgoing>,
-) {
-    if core.pipeline().is_some() {
-        return pipelined_loop(core, input_size, output_size, queue, results);
-    }
-    while let Some(job) = queue.wait() {
-        let out = run_job(core.as_mut(), job, input_size, output_size);
-        if results.send(out).is_err() {
-            return;
-        }
+        self.queue.close();
     }
 }

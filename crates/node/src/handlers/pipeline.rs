@@ -1,20 +1,17 @@
-//! The job order of a core with a pipeline: the next job is rung while the
-//! one before is collected, for the handler thread and for an isolated
-//! core's task alike.
+//! The job order of a core with a pipeline (a core in a worker process):
+//! the next job is rung while the one before is collected.
 
 use std::collections::VecDeque;
 
 use bytes::BytesMut;
 use corefarm_cores::{BatchError, Core, Pipeline};
-use corefarm_smp::ErrorCode;
 use tokio::sync::mpsc;
 
 use super::{run_job, Job, Outgoing};
 use crate::jobq::JobQueue;
 
-/// The order of jobs on a core with a pipeline (an isolated core), for
-/// both of its drivers: the handler thread ([`pipelined_loop`]) and the
-/// task of a core with a ready descriptor (`isolated::run`). The next
+/// The order of jobs on a core with a pipeline, for its task
+/// (`engine::worker`). The next
 /// queued job is handed over before the current one is collected, so the
 /// worker goes from one to the next while the driver copies. Only jobs
 /// already queued are taken ahead (never waited for), and only while no
@@ -98,48 +95,6 @@ impl PipeOrder {
     }
 }
 
-/// The core loop of a core with a pipeline and no ready descriptor, in the
-/// order [`PipeOrder`] gives.
-pub(super) fn pipelined_loop(
-    mut core: Box<dyn Core>,
-    input_size: usize,
-    output_size: usize,
-    queue: JobQueue,
-    results: mpsc::UnboundedSender<Outgoing>,
-) {
-    let mut order = PipeOrder::default();
-    loop {
-        if order.idle() {
-            match queue.wait() {
-                Some(job) => order.hold(job),
-                None => return,
-            }
-        } else {
-            order.look_ahead(&queue);
-        }
-        let Some(pipe) = core.pipeline() else { return };
-        match order.step(pipe) {
-            PipeStep::Submit(job) => {
-                pipe.submit(&job.data[..job.count * input_size], job.count);
-                order.submitted(job);
-            }
-            PipeStep::RunAlone(job) => {
-                if !run_alone(core.as_mut(), job, input_size, output_size, &results) {
-                    return;
-                }
-            }
-            PipeStep::Collect(job) => {
-                let mut out = BytesMut::zeroed(job.count * output_size);
-                let outcome = pipe.collect(&mut out);
-                if results.send(collected(job, out, outcome)).is_err() {
-                    return;
-                }
-            }
-            PipeStep::Again => {}
-        }
-    }
-}
-
 /// A job too large for one pipelined job, run alone as a batch (nothing
 /// else outstanding); `false` once its result cannot be sent.
 pub(crate) fn run_alone(
@@ -164,7 +119,7 @@ pub(crate) fn collected(job: Job, out: BytesMut, outcome: Result<(), BatchError>
         },
         Err(e) => Outgoing::Failed {
             id: job.id,
-            code: ErrorCode::CoreFailure,
+            code: e.error.code(),
             reason: format!("input {} of {}: {}", e.index, job.count, e.error),
             reservation: Some(job.reservation),
         },

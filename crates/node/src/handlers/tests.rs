@@ -70,7 +70,6 @@ async fn threads_finish_queued_work_on_stop() {
         cores: vec![Box::new(PlusOne::default()), Box::new(PlusOne::default())],
         input_size: 1,
         output_size: 1,
-        inline: false,
     };
     let mut w = Workers::start(engine, tx, "t").unwrap();
     for id in 0..20u32 {
@@ -103,7 +102,6 @@ async fn abort_drops_queued_jobs() {
         })],
         input_size: 1,
         output_size: 1,
-        inline: false,
     };
     let mut w = Workers::start(engine, tx, "t").unwrap();
     for id in 0..5u32 {
@@ -123,14 +121,48 @@ async fn abort_drops_queued_jobs() {
     assert_eq!(g.available(), g.limit(), "their reservations are released");
 }
 
-/// A core with a pipeline of two: output = input + 1 byte-wise, fails
-/// an input starting with 0xFF; jobs of more than two inputs go through
-/// `process_batch`. The first collect waits for `gate`.
+/// A core with a pipeline of two, like a core in a worker process:
+/// output = input + 1 byte-wise, fails an input starting with 0xFF; jobs of
+/// more than two inputs go through `process_batch`. Nothing completes
+/// until a byte arrives on its ready descriptor (the gate), which the
+/// engine waits on as on a worker's.
 struct Piped {
     inner: PlusOne,
     queue: std::collections::VecDeque<Vec<u8>>,
-    gate: Option<std::sync::mpsc::Receiver<()>>,
+    /// `None` once the gate opened.
+    gate: Option<std::os::unix::net::UnixStream>,
+    ready: std::os::unix::net::UnixStream,
     most: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl Piped {
+    /// The core, and the end of its gate that opens it (write a byte).
+    fn new(
+        most: &std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    ) -> (Piped, std::os::unix::net::UnixStream) {
+        let (ready, opener) = std::os::unix::net::UnixStream::pair().unwrap();
+        ready.set_nonblocking(true).unwrap();
+        let gate = Some(ready.try_clone().unwrap());
+        let core = Piped {
+            inner: PlusOne::default(),
+            queue: Default::default(),
+            gate,
+            ready,
+            most: most.clone(),
+        };
+        (core, opener)
+    }
+
+    fn open(&mut self) -> bool {
+        use std::io::Read;
+        if let Some(g) = &mut self.gate {
+            if g.read(&mut [0]).is_err() {
+                return false;
+            }
+            self.gate = None;
+        }
+        true
+    }
 }
 
 impl Core for Piped {
@@ -155,12 +187,22 @@ impl corefarm_cores::Pipeline for Piped {
             .fetch_max(self.queue.len(), std::sync::atomic::Ordering::Relaxed);
     }
     fn collect(&mut self, outputs: &mut [u8]) -> Result<(), corefarm_cores::BatchError> {
-        if let Some(g) = self.gate.take() {
-            let _ = g.recv();
-        }
         let inputs = self.queue.pop_front().expect("collect after submit");
         let n = inputs.len();
         self.inner.process_batch(&inputs, outputs, n)
+    }
+    fn ready_fd(&self) -> Option<std::os::fd::BorrowedFd<'_>> {
+        use std::os::fd::AsFd;
+        Some(self.ready.as_fd())
+    }
+    fn try_collect(
+        &mut self,
+        outputs: &mut [u8],
+    ) -> Option<Result<(), corefarm_cores::BatchError>> {
+        self.open().then(|| self.collect(outputs))
+    }
+    fn arm(&mut self) -> bool {
+        !self.open()
     }
 }
 
@@ -168,12 +210,7 @@ impl corefarm_cores::Pipeline for Piped {
 async fn pipe_order_rings_ahead_and_runs_a_large_job_alone_once_nothing_is_outstanding() {
     let g = MemoryGuard::new(1 << 20);
     // Depth 2; jobs of up to 2 inputs fit.
-    let pipe = Piped {
-        inner: PlusOne::default(),
-        queue: Default::default(),
-        gate: None,
-        most: Default::default(),
-    };
+    let (pipe, _opener) = Piped::new(&Default::default());
     let mut o = PipeOrder::default();
     let id = |s: PipeStep| match s {
         PipeStep::Submit(j) => ('s', j.id),
@@ -218,18 +255,12 @@ async fn pipe_order_rings_ahead_and_runs_a_large_job_alone_once_nothing_is_outst
 async fn a_pipelined_core_gets_the_next_queued_job_before_the_current_one_ends() {
     let g = MemoryGuard::new(1 << 20);
     let (tx, mut rx) = mpsc::unbounded_channel();
-    let (open, gate) = std::sync::mpsc::channel();
     let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (piped, mut opener) = Piped::new(&most);
     let engine = Engine {
-        cores: vec![Box::new(Piped {
-            inner: PlusOne::default(),
-            queue: Default::default(),
-            gate: Some(gate),
-            most: most.clone(),
-        })],
+        cores: vec![Box::new(piped)],
         input_size: 1,
         output_size: 1,
-        inline: false,
     };
     let mut w = Workers::start(engine, tx, "t").unwrap();
     // Counts 1 to 4 (3 and 4 do not fit the pipeline); id 13 fails.
@@ -243,7 +274,7 @@ async fn a_pipelined_core_gets_the_next_queued_job_before_the_current_one_ends()
         let d = data(id);
         assert!(w.submit(job(&g, id, &d, d.len()).await).await);
     }
-    open.send(()).unwrap();
+    std::io::Write::write_all(&mut opener, &[1]).unwrap();
     tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
     let mut seen = Vec::new();
     while let Some(o) = rx.recv().await {
@@ -267,20 +298,46 @@ async fn a_pipelined_core_gets_the_next_queued_job_before_the_current_one_ends()
     assert_eq!(g.available(), g.limit(), "every reservation released");
 }
 
+/// PlusOne that may say it is instant, and records the thread it ran on.
+struct Where {
+    instant: bool,
+    ran_on: std::sync::Arc<std::sync::Mutex<Vec<Option<String>>>>,
+}
+
+impl Core for Where {
+    fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
+        let name = std::thread::current().name().map(str::to_string);
+        self.ran_on.lock().unwrap().push(name);
+        PlusOne::default().process(input, output)
+    }
+    fn instant(&self) -> bool {
+        self.instant
+    }
+}
+
 #[tokio::test]
-async fn inline_engine_answers_on_submit() {
+async fn an_instant_core_runs_on_the_event_loop_and_a_blocking_one_on_its_thread() {
     let g = MemoryGuard::new(1 << 20);
-    let (tx, mut rx) = mpsc::unbounded_channel();
-    let engine = Engine {
-        cores: vec![Box::new(PlusOne::default())],
-        input_size: 2,
-        output_size: 2,
-        inline: true,
-    };
-    let mut w = Workers::start(engine, tx, "t").unwrap();
-    assert!(w.submit(job(&g, 3, &[1, 2], 1).await).await);
-    let Ok(Outgoing::Result { id, data, .. }) = rx.try_recv() else {
-        panic!("the result is queued before submit returns")
-    };
-    assert_eq!((id, &data[..]), (3, &[2u8, 3][..]));
+    // A current-thread runtime: the event loop is this test's thread.
+    let here = std::thread::current().name().map(str::to_string);
+    for (instant, want) in [(true, here), (false, Some("t-core0".to_string()))] {
+        let ran_on = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let engine = Engine {
+            cores: vec![Box::new(Where {
+                instant,
+                ran_on: ran_on.clone(),
+            })],
+            input_size: 2,
+            output_size: 2,
+        };
+        let mut w = Workers::start(engine, tx, "t").unwrap();
+        assert!(w.submit(job(&g, 3, &[1, 2], 1).await).await);
+        let Some(Outgoing::Result { id, data, .. }) = rx.recv().await else {
+            panic!("a result")
+        };
+        assert_eq!((id, &data[..]), (3, &[2u8, 3][..]));
+        tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+        assert_eq!(*ran_on.lock().unwrap(), [want], "instant: {instant}");
+    }
 }

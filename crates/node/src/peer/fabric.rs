@@ -14,7 +14,7 @@ use super::dedup::DedupWindow;
 use super::link::{self, hello, Opened};
 use super::router::{Router, ShortestPath};
 use super::sched::{round_robin, Queued, SchedulerFactory};
-use super::{FabricError, GroupSpec, Member, PeerListener};
+use super::{FabricError, GroupSpec, LinkError, Member, PeerListener, SpecError};
 
 /// Messages waiting in a fabric's inbox before its links stop reading.
 const INBOX: usize = 1024;
@@ -60,7 +60,9 @@ struct LinkTx {
     budget: Arc<Semaphore>,
 }
 
-pub(crate) struct Shared {
+/// What the fabric handle and every peer link share: the group, the
+/// router, the links by rank, the duplicate windows and the counters.
+pub(crate) struct FabricState {
     group: u32,
     rank: u32,
     members: Vec<Member>,
@@ -78,31 +80,30 @@ pub(crate) struct Shared {
     dropped: AtomicU64,
 }
 
-impl Shared {
+impl FabricState {
     fn n(&self) -> u32 {
         self.members.len() as u32
     }
 
-    /// A message read from a link: delivered, forwarded, or (an error
-    /// string) a reason to drop the link.
-    pub(crate) async fn incoming(&self, mut m: PeerMsg) -> Result<(), String> {
+    /// A message read from a link: delivered, forwarded, or (`Err`) a
+    /// reason to drop the link.
+    pub(crate) async fn incoming(&self, mut m: PeerMsg) -> Result<(), LinkError> {
         let h = m.header;
         if h.group != self.group {
-            return Err(format!(
-                "sent a message of group {}, not {}",
-                h.group, self.group
-            ));
+            return Err(LinkError::OtherGroup {
+                got: h.group,
+                ours: self.group,
+            });
         }
         if h.src >= self.n() || h.dst >= self.n() {
-            return Err(format!(
-                "sent a message from rank {} to rank {} in a group of {}",
-                h.src,
-                h.dst,
-                self.n()
-            ));
+            return Err(LinkError::NoSuchRank {
+                src: h.src,
+                dst: h.dst,
+                n: self.n(),
+            });
         }
         if h.kind == PeerKind::Hello {
-            return Err("sent a second hello".into());
+            return Err(LinkError::SecondHello);
         }
         if h.dst != self.rank {
             if h.ttl == 0 {
@@ -116,7 +117,7 @@ impl Shared {
                 return Ok(());
             }
             m.header.ttl -= 1;
-            let frame = m.to_frame().map_err(|e| e.to_string())?;
+            let frame = m.to_frame().map_err(LinkError::Invalid)?;
             match self.route(h.dst, frame, None) {
                 Ok(()) => self.forwarded.fetch_add(1, Ordering::Relaxed),
                 Err(_) => self.dropped.fetch_add(1, Ordering::Relaxed),
@@ -256,7 +257,7 @@ const FLUSH_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 /// One node's membership in a group. Dropping it stops reading its links,
 /// lets them send what is queued (bounded by a timeout), then closes them.
 pub struct Fabric {
-    shared: Arc<Shared>,
+    shared: Arc<FabricState>,
     inbox: mpsc::Receiver<Event>,
     readers: Vec<JoinHandle<()>>,
     writers: Vec<JoinHandle<()>>,
@@ -300,10 +301,12 @@ impl Fabric {
         sched: SchedulerFactory,
     ) -> Result<Fabric, FabricError> {
         let (group, rank, n) = (spec.group, spec.rank, spec.size());
-        let spec_err = |reason: String| FabricError::Spec { group, reason };
-        spec.topology.check(n).map_err(spec_err)?;
+        let spec_err = |reason: SpecError| FabricError::Spec { group, reason };
+        spec.topology
+            .check(n)
+            .map_err(|e| spec_err(SpecError::Topology(e)))?;
         if rank >= n {
-            return Err(spec_err(format!("rank {rank} in a group of {n}")));
+            return Err(spec_err(SpecError::NoSuchRank { rank, n }));
         }
         let neighbours = spec.topology.neighbours(rank, n);
         let (mut incoming, _registered) = listener.register(group)?;
@@ -321,7 +324,7 @@ impl Fabric {
         }
         let mut waiting: BTreeSet<u32> = neighbours.iter().copied().collect();
         let mut links: Vec<(u32, Opened)> = Vec::new();
-        let join_err = |nb: u32, reason: String| FabricError::Join {
+        let join_err = |nb: u32, reason: LinkError| FabricError::Join {
             group,
             rank: nb,
             member: spec.members[nb as usize].to_string(),
@@ -336,7 +339,7 @@ impl Fabric {
                         links.push((nb, opened));
                     }
                     Ok((nb, Err(e))) => return Err(join_err(nb, e)),
-                    Err(e) => return Err(join_err(first, format!("dialing task failed: {e}"))),
+                    Err(e) => return Err(join_err(first, LinkError::Dialer(e.to_string()))),
                 },
                 Some(mut inc) = incoming.recv() => {
                     let src = inc.hello.src;
@@ -355,12 +358,12 @@ impl Fabric {
                     }
                 }
                 _ = tokio::time::sleep_until(deadline) => {
-                    return Err(join_err(first, "it did not link".into()));
+                    return Err(join_err(first, LinkError::NotLinked));
                 }
             }
         }
         let (inbox_tx, inbox) = mpsc::channel(INBOX);
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(FabricState {
             group,
             rank,
             ttl: n.min(u16::MAX as u32) as u16,

@@ -21,10 +21,10 @@ use tokio::net::TcpStream;
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
-use super::fabric::Shared;
+use super::fabric::FabricState;
 use super::outq::PeerOutbox;
-use super::read_hello;
 use super::sched::{Queued, SchedulerFactory};
+use super::{read_hello, LinkError};
 
 /// Read timeout of a begun frame on an open link.
 pub(crate) const LINK_READ_TIMEOUT: Duration = Duration::from_secs(30);
@@ -87,26 +87,35 @@ pub(crate) async fn dial(
     me: &PeerMsg,
     max_frame: u32,
     deadline: Instant,
-) -> Result<Opened, String> {
+) -> Result<Opened, LinkError> {
     let mut backoff = Duration::from_millis(5);
-    let mut last = String::from("no attempt");
+    let mut last = LinkError::NoAttempt;
     loop {
         let attempt = async {
-            let s = TcpStream::connect(addr).await.map_err(|e| e.to_string())?;
-            s.set_nodelay(true).map_err(|e| e.to_string())?;
+            let s = TcpStream::connect(addr)
+                .await
+                .map_err(|e| LinkError::Connect(Arc::new(e)))?;
+            s.set_nodelay(true)
+                .map_err(|e| LinkError::Connect(Arc::new(e)))?;
             let (rd, mut wr) = s.into_split();
-            send_hello(&mut wr, me).await.map_err(|e| e.to_string())?;
+            send_hello(&mut wr, me)
+                .await
+                .map_err(|e| LinkError::Connect(Arc::new(e)))?;
             let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(LINK_READ_TIMEOUT);
             let (h, token, name) = read_hello(&mut reader).await?;
             if Some(token) != me.token() {
-                return Err("answered without the group's token".into());
+                return Err(LinkError::NoToken);
             }
             let want = (me.header.group, me.header.dst, me.header.src);
             if (h.group, h.src, h.dst) != want {
-                return Err(format!(
-                    "answered as rank {} of group {} to rank {}, expected rank {} of group {} to rank {}",
-                    h.src, h.group, h.dst, want.1, want.0, want.2
-                ));
+                return Err(LinkError::WrongEnd {
+                    src: h.src,
+                    group: h.group,
+                    dst: h.dst,
+                    want_src: want.1,
+                    want_group: want.0,
+                    want_dst: want.2,
+                });
             }
             Ok((reader, wr, split_name(&name).1))
         };
@@ -126,7 +135,7 @@ pub(crate) async fn dial(
 /// Reads a link until it ends, then reports it lost. `chunk_size` is what
 /// the link agreed (0: a chunk is a protocol error).
 pub(crate) async fn read_loop(
-    shared: Arc<Shared>,
+    shared: Arc<FabricState>,
     peer: u32,
     mut reader: FrameReader<OwnedReadHalf>,
     chunk_size: u32,
@@ -171,7 +180,7 @@ pub(crate) async fn read_loop(
             Err(e) => break format!("sent an invalid peer message: {e}"),
         };
         if let Err(e) = shared.incoming(m).await {
-            break e;
+            break e.to_string();
         }
     };
     shared.link_lost(peer, reason).await;

@@ -1,4 +1,4 @@
-//! The node fabric (issue 9, seed 001): links between the node managers of
+//! The node fabric (seed 001): links between the node managers of
 //! a group, over which peer messages (type 0x15) travel.
 //!
 //! - [`PeerListener`] is a node's peer port: it accepts links, checks their
@@ -24,7 +24,7 @@ pub mod topology;
 pub use fabric::{Event, Fabric, FabricStats};
 pub use router::{Router, ShortestPath};
 pub use sched::{LinkScheduler, Queued, RoundRobin, SchedulerFactory};
-pub use topology::Topology;
+pub use topology::{Topology, TopologyError};
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -78,7 +78,8 @@ pub struct GroupSpec {
     /// cannot join or feed a collective.
     pub token: u64,
     /// Largest chunk this node sends and accepts on its links (0: whole
-    /// messages only); a link uses the smaller of both ends' (issue 11).
+    /// messages only); a link uses the smaller of both ends',
+    /// so neither receives a chunk larger than it agreed to hold.
     pub chunk_size: u32,
 }
 
@@ -114,14 +115,14 @@ impl GroupSpec {
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum FabricError {
     #[error("group {group}: {reason}")]
-    Spec { group: u32, reason: String },
+    Spec { group: u32, reason: SpecError },
     #[error("group {group}: cannot link to rank {rank} ({member}) within {timeout:?}: {reason}")]
     Join {
         group: u32,
         rank: u32,
         member: String,
         timeout: Duration,
-        reason: String,
+        reason: LinkError,
     },
     #[error("no route to rank {rank} ({member}): its links are down")]
     NoRoute { rank: u32, member: String },
@@ -129,6 +130,61 @@ pub enum FabricError {
     TooLarge { size: usize, max: u32 },
     #[error("peer listener: {0}")]
     Listen(String),
+}
+
+/// What is wrong with a group's description, or with joining it here.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpecError {
+    #[error(transparent)]
+    Topology(#[from] TopologyError),
+    #[error("rank {rank} in a group of {n}")]
+    NoSuchRank { rank: u32, n: u32 },
+    #[error("this node is already joining that group")]
+    AlreadyJoining,
+}
+
+/// Why a peer link did not open, or was dropped. Logged; a dialer's last
+/// one is the reason a join failed (shared, hence the `Arc`s).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LinkError {
+    #[error("no attempt")]
+    NoAttempt,
+    #[error("{0}")]
+    Connect(Arc<std::io::Error>),
+    #[error("closed before its hello")]
+    ClosedBeforeHello,
+    #[error("{0}")]
+    Read(Arc<corefarm_smp::codec::ReadError>),
+    #[error("sent a {0} message instead of a peer hello")]
+    NotPeer(&'static str),
+    #[error("sent a peer {0} before its hello")]
+    BeforeHello(PeerKind),
+    #[error("{0}")]
+    Invalid(corefarm_smp::ProtocolError),
+    #[error("answered without the group's token")]
+    NoToken,
+    #[error(
+        "answered as rank {src} of group {group} to rank {dst}, expected rank {want_src} of \
+         group {want_group} to rank {want_dst}"
+    )]
+    WrongEnd {
+        src: u32,
+        group: u32,
+        dst: u32,
+        want_src: u32,
+        want_group: u32,
+        want_dst: u32,
+    },
+    #[error("sent a message of group {got}, not {ours}")]
+    OtherGroup { got: u32, ours: u32 },
+    #[error("sent a message from rank {src} to rank {dst} in a group of {n}")]
+    NoSuchRank { src: u32, dst: u32, n: u32 },
+    #[error("sent a second hello")]
+    SecondHello,
+    #[error("dialing task failed: {0}")]
+    Dialer(String),
+    #[error("it did not link")]
+    NotLinked,
 }
 
 /// A link whose hello has been read, waiting for its group.
@@ -205,7 +261,7 @@ impl PeerListener {
         if reg.contains_key(&group) {
             return Err(FabricError::Spec {
                 group,
-                reason: "this node is already joining that group".into(),
+                reason: SpecError::AlreadyJoining,
             });
         }
         reg.insert(group, tx);
@@ -291,25 +347,22 @@ async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
 /// Reads the first message of a link, which must be a peer hello.
 pub(crate) async fn read_hello(
     reader: &mut FrameReader<OwnedReadHalf>,
-) -> Result<(PeerHeader, u64, String), String> {
+) -> Result<(PeerHeader, u64, String), LinkError> {
     let f = match reader.read_frame().await {
         Ok(Some(f)) => f,
-        Ok(None) => return Err("closed before its hello".into()),
-        Err(e) => return Err(e.to_string()),
+        Ok(None) => return Err(LinkError::ClosedBeforeHello),
+        Err(e) => return Err(LinkError::Read(Arc::new(e))),
     };
     if f.ty != corefarm_smp::MsgType::Peer {
-        return Err(format!(
-            "sent a {} message instead of a peer hello",
-            f.ty.name()
-        ));
+        return Err(LinkError::NotPeer(f.ty.name()));
     }
     match PeerMsg::parse(f.payload) {
         Ok(PeerMsg {
             header,
             body: PeerBody::Hello { token, name },
         }) if header.kind == PeerKind::Hello => Ok((header, token, name)),
-        Ok(m) => Err(format!("sent a peer {} before its hello", m.header.kind)),
-        Err(e) => Err(e.to_string()),
+        Ok(m) => Err(LinkError::BeforeHello(m.header.kind)),
+        Err(e) => Err(LinkError::Invalid(e)),
     }
 }
 

@@ -1,4 +1,5 @@
-//! What a peer link sends next (issue 11 on node↔node links): messages wait
+//! What a peer link sends next, by priority class as on the server link:
+//! messages wait
 //! in lanes, and within a lane in the link's [`LinkScheduler`] (seed 001's
 //! replaceable module: round robin between destinations). Control traffic
 //! (aborts and empty collective chunks: barriers) has a lane above all

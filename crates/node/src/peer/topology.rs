@@ -29,17 +29,26 @@ impl fmt::Display for Topology {
     }
 }
 
+/// A topology that cannot be, or cannot hold the group.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TopologyError {
+    #[error("a group needs at least one member")]
+    Empty,
+    #[error("a torus with {cols} columns cannot hold {n} members")]
+    Torus { cols: u32, n: u32 },
+    #[error("unknown topology {0:?} (mesh, ring, tree or torus:<cols>)")]
+    Unknown(String),
+}
+
 impl Topology {
     /// Checks that the topology can hold `n` members.
-    pub fn check(&self, n: u32) -> Result<(), String> {
+    pub fn check(&self, n: u32) -> Result<(), TopologyError> {
         if n == 0 {
-            return Err("a group needs at least one member".into());
+            return Err(TopologyError::Empty);
         }
         if let Topology::Torus { cols } = *self {
             if cols == 0 || !n.is_multiple_of(cols) {
-                return Err(format!(
-                    "a torus with {cols} columns cannot hold {n} members"
-                ));
+                return Err(TopologyError::Torus { cols, n });
             }
         }
         Ok(())
@@ -126,7 +135,10 @@ mod tests {
             Topology::Torus { cols: 4 }.neighbours(0, 16),
             vec![1, 3, 4, 12]
         );
-        assert!(Topology::Torus { cols: 3 }.check(16).is_err());
+        assert_eq!(
+            Topology::Torus { cols: 3 }.check(16),
+            Err(TopologyError::Torus { cols: 3, n: 16 })
+        );
     }
 
     #[test]

@@ -5,8 +5,58 @@
 //! that and a longer one fails the message.
 
 use bytes::Bytes;
+use corefarm_smp::ErrorCode;
 
 use crate::guard::Reservation;
+
+/// Why a message's handler result cannot go out; the text is the reason
+/// the message fails with.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResultError {
+    #[error(
+        "handler set {set}: emitted {len} bytes, more than one result message \
+         carries on this link ({max} bytes)"
+    )]
+    OverFrame { set: String, len: usize, max: usize },
+    #[error(
+        "handler set {set}: emitted {len} bytes, more than this message's result of {count} \
+         inputs × {output_size} bytes = {room} bytes (the server did not agree any-length)"
+    )]
+    OverOutputs {
+        set: String,
+        len: usize,
+        count: usize,
+        output_size: usize,
+        room: usize,
+    },
+    #[error(
+        "handler set {set}: a result of {len} bytes needs {more} bytes more than the \
+         {room} reserved for its output ({count} × {output_size} bytes), and the node's memory \
+         guard has {free} of its {limit} bytes free",
+        more = len - room
+    )]
+    NoMemory {
+        set: String,
+        len: usize,
+        room: usize,
+        count: usize,
+        output_size: usize,
+        free: usize,
+        limit: usize,
+    },
+}
+
+impl ResultError {
+    /// The SMP code the message fails with.
+    pub fn code(&self) -> ErrorCode {
+        match self {
+            ResultError::OverFrame { .. } | ResultError::OverOutputs { .. } => {
+                ErrorCode::CoreFailure
+            }
+            ResultError::NoMemory { .. } => ErrorCode::TooLarge,
+        }
+    }
+}
 
 /// What the link to the server allows a result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,27 +92,32 @@ pub struct ResultShape {
 
 impl ResultShape {
     /// The result of a message of `count` inputs whose handlers (of set
-    /// `set`) emitted `emitted`; `Err` is the reason the message fails.
-    pub fn emitted(&self, set: &str, count: usize, mut emitted: Vec<u8>) -> Result<Bytes, String> {
+    /// `set`) emitted `emitted`; `Err` is why the message fails.
+    pub fn emitted(
+        &self,
+        set: &str,
+        count: usize,
+        mut emitted: Vec<u8>,
+    ) -> Result<Bytes, ResultError> {
         if self.any_length {
             if emitted.len() > self.max_data {
-                return Err(format!(
-                    "handler set {set}: emitted {} bytes, more than one result message \
-                     carries on this link ({} bytes)",
-                    emitted.len(),
-                    self.max_data
-                ));
+                return Err(ResultError::OverFrame {
+                    set: set.to_string(),
+                    len: emitted.len(),
+                    max: self.max_data,
+                });
             }
             return Ok(Bytes::from(emitted));
         }
         let room = count * self.output_size;
         if emitted.len() > room {
-            return Err(format!(
-                "handler set {set}: emitted {} bytes, more than this message's result of {count} \
-                 inputs × {} bytes = {room} bytes (the server did not agree any-length)",
-                emitted.len(),
-                self.output_size
-            ));
+            return Err(ResultError::OverOutputs {
+                set: set.to_string(),
+                len: emitted.len(),
+                count,
+                output_size: self.output_size,
+                room,
+            });
         }
         emitted.resize(room, 0);
         Ok(Bytes::from(emitted))
@@ -72,8 +127,8 @@ impl ResultShape {
     /// message's output, hold `len` bytes for it instead: a longer result
     /// (`any-length`) takes the difference from the memory guard before it
     /// is queued, so the guard counts all of it while it waits to be sent;
-    /// a shorter one gives the difference back. `Err` is the reason the
-    /// message fails (the guard cannot spare the difference now).
+    /// a shorter one gives the difference back. `Err` is why the message
+    /// fails (the guard cannot spare the difference now).
     ///
     /// Never waits: the lane thread calling this has messages queued
     /// behind it holding reservations, and its results wait in the sending
@@ -85,23 +140,23 @@ impl ResultShape {
         count: usize,
         len: usize,
         reservation: &mut Reservation,
-    ) -> Result<(), String> {
+    ) -> Result<(), ResultError> {
         let room = count * self.output_size;
         if len <= room {
             reservation.give_back(room - len);
             return Ok(());
         }
-        reservation.try_grow(len - room).map_err(|short| {
-            format!(
-                "handler set {set}: a result of {len} bytes needs {} bytes more than the \
-                 {room} reserved for its output ({count} × {} bytes), and the node's memory \
-                 guard has {} of its {} bytes free",
-                len - room,
-                self.output_size,
-                short.free,
-                short.limit
-            )
-        })
+        reservation
+            .try_grow(len - room)
+            .map_err(|short| ResultError::NoMemory {
+                set: set.to_string(),
+                len,
+                room,
+                count,
+                output_size: self.output_size,
+                free: short.free,
+                limit: short.limit,
+            })
     }
 
     /// The result of a message the handlers dropped: empty, or zeros of
@@ -158,10 +213,17 @@ mod tests {
     #[test]
     fn without_any_length_a_longer_output_fails_the_message() {
         let why = FIXED.emitted("strided", 1, vec![0; 65]).unwrap_err();
-        assert!(
-            why.contains("handler set strided") && why.contains("65 bytes") && why.contains("64"),
-            "{why}"
+        assert_eq!(
+            why,
+            ResultError::OverOutputs {
+                set: "strided".into(),
+                len: 65,
+                count: 1,
+                output_size: 64,
+                room: 64
+            }
         );
+        assert_eq!(why.code(), ErrorCode::CoreFailure);
     }
 
     #[test]
@@ -176,11 +238,13 @@ mod tests {
     #[test]
     fn with_any_length_an_output_beyond_one_frame_fails_with_the_limit() {
         let why = ANY.emitted("filter", 1, vec![0; 101]).unwrap_err();
-        assert!(
-            why.contains("handler set filter")
-                && why.contains("101 bytes")
-                && why.contains("100 bytes"),
-            "{why}"
+        assert_eq!(
+            why,
+            ResultError::OverFrame {
+                set: "filter".into(),
+                len: 101,
+                max: 100
+            }
         );
     }
 }
