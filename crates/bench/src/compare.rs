@@ -87,6 +87,72 @@ pub struct Comparison {
     pub improvements: usize,
 }
 
+impl Comparison {
+    /// The comparison for a reader: one line per metric of every point
+    /// (or the point's status), the points only one side has (`old` and
+    /// `new` name the sides), and the counts.
+    pub fn summary(&self, old: &str, new: &str) -> String {
+        let mut out = String::new();
+        for p in &self.points {
+            if p.status != "ok" {
+                out += &format!("{}: {}\n", p.key, p.status);
+                continue;
+            }
+            for m in &p.metrics {
+                let mark = match m.verdict {
+                    Verdict::Worse => "WORSE",
+                    Verdict::Better => "better",
+                    Verdict::Same => "same",
+                    Verdict::Info => "",
+                };
+                out += &format!(
+                    "{:<48} {:<16} {:>12.4e} -> {:>12.4e}  x{:<7} (noise ±{:.0}%) {}\n",
+                    p.key,
+                    m.metric,
+                    m.old.mean,
+                    m.new.mean,
+                    m.ratio
+                        .map(|r| format!("{r:.3}"))
+                        .unwrap_or_else(|| "-".into()),
+                    m.allowed * 100.0,
+                    mark
+                );
+            }
+        }
+        for k in &self.only_in_old {
+            out += &format!("{k}: only in {old}\n");
+        }
+        for k in &self.only_in_new {
+            out += &format!("{k}: only in {new}\n");
+        }
+        out += &format!(
+            "{} regression(s), {} improvement(s)\n",
+            self.regressions, self.improvements
+        );
+        out
+    }
+}
+
+/// Reads two result files and compares them (see [`compare`]).
+pub fn compare_files(
+    old: &std::path::Path,
+    new: &std::path::Path,
+    threshold: f64,
+) -> Result<Comparison> {
+    let read = |p: &std::path::Path| -> Result<Value> {
+        let text =
+            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
+    };
+    compare(&read(old)?, &read(new)?, threshold).with_context(|| {
+        format!(
+            "comparing {} (old) with {} (new)",
+            old.display(),
+            new.display()
+        )
+    })
+}
+
 /// One measured point: its status and its metrics.
 #[derive(Debug, Clone)]
 struct Point {

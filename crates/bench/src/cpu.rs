@@ -152,10 +152,30 @@ pub fn ticks_per_s() -> f64 {
     }
 }
 
+/// Why no CPU figures: reported beside the benchmark's own figures, which
+/// stand without them.
+#[derive(Debug, thiserror::Error)]
+pub enum CpuError {
+    #[error("could not start the CPU sampling thread")]
+    NoThread,
+    #[error("the CPU sampling thread panicked")]
+    Panicked,
+    /// The run ended before the measurement window closed.
+    #[error("the run ended before the measurement window closed")]
+    EndedEarly,
+    /// A watched process's /proc entries could not be read (it is gone?).
+    #[error("reading the CPU time of {label} (pid {pid}): {error}")]
+    Read {
+        label: String,
+        pid: u32,
+        error: io::Error,
+    },
+}
+
 /// Samples the targets' CPU at `start` and at `end` on its own thread.
 pub struct CpuWatch {
     stop: Option<mpsc::Sender<()>>,
-    handle: Option<JoinHandle<Result<Vec<CpuUse>, String>>>,
+    handle: Option<JoinHandle<Result<Vec<CpuUse>, CpuError>>>,
 }
 
 impl CpuWatch {
@@ -182,18 +202,17 @@ impl CpuWatch {
     /// Waits for the second sample (it is taken at the window's end) and
     /// returns the CPU used, or why there is none: the run ended before the
     /// window closed, or a process could not be read.
-    pub fn finish(mut self) -> Result<Vec<CpuUse>, String> {
+    pub fn finish(mut self) -> Result<Vec<CpuUse>, CpuError> {
         let Some(h) = self.handle.take() else {
             return if self.stop.is_some() {
-                Err("could not start the CPU sampling thread".into())
+                Err(CpuError::NoThread)
             } else {
                 Ok(Vec::new())
             };
         };
         // Only a run that ends early gets here before the window's end.
         drop(self.stop.take());
-        h.join()
-            .unwrap_or_else(|_| Err("the CPU sampling thread panicked".into()))
+        h.join().unwrap_or(Err(CpuError::Panicked))
     }
 }
 
@@ -211,12 +230,15 @@ fn sleep_until(t: Instant, stop: &mpsc::Receiver<()>) -> bool {
     }
 }
 
-fn sample(targets: &[CpuTarget]) -> Result<Vec<Ticks>, String> {
+fn sample(targets: &[CpuTarget]) -> Result<Vec<Ticks>, CpuError> {
     targets
         .iter()
         .map(|t| {
-            tree_ticks(t.pid)
-                .map_err(|e| format!("reading the CPU time of {} (pid {}): {e}", t.label, t.pid))
+            tree_ticks(t.pid).map_err(|error| CpuError::Read {
+                label: t.label.clone(),
+                pid: t.pid,
+                error,
+            })
         })
         .collect()
 }
@@ -226,8 +248,8 @@ fn watch(
     start: Instant,
     end: Instant,
     stop: &mpsc::Receiver<()>,
-) -> Result<Vec<CpuUse>, String> {
-    let early = || Err("the run ended before the measurement window closed".to_string());
+) -> Result<Vec<CpuUse>, CpuError> {
+    let early = || Err(CpuError::EndedEarly);
     if !sleep_until(start, stop) {
         return early();
     }
@@ -267,6 +289,24 @@ fn usage(targets: &[CpuTarget], a: &[Ticks], b: &[Ticks], wall_s: f64, hz: f64) 
             }
         })
         .collect()
+}
+
+/// One line per watched process: CPU seconds in the window and per decimal
+/// GB of payload moved (`bytes_per_s`: echoed, or forwarded in + out).
+pub fn summary(cpu: &[CpuUse], bytes_per_s: f64) -> String {
+    let mut out = String::new();
+    for c in cpu {
+        let per_gb = if bytes_per_s > 0.0 {
+            format!("{:.3} CPU-s/GB", c.cpus / (bytes_per_s / 1e9))
+        } else {
+            "-".into()
+        };
+        out += &format!(
+            "cpu {} (pid {}): {:.2} s over {:.2} s = {:.2} CPUs (user {:.2} s, sys {:.2} s), {per_gb}\n",
+            c.label, c.pid, c.cpu_s, c.wall_s, c.cpus, c.user_s, c.sys_s
+        );
+    }
+    out
 }
 
 #[cfg(test)]
@@ -369,7 +409,7 @@ mod tests {
         let now = Instant::now();
         let w = CpuWatch::start(&[me], now, now + Duration::from_secs(3600));
         let e = w.finish().unwrap_err();
-        assert!(e.contains("ended before"), "{e}");
+        assert!(matches!(e, CpuError::EndedEarly), "{e}");
         assert_eq!(CpuWatch::start(&[], now, now).finish().unwrap(), Vec::new());
     }
 
@@ -381,6 +421,9 @@ mod tests {
         };
         let now = Instant::now();
         let e = CpuWatch::start(&[ghost], now, now).finish().unwrap_err();
-        assert!(e.contains("ghost"), "{e}");
+        assert!(
+            matches!(&e, CpuError::Read { label, .. } if label == "ghost"),
+            "{e}"
+        );
     }
 }
