@@ -26,6 +26,8 @@ use corefarm_client::{Client, ClientOptions};
 use corefarm_model::queueing::{priority_classes, priority_classes_general, Class, GeneralClass};
 use rand::{Rng, SeedableRng};
 
+use crate::cluster::EmbeddedCluster;
+
 /// What to measure.
 #[derive(Debug, Clone)]
 pub struct ClassesOptions {
@@ -77,9 +79,9 @@ pub fn run(a: &ClassesOptions) -> Result<serde_json::Value> {
     if !(a.duration.is_finite() && a.duration > 0.0) {
         bail!("--duration must be positive");
     }
-    let cluster = Embedded::start()?;
+    let cluster = start_cluster()?;
     let client = Client::connect(
-        &cluster.addr,
+        &cluster.users_addr(),
         ClientOptions {
             chunks: true,
             name: Some("bench classes".into()),
@@ -329,36 +331,25 @@ fn measure(
 
 /// A shared-mode server with one benchmarking node and a window of one
 /// message per node, in this process; stops on drop.
-struct Embedded {
-    addr: String,
-    _cluster: crate::cluster::EmbeddedCluster,
-}
-
-impl Embedded {
-    fn start() -> Result<Embedded> {
-        let server = corefarm_server::ServerOptions {
-            nodes_listen: "127.0.0.1:0".into(),
-            users_listen: "127.0.0.1:0".into(),
-            sharing: corefarm_server::Sharing::Shared,
-            policy: corefarm_server::Policy::Credit,
-            credit: 1,
-            credit_adaptive: false,
-            // The user may have every arrival outstanding: waiting happens
-            // in the server's class queues, not in the client.
-            user_window: Some(1 << 16),
-            ..corefarm_server::ServerOptions::default()
-        };
-        let node = corefarm_node::NodeOptions {
-            name: "classes".into(),
-            reconnect: false,
-            ..corefarm_node::NodeOptions::default()
-        };
-        let cluster = crate::cluster::EmbeddedCluster::start(1, server, node)?;
-        Ok(Embedded {
-            addr: cluster.cluster.users_addr.to_string(),
-            _cluster: cluster,
-        })
-    }
+fn start_cluster() -> Result<EmbeddedCluster> {
+    let server = corefarm_server::ServerOptions {
+        nodes_listen: "127.0.0.1:0".into(),
+        users_listen: "127.0.0.1:0".into(),
+        sharing: corefarm_server::Sharing::Shared,
+        policy: corefarm_server::Policy::Credit,
+        credit: 1,
+        credit_adaptive: false,
+        // The user may have every arrival outstanding: waiting happens
+        // in the server's class queues, not in the client.
+        user_window: Some(1 << 16),
+        ..corefarm_server::ServerOptions::default()
+    };
+    let node = corefarm_node::NodeOptions {
+        name: "classes".into(),
+        reconnect: false,
+        ..corefarm_node::NodeOptions::default()
+    };
+    EmbeddedCluster::start(1, server, node)
 }
 
 #[cfg(test)]

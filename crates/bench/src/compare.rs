@@ -155,7 +155,7 @@ pub fn compare_files(
 
 /// One measured point: its status and its metrics.
 #[derive(Debug, Clone)]
-struct Point {
+struct RecordedPoint {
     status: String,
     reason: Option<String>,
     metrics: BTreeMap<String, Spread>,
@@ -196,7 +196,7 @@ fn key_text(k: &Value) -> String {
     }
 }
 
-fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
+fn points_of(doc: &Value) -> Result<BTreeMap<String, RecordedPoint>> {
     let mut out = BTreeMap::new();
     if let Some(points) = doc.get("points").and_then(Value::as_array) {
         for p in points {
@@ -217,7 +217,7 @@ fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
             }
             out.insert(
                 key,
-                Point {
+                RecordedPoint {
                     status,
                     reason,
                     metrics,
@@ -264,7 +264,7 @@ fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
     let ok = doc.get("ok").and_then(Value::as_bool).unwrap_or(true) && errors == 0;
     out.insert(
         key.to_string(),
-        Point {
+        RecordedPoint {
             status: if ok { "ok" } else { "failed" }.into(),
             reason: None,
             metrics,

@@ -106,7 +106,7 @@ cluster), the same for every run";
 /// node managers behind a server whose node links use `node_chunk_size`
 /// (0: whole frames, so the `unchunked` run is unchunked end to end).
 #[derive(Debug, Clone, Copy)]
-pub struct Embedded {
+pub struct EmbeddedSpec {
     pub nodes: usize,
     pub node_chunk_size: u32,
 }
@@ -114,7 +114,7 @@ pub struct Embedded {
 /// [`run`] against `server`'s user port, or, without one, against the
 /// `embedded` cluster started in this process for the run (and stopped
 /// after it).
-pub fn run_on(o: &HolOptions, server: Option<String>, e: Embedded) -> Result<HolReport> {
+pub fn run_on(o: &HolOptions, server: Option<String>, e: EmbeddedSpec) -> Result<HolReport> {
     if e.nodes == 0 {
         bail!("--nodes must be at least 1");
     }

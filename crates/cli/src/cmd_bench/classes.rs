@@ -6,7 +6,7 @@ use clap::Args;
 use corefarm_bench::classes::{self, ClassesOptions};
 
 #[derive(Args)]
-pub struct ClassesArgs {
+pub struct ClassesBenchArgs {
     /// Offered loads ρ to measure (fractions of the node's capacity).
     #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,0.5,0.7,0.9")]
     loads: Vec<f64>,
@@ -28,7 +28,7 @@ pub struct ClassesArgs {
     seed: u64,
 }
 
-pub fn run(a: ClassesArgs) -> Result<()> {
+pub fn run(a: ClassesBenchArgs) -> Result<()> {
     let report = classes::run(&ClassesOptions {
         loads: a.loads,
         urgent_share: a.urgent_share,

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use clap::Args;
-use corefarm_bench::hol::{self, Embedded, HolOptions};
+use corefarm_bench::hol::{self, EmbeddedSpec, HolOptions};
 
 #[derive(Args)]
 pub struct HolArgs {
@@ -39,7 +39,7 @@ pub struct HolArgs {
     /// Chunk size to ask for, bytes (default: the protocol's, 128 KiB).
     #[arg(long)]
     chunk_size: Option<u32>,
-    /// Embedded cluster: the server's chunk size on its node links (0: whole
+    /// EmbeddedSpec cluster: the server's chunk size on its node links (0: whole
     /// frames there, so the `unchunked` run is unchunked end to end).
     #[arg(long, default_value_t = corefarm_server::defaults::NODE_CHUNK_SIZE)]
     node_chunk_size: u32,
@@ -57,7 +57,7 @@ pub fn run(a: HolArgs) -> Result<()> {
         chunk_size: a.chunk_size,
         ..HolOptions::default()
     };
-    let embedded = Embedded {
+    let embedded = EmbeddedSpec {
         nodes: a.nodes,
         node_chunk_size: a.node_chunk_size,
     };

@@ -29,7 +29,7 @@ pub enum BenchCmd {
     /// node port, starts one `corefarm node` against it (or waits for one,
     /// --no-spawn), sends the benchmarking configuration with delay 0 and
     /// streams data messages straight to the node. No server involved.
-    Node(NodeArgs),
+    Node(NodeBenchArgs),
     /// Compare two result files (suite JSON or single reports) point by point;
     /// exits 1 if anything got worse beyond the noise.
     Compare(CompareArgs),
@@ -55,7 +55,7 @@ pub enum BenchCmd {
     /// Priority classes against the queueing model (seed 001 §IV): two
     /// Poisson classes through one node's queue at loads 0.1-0.9, measured
     /// mean latency beside Cobham's formula (one JSON object).
-    Classes(classes::ClassesArgs),
+    Classes(classes::ClassesBenchArgs),
 }
 
 #[derive(Args)]
@@ -146,7 +146,7 @@ pub struct UserArgs {
 }
 
 #[derive(Args)]
-pub struct NodeArgs {
+pub struct NodeBenchArgs {
     /// Address to listen on as a server node port.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: String,
@@ -340,7 +340,7 @@ fn user_bench(a: UserArgs) -> Result<()> {
     Ok(())
 }
 
-fn node_bench(a: NodeArgs) -> Result<()> {
+fn node_bench(a: NodeBenchArgs) -> Result<()> {
     use corefarm_bench::node::{self, NodeBenchOptions, NodeSource};
     let source = if a.no_spawn {
         NodeSource::Accept
