@@ -19,7 +19,6 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// A process to watch, named for the report (`server=1234`).
@@ -29,20 +28,29 @@ pub struct CpuTarget {
     pub pid: u32,
 }
 
+/// A `--cpu-pid` value that is not `LABEL=PID` (clap prints the text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpuTargetError {
+    #[error("`{0}`: expected LABEL=PID")]
+    NotAPid(String),
+    #[error("`{0}`: expected LABEL=PID with a non-empty label and a non-zero pid")]
+    Empty(String),
+}
+
 impl std::str::FromStr for CpuTarget {
-    type Err = anyhow::Error;
+    type Err = CpuTargetError;
 
     /// `LABEL=PID`, or a bare PID (labelled with itself).
-    fn from_str(s: &str) -> Result<Self> {
+    fn from_str(s: &str) -> Result<Self, CpuTargetError> {
         let (label, pid) = match s.split_once('=') {
             Some((l, p)) => (l.trim().to_string(), p.trim()),
             None => (s.trim().to_string(), s.trim()),
         };
         let pid: u32 = pid
             .parse()
-            .with_context(|| format!("`{s}`: expected LABEL=PID"))?;
+            .map_err(|_| CpuTargetError::NotAPid(s.to_string()))?;
         if label.is_empty() || pid == 0 {
-            bail!("`{s}`: expected LABEL=PID with a non-empty label and a non-zero pid");
+            return Err(CpuTargetError::Empty(s.to_string()));
         }
         Ok(CpuTarget { label, pid })
     }
@@ -334,9 +342,18 @@ mod tests {
         let t: CpuTarget = "server=123".parse().unwrap();
         assert_eq!((t.label.as_str(), t.pid), ("server", 123));
         assert_eq!("77".parse::<CpuTarget>().unwrap().label, "77");
-        assert!("server=x".parse::<CpuTarget>().is_err());
-        assert!("=5".parse::<CpuTarget>().is_err());
-        assert!("s=0".parse::<CpuTarget>().is_err());
+        assert_eq!(
+            "server=x".parse::<CpuTarget>(),
+            Err(CpuTargetError::NotAPid("server=x".into()))
+        );
+        assert_eq!(
+            "=5".parse::<CpuTarget>(),
+            Err(CpuTargetError::Empty("=5".into()))
+        );
+        assert_eq!(
+            "s=0".parse::<CpuTarget>(),
+            Err(CpuTargetError::Empty("s=0".into()))
+        );
     }
 
     #[test]
