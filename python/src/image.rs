@@ -33,7 +33,7 @@ pub fn inspect_image(image: &[u8]) -> PyResult<(String, Vec<Option<String>>, Opt
         .collect();
     let signature = img.signature.as_ref().map(|rec| {
         let r = corefarm_cores::signature::verify(&img, rec);
-        serde_json::json!({"key": rec.key.to_string(), "valid": r.is_ok(), "error": r.err()})
+        serde_json::json!({"key": rec.key.to_string(), "valid": r.is_ok(), "error": r.err().map(|e| e.to_string())})
             .to_string()
     });
     Ok((manifest, checks, signature))

@@ -10,7 +10,8 @@
 
 use std::collections::BTreeMap;
 
-use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
 use serde::Serialize;
 use serde_json::Value;
 
@@ -87,9 +88,125 @@ pub struct Comparison {
     pub improvements: usize,
 }
 
+impl Comparison {
+    /// The comparison for a reader: one line per metric of every point
+    /// (or the point's status), the points only one side has (`old` and
+    /// `new` name the sides), and the counts.
+    pub fn summary(&self, old: &str, new: &str) -> String {
+        let mut out = String::new();
+        for p in &self.points {
+            if p.status != "ok" {
+                out += &format!("{}: {}\n", p.key, p.status);
+                continue;
+            }
+            for m in &p.metrics {
+                let mark = match m.verdict {
+                    Verdict::Worse => "WORSE",
+                    Verdict::Better => "better",
+                    Verdict::Same => "same",
+                    Verdict::Info => "",
+                };
+                out += &format!(
+                    "{:<48} {:<16} {:>12.4e} -> {:>12.4e}  x{:<7} (noise ±{:.0}%) {}\n",
+                    p.key,
+                    m.metric,
+                    m.old.mean,
+                    m.new.mean,
+                    m.ratio
+                        .map(|r| format!("{r:.3}"))
+                        .unwrap_or_else(|| "-".into()),
+                    m.allowed * 100.0,
+                    mark
+                );
+            }
+        }
+        for k in &self.only_in_old {
+            out += &format!("{k}: only in {old}\n");
+        }
+        for k in &self.only_in_new {
+            out += &format!("{k}: only in {new}\n");
+        }
+        out += &format!(
+            "{} regression(s), {} improvement(s)\n",
+            self.regressions, self.improvements
+        );
+        out
+    }
+}
+
+/// Why a results document cannot be compared.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NotResults {
+    #[error("not a suite result (no \"points\") nor a benchmark report")]
+    UnknownShape,
+    #[error("a point has no key")]
+    PointWithoutKey,
+}
+
+/// Which side of a comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Old,
+    New,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Old => "old",
+            Side::New => "new",
+        })
+    }
+}
+
+/// Why two results could not be compared. The causes are part of each
+/// message (what `corefarm bench compare` prints).
+#[derive(Debug, thiserror::Error)]
+pub enum CompareError {
+    /// One side is not results.
+    #[error("in the {side} results: {why}")]
+    NotResults { side: Side, why: NotResults },
+    #[error("reading {}: {error}", path.display())]
+    Read {
+        path: PathBuf,
+        error: std::io::Error,
+    },
+    #[error("parsing {}: {error}", path.display())]
+    Parse {
+        path: PathBuf,
+        error: serde_json::Error,
+    },
+    /// The files were read but their contents cannot be compared.
+    #[error("comparing {} (old) with {} (new): {error}", old.display(), new.display())]
+    Files {
+        old: PathBuf,
+        new: PathBuf,
+        error: Box<CompareError>,
+    },
+}
+
+/// Reads two result files and compares them (see [`compare`]).
+pub fn compare_files(old: &Path, new: &Path, threshold: f64) -> Result<Comparison, CompareError> {
+    let read = |p: &Path| -> Result<Value, CompareError> {
+        let text = std::fs::read_to_string(p).map_err(|error| CompareError::Read {
+            path: p.to_path_buf(),
+            error,
+        })?;
+        serde_json::from_str(&text).map_err(|error| CompareError::Parse {
+            path: p.to_path_buf(),
+            error,
+        })
+    };
+    compare(&read(old)?, &read(new)?, threshold).map_err(|e| CompareError::Files {
+        old: old.to_path_buf(),
+        new: new.to_path_buf(),
+        error: Box::new(e),
+    })
+}
+
 /// One measured point: its status and its metrics.
 #[derive(Debug, Clone)]
-struct Point {
+struct RecordedPoint {
     status: String,
     reason: Option<String>,
     metrics: BTreeMap<String, Spread>,
@@ -130,11 +247,11 @@ fn key_text(k: &Value) -> String {
     }
 }
 
-fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
+fn points_of(doc: &Value) -> Result<BTreeMap<String, RecordedPoint>, NotResults> {
     let mut out = BTreeMap::new();
     if let Some(points) = doc.get("points").and_then(Value::as_array) {
         for p in points {
-            let key = key_text(p.get("key").context("a point has no key")?);
+            let key = key_text(p.get("key").ok_or(NotResults::PointWithoutKey)?);
             let status = p
                 .get("status")
                 .and_then(Value::as_str)
@@ -151,7 +268,7 @@ fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
             }
             out.insert(
                 key,
-                Point {
+                RecordedPoint {
                     status,
                     reason,
                     metrics,
@@ -180,7 +297,7 @@ fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
                     ("messages_per_s", &["messages_per_s"]),
                 ],
             ),
-            _ => bail!("not a suite result (no \"points\") nor a benchmark report"),
+            _ => return Err(NotResults::UnknownShape),
         };
     let mut metrics = BTreeMap::new();
     for (name, path) in fields {
@@ -198,7 +315,7 @@ fn points_of(doc: &Value) -> Result<BTreeMap<String, Point>> {
     let ok = doc.get("ok").and_then(Value::as_bool).unwrap_or(true) && errors == 0;
     out.insert(
         key.to_string(),
-        Point {
+        RecordedPoint {
             status: if ok { "ok" } else { "failed" }.into(),
             reason: None,
             metrics,
@@ -243,9 +360,10 @@ pub fn judge(metric: &str, old: Spread, new: Spread, threshold: f64) -> MetricDe
     }
 }
 
-pub fn compare(old: &Value, new: &Value, threshold: f64) -> Result<Comparison> {
-    let old = points_of(old).context("in the old results")?;
-    let new = points_of(new).context("in the new results")?;
+pub fn compare(old: &Value, new: &Value, threshold: f64) -> Result<Comparison, CompareError> {
+    let side = |side| move |why| CompareError::NotResults { side, why };
+    let old = points_of(old).map_err(side(Side::Old))?;
+    let new = points_of(new).map_err(side(Side::New))?;
     let mut points = Vec::new();
     let (mut regressions, mut improvements) = (0, 0);
     for (key, o) in &old {
@@ -393,7 +511,20 @@ mod tests {
         };
         let c = compare(&rep(100.0), &rep(120.0), 0.05).unwrap();
         assert_eq!((c.regressions, c.improvements), (0, 2));
-        assert!(compare(&json!({"x": 1}), &rep(1.0), 0.05).is_err());
+        assert!(matches!(
+            compare(&json!({"x": 1}), &rep(1.0), 0.05),
+            Err(CompareError::NotResults {
+                side: Side::Old,
+                why: NotResults::UnknownShape
+            })
+        ));
+        assert!(matches!(
+            compare(&rep(1.0), &json!({"points": [{}]}), 0.05),
+            Err(CompareError::NotResults {
+                side: Side::New,
+                why: NotResults::PointWithoutKey
+            })
+        ));
     }
 
     #[test]

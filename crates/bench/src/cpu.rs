@@ -19,7 +19,6 @@ use std::sync::mpsc;
 use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
-use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 /// A process to watch, named for the report (`server=1234`).
@@ -29,20 +28,29 @@ pub struct CpuTarget {
     pub pid: u32,
 }
 
+/// A `--cpu-pid` value that is not `LABEL=PID` (clap prints the text).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum CpuTargetError {
+    #[error("`{0}`: expected LABEL=PID")]
+    NotAPid(String),
+    #[error("`{0}`: expected LABEL=PID with a non-empty label and a non-zero pid")]
+    Empty(String),
+}
+
 impl std::str::FromStr for CpuTarget {
-    type Err = anyhow::Error;
+    type Err = CpuTargetError;
 
     /// `LABEL=PID`, or a bare PID (labelled with itself).
-    fn from_str(s: &str) -> Result<Self> {
+    fn from_str(s: &str) -> Result<Self, CpuTargetError> {
         let (label, pid) = match s.split_once('=') {
             Some((l, p)) => (l.trim().to_string(), p.trim()),
             None => (s.trim().to_string(), s.trim()),
         };
         let pid: u32 = pid
             .parse()
-            .with_context(|| format!("`{s}`: expected LABEL=PID"))?;
+            .map_err(|_| CpuTargetError::NotAPid(s.to_string()))?;
         if label.is_empty() || pid == 0 {
-            bail!("`{s}`: expected LABEL=PID with a non-empty label and a non-zero pid");
+            return Err(CpuTargetError::Empty(s.to_string()));
         }
         Ok(CpuTarget { label, pid })
     }
@@ -152,10 +160,30 @@ pub fn ticks_per_s() -> f64 {
     }
 }
 
+/// Why no CPU figures: reported beside the benchmark's own figures, which
+/// stand without them.
+#[derive(Debug, thiserror::Error)]
+pub enum CpuError {
+    #[error("could not start the CPU sampling thread")]
+    NoThread,
+    #[error("the CPU sampling thread panicked")]
+    Panicked,
+    /// The run ended before the measurement window closed.
+    #[error("the run ended before the measurement window closed")]
+    EndedEarly,
+    /// A watched process's /proc entries could not be read (it is gone?).
+    #[error("reading the CPU time of {label} (pid {pid}): {error}")]
+    Read {
+        label: String,
+        pid: u32,
+        error: io::Error,
+    },
+}
+
 /// Samples the targets' CPU at `start` and at `end` on its own thread.
 pub struct CpuWatch {
     stop: Option<mpsc::Sender<()>>,
-    handle: Option<JoinHandle<Result<Vec<CpuUse>, String>>>,
+    handle: Option<JoinHandle<Result<Vec<CpuUse>, CpuError>>>,
 }
 
 impl CpuWatch {
@@ -182,18 +210,17 @@ impl CpuWatch {
     /// Waits for the second sample (it is taken at the window's end) and
     /// returns the CPU used, or why there is none: the run ended before the
     /// window closed, or a process could not be read.
-    pub fn finish(mut self) -> Result<Vec<CpuUse>, String> {
+    pub fn finish(mut self) -> Result<Vec<CpuUse>, CpuError> {
         let Some(h) = self.handle.take() else {
             return if self.stop.is_some() {
-                Err("could not start the CPU sampling thread".into())
+                Err(CpuError::NoThread)
             } else {
                 Ok(Vec::new())
             };
         };
         // Only a run that ends early gets here before the window's end.
         drop(self.stop.take());
-        h.join()
-            .unwrap_or_else(|_| Err("the CPU sampling thread panicked".into()))
+        h.join().unwrap_or(Err(CpuError::Panicked))
     }
 }
 
@@ -211,12 +238,15 @@ fn sleep_until(t: Instant, stop: &mpsc::Receiver<()>) -> bool {
     }
 }
 
-fn sample(targets: &[CpuTarget]) -> Result<Vec<Ticks>, String> {
+fn sample(targets: &[CpuTarget]) -> Result<Vec<Ticks>, CpuError> {
     targets
         .iter()
         .map(|t| {
-            tree_ticks(t.pid)
-                .map_err(|e| format!("reading the CPU time of {} (pid {}): {e}", t.label, t.pid))
+            tree_ticks(t.pid).map_err(|error| CpuError::Read {
+                label: t.label.clone(),
+                pid: t.pid,
+                error,
+            })
         })
         .collect()
 }
@@ -226,8 +256,8 @@ fn watch(
     start: Instant,
     end: Instant,
     stop: &mpsc::Receiver<()>,
-) -> Result<Vec<CpuUse>, String> {
-    let early = || Err("the run ended before the measurement window closed".to_string());
+) -> Result<Vec<CpuUse>, CpuError> {
+    let early = || Err(CpuError::EndedEarly);
     if !sleep_until(start, stop) {
         return early();
     }
@@ -269,6 +299,24 @@ fn usage(targets: &[CpuTarget], a: &[Ticks], b: &[Ticks], wall_s: f64, hz: f64) 
         .collect()
 }
 
+/// One line per watched process: CPU seconds in the window and per decimal
+/// GB of payload moved (`bytes_per_s`: echoed, or forwarded in + out).
+pub fn summary(cpu: &[CpuUse], bytes_per_s: f64) -> String {
+    let mut out = String::new();
+    for c in cpu {
+        let per_gb = if bytes_per_s > 0.0 {
+            format!("{:.3} CPU-s/GB", c.cpus / (bytes_per_s / 1e9))
+        } else {
+            "-".into()
+        };
+        out += &format!(
+            "cpu {} (pid {}): {:.2} s over {:.2} s = {:.2} CPUs (user {:.2} s, sys {:.2} s), {per_gb}\n",
+            c.label, c.pid, c.cpu_s, c.wall_s, c.cpus, c.user_s, c.sys_s
+        );
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -294,9 +342,18 @@ mod tests {
         let t: CpuTarget = "server=123".parse().unwrap();
         assert_eq!((t.label.as_str(), t.pid), ("server", 123));
         assert_eq!("77".parse::<CpuTarget>().unwrap().label, "77");
-        assert!("server=x".parse::<CpuTarget>().is_err());
-        assert!("=5".parse::<CpuTarget>().is_err());
-        assert!("s=0".parse::<CpuTarget>().is_err());
+        assert_eq!(
+            "server=x".parse::<CpuTarget>(),
+            Err(CpuTargetError::NotAPid("server=x".into()))
+        );
+        assert_eq!(
+            "=5".parse::<CpuTarget>(),
+            Err(CpuTargetError::Empty("=5".into()))
+        );
+        assert_eq!(
+            "s=0".parse::<CpuTarget>(),
+            Err(CpuTargetError::Empty("s=0".into()))
+        );
     }
 
     #[test]
@@ -369,7 +426,7 @@ mod tests {
         let now = Instant::now();
         let w = CpuWatch::start(&[me], now, now + Duration::from_secs(3600));
         let e = w.finish().unwrap_err();
-        assert!(e.contains("ended before"), "{e}");
+        assert!(matches!(e, CpuError::EndedEarly), "{e}");
         assert_eq!(CpuWatch::start(&[], now, now).finish().unwrap(), Vec::new());
     }
 
@@ -381,6 +438,9 @@ mod tests {
         };
         let now = Instant::now();
         let e = CpuWatch::start(&[ghost], now, now).finish().unwrap_err();
-        assert!(e.contains("ghost"), "{e}");
+        assert!(
+            matches!(&e, CpuError::Read { label, .. } if label == "ghost"),
+            "{e}"
+        );
     }
 }

@@ -25,7 +25,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 
 use crate::cpu::{CpuTarget, CpuUse, CpuWatch};
-use crate::stats::bits_per_second;
+use crate::stats::{bits_per_second, human_bps, human_size};
 
 /// Slices per `writev`: enough to batch dozens of small frames per syscall.
 const IOV_BATCH: usize = 64;
@@ -176,7 +176,42 @@ pub struct EchoReport {
     pub cpu: Vec<CpuUse>,
 }
 
-struct Shared {
+impl EchoReport {
+    /// The report for a reader: a line on throughput, then the CPU lines.
+    pub fn summary(&self) -> String {
+        format!(
+            "echo {} x {} client(s): {} ({:.0} msg/s) over {:.1} s, {} errors\n{}",
+            human_size(self.size as u64),
+            self.clients,
+            human_bps(self.throughput_bps),
+            self.messages_per_s,
+            self.window_s,
+            self.errors,
+            crate::cpu::summary(&self.cpu, self.bytes as f64 / self.window_s)
+        )
+    }
+}
+
+/// Serves echoes on `listen` until Ctrl-C, on a runtime of its own;
+/// `listening` hears the bound address first.
+pub fn serve_until_interrupted(listen: &str, listening: impl FnOnce(SocketAddr)) -> Result<()> {
+    let rt = tokio::runtime::Runtime::new()?;
+    rt.block_on(async {
+        let l = TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("binding {listen}"))?;
+        listening(l.local_addr()?);
+        tokio::select! {
+            r = serve(l) => r.context("echo server")?,
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        Ok(())
+    })
+}
+
+/// The clients' counters over the measurement window, and the samples of what
+/// went wrong.
+struct Tally {
     window_start: Instant,
     window_end: Instant,
     stop: AtomicBool,
@@ -187,7 +222,7 @@ struct Shared {
     samples: std::sync::Mutex<Vec<String>>,
 }
 
-impl Shared {
+impl Tally {
     fn error(&self, what: String) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut s = self.samples.lock().unwrap_or_else(|e| e.into_inner());
@@ -243,7 +278,7 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
     rand::thread_rng().fill_bytes(&mut data);
     let payload = Bytes::from(data);
     let start = Instant::now();
-    let shared = Arc::new(Shared {
+    let tally = Arc::new(Tally {
         window_start: start + opts.warmup,
         window_end: start + opts.warmup + opts.duration,
         stop: AtomicBool::new(false),
@@ -253,7 +288,7 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
         errors: AtomicU64::new(0),
         samples: Default::default(),
     });
-    let cpu = CpuWatch::start(&opts.cpu_watch, shared.window_start, shared.window_end);
+    let cpu = CpuWatch::start(&opts.cpu_watch, tally.window_start, tally.window_end);
     let mut conns = Vec::new();
     for _ in 0..opts.clients {
         let s = TcpStream::connect(addr)
@@ -268,31 +303,31 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
             s,
             payload.clone(),
             opts.verify,
-            shared.clone(),
+            tally.clone(),
         )));
     }
-    tokio::time::sleep_until((shared.window_end).into()).await;
-    shared.stop.store(true, Ordering::Relaxed);
+    tokio::time::sleep_until((tally.window_end).into()).await;
+    tally.stop.store(true, Ordering::Relaxed);
     // Outstanding echoes are bounded by the window, so the drain is short;
     // a server that stopped answering turns into an error, not a hang.
     let drain = Duration::from_secs(10) + opts.duration;
     for t in tasks {
         match tokio::time::timeout(drain, t).await {
             Ok(Ok(Ok(()))) => {}
-            Ok(Ok(Err(e))) => shared.error(format!("client failed: {e:#}")),
-            Ok(Err(e)) => shared.error(format!("client task panicked: {e}")),
-            Err(_) => shared.error("echoes still missing after the drain timeout".into()),
+            Ok(Ok(Err(e))) => tally.error(format!("client failed: {e:#}")),
+            Ok(Err(e)) => tally.error(format!("client task panicked: {e}")),
+            Err(_) => tally.error("echoes still missing after the drain timeout".into()),
         }
     }
     // The sampler took its last reading at the window's end, before the drain.
     let cpu = cpu.finish().unwrap_or_else(|e| {
-        shared.error(e);
+        tally.error(e.to_string());
         Vec::new()
     });
     let window = opts.duration.as_secs_f64();
-    let messages = shared.messages.load(Ordering::Relaxed);
-    let bytes = shared.bytes.load(Ordering::Relaxed);
-    let samples = shared
+    let messages = tally.messages.load(Ordering::Relaxed);
+    let bytes = tally.bytes.load(Ordering::Relaxed);
+    let samples = tally
         .samples
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -306,8 +341,8 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
         bytes,
         throughput_bps: bits_per_second(bytes, window),
         messages_per_s: messages as f64 / window,
-        total_messages: shared.total.load(Ordering::Relaxed),
-        errors: shared.errors.load(Ordering::Relaxed),
+        total_messages: tally.total.load(Ordering::Relaxed),
+        errors: tally.errors.load(Ordering::Relaxed),
         error_samples: samples,
         cpu,
     })
@@ -315,7 +350,7 @@ async fn run_clients(addr: SocketAddr, opts: &EchoOptions) -> Result<EchoReport>
 
 /// One connection: a sending task limited by a window of in-flight
 /// messages, and this task receiving and checking the echoes.
-async fn client(stream: TcpStream, payload: Bytes, verify: bool, sh: Arc<Shared>) -> Result<()> {
+async fn client(stream: TcpStream, payload: Bytes, verify: bool, sh: Arc<Tally>) -> Result<()> {
     let (rd, mut wr) = stream.into_split();
     let window = (WINDOW_BYTES / (payload.len() + 12)).clamp(2, 1024);
     let credit = Arc::new(Semaphore::new(window));
@@ -358,7 +393,7 @@ async fn receive_echoes<R: AsyncRead + Unpin>(
     verify: bool,
     credit: &Semaphore,
     sent: &AtomicU64,
-    sh: &Shared,
+    sh: &Tally,
 ) -> Result<()> {
     let mut dec = Decoder::new(DEFAULT_MAX_MESSAGE);
     let mut expect: u32 = 0;

@@ -1,4 +1,5 @@
-//! Head-of-line blocking on the user↔server link (issue 11): one user, one
+//! Head-of-line blocking on the user↔server link, which chunks and priority
+//! classes exist to bound: one user, one
 //! thread streaming bulk messages, another sending one-input messages at a
 //! fixed rate; the latency of the small ones, in three runs on fresh
 //! connections to the same cluster:
@@ -101,6 +102,47 @@ pub const NOTE: &str = "the runs differ on the user<->server link; the server<->
 chunks or not as the server and its nodes agreed (bench hol --node-chunk-size on the embedded \
 cluster), the same for every run";
 
+/// The embedded cluster to measure on when no server is given: `nodes`
+/// node managers behind a server whose node links use `node_chunk_size`
+/// (0: whole frames, so the `unchunked` run is unchunked end to end).
+#[derive(Debug, Clone, Copy)]
+pub struct EmbeddedSpec {
+    pub nodes: usize,
+    pub node_chunk_size: u32,
+}
+
+/// [`run`] against `server`'s user port, or, without one, against the
+/// `embedded` cluster started in this process for the run (and stopped
+/// after it).
+pub fn run_on(o: &HolOptions, server: Option<String>, e: EmbeddedSpec) -> Result<HolReport> {
+    if e.nodes == 0 {
+        bail!("--nodes must be at least 1");
+    }
+    if let Some(addr) = server {
+        return run(&HolOptions { addr, ..o.clone() });
+    }
+    let server = corefarm_server::ServerOptions {
+        nodes_listen: "127.0.0.1:0".into(),
+        users_listen: "127.0.0.1:0".into(),
+        node_chunk_size: e.node_chunk_size,
+        ..corefarm_server::ServerOptions::default()
+    };
+    let node = corefarm_node::NodeOptions {
+        name: "bench-hol".into(),
+        reconnect: false,
+        ..corefarm_node::NodeOptions::default()
+    };
+    let cluster = crate::cluster::EmbeddedCluster::start(e.nodes, server, node)?;
+    let o = HolOptions {
+        addr: cluster.users_addr(),
+        ..o.clone()
+    };
+    let report = run(&o);
+    drop(cluster);
+    report
+}
+
+/// The three runs against the server at `o.addr`.
 pub fn run(o: &HolOptions) -> Result<HolReport> {
     if o.input_size < 16 || o.output_size < 16 || o.rate <= 0.0 || o.samples == 0 {
         bail!("input and output sizes at least 16, a positive rate and sample count");

@@ -1,28 +1,43 @@
-//! corefarm benchmarks (seed 000 chapter 4).
+//! corefarm benchmarks (seed 000 chapter 4 and the experiments of seeds
+//! 001 and 002). The `corefarm bench` command parses arguments and calls
+//! in here; every measurement and its report is this crate's.
 //!
 //! - [`echo`]: the SMP echo server and clients of §4.2.1 (networking ceiling).
 //! - [`user`]: the benchmarking user of §4.2.2, driving a real server with the
 //!   benchmarking configuration and measuring throughput and latency.
-//! - [`hol`]: head-of-line blocking of small messages behind bulk ones on
-//!   one user link, unchunked against chunked with priority classes.
 //! - [`node`]: the isolated node-manager benchmark of §4.2.3: the benchmark
 //!   is the node's server and streams data straight to one `corefarm node`.
-//! - [`compare`]: compares two suite result files point by point.
-//! - [`cpu`]: CPU time of another process (the server) over a measurement window.
+//! - [`sharing`]: shared nodes (seed 002 §5.5): concurrent applications
+//!   calling random functions; makespan and utilisation per variant.
+//! - [`collectives`]: latency of a group's collectives against size, group
+//!   and tree, beside the calibrated model's prediction.
+//! - [`direct`]: throughput of a group's direct data path (no data through
+//!   the server), with the server's CPU.
+//! - [`hol`]: head-of-line blocking of small messages behind bulk ones on
+//!   one user link, unchunked against chunked with priority classes.
+//! - [`classes`]: priority classes against the queueing model (seed 001 §IV).
 //! - [`soak`]: hours of load on real processes with nodes killed, users
 //!   coming and going and bad peers; checks exactly-once and flat memory.
+//! - [`compare`]: compares two suite result files point by point.
+//! - [`suite`]: the sweep over the seeds' parameter spaces, `bench/suite.py`
+//!   (it runs the `corefarm` binary as separate processes).
+//! - [`cluster`]: a server and node managers in this process, to measure on.
+//! - [`cpu`]: CPU time of another process (the server) over a measurement window.
 //! - [`stats`]: latency histogram, throughput and spread arithmetic shared by all.
-//!
-//! The suite that sweeps these over the seed's parameter spaces lives in
-//! `bench/suite.py` (it runs the `corefarm` binary as separate processes).
 
+pub mod classes;
+pub mod cluster;
+pub mod collectives;
 pub mod compare;
 pub mod cpu;
+pub mod direct;
 pub mod echo;
 pub mod hol;
 pub mod node;
+pub mod sharing;
 pub mod soak;
 pub mod stats;
+pub mod suite;
 pub mod user;
 
 /// Monotonic nanoseconds since a process-wide epoch. Both the sending and the

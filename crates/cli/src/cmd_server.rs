@@ -7,6 +7,8 @@ use clap::Args;
 use corefarm_server::{defaults, Policy, Server, ServerOptions, Sharing};
 use tokio_util::sync::CancellationToken;
 
+use crate::flags::{FlagError, MAX_CHUNK_SIZE, MIN_CHUNK_SIZE, MIN_MAX_MESSAGE};
+
 #[derive(Args, Clone)]
 pub struct ServerArgs {
     /// Address the node port listens on (nodes connect here). Default:
@@ -36,39 +38,37 @@ pub struct ServerArgs {
 
 /// Seconds from the command line, zero allowed: finite and in range, since
 /// `Duration::from_secs_f64` panics otherwise.
-pub(crate) fn parse_seconds(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_seconds(s: &str) -> Result<f64, FlagError> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && (0.0..1e9).contains(&v) => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds")),
+        _ => Err(FlagError::Seconds(s.to_string())),
     }
 }
 
 /// `--trust`: a public key in hex, or a file holding one.
-pub(crate) fn parse_trust(s: &str) -> Result<corefarm_cores::signature::PublicKey, String> {
+pub(crate) fn parse_trust(s: &str) -> Result<corefarm_cores::signature::PublicKey, FlagError> {
     use corefarm_cores::signature::PublicKey;
     if s.trim().parse::<PublicKey>().is_ok() {
         return Ok(s.trim().parse().expect("checked above"));
     }
     let path = std::path::Path::new(s);
     if !path.is_file() {
-        return Err(format!(
-            "{s:?} is neither an Ed25519 public key (64 hex digits) nor a readable .pub file{}",
-            if path.exists() { "" } else { " (no such file)" }
-        ));
+        return Err(FlagError::NotAPublicKey {
+            given: s.to_string(),
+            exists: path.exists(),
+        });
     }
     // A secret key is 64 hex digits too: read as a public key it would make
     // the node trust a key nobody signs with (and the secret would be on
     // the node). `image keygen` writes the public half beside it as KEY.pub.
     let public = std::path::PathBuf::from(format!("{s}.pub"));
     if public.is_file() {
-        return Err(format!(
-            "{s} is a secret signing key ({} beside it is its public half): give --trust {}, \
-             and keep {s} off the nodes",
-            public.display(),
-            public.display()
-        ));
+        return Err(FlagError::SecretKey {
+            given: s.to_string(),
+            public,
+        });
     }
-    PublicKey::parse_or_read(s).map_err(|e| e.to_string())
+    PublicKey::parse_or_read(s).map_err(|e| FlagError::PublicKeyFile(e.to_string()))
 }
 
 /// `--isolation`: process or in-process.
@@ -79,10 +79,10 @@ pub fn parse_isolation(s: &str) -> Result<corefarm_cores::Isolation, String> {
 }
 
 /// Seconds for a timeout: zero would fire at once, so it must be positive.
-pub(crate) fn parse_timeout(s: &str) -> Result<f64, String> {
+pub(crate) fn parse_timeout(s: &str) -> Result<f64, FlagError> {
     match parse_seconds(s)? {
         v if v > 0.0 => Ok(v),
-        _ => Err(format!("{s:?}: a timeout must be more than 0 seconds")),
+        _ => Err(FlagError::ZeroTimeout(s.to_string())),
     }
 }
 
@@ -177,7 +177,8 @@ pub struct ServerTuning {
     #[arg(long, value_delimiter = ',', value_parser = parse_class_depth,
           help_heading = "Shared nodes")]
     pub class_depths: Vec<(u8, u32)>,
-    /// Bytes per chunk on the node link (issue 11): a data message or result
+    /// Bytes per chunk on the node link, so that a large message does not
+    /// hold up urgent ones: a data message or result
     /// larger than this travels as chunks interleaved by priority class, with
     /// nodes that negotiate chunks (the smaller size of the two wins). 0: off;
     /// otherwise 512 to 1048576.
@@ -185,57 +186,53 @@ pub struct ServerTuning {
     pub node_chunk_size: u32,
 }
 
-/// The smallest `--max-message`/`--node-max-message`: below it not even the
-/// hello exchange fits, and every peer fails with a confusing protocol error.
-pub(crate) const MIN_MAX_MESSAGE: u32 = 1024;
-
 /// `--max-message`, `--node-max-message`: bytes, at least [`MIN_MAX_MESSAGE`].
-pub(crate) fn parse_max_message(s: &str) -> Result<u32, String> {
+pub(crate) fn parse_max_message(s: &str) -> Result<u32, FlagError> {
     match s.trim().parse::<u32>() {
         Ok(v) if v >= MIN_MAX_MESSAGE => Ok(v),
-        Ok(v) => Err(format!(
-            "{v} bytes is too small: at least {MIN_MAX_MESSAGE} bytes, or no peer's hello fits"
-        )),
-        Err(e) => Err(format!("{s:?} is not a number of bytes: {e}")),
+        Ok(v) => Err(FlagError::MaxMessageTooSmall(v)),
+        Err(error) => Err(FlagError::Bytes {
+            given: s.to_string(),
+            error,
+        }),
     }
 }
 
-/// The chunk sizes a link can use: 0 (off) or 512 bytes (below which a
-/// chunk costs more than it saves; the server refuses users asking for
-/// less) to `corefarm_smp::stream::MAX_CHUNK_SIZE`.
-pub(crate) fn parse_chunk_size(s: &str) -> Result<u32, String> {
-    const MIN: u32 = 512;
-    const MAX: u32 = corefarm_smp::stream::MAX_CHUNK_SIZE;
+/// The chunk sizes a link can use: 0 (off) or [`MIN_CHUNK_SIZE`] to
+/// `corefarm_smp::stream::MAX_CHUNK_SIZE`.
+pub(crate) fn parse_chunk_size(s: &str) -> Result<u32, FlagError> {
     match s.trim().parse::<u32>() {
-        Ok(v) if v == 0 || (MIN..=MAX).contains(&v) => Ok(v),
-        Ok(v) => Err(format!(
-            "{v} bytes is not a chunk size: give 0 (no chunks) or {MIN} to {MAX} bytes"
-        )),
-        Err(e) => Err(format!("{s:?} is not a number of bytes: {e}")),
+        Ok(v) if v == 0 || (MIN_CHUNK_SIZE..=MAX_CHUNK_SIZE).contains(&v) => Ok(v),
+        Ok(v) => Err(FlagError::ChunkSize(v)),
+        Err(error) => Err(FlagError::Bytes {
+            given: s.to_string(),
+            error,
+        }),
     }
 }
 
 /// `--max-users`, `--max-nodes`: 0 would refuse every connection.
-fn parse_connections(s: &str) -> Result<usize, String> {
+fn parse_connections(s: &str) -> Result<usize, FlagError> {
     match s.trim().parse::<usize>() {
         Ok(v) if v >= 1 => Ok(v),
-        Ok(_) => Err("0 would refuse every connection: give at least 1".into()),
-        Err(e) => Err(format!("{s:?} is not a number of connections: {e}")),
+        Ok(_) => Err(FlagError::NoConnections),
+        Err(error) => Err(FlagError::Connections {
+            given: s.to_string(),
+            error,
+        }),
     }
 }
 
 /// `--monitor-period`: milliseconds, at least 0.1 (the scheduler ticks no faster).
-fn parse_period_ms(s: &str) -> Result<f64, String> {
+fn parse_period_ms(s: &str) -> Result<f64, FlagError> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && (0.1..1e7).contains(&v) => Ok(v),
-        _ => Err(format!(
-            "{s:?} is not a period in milliseconds (0.1 or more)"
-        )),
+        _ => Err(FlagError::Period(s.to_string())),
     }
 }
 
-fn parse_class_depth(s: &str) -> Result<(u8, u32), String> {
-    let bad = || format!("{s:?}: expected class=messages, class 0 to 7, e.g. 6=40");
+fn parse_class_depth(s: &str) -> Result<(u8, u32), FlagError> {
+    let bad = || FlagError::ClassDepth(s.to_string());
     let (k, v) = s.split_once('=').ok_or_else(bad)?;
     let class: u8 = k.trim().parse().map_err(|_| bad())?;
     let depth: u32 = v.trim().parse().map_err(|_| bad())?;

@@ -18,12 +18,13 @@ pub struct ServerTlsArgs {
     #[arg(long, requires = "tls_cert", value_name = "PEM", help_heading = "TLS")]
     pub tls_key: Option<PathBuf>,
     /// Which ports speak TLS: users, nodes or both.
-    #[arg(long, default_value = "both", value_parser = parse_ports, requires = "tls_cert", help_heading = "TLS")]
+    #[arg(
+        long,
+        default_value = "both",
+        requires = "tls_cert",
+        help_heading = "TLS"
+    )]
     pub tls_ports: TlsPorts,
-}
-
-fn parse_ports(s: &str) -> Result<TlsPorts, String> {
-    s.parse()
 }
 
 impl ServerTlsArgs {

@@ -9,26 +9,19 @@ use clap::{Parser, Subcommand};
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cmd_bench;
-mod cmd_bench_classes;
-mod cmd_bench_collectives;
-mod cmd_bench_direct;
-mod cmd_bench_hol;
-mod cmd_bench_sharing;
 mod cmd_image;
-mod cmd_image_sign;
 mod cmd_local;
 mod cmd_model;
-mod cmd_model_classes;
 mod cmd_node;
 mod cmd_server;
 #[cfg(test)]
 mod cmd_server_tests;
-mod cmd_soak;
 mod cmd_status;
 mod cmd_tls;
 mod cmd_top;
 mod cmd_worker;
 mod demo;
+mod flags;
 mod interrupt;
 
 #[derive(Parser)]

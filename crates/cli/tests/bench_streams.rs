@@ -1,4 +1,5 @@
-//! The streams benchmarks (issue 11) end to end on their embedded
+//! The streams benchmarks (priority classes, head-of-line blocking) end to
+//! end on their embedded
 //! clusters: `bench classes` calibrates, measures both classes at each load
 //! and sets the model's predictions beside the measurement; `bench hol`
 //! measures small messages behind a bulk stream in its three modes. The

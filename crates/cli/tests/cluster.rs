@@ -1,7 +1,7 @@
 //! Integration tests of the server and node managers as real processes on
 //! 127.0.0.1 with OS-assigned ports: normal sessions, reconfiguration,
-//! concurrent users, node failures and a node joining mid-session (issue 2,
-//! items 2–4). Tests wait on the server's own account of itself (the status
+//! concurrent users, node failures and a node joining mid-session. Tests
+//! wait on the server's own account of itself (the status
 //! extension, asked by an observer that takes no node), never on sleeps or
 //! log text. The hostile cases are in `hostile.rs`.
 
@@ -264,7 +264,7 @@ fn a_tight_memory_guard_slows_the_node_but_loses_nothing() {
     assert_exactly_once(&stream(&mut u, 0..200, 1, 64 * 1024, 64 * 1024), 0..200);
 }
 
-/// Issue 11: a server with chunks on its node link (1 KiB) serving a node
+/// A server with chunks on its node link (1 KiB) serving a node
 /// that negotiates them and a seed-format node (`--no-hello`) at once:
 /// messages and results of 4 KiB and 8 KiB travel as chunks to and from the
 /// first, whole to and from the second, and every result is correct, once.

@@ -1,7 +1,8 @@
 //! Hostile and impossible input against real processes on 127.0.0.1:
 //! bad user messages, garbage on the node port, data beyond credit, sizes
-//! no node can hold, users that stop reading or go idle (issue 2 item 4 and
-//! the hardening issue). The harness is shared with `cluster.rs`.
+//! no node can hold, users that stop reading or go idle: each must cost the
+//! server one connection at most, never the process or other users. The
+//! harness is shared with `cluster.rs`.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -1,4 +1,4 @@
-//! `corefarm local` (issue 12 item 6): its first line says where users
+//! `corefarm local` as a newcomer meets it: its first line says where users
 //! connect, its default user port is the clients' default, and `--help`
 //! offers only what applies to a cluster inside one process.
 

@@ -1,4 +1,4 @@
-//! Shared nodes (`corefarm server --sharing shared`, issue 8) with real
+//! Shared nodes (`corefarm server --sharing shared`) with real
 //! processes on 127.0.0.1: a server, node managers (`corefarm node`,
 //! benchmarking configurations, optionally `--reconfigure-delay-ms`), and
 //! users speaking SMP directly. Waiting is on the server's status (asked by

@@ -1,4 +1,4 @@
-//! The soak of issue 10 in its two-minute form: `corefarm bench soak` runs a
+//! The soak in its two-minute form: `corefarm bench soak` runs a
 //! real server and four node processes under load, SIGKILLs and restarts
 //! nodes, lets users come and go and mixes in bad peers; it must report
 //! every result correct and exactly once, flat memory and no leaked

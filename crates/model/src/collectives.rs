@@ -1,4 +1,4 @@
-//! Latency of a group's collectives, calibrated on the machine (issue 9).
+//! Latency of a group's collectives, calibrated on the machine that runs them.
 //!
 //! Seed 003 §5.4.2 gives broadcast latency in stages of P — (2 + n − 1)·P
 //! for the linear and star trees, (2 + log2 n)·P for the binomial tree — and
@@ -38,6 +38,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ModelError;
+
 /// The tree a collective runs over.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -60,12 +62,12 @@ impl Algo {
 }
 
 impl std::str::FromStr for Algo {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self, ModelError> {
         Algo::ALL
             .into_iter()
             .find(|a| a.name() == s)
-            .ok_or_else(|| format!("unknown algorithm {s:?} (linear, binomial, star)"))
+            .ok_or_else(|| ModelError::UnknownAlgo(s.to_string()))
     }
 }
 
@@ -113,11 +115,12 @@ impl Op {
 }
 
 impl std::str::FromStr for Op {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        Op::ALL.into_iter().find(|o| o.name() == s).ok_or_else(|| {
-            format!("unknown operation {s:?} (bcast, reduce, allreduce, allgather, barrier, scatter, gather)")
-        })
+    type Err = ModelError;
+    fn from_str(s: &str) -> Result<Self, ModelError> {
+        Op::ALL
+            .into_iter()
+            .find(|o| o.name() == s)
+            .ok_or_else(|| ModelError::UnknownOp(s.to_string()))
     }
 }
 
@@ -460,13 +463,16 @@ impl Calibration {
     }
 
     /// Parses and checks a calibration (a file anyone could have edited).
-    pub fn from_json(s: &str) -> Result<Calibration, String> {
-        let c: Calibration = serde_json::from_str(s).map_err(|e| e.to_string())?;
+    pub fn from_json(s: &str) -> Result<Calibration, ModelError> {
+        let c: Calibration = serde_json::from_str(s)?;
         if c.format != FORMAT {
-            return Err(format!("format {:?}, expected {FORMAT:?}", c.format));
+            return Err(ModelError::Format {
+                found: c.format,
+                expected: FORMAT,
+            });
         }
         if c.chunk == 0 || c.chunk > 1 << 30 {
-            return Err(format!("chunk of {} bytes", c.chunk));
+            return Err(ModelError::Chunk(c.chunk));
         }
         if let Some(v) = c
             .params
@@ -474,14 +480,20 @@ impl Calibration {
             .iter()
             .find(|v| !v.is_finite() || **v < 0.0)
         {
-            return Err(format!("parameter {v} is not a finite non-negative number"));
+            return Err(ModelError::Parameter(*v));
         }
         Ok(c)
     }
 
-    pub fn load(path: &std::path::Path) -> Result<Calibration, String> {
-        let s = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        Calibration::from_json(&s).map_err(|e| format!("{}: {e}", path.display()))
+    pub fn load(path: &std::path::Path) -> Result<Calibration, ModelError> {
+        let s = std::fs::read_to_string(path).map_err(|error| ModelError::Read {
+            path: path.to_path_buf(),
+            error,
+        })?;
+        Calibration::from_json(&s).map_err(|e| ModelError::Invalid {
+            path: path.to_path_buf(),
+            error: Box::new(e),
+        })
     }
 
     /// The default file, if it exists and is valid.

@@ -168,25 +168,37 @@ fn json_round_trip_and_validation() {
 
     let mut bad = c.clone();
     bad.params.hop.star = -1.0;
-    assert!(Calibration::from_json(&bad.to_json())
-        .unwrap_err()
-        .contains("non-negative"));
+    assert!(matches!(
+        Calibration::from_json(&bad.to_json()),
+        Err(ModelError::Parameter(v)) if v == -1.0
+    ));
     bad = c.clone();
     bad.format = "other/9".into();
-    assert!(Calibration::from_json(&bad.to_json())
-        .unwrap_err()
-        .contains("format"));
+    assert!(matches!(
+        Calibration::from_json(&bad.to_json()),
+        Err(ModelError::Format { found, .. }) if found == "other/9"
+    ));
     bad = c;
     bad.chunk = 0;
-    assert!(Calibration::from_json(&bad.to_json()).is_err());
-    assert!(Calibration::from_json("{").is_err());
-    assert!(Calibration::from_json("[]").is_err());
+    assert!(matches!(
+        Calibration::from_json(&bad.to_json()),
+        Err(ModelError::Chunk(0))
+    ));
+    assert!(matches!(
+        Calibration::from_json("{"),
+        Err(ModelError::Json(_))
+    ));
+    assert!(matches!(
+        Calibration::from_json("[]"),
+        Err(ModelError::Json(_))
+    ));
 }
 
 #[test]
 fn names_parse() {
-    assert_eq!("allgather".parse::<Op>(), Ok(Op::Allgather));
-    assert_eq!("star".parse::<Algo>(), Ok(Algo::Star));
-    assert!("ring".parse::<Algo>().is_err());
+    assert_eq!("allgather".parse::<Op>().unwrap(), Op::Allgather);
+    assert_eq!("star".parse::<Algo>().unwrap(), Algo::Star);
+    assert!(matches!("ring".parse::<Algo>(), Err(ModelError::UnknownAlgo(s)) if s == "ring"));
+    assert!(matches!("scan".parse::<Op>(), Err(ModelError::UnknownOp(s)) if s == "scan"));
     assert!(!Op::Scatter.has_tree() && Op::Barrier.has_tree());
 }

@@ -13,8 +13,10 @@
 //! process: for corefarm, one data message).
 
 pub mod collectives;
+pub mod error;
 pub mod lsq;
 pub mod partition;
 pub mod queueing;
 
+pub use error::ModelError;
 pub use partition::Partition;

@@ -17,6 +17,8 @@
 //! The functions do not validate their inputs; [`Partition::check`] does
 //! (throughputs finite and positive, times finite and non-negative).
 
+use crate::ModelError;
+
 /// Measured parameters of one CPU/accelerator pair (see the module table).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Partition {
@@ -41,17 +43,15 @@ pub fn alpha_star(x_a: f64, x_c: f64) -> f64 {
 
 impl Partition {
     /// Why the parameters cannot be used, if they cannot.
-    pub fn check(&self) -> Result<(), String> {
-        for (name, v) in [("X_c", self.x_c), ("X_a", self.x_a)] {
-            if !(v.is_finite() && v > 0.0) {
-                return Err(format!(
-                    "{name} = {v} items/s: a throughput must be finite and > 0"
-                ));
+    pub fn check(&self) -> Result<(), ModelError> {
+        for (name, value) in [("X_c", self.x_c), ("X_a", self.x_a)] {
+            if !(value.is_finite() && value > 0.0) {
+                return Err(ModelError::Throughput { name, value });
             }
         }
-        for (name, v) in [("O_c", self.o_c), ("O_0", self.o_0), ("D_a", self.d_a)] {
-            if !(v.is_finite() && v >= 0.0) {
-                return Err(format!("{name} = {v} s: a time must be finite and >= 0"));
+        for (name, value) in [("O_c", self.o_c), ("O_0", self.o_0), ("D_a", self.d_a)] {
+            if !(value.is_finite() && value >= 0.0) {
+                return Err(ModelError::Time { name, value });
             }
         }
         Ok(())
@@ -349,8 +349,13 @@ mod tests {
                 ..p()
             },
         ];
-        for b in bad {
-            assert!(b.check().is_err(), "{b:?}");
+        for (b, name) in bad.into_iter().zip(["X_c", "X_a", "D_a", "O_0"]) {
+            match b.check() {
+                Err(ModelError::Throughput { name: n, .. } | ModelError::Time { name: n, .. }) => {
+                    assert_eq!(n, name, "{b:?}")
+                }
+                other => panic!("{b:?}: {other:?}"),
+            }
         }
     }
 }

@@ -14,7 +14,7 @@ use corefarm_cores::image::Image;
 
 use crate::hls_probe::probe_hls;
 use crate::rtl_probe::{probe_memories, top_parameters, MemoryProbe};
-use crate::sizes::{decide, Side};
+use crate::sizes::{decide, Side, SizeError};
 use crate::tools::ToolchainError;
 use crate::verilator::RtlOptions;
 
@@ -141,8 +141,8 @@ pub enum BuildError {
     #[error("{0}")]
     Io(String),
     /// The sizes or types the flags and sources state disagree or are unknown.
-    #[error("{0}")]
-    Sizes(String),
+    #[error(transparent)]
+    Sizes(#[from] SizeError),
 }
 
 /// What to put in a new image (`corefarm image build`).
@@ -293,8 +293,8 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
             side.unknown.push("a bitstream does not state it".into());
         }
     }
-    let input = decide(&input).map_err(BuildError::Sizes)?;
-    let output = decide(&output).map_err(BuildError::Sizes)?;
+    let input = decide(&input)?;
+    let output = decide(&output)?;
 
     if let Some((sources, top)) = &spec.verilog {
         let so = dir.path().join("rtl.so");
@@ -410,13 +410,15 @@ fn check_memories(
         let need = words(size);
         match probe {
             MemoryProbe::Words(w) if w == need => {}
-            MemoryProbe::Words(w) => {
-                return Err(BuildError::Sizes(format!(
-                    "{name} size: {size} bytes need {need} 64-bit words of {name} memory, but the \
-                     {name} memory of Verilog module {top} holds {w} words ({} bytes; probed \
-                     through its bus)",
-                    w * 8
-                )))
+            MemoryProbe::Words(words) => {
+                return Err(SizeError::Memory {
+                    side: name,
+                    size,
+                    need,
+                    top: top.to_string(),
+                    words,
+                }
+                .into())
             }
             MemoryProbe::NotWritable if size == 0 => {}
             MemoryProbe::NotWritable => warnings.push(format!(

@@ -28,6 +28,7 @@ mod verilator;
 pub use builder::{build_image, build_native_image, BuildError, BuildSpec, Built, ImageBuilder};
 pub use cache::{cache_key, cached_build, default_cache_dir, BuildKind};
 pub use hls::{build_native, build_native_for, ARCHES, HLS_HEADER};
+pub use sizes::SizeError;
 pub use spin::{build_handlers_for, SPIN_HEADER};
 pub use tools::{
     check_cxx, check_verilator, cxx_available, require_tool, verilator_available, Tool,

@@ -105,6 +105,18 @@ pub enum MemoryProbe {
     AtLeast(u64),
 }
 
+/// Why a built RTL object could not be driven for the probe.
+#[derive(Debug, thiserror::Error)]
+pub enum ProbeError {
+    /// The object or one of the RTL ABI's symbols could not be loaded.
+    #[error("{0}")]
+    Load(#[from] libloading::Error),
+    #[error("RTL ABI version {0} (expected 1)")]
+    AbiVersion(u32),
+    #[error("cf_rtl_create returned null")]
+    NullInstance,
+}
+
 type Inst = *mut std::ffi::c_void;
 
 /// An instance of a built RTL object, driven through the RTL ABI.
@@ -117,28 +129,25 @@ struct Rtl {
 }
 
 impl Rtl {
-    fn open(so: &Path) -> Result<Rtl, String> {
+    fn open(so: &Path) -> Result<Rtl, ProbeError> {
         // SAFETY: `so` was just built by build_rtl_with from the user's
         // Verilog and corefarm's wrapper (the builder already runs such
         // code, e.g. when it checks a native entry). Each symbol is declared
         // with its RTL ABI type (docs/interfaces.md); the function pointers
         // are used only while `_lib` keeps the object loaded.
         unsafe {
-            let lib = libloading::Library::new(so).map_err(|e| e.to_string())?;
-            let version: unsafe extern "C" fn() -> u32 = *lib
-                .get(b"cf_rtl_abi_version\0")
-                .map_err(|e| e.to_string())?;
+            let lib = libloading::Library::new(so)?;
+            let version: unsafe extern "C" fn() -> u32 = *lib.get(b"cf_rtl_abi_version\0")?;
             if version() != 1 {
-                return Err(format!("RTL ABI version {} (expected 1)", version()));
+                return Err(ProbeError::AbiVersion(version()));
             }
-            let create: unsafe extern "C" fn() -> Inst =
-                *lib.get(b"cf_rtl_create\0").map_err(|e| e.to_string())?;
-            let destroy = *lib.get(b"cf_rtl_destroy\0").map_err(|e| e.to_string())?;
-            let read = *lib.get(b"cf_rtl_read\0").map_err(|e| e.to_string())?;
-            let write = *lib.get(b"cf_rtl_write\0").map_err(|e| e.to_string())?;
+            let create: unsafe extern "C" fn() -> Inst = *lib.get(b"cf_rtl_create\0")?;
+            let destroy = *lib.get(b"cf_rtl_destroy\0")?;
+            let read = *lib.get(b"cf_rtl_read\0")?;
+            let write = *lib.get(b"cf_rtl_write\0")?;
             let inst = create();
             if inst.is_null() {
-                return Err("cf_rtl_create returned null".into());
+                return Err(ProbeError::NullInstance);
             }
             Ok(Rtl {
                 _lib: lib,
@@ -173,7 +182,7 @@ impl Drop for Rtl {
 /// Probes the word counts of the input and output memories of the RTL
 /// object `so`. `expected` are the words the sizes need; they are checked
 /// first (two accesses each), so a matching core costs four bus cycles.
-pub fn probe_memories(so: &Path, expected: [u64; 2]) -> Result<[MemoryProbe; 2], String> {
+pub fn probe_memories(so: &Path, expected: [u64; 2]) -> Result<[MemoryProbe; 2], ProbeError> {
     let rtl = Rtl::open(so)?;
     let probe = |iface: u32, want: u64| {
         if !rtl.holds(iface, 0) {

@@ -7,6 +7,59 @@ use corefarm_cores::image::DataType;
 
 use crate::hls_probe::{Element, MemoryArg};
 
+/// Why an image's input or output size cannot be decided, or disagrees
+/// with the core. `side` is "input" or "output".
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SizeError {
+    /// `--<side>-type` names more bytes than fit in memory.
+    #[error("--{side}-type {dtype} does not fit in memory")]
+    TypeTooLarge { side: &'static str, dtype: DataType },
+    /// Nothing states the size; `why` says why each source could not.
+    #[error("cannot tell the {side} size: {why}; give --{side}-size (or --{side}-type)")]
+    Unknown { side: &'static str, why: String },
+    /// Two statements of the size disagree (`first_at` says `first` bytes).
+    #[error("{side} size: {first_at} says {first} bytes but {at} says {bytes} bytes")]
+    Disagree {
+        side: &'static str,
+        first_at: String,
+        first: u64,
+        at: String,
+        bytes: u64,
+    },
+    #[error("{side} size {bytes} bytes ({at}) exceeds 4 GiB")]
+    TooLarge {
+        side: &'static str,
+        bytes: u64,
+        at: String,
+    },
+    /// `--<side>-type`'s elements are not those the HLS source points to.
+    #[error(
+        "--{side}-type {dtype} has {} elements but {at} declares a pointer to {declared}",
+        dtype.dtype.name()
+    )]
+    ElementType {
+        side: &'static str,
+        dtype: DataType,
+        at: String,
+        declared: &'static str,
+    },
+    /// The Verilog core's memory, probed through its bus, holds fewer or
+    /// more words than the size needs.
+    #[error(
+        "{side} size: {size} bytes need {need} 64-bit words of {side} memory, but the \
+         {side} memory of Verilog module {top} holds {words} words ({} bytes; probed \
+         through its bus)",
+        words * 8
+    )]
+    Memory {
+        side: &'static str,
+        size: u32,
+        need: u64,
+        top: String,
+        words: u64,
+    },
+}
+
 /// Everything known about one side (input or output) of the core.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Side {
@@ -37,15 +90,16 @@ fn flag(side: &Side, what: &str) -> String {
     format!("--{}-{what}", side.name)
 }
 
-pub(crate) fn decide(side: &Side) -> Result<Decided, String> {
+pub(crate) fn decide(side: &Side) -> Result<Decided, SizeError> {
     let mut claims: Vec<(String, u64)> = Vec::new();
     if let Some(n) = side.flag_size {
         claims.push((flag(side, "size"), u64::from(n)));
     }
     if let Some(t) = &side.flag_type {
-        let bytes = t
-            .bytes()
-            .ok_or_else(|| format!("{} {t} does not fit in memory", flag(side, "type")))?;
+        let bytes = t.bytes().ok_or_else(|| SizeError::TypeTooLarge {
+            side: side.name,
+            dtype: t.clone(),
+        })?;
         claims.push((format!("{} {t}", flag(side, "type")), bytes));
     }
     if let Some((at, m)) = &side.hls {
@@ -59,35 +113,35 @@ pub(crate) fn decide(side: &Side) -> Result<Decided, String> {
         if why.is_empty() {
             why = "no source states it".into();
         }
-        return Err(format!(
-            "cannot tell the {} size: {why}; give {} (or {})",
-            side.name,
-            flag(side, "size"),
-            flag(side, "type")
-        ));
+        return Err(SizeError::Unknown {
+            side: side.name,
+            why,
+        });
     };
     if let Some((at, n)) = claims.iter().find(|(_, n)| *n != first) {
-        return Err(format!(
-            "{} size: {first_at} says {first} bytes but {at} says {n} bytes",
-            side.name
-        ));
+        return Err(SizeError::Disagree {
+            side: side.name,
+            first_at,
+            first,
+            at: at.clone(),
+            bytes: *n,
+        });
     }
-    let size = u32::try_from(first).map_err(|_| {
-        format!(
-            "{} size {first} bytes ({first_at}) exceeds 4 GiB",
-            side.name
-        )
+    let size = u32::try_from(first).map_err(|_| SizeError::TooLarge {
+        side: side.name,
+        bytes: first,
+        at: first_at.clone(),
     })?;
     let dtype = match (&side.flag_type, &side.hls) {
         (Some(t), Some((at, m))) => {
             if let Element::Typed(d) = m.element {
                 if d != t.dtype {
-                    return Err(format!(
-                        "{} {t} has {} elements but {at} declares a pointer to {}",
-                        flag(side, "type"),
-                        t.dtype.name(),
-                        d.name()
-                    ));
+                    return Err(SizeError::ElementType {
+                        side: side.name,
+                        dtype: t.clone(),
+                        at: at.clone(),
+                        declared: d.name(),
+                    });
                 }
             }
             Some(t.clone())
@@ -194,6 +248,17 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e,
+            SizeError::Disagree {
+                side: "input",
+                first_at: "--input-size".into(),
+                first: 2048,
+                at: "the first argument of f in core.cpp".into(),
+                bytes: 2056,
+            }
+        );
+        // What `corefarm image build` prints.
+        assert_eq!(
+            e.to_string(),
             "input size: --input-size says 2048 bytes but the first argument of f in core.cpp says 2056 bytes"
         );
         let e = decide(&Side {
@@ -202,14 +267,29 @@ mod tests {
             ..input()
         })
         .unwrap_err();
-        assert!(e.contains("8254") && e.contains("8256"), "{e}");
+        assert!(
+            matches!(
+                &e,
+                SizeError::Disagree {
+                    first: 8254,
+                    bytes: 8256,
+                    ..
+                }
+            ),
+            "{e}"
+        );
         let e = decide(&Side {
             flag_type: Some("int16[1028]".parse().unwrap()),
             hls: hls(2056, Element::Typed(Dtype::Int32)),
             ..input()
         })
         .unwrap_err();
-        assert!(e.contains("int16 elements") && e.contains("int32"), "{e}");
+        assert!(
+            matches!(&e, SizeError::ElementType { dtype, declared: "int32", .. }
+                if dtype.to_string() == "int16[1028]"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("int16 elements"), "{e}");
     }
 
     #[test]
@@ -237,6 +317,11 @@ mod tests {
             ..input()
         })
         .unwrap_err();
+        assert!(
+            matches!(&e, SizeError::Unknown { side: "input", .. }),
+            "{e}"
+        );
+        let e = e.to_string();
         assert!(
             e.starts_with("cannot tell the input size: t.v: the top module")
                 && e.ends_with("give --input-size (or --input-type)"),

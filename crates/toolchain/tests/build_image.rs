@@ -5,7 +5,9 @@
 use std::path::PathBuf;
 
 use corefarm_cores::image::Image;
-use corefarm_toolchain::{build_image, require_tool, BuildError, BuildSpec, Tool, ToolchainError};
+use corefarm_toolchain::{
+    build_image, require_tool, BuildError, BuildSpec, SizeError, Tool, ToolchainError,
+};
 
 const SAXPY: &str = r#"
 #include "corefarm/hls.h"
@@ -88,9 +90,13 @@ fn verilog_spec(dir: &tempfile::TempDir, params: &str) -> BuildSpec {
     }
 }
 
-fn sizes_error(r: Result<corefarm_toolchain::Built, BuildError>) -> String {
+/// The sizes error and its text (what `corefarm image build` prints).
+fn sizes_error(r: Result<corefarm_toolchain::Built, BuildError>) -> (SizeError, String) {
     match r {
-        Err(BuildError::Sizes(m)) => m,
+        Err(BuildError::Sizes(e)) => {
+            let text = e.to_string();
+            (e, text)
+        }
         other => panic!("expected a sizes error, got {other:?}"),
     }
 }
@@ -132,21 +138,43 @@ fn hls_sizes_that_disagree_with_the_source_are_refused() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let e = sizes_error(build_image(&BuildSpec {
+    let (kind, e) = sizes_error(build_image(&BuildSpec {
         input_size: Some(2048),
         output_size: Some(1024),
         ..hls_spec(&dir)
     }));
+    assert!(
+        matches!(
+            kind,
+            SizeError::Disagree {
+                first: 2048,
+                bytes: 2056,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(
         e.starts_with(
             "input size: --input-size says 2048 bytes but the first argument of saxpy in "
         ) && e.ends_with("saxpy.cpp says 2056 bytes"),
         "{e}"
     );
-    let e = sizes_error(build_image(&BuildSpec {
+    let (kind, e) = sizes_error(build_image(&BuildSpec {
         output_type: Some("int16[512]".parse().unwrap()),
         ..hls_spec(&dir)
     }));
+    assert!(
+        matches!(
+            kind,
+            SizeError::ElementType {
+                side: "output",
+                declared: "int32",
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert!(
         e.contains("int16 elements") && e.contains("pointer to int32"),
         "{e}"
@@ -164,16 +192,31 @@ fn verilog_sizes_come_from_parameters_and_must_agree() {
     let dir = tempfile::tempdir().unwrap();
     let params = "localparam INPUT_SIZE = 8 * WORDS, OUTPUT_SIZE = 8 * WORDS;";
     // Refused before anything is compiled: the parameter says 32.
-    let e = sizes_error(build_image(&BuildSpec {
+    let (kind, e) = sizes_error(build_image(&BuildSpec {
         input_size: Some(64),
         ..verilog_spec(&dir, params)
     }));
+    assert!(
+        matches!(
+            kind,
+            SizeError::Disagree {
+                first: 64,
+                bytes: 32,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(
         e,
         "input size: --input-size says 64 bytes but parameter INPUT_SIZE of module acc says 32 bytes"
     );
     // Without parameters and sizes, the build says what to give.
-    let e = sizes_error(build_image(&verilog_spec(&dir, "")));
+    let (kind, e) = sizes_error(build_image(&verilog_spec(&dir, "")));
+    assert!(
+        matches!(kind, SizeError::Unknown { side: "input", .. }),
+        "{e}"
+    );
     assert_eq!(
         e,
         "cannot tell the input size: the Verilog top module acc declares no INPUT_SIZE \
@@ -220,11 +263,23 @@ fn verilog_memories_must_hold_the_sizes() {
     let dir = tempfile::tempdir().unwrap();
     // No parameters: the flags decide, and the probe through the bus finds
     // 4-word (32-byte) memories.
-    let e = sizes_error(build_image(&BuildSpec {
+    let (kind, e) = sizes_error(build_image(&BuildSpec {
         input_size: Some(64),
         output_size: Some(32),
         ..verilog_spec(&dir, "")
     }));
+    assert!(
+        matches!(
+            kind,
+            SizeError::Memory {
+                side: "input",
+                need: 8,
+                words: 4,
+                ..
+            }
+        ),
+        "{e}"
+    );
     assert_eq!(
         e,
         "input size: 64 bytes need 8 64-bit words of input memory, but the input memory of \

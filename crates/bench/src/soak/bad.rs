@@ -39,10 +39,22 @@ fn header(t: u8, size: u32) -> [u8; 8] {
     h
 }
 
+/// Why a bad peer's play failed the soak.
+#[derive(Debug, thiserror::Error)]
+pub enum PlayError {
+    #[error("{0:?}: connect: {1}")]
+    Connect(Misbehaviour, std::io::Error),
+    #[error("{0:?}: send: {1}")]
+    Send(Misbehaviour, std::io::Error),
+    /// The server neither cut the peer off nor answered it in time.
+    #[error("{bad:?}: the server kept the connection for {within:?}")]
+    Kept { bad: Misbehaviour, within: Duration },
+}
+
 /// Plays `bad` against `addr`; `Ok` when the server closed the connection
 /// (after an error message or not) within `within`.
-pub fn play(bad: Misbehaviour, addr: &str, within: Duration) -> Result<(), String> {
-    let mut s = TcpStream::connect(addr).map_err(|e| format!("{bad:?}: connect: {e}"))?;
+pub fn play(bad: Misbehaviour, addr: &str, within: Duration) -> Result<(), PlayError> {
+    let mut s = TcpStream::connect(addr).map_err(|e| PlayError::Connect(bad, e))?;
     let _ = s.set_nodelay(true);
     let deadline = Instant::now() + within;
     let sent = match bad {
@@ -82,16 +94,14 @@ pub fn play(bad: Misbehaviour, addr: &str, within: Duration) -> Result<(), Strin
         {
             Ok(())
         } else {
-            Err(format!("{bad:?}: send: {e}"))
+            Err(PlayError::Send(bad, e))
         };
     }
     let left = deadline.saturating_duration_since(Instant::now());
     if closed_within(&mut s, left) {
         Ok(())
     } else {
-        Err(format!(
-            "{bad:?}: the server kept the connection for {within:?}"
-        ))
+        Err(PlayError::Kept { bad, within })
     }
 }
 

@@ -77,6 +77,44 @@ pub struct SoakReport {
     pub logs: Option<String>,
 }
 
+impl SoakReport {
+    /// The report for a reader: totals, memory, each check, the first
+    /// errors and where the logs are.
+    pub fn summary(&self) -> String {
+        let t = &self.totals;
+        let mut out = format!(
+            "{:.0} s: {} sessions, {} messages ({} inputs), {} results correct; {} nodes killed; {} bad peers\n",
+            self.seconds, t.sessions, t.messages, t.inputs, t.results_ok, self.nodes_killed, self.bad_peers_played
+        );
+        out += &format!(
+            "server RSS {} -> {} KiB, fds {} -> {}, threads {} -> {}; node RSS {} -> {} KiB\n",
+            self.server_rss_kib.0,
+            self.server_rss_kib.1,
+            self.server_fds.0,
+            self.server_fds.1,
+            self.server_threads.0,
+            self.server_threads.1,
+            self.node_rss_kib.0,
+            self.node_rss_kib.1
+        );
+        for c in &self.checks {
+            out += &format!(
+                "  [{}] {} {}\n",
+                if c.ok { "ok" } else { "FAIL" },
+                c.name,
+                c.detail
+            );
+        }
+        for e in t.errors.iter().chain(&self.bad_peer_failures).take(10) {
+            out += &format!("  {e}\n");
+        }
+        if let Some(l) = &self.logs {
+            out += &format!("  logs kept in {l}\n");
+        }
+        out
+    }
+}
+
 /// Runs the soak. `Err` only when it could not run at all (binary missing,
 /// server would not start); a soak that ran reports its checks.
 pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
@@ -200,7 +238,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
             };
             bad_played += 1;
             if let Err(e) = bad::play(kind, addr, Duration::from_secs(8)) {
-                bad_failures.push(e);
+                bad_failures.push(e.to_string());
             }
             next_bad = Instant::now() + Duration::from_millis(rng.gen_range(200..2000));
         }

@@ -8,7 +8,7 @@ pub(super) fn send_loop(
     credit: bool,
     t0: u64,
     win: Window,
-    sh: &Shared,
+    sh: &RunState,
 ) -> Result<()> {
     let in_size = o.input_size as usize;
     // One buffer for the whole run: random once, then only the 16-byte tags
@@ -80,7 +80,7 @@ pub(super) fn recv_loop<R: std::io::Read>(
     r: &mut FrameReader<R>,
     o: &UserBenchOptions,
     win: Window,
-    sh: &Shared,
+    sh: &RunState,
     hist: &mut LatencyHistogram,
 ) -> Result<()> {
     let done = || {

@@ -39,17 +39,17 @@ use rand::RngCore;
 use serde::{Deserialize, Serialize};
 
 use crate::now_ns;
-use crate::stats::{bits_per_second, human_bps, LatencyHistogram, LatencySummary};
+use crate::stats::{bits_per_second, human_bps, human_size, LatencyHistogram, LatencySummary};
 
 mod loops;
 mod report;
-mod shared;
+mod state;
 #[cfg(test)]
 mod tests;
 
 use loops::{recv_loop, send_loop};
 use report::{build_report, print_progress, Progress};
-use shared::{check_result, is_timeout, stamp, InFlight, Shared, Window};
+use state::{check_result, is_timeout, stamp, InFlight, RunState, Window};
 
 /// Most error descriptions kept in a report; the counters hold the totals.
 const MAX_ERROR_SAMPLES: usize = 20;
@@ -240,6 +240,53 @@ pub(crate) fn validate(o: &UserBenchOptions) -> Result<()> {
     Ok(())
 }
 
+impl UserReport {
+    /// The report for a reader: configuration, throughput, latency,
+    /// message counts, then the CPU lines.
+    pub fn summary(&self) -> String {
+        let c = &self.config;
+        let t = &self.throughput;
+        let l = &self.latency;
+        let k = &self.counts;
+        format!(
+            "{} inputs of {} per message -> {} outputs, delay {} us, {}{}\n\
+             throughput: in {}  out {}  ({:.0} msg/s, {:.0} inputs/s; offered {})\n\
+             latency ms: avg {:.3}  min {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}  ({} samples)\n\
+             messages: sent {}  received {}  missing {}  corrupted {}  failed {}\n{}",
+            c.count,
+            human_size(c.input_size as u64),
+            human_size(c.output_size as u64),
+            c.delay_us,
+            match c.rate_hz {
+                Some(hz) => format!("{hz} msg/s"),
+                None => "unthrottled".into(),
+            },
+            match self.session.nodes {
+                Some(n) => format!(", {n} node(s)"),
+                None => String::new(),
+            },
+            human_bps(t.input_bps),
+            human_bps(t.output_bps),
+            t.messages_per_s,
+            t.inputs_per_s,
+            human_bps(t.offered_input_bps),
+            l.avg_ms,
+            l.min_ms,
+            l.p50_ms,
+            l.p90_ms,
+            l.p99_ms,
+            l.max_ms,
+            l.samples,
+            k.sent_messages,
+            k.received_messages,
+            k.missing,
+            k.corrupted,
+            k.failed,
+            crate::cpu::summary(&self.cpu, (t.input_bps + t.output_bps) / 8.0)
+        )
+    }
+}
+
 /// Runs the benchmarking user against a server. Connection and configuration
 /// failures are errors; problems with results are reported in
 /// [`UserReport::ok`] and [`UserReport::errors`].
@@ -378,7 +425,7 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
     // From here on the receiver wakes up regularly to check the clock.
     stream.tcp().set_read_timeout(Some(POLL))?;
 
-    let shared = Arc::new(Shared {
+    let run = Arc::new(RunState {
         inflight: Mutex::new(HashMap::new()),
         credits: Mutex::new(initial_credit),
         credit_cv: Condvar::new(),
@@ -416,7 +463,7 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let sender = {
         let credit = session.credit || local_window.is_some();
-        let (sh, o) = (shared.clone(), o.clone());
+        let (sh, o) = (run.clone(), o.clone());
         thread::Builder::new()
             .name("bench-send".into())
             .spawn(move || {
@@ -427,7 +474,7 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
             })?
     };
     let receiver = {
-        let (sh, o) = (shared.clone(), o.clone());
+        let (sh, o) = (run.clone(), o.clone());
         thread::Builder::new()
             .name("bench-recv".into())
             .spawn(move || {
@@ -454,7 +501,7 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
     loop {
         let now = Instant::now();
         if o.progress && now >= next_tick {
-            last = print_progress(&shared, last, started.elapsed());
+            last = print_progress(&run, last, started.elapsed());
             next_tick += Duration::from_secs(1);
         }
         if !sender_finished {
@@ -463,24 +510,20 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
                 Err(mpsc::RecvTimeoutError::Timeout) => {}
             }
             if !sender_finished && Instant::now() >= send_deadline {
-                shared.error("the sender was still blocked at the end of the drain timeout (is the server reading?)".into());
+                run.error("the sender was still blocked at the end of the drain timeout (is the server reading?)".into());
                 break;
             }
-            if shared.abort.load(Ordering::Acquire) {
+            if run.abort.load(Ordering::Acquire) {
                 break;
             }
             continue;
         }
-        let outstanding = shared
-            .inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .len();
-        if outstanding == 0 || shared.abort.load(Ordering::Acquire) {
+        let outstanding = run.inflight.lock().unwrap_or_else(|p| p.into_inner()).len();
+        if outstanding == 0 || run.abort.load(Ordering::Acquire) {
             break;
         }
         if Instant::now() >= drain_deadline {
-            shared.error(format!(
+            run.error(format!(
                 "{outstanding} results still missing after the {:.1} s drain timeout",
                 o.drain_timeout.as_secs_f64()
             ));
@@ -488,26 +531,26 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
         }
         thread::sleep(Duration::from_millis(5));
     }
-    shared.abort.store(true, Ordering::Release);
-    shared.credit_cv.notify_all();
+    run.abort.store(true, Ordering::Release);
+    run.credit_cv.notify_all();
     // Unblocks a sender stuck in write() and the receiver's read().
     let _ = stream.shutdown(Shutdown::Both);
     match sender.join() {
         Ok(Ok(())) => {}
-        Ok(Err(e)) => shared.error(format!("sending: {e:#}")),
-        Err(_) => shared.error("the sending thread panicked".into()),
+        Ok(Err(e)) => run.error(format!("sending: {e:#}")),
+        Err(_) => run.error("the sending thread panicked".into()),
     }
     let lat = receiver.join().unwrap_or_else(|_| {
-        shared.error("the receiving thread panicked".into());
+        run.error("the receiving thread panicked".into());
         LatencyHistogram::new()
     });
-    let mut rep = build_report(o, session, window, &shared, lat);
+    let mut rep = build_report(o, session, window, &run, lat);
     rep.benchmark = benchmark.into();
     rep.server = peer;
     match cpu.finish() {
         Ok(c) => rep.cpu = c,
         Err(e) => {
-            rep.errors.push(e);
+            rep.errors.push(e.to_string());
             rep.ok = false;
         }
     }

@@ -11,7 +11,7 @@ pub(super) struct Progress {
     pub(super) at: Duration,
 }
 
-pub(super) fn print_progress(sh: &Shared, last: Progress, at: Duration) -> Progress {
+pub(super) fn print_progress(sh: &RunState, last: Progress, at: Duration) -> Progress {
     let now = Progress {
         sent: sh.sent_msgs.load(Ordering::Relaxed),
         recv: sh.recv_msgs.load(Ordering::Relaxed),
@@ -44,7 +44,7 @@ pub(super) fn build_report(
     o: &UserBenchOptions,
     session: Session,
     win: Window,
-    sh: &Shared,
+    sh: &RunState,
     lat: LatencyHistogram,
 ) -> UserReport {
     let secs = (win.end - win.start) as f64 / 1e9;

@@ -42,7 +42,7 @@ pub fn run(
         load: c.target.load_options(c.isolation),
         ..NodeOptions::default()
     };
-    let (cluster, handle) = rt.block_on(crate::cmd_local::start_local(
+    let (cluster, handle) = rt.block_on(corefarm_bench::cluster::start_local(
         c.nodes as usize,
         server,
         node,

@@ -12,6 +12,7 @@ use anyhow::{anyhow, Result};
 use bytes::Bytes;
 use corefarm_bench::stats::{LatencyHistogram, LatencySummary};
 use corefarm_client::{Client, ClientError};
+use corefarm_smp::ErrorMsg;
 use serde::Serialize;
 
 use super::workload::{check, input_for, INPUT_SIZE, OUTPUT_SIZE};
@@ -61,8 +62,15 @@ impl Tally {
         }
     }
 
-    /// Accounts for the answer to the data message carrying `jobs`.
-    fn record(&mut self, jobs: Range<usize>, answer: Result<Bytes, String>, seed: u64, hold: bool) {
+    /// Accounts for the answer to the data message carrying `jobs`: its
+    /// outputs, or the server's error.
+    fn record(
+        &mut self,
+        jobs: Range<usize>,
+        answer: Result<Bytes, ErrorMsg>,
+        seed: u64,
+        hold: bool,
+    ) {
         let n = jobs.len();
         match answer {
             Ok(data) if data.len() != n * OUTPUT_SIZE => {
@@ -86,13 +94,13 @@ impl Tally {
                     self.checked += 1;
                     if let Err(r) = check(&input_for(seed, job as u64), &out) {
                         self.mismatched += 1;
-                        self.note_bad(job as u64, r);
+                        self.note_bad(job as u64, r.to_string());
                     }
                 }
             }
-            Err(r) => {
+            Err(e) => {
                 self.failed += n as u64;
-                self.note_bad(jobs.start as u64, r);
+                self.note_bad(jobs.start as u64, format!("the server reports: {e}"));
             }
         }
     }
@@ -125,7 +133,7 @@ impl Streamed {
                 t.checked += 1;
                 if let Err(r) = check(&input_for(seed, job as u64), &data) {
                     t.mismatched += 1;
-                    t.note_bad(job as u64, r);
+                    t.note_bad(job as u64, r.to_string());
                 }
             }
         }
@@ -204,9 +212,7 @@ pub fn stream(client: Client, s: &StreamSpec) -> Result<Streamed> {
         }
         let (msg, answer) = match rx.recv(Some(s.timeout)) {
             Ok(out) => (out.id as usize, Ok(out.data)),
-            Err(ClientError::Server(e)) if (e.id as usize) < messages => {
-                (e.id as usize, Err(format!("the server reports: {e}")))
-            }
+            Err(ClientError::Server(e)) if (e.id as usize) < messages => (e.id as usize, Err(e)),
             Err(e) => {
                 break Err(anyhow!(e).context(format!(
                     "streaming stopped after {received} of {messages} results"
@@ -306,7 +312,12 @@ mod tests {
     #[test]
     fn short_results_and_errors_name_the_earliest_job() {
         let mut t = Tally::default();
-        t.record(6..8, Err("the server reports: boom".into()), 1, false);
+        let boom = ErrorMsg {
+            id: 6,
+            code: 0,
+            reason: "boom".into(),
+        };
+        t.record(6..8, Err(boom), 1, false);
         t.record(2..4, Ok(Bytes::from_static(b"short")), 1, false);
         let v = streamed(t).verify(1);
         assert_eq!((v.verified, v.mismatches, v.failed), (0, 2, 2));

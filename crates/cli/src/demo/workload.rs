@@ -44,25 +44,37 @@ pub fn reference(input: &[u8]) -> Vec<u8> {
     c.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
+/// How a core's output differs from the reference (the demo reports the
+/// first job's).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    #[error("output is {0} bytes, expected {OUTPUT_SIZE}")]
+    Length(usize),
+    /// The first differing element of the product.
+    #[error("C[{row}][{col}] = {got} but the software computation gives {want}")]
+    Element {
+        row: usize,
+        col: usize,
+        got: i32,
+        want: i32,
+    },
+}
+
 /// Compares a core's output with the reference; the error names the first
 /// differing element.
-pub fn check(input: &[u8], output: &[u8]) -> Result<(), String> {
+pub fn check(input: &[u8], output: &[u8]) -> Result<(), Mismatch> {
     if output.len() != OUTPUT_SIZE {
-        return Err(format!(
-            "output is {} bytes, expected {OUTPUT_SIZE}",
-            output.len()
-        ));
+        return Err(Mismatch::Length(output.len()));
     }
     let want = reference(input);
     match (0..N * N).find(|&i| word(output, i) != word(&want, i)) {
         None => Ok(()),
-        Some(i) => Err(format!(
-            "C[{}][{}] = {} but the software computation gives {}",
-            i / N,
-            i % N,
-            word(output, i),
-            word(&want, i)
-        )),
+        Some(i) => Err(Mismatch::Element {
+            row: i / N,
+            col: i % N,
+            got: word(output, i),
+            want: word(&want, i),
+        }),
     }
 }
 
@@ -117,9 +129,11 @@ mod tests {
         out[4 * (2 * N + 9)] ^= 1;
         out[4 * (40 * N)] ^= 0x80;
         let e = check(&input, &out).unwrap_err();
-        assert!(e.starts_with("C[2][9] = "), "{e}");
-        let e = check(&input, &out[..100]).unwrap_err();
-        assert!(e.contains("100 bytes"), "{e}");
+        assert!(
+            matches!(e, Mismatch::Element { row: 2, col: 9, got, want } if got == want ^ 1),
+            "{e}"
+        );
+        assert_eq!(check(&input, &out[..100]), Err(Mismatch::Length(100)));
     }
 
     #[test]

@@ -12,6 +12,8 @@ use clap::Args;
 use corefarm_model::queueing::{class_depths_general, priority_classes_general, GeneralClass};
 use corefarm_smp::stream::CLASSES;
 
+use crate::flags::FlagError;
+
 #[derive(Args)]
 pub struct ClassesArgs {
     /// Arrival rate per class, messages per second: `class=rate` pairs
@@ -39,28 +41,25 @@ pub struct ClassesArgs {
     json: bool,
 }
 
-fn parse_rate(s: &str) -> Result<(u8, f64), String> {
+fn parse_rate(s: &str) -> Result<(u8, f64), FlagError> {
     let (k, v) = s
         .split_once('=')
-        .ok_or_else(|| format!("{s:?}: expected class=rate, e.g. 0=30"))?;
+        .ok_or_else(|| FlagError::RatePair(s.to_string()))?;
     let class = parse_class(k)?;
     let rate: f64 = v
         .trim()
         .parse()
-        .map_err(|_| format!("{v:?} is not a rate in messages per second"))?;
+        .map_err(|_| FlagError::Rate(v.to_string()))?;
     if !(rate.is_finite() && rate >= 0.0) {
-        return Err(format!("{v:?}: a rate is a finite number ≥ 0"));
+        return Err(FlagError::NegativeRate(v.to_string()));
     }
     Ok((class, rate))
 }
 
-fn parse_class(k: &str) -> Result<u8, String> {
+fn parse_class(k: &str) -> Result<u8, FlagError> {
     match k.trim().parse::<u8>() {
         Ok(c) if c < CLASSES => Ok(c),
-        _ => Err(format!(
-            "{k:?} is not a class (0 to {}, 0 most urgent)",
-            CLASSES - 1
-        )),
+        _ => Err(FlagError::Class(k.to_string())),
     }
 }
 
@@ -228,9 +227,13 @@ mod tests {
 
     #[test]
     fn bad_arguments_are_refused_with_the_reason() {
-        assert!(parse_rate("9=1").unwrap_err().contains("not a class"));
-        assert!(parse_rate("1").unwrap_err().contains("class=rate"));
-        assert!(parse_rate("1=-3").unwrap_err().contains("≥ 0"));
+        assert!(matches!(parse_rate("9=1"), Err(FlagError::Class(k)) if k == "9"));
+        assert!(matches!(parse_rate("1"), Err(FlagError::RatePair(s)) if s == "1"));
+        assert!(matches!(parse_rate("1=-3"), Err(FlagError::NegativeRate(v)) if v == "-3"));
+        assert!(matches!(parse_rate("1=x"), Err(FlagError::Rate(v)) if v == "x"));
+        // What clap prints after "invalid value": the reason.
+        let e = parse_rate("9=1").unwrap_err().to_string();
+        assert!(e.contains("not a class (0 to 7"), "{e}");
         let e = predict(&args(&[(0, 1.0), (2, 1.0)], &["0=1"], 1.0)).unwrap_err();
         assert!(e.to_string().contains("class 2"), "{e}");
         let e = predict(&args(&[(0, 1.0), (0, 2.0)], &["1"], 1.0)).unwrap_err();

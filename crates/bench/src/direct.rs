@@ -1,55 +1,45 @@
-//! `corefarm bench direct`: throughput of a group's direct data path
-//! (client → members' peer ports, the server only on the control plane),
-//! with the CPU the watched processes (the server) spent over the window,
-//! to set beside `corefarm bench user` through the server (issue 9).
+//! Throughput of a group's direct data path (client → members' peer ports,
+//! the server only on the control plane), with the CPU the watched
+//! processes (the server) spent over the window: set beside the
+//! benchmarking user's figures through the server, it shows what taking the
+//! data off the server saves.
 
 use std::time::{Duration, Instant};
 
+use crate::cpu::{CpuTarget, CpuWatch};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::Args;
-use corefarm_bench::cpu::{CpuTarget, CpuWatch};
 use corefarm_client::group::{Group, GroupOptions};
 use corefarm_smp::BenchmarkConfig;
 
-#[derive(Args)]
-pub struct DirectArgs {
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct DirectOptions {
     /// The server's user port (its nodes need a peer port).
-    #[arg(long)]
-    server: String,
+    pub server: String,
     /// Group size.
-    #[arg(long, default_value_t = 4)]
-    nodes: u32,
+    pub nodes: u32,
     /// Bytes per input (one input per data message, at most 1 MiB).
-    #[arg(long, default_value_t = 32768)]
-    input_size: u32,
+    pub input_size: u32,
     /// Bytes per output of the benchmarking core (at least 16).
-    #[arg(long, default_value_t = 16384)]
-    output_size: u32,
+    pub output_size: u32,
     /// Messages in flight per member.
-    #[arg(long, default_value_t = 8)]
-    window: usize,
+    pub window: usize,
     /// Messages per `Direct::map` call.
-    #[arg(long, default_value_t = 256)]
-    batch: usize,
-    /// Priority class of every message, 0 (most urgent) to 7 (default 4:
-    /// the default class); sent as chunks of that class where the members
-    /// offer chunks on the direct path.
-    #[arg(long, default_value_t = corefarm_smp::stream::DEFAULT_CLASS,
-          value_parser = clap::value_parser!(u8).range(0..8))]
-    priority: u8,
+    pub batch: usize,
+    /// Priority class of every message, 0 (most urgent) to 7; sent as
+    /// chunks of that class where the members offer chunks on the direct path.
+    pub priority: u8,
     /// Measured seconds (after the warm-up).
-    #[arg(long, default_value_t = 5.0)]
-    duration: f64,
+    pub duration: f64,
     /// Seconds at the start excluded from the figures.
-    #[arg(long, default_value_t = 1.0)]
-    warmup: f64,
-    /// LABEL=PID: a process whose CPU time over the window is reported (repeatable).
-    #[arg(long = "cpu-pid", value_name = "LABEL=PID")]
-    cpu_pids: Vec<CpuTarget>,
+    pub warmup: f64,
+    /// Processes whose CPU time over the window is reported.
+    pub cpu_pids: Vec<CpuTarget>,
 }
 
-pub fn run(a: DirectArgs) -> Result<()> {
+/// Runs the measurement and returns the report (one JSON object).
+pub fn run(a: &DirectOptions) -> Result<serde_json::Value> {
     if a.input_size < 16 || a.output_size < 16 || a.input_size as usize > 1 << 20 {
         bail!("--input-size 16 B-1 MiB, --output-size at least 16");
     }
@@ -86,7 +76,7 @@ pub fn run(a: DirectArgs) -> Result<()> {
             last = Instant::now();
         }
     }
-    let cpu = watch.finish().map_err(anyhow::Error::msg)?;
+    let cpu = watch.finish()?;
     let secs = first.map_or(0.0, |f| (last - f).as_secs_f64());
     if msgs == 0 || secs <= 0.0 {
         bail!("no batch completed inside the window; lengthen --duration");
@@ -109,8 +99,7 @@ pub fn run(a: DirectArgs) -> Result<()> {
         "throughput": {"input_bps": in_bps, "output_bps": out_bps, "messages_per_s": msgs as f64 / secs},
         "cpu": cpu_json,
     });
-    println!("{report}");
     drop(d);
     g.close()?;
-    Ok(())
+    Ok(report)
 }

@@ -9,7 +9,7 @@ pub(super) struct InFlight {
 }
 
 /// State shared by the sending loop, the receiving loop and the monitor.
-pub(super) struct Shared {
+pub(super) struct RunState {
     pub(super) inflight: Mutex<HashMap<u32, InFlight>>,
     pub(super) credits: Mutex<u64>,
     pub(super) credit_cv: Condvar,
@@ -38,7 +38,7 @@ pub(super) struct Shared {
     pub(super) local_credit: bool,
 }
 
-impl Shared {
+impl RunState {
     pub(super) fn return_credit(&self) {
         if self.local_credit {
             *self.credits.lock().unwrap_or_else(|p| p.into_inner()) += 1;

@@ -1,6 +1,8 @@
 //! `corefarm image …`: build and inspect configuration images
 //! (format: docs/images.md).
 
+mod sign;
+
 use std::path::PathBuf;
 
 use anyhow::{bail, Context};
@@ -39,13 +41,13 @@ pub enum ImageCmd {
     ///
     /// Example: corefarm image keygen -o ops.key   # then: corefarm node --trust ops.key.pub
     #[command(verbatim_doc_comment)]
-    Keygen(crate::cmd_image_sign::KeygenArgs),
+    Keygen(sign::KeygenArgs),
     /// Sign an image with a key from `image keygen`: nodes started with
     /// `--trust PUBKEY` run only images signed by a key they trust.
     ///
     /// The signature covers the image header and manifest and the SHA-256
     /// of every artifact (docs/images.md); it is appended as a trailer.
-    Sign(crate::cmd_image_sign::SignArgs),
+    Sign(sign::SignArgs),
 }
 
 #[derive(clap::Args)]
@@ -95,10 +97,10 @@ pub struct BuildArgs {
     output_size: Option<u32>,
     /// Element type and shape of one input, e.g. `int16[4127]` or `int32[2,64,64]`
     /// (little-endian, C order; default: the HLS input pointer's element type).
-    #[arg(long, value_name = "TYPE", value_parser = parse_type)]
+    #[arg(long, value_name = "TYPE")]
     input_type: Option<DataType>,
     /// Element type and shape of one output, e.g. `int32[64,64]`.
-    #[arg(long, value_name = "TYPE", value_parser = parse_type)]
+    #[arg(long, value_name = "TYPE")]
     output_type: Option<DataType>,
     /// Fail the build on Verilator's warnings (they are always shown).
     #[arg(long)]
@@ -125,14 +127,9 @@ pub fn run(cmd: ImageCmd) -> anyhow::Result<()> {
     match cmd {
         ImageCmd::Build(a) => build(*a),
         ImageCmd::Inspect(a) => inspect(a),
-        ImageCmd::Keygen(a) => crate::cmd_image_sign::keygen(a),
-        ImageCmd::Sign(a) => crate::cmd_image_sign::sign(a),
+        ImageCmd::Keygen(a) => sign::keygen(a),
+        ImageCmd::Sign(a) => sign::sign(a),
     }
-}
-
-fn parse_type(s: &str) -> Result<DataType, String> {
-    s.parse()
-        .map_err(|e: corefarm_cores::dtype::DataTypeError| e.to_string())
 }
 
 fn number(s: &str) -> anyhow::Result<u32> {
@@ -253,7 +250,7 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
         .with_context(|| format!("{} is not a valid image", a.file.display()))?;
     let status = img.verify();
     let bad = status.iter().filter(|r| r.is_err()).count();
-    let (signer, signer_json, bad_signature) = crate::cmd_image_sign::describe(&img);
+    let (signer, signer_json, bad_signature) = sign::describe(&img);
     let m = &img.manifest;
     if a.json {
         let artifacts: Vec<_> = m

@@ -1,5 +1,5 @@
-//! `corefarm bench classes`: the queueing model of priority classes
-//! (issue 11 item 4; seed 001 §IV) against measurement.
+//! Priority classes against the queueing model (seed 001 §IV): does the
+//! server's strict-priority queue wait as Cobham's formula predicts?
 //!
 //! One benchmarking node behind a shared-mode server whose window per node
 //! is one message, so data waits in the server's function queue, which
@@ -13,7 +13,8 @@
 //!    links from one message at a time to an idle node;
 //! 2. for each offered load ρ, measures each class's mean time from submit
 //!    to result, and sets it beside Cobham's formula (M/G/1, with the
-//!    moments of S from the calibration) and the M/M/1 form the issue names.
+//!    moments of S from the calibration) and its M/M/1 form (exponential
+//!    service, as seed 001 assumes).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -21,32 +22,27 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::Args;
 use corefarm_client::{Client, ClientOptions};
 use corefarm_model::queueing::{priority_classes, priority_classes_general, Class, GeneralClass};
 use rand::{Rng, SeedableRng};
 
-#[derive(Args)]
-pub struct ClassesArgs {
+use crate::cluster::EmbeddedCluster;
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct ClassesOptions {
     /// Offered loads ρ to measure (fractions of the node's capacity).
-    #[arg(long, value_delimiter = ',', default_value = "0.1,0.3,0.5,0.7,0.9")]
-    loads: Vec<f64>,
+    pub loads: Vec<f64>,
     /// Share of messages in the urgent class (class 0); the rest are class 1.
-    #[arg(long, default_value_t = 0.3)]
-    urgent_share: f64,
+    pub urgent_share: f64,
     /// The benchmarking core's delay per input, microseconds.
-    #[arg(long, default_value_t = 500)]
-    delay_us: u32,
+    pub delay_us: u32,
     /// Mean inputs per message (geometric, at least 1).
-    #[arg(long, default_value_t = 8.0)]
-    mean_inputs: f64,
-    /// Measured seconds per load (after one second of warm-up); higher
-    /// loads need longer runs for a stable mean.
-    #[arg(long, default_value_t = 20.0)]
-    duration: f64,
+    pub mean_inputs: f64,
+    /// Measured seconds per load (after one second of warm-up).
+    pub duration: f64,
     /// Seed of the arrival and size draws (same seed, same run).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub seed: u64,
 }
 
 const INPUT: u32 = 64;
@@ -71,7 +67,9 @@ impl Service {
     }
 }
 
-pub fn run(a: ClassesArgs) -> Result<()> {
+/// Calibrates, measures every load and returns the report (one JSON
+/// object); progress lines go to standard error.
+pub fn run(a: &ClassesOptions) -> Result<serde_json::Value> {
     if a.loads.is_empty() || a.loads.iter().any(|r| !(*r > 0.0 && *r < 1.0)) {
         bail!("--loads must be fractions strictly between 0 and 1");
     }
@@ -81,9 +79,9 @@ pub fn run(a: ClassesArgs) -> Result<()> {
     if !(a.duration.is_finite() && a.duration > 0.0) {
         bail!("--duration must be positive");
     }
-    let cluster = Embedded::start()?;
+    let cluster = start_cluster()?;
     let client = Client::connect(
-        &cluster.addr,
+        &cluster.users_addr(),
         ClientOptions {
             chunks: true,
             name: Some("bench classes".into()),
@@ -107,7 +105,7 @@ pub fn run(a: ClassesArgs) -> Result<()> {
     let mut rng = rand::rngs::StdRng::seed_from_u64(a.seed);
     let mut points = Vec::new();
     for &rho in &a.loads {
-        let m = measure(&client, &a, rho, mean_s, &mut rng)?;
+        let m = measure(&client, a, rho, mean_s, &mut rng)?;
         // The rates this run's draw actually offered in its window: a
         // Poisson sample of 20 s strays a few percent from the nominal ρ,
         // and near saturation the wait is steep in it.
@@ -167,8 +165,7 @@ pub fn run(a: ClassesArgs) -> Result<()> {
             "mean_service_s": mean_s, "second_moment_s2": s2, "links_s": fixed},
         "points": points,
     });
-    println!("{report}");
-    Ok(())
+    Ok(report)
 }
 
 fn ms(v: Option<f64>) -> String {
@@ -247,7 +244,7 @@ struct Measured {
 /// `duration` seconds; every message's time from submit to result.
 fn measure(
     client: &Arc<Client>,
-    a: &ClassesArgs,
+    a: &ClassesOptions,
     rho: f64,
     mean_s: f64,
     rng: &mut rand::rngs::StdRng,
@@ -334,36 +331,25 @@ fn measure(
 
 /// A shared-mode server with one benchmarking node and a window of one
 /// message per node, in this process; stops on drop.
-struct Embedded {
-    addr: String,
-    _cluster: crate::cmd_local::EmbeddedCluster,
-}
-
-impl Embedded {
-    fn start() -> Result<Embedded> {
-        let server = corefarm_server::ServerOptions {
-            nodes_listen: "127.0.0.1:0".into(),
-            users_listen: "127.0.0.1:0".into(),
-            sharing: corefarm_server::Sharing::Shared,
-            policy: corefarm_server::Policy::Credit,
-            credit: 1,
-            credit_adaptive: false,
-            // The user may have every arrival outstanding: waiting happens
-            // in the server's class queues, not in the client.
-            user_window: Some(1 << 16),
-            ..corefarm_server::ServerOptions::default()
-        };
-        let node = corefarm_node::NodeOptions {
-            name: "classes".into(),
-            reconnect: false,
-            ..corefarm_node::NodeOptions::default()
-        };
-        let cluster = crate::cmd_local::EmbeddedCluster::start(1, server, node)?;
-        Ok(Embedded {
-            addr: cluster.cluster.users_addr.to_string(),
-            _cluster: cluster,
-        })
-    }
+fn start_cluster() -> Result<EmbeddedCluster> {
+    let server = corefarm_server::ServerOptions {
+        nodes_listen: "127.0.0.1:0".into(),
+        users_listen: "127.0.0.1:0".into(),
+        sharing: corefarm_server::Sharing::Shared,
+        policy: corefarm_server::Policy::Credit,
+        credit: 1,
+        credit_adaptive: false,
+        // The user may have every arrival outstanding: waiting happens
+        // in the server's class queues, not in the client.
+        user_window: Some(1 << 16),
+        ..corefarm_server::ServerOptions::default()
+    };
+    let node = corefarm_node::NodeOptions {
+        name: "classes".into(),
+        reconnect: false,
+        ..corefarm_node::NodeOptions::default()
+    };
+    EmbeddedCluster::start(1, server, node)
 }
 
 #[cfg(test)]

@@ -1,11 +1,9 @@
-//! `corefarm bench hol`: head-of-line blocking on one user link (issue 11),
-//! small messages at a fixed rate behind a bulk stream, unchunked against
-//! chunked with priority classes ([`corefarm_bench::hol`]). One JSON object
-//! on stdout.
+//! `corefarm bench hol`'s arguments: head-of-line blocking on one user
+//! link ([`corefarm_bench::hol`]). One JSON object on stdout.
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use clap::Args;
-use corefarm_bench::hol::{self, HolOptions};
+use corefarm_bench::hol::{self, EmbeddedSpec, HolOptions};
 
 #[derive(Args)]
 pub struct HolArgs {
@@ -41,17 +39,14 @@ pub struct HolArgs {
     /// Chunk size to ask for, bytes (default: the protocol's, 128 KiB).
     #[arg(long)]
     chunk_size: Option<u32>,
-    /// Embedded cluster: the server's chunk size on its node links (0: whole
+    /// EmbeddedSpec cluster: the server's chunk size on its node links (0: whole
     /// frames there, so the `unchunked` run is unchunked end to end).
     #[arg(long, default_value_t = corefarm_server::defaults::NODE_CHUNK_SIZE)]
     node_chunk_size: u32,
 }
 
 pub fn run(a: HolArgs) -> Result<()> {
-    if a.nodes == 0 {
-        bail!("--nodes must be at least 1");
-    }
-    let mut o = HolOptions {
+    let o = HolOptions {
         input_size: a.input_size,
         output_size: a.output_size,
         bulk_sizes: a.bulk_mib.iter().map(|m| m << 20).collect(),
@@ -62,29 +57,11 @@ pub fn run(a: HolArgs) -> Result<()> {
         chunk_size: a.chunk_size,
         ..HolOptions::default()
     };
-    let mut embedded = None;
-    o.addr = match a.server {
-        Some(s) => s,
-        None => {
-            let server = corefarm_server::ServerOptions {
-                nodes_listen: "127.0.0.1:0".into(),
-                users_listen: "127.0.0.1:0".into(),
-                node_chunk_size: a.node_chunk_size,
-                ..corefarm_server::ServerOptions::default()
-            };
-            let node = corefarm_node::NodeOptions {
-                name: "bench-hol".into(),
-                reconnect: false,
-                ..corefarm_node::NodeOptions::default()
-            };
-            let cluster = crate::cmd_local::EmbeddedCluster::start(a.nodes, server, node)?;
-            let addr = cluster.cluster.users_addr.to_string();
-            embedded = Some(cluster);
-            addr
-        }
+    let embedded = EmbeddedSpec {
+        nodes: a.nodes,
+        node_chunk_size: a.node_chunk_size,
     };
-    let report = hol::run(&o);
-    drop(embedded);
-    println!("{}", serde_json::to_string_pretty(&report?)?);
+    let report = hol::run_on(&o, a.server, embedded)?;
+    println!("{}", serde_json::to_string_pretty(&report)?);
     Ok(())
 }

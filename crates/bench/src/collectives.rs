@@ -1,70 +1,40 @@
-//! `corefarm bench collectives`: OSU-style latency of a group's collectives
-//! against message size, group size and tree (issue 9), with the calibrated
-//! model's prediction beside every point. The measuring loop is shared with
+//! OSU-style latency of a group's collectives against message size, group
+//! size and tree, with the calibrated model's prediction beside every point
+//! (`corefarm bench collectives`). The measuring loop also feeds
 //! `corefarm model calibrate`.
 
-use std::path::PathBuf;
+use std::path::Path;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use clap::Args;
 use corefarm_client::group::{Algorithm, Group, GroupError, GroupOptions};
 use corefarm_model::collectives::{Algo, Calibration, Op, Sample, Shape};
 use corefarm_smp::{DType, ReduceOp};
 use serde::Serialize;
 
-/// A size in bytes: a number with an optional K/M/G suffix (powers of 1024).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim().trim_end_matches("iB").trim_end_matches('B');
-    let (num, mul) = match t.char_indices().last() {
-        Some((i, 'K' | 'k')) => (&t[..i], 1u64 << 10),
-        Some((i, 'M' | 'm')) => (&t[..i], 1 << 20),
-        Some((i, 'G' | 'g')) => (&t[..i], 1 << 30),
-        _ => (t, 1),
-    };
-    let v: u64 = num.parse().map_err(|_| format!("{s:?} is not a size"))?;
-    v.checked_mul(mul)
-        .filter(|&b| b <= 1 << 30)
-        .ok_or_else(|| format!("{s:?}: at most 1 GiB"))
-}
-
 /// What to measure and how long.
-#[derive(Args, Clone, Debug)]
+#[derive(Clone, Debug)]
 pub struct Grid {
     /// A running cluster's user port; default: an embedded cluster on
     /// loopback with as many nodes as the largest group.
-    #[arg(long)]
     pub server: Option<String>,
-    /// Group sizes (node count), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "2,4,8,16")]
+    /// Group sizes (node count).
     pub nodes: Vec<u32>,
-    /// Bytes per rank, comma-separated (suffixes K, M); whole int32 elements.
-    #[arg(long, value_delimiter = ',', value_parser = parse_size,
-          default_value = "8,32,128,512,2K,8K,32K,128K,512K,2M,4M")]
+    /// Bytes per rank; whole int32 elements.
     pub sizes: Vec<u64>,
     /// bcast, reduce, allreduce, allgather, barrier (among the nodes);
     /// scatter, gather (the user's, through the server).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "bcast,reduce,allreduce,allgather,barrier,scatter,gather"
-    )]
     pub ops: Vec<Op>,
-    /// Trees, comma-separated: linear, binomial, star.
-    #[arg(long, value_delimiter = ',', default_value = "linear,binomial,star")]
+    /// Trees: linear, binomial, star.
     pub algos: Vec<Algo>,
     /// Untimed calls before each point.
-    #[arg(long, default_value_t = 3)]
     pub warmup: u32,
     /// Fewest timed calls per point.
-    #[arg(long, default_value_t = 5)]
     pub min_iters: u32,
     /// Most timed calls per point.
-    #[arg(long, default_value_t = 100)]
     pub iters: u32,
     /// Seconds of timed calls per point, within the two bounds above.
-    #[arg(long, default_value_t = 0.3)]
     pub budget: f64,
 }
 
@@ -204,7 +174,7 @@ pub struct Target {
     pub addr: String,
     pub label: String,
     /// Stops on drop.
-    _embedded: Option<crate::cmd_local::EmbeddedCluster>,
+    _embedded: Option<crate::cluster::EmbeddedCluster>,
 }
 
 impl Target {
@@ -229,7 +199,7 @@ impl Target {
             peer_listen: Some(std::net::SocketAddr::from(([127, 0, 0, 1], 0))),
             ..corefarm_node::NodeOptions::default()
         };
-        let embedded = crate::cmd_local::EmbeddedCluster::start(n, server, node)?;
+        let embedded = crate::cluster::EmbeddedCluster::start(n, server, node)?;
         let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
         Ok(Target {
             addr: embedded.cluster.users_addr.to_string(),
@@ -294,33 +264,20 @@ pub fn describe(p: &Point) -> String {
     )
 }
 
-#[derive(Args)]
-pub struct CollectivesArgs {
-    #[command(flatten)]
-    grid: Grid,
-    /// Calibration to predict with (default: `corefarm model calibrate`'s
-    /// default file); without one, the model is fitted to this run.
-    #[arg(long)]
-    model: Option<PathBuf>,
-    /// Write the JSON report here instead of standard output.
-    #[arg(long)]
-    out: Option<PathBuf>,
-    /// No progress lines on standard error.
-    #[arg(long)]
-    quiet: bool,
-}
-
-pub fn run(a: CollectivesArgs) -> Result<()> {
-    let target = Target::start(&a.grid)?;
-    let quiet = a.quiet;
-    let points = measure(&target, &a.grid, &mut |p| {
+/// Measures `grid` and returns the report (one JSON object): every point
+/// beside the prediction of the calibration in `model` (default: the
+/// default calibration file; without one, the model fitted to this run).
+/// Unless `quiet`, one line per point on standard error.
+pub fn run(grid: &Grid, model: Option<&Path>, quiet: bool) -> Result<serde_json::Value> {
+    let target = Target::start(grid)?;
+    let points = measure(&target, grid, &mut |p| {
         if !quiet {
             eprintln!("{}", describe(p));
         }
     })?;
-    let (model, source) = match &a.model {
+    let (model, source) = match model {
         Some(p) => (
-            Some(Calibration::load(p).map_err(anyhow::Error::msg)?),
+            Some(Calibration::load(p)?),
             format!("calibration file {}", p.display()),
         ),
         None => match Calibration::load_default() {
@@ -350,39 +307,20 @@ pub fn run(a: CollectivesArgs) -> Result<()> {
     let report = serde_json::json!({
         "tool": "corefarm bench collectives",
         "cluster": target.label,
-        "warmup": a.grid.warmup, "min_iters": a.grid.min_iters, "max_iters": a.grid.iters,
-        "budget_s": a.grid.budget,
+        "warmup": grid.warmup, "min_iters": grid.min_iters, "max_iters": grid.iters,
+        "budget_s": grid.budget,
         "model": model.as_ref().map(|m| serde_json::json!({
             "source": source, "params": m.params, "chunk": m.chunk,
             "calibration_rms_error": m.rms_error,
         })),
         "points": rows,
     });
-    let text = serde_json::to_string_pretty(&report)?;
-    match &a.out {
-        Some(p) => {
-            std::fs::write(p, text + "\n").with_context(|| format!("writing {}", p.display()))
-        }
-        None => {
-            println!("{text}");
-            Ok(())
-        }
-    }
+    Ok(report)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sizes_parse() {
-        assert_eq!(parse_size("8"), Ok(8));
-        assert_eq!(parse_size("64K"), Ok(65536));
-        assert_eq!(parse_size("4MiB"), Ok(4 << 20));
-        assert_eq!(parse_size("1KB"), Ok(1024));
-        assert!(parse_size("x").is_err());
-        assert!(parse_size("2G").is_err());
-    }
 
     #[test]
     fn quantiles() {

@@ -3,8 +3,8 @@
 
 use super::*;
 
-fn tiny(variant: Variant, functions: u32, speedup: f64) -> SharingArgs {
-    SharingArgs {
+fn tiny(variant: Variant, functions: u32, speedup: f64) -> SharingOptions {
+    SharingOptions {
         variant,
         nodes: 2,
         apps: 2,
@@ -16,7 +16,6 @@ fn tiny(variant: Variant, functions: u32, speedup: f64) -> SharingArgs {
         reconfigure_delay_ms: Some(1),
         seed: 7,
         no_backup: false,
-        json: true,
     }
 }
 
@@ -127,7 +126,7 @@ fn every_application_gets_the_same_share_of_the_work() {
 /// change both.
 #[test]
 fn the_workload_is_pinned() {
-    let a = SharingArgs {
+    let a = SharingOptions {
         apps: 2,
         calls: 20,
         functions: 16,

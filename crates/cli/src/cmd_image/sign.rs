@@ -36,7 +36,7 @@ pub fn keygen(a: KeygenArgs) -> anyhow::Result<()> {
         a.out.display()
     );
     let key = SecretKey::generate();
-    let public = key.write(&a.out).map_err(anyhow::Error::msg)?;
+    let public = key.write(&a.out)?;
     eprintln!(
         "wrote {} (secret: keep it private) and {} (public)",
         a.out.display(),
@@ -48,11 +48,10 @@ pub fn keygen(a: KeygenArgs) -> anyhow::Result<()> {
 
 pub fn sign(a: SignArgs) -> anyhow::Result<()> {
     check_secret_key_path(&a.key)?;
-    let key = SecretKey::read(&a.key).map_err(anyhow::Error::msg)?;
+    let key = SecretKey::read(&a.key)?;
     let bytes = std::fs::read(&a.file).with_context(|| format!("reading {}", a.file.display()))?;
-    let signed = sign::sign(&bytes, &key)
-        .map_err(anyhow::Error::msg)
-        .with_context(|| format!("signing {}", a.file.display()))?;
+    let signed =
+        sign::sign(&bytes, &key).with_context(|| format!("signing {}", a.file.display()))?;
     let out = a.out.unwrap_or(a.file);
     std::fs::write(&out, signed).with_context(|| format!("writing {}", out.display()))?;
     eprintln!("signed {} with key {}", out.display(), key.public());

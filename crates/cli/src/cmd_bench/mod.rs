@@ -1,14 +1,21 @@
-//! `corefarm bench …`: the benchmarks of seed 000 chapter 4.
+//! `corefarm bench …`: the arguments of every benchmark; the measurements
+//! and their reports are `corefarm_bench`'s.
+
+mod classes;
+pub(crate) mod collectives;
+mod direct;
+mod hol;
+mod sharing;
+mod soak;
 
 use std::io::Write;
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Subcommand};
-use corefarm_bench::cpu::{CpuTarget, CpuUse};
-use corefarm_bench::echo::{self, EchoOptions, EchoReport};
-use corefarm_bench::stats::{human_bps, human_size};
-use corefarm_bench::user::{self, UserBenchOptions, UserReport};
+use corefarm_bench::cpu::CpuTarget;
+use corefarm_bench::echo::{self, EchoOptions};
+use corefarm_bench::user::{self, UserBenchOptions};
 
 #[derive(Subcommand)]
 pub enum BenchCmd {
@@ -22,7 +29,7 @@ pub enum BenchCmd {
     /// node port, starts one `corefarm node` against it (or waits for one,
     /// --no-spawn), sends the benchmarking configuration with delay 0 and
     /// streams data messages straight to the node. No server involved.
-    Node(NodeArgs),
+    Node(NodeBenchArgs),
     /// Compare two result files (suite JSON or single reports) point by point;
     /// exits 1 if anything got worse beyond the noise.
     Compare(CompareArgs),
@@ -31,24 +38,24 @@ pub enum BenchCmd {
     /// Long run under saturating load with nodes killed and restarted,
     /// users coming and going and bad peers; checks that every input got
     /// exactly one correct result and memory stayed flat (exit 1 if not).
-    Soak(crate::cmd_soak::SoakArgs),
+    Soak(soak::SoakArgs),
     /// Shared nodes (seed 002 §5.5): concurrent applications calling random
     /// functions on an embedded cluster; makespan and utilisation.
-    Sharing(crate::cmd_bench_sharing::SharingArgs),
+    Sharing(sharing::SharingArgs),
     /// OSU-style latency of group collectives vs message size, group size
     /// and tree, with the calibrated model's prediction beside each point.
-    Collectives(crate::cmd_bench_collectives::CollectivesArgs),
+    Collectives(collectives::CollectivesArgs),
     /// Throughput of a group's direct data path (no data through the
     /// server), with the server's CPU over the window (one JSON object).
-    Direct(crate::cmd_bench_direct::DirectArgs),
-    /// Head-of-line blocking on one user link (issue 11): p50/p99 of small
-    /// messages at a fixed rate behind a bulk stream, unchunked vs chunked
-    /// with priority classes (one JSON object).
-    Hol(crate::cmd_bench_hol::HolArgs),
+    Direct(direct::DirectArgs),
+    /// Head-of-line blocking on one user link: p50/p99 of small messages
+    /// at a fixed rate behind a bulk stream, unchunked vs chunked with
+    /// priority classes (one JSON object).
+    Hol(hol::HolArgs),
     /// Priority classes against the queueing model (seed 001 §IV): two
     /// Poisson classes through one node's queue at loads 0.1-0.9, measured
     /// mean latency beside Cobham's formula (one JSON object).
-    Classes(crate::cmd_bench_classes::ClassesArgs),
+    Classes(classes::ClassesBenchArgs),
 }
 
 #[derive(Args)]
@@ -139,7 +146,7 @@ pub struct UserArgs {
 }
 
 #[derive(Args)]
-pub struct NodeArgs {
+pub struct NodeBenchArgs {
     /// Address to listen on as a server node port.
     #[arg(long, default_value = "127.0.0.1:0")]
     listen: String,
@@ -249,12 +256,12 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Node(n) => node_bench(n),
         BenchCmd::Compare(c) => compare(c),
         BenchCmd::Suite(s) => suite(s),
-        BenchCmd::Soak(s) => crate::cmd_soak::run(s),
-        BenchCmd::Sharing(s) => crate::cmd_bench_sharing::run(s),
-        BenchCmd::Collectives(a) => crate::cmd_bench_collectives::run(a),
-        BenchCmd::Direct(a) => crate::cmd_bench_direct::run(a),
-        BenchCmd::Hol(a) => crate::cmd_bench_hol::run(a),
-        BenchCmd::Classes(a) => crate::cmd_bench_classes::run(a),
+        BenchCmd::Soak(s) => soak::run(s),
+        BenchCmd::Sharing(s) => sharing::run(s),
+        BenchCmd::Collectives(a) => collectives::run(a),
+        BenchCmd::Direct(a) => direct::run(a),
+        BenchCmd::Hol(a) => hol::run(a),
+        BenchCmd::Classes(a) => classes::run(a),
     }
 }
 
@@ -263,18 +270,9 @@ fn secs(v: f64, what: &str) -> Result<Duration> {
 }
 
 fn echo_server(listen: &str) -> Result<()> {
-    let rt = tokio::runtime::Runtime::new()?;
-    rt.block_on(async {
-        let l = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("binding {listen}"))?;
-        println!("listening {}", l.local_addr()?);
-        std::io::stdout().flush()?;
-        tokio::select! {
-            r = echo::serve(l) => r.context("echo server")?,
-            _ = tokio::signal::ctrl_c() => {}
-        }
-        Ok(())
+    echo::serve_until_interrupted(listen, |addr| {
+        println!("listening {addr}");
+        let _ = std::io::stdout().flush();
     })
 }
 
@@ -297,7 +295,7 @@ fn echo_client(c: EchoClientArgs) -> Result<()> {
     if c.json {
         println!("{}", serde_json::to_string(&rep)?);
     } else {
-        print_echo(&rep);
+        print!("{}", rep.summary());
     }
     if rep.errors > 0 {
         bail!(
@@ -307,35 +305,6 @@ fn echo_client(c: EchoClientArgs) -> Result<()> {
         );
     }
     Ok(())
-}
-
-fn print_echo(r: &EchoReport) {
-    println!(
-        "echo {} x {} client(s): {} ({:.0} msg/s) over {:.1} s, {} errors",
-        human_size(r.size as u64),
-        r.clients,
-        human_bps(r.throughput_bps),
-        r.messages_per_s,
-        r.window_s,
-        r.errors
-    );
-    print_cpu(&r.cpu, r.bytes as f64 / r.window_s);
-}
-
-/// One line per watched process: CPU seconds in the window and per decimal
-/// GB of payload moved (`bytes_per_s`: echoed, or forwarded in + out).
-fn print_cpu(cpu: &[CpuUse], bytes_per_s: f64) {
-    for c in cpu {
-        let per_gb = if bytes_per_s > 0.0 {
-            format!("{:.3} CPU-s/GB", c.cpus / (bytes_per_s / 1e9))
-        } else {
-            "-".into()
-        };
-        println!(
-            "cpu {} (pid {}): {:.2} s over {:.2} s = {:.2} CPUs (user {:.2} s, sys {:.2} s), {per_gb}",
-            c.label, c.pid, c.cpu_s, c.wall_s, c.cpus, c.user_s, c.sys_s
-        );
-    }
 }
 
 fn user_bench(a: UserArgs) -> Result<()> {
@@ -363,7 +332,7 @@ fn user_bench(a: UserArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&rep)?);
     } else {
-        print_user(&rep);
+        print!("{}", rep.summary());
     }
     if !rep.ok {
         bail!("benchmark failed: {}", rep.errors.join("; "));
@@ -371,7 +340,7 @@ fn user_bench(a: UserArgs) -> Result<()> {
     Ok(())
 }
 
-fn node_bench(a: NodeArgs) -> Result<()> {
+fn node_bench(a: NodeBenchArgs) -> Result<()> {
     use corefarm_bench::node::{self, NodeBenchOptions, NodeSource};
     let source = if a.no_spawn {
         NodeSource::Accept
@@ -419,7 +388,7 @@ fn node_bench(a: NodeArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string(&rep)?);
     } else {
-        print_user(&rep);
+        print!("{}", rep.summary());
     }
     if !rep.ok {
         bail!("benchmark failed: {}", rep.errors.join("; "));
@@ -427,107 +396,22 @@ fn node_bench(a: NodeArgs) -> Result<()> {
     Ok(())
 }
 
-fn print_user(r: &UserReport) {
-    let c = &r.config;
-    println!(
-        "{} inputs of {} per message -> {} outputs, delay {} us, {}{}",
-        c.count,
-        human_size(c.input_size as u64),
-        human_size(c.output_size as u64),
-        c.delay_us,
-        match c.rate_hz {
-            Some(hz) => format!("{hz} msg/s"),
-            None => "unthrottled".into(),
-        },
-        match r.session.nodes {
-            Some(n) => format!(", {n} node(s)"),
-            None => String::new(),
-        }
-    );
-    let t = &r.throughput;
-    println!(
-        "throughput: in {}  out {}  ({:.0} msg/s, {:.0} inputs/s; offered {})",
-        human_bps(t.input_bps),
-        human_bps(t.output_bps),
-        t.messages_per_s,
-        t.inputs_per_s,
-        human_bps(t.offered_input_bps)
-    );
-    let l = &r.latency;
-    println!(
-        "latency ms: avg {:.3}  min {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}  ({} samples)",
-        l.avg_ms, l.min_ms, l.p50_ms, l.p90_ms, l.p99_ms, l.max_ms, l.samples
-    );
-    let k = &r.counts;
-    println!(
-        "messages: sent {}  received {}  missing {}  corrupted {}  failed {}",
-        k.sent_messages, k.received_messages, k.missing, k.corrupted, k.failed
-    );
-    print_cpu(&r.cpu, (t.input_bps + t.output_bps) / 8.0);
-}
-
 /// A relative change: finite and not negative.
-fn parse_threshold(s: &str) -> Result<f64, String> {
+fn parse_threshold(s: &str) -> Result<f64, crate::flags::FlagError> {
     match s.parse::<f64>() {
         Ok(t) if t.is_finite() && t >= 0.0 => Ok(t),
-        _ => Err(format!(
-            "{s:?} is not a relative change (a number of 0 or more, e.g. 0.05 for 5 %)"
-        )),
+        _ => Err(crate::flags::FlagError::Threshold(s.to_string())),
     }
 }
 
 fn compare(a: CompareArgs) -> Result<()> {
-    use corefarm_bench::compare::{self, Verdict};
-    let read = |p: &std::path::Path| -> Result<serde_json::Value> {
-        let text =
-            std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-        serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))
-    };
-    let c = compare::compare(&read(&a.old)?, &read(&a.new)?, a.threshold).with_context(|| {
-        format!(
-            "comparing {} (old) with {} (new)",
-            a.old.display(),
-            a.new.display()
-        )
-    })?;
+    let c = corefarm_bench::compare::compare_files(&a.old, &a.new, a.threshold)?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&c)?);
     } else {
-        for p in &c.points {
-            if p.status != "ok" {
-                println!("{}: {}", p.key, p.status);
-                continue;
-            }
-            for m in &p.metrics {
-                let mark = match m.verdict {
-                    Verdict::Worse => "WORSE",
-                    Verdict::Better => "better",
-                    Verdict::Same => "same",
-                    Verdict::Info => "",
-                };
-                println!(
-                    "{:<48} {:<16} {:>12.4e} -> {:>12.4e}  x{:<7} (noise ±{:.0}%) {}",
-                    p.key,
-                    m.metric,
-                    m.old.mean,
-                    m.new.mean,
-                    m.ratio
-                        .map(|r| format!("{r:.3}"))
-                        .unwrap_or_else(|| "-".into()),
-                    m.allowed * 100.0,
-                    mark
-                );
-            }
-        }
-        for k in &c.only_in_old {
-            println!("{k}: only in {}", a.old.display());
-        }
-        for k in &c.only_in_new {
-            println!("{k}: only in {}", a.new.display());
-        }
-        println!(
-            "{} regression(s), {} improvement(s)",
-            c.regressions, c.improvements
+        print!(
+            "{}",
+            c.summary(&a.old.display().to_string(), &a.new.display().to_string())
         );
     }
     if c.regressions > 0 {
@@ -536,45 +420,18 @@ fn compare(a: CompareArgs) -> Result<()> {
     Ok(())
 }
 
-/// Finds bench/suite.py: $COREFARM_ROOT first, then the source tree this
-/// binary was built from.
-fn suite_script() -> Result<std::path::PathBuf> {
-    let mut tried = Vec::new();
-    if let Some(root) = std::env::var_os("COREFARM_ROOT") {
-        tried.push(std::path::Path::new(&root).join("bench/suite.py"));
-    }
-    tried.push(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../bench/suite.py"));
-    for p in &tried {
-        if p.is_file() {
-            return Ok(p.clone());
-        }
-    }
-    bail!(
-        "bench/suite.py not found (tried {}); set COREFARM_ROOT to the repository",
-        tried
-            .iter()
-            .map(|p| p.display().to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    )
-}
-
 fn suite(a: SuiteArgs) -> Result<()> {
     use std::os::unix::process::CommandExt;
-    let script = suite_script()?;
-    let mut cmd = std::process::Command::new("python3");
-    cmd.arg(&script).arg(&a.experiment);
-    if a.quick {
-        cmd.arg("--quick");
-    }
-    if let Some(out) = &a.out {
-        cmd.arg("--out").arg(out);
-    }
-    cmd.args(&a.rest);
+    let script = corefarm_bench::suite::script()?;
     // The suite drives this very binary unless told otherwise.
-    if std::env::var_os("COREFARM_BIN").is_none() {
-        cmd.env("COREFARM_BIN", std::env::current_exe()?);
-    }
-    let err = cmd.exec();
+    let err = corefarm_bench::suite::command(
+        &script,
+        &a.experiment,
+        a.quick,
+        a.out.as_deref(),
+        &a.rest,
+        &std::env::current_exe()?,
+    )
+    .exec();
     Err(err).with_context(|| format!("running python3 {}", script.display()))
 }

@@ -2,13 +2,17 @@
 //! machine and ask it for predictions (docs/collectives.md, "Model"), and
 //! the priority classes' queueing model (`classes`, docs/streams.md).
 
+mod classes;
+
 use std::path::PathBuf;
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
 use corefarm_model::collectives::{default_path, Algo, Calibration, Op, Sample, Shape};
 
-use crate::cmd_bench_collectives::{describe, measure, parse_size, Grid, Target};
+use corefarm_bench::collectives::{describe, measure, Grid, Target};
+
+use crate::cmd_bench::collectives::parse_size;
 
 #[derive(Subcommand)]
 pub enum ModelCmd {
@@ -20,7 +24,7 @@ pub enum ModelCmd {
     /// Priority classes (seed 001 §IV): each class's mean wait and time
     /// from its offered load and service time, and the per-class queue
     /// depths for the server's --class-depths.
-    Classes(crate::cmd_model_classes::ClassesArgs),
+    Classes(classes::ClassesArgs),
 }
 
 #[derive(Args)]
@@ -88,7 +92,7 @@ pub fn run(c: ModelCmd) -> Result<()> {
     match c {
         ModelCmd::Calibrate(a) => calibrate(a),
         ModelCmd::Predict(a) => predict(a),
-        ModelCmd::Classes(a) => crate::cmd_model_classes::run(a),
+        ModelCmd::Classes(a) => classes::run(a),
     }
 }
 
@@ -170,7 +174,7 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
 /// Bytes per second, in GB/s, of a per-byte cost (∞ shown as "inf").
 /// One sample per point of the grid: the geometric mean of its medians
 /// over the passes (each pass measures the grid in the same order).
-fn geometric_means(passes: &[Vec<crate::cmd_bench_collectives::Point>]) -> Vec<Sample> {
+fn geometric_means(passes: &[Vec<corefarm_bench::collectives::Point>]) -> Vec<Sample> {
     let Some(first) = passes.first() else {
         return Vec::new();
     };
@@ -263,7 +267,7 @@ fn predict(a: PredictArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cmd_bench_collectives::Point;
+    use corefarm_bench::collectives::Point;
 
     fn point(op: Op, n: u32, median_us: f64) -> Point {
         Point {

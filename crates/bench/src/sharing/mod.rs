@@ -1,4 +1,4 @@
-//! `corefarm bench sharing`: seed 002 §5.5 scaled to this machine. An
+//! Shared nodes (`corefarm bench sharing`): seed 002 §5.5 scaled to this machine. An
 //! embedded cluster (simulated nodes programming in `--reconfigure-delay-ms`)
 //! serves `--apps` concurrent applications; each calls a random sequence of
 //! `--functions` functions (benchmarking configurations with different
@@ -30,12 +30,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Result};
-use clap::{Args, ValueEnum};
 use corefarm_server::{ServerOptions, Sharing};
 
 use apps::{Software, StaticPartition};
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+/// How the applications reach the nodes (or do without them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Variant {
     Software,
     Exclusive,
@@ -44,8 +44,32 @@ pub enum Variant {
     Cowork,
 }
 
+/// A name that is not a [`Variant`]'s.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not a variant (software, exclusive, static, shared or cowork)")]
+pub struct UnknownVariant(pub String);
+
+impl std::str::FromStr for Variant {
+    type Err = UnknownVariant;
+
+    fn from_str(s: &str) -> Result<Self, UnknownVariant> {
+        Variant::ALL
+            .into_iter()
+            .find(|v| v.name() == s)
+            .ok_or_else(|| UnknownVariant(s.to_string()))
+    }
+}
+
 impl Variant {
-    fn name(self) -> &'static str {
+    pub const ALL: [Variant; 5] = [
+        Variant::Software,
+        Variant::Exclusive,
+        Variant::Static,
+        Variant::Shared,
+        Variant::Cowork,
+    ];
+
+    pub fn name(self) -> &'static str {
         match self {
             Variant::Software => "software",
             Variant::Exclusive => "exclusive",
@@ -64,50 +88,37 @@ impl Variant {
     }
 }
 
-#[derive(Args, Clone)]
-pub struct SharingArgs {
+/// One run: the cluster, the workload and the variant.
+#[derive(Debug, Clone)]
+pub struct SharingOptions {
     /// software, exclusive, static, shared or cowork.
-    #[arg(long, value_enum, default_value = "shared")]
-    variant: Variant,
+    pub variant: Variant,
     /// Simulated nodes.
-    #[arg(long, default_value_t = 8)]
-    nodes: usize,
+    pub nodes: usize,
     /// Concurrent applications (user connections).
-    #[arg(long, default_value_t = 4)]
-    apps: u32,
+    pub apps: u32,
     /// Distinct functions the applications pick from (1: the seed's
     /// single-function utilisation experiment, §5.5.3).
-    #[arg(long, default_value_t = 16)]
-    functions: u32,
+    pub functions: u32,
     /// Each application's share of the work, in calls of mean size
     /// (50.5 ms of node time each); the calls themselves are 1–100 ms.
-    #[arg(long, default_value_t = 20)]
-    calls: u32,
+    pub calls: u32,
     /// Messages one call is split into (the seed's n_j).
-    #[arg(long, default_value_t = 6)]
-    jobs: u32,
+    pub jobs: u32,
     /// Accelerator speedup S: software time per input = S × node time per
     /// input. 0: no software path (software, static with more functions
     /// than nodes, and cowork refuse it; T_SW is then taken at S = 1).
-    #[arg(long, default_value_t = 1.0)]
-    speedup: f64,
+    pub speedup: f64,
     /// Monitoring period P in ms; the nodes' programming time is the same
     /// unless --reconfigure-delay-ms says otherwise (seed table 5.3).
-    #[arg(long, default_value_t = 10)]
-    period_ms: u64,
+    pub period_ms: u64,
     /// The simulated nodes' programming time in ms (default: P).
-    #[arg(long)]
-    reconfigure_delay_ms: Option<u64>,
+    pub reconfigure_delay_ms: Option<u64>,
     /// Seed of the random call sequences (same seed, same workload).
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    pub seed: u64,
     /// `cowork`: no backup copies of the local threads' last messages
     /// (docs/cowork.md), for comparison.
-    #[arg(long)]
-    no_backup: bool,
-    /// Print the report as JSON.
-    #[arg(long)]
-    json: bool,
+    pub no_backup: bool,
 }
 
 /// xorshift64*: a reproducible workload needs no more.
@@ -142,7 +153,7 @@ const MEAN_CALL_US: u64 = 50_500;
 /// would leave the application with the most work running alone at the
 /// end, on fewer nodes than its calls could use, which measures the draw
 /// rather than the framework.
-fn workload(a: &SharingArgs) -> Vec<Vec<Call>> {
+fn workload(a: &SharingOptions) -> Vec<Vec<Call>> {
     let mut rng = Rng(a.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1);
     let share_us = u64::from(a.calls) * MEAN_CALL_US;
     (0..a.apps)
@@ -162,7 +173,7 @@ fn workload(a: &SharingArgs) -> Vec<Vec<Call>> {
 }
 
 /// Runs one variant and returns its report (also what `--json` prints).
-pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
+pub fn measure(a: &SharingOptions) -> Result<serde_json::Value> {
     if a.apps == 0 || a.nodes == 0 || a.functions == 0 || a.jobs == 0 || a.calls == 0 {
         bail!("--apps, --nodes, --functions, --calls and --jobs must be at least 1");
     }
@@ -215,7 +226,7 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
                 reconfigure_delay: Duration::from_millis(reconfigure),
                 ..corefarm_node::NodeOptions::default()
             };
-            let embedded = crate::cmd_local::EmbeddedCluster::start(a.nodes, opts, node)?;
+            let embedded = crate::cluster::EmbeddedCluster::start(a.nodes, opts, node)?;
             apps::wait_nodes(embedded.cluster.users_addr, a.nodes)?;
             Some(embedded)
         }
@@ -271,7 +282,7 @@ pub fn measure(a: &SharingArgs) -> Result<serde_json::Value> {
 /// up (connected and programmed) before the clock starts: it is the
 /// up-front placement, not part of the workload.
 fn run_apps(
-    a: &SharingArgs,
+    a: &SharingOptions,
     calls: Vec<Vec<Call>>,
     sw: Software,
     addr: Option<std::net::SocketAddr>,
@@ -333,28 +344,23 @@ struct Ran {
     backups: u64,
 }
 
-pub fn run(a: SharingArgs) -> Result<()> {
-    let r = measure(&a)?;
-    if a.json {
-        println!("{r}");
-    } else {
-        println!(
-            "{} apps, {} nodes, {}, speedup {}: makespan {:.3} s = {:.1} % of software-only, \
+/// One line on a run's report `r` (from [`measure`]) for a reader.
+pub fn summary(a: &SharingOptions, r: &serde_json::Value) -> String {
+    format!(
+        "{} apps, {} nodes, {}, speedup {}: makespan {:.3} s = {:.1} % of software-only, \
              utilisation {:.1} %, {:.1} % of inputs on the CPU, {} reconfigurations{}",
-            a.apps,
-            a.nodes,
-            a.variant.name(),
-            a.speedup,
-            r["makespan_s"].as_f64().unwrap_or(0.0),
-            100.0 * r["normalised_makespan"].as_f64().unwrap_or(0.0),
-            100.0 * r["utilisation"].as_f64().unwrap_or(0.0),
-            100.0 * r["local_share"].as_f64().unwrap_or(0.0),
-            r["reconfigurations"],
-            match a.variant {
-                Variant::Cowork => format!(", {} backup copies", r["backups"]),
-                _ => String::new(),
-            },
-        );
-    }
-    Ok(())
+        a.apps,
+        a.nodes,
+        a.variant.name(),
+        a.speedup,
+        r["makespan_s"].as_f64().unwrap_or(0.0),
+        100.0 * r["normalised_makespan"].as_f64().unwrap_or(0.0),
+        100.0 * r["utilisation"].as_f64().unwrap_or(0.0),
+        100.0 * r["local_share"].as_f64().unwrap_or(0.0),
+        r["reconfigurations"],
+        match a.variant {
+            Variant::Cowork => format!(", {} backup copies", r["backups"]),
+            _ => String::new(),
+        },
+    )
 }

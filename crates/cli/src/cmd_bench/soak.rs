@@ -1,10 +1,12 @@
-//! `corefarm bench soak`: see `corefarm_bench::soak`.
+//! `corefarm bench soak`'s arguments; the soak is `corefarm_bench::soak`.
 
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
 use corefarm_bench::soak::{self, SoakOptions};
+
+use crate::flags::FlagError;
 
 #[derive(Args)]
 pub struct SoakArgs {
@@ -34,19 +36,29 @@ pub struct SoakArgs {
     json: bool,
 }
 
-fn parse_duration(s: &str) -> Result<Duration, String> {
+fn parse_duration(s: &str) -> Result<Duration, FlagError> {
     let (num, unit) = s
         .find(|c: char| !c.is_ascii_digit() && c != '.')
         .map_or((s, "s"), |i| s.split_at(i));
-    let v: f64 = num.parse().map_err(|_| format!("not a duration: {s:?}"))?;
+    let v: f64 = num
+        .parse()
+        .map_err(|_| FlagError::Duration(s.to_string()))?;
     let secs = match unit {
         "s" => v,
         "m" => v * 60.0,
         "h" => v * 3600.0,
         "ms" => v / 1000.0,
-        _ => return Err(format!("unknown unit {unit:?} in {s:?} (ms, s, m, h)")),
+        _ => {
+            return Err(FlagError::DurationUnit {
+                unit: unit.to_string(),
+                given: s.to_string(),
+            })
+        }
     };
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+    Duration::try_from_secs_f64(secs).map_err(|error| FlagError::DurationRange {
+        given: s.to_string(),
+        error,
+    })
 }
 
 pub fn run(a: SoakArgs) -> Result<()> {
@@ -72,36 +84,7 @@ pub fn run(a: SoakArgs) -> Result<()> {
     if a.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        let t = &r.totals;
-        println!(
-            "{:.0} s: {} sessions, {} messages ({} inputs), {} results correct; {} nodes killed; {} bad peers",
-            r.seconds, t.sessions, t.messages, t.inputs, t.results_ok, r.nodes_killed, r.bad_peers_played
-        );
-        println!(
-            "server RSS {} -> {} KiB, fds {} -> {}, threads {} -> {}; node RSS {} -> {} KiB",
-            r.server_rss_kib.0,
-            r.server_rss_kib.1,
-            r.server_fds.0,
-            r.server_fds.1,
-            r.server_threads.0,
-            r.server_threads.1,
-            r.node_rss_kib.0,
-            r.node_rss_kib.1
-        );
-        for c in &r.checks {
-            println!(
-                "  [{}] {} {}",
-                if c.ok { "ok" } else { "FAIL" },
-                c.name,
-                c.detail
-            );
-        }
-        for e in t.errors.iter().chain(&r.bad_peer_failures).take(10) {
-            println!("  {e}");
-        }
-        if let Some(l) = &r.logs {
-            println!("  logs kept in {l}");
-        }
+        print!("{}", r.summary());
     }
     if !r.ok {
         bail!("soak failed (seed {seed})");
@@ -112,6 +95,7 @@ pub fn run(a: SoakArgs) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::parse_duration;
+    use crate::flags::FlagError;
     use std::time::Duration;
 
     #[test]
@@ -120,7 +104,10 @@ mod tests {
         assert_eq!(parse_duration("2m").unwrap(), Duration::from_secs(120));
         assert_eq!(parse_duration("1h").unwrap(), Duration::from_secs(3600));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
-        assert!(parse_duration("5 parsecs").is_err());
-        assert!(parse_duration("-1s").is_err());
+        assert!(matches!(
+            parse_duration("5 parsecs"),
+            Err(FlagError::DurationUnit { unit, .. }) if unit == " parsecs"
+        ));
+        assert!(matches!(parse_duration("-1s"), Err(FlagError::Duration(_))));
     }
 }
