@@ -1,4 +1,4 @@
-//! Chunks on a user link (issue 11, feature `chunks`): what a user handler
+//! Chunks on a user link (feature `chunks`): what a user session
 //! needs to take data messages as chunks and to send results back as
 //! chunks interleaved by priority class.
 //!

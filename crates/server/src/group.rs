@@ -1,4 +1,4 @@
-//! Groups (issue 9): a hello user with the `group` feature asks for N nodes
+//! Groups: a hello user with the `group` feature asks for N nodes
 //! that it drives as one group. The server keeps the control plane only:
 //!
 //! 1. `open` (0x18): N free nodes with a peer port are claimed from the
@@ -33,7 +33,7 @@ use tokio_stream::{StreamExt, StreamMap};
 use tokio_util::sync::CancellationToken;
 
 use crate::nodeconn::{NodeConn, NodeEvent};
-use crate::user::USER_QUEUE;
+use crate::userconn::USER_QUEUE;
 use crate::wire::{Sent, Sink};
 use crate::Shared;
 

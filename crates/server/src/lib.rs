@@ -4,11 +4,11 @@
 //!   outlive any single owner, so a node can move between the free pool and
 //!   user handlers without its byte stream being interrupted.
 //! - [`pool`]: the unassigned nodes and the users that still want nodes.
-//! - [`user`]: the per-user handler, a single-task state machine
-//!   (Initial → Nodes Configuration → Data Routing) that owns all routing state,
-//!   so the hot path needs no locks.
+//! - `session`: the user session, one task and one state machine per user
+//!   (Initial → Nodes Configuration → Data Routing) over a placement: the
+//!   nodes it owns (exclusive mode, no lock on the data path) or the scheduler.
 //! - [`dispatch`]: the data demultiplexer policies (queue, stack, credit).
-//! - `group`: users that drive a gang-allocated group of nodes (issue 9).
+//! - `group`: users that drive a gang-allocated group of nodes.
 //! - `registry`: nodes and users as the status extension shows them
 //!   (atomics written by their owners, locked only on connect/disconnect).
 //! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
@@ -33,8 +33,8 @@ mod notes;
 pub mod pool;
 mod registry;
 pub mod sched;
+mod session;
 pub mod tls;
-pub mod user;
 pub(crate) mod userconn;
 mod wire;
 
@@ -112,7 +112,7 @@ pub struct ServerOptions {
     /// TLS on the ports it names (`--tls-cert`, `--tls-key`, `--tls-ports`).
     pub tls: Option<tls::ServerTls>,
     /// Largest chunk the server sends to and takes from a node that
-    /// negotiated chunks (issue 11); 0: no chunks on the node link.
+    /// negotiated chunks; 0: no chunks on the node link.
     pub node_chunk_size: u32,
 }
 
@@ -374,11 +374,20 @@ impl Server {
                                     let mut s = s;
                                     let t = shared.opts.read_timeout;
                                     match sched::first::wants_group(&mut s, prefix, t).await {
-                                        (prefix, true) => user::run(shared, s, addr, stop, &prefix, me).await,
-                                        (prefix, false) => sched::session::run(shared, h, s, addr, stop, &prefix, me).await,
+                                        (prefix, true) => {
+                                            let owned = session::owned::Owned::new(shared.clone(), id, addr);
+                                            session::run(shared, owned, s, addr, stop, &prefix, me).await
+                                        }
+                                        (prefix, false) => {
+                                            let scheduled = session::scheduled::Scheduled::new(shared.clone(), h, id);
+                                            session::run(shared, scheduled, s, addr, stop, &prefix, me).await
+                                        }
                                     }
                                 }
-                                None => user::run(shared, s, addr, stop, &prefix, me).await,
+                                None => {
+                                    let owned = session::owned::Owned::new(shared.clone(), id, addr);
+                                    session::run(shared, owned, s, addr, stop, &prefix, me).await
+                                }
                             }
                             drop(permit);
                         });

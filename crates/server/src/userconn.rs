@@ -1,10 +1,8 @@
-//! A user's connection as both user sessions see it (exclusive mode's
-//! `user::Handler`, shared mode's `sched::session`): the socket's two
-//! halves, what the hello agreed, the session's phase and configuration,
-//! and the chunks in and out. The sessions differ in where data messages
-//! go (owned nodes, or the scheduler); how a frame is read and counted,
-//! which frame is allowed when, and how an error reaches a user that
-//! agreed to hear it or one of the seed's format are the same, and live here.
+//! A user's connection as the session sees it: the socket's two halves,
+//! what the hello agreed, the session's phase and configuration, and the
+//! chunks in and out; how a frame is read and counted, which frame is
+//! allowed when, and how an error reaches a user that agreed to hear it or
+//! one of the seed's format.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
