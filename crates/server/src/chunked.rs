@@ -133,7 +133,7 @@ impl Outbound {
     /// connection is gone.
     pub(crate) fn feed(
         &mut self,
-        sink: &crate::wire::Sink,
+        sink: &crate::sink::Sink,
         metrics: &crate::metrics::LinkCounters,
     ) -> Result<(), String> {
         let Some((class, next)) = self.next_with_class() else {
@@ -149,7 +149,7 @@ impl Outbound {
     }
 
     /// The next chunk to write, by class, with its class, for a sink that
-    /// writes urgent frames at once ([`crate::wire::Sink::push_class`]).
+    /// writes urgent frames at once ([`crate::sink::Sink::push_class`]).
     pub(crate) fn next_with_class(&mut self) -> Option<(u8, Result<OutFrame, ProtocolError>)> {
         let (class, mut rest) = self.q.pop()?;
         let c = rest.next()?;

@@ -33,9 +33,9 @@ use tokio_stream::{StreamExt, StreamMap};
 use tokio_util::sync::CancellationToken;
 
 use crate::nodeconn::{NodeConn, NodeEvent};
+use crate::sink::{Sent, Sink};
 use crate::userconn::USER_QUEUE;
-use crate::wire::{Sent, Sink};
-use crate::Shared;
+use crate::ServerState;
 
 /// How often a user waiting for enough free nodes looks again.
 const CLAIM_POLL: Duration = Duration::from_millis(50);
@@ -67,7 +67,7 @@ struct Live {
 
 /// Serves a group user from its hello on, until it leaves or `stop`.
 pub(crate) async fn serve(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     user: u64,
     reader: &mut FrameReader<ReadHalf>,
     out: &Arc<Sink>,
@@ -90,7 +90,7 @@ pub(crate) async fn serve(
 }
 
 struct Session {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     user: u64,
     out: Arc<Sink>,
     live: Option<Live>,

@@ -34,9 +34,9 @@ pub mod pool;
 mod registry;
 pub mod sched;
 mod session;
+mod sink;
 pub mod tls;
 pub(crate) mod userconn;
-mod wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -150,7 +150,9 @@ impl Default for ServerOptions {
     }
 }
 
-pub(crate) struct Shared {
+/// What every task of a running server reads: its options, the free
+/// pool, the registry, the metrics and (shared mode) the scheduler.
+pub(crate) struct ServerState {
     pub opts: ServerOptions,
     pub pool: pool::Pool,
     pub registry: registry::Registry,
@@ -162,7 +164,7 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
 }
 
-impl Shared {
+impl ServerState {
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -188,7 +190,7 @@ impl Shared {
 /// an embedding program). Obtain it with [`Server::status_handle`] before
 /// [`Server::run`] consumes the server.
 #[derive(Clone)]
-pub struct StatusHandle(Arc<Shared>);
+pub struct StatusHandle(Arc<ServerState>);
 
 impl StatusHandle {
     pub fn get(&self) -> ClusterStatus {
@@ -218,7 +220,7 @@ impl corefarm_telemetry::Endpoints for StatusHandle {
 
 /// A bound server, ready to run.
 pub struct Server {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     nodes: TcpListener,
     users: TcpListener,
 }
@@ -242,7 +244,7 @@ impl Server {
             .filter_map(|l| l.local_addr().ok())
             .collect();
         check_exposure(&opts, &bound)?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ServerState {
             opts,
             pool: pool::Pool::default(),
             registry: registry::Registry::default(),
@@ -411,7 +413,7 @@ fn opening_cap(max: usize) -> usize {
 /// `--read-timeout`. `None` if either failed or the time ran out (the
 /// reason is logged, the connection closed).
 async fn open(
-    shared: &Shared,
+    shared: &ServerState,
     s: TcpStream,
     addr: SocketAddr,
     port: limits::Port,
@@ -442,7 +444,7 @@ async fn open(
 /// [`refuse`] for a TLS port: just the close).
 fn refuse_opening(
     refusals: &limits::Refusals,
-    shared: &Shared,
+    shared: &ServerState,
     port: limits::Port,
     s: TcpStream,
     addr: SocketAddr,
@@ -461,7 +463,7 @@ fn refuse_opening(
 /// close (answering would need a handshake, which is what the limit saves).
 fn refuse(
     refusals: &limits::Refusals,
-    shared: &Shared,
+    shared: &ServerState,
     port: limits::Port,
     s: TcpStream,
     addr: SocketAddr,
@@ -475,7 +477,7 @@ fn refuse(
 }
 
 fn start_node(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     s: tls::Stream,
     addr: SocketAddr,
     permit: tokio::sync::OwnedSemaphorePermit,

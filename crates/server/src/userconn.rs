@@ -19,8 +19,8 @@ use crate::chunked::{Inbound, Outbound};
 use crate::greeting::{self, Asked};
 use crate::intake::{self, Refused};
 use crate::registry::UserEntry;
+use crate::sink::Sink;
 use crate::tls::ReadHalf;
-use crate::wire::Sink;
 
 /// Frames a session may queue for the user before it waits for the
 /// socket: the user's reading pace, not the server's memory, bounds what

@@ -26,7 +26,7 @@ use tokio_util::sync::CancellationToken;
 use super::{Action, FnId, Job, Params, Sched};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::{Control, Waiter};
-use crate::Shared;
+use crate::ServerState;
 
 /// From a user session to the scheduler.
 pub enum Cmd {
@@ -145,13 +145,13 @@ struct Loan {
 /// events stream, and at every tick.
 const PUBLISH_EVERY: Duration = Duration::from_millis(1);
 
-pub(crate) fn start(shared: Arc<Shared>, stop: CancellationToken) -> Handle {
+pub(crate) fn start(shared: Arc<ServerState>, stop: CancellationToken) -> Handle {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(run(shared, rx, tx.downgrade(), stop));
     Handle(tx)
 }
 
-fn params(shared: &Shared) -> Params {
+fn params(shared: &ServerState) -> Params {
     let o = &shared.opts;
     Params {
         policy: o.policy,
@@ -164,7 +164,7 @@ fn params(shared: &Shared) -> Params {
 }
 
 struct Driver {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     sched: Sched,
     start: Instant,
     conns: HashMap<u64, NodeConn>,
@@ -178,7 +178,7 @@ struct Driver {
 }
 
 async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
     home: mpsc::WeakUnboundedSender<Cmd>,
     stop: CancellationToken,

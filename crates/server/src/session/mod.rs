@@ -42,10 +42,10 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::UserEntry;
+use crate::sink::Sink;
 use crate::tls::Stream;
 use crate::userconn::{Next, UserConn};
-use crate::wire::Sink;
-use crate::Shared;
+use crate::ServerState;
 
 pub(crate) use end::SessionEnd;
 pub(crate) use placement::{Admitted, Cx, Input, Outcome, Placement, View};
@@ -61,7 +61,7 @@ enum NextCfg {
 }
 
 pub(crate) struct Session<P: Placement> {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     /// The user's connection, its hello, phase and configuration.
     conn: UserConn,
     placement: P,
@@ -80,7 +80,7 @@ pub(crate) struct Session<P: Placement> {
 }
 
 /// Removes the user from the registry however the task ends.
-struct Registered(Arc<Shared>, u64);
+struct Registered(Arc<ServerState>, u64);
 
 impl Drop for Registered {
     fn drop(&mut self) {
@@ -91,7 +91,7 @@ impl Drop for Registered {
 /// Serves one user connection until it ends; `placement` says where its
 /// work goes.
 pub(crate) async fn run<P: Placement>(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     placement: P,
     stream: Stream,
     peer: SocketAddr,

@@ -19,7 +19,7 @@ use super::{Admitted, Cx, Input, Outcome, Placement, SessionEnd, View};
 use crate::sched::driver::{Cmd, Handle, ToUser};
 use crate::sched::places::{Place, Places};
 use crate::sched::Job;
-use crate::Shared;
+use crate::ServerState;
 
 /// What wakes a scheduled placement.
 pub(crate) enum SchedEvent {
@@ -30,7 +30,7 @@ pub(crate) enum SchedEvent {
 }
 
 pub(crate) struct Scheduled {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     sched: Handle,
     user: u64,
     rx: mpsc::UnboundedReceiver<ToUser>,
@@ -47,7 +47,7 @@ pub(crate) struct Scheduled {
 
 impl Scheduled {
     /// Joins the scheduler as `user`.
-    pub(crate) fn new(shared: Arc<Shared>, sched: Handle, user: u64) -> Scheduled {
+    pub(crate) fn new(shared: Arc<ServerState>, sched: Handle, user: u64) -> Scheduled {
         let (tx, rx) = mpsc::unbounded_channel();
         sched.send(Cmd::Join { user, tx });
         Scheduled {

@@ -26,7 +26,7 @@ use super::{Admitted, Cx, Input, Placement, SessionEnd, View};
 use crate::dispatch::{Order, Window};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::Control;
-use crate::Shared;
+use crate::ServerState;
 
 /// A data message placed on this user's nodes and not yet answered.
 struct Pending {
@@ -70,7 +70,7 @@ pub(crate) enum OwnedEvent {
 }
 
 pub(crate) struct Owned {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     user: u64,
     peer: SocketAddr,
     /// Nodes the hello asked for.
@@ -101,7 +101,7 @@ pub(crate) struct Owned {
 }
 
 impl Owned {
-    pub(crate) fn new(shared: Arc<Shared>, user: u64, peer: SocketAddr) -> Owned {
+    pub(crate) fn new(shared: Arc<ServerState>, user: u64, peer: SocketAddr) -> Owned {
         let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
         Owned {
             shared,
