@@ -35,6 +35,15 @@ pub(crate) const GUARD: u32 = 16;
 /// an auto-tuned buffer.
 pub(crate) const BUFFERED_CHUNKS: usize = 4;
 
+/// Why a result chunk could not be handed to the user's sink.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FeedError {
+    #[error("cannot frame a result chunk: {0}")]
+    Frame(ProtocolError),
+    #[error("user connection closed")]
+    Closed,
+}
+
 /// Shallow kernel buffers for a `chunks` user's socket; a failure only
 /// costs latency.
 pub(crate) fn shallow_buffers(sock: &socket2::SockRef<'_>, chunk_size: u32) {
@@ -135,16 +144,16 @@ impl Outbound {
         &mut self,
         sink: &crate::sink::Sink,
         metrics: &crate::metrics::LinkCounters,
-    ) -> Result<(), String> {
+    ) -> Result<(), FeedError> {
         let Some((class, next)) = self.next_with_class() else {
             return Ok(());
         };
-        let f = next.map_err(|e| format!("cannot frame a result chunk: {e}"))?;
+        let f = next.map_err(FeedError::Frame)?;
         metrics.sent(f.wire_len());
         if sink.push_class(f, class, false) {
             Ok(())
         } else {
-            Err("user connection closed".into())
+            Err(FeedError::Closed)
         }
     }
 

@@ -224,7 +224,7 @@ impl UserConn {
     }
 
     /// Hands the most urgent waiting result chunk to the user's sink.
-    pub(crate) fn feed_chunk(&mut self) -> Result<(), String> {
+    pub(crate) fn feed_chunk(&mut self) -> Result<(), crate::chunked::FeedError> {
         match self.outbound.as_mut() {
             Some(o) => o.feed(&self.out, &self.entry.m.link),
             None => Ok(()),

@@ -44,6 +44,33 @@ use function::Function;
 use nodes::{Slot, SlotState};
 pub use params::{Params, Sharing};
 
+/// How a node broke the protocol; the node is closed (its work goes to
+/// others when the close is reported). The message is logged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeBreach {
+    #[error("configuration response while not configuring")]
+    NotConfiguring,
+    #[error("result for unknown id {0}")]
+    UnknownResult(u32),
+    #[error("notification for unknown id {0}")]
+    UnknownNotification(u32),
+    /// Not `count` × output size, from a node that did not agree `any-length`.
+    #[error("result of {len} bytes for {count} input(s), expected {expect}")]
+    WrongLength {
+        len: usize,
+        count: u32,
+        expect: usize,
+    },
+    /// A message that does not parse; `what` names its type.
+    #[error("bad {what}: {source}")]
+    Malformed {
+        what: &'static str,
+        source: corefarm_smp::ProtocolError,
+    },
+    #[error("unexpected {0} message from a node")]
+    Unexpected(&'static str),
+}
+
 /// A data message of one user, queued or in flight.
 #[derive(Debug)]
 pub struct Job {

@@ -18,6 +18,9 @@ pub(crate) enum SessionEnd {
     /// The connection failed: nobody is left to tell.
     #[error("{0}")]
     Link(String),
+    /// A result chunk could not be handed to the user's socket.
+    #[error(transparent)]
+    Feed(#[from] crate::chunked::FeedError),
     /// The user's hello was refused (see [`greeting::Refused`]).
     #[error("{}", .0.reason)]
     HelloRefused(greeting::Refused),
@@ -64,7 +67,7 @@ pub(crate) enum SessionEnd {
     Group,
     /// The group session that took the connection over ended with this.
     #[error("{0}")]
-    GroupEnded(String),
+    GroupEnded(#[from] crate::group::GroupEnd),
 }
 
 impl From<Closed> for SessionEnd {
@@ -87,6 +90,7 @@ impl SessionEnd {
             SessionEnd::HelloRefused(r) => Some((ErrorMsg::NO_ID, r.code)),
             SessionEnd::Closed
             | SessionEnd::Link(_)
+            | SessionEnd::Feed(_)
             | SessionEnd::Group
             | SessionEnd::GroupEnded(_) => None,
         }

@@ -287,7 +287,7 @@ impl<P: Placement> Session<P> {
 
     /// Hands the most urgent waiting chunk to the user's sink.
     fn feed_chunk(&mut self) -> Result<(), SessionEnd> {
-        self.conn.feed_chunk().map_err(SessionEnd::Link)
+        Ok(self.conn.feed_chunk()?)
     }
 
     async fn send_error(
