@@ -282,6 +282,8 @@ impl Placement for Scheduled {
         None
     }
 
+    /// Waiting work is the function queue's, which the scheduler's part
+    /// of the status shows.
     fn queued(&self) -> u64 {
         0
     }
