@@ -1,4 +1,4 @@
-//! Results of any length (issue 11, hello feature `any-length`): a node
+//! Results of any length (hello feature `any-length`): a node
 //! that agreed it may answer a data message with any number of bytes (a
 //! streaming handler's sum or filter), up to the frame limit. What a user
 //! gets depends on what it agreed; both sharing modes use [`for_user`].
@@ -42,20 +42,52 @@ pub(crate) fn refuse_data(
     Some((format!("data id {id}: {why}"), by_id))
 }
 
+/// A result the user cannot be given; the message is the reason its data
+/// message fails with, as the user reads it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Unfit {
+    /// Known on arrival: `count` inputs of `output_size` bytes make `len`.
+    #[error(
+        "its result ({count} × {output_size} bytes = {len}) would exceed the {limit}-byte \
+         message limit this client announced (max_message, id included): send fewer \
+         inputs per message or raise the client's limit"
+    )]
+    WouldExceed {
+        count: u32,
+        output_size: u32,
+        len: u64,
+        limit: u32,
+    },
+    /// A result (of a handler, whose length is known only now) beyond the
+    /// user's limit.
+    #[error(
+        "the result of {len} bytes exceeds the {limit}-byte message limit this client \
+         announced (max_message, id included)"
+    )]
+    Exceeds { len: usize, limit: u32 },
+    /// Longer than a user without `any-length` expects.
+    #[error(
+        "the handlers' result of {len} bytes is longer than the {expect} bytes \
+         (inputs × output size) this connection expects; a client that agrees \
+         the any-length feature gets it whole"
+    )]
+    Longer { len: usize, expect: usize },
+}
+
 /// Whether the result of `count` inputs, `output_size` bytes each, fits
 /// the user's `limit`; checked when the data arrives, so that a message
-/// whose result the user could not read is never computed. The `Err` is
-/// the reason it fails with.
-fn fixed_result_fits(count: u32, output_size: u32, limit: u32) -> Result<(), String> {
+/// whose result the user could not read is never computed.
+fn fixed_result_fits(count: u32, output_size: u32, limit: u32) -> Result<(), Unfit> {
     let len = u64::from(count) * u64::from(output_size);
     if len + DATA_ID_LEN as u64 <= u64::from(limit) {
         return Ok(());
     }
-    Err(format!(
-        "its result ({count} × {output_size} bytes = {len}) would exceed the {limit}-byte \
-         message limit this client announced (max_message, id included): send fewer \
-         inputs per message or raise the client's limit"
-    ))
+    Err(Unfit::WouldExceed {
+        count,
+        output_size,
+        len,
+        limit,
+    })
 }
 
 /// Whether a node's result of `len` bytes is acceptable where `expect`
@@ -69,7 +101,7 @@ pub(crate) fn node_may_send(len: usize, expect: usize, any_length: bool) -> bool
 /// result of the expected size: the common path, no copy) gets the bytes
 /// as they are. A user that did not keeps its contract of `expect` bytes: a
 /// shorter result is padded with zeros; a longer one cannot be given to it,
-/// and the `Err` is the reason its message fails with.
+/// and its message fails.
 ///
 /// A result longer than the user's `limit` (a handler's, whose length is
 /// known only now) fails the same way, whatever was agreed.
@@ -78,24 +110,16 @@ pub(crate) fn for_user(
     expect: usize,
     user_agreed: bool,
     limit: u32,
-) -> Result<Bytes, String> {
-    if data.len() + DATA_ID_LEN > limit as usize {
-        return Err(format!(
-            "the result of {} bytes exceeds the {limit}-byte message limit this client \
-             announced (max_message, id included)",
-            data.len()
-        ));
+) -> Result<Bytes, Unfit> {
+    let len = data.len();
+    if len + DATA_ID_LEN > limit as usize {
+        return Err(Unfit::Exceeds { len, limit });
     }
     if data.len() == expect || user_agreed {
         return Ok(data);
     }
-    if data.len() > expect {
-        return Err(format!(
-            "the handlers' result of {} bytes is longer than the {expect} bytes \
-             (inputs × output size) this connection expects; a client that agrees \
-             the any-length feature gets it whole",
-            data.len()
-        ));
+    if len > expect {
+        return Err(Unfit::Longer { len, expect });
     }
     let mut padded = BytesMut::zeroed(expect);
     padded[..data.len()].copy_from_slice(&data);
@@ -148,6 +172,15 @@ mod tests {
     #[test]
     fn a_longer_result_fails_for_a_user_without_the_feature_naming_both_lengths() {
         let why = for_user(Bytes::from(vec![0u8; 100]), 64, false, u32::MAX).unwrap_err();
+        assert_eq!(
+            why,
+            Unfit::Longer {
+                len: 100,
+                expect: 64
+            }
+        );
+        // The reason the user reads names both lengths.
+        let why = why.to_string();
         assert!(
             why.contains("100 bytes") && why.contains("64 bytes"),
             "{why}"
@@ -160,6 +193,14 @@ mod tests {
         // 100 bytes + the 4-byte id: 104 fits exactly, 103 does not.
         assert!(for_user(data.clone(), 100, false, 104).is_ok());
         let why = for_user(data.clone(), 100, true, 103).unwrap_err();
+        assert_eq!(
+            why,
+            Unfit::Exceeds {
+                len: 100,
+                limit: 103
+            }
+        );
+        let why = why.to_string();
         assert!(
             why.contains("100 bytes") && why.contains("103-byte"),
             "{why}"
@@ -182,6 +223,8 @@ mod tests {
     fn a_fixed_result_is_checked_with_its_id_and_without_overflow() {
         assert!(fixed_result_fits(4, 1020, 4084).is_ok());
         let why = fixed_result_fits(4, 1020, 4083).unwrap_err();
+        assert!(matches!(why, Unfit::WouldExceed { len: 4080, .. }));
+        let why = why.to_string();
         assert!(
             why.contains("4 × 1020 bytes = 4080") && why.contains("4083-byte"),
             "{why}"

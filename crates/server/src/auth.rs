@@ -15,7 +15,7 @@
 //! ```
 
 use std::net::SocketAddr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret, NONCE_LEN};
@@ -59,28 +59,66 @@ struct Role {
     secret: String,
 }
 
+/// Why an auth file (or a pair of secrets) is refused.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthFileError {
+    /// Other users may read it (see `smp::auth::check_private`).
+    #[error(transparent)]
+    NotPrivate(corefarm_smp::auth::SecretError),
+    #[error("cannot read auth file {}: {source}", path.display())]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// What is wrong with its contents, with the file's name.
+    #[error("auth file {}: {source}", path.display())]
+    Contents {
+        path: PathBuf,
+        source: Box<AuthFileError>,
+    },
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    /// A secret too weak to use; `role` is its table.
+    #[error("[{role}]: {reason}")]
+    BadSecret {
+        role: &'static str,
+        reason: corefarm_smp::auth::SecretError,
+    },
+    /// A user could then answer as a node and run code on every board.
+    #[error("the user and node secrets must differ")]
+    SameSecrets,
+}
+
 impl AuthConfig {
     /// Separate secrets for users and nodes. Equal secrets are refused: a
     /// user could then answer as a node and run code on every board.
-    pub fn new(users: Secret, nodes: Secret) -> Result<Self, String> {
+    pub fn new(users: Secret, nodes: Secret) -> Result<Self, AuthFileError> {
         if users == nodes {
-            return Err("the user and node secrets must differ".into());
+            return Err(AuthFileError::SameSecrets);
         }
         Ok(AuthConfig { users, nodes })
     }
 
     /// Reads `--auth-file`, refusing one that other users may read.
-    pub fn load(path: &Path) -> Result<Self, String> {
-        corefarm_smp::auth::check_private(path).map_err(|e| e.to_string())?;
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("cannot read auth file {}: {e}", path.display()))?;
-        Self::parse(&text).map_err(|e| format!("auth file {}: {e}", path.display()))
+    pub fn load(path: &Path) -> Result<Self, AuthFileError> {
+        corefarm_smp::auth::check_private(path).map_err(AuthFileError::NotPrivate)?;
+        let text = std::fs::read_to_string(path).map_err(|source| AuthFileError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Self::parse(&text).map_err(|e| AuthFileError::Contents {
+            path: path.to_owned(),
+            source: Box::new(e),
+        })
     }
 
-    pub fn parse(text: &str) -> Result<Self, String> {
-        let f: File = toml::from_str(text).map_err(|e| e.to_string())?;
-        let users = Secret::new(&f.users.secret).map_err(|e| format!("[users]: {e}"))?;
-        let nodes = Secret::new(&f.nodes.secret).map_err(|e| format!("[nodes]: {e}"))?;
+    pub fn parse(text: &str) -> Result<Self, AuthFileError> {
+        let f: File = toml::from_str(text)?;
+        let secret = |role, text: &str| {
+            Secret::new(text).map_err(|reason| AuthFileError::BadSecret { role, reason })
+        };
+        let users = secret("users", &f.users.secret)?;
+        let nodes = secret("nodes", &f.nodes.secret)?;
         Self::new(users, nodes)
     }
 
@@ -263,7 +301,7 @@ async fn check(
         .map_err(|e| Refusal::quiet(format!("write failed: {e}")))?;
     let answer = read_response(stream, timeout)
         .await
-        .map_err(|reason| Refusal::hello(&hello, reason))?;
+        .map_err(|e| Refusal::hello(&hello, e.to_string()))?;
     if !answer.verify(cfg.secret(port), &nonce, want, &payload) {
         let reason = format!("authentication failed: the answer does not prove the {want} secret");
         return Err(Refusal::hello(&hello, reason));
@@ -277,32 +315,40 @@ async fn check(
     Ok((prefix, how))
 }
 
-async fn read_response(stream: &mut Stream, timeout: Duration) -> Result<AuthResponse, String> {
+/// Why a peer's answer to the challenge could not be read; the message is
+/// the reason the peer is told.
+#[derive(Debug, thiserror::Error)]
+enum NoAnswer {
+    #[error("no answer to the challenge: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("no answer to the challenge within {0:?}")]
+    Timeout(Duration),
+    #[error("{0}")]
+    Header(#[from] corefarm_smp::ProtocolError),
+    #[error("expected an auth-response, got a {0} message")]
+    NotAResponse(&'static str),
+    #[error("auth-response of {0} bytes")]
+    Size(u32),
+}
+
+async fn read_response(stream: &mut Stream, timeout: Duration) -> Result<AuthResponse, NoAnswer> {
     let read = async {
         let mut hb = [0u8; HEADER_LEN];
         stream.read_exact(&mut hb).await?;
         Ok::<_, std::io::Error>(hb)
     };
-    let hb = match tokio::time::timeout(timeout, read).await {
-        Ok(Ok(hb)) => hb,
-        Ok(Err(e)) => return Err(format!("no answer to the challenge: {e}")),
-        Err(_) => return Err(format!("no answer to the challenge within {timeout:?}")),
-    };
-    let header = Header::decode(&hb, u32::MAX).map_err(|e| e.to_string())?;
+    let hb = tokio::time::timeout(timeout, read)
+        .await
+        .map_err(|_| NoAnswer::Timeout(timeout))??;
+    let header = Header::decode(&hb, u32::MAX)?;
     if header.ty != MsgType::AuthResponse {
-        return Err(format!(
-            "expected an auth-response, got a {} message",
-            header.ty.name()
-        ));
+        return Err(NoAnswer::NotAResponse(header.ty.name()));
     }
     if header.size as usize != corefarm_smp::auth::MAC_LEN {
-        return Err(format!("auth-response of {} bytes", header.size));
+        return Err(NoAnswer::Size(header.size));
     }
     let mut mac = [0u8; corefarm_smp::auth::MAC_LEN];
-    stream
-        .read_exact(&mut mac)
-        .await
-        .map_err(|e| format!("no answer to the challenge: {e}"))?;
+    stream.read_exact(&mut mac).await?;
     Ok(AuthResponse { mac })
 }
 
@@ -316,10 +362,22 @@ mod tests {
         let c = AuthConfig::parse(ok).unwrap();
         assert_ne!(c.secret(Port::Users), c.secret(Port::Nodes));
         let same = "[users]\nsecret = \"same-secret-0123456789\"\n[nodes]\nsecret = \"same-secret-0123456789\"\n";
-        assert!(AuthConfig::parse(same).unwrap_err().contains("differ"));
+        assert!(matches!(
+            AuthConfig::parse(same),
+            Err(AuthFileError::SameSecrets)
+        ));
         let short = "[users]\nsecret = \"short\"\n[nodes]\nsecret = \"node-secret-0123456789\"\n";
-        assert!(AuthConfig::parse(short).unwrap_err().contains("[users]"));
-        assert!(AuthConfig::parse("[users]\nsecret = \"user-secret-0123456789\"\n").is_err());
-        assert!(AuthConfig::parse(&format!("{ok}[admin]\nsecret=\"x\"\n")).is_err());
+        assert!(matches!(
+            AuthConfig::parse(short),
+            Err(AuthFileError::BadSecret { role: "users", .. })
+        ));
+        assert!(matches!(
+            AuthConfig::parse("[users]\nsecret = \"user-secret-0123456789\"\n"),
+            Err(AuthFileError::Toml(_))
+        ));
+        assert!(matches!(
+            AuthConfig::parse(&format!("{ok}[admin]\nsecret=\"x\"\n")),
+            Err(AuthFileError::Toml(_))
+        ));
     }
 }

@@ -1,4 +1,4 @@
-//! Chunks on a user link (issue 11, feature `chunks`): what a user handler
+//! Chunks on a user link (feature `chunks`): what a user session
 //! needs to take data messages as chunks and to send results back as
 //! chunks interleaved by priority class.
 //!
@@ -34,6 +34,15 @@ pub(crate) const GUARD: u32 = 16;
 /// urgent chunk queues behind at most these, not behind the megabytes of
 /// an auto-tuned buffer.
 pub(crate) const BUFFERED_CHUNKS: usize = 4;
+
+/// Why a result chunk could not be handed to the user's sink.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FeedError {
+    #[error("cannot frame a result chunk: {0}")]
+    Frame(ProtocolError),
+    #[error("user connection closed")]
+    Closed,
+}
 
 /// Shallow kernel buffers for a `chunks` user's socket; a failure only
 /// costs latency.
@@ -133,23 +142,23 @@ impl Outbound {
     /// connection is gone.
     pub(crate) fn feed(
         &mut self,
-        sink: &crate::wire::Sink,
+        sink: &crate::sink::Sink,
         metrics: &crate::metrics::LinkCounters,
-    ) -> Result<(), String> {
+    ) -> Result<(), FeedError> {
         let Some((class, next)) = self.next_with_class() else {
             return Ok(());
         };
-        let f = next.map_err(|e| format!("cannot frame a result chunk: {e}"))?;
+        let f = next.map_err(FeedError::Frame)?;
         metrics.sent(f.wire_len());
         if sink.push_class(f, class, false) {
             Ok(())
         } else {
-            Err("user connection closed".into())
+            Err(FeedError::Closed)
         }
     }
 
     /// The next chunk to write, by class, with its class, for a sink that
-    /// writes urgent frames at once ([`crate::wire::Sink::push_class`]).
+    /// writes urgent frames at once ([`crate::sink::Sink::push_class`]).
     pub(crate) fn next_with_class(&mut self) -> Option<(u8, Result<OutFrame, ProtocolError>)> {
         let (class, mut rest) = self.q.pop()?;
         let c = rest.next()?;

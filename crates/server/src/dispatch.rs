@@ -16,16 +16,28 @@ pub enum Policy {
     Credit,
 }
 
+/// A name that no choice of an option has (`--policy`, `--sharing`); its
+/// message is what the command line prints.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {what} {given:?} (expected {expected})")]
+pub struct UnknownName {
+    pub what: &'static str,
+    pub given: String,
+    pub expected: &'static str,
+}
+
 impl std::str::FromStr for Policy {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownName;
+    fn from_str(s: &str) -> Result<Self, UnknownName> {
         match s {
             "queue" => Ok(Policy::Queue),
             "stack" => Ok(Policy::Stack),
             "credit" => Ok(Policy::Credit),
-            other => Err(format!(
-                "unknown policy {other:?} (expected queue, stack or credit)"
-            )),
+            other => Err(UnknownName {
+                what: "policy",
+                given: other.into(),
+                expected: "queue, stack or credit",
+            }),
         }
     }
 }

@@ -1,7 +1,6 @@
-//! What both kinds of user session agree on (`user`, a user that owns its
-//! nodes; `sched::session`, a user of shared nodes): which frame a user may
-//! send in which phase, how its hello is read, and what the server agrees
-//! to in reply. One place, so the two sessions cannot drift apart.
+//! The user session's rules of the conversation, whatever its placement:
+//! which frame a user may send in which phase, how its hello is read, and
+//! what the server agrees to in reply.
 
 use corefarm_smp::hello::features;
 use corefarm_smp::{ErrorCode, Hello, MsgType, UserPhase};

@@ -1,4 +1,4 @@
-//! Groups (issue 9): a hello user with the `group` feature asks for N nodes
+//! Groups: a hello user with the `group` feature asks for N nodes
 //! that it drives as one group. The server keeps the control plane only:
 //!
 //! 1. `open` (0x18): N free nodes with a peer port are claimed from the
@@ -25,7 +25,7 @@ use std::time::Duration;
 use crate::tls::ReadHalf;
 use corefarm_smp::codec::{FrameReader, ReadError};
 use corefarm_smp::group::{GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_RANKS, NO_CULPRIT};
-use corefarm_smp::{ErrorCode, ErrorMsg, Frame, MsgType, OutFrame};
+use corefarm_smp::{ErrorCode, ErrorMsg, Frame, MsgType, OutFrame, ProtocolError};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -33,9 +33,9 @@ use tokio_stream::{StreamExt, StreamMap};
 use tokio_util::sync::CancellationToken;
 
 use crate::nodeconn::{NodeConn, NodeEvent};
-use crate::user::USER_QUEUE;
-use crate::wire::{Sent, Sink};
-use crate::Shared;
+use crate::sink::{Sent, Sink};
+use crate::userconn::USER_QUEUE;
+use crate::ServerState;
 
 /// How often a user waiting for enough free nodes looks again.
 const CLAIM_POLL: Duration = Duration::from_millis(50);
@@ -44,8 +44,23 @@ const MAX_PENDING: usize = 64;
 /// How long members may take to link to each other (their own bound is 10 s).
 const JOIN_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Why a group session ended (the caller logs it).
-pub(crate) type End = Result<(), String>;
+/// Why a group session ended (the caller logs it); `Ok` when the user
+/// left or the server stopped.
+pub(crate) type End = Result<(), GroupEnd>;
+
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum GroupEnd {
+    /// The user was told why, with this code (see `Session::fail`).
+    #[error("{reason}")]
+    Told { code: ErrorCode, reason: String },
+    #[error("user connection closed")]
+    Closed,
+    #[error("read failed: {0}")]
+    Read(std::io::Error),
+    /// A frame (to the user or a member) could not be built.
+    #[error("{0}")]
+    Frame(#[from] ProtocolError),
+}
 
 struct Member {
     conn: NodeConn,
@@ -67,7 +82,7 @@ struct Live {
 
 /// Serves a group user from its hello on, until it leaves or `stop`.
 pub(crate) async fn serve(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     user: u64,
     reader: &mut FrameReader<ReadHalf>,
     out: &Arc<Sink>,
@@ -80,7 +95,7 @@ pub(crate) async fn serve(
         live: None,
     };
     let r = s.run(reader, stop).await;
-    let reason = r.as_ref().err().cloned();
+    let reason = r.as_ref().err().map(ToString::to_string);
     s.teardown(
         reason.as_deref().unwrap_or("the user left"),
         reason.is_some(),
@@ -90,7 +105,7 @@ pub(crate) async fn serve(
 }
 
 struct Session {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     user: u64,
     out: Arc<Sink>,
     live: Option<Live>,
@@ -105,7 +120,7 @@ impl Session {
         // Back-pressure as for any user: wait while the user is not reading.
         self.out.room(USER_QUEUE).await;
         match self.out.send(f, false) {
-            Sent::Closed => Err("user connection closed".to_string()),
+            Sent::Closed => Err(GroupEnd::Closed),
             Sent::Written | Sent::Queued => Ok(()),
         }
     }
@@ -114,7 +129,7 @@ impl Session {
         let _ = self
             .send(ErrorMsg::new(ErrorMsg::NO_ID, code, reason.clone()).to_frame())
             .await;
-        Err(reason)
+        Err(GroupEnd::Told { code, reason })
     }
 
     async fn run(&mut self, reader: &mut FrameReader<ReadHalf>, stop: &CancellationToken) -> End {
@@ -147,7 +162,7 @@ impl Session {
                     }
                     Ok(Some(f)) => self.on_user(f).await?,
                     Ok(None) => return Ok(()),
-                    Err(ReadError::Io(e)) => return Err(format!("read failed: {e}")),
+                    Err(ReadError::Io(e)) => return Err(GroupEnd::Read(e)),
                     Err(ReadError::Protocol(e)) => return self.fail(e.code(), e.to_string()).await,
                 },
             }
@@ -190,7 +205,7 @@ impl Session {
                     let culprit = live.lost[0].0;
                     let r =
                         GroupReply::failed(c.seq, culprit, ErrorCode::NoNodes, culprit, &reason);
-                    self.send(r.to_frame().map_err(|e| e.to_string())?).await?;
+                    self.send(r.to_frame()?).await?;
                     self.teardown(&reason, true).await;
                     return Ok(());
                 }
@@ -208,7 +223,7 @@ impl Session {
                         NO_CULPRIT,
                         &reason,
                     );
-                    return self.send(r.to_frame().map_err(|e| e.to_string())?).await;
+                    return self.send(r.to_frame()?).await;
                 };
                 if live.pending.contains_key(&c.seq) {
                     let reason = format!("{}: that sequence number is still in use", c.label());
@@ -228,8 +243,7 @@ impl Session {
                         Some(p) if !m.classes => p.clone(),
                         _ => f.payload.clone(),
                     };
-                    let frame =
-                        OutFrame::new(MsgType::GroupCmd, payload).map_err(|e| e.to_string())?;
+                    let frame = OutFrame::new(MsgType::GroupCmd, payload)?;
                     // A closed connection shows up as a node event next.
                     m.conn.send(frame);
                 }
@@ -255,7 +269,7 @@ impl Session {
                 Some(h) => {
                     match tokio::time::timeout_at(deadline, h.lend(self.user, n as usize)).await {
                         Ok(Ok(c)) => break c,
-                        Ok(Err(why)) => why,
+                        Ok(Err(why)) => why.to_string(),
                         Err(_) => "the promised nodes were still busy".into(),
                     }
                 }
@@ -402,8 +416,7 @@ impl Session {
                     let why = format!("answered command #{} it was not given", r.seq);
                     return self.member_failed(rank, &why).await;
                 }
-                let frame =
-                    OutFrame::new(MsgType::GroupReply, f.payload).map_err(|e| e.to_string())?;
+                let frame = OutFrame::new(MsgType::GroupReply, f.payload)?;
                 self.send(frame).await?;
                 if r.status != 0 && r.culprit != NO_CULPRIT {
                     // A collective failed: the group cannot run another.
@@ -475,7 +488,7 @@ impl Session {
         for (seq, _) in &waiting {
             let reason = format!("rank {rank} ({label}) {why}");
             let r = GroupReply::failed(*seq, rank, ErrorCode::Timeout, rank, &reason);
-            self.send(r.to_frame().map_err(|e| e.to_string())?).await?;
+            self.send(r.to_frame()?).await?;
         }
         let ops: Vec<&str> = waiting.iter().map(|(_, l)| l.as_str()).collect();
         let during = if ops.is_empty() {

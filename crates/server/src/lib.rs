@@ -4,11 +4,11 @@
 //!   outlive any single owner, so a node can move between the free pool and
 //!   user handlers without its byte stream being interrupted.
 //! - [`pool`]: the unassigned nodes and the users that still want nodes.
-//! - [`user`]: the per-user handler, a single-task state machine
-//!   (Initial → Nodes Configuration → Data Routing) that owns all routing state,
-//!   so the hot path needs no locks.
+//! - `session`: the user session, one task and one state machine per user
+//!   (Initial → Nodes Configuration → Data Routing) over a placement: the
+//!   nodes it owns (exclusive mode, no lock on the data path) or the scheduler.
 //! - [`dispatch`]: the data demultiplexer policies (queue, stack, credit).
-//! - `group`: users that drive a gang-allocated group of nodes (issue 9).
+//! - `group`: users that drive a gang-allocated group of nodes.
 //! - `registry`: nodes and users as the status extension shows them
 //!   (atomics written by their owners, locked only on connect/disconnect).
 //! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
@@ -33,10 +33,10 @@ mod notes;
 pub mod pool;
 mod registry;
 pub mod sched;
+mod session;
+mod sink;
 pub mod tls;
-pub mod user;
 pub(crate) mod userconn;
-mod wire;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -112,7 +112,7 @@ pub struct ServerOptions {
     /// TLS on the ports it names (`--tls-cert`, `--tls-key`, `--tls-ports`).
     pub tls: Option<tls::ServerTls>,
     /// Largest chunk the server sends to and takes from a node that
-    /// negotiated chunks (issue 11); 0: no chunks on the node link.
+    /// negotiated chunks; 0: no chunks on the node link.
     pub node_chunk_size: u32,
 }
 
@@ -150,7 +150,9 @@ impl Default for ServerOptions {
     }
 }
 
-pub(crate) struct Shared {
+/// What every task of a running server reads: its options, the free
+/// pool, the registry, the metrics and (shared mode) the scheduler.
+pub(crate) struct ServerState {
     pub opts: ServerOptions,
     pub pool: pool::Pool,
     pub registry: registry::Registry,
@@ -162,7 +164,7 @@ pub(crate) struct Shared {
     next_id: AtomicU64,
 }
 
-impl Shared {
+impl ServerState {
     pub fn next_id(&self) -> u64 {
         self.next_id.fetch_add(1, Ordering::Relaxed)
     }
@@ -188,7 +190,7 @@ impl Shared {
 /// an embedding program). Obtain it with [`Server::status_handle`] before
 /// [`Server::run`] consumes the server.
 #[derive(Clone)]
-pub struct StatusHandle(Arc<Shared>);
+pub struct StatusHandle(Arc<ServerState>);
 
 impl StatusHandle {
     pub fn get(&self) -> ClusterStatus {
@@ -218,7 +220,7 @@ impl corefarm_telemetry::Endpoints for StatusHandle {
 
 /// A bound server, ready to run.
 pub struct Server {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     nodes: TcpListener,
     users: TcpListener,
 }
@@ -242,7 +244,7 @@ impl Server {
             .filter_map(|l| l.local_addr().ok())
             .collect();
         check_exposure(&opts, &bound)?;
-        let shared = Arc::new(Shared {
+        let shared = Arc::new(ServerState {
             opts,
             pool: pool::Pool::default(),
             registry: registry::Registry::default(),
@@ -374,11 +376,20 @@ impl Server {
                                     let mut s = s;
                                     let t = shared.opts.read_timeout;
                                     match sched::first::wants_group(&mut s, prefix, t).await {
-                                        (prefix, true) => user::run(shared, s, addr, stop, &prefix, me).await,
-                                        (prefix, false) => sched::session::run(shared, h, s, addr, stop, &prefix, me).await,
+                                        (prefix, true) => {
+                                            let owned = session::owned::Owned::new(shared.clone(), id, addr);
+                                            session::run(shared, owned, s, addr, stop, &prefix, me).await
+                                        }
+                                        (prefix, false) => {
+                                            let scheduled = session::scheduled::Scheduled::new(shared.clone(), h, id);
+                                            session::run(shared, scheduled, s, addr, stop, &prefix, me).await
+                                        }
                                     }
                                 }
-                                None => user::run(shared, s, addr, stop, &prefix, me).await,
+                                None => {
+                                    let owned = session::owned::Owned::new(shared.clone(), id, addr);
+                                    session::run(shared, owned, s, addr, stop, &prefix, me).await
+                                }
                             }
                             drop(permit);
                         });
@@ -402,7 +413,7 @@ fn opening_cap(max: usize) -> usize {
 /// `--read-timeout`. `None` if either failed or the time ran out (the
 /// reason is logged, the connection closed).
 async fn open(
-    shared: &Shared,
+    shared: &ServerState,
     s: TcpStream,
     addr: SocketAddr,
     port: limits::Port,
@@ -433,7 +444,7 @@ async fn open(
 /// [`refuse`] for a TLS port: just the close).
 fn refuse_opening(
     refusals: &limits::Refusals,
-    shared: &Shared,
+    shared: &ServerState,
     port: limits::Port,
     s: TcpStream,
     addr: SocketAddr,
@@ -452,7 +463,7 @@ fn refuse_opening(
 /// close (answering would need a handshake, which is what the limit saves).
 fn refuse(
     refusals: &limits::Refusals,
-    shared: &Shared,
+    shared: &ServerState,
     port: limits::Port,
     s: TcpStream,
     addr: SocketAddr,
@@ -466,7 +477,7 @@ fn refuse(
 }
 
 fn start_node(
-    shared: &Arc<Shared>,
+    shared: &Arc<ServerState>,
     s: tls::Stream,
     addr: SocketAddr,
     permit: tokio::sync::OwnedSemaphorePermit,

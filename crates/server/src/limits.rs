@@ -17,7 +17,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
-use crate::Shared;
+use crate::ServerState;
 
 /// Refusals answered at the same time; more are just closed.
 const CONCURRENT: usize = 64;
@@ -40,7 +40,7 @@ pub(crate) struct Refusals {
 }
 
 impl Refusals {
-    pub fn new(shared: &Shared) -> Self {
+    pub fn new(shared: &ServerState) -> Self {
         Refusals {
             slots: Arc::new(Semaphore::new(CONCURRENT)),
             max_users: shared.opts.max_users,

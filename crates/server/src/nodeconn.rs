@@ -19,8 +19,8 @@ use tokio::sync::{mpsc, oneshot, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use crate::registry::{NodeEntry, NodeInfo};
-use crate::wire::Sink;
-use crate::Shared;
+use crate::sink::Sink;
+use crate::ServerState;
 
 /// Frames read from a node but not yet handled by its owner. Bounding them
 /// makes a node's socket back up when the owner (ultimately the user) is slow.
@@ -62,7 +62,7 @@ pub enum NodeEvent {
 /// Held by both tasks of a connection: when the last one ends, the node
 /// leaves the registry and its `--max-nodes` slot is free again.
 struct Slot {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     entry: Arc<NodeEntry>,
     _permit: OwnedSemaphorePermit,
 }
@@ -95,7 +95,7 @@ impl NodeConn {
     pub(crate) fn start(
         stream: Stream,
         addr: SocketAddr,
-        shared: &Arc<Shared>,
+        shared: &Arc<ServerState>,
         permit: OwnedSemaphorePermit,
         kill: CancellationToken,
         prefix: &[u8],

@@ -91,7 +91,7 @@ impl Pool {
         taken
     }
 
-    /// Gang allocation (groups, issue 9): takes `n` free nodes that pass
+    /// Gang allocation (groups): takes `n` free nodes that pass
     /// `fit`, all or none, for `owner` alone until [`Pool::release`]. Waiting
     /// users are not counted: a group holds its nodes for its lifetime.
     pub fn claim_exclusive(

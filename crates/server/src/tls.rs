@@ -7,7 +7,7 @@
 //! one match per call, no extra copy or lock); a TLS connection is split
 //! with `tokio::io::split` (a lock per call, uncontended: one reader task,
 //! one writer task) and written only by the connection's writer task
-//! (see `wire.rs`). Each TLS half keeps a duplicate of the socket's
+//! (see `sink.rs`). Each TLS half keeps a duplicate of the socket's
 //! descriptor for socket options and for sending FIN without the lock.
 
 use std::io;

@@ -1,10 +1,8 @@
-//! A user's connection as both user sessions see it (exclusive mode's
-//! `user::Handler`, shared mode's `sched::session`): the socket's two
-//! halves, what the hello agreed, the session's phase and configuration,
-//! and the chunks in and out. The sessions differ in where data messages
-//! go (owned nodes, or the scheduler); how a frame is read and counted,
-//! which frame is allowed when, and how an error reaches a user that
-//! agreed to hear it or one of the seed's format are the same, and live here.
+//! A user's connection as the session sees it: the socket's two halves,
+//! what the hello agreed, the session's phase and configuration, and the
+//! chunks in and out; how a frame is read and counted, which frame is
+//! allowed when, and how an error reaches a user that agreed to hear it or
+//! one of the seed's format.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -21,8 +19,8 @@ use crate::chunked::{Inbound, Outbound};
 use crate::greeting::{self, Asked};
 use crate::intake::{self, Refused};
 use crate::registry::UserEntry;
+use crate::sink::Sink;
 use crate::tls::ReadHalf;
-use crate::wire::Sink;
 
 /// Frames a session may queue for the user before it waits for the
 /// socket: the user's reading pace, not the server's memory, bounds what
@@ -226,7 +224,7 @@ impl UserConn {
     }
 
     /// Hands the most urgent waiting result chunk to the user's sink.
-    pub(crate) fn feed_chunk(&mut self) -> Result<(), String> {
+    pub(crate) fn feed_chunk(&mut self) -> Result<(), crate::chunked::FeedError> {
         match self.outbound.as_mut() {
             Some(o) => o.feed(&self.out, &self.entry.m.link),
             None => Ok(()),

@@ -1,4 +1,4 @@
-//! Results of any length (issue 11, hello feature `any-length`), in both
+//! Results of any length (hello feature `any-length`), in both
 //! sharing modes: a node that agreed it answers with what its handlers
 //! emitted (shorter, longer, empty, as chunks); a user that agreed it gets
 //! exactly those bytes, a hello user that did not gets them padded (or an

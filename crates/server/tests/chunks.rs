@@ -1,4 +1,4 @@
-//! Chunks on the user link (issue 11): a hello user that asks for `chunks`
+//! Chunks on the user link: a hello user that asks for `chunks`
 //! may send data messages as chunks (0x1D) with a priority class, and gets
 //! its results back as chunks of the same class, an urgent result
 //! overtaking a bulk one between its chunks. Broken chunk sequences end the

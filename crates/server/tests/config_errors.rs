@@ -1,5 +1,5 @@
 //! What the server says when a configuration cannot go where the user
-//! wanted (issue 12 item 5): one line per distinct refusal reason naming its
+//! wanted: one line per distinct refusal reason naming its
 //! nodes, who holds the nodes when the user has none, how many nodes it got
 //! when it asked for more — and a refused configuration leaves the session
 //! usable for a corrected one.

@@ -1,6 +1,6 @@
 //! Configurations that cannot fit `--max-message` (or have no outputs) are
 //! refused with a reason before any node sees them, and the session stays
-//! usable (issue 7, item 2).
+//! usable: a corrected configuration on the same connection works.
 
 mod common;
 

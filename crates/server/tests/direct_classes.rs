@@ -1,4 +1,4 @@
-//! Priority classes on a group's direct path (issue 11 × issue 9), end to
+//! Priority classes on a group's direct path (classes through a group), end to
 //! end in one process: the real server, a real node manager (peer port on
 //! loopback), the blocking group client. An urgent message from one
 //! direct connection runs before bulk ones already queued from another,

@@ -1,4 +1,4 @@
-//! A user's priority reaches a group's nodes (issue 11 × issue 9): the
+//! A user's priority reaches a group's nodes: the
 //! client's class rides in the group command through the real server to a
 //! node that agreed `group-priority`, and a node that predates it gets the
 //! same command without the class (the bytes it has always read).

@@ -1,4 +1,4 @@
-//! The server↔node link with chunks (issue 11): negotiation, data messages
+//! The server↔node link with chunks: negotiation, data messages
 //! larger than the chunk size sent as chunks, chunked and interleaved
 //! results handed to the user whole, nodes without chunks unchanged, and a
 //! node that breaks the chunk rules dropped with its work re-dispatched.

@@ -1,4 +1,4 @@
-//! Shared nodes (`--sharing shared`, issue 8) in process: a real server,
+//! Shared nodes (`--sharing shared`) in process: a real server,
 //! simulated nodes with a per-input run time and a programming time, and
 //! fake users. Every wait is on a frame or a status condition.
 

@@ -1,4 +1,4 @@
-//! A function's queue with priority classes (issue 11): one deficit
+//! A function's queue with priority classes: one deficit
 //! round-robin queue per class, served by strict priority (class 0 first)
 //! with the anti-starvation policy of `smp::stream::ClassPicker` (shared
 //! with the links and the node's queue to its cores) — a class passed over

@@ -23,10 +23,10 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{StreamExt, StreamMap};
 use tokio_util::sync::CancellationToken;
 
-use super::{Action, FnId, Job, Params, Sched};
+use super::{Action, FnId, Job, NodeBreach, Params, Sched};
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::pool::{Control, Waiter};
-use crate::Shared;
+use crate::ServerState;
 
 /// From a user session to the scheduler.
 pub enum Cmd {
@@ -48,7 +48,7 @@ pub enum Cmd {
     Lend {
         user: u64,
         n: usize,
-        reply: oneshot::Sender<Result<Lent, String>>,
+        reply: oneshot::Sender<Result<Lent, LendRefused>>,
     },
     /// Nodes lent to a group that stopped waiting before it took them.
     Return {
@@ -121,14 +121,14 @@ impl Handle {
     /// (with the reason) when the scheduler has too few, otherwise once
     /// every promised node has finished the work already sent to it.
     /// Dropping the future gives back whatever was handed over meanwhile.
-    pub async fn lend(&self, user: u64, n: usize) -> Result<Vec<NodeConn>, String> {
+    pub async fn lend(&self, user: u64, n: usize) -> Result<Vec<NodeConn>, LendRefused> {
         let (reply, rx) = oneshot::channel();
         if !self.send(Cmd::Lend { user, n, reply }) {
-            return Err("the scheduler has stopped".into());
+            return Err(LendRefused::Stopped);
         }
         match rx.await {
             Ok(r) => r.map(Lent::take),
-            Err(_) => Err("the scheduler has stopped".into()),
+            Err(_) => Err(LendRefused::Stopped),
         }
     }
 }
@@ -138,20 +138,37 @@ struct Loan {
     user: u64,
     need: usize,
     got: Vec<NodeConn>,
-    reply: oneshot::Sender<Result<Lent, String>>,
+    reply: oneshot::Sender<Result<Lent, LendRefused>>,
+}
+
+/// Why the scheduler lends no nodes to a group; the message is part of
+/// the reason the group's user reads.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LendRefused {
+    #[error("the scheduler has stopped")]
+    Stopped,
+    #[error(
+        "{peers} of the {nodes} shared nodes have a peer port ({promised} already promised \
+         to groups; nodes being programmed are not taken)"
+    )]
+    TooFew {
+        peers: usize,
+        nodes: usize,
+        promised: usize,
+    },
 }
 
 /// Publishing the view costs a lock and a copy: at most this often while
 /// events stream, and at every tick.
 const PUBLISH_EVERY: Duration = Duration::from_millis(1);
 
-pub(crate) fn start(shared: Arc<Shared>, stop: CancellationToken) -> Handle {
+pub(crate) fn start(shared: Arc<ServerState>, stop: CancellationToken) -> Handle {
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(run(shared, rx, tx.downgrade(), stop));
     Handle(tx)
 }
 
-fn params(shared: &Shared) -> Params {
+fn params(shared: &ServerState) -> Params {
     let o = &shared.opts;
     Params {
         policy: o.policy,
@@ -164,7 +181,7 @@ fn params(shared: &Shared) -> Params {
 }
 
 struct Driver {
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     sched: Sched,
     start: Instant,
     conns: HashMap<u64, NodeConn>,
@@ -178,7 +195,7 @@ struct Driver {
 }
 
 async fn run(
-    shared: Arc<Shared>,
+    shared: Arc<ServerState>,
     mut rx: mpsc::UnboundedReceiver<Cmd>,
     home: mpsc::WeakUnboundedSender<Cmd>,
     stop: CancellationToken,
@@ -317,13 +334,11 @@ impl Driver {
                         reply,
                     });
                 } else {
-                    let _ = reply.send(Err(format!(
-                        "{} of the {} shared nodes have a peer port ({} already promised \
-                         to groups; nodes being programmed are not taken)",
-                        candidates.len(),
-                        self.conns.len(),
-                        self.sched.lending()
-                    )));
+                    let _ = reply.send(Err(LendRefused::TooFew {
+                        peers: candidates.len(),
+                        nodes: self.conns.len(),
+                        promised: self.sched.lending(),
+                    }));
                 }
             }
         }
@@ -397,7 +412,10 @@ impl Driver {
                         let any = self.conns.get(&id).is_some_and(|c| c.entry.any_length());
                         self.sched.on_result(id, d.id, d.data, any, now).err()
                     }
-                    Err(e) => Some(format!("bad data message: {e}")),
+                    Err(source) => Some(NodeBreach::Malformed {
+                        what: "data message",
+                        source,
+                    }),
                 },
                 MsgType::ConfigurationResponse => {
                     let ok = ConfigurationResponse::parse(&f.payload).is_ok_and(|r| r.ok());
@@ -408,13 +426,19 @@ impl Driver {
                         self.sched.on_node_error(id, e.id, e.code, &e.reason, now);
                         None
                     }
-                    Err(e) => Some(format!("bad error message: {e}")),
+                    Err(source) => Some(NodeBreach::Malformed {
+                        what: "error message",
+                        source,
+                    }),
                 },
                 MsgType::Notification => match Notification::parse(f.payload) {
                     Ok(n) => self.sched.on_notification(id, n).err(),
-                    Err(e) => Some(format!("bad notification: {e}")),
+                    Err(source) => Some(NodeBreach::Malformed {
+                        what: "notification",
+                        source,
+                    }),
                 },
-                other => Some(format!("unexpected {} message from a node", other.name())),
+                other => Some(NodeBreach::Unexpected(other.name())),
             },
         };
         if let (Some(why), Some(c)) = (broke, self.conns.get(&id)) {

@@ -1,8 +1,9 @@
 //! In shared mode a user's first message chooses its session: a hello that
-//! asks for a group goes to the group code (through the same user handler
-//! as in exclusive mode, which lends it nodes from the scheduler), anything
-//! else to the scheduler's session. Every byte read here is handed on, so
-//! either session sees exactly what the user sent (over TCP or TLS alike).
+//! asks for a group goes to the group code (through a session with the
+//! owned placement, whose group code borrows nodes from the scheduler),
+//! anything else to a session placed on the scheduler. Every byte read
+//! here is handed on, so either session sees exactly what the user sent
+//! (over TCP or TLS alike).
 
 use std::time::Duration;
 

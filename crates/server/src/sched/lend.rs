@@ -1,4 +1,4 @@
-//! Lending nodes to groups (issue 9) in shared mode. A group gang-allocates
+//! Lending nodes to groups in shared mode. A group gang-allocates
 //! its nodes for its lifetime, but in shared mode the scheduler holds every
 //! node. It takes the chosen ones out of service — no new work, while work
 //! already dispatched finishes there, so nothing runs twice — and lets each

@@ -14,7 +14,6 @@
 //! - `route`: what follows every event — failing refused functions,
 //!   placing requested ones, finishing drains, dispatching queued jobs.
 //! - [`driver`]: the task that owns every node in `--sharing shared` mode.
-//! - [`session`]: a user connection in shared mode.
 //! - [`first`]: which session a user gets (group users are lent nodes).
 //! - `nodes`: a node's slot and the events a node causes.
 //! - `lend`: nodes promised to groups leave once their work is done.
@@ -31,7 +30,6 @@ mod params;
 pub mod places;
 pub mod queue;
 mod route;
-pub mod session;
 pub mod view;
 
 use std::collections::{BTreeMap, HashMap};
@@ -46,6 +44,33 @@ use function::Function;
 use nodes::{Slot, SlotState};
 pub use params::{Params, Sharing};
 
+/// How a node broke the protocol; the node is closed (its work goes to
+/// others when the close is reported). The message is logged.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NodeBreach {
+    #[error("configuration response while not configuring")]
+    NotConfiguring,
+    #[error("result for unknown id {0}")]
+    UnknownResult(u32),
+    #[error("notification for unknown id {0}")]
+    UnknownNotification(u32),
+    /// Not `count` × output size, from a node that did not agree `any-length`.
+    #[error("result of {len} bytes for {count} input(s), expected {expect}")]
+    WrongLength {
+        len: usize,
+        count: u32,
+        expect: usize,
+    },
+    /// A message that does not parse; `what` names its type.
+    #[error("bad {what}: {source}")]
+    Malformed {
+        what: &'static str,
+        source: corefarm_smp::ProtocolError,
+    },
+    #[error("unexpected {0} message from a node")]
+    Unexpected(&'static str),
+}
+
 /// A data message of one user, queued or in flight.
 #[derive(Debug)]
 pub struct Job {
@@ -54,7 +79,7 @@ pub struct Job {
     pub id: u32,
     pub data: Bytes,
     pub count: u32,
-    /// Priority class, 0 most urgent (issue 11): orders the function's
+    /// Priority class, 0 most urgent: orders the function's
     /// queue, and the job's chunks on a node link that negotiated chunks.
     pub class: u8,
     /// Its place in the function's bounded queue; released at dispatch.
@@ -102,7 +127,7 @@ pub enum Action {
         internal: u32,
         data: Bytes,
         /// The job's priority class: its chunks' class on a node link
-        /// that negotiated chunks (issue 11).
+        /// that negotiated chunks.
         class: u8,
         /// Nothing else was in flight on the node: its busy time starts.
         first: bool,

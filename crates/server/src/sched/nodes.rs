@@ -8,7 +8,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use corefarm_smp::{ErrorCode, NodeState};
 
-use super::{Action, FnId, Job, Sched};
+use super::{Action, FnId, Job, NodeBreach, Sched};
 use crate::dispatch::Window;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -173,12 +173,17 @@ impl Sched {
         });
     }
 
-    pub fn on_config_response(&mut self, node: u64, ok: bool, now: Duration) -> Result<(), String> {
+    pub fn on_config_response(
+        &mut self,
+        node: u64,
+        ok: bool,
+        now: Duration,
+    ) -> Result<(), NodeBreach> {
         let Some(slot) = self.nodes.get_mut(&node) else {
             return Ok(());
         };
         let SlotState::Configuring { target, since } = slot.state else {
-            return Err("configuration response while not configuring".into());
+            return Err(NodeBreach::NotConfiguring);
         };
         let took = now.saturating_sub(since);
         slot.reconfig = Some(match slot.reconfig {
@@ -268,23 +273,23 @@ impl Sched {
         data: Bytes,
         any_length: bool,
         now: Duration,
-    ) -> Result<(), String> {
+    ) -> Result<(), NodeBreach> {
         let Some(slot) = self.nodes.get_mut(&node) else {
             return Ok(());
         };
         let Some(job) = slot.in_flight.remove(&internal) else {
-            return Err(format!("result for unknown id {internal}"));
+            return Err(NodeBreach::UnknownResult(internal));
         };
         let f = slot.function.and_then(|f| self.fns.get_mut(&f));
         let expect = f
             .as_ref()
             .map_or(0, |f| f.output_size as usize * job.count as usize);
         if !crate::anylen::node_may_send(data.len(), expect, any_length) {
-            let why = format!(
-                "result of {} bytes for {} input(s), expected {expect}",
-                data.len(),
-                job.count
-            );
+            let why = NodeBreach::WrongLength {
+                len: data.len(),
+                count: job.count,
+                expect,
+            };
             slot.in_flight.insert(internal, job);
             return Err(why);
         }

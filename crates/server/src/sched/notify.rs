@@ -5,17 +5,17 @@
 
 use corefarm_smp::Notification;
 
-use super::{Action, Sched};
+use super::{Action, NodeBreach, Sched};
 
 impl Sched {
     /// `Err`: the node named a job it does not hold, and must be closed
     /// (as for a result for an unknown id).
-    pub fn on_notification(&mut self, node: u64, note: Notification) -> Result<(), String> {
+    pub fn on_notification(&mut self, node: u64, note: Notification) -> Result<(), NodeBreach> {
         let Some(slot) = self.nodes.get(&node) else {
             return Ok(());
         };
         let Some(job) = slot.in_flight.get(&note.id) else {
-            return Err(format!("notification for unknown id {}", note.id));
+            return Err(NodeBreach::UnknownNotification(note.id));
         };
         let (user, id) = (job.user, job.id);
         if self.users.contains_key(&user) {

@@ -14,14 +14,16 @@ pub enum Sharing {
 }
 
 impl std::str::FromStr for Sharing {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = crate::dispatch::UnknownName;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "exclusive" => Ok(Sharing::Exclusive),
             "shared" => Ok(Sharing::Shared),
-            o => Err(format!(
-                "unknown sharing {o:?} (expected shared or exclusive)"
-            )),
+            o => Err(crate::dispatch::UnknownName {
+                what: "sharing",
+                given: o.into(),
+                expected: "shared or exclusive",
+            }),
         }
     }
 }

@@ -1,6 +1,6 @@
 //! A function's bounded queue as places to take (shared mode): one
 //! semaphore for the whole queue (`--queue-limit`) and, where
-//! `--class-depths` sets one, one per priority class (issue 11: per-class
+//! `--class-depths` sets one, one per priority class (per-class
 //! buffer depths from the queueing model, `corefarm model classes`). A job
 //! holds its places from admission until it is dispatched to a node.
 

@@ -154,9 +154,13 @@ fn a_result_of_another_length_is_taken_only_from_a_node_that_agreed_any_length()
     let why = s
         .on_result(node, internal, Bytes::from_static(b"abc"), false, ms(3))
         .unwrap_err();
-    assert!(
-        why.contains("result of 3 bytes") && why.contains("expected 8"),
-        "{why}"
+    assert_eq!(
+        why,
+        crate::sched::NodeBreach::WrongLength {
+            len: 3,
+            count: 1,
+            expect: 8
+        }
     );
     assert!(results(&s.take_actions()).is_empty());
     // With it: the bytes go to the user as they are, with the job's count.

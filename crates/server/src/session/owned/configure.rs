@@ -3,12 +3,13 @@
 
 use bytes::Bytes;
 use corefarm_smp::{
-    ClusterStatus, Configuration, ErrorCode, ErrorMsg, MsgType, NodeState, OutFrame, ProtocolError,
+    ClusterStatus, Configuration, ErrorCode, ErrorMsg, MsgType, NodeState, OutFrame,
     UserPhase as Phase,
 };
 use tokio::time::Instant;
 
-use super::{End, Handler, Slot};
+use super::{Owned, Slot};
+use crate::session::{Cx, Outcome, SessionEnd};
 
 /// Node labels listed in one line of a refusal; the rest are counted.
 const LISTED: usize = 6;
@@ -129,40 +130,30 @@ fn availability(status: &ClusterStatus, me: u64) -> String {
     }
 }
 
-impl Handler {
-    /// A configuration that can never work here (see
-    /// [`Configuration::check_limits`]): the user hears why, no node ever
-    /// sees it, and the session goes on as before — still unconfigured, or
-    /// routing with the previous configuration — so a corrected
-    /// configuration on the same connection works.
-    pub(super) async fn refuse_configuration(&mut self, e: ProtocolError) -> Result<(), End> {
-        let reason = format!(
-            "configuration refused: {e} (--max-message is {})",
-            self.shared.opts.max_message
-        );
-        tracing::warn!(user = %self.conn.peer, "{reason}");
-        self.send_error(ErrorMsg::NO_ID, e.code(), reason).await?;
-        self.send_response(false).await
-    }
-
-    pub(super) async fn start_configuring(
+impl Owned {
+    /// Sends the configuration to every node at once (taking nodes first is
+    /// the caller's); the answer is reported once every node has answered.
+    pub(super) fn start_configuring(
         &mut self,
-        cfg: Configuration,
+        cfg: &Configuration,
         payload: Bytes,
-    ) -> Result<(), End> {
+        cx: &mut Cx<'_>,
+    ) {
         // The payload arrived within --max-message, so it always fits a frame.
         let frame = match OutFrame::new(MsgType::Configuration, payload) {
             Ok(f) => f,
             Err(e) => {
-                return Err(self
-                    .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
-                    .await)
+                return cx.report(Outcome::End(SessionEnd::Unsendable {
+                    id: ErrorMsg::NO_ID,
+                    code: e.code(),
+                    reason: e.to_string(),
+                }))
             }
         };
-        self.conn.set_phase(Phase::Configuring);
+        self.phase = Phase::Configuring;
         self.refusals.clear();
-        let (function, cores) = (crate::metrics::function_label(&cfg), cfg.cores.len());
-        self.conn.cfg = Some(cfg);
+        let (function, cores) = (crate::metrics::function_label(cfg), cfg.cores.len());
+        self.output_size = cfg.output_size;
         self.cfg_frame = Some(frame.clone());
         let deadline = Instant::now() + self.shared.opts.config_timeout;
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
@@ -179,17 +170,20 @@ impl Handler {
                 self.drop_node(id, why);
             }
         }
-        self.finish_configuring_if_done().await
+        self.finish_configuring_if_done(cx);
     }
 
-    pub(super) async fn finish_configuring_if_done(&mut self) -> Result<(), End> {
-        if self.conn.phase != Phase::Configuring
+    /// Once no node is still configuring: success if at least one took the
+    /// configuration (with a warning per shortfall and per refusal), else
+    /// failure with the reason.
+    pub(super) fn finish_configuring_if_done(&mut self, cx: &mut Cx<'_>) {
+        if self.phase != Phase::Configuring
             || self
                 .nodes
                 .values()
                 .any(|n| matches!(n.slot, Slot::Configuring { .. }))
         {
-            return Ok(());
+            return;
         }
         let ready = self
             .nodes
@@ -197,30 +191,31 @@ impl Handler {
             .filter(|n| n.slot == Slot::Ready)
             .count();
         if ready > 0 {
-            tracing::info!(user = %self.conn.peer, "configured {}", count(ready, "node"));
-            self.conn.set_phase(Phase::Routing);
-            // Warnings before the success response (docs/protocol.md).
+            tracing::info!(user = %self.peer, "configured {}", count(ready, "node"));
+            self.phase = Phase::Routing;
+            let mut warnings = Vec::new();
             if let Some(short) = self.shortfall() {
-                tracing::info!(user = %self.conn.peer, "{short}");
-                self.send_error(ErrorMsg::NO_ID, ErrorCode::NoNodes, short)
-                    .await?;
+                tracing::info!(user = %self.peer, "{short}");
+                warnings.push((ErrorCode::NoNodes, short));
             }
             for (who, why) in std::mem::take(&mut self.refusals).lines() {
-                let reason = format!("{who} dropped: {why}");
-                self.send_error(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, reason)
-                    .await?;
+                warnings.push((
+                    ErrorCode::ConfigurationFailed,
+                    format!("{who} dropped: {why}"),
+                ));
             }
-            self.send_response(true).await
+            cx.report(Outcome::Configured { ok: true, warnings });
         } else {
             let why = self.why_no_node();
-            tracing::warn!(user = %self.conn.peer, "configuration failed: {why}");
+            tracing::warn!(user = %self.peer, "configuration failed: {why}");
             // Back to Initial: the next configuration takes free nodes again.
-            self.conn.set_phase(Phase::Initial);
-            self.conn.cfg = None;
+            self.phase = Phase::Initial;
             self.cfg_frame = None;
-            self.send_error(ErrorMsg::NO_ID, ErrorCode::ConfigurationFailed, why)
-                .await?;
-            self.send_response(false).await
+            let warnings = vec![(ErrorCode::ConfigurationFailed, why)];
+            cx.report(Outcome::Configured {
+                ok: false,
+                warnings,
+            });
         }
     }
 
@@ -237,7 +232,7 @@ impl Handler {
         let others = status
             .nodes
             .iter()
-            .filter(|n| n.user.is_some_and(|u| u != self.conn.user))
+            .filter(|n| n.user.is_some_and(|u| u != self.user))
             .count();
         let held = match others {
             0 => String::new(),
@@ -268,7 +263,7 @@ impl Handler {
         }
         format!(
             "no node for this user: {} (waited {:?} for one, --node-wait)",
-            availability(&self.shared.status(None), self.conn.user),
+            availability(&self.shared.status(None), self.user),
             self.shared.opts.node_wait
         )
     }

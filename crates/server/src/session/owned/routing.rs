@@ -5,16 +5,17 @@ use std::sync::atomic::Ordering;
 
 use corefarm_smp::stream::DEFAULT_CLASS;
 use corefarm_smp::{
-    hello::features, ConfigurationResponse, Credit, Data, ErrorCode, ErrorMsg, Frame, MsgType,
-    NodeState, OutFrame, UserPhase as Phase,
+    ConfigurationResponse, Data, ErrorCode, ErrorMsg, Frame, MsgType, NodeState, Notification,
+    OutFrame,
 };
 use tokio::time::Instant;
 
-use super::{End, Handler, NextCfg, Pending, Slot};
+use super::{Owned, Pending, Slot};
 use crate::dispatch::{Load, Window};
 use crate::nodeconn::NodeEvent;
+use crate::session::{Cx, Outcome};
 
-impl Handler {
+impl Owned {
     pub(super) fn pick_node(&mut self, commit: bool, class: u8) -> Option<u64> {
         let policy = self.shared.opts.policy;
         let (nodes, windows) = (&self.nodes, &self.windows);
@@ -40,7 +41,7 @@ impl Handler {
     /// Extra messages in flight a message of `class` may use: an urgent
     /// one from a `chunks` user gets [`crate::chunked::URGENT_RESERVE`].
     pub(super) fn urgent_reserve(&self, class: u8) -> u32 {
-        if self.conn.inbound.is_some() && class < DEFAULT_CLASS {
+        if self.chunks && class < DEFAULT_CLASS {
             crate::chunked::URGENT_RESERVE
         } else {
             0
@@ -66,7 +67,7 @@ impl Handler {
 
     /// Sum of the ready nodes' windows: what a credit-aware user may have
     /// outstanding unless `--user-window` fixes it.
-    fn user_window(&self) -> u64 {
+    pub(super) fn user_window(&self) -> u64 {
         let initial = self.shared.opts.credit.max(1);
         self.nodes
             .iter()
@@ -99,7 +100,7 @@ impl Handler {
         n.tx.entry
             .m
             .dispatched(n.in_flight.len() == 1, now.into_std());
-        // Written when the handler is about to wait (`flush_writes`), with
+        // Written when the session is about to wait (`flush_writes`), with
         // whatever else this wake-up produced for the node.
         // In the user's class: on a chunked node link an urgent message's
         // chunks go out between a bulk one's.
@@ -123,92 +124,45 @@ impl Handler {
         self.redispatch.remove(at)
     }
 
-    /// Frames queued for the user or a node and not written yet.
-    pub(super) fn unflushed(&self) -> bool {
-        self.conn.out.unflushed() || self.nodes.values().any(|n| n.tx.unflushed())
-    }
-
-    /// Writes what this wake-up queued: one `writev` per socket for every
-    /// message and credit produced since the handler last waited.
-    pub(super) fn flush_writes(&mut self) {
-        for n in self.nodes.values() {
-            n.tx.flush();
-        }
-        self.conn.out.flush();
-    }
-
-    /// Housekeeping after every event: re-dispatch, reconfigure, grant credit.
-    pub(super) async fn pump(&mut self) -> Result<(), End> {
-        if self.conn.phase != Phase::Routing {
-            return Ok(());
-        }
+    /// Re-dispatch: messages waiting for a node go to the nodes that can
+    /// take them now, most urgent first.
+    pub(super) fn redispatch_waiting(&mut self) {
         while !self.redispatch.is_empty() && self.pick_node(false, self.waiting_class()).is_some() {
             let p = self.next_redispatch().expect("non-empty");
             self.dispatch(p);
         }
-        let results_out = self.conn.outbound.as_ref().is_none_or(|o| o.is_empty());
-        if self.next_cfg.is_some() && self.outstanding == 0 && results_out {
-            return match self.next_cfg.take().expect("checked") {
-                NextCfg::Apply(cfg, payload) => {
-                    tracing::info!(user = %self.conn.peer, "reconfiguring");
-                    // Service times change with the configuration: windows start afresh.
-                    self.windows.clear();
-                    self.start_configuring(cfg, payload).await
-                }
-                NextCfg::Refuse(e) => self.refuse_configuration(e).await,
-            };
-        }
-        if self.conn.agreed(features::CREDIT) && self.next_cfg.is_none() {
-            let window = self
-                .shared
-                .opts
-                .user_window
-                .map_or_else(|| self.user_window(), |w| w as u64)
-                .max(1)
-                + u64::from(self.urgent_reserve(0));
-            let used = self.outstanding + self.credit;
-            if used < window {
-                let grant = (window - used) as u32;
-                self.credit += grant as u64;
-                self.send_user(Credit { messages: grant }.to_frame())
-                    .await?;
-            }
-        }
-        Ok(())
     }
 
-    pub(super) async fn on_node_event(&mut self, id: u64, ev: NodeEvent) -> Result<(), End> {
+    pub(super) fn on_node_event(&mut self, id: u64, ev: NodeEvent, cx: &mut Cx<'_>) {
         match ev {
             NodeEvent::Written(count) => {
                 if let Some(n) = self.nodes.get_mut(&id) {
                     n.written += count;
                 }
-                Ok(())
             }
             NodeEvent::Closed(reason) => {
                 self.windows.remove(&id);
-                self.lose_node(id, &reason).await
+                self.lose_node(id, &reason, cx)
             }
-            NodeEvent::Frame(f, _permit) => self.on_node_frame(id, f).await,
+            NodeEvent::Frame(f, _permit) => self.on_node_frame(id, f, cx),
         }
     }
 
-    async fn on_node_frame(&mut self, id: u64, f: Frame) -> Result<(), End> {
+    fn on_node_frame(&mut self, id: u64, f: Frame, cx: &mut Cx<'_>) {
         let Some(n) = self.nodes.get_mut(&id) else {
-            return Ok(());
+            return;
         };
         match (f.ty, n.slot) {
             (MsgType::Data, Slot::Ready) => {
                 let d = match Data::parse(f.payload) {
                     Ok(d) => d,
-                    Err(e) => return self.lose_node(id, &format!("bad data message: {e}")).await,
+                    Err(e) => return self.lose_node(id, &format!("bad data message: {e}"), cx),
                 };
                 let Some(p) = n.in_flight.remove(&d.id) else {
                     let reason = format!("result for unknown id {}", d.id);
-                    return self.lose_node(id, &reason).await;
+                    return self.lose_node(id, &reason, cx);
                 };
-                let cfg = self.conn.cfg.as_ref().expect("ready implies configured");
-                let expect = p.count as usize * cfg.output_size as usize;
+                let expect = p.count as usize * self.output_size as usize;
                 let any_length = d.data.len() != expect && n.tx.entry.any_length();
                 if !crate::anylen::node_may_send(d.data.len(), expect, any_length) {
                     let reason = format!(
@@ -217,7 +171,7 @@ impl Handler {
                         p.count
                     );
                     n.in_flight.insert(d.id, p);
-                    return self.lose_node(id, &reason).await;
+                    return self.lose_node(id, &reason, cx);
                 }
                 let now = Instant::now();
                 n.last_progress = now;
@@ -229,7 +183,7 @@ impl Handler {
                 let left = n.in_flight.len();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
-                let blocked = self.conn.agreed(features::CREDIT) && self.credit == 0;
+                let blocked = cx.credit_blocked;
                 let w = self.window(id);
                 let before = w.get();
                 w.on_result(left, now - p.sent, blocked, cap);
@@ -241,28 +195,16 @@ impl Handler {
                         now - p.sent
                     );
                 }
-                let agreed = d.data.len() != expect && self.conn.agreed(features::ANY_LENGTH);
-                let data =
-                    match crate::anylen::for_user(d.data, expect, agreed, self.conn.result_limit) {
-                        Ok(data) => data,
-                        Err(why) => {
-                            // Like a failed core: the user hears about it by id.
-                            let node = self.nodes.get(&id).map(|n| n.tx.label());
-                            let reason = format!("node {}: {why}", node.unwrap_or_default());
-                            return self.core_failure(p.user_id, reason).await;
-                        }
-                    };
-                self.conn.entry.results.fetch_add(1, Ordering::Relaxed);
-                let m = &self.shared.metrics;
-                self.conn
-                    .entry
-                    .m
-                    .result(m, || self.conn.entry.label(), now - p.sent);
-                self.answered();
-                // A result within the frame limit fits one to the user (same limit).
-                self.send_result(p.user_id, p.class, data).await
+                cx.report(Outcome::Result {
+                    id: p.user_id,
+                    class: p.class,
+                    data: d.data,
+                    count: p.count,
+                    rtt: Some(now - p.sent),
+                    node: Some(id),
+                });
             }
-            (MsgType::Notification, Slot::Ready) => self.on_node_notification(id, f).await,
+            (MsgType::Notification, Slot::Ready) => self.on_node_notification(id, f, cx),
             (MsgType::ConfigurationResponse, Slot::Configuring { .. }) => {
                 let ok = ConfigurationResponse::parse(&f.payload)
                     .map(|r| r.ok())
@@ -270,31 +212,29 @@ impl Handler {
                 if ok {
                     n.slot = Slot::Ready;
                     n.tx.entry.set_state(NodeState::Ready);
-                    tracing::info!(user = %self.conn.peer, node = %n.tx.label(), "node configured");
+                    tracing::info!(user = %self.peer, node = %n.tx.label(), "node configured");
                 } else {
-                    tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "node refused the configuration");
+                    tracing::warn!(user = %self.peer, node = %n.tx.label(), "node refused the configuration");
                     self.refusals.refused(id, n.tx.label());
                     self.shared
                         .metrics
                         .error(crate::metrics::ErrorKind::ConfigurationFailed);
-                    let user = self.conn.user;
+                    let user = self.user;
                     self.shared.pool.update(user, |w| {
                         w.refused.insert(id);
                         w.have = w.have.saturating_sub(1);
                     });
                     self.release_node(id);
                 }
-                self.finish_configuring_if_done().await?;
+                self.finish_configuring_if_done(cx);
                 if !ok {
-                    self.fail_if_no_node_left("the last one refused the configuration")
-                        .await?;
+                    self.fail_if_no_node_left("the last one refused the configuration", cx);
                 }
-                Ok(())
             }
             (MsgType::Error, _) => {
                 let e = match ErrorMsg::parse(&f.payload) {
                     Ok(e) => e,
-                    Err(e) => return self.lose_node(id, &format!("bad error message: {e}")).await,
+                    Err(e) => return self.lose_node(id, &format!("bad error message: {e}"), cx),
                 };
                 if let Some(p) = n.in_flight.remove(&e.id) {
                     // A core failed on this input: the user hears about it by id.
@@ -305,13 +245,16 @@ impl Handler {
                     let reason =
                         format!("node {} failed on this input: {}", n.tx.label(), e.reason);
                     let code = ErrorCode::per_input(e.code);
-                    self.input_failure(p.user_id, code, reason).await
+                    cx.report(Outcome::Failed {
+                        id: p.user_id,
+                        code,
+                        reason,
+                    });
                 } else {
-                    tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "node reports: {e}");
+                    tracing::warn!(user = %self.peer, node = %n.tx.label(), "node reports: {e}");
                     if matches!(n.slot, Slot::Configuring { .. }) {
                         self.refusals.reason(id, n.tx.label(), &e.reason);
                     }
-                    Ok(())
                 }
             }
             (ty, slot) => {
@@ -319,45 +262,27 @@ impl Handler {
                     "unexpected {} message from node in state {slot:?}",
                     ty.name()
                 );
-                self.lose_node(id, &reason).await
+                self.lose_node(id, &reason, cx)
             }
         }
     }
 
-    /// One data message answered (a result or a per-input error).
-    fn answered(&mut self) {
-        self.outstanding -= 1;
-        self.last_activity = Instant::now();
-    }
-
-    /// A data message failed on a node (its core, or a result it cannot
-    /// take): a hello user hears about it by id; a seed user cannot be told
-    /// about one input, so its session ends.
-    async fn core_failure(&mut self, user_id: u32, reason: String) -> Result<(), End> {
-        self.input_failure(user_id, ErrorCode::CoreFailure, reason)
-            .await
-    }
-
-    /// [`Self::core_failure`] with the node's code where the user can act
-    /// on it (`ErrorCode::per_input`).
-    async fn input_failure(
-        &mut self,
-        user_id: u32,
-        code: ErrorCode,
-        reason: String,
-    ) -> Result<(), End> {
-        self.answered();
-        self.conn
-            .entry
-            .m
-            .failure(&self.shared.metrics, || self.conn.entry.label());
-        // Only a user that agreed `error` can be told about one input; any
-        // other (a seed user, or a hello without it) would otherwise never
-        // hear of this message again, so its session ends with the reason.
-        if self.conn.agreed(features::ERROR) {
-            self.send_error(user_id, code, reason).await
-        } else {
-            Err(self.fail_user(user_id, code, reason).await)
-        }
+    /// A node's handler notification, with the id the user gave the message
+    /// (the node knows the internal id, mapped back the way its result is).
+    /// One for an id not in flight on that node loses the node, like a
+    /// result for one.
+    fn on_node_notification(&mut self, id: u64, f: Frame, cx: &mut Cx<'_>) {
+        let Some(n) = self.nodes.get(&id) else {
+            return;
+        };
+        let note = match Notification::parse(f.payload) {
+            Ok(note) => note,
+            Err(e) => return self.lose_node(id, &format!("bad notification: {e}"), cx),
+        };
+        let Some(p) = n.in_flight.get(&note.id) else {
+            let reason = format!("notification for unknown id {}", note.id);
+            return self.lose_node(id, &reason, cx);
+        };
+        cx.report(Outcome::Notification(note.with_id(p.user_id)));
     }
 }

@@ -3,16 +3,17 @@
 
 use std::collections::HashMap;
 
-use corefarm_smp::{ErrorCode, ErrorMsg, NodeState, UserPhase as Phase};
+use corefarm_smp::{ErrorCode, NodeState, UserPhase as Phase};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::{End, Handler, Node, Pending, Slot};
+use super::{Node, Owned, Pending, Slot};
 use crate::nodeconn::NodeConn;
 use crate::pool::{Control, Waiter};
+use crate::session::{Cx, Outcome, SessionEnd};
 
-impl Handler {
+impl Owned {
     /// Assigns free nodes to this user, waiting up to `--node-wait` when it
     /// has fewer than it asked for (or none). The user stays registered with
     /// the pool, so nodes that join later come to it too. Called at hello and
@@ -25,14 +26,14 @@ impl Handler {
         if !self.registered {
             self.registered = true;
             self.shared.pool.register(Waiter {
-                user: self.conn.user,
+                user: self.user,
                 tx: self.ctl_tx.clone(),
                 want: self.want,
                 have: self.nodes.len() as u32,
                 refused: Default::default(),
             });
         }
-        for conn in self.shared.pool.take_for(self.conn.user, self.want) {
+        for conn in self.shared.pool.take_for(self.user, self.want) {
             self.adopt(conn);
         }
         // Nodes that connect meanwhile are sent to us by the pool.
@@ -45,9 +46,7 @@ impl Handler {
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
-        // The user was waiting on us, not idle.
-        self.last_activity = Instant::now();
-        tracing::info!(user = %self.conn.peer, "assigned {} node(s)", self.nodes.len());
+        tracing::info!(user = %self.peer, "assigned {} node(s)", self.nodes.len());
     }
 
     fn enough_nodes(&self) -> bool {
@@ -65,7 +64,7 @@ impl Handler {
         self.events
             .insert(conn.id, UnboundedReceiverStream::new(events));
         let id = conn.id;
-        conn.entry.assign(Some(self.conn.user));
+        conn.entry.assign(Some(self.user));
         let mut st = Node {
             conn_id: id,
             tx: conn,
@@ -86,15 +85,15 @@ impl Handler {
                 st.tx.entry.set_state(NodeState::Configuring);
             }
         }
-        tracing::info!(user = %self.conn.peer, node = %st.tx.label(), "node assigned");
+        tracing::info!(user = %self.peer, node = %st.tx.label(), "node assigned");
         self.nodes.insert(id, st);
     }
 
     /// Takes a failed node out of rotation; everything it had in flight goes
     /// to the remaining nodes, so each result still arrives exactly once.
-    pub(super) async fn lose_node(&mut self, id: u64, reason: &str) -> Result<(), End> {
+    pub(super) fn lose_node(&mut self, id: u64, reason: &str, cx: &mut Cx<'_>) {
         let Some(n) = self.drop_node(id, reason) else {
-            return Ok(());
+            return;
         };
         if matches!(n.slot, Slot::Configuring { .. }) {
             self.refusals.reason(id, n.tx.label(), reason);
@@ -105,40 +104,39 @@ impl Handler {
         for (_, p) in moved.into_iter().rev() {
             self.redispatch.push_front(p);
         }
-        self.finish_configuring_if_done().await?;
-        self.fail_if_no_node_left(&format!("last one lost: {reason}"))
-            .await
+        self.finish_configuring_if_done(cx);
+        self.fail_if_no_node_left(&format!("last one lost: {reason}"), cx);
     }
 
     /// A routing user with no node left, ready or still configuring, cannot
     /// be served: each input waiting for a node gets its own no-nodes error,
     /// then the session ends (`why` says what happened to the last node).
-    pub(super) async fn fail_if_no_node_left(&mut self, why: &str) -> Result<(), End> {
+    pub(super) fn fail_if_no_node_left(&mut self, why: &str, cx: &mut Cx<'_>) {
         let alive = self
             .nodes
             .values()
             .any(|n| matches!(n.slot, Slot::Ready | Slot::Configuring { .. }));
-        if self.conn.phase == Phase::Routing && !alive {
-            let reason = format!("no node left to process data ({why})");
-            let pending: Vec<u32> = self.redispatch.drain(..).map(|p| p.user_id).collect();
-            for uid in pending {
-                self.send_error(uid, ErrorCode::NoNodes, reason.clone())
-                    .await?;
+        if self.phase == Phase::Routing && !alive {
+            let end = SessionEnd::NoNodes(why.to_string());
+            let reason = end.to_string();
+            for p in self.redispatch.drain(..) {
+                cx.report(Outcome::Unserved {
+                    id: p.user_id,
+                    code: ErrorCode::NoNodes,
+                    reason: reason.clone(),
+                });
             }
-            return Err(self
-                .fail_user(ErrorMsg::NO_ID, ErrorCode::NoNodes, reason)
-                .await);
+            cx.report(Outcome::End(end));
         }
-        Ok(())
     }
 
     pub(super) fn drop_node(&mut self, id: u64, reason: &str) -> Option<Node> {
         let n = self.nodes.remove(&id)?;
         self.order.remove(id);
         self.events.remove(&id);
-        tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "node dropped: {reason}");
+        tracing::warn!(user = %self.peer, node = %n.tx.label(), "node dropped: {reason}");
         n.tx.close();
-        let user = self.conn.user;
+        let user = self.user;
         self.shared
             .pool
             .update(user, |w| w.have = w.have.saturating_sub(1));
@@ -156,7 +154,7 @@ impl Handler {
         match self.events.remove(&id) {
             Some(stream) if idle => {
                 n.tx.events = stream.into_inner();
-                tracing::info!(user = %self.conn.peer, node = %n.tx.label(), "node returned to the pool");
+                tracing::info!(user = %self.peer, node = %n.tx.label(), "node returned to the pool");
                 self.shared.pool.add(n.tx);
             }
             _ => n.tx.close(),
@@ -194,7 +192,7 @@ impl Handler {
         for (id, reason) in expired {
             // Synthesise a close; the next loop turn handles it like any other loss.
             if let Some(n) = self.nodes.get(&id) {
-                tracing::warn!(user = %self.conn.peer, node = %n.tx.label(), "{reason}");
+                tracing::warn!(user = %self.peer, node = %n.tx.label(), "{reason}");
                 n.tx.close();
             }
         }
@@ -202,7 +200,7 @@ impl Handler {
 
     /// At the end of the session: idle nodes back to the pool, busy ones reset.
     pub(super) fn release_nodes(&mut self) {
-        self.shared.pool.unregister(self.conn.user);
+        self.shared.pool.unregister(self.user);
         // Nodes the pool sent after the loop stopped listening go back too.
         while let Ok(Control::NodeJoined(conn)) = self.ctl_rx.try_recv() {
             self.shared.pool.add(conn);

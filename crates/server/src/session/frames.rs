@@ -1,12 +1,13 @@
-//! Messages from the user: hello, configuration, data and status requests.
+//! Messages from the user: hello, configuration, data, chunks and status.
 
 use corefarm_smp::{
-    hello::features, Configuration, Data, ErrorMsg, Frame, Hello, MsgType, UserPhase as Phase,
+    hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,
+    UserPhase as Phase,
 };
 
 use corefarm_smp::stream::{Message, DEFAULT_CLASS};
 
-use super::{End, Handler, NextCfg, Pending};
+use super::{Admitted, Cx, Input, NextCfg, Placement, Session, SessionEnd};
 use crate::greeting::{self, Asked};
 use crate::intake::Refused;
 
@@ -26,17 +27,8 @@ const USER_RCVBUF_MIN: usize = 64 << 10;
 /// Above this the buffer is left to the kernel's auto-tuning.
 const USER_RCVBUF_MAX: usize = 1 << 20;
 
-/// Extension features the server agrees to when a user asks for them.
-const AGREED: [&str; 5] = [
-    features::ERROR,
-    features::CREDIT,
-    features::STATUS,
-    features::ANY_LENGTH,
-    features::SPIN_NOTIFY,
-];
-
-impl Handler {
-    pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), End> {
+impl<P: Placement> Session<P> {
+    pub(super) async fn on_user_frame(&mut self, frame: Frame) -> Result<(), SessionEnd> {
         match self.conn.asked(frame.ty) {
             Asked::Hello => self.on_hello(frame).await,
             Asked::Configuration => self.on_configuration(frame).await,
@@ -46,24 +38,12 @@ impl Handler {
                 let status = self.shared.status(Some(self.conn.user));
                 self.send_user(status.to_frame()).await
             }
-            Asked::Refused(code, reason) => {
-                Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await)
-            }
+            Asked::Refused(code, reason) => Err(SessionEnd::Broke { code, reason }),
         }
     }
 
-    async fn on_hello(&mut self, frame: Frame) -> Result<(), End> {
-        let h = match greeting::user_hello(&frame.payload) {
-            Ok(h) => h,
-            Err(r) => {
-                self.shared
-                    .metrics
-                    .error(crate::metrics::ErrorKind::UserError);
-                tracing::warn!(user = %self.conn.peer, "{}", r.reason);
-                self.conn.refuse_hello(&r).await;
-                return Err(End::Error(r.reason));
-            }
-        };
+    async fn on_hello(&mut self, frame: Frame) -> Result<(), SessionEnd> {
+        let h = greeting::user_hello(&frame.payload).map_err(SessionEnd::HelloRefused)?;
         if h.has(features::GROUP) {
             // A group user takes its nodes as one group (crate::group), not here.
             let mut agreed = Hello::new("server");
@@ -80,15 +60,18 @@ impl Handler {
             self.conn.hello = Some(agreed.clone());
             self.conn.entry.set_hello(h.name.clone());
             self.send_user(agreed.to_frame()).await?;
-            return Err(End::Group);
+            return Err(SessionEnd::Group);
         }
-        // `nodes: 0` asks for none: an observer (e.g. `corefarm status`)
-        // must not take nodes away from the users that compute.
-        self.want = h.nodes;
         let greeting::Agreed {
             hello: mut agreed,
             chunks,
-        } = greeting::agree(&h, &AGREED, self.shared.opts.max_message, self.conn.peer);
+        } = greeting::agree(
+            &h,
+            P::FEATURES,
+            self.shared.opts.max_message,
+            self.conn.peer,
+        );
+        let chunked = chunks.is_some();
         if let Some(c) = chunks {
             self.conn.inbound = Some(c.inbound);
             self.conn.outbound = Some(c.outbound);
@@ -99,20 +82,20 @@ impl Handler {
         self.conn.hello = Some(agreed.clone());
         self.conn.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
         self.conn.entry.set_hello(h.name.clone());
-        self.take_nodes().await;
-        agreed.nodes = Some(self.nodes.len() as u32);
+        // `nodes: 0` asks for none: an observer (e.g. `corefarm status`)
+        // must not take nodes away from the users that compute.
+        agreed.nodes = Some(self.placement.hello(h.nodes, chunked).await);
+        // The user was waiting on the placement, not idle.
+        self.last_activity = tokio::time::Instant::now();
         self.send_user(agreed.to_frame()).await
     }
 
-    async fn on_configuration(&mut self, frame: Frame) -> Result<(), End> {
+    async fn on_configuration(&mut self, frame: Frame) -> Result<(), SessionEnd> {
         let payload = frame.payload.clone();
-        let cfg = match Configuration::parse(frame.payload) {
-            Ok(c) => c,
-            Err(e) => {
-                let reason = format!("invalid configuration: {e}");
-                return Err(self.fail_user(ErrorMsg::NO_ID, e.code(), reason).await);
-            }
-        };
+        let cfg = Configuration::parse(frame.payload).map_err(|e| SessionEnd::Broke {
+            code: e.code(),
+            reason: format!("invalid configuration: {e}"),
+        })?;
         tracing::info!(user = %self.conn.peer, "configuration: input {} B, output {} B, {} cores, {} bytes of bitstream",
             cfg.input_size, cfg.output_size, cfg.cores.len(), cfg.bitstream.len());
         // Checked before any node sees it: a configuration whose results
@@ -122,15 +105,12 @@ impl Handler {
         // Only a user without credit needs it: credit already bounds what a
         // hello user has sent and not had read, and a small buffer would cap
         // its throughput for nothing.
-        if verdict.is_ok() && !self.conn.agreed(features::CREDIT) {
+        if P::PACED_BY_READS && verdict.is_ok() && !self.conn.agreed(features::CREDIT) {
             self.bound_receive_buffer(cfg.input_size);
         }
         if self.conn.phase == Phase::Initial {
             match verdict {
-                Ok(()) => {
-                    self.take_nodes().await;
-                    self.start_configuring(cfg, payload).await
-                }
+                Ok(()) => self.start_configuring(cfg, payload, true).await,
                 Err(e) => self.refuse_configuration(e).await,
             }
         } else {
@@ -141,6 +121,45 @@ impl Handler {
             });
             Ok(())
         }
+    }
+
+    /// Hands a checked configuration to the placement.
+    pub(super) async fn start_configuring(
+        &mut self,
+        cfg: Configuration,
+        payload: bytes::Bytes,
+        first: bool,
+    ) -> Result<(), SessionEnd> {
+        self.conn.set_phase(Phase::Configuring);
+        let mut cx = Cx {
+            out: &mut self.outbox,
+            credit_blocked: false,
+        };
+        self.placement
+            .configure(&cfg, payload, first, &mut cx)
+            .await;
+        self.conn.cfg = Some(cfg);
+        // The user was waiting on the placement, not idle.
+        self.last_activity = tokio::time::Instant::now();
+        self.deliver().await
+    }
+
+    /// A configuration that can never work here (see
+    /// [`Configuration::check_limits`]): the user hears why, no node ever
+    /// sees it, and the session goes on as before — still unconfigured, or
+    /// routing with the previous configuration — so a corrected
+    /// configuration on the same connection works.
+    pub(super) async fn refuse_configuration(
+        &mut self,
+        e: corefarm_smp::ProtocolError,
+    ) -> Result<(), SessionEnd> {
+        let reason = format!(
+            "configuration refused: {e} (--max-message is {})",
+            self.shared.opts.max_message
+        );
+        tracing::warn!(user = %self.conn.peer, "{reason}");
+        self.send_error(ErrorMsg::NO_ID, e.code(), reason).await?;
+        self.send_response(false).await
     }
 
     /// Sizes the kernel's receive buffer of the user socket to a few data
@@ -170,61 +189,75 @@ impl Handler {
         }
     }
 
-    async fn on_data(&mut self, frame: Frame) -> Result<(), End> {
-        let d = match Data::parse(frame.payload) {
-            Ok(d) => d,
-            Err(e) => {
-                return Err(self
-                    .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
-                    .await)
-            }
-        };
+    async fn on_data(&mut self, frame: Frame) -> Result<(), SessionEnd> {
+        let d = Data::parse(frame.payload).map_err(|e| SessionEnd::Broke {
+            code: e.code(),
+            reason: e.to_string(),
+        })?;
         self.accept_data(d, DEFAULT_CLASS).await
     }
 
-    /// A chunk of a data message; the message it completes is routed like
+    /// A chunk of a data message; the message it completes is placed like
     /// one sent whole, in the chunks' class. Any broken rule (see
     /// `smp::stream`) ends the session with the reason.
-    async fn on_chunk(&mut self, frame: Frame) -> Result<(), End> {
+    async fn on_chunk(&mut self, frame: Frame) -> Result<(), SessionEnd> {
         match self.conn.chunk(frame.payload) {
             Ok(whole) => self.on_whole(whole).await,
-            Err(e) => Err(self
-                .fail_user(ErrorMsg::NO_ID, e.code(), e.to_string())
-                .await),
+            Err(e) => Err(SessionEnd::Broke {
+                code: e.code(),
+                reason: e.to_string(),
+            }),
         }
     }
 
     /// A chunk read into its message's buffer: allowed when a chunk frame
     /// would be, then as one.
-    pub(super) async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), End> {
+    pub(super) async fn on_placed(&mut self, whole: Option<Message>) -> Result<(), SessionEnd> {
         if let Asked::Refused(code, reason) = self.conn.asked(MsgType::Chunk) {
-            return Err(self.fail_user(ErrorMsg::NO_ID, code, reason).await);
+            return Err(SessionEnd::Broke { code, reason });
         }
         self.on_whole(whole).await
     }
 
-    /// The message a chunk completed, if any, routed like one sent whole.
-    async fn on_whole(&mut self, whole: Option<Message>) -> Result<(), End> {
+    /// The message a chunk completed, if any, placed like one sent whole.
+    async fn on_whole(&mut self, whole: Option<Message>) -> Result<(), SessionEnd> {
         let Some(m) = whole else { return Ok(()) };
         let class = m.class;
         self.accept_data(Data::from(m), class).await
     }
 
-    async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), End> {
+    async fn accept_data(&mut self, d: Data, class: u8) -> Result<(), SessionEnd> {
         let count = match self.conn.intake(&mut self.credit, d.id, d.data.len()) {
             Ok(n) => n,
             // Its credit comes back with the next grant.
             Err(Refused::ById(id, code, why)) => return self.send_error(id, code, why).await,
-            Err(Refused::End(id, code, why)) => return Err(self.fail_user(id, code, why).await),
+            Err(Refused::End(id, code, reason)) => {
+                return Err(SessionEnd::BadInput { id, code, reason })
+            }
         };
-        self.outstanding += 1;
-        self.dispatch(Pending {
-            user_id: d.id,
+        let id = d.id;
+        let input = Input {
+            id,
             data: d.data,
             count,
             class,
-            sent: tokio::time::Instant::now(),
-        });
-        Ok(())
+        };
+        let queue_full = self.conn.agreed(features::QUEUE_FULL);
+        let mut cx = Cx {
+            out: &mut self.outbox,
+            credit_blocked: false,
+        };
+        match self.placement.data(input, queue_full, &mut cx)? {
+            Admitted::Placed => {
+                self.outstanding += 1;
+                self.deliver().await
+            }
+            Admitted::QueueFull(full) => {
+                let why = format!("{full}; send it again later");
+                // Sent even without the error feature: queue-full asked for it.
+                self.send_user(ErrorMsg::new(id, ErrorCode::QueueFull, why).to_frame())
+                    .await
+            }
+        }
     }
 }

@@ -1,0 +1,256 @@
+//! Exclusive mode's placement: the nodes this user took from the pool,
+//! owned by the session's task, so nothing on the data path takes a lock.
+//!
+//! - this file: the placement's state and its answers to the session;
+//! - `configure`: configuring the nodes, and why none took a configuration;
+//! - `routing`: dispatch by policy, credit windows, what nodes send back;
+//! - `nodes`: taking, adopting, losing and releasing nodes; node timeouts.
+
+mod configure;
+mod nodes;
+mod routing;
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use corefarm_smp::stream::DEFAULT_CLASS;
+use corefarm_smp::{hello::features, Configuration, OutFrame, UserPhase as Phase};
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{StreamExt, StreamMap};
+
+use super::{Admitted, Cx, Input, Placement, SessionEnd, View};
+use crate::dispatch::{Order, Window};
+use crate::nodeconn::{NodeConn, NodeEvent};
+use crate::pool::Control;
+use crate::ServerState;
+
+/// A data message placed on this user's nodes and not yet answered.
+struct Pending {
+    user_id: u32,
+    data: Bytes,
+    count: u32,
+    /// Priority class, 0 most urgent: orders the re-dispatch queue, the
+    /// message's chunks on a chunked node link (`NodeConn::queue_class`)
+    /// and the result's chunks back to the user.
+    class: u8,
+    /// When it was (last) handed to a node: its round trip adapts the window.
+    sent: Instant,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Slot {
+    /// Assigned but not configured yet (before the user's first configuration).
+    Idle,
+    Configuring {
+        deadline: Instant,
+    },
+    Ready,
+}
+
+/// One of the user's nodes.
+struct Node {
+    conn_id: u64,
+    tx: NodeConn,
+    slot: Slot,
+    in_flight: HashMap<u32, Pending>,
+    sent: u64,
+    written: u64,
+    last_progress: Instant,
+}
+
+/// What wakes an owned placement.
+pub(crate) enum OwnedEvent {
+    Node(u64, NodeEvent),
+    /// The pool hands this user a node that joined.
+    Joined(NodeConn),
+}
+
+pub(crate) struct Owned {
+    shared: Arc<ServerState>,
+    user: u64,
+    peer: SocketAddr,
+    /// Nodes the hello asked for.
+    want: Option<u32>,
+    /// The user agreed chunks: its urgent messages get a reserve.
+    chunks: bool,
+    /// The session's phase as this placement drives it: configuring from
+    /// [`Placement::configure`] until it reports the answer, then routing
+    /// (or initial again).
+    phase: Phase,
+    /// Output size of the configuration: a result's expected length.
+    output_size: u32,
+    cfg_frame: Option<OutFrame>,
+    nodes: HashMap<u64, Node>,
+    order: Order,
+    /// Credit policy: each node's adaptive window (by node id; kept apart
+    /// from [`Node`] so that taking and losing nodes need not know of it).
+    windows: HashMap<u64, Window>,
+    events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
+    /// Nodes the pool hands to this user after it registered.
+    ctl_tx: mpsc::UnboundedSender<Control>,
+    ctl_rx: mpsc::UnboundedReceiver<Control>,
+    registered: bool,
+    redispatch: VecDeque<Pending>,
+    next_internal: u32,
+    /// Reasons nodes gave for refusing the current configuration.
+    refusals: configure::Refusals,
+}
+
+impl Owned {
+    pub(crate) fn new(shared: Arc<ServerState>, user: u64, peer: SocketAddr) -> Owned {
+        let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
+        Owned {
+            shared,
+            user,
+            peer,
+            want: None,
+            chunks: false,
+            phase: Phase::Initial,
+            output_size: 0,
+            cfg_frame: None,
+            nodes: HashMap::new(),
+            order: Order::default(),
+            windows: HashMap::new(),
+            events: StreamMap::new(),
+            ctl_tx,
+            ctl_rx,
+            registered: false,
+            redispatch: VecDeque::new(),
+            next_internal: 0,
+            refusals: Default::default(),
+        }
+    }
+
+    /// A `chunks` user under credit is read even while its nodes are busy:
+    /// what it sends then waits in the re-dispatch queue, served by class,
+    /// instead of in its socket behind the bulk messages it sent first.
+    /// Credit bounds how much that can be.
+    fn reads_ahead(&self, credit: bool) -> bool {
+        self.chunks && credit && self.redispatch.len() < crate::chunked::READ_AHEAD
+    }
+}
+
+impl Placement for Owned {
+    type Event = OwnedEvent;
+
+    const FEATURES: &'static [&'static str] = &[
+        features::ERROR,
+        features::CREDIT,
+        features::STATUS,
+        features::ANY_LENGTH,
+        features::SPIN_NOTIFY,
+    ];
+
+    const PACED_BY_READS: bool = true;
+
+    async fn hello(&mut self, want: Option<u32>, chunks: bool) -> u32 {
+        self.want = want;
+        self.chunks = chunks;
+        self.take_nodes().await;
+        self.nodes.len() as u32
+    }
+
+    async fn configure(
+        &mut self,
+        cfg: &Configuration,
+        payload: Bytes,
+        first: bool,
+        cx: &mut Cx<'_>,
+    ) {
+        if first {
+            self.take_nodes().await;
+        } else {
+            // Service times change with the configuration: windows start afresh.
+            self.windows.clear();
+        }
+        self.start_configuring(cfg, payload, cx);
+    }
+
+    fn ready_for_data(&mut self, v: &View) -> bool {
+        (self.redispatch.is_empty() && self.pick_node(false, DEFAULT_CLASS).is_some())
+            || self.reads_ahead(v.credit)
+    }
+
+    fn data(
+        &mut self,
+        input: Input,
+        _queue_full: bool,
+        _cx: &mut Cx<'_>,
+    ) -> Result<Admitted, SessionEnd> {
+        self.dispatch(Pending {
+            user_id: input.id,
+            data: input.data,
+            count: input.count,
+            class: input.class,
+            sent: Instant::now(),
+        });
+        Ok(Admitted::Placed)
+    }
+
+    fn pump(&mut self) {
+        self.redispatch_waiting();
+    }
+
+    fn credit_window(&self) -> u64 {
+        self.shared
+            .opts
+            .user_window
+            .map_or_else(|| self.user_window(), |w| w as u64)
+            .max(1)
+            + u64::from(self.urgent_reserve(0))
+    }
+
+    async fn event(&mut self) -> OwnedEvent {
+        tokio::select! {
+            biased;
+            Some((id, ev)) = self.events.next(), if !self.events.is_empty() => OwnedEvent::Node(id, ev),
+            Some(c) = self.ctl_rx.recv() => match c {
+                Control::NodeJoined(conn) => OwnedEvent::Joined(conn),
+            },
+            // Never: this placement holds a sender of `ctl_rx`.
+            else => std::future::pending().await,
+        }
+    }
+
+    fn handle(&mut self, ev: OwnedEvent, cx: &mut Cx<'_>) {
+        match ev {
+            OwnedEvent::Node(id, ev) => self.on_node_event(id, ev, cx),
+            OwnedEvent::Joined(conn) => self.adopt(conn),
+        }
+    }
+
+    fn tick(&mut self) {
+        self.check_timeouts();
+    }
+
+    fn wanted_elsewhere(&self) -> Option<usize> {
+        let idle = self.redispatch.is_empty() && !self.nodes.is_empty();
+        (idle && self.shared.pool.someone_starved(self.user)).then_some(self.nodes.len())
+    }
+
+    fn label(&self, node: u64) -> Option<String> {
+        self.nodes.get(&node).map(|n| n.tx.label())
+    }
+
+    fn queued(&self) -> u64 {
+        self.redispatch.len() as u64
+    }
+
+    fn unflushed(&self) -> bool {
+        self.nodes.values().any(|n| n.tx.unflushed())
+    }
+
+    fn flush(&self) {
+        for n in self.nodes.values() {
+            n.tx.flush();
+        }
+    }
+
+    fn finish(&mut self) {
+        self.release_nodes();
+    }
+}
