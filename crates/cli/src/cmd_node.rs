@@ -7,6 +7,7 @@ use corefarm_node::NodeOptions;
 use tokio_util::sync::CancellationToken;
 
 use crate::cmd_server::{metrics_field, parse_trust, runtime, serve_metrics, stop_on_signal};
+use crate::flags::FlagError;
 
 #[derive(Args, Clone)]
 pub struct NodeArgs {
@@ -74,7 +75,7 @@ pub struct NodeTuning {
     /// one-CPU machine.
     #[arg(long, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub handler_workers: Option<u32>,
-    /// Offer chunks on the server link (issue 11) with this chunk size in
+    /// Offer chunks on the server link (so that an urgent message need not wait behind a large one) with this chunk size in
     /// bytes: the server sends data larger than the size in force (the
     /// smaller of this and its `--node-chunk-size`) as chunks interleaved by
     /// priority class, and streaming handlers start on a message's first
@@ -139,13 +140,16 @@ pub struct NodeTuning {
 #[derive(Debug, Clone, Copy)]
 pub struct PeerListen(Option<std::net::SocketAddr>);
 
-fn parse_peer_listen(s: &str) -> Result<PeerListen, String> {
+fn parse_peer_listen(s: &str) -> Result<PeerListen, FlagError> {
     if s == "none" {
         return Ok(PeerListen(None));
     }
     s.parse()
         .map(|a| PeerListen(Some(a)))
-        .map_err(|e| format!("{s:?} is not IP:PORT or none: {e}"))
+        .map_err(|error| FlagError::PeerListen {
+            given: s.to_string(),
+            error,
+        })
 }
 
 impl NodeTuning {
@@ -194,34 +198,35 @@ impl NodeTuning {
     }
 
     /// `--fpga-base`/`--fpga-span`: decimal or 0x-prefixed hexadecimal.
-    fn parse_u64(s: &str) -> Result<u64, String> {
+    fn parse_u64(s: &str) -> Result<u64, FlagError> {
         let t = s.trim().replace('_', "");
         let r = match t.strip_prefix("0x").or_else(|| t.strip_prefix("0X")) {
             Some(h) => u64::from_str_radix(h, 16),
             None => t.parse(),
         };
-        r.map_err(|e| format!("{s:?} is not a decimal or 0x-hex number: {e}"))
+        r.map_err(|error| FlagError::Number {
+            given: s.to_string(),
+            error,
+        })
     }
 
     /// `--core-timeout`: positive, finite seconds (Duration panics otherwise).
-    fn parse_seconds(s: &str) -> Result<f64, String> {
+    fn parse_seconds(s: &str) -> Result<f64, FlagError> {
         match s.trim().parse::<f64>() {
             Ok(v) if v.is_finite() && v > 0.0 && v < 1e9 => Ok(v),
-            _ => Err(format!("{s:?} is not a positive number of seconds")),
+            _ => Err(FlagError::PositiveSeconds(s.to_string())),
         }
     }
 
     /// `--fpga-programmer`: `fpga-manager` or a command line.
-    fn parse_programmer(s: &str) -> Result<corefarm_cores::fpga::Programmer, String> {
+    fn parse_programmer(s: &str) -> Result<corefarm_cores::fpga::Programmer, FlagError> {
         if s.trim() == "fpga-manager" {
             return Ok(corefarm_cores::fpga::Programmer::default());
         }
         match shlex::split(s) {
             Some(argv) if !argv.is_empty() => Ok(corefarm_cores::fpga::Programmer::Command(argv)),
-            Some(_) => Err("empty programmer command".into()),
-            None => Err(format!(
-                "{s:?}: unbalanced quotes in the programmer command"
-            )),
+            Some(_) => Err(FlagError::EmptyProgrammer),
+            None => Err(FlagError::UnbalancedQuotes(s.to_string())),
         }
     }
 }

@@ -71,13 +71,6 @@ pub(crate) fn parse_trust(s: &str) -> Result<corefarm_cores::signature::PublicKe
     PublicKey::parse_or_read(s).map_err(|e| FlagError::PublicKeyFile(e.to_string()))
 }
 
-/// `--isolation`: process or in-process.
-pub fn parse_isolation(s: &str) -> Result<corefarm_cores::Isolation, String> {
-    s.trim()
-        .parse()
-        .map_err(|e: corefarm_cores::UnknownIsolation| e.to_string())
-}
-
 /// Seconds for a timeout: zero would fire at once, so it must be positive.
 pub(crate) fn parse_timeout(s: &str) -> Result<f64, FlagError> {
     match parse_seconds(s)? {

@@ -20,6 +20,19 @@ pub const MIN_CHUNK_SIZE: u32 = 512;
 
 #[derive(Debug, thiserror::Error)]
 pub enum FlagError {
+    #[error("{given:?} is not IP:PORT or none: {error}")]
+    PeerListen {
+        given: String,
+        error: std::net::AddrParseError,
+    },
+    #[error("{given:?} is not a decimal or 0x-hex number: {error}")]
+    Number { given: String, error: ParseIntError },
+    #[error("{0:?} is not a positive number of seconds")]
+    PositiveSeconds(String),
+    #[error("empty programmer command")]
+    EmptyProgrammer,
+    #[error("{0:?}: unbalanced quotes in the programmer command")]
+    UnbalancedQuotes(String),
     #[error("{0:?} is not a number of seconds")]
     Seconds(String),
     #[error("{0:?}: a timeout must be more than 0 seconds")]

@@ -35,14 +35,19 @@ pub enum TlsPorts {
     Both,
 }
 
+/// A `--tls-ports` value other than users, nodes or both.
+#[derive(Debug, thiserror::Error)]
+#[error("{0:?}: expected users, nodes or both")]
+pub struct UnknownTlsPorts(pub String);
+
 impl std::str::FromStr for TlsPorts {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = UnknownTlsPorts;
+    fn from_str(s: &str) -> Result<Self, UnknownTlsPorts> {
         match s {
             "users" => Ok(TlsPorts::Users),
             "nodes" => Ok(TlsPorts::Nodes),
             "both" => Ok(TlsPorts::Both),
-            other => Err(format!("{other:?}: expected users, nodes or both")),
+            other => Err(UnknownTlsPorts(other.to_string())),
         }
     }
 }
@@ -71,8 +76,12 @@ impl std::fmt::Debug for ServerTls {
 }
 
 impl ServerTls {
-    pub fn load(cert: &Path, key: &Path, ports: TlsPorts) -> Result<Self, String> {
-        let cfg = corefarm_smp::tls::server_config(cert, key).map_err(|e| e.to_string())?;
+    pub fn load(
+        cert: &Path,
+        key: &Path,
+        ports: TlsPorts,
+    ) -> Result<Self, corefarm_smp::tls::TlsError> {
+        let cfg = corefarm_smp::tls::server_config(cert, key)?;
         Ok(ServerTls {
             acceptor: TlsAcceptor::from(cfg),
             ports,

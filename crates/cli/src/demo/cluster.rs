@@ -16,7 +16,6 @@ pub struct ClusterSpec {
     pub target: Target,
     pub nodes: u32,
     pub cores: u32,
-    pub isolation: corefarm_cores::Isolation,
 }
 
 /// Starts the cluster, configures its nodes with `cfg`, streams the
@@ -39,7 +38,8 @@ pub fn run(
     let node = NodeOptions {
         name: "demo-node".into(),
         reconnect: false,
-        load: c.target.load_options(c.isolation),
+        // Cores in worker processes, as `corefarm node` runs them.
+        load: c.target.load_options(corefarm_cores::Isolation::Process),
         ..NodeOptions::default()
     };
     let (cluster, handle) = rt.block_on(corefarm_bench::cluster::start_local(

@@ -71,10 +71,6 @@ pub struct DemoArgs {
     /// Hardware cores (core-table entries) per node.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub cores: u32,
-    /// Where the nodes run their cores: process (a worker process per
-    /// core, the node default) or in-process (unsafe, for comparison).
-    #[arg(long, default_value_t = Isolation::Process, value_parser = crate::cmd_server::parse_isolation)]
-    pub isolation: Isolation,
     /// Matrix pairs to multiply [default: 2000 native, 200 rtl].
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000_000))]
     pub jobs: Option<u64>,
@@ -158,7 +154,6 @@ pub fn run(args: DemoArgs) -> Result<()> {
             target: args.target,
             nodes: args.nodes,
             cores: args.cores,
-            isolation: args.isolation,
         },
         &img.configuration,
         &StreamSpec {
@@ -189,7 +184,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let v = streamed.verify(seed);
     let report = Report {
         target: args.target,
-        isolation: args.isolation.name(),
+        isolation: Isolation::Process.name(),
         artifact: img.artifact,
         nodes: args.nodes,
         cores_per_node: args.cores,
