@@ -1,5 +1,5 @@
 //! Why a flag's value is refused. clap prints the message after
-//! "invalid value 'V' for '--flag <FLAG>': ", so the text is what the user
+//! `invalid value 'V' for '--flag <FLAG>': `, so the text is what the user
 //! reads (tests/cli_misuse.rs checks it); the parsers live beside their
 //! flags.
 

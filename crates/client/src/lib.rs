@@ -97,6 +97,7 @@ pub struct ClientOptions {
     pub connect_timeout: Option<Duration>,
     /// Limit on each blocking wait other than `recv` (which takes its own):
     /// configuration responses, credit, socket writes. `None` waits forever.
+    /// [`Client::set_io_timeout`] changes it on a connected client.
     pub io_timeout: Option<Duration>,
     /// The user secret, for a server with an auth file: the client then
     /// announces the `auth` feature and answers the server's challenge

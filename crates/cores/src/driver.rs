@@ -4,7 +4,7 @@
 //!
 //! Waiting is bounded: a core that never finishes (or never becomes idle)
 //! yields [`CoreError::Timeout`] and is reset where the bus can, instead of
-//! hanging its core handler thread.
+//! hanging the thread that runs its jobs.
 
 use std::time::{Duration, Instant};
 

@@ -8,7 +8,9 @@
 //! ([`native::NativeCore`], which says why it skips the register
 //! emulation). [`image`] reads and verifies the container that carries the
 //! artifacts; building cores and images is `corefarm-toolchain`'s job, so
-//! nodes never link a compiler driver.
+//! nodes never link a compiler driver. Image reading stays here rather than
+//! in a crate of its own: the node needs it, and nothing would use such a
+//! crate alone.
 //!
 //! Native and RTL cores are user code compiled for the CPU. By default
 //! ([`Isolation::Process`]) [`load`] runs each in a worker process of its
@@ -263,10 +265,11 @@ pub enum Isolation {
     /// memories or hangs fails its job and is restarted; the node goes on.
     #[default]
     Process,
-    /// On the node's core handler threads, without protection: a faulty
-    /// core can corrupt or kill the node process, and a native core that
-    /// never returns blocks its core for good. Saves one copy each way and
-    /// a process round trip per input.
+    /// In the loading process itself, without protection: a faulty core
+    /// can corrupt or kill that process, and a native core that never
+    /// returns blocks its core for good. For the client's co-working and
+    /// for tests; `corefarm node` and `corefarm local` never load user code
+    /// this way (the pipelined worker is no slower).
     InProcess,
 }
 

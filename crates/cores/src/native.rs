@@ -10,11 +10,13 @@
 //! 30 µs per 64×64 matrix product on the reference machine, for no
 //! protection: a thread running a C function cannot be stopped, so a timed
 //! out job only leaked a thread. [`NativeCore`] therefore calls the function
-//! on the calling thread (the node's core handler thread) and is a
-//! [`Core`] like the others, so the node cannot tell the difference.
+//! on the calling thread (in a node, the job thread of the core's worker
+//! process) and is a [`Core`] like the others, so the node cannot tell the
+//! difference.
 //!
-//! A native function that never returns blocks its core handler thread for
-//! good; only running cores in a separate process could interrupt it.
+//! A native function that never returns blocks the thread that called it
+//! for good; only running cores in a separate process could interrupt it,
+//! which is why a node always runs them in one (`worker`).
 
 use std::path::Path;
 use std::sync::OnceLock;

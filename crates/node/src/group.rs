@@ -9,6 +9,14 @@
 //! collective is answered with the first failure at once, so no member waits
 //! on a group that can no longer complete one. The server tears such a group
 //! down; dropping the [`GroupHandle`] frees the buffers.
+//!
+//! A collective's priority class travels in its group command (the command
+//! byte's high nibble, feature `group-priority`) to every member, which
+//! writes it into each of its chunks' collective header, in a byte that was
+//! reserved: older nodes ignore it, and their own chunks read as the default
+//! class. The server only clears the class for a member that did not offer
+//! the feature; it does not reorder commands by class, since a group's
+//! members must run collectives in one order.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -13,7 +13,9 @@
 //! The message's reservation in the memory guard is made to cover the
 //! result before it is queued ([`ResultShape::account`]: an `any-length`
 //! result longer than count × output size takes the difference from the
-//! guard without waiting, or fails the message with `TooLarge`).
+//! guard without waiting, or fails the message with `TooLarge`): a lane
+//! thread that waited there could wait on memory held only by messages
+//! queued behind its own.
 //!
 //! A message that arrives whole (a plain data frame) is fed to the worker
 //! at once; one that arrives as chunks on a link that negotiated them

@@ -1,6 +1,6 @@
 //! What a user session checks of a data message before it goes to a node
-//! or a queue, the same in both sharing modes (`user/` for exclusive
-//! nodes, `sched/session` for shared ones): that it holds whole inputs of
+//! or a queue, the same in both sharing modes (the session calls it
+//! whatever its placement): that it holds whole inputs of
 //! the configuration, that a credit user had credit for it, and that its
 //! result could reach the user.
 

@@ -5,6 +5,11 @@
 //! bounded number of refusals are answered at once (the rest are closed
 //! straight away), each within a short deadline, reading at most a header and
 //! a small hello.
+//!
+//! A connection still in its TLS handshake or authentication holds a place
+//! too, but at most a quarter of a port's places (64 at most) may be held
+//! that way, and the way in must be complete within one `--read-timeout`:
+//! peers without a secret can neither take every place nor keep one.
 
 use std::net::SocketAddr;
 use std::sync::Arc;

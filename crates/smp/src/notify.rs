@@ -3,6 +3,13 @@
 //! sent by the node to the server and relayed to the user that owns the
 //! data message, always before that message's result or error.
 //!
+//! Notifications travel on the results' path, so data messages pay nothing
+//! for them: the node queues a message's notifications on its sending task
+//! just before the answer, in the message's class (so the outbox keeps them
+//! ahead of it); the server maps the id back where it maps a result's and
+//! relays them to a user that agreed `spin-notify`; the client keeps them in
+//! a bounded queue of their own, so results never wait for them.
+//!
 //! Payload: `u32` id of the data message (as on the link it travels),
 //! `u8` index of the handler set that sent it, then the notification's
 //! bytes (at most [`MAX_NOTIFICATION`]).

@@ -1,11 +1,22 @@
 //! The task that owns every node in shared mode and runs [`Sched`].
 //!
 //! It is the pool's only taker (a waiter that wants every node), so nodes
-//! reach it the same way they reach a user in exclusive mode: one scheduler
-//! owns the nodes (design seam 4). Users talk to it through [`Handle`];
-//! it answers each user on that user's channel. Node I/O stays in
-//! [`crate::nodeconn`]: this task only turns events into scheduler calls and
-//! scheduler actions into frames.
+//! reach it the same way they reach a user in exclusive mode. Users talk to
+//! it through [`Handle`]; it answers each user on that user's channel. Node
+//! I/O stays in [`crate::nodeconn`]: this task only turns events into
+//! scheduler calls and scheduler actions into frames.
+//!
+//! Why one task owns every node: replicas of one function serve many users,
+//! and choosing among them, moving a node between functions and
+//! re-dispatching a dead node's work need one consistent view. One owner
+//! keeps the data path free of locks, as the session's own task does for
+//! exclusive nodes; the price is that all shared-mode data passes through
+//! this task (a channel hop per message in and out).
+//!
+//! The seed's behaviour is kept where a seed user sees it: the session, not
+//! the scheduler, drains a user's data in flight before a new configuration
+//! and answers in seed terms; the scheduler answers a configuration once a
+//! replica of its function exists.
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -1,4 +1,11 @@
 //! Messages from the user: hello, configuration, data, chunks and status.
+//!
+//! A configuration that cannot work (input or output plus the data id
+//! larger than `--max-message`, no output for a core configuration) is
+//! refused before any node sees it, and the session stays where it was
+//! (Initial, or routing with the previous configuration), so the user can
+//! correct it. One that arrives while routing waits until no data is in
+//! flight, so its answer comes after every earlier result.
 
 use corefarm_smp::{
     hello::features, Configuration, Data, ErrorCode, ErrorMsg, Frame, Hello, MsgType,

@@ -16,6 +16,14 @@
 //!
 //! The server↔node link negotiates chunks (`features::CHUNKS`);
 //! docs/streams.md says what else is wired.
+//!
+//! Chunks have a 24-byte header of their own rather than reusing the
+//! collective chunk fields of the peer header: the peer header's routing
+//! and collective fields mean nothing on a user or server link, and a
+//! second decoder of the same bytes with half its fields ignored would be
+//! the harder thing to keep correct. Both ride the inline-header frame
+//! ([`crate::outframe::Inline`], whose prefix holds up to 24 bytes for this
+//! reason), so every writer sends a chunk without copying its data.
 
 pub mod chunk;
 pub mod classes;

@@ -1,5 +1,9 @@
 //! Nodes Configuration state (seed 000 §3.3.1.2): the configuration goes to
 //! every node at once; the user hears success if at least one node took it.
+//!
+//! A configuration that every node refused returns the session to Initial,
+//! and the next configuration takes free nodes again: the pool forgets
+//! which nodes refused the previous one, since the next may suit them.
 
 use bytes::Bytes;
 use corefarm_smp::{
