@@ -791,7 +791,10 @@ def sec_compare(results: Path) -> list[str]:
                     continue
                 per.setdefault(m["metric"], []).append(m)
         rows = []
-        for metric, ms_ in sorted(per.items()):
+        # The figures a reader judges a change by; the rest restate them in other units.
+        key = ("input_bps", "latency_p50_ms", "latency_p99_ms", "server_cpu_s_per_gb", "matrices_per_s",
+               "software_matrices_per_s", "rtl_standalone_cycles_per_s", "throughput_bps")
+        for metric, ms_ in sorted((m, v) for m, v in per.items() if m in key):
             r = [m["ratio"] for m in ms_]
             g = 1.0
             for x in r:
@@ -919,7 +922,10 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
         if isinstance(text, list):
             text = "\n\n".join(text)
         L += ["", "**Reading.** " + text if text else PLACEHOLDER + READINGS[name], ""]
-    L += sec_compare(results)
+    cmp = sec_compare(results)
+    if cmp and readings.get("compare"):
+        cmp += ["**Reading.** " + readings["compare"], ""]
+    L += cmp
     return "\n".join(L).rstrip() + "\n"
 
 
