@@ -329,8 +329,14 @@ fn user_bench(a: UserArgs) -> Result<()> {
         tls: a.tls.load()?,
     };
     let rep = user::run(&opts)?;
-    if a.json {
-        println!("{}", serde_json::to_string(&rep)?);
+    print_user_report(&rep, a.json)
+}
+
+/// A benchmarking user's report (`bench user`, `bench node`): JSON or the
+/// summary, and a failed run is the command's failure.
+fn print_user_report(rep: &corefarm_bench::user::UserReport, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string(rep)?);
     } else {
         print!("{}", rep.summary());
     }
@@ -385,15 +391,7 @@ fn node_bench(a: NodeBenchArgs) -> Result<()> {
             let _ = std::io::stdout().flush();
         }
     })?;
-    if a.json {
-        println!("{}", serde_json::to_string(&rep)?);
-    } else {
-        print!("{}", rep.summary());
-    }
-    if !rep.ok {
-        bail!("benchmark failed: {}", rep.errors.join("; "));
-    }
-    Ok(())
+    print_user_report(&rep, a.json)
 }
 
 /// A relative change: finite and not negative.
