@@ -9,7 +9,9 @@
 //!   descriptor like on a socket, ringing the next queued job meanwhile;
 //! - on the event loop itself, for a core that declares itself instant
 //!   ([`Core::instant`]: the zero-delay benchmarking core), which costs less
-//!   than any hand-over;
+//!   than any hand-over; the receiving task runs a job on it at once when
+//!   the core is free and nothing is queued, rather than wake the core's
+//!   task;
 //! - on a thread of its own, for a core that blocks (an FPGA poll loop, the
 //!   benchmarking core's delay, an in-process core an embedder loaded, a
 //!   test's gated fake): the task hands the thread a job and waits for it
@@ -115,6 +117,11 @@ pub fn run_job(core: &mut dyn Core, job: Job, input_size: usize, output_size: us
 /// The running core handlers of one configuration.
 pub struct Workers {
     queue: JobQueue,
+    /// The instant cores, which [`Workers::submit`] may run a job on itself;
+    /// `turn` is the one it tries first.
+    instant: Vec<engine::Instant>,
+    turn: usize,
+    input_size: usize,
     /// Ends (every sender dropped) once every core's task has.
     tasks: Option<std::sync::mpsc::Receiver<()>>,
     output_size: usize,
@@ -151,6 +158,13 @@ impl Workers {
             let name = format!("{node}-core{i}");
             started.push(engine::Place::of(core, shape, &queue, &results, &name)?);
         }
+        let instant = started
+            .iter()
+            .filter_map(|place| match place {
+                engine::Place::Task(core) => Some(core.clone()),
+                _ => None,
+            })
+            .collect();
         for place in started {
             runtime.spawn(engine::run(
                 place,
@@ -162,6 +176,9 @@ impl Workers {
         }
         Ok(Workers {
             queue,
+            instant,
+            turn: 0,
+            input_size,
             tasks: Some(tasks),
             output_size,
             results,
@@ -198,12 +215,28 @@ impl Workers {
         self.spin.as_ref()
     }
 
-    /// Queues a job. `false` once nobody can take it any more (the
-    /// configuration's handlers are stopping).
+    /// Queues a job, or runs it at once on a free instant core. `false`
+    /// once nobody can take it any more (the configuration's handlers are
+    /// stopping, or the sending task is gone).
     pub async fn submit(&mut self, job: Job) -> bool {
         if let Some(lane) = &self.spin {
             if let Some(ctx) = lane.select(&job.data) {
                 return lane.submit(ctx, job).await;
+            }
+        }
+        // An instant core that is free takes the job at once, unless jobs
+        // wait before it (forwarded by a streaming handler) and it would
+        // overtake them.
+        if !self.instant.is_empty() && self.queue.is_empty() {
+            let n = self.instant.len();
+            for i in 0..n {
+                let at = (self.turn + i) % n;
+                if let Some(mut core) = engine::try_lock(&self.instant[at]) {
+                    self.turn = (at + 1) % n;
+                    let out = run_job(core.as_mut(), job, self.input_size, self.output_size);
+                    drop(core);
+                    return self.results.send(out).is_ok();
+                }
             }
         }
         self.queue.push(job.class, job).is_ok()

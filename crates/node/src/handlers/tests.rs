@@ -341,3 +341,40 @@ async fn an_instant_core_runs_on_the_event_loop_and_a_blocking_one_on_its_thread
         assert_eq!(*ran_on.lock().unwrap(), [want], "instant: {instant}");
     }
 }
+
+#[tokio::test]
+async fn a_job_for_an_instant_core_never_overtakes_one_already_queued() {
+    let g = MemoryGuard::new(1 << 20);
+    let ran_on = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let engine = Engine {
+        cores: vec![Box::new(Where {
+            instant: true,
+            ran_on: ran_on.clone(),
+        })],
+        input_size: 2,
+        output_size: 2,
+    };
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    // What a streaming handler forwards to the cores is queued (from its
+    // thread); the core's task has not run yet on this one-thread runtime.
+    let class = corefarm_smp::stream::DEFAULT_CLASS;
+    assert!(w.queue.push(class, job(&g, 1, &[1, 2], 1).await).is_ok());
+    assert!(w.submit(job(&g, 2, &[3, 4], 1).await).await);
+    // Once nothing is queued, the submitting task runs the next job itself.
+    let mut ids = Vec::new();
+    for _ in 0..2 {
+        let Some(Outgoing::Result { id, .. }) = rx.recv().await else {
+            panic!("a result")
+        };
+        ids.push(id);
+    }
+    assert_eq!(ids, [1, 2]);
+    assert!(w.submit(job(&g, 3, &[5, 6], 1).await).await);
+    assert!(
+        matches!(rx.try_recv(), Ok(Outgoing::Result { id: 3, .. })),
+        "the result is sent before submit returns"
+    );
+    tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+    assert_eq!(ran_on.lock().unwrap().len(), 3);
+}
