@@ -212,6 +212,8 @@ def test_batch_script_runs_a_checked_job_on_two_boards(cluster):
     # The prolog programmed each board with the base bitstream before the job.
     for b in range(BOARDS):
         assert (d / f"board{b}.programmed").read_bytes() == b"base bitstream"
-    # The job tore its processes down: nothing of it is left running.
-    leftover = subprocess.run(["pgrep", "-f", f"{corefarm} (server|node) "], capture_output=True, text=True)
+    # The job tore its processes down: nothing of it is left running. Only
+    # this job's processes count (their command lines name its secret
+    # files): other corefarm processes of the machine are not the job's.
+    leftover = subprocess.run(["pgrep", "-f", f"{corefarm} (server|node) .*{d}/"], capture_output=True, text=True)
     assert leftover.stdout.strip() == "", f"left running: {leftover.stdout}"
