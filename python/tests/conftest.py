@@ -37,3 +37,18 @@ def one_node():
         yield c
     finally:
         c.stop()
+
+
+@pytest.fixture
+def ctrl_c():
+    """Python's own SIGINT handler for the test, so that
+    `_thread.interrupt_main()` raises KeyboardInterrupt: a process started
+    in the background of a non-interactive shell (as CI may start pytest)
+    inherits SIGINT ignored, and interrupt_main() then does nothing."""
+    import signal
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)

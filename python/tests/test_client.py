@@ -242,20 +242,7 @@ def test_close_from_another_thread_unblocks_recv():
     srv.join()
 
 
-def test_ctrl_c_interrupts_a_blocking_recv():
-    import signal
-
-    # A process started in the background of a non-interactive shell (as CI
-    # may start pytest) inherits SIGINT ignored, and then interrupt_main()
-    # does nothing: install Python's own handler for this test.
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        _recv_is_interrupted()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-
-
-def _recv_is_interrupted():
+def test_ctrl_c_interrupts_a_blocking_recv(ctrl_c):
     import _thread
 
     release = threading.Event()

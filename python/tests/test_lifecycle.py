@@ -145,7 +145,7 @@ def test_an_async_client_moves_to_a_new_loop_and_refuses_a_concurrent_one():
     srv.join()
 
 
-def test_ctrl_c_interrupts_a_submission_waiting_for_credit():
+def test_ctrl_c_interrupts_a_submission_waiting_for_credit(ctrl_c):
     """A server that grants no credit must not make a submission deaf to
     Ctrl-C until its io_timeout: the wait is sliced and signals are checked
     in between, as recv's is. Nothing is sent."""
