@@ -8,7 +8,7 @@
 
 use std::process::Command;
 
-mod support;
+use crate::support;
 use support::BIN;
 
 #[test]

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod support;
+use crate::support;
 use support::{Proc, BIN};
 
 /// Runs `corefarm args`, killing it if it has not exited within `limit`

@@ -17,8 +17,8 @@ use corefarm_smp::{
     hello::features, ConfigurationResponse, Data, ErrorCode, MsgType, NodeState, OutFrame,
 };
 
-mod cluster_harness;
-mod support;
+use crate::cluster_harness;
+use crate::support;
 use cluster_harness::*;
 use support::{Proc, BIN};
 

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use corefarm_model::collectives::{Algo, Calibration, Op};
 
-mod support;
+use crate::support;
 
 use support::{Proc, BIN};
 

@@ -13,10 +13,8 @@ use corefarm_cores::image;
 use rand::{Rng, SeedableRng};
 use tools::Tool;
 
-#[allow(dead_code)] // this test needs only the C++ compiler
-mod tools;
-
-mod support;
+use crate::support;
+use crate::tools;
 
 const N: usize = 64;
 const INPUT: usize = 2 * N * N * 4;

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use corefarm_client::group::{Algorithm, Group, GroupOptions};
 use corefarm_smp::{BenchmarkConfig, DType, ReduceOp};
 
-mod support;
+use crate::support;
 use support::{Proc, BIN};
 
 fn server() -> (Proc, String, String) {

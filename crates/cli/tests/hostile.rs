@@ -16,8 +16,8 @@ use corefarm_smp::{
     Configuration, ConfigurationResponse, Data, ErrorCode, ErrorMsg, MsgType, OutFrame,
 };
 
-mod cluster_harness;
-mod support;
+use crate::cluster_harness;
+use crate::support;
 use cluster_harness::*;
 use support::{Proc, BIN};
 

@@ -7,7 +7,7 @@ use std::process::{Command, Output};
 
 use tools::Tool;
 
-mod tools;
+use crate::tools;
 
 const BIN: &str = env!("CARGO_BIN_EXE_corefarm");
 

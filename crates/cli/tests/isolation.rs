@@ -12,10 +12,8 @@ use corefarm_client::{Client, ClientOptions};
 use corefarm_smp::NodeState;
 use tools::Tool;
 
-#[allow(dead_code)] // shared with the other tests; this one needs only the C++ compiler
-mod tools;
-
-mod support;
+use crate::support;
+use crate::tools;
 
 fn build_image(dir: &Path) -> Bytes {
     let args = [

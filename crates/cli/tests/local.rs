@@ -10,7 +10,7 @@ use bytes::Bytes;
 use corefarm_client::{Client, ClientOptions, DEFAULT_USER_PORT};
 use corefarm_smp::NodeState;
 
-mod support;
+use crate::support;
 use support::{Proc, BIN};
 
 fn help() -> String {

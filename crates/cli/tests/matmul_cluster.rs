@@ -21,9 +21,8 @@ use corefarm_toolchain::{self as toolchain, BuildKind, ImageBuilder};
 use rand::{Rng, SeedableRng};
 use tools::Tool;
 
-mod tools;
-
-mod support;
+use crate::support;
+use crate::tools;
 use support::{Proc, BIN};
 const N: usize = 64;
 const INPUT: usize = 2 * N * N * 4;

@@ -2,9 +2,8 @@
 //! benchmarking user: `/metrics` counts exactly what the user received,
 //! passes `promtool check metrics`, and `/status` is the status model.
 
-mod support;
-#[allow(dead_code)] // each test needs one tool
-mod tools;
+use crate::support;
+use crate::tools;
 
 use std::io::Write;
 use std::process::{Command, Stdio};

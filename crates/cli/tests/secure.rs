@@ -13,7 +13,7 @@ use corefarm_client::{Client, ClientOptions};
 use corefarm_smp::auth::Secret;
 use corefarm_smp::ClusterStatus;
 
-mod support;
+use crate::support;
 use support::{Proc, BIN};
 
 const LIMIT: Duration = Duration::from_secs(60);

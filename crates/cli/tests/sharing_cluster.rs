@@ -16,7 +16,7 @@ use corefarm_smp::{
     Data, ErrorMsg, Frame, FunctionStatus, Hello, MsgType, OutFrame,
 };
 
-mod support;
+use crate::support;
 use support::{Proc, BIN};
 
 struct Cluster {

@@ -6,7 +6,7 @@
 
 use std::process::Command;
 
-mod support;
+use crate::support;
 
 #[test]
 fn two_minute_soak_loses_nothing() {

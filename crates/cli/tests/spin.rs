@@ -19,10 +19,8 @@ use corefarm_cores::spin::HandlerSet;
 use rand::{Rng, SeedableRng};
 use tools::Tool;
 
-#[allow(dead_code)]
-mod tools;
-
-mod support;
+use crate::support;
+use crate::tools;
 
 const INPUT: usize = 16;
 const OUTPUT: usize = 64;

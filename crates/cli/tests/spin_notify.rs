@@ -22,10 +22,8 @@ use corefarm_smp::hello::features;
 use corefarm_smp::{ConfigurationResponse, Hello, MsgType, OutFrame};
 use tools::Tool;
 
-#[allow(dead_code)]
-mod tools;
-
-mod support;
+use crate::support;
+use crate::tools;
 
 /// One input of 16 bytes, one output of 64 (the handlers answer instead).
 const ECHO: &str = include_str!("../../../tests/fixtures/spin/echo.cpp");

@@ -20,10 +20,8 @@ use corefarm_client::{Client, ClientError, ClientOptions};
 use corefarm_cores::image;
 use tools::Tool;
 
-#[allow(dead_code)]
-mod tools;
-
-mod support;
+use crate::support;
+use crate::tools;
 
 const ECHO: &str = include_str!("../../../tests/fixtures/spin/echo.cpp");
 const MEET: &str = include_str!("../../../tests/fixtures/spin/meet.c");

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-mod support;
+use crate::support;
 use support::{Proc, BIN};
 
 const LIMIT: Duration = Duration::from_secs(60);

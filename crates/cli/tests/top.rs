@@ -3,9 +3,8 @@
 //! the screen shows both nodes and the user with a non-zero throughput, and
 //! `q` quits.
 
-mod support;
-#[allow(dead_code)] // each test needs one tool
-mod tools;
+use crate::support;
+use crate::tools;
 
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};

@@ -1,11 +1,10 @@
 //! Native cores loaded in the node's own process (`--isolation
 //! in-process`) are dlopened from memory files: nothing is written to
 //! TMPDIR, so a node whose TMPDIR is unusable still loads them (and one
-//! killed by a core's initialiser leaves nothing there). Alone in its test
-//! binary: it points TMPDIR at a directory that does not exist.
+//! killed by a core's initialiser leaves nothing there). Alone in a process
+//! of its own: it points TMPDIR at a directory that does not exist.
 
-#[path = "support/faulty.rs"]
-mod faulty;
+use crate::support::{alone, faulty};
 
 use corefarm_cores::{load, Isolation, LoadOptions};
 use faulty::c_configuration;
@@ -22,12 +21,15 @@ void twice(const uint8_t *in, uint8_t *out) {
 #[test]
 fn in_process_native_cores_load_without_a_usable_tmpdir() {
     let test = "in_process_native_cores_load_without_a_usable_tmpdir";
+    if !alone::here(module_path!(), test) {
+        return;
+    }
     let Some(cfg) = c_configuration(test, TWICE, "twice", 2, 8) else {
         return;
     };
     let gone = tempfile::tempdir().unwrap();
 
-    // The only test of this binary: no other thread reads the environment.
+    // The only test of this process: no other thread reads the environment.
     std::env::set_var("TMPDIR", gone.path().join("does-not-exist"));
     let opts = LoadOptions {
         isolation: Isolation::InProcess,

@@ -5,8 +5,7 @@
 //! `cores/faulty/faulty.cpp` (fault chosen by the first input byte) and,
 //! for RTL, the reference `vadd` and `stuck` Verilog cores.
 
-#[path = "support/faulty.rs"]
-mod faulty;
+use crate::support::faulty;
 
 use bytes::Bytes;
 use corefarm_cores::image::{self, ArtifactKind};

@@ -8,8 +8,7 @@
 //! `cores/faulty/faulty.cpp` (fault chosen by the first input byte;
 //! 0xF6 is a correct job that takes 200 ms).
 
-#[path = "support/faulty.rs"]
-mod faulty;
+use crate::support::faulty;
 
 use corefarm_cores::{BatchError, Pipeline, PIPELINE_TICK};
 use faulty::load_faulty as faulty;

@@ -1,11 +1,10 @@
 //! A worker that dies between jobs (killed from outside): the kernel marks
 //! the robust futex its job thread holds for its whole life, so the node
 //! notices at once, fails the next job with the signal and restarts the
-//! worker. A test binary of its own, so that the only worker processes of
-//! this process are this test's.
+//! worker. Alone in a process of its own, so that the only worker
+//! processes of that process are this test's.
 
-#[path = "support/faulty.rs"]
-mod faulty;
+use crate::support::{alone, faulty};
 
 /// Pids of this process's children, from /proc.
 fn children() -> Vec<i32> {
@@ -32,6 +31,10 @@ fn children() -> Vec<i32> {
 
 #[test]
 fn a_worker_killed_between_jobs_fails_the_next_job_only() {
+    let name = "a_worker_killed_between_jobs_fails_the_next_job_only";
+    if !alone::here(module_path!(), name) {
+        return;
+    }
     // A job timeout far beyond the test: the death is noticed at once.
     let Some(mut loaded) = faulty::load_faulty("a_worker_killed_between_jobs", 30_000) else {
         return;

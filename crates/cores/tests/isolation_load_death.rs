@@ -2,11 +2,10 @@
 //! it: the load fails with the cause, and nothing is left on disk (the
 //! worker dlopens the sealed artifact through /proc; a copy written to a
 //! temporary file could not be removed by a worker killed mid-load). Alone
-//! in its test binary: it points TMPDIR, which the workers inherit, at a
-//! directory of its own.
+//! in a process of its own: it points TMPDIR, which the workers inherit, at
+//! a directory of its own.
 
-#[path = "support/faulty.rs"]
-mod faulty;
+use crate::support::{alone, faulty};
 
 use corefarm_cores::load;
 use faulty::{c_configuration, opts};
@@ -22,13 +21,17 @@ void dies(const uint8_t *in, uint8_t *out) { out[0] = in[0]; }
 
 #[test]
 fn a_core_that_kills_its_worker_while_loading_leaves_no_file_behind() {
+    let name = "a_core_that_kills_its_worker_while_loading_leaves_no_file_behind";
+    if !alone::here(module_path!(), name) {
+        return;
+    }
     let test = "a_core_that_kills_its_worker_while_loading";
     let Some(cfg) = c_configuration(test, DIES, "dies", 2, 64) else {
         return;
     };
 
     let tmp = tempfile::tempdir().unwrap();
-    // The only test of this binary: no other thread reads the environment.
+    // The only test of this process: no other thread reads the environment.
     std::env::set_var("TMPDIR", tmp.path());
     let e = load(&cfg, &opts(1000))
         .err()

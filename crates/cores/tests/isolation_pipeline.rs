@@ -6,8 +6,7 @@
 //! correct. The core is `cores/faulty/faulty.cpp` (fault chosen by the
 //! first input byte; output = input ^ 0x5A).
 
-#[path = "support/faulty.rs"]
-mod faulty;
+use crate::support::faulty;
 
 use faulty::load_faulty as faulty;
 

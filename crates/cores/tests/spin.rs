@@ -3,8 +3,7 @@
 //! each result must equal the same computation done on the whole message,
 //! and rulesets must route each message to its handler set (or to none).
 
-#[path = "support/cc.rs"]
-mod cc;
+use crate::support::cc;
 use cc::selector;
 
 use std::path::{Path, PathBuf};

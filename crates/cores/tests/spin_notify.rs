@@ -3,8 +3,7 @@
 //! than `MAX_NOTIFICATIONS` times for one message has the rest counted and
 //! dropped, its message unaffected (the node's memory stays bounded).
 
-#[path = "support/cc.rs"]
-mod cc;
+use crate::support::cc;
 
 use std::path::Path;
 

@@ -10,8 +10,7 @@
 //! in shared memory, so a waiter only succeeds if its partner runs while it
 //! waits; nothing here waits on a clock.
 
-#[path = "support/cc.rs"]
-mod cc;
+use crate::support::cc;
 use cc::set;
 
 use corefarm_cores::spin::{BudgetSpec, Outcome};

@@ -5,8 +5,7 @@
 //! handler writes one byte to a FIFO per chunk, and the test reads the
 //! first one before it has fed the rest of the message.
 
-#[path = "support/cc.rs"]
-mod cc;
+use crate::support::cc;
 
 use std::io::Read;
 use std::path::Path;

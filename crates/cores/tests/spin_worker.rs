@@ -3,8 +3,7 @@
 //! results, and a handler that crashes, loops or overruns its output
 //! budget fails only its message; the next one succeeds.
 
-#[path = "support/cc.rs"]
-mod cc;
+use crate::support::cc;
 use cc::set;
 
 use std::path::Path;

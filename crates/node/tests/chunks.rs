@@ -3,7 +3,7 @@
 //! per-class results, bad sequences, and the memory guard bounding what
 //! messages still arriving may hold.
 
-mod common;
+use crate::common;
 
 use common::*;
 use corefarm_node::NodeOptions;

@@ -3,7 +3,7 @@
 //! exactly one through, so the order results come back is the order the
 //! queue served them.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

@@ -2,7 +2,7 @@
 //! computations, forwarding over ring and torus, duplicate rejection, and
 //! members that die or misbehave mid-collective.
 
-mod fabric_common;
+use crate::fabric_common;
 
 use bytes::Bytes;
 use corefarm_node::collective::{CollError, CollOptions};

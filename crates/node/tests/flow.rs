@@ -2,7 +2,7 @@
 //! that "the node stopped" is observable deterministically: with the clock
 //! paused, a timeout fires only once every task is idle.
 
-mod common;
+use crate::common;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU32, Ordering};

@@ -2,7 +2,7 @@
 //! test plays the server), real peer ports on loopback. Join, resident
 //! buffers, collectives checked against local results, errors, and leave.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

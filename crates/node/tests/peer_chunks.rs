@@ -2,7 +2,7 @@
 //! traffic passes collective data queued before it on the same link, and a
 //! peer that breaks the chunk rules is cut off with the reason.
 
-mod fabric_common;
+use crate::fabric_common;
 
 use bytes::Bytes;
 use corefarm_node::peer::{Event, Fabric, GroupSpec, Member, PeerListener, Topology};

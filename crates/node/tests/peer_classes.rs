@@ -3,7 +3,7 @@
 //! strict priority, so an urgent collective's chunks pass a bulk one's
 //! still queued on the same link.
 
-mod fabric_common;
+use crate::fabric_common;
 
 use bytes::Bytes;
 use corefarm_node::collective::{CollOptions, Group};

@@ -2,7 +2,7 @@
 //! server from, announced in its hello, and closed to anything that is not
 //! a peer hello of a group this node is joining.
 
-mod common;
+use crate::common;
 
 use common::*;
 use corefarm_node::peer::{Fabric, GroupSpec, Member, PeerListener, Topology};

@@ -2,7 +2,7 @@
 //! and element type, sizes from 0 to a few hundred KiB, groups of 1 to 16 on
 //! every topology — each result checked against a local computation.
 
-mod fabric_common;
+use crate::fabric_common;
 
 use corefarm_node::collective::CollOptions;
 use corefarm_node::peer::Topology;

@@ -1,7 +1,7 @@
 //! The node manager against a fake server over TCP: hello, configurations,
 //! data, refusals and malformed input.
 
-mod common;
+use crate::common;
 
 use common::*;
 use corefarm_node::NodeOptions;

@@ -7,7 +7,7 @@
 //! another size, and the max message still bounds every result. The Rust
 //! client with `chunks` gets a long result as chunks, reassembled whole.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{bench, opts, start, FakeUser, LIMIT};

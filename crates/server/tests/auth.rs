@@ -2,7 +2,7 @@
 //! secret; wrong secrets, replayed answers, swapped roles and (by default)
 //! seed-format peers are refused with a reason.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -4,7 +4,7 @@
 //! overtaking a bulk one between its chunks. Broken chunk sequences end the
 //! session with a reason; users without the feature see nothing new.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

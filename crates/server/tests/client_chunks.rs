@@ -2,7 +2,7 @@
 //! and per `map`, chunked results reassembled, and one thread's bulk
 //! submit letting another thread's urgent submit through between chunks.
 
-mod common;
+use crate::common;
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};

@@ -4,7 +4,7 @@
 //! when it asked for more — and a refused configuration leaves the session
 //! usable for a corrected one.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{bench, opts, start, Behaviour, FakeNode, FakeUser, TestServer};

@@ -2,7 +2,7 @@
 //! refused with a reason before any node sees them, and the session stays
 //! usable: a corrected configuration on the same connection works.
 
-mod common;
+use crate::common;
 
 use common::{bench, by_tag, opts, start, Behaviour, FakeNode, FakeUser};
 use corefarm_smp::{Configuration, CoreInfo, ErrorCode, NodeState, UserPhase};

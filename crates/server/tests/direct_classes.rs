@@ -5,7 +5,7 @@
 //! a client that offers no chunks is served as before, and messages of
 //! several chunks come back whole.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! node that agreed `group-priority`, and a node that predates it gets the
 //! same command without the class (the bytes it has always read).
 
-mod common;
+use crate::common;
 
 use std::net::SocketAddr;
 

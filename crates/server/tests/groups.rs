@@ -4,7 +4,7 @@
 //! against a local computation, `run` with an operand (a matrix-vector
 //! product), and a member killed mid-command.
 
-mod common;
+use crate::common;
 
 use std::sync::mpsc as std_mpsc;
 use std::sync::{Arc, Mutex};

@@ -3,7 +3,7 @@
 //! `bad-data-size` as the node said, anything else as `core-failure`
 //! (`ErrorCode::per_input`); the session goes on.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,7 +1,7 @@
 //! `--max-users` and `--max-nodes`: connections beyond the limit are
 //! refused with a reason naming the limit and the flag, then closed.
 
-mod common;
+use crate::common;
 
 use common::{bench, opts, start, Behaviour, FakeNode, FakeUser};
 use corefarm_server::ServerOptions;

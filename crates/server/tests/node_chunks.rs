@@ -3,7 +3,7 @@
 //! results handed to the user whole, nodes without chunks unchanged, and a
 //! node that breaks the chunk rules dropped with its work re-dispatched.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 

@@ -3,7 +3,7 @@
 //! features), a seed-format node, which never says hello, after the grace
 //! period.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

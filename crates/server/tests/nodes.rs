@@ -1,7 +1,7 @@
 //! Misbehaving nodes are dropped and their work goes to the others: every
 //! result reaches the user exactly once.
 
-mod common;
+use crate::common;
 
 use common::{bench, by_tag, opts, start, Behaviour, FakeNode, FakeUser};
 

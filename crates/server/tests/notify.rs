@@ -5,7 +5,7 @@
 //! notifies about an id it does not hold is dropped like one that answers
 //! one.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

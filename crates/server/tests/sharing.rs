@@ -2,7 +2,7 @@
 //! simulated nodes with a per-input run time and a programming time, and
 //! fake users. Every wait is on a frame or a status condition.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! StatusRequest (0x13) and get a ClusterStatus (0x14); tests and embedding
 //! programs read the same picture through `Server::status_handle`.
 
-mod common;
+use crate::common;
 
 use common::{bench, opts, start, Behaviour, FakeNode, FakeUser};
 use corefarm_smp::{hello::features, ClusterStatus, ErrorCode, NodeState, UserPhase};

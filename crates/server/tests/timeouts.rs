@@ -3,7 +3,7 @@
 //! so the timeouts are short and every wait is on a signal (an error frame,
 //! a closed connection, a status condition).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

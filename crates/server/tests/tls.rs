@@ -2,7 +2,7 @@
 //! managers and real clients compute over it (with the auth challenge on
 //! top), and every way of getting it wrong fails with a reason.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

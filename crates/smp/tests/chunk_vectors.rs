@@ -2,7 +2,7 @@
 //! crate: valid vectors decode to their documented fields and re-encode byte
 //! for byte; invalid ones are rejected with the documented kind.
 
-mod common;
+use crate::common;
 
 use common::{check_invalid, check_valid, one_frame, vectors};
 use corefarm_smp::stream::Chunk;

@@ -3,7 +3,7 @@
 //! their documented fields and re-encode byte for byte; invalid ones are
 //! rejected with the documented kind.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{check_invalid, check_valid, one_frame, vectors};

@@ -1,8 +1,6 @@
 //! The cluster tests' harness: a server and node managers as real
 //! processes, an observer that asks the server what it is doing, and a user
 //! speaking SMP byte by byte.
-#![allow(dead_code)] // each test file uses part of it
-
 use std::collections::HashMap;
 use std::net::{SocketAddr, TcpStream};
 use std::process::{Command, Stdio};

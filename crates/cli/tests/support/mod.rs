@@ -1,8 +1,6 @@
 //! What the real-binary tests share: a child process that is always killed,
 //! an embedded cluster on OS-assigned ports, and images built with the
 //! `corefarm image build` command itself.
-#![allow(dead_code)] // each test file uses part of it
-
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};

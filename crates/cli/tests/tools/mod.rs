@@ -14,10 +14,8 @@ pub enum Tool {
     Verilator,
     Make,
     /// Prometheus' `promtool` (Debian package `prometheus`).
-    #[allow(dead_code)] // only the metrics test needs it
     Promtool,
     /// `tmux`, to drive a terminal program.
-    #[allow(dead_code)] // only the top test needs it
     Tmux,
 }
 

@@ -2,8 +2,6 @@
 //! object with the system compiler, against the project's
 //! `include/corefarm/spin.h`, warnings as errors.
 
-#![allow(dead_code)] // each test binary uses its own part
-
 use std::path::{Path, PathBuf};
 use std::process::Command;
 

@@ -1,8 +1,6 @@
 //! The faulty core (`cores/faulty/faulty.cpp`: fault chosen by the first
-//! input byte, output = input ^ 0x5A) built once per test binary and
+//! input byte, output = input ^ 0x5A) built once (cached in the target dir) and
 //! loaded in isolated workers: the set-up the isolation tests share.
-
-#![allow(dead_code)] // each test binary uses its own part
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;

@@ -1,8 +1,6 @@
 //! A fake server scripting SMP against the node manager, and scripted cores
 //! plugged in through `NodeOptions::loader`.
 
-#![allow(dead_code)] // each test file uses its own subset
-
 use std::future::Future;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;

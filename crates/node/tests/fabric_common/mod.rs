@@ -1,8 +1,6 @@
 //! In-process groups of node fabrics on 127.0.0.1, and a description of
 //! collectives that every member runs and the tests check locally.
 
-#![allow(dead_code)] // each test file uses its own subset
-
 use std::future::Future;
 use std::time::Duration;
 

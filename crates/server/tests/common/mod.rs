@@ -3,8 +3,6 @@
 //! always on a signal — a frame, a closed connection, a status condition —
 //! never on a fixed sleep; `LIMIT` only turns a hang into a failure.
 
-#![allow(dead_code)] // each test file uses its own part of the harness
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -295,8 +293,6 @@ pub struct FakeUser {
     w: OwnedWriteHalf,
     r: FrameReader<OwnedReadHalf>,
     pub credit: u64,
-    /// Errors received while waiting for something else.
-    pub errors: Vec<ErrorMsg>,
 }
 
 impl FakeUser {
@@ -307,7 +303,6 @@ impl FakeUser {
             w,
             r: FrameReader::new(rd, 1 << 30),
             credit: 0,
-            errors: Vec::new(),
         }
     }
 
