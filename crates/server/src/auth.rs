@@ -21,7 +21,7 @@ use std::time::Duration;
 use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret, NONCE_LEN};
 use corefarm_smp::{
     hello::features, ConfigurationResponse, ErrorCode, ErrorMsg, Header, Hello, MsgType, OutFrame,
-    HEADER_LEN,
+    ProtocolError, HEADER_LEN,
 };
 use rand::RngCore;
 use serde::Deserialize;
@@ -151,6 +151,15 @@ impl Refusal {
         }
     }
 
+    /// A hello that cannot be read: only a peer that speaks the extensions
+    /// sends one, so it is told why (`bad_hello`, `too-large`), as at a port
+    /// without authentication.
+    fn unreadable(e: ProtocolError) -> Self {
+        let reason = format!("invalid hello: {e}");
+        let reply = Some(ErrorMsg::new(ErrorMsg::NO_ID, e.code(), &reason).to_frame());
+        Refusal { reason, reply }
+    }
+
     /// To a hello peer: an error if it takes them, else just the close.
     fn hello(h: &Hello, reason: String) -> Self {
         let reply = h
@@ -273,14 +282,14 @@ async fn check(
         return Err(Refusal { reason, reply });
     }
     if header.size > MAX_HELLO {
-        return Err(Refusal::quiet(format!(
-            "hello of {} bytes exceeds {MAX_HELLO}",
-            header.size
-        )));
+        return Err(Refusal::unreadable(ProtocolError::TooLarge {
+            size: header.size,
+            max: MAX_HELLO,
+        }));
     }
     let mut payload = vec![0u8; header.size as usize];
     stream.read_exact(&mut payload).await.map_err(io)?;
-    let hello = Hello::decode(&payload).map_err(|e| Refusal::quiet(e.to_string()))?;
+    let hello = Hello::decode(&payload).map_err(Refusal::unreadable)?;
     let want = role(port);
     if hello.role != want {
         let reason = format!("hello with role {:?} on the {want} port", hello.role);

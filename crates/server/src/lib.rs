@@ -24,6 +24,8 @@ mod chunked;
 pub mod defaults;
 pub mod dispatch;
 mod greeting;
+#[cfg(test)]
+mod hostile_tests;
 mod group;
 mod intake;
 mod limits;

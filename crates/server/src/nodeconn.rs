@@ -268,7 +268,14 @@ impl NodeConn {
                                 }
                                 break why;
                             }
-                            Err(e) => break format!("invalid hello: {e}"),
+                            // Only a peer that speaks the extensions sends a
+                            // hello: it is told (`bad_hello`), as at the user port.
+                            Err(e) => {
+                                let why = format!("invalid hello: {e}");
+                                let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), why.as_str());
+                                sink.send(m.to_frame(), false);
+                                break why;
+                            }
                         },
                         Ok(Some(f)) if f.ty == MsgType::Chunk => {
                             let Some(r) = results.as_mut() else {
@@ -302,6 +309,17 @@ impl NodeConn {
                             }
                         }
                         Ok(None) => break "node closed the connection".into(),
+                        // A first hello too large to read: told like one
+                        // that does not decode.
+                        Err(ReadError::Protocol(e))
+                            if introduced.is_some()
+                                && reader.begun_type() == Some(MsgType::Hello as u8) =>
+                        {
+                            let why = format!("invalid hello: {e}");
+                            let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), why.as_str());
+                            sink.send(m.to_frame(), false);
+                            break why;
+                        }
                         Err(e) => break format!("{e}"),
                     }
                 };

@@ -1,0 +1,208 @@
+//! What a hostile peer sends, against a server in this process: raw bytes
+//! over loopback, answers read frame by frame. Waiting is on frames and
+//! closes, never on a sleep; `LIMIT` only turns a hang into a failure.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use corefarm_smp::codec::{write_frame, FrameReader};
+use corefarm_smp::{hello::features, ErrorCode, ErrorMsg, Frame, Hello, MsgType};
+use tokio::io::AsyncWriteExt;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+use crate::{Server, ServerOptions};
+
+const LIMIT: Duration = Duration::from_secs(15);
+
+pub(crate) fn opts() -> ServerOptions {
+    ServerOptions {
+        nodes_listen: "127.0.0.1:0".into(),
+        users_listen: "127.0.0.1:0".into(),
+        node_wait: Duration::from_millis(200),
+        ..ServerOptions::default()
+    }
+}
+
+/// A running server, stopped when dropped.
+pub(crate) struct Running {
+    pub users: SocketAddr,
+    pub nodes: SocketAddr,
+    pub status: crate::StatusHandle,
+    stop: CancellationToken,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+pub(crate) async fn start(opts: ServerOptions) -> Running {
+    let server = Server::bind(opts).await.expect("bind on loopback");
+    let stop = CancellationToken::new();
+    let r = Running {
+        users: server.users_addr(),
+        nodes: server.nodes_addr(),
+        status: server.status_handle(),
+        stop: stop.clone(),
+    };
+    tokio::spawn(server.run(stop));
+    r
+}
+
+/// A raw peer: bytes out, frames in.
+pub(crate) struct Peer {
+    pub r: FrameReader<tokio::net::tcp::OwnedReadHalf>,
+    pub w: OwnedWriteHalf,
+}
+
+impl Peer {
+    pub async fn connect(to: SocketAddr) -> Peer {
+        let s = TcpStream::connect(to).await.unwrap();
+        let (rd, w) = s.into_split();
+        Peer {
+            r: FrameReader::new(rd, u32::MAX),
+            w,
+        }
+    }
+
+    pub async fn raw(&mut self, bytes: &[u8]) {
+        self.w.write_all(bytes).await.unwrap();
+    }
+
+    pub async fn send(&mut self, f: corefarm_smp::OutFrame) {
+        write_frame(&mut self.w, f).await.unwrap();
+    }
+
+    /// The next frame; `None` once the server closed.
+    pub async fn recv(&mut self) -> Option<Frame> {
+        tokio::time::timeout(LIMIT, self.r.read_frame())
+            .await
+            .expect("an answer in time")
+            .unwrap_or(None)
+    }
+
+    /// An error, then the close.
+    pub async fn error_then_close(&mut self) -> ErrorMsg {
+        let f = self.recv().await.expect("an answer, not a silent close");
+        assert_eq!(f.ty, MsgType::Error, "got a {} frame", f.ty.name());
+        let e = ErrorMsg::parse(&f.payload).unwrap();
+        assert!(self.recv().await.is_none(), "closed after {e}");
+        e
+    }
+}
+
+/// A frame of type `ty` carrying `payload`, as bytes.
+pub(crate) fn frame(ty: u8, payload: &[u8]) -> Vec<u8> {
+    let mut v = vec![ty, 0, 0, 0];
+    v.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    v.extend_from_slice(payload);
+    v
+}
+
+/// Hellos that do not decode, for a peer of `role`, and the code each gets:
+/// the documented `bad_hello` (a `malformed` error), or `too-large` for a
+/// header over the server's limit.
+fn bad_hellos(role: &str) -> Vec<(&'static str, Vec<u8>, ErrorCode)> {
+    let json = |s: String| frame(0x10, s.as_bytes());
+    let malformed = ErrorCode::Malformed;
+    let oversized = [0x10, 0, 0, 0]
+        .into_iter()
+        .chain(300_000_000u32.to_le_bytes());
+    vec![
+        (
+            "unknown role",
+            json(r#"{"version":1,"role":"admin","features":["error"]}"#.into()),
+            malformed,
+        ),
+        (
+            "wrong field type",
+            json(format!(r#"{{"version":"1","role":"{role}"}}"#)),
+            malformed,
+        ),
+        (
+            "features not a list",
+            json(format!(
+                r#"{{"version":1,"role":"{role}","features":"error"}}"#
+            )),
+            malformed,
+        ),
+        ("not JSON", frame(0x10, b"hello, server"), malformed),
+        ("empty", frame(0x10, b""), malformed),
+        (
+            "duplicate keys",
+            json(format!(
+                r#"{{"version":1,"role":"{role}","role":"{role}","features":["error"]}}"#
+            )),
+            malformed,
+        ),
+        ("an array", json(format!(r#"[1,"{role}"]"#)), malformed),
+        ("300 MB header", oversized.collect(), ErrorCode::TooLarge),
+    ]
+}
+
+/// Every hello that does not decode gets the documented error, then the
+/// close; never the negative configuration response a seed user (which
+/// never sends a hello) gets. At the user port in both sharing modes and
+/// behind `--auth-file`, and at the node port.
+#[tokio::test]
+async fn an_invalid_hello_gets_the_documented_error() {
+    let modes = [
+        ServerOptions {
+            sharing: crate::Sharing::Exclusive,
+            ..opts()
+        },
+        ServerOptions {
+            sharing: crate::Sharing::Shared,
+            ..opts()
+        },
+        // Behind `--auth-file` the hello is read by the gate first.
+        with_auth(),
+    ];
+    for o in modes {
+        let how = format!("{:?}, auth {}", o.sharing, o.auth.is_some());
+        let srv = start(o).await;
+        for (what, bytes, code) in bad_hellos("user") {
+            let mut p = Peer::connect(srv.users).await;
+            p.raw(&bytes).await;
+            let e = p.error_then_close().await;
+            assert_eq!(e.code(), Some(code), "{how}, {what}: {e}");
+        }
+    }
+    let srv = start(opts()).await;
+    for (what, bytes, code) in bad_hellos("node") {
+        let mut p = Peer::connect(srv.nodes).await;
+        p.raw(&bytes).await;
+        let e = p.error_then_close().await;
+        assert_eq!(e.code(), Some(code), "node port, {what}: {e}");
+    }
+}
+
+pub(crate) const USER_SECRET: &str = "user-secret-0123456789";
+
+/// A server that requires authentication (`--auth-file`).
+pub(crate) fn with_auth() -> ServerOptions {
+    let secret = |s| corefarm_smp::auth::Secret::new(s).unwrap();
+    let cfg = crate::auth::AuthConfig::new(secret(USER_SECRET), secret("node-secret-0123456789"));
+    ServerOptions {
+        auth: Some(std::sync::Arc::new(cfg.unwrap())),
+        ..opts()
+    }
+}
+
+/// A hello that decodes is still answered as before: a valid one gets the
+/// server's hello.
+#[tokio::test]
+async fn a_valid_hello_is_answered_with_the_servers() {
+    let srv = start(opts()).await;
+    let mut p = Peer::connect(srv.users).await;
+    let mut h = Hello::new("user");
+    h.features = vec![features::ERROR.into()];
+    h.nodes = Some(0);
+    p.send(h.to_frame()).await;
+    let f = p.recv().await.unwrap();
+    assert_eq!(f.ty, MsgType::Hello);
+    assert_eq!(srv.status.get().users.len(), 1);
+}
