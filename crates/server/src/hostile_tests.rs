@@ -206,3 +206,32 @@ async fn a_valid_hello_is_answered_with_the_servers() {
     assert_eq!(f.ty, MsgType::Hello);
     assert_eq!(srv.status.get().users.len(), 1);
 }
+
+/// A node that agreed a chunk size and sends a larger chunk breaks the
+/// link's rule: a `malformed` error naming it, then the close, as on the
+/// user link (whole or begun, read as a frame).
+#[tokio::test]
+async fn a_node_chunk_over_the_agreed_size_ends_the_link() {
+    use corefarm_smp::stream::{Chunk, ChunkHeader};
+    let srv = start(opts()).await;
+    for (what, head) in [
+        ("whole", ChunkHeader::at(7, 4, 0, 1000, 1000)),
+        ("begun", ChunkHeader::at(7, 4, 0, 100_000, 1000)),
+    ] {
+        let mut node = Peer::connect(srv.nodes).await;
+        let mut h = Hello::new("node");
+        h.features = vec![features::ERROR.into(), features::CHUNKS.into()];
+        h.chunk_size = Some(512);
+        node.send(h.to_frame()).await;
+        let f = node.recv().await.unwrap();
+        assert_eq!(Hello::decode(&f.payload).unwrap().chunk_size, Some(512));
+        let c = Chunk {
+            head,
+            data: bytes::Bytes::from(vec![1; 1000]),
+        };
+        node.raw(&c.to_frame().unwrap().to_vec()).await;
+        let e = node.error_then_close().await;
+        assert_eq!(e.code(), Some(ErrorCode::Malformed), "{what}: {e}");
+        assert!(e.reason.contains("over the 512 agreed"), "{what}: {e}");
+    }
+}

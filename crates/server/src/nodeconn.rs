@@ -231,6 +231,7 @@ impl NodeConn {
                                     let most = max.saturating_sub(4) as u64;
                                     results = Some(
                                         Reassembler::new(most, MAX_OPEN_RESULTS, 2 * most)
+                                            .chunk_limit(u64::from(chunk))
                                             .with_id_prefix()
                                             .preallocate(PREALLOCATE),
                                     );
