@@ -317,7 +317,7 @@ async fn check(
     }
     let how = format!(
         "authenticated with the {want} secret (name {:?})",
-        hello.name.as_deref().unwrap_or("")
+        corefarm_telemetry::bounded(hello.name.as_deref().unwrap_or(""))
     );
     let mut prefix = hb.to_vec();
     prefix.extend_from_slice(&payload);

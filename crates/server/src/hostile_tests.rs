@@ -235,3 +235,59 @@ async fn a_node_chunk_over_the_agreed_size_ends_the_link() {
         assert!(e.reason.contains("over the 512 agreed"), "{what}: {e}");
     }
 }
+
+/// A node whose hello names it with 16 MiB (with 1000 targets of 4 KiB and
+/// a 4 KiB peer address), and a user named with 1 MiB, are shown by at most
+/// `MAX_NAME_CHARS` of each name: the status and a scrape stay about as
+/// long as for a node named `n0`.
+#[tokio::test]
+async fn a_huge_node_name_gives_a_bounded_status_and_scrape() {
+    use corefarm_telemetry::{Endpoints, MAX_NAME_CHARS};
+    let srv = start(opts()).await;
+    let mut h = Hello::new("node");
+    h.name = Some("n".repeat(16 << 20));
+    h.targets = (0..1000)
+        .map(|i| format!("{i}{}", "t".repeat(4096)))
+        .collect();
+    h.peer = Some("p".repeat(4096));
+    let mut node = Peer::connect(srv.nodes).await;
+    node.send(h.to_frame()).await;
+    assert_eq!(node.recv().await.unwrap().ty, MsgType::Hello);
+    let mut user = Peer::connect(srv.users).await;
+    let mut u = Hello::new("user");
+    u.name = Some("u".repeat(1 << 20));
+    u.nodes = Some(0);
+    user.send(u.to_frame()).await;
+    assert_eq!(user.recv().await.unwrap().ty, MsgType::Hello);
+    let handle = srv.status.clone();
+    let deadline = tokio::time::Instant::now() + LIMIT;
+    let s = loop {
+        let s = handle.get();
+        if s.nodes.len() == 1 && s.users.len() == 1 && s.users[0].name.is_some() {
+            break s;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{s:?}");
+        // A poll interval, not a synchronisation: the condition is.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let n = &s.nodes[0];
+    assert_eq!(
+        n.name.as_deref().map(|s| s.chars().count()),
+        Some(MAX_NAME_CHARS)
+    );
+    assert!(
+        n.targets.len() <= crate::registry::MAX_TARGETS,
+        "{}",
+        n.targets.len()
+    );
+    assert!(n
+        .targets
+        .iter()
+        .all(|t| t.chars().count() <= MAX_NAME_CHARS));
+    let name = s.users[0].name.as_deref().unwrap();
+    assert_eq!(name.chars().count(), MAX_NAME_CHARS);
+    let status = Endpoints::status(&handle);
+    assert!(status.len() < 16 << 10, "status of {} bytes", status.len());
+    let scrape = Endpoints::metrics(&handle);
+    assert!(scrape.len() < 64 << 10, "scrape of {} bytes", scrape.len());
+}

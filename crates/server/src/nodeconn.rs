@@ -249,7 +249,8 @@ impl NodeConn {
                                     peer: h.peer.clone().filter(|_| h.has(features::PEER)),
                                     group_priority: h.has(features::GROUP_PRIORITY),
                                 });
-                                tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
+                                let targets = entry.info().targets;
+                                tracing::info!(node = %entry.label(), "node hello: targets={targets:?}");
                                 if let Some(t) = introduced.take() {
                                     let _ = t.send(());
                                 }
