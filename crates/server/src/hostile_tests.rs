@@ -291,3 +291,133 @@ async fn a_huge_node_name_gives_a_bounded_status_and_scrape() {
     let scrape = Endpoints::metrics(&handle);
     assert!(scrape.len() < 64 << 10, "scrape of {} bytes", scrape.len());
 }
+
+/// Refusals are counted by kind in `errors_total` (the status's `errors`):
+/// wrong answers to the challenge as `auth_failed`, hellos that do not
+/// decode as `bad_hello`; and a second wrong answer from the same address
+/// is answered no sooner than its hold (`auth::hold(2)`).
+#[tokio::test]
+async fn auth_failures_and_bad_hellos_are_counted_and_slowed() {
+    use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret};
+    let srv = start(with_auth()).await;
+    let wrong = Secret::new("not-the-user-secret-0123").unwrap();
+    for attempt in 1..=2u32 {
+        let mut p = Peer::connect(srv.users).await;
+        let mut h = Hello::new("user");
+        h.features = vec![features::ERROR.into(), features::AUTH.into()];
+        let hello = h.encode();
+        p.raw(&frame(0x10, &hello)).await;
+        let f = p.recv().await.expect("a challenge");
+        let challenge = AuthChallenge::parse(&f.payload).unwrap();
+        let answered = tokio::time::Instant::now();
+        p.send(AuthResponse::answer(&wrong, &challenge, "user", &hello).to_frame())
+            .await;
+        let e = p.error_then_close().await;
+        assert_eq!(e.code(), Some(ErrorCode::Unauthorized), "{e}");
+        let held = answered.elapsed();
+        assert!(
+            held >= crate::auth::hold(attempt),
+            "attempt {attempt}: {held:?}"
+        );
+    }
+    for (_, bytes, _) in bad_hellos("user").into_iter().take(3) {
+        let mut p = Peer::connect(srv.users).await;
+        p.raw(&bytes).await;
+        p.error_then_close().await;
+    }
+    let errors = srv.status.get().errors;
+    assert_eq!(errors["auth_failed"], 2, "{errors:?}");
+    assert_eq!(errors["bad_hello"], 3, "{errors:?}");
+    // Without `--auth-file`, a bad hello is counted where it is refused.
+    let srv = start(opts()).await;
+    for (to, role) in [(srv.users, "user"), (srv.nodes, "node")] {
+        let mut p = Peer::connect(to).await;
+        p.raw(&bad_hellos(role)[0].1).await;
+        p.error_then_close().await;
+    }
+    assert_eq!(srv.status.get().errors["bad_hello"], 2);
+}
+
+/// A fake node that answers every configuration with success and every
+/// data message with `notes` notifications, then the input as its result.
+async fn notifying_node(at: SocketAddr, notes: u32) -> tokio::task::JoinHandle<()> {
+    use corefarm_smp::{ConfigurationResponse, Data, Notification};
+    let mut node = Peer::connect(at).await;
+    let mut h = Hello::new("node");
+    h.name = Some("notifier".into());
+    h.features = vec![features::ERROR.into(), features::SPIN_NOTIFY.into()];
+    node.send(h.to_frame()).await;
+    assert_eq!(node.recv().await.unwrap().ty, MsgType::Hello);
+    tokio::spawn(async move {
+        while let Ok(Some(f)) = node.r.read_frame().await {
+            match f.ty {
+                MsgType::Configuration => {
+                    let ok = ConfigurationResponse {
+                        status: ConfigurationResponse::OK,
+                    };
+                    node.send(ok.to_frame()).await;
+                }
+                MsgType::Data => {
+                    let d = Data::parse(f.payload).unwrap();
+                    for i in 0..notes {
+                        let n = Notification {
+                            id: d.id,
+                            set: 0,
+                            data: bytes::Bytes::from(i.to_le_bytes().to_vec()),
+                        };
+                        node.send(n.to_frame().unwrap()).await;
+                    }
+                    node.send(corefarm_smp::OutFrame::data(d.id, d.data).unwrap())
+                        .await;
+                }
+                _ => {}
+            }
+        }
+    })
+}
+
+/// A node that sends more than the documented 256 notifications for one
+/// message: the server relays the first 256 and drops the rest, and the
+/// message's result still arrives. In both sharing modes.
+#[tokio::test]
+async fn the_server_relays_at_most_256_notifications_per_message() {
+    use corefarm_smp::{BenchmarkConfig, Data};
+    for sharing in [crate::Sharing::Exclusive, crate::Sharing::Shared] {
+        let srv = start(ServerOptions { sharing, ..opts() }).await;
+        let _node = notifying_node(srv.nodes, 1000).await;
+        let mut user = Peer::connect(srv.users).await;
+        let mut h = Hello::new("user");
+        h.features = vec![features::ERROR.into(), features::SPIN_NOTIFY.into()];
+        h.nodes = Some(1);
+        user.send(h.to_frame()).await;
+        assert_eq!(user.recv().await.unwrap().ty, MsgType::Hello);
+        let cfg = BenchmarkConfig {
+            input_size: 16,
+            output_size: 16,
+            delay_us: 0,
+        };
+        user.send(cfg.to_configuration().to_frame().unwrap()).await;
+        loop {
+            let f = user.recv().await.expect("a configuration response");
+            if f.ty == MsgType::ConfigurationResponse {
+                assert_eq!(f.payload[0], 0, "{sharing:?}: configured");
+                break;
+            }
+        }
+        for id in [7, 8] {
+            user.send(corefarm_smp::OutFrame::data(id, bytes::Bytes::from(vec![1; 16])).unwrap())
+                .await;
+            let mut notes = 0;
+            let result = loop {
+                let f = user.recv().await.expect("notifications, then the result");
+                match f.ty {
+                    MsgType::Notification => notes += 1,
+                    MsgType::Data => break Data::parse(f.payload).unwrap(),
+                    other => panic!("{sharing:?}: unexpected {}", other.name()),
+                }
+            };
+            assert_eq!(result.id, id, "{sharing:?}");
+            assert_eq!(notes, crate::notes::PER_MESSAGE, "{sharing:?}, id {id}");
+        }
+    }
+}

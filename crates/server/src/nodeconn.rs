@@ -152,6 +152,7 @@ impl NodeConn {
             let prefix = prefix.to_vec();
             let read_timeout = shared.opts.read_timeout;
             let chunk_size = shared.opts.node_chunk_size;
+            let metrics = shared.metrics.clone();
             let mut introduced = Some(introduced_tx);
             tokio::spawn(async move {
                 let _slot = slot;
@@ -257,6 +258,7 @@ impl NodeConn {
                             }
                             Ok(h) => {
                                 let why = format!("hello with role {:?} on the node port", h.role);
+                                metrics.error(crate::metrics::ErrorKind::BadHello);
                                 // A user that offered `error` hears which
                                 // port it wants (nothing else was agreed).
                                 if h.role == "user" && h.has(features::ERROR) {
@@ -275,6 +277,7 @@ impl NodeConn {
                             Err(e) => {
                                 let why = format!("invalid hello: {e}");
                                 let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), why.as_str());
+                                metrics.error(crate::metrics::ErrorKind::BadHello);
                                 sink.send(m.to_frame(), false);
                                 break why;
                             }
@@ -319,6 +322,7 @@ impl NodeConn {
                         {
                             let why = format!("invalid hello: {e}");
                             let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), why.as_str());
+                            metrics.error(crate::metrics::ErrorKind::BadHello);
                             sink.send(m.to_frame(), false);
                             break why;
                         }
