@@ -66,11 +66,12 @@ pub enum Step {
     },
 }
 
-#[derive(Default)]
 pub struct Inbound {
     open: HashMap<u32, Open>,
     /// Guard bytes held by the open messages.
     reserved: usize,
+    /// The chunk size agreed with the server: a larger chunk is refused.
+    max_chunk: u64,
 }
 
 fn bad(why: String) -> ProtocolError {
@@ -78,6 +79,16 @@ fn bad(why: String) -> ProtocolError {
 }
 
 impl Inbound {
+    /// Chunks of at most `max_chunk` data bytes, the size agreed in the
+    /// server's hello.
+    pub fn new(max_chunk: u32) -> Self {
+        Inbound {
+            open: HashMap::new(),
+            reserved: 0,
+            max_chunk: u64::from(max_chunk),
+        }
+    }
+
     /// Messages open.
     pub fn open_count(&self) -> usize {
         self.open.len()
@@ -93,6 +104,7 @@ impl Inbound {
     /// handed back for the session to open the message.
     pub fn push(&mut self, c: Chunk) -> Result<Step, ProtocolError> {
         let id = c.head.id;
+        c.head.within(self.max_chunk)?;
         if c.head.first {
             if self.open.contains_key(&id) {
                 return Err(bad(format!(
@@ -213,6 +225,7 @@ unsafe impl Place for Inbound {
     type Whole = Step;
 
     fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        h.within(self.max_chunk)?;
         let cores = self
             .open
             .get(&h.id)
@@ -275,6 +288,28 @@ mod tests {
         Chunks::new(id, 2, data, size).unwrap().collect()
     }
 
+    /// A chunk over the agreed size is refused, first or continuing, pushed
+    /// or placed: the server cannot make one frame carry more.
+    #[tokio::test]
+    async fn chunks_over_the_agreed_size_are_refused() {
+        let over = |e: ProtocolError| matches!(&e, ProtocolError::BadChunk(w) if w.contains("over the 4096 agreed"));
+        let mut inb = Inbound::new(4096);
+        let big = chunks(1, 20_000, 8192);
+        assert!(over(inb.push(big[0].clone()).err().expect("refused")));
+        // A continuing chunk of an open message, pushed and placed.
+        let ok = chunks(2, 20_000, 4096);
+        assert!(matches!(inb.push(ok[0].clone()), Ok(Step::Begin(_))));
+        inb.open(&ok[0], 0, Dest::Discard);
+        let wide = Chunk {
+            head: ChunkHeader::at(2, 2, 4096, 20_000, 8192),
+            data: Bytes::from(vec![0; 8192]),
+        };
+        assert!(over(inb.push(wide.clone()).err().expect("refused")));
+        assert!(over(inb.place(&wide.head).expect_err("refused")));
+        // At the size, it is taken.
+        assert!(matches!(inb.push(ok[1].clone()), Ok(Step::Taken)));
+    }
+
     /// A message for the cores is read into its buffer; a streamed one
     /// still reaches the lane chunk by chunk.
     #[tokio::test]
@@ -287,7 +322,7 @@ mod tests {
                 wire.extend(c.to_frame().unwrap().to_vec());
             }
         }
-        let mut inb = Inbound::default();
+        let mut inb = Inbound::new(8192);
         let mut first = Vec::with_capacity(40_000);
         first.extend_from_slice(&cores[0].data);
         let at = first.as_ptr();

@@ -306,7 +306,7 @@ impl Session<'_> {
                     if ours > 0 && h.has(features::CHUNKS) {
                         let size = h.chunk_size.unwrap_or(ours).clamp(1, ours);
                         self.chunking.set_size(size);
-                        self.inbound.get_or_insert_with(Inbound::default);
+                        self.inbound.get_or_insert_with(|| Inbound::new(size));
                     }
                     None
                 }

@@ -14,18 +14,21 @@
 //! secret = "…"   # held by node managers
 //! ```
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 use std::time::Duration;
 
 use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret, NONCE_LEN};
 use corefarm_smp::{
     hello::features, ConfigurationResponse, ErrorCode, ErrorMsg, Header, Hello, MsgType, OutFrame,
-    HEADER_LEN,
+    ProtocolError, HEADER_LEN,
 };
 use rand::RngCore;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::time::Instant;
 
 use crate::tls::Stream;
 
@@ -137,10 +140,32 @@ fn role(port: Port) -> &'static str {
     }
 }
 
+/// Why [`admit`] refused a connection, as `errors_total` counts it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refused {
+    /// No or a wrong answer to the challenge, no `auth` feature, the wrong
+    /// role for the port, a seed-format peer without `--allow-legacy`.
+    #[error("not authenticated")]
+    Auth,
+    /// A hello that does not decode or is too large.
+    #[error("invalid hello")]
+    BadHello,
+}
+
+impl From<Refused> for crate::metrics::ErrorKind {
+    fn from(r: Refused) -> Self {
+        match r {
+            Refused::Auth => crate::metrics::ErrorKind::AuthFailed,
+            Refused::BadHello => crate::metrics::ErrorKind::BadHello,
+        }
+    }
+}
+
 /// Why a connection was refused, and what (if anything) the peer can understand of it.
 struct Refusal {
     reason: String,
     reply: Option<OutFrame>,
+    kind: Refused,
 }
 
 impl Refusal {
@@ -148,6 +173,20 @@ impl Refusal {
         Refusal {
             reason,
             reply: None,
+            kind: Refused::Auth,
+        }
+    }
+
+    /// A hello that cannot be read: only a peer that speaks the extensions
+    /// sends one, so it is told why (`bad_hello`, `too-large`), as at a port
+    /// without authentication.
+    fn unreadable(e: ProtocolError) -> Self {
+        let reason = format!("invalid hello: {e}");
+        let reply = Some(ErrorMsg::new(ErrorMsg::NO_ID, e.code(), &reason).to_frame());
+        Refusal {
+            reason,
+            reply,
+            kind: Refused::BadHello,
         }
     }
 
@@ -156,21 +195,29 @@ impl Refusal {
         let reply = h
             .has(features::ERROR)
             .then(|| ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Unauthorized, &reason).to_frame());
-        Refusal { reason, reply }
+        Refusal {
+            reason,
+            reply,
+            kind: Refused::Auth,
+        }
     }
 }
 
-/// Authenticates a new connection. `Some(prefix)` admits it, `prefix` being
-/// the bytes already read from it; `None` means it was refused (logged, and
-/// told why in a form the peer understands) and closed.
+/// Authenticates a new connection. `Ok(prefix)` admits it, `prefix` being
+/// the bytes already read from it; `Err` means it was refused (logged, and
+/// told why in a form the peer understands) and closed. A refusal is held
+/// the longer the more its address failed lately ([`Throttle`]), and only
+/// every power of two of an address's failures in a row is logged at warn
+/// level (the rest at debug), so a flood of wrong answers costs its sender
+/// time and the log a few lines.
 pub(crate) async fn admit(
     mut stream: Stream,
     addr: SocketAddr,
     port: Port,
-    cfg: &AuthConfig,
+    (cfg, throttle, metrics): (&AuthConfig, &Throttle, &crate::metrics::Metrics),
     allow_legacy: bool,
     timeout: Duration,
-) -> Option<(Stream, Vec<u8>)> {
+) -> Result<(Stream, Vec<u8>), Refused> {
     let r = tokio::time::timeout(
         timeout,
         check(&mut stream, port, cfg, allow_legacy, timeout),
@@ -189,10 +236,41 @@ pub(crate) async fn admit(
     match r {
         Ok((prefix, how)) => {
             tracing::info!(peer = %addr, "{} admitted: {how}", role(port));
-            Some((stream, prefix))
+            throttle.succeeded(addr.ip());
+            Ok((stream, prefix))
         }
-        Err(Refusal { reason, reply }) => {
-            tracing::warn!(peer = %addr, "{} connection refused: {reason}", role(port));
+        Err(Refusal {
+            reason,
+            reply,
+            kind,
+        }) => {
+            // Counted at once, not once the peer has read the answer.
+            metrics.error(kind.into());
+            let c = throttle.failed(addr.ip());
+            // Within the way in's deadline (`--read-timeout`, which also
+            // bounds the check above), so the peer still hears why.
+            let held = c.hold.min(timeout / 4);
+            let what = role(port);
+            if c.count == 1 {
+                tracing::warn!(peer = %addr, "{what} connection refused: {reason}");
+            } else if c.count.is_power_of_two() {
+                tracing::warn!(peer = %addr,
+                    "{what} connection refused: {reason} ({} refusals from {} in a row, each \
+                     within {FORGET_AFTER:?} of the last; the answer is held {:?}; the next \
+                     logged here at {})", c.count, addr.ip(), held, c.count * 2);
+            } else {
+                tracing::debug!(peer = %addr, "{what} connection refused: {reason}");
+            }
+            // A peer that leaves meanwhile frees its place at once: the
+            // hold delays an answer, not the close of a connection gone.
+            let gone = async {
+                let mut b = [0u8; 256];
+                while let Ok(1..) = stream.read(&mut b).await {}
+            };
+            tokio::select! {
+                _ = tokio::time::sleep(held) => {}
+                _ = gone => {}
+            }
             if let Some(f) = reply {
                 // Answered here, holding the connection's slot, so refusals
                 // stay bounded by --max-users/--max-nodes.
@@ -204,8 +282,85 @@ pub(crate) async fn admit(
                 };
                 let _ = tokio::time::timeout(timeout.min(REFUSAL_WAIT), answer).await;
             }
-            None
+            Err(kind)
         }
+    }
+}
+
+/// How long the refusal of an address's `n`th recent authentication
+/// failure is held: [`FIRST_DELAY`], doubling, at most [`MAX_DELAY`].
+pub(crate) fn hold(n: u32) -> Duration {
+    let doublings = n.saturating_sub(1).min(16);
+    FIRST_DELAY.saturating_mul(1 << doublings).min(MAX_DELAY)
+}
+
+/// The first refusal of an address is held this long, the next ones twice
+/// as long each: a peer guessing secrets from one address tries a few per
+/// second at most, while a mistyped secret costs a person a blink.
+pub(crate) const FIRST_DELAY: Duration = Duration::from_millis(100);
+/// The longest a refusal is held: well within `--read-timeout`'s default
+/// (and never more than a quarter of it), so the peer still hears why.
+pub(crate) const MAX_DELAY: Duration = Duration::from_secs(2);
+/// An address without a failure for this long starts afresh.
+pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(60);
+/// Addresses remembered at once; beyond them (after forgetting the quiet
+/// ones), a new address is held [`MAX_DELAY`] at once.
+const MAX_ADDRESSES: usize = 4096;
+
+/// Recent authentication failures per source address (its IP: a peer
+/// picks its source port freely).
+#[derive(Debug, Default)]
+pub(crate) struct Throttle {
+    seen: Mutex<HashMap<IpAddr, Failures>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Failures {
+    count: u32,
+    last: Instant,
+}
+
+/// One failure as [`Throttle::failed`] counted it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Counted {
+    /// Failures from the address within [`FORGET_AFTER`] of each other.
+    pub count: u32,
+    /// How long its refusal is held.
+    pub hold: Duration,
+}
+
+impl Throttle {
+    /// Counts a failure from `ip`.
+    pub fn failed(&self, ip: IpAddr) -> Counted {
+        let now = Instant::now();
+        let mut seen = self.seen.lock().expect("throttle lock");
+        if seen.len() >= MAX_ADDRESSES && !seen.contains_key(&ip) {
+            seen.retain(|_, f| now.duration_since(f.last) < FORGET_AFTER);
+            if seen.len() >= MAX_ADDRESSES {
+                return Counted {
+                    count: 1,
+                    hold: MAX_DELAY,
+                };
+            }
+        }
+        let f = seen.entry(ip).or_insert(Failures {
+            count: 0,
+            last: now,
+        });
+        if now.duration_since(f.last) >= FORGET_AFTER {
+            f.count = 0;
+        }
+        f.count = f.count.saturating_add(1);
+        f.last = now;
+        Counted {
+            count: f.count,
+            hold: hold(f.count),
+        }
+    }
+
+    /// `ip` proved its secret: its failures are forgotten.
+    pub fn succeeded(&self, ip: IpAddr) {
+        self.seen.lock().expect("throttle lock").remove(&ip);
     }
 }
 
@@ -270,17 +425,21 @@ async fn check(
             }
             .to_frame()
         });
-        return Err(Refusal { reason, reply });
+        return Err(Refusal {
+            reason,
+            reply,
+            kind: Refused::Auth,
+        });
     }
     if header.size > MAX_HELLO {
-        return Err(Refusal::quiet(format!(
-            "hello of {} bytes exceeds {MAX_HELLO}",
-            header.size
-        )));
+        return Err(Refusal::unreadable(ProtocolError::TooLarge {
+            size: header.size,
+            max: MAX_HELLO,
+        }));
     }
     let mut payload = vec![0u8; header.size as usize];
     stream.read_exact(&mut payload).await.map_err(io)?;
-    let hello = Hello::decode(&payload).map_err(|e| Refusal::quiet(e.to_string()))?;
+    let hello = Hello::decode(&payload).map_err(Refusal::unreadable)?;
     let want = role(port);
     if hello.role != want {
         let reason = format!("hello with role {:?} on the {want} port", hello.role);
@@ -308,7 +467,7 @@ async fn check(
     }
     let how = format!(
         "authenticated with the {want} secret (name {:?})",
-        hello.name.as_deref().unwrap_or("")
+        corefarm_telemetry::bounded(hello.name.as_deref().unwrap_or(""))
     );
     let mut prefix = hb.to_vec();
     prefix.extend_from_slice(&payload);
@@ -355,6 +514,51 @@ async fn read_response(stream: &mut Stream, timeout: Duration) -> Result<AuthRes
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Repeated failures from one address are held longer each time, up to
+    /// [`MAX_DELAY`]; another address's are not; a quiet [`FORGET_AFTER`]
+    /// or a success starts afresh.
+    #[tokio::test(start_paused = true)]
+    async fn repeated_failures_from_one_address_are_slowed_down() {
+        let t = Throttle::default();
+        let (a, b): (IpAddr, IpAddr) = ("192.0.2.1".parse().unwrap(), "192.0.2.2".parse().unwrap());
+        let ms = Duration::from_millis;
+        let held: Vec<Duration> = (0..40).map(|_| t.failed(a).hold).collect();
+        assert_eq!(
+            held[..6],
+            [ms(100), ms(200), ms(400), ms(800), ms(1600), MAX_DELAY]
+        );
+        assert!(held[6..].iter().all(|&h| h == MAX_DELAY), "{held:?}");
+        let first = Counted {
+            count: 1,
+            hold: FIRST_DELAY,
+        };
+        assert_eq!(t.failed(b), first);
+        tokio::time::advance(FORGET_AFTER - ms(1)).await;
+        assert_eq!(t.failed(a).count, 41, "still within a minute of the last");
+        tokio::time::advance(FORGET_AFTER).await;
+        assert_eq!(t.failed(a), first);
+        t.failed(a);
+        t.succeeded(a);
+        assert_eq!(t.failed(a), first);
+    }
+
+    /// The table of addresses is bounded: beyond it, quiet addresses are
+    /// forgotten, and while all are recent a new one is held the longest.
+    #[tokio::test(start_paused = true)]
+    async fn the_table_of_addresses_is_bounded() {
+        let t = Throttle::default();
+        let ip = |i: usize| IpAddr::from([10, (i >> 16) as u8, (i >> 8) as u8, i as u8]);
+        for i in 0..MAX_ADDRESSES {
+            t.failed(ip(i));
+        }
+        let extra = ip(MAX_ADDRESSES);
+        assert_eq!(t.failed(extra).hold, MAX_DELAY);
+        assert_eq!(t.seen.lock().unwrap().len(), MAX_ADDRESSES);
+        tokio::time::advance(FORGET_AFTER).await;
+        assert_eq!(t.failed(extra).hold, FIRST_DELAY);
+        assert_eq!(t.seen.lock().unwrap().len(), 1);
+    }
 
     #[test]
     fn auth_file_parses_and_refuses_bad_contents() {

@@ -73,10 +73,24 @@ pub(crate) fn classify(ty: MsgType, s: Session) -> Asked {
 pub(crate) struct Refused {
     pub code: ErrorCode,
     pub reason: String,
-    /// The hello decoded and offered `error`: its sender is told why in an
-    /// error message although nothing was agreed (a node pointed at the
-    /// user port, say, which would otherwise see only a closed connection).
+    /// Its sender is told why in an error message although nothing was
+    /// agreed: a hello that could not be read (docs/protocol.md, `bad_hello`
+    /// or `too-large`; only a peer that speaks the extensions sends type
+    /// 0x10, and a seed peer's negative configuration response would answer
+    /// a configuration it never sent), or one that decoded and offered
+    /// `error` (a node pointed at the user port, say, which would otherwise
+    /// see only a closed connection).
     pub reads_errors: bool,
+}
+
+/// A hello frame that could not be read at all (over the size limit, or
+/// its reading broke off): told like one that did not decode.
+pub(crate) fn unreadable(code: ErrorCode, reason: String) -> Refused {
+    Refused {
+        code,
+        reason,
+        reads_errors: true,
+    }
 }
 
 /// A user's hello, which must say it is one.
@@ -95,11 +109,7 @@ pub(crate) fn user_hello(payload: &[u8]) -> Result<Hello, Refused> {
                 reads_errors: h.has(features::ERROR),
             })
         }
-        Err(e) => Err(Refused {
-            code: ErrorCode::Malformed,
-            reason: e.to_string(),
-            reads_errors: false,
-        }),
+        Err(e) => Err(unreadable(e.code(), e.to_string())),
     }
 }
 
@@ -219,7 +229,11 @@ mod tests {
         let mut talking = Hello::new("node");
         talking.features = vec![features::ERROR.into()];
         assert!(user_hello(&talking.encode()).unwrap_err().reads_errors);
-        assert!(user_hello(b"{").is_err());
+        // One that does not decode is `bad_hello`, told in an error.
+        for bad in [&b"{"[..], b"", br#"{"version":1,"role":"admin"}"#] {
+            let r = user_hello(bad).unwrap_err();
+            assert!(r.code == ErrorCode::Malformed && r.reads_errors, "{r:?}");
+        }
         let mut h = Hello::new("user");
         h.features = vec![
             features::CREDIT.into(),

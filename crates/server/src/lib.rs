@@ -25,6 +25,8 @@ pub mod defaults;
 pub mod dispatch;
 mod greeting;
 mod group;
+#[cfg(test)]
+mod hostile_tests;
 mod intake;
 mod limits;
 pub mod metrics;
@@ -161,6 +163,8 @@ pub(crate) struct ServerState {
     pub metrics: Arc<metrics::Metrics>,
     /// Shared mode: the scheduler, which lends nodes to groups.
     pub sched: std::sync::OnceLock<sched::driver::Handle>,
+    /// Recent authentication failures by address (`--auth-file`).
+    pub auth_throttle: auth::Throttle,
     next_id: AtomicU64,
 }
 
@@ -251,6 +255,7 @@ impl Server {
             view: Default::default(),
             metrics: Default::default(),
             sched: std::sync::OnceLock::new(),
+            auth_throttle: Default::default(),
             next_id: AtomicU64::new(1),
         });
         Ok(Server {
@@ -423,13 +428,22 @@ async fn open(
     let timeout = shared.opts.read_timeout;
     let way_in = async {
         let s = match tls {
-            Some(t) => tls::accept(t, s, addr, port, timeout).await?,
+            Some(t) => match tls::accept(t, s, addr, port, timeout).await {
+                Some(s) => s,
+                None => {
+                    shared.metrics.error(metrics::ErrorKind::TlsFailed);
+                    return None;
+                }
+            },
             None => tls::Stream::Plain(s),
         };
-        match auth {
-            None => Some((s, Vec::new())),
-            Some(a) => auth::admit(s, addr, port, a, shared.opts.allow_legacy, timeout).await,
-        }
+        let Some(a) = auth else {
+            return Some((s, Vec::new()));
+        };
+        let gate = (a, &shared.auth_throttle, &*shared.metrics);
+        auth::admit(s, addr, port, gate, shared.opts.allow_legacy, timeout)
+            .await
+            .ok()
     };
     match tokio::time::timeout(timeout, way_in).await {
         Ok(opened) => opened,

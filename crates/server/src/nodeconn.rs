@@ -152,6 +152,7 @@ impl NodeConn {
             let prefix = prefix.to_vec();
             let read_timeout = shared.opts.read_timeout;
             let chunk_size = shared.opts.node_chunk_size;
+            let metrics = shared.metrics.clone();
             let mut introduced = Some(introduced_tx);
             tokio::spawn(async move {
                 let _slot = slot;
@@ -231,6 +232,7 @@ impl NodeConn {
                                     let most = max.saturating_sub(4) as u64;
                                     results = Some(
                                         Reassembler::new(most, MAX_OPEN_RESULTS, 2 * most)
+                                            .chunk_limit(u64::from(chunk))
                                             .with_id_prefix()
                                             .preallocate(PREALLOCATE),
                                     );
@@ -248,13 +250,15 @@ impl NodeConn {
                                     peer: h.peer.clone().filter(|_| h.has(features::PEER)),
                                     group_priority: h.has(features::GROUP_PRIORITY),
                                 });
-                                tracing::info!(node = %entry.label(), "node hello: targets={:?}", h.targets);
+                                let targets = entry.info().targets;
+                                tracing::info!(node = %entry.label(), "node hello: targets={targets:?}");
                                 if let Some(t) = introduced.take() {
                                     let _ = t.send(());
                                 }
                             }
                             Ok(h) => {
                                 let why = format!("hello with role {:?} on the node port", h.role);
+                                metrics.error(crate::metrics::ErrorKind::BadHello);
                                 // A user that offered `error` hears which
                                 // port it wants (nothing else was agreed).
                                 if h.role == "user" && h.has(features::ERROR) {
@@ -268,7 +272,15 @@ impl NodeConn {
                                 }
                                 break why;
                             }
-                            Err(e) => break format!("invalid hello: {e}"),
+                            // Only a peer that speaks the extensions sends a
+                            // hello: it is told (`bad_hello`), as at the user port.
+                            Err(e) => {
+                                let why = format!("invalid hello: {e}");
+                                let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), why.as_str());
+                                metrics.error(crate::metrics::ErrorKind::BadHello);
+                                sink.send(m.to_frame(), false);
+                                break why;
+                            }
                         },
                         Ok(Some(f)) if f.ty == MsgType::Chunk => {
                             let Some(r) = results.as_mut() else {
@@ -302,6 +314,18 @@ impl NodeConn {
                             }
                         }
                         Ok(None) => break "node closed the connection".into(),
+                        // A first hello too large to read: told like one
+                        // that does not decode.
+                        Err(ReadError::Protocol(e))
+                            if introduced.is_some()
+                                && reader.begun_type() == Some(MsgType::Hello as u8) =>
+                        {
+                            let why = format!("invalid hello: {e}");
+                            let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), why.as_str());
+                            metrics.error(crate::metrics::ErrorKind::BadHello);
+                            sink.send(m.to_frame(), false);
+                            break why;
+                        }
                         Err(e) => break format!("{e}"),
                     }
                 };

@@ -21,6 +21,10 @@ use corefarm_smp::{ClusterStatus, LinkBytes, NodeState, NodeStatus, UserPhase, U
 
 use crate::metrics::{Metrics, NameTotals};
 
+/// Targets of a node's hello that are kept: a node runs a few (one per
+/// kind of core it has); more are a peer's attempt to grow the status.
+pub const MAX_TARGETS: usize = 16;
+
 /// What a node told us about itself in its hello.
 #[derive(Debug, Clone, Default)]
 pub struct NodeInfo {
@@ -66,7 +70,19 @@ impl NodeEntry {
         }
     }
 
-    pub fn set_info(&self, info: NodeInfo) {
+    /// What the node's hello said, each name in it bounded
+    /// ([`corefarm_telemetry::bounded`], as user names are) and at most
+    /// [`MAX_TARGETS`] targets kept: logs, `/status` and `/metrics` show
+    /// these, so a peer's hello cannot make them arbitrarily long.
+    pub fn set_info(&self, mut info: NodeInfo) {
+        let bound = |s: &mut String| {
+            if let std::borrow::Cow::Owned(cut) = corefarm_telemetry::bounded(s) {
+                *s = cut;
+            }
+        };
+        info.targets.truncate(MAX_TARGETS);
+        let names = info.name.iter_mut().chain(info.peer.iter_mut());
+        names.chain(info.targets.iter_mut()).for_each(bound);
         *self.info.lock().expect("node info lock") = info;
     }
 
@@ -184,7 +200,10 @@ impl UserEntry {
         crate::metrics::user_label(name.as_deref(), self.hello.load(Ordering::Relaxed))
     }
 
-    pub fn set_hello(&self, name: Option<String>) {
+    /// The user's hello was answered; its name is kept bounded
+    /// ([`corefarm_telemetry::bounded`]), as the status and logs show it.
+    pub fn set_hello(&self, name: Option<&str>) {
+        let name = name.map(|n| corefarm_telemetry::bounded(n).into_owned());
         *self.name.lock().expect("user name lock") = name;
         self.hello.store(true, Ordering::Relaxed);
     }
@@ -371,7 +390,7 @@ mod tests {
         r.add_node_if_open(a.clone(), || false);
         r.add_node_if_open(b.clone(), || false);
         let u = Arc::new(UserEntry::new(7, addr(20)));
-        u.set_hello(Some("prog".into()));
+        u.set_hello(Some("prog"));
         u.set_phase(UserPhase::Routing);
         r.add_user(u.clone());
         a.assign(Some(7));
@@ -412,7 +431,7 @@ mod tests {
         let n = Arc::new(NodeEntry::new(1, addr(10)));
         r.add_node_if_open(n.clone(), || false);
         let u = Arc::new(UserEntry::new(2, addr(20)));
-        u.set_hello(Some("prog".into()));
+        u.set_hello(Some("prog"));
         r.add_user(u.clone());
         u.m.link.received(100);
         n.m.link.sent(100);
@@ -449,7 +468,7 @@ mod tests {
         assert_eq!(totals(&r).0.node_in, 52);
         // A second session of the same name adds to the first.
         let again = Arc::new(UserEntry::new(4, addr(21)));
-        again.set_hello(Some("prog".into()));
+        again.set_hello(Some("prog"));
         r.add_user(again.clone());
         again
             .m

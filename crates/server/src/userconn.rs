@@ -48,6 +48,9 @@ pub(crate) enum Next {
     /// A broken rule or a read deadline: the session ends, and tells the
     /// user why as the protocol allows ([`UserConn::report`]).
     Fatal(ErrorCode, String),
+    /// The hello could not be read (over the size limit, say): told in an
+    /// error, as one that does not decode is.
+    BadHello(greeting::Refused),
     /// The connection failed: nobody left to tell.
     Failed(String),
 }
@@ -115,6 +118,20 @@ impl UserConn {
     /// The next frame or placed chunk from the user, counted on its link.
     /// Cancel-safe: a session reads it in a `select!`.
     pub(crate) async fn next(&mut self) -> Next {
+        match self.read().await {
+            // The first frame was a hello: its sender speaks the extensions
+            // even if the frame never arrived whole (`greeting::Refused`).
+            Next::Fatal(code, reason)
+                if self.reader.begun_type() == Some(MsgType::Hello as u8)
+                    && self.asked(MsgType::Hello) == Asked::Hello =>
+            {
+                Next::BadHello(greeting::unreadable(code, reason))
+            }
+            next => next,
+        }
+    }
+
+    async fn read(&mut self) -> Next {
         let link = &self.entry.m.link;
         match self.reader.read_with(self.inbound.as_mut()).await {
             Ok(Some(Read::Frame(f))) => {

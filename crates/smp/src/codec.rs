@@ -503,6 +503,14 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         Some(Deadline { at, t, in_header })
     }
 
+    /// The type byte of a frame begun and not yet read (its header is in,
+    /// or its first byte): after an error, what kind of frame the peer was
+    /// sending, so a refusal can be worded for it (a hello's sender reads
+    /// errors, a seed peer does not).
+    pub fn begun_type(&self) -> Option<u8> {
+        self.dec.buf.first().copied()
+    }
+
     pub fn get_ref(&self) -> &R {
         &self.inner
     }

@@ -115,16 +115,24 @@ impl Hello {
         if !is_json_object(payload) {
             return Err(ProtocolError::BadHello("not a JSON object".into()));
         }
-        let h: Hello =
-            serde_json::from_slice(payload).map_err(|e| ProtocolError::BadHello(e.to_string()))?;
+        let h: Hello = serde_json::from_slice(payload).map_err(|e| bad(e.to_string()))?;
         if !matches!(h.role.as_str(), "user" | "node" | "server") {
-            return Err(ProtocolError::BadHello(format!(
-                "unknown role {:?}",
-                h.role
-            )));
+            return Err(bad(format!("unknown role {:?}", h.role)));
         }
         Ok(h)
     }
+}
+
+/// Longest reason a refused hello gets, in characters: the reason quotes
+/// the peer's input (a role, a value of the wrong type), and goes to logs.
+const MAX_REASON_CHARS: usize = 200;
+
+fn bad(mut reason: String) -> ProtocolError {
+    if let Some((at, _)) = reason.char_indices().nth(MAX_REASON_CHARS) {
+        reason.truncate(at);
+        reason.push('…');
+    }
+    ProtocolError::BadHello(reason)
 }
 
 /// Whether a JSON payload is an object (`{`, after any JSON whitespace):
@@ -180,5 +188,19 @@ mod tests {
     fn rejects_bad_json_and_role() {
         assert!(Hello::decode(b"not json").is_err());
         assert!(Hello::decode(br#"{"version":1,"role":"admin"}"#).is_err());
+    }
+
+    /// The reason quotes the peer's input, but only so much of it.
+    #[test]
+    fn reasons_are_bounded() {
+        let long = "x".repeat(1 << 20);
+        for bad in [
+            format!(r#"{{"version":1,"role":"{long}"}}"#),
+            format!(r#"{{"version":"{long}","role":"user"}}"#),
+        ] {
+            let e = Hello::decode(bad.as_bytes()).unwrap_err();
+            assert_eq!(e.kind(), "bad_hello");
+            assert!(e.to_string().len() < 300, "{} bytes", e.to_string().len());
+        }
     }
 }

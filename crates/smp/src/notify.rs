@@ -23,6 +23,13 @@ use crate::outframe::OutFrame;
 /// Longest notification a handler may send (`ops->notify` refuses more).
 pub const MAX_NOTIFICATION: usize = 4096;
 
+/// Notifications of one data message a node sends at most, and a server
+/// relays at most (4 KiB each at most, so 1 MiB): a handler that notifies
+/// in a loop, or a node that ignores the bound, cannot fill a worker's, a
+/// node's or the server's memory. The rest are counted and dropped; the
+/// message itself is unaffected.
+pub const MAX_PER_MESSAGE: usize = 256;
+
 /// Bytes before the notification's data: id and set.
 pub const NOTIFICATION_HEAD: usize = 5;
 

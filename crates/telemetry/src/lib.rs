@@ -17,7 +17,7 @@ pub use histogram::{AtomicHistogram, HistogramSnapshot, LATENCY_BOUNDS};
 pub use http::{Endpoints, MetricsServer};
 pub use owned::OwnedCounter;
 pub use prometheus_client;
-pub use slots::Slots;
+pub use slots::{bounded, Slots, MAX_NAME_CHARS};
 
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};

@@ -9,6 +9,22 @@ use std::sync::{Arc, Mutex};
 /// The label value every name beyond the cap shares.
 pub const OTHER: &str = "other";
 
+/// Longest name (in characters) a peer can make the server show: a metric
+/// label, a status field or a log line carries at most this much of a
+/// name a peer chose (a user's, a node's, a node's targets), so a scrape
+/// or a status stays about as long as the cluster is large, whatever the
+/// peers send.
+pub const MAX_NAME_CHARS: usize = 64;
+
+/// `name` cut to [`MAX_NAME_CHARS`] characters (borrowed when it fits):
+/// the one bound every peer-supplied name goes through.
+pub fn bounded(name: &str) -> std::borrow::Cow<'_, str> {
+    match name.char_indices().nth(MAX_NAME_CHARS) {
+        Some((at, _)) => std::borrow::Cow::Owned(name[..at].to_string()),
+        None => std::borrow::Cow::Borrowed(name),
+    }
+}
+
 #[derive(Debug)]
 pub struct Slots<T> {
     cap: usize,
@@ -24,10 +40,11 @@ impl<T: Default> Slots<T> {
         }
     }
 
-    /// The slot for `name`, created if the cap allows. Names are cut to 64
-    /// characters, so a peer cannot make a label value arbitrarily long.
+    /// The slot for `name`, created if the cap allows. Names are cut to
+    /// [`MAX_NAME_CHARS`] ([`bounded`]), so a peer cannot make a label value
+    /// arbitrarily long.
     pub fn get(&self, name: &str) -> Arc<T> {
-        let name: String = name.chars().take(64).collect();
+        let name = bounded(name).into_owned();
         let mut m = self.map.lock().expect("slots lock");
         if let Some(s) = m.get(&name) {
             return s.clone();
@@ -70,5 +87,13 @@ mod tests {
             vec![("a".into(), 2), ("b".into(), 1), ("other".into(), 2)]
         );
         assert_eq!(s.get(&"x".repeat(100)).load(Ordering::Relaxed), 2);
+    }
+
+    #[test]
+    fn names_are_bounded_in_characters() {
+        assert_eq!(bounded("n0"), "n0");
+        let long = "é".repeat(MAX_NAME_CHARS + 1);
+        assert_eq!(bounded(&long), "é".repeat(MAX_NAME_CHARS));
+        assert!(matches!(bounded(&long[2..]), std::borrow::Cow::Borrowed(_)));
     }
 }

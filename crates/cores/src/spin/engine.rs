@@ -167,11 +167,9 @@ pub enum Outcome {
     Failed(String),
 }
 
-/// Notifications kept per message (4 KiB each at most, so 1 MiB): a
-/// handler that notifies in a loop cannot fill the worker's or the node's
-/// memory; the rest are counted and dropped, the message itself is
-/// unaffected.
-pub const MAX_NOTIFICATIONS: usize = 256;
+/// Notifications kept per message: the protocol's bound
+/// ([`corefarm_smp::notify::MAX_PER_MESSAGE`]), which the server enforces too.
+pub const MAX_NOTIFICATIONS: usize = corefarm_smp::notify::MAX_PER_MESSAGE;
 
 #[derive(Debug)]
 pub struct Finished {

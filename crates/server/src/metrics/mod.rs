@@ -46,16 +46,28 @@ pub enum ErrorKind {
     ConfigurationFailed,
     /// A user session ended by a protocol or limit error.
     UserError,
-    /// A connection refused at --max-users / --max-nodes.
+    /// A connection refused at --max-users / --max-nodes (or beyond the
+    /// connections a port may have on their way in).
     Refused,
+    /// A connection refused by `--auth-file`'s gate: no or a wrong answer
+    /// to the challenge, no `auth` feature, a seed-format peer.
+    AuthFailed,
+    /// A TLS port's handshake failed or did not come.
+    TlsFailed,
+    /// A hello refused: one that does not decode or is too large, or one
+    /// with the wrong role for its port.
+    BadHello,
 }
 
-const ERROR_KINDS: [(&str, ErrorKind); 5] = [
+const ERROR_KINDS: [(&str, ErrorKind); 8] = [
     ("node_lost", ErrorKind::NodeLost),
     ("core_failure", ErrorKind::CoreFailure),
     ("configuration_failed", ErrorKind::ConfigurationFailed),
     ("user_error", ErrorKind::UserError),
     ("refused", ErrorKind::Refused),
+    ("auth_failed", ErrorKind::AuthFailed),
+    ("tls_failed", ErrorKind::TlsFailed),
+    ("bad_hello", ErrorKind::BadHello),
 ];
 
 /// A counter alone on its cache line: the server-wide totals are written
@@ -93,7 +105,7 @@ const OFF: bool = cfg!(feature = "metrics-off");
 pub struct Metrics {
     started: Instant,
     redispatched: Padded,
-    errors: [AtomicU64; 5],
+    errors: [AtomicU64; ERROR_KINDS.len()],
     users: Slots<UserSlot>,
     /// Handler notifications from nodes: relayed to their user, or dropped
     /// because the user did not agree `spin-notify`.

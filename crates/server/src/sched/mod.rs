@@ -85,6 +85,8 @@ pub struct Job {
     /// Its place in the function's bounded queue; released at dispatch.
     pub permit: Option<places::Place>,
     sent: Duration,
+    /// Handler notifications of it relayed so far (`notes::within`).
+    notes: u32,
 }
 
 impl Job {
@@ -97,6 +99,7 @@ impl Job {
             class: corefarm_smp::stream::DEFAULT_CLASS,
             permit: None,
             sent: Duration::ZERO,
+            notes: 0,
         }
     }
 }

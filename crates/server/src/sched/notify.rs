@@ -11,13 +11,16 @@ impl Sched {
     /// `Err`: the node named a job it does not hold, and must be closed
     /// (as for a result for an unknown id).
     pub fn on_notification(&mut self, node: u64, note: Notification) -> Result<(), NodeBreach> {
-        let Some(slot) = self.nodes.get(&node) else {
+        let Some(slot) = self.nodes.get_mut(&node) else {
             return Ok(());
         };
-        let Some(job) = slot.in_flight.get(&note.id) else {
+        let Some(job) = slot.in_flight.get_mut(&note.id) else {
             return Err(NodeBreach::UnknownNotification(note.id));
         };
         let (user, id) = (job.user, job.id);
+        if !crate::notes::within(&mut job.notes, id, || format!("node {node}")) {
+            return Ok(());
+        }
         if self.users.contains_key(&user) {
             self.out.push(Action::Notify {
                 user,

@@ -110,7 +110,8 @@ impl<P: Placement> Session<P> {
             // A seed-format user has no way to hear why it idled out: just close.
             SessionEnd::Idle { .. } if self.conn.hello.is_none() => {}
             SessionEnd::HelloRefused(r) => {
-                self.error_metric();
+                let metrics = &self.shared.metrics;
+                metrics.error(crate::metrics::ErrorKind::BadHello);
                 self.conn.refuse_hello(r).await;
             }
             _ => {

@@ -65,7 +65,7 @@ impl<P: Placement> Session<P> {
             agreed.nodes = Some(0);
             agreed.max_message = Some(self.shared.opts.max_message);
             self.conn.hello = Some(agreed.clone());
-            self.conn.entry.set_hello(h.name.clone());
+            self.conn.entry.set_hello(h.name.as_deref());
             self.send_user(agreed.to_frame()).await?;
             return Err(SessionEnd::Group);
         }
@@ -88,7 +88,7 @@ impl<P: Placement> Session<P> {
         }
         self.conn.hello = Some(agreed.clone());
         self.conn.result_limit = crate::anylen::user_limit(self.shared.opts.max_message, Some(&h));
-        self.conn.entry.set_hello(h.name.clone());
+        self.conn.entry.set_hello(h.name.as_deref());
         // `nodes: 0` asks for none: an observer (e.g. `corefarm status`)
         // must not take nodes away from the users that compute.
         agreed.nodes = Some(self.placement.hello(h.nodes, chunked).await);

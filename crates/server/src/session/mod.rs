@@ -168,6 +168,7 @@ impl<P: Placement> Session<P> {
                         Next::Placed(whole) => self.on_placed(whole).await,
                         Next::Closed => Err(SessionEnd::Closed),
                         Next::Fatal(code, reason) => Err(SessionEnd::Broke { code, reason }),
+                        Next::BadHello(r) => Err(SessionEnd::HelloRefused(r)),
                         Next::Failed(e) => Err(SessionEnd::Link(e)),
                     }
                 }

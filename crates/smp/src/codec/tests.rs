@@ -79,6 +79,8 @@ async fn oversize_header_fails_before_allocating() {
         r.read_frame().await,
         Err(ReadError::Protocol(ProtocolError::TooLarge { .. }))
     ));
+    // The refusal can still tell what the peer was sending.
+    assert_eq!(r.begun_type(), Some(3));
 }
 
 #[tokio::test(start_paused = true)]

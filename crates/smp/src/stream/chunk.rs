@@ -70,6 +70,19 @@ pub struct ChunkHeader {
 }
 
 impl ChunkHeader {
+    /// Refuses a chunk of more than `max` data bytes, the chunk size agreed
+    /// on its link: every receiver of chunks holds them to it here, so a
+    /// peer cannot make one frame carry more than the link agreed.
+    pub fn within(&self, max: u64) -> Result<(), ProtocolError> {
+        if self.len > max {
+            return Err(bad(format!(
+                "message {}: a chunk of {} bytes, over the {max} agreed",
+                self.id, self.len
+            )));
+        }
+        Ok(())
+    }
+
     /// The header of `len` bytes at `offset` of message `id`'s `total`;
     /// whether it is the first or the last chunk follows from where it lies.
     pub fn at(id: u32, class: u8, offset: u64, total: u64, len: u64) -> ChunkHeader {

@@ -264,12 +264,7 @@ impl Reassembler {
     /// The bounds any chunk is held to, whichever way it is read: its
     /// length, and the length its message announces.
     fn check(&self, h: &ChunkHeader) -> Result<(), ProtocolError> {
-        if h.len > self.max_chunk {
-            return Err(bad(format!(
-                "message {}: a chunk of {} bytes, over the {} agreed",
-                h.id, h.len, self.max_chunk
-            )));
-        }
+        h.within(self.max_chunk)?;
         if h.total > self.max_message {
             return Err(bad(format!(
                 "message {} of {} bytes exceeds the limit of {} bytes",

@@ -39,6 +39,8 @@ struct Pending {
     class: u8,
     /// When it was (last) handed to a node: its round trip adapts the window.
     sent: Instant,
+    /// Handler notifications of it relayed so far (`notes::within`).
+    notes: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +189,7 @@ impl Placement for Owned {
             count: input.count,
             class: input.class,
             sent: Instant::now(),
+            notes: 0,
         });
         Ok(Admitted::Placed)
     }

@@ -272,17 +272,19 @@ impl Owned {
     /// One for an id not in flight on that node loses the node, like a
     /// result for one.
     fn on_node_notification(&mut self, id: u64, f: Frame, cx: &mut Cx<'_>) {
-        let Some(n) = self.nodes.get(&id) else {
+        let Some(n) = self.nodes.get_mut(&id) else {
             return;
         };
         let note = match Notification::parse(f.payload) {
             Ok(note) => note,
             Err(e) => return self.lose_node(id, &format!("bad notification: {e}"), cx),
         };
-        let Some(p) = n.in_flight.get(&note.id) else {
+        let Some(p) = n.in_flight.get_mut(&note.id) else {
             let reason = format!("notification for unknown id {}", note.id);
             return self.lose_node(id, &reason, cx);
         };
-        cx.report(Outcome::Notification(note.with_id(p.user_id)));
+        if crate::notes::within(&mut p.notes, p.user_id, || n.tx.entry.label()) {
+            cx.report(Outcome::Notification(note.with_id(p.user_id)));
+        }
     }
 }
