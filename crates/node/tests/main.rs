@@ -16,20 +16,3 @@ mod peer_classes;
 mod peer_port;
 mod prop_collectives;
 mod session;
-
-/// With `autotests = false` (one binary), a file of tests/ not declared
-/// above would be neither built nor run.
-#[test]
-fn every_file_of_tests_is_a_module_of_this_binary() {
-    let main = include_str!("main.rs");
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
-    for e in std::fs::read_dir(dir).unwrap() {
-        let name = e.unwrap().file_name().into_string().unwrap();
-        let module = name.strip_suffix(".rs").unwrap_or(&name);
-        let declared = [format!("mod {module};"), format!("mod {module} {{")];
-        assert!(
-            module == "main" || declared.iter().any(|d| main.contains(d.as_str())),
-            "tests/{name} is not a module of tests/main.rs"
-        );
-    }
-}
