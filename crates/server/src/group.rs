@@ -78,6 +78,9 @@ struct Live {
     /// Members lost while no command waited for them: the next command
     /// fails naming them and ends the group.
     lost: Vec<(u32, String)>,
+    /// Collectives relayed to each rank: a member blamed for missing a call
+    /// it was never sent is not at fault, the user is ([`Session::blame`]).
+    collectives: Vec<u64>,
 }
 
 /// Serves a group user from its hello on, until it leaves or `stop`.
@@ -247,6 +250,11 @@ impl Session {
                     // A closed connection shows up as a node event next.
                     m.conn.send(frame);
                 }
+                if c.cmd.is_collective() {
+                    for &r in &targets {
+                        live.collectives[r as usize] += 1;
+                    }
+                }
                 live.pending.insert(c.seq, (c.label(), targets));
                 Ok(())
             }
@@ -325,6 +333,7 @@ impl Session {
             events,
             pending: HashMap::new(),
             lost: Vec::new(),
+            collectives: vec![0; n as usize],
         });
         tracing::info!(
             user = self.user,
@@ -403,18 +412,30 @@ impl Session {
                     }
                 };
                 let known = match live.pending.get_mut(&r.seq) {
-                    Some((_, left)) => {
+                    Some((op, left)) => {
+                        let op = op.clone();
                         let was = left.remove(&rank);
                         if left.is_empty() {
                             live.pending.remove(&r.seq);
                         }
-                        was
+                        was.then_some(op)
                     }
-                    None => false,
+                    None => None,
                 };
-                if !known {
+                let Some(op) = known else {
                     let why = format!("answered command #{} it was not given", r.seq);
                     return self.member_failed(rank, &why).await;
+                };
+                if let Some(reason) = self.user_at_fault(rank, &op, &r) {
+                    // The reply would name an innocent member: the user is
+                    // told what it did instead, and the group (whose
+                    // members no longer agree on the collectives run) ends.
+                    let reply =
+                        GroupReply::failed(r.seq, rank, ErrorCode::Malformed, NO_CULPRIT, &reason);
+                    self.send(reply.to_frame()?).await?;
+                    tracing::warn!(user = self.user, "group ended by its user: {reason}");
+                    self.teardown(&reason, true).await;
+                    return Ok(());
                 }
                 let frame = OutFrame::new(MsgType::GroupReply, f.payload)?;
                 self.send(frame).await?;
@@ -443,6 +464,27 @@ impl Session {
                     .await
             }
         }
+    }
+
+    /// A collective that failed on `rank` naming a member that was sent
+    /// fewer collectives than `rank`: that member could not have joined the
+    /// call, because the user never sent it (a collective must reach every
+    /// rank). The reason to tell the user, or `None` if the blame stands.
+    fn user_at_fault(&self, rank: u32, op: &str, r: &GroupReply) -> Option<String> {
+        let live = self.live.as_ref()?;
+        let (given, to) = (&live.collectives, r.culprit as usize);
+        if r.status == 0 || r.culprit == NO_CULPRIT || to >= given.len() {
+            return None;
+        }
+        let (sent, missed) = (given[rank as usize], given[to]);
+        (missed < sent).then(|| {
+            format!(
+                "{op} was sent to rank {rank} but not to rank {}: a collective must be sent \
+                 to every rank of the group (rank {rank} was sent {sent} collective(s), \
+                 rank {} {missed}); the group ends",
+                r.culprit, r.culprit
+            )
+        })
     }
 
     /// A member is lost or misbehaved: every command waiting on it fails

@@ -582,3 +582,50 @@ async fn random_sequences_of_collectives_match_local_results() {
     })
     .await;
 }
+
+/// A collective the user sends to one rank only: the rank that got it waits
+/// for the other, which was never asked. The user is told it was at fault;
+/// no member is blamed, and every member comes back to the pool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_collective_sent_to_one_rank_only_is_blamed_on_the_user() {
+    use common::FakeUser;
+    use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupReply, NO_CULPRIT};
+    use corefarm_smp::{hello::features, ErrorCode, MsgType};
+
+    let s = start(opts()).await;
+    let _n = nodes(&s, 2, 1 << 20, |_| dot_loader(None)).await;
+    let feats = [features::ERROR, features::GROUP];
+    let (mut u, f) = FakeUser::hello_with(s.users, "half-caller", Some(0), &feats).await;
+    assert_eq!(f.ty, MsgType::Hello);
+    let open = GroupCtl::Open {
+        nodes: 2,
+        topology: None,
+    };
+    u.send(open.to_frame()).await;
+    let f = u.recv().await.expect("the group opens");
+    assert!(
+        matches!(GroupCtl::decode(&f.payload), Ok(GroupCtl::Opened { .. })),
+        "{f:?}"
+    );
+    let mut barrier = GroupCmd::new(7, 0, Cmd::Barrier);
+    barrier.algo = Some(corefarm_smp::Algo::Linear);
+    barrier.timeout_ms = 300;
+    u.send(barrier.to_frame().unwrap()).await;
+    let f = u.recv().await.expect("the barrier's reply");
+    assert_eq!(f.ty, MsgType::GroupReply);
+    let r = GroupReply::parse(f.payload).unwrap();
+    assert_eq!((r.seq, r.rank), (7, 0));
+    assert_eq!(r.status, ErrorCode::Malformed as u32, "{}", r.reason());
+    assert_eq!(r.culprit, NO_CULPRIT, "no member is blamed: {}", r.reason());
+    assert!(r.reason().contains("not to rank 1"), "{}", r.reason());
+    let f = u.recv().await.expect("the group closes");
+    match GroupCtl::decode(&f.payload) {
+        Ok(GroupCtl::Closed {
+            reason: Some(why), ..
+        }) => {
+            assert!(why.contains("every rank"), "{why}")
+        }
+        other => panic!("expected closed with a reason, got {other:?}"),
+    }
+    free_named(&s, 2).await;
+}
