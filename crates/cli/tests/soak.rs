@@ -40,5 +40,10 @@ fn two_minute_soak_loses_nothing() {
     assert_eq!(t["results_wrong"], 0);
     assert!(r["nodes_killed"].as_u64().unwrap() >= 10, "{text}");
     assert!(r["bad_peers_played"].as_u64().unwrap() >= 20, "{text}");
+    // They take turns: every kind was played at least once.
+    let kinds = r["bad_peers_by_kind"]
+        .as_object()
+        .expect("bad_peers_by_kind");
+    assert!(kinds.len() >= 7, "{text}");
     assert!(t["sessions"].as_u64().unwrap() >= 20, "{text}");
 }

@@ -7,10 +7,12 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use corefarm_smp::hello::features;
+use corefarm_smp::stream::{Chunk, ChunkHeader};
 use corefarm_smp::{Hello, MsgType};
 
 /// The ways a peer misbehaves.
-#[derive(Debug, Clone, Copy, serde::Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
 pub enum Misbehaviour {
     /// A header with an unknown message type.
     UnknownType,
@@ -22,15 +24,40 @@ pub enum Misbehaviour {
     MalformedHello,
     /// A seed-format user's data before any configuration.
     DataFirst,
+    /// A hello that is JSON but whose fields have the wrong types (the
+    /// documented `malformed` error, then the close).
+    WrongFieldTypes,
+    /// A node that agreed 512-byte chunks and sends a 1000-byte one.
+    NodeChunkOverAgreed,
 }
 
-pub const ALL: [Misbehaviour; 5] = [
+pub const ALL: [Misbehaviour; 7] = [
     Misbehaviour::UnknownType,
     Misbehaviour::Oversized,
     Misbehaviour::Trickle,
     Misbehaviour::MalformedHello,
     Misbehaviour::DataFirst,
+    Misbehaviour::WrongFieldTypes,
+    Misbehaviour::NodeChunkOverAgreed,
 ];
+
+/// The server port a misbehaviour is played against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Port {
+    Users,
+    Nodes,
+}
+
+impl Misbehaviour {
+    /// The ports it makes sense on: a node's own misbehaviour only at the
+    /// nodes port, the rest at either.
+    pub fn ports(self) -> &'static [Port] {
+        match self {
+            Misbehaviour::NodeChunkOverAgreed => &[Port::Nodes],
+            _ => &[Port::Users, Port::Nodes],
+        }
+    }
+}
 
 fn header(t: u8, size: u32) -> [u8; 8] {
     let mut h = [0u8; 8];
@@ -53,8 +80,12 @@ pub enum PlayError {
 
 /// Plays `bad` against `addr`; `Ok` when the server closed the connection
 /// (after an error message or not) within `within`.
-pub fn play(bad: Misbehaviour, addr: &str, within: Duration) -> Result<(), PlayError> {
+pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Result<(), PlayError> {
     let mut s = TcpStream::connect(addr).map_err(|e| PlayError::Connect(bad, e))?;
+    let role = match port {
+        Port::Users => "user",
+        Port::Nodes => "node",
+    };
     let _ = s.set_nodelay(true);
     let deadline = Instant::now() + within;
     let sent = match bad {
@@ -68,6 +99,12 @@ pub fn play(bad: Misbehaviour, addr: &str, within: Duration) -> Result<(), PlayE
         Misbehaviour::DataFirst => s
             .write_all(&header(MsgType::Data as u8, 8))
             .and_then(|_| s.write_all(&[0; 8])),
+        Misbehaviour::WrongFieldTypes => {
+            let body = format!(r#"{{"version":"1","role":"{role}","features":"error"}}"#);
+            s.write_all(&header(MsgType::Hello as u8, body.len() as u32))
+                .and_then(|_| s.write_all(body.as_bytes()))
+        }
+        Misbehaviour::NodeChunkOverAgreed => over_agreed_chunk(&mut s, within),
         Misbehaviour::Trickle => {
             // A valid hello header, one byte at a time, never completed.
             let body = Hello::new("user").encode();
@@ -103,6 +140,29 @@ pub fn play(bad: Misbehaviour, addr: &str, within: Duration) -> Result<(), PlayE
     } else {
         Err(PlayError::Kept { bad, within })
     }
+}
+
+/// Says hello as a node agreeing 512-byte chunks, waits for the server's
+/// hello, then sends a 1000-byte chunk.
+fn over_agreed_chunk(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
+    let mut h = Hello::new("node");
+    h.features = vec![features::ERROR.into(), features::CHUNKS.into()];
+    h.chunk_size = Some(512);
+    s.write_all(&h.to_frame().to_vec())?;
+    // The server's hello (its header and payload) comes first.
+    s.set_read_timeout(Some(within))?;
+    let mut head = [0u8; 8];
+    s.read_exact(&mut head)?;
+    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    std::io::copy(&mut (&mut *s).take(len as u64), &mut std::io::sink())?;
+    let c = Chunk {
+        head: ChunkHeader::at(7, 4, 0, 1000, 1000),
+        data: bytes::Bytes::from(vec![1; 1000]),
+    };
+    let frame = c
+        .to_frame()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+    s.write_all(&frame.to_vec())
 }
 
 /// Reads (discarding an error message, if any) until EOF or `t` passes.

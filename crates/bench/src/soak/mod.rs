@@ -64,6 +64,8 @@ pub struct SoakReport {
     pub nodes_killed: u64,
     pub node_crashes: Vec<String>,
     pub bad_peers_played: u64,
+    /// How often each misbehaviour was played (they take turns).
+    pub bad_peers_by_kind: std::collections::BTreeMap<String, u64>,
     pub bad_peer_failures: Vec<String>,
     /// Server memory (KiB) once the load had run for a tenth of the
     /// duration, and at the end; the same for the node never killed.
@@ -191,6 +193,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     let mut mem_start: Option<(u64, u64)> = None;
     let (mut killed, mut bad_played) = (0u64, 0u64);
     let mut bad_failures = Vec::new();
+    let mut bad_by_kind = std::collections::BTreeMap::new();
     let mut crashes = Vec::new();
     let mut restart_at: Vec<(Instant, usize)> = Vec::new();
     while Instant::now() < end {
@@ -230,14 +233,21 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
             }
         });
         if now >= next_bad {
-            let kind = bad::ALL[rng.gen_range(0..bad::ALL.len())];
-            let addr = if rng.gen_bool(0.8) {
-                &cluster.users_addr
-            } else {
-                &cluster.nodes_addr
+            // In turn, so a short soak plays every one.
+            let kind = bad::ALL[bad_played as usize % bad::ALL.len()];
+            *bad_by_kind.entry(format!("{kind:?}")).or_insert(0u64) += 1;
+            let ports = kind.ports();
+            let port = match ports {
+                [only] => *only,
+                _ if rng.gen_bool(0.8) => bad::Port::Users,
+                _ => bad::Port::Nodes,
+            };
+            let addr = match port {
+                bad::Port::Users => &cluster.users_addr,
+                bad::Port::Nodes => &cluster.nodes_addr,
             };
             bad_played += 1;
-            if let Err(e) = bad::play(kind, addr, Duration::from_secs(8)) {
+            if let Err(e) = bad::play(kind, port, addr, Duration::from_secs(8)) {
                 bad_failures.push(e.to_string());
             }
             next_bad = Instant::now() + Duration::from_millis(rng.gen_range(200..2000));
@@ -357,6 +367,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         nodes_killed: killed,
         node_crashes: crashes,
         bad_peers_played: bad_played,
+        bad_peers_by_kind: bad_by_kind,
         bad_peer_failures: bad_failures,
         server_rss_kib: (rss0, rss1),
         node_rss_kib: (nrss0, nrss1),
