@@ -122,8 +122,36 @@ pub enum NodeError {
     Io(#[from] std::io::Error),
     #[error("server sent an invalid message: {0}")]
     Protocol(#[from] corefarm_smp::ProtocolError),
+    /// The server refused this node in place of its hello's answer.
+    #[error("the server refused this node ({}): {reason}", code.name())]
+    Refused {
+        code: corefarm_smp::ErrorCode,
+        reason: String,
+    },
+    /// The server asks for a secret and none was given.
+    #[error(
+        "the server requires authentication: give the node secret (--secret-file or COREFARM_SECRET)"
+    )]
+    NoSecret,
     #[error("{0}")]
     Session(String),
+}
+
+impl NodeError {
+    /// A failure that reconnecting cannot mend: a secret the server does not
+    /// accept, or none where one is needed. The node exits with the reason
+    /// rather than retrying (and logging) for ever; a supervisor restarts it
+    /// once the operator fixed the secret.
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            NodeError::NoSecret
+                | NodeError::Refused {
+                    code: corefarm_smp::ErrorCode::Unauthorized,
+                    ..
+                }
+        )
+    }
 }
 
 /// Runs one node manager until `stop` is cancelled (or, without
@@ -171,6 +199,12 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
         }
         if !opts.reconnect || stop.is_cancelled() {
             return result;
+        }
+        if let Err(e) = &result {
+            if e.is_permanent() {
+                tracing::error!(node = %opts.name, "giving up: {e}");
+                return result;
+            }
         }
         // A session that lasted resets the back-off (a restarted server is
         // reached again at once); one that failed right away does not: a

@@ -336,9 +336,12 @@ impl Session<'_> {
             MsgType::Error => match ErrorMsg::parse(&frame.payload) {
                 // Sent in place of the hello's answer (at the user port,
                 // say): the session ends with the server's reason.
-                Ok(e) if !self.greeted && self.sent_hello.is_some() => Some(Err(
-                    NodeError::Session(format!("the server refused this node: {}", e.reason)),
-                )),
+                Ok(e) if !self.greeted && self.sent_hello.is_some() => {
+                    Some(Err(NodeError::Refused {
+                        code: e.code().unwrap_or(ErrorCode::Internal),
+                        reason: e.reason,
+                    }))
+                }
                 Ok(e) => {
                     tracing::warn!(node = %self.opts.name, "server reports: {e}");
                     None
@@ -361,10 +364,7 @@ impl Session<'_> {
     /// its hello only once the answer checks out).
     fn authenticate(&mut self, payload: &[u8]) -> Step {
         let (Some(secret), Some(hello)) = (&self.opts.secret, &self.sent_hello) else {
-            let reason = "the server requires authentication: give the node secret \
-                          (--secret-file or COREFARM_SECRET)"
-                .to_string();
-            return Some(Err(NodeError::Session(reason)));
+            return Some(Err(NodeError::NoSecret));
         };
         match AuthChallenge::parse(payload) {
             Ok(ch) => {

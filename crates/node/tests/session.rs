@@ -139,8 +139,86 @@ async fn an_error_in_place_of_the_servers_hello_is_the_sessions_end() {
     let why = "hello with role \"node\" on the user port";
     srv.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Malformed, why).to_frame())
         .await;
-    let e = node.ended().await.unwrap_err().to_string();
-    assert!(e.contains("refused this node") && e.contains(why), "{e}");
+    match node.ended().await.unwrap_err() {
+        corefarm_node::NodeError::Refused { code, reason } => {
+            assert_eq!(code, ErrorCode::Malformed);
+            assert_eq!(reason, why);
+        }
+        e => panic!("expected the server's refusal, got {e}"),
+    }
+}
+
+/// A node that reconnects answers the server's hello (or its challenge)
+/// from a fresh listener: what `refuse` sends in place of the hello ends
+/// the first session; returns the listener for the next attempt.
+async fn refused_once(
+    refuse: impl FnOnce() -> OutFrame,
+    secret: bool,
+) -> (tokio::net::TcpListener, Node) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let opts = NodeOptions {
+        server: l.local_addr().unwrap().to_string(),
+        reconnect: true,
+        secret: secret.then(|| corefarm_smp::auth::Secret::new("node-secret-0123456789").unwrap()),
+        ..options()
+    };
+    let stop = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(corefarm_node::run(opts, stop.clone()));
+    let (s, _) = within("the node to connect", l.accept()).await.unwrap();
+    let (rd, wr) = s.into_split();
+    let mut srv = FakeServer {
+        reader: corefarm_smp::codec::FrameReader::new(rd, 1 << 20),
+        writer: wr,
+    };
+    assert_eq!(srv.recv().await.ty, MsgType::Hello);
+    srv.send(refuse()).await;
+    (l, Node { task, stop })
+}
+
+/// A wrong secret, or none where the server asks for one, cannot be mended
+/// by reconnecting: a node that would reconnect exits with the reason.
+#[tokio::test]
+async fn a_node_refused_for_its_secret_exits_instead_of_retrying() {
+    let unauthorized = || {
+        let why = "wrong answer to the authentication challenge";
+        ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Unauthorized, why).to_frame()
+    };
+    let (_l, node) = refused_once(unauthorized, true).await;
+    let e = node.ended().await.unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            corefarm_node::NodeError::Refused {
+                code: ErrorCode::Unauthorized,
+                ..
+            }
+        ),
+        "{e}"
+    );
+    let challenge = || {
+        corefarm_smp::auth::AuthChallenge {
+            nonce: [7; corefarm_smp::auth::NONCE_LEN],
+        }
+        .to_frame()
+    };
+    let (_l, node) = refused_once(challenge, false).await;
+    let e = node.ended().await.unwrap_err();
+    assert!(matches!(e, corefarm_node::NodeError::NoSecret), "{e}");
+}
+
+/// Any other refusal may pass (a server restarting, a port briefly
+/// wrong): the node connects again.
+#[tokio::test]
+async fn a_node_refused_for_another_reason_connects_again() {
+    let busy = || {
+        let why = "the server is at its limit of 1 node connection(s) (--max-nodes)";
+        ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::Internal, why).to_frame()
+    };
+    let (l, node) = refused_once(busy, false).await;
+    let (_again, _) = within("the node to connect again", l.accept())
+        .await
+        .unwrap();
+    assert!(!node.task.is_finished());
 }
 
 #[tokio::test]
