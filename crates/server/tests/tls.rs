@@ -259,6 +259,9 @@ async fn every_mismatch_fails_with_its_reason_and_the_server_carries_on() {
     let wrong_name = pki.client("ca.pem", Some("farm.example"));
     let e = tls_error(connect(users.clone(), user_opts(Some(wrong_name))).await);
     assert!(e.contains("not valid for the name"), "{e}");
+    // In words, with the names the certificate carries: no debug text.
+    assert!(e.contains("\"farm.example\": it is for "), "{e}");
+    assert!(!e.contains("NotValidForNameContext"), "{e}");
     // A node with the wrong CA: its session ends with the reason.
     let (task, _n) = node(&srv, Some(pki.client("other-ca.pem", None)));
     let e = tokio::time::timeout(LIMIT, task)

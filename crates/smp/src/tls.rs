@@ -173,18 +173,33 @@ impl ClientTls {
 pub fn explain(e: &io::Error) -> String {
     let rustls_err = e.get_ref().and_then(|i| i.downcast_ref::<rustls::Error>());
     match rustls_err {
-        Some(rustls::Error::InvalidCertificate(c)) => match c {
-            CertificateError::UnknownIssuer | CertificateError::BadSignature => {
-                format!("the server's certificate is not signed by a CA in --tls-ca ({c:?})")
+        Some(rustls::Error::InvalidCertificate(c)) => {
+            match c {
+                CertificateError::UnknownIssuer | CertificateError::BadSignature => {
+                    format!("the server's certificate is not signed by a CA in --tls-ca ({c:?})")
+                }
+                CertificateError::NotValidForNameContext {
+                    expected,
+                    presented,
+                } => {
+                    format!(
+                "the server's certificate is not valid for the name connected to, {:?}: it is \
+                 for {} (give --tls-server-name with one of those)",
+                expected.to_str(),
+                match presented.as_slice() {
+                    [] => "no name".to_string(),
+                    names => names.iter().map(|n| plain_name(n)).collect::<Vec<_>>().join(", "),
+                }
+            )
+                }
+                CertificateError::NotValidForName => {
+                    "the server's certificate is not valid for the \
+                 name connected to (give --tls-server-name with a name the certificate carries)"
+                        .into()
+                }
+                other => format!("the server's certificate was refused: {other:?}"),
             }
-            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. } => {
-                format!(
-                    "the server's certificate is not valid for the name connected to \
-                     (give --tls-server-name with a name the certificate carries): {c:?}"
-                )
-            }
-            other => format!("the server's certificate was refused: {other:?}"),
-        },
+        }
         Some(rustls::Error::InvalidMessage(_) | rustls::Error::InappropriateMessage { .. }) => {
             "the server did not answer in TLS (is its port plain TCP? then connect without \
              --tls-ca)"
@@ -207,9 +222,42 @@ pub fn explain(e: &io::Error) -> String {
     }
 }
 
+/// A certificate's name as the verifier reports it (`DnsName("farm")`,
+/// `IpAddress(10.0.0.1)`) without the wrapper.
+fn plain_name(n: &str) -> &str {
+    ["DnsName(\"", "IpAddress(", "UniformResourceIdentifier(\""]
+        .iter()
+        .find_map(|p| n.strip_prefix(p))
+        .map_or(n, |rest| rest.trim_end_matches(')').trim_end_matches('"'))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A wrong name is told in words: the name connected to and the names
+    /// the certificate carries, never the library's debug text.
+    #[test]
+    fn a_certificate_for_another_name_is_explained_in_words() {
+        let c = CertificateError::NotValidForNameContext {
+            expected: rustls::pki_types::ServerName::try_from("farm.example").unwrap(),
+            presented: vec![
+                "DnsName(\"localhost\")".into(),
+                "IpAddress(127.0.0.1)".into(),
+            ],
+        };
+        let e = io::Error::new(
+            io::ErrorKind::InvalidData,
+            rustls::Error::InvalidCertificate(c),
+        );
+        let text = explain(&e);
+        assert!(text.contains("\"farm.example\""), "{text}");
+        assert!(
+            text.contains("127.0.0.1") && text.contains("--tls-server-name"),
+            "{text}"
+        );
+        assert!(!text.contains("NotValidForNameContext"), "{text}");
+    }
 
     #[test]
     fn the_server_name_is_the_host_of_the_address_unless_given() {
