@@ -8,6 +8,7 @@ use crate::common;
 
 use bytes::Bytes;
 use common::{bench, opts, start, Behaviour, FakeNode, FakeUser, TestServer};
+use corefarm_server::ServerOptions;
 use corefarm_smp::codec::{write_frame, FrameReader};
 use corefarm_smp::{
     hello::features, ClusterStatus, Configuration, ConfigurationResponse, CoreInfo, Data,
@@ -194,7 +195,9 @@ async fn a_user_without_nodes_hears_that_others_hold_them() {
         reasons(&errors),
         [
             "no node for this user: 2 nodes connected, all assigned to other users \
-          (waited 200ms for one, --node-wait)"
+          (waited 200ms for one, --node-wait); configure again once another user \
+          leaves, ask for fewer nodes (hello nodes), or ask the operator for \
+          --sharing shared, where users share nodes"
         ]
     );
     // The refusal left the session usable: once the first user leaves, the
@@ -219,7 +222,8 @@ async fn a_user_on_an_empty_cluster_hears_no_node_is_connected() {
     assert_eq!(
         reasons(&errors),
         ["no node for this user: no node is connected to the server \
-          (waited 200ms for one, --node-wait)"]
+          (waited 200ms for one, --node-wait); start node managers (corefarm node \
+          --server …) and configure again"]
     );
     // A node connects: the same session now works.
     let _n = FakeNode::spawn(srv.nodes, "late", 1, Behaviour::Echo).await;
@@ -287,4 +291,38 @@ async fn an_observer_that_configures_hears_it_asked_for_no_nodes() {
     );
     // It took nothing: the node is still free.
     assert_eq!(srv.status.get().count_nodes(NodeState::Free), 1);
+}
+
+/// A user given no node at hello (every node held by another user) is told
+/// so at its configuration at once: it does not wait `--node-wait` a second
+/// time for the same answer. On a paused clock, so the wait is measured in
+/// the server's own time, not the machine's.
+#[tokio::test(start_paused = true)]
+async fn a_user_without_nodes_waits_once_not_twice() {
+    let wait = std::time::Duration::from_secs(10);
+    let srv = start(ServerOptions {
+        node_wait: wait,
+        ..opts()
+    })
+    .await;
+    let _a = FakeNode::spawn(srv.nodes, "a", 1, Behaviour::Echo).await;
+    free_named(&srv, 1, 1).await;
+    let (mut first, _) = FakeUser::hello(srv.users, None).await;
+    assert_eq!(first.configure(&bench(16, 16)).await.0, 0);
+    let asked = tokio::time::Instant::now();
+    let (mut second, reply) = FakeUser::hello(srv.users, None).await;
+    assert_eq!(reply.nodes, Some(0));
+    assert!(asked.elapsed() >= wait, "the hello waited --node-wait");
+    let asked = tokio::time::Instant::now();
+    let (status, errors) = second.configure(&bench(16, 16)).await;
+    assert_ne!(status, 0);
+    assert!(
+        asked.elapsed() < wait,
+        "waited again: {:?}",
+        asked.elapsed()
+    );
+    assert!(
+        reasons(&errors)[0].contains("--sharing shared"),
+        "{errors:?}"
+    );
 }

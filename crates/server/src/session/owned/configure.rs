@@ -265,9 +265,17 @@ impl Owned {
                     so there is no node to configure"
                 .to_string();
         }
+        let status = self.shared.status(None);
+        let advice = match status.nodes.is_empty() {
+            true => "start node managers (corefarm node --server …) and configure again",
+            false => {
+                "configure again once another user leaves, ask for fewer nodes (hello \
+                 nodes), or ask the operator for --sharing shared, where users share nodes"
+            }
+        };
         format!(
-            "no node for this user: {} (waited {:?} for one, --node-wait)",
-            availability(&self.shared.status(None), self.user),
+            "no node for this user: {} (waited {:?} for one, --node-wait); {advice}",
+            availability(&status, self.user),
             self.shared.opts.node_wait
         )
     }

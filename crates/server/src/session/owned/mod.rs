@@ -96,6 +96,10 @@ pub(crate) struct Owned {
     ctl_tx: mpsc::UnboundedSender<Control>,
     ctl_rx: mpsc::UnboundedReceiver<Control>,
     registered: bool,
+    /// The last wait for nodes ended with none: the next asks only what is
+    /// free, so a user is not made to wait `--node-wait` twice (at hello,
+    /// then at its configuration) for the same answer.
+    waited_in_vain: bool,
     redispatch: VecDeque<Pending>,
     next_internal: u32,
     /// Reasons nodes gave for refusing the current configuration.
@@ -121,6 +125,7 @@ impl Owned {
             ctl_tx,
             ctl_rx,
             registered: false,
+            waited_in_vain: false,
             redispatch: VecDeque::new(),
             next_internal: 0,
             refusals: Default::default(),

@@ -36,8 +36,16 @@ impl Owned {
         for conn in self.shared.pool.take_for(self.user, self.want) {
             self.adopt(conn);
         }
+        // Nodes the pool sent since the last wait.
+        while let Ok(Control::NodeJoined(conn)) = self.ctl_rx.try_recv() {
+            self.adopt(conn);
+        }
         // Nodes that connect meanwhile are sent to us by the pool.
-        let deadline = Instant::now() + self.shared.opts.node_wait;
+        let wait = match self.waited_in_vain && self.nodes.is_empty() {
+            true => std::time::Duration::ZERO,
+            false => self.shared.opts.node_wait,
+        };
+        let deadline = Instant::now() + wait;
         while !self.enough_nodes() {
             tokio::select! {
                 Some(c) = self.ctl_rx.recv() => match c {
@@ -46,6 +54,7 @@ impl Owned {
                 _ = tokio::time::sleep_until(deadline) => break,
             }
         }
+        self.waited_in_vain = self.nodes.is_empty();
         tracing::info!(user = %self.peer, "assigned {} node(s)", self.nodes.len());
     }
 
