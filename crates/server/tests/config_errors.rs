@@ -145,6 +145,9 @@ async fn refusals_come_one_line_per_reason_and_a_corrected_configuration_works()
         "got {:?}, expected one of {expected:#?}",
         errors[0].reason
     );
+    // Counted once for the user's configuration, not once per node.
+    let failed = srv.status.get().errors.get("configuration_failed").copied();
+    assert_eq!(failed, Some(1), "three nodes refused one configuration");
 
     // The same connection, a configuration the nodes can run: all three
     // come back from the pool and take data.

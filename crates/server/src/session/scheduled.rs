@@ -115,6 +115,11 @@ impl Scheduled {
             ToUser::Configured { ok, errors, queue } => {
                 if ok {
                     self.queue = Some(queue);
+                } else {
+                    // Once per configuration refused to the user.
+                    self.shared
+                        .metrics
+                        .error(crate::metrics::ErrorKind::ConfigurationFailed);
                 }
                 let warnings = errors
                     .into_iter()

@@ -212,6 +212,11 @@ impl Owned {
         } else {
             let why = self.why_no_node();
             tracing::warn!(user = %self.peer, "configuration failed: {why}");
+            // Once per configuration refused to the user, however many of
+            // its nodes refused it (each is named in the reason).
+            self.shared
+                .metrics
+                .error(crate::metrics::ErrorKind::ConfigurationFailed);
             // Back to Initial: the next configuration takes free nodes again.
             self.phase = Phase::Initial;
             self.cfg_frame = None;

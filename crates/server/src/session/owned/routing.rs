@@ -216,9 +216,6 @@ impl Owned {
                 } else {
                     tracing::warn!(user = %self.peer, node = %n.tx.label(), "node refused the configuration");
                     self.refusals.refused(id, n.tx.label());
-                    self.shared
-                        .metrics
-                        .error(crate::metrics::ErrorKind::ConfigurationFailed);
                     let user = self.user;
                     self.shared.pool.update(user, |w| {
                         w.refused.insert(id);
