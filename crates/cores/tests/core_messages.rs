@@ -156,3 +156,42 @@ fn a_failed_assert_while_loading_reaches_the_load_error() {
         "{e}"
     );
 }
+
+/// A handler set whose payload handler asserts on a record it cannot take.
+const ASSERTING_HANDLER: &str = r#"
+#include <assert.h>
+#include <corefarm/spin.h>
+int picky_payload(const cf_spin_args *a, const cf_spin_ops *ops) {
+    (void)ops;
+    assert(a->len % 16 == 0 && "picky: records are 16 bytes");
+    return 0;
+}
+"#;
+
+#[test]
+fn a_failed_assert_in_a_handler_reaches_the_message_error() {
+    use crate::support::cc;
+    use corefarm_cores::spin::{BudgetSpec, Outcome};
+    use corefarm_cores::worker::HandlerWorker;
+
+    if !require_tool(Tool::Cxx, "a_failed_assert_in_a_handler") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let so = cc::from_text(dir.path(), "picky", ASSERTING_HANDLER, "c11", &[]);
+    let set = cc::set("picky", 9, BudgetSpec::default());
+    let mut w = HandlerWorker::start(&so, vec![set], 1, &opts(5000)).unwrap();
+    let mut msg: Vec<u8> = [9u32, 0, 0, 0]
+        .iter()
+        .flat_map(|w| w.to_le_bytes())
+        .collect();
+    msg.extend_from_slice(&[0u8; 10]);
+    let ctx = w.select(&msg).expect("the set takes word 0 = 9");
+    match w.run(ctx, 1, &msg, 4096).outcome {
+        Outcome::Failed(why) => assert!(
+            why.contains("SIGABRT") && why.contains("picky: records are 16 bytes"),
+            "{why}"
+        ),
+        other => panic!("expected a failure, got {other:?}"),
+    }
+}

@@ -154,7 +154,7 @@ struct Tail {
 }
 
 impl StderrTail {
-    fn start(mut pipe: std::process::ChildStderr) -> StderrTail {
+    pub(super) fn start(mut pipe: std::process::ChildStderr) -> StderrTail {
         let shared = Arc::new((Mutex::new(Tail::default()), Condvar::new()));
         let theirs = shared.clone();
         let pass_on = move || {
@@ -188,7 +188,7 @@ impl StderrTail {
 
     /// The last lines of the stream, once it has ended (the worker is
     /// reaped), on one line; `None` if there were none.
-    fn last_words(self) -> Option<String> {
+    pub(super) fn last_words(self) -> Option<String> {
         let (lock, ended) = &*self.shared;
         let t = lock.lock().unwrap_or_else(|e| e.into_inner());
         let (t, _) = ended
