@@ -93,17 +93,16 @@ impl IsolatedCore {
     }
 
     pub(super) fn reap_status(&mut self) -> Result<std::process::ExitStatus, ProcessError> {
-        self.reap_with_stderr().0
+        self.reap_and_read(false).0
     }
 
     /// [`reap_status`](Self::reap_status), and what the worker last wrote
     /// to its stderr (a failed `assert` says there which one failed).
-    pub(super) fn reap_with_stderr(
-        &mut self,
-    ) -> (
-        Result<std::process::ExitStatus, ProcessError>,
-        Option<String>,
-    ) {
+    pub(super) fn reap_with_stderr(&mut self) -> Reaped {
+        self.reap_and_read(true)
+    }
+
+    fn reap_and_read(&mut self, read: bool) -> Reaped {
         let Some(mut w) = self.worker.take() else {
             return (Err(ProcessError::NotRunning), None);
         };
@@ -114,7 +113,9 @@ impl IsolatedCore {
         let _ = epoll::delete(&self.ready, &w.sock);
         drop(w.sock);
         let status = w.child.wait().map_err(ProcessError::Wait);
-        (status, w.stderr.and_then(|t| t.last_words()))
+        // Only a death's message waits for the end of the stream.
+        let words = w.stderr.filter(|_| read).and_then(StderrTail::last_words);
+        (status, words)
     }
 
     /// Whether the worker process has ended (its channel hung up).
@@ -129,6 +130,12 @@ impl IsolatedCore {
         }
     }
 }
+
+/// How a reaped worker ended, and its last stderr lines if asked for.
+pub(super) type Reaped = (
+    Result<std::process::ExitStatus, ProcessError>,
+    Option<String>,
+);
 
 /// Most bytes of a worker's stderr kept for its error message.
 pub(super) const STDERR_TAIL: usize = 2048;

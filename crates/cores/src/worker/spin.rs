@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rustix::net::sockopt::Timeout;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-use super::plumbing::{describe, place_fds, ProcessError, StderrTail};
+use super::plumbing::{describe, place_fds, ProcessError, Reaped, StderrTail};
 use super::proto::{Init, Msg, RefusalKind, SpinEnd, MAX_MESSAGE, MAX_PIECE};
 use super::{sealed_artifact, SUBCOMMAND};
 use crate::spin::rules::{self, Ruleset};
@@ -476,17 +476,16 @@ impl HandlerWorker {
     }
 
     fn reap_status(&mut self) -> Result<std::process::ExitStatus, ProcessError> {
-        self.reap_with_stderr().0
+        self.reap_and_read(false).0
     }
 
     /// [`reap_status`](Self::reap_status), and the worker's last stderr
     /// lines (a failed `assert` in a handler says there which one).
-    fn reap_with_stderr(
-        &mut self,
-    ) -> (
-        Result<std::process::ExitStatus, ProcessError>,
-        Option<String>,
-    ) {
+    fn reap_with_stderr(&mut self) -> Reaped {
+        self.reap_and_read(true)
+    }
+
+    fn reap_and_read(&mut self, read: bool) -> Reaped {
         let Some((mut child, sock, stderr)) = self.worker.take() else {
             return (Err(ProcessError::NotRunning), None);
         };
@@ -495,7 +494,9 @@ impl HandlerWorker {
         let _ = child.kill();
         drop(sock);
         let status = child.wait().map_err(ProcessError::Wait);
-        (status, stderr.and_then(StderrTail::last_words))
+        // Only a death's message waits for the end of the stream.
+        let words = stderr.filter(|_| read).and_then(StderrTail::last_words);
+        (status, words)
     }
 }
 
