@@ -212,6 +212,11 @@ class _Type:
         self.name = spec["dtype"]
         self.shape = tuple(int(d) for d in spec["shape"])
         self.spec = f"{self.name}[{','.join(map(str, self.shape))}]"
+        # A byte memory (`uint8_t *in`, recorded as uint8[N]): takes bytes
+        # and any array of 1-byte integers as bytes, and its results are
+        # bytes, as for a memory of no recorded type. A shaped uint8 type
+        # (--input-type uint8[480,640]) is an array type like the others.
+        self.is_bytes = self.name == "uint8" and len(self.shape) == 1
 
     @classmethod
     def from_manifest(cls, spec):
@@ -235,10 +240,13 @@ class _Type:
         kind = _BUFFER_KINDS.get(code)
         little = _sys.byteorder == "little" if order in "@=" else order == "<"
         want = _DTYPES[self.name]
+        if self.is_bytes and kind in ("i", "u") and mv.itemsize == 1:
+            return
         if kind is None or not little or (kind, mv.itemsize) != (want[1], int(want[2])):
             raise InputError(
                 f"input buffer holds elements of format {fmt!r} ({mv.itemsize} bytes) but image "
-                f"{image!r} takes {self.spec} inputs; pass {self.name} elements (or bytes)")
+                f"{image!r} takes {self.spec} inputs; pass {self.name} elements, or "
+                "memoryview(x).cast('B') to send its bytes as they are")
 
     def numpy_dtype(self):
         try:
@@ -250,19 +258,30 @@ class _Type:
         return numpy.dtype(_DTYPES[self.name])
 
     def check(self, a, image):
-        """Number of inputs in array `a` (None: exactly one, no batch axis),
-        or InputError saying what the image takes."""
+        """Number of inputs in array `a` (None: exactly one, no batch axis;
+        0: bytes, for a byte memory), or InputError saying what the image
+        takes."""
         takes = f"image {image!r} takes {self.spec} inputs"
         want = self.numpy_dtype()
+        one_byte = a.dtype.kind in "iu" and a.dtype.itemsize == 1
         if a.dtype != want:
+            if self.is_bytes and one_byte:
+                return 0
+            shown = a.dtype.str if a.dtype.byteorder == '>' else a.dtype
+            # Sent as it is, the array's bytes would be taken for other
+            # values (an int32 array as four byte inputs): say how to ask.
+            raw = "a.view(numpy.uint8)" if self.is_bytes else "memoryview(a).cast('B')"
             raise InputError(
-                f"input array has dtype {a.dtype.str if a.dtype.byteorder == '>' else a.dtype} "
-                f"but {takes}; convert it with .astype(numpy.dtype({_DTYPES[self.name]!r}))")
+                f"input array has dtype {shown} but {takes}; convert it with "
+                f".astype(numpy.dtype({_DTYPES[self.name]!r})), or pass {raw} to send its "
+                "bytes as they are")
         shape = tuple(a.shape)
         if shape == self.shape:
             batch = None
         elif len(shape) == len(self.shape) + 1 and shape[1:] == self.shape and shape[0] >= 1:
             batch = shape[0]
+        elif self.is_bytes:
+            return 0
         else:
             k = ", ".join(["k", *map(str, self.shape)])
             raise InputError(
@@ -459,8 +478,9 @@ class Client:
         t = (types or self._types)[0]
         if t is not None and _is_array(data):
             batch = t.check(data, self._image)  # before the view: its errors name the type
-            return _as_bytes_view(data), (batch, 1 if batch is None else batch)
-        if t is not None and not isinstance(data, (bytes, bytearray)):
+            if batch != 0:
+                return _as_bytes_view(data), (batch, 1 if batch is None else batch)
+        elif t is not None and not isinstance(data, (bytes, bytearray)):
             try:
                 mv = memoryview(data)
             except TypeError:
@@ -497,7 +517,10 @@ class Client:
         """Sends one data message (a whole number of inputs) and returns its
         id; its result comes from `recv()`. Accepts bytes, bytearray,
         memoryview, numpy arrays (contiguous; checked against the image's
-        input type when it has one). Blocks while the server grants no
+        input type when it has one: an array of another dtype is refused,
+        `memoryview(a).cast("B")` sends its bytes as they are; a byte
+        memory's uint8[N] also takes int8 arrays and several inputs flat).
+        Blocks while the server grants no
         credit. `priority`: class 0 (most urgent) to 7, default 4 (see
         `connect(chunks=True)`)."""
         view, _ = self._prepare(data)
@@ -558,8 +581,9 @@ class Client:
         generator only, so several threads may each run a `map` on one
         client. A ServerError for one input is raised when its turn comes.
 
-        Results are bytes, or, when the image records an output type and
-        `raw` is false, read-only numpy arrays of that type: an input array
+        Results are bytes, or, when the image records an output type (other
+        than a byte memory's uint8[N]) and `raw` is false, read-only numpy
+        arrays of that type: an input array
         of the input shape gives one output shaped as the output type, a
         batch (k, *input shape) gives (k, *output shape); bytes holding k
         inputs give k outputs the same way (no batch axis for k = 1).
@@ -583,7 +607,7 @@ class Client:
             # map runs (configure=True): the image's types shape the results.
             if isinstance(cowork, _cowork.Cowork) and types == (None, None):
                 types, sizes = cowork._types, cowork._sizes
-        typed = not raw and types[1] is not None
+        typed = not raw and types[1] is not None and not types[1].is_bytes
         if typed:
             types[1].numpy_dtype()  # no numpy: say so before sending anything
         if cowork:

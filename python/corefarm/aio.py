@@ -119,7 +119,7 @@ class AsyncClient:
         if window < 1:
             raise ValueError("window must be at least 1")
         client = self.client
-        typed = not raw and client._types[1] is not None
+        typed = not raw and client._types[1] is not None and not client._types[1].is_bytes
         if typed:
             client._types[1].numpy_dtype()  # no numpy: say so before sending anything
         if hasattr(inputs, "__aiter__"):

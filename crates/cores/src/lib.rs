@@ -21,6 +21,7 @@ pub mod bus;
 mod dl;
 pub mod driver;
 pub mod dtype;
+mod elf;
 pub mod fpga;
 pub mod image;
 pub mod native;
@@ -82,6 +83,9 @@ pub enum LoadError {
     /// The image's streaming handler sets break the manifest's rules.
     #[error("{0}")]
     HandlerSets(#[from] spin::manifest::HandlerSetError),
+    /// A native artifact does not export its entry symbol.
+    #[error("{0}")]
+    NoEntry(native::NoEntry),
 }
 
 impl LoadError {

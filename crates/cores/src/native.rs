@@ -44,16 +44,25 @@ impl NativeLib {
     /// dlopens a private copy of `so` (crate::dl) and resolves `entry`.
     pub fn load(so: &[u8], entry: &str) -> Result<NativeLib, LoadError> {
         check_entry(entry)?;
-        Self::resolve(crate::dl::open_copy(so, "native")?, entry)
+        Self::resolve(crate::dl::open_copy(so, "native")?, entry, || {
+            Some(so.to_vec())
+        })
     }
 
     /// dlopens an existing shared object.
     pub fn open(path: &Path, entry: &str) -> Result<NativeLib, LoadError> {
         check_entry(entry)?;
-        Self::resolve(crate::dl::open_path(path, "native")?, entry)
+        Self::resolve(crate::dl::open_path(path, "native")?, entry, || {
+            std::fs::read(path).ok()
+        })
     }
 
-    fn resolve(obj: crate::dl::Object, entry: &str) -> Result<NativeLib, LoadError> {
+    /// `object`: the object's bytes, read only to explain a missing entry.
+    fn resolve(
+        obj: crate::dl::Object,
+        entry: &str,
+        object: impl FnOnce() -> Option<Vec<u8>>,
+    ) -> Result<NativeLib, LoadError> {
         let lib = obj.lib();
         // SAFETY: the native ABI (docs/interfaces.md) fixes the symbol's type
         // as `void (const uint8_t *, uint8_t *)`; the copied function pointer
@@ -61,9 +70,10 @@ impl NativeLib {
         let entry_fn = unsafe { lib.get::<EntryFn>(entry.as_bytes()) }
             .map(|s| *s)
             .map_err(|e| {
-                LoadError::Invalid(format!(
-                    "native artifact has no entry symbol {entry:?}: {e}"
-                ))
+                let exported = object()
+                    .and_then(|so| crate::elf::exported_functions(&so))
+                    .unwrap_or_default();
+                LoadError::NoEntry(NoEntry::new(entry, e.to_string(), exported))
             })?;
         Ok(NativeLib {
             _lib: obj,
@@ -71,6 +81,88 @@ impl NativeLib {
         })
     }
 }
+
+/// A native artifact that does not export its entry symbol, with what it
+/// does export: a C++ entry without `extern "C"` is there under its
+/// mangled name, which the message names with the fix.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NoEntry {
+    pub entry: String,
+    /// The dynamic loader's reason.
+    pub loader: String,
+    /// Exported functions whose C++ (mangled) name is that of a function
+    /// called `entry` (`_Z5crc32PKhPh` for `crc32`).
+    pub mangled: Vec<String>,
+    /// Other exported functions, at most [`NoEntry::SHOWN`], those whose
+    /// names contain `entry` first.
+    pub exported: Vec<String>,
+    /// Exported functions left out of `exported`.
+    pub more: usize,
+}
+
+impl NoEntry {
+    /// Most other exported functions a message names.
+    pub const SHOWN: usize = 8;
+
+    fn new(entry: &str, loader: String, functions: Vec<String>) -> NoEntry {
+        let (mangled, mut rest): (Vec<String>, Vec<String>) = functions
+            .into_iter()
+            .partition(|f| crate::elf::mangles(f, entry));
+        // Stable: those naming the entry first, else in table order.
+        rest.sort_by_key(|f| !f.contains(entry));
+        let more = rest.len().saturating_sub(Self::SHOWN);
+        rest.truncate(Self::SHOWN);
+        NoEntry {
+            entry: entry.into(),
+            loader,
+            mangled,
+            exported: rest,
+            more,
+        }
+    }
+}
+
+impl std::fmt::Display for NoEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let entry = &self.entry;
+        write!(
+            f,
+            "native artifact has no entry symbol {entry:?}: {}",
+            self.loader
+        )?;
+        let list = |names: &[String]| {
+            names
+                .iter()
+                .map(|n| format!("{n:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        if !self.mangled.is_empty() {
+            write!(
+                f,
+                "; it exports {}, the C++ (mangled) name of a function {entry}: declare \
+                 it extern \"C\" (`extern \"C\" void {entry}(...)`, or `component` from \
+                 corefarm/hls.h) so that its symbol is {entry:?}",
+                list(&self.mangled)
+            )
+        } else if !self.exported.is_empty() {
+            let more = match self.more {
+                0 => String::new(),
+                n => format!(" and {n} more"),
+            };
+            write!(
+                f,
+                "; it exports the functions {}{more}: name one of them as the entry (a C++ \
+                 function only once declared extern \"C\")",
+                list(&self.exported)
+            )
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl std::error::Error for NoEntry {}
 
 fn check_entry(entry: &str) -> Result<(), LoadError> {
     if entry.is_empty() || entry.contains('\0') {

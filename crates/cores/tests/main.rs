@@ -8,6 +8,7 @@ mod support {
     pub mod faulty;
 }
 
+mod core_messages;
 mod fpga;
 mod image;
 mod in_memory_load;

@@ -20,7 +20,9 @@ pub enum Element {
     /// A numeric element type that names the data (e.g. `int32_t *`).
     Typed(Dtype),
     /// `uint8_t *`, `unsigned char *`, `char *`, `void *`: plain bytes, the
-    /// seed's own spelling of a memory, so no element type is recorded.
+    /// seed's own spelling of a memory. Recorded as `uint8`, so that a client
+    /// refuses an array of wider elements instead of sending its bytes as
+    /// several inputs; `--<side>-type` may give the bytes another type.
     Bytes,
     /// Anything else (a struct, `bool`, `long double`): size only.
     Other,

@@ -3,7 +3,7 @@
 //! Verilog top module's INPUT_SIZE/OUTPUT_SIZE parameters. All statements
 //! must agree; a side nothing states is an error that says what to give.
 
-use corefarm_cores::image::DataType;
+use corefarm_cores::image::{DataType, Dtype};
 
 use crate::hls_probe::{Element, MemoryArg};
 
@@ -163,12 +163,14 @@ pub(crate) fn decide(side: &Side) -> Result<Decided, SizeError> {
     })
 }
 
-/// The type an HLS memory argument states: its element type, the memory's
-/// bytes / element size elements (none for plain bytes or a size that is
-/// not a whole number of elements).
+/// The type an HLS memory argument states: its element type (`uint8` for
+/// plain bytes), the memory's bytes / element size elements (none for a
+/// struct or a size that is not a whole number of elements).
 fn derived(m: &MemoryArg) -> Option<DataType> {
-    let Element::Typed(d) = m.element else {
-        return None;
+    let d = match m.element {
+        Element::Typed(d) => d,
+        Element::Bytes => Dtype::Uint8,
+        Element::Other => return None,
     };
     let n = m.bytes / u64::from(d.size());
     if n == 0 || m.bytes % u64::from(d.size()) != 0 {
@@ -183,7 +185,6 @@ fn derived(m: &MemoryArg) -> Option<DataType> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use corefarm_cores::image::Dtype;
 
     fn hls(bytes: u64, element: Element) -> Option<(String, MemoryArg)> {
         let element_size = match element {
@@ -229,13 +230,22 @@ mod tests {
             "{}",
             d.note
         );
-        // Plain bytes carry no type.
+        // Plain bytes are uint8; a struct memory carries no type.
         let d = decide(&Side {
             hls: hls(2048, Element::Bytes),
             ..input()
         })
         .unwrap();
-        assert_eq!((d.size, d.dtype), (2048, None));
+        assert_eq!(
+            (d.size, d.dtype.unwrap().to_string()),
+            (2048, "uint8[2048]".into())
+        );
+        let d = decide(&Side {
+            hls: hls(16, Element::Other),
+            ..input()
+        })
+        .unwrap();
+        assert_eq!((d.size, d.dtype), (16, None));
     }
 
     #[test]

@@ -286,3 +286,66 @@ fn verilog_memories_must_hold_the_sizes() {
          Verilog module acc holds 4 words (32 bytes; probed through its bus)"
     );
 }
+
+/// A CRC-32 over 4096-byte blocks, as a user writes it: bytes in, one
+/// word out.
+const CRC32: &str = r#"
+#include "corefarm/hls.h"
+hls_avalon_agent_component
+component void crc32(hls_avalon_agent_memory_argument(4096) uint8_t *in,
+                     hls_avalon_agent_memory_argument(4) uint32_t *out) {
+    uint32_t c = 0xFFFFFFFFu;
+    for (int i = 0; i < 4096; i++) {
+        c ^= in[i];
+        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
+    }
+    out[0] = ~c;
+}
+component void scale(hls_avalon_agent_memory_argument(64) unsigned char *in,
+                     hls_avalon_agent_memory_argument(64) float *out) {
+    for (int i = 0; i < 16; i++) out[i] = in[i] * 0.5f;
+}
+"#;
+
+#[test]
+fn byte_memories_record_uint8() {
+    if !require_tool(Tool::Cxx, "byte_memories_record_uint8") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let src = write(&dir, "crc.cpp", CRC32);
+    let spec = |entry: &str| BuildSpec {
+        name: entry.into(),
+        cores: 1,
+        hls: Some((src.clone(), entry.into())),
+        ..BuildSpec::default()
+    };
+    let types = |b: &corefarm_toolchain::Built| {
+        let t = |t: &Option<corefarm_cores::image::DataType>| t.as_ref().map(|t| t.to_string());
+        (t(&b.manifest.input_type), t(&b.manifest.output_type))
+    };
+    // A uint8_t * input is a uint8 memory: clients can then refuse an
+    // int32 array instead of sending it as four inputs.
+    let built = build_image(&spec("crc32")).unwrap();
+    assert_eq!(
+        types(&built),
+        (Some("uint8[4096]".into()), Some("uint32[1]".into()))
+    );
+    assert!(
+        built.notes[0].starts_with("input: 4096 bytes, uint8[4096] (from the first argument"),
+        "{:?}",
+        built.notes
+    );
+    let built = build_image(&spec("scale")).unwrap();
+    assert_eq!(
+        types(&built),
+        (Some("uint8[64]".into()), Some("float32[16]".into()))
+    );
+    // The flag still retypes a byte memory.
+    let built = build_image(&BuildSpec {
+        input_type: Some("int8[4096]".parse().unwrap()),
+        ..spec("crc32")
+    })
+    .unwrap();
+    assert_eq!(types(&built).0.as_deref(), Some("int8[4096]"));
+}

@@ -99,6 +99,7 @@ fn run() -> Result<(), String> {
                 LoadError::Invalid(w) => (RefusalKind::Invalid, w),
                 LoadError::Backend(w) => (RefusalKind::Backend, w),
                 // The node checks signatures before it starts a worker.
+                e @ LoadError::NoEntry(_) => (RefusalKind::Invalid, e.to_string()),
                 e @ (LoadError::Untrusted(_) | LoadError::HandlerSets(_)) => {
                     (RefusalKind::Invalid, e.to_string())
                 }

@@ -94,6 +94,8 @@ struct Worker {
     sock: OwnedFd,
     /// The socket's receive timeout (zero: to be set).
     timeout: Duration,
+    /// The end of its stderr, for the message when it dies.
+    stderr: Option<plumbing::StderrTail>,
 }
 
 /// One core running in its own worker process (see the module docs).
@@ -264,6 +266,11 @@ enum Lost {
     Garbled(proto::DecodeError),
 }
 
+/// "; its stderr ended with: …" for a message about a dead worker.
+fn last_words(words: Option<String>) -> String {
+    words.map_or(String::new(), |w| format!("; its stderr ended with: {w}"))
+}
+
 impl IsolatedCore {
     fn label(&self) -> String {
         format!("core {} ({})", self.index, self.shared.name)
@@ -302,12 +309,20 @@ impl IsolatedCore {
                     Err(Lost::Garbled(e)) => e.to_string(),
                     Err(Lost::Closed) => String::new(),
                 };
-                let status = self.reap();
+                let (status, words) = self.reap_with_stderr();
+                let status = match status {
+                    Ok(s) => describe(s, None),
+                    Err(e) => e.to_string(),
+                };
+                // The core's initialisers run as it loads: a failed assert
+                // there says which in the worker's stderr.
                 Err(LoadError::Backend(format!(
-                    "the core worker {} {}{} before its core was loaded (is it a corefarm executable?)",
+                    "the core worker {} {}{} before its core was loaded (is it a corefarm \
+                     executable?){}",
                     self.shared.program.display(),
                     if why.is_empty() { "" } else { "failed: " },
                     if why.is_empty() { status } else { why },
+                    last_words(words),
                 )))
             }
         }
@@ -413,9 +428,9 @@ impl IsolatedCore {
         }
     }
 
-    /// The worker died: reaps it and says how.
+    /// The worker died: reaps it and says how, with its last words.
     fn crashed(&mut self) -> String {
-        let status = self.reap_status();
+        let (status, words) = self.reap_with_stderr();
         let l = *self.region.layout();
         let h = self.region.header();
         let fault = match h.fault.load(Ordering::Relaxed) {
@@ -430,7 +445,7 @@ impl IsolatedCore {
             Ok(s) => describe(s, fault),
             Err(e) => e.to_string(),
         };
-        format!("the worker {how}")
+        format!("the worker {how}{}", last_words(words))
     }
 
     /// The running job's current input outlived the watchdog: kills the

@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 use rustix::net::sockopt::Timeout;
 use rustix::net::{AddressFamily, RecvFlags, SendFlags, SocketFlags, SocketType};
 
-use super::plumbing::{describe, place_fds, ProcessError};
+use super::plumbing::{describe, place_fds, ProcessError, Reaped, StderrTail};
 use super::proto::{Init, Msg, RefusalKind, SpinEnd, MAX_MESSAGE, MAX_PIECE};
 use super::{sealed_artifact, SUBCOMMAND};
 use crate::spin::rules::{self, Ruleset};
@@ -62,7 +62,7 @@ pub struct HandlerWorker {
     shared: Arc<PoolSpec>,
     init: Init,
     contexts: Vec<(Ruleset, ())>,
-    worker: Option<(Child, OwnedFd)>,
+    worker: Option<(Child, OwnedFd, Option<StderrTail>)>,
     buf: Vec<u8>,
     /// The message being fed (see [`HandlerWorker::begin`]).
     current: Option<Current>,
@@ -245,7 +245,7 @@ impl HandlerWorker {
                 }
             };
             cur.pieces += 1;
-            let (_, sock) = self.worker.as_ref().expect("ensured by begin");
+            let (_, sock, _) = self.worker.as_ref().expect("ensured by begin");
             if rustix::net::send(sock, &m.encode(), SendFlags::NOSIGNAL).is_err() {
                 // The worker is gone: what it said last tells why.
                 cur.broken = true;
@@ -323,7 +323,7 @@ impl HandlerWorker {
                     ));
                 }
                 Err(timed_out) => {
-                    let status = self.reap_status();
+                    let (status, words) = self.reap_with_stderr();
                     self.restarts += 1;
                     if timed_out {
                         return failed(format!(
@@ -344,8 +344,10 @@ impl HandlerWorker {
                         ),
                         _ => format!("{}: a handler crashed", self.label(ctx)),
                     };
+                    let words =
+                        words.map_or(String::new(), |w| format!("; its stderr ended with: {w}"));
                     return failed(format!(
-                        "{at}: the handler worker {how}; it restarts for the next message"
+                        "{at}: the handler worker {how}{words}; it restarts for the next message"
                     ));
                 }
             }
@@ -354,13 +356,13 @@ impl HandlerWorker {
 
     /// The running worker's process id.
     pub fn pid(&self) -> Option<u32> {
-        self.worker.as_ref().map(|(c, _)| c.id())
+        self.worker.as_ref().map(|(c, _, _)| c.id())
     }
 
     /// Whether the worker process has ended (its channel hung up).
     fn gone(&self) -> bool {
         use rustix::event::{PollFd, PollFlags};
-        let Some((_, sock)) = &self.worker else {
+        let Some((_, sock, _)) = &self.worker else {
             return false;
         };
         let mut p = [PollFd::new(sock, PollFlags::RDHUP)];
@@ -406,7 +408,7 @@ impl HandlerWorker {
         }
     }
 
-    fn spawn(&self) -> Result<(Child, OwnedFd), ProcessError> {
+    fn spawn(&self) -> Result<(Child, OwnedFd, Option<StderrTail>), ProcessError> {
         let (ours, theirs) = rustix::net::socketpair(
             AddressFamily::UNIX,
             SocketType::SEQPACKET,
@@ -421,10 +423,12 @@ impl HandlerWorker {
             self.shared.artifact.as_raw_fd(),
         ];
         let mut cmd = std::process::Command::new(&self.shared.program);
-        cmd.arg(SUBCOMMAND).stdin(std::process::Stdio::null());
+        cmd.arg(SUBCOMMAND)
+            .stdin(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped());
         // SAFETY: `place_fds` only makes async-signal-safe calls.
         unsafe { std::os::unix::process::CommandExt::pre_exec(&mut cmd, move || place_fds(fds)) };
-        let child = cmd.spawn().map_err(|error| ProcessError::Exec {
+        let mut child = cmd.spawn().map_err(|error| ProcessError::Exec {
             what: "handler worker",
             program: self.shared.program.display().to_string(),
             error,
@@ -436,13 +440,14 @@ impl HandlerWorker {
             &Msg::Init(self.init.clone()).encode(),
             SendFlags::NOSIGNAL,
         );
-        Ok((child, ours))
+        let stderr = child.stderr.take().map(StderrTail::start);
+        Ok((child, ours, stderr))
     }
 
     /// One message before `deadline`; `Err(true)`: timed out, `Err(false)`:
     /// the channel closed or sent garbage.
     fn recv(&mut self, deadline: Instant) -> Result<Msg, bool> {
-        let Some((_, sock)) = &self.worker else {
+        let Some((_, sock, _)) = &self.worker else {
             return Err(false);
         };
         loop {
@@ -471,14 +476,27 @@ impl HandlerWorker {
     }
 
     fn reap_status(&mut self) -> Result<std::process::ExitStatus, ProcessError> {
-        let Some((mut child, sock)) = self.worker.take() else {
-            return Err(ProcessError::NotRunning);
+        self.reap_and_read(false).0
+    }
+
+    /// [`reap_status`](Self::reap_status), and the worker's last stderr
+    /// lines (a failed `assert` in a handler says there which one).
+    fn reap_with_stderr(&mut self) -> Reaped {
+        self.reap_and_read(true)
+    }
+
+    fn reap_and_read(&mut self, read: bool) -> Reaped {
+        let Some((mut child, sock, stderr)) = self.worker.take() else {
+            return (Err(ProcessError::NotRunning), None);
         };
         // Killing an exiting process keeps its exit status (a crash stays
         // a crash).
         let _ = child.kill();
         drop(sock);
-        child.wait().map_err(ProcessError::Wait)
+        let status = child.wait().map_err(ProcessError::Wait);
+        // Only a death's message waits for the end of the stream.
+        let words = stderr.filter(|_| read).and_then(StderrTail::last_words);
+        (status, words)
     }
 }
 
