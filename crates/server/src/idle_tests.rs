@@ -103,14 +103,23 @@ async fn told_then_closed(p: &mut Peer, code: ErrorCode, what: &str) -> String {
     e.reason
 }
 
+const MODES: [crate::Sharing; 2] = [crate::Sharing::Exclusive, crate::Sharing::Shared];
+
 /// Without anyone waiting for nodes: a socket that never sends a byte is
 /// closed once `--read-timeout` has passed; a hello that is never followed
 /// by a configuration, and an observer that asked for the status once, are
 /// told `timeout` and closed once `--user-idle-timeout` has passed without
-/// a message; none of them earlier. Each is counted as `idle`.
+/// a message; none of them earlier. Each is counted as `idle`. In both
+/// sharing modes (shared mode reads the first message before the session).
 #[tokio::test(start_paused = true)]
 async fn silent_and_unconfigured_sockets_are_closed_after_their_deadline() {
-    let srv = start(short()).await;
+    for sharing in MODES {
+        silent_and_unconfigured(ServerOptions { sharing, ..short() }).await;
+    }
+}
+
+async fn silent_and_unconfigured(o: ServerOptions) {
+    let srv = start(o).await;
     let t0 = Instant::now();
     let mut silent = Peer::connect(srv.users).await;
     let mut hello = hello_user(srv.users, false).await;
@@ -164,14 +173,22 @@ async fn a_seed_user_left_unconfigured_is_closed() {
 
 /// With every `--max-users` place taken by connections that are not
 /// configured, a new user is served at once: the idlest of them gives its
-/// place (a hello user is told `timeout` why, a silent one is closed).
+/// place (a hello user is told `timeout` why, a silent one is closed). In
+/// both sharing modes.
 #[tokio::test(start_paused = true)]
 async fn a_full_user_port_evicts_the_idlest_unconfigured_connection() {
-    let srv = start(ServerOptions {
-        max_users: 4,
-        ..short()
-    })
-    .await;
+    for sharing in MODES {
+        let o = ServerOptions {
+            max_users: 4,
+            sharing,
+            ..short()
+        };
+        evicts_the_idlest(o).await;
+    }
+}
+
+async fn evicts_the_idlest(o: ServerOptions) {
+    let srv = start(o).await;
     let _node = echo_node(srv.nodes).await;
     nodes_in_pool(&srv, 1).await;
     let step = Duration::from_millis(100);
