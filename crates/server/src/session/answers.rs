@@ -61,8 +61,10 @@ impl<P: Placement> Session<P> {
                 if ok {
                     self.conn.set_phase(Phase::Routing);
                 } else {
-                    // Back to Initial: the next configuration starts afresh,
-                    // and until it comes the place is only held (check_idle).
+                    // Back to Initial: the next configuration starts afresh;
+                    // until it comes the connection holds its place and
+                    // nothing else, which a new connection may take back
+                    // (and `check_idle` ends it once silent too long).
                     self.conn.set_phase(Phase::Initial);
                     self.conn.cfg = None;
                     self.place.unhold();
