@@ -121,14 +121,18 @@ pub struct ServerTuning {
     /// Seconds a new user waits for free nodes when none (or fewer than it asked for) are free.
     #[arg(long, default_value_t = defaults::NODE_WAIT.as_secs_f64(), value_parser = parse_seconds)]
     pub node_wait: f64,
-    /// Seconds a user with nothing outstanding may stay silent; then its
-    /// session ends (hello users get a timeout error) and its nodes return to
-    /// the pool for other users.
+    /// Seconds a user may stay silent before its session ends (hello users
+    /// get a timeout error): always for one that is not configured (it holds
+    /// a place and nothing else); for a configured one with nothing
+    /// outstanding only while another user waits for nodes, which its nodes
+    /// then go to.
     #[arg(long, default_value_t = defaults::USER_IDLE_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub user_idle_timeout: f64,
     /// Seconds within which a begun message header must be complete, and
     /// longest pause inside a message, for users and nodes alike (a peer
-    /// trickling bytes is cut off). Waiting between messages is not bounded by it.
+    /// trickling bytes is cut off); also how long a new user connection may
+    /// take to begin its first message. Waiting between later messages is
+    /// not bounded by it.
     #[arg(long, default_value_t = defaults::READ_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub read_timeout: f64,
     /// Seconds a new node connection may take to say hello before it is

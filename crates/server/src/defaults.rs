@@ -23,14 +23,27 @@ pub const CONFIG_TIMEOUT: Duration = Duration::from_secs(30);
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(60);
 pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 pub const NODE_WAIT: Duration = Duration::from_secs(5);
-/// Well under a minute: an idle user holds nodes other users may be waiting for.
+/// Well under a minute: an idle user holds nodes other users may be waiting
+/// for. Also how long a user that is not configured (a hello and nothing
+/// after it, an observer gone quiet) may stay silent, contention or not: it
+/// holds a `--max-users` place and nothing else, and a program between a
+/// hello and its configuration, or `corefarm top` between two polls, is
+/// silent for far less.
 pub const USER_IDLE_TIMEOUT: Duration = Duration::from_secs(20);
-/// A begun frame must finish its header within this, and make progress at least this often.
+/// A begun frame must finish its header within this, and make progress at
+/// least this often. Also the deadline for a new user connection's first
+/// message: every client sends it as soon as it is connected, so waiting as
+/// long as for a stalled header costs nothing legitimate, and it is the
+/// bound the way in (TLS, authentication) already has, so a silent socket
+/// holds a place equally long with or without `--auth-file`.
 pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a new node connection may take to say hello before it joins the
 /// pool as a seed-format node: corefarm nodes say it at once, so this only
 /// delays nodes that never will.
 pub const NODE_HELLO_GRACE: Duration = Duration::from_millis(250);
+/// At the limit a new user takes the place of the idlest connection that is
+/// not configured (see `limits::Places`); only configured users are refused
+/// their successors.
 pub const MAX_USERS: usize = 256;
 pub const MAX_NODES: usize = 1024;
 /// Who owns the nodes. Exclusive (the seed's behaviour) until the sharing

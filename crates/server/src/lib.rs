@@ -11,7 +11,8 @@
 //! - `group`: users that drive a gang-allocated group of nodes.
 //! - `registry`: nodes and users as the status extension shows them
 //!   (atomics written by their owners, locked only on connect/disconnect).
-//! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`.
+//! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`,
+//!   after taking back a place an idle, unconfigured user holds.
 //! - [`auth`]: `--auth-file`, the challenge every connection answers first.
 //! - [`sched`]: shared mode (`--sharing shared`): functions, per-function
 //!   queues, Algorithm 1; one driver task owns every node.
@@ -27,6 +28,8 @@ mod greeting;
 mod group;
 #[cfg(test)]
 mod hostile_tests;
+#[cfg(test)]
+mod idle_tests;
 mod intake;
 mod limits;
 pub mod metrics;
@@ -79,16 +82,19 @@ pub struct ServerOptions {
     pub io_timeout: Duration,
     /// How long a new user waits for nodes when none (or fewer than it asked for) are free.
     pub node_wait: Duration,
-    /// How long a user with nothing outstanding may stay silent before its
-    /// session ends and its nodes return to the pool.
+    /// How long a user may stay silent before its session ends: always when
+    /// it is not configured; with nothing outstanding, while another user
+    /// waits for nodes, when it is (its nodes return to the pool).
     pub user_idle_timeout: Duration,
     /// A frame whose header has begun must complete its header within this,
-    /// and its payload must make progress at least this often (users and nodes).
+    /// and its payload must make progress at least this often (users and
+    /// nodes); a new user connection must begin its first frame within it.
     pub read_timeout: Duration,
     /// A new node joins the pool when its hello has been answered, or after
     /// this long without one (a seed-format node never says hello).
     pub node_hello_grace: Duration,
-    /// Concurrent user connections; more are refused with a reason.
+    /// Concurrent user connections; a new one beyond takes the place of the
+    /// idlest unconfigured one, or is refused with a reason if there is none.
     pub max_users: usize,
     /// Concurrent node connections; more are refused with a reason.
     pub max_nodes: usize,
@@ -296,12 +302,15 @@ impl Server {
             users,
         } = self;
         let node_slots = Arc::new(Semaphore::new(shared.opts.max_nodes));
-        let user_slots = Arc::new(Semaphore::new(shared.opts.max_users));
         // Of those, what peers still in their TLS handshake or
         // authentication may hold: peers without a secret cannot take
         // every slot, only this share of them.
         let node_opening = Arc::new(Semaphore::new(opening_cap(shared.opts.max_nodes)));
-        let user_opening = Arc::new(Semaphore::new(opening_cap(shared.opts.max_users)));
+        let user_places = limits::Places::new(
+            shared.opts.max_users,
+            opening_cap(shared.opts.max_users),
+            shared.opts.read_timeout,
+        );
         let refusals = limits::Refusals::new(&shared);
         let sched = (shared.opts.sharing == Sharing::Shared)
             .then(|| sched::driver::start(shared.clone(), stop.child_token()));
@@ -344,59 +353,61 @@ impl Server {
                 r = users.accept() => match r {
                     Ok((s, addr)) => {
                         tune(&s);
-                        let Ok(permit) = user_slots.clone().try_acquire_owned() else {
-                            shared.metrics.error(metrics::ErrorKind::Refused);
-                            refuse(&refusals, &shared, limits::Port::Users, s, addr);
-                            continue;
-                        };
                         let tls = shared.opts.tls.clone().filter(|t| t.covers(limits::Port::Users));
                         let auth = shared.opts.auth.clone();
-                        let opening = match tls.is_some() || auth.is_some() {
-                            false => None,
-                            true => match user_opening.clone().try_acquire_owned() {
-                                Ok(p) => Some(p),
-                                Err(_) => {
-                                    let cap = opening_cap(shared.opts.max_users);
-                                    refuse_opening(&refusals, &shared, limits::Port::Users, s, addr, cap);
-                                    continue;
-                                }
-                            },
+                        let place = match user_places.admit(tls.is_some() || auth.is_some()) {
+                            Ok(p) => p,
+                            Err(limits::Full::Places) => {
+                                shared.metrics.error(metrics::ErrorKind::Refused);
+                                refuse(&refusals, &shared, limits::Port::Users, s, addr);
+                                continue;
+                            }
+                            Err(limits::Full::Opening(cap)) => {
+                                refuse_opening(&refusals, &shared, limits::Port::Users, s, addr, cap);
+                                continue;
+                            }
                         };
                         let shared = shared.clone();
                         let stop = stop.child_token();
                         let sched = sched.clone();
                         tokio::spawn(async move {
-                            let opened = open(&shared, s, addr, limits::Port::Users,
-                                tls.as_ref(), auth.as_deref()).await;
-                            drop(opening);
-                            let Some((s, prefix)) = opened else { return };
+                            let way_in = open(&shared, s, addr, limits::Port::Users,
+                                tls.as_ref(), auth.as_deref());
+                            let Some((s, prefix)) = evictable(&shared, &place, addr, way_in).await.flatten() else {
+                                return;
+                            };
+                            place.opened();
                             tracing::info!(user = %addr, "user connected");
                             // Listed from now on, whatever it sends first.
                             let id = shared.next_id();
                             let entry = Arc::new(registry::UserEntry::new(id, addr));
                             shared.registry.add_user(entry.clone());
                             let me = (id, entry);
+                            let conn = session::Conn { stream: s, peer: addr, place };
                             match sched {
                                 Some(h) => {
-                                    let mut s = s;
+                                    let mut conn = conn;
                                     let t = shared.opts.read_timeout;
-                                    match sched::first::wants_group(&mut s, prefix, t).await {
+                                    let first = sched::first::wants_group(&mut conn.stream, prefix, t);
+                                    let Some(first) = evictable(&shared, &conn.place, addr, first).await else {
+                                        return;
+                                    };
+                                    match first {
                                         (prefix, true) => {
                                             let owned = session::owned::Owned::new(shared.clone(), id, addr);
-                                            session::run(shared, owned, s, addr, stop, &prefix, me).await
+                                            session::run(shared, owned, conn, stop, &prefix, me).await
                                         }
                                         (prefix, false) => {
                                             let scheduled = session::scheduled::Scheduled::new(shared.clone(), h, id);
-                                            session::run(shared, scheduled, s, addr, stop, &prefix, me).await
+                                            session::run(shared, scheduled, conn, stop, &prefix, me).await
                                         }
                                     }
                                 }
                                 None => {
                                     let owned = session::owned::Owned::new(shared.clone(), id, addr);
-                                    session::run(shared, owned, s, addr, stop, &prefix, me).await
+                                    session::run(shared, owned, conn, stop, &prefix, me).await
                                 }
                             }
-                            drop(permit);
                         });
                     }
                     Err(e) => accept_error(e).await,
@@ -404,6 +415,27 @@ impl Server {
             }
         }
         shared.pool.close_all();
+    }
+}
+
+/// `step` (the way in, or reading the first message), unless a new
+/// connection takes the place first: then `None`, logged and counted. A
+/// user connection that has not yet spoken cannot be told why.
+async fn evictable<T>(
+    shared: &ServerState,
+    place: &limits::Place,
+    addr: SocketAddr,
+    step: impl std::future::Future<Output = T>,
+) -> Option<T> {
+    tokio::select! {
+        biased;
+        _ = place.evicted().cancelled() => {
+            shared.metrics.error(metrics::ErrorKind::Evicted);
+            tracing::warn!(peer = %addr, "closed: a new connection took its place at --max-users {} \
+                before its session began", shared.opts.max_users);
+            None
+        }
+        r = step => Some(r),
     }
 }
 

@@ -18,7 +18,10 @@ async fn users_beyond_max_users_are_refused_with_a_reason() {
     .await;
     let _n = FakeNode::spawn(srv.nodes, "a", 1, Behaviour::Echo).await;
     srv.wait_free_nodes(1).await;
-    let (first, _) = FakeUser::hello(srv.users, None).await;
+    // Configured: its place is never taken back (an unconfigured user's
+    // would go to the next connection).
+    let (mut first, _) = FakeUser::hello(srv.users, None).await;
+    assert_eq!(first.configure(&bench(16, 16)).await.0, 0);
 
     // A hello user hears why, instead of a hello reply, then the server closes.
     let (mut second, f) = FakeUser::hello_with(srv.users, "late", None, &[features::ERROR]).await;

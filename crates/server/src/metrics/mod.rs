@@ -57,9 +57,16 @@ pub enum ErrorKind {
     /// A hello refused: one that does not decode or is too large, or one
     /// with the wrong role for its port.
     BadHello,
+    /// A user connection closed for holding a place and nothing else: no
+    /// first message within `--read-timeout`, or nothing for
+    /// `--user-idle-timeout` while unconfigured.
+    Idle,
+    /// An unconfigured user connection (or one on its way in) that gave
+    /// its place to a new one at a full user port.
+    Evicted,
 }
 
-const ERROR_KINDS: [(&str, ErrorKind); 8] = [
+const ERROR_KINDS: [(&str, ErrorKind); 10] = [
     ("node_lost", ErrorKind::NodeLost),
     ("core_failure", ErrorKind::CoreFailure),
     ("configuration_failed", ErrorKind::ConfigurationFailed),
@@ -68,6 +75,8 @@ const ERROR_KINDS: [(&str, ErrorKind); 8] = [
     ("auth_failed", ErrorKind::AuthFailed),
     ("tls_failed", ErrorKind::TlsFailed),
     ("bad_hello", ErrorKind::BadHello),
+    ("idle", ErrorKind::Idle),
+    ("evicted", ErrorKind::Evicted),
 ];
 
 /// A counter alone on its cache line: the server-wide totals are written

@@ -61,9 +61,13 @@ impl<P: Placement> Session<P> {
                 if ok {
                     self.conn.set_phase(Phase::Routing);
                 } else {
-                    // Back to Initial: the next configuration starts afresh.
+                    // Back to Initial: the next configuration starts afresh;
+                    // until it comes the connection holds its place and
+                    // nothing else, which a new connection may take back
+                    // (and `check_idle` ends it once silent too long).
                     self.conn.set_phase(Phase::Initial);
                     self.conn.cfg = None;
+                    self.place.unhold();
                 }
                 // Warnings before the response (docs/protocol.md).
                 for (code, why) in warnings {
@@ -161,7 +165,11 @@ impl<P: Placement> Session<P> {
         }
     }
 
-    /// A user with nothing outstanding that has been silent for
+    /// A connection that holds a place and nothing else — no message yet,
+    /// or not configured — ends after its deadline whether or not anyone
+    /// waits ([`Session::check_unconfigured`]).
+    ///
+    /// A configured user with nothing outstanding that has been silent for
     /// `--user-idle-timeout` while another user waits with no node at all
     /// ends its session, so its nodes go back to the pool. Without
     /// contention an idle session keeps its nodes: a program that pauses
@@ -171,6 +179,9 @@ impl<P: Placement> Session<P> {
     /// later, a delay and a failure (no node free) a seed-format user could
     /// not be told about; an explicit end is something every client sees.
     pub(super) fn check_idle(&mut self) -> Result<(), SessionEnd> {
+        if self.conn.phase == Phase::Initial && self.conn.cfg.is_none() {
+            return self.check_unconfigured();
+        }
         let limit = self.shared.opts.user_idle_timeout;
         let busy = self.outstanding > 0
             || self.results_waiting() > 0
@@ -182,6 +193,37 @@ impl<P: Placement> Session<P> {
         match self.placement.wanted_elsewhere() {
             Some(nodes) => Err(SessionEnd::Idle { limit, nodes }),
             None => Ok(()),
+        }
+    }
+
+    /// Not configured: the first message must come within `--read-timeout`
+    /// of the connection (a client sends it at once), and then a message at
+    /// least every `--user-idle-timeout` (a hello with nothing after it, an
+    /// observer that stopped asking). Such a connection holds a place, and
+    /// maybe nodes, that users who compute need. A frame that has begun is
+    /// left to the read deadlines, which bound its progress instead.
+    fn check_unconfigured(&self) -> Result<(), SessionEnd> {
+        if self.conn.reader.begun_type().is_some() {
+            return Ok(());
+        }
+        if !self.spoke {
+            let limit = self.shared.opts.read_timeout;
+            return match self.place.since().elapsed() > limit {
+                true => Err(SessionEnd::Silent { limit }),
+                false => Ok(()),
+            };
+        }
+        let limit = self.shared.opts.user_idle_timeout;
+        match self.last_activity.elapsed() > limit {
+            true => Err(SessionEnd::Unconfigured { limit }),
+            false => Ok(()),
+        }
+    }
+
+    /// A new connection took this one's place (`limits::Places`).
+    pub(super) fn evicted(&self) -> SessionEnd {
+        SessionEnd::Evicted {
+            max: self.shared.opts.max_users,
         }
     }
 }

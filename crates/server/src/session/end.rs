@@ -52,6 +52,21 @@ pub(crate) enum SessionEnd {
          session ended and its {nodes} node(s) returned to the pool (--user-idle-timeout)"
     )]
     Idle { limit: Duration, nodes: usize },
+    /// No first message within the deadline of a new connection.
+    #[error("sent nothing within {limit:?} of connecting; closed (--read-timeout)")]
+    Silent { limit: Duration },
+    /// Not configured, and no message for `--user-idle-timeout`.
+    #[error(
+        "no configuration and no message for {limit:?}: the connection held a place \
+         and nothing else; closed (--user-idle-timeout)"
+    )]
+    Unconfigured { limit: Duration },
+    /// A new connection took the place of this unconfigured, idle one.
+    #[error(
+        "the server is at its limit of {max} user connection(s) (--max-users) and this \
+         connection, not configured and the idlest, gave its place to a new one"
+    )]
+    Evicted { max: usize },
     /// A frame to the user could not be built.
     #[error("{reason}")]
     Unsendable {
@@ -85,7 +100,10 @@ impl SessionEnd {
             | SessionEnd::InputFailed { id, code, .. }
             | SessionEnd::Unsendable { id, code, .. } => Some((*id, *code)),
             SessionEnd::NoNodes(_) => Some((ErrorMsg::NO_ID, ErrorCode::NoNodes)),
-            SessionEnd::Idle { .. } => Some((ErrorMsg::NO_ID, ErrorCode::Timeout)),
+            SessionEnd::Idle { .. }
+            | SessionEnd::Silent { .. }
+            | SessionEnd::Unconfigured { .. }
+            | SessionEnd::Evicted { .. } => Some((ErrorMsg::NO_ID, ErrorCode::Timeout)),
             SessionEnd::SchedulerStopped { id } => Some((*id, ErrorCode::Internal)),
             SessionEnd::HelloRefused(r) => Some((ErrorMsg::NO_ID, r.code)),
             SessionEnd::Closed
@@ -109,6 +127,23 @@ impl<P: Placement> Session<P> {
             }
             // A seed-format user has no way to hear why it idled out: just close.
             SessionEnd::Idle { .. } if self.conn.hello.is_none() => {}
+            // Holding a place and nothing else: told after a hello; a
+            // seed-format user (or one that never spoke) cannot be, outside
+            // a configuration it is waiting on.
+            SessionEnd::Silent { .. }
+            | SessionEnd::Unconfigured { .. }
+            | SessionEnd::Evicted { .. } => {
+                let kind = match end {
+                    SessionEnd::Evicted { .. } => crate::metrics::ErrorKind::Evicted,
+                    _ => crate::metrics::ErrorKind::Idle,
+                };
+                self.shared.metrics.error(kind);
+                if self.conn.hello.is_some() {
+                    self.conn
+                        .report(ErrorMsg::NO_ID, ErrorCode::Timeout, &end.to_string())
+                        .await;
+                }
+            }
             SessionEnd::HelloRefused(r) => {
                 let metrics = &self.shared.metrics;
                 metrics.error(crate::metrics::ErrorKind::BadHello);

@@ -52,7 +52,11 @@ impl<P: Placement> Session<P> {
     async fn on_hello(&mut self, frame: Frame) -> Result<(), SessionEnd> {
         let h = greeting::user_hello(&frame.payload).map_err(SessionEnd::HelloRefused)?;
         if h.has(features::GROUP) {
-            // A group user takes its nodes as one group (crate::group), not here.
+            // A group user takes its nodes as one group (crate::group), not
+            // here; its place is no longer taken back.
+            if !self.place.hold() {
+                return Err(self.evicted());
+            }
             let mut agreed = Hello::new("server");
             agreed.features = [features::ERROR, features::GROUP]
                 .map(String::from)
@@ -117,6 +121,8 @@ impl<P: Placement> Session<P> {
         }
         if self.conn.phase == Phase::Initial {
             match verdict {
+                // Configuring, the place is no longer taken back.
+                Ok(()) if !self.place.hold() => Err(self.evicted()),
                 Ok(()) => self.start_configuring(cfg, payload, true).await,
                 Err(e) => self.refuse_configuration(e).await,
             }

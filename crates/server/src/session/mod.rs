@@ -41,6 +41,7 @@ use corefarm_smp::{Configuration, ErrorCode, OutFrame, UserPhase as Phase};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::limits::Place;
 use crate::registry::UserEntry;
 use crate::sink::Sink;
 use crate::tls::Stream;
@@ -75,6 +76,12 @@ pub(crate) struct Session<P: Placement> {
     credit: u64,
     /// Last message from the user or answer to it (for --user-idle-timeout).
     last_activity: Instant,
+    /// The connection's `--max-users` place, which a new connection may
+    /// take back while this one is not configured (`limits::Places`).
+    place: Arc<Place>,
+    /// A message has come from the user (else the first-message deadline
+    /// applies, see `check_idle`).
+    spoke: bool,
     /// Handler notifications dropped: the user did not agree `spin-notify`.
     notes_dropped: crate::notes::Dropped,
 }
@@ -88,18 +95,31 @@ impl Drop for Registered {
     }
 }
 
+/// A user connection through its way in, and the place it holds.
+pub(crate) struct Conn {
+    pub stream: Stream,
+    pub peer: SocketAddr,
+    pub place: Place,
+}
+
 /// Serves one user connection until it ends; `placement` says where its
 /// work goes.
 pub(crate) async fn run<P: Placement>(
     shared: Arc<ServerState>,
     placement: P,
-    stream: Stream,
-    peer: SocketAddr,
+    Conn {
+        stream,
+        peer,
+        place,
+    }: Conn,
     stop: CancellationToken,
     prefix: &[u8],
     (user, entry): (u64, Arc<UserEntry>),
 ) {
     let _registered = Registered(shared.clone(), user);
+    // Given back once the connection is closed, not before its last words.
+    let place = Arc::new(place);
+    let _place = place.clone();
     let (rd, wr) = stream.into_split();
     let out = Arc::new(Sink::new(wr));
     let writer = out.spawn_user_writer(shared.opts.io_timeout, peer, stop.clone());
@@ -117,6 +137,8 @@ pub(crate) async fn run<P: Placement>(
         outstanding: 0,
         credit: 0,
         last_activity: Instant::now(),
+        place,
+        spoke: false,
         notes_dropped: Default::default(),
     };
     let mut end = s.main_loop(&stop).await;
@@ -142,6 +164,7 @@ impl<P: Placement> Session<P> {
     async fn main_loop(&mut self, stop: &CancellationToken) -> SessionEnd {
         let mut tick = tokio::time::interval(TICK);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let evicted = self.place.evicted().clone();
         loop {
             if let Err(e) = self.pump().await {
                 return e;
@@ -154,6 +177,7 @@ impl<P: Placement> Session<P> {
             let r = tokio::select! {
                 biased;
                 _ = stop.cancelled() => return SessionEnd::Closed,
+                _ = evicted.cancelled() => return self.evicted(),
                 ev = self.placement.event() => self.on_placement(ev).await,
                 _ = tick.tick() => self.on_tick().await,
                 // After the placement's events, so a result that just
@@ -163,6 +187,10 @@ impl<P: Placement> Session<P> {
                 _ = out.room(crate::chunked::SINK_DEPTH), if chunks_waiting => self.feed_chunk(),
                 next = self.conn.next(), if read_user => {
                     self.last_activity = Instant::now();
+                    self.spoke = true;
+                    if self.conn.cfg.is_none() {
+                        self.place.touch();
+                    }
                     match next {
                         Next::Frame(f) => self.on_user_frame(f).await,
                         Next::Placed(whole) => self.on_placed(whole).await,
