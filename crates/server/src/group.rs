@@ -140,6 +140,11 @@ impl Session {
         // it is a command: a `close` or the end of the connection behind a
         // full window is still seen (the group ends, its nodes go back).
         let mut held: Option<Frame> = None;
+        // Before its group opens, a group user holds a place and nothing
+        // else: like any unconfigured user, it must say something at least
+        // every `--user-idle-timeout`.
+        let idle = self.shared.opts.user_idle_timeout;
+        let mut last = Instant::now();
         loop {
             if held.is_some() && self.pending() < MAX_PENDING {
                 let f = held.take().expect("checked");
@@ -147,6 +152,8 @@ impl Session {
                 continue;
             }
             let readable = held.is_none();
+            // A message begun is left to the read deadlines.
+            let unopened = self.live.is_none() && reader.begun_type().is_none();
             let node_ev = async {
                 match self.live.as_mut() {
                     Some(l) if !l.events.is_empty() => l.events.next().await,
@@ -157,17 +164,28 @@ impl Session {
                 biased;
                 _ = stop.cancelled() => return Ok(()),
                 Some((rank, ev)) = node_ev => self.on_node(rank, ev).await?,
+                _ = tokio::time::sleep_until(last + idle), if unopened => {
+                    self.shared.metrics.error(crate::metrics::ErrorKind::Idle);
+                    let reason = format!(
+                        "no group opened for {idle:?} after the hello (--user-idle-timeout): \
+                         a group user holds a place until it opens its group"
+                    );
+                    return self.fail(ErrorCode::Timeout, reason).await;
+                }
                 // Commands wait in the nodes' memory: a user that sends more
                 // than this many ahead of the replies waits in TCP instead.
-                r = reader.read_frame(), if readable => match r {
-                    Ok(Some(f)) if f.ty == MsgType::GroupCmd && self.pending() >= MAX_PENDING => {
-                        held = Some(f);
+                r = reader.read_frame(), if readable => {
+                    last = Instant::now();
+                    match r {
+                        Ok(Some(f)) if f.ty == MsgType::GroupCmd && self.pending() >= MAX_PENDING => {
+                            held = Some(f);
+                        }
+                        Ok(Some(f)) => self.on_user(f).await?,
+                        Ok(None) => return Ok(()),
+                        Err(ReadError::Io(e)) => return Err(GroupEnd::Read(e)),
+                        Err(ReadError::Protocol(e)) => return self.fail(e.code(), e.to_string()).await,
                     }
-                    Ok(Some(f)) => self.on_user(f).await?,
-                    Ok(None) => return Ok(()),
-                    Err(ReadError::Io(e)) => return Err(GroupEnd::Read(e)),
-                    Err(ReadError::Protocol(e)) => return self.fail(e.code(), e.to_string()).await,
-                },
+                }
             }
         }
     }

@@ -287,3 +287,23 @@ async fn a_stalled_handshake_yields_to_a_new_one() {
     );
     drop(stalled.pop());
 }
+
+/// A hello that asks for a group hands the connection to the group code,
+/// which protects its place; until it opens its group it holds the place
+/// and nothing else, so it too is told `timeout` and closed after
+/// `--user-idle-timeout` without a message, counted as `idle`.
+#[tokio::test(start_paused = true)]
+async fn a_group_user_that_never_opens_its_group_is_closed() {
+    let srv = start(short()).await;
+    let t0 = Instant::now();
+    let mut p = Peer::connect(srv.users).await;
+    let mut h = Hello::new("user");
+    h.features = vec![features::ERROR.into(), features::GROUP.into()];
+    h.nodes = Some(0);
+    p.send(h.to_frame()).await;
+    assert_eq!(p.recv().await.unwrap().ty, MsgType::Hello);
+    let why = told_then_closed(&mut p, ErrorCode::Timeout, "group hello only").await;
+    assert!(why.contains("--user-idle-timeout"), "{why}");
+    assert!(t0.elapsed() >= IDLE, "closed after {:?}", t0.elapsed());
+    assert_eq!(srv.status.get().errors["idle"], 1);
+}
