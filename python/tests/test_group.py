@@ -149,6 +149,10 @@ def test_a_group_is_lent_nodes_beside_a_shared_user():
     the shared user is served throughout, and the nodes come back."""
     c = Cluster(BIN, 3, "--sharing", "shared")
     try:
+        # More than can ever join: refused with the count, not after --node-wait
+        # as "the promised nodes were still busy".
+        with pytest.raises(corefarm.ServerError, match="only 3 of the 3 nodes connected can join"):
+            corefarm.group(c.users_addr, nodes=4)
         with corefarm.connect(c.users_addr) as user:
             user.configure_benchmark(16, 16)
             inputs = [bytes([i]) * 16 for i in range(40)]

@@ -291,12 +291,12 @@ impl Session {
                     None => format!("{} free in all", self.shared.pool.free_count()),
                 },
             };
-            // Waiting helps only while enough nodes that can join are busy;
-            // with fewer connected at all, say so now rather than after
-            // `--node-wait`. After a grace, not at once: the members of a
-            // group just torn down are reconnecting. (In shared mode the
-            // scheduler's refusal says it.)
-            if self.shared.sched.get().is_none() && Instant::now() >= began + grace {
+            // Waiting helps only while enough nodes that can join are busy
+            // (or, shared, lent to another group); with fewer connected at
+            // all, say so now rather than after `--node-wait`. After a
+            // grace, not at once: the members of a group just torn down are
+            // reconnecting.
+            if Instant::now() >= began + grace {
                 let reg = &self.shared.registry;
                 let able = reg.count_nodes(|e| e.info().peer.is_some());
                 if able < n as usize {
