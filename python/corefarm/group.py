@@ -23,10 +23,10 @@ __all__ = ["group", "Group", "DTYPES", "ALGORITHMS"]
 
 DTYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64")
 """Element types of buffers and reductions. A `dtype=` argument may also
-be given as numpy names it: "float32", numpy.float32, numpy.dtype("<f4"),
-"<i2". The names here count bits ("i8" is int8) and win over numpy's codes
-that count bytes ("i8" is int64 to numpy; "<i8" with a byte order is
-numpy's)."""
+be written as numpy writes it: "float32", numpy.float32,
+numpy.dtype("<f4"), "<i2". The names here count bits ("i8" is int8) and
+win over numpy's codes that count bytes (to numpy "i8" is int64; "<i8",
+with a byte order, is read as numpy's)."""
 ALGORITHMS = ("auto", "linear", "binomial", "star")
 """Trees a collective may run over; `auto` picks by message size (seed 003's model)."""
 
