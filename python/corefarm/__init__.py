@@ -575,11 +575,27 @@ class Client:
         """Notifications dropped because 1024 were waiting unread."""
         return self._raw.notifications_dropped
 
-    def map(self, inputs, window=64, raw=False, cowork=None, *, priority=None):
-        """Yields the result of each input in input order, keeping at most
-        `window` data messages in flight. The results come to this
-        generator only, so several threads may each run a `map` on one
-        client. A ServerError for one input is raised when its turn comes.
+    def map(self, inputs, window=64, raw=False, cowork=None, *, priority=None,
+            return_exceptions=False):
+        """Returns an iterator of the result of each input, in input order,
+        keeping at most `window` data messages in flight. The results come
+        to this iterator only, so several threads may each run a `map` on
+        one client.
+
+        A failure of one input (the server's ServerError for it, e.g. a core
+        that crashed on it; an InputError for an input the client cannot
+        send) is raised when its turn comes, and the iterator stays usable:
+        the next `next()` goes on with the following input, whose result,
+        like every later one, is kept. `return_exceptions=True` (named after
+        `asyncio.gather`'s) yields such a failure in its input's place
+        instead of raising it, so `list(c.map(xs, return_exceptions=True))`
+        has one entry per input. Either way a failure of the whole session
+        (the connection lost or closed) raises and ends the map.
+
+        Raising is the default because a result that is an exception object
+        is easily stored or summed unnoticed; this is what
+        `concurrent.futures.Executor.map` and `asyncio.gather` do, and, like
+        `multiprocessing.Pool.imap`'s, the iterator can be resumed after it.
 
         Results are bytes, or, when the image records an output type (other
         than a byte memory's uint8[N]) and `raw` is false, read-only numpy
@@ -611,28 +627,14 @@ class Client:
         if typed:
             types[1].numpy_dtype()  # no numpy: say so before sending anything
         if cowork:
-            prepared = [self._prepare(item, types, sizes) for item in inputs]
-            results = _cowork.map(self, [v for v, _ in prepared], window, cowork)
-            for data, (_, batch) in zip(results, prepared):
-                yield self._array(data, batch, types, sizes) if typed else data
-            return
-        it = iter(inputs)
-        pending = _collections.deque()
-        exhausted = False
-        while True:
-            while not exhausted and len(pending) < window:
-                try:
-                    item = next(it)
-                except StopIteration:
-                    exhausted = True
-                    break
-                view, batch = self._prepare(item)
-                pending.append((self._raw.submit_pending(view, priority=priority), batch))
-            if not pending:
-                return
-            p, batch = pending.popleft()
-            data = p.result().data
-            yield self._array(data, batch) if typed else data
+            return self._cowork_map(_cowork, inputs, window, cowork, types, sizes, typed)
+        return _MapIterator(self, inputs, window, typed, priority, return_exceptions)
+
+    def _cowork_map(self, cowork_module, inputs, window, cowork, types, sizes, typed):
+        prepared = [self._prepare(item, types, sizes) for item in inputs]
+        results = cowork_module.map(self, [v for v, _ in prepared], window, cowork)
+        for data, (_, batch) in zip(results, prepared):
+            yield self._array(data, batch, types, sizes) if typed else data
 
     def status(self):
         """What the server is doing, as a dict: "you" (this user's id),
@@ -693,3 +695,90 @@ class Client:
 
     def __repr__(self):
         return f"<corefarm.Client {self.addr} nodes={self.nodes}>"
+
+
+class _MapIterator:
+    """What `Client.map` returns: an iterator over the results in input
+    order that a failure of one input does not end (see `Client.map`)."""
+
+    def __init__(self, client, inputs, window, typed, priority, return_exceptions):
+        self._client = client
+        self._inputs = iter(inputs)
+        self._window = window
+        self._typed = typed
+        self._priority = priority
+        self._class_ok = priority is None or 0 <= priority <= 7
+        self._return_exceptions = return_exceptions
+        # In input order: (Pending, result form) for a sent input, or
+        # (None, (exception, ends the map)) for one that was not sent.
+        self._pending = _collections.deque()
+        self._exhausted = False
+
+    def __iter__(self):
+        return self
+
+    def _fill(self):
+        while not self._exhausted and len(self._pending) < self._window:
+            try:
+                item = next(self._inputs)
+            except StopIteration:
+                self._exhausted = True
+                return
+            except Exception as e:
+                # The inputs' own iterator failed: raised after the results
+                # of the inputs it gave, and nothing more is sent.
+                self._exhausted = True
+                self._pending.append((None, (e, True)))
+                return
+            try:
+                view, batch = self._client._prepare(item)
+                p = self._client._raw.submit_pending(view, priority=self._priority)
+            except InputError as e:
+                # This input's result, in its place; the map goes on, unless
+                # the refusal is of the priority, which every input shares.
+                self._exhausted = not self._class_ok
+                self._pending.append((None, (e, not self._class_ok)))
+                continue
+            self._pending.append((p, batch))
+
+    def _end(self):
+        self._exhausted = True
+        self._pending.clear()
+        self._inputs = iter(())
+
+    def __next__(self):
+        try:
+            self._fill()
+        except BaseException:
+            # Sending failed for the whole session (the connection, a
+            # timeout waiting for credit, Ctrl-C): nothing more is sent.
+            self._end()
+            raise
+        if not self._pending:
+            raise StopIteration
+        p, form = self._pending.popleft()
+        if p is None:
+            failure, ends = form
+            if ends:
+                self._end()
+                raise failure
+        else:
+            try:
+                data = p.result().data
+            except ServerError as e:
+                if e.id != p.id:  # the whole session's error, not this input's
+                    self._end()
+                    raise
+                failure = e
+            except BaseException:
+                self._end()
+                raise
+            else:
+                return self._client._array(data, form) if self._typed else data
+        if self._return_exceptions:
+            return failure
+        raise failure
+
+    def close(self):
+        """Stops the map: results still in flight are abandoned."""
+        self._end()

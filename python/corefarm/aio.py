@@ -21,12 +21,15 @@ timeouts given to `connect`.
 """
 
 import asyncio as _asyncio
+import collections as _collections
 import itertools as _itertools
 import threading as _threading
 import weakref as _weakref
 
 from . import Client as _Client
 from . import _corefarm, connect as _connect_blocking
+from .errors import InputError as _InputError
+from .errors import ServerError as _ServerError
 from .errors import UsageError as _UsageError
 
 __all__ = ["connect", "AsyncClient"]
@@ -99,65 +102,40 @@ class AsyncClient:
         return await self._send(view, priority)
 
     async def _send(self, view, priority=None):
+        return (await self._send_pending(view, priority))[0]
+
+    async def _send_pending(self, view, priority=None):
+        """(future of the result, id of the data message)."""
         self._bind()  # before sending: a message sent from a wrong loop would be lost
         pending = self._raw.try_submit_pending(view, priority=priority)
         if pending is None:
             pending = await _asyncio.to_thread(
                 lambda: self._raw.submit_pending(view, priority=priority))
-        return self._watch(pending)
+        return self._watch(pending), pending.id
 
     async def run(self, data, *, priority=None):
         """Sends one data message and returns its Output."""
         return await (await self.submit(data, priority=priority))
 
-    async def map(self, inputs, window=64, raw=False, *, priority=None):
-        """Async generator of the result of each input, in input order, with
+    def map(self, inputs, window=64, raw=False, *, priority=None, return_exceptions=False):
+        """Async iterator of the result of each input, in input order, with
         at most `window` data messages in flight. `inputs` may be an
-        iterable or an async iterable. Stopping early abandons the rest.
-        Results are typed as in `Client.map`: numpy arrays of the image's
-        output type when it records one and `raw` is false, else bytes."""
+        iterable or an async iterable. Results are typed as in
+        `Client.map`: numpy arrays of the image's output type when it
+        records one and `raw` is false, else bytes.
+
+        Failures are as in `Client.map`: the failure of one input is raised
+        when its turn comes and the iterator goes on with the next input
+        (`return_exceptions=True` yields it in its place instead); a failure
+        of the session raises and ends it. Stopping early (`aclose()`, or
+        leaving an `async for` with break) abandons the rest."""
         if window < 1:
             raise ValueError("window must be at least 1")
         client = self.client
         typed = not raw and client._types[1] is not None and not client._types[1].is_bytes
         if typed:
             client._types[1].numpy_dtype()  # no numpy: say so before sending anything
-        if hasattr(inputs, "__aiter__"):
-            source = inputs.__aiter__()
-
-            async def next_input():
-                try:
-                    return True, await source.__anext__()
-                except StopAsyncIteration:
-                    return False, None
-        else:
-            source = iter(inputs)
-
-            async def next_input():
-                try:
-                    return True, next(source)
-                except StopIteration:
-                    return False, None
-
-        in_flight = []
-        exhausted = False
-        try:
-            while True:
-                while not exhausted and len(in_flight) < window:
-                    more, item = await next_input()
-                    if not more:
-                        exhausted = True
-                        break
-                    view, batch = client._prepare(item)
-                    in_flight.append((await self._send(view, priority), batch))
-                if not in_flight:
-                    return
-                fut, batch = in_flight.pop(0)
-                out = await fut
-                yield client._array(out.data, batch) if typed else out.data
-        finally:
-            for fut, _ in in_flight:
-                fut.cancel()
+        return _AsyncMap(self, inputs, window, typed, priority, return_exceptions)
 
     # -- plumbing ------------------------------------------------------------
     def _bind(self):
@@ -248,3 +226,116 @@ class AsyncClient:
 
     def __repr__(self):
         return f"<corefarm.aio.AsyncClient {self.client.addr}>"
+
+
+def _retrieve(fut):
+    """Marks a finished future's exception as retrieved: a map abandoned
+    early leaves its results unread, which is no error worth a log line."""
+    if not fut.cancelled():
+        fut.exception()
+
+
+class _AsyncMap:
+    """What `AsyncClient.map` returns: an async iterator over the results
+    in input order that a failure of one input does not end."""
+
+    def __init__(self, aclient, inputs, window, typed, priority, return_exceptions):
+        self._aclient = aclient
+        self._window = window
+        self._typed = typed
+        self._priority = priority
+        self._class_ok = priority is None or 0 <= priority <= 7
+        self._return_exceptions = return_exceptions
+        if hasattr(inputs, "__aiter__"):
+            self._async_source, self._source = inputs.__aiter__(), None
+        else:
+            self._async_source, self._source = None, iter(inputs)
+        # In input order: (future, (message id, result form)), or (None,
+        # (exception, ends the map)) for an input that was not sent.
+        self._in_flight = _collections.deque()
+        self._exhausted = False
+
+    def __aiter__(self):
+        return self
+
+    async def _next_input(self):
+        if self._async_source is not None:
+            try:
+                return True, await self._async_source.__anext__()
+            except StopAsyncIteration:
+                return False, None
+        try:
+            return True, next(self._source)
+        except StopIteration:
+            return False, None
+
+    async def _fill(self):
+        client = self._aclient.client
+        while not self._exhausted and len(self._in_flight) < self._window:
+            try:
+                more, item = await self._next_input()
+            except Exception as e:
+                # The inputs' own iterator failed: raised after the results
+                # of the inputs it gave, and nothing more is sent.
+                self._exhausted = True
+                self._in_flight.append((None, (e, True)))
+                return
+            if not more:
+                self._exhausted = True
+                return
+            try:
+                view, batch = client._prepare(item)
+                fut, ident = await self._aclient._send_pending(view, self._priority)
+            except _InputError as e:
+                # This input's result, in its place (see _MapIterator).
+                self._exhausted = not self._class_ok
+                self._in_flight.append((None, (e, not self._class_ok)))
+                continue
+            fut.add_done_callback(_retrieve)
+            self._in_flight.append((fut, (ident, batch)))
+
+    def _end(self):
+        self._exhausted = True
+        for fut, _ in self._in_flight:
+            if fut is not None:
+                fut.cancel()
+        self._in_flight.clear()
+
+    async def __anext__(self):
+        try:
+            await self._fill()
+        except BaseException:
+            self._end()
+            raise
+        if not self._in_flight:
+            raise StopAsyncIteration
+        fut, form = self._in_flight[0]
+        if fut is None:
+            self._in_flight.popleft()
+            failure, ends = form
+            if ends:
+                self._end()
+                raise failure
+        else:
+            try:
+                out = await fut
+            except _ServerError as e:
+                self._in_flight.popleft()
+                if e.id != form[0]:  # the whole session's error, not this input's
+                    self._end()
+                    raise
+                failure = e
+            except BaseException:
+                self._end()
+                raise
+            else:
+                self._in_flight.popleft()
+                client = self._aclient.client
+                return client._array(out.data, form[1]) if self._typed else out.data
+        if self._return_exceptions:
+            return failure
+        raise failure
+
+    async def aclose(self):
+        """Stops the map: results still in flight are abandoned."""
+        self._end()

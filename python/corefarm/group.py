@@ -22,7 +22,11 @@ from .errors import UsageError
 __all__ = ["group", "Group", "DTYPES", "ALGORITHMS"]
 
 DTYPES = ("i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "f32", "f64")
-"""Element types of buffers and reductions."""
+"""Element types of buffers and reductions. A `dtype=` argument may also
+be written as numpy writes it: "float32", numpy.float32,
+numpy.dtype("<f4"), "<i2". The names here count bits ("i8" is int8) and
+win over numpy's codes that count bytes (to numpy "i8" is int64; "<i8",
+with a byte order, is read as numpy's)."""
 ALGORITHMS = ("auto", "linear", "binomial", "star")
 """Trees a collective may run over; `auto` picks by message size (seed 003's model)."""
 
@@ -50,8 +54,39 @@ def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, n
     return Group(raw)
 
 
+def _element_type(dtype):
+    """`dtype` as one of DTYPES (None stays None): a name of DTYPES, a
+    numpy name or code ("float32", "<f4"), a numpy dtype or scalar type
+    (numpy.float32). UsageError for anything else, or big-endian elements."""
+    if dtype is None or dtype in _SIZE:
+        return dtype
+    if isinstance(dtype, str) and dtype in _NUMPY:
+        return _NUMPY[dtype]
+    t = None
+    try:
+        import numpy
+    except ImportError:
+        numpy = None
+    if numpy is not None:
+        try:
+            dt = numpy.dtype(dtype)
+        except (TypeError, ValueError):
+            dt = None
+        if dt is not None:
+            t = _NUMPY.get(dt.name)
+            big = dt.byteorder == ">" or (dt.byteorder == "=" and _sys.byteorder != "little")
+            if t is not None and big:
+                raise UsageError(f"element type {dtype!r} is big-endian; the nodes hold "
+                                 "little-endian elements")
+    if t is None:
+        raise UsageError(f"unknown element type {dtype!r}: one of {DTYPES}, or a numpy dtype "
+                         "such as \"float32\" or numpy.float32")
+    return t
+
+
 def _typed(data, dtype):
     """(bytes-like view, element type, bytes per first-axis row) of `data`."""
+    dtype = _element_type(dtype)
     if hasattr(data, "dtype") and hasattr(data, "shape"):
         t = _NUMPY.get(str(data.dtype))
         if t is None:
@@ -115,7 +150,7 @@ class Group:
         return self._raw.members()
 
     def _dtype(self, name, dtype):
-        t = dtype or self._dtypes.get(name)
+        t = _element_type(dtype) or self._dtypes.get(name)
         if t is None:
             raise UsageError(f"the element type of buffer {name!r} is not known here: pass dtype=")
         return t
@@ -247,16 +282,30 @@ class Group:
         once: a member that is lost has its messages re-sent to the others.
         `priority`: the class of every message, 0 (most urgent) to 7,
         default 4; at each member they run ahead of queued messages of less
-        urgent classes (a member that predates chunks ignores it)."""
-        return self._raw.direct_map(list(inputs), window, priority=priority)
+        urgent classes (a member that predates chunks ignores it).
+
+        Each input may be any C-contiguous buffer (bytes, a numpy array of
+        any dtype, array.array...): its bytes are sent, as `Client.map`
+        sends them."""
+        from . import _as_bytes_view
+        return self._raw.direct_map([_as_bytes_view(x) for x in inputs], window,
+                                    priority=priority)
 
     def close(self):
-        """Ends the group; its nodes go back to the server's pool."""
+        """Ends the group; its nodes go back to the server's pool. Closing a
+        group that already ended (a member failed, which the call that met
+        it raised) does nothing."""
         self._raw.close()
 
     def __enter__(self):
         return self
 
-    def __exit__(self, *exc):
-        self.close()
+    def __exit__(self, exc_type, exc, tb):
+        try:
+            self.close()
+        except Exception:
+            # The error leaving the block says what went wrong; the close
+            # that follows it is no news.
+            if exc_type is None:
+                raise
         return False

@@ -44,12 +44,32 @@ fn class(priority: Option<u8>) -> u8 {
     priority.unwrap_or(DEFAULT_CLASS)
 }
 
+/// An element type by its name here ("f32") or numpy's ("float32"; the
+/// Python layer also takes dtype objects and codes such as "<f4").
 fn dtype(s: &str) -> PyResult<DType> {
+    const NUMPY: [(&str, &str); 10] = [
+        ("int8", "i8"),
+        ("int16", "i16"),
+        ("int32", "i32"),
+        ("int64", "i64"),
+        ("uint8", "u8"),
+        ("uint16", "u16"),
+        ("uint32", "u32"),
+        ("uint64", "u64"),
+        ("float32", "f32"),
+        ("float64", "f64"),
+    ];
+    let short = NUMPY.iter().find(|(n, _)| *n == s).map_or(s, |(_, t)| t);
     DType::ALL
         .iter()
         .copied()
-        .find(|d| d.name() == s)
-        .ok_or_else(|| PyValueError::new_err(format!("unknown element type {s:?}")))
+        .find(|d| d.name() == short)
+        .ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "unknown element type {s:?} (i8, i16, i32, i64, u8, u16, u32, u64, f32, f64, \
+                 or numpy's names such as \"float32\")"
+            ))
+        })
 }
 
 fn reduce_op(s: &str) -> PyResult<ReduceOp> {

@@ -8,6 +8,7 @@ import time
 import pytest
 
 import corefarm
+import corefarm.aio
 from fakeserver import CONFIGURATION, DATA, HELLO, NO_ID, FakeServer
 
 np = pytest.importorskip("numpy")
@@ -321,4 +322,103 @@ def test_infinite_and_huge_timeouts_wait_without_limit():
         for bad in (-1.0, math.nan):
             with pytest.raises(ValueError, match="invalid timeout"):
                 c.recv(timeout=bad)
+    srv.join()
+
+
+def _one_failing(p, n, bad):
+    """Answers `n` data messages in order, the server's core-failure error
+    for message `bad` (its index) and an echo for every other."""
+    p.hello()
+    p.configuration()
+    p.credit(n)
+    for k in range(n):
+        ident, body = p.data()
+        if k == bad:
+            p.error(ident, 9, "core 0 crashed: signal 11")
+        else:
+            p.result(ident, body)
+
+
+def test_a_failed_input_does_not_end_the_map():
+    # Message 5 of 10 crashes its core: its error comes in its turn, and the
+    # results of messages 6-10 are still there for the caller.
+    srv = FakeServer(lambda p: _one_failing(p, 10, 4))
+    inputs = [bytes([k]) * 16 for k in range(10)]
+    with corefarm.connect(srv.addr) as c:
+        c.configure_benchmark(16, 16)
+        it = c.map(inputs, window=3)
+        assert [next(it) for _ in range(4)] == inputs[:4]
+        with pytest.raises(corefarm.ServerError, match="crashed") as e:
+            next(it)
+        assert e.value.code_name == "core-failure"
+        assert list(it) == inputs[5:]
+    srv.join()
+
+
+def test_return_exceptions_yields_each_failure_in_its_place():
+    srv = FakeServer(lambda p: _one_failing(p, 10, 4))
+    inputs = [bytes([k]) * 16 for k in range(10)]
+    with corefarm.connect(srv.addr) as c:
+        c.configure_benchmark(16, 16)
+        # A 15-byte input is refused by the client, in its place too.
+        got = list(c.map(inputs[:7] + [b"short"] + inputs[7:], window=4, return_exceptions=True))
+        assert len(got) == 11
+        assert isinstance(got[4], corefarm.ServerError) and got[4].code == 9
+        assert isinstance(got[7], corefarm.InputError)
+        assert [g for k, g in enumerate(got) if k not in (4, 7)] == inputs[:4] + inputs[5:]
+    srv.join()
+
+
+def test_a_lost_connection_still_ends_the_map():
+    def script(p):
+        p.hello()
+        p.configuration()
+        p.credit(4)
+        ident, body = p.data()
+        p.result(ident, body)
+        p.data()  # and the connection ends with it unanswered
+
+    srv = FakeServer(script)
+    with corefarm.connect(srv.addr) as c:
+        c.configure_benchmark(16, 16)
+        it = c.map([bytes(16)] * 2, window=1, return_exceptions=True)
+        assert next(it) == bytes(16)
+        with pytest.raises(corefarm.ConnectionError):
+            next(it)
+        assert list(it) == []
+    srv.join()
+
+
+def test_asyncio_map_goes_on_after_a_failed_input():
+    import asyncio
+
+    async def main(addr):
+        async with await corefarm.aio.connect(addr) as c:
+            await c.configure_benchmark(16, 16)
+            inputs = [bytes([k]) * 16 for k in range(10)]
+            it = c.map(inputs, window=3)
+            got = [await it.__anext__() for _ in range(4)]
+            with pytest.raises(corefarm.ServerError, match="crashed"):
+                await it.__anext__()
+            got += [out async for out in it]
+            assert got == inputs[:4] + inputs[5:]
+
+    srv = FakeServer(lambda p: _one_failing(p, 10, 4))
+    asyncio.run(main(srv.addr))
+    srv.join()
+
+
+def test_asyncio_map_return_exceptions():
+    import asyncio
+
+    async def main(addr):
+        async with await corefarm.aio.connect(addr) as c:
+            await c.configure_benchmark(16, 16)
+            inputs = [bytes([k]) * 16 for k in range(10)]
+            got = [out async for out in c.map(inputs, window=4, return_exceptions=True)]
+            assert isinstance(got[4], corefarm.ServerError)
+            assert got[:4] + got[5:] == inputs[:4] + inputs[5:]
+
+    srv = FakeServer(lambda p: _one_failing(p, 10, 4))
+    asyncio.run(main(srv.addr))
     srv.join()

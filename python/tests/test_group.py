@@ -149,6 +149,10 @@ def test_a_group_is_lent_nodes_beside_a_shared_user():
     the shared user is served throughout, and the nodes come back."""
     c = Cluster(BIN, 3, "--sharing", "shared")
     try:
+        # More than can ever join: refused with the count, not after --node-wait
+        # as "the promised nodes were still busy".
+        with pytest.raises(corefarm.ServerError, match="only 3 of the 3 nodes connected can join"):
+            corefarm.group(c.users_addr, nodes=4)
         with corefarm.connect(c.users_addr) as user:
             user.configure_benchmark(16, 16)
             inputs = [bytes([i]) * 16 for i in range(40)]
@@ -198,3 +202,81 @@ def test_typed_buffers_carry_their_element_type(cluster):
             g.put(0, "x", array.array("i", [1, 2]), dtype="f32")
         with pytest.raises(corefarm.UsageError, match="format '\\?'"):
             g.bcast("b", memoryview(bytes(2)).cast("?"))
+
+
+def test_element_types_may_be_given_as_numpy_names_them():
+    np = pytest.importorskip("numpy")
+    from corefarm.group import _element_type
+    for given in ("f32", "float32", "<f4", "=f4", "f4", np.float32, np.dtype("float32"),
+                  np.dtype("<f4")):
+        assert _element_type(given) == "f32", given
+    assert [_element_type(t) for t in ("int32", np.int16, "uint8", np.dtype("u8"), "<i8")] == \
+        ["i32", "i16", "u8", "u64", "i64"]
+    # The names here count bits: "i8" is int8, as DTYPES says.
+    assert _element_type("i8") == "i8" and _element_type(None) is None
+    for bad in ("float16", np.complex64, "nope", 3):
+        with pytest.raises(corefarm.UsageError, match="unknown element type"):
+            _element_type(bad)
+    with pytest.raises(corefarm.UsageError, match="big-endian"):
+        _element_type(">f4")
+
+
+def test_numpy_dtype_names_work_in_every_call(cluster):
+    np = pytest.importorskip("numpy")
+    with corefarm.group(cluster.users_addr, nodes=2) as g:
+        g.scatter("x", i32(range(8)), dtype="int32", row_bytes=4)
+        g.allreduce("x", "s", op="sum", dtype=np.int32)
+        assert from_i32(g.get(0, "s")) == [4, 6, 8, 10]
+        g.put(1, "f", struct.pack("<2f", 1.5, 2.5), dtype=np.dtype("<f4"))
+        g.put(0, "f", np.array([0.5, 0.5], dtype=np.float32), dtype="float32")
+        g.allreduce("f", "fs", dtype="<f4")
+        assert struct.unpack("<2f", g.get(1, "fs")) == (2.0, 3.0)
+        g.bcast("w", i32([1, 2]), dtype=np.int32)
+        g.reduce("w", "m", op="max", root=1, dtype="int32")
+        assert from_i32(g.get(1, "m")) == [1, 2]
+
+
+def test_a_wrong_type_or_unequal_blocks_are_refused_and_the_group_goes_on(cluster):
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        g.scatter("v", struct.pack("<8f", *range(8)), dtype="f32")
+        with pytest.raises(corefarm.UsageError, match='buffer "v" holds f32 elements, the allreduce '
+                                                      'wants i32'):
+            g.allreduce("v", "s", dtype="i32")
+        g.scatter("x", i32(range(10)), dtype="i32")  # 3, 3, 2 and 2 rows
+        with pytest.raises(corefarm.UsageError, match="its ranks hold 12, 12, 8, 8 bytes"):
+            g.allreduce("x", "s")
+        with pytest.raises(corefarm.UsageError, match="same length on every rank"):
+            g.reduce("x", "s", op="max")
+        g.barrier()
+        g.allreduce("v", "s", dtype="float32")
+        assert struct.unpack("<2f", g.get(3, "s")) == (12.0, 16.0)
+
+
+def test_leaving_a_group_that_failed_raises_once(cluster):
+    with corefarm.group(cluster.users_addr, nodes=2) as g:
+        # A buffer no member has: the collective fails, and ends the group.
+        with pytest.raises(corefarm.GroupError, match='no buffer named "nope"') as e:
+            g.allreduce("nope", "s", dtype="i32")
+        # The call's own name comes once, not again from each node.
+        assert str(e.value).count("allreduce #") == 1, e.value
+        with pytest.raises(corefarm.GroupError, match="the group failed earlier") as e:
+            g.barrier()
+        assert str(e.value).count("barrier #") == 1, e.value
+        with pytest.raises(corefarm.GroupError, match="the group is closed"):
+            g.barrier()
+    g.close()  # and closing again is quiet too
+
+
+def test_a_group_larger_than_every_node_able_to_join_is_refused_at_once(cluster):
+    with pytest.raises(corefarm.ServerError, match="only 4 of the 4 nodes connected can join a group"):
+        corefarm.group(cluster.users_addr, nodes=5)
+
+
+def test_direct_map_takes_any_array_as_bytes(cluster):
+    np = pytest.importorskip("numpy")
+    with corefarm.group(cluster.users_addr, nodes=4) as g:
+        g.configure_benchmark(16, 16)
+        inputs = [np.full(32, k - 5, dtype=np.int8) for k in range(10)]
+        inputs.append(np.arange(8, dtype=np.float32).reshape(2, 4))
+        outs = g.direct_map(inputs, window=2)
+        assert [o[:16] for o in outs] == [a.tobytes()[:16] for a in inputs]

@@ -222,6 +222,10 @@ pub struct Group {
     /// Bytes of each buffer on each rank, as far as the client can tell
     /// (for `auto`); unknown sizes fall back to the binomial tree.
     sizes: HashMap<String, Vec<Option<u64>>>,
+    /// Element type of each buffer on each rank, as far as the client can
+    /// tell: a collective that the nodes would refuse for its type (which
+    /// ends the group) is refused here first, and the group goes on.
+    dtypes: HashMap<String, Vec<Option<DType>>>,
     /// Input and output size of the configured cores.
     io: Option<(u64, u64)>,
     /// Replies to calls in flight other than the one being waited for.
@@ -331,6 +335,7 @@ impl Group {
             timeout: opts.timeout,
             closed: None,
             sizes: HashMap::new(),
+            dtypes: HashMap::new(),
             io: None,
             early: Vec::new(),
             model: opts.model,
@@ -377,6 +382,7 @@ impl Group {
         (c.a, c.dtype, c.data) = (name.into(), dtype, data);
         self.call(c)?;
         self.set_size(name, Some(rank), Some(len));
+        self.set_dtype(name, Some(rank), Some(dtype));
         Ok(())
     }
 
@@ -394,6 +400,7 @@ impl Group {
         c.a = name.into();
         self.call(c)?;
         self.sizes.remove(name);
+        self.dtypes.remove(name);
         Ok(())
     }
 
@@ -454,12 +461,18 @@ impl Group {
             })
             .collect();
         self.sizes.insert(output.into(), out);
+        self.dtypes.remove(output);
         Ok(())
     }
 
-    /// Ends the group; its nodes go back to the server's pool.
+    /// Ends the group; its nodes go back to the server's pool. A group
+    /// that already ended (a member failed, and the call that met it said
+    /// so) has nothing left to close: `Ok`, so that leaving a scope after
+    /// handling that error does not report it a second time.
     pub fn close(mut self) -> Result<()> {
-        self.check_open()?;
+        if self.closed.is_some() {
+            return Ok(());
+        }
         write_frame(&mut self.writer, GroupCtl::Close.to_frame())
             .map_err(io_err("closing the group"))?;
         let deadline = Instant::now() + self.timeout;
@@ -489,6 +502,58 @@ impl Group {
             Some(r) => v[r as usize] = size,
             None => v.iter_mut().for_each(|s| *s = size),
         }
+    }
+
+    /// Records `name`'s element type on `rank` (`None`: every rank).
+    fn set_dtype(&mut self, name: &str, rank: Option<u32>, dtype: Option<DType>) {
+        let n = self.size() as usize;
+        let v = self
+            .dtypes
+            .entry(name.into())
+            .or_insert_with(|| vec![None; n]);
+        match rank {
+            Some(r) => v[r as usize] = dtype,
+            None => v.iter_mut().for_each(|d| *d = dtype),
+        }
+    }
+
+    /// The element type every rank's `name` is known to hold, if they agree.
+    fn dtype_of(&self, name: &str) -> Option<DType> {
+        let v = self.dtypes.get(name)?;
+        let first = (*v.first()?)?;
+        v.iter().all(|&d| d == Some(first)).then_some(first)
+    }
+
+    /// Refuses a reduction, before anything is sent, that the nodes would
+    /// refuse by ending the group: `src` holding elements of another type
+    /// than `dtype` on some rank, or ranks whose `src` differ in length.
+    /// Only what the client put or computed is known; the nodes check the
+    /// rest.
+    fn check_reduction(&self, what: Cmd, src: &str, dtype: DType) -> Result<()> {
+        let held = self.dtypes.get(src).filter(|_| dtype != DType::Bytes);
+        let wrong = held.and_then(|v| v.iter().flatten().find(|&&d| d != dtype));
+        if let Some(d) = wrong {
+            return Err(GroupError::Usage(format!(
+                "buffer {src:?} holds {d} elements, the {} wants {dtype} (pass dtype {d})",
+                what.name()
+            )));
+        }
+        let Some(sizes) = self.sizes.get(src) else {
+            return Ok(());
+        };
+        let known: Vec<u64> = sizes.iter().flatten().copied().collect();
+        if known.len() == sizes.len() && known.windows(2).any(|w| w[0] != w[1]) {
+            let list = known.iter().map(u64::to_string).collect::<Vec<_>>();
+            return Err(GroupError::Usage(format!(
+                "{} of buffer {src:?}: its ranks hold {} bytes, and a reduction needs the same \
+                 length on every rank (scatter a number of rows that divides by {}, or put \
+                 equal blocks)",
+                what.name(),
+                list.join(", "),
+                sizes.len()
+            )));
+        }
+        Ok(())
     }
 
     fn cmd(&mut self, target: u32, cmd: Cmd) -> GroupCmd {

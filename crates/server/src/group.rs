@@ -39,6 +39,10 @@ use crate::ServerState;
 
 /// How often a user waiting for enough free nodes looks again.
 const CLAIM_POLL: Duration = Duration::from_millis(50);
+/// How long a group waits before it is refused for asking more nodes than
+/// are connected: the members of a group just torn down reconnect (a
+/// node's first retry comes after 50 ms) and count again by then.
+const RETURN_GRACE: Duration = Duration::from_secs(1);
 /// Commands relayed and not yet answered before the user is no longer read.
 const MAX_PENDING: usize = 64;
 /// How long members may take to link to each other (their own bound is 10 s).
@@ -287,7 +291,8 @@ impl Session {
     /// has them join, and answers `opened`.
     async fn open(&mut self, n: u32, topology: String) -> End {
         let wait = self.shared.opts.node_wait;
-        let deadline = Instant::now() + wait;
+        let began = Instant::now();
+        let (deadline, grace) = (began + wait, wait.min(RETURN_GRACE));
         let fit = |c: &NodeConn| c.entry.info().peer.is_some();
         let conns = loop {
             // Shared mode: the scheduler holds the nodes and lends them.
@@ -304,6 +309,23 @@ impl Session {
                     None => format!("{} free in all", self.shared.pool.free_count()),
                 },
             };
+            // Waiting helps only while enough nodes that can join are busy
+            // (or, shared, lent to another group); with fewer connected at
+            // all, say so now rather than after `--node-wait`. After a
+            // grace, not at once: the members of a group just torn down are
+            // reconnecting.
+            if Instant::now() >= began + grace {
+                let reg = &self.shared.registry;
+                let able = reg.count_nodes(|e| e.info().peer.is_some());
+                if able < n as usize {
+                    let reason = format!(
+                        "a group of {n} nodes: only {able} of the {} nodes connected can join \
+                         a group (those with a peer port); ask for at most {able}",
+                        reg.node_count()
+                    );
+                    return self.fail(ErrorCode::NoNodes, reason).await;
+                }
+            }
             if Instant::now() >= deadline {
                 let reason = format!(
                     "a group of {n} nodes: fewer free nodes with a peer port within {wait:?} \

@@ -294,6 +294,12 @@ impl Registry {
         self.nodes.lock().expect("registry lock").live.len()
     }
 
+    /// Nodes connected now that pass `f`.
+    pub fn count_nodes(&self, f: impl Fn(&NodeEntry) -> bool) -> usize {
+        let nodes = self.nodes.lock().expect("registry lock");
+        nodes.live.values().filter(|n| f(n)).count()
+    }
+
     pub fn add_user(&self, e: Arc<UserEntry>) {
         self.users
             .lock()

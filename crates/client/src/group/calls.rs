@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use corefarm_smp::blocking::{write_frame, FrameReader};
 use corefarm_smp::codec::ReadError;
-use corefarm_smp::group::{GroupCmd, GroupCtl, GroupReply, ALL_RANKS, NO_CULPRIT};
+use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupReply, ALL_RANKS, NO_CULPRIT};
 use corefarm_smp::{ErrorMsg, MsgType};
 
 use super::{io_err, Group, GroupError, Result};
@@ -53,13 +53,13 @@ impl Group {
             rank: blamed.or(Some(r.rank)),
             node: Some(self.label(blamed.unwrap_or(r.rank))),
             reason: if blamed == Some(r.rank) {
-                r.reason().to_string()
+                without_labels(r.reason())
             } else {
                 format!(
                     "rank {} ({}) reports: {}",
                     r.rank,
                     self.label(r.rank),
-                    r.reason()
+                    without_labels(r.reason())
                 )
             },
         }
@@ -178,6 +178,48 @@ impl Group {
                 Err(ClientError::Server(e).into())
             }
             _ => Err(unexpected(&f, "a group reply")),
+        }
+    }
+}
+
+/// `reason` without the nodes' own names of the command (`allreduce #1
+/// (binomial, root 0, i32 sum): `, `barrier #6: `) at the start of it or
+/// of any part after a `: `: the error already begins with the client's
+/// name of the call, and a node numbers its collectives apart from the
+/// client's command numbers, so they only repeat the call, differently.
+pub(super) fn without_labels(reason: &str) -> String {
+    /// The length of a command's label with its `: ` at the start of `s`.
+    fn label_len(s: &str) -> Option<usize> {
+        let (name, rest) = s.split_once(" #")?;
+        if !(0..=u8::MAX).any(|c| Cmd::from_u8(c).is_ok_and(|c| c.name() == name)) {
+            return None;
+        }
+        let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+        if digits == 0 {
+            return None;
+        }
+        let mut at = name.len() + 2 + digits;
+        if let Some(details) = s[at..].strip_prefix(" (") {
+            at += 2 + details.find(')')? + 1;
+        }
+        s[at..].starts_with(": ").then_some(at + 2)
+    }
+    let mut out = String::with_capacity(reason.len());
+    let mut rest = reason;
+    loop {
+        if let Some(n) = label_len(rest) {
+            rest = &rest[n..];
+            continue;
+        }
+        match rest.find(": ") {
+            Some(i) => {
+                out.push_str(&rest[..i + 2]);
+                rest = &rest[i + 2..];
+            }
+            None => {
+                out.push_str(rest);
+                return out;
+            }
         }
     }
 }

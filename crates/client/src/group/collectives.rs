@@ -95,6 +95,10 @@ impl Group {
         (c.root, c.dtype) = (root, dtype);
         self.call(c)?;
         self.set_size(dst, None, size);
+        // The root keeps its buffer's type; the others take the command's.
+        let at_root = self.dtypes.get(src).and_then(|v| v[root as usize]);
+        self.set_dtype(dst, None, Some(dtype));
+        self.set_dtype(dst, Some(root), at_root.or(Some(dtype)));
         Ok(())
     }
 
@@ -109,10 +113,12 @@ impl Group {
         plan: impl Into<Plan>,
     ) -> Result<()> {
         let size = self.size_of(src, root);
+        self.check_reduction(Cmd::Reduce, src, dtype)?;
         let mut c = self.coll(Cmd::Reduce, plan.into(), size, src, dst)?;
         (c.root, c.dtype, c.reduce) = (root, dtype, op);
         self.call(c)?;
         self.set_size(dst, Some(root), size);
+        self.set_dtype(dst, Some(root), Some(dtype));
         Ok(())
     }
 
@@ -138,6 +144,8 @@ impl Group {
         let c = self.coll(Cmd::Allgather, plan.into(), total, src, dst)?;
         self.call(c)?;
         self.set_size(dst, None, total);
+        let dtype = self.dtype_of(src);
+        self.set_dtype(dst, None, dtype);
         Ok(())
     }
 
@@ -161,9 +169,11 @@ impl Group {
         plan: impl Into<Plan>,
     ) -> Result<Call> {
         let size = self.size_of(src, 0);
+        self.check_reduction(Cmd::Allreduce, src, dtype)?;
         let mut c = self.coll(Cmd::Allreduce, plan.into(), size, src, dst)?;
         (c.dtype, c.reduce) = (dtype, op);
         self.set_size(dst, None, size);
+        self.set_dtype(dst, None, Some(dtype));
         self.begin(c)
     }
 

@@ -1,6 +1,8 @@
+use super::calls::without_labels;
 use super::*;
 use corefarm_model::collectives::PerTree;
 use corefarm_smp::group::GroupCtl;
+use corefarm_smp::ReduceOp;
 use std::net::TcpListener;
 
 /// A member's peer address that is never contacted (tests of the control
@@ -12,6 +14,17 @@ pub(crate) const NO_PEER: &str = "127.0.0.1:9";
 /// command for every rank, and returns the command bytes (byte 8 of each
 /// command) it received once the client closes the connection.
 pub(crate) fn server(agree: bool, peers: &[&str]) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+    server_failing(agree, peers, None)
+}
+
+/// [`server`], where rank 0 fails the first command `fail` names with
+/// (culprit, reason), as a node reports a collective that ends the group.
+fn server_failing(
+    agree: bool,
+    peers: &[&str],
+    fail: Option<(Cmd, u32, &'static str)>,
+) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+    let mut fail = fail;
     let peers: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
@@ -51,6 +64,12 @@ pub(crate) fn server(agree: bool, peers: &[&str]) -> (String, std::thread::JoinH
                 MsgType::GroupCmd => {
                     bytes.push(f.payload[8]);
                     let c = GroupCmd::parse(f.payload).unwrap();
+                    if let Some((_, culprit, reason)) = fail.take_if(|(cmd, ..)| *cmd == c.cmd) {
+                        let code = corefarm_smp::ErrorCode::Internal;
+                        let no = GroupReply::failed(c.seq, 0, code, culprit, reason);
+                        write_frame(&mut w, no.to_frame().unwrap()).unwrap();
+                        continue;
+                    }
                     for rank in 0..peers.len() as u32 {
                         let ok = GroupReply::ok(c.seq, rank, Bytes::new());
                         write_frame(&mut w, ok.to_frame().unwrap()).unwrap();
@@ -136,5 +155,133 @@ fn algorithm_names() {
     assert_eq!(
         "ring".parse::<Algorithm>(),
         Err(UnknownAlgorithm("ring".into()))
+    );
+}
+
+fn open(addr: &str, n: u32) -> Group {
+    let mut opts = GroupOptions::new(n);
+    opts.model = None;
+    Group::open(addr, opts).unwrap()
+}
+
+#[test]
+fn a_reduction_of_the_wrong_type_is_refused_before_it_is_sent() {
+    let (addr, t) = server(true, &[NO_PEER; 2]);
+    let mut g = open(&addr, 2);
+    g.scatter_rows("v", DType::F32, &[0; 16], 4).unwrap();
+    let algo = Algorithm::Binomial;
+    let e = g
+        .allreduce("v", "s", DType::I32, ReduceOp::Sum, algo)
+        .unwrap_err();
+    assert!(matches!(e, GroupError::Usage(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "invalid use of the group: buffer \"v\" holds f32 elements, the allreduce wants i32 \
+         (pass dtype f32)"
+    );
+    let e = g
+        .reduce(1, "v", "m", DType::U32, ReduceOp::Max, algo)
+        .unwrap_err();
+    assert!(matches!(e, GroupError::Usage(_)), "{e:?}");
+    // The group goes on, and the right type passes.
+    g.allreduce("v", "s", DType::F32, ReduceOp::Sum, algo)
+        .unwrap();
+    g.allreduce("s", "t", DType::F32, ReduceOp::Sum, algo)
+        .unwrap();
+    // A broadcast's destination takes its type; an unknown buffer is the nodes' to check.
+    g.bcast(0, "t", "b", DType::F32, algo).unwrap();
+    let e = g
+        .allreduce("b", "c", DType::I64, ReduceOp::Sum, algo)
+        .unwrap_err();
+    assert!(matches!(e, GroupError::Usage(_)), "{e:?}");
+    g.allreduce("elsewhere", "d", DType::I64, ReduceOp::Sum, algo)
+        .unwrap();
+    drop(g);
+    let (put, allreduce, bcast) = (Cmd::Put as u8, Cmd::Allreduce as u8, Cmd::Bcast as u8);
+    let sent = [put, put, allreduce, allreduce, bcast, allreduce];
+    assert_eq!(t.join().unwrap(), sent);
+}
+
+#[test]
+fn a_reduction_over_unequal_blocks_is_refused_before_it_is_sent() {
+    let (addr, t) = server(true, &[NO_PEER; 4]);
+    let mut g = open(&addr, 4);
+    // 10 rows over 4 ranks: 3, 3, 2 and 2.
+    assert_eq!(
+        g.scatter_rows("x", DType::I32, &[0; 40], 4).unwrap(),
+        [3, 3, 2, 2]
+    );
+    let algo = Algorithm::Binomial;
+    let e = g
+        .allreduce("x", "s", DType::I32, ReduceOp::Sum, algo)
+        .unwrap_err();
+    assert!(matches!(e, GroupError::Usage(_)), "{e:?}");
+    assert_eq!(
+        e.to_string(),
+        "invalid use of the group: allreduce of buffer \"x\": its ranks hold 12, 12, 8, 8 \
+         bytes, and a reduction needs the same length on every rank (scatter a number of rows \
+         that divides by 4, or put equal blocks)"
+    );
+    assert!(matches!(
+        g.reduce(0, "x", "m", DType::I32, ReduceOp::Max, algo),
+        Err(GroupError::Usage(_))
+    ));
+    // Gathering unequal blocks is fine, and the group goes on.
+    g.allgather("x", "all", algo).unwrap();
+    g.scatter_rows("y", DType::I32, &[0; 32], 4).unwrap();
+    g.allreduce("y", "s", DType::I32, ReduceOp::Sum, algo)
+        .unwrap();
+    drop(g);
+    let sent = t.join().unwrap();
+    assert!(!sent.contains(&(Cmd::Reduce as u8)), "{sent:?}");
+    assert_eq!(
+        sent.iter().filter(|&&b| b == Cmd::Allreduce as u8).count(),
+        1
+    );
+}
+
+#[test]
+fn a_failure_says_the_call_once_and_closing_after_it_is_quiet() {
+    // What a node reports when another member refused its part of a
+    // collective: its own numbering of the call, then the abort's.
+    let reason = "allreduce #1 (binomial, root 0, i32 sum): rank 1 (n1@127.0.0.1:9): reported by \
+                  rank 1: allreduce #1 (binomial, root 0, i32 sum): buffer \"v\": holds f32 \
+                  elements, the operation wants i32";
+    let (addr, t) = server_failing(true, &[NO_PEER; 2], Some((Cmd::Allreduce, 1, reason)));
+    let mut g = open(&addr, 2);
+    let algo = Algorithm::Binomial;
+    let e = g
+        .allreduce("v", "s", DType::I32, ReduceOp::Sum, algo)
+        .unwrap_err();
+    assert_eq!(e.rank(), Some(1));
+    assert_eq!(
+        e.to_string(),
+        "allreduce #1: rank 0 (n0@127.0.0.1:9) reports: rank 1 (n1@127.0.0.1:9): reported by \
+         rank 1: buffer \"v\": holds f32 elements, the operation wants i32"
+    );
+    assert!(matches!(g.barrier(algo), Err(GroupError::Closed(_))));
+    // The failure was reported; leaving the group does not report it again.
+    g.close().unwrap();
+    t.join().unwrap();
+}
+
+#[test]
+fn labels_are_dropped_only_where_a_part_begins() {
+    let same = [
+        "buffer \"v\": holds f32 elements, the operation wants i32",
+        "no buffer named \"barrier #6: \"",
+        "run #x: not a label",
+        "allreduce #: not one either",
+    ];
+    for s in same {
+        assert_eq!(without_labels(s), s);
+    }
+    assert_eq!(
+        without_labels("barrier #6: the group failed earlier: barrier #2: it stalled"),
+        "the group failed earlier: it stalled"
+    );
+    assert_eq!(
+        without_labels("bcast #3 (linear, root 1, f64 none): rank 2 (a@b:1): link lost: eof"),
+        "rank 2 (a@b:1): link lost: eof"
     );
 }
