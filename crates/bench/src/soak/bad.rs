@@ -29,9 +29,13 @@ pub enum Misbehaviour {
     WrongFieldTypes,
     /// A node that agreed 512-byte chunks and sends a 1000-byte one.
     NodeChunkOverAgreed,
+    /// Connects and never sends a byte (closed after `--read-timeout`).
+    Silent,
+    /// A user's hello, then silence (closed after `--user-idle-timeout`).
+    HelloOnly,
 }
 
-pub const ALL: [Misbehaviour; 7] = [
+pub const ALL: [Misbehaviour; 9] = [
     Misbehaviour::UnknownType,
     Misbehaviour::Oversized,
     Misbehaviour::Trickle,
@@ -39,6 +43,8 @@ pub const ALL: [Misbehaviour; 7] = [
     Misbehaviour::DataFirst,
     Misbehaviour::WrongFieldTypes,
     Misbehaviour::NodeChunkOverAgreed,
+    Misbehaviour::Silent,
+    Misbehaviour::HelloOnly,
 ];
 
 /// The server port a misbehaviour is played against.
@@ -54,6 +60,9 @@ impl Misbehaviour {
     pub fn ports(self) -> &'static [Port] {
         match self {
             Misbehaviour::NodeChunkOverAgreed => &[Port::Nodes],
+            // At the nodes port a silent peer is a seed-format node (taken
+            // after a short grace), a different case.
+            Misbehaviour::HelloOnly | Misbehaviour::Silent => &[Port::Users],
             _ => &[Port::Users, Port::Nodes],
         }
     }
@@ -105,6 +114,13 @@ pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Resu
                 .and_then(|_| s.write_all(body.as_bytes()))
         }
         Misbehaviour::NodeChunkOverAgreed => over_agreed_chunk(&mut s, within),
+        Misbehaviour::Silent => Ok(()),
+        Misbehaviour::HelloOnly => {
+            let mut h = Hello::new("user");
+            h.features = vec![features::ERROR.into()];
+            h.nodes = Some(0);
+            s.write_all(&h.to_frame().to_vec())
+        }
         Misbehaviour::Trickle => {
             // A valid hello header, one byte at a time, never completed.
             let body = Hello::new("user").encode();

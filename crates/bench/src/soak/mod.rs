@@ -131,6 +131,11 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     let server_args: Vec<String> = [
         "--read-timeout",
         "2",
+        // Short, so the bad peers that hold a place and nothing else are
+        // seen closed within their bound; the soak's users never pause
+        // this long unconfigured.
+        "--user-idle-timeout",
+        "4",
         "--node-timeout",
         "10",
         "--node-wait",
