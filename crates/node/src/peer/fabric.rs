@@ -14,7 +14,7 @@ use super::dedup::DedupWindow;
 use super::link::{self, hello, Opened};
 use super::router::{Router, ShortestPath};
 use super::sched::{round_robin, Queued, SchedulerFactory};
-use super::{FabricError, GroupSpec, LinkError, Member, PeerListener, SpecError};
+use super::{FabricError, GroupSpec, LinkError, Member, PeerListener, Refusal, SpecError};
 
 /// Messages waiting in a fabric's inbox before its links stop reading.
 const INBOX: usize = 1024;
@@ -342,17 +342,23 @@ impl Fabric {
                     Err(e) => return Err(join_err(first, LinkError::Dialer(e.to_string()))),
                 },
                 Some(mut inc) = incoming.recv() => {
-                    let src = inc.hello.src;
+                    let (src, stats) = (inc.hello.src, listener.stats());
                     if inc.token != spec.token {
-                        tracing::warn!(group, rank, "refused a link claiming rank {src} ({}): wrong group token", inc.name);
+                        let why = format_args!("group {group}: refused a link claiming rank {src} ({}): wrong group token", inc.name);
+                        stats.refuse(Refusal::WrongToken, inc.from, &why);
                         continue;
                     }
-                    if inc.hello.dst != rank || src >= rank || !waiting.contains(&src) {
-                        tracing::warn!(group, rank, "refused a link from rank {src} ({}) to rank {}", inc.name, inc.hello.dst);
+                    if inc.hello.dst != rank || src >= rank || !neighbours.contains(&src) {
+                        let why = format_args!("group {group}: refused a link from rank {src} ({}) to rank {}", inc.name, inc.hello.dst);
+                        stats.refuse(Refusal::WrongRank, inc.from, &why);
                         continue;
                     }
                     let answer = hello(group, rank, src, spec.token, &name, ours);
                     if link::send_hello(&mut inc.writer, &answer).await.is_ok() {
+                        // A dialer whose attempt waited too long for our
+                        // answer dials again: its newest link is the one
+                        // it uses.
+                        links.retain(|(nb, _)| *nb != src);
                         waiting.remove(&src);
                         links.push((src, (inc.reader, inc.writer, inc.chunk_size)));
                     }
