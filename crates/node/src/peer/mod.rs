@@ -36,9 +36,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corefarm_smp::codec::FrameReader;
-use corefarm_smp::peer::COLL_HEADER_LEN;
+use corefarm_smp::peer::{COLL_HEADER_LEN, MAX_PEER_TEXT, PEER_HEADER_LEN};
 use corefarm_smp::{PeerBody, PeerHeader, PeerKind, PeerMsg, HEADER_LEN};
-use tokio::io::AsyncRead;
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -61,6 +61,11 @@ const MAX_PENDING_PER_SOURCE: usize = 16;
 const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
 /// Read timeout of a begun frame on an accepted connection.
 const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest hello: its routing header, the token and a name of at most
+/// [`MAX_PEER_TEXT`] bytes. A connection announcing more is refused before
+/// anything is read into memory for it, so a stranger's connection never
+/// costs a frame's worth (a megabyte) while it waits.
+const MAX_HELLO: u32 = (PEER_HEADER_LEN + 8 + MAX_PEER_TEXT) as u32;
 
 /// A member of a group: its name (for messages) and peer address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -390,14 +395,13 @@ impl Port {
 async fn handshake(stream: TcpStream, from: SocketAddr, id: u64, port: Port) {
     let _ = stream.set_nodelay(true);
     let (rd, writer) = stream.into_split();
-    let mut reader = FrameReader::new(rd, port.max_frame).with_read_timeout(FRAME_TIMEOUT);
-    let hello = first_hello(&mut reader).await;
+    let hello = first_hello(rd, port.max_frame).await;
     if port.lock().remove(id).is_none() {
         // Its place went to a newer connection meanwhile (counted there).
         return;
     }
     let stats = &port.stats;
-    let (hello, token, raw) = match hello {
+    let (reader, (hello, token, raw)) = match hello {
         Ok(h) => h,
         Err((why, e)) => return stats.refuse(why, from, &e),
     };
@@ -431,12 +435,31 @@ async fn handshake(stream: TcpStream, from: SocketAddr, id: u64, port: Port) {
     }
 }
 
-/// An accepted connection's hello, read within [`HELLO_TIMEOUT`]; or why
+/// An accepted connection's hello, read within [`HELLO_TIMEOUT`], and the
+/// reader of the rest of its frames (up to `max_frame` bytes each); or why
 /// the connection is refused.
 async fn first_hello<R: AsyncRead + Unpin>(
-    reader: &mut FrameReader<R>,
-) -> Result<(PeerHeader, u64, String), (Refusal, LinkError)> {
-    match tokio::time::timeout(HELLO_TIMEOUT, read_hello(reader)).await {
+    mut rd: R,
+    max_frame: u32,
+) -> Result<(FrameReader<R>, (PeerHeader, u64, String)), (Refusal, LinkError)> {
+    let read = async {
+        // The header alone first: its size is checked against a hello's
+        // before the reader reserves room for the payload.
+        let mut head = [0u8; HEADER_LEN];
+        if let Err(e) = rd.read_exact(&mut head).await {
+            return Err(match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => LinkError::ClosedBeforeHello,
+                _ => LinkError::Read(Arc::new(e.into())),
+            });
+        }
+        corefarm_smp::Header::decode(&head, MAX_HELLO).map_err(LinkError::Invalid)?;
+        let mut reader = FrameReader::new(rd, max_frame)
+            .with_read_timeout(FRAME_TIMEOUT)
+            .with_prefix(&head);
+        let hello = read_hello(&mut reader).await?;
+        Ok((reader, hello))
+    };
+    match tokio::time::timeout(HELLO_TIMEOUT, read).await {
         Ok(Ok(h)) => Ok(h),
         Ok(Err(e @ LinkError::ClosedBeforeHello)) => Err((Refusal::NoHello, e)),
         Ok(Err(e)) => Err((Refusal::BadHello, e)),
@@ -476,8 +499,10 @@ mod tests {
     use tokio::io::AsyncWriteExt;
     use tokio::time::Instant;
 
-    fn reader(rd: tokio::io::DuplexStream) -> FrameReader<tokio::io::DuplexStream> {
-        FrameReader::new(rd, DEFAULT_MAX_FRAME).with_read_timeout(FRAME_TIMEOUT)
+    async fn first(
+        rd: tokio::io::DuplexStream,
+    ) -> Result<(PeerHeader, u64, String), (Refusal, LinkError)> {
+        first_hello(rd, DEFAULT_MAX_FRAME).await.map(|(_, h)| h)
     }
 
     /// A connection that says nothing, or stops halfway through its hello,
@@ -487,7 +512,7 @@ mod tests {
     async fn a_silent_or_stalled_stranger_is_given_up_at_the_hello_deadline() {
         let (_silent, rd) = tokio::io::duplex(1024);
         let began = Instant::now();
-        let e = first_hello(&mut reader(rd)).await.expect_err("no hello");
+        let e = first(rd).await.expect_err("no hello");
         assert_eq!(e.0, Refusal::NoHello, "{}", e.1);
         assert!(matches!(e.1, LinkError::NoHello(_)), "{}", e.1);
         assert_eq!(began.elapsed(), HELLO_TIMEOUT);
@@ -497,9 +522,7 @@ mod tests {
         let f = link::hello(3, 0, 1, 7, "a", 0).to_frame().unwrap().to_vec();
         half.write_all(&f[..f.len() / 2]).await.unwrap();
         let began = Instant::now();
-        let e = first_hello(&mut reader(rd))
-            .await
-            .expect_err("half a hello");
+        let e = first(rd).await.expect_err("half a hello");
         assert_eq!(e.0, Refusal::NoHello, "{}", e.1);
         assert_eq!(began.elapsed(), HELLO_TIMEOUT);
     }
@@ -510,7 +533,7 @@ mod tests {
         let f = link::hello(3, 0, 1, 7, "a", 0).to_frame().unwrap().to_vec();
         w.write_all(&f).await.unwrap();
         let began = Instant::now();
-        let (h, token, name) = first_hello(&mut reader(rd)).await.unwrap();
+        let (h, token, name) = first(rd).await.unwrap();
         assert_eq!(
             (h.group, h.src, h.dst, token, name.as_str()),
             (3, 0, 1, 7, "a")
@@ -520,12 +543,36 @@ mod tests {
         let (mut w, rd) = tokio::io::duplex(1024);
         let data = corefarm_smp::OutFrame::data(1, bytes::Bytes::new()).unwrap();
         w.write_all(&data.to_vec()).await.unwrap();
-        let e = first_hello(&mut reader(rd)).await.expect_err("not a hello");
+        let e = first(rd).await.expect_err("not a hello");
         assert_eq!(e.0, Refusal::BadHello, "{}", e.1);
+
+        // A header announcing more than a hello is refused on its 8 bytes.
+        let (mut w, rd) = tokio::io::duplex(1024);
+        let big = corefarm_smp::Header::new(corefarm_smp::MsgType::Peer, MAX_HELLO + 1);
+        w.write_all(&big.encode()).await.unwrap();
+        let e = first(rd).await.expect_err("too large for a hello");
+        assert_eq!(e.0, Refusal::BadHello, "{}", e.1);
+        assert!(
+            matches!(
+                e.1,
+                LinkError::Invalid(corefarm_smp::ProtocolError::TooLarge { .. })
+            ),
+            "{}",
+            e.1
+        );
+        // The largest hello there is fits.
+        let (mut w, rd) = tokio::io::duplex(4096);
+        let name = "n".repeat(MAX_PEER_TEXT);
+        let f = link::hello(3, 0, 1, 7, &name, 0)
+            .to_frame()
+            .unwrap()
+            .to_vec();
+        w.write_all(&f).await.unwrap();
+        assert_eq!(first(rd).await.unwrap().2, name);
 
         let (w, rd) = tokio::io::duplex(1024);
         drop(w);
-        let e = first_hello(&mut reader(rd)).await.expect_err("closed");
+        let e = first(rd).await.expect_err("closed");
         assert_eq!(e.0, Refusal::NoHello, "{}", e.1);
         assert!(matches!(e.1, LinkError::ClosedBeforeHello), "{}", e.1);
         assert_eq!(began.elapsed(), Duration::ZERO);
