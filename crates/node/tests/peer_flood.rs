@@ -13,10 +13,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use common::within;
 use corefarm_node::metrics::{NodeEndpoints, NodeTelemetry};
-use corefarm_node::peer::{
-    Event, Fabric, GroupSpec, Member, PeerListener, PortStats, Refusal, Topology,
-};
-use corefarm_smp::CollHeader;
+use corefarm_node::peer::{Fabric, GroupSpec, Member, PeerListener, PortStats, Refusal, Topology};
 use corefarm_telemetry::Endpoints;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpSocket, TcpStream};
@@ -118,60 +115,6 @@ async fn silent_strangers_do_not_keep_a_group_from_forming() {
         assert!(s.refused(Refusal::Evicted) > 0, "port {k}: {:?}", s.all());
         assert_eq!(s.refused(Refusal::BadHello), 0, "port {k}");
         assert_eq!(s.refused(Refusal::WrongToken), 0, "port {k}");
-    }
-}
-
-/// A hello a member's own dialer sent on an attempt it then gave up (its
-/// answer came too late): the joining member takes the dialer's next
-/// attempt in its place, not only the first, so the two still link.
-#[tokio::test]
-async fn a_member_that_dials_again_replaces_its_abandoned_link() {
-    let (l0, l1, l2) = (listener().await, listener().await, listener().await);
-    let members = members(&[&l0, &l1, &l2]);
-    let spec = |r| GroupSpec::new(12, r, members.clone(), Topology::FullMesh).with_token(0x77);
-    let to_two = l2.local_addr();
-    let (two, (zero, one)) = tokio::join!(Fabric::join(&l2, spec(2)), async {
-        // Rank 2 is joining (its first poll registered the group): rank
-        // 0's first attempt is answered, then abandoned.
-        let first = corefarm_smp::PeerMsg {
-            header: corefarm_smp::PeerHeader {
-                kind: corefarm_smp::PeerKind::Hello,
-                ttl: 0,
-                group: 12,
-                src: 0,
-                dst: 2,
-                seq: 0,
-            },
-            body: corefarm_smp::PeerBody::Hello {
-                token: 0x77,
-                name: "n0".into(),
-            },
-        };
-        let mut s = TcpStream::connect(to_two).await.unwrap();
-        s.write_all(&first.to_frame().unwrap().to_vec())
-            .await
-            .unwrap();
-        let mut r = corefarm_smp::codec::FrameReader::new(s, 1 << 16);
-        let answer = within("rank 2's answer", r.read_frame()).await;
-        assert!(
-            answer.unwrap().is_some(),
-            "rank 2 answered the first attempt"
-        );
-        drop(r);
-        tokio::join!(Fabric::join(&l0, spec(0)), Fabric::join(&l1, spec(1)))
-    });
-    let (zero, _one, mut two) = (
-        zero.expect("rank 0 joined"),
-        one.expect("rank 1 joined"),
-        two.expect("rank 2 joined"),
-    );
-    // The link rank 2 kept is rank 0's live one.
-    zero.send(2, CollHeader::bcast(3), Bytes::from_static(b"abc"))
-        .await
-        .unwrap();
-    match within("the chunk from rank 0", two.recv()).await {
-        Some(Event::Chunk { src: 0, data, .. }) => assert_eq!(&data[..], b"abc"),
-        other => panic!("{other:?}"),
     }
 }
 
