@@ -49,7 +49,8 @@ impl<H> Admission<H> {
 
     /// The connection that must yield for a new one from `ip`, if any.
     pub fn victim(&self, ip: IpAddr) -> Option<u64> {
-        let mine = || self.pending.iter().filter(|p| p.from.ip() == ip);
+        let ip = source(ip);
+        let mine = || self.pending.iter().filter(|p| source(p.from.ip()) == ip);
         if mine().count() >= self.per_source {
             return mine().next().map(|p| p.id);
         }
@@ -58,13 +59,13 @@ impl<H> Admission<H> {
         }
         let mut held: HashMap<IpAddr, usize> = HashMap::new();
         for p in &self.pending {
-            *held.entry(p.from.ip()).or_default() += 1;
+            *held.entry(source(p.from.ip())).or_default() += 1;
         }
         let most = held.values().copied().max()?;
         // Ties go to the source whose oldest connection is oldest.
         self.pending
             .iter()
-            .find(|p| held[&p.from.ip()] == most)
+            .find(|p| held[&source(p.from.ip())] == most)
             .map(|p| p.id)
     }
 
@@ -88,6 +89,22 @@ impl<H> Admission<H> {
     #[cfg(test)]
     pub fn len(&self) -> usize {
         self.pending.len()
+    }
+}
+
+/// The source a connection's places are counted against: its IPv4
+/// address, or its IPv6 /64 (the block one host is typically given, so a
+/// host cannot pass for many by changing the low bits).
+fn source(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V4(_) => ip,
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => {
+                let s = v6.segments();
+                IpAddr::from([s[0], s[1], s[2], s[3], 0, 0, 0, 0])
+            }
+        },
     }
 }
 
@@ -238,6 +255,22 @@ mod tests {
         fill(&mut b, [10, 0, 0, 1], 2);
         assert_eq!(b.victim([10, 0, 0, 3].into()), Some(first[0]));
         let _ = quiet;
+    }
+
+    #[test]
+    fn an_ipv6_source_is_its_64_block() {
+        let mut a = Admission::new(8, 2);
+        let v6 = |last: u16| SocketAddr::from(([0x2001, 0xdb8, 0, 1, 0, 0, 0, last], 9));
+        let first = a.next_id();
+        a.admit(first, v6(1), ());
+        let id = a.next_id();
+        a.admit(id, v6(2), ());
+        let other_block: IpAddr = [0x2001, 0xdb8, 0, 2, 0, 0, 0, 1].into();
+        assert_eq!(a.victim(other_block), None);
+        assert_eq!(a.victim(v6(0xffff).ip()), Some(first));
+        // An IPv4 peer on a dual-stack port is its IPv4 address.
+        let mapped: IpAddr = std::net::Ipv4Addr::new(10, 0, 0, 1).to_ipv6_mapped().into();
+        assert_eq!(source(mapped), IpAddr::from([10, 0, 0, 1]));
     }
 
     #[test]
