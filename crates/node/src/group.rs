@@ -258,6 +258,7 @@ impl Resident {
             max_frame,
             jobs: jobs_tx,
             stats: (self.env.opts.telemetry.as_ref()).map(|t| t.node(&self.env.opts.name)),
+            port: self.env.listener.stats().clone(),
         };
         // Dropped with this task: the direct connections end with the membership.
         let mut conns = tokio::task::JoinSet::new();

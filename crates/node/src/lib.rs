@@ -171,7 +171,8 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
         let result = match attempt {
             Ok(stream) => {
                 if let (None, Some(want)) = (&peer, opts.peer_listen) {
-                    let l = bind_peer(want, &stream).await?;
+                    let stats = (opts.telemetry.as_ref()).map(|t| t.node(&opts.name).peer_port());
+                    let l = bind_peer(want, &stream, stats.unwrap_or_default()).await?;
                     opts.peer_listen = Some(l.local_addr());
                     tracing::info!(node = %opts.name, peer = %l.local_addr(), "peer port");
                     peer = Some(std::sync::Arc::new(l));
@@ -254,12 +255,13 @@ async fn tls_handshake(
 async fn bind_peer(
     want: std::net::SocketAddr,
     server: &TcpStream,
+    stats: std::sync::Arc<peer::PortStats>,
 ) -> Result<peer::PeerListener, NodeError> {
     let mut addr = want;
     if addr.ip().is_unspecified() {
         addr.set_ip(server.local_addr()?.ip());
     }
-    peer::PeerListener::bind(addr)
+    peer::PeerListener::bind_counted(addr, peer::DEFAULT_MAX_FRAME, stats)
         .await
         .map_err(|e| NodeError::Session(e.to_string()))
 }

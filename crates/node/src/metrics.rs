@@ -13,6 +13,8 @@ use corefarm_telemetry::prometheus_client::metrics::MetricType::{Counter, Gauge,
 use corefarm_telemetry::{family, AtomicHistogram, Labels, Slots};
 use serde::Serialize;
 
+use crate::peer::PortStats;
+
 /// Node managers with their own label in one process (`--count` beyond
 /// this share `other`).
 const NODE_SLOTS: usize = 1024;
@@ -34,6 +36,8 @@ pub struct NodeStats {
     cores: AtomicU32,
     notes_sent: AtomicU64,
     notes_dropped: AtomicU64,
+    /// What its peer port refused (the port counts into it).
+    peer_port: Arc<PortStats>,
 }
 
 impl Default for NodeStats {
@@ -51,6 +55,7 @@ impl Default for NodeStats {
             cores: AtomicU32::new(0),
             notes_sent: AtomicU64::new(0),
             notes_dropped: AtomicU64::new(0),
+            peer_port: Arc::default(),
         }
     }
 }
@@ -64,6 +69,11 @@ impl NodeStats {
             *self.function.lock().expect("function lock") = None;
             self.cores.store(0, Ordering::Relaxed);
         }
+    }
+
+    /// The counters its peer port refuses connections into.
+    pub fn peer_port(&self) -> Arc<PortStats> {
+        self.peer_port.clone()
     }
 
     /// A data message was accepted as a job.
@@ -286,6 +296,20 @@ impl corefarm_telemetry::Endpoints for NodeEndpoints {
                 ] {
                     let mut l = l.clone();
                     l.push(("outcome", outcome.into()));
+                    f.counter(&l, v)?;
+                }
+            }
+            let mut f = family(
+                enc,
+                "node_manager_peer_port_refused",
+                "Connections the peer port ended before they became a link, by reason (evicted: \
+                 its place went to a newer connection before it said hello).",
+                Counter,
+            )?;
+            for ((l, _), (_, s)) in st.iter().zip(&all) {
+                for (why, v) in s.peer_port.all() {
+                    let mut l = l.clone();
+                    l.push(("reason", why.label().into()));
                     f.counter(&l, v)?;
                 }
             }

@@ -13,6 +13,7 @@ mod group_classes;
 mod group_session;
 mod peer_chunks;
 mod peer_classes;
+mod peer_flood;
 mod peer_port;
 mod prop_collectives;
 mod session;

@@ -30,7 +30,7 @@ use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::NodeStats;
-use crate::peer::{link, Incoming};
+use crate::peer::{link, Incoming, PortStats, Refusal};
 pub(crate) use queue::Submit;
 
 /// Largest data message on the direct path (its inputs; the client's
@@ -73,6 +73,8 @@ pub(crate) struct Member {
     pub max_frame: u32,
     pub jobs: Submit,
     pub stats: Option<std::sync::Arc<NodeStats>>,
+    /// Its peer port's refusals.
+    pub port: Arc<PortStats>,
 }
 
 /// Checks a direct user's hello, answers it, and serves the connection
@@ -86,8 +88,10 @@ pub(crate) async fn accept(inc: Incoming, m: Member) {
         max_frame,
         jobs,
         stats,
+        port,
     } = m;
     let Incoming {
+        from,
         hello,
         token: shown,
         chunk_size: theirs,
@@ -95,14 +99,16 @@ pub(crate) async fn accept(inc: Incoming, m: Member) {
         mut writer,
         ..
     } = inc;
-    if hello.src != DIRECT_USER || hello.dst != rank || shown != token {
-        tracing::warn!(
-            group,
-            rank,
-            "refused a direct connection (rank {}, wrong token or source)",
-            hello.dst
+    if shown != token {
+        let why = format_args!("group {group}: refused a direct connection: wrong group token");
+        return port.refuse(Refusal::WrongToken, from, &why);
+    }
+    if hello.src != DIRECT_USER || hello.dst != rank {
+        let why = format_args!(
+            "group {group}: refused a direct connection from rank {} to rank {} (this is rank {rank})",
+            hello.src, hello.dst
         );
-        return;
+        return port.refuse(Refusal::WrongRank, from, &why);
     }
     // Offered back only to a user that offered: an old user's answer stays
     // what it always was.

@@ -52,6 +52,7 @@ async fn connect(l: &PeerListener, jobs: &Submit, offer: u32) -> User {
         max_frame: l.max_frame(),
         jobs: jobs.clone(),
         stats: None,
+        port: l.stats().clone(),
     };
     tokio::spawn(accept(inc, member));
     let mut rd = FrameReader::new(rd, 1 << 21);
@@ -235,4 +236,35 @@ async fn a_user_that_does_not_read_its_answers_is_no_longer_read() {
         .unwrap()
         .unwrap();
     assert_eq!(f.ty, MsgType::Data);
+}
+
+/// A direct user's hello reaches the member while strangers hold far more
+/// silent connections to its peer port than it has places for (before,
+/// the user's connection waited in the kernel's backlog until strangers'
+/// places came free, ten seconds each). Real sockets: the bound only
+/// tells "answered" from "kept waiting behind the strangers".
+#[tokio::test]
+async fn a_direct_user_gets_through_a_port_full_of_silent_strangers() {
+    let l = listener().await;
+    let mut strangers = Vec::new();
+    for _ in 0..200 {
+        strangers.push(TcpStream::connect(l.local_addr()).await.unwrap());
+    }
+    let (mut inc, _guard) = l.register(GROUP).unwrap();
+    let s = TcpStream::connect(l.local_addr()).await.unwrap();
+    let (_rd, mut wr) = s.into_split();
+    let hello = link::hello(GROUP, DIRECT_USER, RANK, TOKEN, "user", 0);
+    wr.write_all(&hello.to_frame().unwrap().to_vec())
+        .await
+        .unwrap();
+    let inc = tokio::time::timeout(Duration::from_secs(5), inc.recv()).await;
+    let inc = inc.expect("the user's hello was read").unwrap();
+    assert_eq!((inc.hello.src, inc.hello.dst), (DIRECT_USER, RANK));
+    let s = l.stats();
+    assert!(
+        s.refused(crate::peer::Refusal::Evicted) > 0,
+        "{:?}",
+        s.all()
+    );
+    drop(strangers);
 }

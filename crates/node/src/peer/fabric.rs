@@ -14,7 +14,7 @@ use super::dedup::DedupWindow;
 use super::link::{self, hello, Opened};
 use super::router::{Router, ShortestPath};
 use super::sched::{round_robin, Queued, SchedulerFactory};
-use super::{FabricError, GroupSpec, LinkError, Member, PeerListener, SpecError};
+use super::{FabricError, GroupSpec, LinkError, Member, PeerListener, Refusal, SpecError};
 
 /// Messages waiting in a fabric's inbox before its links stop reading.
 const INBOX: usize = 1024;
@@ -342,17 +342,23 @@ impl Fabric {
                     Err(e) => return Err(join_err(first, LinkError::Dialer(e.to_string()))),
                 },
                 Some(mut inc) = incoming.recv() => {
-                    let src = inc.hello.src;
+                    let (src, stats) = (inc.hello.src, listener.stats());
                     if inc.token != spec.token {
-                        tracing::warn!(group, rank, "refused a link claiming rank {src} ({}): wrong group token", inc.name);
+                        let why = format_args!("group {group}: refused a link claiming rank {src} ({}): wrong group token", inc.name);
+                        stats.refuse(Refusal::WrongToken, inc.from, &why);
                         continue;
                     }
-                    if inc.hello.dst != rank || src >= rank || !waiting.contains(&src) {
-                        tracing::warn!(group, rank, "refused a link from rank {src} ({}) to rank {}", inc.name, inc.hello.dst);
+                    if inc.hello.dst != rank || src >= rank || !neighbours.contains(&src) {
+                        let why = format_args!("group {group}: refused a link from rank {src} ({}) to rank {}", inc.name, inc.hello.dst);
+                        stats.refuse(Refusal::WrongRank, inc.from, &why);
                         continue;
                     }
                     let answer = hello(group, rank, src, spec.token, &name, ours);
                     if link::send_hello(&mut inc.writer, &answer).await.is_ok() {
+                        // A dialer whose attempt waited too long for our
+                        // answer dials again: its newest link is the one
+                        // it uses.
+                        links.retain(|(nb, _)| *nb != src);
                         waiting.remove(&src);
                         links.push((src, (inc.reader, inc.writer, inc.chunk_size)));
                     }
@@ -537,5 +543,65 @@ impl Fabric {
             dst,
             PeerBody::Collective { coll, data },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use corefarm_smp::{MsgType, PeerMsg};
+
+    use super::*;
+    use crate::peer::Topology;
+
+    /// A dialer whose attempt was answered too late for it dials again:
+    /// the member still joining takes the new link in place of the
+    /// abandoned one, rather than refusing it and keeping a dead link.
+    /// Each step waits for the one before: rank 2 joins only once rank 1
+    /// has linked, after rank 0's second attempt.
+    #[tokio::test]
+    async fn a_rank_that_dials_again_while_the_group_forms_replaces_its_link() {
+        let l = PeerListener::bind("127.0.0.1:0".parse().unwrap())
+            .await
+            .unwrap();
+        let addr = l.local_addr();
+        let members = (0..3)
+            .map(|i| Member {
+                name: format!("n{i}"),
+                addr,
+            })
+            .collect();
+        let spec = GroupSpec::new(12, 2, members, Topology::FullMesh).with_token(0x77);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let dial = |src: u32| {
+            let me = hello(12, src, 2, 0x77, "n", 0);
+            async move { link::dial(addr, &me, 1 << 16, deadline).await }
+        };
+        let (two, second) = tokio::join!(Fabric::join(&l, spec), async {
+            // Rank 2's first poll registered the group.
+            let first = dial(0).await.expect("first attempt answered");
+            drop(first);
+            let second = dial(0).await.expect("second attempt answered");
+            dial(1).await.expect("rank 1 linked");
+            second
+        });
+        let two = two.expect("rank 2 joined");
+        assert_eq!(two.links(), vec![0, 1]);
+        // What rank 2 sends rank 0 goes over the second link.
+        two.send(0, CollHeader::bcast(3), Bytes::from_static(b"abc"))
+            .await
+            .unwrap();
+        let (mut rd, _wr, _) = second;
+        let f = tokio::time::timeout(Duration::from_secs(60), rd.read_frame())
+            .await
+            .expect("a frame on the second link")
+            .unwrap()
+            .unwrap();
+        assert_eq!(f.ty, MsgType::Peer);
+        match PeerMsg::parse(f.payload).unwrap().body {
+            PeerBody::Collective { data, .. } => assert_eq!(&data[..], b"abc"),
+            other => panic!("{other:?}"),
+        }
     }
 }

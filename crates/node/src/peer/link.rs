@@ -80,16 +80,35 @@ pub(crate) async fn send_hello(w: &mut OwnedWriteHalf, m: &PeerMsg) -> std::io::
 /// the other end offered.
 pub(crate) type Opened = (FrameReader<OwnedReadHalf>, OwnedWriteHalf, u32);
 
+/// How long the first attempt of a dial waits for the answer to its hello;
+/// each later one waits twice as long as the one before. A member answers
+/// within a round trip, unless its port is flooded or it is starved of
+/// CPU: an attempt that hangs (its connection lost to a flood, or held in
+/// a kernel backlog) gives way to a new one instead of using up the whole
+/// join deadline.
+pub(crate) const FIRST_ATTEMPT: Duration = Duration::from_secs(2);
+
 /// Dials `peer` until it answers our hello with its own, or `deadline`.
-/// The peer may not have joined the group yet (it then closes): retry.
+/// The peer may not have joined the group yet (it then closes), or its
+/// port may be busy with strangers (it then drops or ignores ours): retry.
 pub(crate) async fn dial(
     addr: SocketAddr,
     me: &PeerMsg,
     max_frame: u32,
     deadline: Instant,
 ) -> Result<Opened, LinkError> {
+    dial_with(addr, me, max_frame, deadline, FIRST_ATTEMPT).await
+}
+
+pub(crate) async fn dial_with(
+    addr: SocketAddr,
+    me: &PeerMsg,
+    max_frame: u32,
+    deadline: Instant,
+    first_attempt: Duration,
+) -> Result<Opened, LinkError> {
     let mut backoff = Duration::from_millis(5);
-    let mut last = LinkError::NoAttempt;
+    let mut patience = first_attempt;
     loop {
         let attempt = async {
             let s = TcpStream::connect(addr)
@@ -119,11 +138,16 @@ pub(crate) async fn dial(
             }
             Ok((reader, wr, split_name(&name).1))
         };
-        match tokio::time::timeout_at(deadline, attempt).await {
+        let began = Instant::now();
+        let until = deadline.min(began + patience);
+        let last = match tokio::time::timeout_at(until, attempt).await {
             Ok(Ok(link)) => return Ok(link),
-            Ok(Err(e)) => last = e,
-            Err(_) => return Err(last),
-        }
+            Ok(Err(e)) => e,
+            Err(_) => {
+                patience *= 2;
+                LinkError::NoAnswer(until - began)
+            }
+        };
         if Instant::now() + backoff >= deadline {
             return Err(last);
         }
@@ -227,5 +251,58 @@ pub(crate) async fn write_loop(
             return;
         }
         drop(permit);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::net::TcpListener;
+
+    /// A peer port that takes the first connection and never answers it
+    /// (as a port busy with strangers may), then answers every later one.
+    /// Real sockets and time: asserts on the outcome and the attempts only.
+    #[tokio::test]
+    async fn an_attempt_that_gets_no_answer_is_given_up_and_dialled_again() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let peer = tokio::spawn(async move {
+            let (held, _) = l.accept().await.unwrap();
+            let mut attempts = 1;
+            loop {
+                let (s, _) = l.accept().await.unwrap();
+                attempts += 1;
+                let (rd, mut wr) = s.into_split();
+                let mut r = FrameReader::new(rd, 1 << 16);
+                let Ok((h, token, _)) = read_hello(&mut r).await else {
+                    continue;
+                };
+                let answer = hello(h.group, h.dst, h.src, token, "b", 0);
+                send_hello(&mut wr, &answer).await.unwrap();
+                return (attempts, held, r, wr);
+            }
+        });
+        let me = hello(4, 0, 1, 0xAB, "a", 0);
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let linked = dial(addr, &me, 1 << 16, deadline).await;
+        let (_, _, chunks) = linked.expect("linked on a later attempt");
+        assert_eq!(chunks, 0);
+        let (attempts, _held, _r, _w) = peer.await.unwrap();
+        assert!(attempts >= 2, "{attempts}");
+    }
+
+    /// The reason a dial gives up with names the attempt that hung.
+    #[tokio::test(start_paused = true)]
+    async fn a_dial_cut_by_its_deadline_says_it_got_no_answer() {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        // Accepted by the kernel, never read: no answer ever comes.
+        let me = hello(4, 0, 1, 0xAB, "a", 0);
+        let deadline = Instant::now() + Duration::from_millis(500);
+        let e = dial(addr, &me, 1 << 16, deadline)
+            .await
+            .expect_err("no answer");
+        assert!(matches!(e, LinkError::NoAnswer(_)), "{e}");
+        drop(l);
     }
 }

@@ -2,7 +2,9 @@
 //! a group, over which peer messages (type 0x15) travel.
 //!
 //! - [`PeerListener`] is a node's peer port: it accepts links, checks their
-//!   hello and hands each to the group it names.
+//!   hello and hands each to the group it names. Until its hello, a
+//!   connection holds one of a few places, briefly ([`admission`]): a
+//!   stranger's connections cost little and cannot keep a member out.
 //! - [`Fabric`] is one node's membership in a group: links to its
 //!   neighbours in the group's [`Topology`], forwarding through intermediate
 //!   nodes by a [`Router`], a [`LinkScheduler`] per class on each link
@@ -13,6 +15,7 @@
 //! Only corefarm nodes ever connect to a peer port; the server and users
 //! never see peer messages.
 
+mod admission;
 pub mod dedup;
 mod fabric;
 pub(crate) mod link;
@@ -21,6 +24,7 @@ pub mod router;
 pub mod sched;
 pub mod topology;
 
+pub use admission::{PortStats, Refusal};
 pub use fabric::{Event, Fabric, FabricStats};
 pub use router::{Router, ShortestPath};
 pub use sched::{LinkScheduler, Queued, RoundRobin, SchedulerFactory};
@@ -32,19 +36,36 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use corefarm_smp::codec::FrameReader;
-use corefarm_smp::peer::COLL_HEADER_LEN;
+use corefarm_smp::peer::{COLL_HEADER_LEN, MAX_PEER_TEXT, PEER_HEADER_LEN};
 use corefarm_smp::{PeerBody, PeerHeader, PeerKind, PeerMsg, HEADER_LEN};
+use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
-use tokio::net::TcpListener;
-use tokio::sync::{mpsc, Semaphore};
-use tokio::task::JoinHandle;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+use tokio::task::{AbortHandle, JoinHandle};
+
+use admission::Admission;
 
 /// Largest peer payload a node accepts by default: a 1 MiB chunk and its headers.
 pub const DEFAULT_MAX_FRAME: u32 = (1 << 20) + 128;
-/// Links being opened at once by unknown peers; more wait their turn.
-const MAX_HANDSHAKES: usize = 64;
-/// How long an accepted connection has to send its hello.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(10);
+/// Accepted connections that have not said hello yet, at most: a newer
+/// one takes an older one's place rather than wait ([`admission`]).
+const MAX_PENDING: usize = 64;
+/// Of those, the most one source address holds before its own oldest
+/// yields: a quarter, so one flooding address leaves the rest to others,
+/// while a host running many members (`--count`) can still dial at once.
+const MAX_PENDING_PER_SOURCE: usize = 16;
+/// How long an accepted connection has to send its hello. Members and
+/// direct users send it as soon as they are connected, so it takes a
+/// round trip at most; a stranger holds a place no longer than this.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(1);
+/// Read timeout of a begun frame on an accepted connection.
+const FRAME_TIMEOUT: Duration = Duration::from_secs(10);
+/// Largest hello: its routing header, the token and a name of at most
+/// [`MAX_PEER_TEXT`] bytes. A connection announcing more is refused before
+/// anything is read into memory for it, so a stranger's connection never
+/// costs a frame's worth (a megabyte) while it waits.
+const MAX_HELLO: u32 = (PEER_HEADER_LEN + 8 + MAX_PEER_TEXT) as u32;
 
 /// A member of a group: its name (for messages) and peer address.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -147,12 +168,14 @@ pub enum SpecError {
 /// one is the reason a join failed (shared, hence the `Arc`s).
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum LinkError {
-    #[error("no attempt")]
-    NoAttempt,
+    #[error("no answer to its hello within {0:?}")]
+    NoAnswer(Duration),
     #[error("{0}")]
     Connect(Arc<std::io::Error>),
     #[error("closed before its hello")]
     ClosedBeforeHello,
+    #[error("no hello within {0:?}")]
+    NoHello(Duration),
     #[error("{0}")]
     Read(Arc<corefarm_smp::codec::ReadError>),
     #[error("sent a {0} message instead of a peer hello")]
@@ -189,9 +212,12 @@ pub enum LinkError {
 
 /// A link whose hello has been read, waiting for its group.
 pub(crate) struct Incoming {
+    /// Where it came from (for refusals).
+    pub from: SocketAddr,
     pub hello: PeerHeader,
     /// The group token it showed (checked by whoever takes the link).
     pub token: u64,
+    /// The name it gave, bounded (it only shows in logs).
     pub name: String,
     /// The chunk size its hello offered (0: none).
     pub chunk_size: u32,
@@ -206,6 +232,7 @@ pub struct PeerListener {
     addr: SocketAddr,
     max_frame: u32,
     registry: Registry,
+    stats: Arc<PortStats>,
     task: JoinHandle<()>,
 }
 
@@ -222,6 +249,15 @@ impl PeerListener {
     }
 
     pub async fn bind_with(addr: SocketAddr, max_frame: u32) -> Result<Self, FabricError> {
+        Self::bind_counted(addr, max_frame, Arc::default()).await
+    }
+
+    /// Counts what the port refuses into `stats` (a node manager's metrics).
+    pub async fn bind_counted(
+        addr: SocketAddr,
+        max_frame: u32,
+        stats: Arc<PortStats>,
+    ) -> Result<Self, FabricError> {
         let l = TcpListener::bind(addr)
             .await
             .map_err(|e| FabricError::Listen(format!("cannot listen on {addr}: {e}")))?;
@@ -229,13 +265,28 @@ impl PeerListener {
             .local_addr()
             .map_err(|e| FabricError::Listen(e.to_string()))?;
         let registry = Registry::default();
-        let task = tokio::spawn(accept_loop(l, max_frame, registry.clone()));
+        let port = Port {
+            max_frame,
+            registry: registry.clone(),
+            stats: stats.clone(),
+            admission: Arc::new(Mutex::new(Admission::new(
+                MAX_PENDING,
+                MAX_PENDING_PER_SOURCE,
+            ))),
+        };
+        let task = tokio::spawn(accept_loop(l, port));
         Ok(PeerListener {
             addr,
             max_frame,
             registry,
+            stats,
             task,
         })
+    }
+
+    /// What this port refused so far, by reason.
+    pub fn stats(&self) -> &Arc<PortStats> {
+        &self.stats
     }
 
     pub fn local_addr(&self) -> SocketAddr {
@@ -289,64 +340,136 @@ impl Drop for RegistryGuard {
     }
 }
 
-async fn accept_loop(l: TcpListener, max_frame: u32, registry: Registry) {
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+/// What the accept loop and its handshakes share.
+#[derive(Clone)]
+struct Port {
+    max_frame: u32,
+    registry: Registry,
+    stats: Arc<PortStats>,
+    admission: Arc<Mutex<Admission<AbortHandle>>>,
+}
+
+/// Accepts every connection at once (none waits in the kernel's backlog
+/// behind strangers), reading each one's hello in a task of its own.
+async fn accept_loop(l: TcpListener, port: Port) {
     loop {
-        let Ok(permit) = slots.clone().acquire_owned().await else {
-            return;
-        };
         let (stream, from) = match l.accept().await {
             Ok(s) => s,
             Err(e) => {
+                // Out of file descriptors, typically: strangers' connections
+                // end within the hello deadline, so wait a little for one.
                 tracing::warn!("peer port: accept failed: {e}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             }
         };
-        let registry = registry.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let _ = stream.set_nodelay(true);
-            let (rd, writer) = stream.into_split();
-            let mut reader = FrameReader::new(rd, max_frame).with_read_timeout(HELLO_TIMEOUT);
-            let (hello, token, raw) =
-                match tokio::time::timeout(HELLO_TIMEOUT, read_hello(&mut reader)).await {
-                    Ok(Ok(h)) => h,
-                    Ok(Err(e)) => return tracing::warn!("peer port: {from}: {e}"),
-                    Err(_) => {
-                        return tracing::warn!(
-                            "peer port: {from}: no hello within {HELLO_TIMEOUT:?}"
-                        )
-                    }
-                };
-            let (name, chunk_size) = link::split_name(&raw);
-            let tx = registry
-                .lock()
-                .expect("registry lock")
-                .get(&hello.group)
-                .cloned();
-            match tx {
-                Some(tx) => {
-                    let _ = tx
-                        .send(Incoming {
-                            hello,
-                            token,
-                            name,
-                            chunk_size,
-                            reader,
-                            writer,
-                        })
-                        .await;
-                }
-                // The group may not be joined here yet: the dialer retries.
-                None => tracing::debug!("peer port: {from}: unknown group {}", hello.group),
-            }
-        });
+        let full = port.lock().victim(from.ip()).is_some();
+        if full {
+            // Handshakes whose hello has arrived finish first and free
+            // their places, so only connections still silent yield.
+            tokio::task::yield_now().await;
+        }
+        let mut adm = port.lock();
+        if let Some(old) = adm.victim(from.ip()).and_then(|id| adm.remove(id)) {
+            // Counted before it closes: whoever sees it closed sees it counted.
+            let why = format_args!("no hello yet: its place went to a newer connection");
+            port.stats.refuse(Refusal::Evicted, old.from, &why);
+            old.handle.abort();
+        }
+        let id = adm.next_id();
+        // Takes itself off the list once it has its hello (it waits for
+        // this lock until it is on it).
+        let task = tokio::spawn(handshake(stream, from, id, port.clone()));
+        adm.admit(id, from, task.abort_handle());
+    }
+}
+
+impl Port {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Admission<AbortHandle>> {
+        self.admission.lock().expect("admission lock")
+    }
+}
+
+/// Reads a connection's hello within [`HELLO_TIMEOUT`] and hands it to the
+/// group it names.
+async fn handshake(stream: TcpStream, from: SocketAddr, id: u64, port: Port) {
+    let _ = stream.set_nodelay(true);
+    let (rd, writer) = stream.into_split();
+    let hello = first_hello(rd, port.max_frame).await;
+    if port.lock().remove(id).is_none() {
+        // Its place went to a newer connection meanwhile (counted there).
+        return;
+    }
+    let stats = &port.stats;
+    let (reader, (hello, token, raw)) = match hello {
+        Ok(h) => h,
+        Err((why, e)) => return stats.refuse(why, from, &e),
+    };
+    let (name, chunk_size) = link::split_name(&raw);
+    let name = corefarm_telemetry::bounded(&name).into_owned();
+    let tx = port
+        .registry
+        .lock()
+        .expect("registry lock")
+        .get(&hello.group)
+        .cloned();
+    match tx {
+        Some(tx) => {
+            let _ = tx
+                .send(Incoming {
+                    from,
+                    hello,
+                    token,
+                    name,
+                    chunk_size,
+                    reader,
+                    writer,
+                })
+                .await;
+        }
+        // The group may not be joined here yet: the dialer retries.
+        None => {
+            let why = format_args!("unknown group {}", hello.group);
+            stats.refuse(Refusal::UnknownGroup, from, &why);
+        }
+    }
+}
+
+/// An accepted connection's hello, read within [`HELLO_TIMEOUT`], and the
+/// reader of the rest of its frames (up to `max_frame` bytes each); or why
+/// the connection is refused.
+async fn first_hello<R: AsyncRead + Unpin>(
+    mut rd: R,
+    max_frame: u32,
+) -> Result<(FrameReader<R>, (PeerHeader, u64, String)), (Refusal, LinkError)> {
+    let read = async {
+        // The header alone first: its size is checked against a hello's
+        // before the reader reserves room for the payload.
+        let mut head = [0u8; HEADER_LEN];
+        if let Err(e) = rd.read_exact(&mut head).await {
+            return Err(match e.kind() {
+                std::io::ErrorKind::UnexpectedEof => LinkError::ClosedBeforeHello,
+                _ => LinkError::Read(Arc::new(e.into())),
+            });
+        }
+        corefarm_smp::Header::decode(&head, MAX_HELLO).map_err(LinkError::Invalid)?;
+        let mut reader = FrameReader::new(rd, max_frame)
+            .with_read_timeout(FRAME_TIMEOUT)
+            .with_prefix(&head);
+        let hello = read_hello(&mut reader).await?;
+        Ok((reader, hello))
+    };
+    match tokio::time::timeout(HELLO_TIMEOUT, read).await {
+        Ok(Ok(h)) => Ok(h),
+        Ok(Err(e @ LinkError::ClosedBeforeHello)) => Err((Refusal::NoHello, e)),
+        Ok(Err(e)) => Err((Refusal::BadHello, e)),
+        Err(_) => Err((Refusal::NoHello, LinkError::NoHello(HELLO_TIMEOUT))),
     }
 }
 
 /// Reads the first message of a link, which must be a peer hello.
-pub(crate) async fn read_hello(
-    reader: &mut FrameReader<OwnedReadHalf>,
+pub(crate) async fn read_hello<R: AsyncRead + Unpin>(
+    reader: &mut FrameReader<R>,
 ) -> Result<(PeerHeader, u64, String), LinkError> {
     let f = match reader.read_frame().await {
         Ok(Some(f)) => f,
@@ -369,3 +492,89 @@ pub(crate) async fn read_hello(
 /// Bytes of the SMP header and routing header in front of a chunk's data.
 pub const CHUNK_OVERHEAD: usize =
     HEADER_LEN + corefarm_smp::peer::PEER_HEADER_LEN + COLL_HEADER_LEN;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+    use tokio::time::Instant;
+
+    async fn first(
+        rd: tokio::io::DuplexStream,
+    ) -> Result<(PeerHeader, u64, String), (Refusal, LinkError)> {
+        first_hello(rd, DEFAULT_MAX_FRAME).await.map(|(_, h)| h)
+    }
+
+    /// A connection that says nothing, or stops halfway through its hello,
+    /// holds its place for the hello deadline only, not for a begun
+    /// frame's read timeout.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_or_stalled_stranger_is_given_up_at_the_hello_deadline() {
+        let (_silent, rd) = tokio::io::duplex(1024);
+        let began = Instant::now();
+        let e = first(rd).await.expect_err("no hello");
+        assert_eq!(e.0, Refusal::NoHello, "{}", e.1);
+        assert!(matches!(e.1, LinkError::NoHello(_)), "{}", e.1);
+        assert_eq!(began.elapsed(), HELLO_TIMEOUT);
+        assert!(HELLO_TIMEOUT <= Duration::from_secs(1));
+
+        let (mut half, rd) = tokio::io::duplex(1024);
+        let f = link::hello(3, 0, 1, 7, "a", 0).to_frame().unwrap().to_vec();
+        half.write_all(&f[..f.len() / 2]).await.unwrap();
+        let began = Instant::now();
+        let e = first(rd).await.expect_err("half a hello");
+        assert_eq!(e.0, Refusal::NoHello, "{}", e.1);
+        assert_eq!(began.elapsed(), HELLO_TIMEOUT);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_hello_is_taken_and_anything_else_refused_at_once() {
+        let (mut w, rd) = tokio::io::duplex(1024);
+        let f = link::hello(3, 0, 1, 7, "a", 0).to_frame().unwrap().to_vec();
+        w.write_all(&f).await.unwrap();
+        let began = Instant::now();
+        let (h, token, name) = first(rd).await.unwrap();
+        assert_eq!(
+            (h.group, h.src, h.dst, token, name.as_str()),
+            (3, 0, 1, 7, "a")
+        );
+        assert_eq!(began.elapsed(), Duration::ZERO);
+
+        let (mut w, rd) = tokio::io::duplex(1024);
+        let data = corefarm_smp::OutFrame::data(1, bytes::Bytes::new()).unwrap();
+        w.write_all(&data.to_vec()).await.unwrap();
+        let e = first(rd).await.expect_err("not a hello");
+        assert_eq!(e.0, Refusal::BadHello, "{}", e.1);
+
+        // A header announcing more than a hello is refused on its 8 bytes.
+        let (mut w, rd) = tokio::io::duplex(1024);
+        let big = corefarm_smp::Header::new(corefarm_smp::MsgType::Peer, MAX_HELLO + 1);
+        w.write_all(&big.encode()).await.unwrap();
+        let e = first(rd).await.expect_err("too large for a hello");
+        assert_eq!(e.0, Refusal::BadHello, "{}", e.1);
+        assert!(
+            matches!(
+                e.1,
+                LinkError::Invalid(corefarm_smp::ProtocolError::TooLarge { .. })
+            ),
+            "{}",
+            e.1
+        );
+        // The largest hello there is fits.
+        let (mut w, rd) = tokio::io::duplex(4096);
+        let name = "n".repeat(MAX_PEER_TEXT);
+        let f = link::hello(3, 0, 1, 7, &name, 0)
+            .to_frame()
+            .unwrap()
+            .to_vec();
+        w.write_all(&f).await.unwrap();
+        assert_eq!(first(rd).await.unwrap().2, name);
+
+        let (w, rd) = tokio::io::duplex(1024);
+        drop(w);
+        let e = first(rd).await.expect_err("closed");
+        assert_eq!(e.0, Refusal::NoHello, "{}", e.1);
+        assert!(matches!(e.1, LinkError::ClosedBeforeHello), "{}", e.1);
+        assert_eq!(began.elapsed(), Duration::ZERO);
+    }
+}
