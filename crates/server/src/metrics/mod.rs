@@ -57,9 +57,13 @@ pub enum ErrorKind {
     /// A hello refused: one that does not decode or is too large, or one
     /// with the wrong role for its port.
     BadHello,
+    /// A peer refused for asking more of `--memory-budget` than is left.
+    OverBudget,
+    /// A user ended for a chunked message unfinished past `--message-timeout`.
+    Unfinished,
 }
 
-const ERROR_KINDS: [(&str, ErrorKind); 8] = [
+const ERROR_KINDS: [(&str, ErrorKind); 10] = [
     ("node_lost", ErrorKind::NodeLost),
     ("core_failure", ErrorKind::CoreFailure),
     ("configuration_failed", ErrorKind::ConfigurationFailed),
@@ -68,6 +72,8 @@ const ERROR_KINDS: [(&str, ErrorKind); 8] = [
     ("auth_failed", ErrorKind::AuthFailed),
     ("tls_failed", ErrorKind::TlsFailed),
     ("bad_hello", ErrorKind::BadHello),
+    ("over_budget", ErrorKind::OverBudget),
+    ("unfinished_message", ErrorKind::Unfinished),
 ];
 
 /// A counter alone on its cache line: the server-wide totals are written
@@ -532,7 +538,7 @@ mod tests {
         let m = Arc::new(m);
         let m2 = m.clone();
         reg.register_collector(corefarm_telemetry::collector(move |enc| {
-            encode(enc, &m2, &st, &names, &times)
+            encode(enc, &m2, &st, &names, &times, (0, 0))
         }));
         let text = corefarm_telemetry::to_prometheus_text(&corefarm_telemetry::encode(&reg));
         for line in [
