@@ -127,6 +127,31 @@ impl Budget {
     }
 }
 
+/// A fixed amount held against the budget until dropped: an item queued
+/// for a peer (a notification waiting for its user's session).
+#[derive(Debug)]
+pub(crate) struct Fixed {
+    budget: Arc<Budget>,
+    held: u64,
+}
+
+impl Budget {
+    /// Holds exactly `bytes` until the returned guard is dropped.
+    pub(crate) fn hold(self: &Arc<Self>, bytes: u64) -> Result<Fixed, OverBudget> {
+        self.take(bytes)?;
+        Ok(Fixed {
+            budget: self.clone(),
+            held: bytes,
+        })
+    }
+}
+
+impl Drop for Fixed {
+    fn drop(&mut self) {
+        self.budget.give(self.held);
+    }
+}
+
 /// What one connection holds against the budget; given back when dropped.
 #[derive(Debug)]
 pub(crate) struct Charge {
