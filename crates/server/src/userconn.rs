@@ -149,6 +149,13 @@ impl UserConn {
             {
                 Next::BadHello(greeting::unreadable(code, reason))
             }
+            // A hello over the memory budget is told alike, as `too-large`.
+            Next::Held(h)
+                if self.reader.begun_type() == Some(MsgType::Hello as u8)
+                    && self.asked(MsgType::Hello) == Asked::Hello =>
+            {
+                Next::BadHello(greeting::unreadable(h.told().1, h.to_string()))
+            }
             next => next,
         }
     }

@@ -191,3 +191,30 @@ async fn a_trickled_configuration_is_charged_as_it_arrives() {
         );
     }
 }
+
+/// A hello trickled past the budget is refused as a hello that cannot be
+/// read is: a `too-large` error saying why, then the close.
+#[tokio::test]
+async fn a_hello_over_the_budget_gets_the_documented_error() {
+    let srv = start(ServerOptions {
+        memory_budget: Some(MIB / 4),
+        ..opts()
+    })
+    .await;
+    let Peer { r, mut w } = Peer::connect(srv.users).await;
+    let mut bytes = vec![MsgType::Hello as u8, 0, 0, 0];
+    bytes.extend_from_slice(&(MIB as u32).to_le_bytes());
+    bytes.extend_from_slice(&vec![b' '; MIB as usize / 2]);
+    let writer = tokio::spawn(async move {
+        let _ = w.write_all(&bytes).await;
+        w
+    });
+    let mut p = Peer {
+        r,
+        w: writer.await.unwrap(),
+    };
+    let e = p.error_then_close().await;
+    assert_eq!(e.code(), Some(ErrorCode::TooLarge), "{e}");
+    assert!(e.reason.contains("--memory-budget"), "{e}");
+    assert!(used(&srv) <= MIB / 4);
+}
