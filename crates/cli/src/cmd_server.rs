@@ -181,6 +181,33 @@ pub struct ServerTuning {
     /// otherwise 512 to 1048576.
     #[arg(long, default_value_t = defaults::NODE_CHUNK_SIZE, value_parser = parse_chunk_size)]
     pub node_chunk_size: u32,
+    /// Bytes all peers together may make the server hold of messages they
+    /// have begun and not finished (frames being received, unfinished
+    /// chunked messages); a peer that would go over is refused with a
+    /// too-large error and closed. Default: four times --max-message, at
+    /// least 1 GiB.
+    #[arg(long, value_parser = parse_memory_budget)]
+    pub memory_budget: Option<u64>,
+    /// Seconds a user's chunked message may stay unfinished, counting only
+    /// time the server waits for its chunks; then the user gets a timeout
+    /// error and is closed, and what the message held is released.
+    #[arg(long, default_value_t = defaults::MESSAGE_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
+    pub message_timeout: f64,
+}
+
+/// `--memory-budget`: bytes, at least one message of the smallest
+/// `--max-message`.
+pub(crate) fn parse_memory_budget(s: &str) -> Result<u64, FlagError> {
+    match s.trim().parse::<u64>() {
+        Ok(v) if v >= u64::from(MIN_MAX_MESSAGE) => Ok(v),
+        Ok(v) => Err(FlagError::MaxMessageTooSmall(
+            v.min(u64::from(u32::MAX)) as u32
+        )),
+        Err(error) => Err(FlagError::Bytes {
+            given: s.to_string(),
+            error,
+        }),
+    }
 }
 
 /// `--max-message`, `--node-max-message`: bytes, at least [`MIN_MAX_MESSAGE`].
@@ -277,6 +304,8 @@ impl ServerTuning {
             class_depths: class_depths(&self.class_depths),
             tls: None,
             node_chunk_size: self.node_chunk_size,
+            memory_budget: self.memory_budget,
+            message_timeout: Duration::from_secs_f64(self.message_timeout),
         }
     }
 }

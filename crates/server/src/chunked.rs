@@ -7,12 +7,18 @@
 //! - [`Outbound`]: results waiting to go out, cut into chunks on demand and
 //!   picked by class, so an urgent result overtakes a bulk one mid-way.
 
+use std::collections::HashMap;
+use std::time::Duration;
+use tokio::time::Instant;
+
 use bytes::Bytes;
 use corefarm_smp::stream::{
-    Chunk, ChunkHeader, Chunks, ClassQueues, Reassembler, CHUNK_HEADER_LEN, DEFAULT_CHUNK_SIZE,
-    MAX_CHUNK_SIZE,
+    Chunk, ChunkHeader, Chunks, ClassQueues, Message, Place, Reassembler, CHUNK_HEADER_LEN,
+    DEFAULT_CHUNK_SIZE, MAX_CHUNK_SIZE,
 };
 use corefarm_smp::{Hello, OutFrame, ProtocolError, HEADER_LEN};
+
+use crate::budget::Charge;
 
 /// The largest chunk this server sends or accepts; a user that asks for no
 /// size gets the default, one that asks for more gets at most this.
@@ -78,19 +84,184 @@ pub(crate) fn chunk_size(user: &Hello) -> Option<u32> {
     (size >= MIN_CHUNK_SIZE).then_some(size)
 }
 
-/// A user's chunks put back together, read into place (`Place`). What a
-/// user can make the server hold is bounded by `--max-message` per
-/// message, [`MAX_OPEN`] messages, and twice `--max-message` across them (a
-/// bulk message near the limit plus urgent ones interleaved with it); a
-/// chunk over the size agreed in the hello is refused.
-pub(crate) type Inbound = Reassembler;
+/// A peer's chunks put back together, read into place (`Place`), and
+/// what they hold charged to the server's memory budget. What a user can
+/// make the server hold is bounded by `--max-message` per message,
+/// [`MAX_OPEN`] messages, and twice `--max-message` across them (a bulk
+/// message near the limit plus urgent ones interleaved with it), and by
+/// what is left of `--memory-budget`; a chunk over the size agreed in the
+/// hello is refused.
+///
+/// Each unfinished message's age is kept on the connection's reading
+/// clock (time the server waited to read from the peer: see
+/// `UserConn::read`), so a message is timed out only for the peer's
+/// silence, never while the server held the peer back.
+pub(crate) struct Inbound {
+    r: Reassembler,
+    charge: Option<Charge>,
+    /// A user's message buffer is its whole length from its first chunk
+    /// (`Reassembler::reserve_whole`): charged before it is reserved.
+    reserves: bool,
+    /// Unfinished messages, by id: when each was begun, on the reading clock.
+    begun: HashMap<u32, Duration>,
+    /// The reading clock when the current read began, and when that was.
+    stamp: (Duration, Instant),
+    /// How long a message may stay unfinished, on the reading clock.
+    timeout: Option<Duration>,
+}
 
 pub(crate) fn inbound(chunk_size: u32, max_message: u32) -> Inbound {
     // The data of a message excludes its 4-byte id, as in type 3.
     let max_data = u64::from(max_message).saturating_sub(corefarm_smp::DATA_ID_LEN as u64);
-    Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message))
+    let r = Reassembler::new(max_data, MAX_OPEN, 2 * u64::from(max_message))
         .reserve_whole()
-        .chunk_limit(u64::from(chunk_size))
+        .chunk_limit(u64::from(chunk_size));
+    Inbound::new(r, true)
+}
+
+impl Inbound {
+    /// Chunks reassembled by `r`; `reserves` if it reserves a message's
+    /// whole length at its first chunk.
+    pub(crate) fn new(r: Reassembler, reserves: bool) -> Self {
+        Inbound {
+            r,
+            charge: None,
+            reserves,
+            begun: HashMap::new(),
+            stamp: (Duration::ZERO, Instant::now()),
+            timeout: None,
+        }
+    }
+
+    /// A message unfinished for `t` of the reading clock is overdue
+    /// ([`Inbound::due`]).
+    pub(crate) fn timed(mut self, t: Duration) -> Self {
+        self.timeout = Some(t);
+        self
+    }
+
+    pub(crate) fn timeout(&self) -> Option<Duration> {
+        self.timeout
+    }
+
+    /// With the reading clock at `reading`: the unfinished message begun
+    /// first, and how much more reading it has to be finished in.
+    pub(crate) fn due(&self, reading: Duration) -> Option<(u32, Duration)> {
+        let t = self.timeout?;
+        let (id, begun) = self.oldest()?;
+        Some((id, (begun + t).saturating_sub(reading)))
+    }
+
+    /// What the messages hold is charged to `c` (a server's budget).
+    pub(crate) fn charged(mut self, c: Charge) -> Self {
+        self.charge = Some(c);
+        self
+    }
+
+    /// Messages begun and not finished.
+    #[cfg(test)]
+    pub(crate) fn open(&self) -> usize {
+        self.r.open()
+    }
+
+    /// A read begins with the reading clock at `reading`.
+    pub(crate) fn stamp(&mut self, reading: Duration) {
+        self.stamp = (reading, Instant::now());
+    }
+
+    /// The unfinished message begun first: its id, and when it was begun
+    /// on the reading clock.
+    pub(crate) fn oldest(&self) -> Option<(u32, Duration)> {
+        self.begun
+            .iter()
+            .min_by_key(|&(&id, &at)| (at, id))
+            .map(|(&id, &at)| (id, at))
+    }
+
+    fn now(&self) -> Duration {
+        self.stamp.0 + self.stamp.1.elapsed()
+    }
+
+    /// The charge follows what the reassembler holds (`extra` more, about
+    /// to be reserved).
+    fn sync(&mut self, extra: u64) -> Result<(), ProtocolError> {
+        if let Some(c) = &mut self.charge {
+            c.set(self.r.held() + extra)?;
+        }
+        Ok(())
+    }
+
+    /// Before message `h` is opened: a whole-length reservation is charged
+    /// before it is made.
+    fn opening(&mut self, h: &ChunkHeader) -> Result<(), ProtocolError> {
+        if self.reserves {
+            self.sync(h.total.max(h.len))?;
+        }
+        Ok(())
+    }
+
+    fn opened(&mut self, id: u32) -> Result<(), ProtocolError> {
+        let at = self.now();
+        self.begun.insert(id, at);
+        self.sync(0)
+    }
+
+    /// Takes a chunk read as a frame; returns the message it completes.
+    pub(crate) fn push(&mut self, c: Chunk) -> Result<Option<Message>, ProtocolError> {
+        let (id, opens) = (c.head.id, c.head.first && !c.head.last);
+        if opens {
+            self.opening(&c.header())?;
+        }
+        let whole = self.r.push(c)?;
+        if opens {
+            self.opened(id)?;
+        } else if whole.is_some() {
+            self.begun.remove(&id);
+        }
+        self.sync(0)?;
+        Ok(whole)
+    }
+}
+
+// SAFETY: every buffer handed out is the reassembler's own, as it hands it
+// out (`resume` returns the buffer `begin` or `place` just returned), so
+// its guarantees hold unchanged.
+unsafe impl Place for Inbound {
+    type Whole = Message;
+
+    fn begin(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        if h.last {
+            return Ok(None);
+        }
+        self.opening(h)?;
+        if self.r.begin(h)?.is_none() {
+            return Ok(None);
+        }
+        self.opened(h.id)?;
+        Ok(self.r.resume(h.id))
+    }
+
+    fn place(&mut self, h: &ChunkHeader) -> Result<Option<&mut Vec<u8>>, ProtocolError> {
+        if self.r.place(h)?.is_none() {
+            return Ok(None);
+        }
+        self.sync(0)?;
+        Ok(self.r.resume(h.id))
+    }
+
+    fn resume(&mut self, id: u32) -> Option<&mut Vec<u8>> {
+        self.r.resume(id)
+    }
+
+    fn placed(&mut self, h: &ChunkHeader) -> Option<Message> {
+        let whole = self.r.placed(h);
+        if whole.is_some() {
+            self.begun.remove(&h.id);
+            // What was held goes back: a release is never refused.
+            let _ = self.sync(0);
+        }
+        whole
+    }
 }
 
 /// Wire bytes of a placed chunk, for the link counters.

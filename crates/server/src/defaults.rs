@@ -53,5 +53,24 @@ pub const SHARING: crate::Sharing = crate::Sharing::Exclusive;
 pub const MONITOR_PERIOD: Duration = Duration::from_millis(10);
 /// Shared mode: data messages a function's queue holds before users are pushed back.
 pub const QUEUE_LIMIT: usize = 1024;
+/// A user's chunked message must be finished within this much time of the
+/// server waiting for its chunks (`--message-timeout`; time the server
+/// holds the user back does not count). A minute: a message of the default
+/// `--max-message` (256 MiB) at about 4.5 MB/s; a peer that leaves a message
+/// unfinished holds its memory no longer than this.
+pub const MESSAGE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Floor of the default `--memory-budget`.
+pub const MEMORY_BUDGET_FLOOR: u64 = 1 << 30;
+
+/// The default `--memory-budget` for a `--max-message`: room for four
+/// messages of the largest size (two users each at their per-connection
+/// bound of twice `--max-message` of unfinished chunked messages), and at
+/// least [`MEMORY_BUDGET_FLOOR`] so that many users sending ordinary
+/// messages at once are never near it. A host with less memory to spare
+/// than this should set it lower; what one peer can hold is still bounded
+/// by its own limits first.
+pub fn memory_budget(max_message: u32) -> u64 {
+    (4 * u64::from(max_message)).max(MEMORY_BUDGET_FLOOR)
+}
 /// Chunk size on the node link (`--node-chunk-size`); 0 turns chunks off.
 pub const NODE_CHUNK_SIZE: u32 = corefarm_smp::stream::DEFAULT_CHUNK_SIZE;

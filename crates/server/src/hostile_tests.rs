@@ -340,7 +340,7 @@ async fn auth_failures_and_bad_hellos_are_counted_and_slowed() {
 
 /// A fake node that answers every configuration with success and every
 /// data message with `notes` notifications, then the input as its result.
-async fn notifying_node(at: SocketAddr, notes: u32) -> tokio::task::JoinHandle<()> {
+pub(crate) async fn notifying_node(at: SocketAddr, notes: u32) -> tokio::task::JoinHandle<()> {
     use corefarm_smp::{ConfigurationResponse, Data, Notification};
     let mut node = Peer::connect(at).await;
     let mut h = Hello::new("node");

@@ -21,6 +21,7 @@
 
 mod anylen;
 pub mod auth;
+mod budget;
 mod chunked;
 pub mod defaults;
 pub mod dispatch;
@@ -122,6 +123,12 @@ pub struct ServerOptions {
     /// Largest chunk the server sends to and takes from a node that
     /// negotiated chunks; 0: no chunks on the node link.
     pub node_chunk_size: u32,
+    /// Bytes all peers together may make the server hold of what they have
+    /// begun and not finished; `None`: [`defaults::memory_budget`].
+    pub memory_budget: Option<u64>,
+    /// How long a user's chunked message may stay unfinished, counting only
+    /// time the server waits for its chunks.
+    pub message_timeout: Duration,
 }
 
 impl Default for ServerOptions {
@@ -154,6 +161,8 @@ impl Default for ServerOptions {
             class_depths: Vec::new(),
             tls: None,
             node_chunk_size: NODE_CHUNK_SIZE,
+            memory_budget: None,
+            message_timeout: MESSAGE_TIMEOUT,
         }
     }
 }
@@ -171,6 +180,8 @@ pub(crate) struct ServerState {
     pub sched: std::sync::OnceLock<sched::driver::Handle>,
     /// Recent authentication failures by address (`--auth-file`).
     pub auth_throttle: auth::Throttle,
+    /// What peers hold of unfinished messages (`--memory-budget`).
+    pub budget: Arc<budget::Budget>,
     next_id: AtomicU64,
 }
 
@@ -218,7 +229,8 @@ impl corefarm_telemetry::Endpoints for StatusHandle {
             let s = shared.status(None);
             let names = shared.registry.by_name(&shared.metrics);
             let times = shared.registry.config_times();
-            metrics::encode(enc, &shared.metrics, &s, &names, &times)
+            let held = (shared.budget.used(), shared.budget.limit());
+            metrics::encode(enc, &shared.metrics, &s, &names, &times, held)
         }));
         corefarm_telemetry::encode(&reg)
     }
@@ -254,7 +266,11 @@ impl Server {
             .filter_map(|l| l.local_addr().ok())
             .collect();
         check_exposure(&opts, &bound)?;
+        let budget = opts
+            .memory_budget
+            .unwrap_or_else(|| defaults::memory_budget(opts.max_message));
         let shared = Arc::new(ServerState {
+            budget: budget::Budget::new(budget),
             opts,
             pool: pool::Pool::default(),
             registry: registry::Registry::default(),

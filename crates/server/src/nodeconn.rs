@@ -12,6 +12,8 @@ use std::sync::Arc;
 use crate::tls::Stream;
 use corefarm_smp::codec::{FrameReader, Read, ReadError};
 use corefarm_smp::stream::{Chunk, Reassembler, DEFAULT_CLASS};
+
+use crate::chunked::Inbound;
 use corefarm_smp::{
     hello::features, ErrorCode, ErrorMsg, Frame, Hello, MsgType, OutFrame, ProtocolError,
 };
@@ -153,15 +155,19 @@ impl NodeConn {
             let read_timeout = shared.opts.read_timeout;
             let chunk_size = shared.opts.node_chunk_size;
             let metrics = shared.metrics.clone();
+            // What a node sends is charged to the memory budget as it
+            // arrives, as a user's is.
+            let budget = shared.budget.clone();
             let mut introduced = Some(introduced_tx);
             tokio::spawn(async move {
                 let _slot = slot;
                 let permits = Arc::new(Semaphore::new(READ_AHEAD));
                 let mut reader = FrameReader::new(rd, max)
                     .with_prefix(&prefix)
-                    .with_read_timeout(read_timeout);
+                    .with_read_timeout(read_timeout)
+                    .with_meter(Box::new(budget.charge()));
                 // Set once the node negotiated chunks: its chunked results.
-                let mut results: Option<Reassembler> = None;
+                let mut results: Option<Inbound> = None;
                 let mut errors = false;
                 let reason = loop {
                     let permit = tokio::select! {
@@ -192,8 +198,14 @@ impl NodeConn {
                             }
                             continue;
                         }
-                        // A placed chunk that broke a rule, as one read whole.
-                        Err(ReadError::Protocol(e @ ProtocolError::BadChunk(_))) => {
+                        // A placed chunk that broke a rule, as one read whole;
+                        // a node over the memory budget is refused alike.
+                        Err(ReadError::Protocol(
+                            e @ (ProtocolError::BadChunk(_) | ProtocolError::OverBudget(_)),
+                        )) => {
+                            if matches!(e, ProtocolError::OverBudget(_)) {
+                                metrics.error(crate::metrics::ErrorKind::OverBudget);
+                            }
                             if errors {
                                 let m = ErrorMsg::new(ErrorMsg::NO_ID, e.code(), e.to_string());
                                 sink.send(m.to_frame(), false);
@@ -230,12 +242,11 @@ impl NodeConn {
                                     reply.chunk_size = Some(chunk);
                                     // A result is at most `max`, id included.
                                     let most = max.saturating_sub(4) as u64;
-                                    results = Some(
-                                        Reassembler::new(most, MAX_OPEN_RESULTS, 2 * most)
-                                            .chunk_limit(u64::from(chunk))
-                                            .with_id_prefix()
-                                            .preallocate(PREALLOCATE),
-                                    );
+                                    let r = Reassembler::new(most, MAX_OPEN_RESULTS, 2 * most)
+                                        .chunk_limit(u64::from(chunk))
+                                        .with_id_prefix()
+                                        .preallocate(PREALLOCATE);
+                                    results = Some(Inbound::new(r, false).charged(budget.charge()));
                                 }
                                 sink.send(reply.to_frame(), false);
                                 // After the answer: no chunk goes out before it.

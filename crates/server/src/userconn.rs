@@ -6,6 +6,8 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
 
 use bytes::Bytes;
 use corefarm_smp::codec::{FrameReader, Read, ReadError};
@@ -51,6 +53,9 @@ pub(crate) enum Next {
     /// The hello could not be read (over the size limit, say): told in an
     /// error, as one that does not decode is.
     BadHello(greeting::Refused),
+    /// Over the server's memory budget, or a chunked message unfinished
+    /// past its deadline: the session ends, and tells the user why.
+    Held(crate::budget::Held),
     /// The connection failed: nobody left to tell.
     Failed(String),
 }
@@ -74,6 +79,22 @@ pub(crate) struct UserConn {
     pub(crate) outbound: Option<Outbound>,
     pub(crate) phase: Phase,
     pub(crate) cfg: Option<Configuration>,
+    /// The reading clock: how long the session has waited for the user's
+    /// bytes, in all (the deadline of an unfinished message runs on it).
+    reading: Duration,
+}
+
+/// Adds the time a read waited to the reading clock, however the read
+/// ends (a `select!` may drop it).
+struct Reading<'a> {
+    clock: &'a mut Duration,
+    since: Instant,
+}
+
+impl Drop for Reading<'_> {
+    fn drop(&mut self) {
+        *self.clock += self.since.elapsed();
+    }
 }
 
 impl UserConn {
@@ -96,6 +117,7 @@ impl UserConn {
             outbound: None,
             phase: Phase::Initial,
             cfg: None,
+            reading: Duration::ZERO,
         }
     }
 
@@ -127,13 +149,43 @@ impl UserConn {
             {
                 Next::BadHello(greeting::unreadable(code, reason))
             }
+            // A hello over the memory budget is told alike, as `too-large`.
+            Next::Held(h)
+                if self.reader.begun_type() == Some(MsgType::Hello as u8)
+                    && self.asked(MsgType::Hello) == Asked::Hello =>
+            {
+                Next::BadHello(greeting::unreadable(h.told().1, h.to_string()))
+            }
             next => next,
         }
     }
 
     async fn read(&mut self) -> Next {
+        // The unfinished message begun first must be finished within what
+        // is left of its time: only time spent waiting here counts, not
+        // time the session held the user back.
+        let due = self.inbound.as_mut().and_then(|i| {
+            i.stamp(self.reading);
+            i.due(self.reading)
+        });
+        let _reading = Reading {
+            clock: &mut self.reading,
+            since: Instant::now(),
+        };
+        let read = self.reader.read_with(self.inbound.as_mut());
+        let r = match due {
+            None => read.await,
+            Some((id, left)) => match tokio::time::timeout(left, read).await {
+                Ok(r) => r,
+                Err(_) => {
+                    let after = self.inbound.as_ref().and_then(|i| i.timeout());
+                    let after = after.unwrap_or_default();
+                    return Next::Held(crate::budget::Held::Unfinished { id, after });
+                }
+            },
+        };
         let link = &self.entry.m.link;
-        match self.reader.read_with(self.inbound.as_mut()).await {
+        match r {
             Ok(Some(Read::Frame(f))) => {
                 link.received(f.payload.len() + corefarm_smp::HEADER_LEN);
                 Next::Frame(f)
@@ -147,6 +199,9 @@ impl UserConn {
                 Next::Fatal(ErrorCode::Timeout, format!("{e} (--read-timeout)"))
             }
             Err(ReadError::Io(e)) => Next::Failed(format!("read failed: {e}")),
+            Err(ReadError::Protocol(ProtocolError::OverBudget(why))) => {
+                Next::Held(crate::budget::Held::OverBudget(why))
+            }
             Err(ReadError::Protocol(e)) => Next::Fatal(e.code(), e.to_string()),
         }
     }

@@ -45,6 +45,22 @@ const SMALL_FRAME: usize = MIN_READ / 4;
 /// Largest frame size remembered for the read at the next frame boundary.
 const MAX_READ_AHEAD: usize = 1 << 20;
 
+/// A metered reader ([`FrameReader::with_meter`]) reserves a frame's whole
+/// announced size only up to this; past it the buffer doubles with what
+/// arrives, so a peer that announces a large frame and trickles it makes
+/// the reader reserve about what it sent. Frames up to this size (most data
+/// messages) are still read straight into a buffer of their size.
+pub const METERED_RESERVE: usize = 4 << 20;
+
+/// What a reader holds of frames it has begun and not finished, reported
+/// to its owner's accounting (a server's memory budget): a refusal fails
+/// the read with the meter's error, so only the peer that sent too much is
+/// refused.
+pub trait Meter: Send + Sync + std::fmt::Debug {
+    /// The reader now holds `bytes` of unfinished frames.
+    fn hold(&mut self, bytes: usize) -> Result<(), ProtocolError>;
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
     #[error("i/o error: {0}")]
@@ -66,6 +82,9 @@ pub struct Decoder {
     /// Bytes a read of a large frame takes past it: the next header, or
     /// both headers of a chunk for a placing reader.
     ahead: usize,
+    /// Most of a frame's announced size reserved ahead of its bytes (see
+    /// [`METERED_RESERVE`]).
+    reserve_max: usize,
     /// Chunk data copied from this buffer into a message's.
     #[cfg(test)]
     pub(crate) copied: usize,
@@ -79,6 +98,7 @@ impl Decoder {
             last_frame: 0,
             want: MIN_READ,
             ahead: HEADER_LEN,
+            reserve_max: usize::MAX,
             #[cfg(test)]
             copied: 0,
         }
@@ -104,13 +124,16 @@ impl Decoder {
         if self.buf.len() < total {
             // Room for the rest of this frame (its size is validated above)
             // and the next header, so the kernel copies the payload straight
-            // into the memory the frame will live in.
+            // into the memory the frame will live in; past a reservation
+            // bound, room for as much again as has arrived.
             let ahead = if total < SMALL_FRAME {
                 SMALL_FRAME
             } else {
                 self.ahead
             };
-            self.want = total - self.buf.len() + ahead;
+            let (have, rest) = (self.buf.len(), total - self.buf.len());
+            let rest = rest.min(self.reserve_max.max(2 * have) - have);
+            self.want = rest + ahead;
             self.buf.reserve(self.want);
             return Ok(None);
         }
@@ -248,6 +271,8 @@ pub struct FrameReader<R> {
     after_placed: bool,
     /// Chunks of the message being placed that a run read took ahead.
     run: run::Ahead,
+    /// See [`FrameReader::with_meter`].
+    meter: Option<Box<dyn Meter>>,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -261,7 +286,18 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             placing: None,
             after_placed: false,
             run: run::Ahead::default(),
+            meter: None,
         }
+    }
+
+    /// Reports the bytes of unfinished frames this reader holds to `m` as
+    /// they arrive and as frames complete, and reserves at most
+    /// [`METERED_RESERVE`] of a frame ahead of its bytes: for a reader of
+    /// untrusted peers, whose memory is what they actually sent, counted.
+    pub fn with_meter(mut self, m: Box<dyn Meter>) -> Self {
+        self.meter = Some(m);
+        self.dec.reserve_max = METERED_RESERVE;
+        self
     }
 
     /// Starts with `bytes` already read from the stream (by an authentication
@@ -304,6 +340,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             if self.fill(limit).await? == 0 {
                 return self.end_of_stream();
             }
+            self.metered()?;
         }
     }
 
@@ -436,6 +473,7 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             if self.fill(limit).await? == 0 {
                 return Ok(self.end_of_stream()?.map(Read::Frame));
             }
+            self.metered()?;
         }
     }
 
@@ -459,8 +497,18 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
         if f.is_some() {
             self.frame_started = None;
             self.waiting_since = None;
+            // What the frame held is the caller's now.
+            self.metered()?;
         }
         Ok(f)
+    }
+
+    /// Tells the meter, if any, what the decoder's buffer holds now.
+    fn metered(&mut self) -> Result<(), ProtocolError> {
+        match &mut self.meter {
+            Some(m) => m.hold(self.dec.buffered()),
+            None => Ok(()),
+        }
     }
 
     fn end_of_stream(&self) -> Result<Option<Frame>, ReadError> {

@@ -69,6 +69,11 @@ pub enum ProtocolError {
     BadChunk(String),
     #[error("notification is not valid: {0}")]
     BadNotification(String),
+    /// The receiver's memory for unfinished messages is spent (the reason
+    /// says whose bound and what to do): the peer that asked for more is
+    /// refused, not the receiver.
+    #[error("{0}")]
+    OverBudget(String),
 }
 
 /// Codes carried by the `Error` extension message. Stable on the wire.
@@ -181,6 +186,7 @@ impl ProtocolError {
             ProtocolError::BadGroup(_) => "bad_group",
             ProtocolError::BadChunk(_) => "bad_chunk",
             ProtocolError::BadNotification(_) => "bad_notification",
+            ProtocolError::OverBudget(_) => "over_budget",
         }
     }
 
@@ -189,7 +195,8 @@ impl ProtocolError {
         match self {
             ProtocolError::TooLarge { .. }
             | ProtocolError::SizeOverLimit { .. }
-            | ProtocolError::Unrepresentable(_) => ErrorCode::TooLarge,
+            | ProtocolError::Unrepresentable(_)
+            | ProtocolError::OverBudget(_) => ErrorCode::TooLarge,
             ProtocolError::ZeroOutputSize | ProtocolError::TooManyCores { .. } => {
                 ErrorCode::ConfigurationFailed
             }

@@ -24,8 +24,23 @@ pub fn encode(
     s: &ClusterStatus,
     names: &[NameTotals],
     config_times: &[(u64, corefarm_telemetry::HistogramSnapshot)],
+    (held, budget): (u64, u64),
 ) -> Result<(), std::fmt::Error> {
     let none: Labels = vec![];
+    family(
+        enc,
+        "memory_held_bytes",
+        "Bytes peers make the server hold of messages they have begun and not finished.",
+        Gauge,
+    )?
+    .gauge(&none, held as i64)?;
+    family(
+        enc,
+        "memory_budget_bytes",
+        "The most memory_held_bytes may reach (--memory-budget).",
+        Gauge,
+    )?
+    .gauge(&none, budget as i64)?;
     family(enc, "users_connected", "User sessions open now.", Gauge)?
         .gauge(&none, s.users.len() as i64)?;
     let mut f = family(enc, "nodes_connected", "Node connections by state.", Gauge)?;

@@ -64,6 +64,10 @@ pub enum ErrorKind {
     /// An unconfigured user connection (or one on its way in) that gave
     /// its place to a new one at a full user port.
     Evicted,
+    /// A peer refused for asking more of `--memory-budget` than is left.
+    OverBudget,
+    /// A user ended for a chunked message unfinished past `--message-timeout`.
+    Unfinished,
 }
 
 const ERROR_KINDS: [(&str, ErrorKind); 10] = [
@@ -77,6 +81,8 @@ const ERROR_KINDS: [(&str, ErrorKind); 10] = [
     ("bad_hello", ErrorKind::BadHello),
     ("idle", ErrorKind::Idle),
     ("evicted", ErrorKind::Evicted),
+    ("over_budget", ErrorKind::OverBudget),
+    ("unfinished_message", ErrorKind::Unfinished),
 ];
 
 /// A counter alone on its cache line: the server-wide totals are written
@@ -541,7 +547,7 @@ mod tests {
         let m = Arc::new(m);
         let m2 = m.clone();
         reg.register_collector(corefarm_telemetry::collector(move |enc| {
-            encode(enc, &m2, &st, &names, &times)
+            encode(enc, &m2, &st, &names, &times, (0, 0))
         }));
         let text = corefarm_telemetry::to_prometheus_text(&corefarm_telemetry::encode(&reg));
         for line in [

@@ -116,7 +116,7 @@ pub enum ToUser {
         reason: String,
     },
     /// A handler's notification, before the result of its message.
-    Notification(Notification),
+    Notification(crate::notes::Queued),
 }
 
 #[derive(Clone)]
@@ -560,7 +560,18 @@ impl Driver {
                 Action::Lent { node } => self.hand_over(node),
                 Action::Notify { user, note } => {
                     if let Some((tx, _)) = self.users.get(&user) {
-                        let _ = tx.send(ToUser::Notification(note));
+                        match crate::notes::queue(&self.shared.budget, note) {
+                            Ok(q) => {
+                                let _ = tx.send(ToUser::Notification(q));
+                            }
+                            Err(e) => {
+                                tracing::debug!(user, "handler notification dropped: {e}");
+                                self.shared.metrics.notification(false);
+                                self.shared
+                                    .metrics
+                                    .error(crate::metrics::ErrorKind::OverBudget);
+                            }
+                        }
                     }
                 }
             }

@@ -83,6 +83,9 @@ pub(crate) enum SessionEnd {
     /// The group session that took the connection over ended with this.
     #[error("{0}")]
     GroupEnded(#[from] crate::group::GroupEnd),
+    /// Over the memory budget, or a chunked message left unfinished.
+    #[error("{0}")]
+    Held(crate::budget::Held),
 }
 
 impl From<Closed> for SessionEnd {
@@ -106,6 +109,7 @@ impl SessionEnd {
             | SessionEnd::Evicted { .. } => Some((ErrorMsg::NO_ID, ErrorCode::Timeout)),
             SessionEnd::SchedulerStopped { id } => Some((*id, ErrorCode::Internal)),
             SessionEnd::HelloRefused(r) => Some((ErrorMsg::NO_ID, r.code)),
+            SessionEnd::Held(h) => Some(h.told()),
             SessionEnd::Closed
             | SessionEnd::Link(_)
             | SessionEnd::Feed(_)
@@ -151,7 +155,7 @@ impl<P: Placement> Session<P> {
             }
             _ => {
                 if let Some((id, code)) = end.told() {
-                    self.error_metric();
+                    self.error_metric(end);
                     self.conn.report(id, code, &end.to_string()).await;
                 }
             }
@@ -159,9 +163,11 @@ impl<P: Placement> Session<P> {
         tracing::warn!(user = %peer, "user session ended: {end}");
     }
 
-    fn error_metric(&self) {
-        self.shared
-            .metrics
-            .error(crate::metrics::ErrorKind::UserError);
+    fn error_metric(&self, end: &SessionEnd) {
+        let kind = match end {
+            SessionEnd::Held(h) => h.kind(),
+            _ => crate::metrics::ErrorKind::UserError,
+        };
+        self.shared.metrics.error(kind);
     }
 }

@@ -84,7 +84,8 @@ impl<P: Placement> Session<P> {
         );
         let chunked = chunks.is_some();
         if let Some(c) = chunks {
-            self.conn.inbound = Some(c.inbound);
+            let (budget, t) = (&self.shared.budget, self.shared.opts.message_timeout);
+            self.conn.inbound = Some(c.inbound.charged(budget.charge()).timed(t));
             self.conn.outbound = Some(c.outbound);
             if let Some(sock) = self.conn.reader.get_ref().sock() {
                 crate::chunked::shallow_buffers(&sock, c.size);

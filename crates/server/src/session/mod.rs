@@ -126,7 +126,8 @@ pub(crate) async fn run<P: Placement>(
     let reader = FrameReader::new(rd, shared.opts.max_message)
         // What the authentication gate read ahead (docs/operations.md).
         .with_prefix(prefix)
-        .with_read_timeout(shared.opts.read_timeout);
+        .with_read_timeout(shared.opts.read_timeout)
+        .with_meter(Box::new(shared.budget.charge()));
     let max = shared.opts.max_message;
     let mut s = Session {
         conn: UserConn::new((user, entry), peer, reader, out, max),
@@ -197,6 +198,7 @@ impl<P: Placement> Session<P> {
                         Next::Closed => Err(SessionEnd::Closed),
                         Next::Fatal(code, reason) => Err(SessionEnd::Broke { code, reason }),
                         Next::BadHello(r) => Err(SessionEnd::HelloRefused(r)),
+                        Next::Held(h) => Err(SessionEnd::Held(h)),
                         Next::Failed(e) => Err(SessionEnd::Link(e)),
                     }
                 }

@@ -140,7 +140,7 @@ impl Scheduled {
                 rtt: None,
                 node: None,
             },
-            ToUser::Notification(note) => Outcome::Notification(note),
+            ToUser::Notification(q) => Outcome::Notification(q.into_note()),
             ToUser::Failed { id, code, reason } => Outcome::Failed { id, code, reason },
         };
         cx.report(o);

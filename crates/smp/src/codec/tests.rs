@@ -142,6 +142,83 @@ async fn read_timeout_needs_payload_progress_not_speed() {
     drop(writer);
 }
 
+/// Records what a metered reader reports, refusing past `limit`.
+#[derive(Debug)]
+struct Held {
+    seen: std::sync::Arc<std::sync::Mutex<Vec<usize>>>,
+    limit: usize,
+}
+
+impl Meter for Held {
+    fn hold(&mut self, bytes: usize) -> Result<(), ProtocolError> {
+        self.seen.lock().unwrap().push(bytes);
+        if bytes > self.limit {
+            return Err(ProtocolError::OverBudget(format!("{bytes} held")));
+        }
+        Ok(())
+    }
+}
+
+/// A peer that announces a large frame and trickles it: the reader holds,
+/// reports and reserves what arrived, not what was announced; the frame
+/// once whole is the caller's (reported as no longer held); and a refusal
+/// fails the read.
+#[tokio::test(start_paused = true)]
+async fn a_metered_reader_holds_what_arrived_not_what_was_announced() {
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let meter = |limit| {
+        Box::new(Held {
+            seen: seen.clone(),
+            limit,
+        })
+    };
+    let announced: u32 = 64 << 20;
+    let mut head = vec![MsgType::Configuration as u8, 0, 0, 0];
+    head.extend_from_slice(&announced.to_le_bytes());
+    let (mut a, b) = tokio::io::duplex(1 << 20);
+    let mut r = FrameReader::new(b, u32::MAX).with_meter(meter(usize::MAX));
+    a.write_all(&head).await.unwrap();
+    a.write_all(&[7u8; 100_000]).await.unwrap();
+    let read = tokio::time::timeout(Duration::from_millis(50), r.read_frame()).await;
+    assert!(read.is_err(), "the frame is not whole yet");
+    assert_eq!(r.dec.buffered(), 8 + 100_000);
+    assert_eq!(seen.lock().unwrap().last(), Some(&(8 + 100_000)));
+    let reserved = r.dec.buf.capacity();
+    assert!(
+        reserved <= METERED_RESERVE + (1 << 20),
+        "{reserved} bytes reserved for 100 kB of a 64 MiB frame"
+    );
+    // An unmetered reader reserves the whole announced frame.
+    let (mut a2, b2) = tokio::io::duplex(1 << 20);
+    let mut whole = FrameReader::new(b2, u32::MAX);
+    a2.write_all(&head).await.unwrap();
+    let read = tokio::time::timeout(Duration::from_millis(50), whole.read_frame()).await;
+    assert!(read.is_err());
+    assert!(whole.dec.buf.capacity() >= announced as usize);
+
+    // A small frame whole: nothing held once it is read.
+    let (mut a, b) = tokio::io::duplex(1 << 20);
+    let mut r = FrameReader::new(b, u32::MAX).with_meter(meter(usize::MAX));
+    let wire = OutFrame::data(1, Bytes::from(vec![1u8; 5000]))
+        .unwrap()
+        .to_vec();
+    a.write_all(&wire).await.unwrap();
+    let f = r.read_frame().await.unwrap().unwrap();
+    assert_eq!(f.payload.len(), 5004);
+    assert_eq!(seen.lock().unwrap().last(), Some(&0));
+
+    // Past the meter's limit the read fails with its error.
+    let (mut a, b) = tokio::io::duplex(1 << 20);
+    let mut r = FrameReader::new(b, u32::MAX).with_meter(meter(10_000));
+    a.write_all(&head).await.unwrap();
+    a.write_all(&[7u8; 20_000]).await.unwrap();
+    let e = r.read_frame().await.unwrap_err();
+    assert!(
+        matches!(e, ReadError::Protocol(ProtocolError::OverBudget(_))),
+        "{e}"
+    );
+}
+
 pub(crate) mod placing {
     use super::*;
     use crate::stream::{Chunk, Chunks, Message, Reassembler};
