@@ -33,9 +33,14 @@ pub enum Misbehaviour {
     Silent,
     /// A user's hello, then silence (closed after `--user-idle-timeout`).
     HelloOnly,
+    /// A `chunks` user that configures, sends the first chunk of a message
+    /// and nothing more (closed after `--message-timeout`, its memory
+    /// released). Shared mode only: configuring takes no node from the
+    /// soak's users there.
+    UnfinishedChunk,
 }
 
-pub const ALL: [Misbehaviour; 9] = [
+pub const ALL: [Misbehaviour; 10] = [
     Misbehaviour::UnknownType,
     Misbehaviour::Oversized,
     Misbehaviour::Trickle,
@@ -45,6 +50,7 @@ pub const ALL: [Misbehaviour; 9] = [
     Misbehaviour::NodeChunkOverAgreed,
     Misbehaviour::Silent,
     Misbehaviour::HelloOnly,
+    Misbehaviour::UnfinishedChunk,
 ];
 
 /// The server port a misbehaviour is played against.
@@ -55,6 +61,11 @@ pub enum Port {
 }
 
 impl Misbehaviour {
+    /// Whether it can be played against a server in `--sharing exclusive`.
+    pub fn in_exclusive_mode(self) -> bool {
+        self != Misbehaviour::UnfinishedChunk
+    }
+
     /// The ports it makes sense on: a node's own misbehaviour only at the
     /// nodes port, the rest at either.
     pub fn ports(self) -> &'static [Port] {
@@ -62,7 +73,9 @@ impl Misbehaviour {
             Misbehaviour::NodeChunkOverAgreed => &[Port::Nodes],
             // At the nodes port a silent peer is a seed-format node (taken
             // after a short grace), a different case.
-            Misbehaviour::HelloOnly | Misbehaviour::Silent => &[Port::Users],
+            Misbehaviour::HelloOnly | Misbehaviour::Silent | Misbehaviour::UnfinishedChunk => {
+                &[Port::Users]
+            }
             _ => &[Port::Users, Port::Nodes],
         }
     }
@@ -115,6 +128,7 @@ pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Resu
         }
         Misbehaviour::NodeChunkOverAgreed => over_agreed_chunk(&mut s, within),
         Misbehaviour::Silent => Ok(()),
+        Misbehaviour::UnfinishedChunk => unfinished_chunk(&mut s, within),
         Misbehaviour::HelloOnly => {
             let mut h = Hello::new("user");
             h.features = vec![features::ERROR.into()];
@@ -179,6 +193,45 @@ fn over_agreed_chunk(s: &mut TcpStream, within: Duration) -> std::io::Result<()>
         .to_frame()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     s.write_all(&frame.to_vec())
+}
+
+/// Reads frames until one of type `ty`; an error if the connection ends first.
+fn read_until(s: &mut TcpStream, ty: MsgType) -> std::io::Result<()> {
+    loop {
+        let mut head = [0u8; 8];
+        s.read_exact(&mut head)?;
+        let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as u64;
+        std::io::copy(&mut (&mut *s).take(len), &mut std::io::sink())?;
+        if head[0] == ty as u8 {
+            return Ok(());
+        }
+    }
+}
+
+/// A `chunks` user: hello, a benchmarking configuration, then the first
+/// 4 KiB chunk of a 64 KiB message, and silence.
+fn unfinished_chunk(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
+    let mut h = Hello::new("user");
+    h.features = vec![features::ERROR.into(), features::CHUNKS.into()];
+    h.chunk_size = Some(4096);
+    s.write_all(&h.to_frame().to_vec())?;
+    s.set_read_timeout(Some(within))?;
+    read_until(s, MsgType::Hello)?;
+    let cfg = corefarm_smp::BenchmarkConfig {
+        input_size: 16,
+        output_size: 16,
+        delay_us: 0,
+    };
+    let invalid = |e: corefarm_smp::ProtocolError| {
+        std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string())
+    };
+    s.write_all(&cfg.to_configuration().to_frame().map_err(invalid)?.to_vec())?;
+    read_until(s, MsgType::ConfigurationResponse)?;
+    let c = Chunk {
+        head: ChunkHeader::at(1, 4, 0, 65536, 4096),
+        data: bytes::Bytes::from(vec![7; 4096]),
+    };
+    s.write_all(&c.to_frame().map_err(invalid)?.to_vec())
 }
 
 /// Reads (discarding an error message, if any) until EOF or `t` passes.

@@ -136,6 +136,8 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         // this long unconfigured.
         "--user-idle-timeout",
         "4",
+        "--message-timeout",
+        "3",
         "--node-timeout",
         "10",
         "--node-wait",
@@ -239,7 +241,11 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         });
         if now >= next_bad {
             // In turn, so a short soak plays every one.
-            let kind = bad::ALL[bad_played as usize % bad::ALL.len()];
+            let playable: Vec<bad::Misbehaviour> = bad::ALL
+                .into_iter()
+                .filter(|k| opts.sharing.as_str() == "shared" || k.in_exclusive_mode())
+                .collect();
+            let kind = playable[bad_played as usize % playable.len()];
             *bad_by_kind.entry(format!("{kind:?}")).or_insert(0u64) += 1;
             let ports = kind.ports();
             let port = match ports {

@@ -70,7 +70,7 @@ pub enum ErrorKind {
     Unfinished,
 }
 
-const ERROR_KINDS: [(&str, ErrorKind); 10] = [
+const ERROR_KINDS: [(&str, ErrorKind); 12] = [
     ("node_lost", ErrorKind::NodeLost),
     ("core_failure", ErrorKind::CoreFailure),
     ("configuration_failed", ErrorKind::ConfigurationFailed),
