@@ -83,7 +83,7 @@ struct Live {
     /// fails naming them and ends the group.
     lost: Vec<(u32, String)>,
     /// Collectives relayed to each rank: a member blamed for missing a call
-    /// it was never sent is not at fault, the user is ([`Session::blame`]).
+    /// it was never sent is not at fault, the user is ([`Session::user_at_fault`]).
     collectives: Vec<u64>,
 }
 

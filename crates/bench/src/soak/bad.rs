@@ -38,9 +38,13 @@ pub enum Misbehaviour {
     /// released). Shared mode only: configuring takes no node from the
     /// soak's users there.
     UnfinishedChunk,
+    /// A node whose hello names it with 1 MiB: admitted, its name shown cut
+    /// to 64 characters. Counts as played when the server answers it (or
+    /// closes); the soak's memory checks see the rest.
+    HugeNodeName,
 }
 
-pub const ALL: [Misbehaviour; 10] = [
+pub const ALL: [Misbehaviour; 11] = [
     Misbehaviour::UnknownType,
     Misbehaviour::Oversized,
     Misbehaviour::Trickle,
@@ -51,6 +55,7 @@ pub const ALL: [Misbehaviour; 10] = [
     Misbehaviour::Silent,
     Misbehaviour::HelloOnly,
     Misbehaviour::UnfinishedChunk,
+    Misbehaviour::HugeNodeName,
 ];
 
 /// The server port a misbehaviour is played against.
@@ -70,7 +75,7 @@ impl Misbehaviour {
     /// nodes port, the rest at either.
     pub fn ports(self) -> &'static [Port] {
         match self {
-            Misbehaviour::NodeChunkOverAgreed => &[Port::Nodes],
+            Misbehaviour::NodeChunkOverAgreed | Misbehaviour::HugeNodeName => &[Port::Nodes],
             // At the nodes port a silent peer is a seed-format node (taken
             // after a short grace), a different case.
             Misbehaviour::HelloOnly | Misbehaviour::Silent | Misbehaviour::UnfinishedChunk => {
@@ -129,6 +134,21 @@ pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Resu
         Misbehaviour::NodeChunkOverAgreed => over_agreed_chunk(&mut s, within),
         Misbehaviour::Silent => Ok(()),
         Misbehaviour::UnfinishedChunk => unfinished_chunk(&mut s, within),
+        // Answered (admitted, its name cut) or closed: either is right;
+        // kept unanswered is not.
+        Misbehaviour::HugeNodeName => {
+            return match huge_node_name(&mut s, within) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    Err(PlayError::Kept { bad, within })
+                }
+                _ => Ok(()),
+            };
+        }
         Misbehaviour::HelloOnly => {
             let mut h = Hello::new("user");
             h.features = vec![features::ERROR.into()];
@@ -193,6 +213,16 @@ fn over_agreed_chunk(s: &mut TcpStream, within: Duration) -> std::io::Result<()>
         .to_frame()
         .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
     s.write_all(&frame.to_vec())
+}
+
+/// A node hello with a 1 MiB name, and the server's answer.
+fn huge_node_name(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
+    let mut h = Hello::new("node");
+    h.features = vec![features::ERROR.into()];
+    h.name = Some("n".repeat(1 << 20));
+    s.write_all(&h.to_frame().to_vec())?;
+    s.set_read_timeout(Some(within))?;
+    read_until(s, MsgType::Hello)
 }
 
 /// Reads frames until one of type `ty`; an error if the connection ends first.

@@ -3,7 +3,7 @@
 //!
 //! - [`PeerListener`] is a node's peer port: it accepts links, checks their
 //!   hello and hands each to the group it names. Until its hello, a
-//!   connection holds one of a few places, briefly ([`admission`]): a
+//!   connection holds one of a few places, briefly (`admission`): a
 //!   stranger's connections cost little and cannot keep a member out.
 //! - [`Fabric`] is one node's membership in a group: links to its
 //!   neighbours in the group's [`Topology`], forwarding through intermediate
@@ -49,7 +49,7 @@ use admission::Admission;
 /// Largest peer payload a node accepts by default: a 1 MiB chunk and its headers.
 pub const DEFAULT_MAX_FRAME: u32 = (1 << 20) + 128;
 /// Accepted connections that have not said hello yet, at most: a newer
-/// one takes an older one's place rather than wait ([`admission`]).
+/// one takes an older one's place rather than wait (`admission`).
 const MAX_PENDING: usize = 64;
 /// Of those, the most one source address holds before its own oldest
 /// yields: a quarter, so one flooding address leaves the rest to others,
