@@ -44,6 +44,6 @@ fn two_minute_soak_loses_nothing() {
     let kinds = r["bad_peers_by_kind"]
         .as_object()
         .expect("bad_peers_by_kind");
-    assert!(kinds.len() >= 11, "{text}");
+    assert!(kinds.len() >= 12, "{text}");
     assert!(t["sessions"].as_u64().unwrap() >= 20, "{text}");
 }

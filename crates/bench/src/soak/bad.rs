@@ -42,9 +42,15 @@ pub enum Misbehaviour {
     /// to 64 characters. Counts as played when the server answers it (or
     /// closes); the soak's memory checks see the rest.
     HugeNodeName,
+    /// A group user that opens a group of two, holds silent connections
+    /// to a member's peer port (a stranger without the token), then sends a
+    /// barrier to rank 0 only: the strangers must be dropped, the failure
+    /// blamed on the user (no culprit), and the group closed. Shared mode
+    /// only, where a group borrows nodes beside the soak's users.
+    GroupMisuse,
 }
 
-pub const ALL: [Misbehaviour; 11] = [
+pub const ALL: [Misbehaviour; 12] = [
     Misbehaviour::UnknownType,
     Misbehaviour::Oversized,
     Misbehaviour::Trickle,
@@ -56,6 +62,7 @@ pub const ALL: [Misbehaviour; 11] = [
     Misbehaviour::HelloOnly,
     Misbehaviour::UnfinishedChunk,
     Misbehaviour::HugeNodeName,
+    Misbehaviour::GroupMisuse,
 ];
 
 /// The server port a misbehaviour is played against.
@@ -68,7 +75,10 @@ pub enum Port {
 impl Misbehaviour {
     /// Whether it can be played against a server in `--sharing exclusive`.
     pub fn in_exclusive_mode(self) -> bool {
-        self != Misbehaviour::UnfinishedChunk
+        !matches!(
+            self,
+            Misbehaviour::UnfinishedChunk | Misbehaviour::GroupMisuse
+        )
     }
 
     /// The ports it makes sense on: a node's own misbehaviour only at the
@@ -78,9 +88,10 @@ impl Misbehaviour {
             Misbehaviour::NodeChunkOverAgreed | Misbehaviour::HugeNodeName => &[Port::Nodes],
             // At the nodes port a silent peer is a seed-format node (taken
             // after a short grace), a different case.
-            Misbehaviour::HelloOnly | Misbehaviour::Silent | Misbehaviour::UnfinishedChunk => {
-                &[Port::Users]
-            }
+            Misbehaviour::HelloOnly
+            | Misbehaviour::Silent
+            | Misbehaviour::UnfinishedChunk
+            | Misbehaviour::GroupMisuse => &[Port::Users],
             _ => &[Port::Users, Port::Nodes],
         }
     }
@@ -100,14 +111,41 @@ pub enum PlayError {
     Connect(Misbehaviour, std::io::Error),
     #[error("{0:?}: send: {1}")]
     Send(Misbehaviour, std::io::Error),
+    /// A member was blamed for a collective the user sent to one rank only.
+    #[error("{bad:?}: a member was blamed for the user's mistake: {reason}")]
+    Blamed { bad: Misbehaviour, reason: String },
+    /// Strangers on a member's peer port were still connected after its
+    /// hello deadline.
+    #[error("{bad:?}: {kept} of {of} strangers on a peer port still connected after {after:?}")]
+    StrangersKept {
+        bad: Misbehaviour,
+        kept: usize,
+        of: usize,
+        after: Duration,
+    },
     /// The server neither cut the peer off nor answered it in time.
     #[error("{bad:?}: the server kept the connection for {within:?}")]
     Kept { bad: Misbehaviour, within: Duration },
 }
 
+/// How a play ended well.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Played {
+    /// The server (or node) dealt with the misbehaviour as it should.
+    CutOff,
+    /// Nothing to test this time (a group could not open: too few free
+    /// nodes at that moment).
+    Untestable,
+}
+
 /// Plays `bad` against `addr`; `Ok` when the server closed the connection
 /// (after an error message or not) within `within`.
-pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Result<(), PlayError> {
+pub fn play(
+    bad: Misbehaviour,
+    port: Port,
+    addr: &str,
+    within: Duration,
+) -> Result<Played, PlayError> {
     let mut s = TcpStream::connect(addr).map_err(|e| PlayError::Connect(bad, e))?;
     let role = match port {
         Port::Users => "user",
@@ -134,6 +172,7 @@ pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Resu
         Misbehaviour::NodeChunkOverAgreed => over_agreed_chunk(&mut s, within),
         Misbehaviour::Silent => Ok(()),
         Misbehaviour::UnfinishedChunk => unfinished_chunk(&mut s, within),
+        Misbehaviour::GroupMisuse => return group_misuse(&mut s, within),
         // Answered (admitted, its name cut) or closed: either is right;
         // kept unanswered is not.
         Misbehaviour::HugeNodeName => {
@@ -146,7 +185,7 @@ pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Resu
                 {
                     Err(PlayError::Kept { bad, within })
                 }
-                _ => Ok(()),
+                _ => Ok(Played::CutOff),
             };
         }
         Misbehaviour::HelloOnly => {
@@ -162,10 +201,10 @@ pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Resu
             for b in h.iter().take(7) {
                 if s.write_all(&[*b]).is_err() {
                     // Already cut off: that is the expected outcome.
-                    return Ok(());
+                    return Ok(Played::CutOff);
                 }
                 if closed_within(&mut s, Duration::from_millis(500)) {
-                    return Ok(());
+                    return Ok(Played::CutOff);
                 }
                 if Instant::now() > deadline {
                     break;
@@ -179,14 +218,14 @@ pub fn play(bad: Misbehaviour, port: Port, addr: &str, within: Duration) -> Resu
         return if e.kind() == std::io::ErrorKind::BrokenPipe
             || e.kind() == std::io::ErrorKind::ConnectionReset
         {
-            Ok(())
+            Ok(Played::CutOff)
         } else {
             Err(PlayError::Send(bad, e))
         };
     }
     let left = deadline.saturating_duration_since(Instant::now());
     if closed_within(&mut s, left) {
-        Ok(())
+        Ok(Played::CutOff)
     } else {
         Err(PlayError::Kept { bad, within })
     }
@@ -223,6 +262,108 @@ fn huge_node_name(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
     s.write_all(&h.to_frame().to_vec())?;
     s.set_read_timeout(Some(within))?;
     read_until(s, MsgType::Hello)
+}
+
+/// Reads the next frame: its type and payload.
+fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
+    let mut head = [0u8; 8];
+    s.read_exact(&mut head)?;
+    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
+    let mut payload = vec![0; len.min(1 << 20)];
+    s.read_exact(&mut payload)?;
+    Ok((head[0], payload))
+}
+
+/// See [`Misbehaviour::GroupMisuse`]. A group the server cannot open (too
+/// few free nodes with a peer port at that moment) is nothing to test.
+fn group_misuse(s: &mut TcpStream, within: Duration) -> Result<Played, PlayError> {
+    use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupReply, NO_CULPRIT};
+    let bad = Misbehaviour::GroupMisuse;
+    let io = |e: std::io::Error| PlayError::Send(bad, e);
+    let mut h = Hello::new("user");
+    h.features = vec![features::ERROR.into(), features::GROUP.into()];
+    h.nodes = Some(0);
+    s.write_all(&h.to_frame().to_vec()).map_err(io)?;
+    s.set_read_timeout(Some(within)).map_err(io)?;
+    read_until(s, MsgType::Hello).map_err(io)?;
+    let open = GroupCtl::Open {
+        nodes: 2,
+        topology: None,
+    };
+    s.write_all(&open.to_frame().to_vec()).map_err(io)?;
+    let members = loop {
+        match read_frame(s) {
+            Ok((t, p)) if t == MsgType::GroupCtl as u8 => match GroupCtl::decode(&p) {
+                Ok(GroupCtl::Opened { members, .. }) => break members,
+                _ => return Ok(Played::Untestable),
+            },
+            Ok((t, _)) if t == MsgType::Error as u8 => return Ok(Played::Untestable),
+            Ok(_) => continue,
+            Err(_) => return Ok(Played::Untestable),
+        }
+    };
+    // Strangers without the token on rank 1's peer port.
+    let strangers: Vec<TcpStream> = members
+        .iter()
+        .find(|m| m.rank == 1)
+        .and_then(|m| m.peer.parse::<std::net::SocketAddr>().ok())
+        .map(|at| {
+            (0..20)
+                .filter_map(|_| TcpStream::connect(at).ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    let mut barrier = GroupCmd::new(1, 0, Cmd::Barrier);
+    barrier.algo = Some(corefarm_smp::Algo::Linear);
+    barrier.timeout_ms = 300;
+    let frame = barrier.to_frame().map_err(|e| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            e.to_string(),
+        ))
+    })?;
+    s.write_all(&frame.to_vec()).map_err(io)?;
+    loop {
+        let (t, p) = read_frame(s).map_err(io)?;
+        if t != MsgType::GroupReply as u8 {
+            continue;
+        }
+        let r = GroupReply::parse(bytes::Bytes::from(p)).map_err(|e| {
+            io(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                e.to_string(),
+            ))
+        })?;
+        // A member lost to a node kill meanwhile is blamed rightly.
+        if r.status != 0 && r.culprit != NO_CULPRIT && !r.reason().contains("lost") {
+            return Err(PlayError::Blamed {
+                bad,
+                reason: r.reason().to_string(),
+            });
+        }
+        break;
+    }
+    // A member's hello deadline is 1 s: every stranger is gone well within 3.
+    let after = Duration::from_secs(3);
+    let of = strangers.len();
+    let deadline = Instant::now() + after;
+    let kept = strangers
+        .into_iter()
+        .map(|mut st| {
+            let left = deadline.saturating_duration_since(Instant::now());
+            closed_within(&mut st, left.max(Duration::from_millis(10)))
+        })
+        .filter(|closed| !closed)
+        .count();
+    match kept {
+        0 => Ok(Played::CutOff),
+        kept => Err(PlayError::StrangersKept {
+            bad,
+            kept,
+            of,
+            after,
+        }),
+    }
 }
 
 /// Reads frames until one of type `ty`; an error if the connection ends first.

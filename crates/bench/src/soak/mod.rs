@@ -66,6 +66,8 @@ pub struct SoakReport {
     pub bad_peers_played: u64,
     /// How often each misbehaviour was played (they take turns).
     pub bad_peers_by_kind: std::collections::BTreeMap<String, u64>,
+    /// Plays that found nothing to test (e.g. no two free nodes for a group).
+    pub bad_peers_untestable: std::collections::BTreeMap<String, u64>,
     pub bad_peer_failures: Vec<String>,
     /// Server memory (KiB) once the load had run for a tenth of the
     /// duration, and at the end; the same for the node never killed.
@@ -201,6 +203,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     let (mut killed, mut bad_played) = (0u64, 0u64);
     let mut bad_failures = Vec::new();
     let mut bad_by_kind = std::collections::BTreeMap::new();
+    let mut bad_untestable = std::collections::BTreeMap::new();
     let mut crashes = Vec::new();
     let mut restart_at: Vec<(Instant, usize)> = Vec::new();
     while Instant::now() < end {
@@ -258,8 +261,12 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
                 bad::Port::Nodes => &cluster.nodes_addr,
             };
             bad_played += 1;
-            if let Err(e) = bad::play(kind, port, addr, Duration::from_secs(8)) {
-                bad_failures.push(e.to_string());
+            match bad::play(kind, port, addr, Duration::from_secs(8)) {
+                Ok(bad::Played::CutOff) => {}
+                Ok(bad::Played::Untestable) => {
+                    *bad_untestable.entry(format!("{kind:?}")).or_insert(0u64) += 1;
+                }
+                Err(e) => bad_failures.push(e.to_string()),
             }
             next_bad = Instant::now() + Duration::from_millis(rng.gen_range(200..2000));
         }
@@ -379,6 +386,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         node_crashes: crashes,
         bad_peers_played: bad_played,
         bad_peers_by_kind: bad_by_kind,
+        bad_peers_untestable: bad_untestable,
         bad_peer_failures: bad_failures,
         server_rss_kib: (rss0, rss1),
         node_rss_kib: (nrss0, nrss1),
