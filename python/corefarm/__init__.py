@@ -375,7 +375,8 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     message's chunks between a bulk one's, and results come back the same
     way; chunk_size: the largest chunk to ask for (default 128 KiB, at most
     1 MiB: larger chunks cost bulk messages less, urgent ones more). Without
-    chunks every message is priority 4 and `priority=` has no effect.
+    chunks every message is priority 4: a `priority=` other than 4 raises
+    InputError saying to connect with chunks=True.
     """
     if ":" not in addr:
         addr = f"{addr}:{DEFAULT_PORT}"

@@ -52,11 +52,14 @@ def test_priorities_round_trip_as_chunks(cluster):
             c.submit(inputs(3, 1), priority=8)
 
 
-def test_without_chunks_a_priority_is_accepted_and_nothing_changes(cluster):
+def test_without_chunks_a_priority_is_refused_with_the_fix(cluster):
     with corefarm.connect(cluster.users_addr, timeout=30) as c:
         assert c.chunk_size is None
         c.configure_benchmark(1024, 32)
-        i = c.submit(inputs(4, 2), priority=0)
+        with pytest.raises(corefarm.InputError, match="chunks=True"):
+            c.submit(inputs(4, 2), priority=0)
+        # The default class needs nothing, and the session goes on.
+        i = c.submit(inputs(4, 2), priority=4)
         out = c.recv(timeout=30)
         assert out.id == i and out.count == 2
 

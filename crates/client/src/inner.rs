@@ -191,6 +191,14 @@ impl Inner {
                 corefarm_smp::stream::CLASSES - 1
             )));
         }
+        if class != DEFAULT_CLASS && self.chunk_size.is_none() {
+            // Classes are carried by chunks: without them every message
+            // would go out as class 4, which the caller did not ask for.
+            return Err(ClientError::InvalidInput(format!(
+                "priority {class} needs the chunks feature, which this connection did not \
+                 agree: connect with chunks (ClientOptions::chunks; chunks=True in Python)"
+            )));
+        }
         let (id, pending) = {
             let mut st = self.shared.lock();
             if let Some(f) = &st.failed {

@@ -494,6 +494,10 @@ fn local_validation_before_sending() {
     let e = c.submit(Bytes::from_static(&[0; 17])).unwrap_err();
     assert!(matches!(e, ClientError::InvalidInput(_)), "{e}");
     assert!(c.submit(Bytes::new()).is_err());
+    // A priority other than the default needs chunks, which were not agreed.
+    let e = c.submit_with(Bytes::from_static(&[0; 16]), 0).unwrap_err();
+    assert!(matches!(e, ClientError::InvalidInput(_)), "{e}");
+    assert!(e.to_string().contains("chunks"), "{e}");
     drop(c);
     srv.join().unwrap();
 }
