@@ -708,7 +708,10 @@ class _MapIterator:
         self._window = window
         self._typed = typed
         self._priority = priority
-        self._class_ok = priority is None or 0 <= priority <= 7
+        # A priority every input shares: refused for all (out of range, or
+        # not the default without chunks), so its refusal ends the map.
+        self._class_ok = priority is None or (
+            0 <= priority <= 7 and (priority == 4 or client.chunk_size is not None))
         self._return_exceptions = return_exceptions
         # In input order: (Pending, result form) for a sent input, or
         # (None, (exception, ends the map)) for one that was not sent.

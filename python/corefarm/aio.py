@@ -244,7 +244,9 @@ class _AsyncMap:
         self._window = window
         self._typed = typed
         self._priority = priority
-        self._class_ok = priority is None or 0 <= priority <= 7
+        # As for the blocking map: a priority refused for every input ends it.
+        self._class_ok = priority is None or (
+            0 <= priority <= 7 and (priority == 4 or aclient.client.chunk_size is not None))
         self._return_exceptions = return_exceptions
         if hasattr(inputs, "__aiter__"):
             self._async_source, self._source = inputs.__aiter__(), None
