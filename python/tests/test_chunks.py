@@ -58,6 +58,11 @@ def test_without_chunks_a_priority_is_refused_with_the_fix(cluster):
         c.configure_benchmark(1024, 32)
         with pytest.raises(corefarm.InputError, match="chunks=True"):
             c.submit(inputs(4, 2), priority=0)
+        # A map's priority is every input's: its refusal ends the map.
+        it = c.map([inputs(k, 1) for k in range(3)], priority=0)
+        with pytest.raises(corefarm.InputError, match="chunks=True"):
+            next(it)
+        assert list(it) == []
         # The default class needs nothing, and the session goes on.
         i = c.submit(inputs(4, 2), priority=4)
         out = c.recv(timeout=30)
