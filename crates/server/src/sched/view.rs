@@ -35,6 +35,13 @@ impl View {
 }
 
 impl Sched {
+    /// A function's name as status shows it (its short id if unknown).
+    fn label(&self, f: super::FnId) -> String {
+        self.fns
+            .get(&f)
+            .map_or_else(|| f.short(), |x| x.label.clone())
+    }
+
     pub fn view(&self) -> View {
         let mut functions: Vec<FunctionStatus> = self
             .fns
@@ -42,6 +49,7 @@ impl Sched {
             .map(|f| {
                 let mut st = FunctionStatus {
                     id: f.id.short(),
+                    name: Some(f.label.clone()),
                     queued: f.queue.len() as u64,
                     demand: f.demand,
                     service_us: f.service.map(|s| s * 1e6),
@@ -74,7 +82,8 @@ impl Sched {
                     .function
                     .and_then(|f| self.fns.get(&f))
                     .map_or(0, |f| f.queue.len_of(id) as u64);
-                (id, (u.function.map(|f| f.short()), queued, u.in_flight))
+                let label = u.function.map(|f| self.label(f));
+                (id, (label, queued, u.in_flight))
             })
             .collect();
         let nodes = self
@@ -85,7 +94,7 @@ impl Sched {
                     SlotState::Configuring { target, .. } => Some(target),
                     _ => s.function,
                 };
-                f.map(|f| (id, f.short()))
+                f.map(|f| (id, self.label(f)))
             })
             .collect();
         View {
