@@ -178,7 +178,8 @@ pub struct UserStatus {
     pub hello: bool,
     #[serde(default)]
     pub phase: UserPhase,
-    /// Ids of the nodes assigned to it.
+    /// Ids of the nodes assigned to it; in shared mode, where nodes are
+    /// nobody's, those holding or loading its function.
     #[serde(default)]
     pub nodes: Vec<u64>,
     /// Data messages accepted and not yet answered (the seed's data counter).
@@ -200,7 +201,8 @@ pub struct UserStatus {
     #[serde(default)]
     pub failures: u64,
     /// Median and 99th percentile, in seconds, of the time from the server
-    /// handing a message to a node to its result (bucket estimates).
+    /// handing a message to a node to its result (bucket estimates); in
+    /// shared mode from the server admitting it, queueing included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_p50: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

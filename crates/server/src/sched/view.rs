@@ -21,15 +21,23 @@ impl View {
     /// Fills the shared-mode fields of a registry snapshot.
     pub fn merge(&self, s: &mut ClusterStatus) {
         s.functions = self.functions.clone();
+        for n in &mut s.nodes {
+            n.function = self.nodes.get(&n.id).cloned();
+        }
         for u in &mut s.users {
             if let Some((f, queued, in_flight)) = self.users.get(&u.id) {
                 u.function = f.clone();
                 u.queued = *queued;
                 u.in_flight = *in_flight;
+                // No node is any user's here: a user's nodes are those
+                // holding or loading its function, which it shares.
+                u.nodes = s
+                    .nodes
+                    .iter()
+                    .filter(|n| f.is_some() && n.function == *f)
+                    .map(|n| n.id)
+                    .collect();
             }
-        }
-        for n in &mut s.nodes {
-            n.function = self.nodes.get(&n.id).cloned();
         }
     }
 }
