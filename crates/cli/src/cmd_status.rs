@@ -244,6 +244,8 @@ fn functions(s: &ClusterStatus) -> String {
         "SERVICE-US",
         "RECONFIGS",
         "USERS",
+        // Last: a name may hold spaces, and users match theirs by it.
+        "NAME",
     ])];
     for f in &s.functions {
         let users: Vec<String> = f.users.iter().map(|u| u.to_string()).collect();
@@ -261,6 +263,7 @@ fn functions(s: &ClusterStatus) -> String {
             } else {
                 users.join(",")
             },
+            f.name.clone().unwrap_or_else(|| "-".into()),
         ]);
     }
     out += &table(&rows);
@@ -400,14 +403,14 @@ users: 1
                 name: Some("n0".into()),
                 addr: "h:1".into(),
                 state: NodeState::Ready,
-                function: Some("0a1b2c3d4e5f".into()),
+                function: Some("crc (sha256:5b05cb74bb3d)".into()),
                 ..Default::default()
             }],
             users: vec![UserStatus {
                 id: 3,
                 addr: "h:2".into(),
                 phase: UserPhase::Routing,
-                function: Some("0a1b2c3d4e5f".into()),
+                function: Some("crc (sha256:5b05cb74bb3d)".into()),
                 outstanding: 5,
                 queued: 4,
                 in_flight: 1,
@@ -415,6 +418,7 @@ users: 1
             }],
             functions: vec![FunctionStatus {
                 id: "0a1b2c3d4e5f".into(),
+                name: Some("crc (sha256:5b05cb74bb3d)".into()),
                 replicas: 1,
                 queued: 4,
                 in_flight: 1,
@@ -430,16 +434,16 @@ users: 1
 policy credit, sharing shared, max message 64 bytes, up 0 s, re-dispatched 0, errors: none
 
 nodes: 1
-  ID  NODE    STATE  FUNCTION      CORES  USER  IN-FLIGHT  RESULTS  TOTAL  FAILED  BUSY-S
-  1   n0@h:1  ready  0a1b2c3d4e5f  0      -     0          0        0      0       0.0
+  ID  NODE    STATE  FUNCTION                   CORES  USER  IN-FLIGHT  RESULTS  TOTAL  FAILED  BUSY-S
+  1   n0@h:1  ready  crc (sha256:5b05cb74bb3d)  0      -     0          0        0      0       0.0
 
 users: 1
-  ID  ADDRESS  NAME         PHASE    FUNCTION      OUTSTANDING  QUEUED  IN-FLIGHT  RESULTS  FAILED  P50-MS  P99-MS
-  3   h:2      (seed user)  routing  0a1b2c3d4e5f  5            4       1          0        0       -       -
+  ID  ADDRESS  NAME         PHASE    FUNCTION                   OUTSTANDING  QUEUED  IN-FLIGHT  RESULTS  FAILED  P50-MS  P99-MS
+  3   h:2      (seed user)  routing  crc (sha256:5b05cb74bb3d)  5            4       1          0        0       -       -
 
 functions: 1
-  FUNCTION      REPLICAS  LOADING  QUEUED  IN-FLIGHT  DEMAND-MS  SERVICE-US  RECONFIGS  USERS
-  0a1b2c3d4e5f  1         0        4       1          12.5       2500.0      1          3
+  FUNCTION      REPLICAS  LOADING  QUEUED  IN-FLIGHT  DEMAND-MS  SERVICE-US  RECONFIGS  USERS  NAME
+  0a1b2c3d4e5f  1         0        4       1          12.5       2500.0      1          3      crc (sha256:5b05cb74bb3d)
 ";
         assert_eq!(render(&s), expected);
     }

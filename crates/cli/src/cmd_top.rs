@@ -295,6 +295,7 @@ impl View {
                     }
                 }),
                 u.nodes.len().to_string(),
+                u.function.clone().unwrap_or_else(|| "-".into()),
                 format!("{rate:.0}"),
                 u.latency_p50.map_or("-".into(), millis),
                 u.latency_p99.map_or("-".into(), millis),
@@ -307,6 +308,7 @@ impl View {
             Constraint::Length(5),
             Constraint::Min(12),
             Constraint::Length(5),
+            Constraint::Min(12),
             Constraint::Length(10),
             Constraint::Length(9),
             Constraint::Length(9),
@@ -318,6 +320,7 @@ impl View {
             "ID",
             "NAME",
             "NODES",
+            "FUNCTION",
             "RESULTS/S",
             "P50 ms",
             "P99 ms",

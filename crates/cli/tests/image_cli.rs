@@ -69,8 +69,15 @@ fn sizes_and_types_come_from_the_hls_source_and_inspect_shows_them() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("input size:  2056 bytes, int32[514]"), "{out}");
     assert!(out.contains("output size: 1024 bytes, int32[256]"), "{out}");
+    // The digest of the file, and the label status and metrics show for it.
+    let digest = corefarm_server::metrics::bitstream_digest(&std::fs::read(img).unwrap());
+    assert!(out.contains(&format!("sha256:      {digest}\n")), "{out}");
+    let shown = format!("shown as:    saxpy (sha256:{}) ", &digest[..12]);
+    assert!(out.contains(&shown), "{out}");
     let (_, out, _) = corefarm(&["image", "inspect", "--json", img]);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["sha256"], digest);
+    assert_eq!(v["function"], format!("saxpy (sha256:{})", &digest[..12]));
     assert_eq!(v["manifest"]["input_type"]["dtype"], "int32");
     assert_eq!(v["manifest"]["output_type"]["shape"][0], 256);
 

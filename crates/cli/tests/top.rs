@@ -43,8 +43,9 @@ fn user_rate(screen: &str) -> Option<f64> {
     let line = screen.lines().find(|l| l.contains("corefarm-bench"))?;
     let cells: Vec<&str> = line.split_whitespace().collect();
     let i = cells.iter().position(|c| *c == "corefarm-bench")?;
-    // NAME, NODES, RESULTS/S
-    cells.get(i + 2)?.parse().ok()
+    // NAME, NODES, FUNCTION, RESULTS/S: the user's function is shown.
+    (cells.get(i + 2) == Some(&"bench")).then_some(())?;
+    cells.get(i + 3)?.parse().ok()
 }
 
 #[test]

@@ -543,10 +543,12 @@ pub fn reported_throughput(
     inputs_per_message: usize,
 ) -> Option<f64> {
     let me = s.users.iter().find(|u| Some(u.id) == s.you)?;
+    // A user's function is shown by name (the id, from servers before names).
+    let mine = me.function.as_ref()?;
     let f = s
         .functions
         .iter()
-        .find(|f| Some(&f.id) == me.function.as_ref())?;
+        .find(|f| f.name.as_ref() == Some(mine) || &f.id == mine)?;
     let service = f.service_us.filter(|&us| us > 0.0)?;
     (f.replicas > 0 && inputs_per_message > 0)
         .then(|| f64::from(f.replicas) * 1e6 / (service * inputs_per_message as f64))

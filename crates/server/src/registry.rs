@@ -356,12 +356,11 @@ impl Registry {
             .live
             .values()
             .map(|u| {
-                let mine = nodes
-                    .iter()
-                    .filter(|n| n.user == Some(u.id))
-                    .map(|n| n.id)
-                    .collect();
-                u.status(mine)
+                let mine = nodes.iter().filter(|n| n.user == Some(u.id));
+                let mut s = u.status(mine.clone().map(|n| n.id).collect());
+                // Its nodes are configured alike: theirs is its function.
+                s.function = mine.filter_map(|n| n.function.clone()).next();
+                s
             })
             .collect();
         ClusterStatus {

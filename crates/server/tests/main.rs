@@ -15,6 +15,7 @@ mod group_priority;
 mod groups;
 mod input_errors;
 mod limits;
+mod names;
 mod node_chunks;
 mod node_join;
 mod nodes;

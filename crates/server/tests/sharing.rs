@@ -539,10 +539,10 @@ async fn a_seed_users_new_configuration_waits_for_its_data_in_flight() {
     assert_eq!(got.len(), 3);
     let s = server
         .wait_status("the user on its new function", |s| {
-            let short = function(s, &f2).map(|f| f.id.clone());
+            let name = function(s, &f2).and_then(|f| f.name.clone());
             s.users
                 .iter()
-                .any(|u| u.function.is_some() && u.function == short)
+                .any(|u| u.function.is_some() && u.function == name)
         })
         .await;
     assert!(function(&s, &f2).is_some_and(|f| f.replicas == 1));

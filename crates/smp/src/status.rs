@@ -51,8 +51,13 @@ pub struct ClusterStatus {
 /// One function in shared mode: a configuration payload, by digest.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 pub struct FunctionStatus {
-    /// Short hex of the payload's SHA-256.
+    /// Short hex of the payload's SHA-256: the function's identity.
     pub id: String,
+    /// How users know it: the image's name with the SHA-256 of its
+    /// bitstream (`vadd (sha256:5b05cb74bb3d)`), `bench`, or the
+    /// bitstream's digest alone; none from servers before names existed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
     /// Nodes holding it and taking data.
     #[serde(default)]
     pub replicas: u32,
@@ -126,10 +131,10 @@ pub struct NodeStatus {
     /// Results it returned (for its current user).
     #[serde(default)]
     pub results: u64,
-    /// What it is configured for: `bench` or `sha256:<12 hex>` of the
-    /// configuration's bitstream in exclusive mode; in shared mode the
-    /// function it holds (short hex of the payload digest); none while
-    /// unconfigured.
+    /// What it is configured for (in shared mode: holds or loads): `bench`,
+    /// the image's name with the start of its SHA-256 (`vadd
+    /// (sha256:5b05cb74bb3d)`), or `sha256:<12 hex>` of a raw bitstream;
+    /// none while unconfigured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<String>,
     /// Cores in its current configuration.
@@ -173,7 +178,8 @@ pub struct UserStatus {
     pub hello: bool,
     #[serde(default)]
     pub phase: UserPhase,
-    /// Ids of the nodes assigned to it.
+    /// Ids of the nodes assigned to it; in shared mode, where nodes are
+    /// nobody's, those holding or loading its function.
     #[serde(default)]
     pub nodes: Vec<u64>,
     /// Data messages accepted and not yet answered (the seed's data counter).
@@ -185,7 +191,7 @@ pub struct UserStatus {
     /// Results delivered to it.
     #[serde(default)]
     pub results: u64,
-    /// Shared mode: its function (short hex).
+    /// Its function, named as [`NodeStatus::function`] is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub function: Option<String>,
     /// Shared mode: its data messages at nodes now.
@@ -195,7 +201,8 @@ pub struct UserStatus {
     #[serde(default)]
     pub failures: u64,
     /// Median and 99th percentile, in seconds, of the time from the server
-    /// handing a message to a node to its result (bucket estimates).
+    /// handing a message to a node to its result (bucket estimates); in
+    /// shared mode from the server admitting it, queueing included.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub latency_p50: Option<f64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -246,7 +246,14 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let total = bytes.len();
-    let img = Image::parse(bytes.into())
+    // What status, `top` and metrics show for the function this image
+    // configures, so a user can tell which one is theirs.
+    let digest = corefarm_server::metrics::bitstream_digest(&bytes);
+    let bytes = bytes::Bytes::from(bytes);
+    let shown = image::configuration(bytes.clone())
+        .map(|c| corefarm_server::metrics::function_label(&c))
+        .ok();
+    let img = Image::parse(bytes)
         .with_context(|| format!("{} is not a valid image", a.file.display()))?;
     let status = img.verify();
     let bad = status.iter().filter(|r| r.is_err()).count();
@@ -270,6 +277,7 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
             serde_json::json!({
                 "file": a.file, "kind": "image", "bytes": total,
                 "version": image::VERSION, "manifest": manifest, "checksums_ok": bad == 0,
+                "sha256": digest, "function": shown,
                 "signature": signer_json,
             })
         );
@@ -280,6 +288,10 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
             image::VERSION
         );
         println!("name:        {}", m.name);
+        println!("sha256:      {digest}");
+        if let Some(shown) = &shown {
+            println!("shown as:    {shown} (in status, top and metrics)");
+        }
         println!("signed by:   {signer}");
         let typed = |t: &Option<DataType>| t.as_ref().map_or(String::new(), |t| format!(", {t}"));
         println!(

@@ -528,6 +528,10 @@ fn cluster_throughput_from_a_shared_mode_status() {
     s.functions[0].replicas = 0;
     assert_eq!(super::reported_throughput(&s, 4), None);
     s.functions[0].replicas = 3;
+    // A server that names functions shows the user's by its name.
+    s.functions[0].name = Some("crc (sha256:5b05cb74bb3d)".into());
+    s.users[0].function = s.functions[0].name.clone();
+    assert_eq!(super::reported_throughput(&s, 4), Some(1500.0));
     s.you = Some(8);
     assert_eq!(super::reported_throughput(&s, 4), None);
 }

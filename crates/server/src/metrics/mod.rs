@@ -209,14 +209,58 @@ impl Metrics {
     }
 }
 
-/// The label of a configuration's function as the status shows it.
+/// The label of a configuration's function as status, `top` and metrics
+/// show it: `bench` for a benchmarking configuration, else the image's
+/// name with the digest of the bitstream beside it (`vadd
+/// (sha256:5b05cb74bb3d)`, the start of what `corefarm image inspect` and
+/// `sha256sum` print for the image file), or the digest alone for a raw
+/// bitstream. Users tell their function by the name; the digest tells two
+/// builds of one name apart.
 pub fn function_label(cfg: &Configuration) -> String {
     if cfg.benchmark().is_some() {
         return "bench".into();
     }
+    let digest = bitstream_digest(&cfg.bitstream);
+    let digest = &digest[..12];
+    match image_name(&cfg.bitstream) {
+        Some(name) => format!("{name} (sha256:{digest})"),
+        None => format!("sha256:{digest}"),
+    }
+}
+
+/// Lower-case hex SHA-256 of a configuration's bitstream (a whole image
+/// file): what `corefarm image inspect` prints, whose first 12 digits
+/// [`function_label`] shows.
+pub fn bitstream_digest(bitstream: &[u8]) -> String {
     use sha2::Digest;
-    let digest = sha2::Sha256::digest(&cfg.bitstream);
-    format!("sha256:{}", hex::encode(&digest[..6]))
+    hex::encode(sha2::Sha256::digest(bitstream))
+}
+
+/// The name in a corefarm image's manifest (docs/images.md: magic,
+/// version, manifest length, JSON manifest), bounded as every name a peer
+/// chooses is ([`corefarm_telemetry::bounded`]); `None` for anything else
+/// (a raw bitstream, a manifest that does not parse, an empty name).
+/// Read once per configuration, never per message.
+fn image_name(bitstream: &[u8]) -> Option<String> {
+    const MAGIC: &[u8] = b"CFIMAGE\0";
+    const HEADER: usize = 16;
+    #[derive(serde::Deserialize)]
+    struct Named {
+        name: String,
+    }
+    if !bitstream.starts_with(MAGIC) || bitstream.len() < HEADER {
+        return None;
+    }
+    let len = u32::from_le_bytes(bitstream[12..HEADER].try_into().expect("4 bytes")) as usize;
+    let manifest = bitstream.get(HEADER..HEADER.checked_add(len)?)?;
+    let Named { name } = serde_json::from_slice(manifest).ok()?;
+    // Control characters would break a status line or a label; the rest
+    // of a name is the user's choice.
+    let name: String = corefarm_telemetry::bounded(name.trim())
+        .chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect();
+    (!name.is_empty()).then_some(name)
 }
 
 fn epoch() -> Instant {
@@ -570,6 +614,55 @@ mod tests {
             .filter(|l| l.starts_with("corefarm_user_results_total{"))
             .count();
         assert_eq!(users, USER_SLOTS + 1, "32 names and other");
+    }
+
+    fn image(manifest: &str) -> Vec<u8> {
+        let mut b = b"CFIMAGE\0".to_vec();
+        b.extend(1u32.to_le_bytes());
+        b.extend((manifest.len() as u32).to_le_bytes());
+        b.extend(manifest.as_bytes());
+        b.extend(b"artifact bytes");
+        b
+    }
+
+    fn cfg(bitstream: Vec<u8>) -> Configuration {
+        Configuration {
+            input_size: 4,
+            output_size: 4,
+            cores: vec![corefarm_smp::CoreInfo {
+                control: 0,
+                input: 4,
+                output: 8,
+            }],
+            bitstream: bitstream.into(),
+        }
+    }
+
+    #[test]
+    fn functions_are_labelled_by_image_name_and_digest() {
+        use sha2::Digest;
+        let short = |b: &[u8]| hex::encode(&sha2::Sha256::digest(b)[..6]);
+        let img = image(r#"{"name":"crc32","input_size":4,"output_size":4,"cores":[]}"#);
+        let want = format!("crc32 (sha256:{})", short(&img));
+        assert_eq!(function_label(&cfg(img)), want);
+        // A raw bitstream, a broken manifest, a length past the end: the digest alone.
+        for raw in [
+            b"not an image".to_vec(),
+            image("{not json"),
+            image(r#"{"name":""}"#),
+            b"CFIMAGE\0\x01\0\0\0\xff\xff\xff\xff{}".to_vec(),
+        ] {
+            assert_eq!(
+                function_label(&cfg(raw.clone())),
+                format!("sha256:{}", short(&raw))
+            );
+        }
+        // A peer's name is bounded and cannot carry a line break.
+        let long = format!(r#"{{"name":"a\nb{}"}}"#, "x".repeat(500));
+        let label = function_label(&cfg(image(&long)));
+        let name = label.split(" (sha256:").next().unwrap();
+        assert_eq!(name.chars().count(), corefarm_telemetry::MAX_NAME_CHARS);
+        assert!(name.starts_with("a?bxx"), "{label}");
     }
 
     #[test]

@@ -472,9 +472,11 @@ impl Driver {
                     };
                     // Its reconfigurations and their duration count in its
                     // metrics from here to its response, as in exclusive mode.
-                    let cores = corefarm_smp::Configuration::parse(payload.clone())
-                        .map_or(0, |cfg| cfg.cores.len());
-                    c.entry.m.configuring(function.short(), cores);
+                    let (label, cores) = corefarm_smp::Configuration::parse(payload.clone())
+                        .map_or((function.short(), 0), |cfg| {
+                            (crate::metrics::function_label(&cfg), cfg.cores.len())
+                        });
+                    c.entry.m.configuring(label, cores);
                     match OutFrame::new(MsgType::Configuration, payload) {
                         Ok(f) => {
                             c.send(f);

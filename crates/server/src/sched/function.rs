@@ -42,6 +42,9 @@ const EWMA: f64 = 0.25;
 #[derive(Debug)]
 pub struct Function {
     pub id: FnId,
+    /// How status and metrics name it: the image's name and digest
+    /// ([`crate::metrics::function_label`]), read once from the payload.
+    pub label: String,
     /// The configuration payload, sent to every node that loads it.
     pub payload: Bytes,
     pub output_size: u32,
@@ -69,8 +72,11 @@ pub struct Function {
 
 impl Function {
     pub fn new(id: FnId, payload: Bytes, input_size: u32, output_size: u32) -> Self {
+        let label = corefarm_smp::Configuration::parse(payload.clone())
+            .map_or_else(|_| id.short(), |c| crate::metrics::function_label(&c));
         Function {
             id,
+            label,
             payload,
             output_size,
             queue: ClassDrr::new(input_size as u64),

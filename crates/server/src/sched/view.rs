@@ -21,20 +21,35 @@ impl View {
     /// Fills the shared-mode fields of a registry snapshot.
     pub fn merge(&self, s: &mut ClusterStatus) {
         s.functions = self.functions.clone();
+        for n in &mut s.nodes {
+            n.function = self.nodes.get(&n.id).cloned();
+        }
         for u in &mut s.users {
             if let Some((f, queued, in_flight)) = self.users.get(&u.id) {
                 u.function = f.clone();
                 u.queued = *queued;
                 u.in_flight = *in_flight;
+                // No node is any user's here: a user's nodes are those
+                // holding or loading its function, which it shares.
+                u.nodes = s
+                    .nodes
+                    .iter()
+                    .filter(|n| f.is_some() && n.function == *f)
+                    .map(|n| n.id)
+                    .collect();
             }
-        }
-        for n in &mut s.nodes {
-            n.function = self.nodes.get(&n.id).cloned();
         }
     }
 }
 
 impl Sched {
+    /// A function's name as status shows it (its short id if unknown).
+    fn label(&self, f: super::FnId) -> String {
+        self.fns
+            .get(&f)
+            .map_or_else(|| f.short(), |x| x.label.clone())
+    }
+
     pub fn view(&self) -> View {
         let mut functions: Vec<FunctionStatus> = self
             .fns
@@ -42,6 +57,7 @@ impl Sched {
             .map(|f| {
                 let mut st = FunctionStatus {
                     id: f.id.short(),
+                    name: Some(f.label.clone()),
                     queued: f.queue.len() as u64,
                     demand: f.demand,
                     service_us: f.service.map(|s| s * 1e6),
@@ -74,7 +90,8 @@ impl Sched {
                     .function
                     .and_then(|f| self.fns.get(&f))
                     .map_or(0, |f| f.queue.len_of(id) as u64);
-                (id, (u.function.map(|f| f.short()), queued, u.in_flight))
+                let label = u.function.map(|f| self.label(f));
+                (id, (label, queued, u.in_flight))
             })
             .collect();
         let nodes = self
@@ -85,7 +102,7 @@ impl Sched {
                     SlotState::Configuring { target, .. } => Some(target),
                     _ => s.function,
                 };
-                f.map(|f| (id, f.short()))
+                f.map(|f| (id, self.label(f)))
             })
             .collect();
         View {

@@ -9,11 +9,13 @@
 //! reads from the user's socket (TCP back-pressure), unless a hello user
 //! asked for the `queue-full` feature: then that message gets an error.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use bytes::Bytes;
 use corefarm_smp::{hello::features, Configuration};
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 
 use super::{Admitted, Cx, Input, Outcome, Placement, SessionEnd, View};
 use crate::sched::driver::{Cmd, Handle, ToUser};
@@ -43,6 +45,11 @@ pub(crate) struct Scheduled {
     /// user thus holds at most one message per class, plus that one.
     waiting: Vec<Option<Job>>,
     blocked: Option<Job>,
+    /// When each unanswered message was admitted, by the user's id: a
+    /// result's latency is measured from there (queueing included), as
+    /// the scheduler does not report a node round trip. Owned by the
+    /// session's task, so the per-user figures take no lock.
+    admitted: HashMap<u32, Instant>,
 }
 
 impl Scheduled {
@@ -58,6 +65,7 @@ impl Scheduled {
             queue: None,
             waiting: (0..corefarm_smp::stream::CLASSES).map(|_| None).collect(),
             blocked: None,
+            admitted: HashMap::new(),
         }
     }
 
@@ -137,11 +145,14 @@ impl Scheduled {
                 class,
                 data,
                 count,
-                rtt: None,
+                rtt: self.admitted.remove(&id).map(|t| t.elapsed()),
                 node: None,
             },
             ToUser::Notification(q) => Outcome::Notification(q.into_note()),
-            ToUser::Failed { id, code, reason } => Outcome::Failed { id, code, reason },
+            ToUser::Failed { id, code, reason } => {
+                self.admitted.remove(&id);
+                Outcome::Failed { id, code, reason }
+            }
         };
         cx.report(o);
     }
@@ -212,18 +223,20 @@ impl Placement for Scheduled {
     ) -> Result<Admitted, SessionEnd> {
         let mut job = Job::new(self.user, input.id, input.data, input.count);
         job.class = input.class;
-        match self.queue.as_ref().map(|q| q.try_take(input.class)) {
-            Some(Err(full)) if queue_full => Ok(Admitted::QueueFull(full.to_string())),
+        let admitted = match self.queue.as_ref().map(|q| q.try_take(input.class)) {
+            Some(Err(full)) if queue_full => return Ok(Admitted::QueueFull(full.to_string())),
             Some(Ok(p)) => {
                 job.permit = Some(p);
-                self.submit(job)?;
-                Ok(Admitted::Placed)
+                self.submit(job)
             }
             _ => {
                 self.park(job);
-                Ok(Admitted::Placed)
+                Ok(())
             }
-        }
+        };
+        admitted?;
+        self.admitted.insert(input.id, Instant::now());
+        Ok(Admitted::Placed)
     }
 
     fn pump(&mut self) {}
