@@ -9,8 +9,7 @@ use std::time::Duration;
 
 use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret};
 use corefarm_smp::{
-    hello::features, BenchmarkConfig, ConfigurationResponse, Data, ErrorCode, Hello, MsgType,
-    OutFrame,
+    hello::features, BenchmarkConfig, ConfigurationResponse, ErrorCode, Hello, MsgType, OutFrame,
 };
 use tokio::time::Instant;
 
@@ -31,28 +30,7 @@ fn short() -> ServerOptions {
 /// A node that answers every configuration with success and every data
 /// message with its input as the result.
 async fn echo_node(at: SocketAddr) -> tokio::task::JoinHandle<()> {
-    let mut node = Peer::connect(at).await;
-    let mut h = Hello::new("node");
-    h.features = vec![features::ERROR.into()];
-    node.send(h.to_frame()).await;
-    assert_eq!(node.recv().await.unwrap().ty, MsgType::Hello);
-    tokio::spawn(async move {
-        while let Ok(Some(f)) = node.r.read_frame().await {
-            match f.ty {
-                MsgType::Configuration => {
-                    let ok = ConfigurationResponse {
-                        status: ConfigurationResponse::OK,
-                    };
-                    node.send(ok.to_frame()).await;
-                }
-                MsgType::Data => {
-                    let d = Data::parse(f.payload).unwrap();
-                    node.send(OutFrame::data(d.id, d.data).unwrap()).await;
-                }
-                _ => {}
-            }
-        }
-    })
+    crate::hostile_tests::notifying_node(at, 0).await
 }
 
 /// Until the server's status shows `n` free nodes.
