@@ -9,7 +9,7 @@ use bytes::Bytes;
 use corefarm_smp::{ErrorCode, NodeState};
 
 use super::{Action, FnId, Job, NodeBreach, Sched};
-use crate::dispatch::Window;
+use crate::dispatch::{Answer, Window};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub(super) enum SlotState {
@@ -304,12 +304,12 @@ impl Sched {
         slot.last_progress = now;
         let cap =
             (self.p.credit_max_bytes / (job.data.len() as u64).max(1)).min(u32::MAX as u64) as u32;
-        slot.window.on_result(
-            slot.in_flight.len(),
-            now.saturating_sub(job.sent),
-            false,
+        slot.window.on_result(Answer {
+            at: now,
+            left: slot.in_flight.len(),
+            user_blocked: false,
             cap,
-        );
+        });
         if let Some(f) = f {
             f.record_service(took, job.count);
         }

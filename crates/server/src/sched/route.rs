@@ -379,8 +379,6 @@ impl Sched {
                 });
                 slot.in_flight.insert(internal, job);
                 slot.sent += 1;
-                let n = slot.in_flight.len();
-                slot.window.on_dispatch(n);
             }
         }
     }

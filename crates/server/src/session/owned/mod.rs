@@ -104,6 +104,8 @@ pub(crate) struct Owned {
     next_internal: u32,
     /// Reasons nodes gave for refusing the current configuration.
     refusals: configure::Refusals,
+    /// Origin of the windows' clock (they time results as durations).
+    clock: Instant,
 }
 
 impl Owned {
@@ -129,6 +131,7 @@ impl Owned {
             redispatch: VecDeque::new(),
             next_internal: 0,
             refusals: Default::default(),
+            clock: Instant::now(),
         }
     }
 

@@ -11,7 +11,7 @@ use corefarm_smp::{
 use tokio::time::Instant;
 
 use super::{Owned, Pending, Slot};
-use crate::dispatch::{Load, Window};
+use crate::dispatch::{Answer, Load, Window};
 use crate::nodeconn::NodeEvent;
 use crate::session::{Cx, Outcome};
 
@@ -107,8 +107,6 @@ impl Owned {
         if n.tx.queue_class(frame, class) {
             n.sent += 1;
         }
-        let in_flight = n.in_flight.len();
-        self.window(id).on_dispatch(in_flight);
         // On a failed send the node's Closed event follows and re-dispatches.
     }
 
@@ -183,10 +181,15 @@ impl Owned {
                 let left = n.in_flight.len();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
-                let blocked = cx.credit_blocked;
+                let answer = Answer {
+                    at: now.duration_since(self.clock),
+                    left,
+                    user_blocked: cx.credit_blocked,
+                    cap,
+                };
                 let w = self.window(id);
                 let before = w.get();
-                w.on_result(left, now - p.sent, blocked, cap);
+                w.on_result(answer);
                 if w.get() != before {
                     tracing::debug!(
                         node = id,

@@ -1,0 +1,281 @@
+//! The credit policy's per-node window: how many messages a node may have
+//! in flight, found by measuring what each window delivers.
+//!
+//! Whatever the node's rhythm — a corefarm node that pipelines reading,
+//! computing and writing, or a seed node that reads one message, works,
+//! then writes — and whatever the bottleneck (the node's cores, the links,
+//! the round trip through the server), delivered rate `r` grows with the
+//! window `w` until the window covers the round trip, then stays flat while
+//! latency (`w / r`, Little's law) keeps growing. The window climbs that
+//! curve by trying a neighbour now and then and keeping it if it scores
+//! better on
+//!
+//! ```text
+//! score(w) = (1 + κ)·ln r(w) − κ·ln w      (κ = LATENCY_WEIGHT)
+//! ```
+//!
+//! which is ln(r · (r / w)^κ): throughput, with a small price on latency.
+//! Below the knee `r ∝ w` and the score grows with `w`; past it `r` is
+//! flat and the score falls — so the climb stops at the smallest window
+//! that reaches the plateau (where a 1 % larger window would buy less than
+//! κ / (1 + κ) % more throughput). No model of the node is needed, only its
+//! results: a signal taken from the node's side (a result that finds the
+//! node idle) misses a node that goes idle between the server's refills,
+//! which is how a sequential seed node starved a window that thought it
+//! was big enough.
+//!
+//! Measuring: an *epoch* is a run of results after the window last changed
+//! (the first `w` are skipped, the pipeline still holding the old window's
+//! messages), long enough to time: at least `2·w` and [`MIN_EPOCH_RESULTS`]
+//! results over at least [`MIN_EPOCH`]. Only epochs in which the window was
+//! the limit count — the node had its whole window in flight, or the user
+//! was out of credit; a user that does not keep the node busy says nothing
+//! about the window. After a failed probe the next one waits twice as many
+//! epochs (up to [`MAX_PROBE_GAP`]): a settled window spends little time on
+//! worse neighbours; a success probes again at once, a step twice as long
+//! upward, so a window far from its knee gets there in a few epochs.
+
+use std::time::Duration;
+
+/// Largest adaptive window, in messages, whatever their size: bounds the
+/// in-flight table of small messages.
+pub const MAX_WINDOW: u32 = 256;
+
+/// Smallest adaptive window: one message in service plus the next one
+/// ready, so that a node never waits for the server's round trip to learn
+/// it needs more (a smaller window only saves latency the node would lose
+/// in throughput).
+pub const MIN_WINDOW: u32 = 2;
+
+/// κ: the price of latency in the score. At 0.15 a window 25 % larger must
+/// bring 2.9 % more throughput; one message more than two (50 % larger,
+/// latency up by half where the node is the bottleneck) must bring 5.4 %.
+pub const LATENCY_WEIGHT: f64 = 0.15;
+
+/// A probe upward must beat the score by this much (log units): noise
+/// between epochs of a loaded machine is otherwise read as a gain, and
+/// every wrong step up costs latency.
+const UP_MARGIN: f64 = 0.01;
+
+/// Results an epoch needs at least, whatever the window.
+pub const MIN_EPOCH_RESULTS: u32 = 16;
+
+/// Time an epoch spans at least: shorter spans time scheduler noise.
+pub const MIN_EPOCH: Duration = Duration::from_millis(5);
+
+/// Most epochs between probes, reached after failed probes.
+pub const MAX_PROBE_GAP: u32 = 16;
+
+/// Results of an epoch the window must have limited (the rest the user
+/// did): below it the epoch is not the window's to judge.
+const LIMITED_SHARE: f64 = 0.75;
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Phase {
+    /// At the window that last scored best; probes after `gap` epochs.
+    Cruise,
+    /// Trying `cur` instead of `from` (score `from_score`); `up` says which
+    /// side, `step` how far.
+    Probe {
+        from: u32,
+        from_score: f64,
+        step: u32,
+        up: bool,
+    },
+}
+
+/// One node's window (credit policy).
+#[derive(Debug, Clone)]
+pub struct Window {
+    cur: u32,
+    /// Fixed windows never adapt (`--credit-window fixed`).
+    adaptive: bool,
+    phase: Phase,
+    /// Score of `cur`, averaged over its epochs; `None` until measured.
+    score: Option<f64>,
+    /// Epochs in cruise since the last probe, and how many to wait.
+    quiet: u32,
+    gap: u32,
+    /// The next probe goes up (else down); alternates while both fail.
+    next_up: bool,
+    /// Results still to skip before the epoch starts counting.
+    skip: u32,
+    /// The epoch so far: first result's time, results, and those the
+    /// window limited.
+    start: Option<Duration>,
+    results: u32,
+    limited: u32,
+}
+
+/// One result, as the window sees it.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer {
+    /// When it came back, on any monotonic clock.
+    pub at: Duration,
+    /// Messages still in flight at the node after it.
+    pub left: usize,
+    /// The user is out of credit: it waits for the windows, so they limit
+    /// it even if this node never looked full.
+    pub user_blocked: bool,
+    /// Largest window allowed now (the byte budget over the message size).
+    pub cap: u32,
+}
+
+impl Window {
+    pub fn new(initial: u32, adaptive: bool) -> Self {
+        let cur = initial.clamp(1, MAX_WINDOW);
+        Window {
+            cur,
+            adaptive,
+            // A new window has no measure yet: it climbs from the start.
+            phase: Phase::Cruise,
+            score: None,
+            quiet: 0,
+            gap: 0,
+            next_up: true,
+            skip: cur,
+            start: None,
+            results: 0,
+            limited: 0,
+        }
+    }
+
+    /// Messages the node may have in flight.
+    pub fn get(&self) -> u32 {
+        self.cur
+    }
+
+    /// A result came back.
+    pub fn on_result(&mut self, a: Answer) {
+        if !self.adaptive {
+            return;
+        }
+        let cap = a.cap.clamp(1, MAX_WINDOW);
+        if self.cur > cap {
+            // The budget shrank under the window: obey it, measure afresh.
+            self.set(cap, Phase::Cruise, None);
+            return;
+        }
+        if self.skip > 0 {
+            self.skip -= 1;
+            return;
+        }
+        let start = *self.start.get_or_insert(a.at);
+        self.results += 1;
+        // The window was full just before this result left it.
+        if a.user_blocked || a.left + 1 >= self.cur as usize {
+            self.limited += 1;
+        }
+        let span = a.at.saturating_sub(start);
+        if self.results < MIN_EPOCH_RESULTS.max(2 * self.cur) || span < MIN_EPOCH {
+            return;
+        }
+        let limited = self.limited as f64 >= LIMITED_SHARE * self.results as f64;
+        // Results after the first, over the time since it.
+        let rate = (self.results - 1) as f64 / span.as_secs_f64();
+        self.start = None;
+        self.results = 0;
+        self.limited = 0;
+        if limited {
+            self.judge(score(rate, self.cur), cap);
+        }
+    }
+
+    /// One epoch at `cur` scored `s`.
+    fn judge(&mut self, s: f64, cap: u32) {
+        let floor = MIN_WINDOW.min(cap);
+        match self.phase {
+            Phase::Probe {
+                from,
+                from_score,
+                step,
+                up,
+            } => {
+                let better = if up {
+                    s > from_score + UP_MARGIN
+                } else {
+                    // Equal scores favour the smaller window.
+                    s >= from_score
+                };
+                if better {
+                    self.gap = 0;
+                    self.score = Some(s);
+                    // Go on the same way at once, further when climbing.
+                    let step = if up { step * 2 } else { step };
+                    if !self.probe(up, step, s, floor, cap) {
+                        self.phase = Phase::Cruise;
+                        self.quiet = 0;
+                    }
+                } else {
+                    self.gap = (self.gap * 2).clamp(1, MAX_PROBE_GAP);
+                    self.next_up = !up;
+                    self.set(from, Phase::Cruise, Some(from_score));
+                }
+            }
+            Phase::Cruise => {
+                // A running mean: one noisy epoch moves it halfway.
+                let avg = self.score.map_or(s, |old| (old + s) / 2.0);
+                self.score = Some(avg);
+                self.quiet += 1;
+                if self.quiet > self.gap {
+                    self.quiet = 0;
+                    let up = self.next_up;
+                    let step = if up {
+                        (self.cur / 4).max(1)
+                    } else {
+                        (self.cur / 8).max(1)
+                    };
+                    if !self.probe(up, step, avg, floor, cap)
+                        && !self.probe(!up, (self.cur / 8).max(1), avg, floor, cap)
+                    {
+                        // Pinned between floor and cap: nothing to try.
+                        self.gap = MAX_PROBE_GAP;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts a probe `step` away; false if the window cannot move that way.
+    fn probe(&mut self, up: bool, step: u32, from_score: f64, floor: u32, cap: u32) -> bool {
+        let to = if up {
+            self.cur.saturating_add(step).min(cap)
+        } else {
+            self.cur.saturating_sub(step).max(floor)
+        };
+        if to == self.cur {
+            return false;
+        }
+        let from = self.cur;
+        let phase = Phase::Probe {
+            from,
+            from_score,
+            step: to.abs_diff(from),
+            up,
+        };
+        self.set(to, phase, None);
+        true
+    }
+
+    fn set(&mut self, to: u32, phase: Phase, score: Option<f64>) {
+        // The messages in flight still follow the old window for a while.
+        self.skip = self.cur.max(to);
+        self.cur = to;
+        self.phase = phase;
+        if phase == Phase::Cruise {
+            self.score = score;
+            self.quiet = 0;
+        }
+        self.start = None;
+        self.results = 0;
+        self.limited = 0;
+    }
+}
+
+fn score(rate: f64, w: u32) -> f64 {
+    (1.0 + LATENCY_WEIGHT) * rate.max(f64::MIN_POSITIVE).ln() - LATENCY_WEIGHT * (w as f64).ln()
+}
+
+#[cfg(test)]
+#[path = "window_tests.rs"]
+mod tests;

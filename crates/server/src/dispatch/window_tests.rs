@@ -1,0 +1,290 @@
+//! The window against simulated nodes: whatever the bottleneck, it must
+//! deliver what the best fixed window delivers (within 5 %) at a median
+//! latency no higher than that window's — and within 5 % of the latency of
+//! the smallest fixed window that delivers as much (within 1 %), the one a
+//! user who had measured them all would pick.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+use super::*;
+
+/// A node and its links as a chain of FIFO stages; times in µs.
+#[derive(Debug, Clone, Copy)]
+struct Path {
+    /// Server → node transfer of one message.
+    send: f64,
+    /// The node's work on one message.
+    work: f64,
+    /// Node → server transfer of its result.
+    reply: f64,
+    /// Fixed delay of the round trip: wake-ups, the server's turnaround.
+    turn: f64,
+    /// A seed-style node reads, works and writes in turn: one stage holds
+    /// all three. A pipelining node overlaps them.
+    sequential: bool,
+    /// Each stage's time varies by up to this share.
+    jitter: f64,
+    /// Chance that a round trip stalls, and for how long (a loaded
+    /// machine's scheduler).
+    stall_p: f64,
+    stall: f64,
+}
+
+/// A small deterministic generator: the verdicts must not depend on luck.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> f64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        (self.0 >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// Runs `w` against `path` for `secs` simulated seconds with a user that
+/// always has a message waiting; returns the second half's delivered rate
+/// (messages per second), median round trip (µs) and the windows held.
+fn run(path: Path, mut w: Window, secs: f64, seed: u64) -> (f64, f64, Vec<u32>) {
+    let us = |t: f64| Duration::from_nanos((t * 1000.0) as u64);
+    let mut rng = Rng(seed.max(1));
+    let mut vary = |t: f64| t * (1.0 + path.jitter * rng.next());
+    let (mut send_free, mut work_free, mut reply_free) = (0.0f64, 0.0f64, 0.0f64);
+    // (arrival at the server, dispatch), both in ns for ordering.
+    let mut flight: BinaryHeap<Reverse<(u64, u64)>> = BinaryHeap::new();
+    let mut stalls = Rng(seed.wrapping_mul(31).max(1));
+    let mut dispatch = |now: f64, flight: &mut BinaryHeap<Reverse<(u64, u64)>>| {
+        let arrive = if path.sequential {
+            let start = now.max(work_free);
+            work_free = start + vary(path.send + path.work + path.reply);
+            work_free
+        } else {
+            send_free = now.max(send_free) + vary(path.send);
+            work_free = send_free.max(work_free) + vary(path.work);
+            reply_free = work_free.max(reply_free) + vary(path.reply);
+            reply_free
+        };
+        let mut turn = path.turn;
+        if stalls.next() < path.stall_p {
+            turn += path.stall;
+        }
+        let back = arrive + turn;
+        flight.push(Reverse(((back * 1000.0) as u64, (now * 1000.0) as u64)));
+    };
+    let end = secs * 1e6;
+    let half = end / 2.0;
+    let (mut done, mut rtts, mut held) = (0u64, Vec::new(), Vec::new());
+    for _ in 0..w.get() {
+        dispatch(0.0, &mut flight);
+    }
+    while let Some(Reverse((back, sent))) = flight.pop() {
+        let now = back as f64 / 1000.0;
+        if now > end {
+            break;
+        }
+        w.on_result(Answer {
+            at: us(now),
+            left: flight.len(),
+            user_blocked: false,
+            cap: MAX_WINDOW,
+        });
+        if now > half {
+            done += 1;
+            rtts.push(back - sent);
+            held.push(w.get());
+        }
+        while flight.len() < w.get() as usize {
+            dispatch(now, &mut flight);
+        }
+    }
+    rtts.sort_unstable();
+    let p50 = rtts.get(rtts.len() / 2).copied().unwrap_or(0) as f64 / 1000.0;
+    (done as f64 / (secs / 2.0), p50, held)
+}
+
+/// The fixed windows a benchmark would try.
+const GRID: [u32; 12] = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64];
+
+/// Checks the adaptive window against the best fixed one on `path`; returns
+/// the adaptive window's median window for the caller's own checks.
+fn holds_its_own(name: &str, path: Path) -> u32 {
+    let secs = 20.0;
+    for seed in [1u64, 7, 42] {
+        let (best_w, (best_rate, best_p50, _)) = GRID
+            .iter()
+            .map(|&n| (n, run(path, Window::new(n, false), secs, seed)))
+            .max_by(|a, b| a.1 .0.total_cmp(&b.1 .0))
+            .expect("a grid");
+        // The window a user who measured every one would pick: the
+        // smallest within 1 % of the best.
+        let (knee_w, (_, knee_p50, _)) = GRID
+            .iter()
+            .map(|&n| (n, run(path, Window::new(n, false), secs, seed)))
+            .find(|f| f.1 .0 >= 0.99 * best_rate)
+            .expect("the best is in the grid");
+        let (rate, p50, mut held) = run(path, Window::new(4, true), secs, seed);
+        held.sort_unstable();
+        let typical = held[held.len() / 2];
+        assert!(
+            rate >= 0.95 * best_rate,
+            "{name} (seed {seed}): adaptive delivers {rate:.0}/s at window ~{typical}, \
+             the fixed window {best_w} {best_rate:.0}/s"
+        );
+        assert!(
+            p50 <= best_p50,
+            "{name} (seed {seed}): adaptive median {p50:.0} µs at window ~{typical}, \
+             the fixed window {best_w} {best_p50:.0} µs"
+        );
+        assert!(
+            p50 <= 1.05 * knee_p50,
+            "{name} (seed {seed}): adaptive median {p50:.0} µs at window ~{typical}, \
+             the knee's fixed window {knee_w} {knee_p50:.0} µs"
+        );
+    }
+    let (_, _, mut held) = run(path, Window::new(4, true), secs, 1);
+    held.sort_unstable();
+    held[held.len() / 2]
+}
+
+const QUIET: Path = Path {
+    send: 0.0,
+    work: 0.0,
+    reply: 0.0,
+    turn: 0.0,
+    sequential: false,
+    jitter: 0.1,
+    stall_p: 0.0,
+    stall: 0.0,
+};
+
+#[test]
+fn the_node_as_bottleneck_keeps_one_in_service_and_one_ready() {
+    // The headline's shape: 919 µs a message, a quick round trip.
+    let w = holds_its_own(
+        "node-bound",
+        Path {
+            send: 10.0,
+            work: 919.0,
+            reply: 5.0,
+            turn: 60.0,
+            ..QUIET
+        },
+    );
+    assert_eq!(w, MIN_WINDOW);
+}
+
+#[test]
+fn a_sequential_seed_node_behind_a_long_round_trip_gets_the_window_it_needs() {
+    // A seed node: read, work, write in turn, 30 µs a message, while the
+    // round trip through the server takes ten times that. The old window
+    // (grow only on a result that finds the node idle) sat at two here.
+    let w = holds_its_own(
+        "seed node",
+        Path {
+            send: 12.0,
+            work: 8.0,
+            reply: 10.0,
+            turn: 300.0,
+            sequential: true,
+            stall_p: 0.01,
+            stall: 500.0,
+            ..QUIET
+        },
+    );
+    assert!(w >= 8, "window {w}");
+}
+
+#[test]
+fn links_as_bottleneck_fill_the_pipe() {
+    holds_its_own(
+        "link-bound",
+        Path {
+            send: 40.0,
+            work: 2.0,
+            reply: 20.0,
+            turn: 150.0,
+            jitter: 0.3,
+            stall_p: 0.02,
+            stall: 400.0,
+            ..QUIET
+        },
+    );
+}
+
+#[test]
+fn a_slow_node_behind_a_slow_round_trip() {
+    holds_its_own(
+        "long round trip",
+        Path {
+            send: 20.0,
+            work: 1000.0,
+            reply: 20.0,
+            turn: 4000.0,
+            ..QUIET
+        },
+    );
+}
+
+#[test]
+fn a_noisy_machine_does_not_walk_the_window_away() {
+    // Large scheduling noise on a node-bound path: the window must stay
+    // near its floor, not drift up on lucky epochs.
+    let w = holds_its_own(
+        "noisy node-bound",
+        Path {
+            send: 10.0,
+            work: 500.0,
+            reply: 5.0,
+            turn: 80.0,
+            jitter: 0.5,
+            stall_p: 0.05,
+            stall: 800.0,
+            ..QUIET
+        },
+    );
+    assert!(w <= 3, "window {w}");
+}
+
+#[test]
+fn the_cap_bounds_the_window_and_a_fixed_window_stays_fixed() {
+    let path = Path {
+        send: 12.0,
+        work: 8.0,
+        reply: 10.0,
+        turn: 300.0,
+        sequential: true,
+        ..QUIET
+    };
+    let mut w = Window::new(4, true);
+    let mut at = Duration::ZERO;
+    for i in 0..20_000u64 {
+        at += Duration::from_micros(30 + (i % 7));
+        w.on_result(Answer {
+            at,
+            left: w.get() as usize - 1,
+            user_blocked: false,
+            cap: 3,
+        });
+        assert!(w.get() <= 3);
+    }
+    let (_, _, held) = run(path, Window::new(5, false), 2.0, 3);
+    assert!(held.iter().all(|&n| n == 5));
+}
+
+#[test]
+fn a_user_that_does_not_keep_the_node_busy_moves_nothing() {
+    // Results always leave the node with room: the window did not limit.
+    let mut w = Window::new(6, true);
+    let mut at = Duration::ZERO;
+    for _ in 0..20_000 {
+        at += Duration::from_micros(100);
+        w.on_result(Answer {
+            at,
+            left: 1,
+            user_blocked: false,
+            cap: MAX_WINDOW,
+        });
+    }
+    assert_eq!(w.get(), 6);
+}
