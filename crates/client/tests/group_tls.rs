@@ -226,3 +226,90 @@ fn a_group_runs_collectives_over_tls_and_refusals_name_the_cause() {
         .expect("a group over TLS with the server name given");
     g.close().unwrap();
 }
+
+/// `corefarm` run to completion, without a secret from the environment.
+fn run(bin: &Path, args: &[&str]) -> std::process::Output {
+    Command::new(bin)
+        .args(args)
+        .env_remove("COREFARM_SECRET")
+        .env_remove("COREFARM_SECRET_FILE")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run corefarm")
+}
+
+/// The subcommands that open groups take `--tls-ca` as the others do:
+/// `bench collectives` (and `model calibrate`, on the same grid) measures
+/// through TLS; `bench direct` opens its group and is then refused the
+/// direct path with the reason.
+#[test]
+fn the_commands_that_open_groups_take_tls_ca() {
+    let Some(bin) = binary() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    pki(dir.path());
+    let (_procs, users) = cluster(&bin, dir.path(), 2);
+    let ca = dir.path().join("ca.pem");
+    let ca = ca.to_str().unwrap();
+
+    let out = run(
+        &bin,
+        &[
+            "bench",
+            "collectives",
+            "--server",
+            &users,
+            "--tls-ca",
+            ca,
+            "--nodes",
+            "2",
+            "--sizes",
+            "8,64K",
+            "--ops",
+            "allreduce,scatter",
+            "--algos",
+            "binomial",
+            "--warmup",
+            "0",
+            "--min-iters",
+            "1",
+            "--iters",
+            "2",
+            "--quiet",
+        ],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "bench collectives over TLS failed: {text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // One point per op and size, each measured through the TLS group.
+    assert!(
+        text.contains("\"points\"") && text.matches("\"median_us\"").count() == 4,
+        "{text}"
+    );
+
+    let out = run(
+        &bin,
+        &[
+            "bench", "direct", "--server", &users, "--tls-ca", ca, "--nodes", "2",
+        ],
+    );
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "bench direct over TLS succeeded");
+    assert!(
+        e.contains("the direct data path is not available on a group opened over TLS"),
+        "{e}"
+    );
+
+    // The embedded cluster (no --server) is plain TCP: said before anything starts.
+    let out = run(
+        &bin,
+        &["bench", "collectives", "--tls-ca", ca, "--nodes", "2"],
+    );
+    let e = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && e.contains("--tls-ca is for --server's cluster"),
+        "{e}"
+    );
+}
