@@ -373,4 +373,4 @@ impl TlsRecv {
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]
-mod tests;
+pub(crate) mod tests;
