@@ -369,7 +369,7 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     certificate, for a server with TLS on its user port (`--tls-cert`);
     tls_server_name: the name that certificate must carry (default: the
     host part of addr). A TLS failure raises ConnectionError naming the
-    cause (wrong CA, wrong name, a plain port).
+    cause (wrong CA, wrong name, a plain port). `group()` takes the same two.
     chunks: ask for the `chunks` feature (docs/streams.md): large messages
     and messages with a `priority` travel as chunks, a more urgent
     message's chunks between a bulk one's, and results come back the same

@@ -71,7 +71,9 @@ class UsageError(Error, RuntimeError):
 
 class UnsupportedError(Error):
     """The server does not offer what was asked (e.g. `status()` from a
-    server without the status extension, or in legacy mode)."""
+    server without the status extension, or in legacy mode), or the link
+    asked for does not exist: `Group.direct_map` on a group opened over TLS
+    (the members' peer ports speak plain TCP only)."""
 
 
 ERROR_CODES = {

@@ -36,7 +36,7 @@ _SIZE = {"i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "f32": 4, "i6
 
 
 def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, name=None, model=None,
-          secret=None, secret_file=None):
+          secret=None, secret_file=None, *, tls_ca=None, tls_server_name=None):
     """Opens a group of `nodes` nodes (all or none, held until closed).
 
     `topology`: "mesh", "ring", "tree" or "torus:<cols>"; `timeout`: seconds
@@ -46,11 +46,26 @@ def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, n
     path: that file (ValueError if it is not a valid calibration); False:
     none (seed 003's stage count decides). `secret` / `secret_file`: the
     user secret of a server with an auth file, as for `connect` (default:
-    $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE)."""
+    $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE).
+
+    `tls_ca` / `tls_server_name`: TLS to a server with TLS on its user port,
+    as for `connect`: the PEM file of the CA that signed the server's
+    certificate, and the name that certificate must carry (default: the
+    host part of `address`). The group's commands and the data between the
+    user and the group (`scatter`, `bcast` with data, `put`, `gather`,
+    `get`) then travel encrypted. A TLS failure raises ConnectionError
+    naming the cause (wrong CA, wrong name, a plain port); a plain group on
+    a TLS port, the server's ServerError saying to give `tls_ca`. The
+    members' peer ports speak plain TCP only, so `direct_map` on a group
+    opened with `tls_ca` raises UnsupportedError rather than send the data
+    unencrypted; collectives among the nodes run over the nodes' own links,
+    which are plain TCP too (docs/operations.md, "TLS")."""
     path = None if model is None or model is False else _fspath(model)
     sfile = None if secret_file is None else _fspath(secret_file)
+    ca = None if tls_ca is None else _fspath(tls_ca)
     raw = _corefarm.RawGroup.open(address, nodes, topology, timeout, connect_timeout, name,
-                                  path, model is False, secret, sfile)
+                                  path, model is False, secret, sfile, tls_ca=ca,
+                                  tls_server_name=tls_server_name)
     return Group(raw)
 
 
@@ -286,7 +301,11 @@ class Group:
 
         Each input may be any C-contiguous buffer (bytes, a numpy array of
         any dtype, array.array...): its bytes are sent, as `Client.map`
-        sends them."""
+        sends them.
+
+        The peer ports speak plain TCP only: on a group opened with
+        `tls_ca`, UnsupportedError (the group goes on; send the data
+        through the server with `scatter`/`run`/`gather` instead)."""
         from . import _as_bytes_view
         return self._raw.direct_map([_as_bytes_view(x) for x in inputs], window,
                                     priority=priority)

@@ -30,6 +30,9 @@ fn group_err(e: GroupError) -> PyErr {
                         .call1((msg, *rank, node.clone(), op.clone()))?,
                     GroupError::Closed(_) => errors.getattr("GroupError")?.call1((msg,))?,
                     GroupError::Usage(_) => errors.getattr("UsageError")?.call1((msg,))?,
+                    GroupError::DirectOverTls => {
+                        errors.getattr("UnsupportedError")?.call1((msg,))?
+                    }
                     GroupError::Client(_) => unreachable!("mapped above"),
                 };
                 Ok(PyErr::from_value(exc))
@@ -115,7 +118,7 @@ impl RawGroup {
 #[pymethods]
 impl RawGroup {
     #[staticmethod]
-    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None, model=None, no_model=false, secret=None, secret_file=None))]
+    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None, model=None, no_model=false, secret=None, secret_file=None, tls_ca=None, tls_server_name=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -129,6 +132,8 @@ impl RawGroup {
         no_model: bool,
         secret: Option<String>,
         secret_file: Option<std::path::PathBuf>,
+        tls_ca: Option<std::path::PathBuf>,
+        tls_server_name: Option<String>,
     ) -> PyResult<RawGroup> {
         use corefarm_smp::auth::Secret;
         // As `connect`: an explicit secret, else a file, else the environment.
@@ -147,6 +152,8 @@ impl RawGroup {
             name,
             secret,
         );
+        // As `connect`: the CA and name, or plain TCP.
+        o.tls = crate::client_tls(tls_ca, tls_server_name)?;
         if no_model {
             o.model = None;
         } else if let Some(path) = model {

@@ -380,6 +380,24 @@ impl Client {
     }
 }
 
+/// The TLS settings of `tls_ca=` and `tls_server_name=` (`connect` and
+/// `group` alike); `None`: plain TCP. ValueError for a name without a CA
+/// or a CA file that cannot be used.
+pub(crate) fn client_tls(
+    tls_ca: Option<std::path::PathBuf>,
+    tls_server_name: Option<String>,
+) -> PyResult<Option<corefarm_smp::tls::ClientTls>> {
+    if tls_server_name.is_some() && tls_ca.is_none() {
+        return Err(pyo3::exceptions::PyValueError::new_err(
+            "tls_server_name needs tls_ca (the CA that signed the server's certificate)",
+        ));
+    }
+    tls_ca
+        .map(|ca| corefarm_smp::tls::ClientTls::from_ca_file(&ca, tls_server_name.as_deref()))
+        .transpose()
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))
+}
+
 #[pymethods]
 impl Client {
     #[new]
@@ -409,15 +427,7 @@ impl Client {
         }
         .transpose()
         .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
-        if tls_server_name.is_some() && tls_ca.is_none() {
-            return Err(pyo3::exceptions::PyValueError::new_err(
-                "tls_server_name needs tls_ca (the CA that signed the server's certificate)",
-            ));
-        }
-        let tls = tls_ca
-            .map(|ca| corefarm_smp::tls::ClientTls::from_ca_file(&ca, tls_server_name.as_deref()))
-            .transpose()
-            .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
+        let tls = client_tls(tls_ca, tls_server_name)?;
         let mut opts = ClientOptions {
             secret,
             tls,

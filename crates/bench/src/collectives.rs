@@ -36,6 +36,8 @@ pub struct Grid {
     pub iters: u32,
     /// Seconds of timed calls per point, within the two bounds above.
     pub budget: f64,
+    /// TLS to `server`'s user port (`--tls-ca`); `None`: plain TCP.
+    pub tls: Option<corefarm_smp::tls::ClientTls>,
 }
 
 impl Grid {
@@ -52,6 +54,9 @@ impl Grid {
             || self.budget < 0.0
         {
             bail!("--iters must be at least 1 and at least --min-iters; --budget non-negative");
+        }
+        if self.tls.is_some() && self.server.is_none() {
+            bail!("--tls-ca is for --server's cluster: the embedded one speaks plain TCP");
         }
         Ok(())
     }
@@ -220,6 +225,7 @@ pub fn measure(target: &Target, grid: &Grid, say: &mut dyn FnMut(&Point)) -> Res
         opts.model = None;
         opts.timeout = Duration::from_secs(60);
         opts.secret = corefarm_smp::auth::Secret::from_env().map_err(anyhow::Error::msg)?;
+        opts.tls = grid.tls.clone();
         let mut g = Group::open(&target.addr, opts)
             .with_context(|| format!("opening a group of {n} nodes"))?;
         let mut sizes = grid.sizes.clone();

@@ -36,6 +36,10 @@ pub struct DirectOptions {
     pub warmup: f64,
     /// Processes whose CPU time over the window is reported.
     pub cpu_pids: Vec<CpuTarget>,
+    /// TLS to the server's user port (`--tls-ca`): the group opens, and
+    /// the direct path is then refused with the reason (the members' peer
+    /// ports speak plain TCP only).
+    pub tls: Option<corefarm_smp::tls::ClientTls>,
 }
 
 /// Runs the measurement and returns the report (one JSON object).
@@ -49,6 +53,7 @@ pub fn run(a: &DirectOptions) -> Result<serde_json::Value> {
     let mut opts = GroupOptions::new(a.nodes);
     // A server with an auth file: $COREFARM_SECRET or $COREFARM_SECRET_FILE.
     opts.secret = corefarm_smp::auth::Secret::from_env().map_err(anyhow::Error::msg)?;
+    opts.tls = a.tls.clone();
     let mut g = Group::open(&a.server, opts)
         .with_context(|| format!("opening a group of {} nodes", a.nodes))?;
     let cfg = BenchmarkConfig {

@@ -7,6 +7,10 @@
 //! ends (it died) has its unanswered messages sent again to the others, and
 //! a result is kept only the first time its id is answered.
 //!
+//! Plain TCP only: the members' peer ports do not speak TLS, so a group
+//! opened over TLS ([`crate::group::GroupOptions::tls`]) has no direct path
+//! ([`GroupError::DirectOverTls`]) rather than one that leaves the encryption.
+//!
 //! Classes: [`Direct::map_with`] gives a call's
 //! messages a priority class, 0 (most urgent) to 7; [`Direct::map`] uses
 //! the default class 4. A member that offers chunks in its hello answer
@@ -95,7 +99,13 @@ impl Group {
 
     /// [`Group::direct`] offering chunks of `chunk_size` bytes; 0 offers
     /// none, as a client that predates them: whole frames, no classes.
+    ///
+    /// Refused with [`GroupError::DirectOverTls`] on a group opened over
+    /// TLS: the members' peer ports speak plain TCP only.
     pub fn direct_with_chunks(&self, window: usize, chunk_size: u32) -> Result<Direct> {
+        if self.tls {
+            return Err(GroupError::DirectOverTls);
+        }
         let (tx, events) = mpsc::channel();
         let mut links = Vec::new();
         match self.link_all(chunk_size, &tx, &mut links) {

@@ -25,7 +25,6 @@
 
 use std::collections::HashMap;
 use std::io;
-use std::net::TcpStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -39,7 +38,8 @@ use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupMember, GroupReply, ALL_
 use corefarm_smp::hello::features;
 use corefarm_smp::{Algo, Configuration, DType, Hello, MsgType};
 
-use crate::ClientError;
+use crate::tls::{RecvHalf, SendHalf};
+use crate::{ClientError, ClientOptions};
 
 mod calls;
 mod collectives;
@@ -153,6 +153,12 @@ pub struct GroupOptions {
     /// The user secret, for a server with an auth file (as
     /// [`crate::ClientOptions::secret`]).
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// TLS to the server's user port, as [`crate::ClientOptions::tls`]
+    /// (the CA to trust and, optionally, the name its certificate
+    /// carries); `None`: plain TCP. The group's commands, and the data
+    /// between the user and the group, then travel encrypted; the direct
+    /// data path does not exist for such a group ([`GroupError::DirectOverTls`]).
+    pub tls: Option<corefarm_smp::tls::ClientTls>,
 }
 
 impl GroupOptions {
@@ -166,6 +172,7 @@ impl GroupOptions {
             max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
             model: Calibration::load_default().map(Arc::new),
             secret: None,
+            tls: None,
         }
     }
 }
@@ -192,6 +199,17 @@ pub enum GroupError {
     Closed(String),
     #[error("invalid use of the group: {0}")]
     Usage(String),
+    /// The direct data path was asked of a group opened over TLS: the
+    /// members' peer ports speak plain TCP only, so its data (and the
+    /// group's token) would leave the encryption the user asked for.
+    #[error(
+        "the direct data path is not available on a group opened over TLS: the members' peer \
+         ports speak plain TCP only, so the data would travel unencrypted. Send the data \
+         through the server instead (put or scatter_rows, run, gather: TLS covers them), or \
+         open the group without TLS on a plain user port (--tls-ports nodes) if the network \
+         to the nodes is private"
+    )]
+    DirectOverTls,
     #[error(transparent)]
     Client(#[from] ClientError),
 }
@@ -212,8 +230,10 @@ pub type Result<T, E = GroupError> = std::result::Result<T, E>;
 /// A group of nodes held for this connection's lifetime.
 #[derive(Debug)]
 pub struct Group {
-    writer: TcpStream,
-    reader: FrameReader<TcpStream>,
+    writer: SendHalf,
+    reader: FrameReader<RecvHalf>,
+    /// The link to the server is TLS (so the plain direct path is refused).
+    pub(crate) tls: bool,
     id: u32,
     members: Vec<GroupMember>,
     seq: u32,
@@ -254,19 +274,17 @@ impl Group {
     /// Connects, asks for a group of `opts.nodes` nodes and waits until every
     /// member is linked.
     pub fn open(addr: &str, opts: GroupOptions) -> Result<Group> {
-        let stream = crate::connect::open(addr, Some(opts.connect_timeout))?;
-        stream
-            .set_nodelay(true)
-            .map_err(io_err("configuring the socket"))?;
-        // A server that stops reading fails a command's write within the
-        // command's bound instead of holding the caller.
-        stream
-            .set_write_timeout(Some(opts.timeout + Duration::from_secs(5)))
-            .map_err(io_err("configuring the socket"))?;
-        let mut writer = stream
-            .try_clone()
-            .map_err(io_err("configuring the socket"))?;
-        let mut reader = FrameReader::new(stream, opts.max_message);
+        // The ordinary client's connection, TLS included: a server that
+        // stops reading fails a command's write within the command's bound
+        // instead of holding the caller.
+        let link = ClientOptions {
+            connect_timeout: Some(opts.connect_timeout),
+            io_timeout: Some(opts.timeout + Duration::from_secs(5)),
+            max_message: opts.max_message,
+            tls: opts.tls.clone(),
+            ..ClientOptions::default()
+        };
+        let (mut writer, mut reader) = crate::connect::open_link(addr, &link)?;
         let mut hello = Hello::new("user");
         hello.name = opts.name.clone();
         hello.features = [features::ERROR, features::GROUP, features::GROUP_PRIORITY]
@@ -328,6 +346,7 @@ impl Group {
         Ok(Group {
             writer,
             reader,
+            tls: opts.tls.is_some(),
             id,
             members,
             token,

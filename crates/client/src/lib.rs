@@ -104,8 +104,9 @@ pub struct ClientOptions {
     /// (see [`corefarm_smp::auth::Secret::from_env`] for the usual sources).
     pub secret: Option<corefarm_smp::auth::Secret>,
     /// TLS to the server's user port (the CA to trust and, optionally, the
-    /// name its certificate carries); `None`: plain TCP. Groups and the
-    /// direct data path to nodes stay plain TCP.
+    /// name its certificate carries); `None`: plain TCP. Groups take the
+    /// same ([`group::GroupOptions::tls`]); the direct data path to the
+    /// nodes is plain TCP only.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
     /// Ask for `chunks`: large messages and every message with
     /// a priority other than the default go out as chunks, a more urgent

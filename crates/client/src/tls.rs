@@ -284,6 +284,15 @@ pub struct TlsRecv {
     eof: bool,
 }
 
+impl std::fmt::Debug for RecvHalf {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RecvHalf::Plain(s) => write!(f, "Plain({s:?})"),
+            RecvHalf::Tls(t) => write!(f, "Tls({:?})", t.sock),
+        }
+    }
+}
+
 impl RecvHalf {
     /// The socket underneath, for socket options (read timeouts).
     pub fn tcp(&self) -> &TcpStream {
@@ -364,4 +373,4 @@ impl TlsRecv {
 
 #[cfg(test)]
 #[path = "tls_tests.rs"]
-mod tests;
+pub(crate) mod tests;

@@ -18,7 +18,8 @@ const FRAMES: u32 = 150;
 /// of different writers cannot interleave.
 const FRAME: usize = 10 << 10;
 
-fn pki(dir: &std::path::Path) -> Arc<ServerConfig> {
+/// A CA (`ca.pem`) and a server certificate it signed for 127.0.0.1.
+pub(crate) fn pki(dir: &std::path::Path) -> Arc<ServerConfig> {
     let ca_key = KeyPair::generate().unwrap();
     let mut p = CertificateParams::new(Vec::<String>::new()).unwrap();
     p.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);

@@ -63,21 +63,27 @@ pub struct GridArgs {
     /// Seconds of timed calls per point, within the two bounds above.
     #[arg(long, default_value_t = 0.3)]
     pub budget: f64,
+    /// TLS to --server's user port.
+    #[command(flatten)]
+    pub tls: crate::cmd_tls::ClientTlsArgs,
 }
 
-impl From<GridArgs> for Grid {
-    fn from(g: GridArgs) -> Grid {
-        Grid {
-            server: g.server,
-            nodes: g.nodes,
-            sizes: g.sizes,
-            ops: g.ops,
-            algos: g.algos,
-            warmup: g.warmup,
-            min_iters: g.min_iters,
-            iters: g.iters,
-            budget: g.budget,
-        }
+impl GridArgs {
+    /// The grid, with the TLS settings loaded (a CA file that cannot be
+    /// read is an error here).
+    fn grid(self) -> Result<Grid> {
+        Ok(Grid {
+            tls: self.tls.load()?,
+            server: self.server,
+            nodes: self.nodes,
+            sizes: self.sizes,
+            ops: self.ops,
+            algos: self.algos,
+            warmup: self.warmup,
+            min_iters: self.min_iters,
+            iters: self.iters,
+            budget: self.budget,
+        })
     }
 }
 
@@ -98,7 +104,7 @@ pub struct CollectivesArgs {
 }
 
 pub fn run(a: CollectivesArgs) -> Result<()> {
-    let report = collectives::run(&a.grid.into(), a.model.as_deref(), a.quiet)?;
+    let report = collectives::run(&a.grid.grid()?, a.model.as_deref(), a.quiet)?;
     let text = serde_json::to_string_pretty(&report)?;
     match &a.out {
         Some(p) => {

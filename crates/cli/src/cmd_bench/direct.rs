@@ -41,6 +41,10 @@ pub struct DirectArgs {
     /// LABEL=PID: a process whose CPU time over the window is reported (repeatable).
     #[arg(long = "cpu-pid", value_name = "LABEL=PID")]
     cpu_pids: Vec<CpuTarget>,
+    /// A server with TLS on its user port: the group opens over TLS, but
+    /// the direct path is plain TCP only and is then refused.
+    #[command(flatten)]
+    tls: crate::cmd_tls::ClientTlsArgs,
 }
 
 pub fn run(a: DirectArgs) -> Result<()> {
@@ -55,6 +59,7 @@ pub fn run(a: DirectArgs) -> Result<()> {
         duration: a.duration,
         warmup: a.warmup,
         cpu_pids: a.cpu_pids,
+        tls: a.tls.load()?,
     })?;
     println!("{report}");
     Ok(())

@@ -64,6 +64,9 @@ pub struct CalibrateArgs {
     /// Print every measured point on standard error.
     #[arg(long, short)]
     verbose: bool,
+    /// TLS to --server's user port.
+    #[command(flatten)]
+    tls: crate::cmd_tls::ClientTlsArgs,
 }
 
 #[derive(Args)]
@@ -112,6 +115,7 @@ fn calibrate(a: CalibrateArgs) -> Result<()> {
         min_iters: a.min_iters,
         iters: a.iters,
         budget: a.budget,
+        tls: a.tls.load()?,
     };
     let started = std::time::Instant::now();
     let verbose = a.verbose;

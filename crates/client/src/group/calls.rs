@@ -4,7 +4,6 @@
 
 use std::collections::BTreeSet;
 use std::io;
-use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use corefarm_smp::blocking::{write_frame, FrameReader};
@@ -13,6 +12,7 @@ use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupReply, ALL_RANKS, NO_CUL
 use corefarm_smp::{ErrorMsg, MsgType};
 
 use super::{io_err, Group, GroupError, Result};
+use crate::tls::RecvHalf;
 use crate::ClientError;
 
 impl Group {
@@ -248,7 +248,7 @@ pub(super) fn unexpected(f: &corefarm_smp::Frame, waiting_for: &str) -> GroupErr
 
 /// Next frame before `deadline`.
 pub(super) fn read_until(
-    reader: &mut FrameReader<TcpStream>,
+    reader: &mut FrameReader<RecvHalf>,
     deadline: Instant,
     during: &'static str,
 ) -> Result<corefarm_smp::Frame> {
@@ -262,6 +262,7 @@ pub(super) fn read_until(
     }
     reader
         .get_ref()
+        .tcp()
         .set_read_timeout(Some(left))
         .map_err(io_err("configuring the socket"))?;
     match reader.read_frame() {

@@ -2,8 +2,11 @@ use super::calls::without_labels;
 use super::*;
 use corefarm_model::collectives::PerTree;
 use corefarm_smp::group::GroupCtl;
+use corefarm_smp::tls::rustls::{ServerConfig, ServerConnection, StreamOwned};
 use corefarm_smp::ReduceOp;
-use std::net::TcpListener;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Mutex;
 
 /// A member's peer address that is never contacted (tests of the control
 /// plane only).
@@ -24,14 +27,53 @@ fn server_failing(
     peers: &[&str],
     fail: Option<(Cmd, u32, &'static str)>,
 ) -> (String, std::thread::JoinHandle<Vec<u8>>) {
+    scripted(None, agree, peers, fail)
+}
+
+/// One TLS server connection as the scripted server's reader and writer.
+/// It reads and writes on one thread, in turn, so a lock never waits.
+#[derive(Clone)]
+struct Shared(Arc<Mutex<StreamOwned<ServerConnection, TcpStream>>>);
+
+impl Read for Shared {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().read(buf)
+    }
+}
+
+impl Write for Shared {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.lock().unwrap().write(buf)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        self.0.lock().unwrap().flush()
+    }
+}
+
+type Halves = (Box<dyn Read + Send>, Box<dyn Write + Send>);
+
+/// [`server_failing`], speaking TLS with `tls`.
+fn scripted(
+    tls: Option<Arc<ServerConfig>>,
+    agree: bool,
+    peers: &[&str],
+    fail: Option<(Cmd, u32, &'static str)>,
+) -> (String, std::thread::JoinHandle<Vec<u8>>) {
     let mut fail = fail;
     let peers: Vec<String> = peers.iter().map(|p| p.to_string()).collect();
     let l = TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
     let t = std::thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
-        let mut w = s.try_clone().unwrap();
-        let mut r = FrameReader::new(s, 1 << 20);
+        let (rd, mut w): Halves = match tls {
+            None => (Box::new(s.try_clone().unwrap()), Box::new(s)),
+            Some(cfg) => {
+                let conn = ServerConnection::new(cfg).unwrap();
+                let shared = Shared(Arc::new(Mutex::new(StreamOwned::new(conn, s))));
+                (Box::new(shared.clone()), Box::new(shared))
+            }
+        };
+        let mut r = FrameReader::new(rd, 1 << 20);
         let hello = Hello::decode(&r.read_frame().unwrap().unwrap().payload).unwrap();
         assert!(hello.has(features::GROUP_PRIORITY), "the client offers it");
         let mut answer = Hello::new("server");
@@ -284,4 +326,29 @@ fn labels_are_dropped_only_where_a_part_begins() {
         without_labels("bcast #3 (linear, root 1, f64 none): rank 2 (a@b:1): link lost: eof"),
         "rank 2 (a@b:1): link lost: eof"
     );
+}
+
+/// A group over TLS goes through the client's TLS link: opened, commands
+/// answered, closed; the direct path, which would be plain TCP to the
+/// members, is refused before anything is dialled, and the group goes on.
+#[test]
+fn a_group_over_tls_and_its_direct_path_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = crate::tls::tests::pki(dir.path());
+    let (addr, t) = scripted(Some(cfg), true, &[NO_PEER; 2], None);
+    let mut opts = GroupOptions::new(2);
+    opts.model = None;
+    let ca = corefarm_smp::tls::ClientTls::from_ca_file(&dir.path().join("ca.pem"), None);
+    opts.tls = Some(ca.unwrap());
+    let mut g = Group::open(&addr, opts).unwrap();
+    assert_eq!(g.size(), 2);
+    g.scatter_rows("v", DType::I32, &[7; 64 << 10], 4).unwrap();
+    g.allreduce("v", "s", DType::I32, ReduceOp::Sum, Algorithm::Binomial)
+        .unwrap();
+    assert!(matches!(g.direct(4), Err(GroupError::DirectOverTls)));
+    g.barrier(Algorithm::Binomial).unwrap();
+    drop(g);
+    // Every command reached the server through TLS, in order.
+    let (put, allreduce, barrier) = (Cmd::Put as u8, Cmd::Allreduce as u8, Cmd::Barrier as u8);
+    assert_eq!(t.join().unwrap(), [put, put, allreduce, barrier]);
 }
