@@ -92,8 +92,9 @@ pub struct ServerTuning {
     /// window starts; the window itself with --credit-window fixed).
     #[arg(long, default_value_t = defaults::CREDIT)]
     pub credit: u32,
-    /// Credit policy: `adaptive` grows a node's window while the window
-    /// starves it and shrinks it while messages only wait at the node;
+    /// Credit policy: `adaptive` moves each node's window to where a larger
+    /// one would add little throughput (it tries a neighbour now and then
+    /// and keeps it if it delivers more, or as much with less latency);
     /// `fixed` keeps --credit.
     #[arg(long, default_value = if defaults::CREDIT_ADAPTIVE { "adaptive" } else { "fixed" },
           value_parser = ["adaptive", "fixed"])]
