@@ -179,6 +179,18 @@ def test_a_handler_sets_declared_result_type_types_its_results(one_node, shipped
         with pytest.raises(corefarm.UsageError, match="not both"):
             c.map(msgs[:1], raw=True, result_type="int64")
 
+        # An image whose declared type is no type (edited after the build,
+        # which refuses it) is refused before it is sent, naming the set;
+        # the configuration in force stays.
+        image = shipped.read_bytes()
+        assert image.count(b'"int64[1]"') == 1
+        with pytest.raises(corefarm.ImageError,
+                           match=r'handler set 0 \("sum"\): result_type: "int64\[x\]"'):
+            c.configure(image.replace(b'"int64[1]"', b'"int64[x]"'))
+        assert c.result_types["sum"] == "int64[1]"
+        (total,) = list(c.map(msgs[:1]))
+        assert total.tolist() == [sum(ints)]
+
 
 def test_the_asyncio_map_types_handler_results_the_same_way(one_node, shipped):
     import asyncio
