@@ -206,17 +206,50 @@ _BUFFER_KINDS = {**dict.fromkeys("bhilqn", "i"), **dict.fromkeys("BHILQN", "u"),
 
 
 class _Type:
-    """Element type and shape of one input or output, from a manifest."""
+    """Element type and shape of one input or output, from a manifest; or
+    of a streaming handler's results. `shape` None: an element type alone
+    (`result_type="int64"`), whose results are 1-D arrays of any length."""
 
     def __init__(self, spec):
         self.name = spec["dtype"]
-        self.shape = tuple(int(d) for d in spec["shape"])
-        self.spec = f"{self.name}[{','.join(map(str, self.shape))}]"
+        shape = spec["shape"]
+        self.shape = None if shape is None else tuple(int(d) for d in shape)
+        self.spec = self.name if shape is None else f"{self.name}[{','.join(map(str, self.shape))}]"
         # A byte memory (`uint8_t *in`, recorded as uint8[N]): takes bytes
         # and any array of 1-byte integers as bytes, and its results are
         # bytes, as for a memory of no recorded type. A shaped uint8 type
         # (--input-type uint8[480,640]) is an array type like the others.
-        self.is_bytes = self.name == "uint8" and len(self.shape) == 1
+        self.is_bytes = self.name == "uint8" and shape is not None and len(self.shape) == 1
+
+    @classmethod
+    def parse(cls, spec):
+        """The _Type a caller names for results (`result_type=`): a type
+        spec as `corefarm image build --output-type` takes it
+        ("int64[1]", parsed by the same Rust parser), an element type alone
+        ("int64", or what numpy.dtype takes: "<i8", numpy.int64), or an
+        existing _Type. InputError says what is accepted."""
+        if isinstance(spec, cls):
+            return spec
+        if isinstance(spec, str) and "[" in spec:
+            try:
+                name, shape = _corefarm.parse_type(spec)
+            except ValueError as e:
+                raise InputError(f"result_type: {e}") from None
+            return cls({"dtype": name, "shape": shape})
+        if isinstance(spec, str) and spec in _DTYPES:
+            return cls({"dtype": spec, "shape": None})
+        try:
+            import numpy
+            d = numpy.dtype(spec)
+        except Exception:  # no numpy, or not a type numpy knows
+            d = None
+        names = {numpy.dtype(v): k for k, v in _DTYPES.items()} if d is not None else {}
+        if d in names:
+            return cls({"dtype": names[d], "shape": None})
+        raise InputError(
+            f"result_type {spec!r} is not a type like int64[1] or float32[64,64] (as "
+            f"--output-type takes it) nor an element type: one of {', '.join(_DTYPES)}, "
+            "little-endian")
 
     @classmethod
     def from_manifest(cls, spec):
@@ -310,6 +343,46 @@ class _Type:
         if n % dtype.itemsize == 0:
             return numpy.frombuffer(data, dtype=dtype)
         return bytes(data)
+
+    def result(self, data):
+        """A streaming handler's result read as this type (its set's
+        `result_type`, or `result_type=`): exactly one value of the type is
+        shaped as the type; any other length is a read-only 1-D array of the
+        element type (a set that emits a varying number of values, like
+        `filter`), or the bytes if it is no whole number of elements. A 1-D
+        uint8 type means bytes, as for a byte memory."""
+        if self.is_bytes:
+            return bytes(data)
+        if self.shape is None:
+            import numpy
+            dtype = self.numpy_dtype()
+            return numpy.frombuffer(data, dtype=dtype) if len(data) % dtype.itemsize == 0 \
+                else bytes(data)
+        return self.array(data, None)
+
+
+def _result_types(handler_sets):
+    """What `Client._result_types` holds for a manifest's handler sets, or
+    None when none declares a result type. ImageError for a set whose
+    declaration is not valid (the node would refuse the image too)."""
+    if not handler_sets or not any(isinstance(h, dict) and h.get("result_type") is not None
+                                   for h in handler_sets):
+        return None
+    matcher = _corefarm.result_types(_json.dumps(handler_sets))
+    if matcher is None:
+        return None
+    types = [None if t is None else _Type({"dtype": t[0], "shape": t[1]})
+             for t in matcher.declared()]
+    names = {h["name"]: t.spec for h, t in zip(handler_sets, types) if t is not None}
+    return matcher, types, names
+
+
+def _map_result_type(client, view, results):
+    """The _Type of one map result (see _MapIterator): the call's own, the
+    handler set's, or None."""
+    if results is None:
+        return None
+    return client._result_type(view, None if results is True else results)
 
 
 def _is_array(data):
@@ -411,6 +484,9 @@ class Client:
         self._raw = raw
         self._image = None          # name of the configured image
         self._types = (None, None)  # _Type of one input / output, if the image says
+        # The image's handler sets that declare result types: (matcher, a
+        # _Type or None per set, {set name: spec}), else None.
+        self._result_types = None
 
     # -- configuration -------------------------------------------------
     def configure(self, image, input_size=None, output_size=None, cores=None):
@@ -424,7 +500,11 @@ class Client:
 
         When the manifest records element types and shapes (`types`),
         numpy arrays given to `submit`/`map` are checked against them and
-        `map` yields typed arrays.
+        `map` yields typed arrays. When its handler sets declare result
+        types (`result_types`), `map` types each message's result by the
+        set its first words select (docs/streams.md); a set's result type
+        that is not a valid type raises ImageError naming the set, before
+        anything is sent.
         """
         what = "this buffer"
         if isinstance(image, (str, _os.PathLike)):
@@ -450,9 +530,11 @@ class Client:
         else:
             cores = [tuple(c[k] for k in ("control", "input", "output")) if isinstance(c, dict) else tuple(c)
                      for c in cores]
-        self._image, self._types = None, (None, None)
+        result_types = _result_types(manifest.get("handler_sets"))
+        self._image, self._types, self._result_types = None, (None, None), None
         self._raw.configure(input_size, output_size, cores, image)
         self._image = manifest.get("name", what)
+        self._result_types = result_types
         # Types describe the manifest's sizes; other sizes make them moot.
         if (input_size, output_size) == (manifest.get("input_size"), manifest.get("output_size")):
             self._types = tuple(_Type.from_manifest(manifest.get(k))
@@ -461,7 +543,7 @@ class Client:
     def configure_benchmark(self, input_size, output_size, delay_us=0):
         """Sends the benchmarking configuration: nodes answer each input with
         output_size bytes after delay_us, echoing the input's first 16 bytes."""
-        self._image, self._types = None, (None, None)
+        self._image, self._types, self._result_types = None, (None, None), None
         self._raw.configure_benchmark(input_size, output_size, delay_us)
 
     @property
@@ -469,6 +551,34 @@ class Client:
         """(input type, output type) of the configured image, e.g.
         ("int32[514]", "int32[256]"); None where the image records none."""
         return tuple(t.spec if t else None for t in self._types)
+
+    @property
+    def result_types(self):
+        """The result type each handler set of the configured image
+        declares, by set name, e.g. {"sum": "int64[1]", "histogram":
+        "uint64[256]"} (sets that declare none are left out); {} without
+        any (docs/streams.md)."""
+        return dict(self._result_types[2]) if self._result_types else {}
+
+    def _result_type(self, view, override=None):
+        """The _Type that a message's result is read as: `override` (a
+        _Type), else the one its handler set declares, None when no set
+        that declares one takes the message (the image's output type then
+        applies). The set is found with the node's own matching."""
+        if override is not None:
+            return override
+        if self._result_types is None:
+            return None
+        matcher, types, _ = self._result_types
+        i = matcher.select(view)
+        return None if i is None else types[i]
+
+    def _result(self, data, form, rtype, typed):
+        """One result of a map: read as `rtype` if given, else as the
+        image's output type when `typed`, else the bytes."""
+        if rtype is not None:
+            return rtype.result(data)
+        return self._array(data, form) if typed else data
 
     def _prepare(self, data, types=None, sizes=None):
         """The bytes view to send, and how its result is shaped (`_array`):
@@ -492,15 +602,20 @@ class Client:
         sizes = sizes or self._raw.sizes
         return view, (0, len(view) // sizes[0] if sizes and sizes[0] else None)
 
-    def array(self, result):
+    def array(self, result, result_type=None):
         """A result (an Output or its bytes) as a read-only numpy array of
         the image's output type: shaped as the type if it holds one output,
         else (k, *shape). A result that is no whole number of outputs (a
         streaming handler's, see `map`) comes back as a 1-D array of the
         element type, or as bytes if it is no whole number of elements
         either. Raises UsageError if the configured image records no output
-        type."""
-        return self._array(result.data if isinstance(result, Output) else result, (0, None))
+        type. `result_type` ("int64[1]", "int64", numpy.int64): read it as
+        that type instead, as `map(result_type=)` does (a handler's result:
+        the type its set declares, `result_types`)."""
+        data = result.data if isinstance(result, Output) else result
+        if result_type is not None:
+            return _Type.parse(result_type).result(data)
+        return self._array(data, (0, None))
 
     def _array(self, data, form, types=None, sizes=None):
         t = (types or self._types)[1]
@@ -577,7 +692,7 @@ class Client:
         return self._raw.notifications_dropped
 
     def map(self, inputs, window=64, raw=False, cowork=None, *, priority=None,
-            return_exceptions=False):
+            return_exceptions=False, result_type=None):
         """Returns an iterator of the result of each input, in input order,
         keeping at most `window` data messages in flight. The results come
         to this iterator only, so several threads may each run a `map` on
@@ -608,7 +723,19 @@ class Client:
         (a sum, the records a filter kept; docs/streams.md), of any length:
         when it is not the k outputs of its input it comes back as a
         read-only 1-D array of the output element type if its length is a
-        multiple of the element's size, else as bytes.
+        multiple of the element's size, else as bytes. A handler set that
+        declares its `result_type` in the image (`result_types`) has its
+        results read as that type instead: the client finds each message's
+        set by the image's rulesets, as the node does; exactly one value of
+        the type is shaped as the type (a sum's int64[1] as shape (1,)),
+        another length is a 1-D array of its element type, a 1-D uint8
+        type is bytes. A message no such set takes keeps the output type.
+
+        `result_type` ("int64[1]" as `--output-type` takes it, an element
+        type alone such as "int64" or numpy.int64 for 1-D arrays of any
+        length): read every result of this call as that type, whatever
+        set or core answered; InputError for a type it cannot be, and
+        UsageError with `raw=True`.
 
         `cowork=True` (or a `corefarm.cowork.Cowork`) computes part of the
         inputs on this machine too (seed 002, chapter 4); see
@@ -617,6 +744,7 @@ class Client:
         `priority`: the class of every input (0 most urgent to 7, default 4)."""
         if window < 1:
             raise ValueError("window must be at least 1")
+        results = self._map_results(raw, result_type)
         types, sizes = self._types, self._raw.sizes
         if cowork:
             from . import cowork as _cowork
@@ -629,7 +757,26 @@ class Client:
             types[1].numpy_dtype()  # no numpy: say so before sending anything
         if cowork:
             return self._cowork_map(_cowork, inputs, window, cowork, types, sizes, typed)
-        return _MapIterator(self, inputs, window, typed, priority, return_exceptions)
+        return _MapIterator(self, inputs, window, typed, priority, return_exceptions, results)
+
+    def _map_results(self, raw, result_type):
+        """How a map reads its results besides the output type: a _Type for
+        every result (`result_type=`), True for each handler set's declared
+        type, None for bytes (`raw`). Raises before anything is sent."""
+        if result_type is not None:
+            if raw:
+                raise UsageError("raw=True gives bytes: pass result_type= or raw=True, not both")
+            result_type = _Type.parse(result_type)
+            if not result_type.is_bytes:
+                result_type.numpy_dtype()  # no numpy: say so before sending anything
+            return result_type
+        if raw:
+            return None
+        for t in self._result_types[1] if self._result_types else ():
+            if t is not None and not t.is_bytes:
+                t.numpy_dtype()
+                break
+        return True
 
     def _cowork_map(self, cowork_module, inputs, window, cowork, types, sizes, typed):
         prepared = [self._prepare(item, types, sizes) for item in inputs]
@@ -702,11 +849,14 @@ class _MapIterator:
     """What `Client.map` returns: an iterator over the results in input
     order that a failure of one input does not end (see `Client.map`)."""
 
-    def __init__(self, client, inputs, window, typed, priority, return_exceptions):
+    def __init__(self, client, inputs, window, typed, priority, return_exceptions, results):
         self._client = client
         self._inputs = iter(inputs)
         self._window = window
         self._typed = typed
+        # A _Type for every result, True for each handler set's own, None
+        # (raw) for none.
+        self._results = results
         self._priority = priority
         # A priority every input shares: refused for all (out of range, or
         # not the default without chunks), so its refusal ends the map.
@@ -736,6 +886,7 @@ class _MapIterator:
                 return
             try:
                 view, batch = self._client._prepare(item)
+                rtype = _map_result_type(self._client, view, self._results)
                 p = self._client._raw.submit_pending(view, priority=self._priority)
             except InputError as e:
                 # This input's result, in its place; the map goes on, unless
@@ -743,7 +894,7 @@ class _MapIterator:
                 self._exhausted = not self._class_ok
                 self._pending.append((None, (e, not self._class_ok)))
                 continue
-            self._pending.append((p, batch))
+            self._pending.append((p, (batch, rtype)))
 
     def _end(self):
         self._exhausted = True
@@ -778,7 +929,8 @@ class _MapIterator:
                 self._end()
                 raise
             else:
-                return self._client._array(data, form) if self._typed else data
+                batch, rtype = form
+                return self._client._result(data, batch, rtype, self._typed)
         if self._return_exceptions:
             return failure
         raise failure

@@ -27,7 +27,7 @@ import threading as _threading
 import weakref as _weakref
 
 from . import Client as _Client
-from . import _corefarm, connect as _connect_blocking
+from . import _corefarm, _map_result_type, connect as _connect_blocking
 from .errors import InputError as _InputError
 from .errors import ServerError as _ServerError
 from .errors import UsageError as _UsageError
@@ -117,12 +117,15 @@ class AsyncClient:
         """Sends one data message and returns its Output."""
         return await (await self.submit(data, priority=priority))
 
-    def map(self, inputs, window=64, raw=False, *, priority=None, return_exceptions=False):
+    def map(self, inputs, window=64, raw=False, *, priority=None, return_exceptions=False,
+            result_type=None):
         """Async iterator of the result of each input, in input order, with
         at most `window` data messages in flight. `inputs` may be an
         iterable or an async iterable. Results are typed as in
         `Client.map`: numpy arrays of the image's output type when it
-        records one and `raw` is false, else bytes.
+        records one and `raw` is false, else bytes; a handler set's
+        results as the type it declares, and every result as
+        `result_type` when it is given.
 
         Failures are as in `Client.map`: the failure of one input is raised
         when its turn comes and the iterator goes on with the next input
@@ -135,7 +138,8 @@ class AsyncClient:
         typed = not raw and client._types[1] is not None and not client._types[1].is_bytes
         if typed:
             client._types[1].numpy_dtype()  # no numpy: say so before sending anything
-        return _AsyncMap(self, inputs, window, typed, priority, return_exceptions)
+        results = client._map_results(raw, result_type)
+        return _AsyncMap(self, inputs, window, typed, priority, return_exceptions, results)
 
     # -- plumbing ------------------------------------------------------------
     def _bind(self):
@@ -239,10 +243,11 @@ class _AsyncMap:
     """What `AsyncClient.map` returns: an async iterator over the results
     in input order that a failure of one input does not end."""
 
-    def __init__(self, aclient, inputs, window, typed, priority, return_exceptions):
+    def __init__(self, aclient, inputs, window, typed, priority, return_exceptions, results):
         self._aclient = aclient
         self._window = window
         self._typed = typed
+        self._results = results  # as in _MapIterator
         self._priority = priority
         # As for the blocking map: a priority refused for every input ends it.
         self._class_ok = priority is None or (
@@ -287,6 +292,7 @@ class _AsyncMap:
                 return
             try:
                 view, batch = client._prepare(item)
+                rtype = _map_result_type(client, view, self._results)
                 fut, ident = await self._aclient._send_pending(view, self._priority)
             except _InputError as e:
                 # This input's result, in its place (see _MapIterator).
@@ -294,7 +300,7 @@ class _AsyncMap:
                 self._in_flight.append((None, (e, not self._class_ok)))
                 continue
             fut.add_done_callback(_retrieve)
-            self._in_flight.append((fut, (ident, batch)))
+            self._in_flight.append((fut, (ident, (batch, rtype))))
 
     def _end(self):
         self._exhausted = True
@@ -333,7 +339,8 @@ class _AsyncMap:
             else:
                 self._in_flight.popleft()
                 client = self._aclient.client
-                return client._array(out.data, form[1]) if self._typed else out.data
+                batch, rtype = form[1]
+                return client._result(out.data, batch, rtype, self._typed)
         if self._return_exceptions:
             return failure
         raise failure

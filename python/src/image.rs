@@ -4,7 +4,9 @@
 //! reader only, not the compiler driver.
 
 use bytes::Bytes;
+use corefarm_cores::dtype::DataType;
 use corefarm_cores::image::Image;
+use corefarm_cores::spin::HandlerSet;
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 
@@ -37,4 +39,63 @@ pub fn inspect_image(image: &[u8]) -> PyResult<(String, Vec<Option<String>>, Opt
             .to_string()
     });
     Ok((manifest, checks, signature))
+}
+
+/// A type spec (`int64[1]`, `float32[64,64]`) as (element type, shape),
+/// read by the parser of `corefarm image build --output-type`; a bad one
+/// is a ValueError saying the form and the element types.
+#[pyfunction]
+pub fn parse_type(spec: &str) -> PyResult<(String, Vec<u32>)> {
+    let t: DataType = spec
+        .parse()
+        .map_err(|e: corefarm_cores::dtype::DataTypeError| PyValueError::new_err(e.to_string()))?;
+    Ok((t.dtype.name().to_string(), t.shape))
+}
+
+/// The result types an image's handler sets declare (docs/streams.md,
+/// `result_type`), and which set a message goes to: the node's own
+/// matching of the same rulesets.
+#[pyclass(frozen, module = "corefarm._corefarm")]
+pub struct ResultTypes {
+    inner: corefarm_cores::spin::ResultTypes,
+}
+
+#[pymethods]
+impl ResultTypes {
+    /// Per handler set, in manifest order: its declared result type as
+    /// (element type, shape), or None.
+    fn declared(&self) -> Vec<Option<(String, Vec<u32>)>> {
+        self.inner
+            .declared()
+            .map(|t| t.map(|t| (t.dtype.name().to_string(), t.shape.clone())))
+            .collect()
+    }
+
+    /// The index of the handler set that takes message `data` (any
+    /// contiguous buffer), or None when no ruleset matches it. Reads only
+    /// the words the rules look at.
+    fn select(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<Option<usize>> {
+        let buf = crate::byte_buffer(data)?;
+        let cells = buf
+            .as_slice(py)
+            .ok_or_else(|| PyValueError::new_err("data must be a C-contiguous buffer"))?;
+        let head: Vec<u8> = cells
+            .iter()
+            .take(self.inner.head_len())
+            .map(|c| c.get())
+            .collect();
+        Ok(self.inner.select(&head).map(|(i, _)| i))
+    }
+}
+
+/// The result types of an image's `handler_sets` (the manifest's list as
+/// JSON text), or None when no set declares one. Sets that break the
+/// manifest's rules raise ImageError naming the set.
+#[pyfunction]
+pub fn result_types(handler_sets: &str) -> PyResult<Option<ResultTypes>> {
+    let sets: Vec<HandlerSet> = serde_json::from_str(handler_sets)
+        .map_err(|e| image_error(format!("handler_sets: {e}")))?;
+    Ok(corefarm_cores::spin::ResultTypes::of(&sets)
+        .map_err(|e| image_error(e.to_string()))?
+        .map(|inner| ResultTypes { inner }))
 }

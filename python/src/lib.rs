@@ -683,6 +683,9 @@ fn _corefarm(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<group::RawGroup>()?;
     m.add_function(wrap_pyfunction!(default_core_table, m)?)?;
     m.add_function(wrap_pyfunction!(image::inspect_image, m)?)?;
+    m.add_function(wrap_pyfunction!(image::parse_type, m)?)?;
+    m.add_function(wrap_pyfunction!(image::result_types, m)?)?;
+    m.add_class::<image::ResultTypes>()?;
     m.add_function(wrap_pyfunction!(smp::decode, m)?)?;
     m.add_function(wrap_pyfunction!(smp::encode, m)?)?;
     m.add("DEFAULT_MAX_MESSAGE", corefarm_smp::DEFAULT_MAX_MESSAGE)?;

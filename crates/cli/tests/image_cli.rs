@@ -183,3 +183,69 @@ fn inspect_names_a_file_that_is_not_an_image() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("README.md: not a corefarm image"), "{out}");
 }
+
+#[test]
+fn handler_sets_declare_their_result_types_and_a_bad_one_names_its_set() {
+    if !tools::available(&[Tool::Cxx], "this test compiles handlers and a core") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let img = dir.path().join("spin.cfimg");
+    let img = img.to_str().unwrap();
+    let build = |sets: &str, out: &str| {
+        [
+            "image",
+            "build",
+            "--hls",
+            "tests/fixtures/spin/echo.cpp",
+            "--entry",
+            "echo",
+            "--handlers",
+            sets,
+            "--handler-source",
+            "cores/spin/sum.c",
+            "cores/spin/filter.c",
+            "cores/spin/histogram.c",
+            "cores/spin/strided.c",
+            "-o",
+            out,
+        ]
+        .map(str::to_string)
+    };
+    let args = build("cores/spin/sets.json", img);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let (code, _, err) = corefarm(&args);
+    assert_eq!(code, 0, "{err}");
+    let (code, out, err) = corefarm(&["image", "inspect", img]);
+    assert_eq!(code, 0, "{err}");
+    for (set, ty) in [
+        ("sum", "int64[1]"),
+        ("filter", "int32[4]"),
+        ("histogram", "uint64[256]"),
+        ("strided", "uint8[1]"),
+    ] {
+        let line = out
+            .lines()
+            .find(|l| l.trim_start().starts_with(&format!("{set} ")))
+            .unwrap_or_else(|| panic!("no line for {set}: {out}"));
+        assert!(line.ends_with(&format!(", results {ty})")), "{line}");
+    }
+
+    let sets = dir.path().join("sets.json");
+    std::fs::write(
+        &sets,
+        r#"[{"name":"sum","ruleset":{"mode":"and","rules":[{"index":0,"mask":4294967295,"start":1,"end":1}]},"result_type":"int64"}]"#,
+    )
+    .unwrap();
+    let bad = dir.path().join("bad.cfimg");
+    let args = build(sets.to_str().unwrap(), bad.to_str().unwrap());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let err = user_error(&args);
+    assert!(
+        err.starts_with(
+            r#"error: handler set 0 ("sum"): result_type: "int64" is not a type like int16[4127] or int32[64,64]: no [shape] (element types: int8,"#
+        ),
+        "{err}"
+    );
+    assert!(!bad.exists());
+}

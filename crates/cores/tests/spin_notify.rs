@@ -56,6 +56,7 @@ fn notifications_come_back_in_order_and_bounded_per_message() {
             }],
         },
         budgets: BudgetSpec::default(),
+        result_type: None,
     };
     let opts = LoadOptions {
         worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),

@@ -64,6 +64,7 @@ fn payload_handlers_run_before_the_last_chunk_is_fed() {
             counters: 1,
             ..BudgetSpec::default()
         },
+        result_type: None,
     };
     let opts = LoadOptions {
         worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),

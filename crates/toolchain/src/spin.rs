@@ -86,6 +86,7 @@ mod tests {
                 }],
             },
             budgets: BudgetSpec::default(),
+            result_type: None,
         };
         let image = |start, code: &[u8]| {
             crate::ImageBuilder::new("s", 16, 16, default_core_table(1, 16, 16).unwrap())

@@ -345,8 +345,12 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
                 })
                 .collect();
             let b = &h.budgets;
+            let result = h
+                .result_type
+                .as_ref()
+                .map_or(String::new(), |t| format!(", results {t}"));
             println!(
-                "  {:<16} {:?}: {}  (scratch {} B, shared {} B, {} counters, output {} B, {} ms per call)",
+                "  {:<16} {:?}: {}  (scratch {} B, shared {} B, {} counters, output {} B, {} ms per call{result})",
                 h.name,
                 h.ruleset.mode,
                 rules.join(", "),

@@ -1,16 +1,17 @@
 //! Handler sets in an image's manifest (docs/images.md, `handler_sets`):
 //! per execution context, a ruleset and the name of a handler set whose
 //! functions (`<name>_head/_payload/_tail`) are compiled into the image's
-//! `spin-<arch>-linux` artifact, with the budgets it runs under. Checked
-//! on parse, so a bad configuration is refused with a reason before any
-//! code is loaded.
+//! `spin-<arch>-linux` artifact, with the budgets it runs under and, when
+//! it declares one, the type of its results. Checked on parse, so a bad
+//! configuration is refused with a reason before any code is loaded.
 
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 
 use super::engine::Budgets;
-use super::rules::{Ruleset, MAX_RULES};
+use super::rules::{self, Ruleset, MAX_RULES};
+use crate::dtype::{DataType, DataTypeError};
 
 /// Execution contexts per image (FPsPIN has a handful per NIC).
 pub const MAX_HANDLER_SETS: usize = 16;
@@ -86,6 +87,19 @@ pub struct HandlerSet {
     pub ruleset: Ruleset,
     #[serde(default)]
     pub budgets: BudgetSpec,
+    /// Element type and shape of the set's results, in the form of an
+    /// image's `--output-type` (`int64[1]`, `uint64[256]`), for clients:
+    /// nodes do not look at it. Kept as text so that a bad one is refused
+    /// by [`check`] naming the set, not by the JSON reader.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_type: Option<String>,
+}
+
+impl HandlerSet {
+    /// The declared result type, parsed.
+    pub fn result_type(&self) -> Result<Option<DataType>, DataTypeError> {
+        self.result_type.as_deref().map(str::parse).transpose()
+    }
 }
 
 fn is_c_identifier(s: &str) -> bool {
@@ -141,6 +155,18 @@ pub enum SetProblem {
     },
     #[error("budget per_call_ms must be at least 1")]
     NoTime,
+    #[error("result_type: {0}")]
+    ResultType(DataTypeError),
+    #[error(
+        "result_type {ty} is {} bytes, more than the output budget of {budget} bytes its \
+         handlers may emit (declare the type of one result, or raise budgets.output)",
+        bytes.map_or("too many".to_string(), |b| b.to_string())
+    )]
+    ResultOverBudget {
+        ty: String,
+        bytes: Option<u64>,
+        budget: u64,
+    },
 }
 
 /// Checks the handler sets of a manifest; the error names the set.
@@ -207,7 +233,70 @@ fn check_set(s: &HandlerSet, before: &[HandlerSet]) -> Result<(), SetProblem> {
     if b.per_call_ms == 0 {
         return Err(SetProblem::NoTime);
     }
+    if let Some(t) = s.result_type().map_err(SetProblem::ResultType)? {
+        let bytes = t.bytes();
+        if !bytes.is_some_and(|n| n <= b.output) {
+            return Err(SetProblem::ResultOverBudget {
+                ty: t.to_string(),
+                bytes,
+                budget: b.output,
+            });
+        }
+    }
     Ok(())
+}
+
+/// The result type each handler set of an image declares, for a client to
+/// type the result of each message it sends. It matches the message
+/// against the image's rulesets with the node's own function
+/// ([`rules::select`]): the first matching set handles the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResultTypes {
+    contexts: Vec<(Ruleset, Option<DataType>)>,
+}
+
+impl ResultTypes {
+    /// From an image's handler sets, checked here (a parsed image's
+    /// already are); `None` when no set declares a result type, so a
+    /// client need not match its messages at all.
+    pub fn of(sets: &[HandlerSet]) -> Result<Option<ResultTypes>, HandlerSetError> {
+        check(sets)?;
+        let contexts: Vec<_> = sets
+            .iter()
+            .map(|s| {
+                let t = s.result_type().expect("checked above");
+                (s.ruleset.clone(), t)
+            })
+            .collect();
+        Ok(contexts
+            .iter()
+            .any(|(_, t)| t.is_some())
+            .then_some(ResultTypes { contexts }))
+    }
+
+    /// Each set's declared type, in manifest order.
+    pub fn declared(&self) -> impl Iterator<Item = Option<&DataType>> {
+        self.contexts.iter().map(|(_, t)| t.as_ref())
+    }
+
+    /// Bytes at the start of a message that the rulesets look at: a
+    /// client matches that much of each message, not all of it.
+    pub fn head_len(&self) -> usize {
+        self.contexts
+            .iter()
+            .flat_map(|(r, _)| &r.rules)
+            .map(|r| (r.index as usize + 1) * 4)
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// The set that handles a message starting with `head` (its index in
+    /// the manifest) and the type it declares; `None` when no ruleset
+    /// matches, so the cores answer. A node matches the message's first
+    /// chunk, so rules that look past it (4 KiB by default) may disagree.
+    pub fn select(&self, head: &[u8]) -> Option<(usize, Option<&DataType>)> {
+        rules::select(&self.contexts, head).map(|(i, t)| (i, t.as_ref()))
+    }
 }
 
 #[cfg(test)]
@@ -223,6 +312,7 @@ mod tests {
                 rules,
             },
             budgets: BudgetSpec::default(),
+            result_type: None,
         }
     }
 
@@ -310,6 +400,142 @@ mod tests {
         .is_err());
     }
 
+    #[test]
+    fn a_result_type_is_the_text_of_an_output_type_and_checked_naming_the_set() {
+        use crate::dtype::{Dtype, TypeSyntax};
+        let sum: HandlerSet = serde_json::from_str(
+            r#"{"name":"sum","ruleset":{"mode":"and","rules":[{"index":0,"mask":4294967295,"start":1,"end":1}]},"result_type":"int64[1]"}"#,
+        )
+        .unwrap();
+        let t = sum.result_type().unwrap().unwrap();
+        assert_eq!((t.dtype, t.shape.as_slice()), (Dtype::Int64, &[1][..]));
+        check(std::slice::from_ref(&sum)).unwrap();
+        // Written back as it was given; a set without one writes none.
+        let json = serde_json::to_string(&sum).unwrap();
+        assert!(json.contains(r#""result_type":"int64[1]""#), "{json}");
+        let mut plain = sum.clone();
+        plain.result_type = None;
+        assert!(!serde_json::to_string(&plain)
+            .unwrap()
+            .contains("result_type"));
+
+        let with = |t: &str, output: u64| {
+            let mut s = sum.clone();
+            s.result_type = Some(t.into());
+            s.budgets.output = output;
+            vec![
+                plain.clone(),
+                HandlerSet {
+                    name: "sum2".into(),
+                    ..s
+                },
+            ]
+        };
+        let syntax = |sets: Vec<HandlerSet>| match check(&sets) {
+            Err(HandlerSetError::Set {
+                index: 1,
+                name,
+                problem: SetProblem::ResultType(e),
+            }) if name == "sum2" => e.why,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(syntax(with("int64", 64)), TypeSyntax::NoShape);
+        assert_eq!(syntax(with("int24[2]", 64)), TypeSyntax::UnknownElement);
+        assert_eq!(
+            syntax(with("int64[0]", 64)),
+            TypeSyntax::Shape(crate::dtype::ShapeError::ZeroDimension)
+        );
+        assert_eq!(
+            check(&with("uint64[256]", 1024)),
+            Err(HandlerSetError::Set {
+                index: 1,
+                name: "sum2".into(),
+                problem: SetProblem::ResultOverBudget {
+                    ty: "uint64[256]".into(),
+                    bytes: Some(2048),
+                    budget: 1024,
+                },
+            })
+        );
+        let huge = check(&with(
+            "float64[4294967295,4294967295,4294967295]",
+            MAX_OUTPUT,
+        ));
+        assert!(
+            matches!(
+                &huge,
+                Err(HandlerSetError::Set {
+                    problem: SetProblem::ResultOverBudget { bytes: None, .. },
+                    ..
+                })
+            ),
+            "{huge:?}"
+        );
+        // What `corefarm image build` and a refusing node print: the set,
+        // the field, the text and the form with the element types.
+        let shown = check(&with("int24[2]", 64)).unwrap_err().to_string();
+        for part in [
+            r#"handler set 1 ("sum2")"#,
+            "result_type",
+            r#""int24[2]""#,
+            "int32[64,64]",
+            "uint64",
+        ] {
+            assert!(shown.contains(part), "{part}: {shown}");
+        }
+    }
+
+    #[test]
+    fn result_types_follow_the_first_matching_ruleset() {
+        let word0 = |w: u32| rule(0, u32::MAX, w, w);
+        let typed = |name: &str, w: u32, t: Option<&str>| HandlerSet {
+            result_type: t.map(Into::into),
+            ..set(name, vec![word0(w)])
+        };
+        // No set declares a type: nothing to match.
+        assert_eq!(ResultTypes::of(&[typed("a", 1, None)]), Ok(None));
+        let sets = [
+            typed("sum", 1, Some("int64[1]")),
+            typed("filter", 2, None),
+            typed("histogram", 3, Some("uint64[256]")),
+            // Never selected: "sum" matches word 0 = 1 first.
+            typed("shadow", 1, Some("float32[1]")),
+        ];
+        let types = ResultTypes::of(&sets).unwrap().unwrap();
+        let shown: Vec<_> = types.declared().map(|t| t.map(|t| t.to_string())).collect();
+        assert_eq!(
+            shown,
+            [
+                Some("int64[1]".into()),
+                None,
+                Some("uint64[256]".into()),
+                Some("float32[1]".into())
+            ]
+        );
+        let msg = |w: u32| [w.to_le_bytes(), [0; 4], [0; 4], [0; 4]].concat();
+        let pick = |w| {
+            types
+                .select(&msg(w))
+                .map(|(i, t)| (i, t.map(ToString::to_string)))
+        };
+        assert_eq!(pick(1), Some((0, Some("int64[1]".into()))));
+        assert_eq!(pick(2), Some((1, None)));
+        assert_eq!(pick(3), Some((2, Some("uint64[256]".into()))));
+        assert_eq!(pick(9), None);
+        assert_eq!(types.head_len(), 4);
+        let far = HandlerSet {
+            ruleset: Ruleset {
+                mode: Mode::And,
+                rules: vec![word0(1), rule(5, 0xFF, 0, 3)],
+            },
+            ..typed("far", 1, Some("int8[1]"))
+        };
+        assert_eq!(ResultTypes::of(&[far]).unwrap().unwrap().head_len(), 24);
+        assert_eq!(types.select(&[]), None);
+        // Unchecked sets are checked here.
+        assert!(ResultTypes::of(&[typed("a", 1, Some("int64"))]).is_err());
+    }
+
     fn image_with(manifest_json: &str) -> bytes::Bytes {
         use crate::image::{MAGIC, VERSION};
         let mut b = MAGIC.to_vec();
@@ -334,7 +560,25 @@ mod tests {
         let five = format!(
             r#"[{{"name":"sum","ruleset":{{"mode":"or","rules":[{rule},{rule},{rule},{rule},{rule}]}}}}]"#
         );
+        let typed = |t: &str| {
+            format!(
+                r#"[{{"name":"sum","ruleset":{{"mode":"or","rules":[{rule}]}},"result_type":"{t}"}}]"#
+            )
+        };
+        let ok =
+            crate::image::Image::parse(image_with(&m(&typed("int64[1]"), "spin-x86_64-linux")))
+                .unwrap();
+        assert_eq!(
+            ok.manifest.handler_sets[0].result_type.as_deref(),
+            Some("int64[1]")
+        );
+        let untyped = typed("int64");
         for (json, target, why) in [
+            (
+                untyped.as_str(),
+                "spin-x86_64-linux",
+                r#"handler set 0 ("sum"): result_type: "int64" is not a type like"#,
+            ),
             (
                 one.as_str(),
                 "native-x86_64-linux",

@@ -23,7 +23,7 @@ pub mod rules;
 pub use engine::{
     Budgets, Context, ContextMemory, Engine, Finished, Handlers, Message, Outcome, Pool, Stage,
 };
-pub use manifest::{BudgetSpec, HandlerSet};
+pub use manifest::{BudgetSpec, HandlerSet, ResultTypes};
 pub use native::NativeHandlers;
 pub use rules::{Mode, Rule, Ruleset};
 

@@ -177,6 +177,7 @@ mod tests {
                 counters,
                 ..BudgetSpec::default()
             },
+            result_type: None,
         }
     }
 

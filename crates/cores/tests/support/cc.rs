@@ -75,5 +75,6 @@ pub fn set(
         name: name.into(),
         ruleset: selector(word0),
         budgets,
+        result_type: None,
     }
 }
