@@ -28,9 +28,9 @@
 //! (the first `w` are skipped, the pipeline still holding the old window's
 //! messages), long enough to time: at least `2·w` and [`MIN_EPOCH_RESULTS`]
 //! results over at least [`MIN_EPOCH`]. Only epochs in which the window was
-//! the limit count — the node had its whole window in flight, or the user
-//! was out of credit; a user that does not keep the node busy says nothing
-//! about the window. After a failed probe the next one waits twice as many
+//! the limit count — the node had its whole window in flight now and then,
+//! or the user was out of credit; a user that never fills the window says
+//! nothing about it. After a failed probe the next one waits twice as many
 //! epochs (up to [`MAX_PROBE_GAP`]): a settled window spends little time on
 //! worse neighbours; a success probes again at once, a step twice as long
 //! upward, so a window far from its knee gets there in a few epochs.
@@ -52,34 +52,37 @@ pub const MIN_WINDOW: u32 = 2;
 /// latency up by half where the node is the bottleneck) must bring 5.4 %.
 pub const LATENCY_WEIGHT: f64 = 0.15;
 
-/// A probe upward must beat the score by this much (log units): noise
-/// between epochs of a loaded machine is otherwise read as a gain, and
-/// every wrong step up costs latency.
+/// A probe upward must beat its reference by this much (log units): every
+/// wrong step up costs latency.
 const UP_MARGIN: f64 = 0.01;
 
 /// Results an epoch needs at least, whatever the window.
 pub const MIN_EPOCH_RESULTS: u32 = 16;
 
 /// Time an epoch spans at least: shorter spans time scheduler noise.
-pub const MIN_EPOCH: Duration = Duration::from_millis(5);
+pub const MIN_EPOCH: Duration = Duration::from_millis(10);
 
 /// Most epochs between probes, reached after failed probes.
 pub const MAX_PROBE_GAP: u32 = 16;
 
-/// Results of an epoch the window must have limited (the rest the user
-/// did): below it the epoch is not the window's to judge.
-const LIMITED_SHARE: f64 = 0.75;
+/// Two epochs of one window may differ by this much (log units) and still
+/// be taken for the same conditions: a trial whose reference epochs differ
+/// more saw the machine change under it, and says nothing.
+const SAME_CONDITIONS: f64 = 0.08;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
     /// At the window that last scored best; probes after `gap` epochs.
     Cruise,
-    /// Trying `cur` instead of `from` (score `from_score`); `up` says which
-    /// side, `step` how far.
-    Probe {
-        from: u32,
-        from_score: f64,
-        step: u32,
+    /// Trying `cur` instead of `from`; `before` is `from`'s last epoch.
+    Probe { from: u32, before: f64, up: bool },
+    /// Back at `cur` for one epoch after trying `to` (score `tried`):
+    /// the epochs before and after bracket the trial, so a machine that
+    /// got busier or quieter meanwhile is seen, not read as the window.
+    Verify {
+        to: u32,
+        before: f64,
+        tried: f64,
         up: bool,
     },
 }
@@ -91,8 +94,12 @@ pub struct Window {
     /// Fixed windows never adapt (`--credit-window fixed`).
     adaptive: bool,
     phase: Phase,
-    /// Score of `cur`, averaged over its epochs; `None` until measured.
-    score: Option<f64>,
+    /// The last epoch's score at `cur`, and the mean difference between
+    /// consecutive epochs of one window: how noisy one epoch's score is.
+    last: Option<f64>,
+    spread: f64,
+    /// Step of the next probe after a successful one (0: the default).
+    stride: u32,
     /// Epochs in cruise since the last probe, and how many to wait.
     quiet: u32,
     gap: u32,
@@ -129,7 +136,9 @@ impl Window {
             adaptive,
             // A new window has no measure yet: it climbs from the start.
             phase: Phase::Cruise,
-            score: None,
+            last: None,
+            spread: 0.0,
+            stride: 0,
             quiet: 0,
             gap: 0,
             next_up: true,
@@ -153,7 +162,7 @@ impl Window {
         let cap = a.cap.clamp(1, MAX_WINDOW);
         if self.cur > cap {
             // The budget shrank under the window: obey it, measure afresh.
-            self.set(cap, Phase::Cruise, None);
+            self.set(cap, Phase::Cruise);
             return;
         }
         if self.skip > 0 {
@@ -162,7 +171,9 @@ impl Window {
         }
         let start = *self.start.get_or_insert(a.at);
         self.results += 1;
-        // The window was full just before this result left it.
+        // The window was full just before this result left it. Results
+        // come in bursts (a node's socket read in one go, then the refill),
+        // so only a burst's first finds it full: that one counts.
         if a.user_blocked || a.left + 1 >= self.cur as usize {
             self.limited += 1;
         }
@@ -170,7 +181,9 @@ impl Window {
         if self.results < MIN_EPOCH_RESULTS.max(2 * self.cur) || span < MIN_EPOCH {
             return;
         }
-        let limited = self.limited as f64 >= LIMITED_SHARE * self.results as f64;
+        // Full at least once every two windows' worth of results: bursts up
+        // to a window long still count, a user who never fills it does not.
+        let limited = 2 * self.cur as u64 * self.limited as u64 >= self.results as u64;
         // Results after the first, over the time since it.
         let rate = (self.results - 1) as f64 / span.as_secs_f64();
         self.start = None;
@@ -185,48 +198,64 @@ impl Window {
     fn judge(&mut self, s: f64, cap: u32) {
         let floor = MIN_WINDOW.min(cap);
         match self.phase {
-            Phase::Probe {
-                from,
-                from_score,
-                step,
+            Phase::Probe { from, before, up } => {
+                let phase = Phase::Verify {
+                    to: self.cur,
+                    before,
+                    tried: s,
+                    up,
+                };
+                self.set(from, phase);
+            }
+            Phase::Verify {
+                to,
+                before,
+                tried,
                 up,
             } => {
+                self.phase = Phase::Cruise;
+                self.quiet = 0;
+                self.last = Some(s);
+                if (s - before).abs() > SAME_CONDITIONS.max(2.0 * self.spread) {
+                    // Conditions changed during the trial: try again later.
+                    return;
+                }
+                let reference = (before + s) / 2.0;
                 let better = if up {
-                    s > from_score + UP_MARGIN
+                    tried > reference + UP_MARGIN
                 } else {
                     // Equal scores favour the smaller window.
-                    s >= from_score
+                    tried >= reference
                 };
                 if better {
-                    self.gap = 0;
-                    self.score = Some(s);
                     // Go on the same way at once, further when climbing.
-                    let step = if up { step * 2 } else { step };
-                    if !self.probe(up, step, s, floor, cap) {
-                        self.phase = Phase::Cruise;
-                        self.quiet = 0;
-                    }
+                    self.gap = 0;
+                    self.next_up = up;
+                    let step = to.abs_diff(self.cur);
+                    self.stride = if up { step.saturating_mul(2) } else { step };
+                    self.set(to, Phase::Cruise);
                 } else {
                     self.gap = (self.gap * 2).clamp(1, MAX_PROBE_GAP);
                     self.next_up = !up;
-                    self.set(from, Phase::Cruise, Some(from_score));
+                    self.stride = 0;
                 }
             }
             Phase::Cruise => {
-                // A running mean: one noisy epoch moves it halfway.
-                let avg = self.score.map_or(s, |old| (old + s) / 2.0);
-                self.score = Some(avg);
+                if let Some(last) = self.last {
+                    self.spread += ((s - last).abs() - self.spread) / 8.0;
+                }
+                self.last = Some(s);
                 self.quiet += 1;
                 if self.quiet > self.gap {
                     self.quiet = 0;
                     let up = self.next_up;
-                    let step = if up {
-                        (self.cur / 4).max(1)
-                    } else {
-                        (self.cur / 8).max(1)
+                    let step = match self.stride {
+                        0 if up => (self.cur / 4).max(1),
+                        0 => (self.cur / 8).max(1),
+                        n => n,
                     };
-                    if !self.probe(up, step, avg, floor, cap)
-                        && !self.probe(!up, (self.cur / 8).max(1), avg, floor, cap)
+                    if !self.probe(up, step, s, floor, cap)
+                        && !self.probe(!up, (self.cur / 8).max(1), s, floor, cap)
                     {
                         // Pinned between floor and cap: nothing to try.
                         self.gap = MAX_PROBE_GAP;
@@ -237,7 +266,7 @@ impl Window {
     }
 
     /// Starts a probe `step` away; false if the window cannot move that way.
-    fn probe(&mut self, up: bool, step: u32, from_score: f64, floor: u32, cap: u32) -> bool {
+    fn probe(&mut self, up: bool, step: u32, before: f64, floor: u32, cap: u32) -> bool {
         let to = if up {
             self.cur.saturating_add(step).min(cap)
         } else {
@@ -247,23 +276,20 @@ impl Window {
             return false;
         }
         let from = self.cur;
-        let phase = Phase::Probe {
-            from,
-            from_score,
-            step: to.abs_diff(from),
-            up,
-        };
-        self.set(to, phase, None);
+        self.set(to, Phase::Probe { from, before, up });
         true
     }
 
-    fn set(&mut self, to: u32, phase: Phase, score: Option<f64>) {
+    fn set(&mut self, to: u32, phase: Phase) {
         // The messages in flight still follow the old window for a while.
         self.skip = self.cur.max(to);
+        if to != self.cur {
+            // Consecutive epochs of one window only.
+            self.last = None;
+        }
         self.cur = to;
         self.phase = phase;
         if phase == Phase::Cruise {
-            self.score = score;
             self.quiet = 0;
         }
         self.start = None;
