@@ -236,6 +236,9 @@ pub enum PlayError {
         after: Duration,
         hold: Duration,
     },
+    /// The server's metrics endpoint did not answer.
+    #[error("{0:?}: the server's /metrics did not answer")]
+    NoMetrics(Misbehaviour),
     /// `errors_total{kind="auth_failed"}` grew less than the refusals.
     #[error("{bad:?}: {refused} refused, errors_total{{kind=\"auth_failed\"}} grew by {counted}")]
     NotCounted {
@@ -500,8 +503,11 @@ fn wrong_auth_answers(t: &Target, within: Duration) -> Result<Played, PlayError>
     let Some(secrets) = t.secrets else {
         return Ok(Played::Untestable);
     };
-    let counted = || procs::metric(t.metrics, r#"corefarm_errors_total{kind="auth_failed"}"#);
-    let before = counted().unwrap_or(0.0);
+    let counted = || {
+        procs::metric(t.metrics, r#"corefarm_errors_total{kind="auth_failed"}"#)
+            .ok_or(PlayError::NoMetrics(bad))
+    };
+    let before = counted()?;
     for attempt in 1..=WRONG_ANSWERS {
         let (port, role, wrong) = if attempt % 2 == 1 {
             (Port::Users, "user", &secrets.nodes)
@@ -564,7 +570,7 @@ fn wrong_auth_answers(t: &Target, within: Duration) -> Result<Played, PlayError>
         }
     }
     // Counted as each refusal is decided, before its answer is sent.
-    let grew = counted().unwrap_or(0.0) - before;
+    let grew = counted()? - before;
     if grew < f64::from(WRONG_ANSWERS) {
         return Err(PlayError::NotCounted {
             bad,
