@@ -3,9 +3,10 @@
 //! users connecting and leaving, and bad peers mixed in. At the end it
 //! checks that every input got exactly one correct result, that the server
 //! passed on at most 256 notifications of each message a flooding node
-//! answered, that the server and a long-lived node kept their memory flat, that the server holds no
-//! more file descriptors than before the load (a leaked connection or task
-//! would keep one) and that it reports no user and every live node.
+//! answered, that the server and a long-lived node kept their memory flat,
+//! that the server holds no more file descriptors than before the load (a
+//! leaked connection or task would keep one) and that it reports no user
+//! and every live node.
 //!
 //! Everything runs as separate processes of the given binary on loopback
 //! with OS-assigned ports, logs in a temporary directory (kept and named on
