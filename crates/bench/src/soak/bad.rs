@@ -1,15 +1,24 @@
 //! Bad peers mixed into the soak: each connects to a server port, misbehaves
 //! in one way, and expects the server to cut it off (or answer with an
-//! error) within a bound. A server that keeps such a peer, or dies of it,
-//! fails the soak.
+//! error) within a bound, or, for a node that only overdoes notifications,
+//! to keep it and bound what it relays. A server that keeps such a peer,
+//! drops a node it should keep, or dies of it, fails the soak.
+//!
+//! With authentication (`--auth-file`), every bad peer that misbehaves past
+//! the way in first proves its role's secret, so it tests the same thing
+//! as without.
 
 use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::net::{Ipv4Addr, SocketAddr, TcpStream};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret};
 use corefarm_smp::hello::features;
 use corefarm_smp::stream::{Chunk, ChunkHeader};
-use corefarm_smp::{Hello, MsgType};
+use corefarm_smp::{ErrorCode, ErrorMsg, Hello, MsgType};
+
+use super::procs;
 
 /// The ways a peer misbehaves.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize)]
@@ -48,9 +57,26 @@ pub enum Misbehaviour {
     /// blamed on the user (no culprit), and the group closed. Shared mode
     /// only, where a group borrows nodes beside the soak's users.
     GroupMisuse,
+    /// Answers the challenge of a server with `--auth-file` wrongly
+    /// [`WRONG_ANSWERS`] times in a row from one address of its own, on the
+    /// user and the node port in turn: each connection must end with an
+    /// `unauthorized` error, each refusal held at least as long as
+    /// docs/operations.md promises for that many failures from one address,
+    /// every one counted in `errors_total{kind="auth_failed"}`, and only
+    /// every power of two of them logged. Only with authentication.
+    WrongAuthAnswer,
+    /// A node that joins, computes correct results for the soak's users,
+    /// and sends [`FLOOD_NOTES`] notifications (more than the 256 allowed)
+    /// before each: the server must keep it (the messages and their results
+    /// are unaffected) and relay at most 256 of each message's
+    /// notifications; the soak checks the relayed total at the end. Shared
+    /// mode only: in exclusive mode this node would become a user's only
+    /// node, and its leaving at the end of the play ends that user's
+    /// session (as documented), which the soak counts as a failure.
+    NotificationFlood,
 }
 
-pub const ALL: [Misbehaviour; 12] = [
+pub const ALL: [Misbehaviour; 14] = [
     Misbehaviour::UnknownType,
     Misbehaviour::Oversized,
     Misbehaviour::Trickle,
@@ -63,7 +89,60 @@ pub const ALL: [Misbehaviour; 12] = [
     Misbehaviour::UnfinishedChunk,
     Misbehaviour::HugeNodeName,
     Misbehaviour::GroupMisuse,
+    Misbehaviour::WrongAuthAnswer,
+    Misbehaviour::NotificationFlood,
 ];
+
+/// Wrong answers a [`Misbehaviour::WrongAuthAnswer`] play gives in a row.
+pub const WRONG_ANSWERS: u32 = 8;
+/// Notifications a [`Misbehaviour::NotificationFlood`] node sends per message.
+pub const FLOOD_NOTES: u32 = 300;
+/// Data messages a [`Misbehaviour::NotificationFlood`] node answers at most per play.
+pub const FLOOD_MESSAGES: u64 = 64;
+/// The most the server relays of one message's notifications (docs/protocol.md).
+pub const NOTES_RELAYED_PER_MESSAGE: u64 = 256;
+
+/// The secrets of the soak's server when it runs with `--auth-file`.
+#[derive(Debug, Clone)]
+pub struct Secrets {
+    pub users: Secret,
+    pub nodes: Secret,
+}
+
+/// What a bad peer is played against.
+pub struct Target<'a> {
+    pub users: &'a str,
+    pub nodes: &'a str,
+    /// The server's metrics endpoint.
+    pub metrics: &'a str,
+    /// The soak's directory of logs (the server's among them).
+    pub logs: &'a Path,
+    /// The server's `--read-timeout` (it bounds a refusal's hold).
+    pub read_timeout: Duration,
+    /// With `--auth-file`: the secrets the soak's peers hold.
+    pub secrets: Option<&'a Secrets>,
+    /// A loopback address of this play's own, so that the server's counting
+    /// per source address sees this peer apart from the soak's users and
+    /// nodes (which connect from 127.0.0.1).
+    pub source: Ipv4Addr,
+}
+
+impl Target<'_> {
+    fn addr(&self, port: Port) -> &str {
+        match port {
+            Port::Users => self.users,
+            Port::Nodes => self.nodes,
+        }
+    }
+
+    /// The secret a peer of `port`'s role proves, with authentication.
+    fn secret(&self, port: Port) -> Option<&Secret> {
+        self.secrets.map(|s| match port {
+            Port::Users => &s.users,
+            Port::Nodes => &s.nodes,
+        })
+    }
+}
 
 /// The server port a misbehaviour is played against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,15 +156,27 @@ impl Misbehaviour {
     pub fn in_exclusive_mode(self) -> bool {
         !matches!(
             self,
-            Misbehaviour::UnfinishedChunk | Misbehaviour::GroupMisuse
+            Misbehaviour::UnfinishedChunk
+                | Misbehaviour::GroupMisuse
+                | Misbehaviour::NotificationFlood
         )
+    }
+
+    /// Whether it can be played against a server without `--auth-file`
+    /// (which asks no secret, so there is no answer to get wrong).
+    pub fn without_auth(self) -> bool {
+        self != Misbehaviour::WrongAuthAnswer
     }
 
     /// The ports it makes sense on: a node's own misbehaviour only at the
     /// nodes port, the rest at either.
     pub fn ports(self) -> &'static [Port] {
         match self {
-            Misbehaviour::NodeChunkOverAgreed | Misbehaviour::HugeNodeName => &[Port::Nodes],
+            Misbehaviour::NodeChunkOverAgreed
+            | Misbehaviour::HugeNodeName
+            | Misbehaviour::NotificationFlood => &[Port::Nodes],
+            // Both in turn, within one play.
+            Misbehaviour::WrongAuthAnswer => &[Port::Users],
             // At the nodes port a silent peer is a seed-format node (taken
             // after a short grace), a different case.
             Misbehaviour::HelloOnly
@@ -126,6 +217,55 @@ pub enum PlayError {
     /// The server neither cut the peer off nor answered it in time.
     #[error("{bad:?}: the server kept the connection for {within:?}")]
     Kept { bad: Misbehaviour, within: Duration },
+    /// A wrong answer to the challenge was not refused with `unauthorized`.
+    #[error("{bad:?}: wrong answer {attempt} on the {port:?} port: {got}")]
+    NotRefused {
+        bad: Misbehaviour,
+        attempt: u32,
+        port: Port,
+        got: String,
+    },
+    /// A refusal came sooner than the documented hold for that many
+    /// failures from one address.
+    #[error(
+        "{bad:?}: wrong answer {attempt} refused after {after:?}, before the {hold:?} promised"
+    )]
+    NotSlowed {
+        bad: Misbehaviour,
+        attempt: u32,
+        after: Duration,
+        hold: Duration,
+    },
+    /// The server's metrics endpoint did not answer.
+    #[error("{0:?}: the server's /metrics did not answer")]
+    NoMetrics(Misbehaviour),
+    /// `errors_total{kind="auth_failed"}` grew less than the refusals.
+    #[error("{bad:?}: {refused} refused, errors_total{{kind=\"auth_failed\"}} grew by {counted}")]
+    NotCounted {
+        bad: Misbehaviour,
+        refused: u32,
+        counted: f64,
+    },
+    /// More refusals of one address logged at warn level than the powers
+    /// of two among their counts.
+    #[error(
+        "{bad:?}: {logged} warn lines for {refused} refusals from {source_ip} (at most {most})"
+    )]
+    LogFlooded {
+        bad: Misbehaviour,
+        logged: usize,
+        refused: u32,
+        most: usize,
+        source_ip: Ipv4Addr,
+    },
+    /// The server dropped a node whose every answer was correct, for
+    /// notifications beyond the bound (it must drop those, not the node).
+    #[error("{bad:?}: the node was dropped after {answered} correct answers: {how}")]
+    NodeDropped {
+        bad: Misbehaviour,
+        answered: u64,
+        how: String,
+    },
 }
 
 /// How a play ended well.
@@ -134,19 +274,30 @@ pub enum Played {
     /// The server (or node) dealt with the misbehaviour as it should.
     CutOff,
     /// Nothing to test this time (a group could not open: too few free
-    /// nodes at that moment).
+    /// nodes at that moment; a flooding node that got no work).
     Untestable,
+    /// A [`Misbehaviour::NotificationFlood`] node kept by the server while
+    /// it answered this many data messages, each after [`FLOOD_NOTES`]
+    /// notifications.
+    Flooded(u64),
 }
 
-/// Plays `bad` against `addr`; `Ok` when the server closed the connection
-/// (after an error message or not) within `within`.
+/// Plays `bad` against `port` of `t`; `Ok` when the server closed the
+/// connection (after an error message or not) within `within`, or dealt
+/// with the misbehaviour otherwise as it should.
 pub fn play(
     bad: Misbehaviour,
     port: Port,
-    addr: &str,
+    t: &Target,
     within: Duration,
 ) -> Result<Played, PlayError> {
-    let mut s = TcpStream::connect(addr).map_err(|e| PlayError::Connect(bad, e))?;
+    match bad {
+        Misbehaviour::WrongAuthAnswer => return wrong_auth_answers(t, within),
+        Misbehaviour::NotificationFlood => return notification_flood(t, within),
+        _ => {}
+    }
+    let secret = t.secret(port);
+    let mut s = TcpStream::connect(t.addr(port)).map_err(|e| PlayError::Connect(bad, e))?;
     let role = match port {
         Port::Users => "user",
         Port::Nodes => "node",
@@ -169,14 +320,17 @@ pub fn play(
             s.write_all(&header(MsgType::Hello as u8, body.len() as u32))
                 .and_then(|_| s.write_all(body.as_bytes()))
         }
-        Misbehaviour::NodeChunkOverAgreed => over_agreed_chunk(&mut s, within),
+        Misbehaviour::NodeChunkOverAgreed => over_agreed_chunk(&mut s, secret, within),
         Misbehaviour::Silent => Ok(()),
-        Misbehaviour::UnfinishedChunk => unfinished_chunk(&mut s, within),
-        Misbehaviour::GroupMisuse => return group_misuse(&mut s, within),
+        Misbehaviour::UnfinishedChunk => unfinished_chunk(&mut s, secret, within),
+        Misbehaviour::GroupMisuse => return group_misuse(&mut s, secret, within),
+        Misbehaviour::WrongAuthAnswer | Misbehaviour::NotificationFlood => {
+            unreachable!("played above")
+        }
         // Answered (admitted, its name cut) or closed: either is right;
         // kept unanswered is not.
         Misbehaviour::HugeNodeName => {
-            return match huge_node_name(&mut s, within) {
+            return match huge_node_name(&mut s, secret, within) {
                 Err(e)
                     if matches!(
                         e.kind(),
@@ -192,7 +346,7 @@ pub fn play(
             let mut h = Hello::new("user");
             h.features = vec![features::ERROR.into()];
             h.nodes = Some(0);
-            s.write_all(&h.to_frame().to_vec())
+            handshake(&mut s, h, secret, within)
         }
         Misbehaviour::Trickle => {
             // A valid hello header, one byte at a time, never completed.
@@ -231,19 +385,56 @@ pub fn play(
     }
 }
 
+/// Sends `h` and reads up to the server's hello. With a `secret`, the
+/// hello offers `auth` and the server's challenge is answered with it.
+fn handshake(
+    s: &mut TcpStream,
+    mut h: Hello,
+    secret: Option<&Secret>,
+    within: Duration,
+) -> std::io::Result<()> {
+    if secret.is_some() {
+        h.features.push(features::AUTH.into());
+    }
+    // An answer covers the hello's exact bytes.
+    let sent = h.encode();
+    s.write_all(&h.to_frame().to_vec())?;
+    s.set_read_timeout(Some(within))?;
+    if let Some(secret) = secret {
+        let c = challenge(s)?;
+        s.write_all(
+            &AuthResponse::answer(secret, &c, &h.role, &sent)
+                .to_frame()
+                .to_vec(),
+        )?;
+    }
+    read_until(s, MsgType::Hello)
+}
+
+/// Reads the server's challenge (an error if anything else comes).
+fn challenge(s: &mut TcpStream) -> std::io::Result<AuthChallenge> {
+    let (t, p) = read_frame(s)?;
+    if t != MsgType::AuthChallenge as u8 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("expected an auth challenge, got message type {t:#x}"),
+        ));
+    }
+    AuthChallenge::parse(&p)
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))
+}
+
 /// Says hello as a node agreeing 512-byte chunks, waits for the server's
 /// hello, then sends a 1000-byte chunk.
-fn over_agreed_chunk(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
+fn over_agreed_chunk(
+    s: &mut TcpStream,
+    secret: Option<&Secret>,
+    within: Duration,
+) -> std::io::Result<()> {
     let mut h = Hello::new("node");
     h.features = vec![features::ERROR.into(), features::CHUNKS.into()];
     h.chunk_size = Some(512);
-    s.write_all(&h.to_frame().to_vec())?;
-    // The server's hello (its header and payload) comes first.
-    s.set_read_timeout(Some(within))?;
-    let mut head = [0u8; 8];
-    s.read_exact(&mut head)?;
-    let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
-    std::io::copy(&mut (&mut *s).take(len as u64), &mut std::io::sink())?;
+    handshake(s, h, secret, within)?;
     let c = Chunk {
         head: ChunkHeader::at(7, 4, 0, 1000, 1000),
         data: bytes::Bytes::from(vec![1; 1000]),
@@ -254,38 +445,260 @@ fn over_agreed_chunk(s: &mut TcpStream, within: Duration) -> std::io::Result<()>
     s.write_all(&frame.to_vec())
 }
 
-/// A node hello with a 1 MiB name, and the server's answer.
-fn huge_node_name(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
+/// A node hello with a 1 MiB name, and the server's answer. With
+/// authentication, 32 KiB: a hello must stay under 64 KiB to be answered
+/// a challenge, and that is still far past the 64 characters shown.
+fn huge_node_name(
+    s: &mut TcpStream,
+    secret: Option<&Secret>,
+    within: Duration,
+) -> std::io::Result<()> {
     let mut h = Hello::new("node");
     h.features = vec![features::ERROR.into()];
-    h.name = Some("n".repeat(1 << 20));
-    s.write_all(&h.to_frame().to_vec())?;
-    s.set_read_timeout(Some(within))?;
-    read_until(s, MsgType::Hello)
+    h.name = Some("n".repeat(if secret.is_some() { 32 << 10 } else { 1 << 20 }));
+    handshake(s, h, secret, within)
 }
 
-/// Reads the next frame: its type and payload.
+/// Reads the next frame: its type and payload (at most 64 MiB: more
+/// than any soak message).
 fn read_frame(s: &mut TcpStream) -> std::io::Result<(u8, Vec<u8>)> {
     let mut head = [0u8; 8];
     s.read_exact(&mut head)?;
     let len = u32::from_le_bytes([head[4], head[5], head[6], head[7]]) as usize;
-    let mut payload = vec![0; len.min(1 << 20)];
+    if len > 64 << 20 {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("a frame of {len} bytes"),
+        ));
+    }
+    let mut payload = vec![0; len];
     s.read_exact(&mut payload)?;
     Ok((head[0], payload))
 }
 
+/// A TCP connection to `addr` from `source` (any port).
+fn connect_from(source: Ipv4Addr, addr: &str) -> std::io::Result<TcpStream> {
+    let to: SocketAddr = addr
+        .parse()
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("{e}")))?;
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)?;
+    sock.bind(&SocketAddr::from((source, 0)).into())?;
+    sock.connect(&to.into())?;
+    Ok(sock.into())
+}
+
+/// How long the server holds its refusal of an address's `n`th failure in
+/// a row: 100 ms, doubling, at most 2 s and a quarter of `--read-timeout`
+/// (docs/operations.md, "Every limit at a glance").
+fn promised_hold(n: u32, read_timeout: Duration) -> Duration {
+    let doubled = Duration::from_millis(100).saturating_mul(1 << n.saturating_sub(1).min(16));
+    doubled.min(Duration::from_secs(2)).min(read_timeout / 4)
+}
+
+/// See [`Misbehaviour::WrongAuthAnswer`]. Odd attempts go to the user port
+/// with the node secret, even ones to the node port with the user secret
+/// (each the other role's: a user posing as a node, and back).
+fn wrong_auth_answers(t: &Target, within: Duration) -> Result<Played, PlayError> {
+    let bad = Misbehaviour::WrongAuthAnswer;
+    let Some(secrets) = t.secrets else {
+        return Ok(Played::Untestable);
+    };
+    let counted = || {
+        procs::metric(t.metrics, r#"corefarm_errors_total{kind="auth_failed"}"#)
+            .ok_or(PlayError::NoMetrics(bad))
+    };
+    let before = counted()?;
+    for attempt in 1..=WRONG_ANSWERS {
+        let (port, role, wrong) = if attempt % 2 == 1 {
+            (Port::Users, "user", &secrets.nodes)
+        } else {
+            (Port::Nodes, "node", &secrets.users)
+        };
+        let refused = |got: String| PlayError::NotRefused {
+            bad,
+            attempt,
+            port,
+            got,
+        };
+        let mut s = match connect_from(t.source, t.addr(port)) {
+            Ok(s) => s,
+            // No loopback address but 127.0.0.1 here: the per-address
+            // counting cannot be told apart from the soak's own peers.
+            Err(e) if e.kind() == std::io::ErrorKind::AddrNotAvailable => {
+                return Ok(Played::Untestable)
+            }
+            Err(e) => return Err(PlayError::Connect(bad, e)),
+        };
+        let _ = s.set_nodelay(true);
+        let mut h = Hello::new(role);
+        h.name = Some("soak-wrong-answer".into());
+        h.features = vec![features::ERROR.into(), features::AUTH.into()];
+        if port == Port::Users {
+            h.nodes = Some(0);
+        }
+        let sent = h.encode();
+        s.write_all(&h.to_frame().to_vec())
+            .and_then(|_| s.set_read_timeout(Some(within)))
+            .map_err(|e| PlayError::Send(bad, e))?;
+        let c = challenge(&mut s).map_err(|e| refused(format!("no challenge: {e}")))?;
+        let answer = AuthResponse::answer(wrong, &c, role, &sent).to_frame();
+        let at = Instant::now();
+        s.write_all(&answer.to_vec())
+            .map_err(|e| PlayError::Send(bad, e))?;
+        match read_frame(&mut s) {
+            Ok((ty, p)) if ty == MsgType::Error as u8 => match ErrorMsg::parse(&p) {
+                Ok(e) if e.code() == Some(ErrorCode::Unauthorized) => {}
+                Ok(e) => return Err(refused(format!("error {}: {}", e.code, e.reason))),
+                Err(e) => return Err(refused(format!("an error that does not parse: {e}"))),
+            },
+            Ok((ty, _)) => return Err(refused(format!("message type {ty:#x}"))),
+            Err(e) => return Err(refused(format!("no error: {e}"))),
+        }
+        let after = at.elapsed();
+        // The refusal is the connection's end.
+        if !closed_within(&mut s, within) {
+            return Err(PlayError::Kept { bad, within });
+        }
+        let hold = promised_hold(attempt, t.read_timeout);
+        if after < hold {
+            return Err(PlayError::NotSlowed {
+                bad,
+                attempt,
+                after,
+                hold,
+            });
+        }
+    }
+    // Counted as each refusal is decided, before its answer is sent.
+    let grew = counted()? - before;
+    if grew < f64::from(WRONG_ANSWERS) {
+        return Err(PlayError::NotCounted {
+            bad,
+            refused: WRONG_ANSWERS,
+            counted: grew,
+        });
+    }
+    // This play's address is its own: every line naming it is of this play.
+    let log = std::fs::read_to_string(procs::server_log(t.logs)).unwrap_or_default();
+    let at = format!("={}:", t.source);
+    let logged = log
+        .lines()
+        .filter(|l| l.contains(&at) && l.contains("connection refused"))
+        .count();
+    // Powers of two up to WRONG_ANSWERS: 1, 2, 4, 8.
+    let most = WRONG_ANSWERS.ilog2() as usize + 1;
+    if logged > most {
+        return Err(PlayError::LogFlooded {
+            bad,
+            logged,
+            refused: WRONG_ANSWERS,
+            most,
+            source_ip: t.source,
+        });
+    }
+    Ok(Played::CutOff)
+}
+
+/// See [`Misbehaviour::NotificationFlood`]: a node that takes benchmarking
+/// configurations only (what the soak's users configure) and computes
+/// their results as the benchmarking core does (each output the first 16
+/// bytes of its input, then zeros), for `within` or until it answered
+/// [`FLOOD_MESSAGES`] messages, then leaves (its work in flight goes to
+/// other nodes, as after a kill).
+fn notification_flood(t: &Target, within: Duration) -> Result<Played, PlayError> {
+    use corefarm_smp::{Configuration, ConfigurationResponse, Data, Notification, OutFrame};
+    let bad = Misbehaviour::NotificationFlood;
+    let mut s = TcpStream::connect(t.nodes).map_err(|e| PlayError::Connect(bad, e))?;
+    let _ = s.set_nodelay(true);
+    let mut h = Hello::new("node");
+    h.name = Some("soak-notification-flood".into());
+    h.features = vec![features::ERROR.into(), features::SPIN_NOTIFY.into()];
+    handshake(&mut s, h, t.secret(Port::Nodes), within).map_err(|e| PlayError::Send(bad, e))?;
+    let deadline = Instant::now() + within;
+    let mut cfg: Option<corefarm_smp::BenchmarkConfig> = None;
+    let mut answered = 0u64;
+    let dropped = |answered, how: String| PlayError::NodeDropped { bad, answered, how };
+    while answered < FLOOD_MESSAGES {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        let _ = s.set_read_timeout(Some(left));
+        let (ty, p) = match read_frame(&mut s) {
+            Ok(f) => f,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                break
+            }
+            Err(e) => return Err(dropped(answered, e.to_string())),
+        };
+        let sent = if ty == MsgType::Configuration as u8 {
+            cfg = Configuration::parse(bytes::Bytes::from(p))
+                .ok()
+                .and_then(|c| c.benchmark());
+            let status = if cfg.is_some() {
+                ConfigurationResponse::OK
+            } else {
+                ConfigurationResponse::FAILED
+            };
+            s.write_all(&ConfigurationResponse { status }.to_frame().to_vec())
+        } else if ty == MsgType::Data as u8 {
+            let Some(c) = cfg else {
+                return Err(dropped(answered, "data before a configuration".into()));
+            };
+            let d = Data::parse(bytes::Bytes::from(p))
+                .map_err(|e| dropped(answered, format!("data that does not parse: {e}")))?;
+            let (i, o) = (c.input_size as usize, c.output_size as usize);
+            let mut out = vec![0u8; d.data.len() / i * o];
+            for (input, output) in d.data.chunks_exact(i).zip(out.chunks_exact_mut(o)) {
+                output[..corefarm_smp::BENCH_ECHO_LEN]
+                    .copy_from_slice(&input[..corefarm_smp::BENCH_ECHO_LEN]);
+            }
+            let mut frames = Vec::new();
+            for n in 0..FLOOD_NOTES {
+                let note = Notification {
+                    id: d.id,
+                    set: 0,
+                    data: bytes::Bytes::copy_from_slice(&n.to_le_bytes()),
+                };
+                frames.extend_from_slice(&note.to_frame().expect("a small notification").to_vec());
+            }
+            let result = OutFrame::data(d.id, bytes::Bytes::from(out))
+                .map_err(|e| dropped(answered, format!("a result too large: {e}")))?;
+            frames.extend_from_slice(&result.to_vec());
+            answered += 1;
+            s.write_all(&frames)
+        } else {
+            // Nothing else is asked of a node that agreed no other feature.
+            Ok(())
+        };
+        sent.map_err(|e| dropped(answered, format!("writing: {e}")))?;
+    }
+    Ok(if answered == 0 {
+        Played::Untestable
+    } else {
+        Played::Flooded(answered)
+    })
+}
+
 /// See [`Misbehaviour::GroupMisuse`]. A group the server cannot open (too
 /// few free nodes with a peer port at that moment) is nothing to test.
-fn group_misuse(s: &mut TcpStream, within: Duration) -> Result<Played, PlayError> {
+fn group_misuse(
+    s: &mut TcpStream,
+    secret: Option<&Secret>,
+    within: Duration,
+) -> Result<Played, PlayError> {
     use corefarm_smp::group::{Cmd, GroupCmd, GroupCtl, GroupReply, NO_CULPRIT};
     let bad = Misbehaviour::GroupMisuse;
     let io = |e: std::io::Error| PlayError::Send(bad, e);
     let mut h = Hello::new("user");
     h.features = vec![features::ERROR.into(), features::GROUP.into()];
     h.nodes = Some(0);
-    s.write_all(&h.to_frame().to_vec()).map_err(io)?;
-    s.set_read_timeout(Some(within)).map_err(io)?;
-    read_until(s, MsgType::Hello).map_err(io)?;
+    handshake(s, h, secret, within).map_err(io)?;
     let open = GroupCtl::Open {
         nodes: 2,
         topology: None,
@@ -381,13 +794,15 @@ fn read_until(s: &mut TcpStream, ty: MsgType) -> std::io::Result<()> {
 
 /// A `chunks` user: hello, a benchmarking configuration, then the first
 /// 4 KiB chunk of a 64 KiB message, and silence.
-fn unfinished_chunk(s: &mut TcpStream, within: Duration) -> std::io::Result<()> {
+fn unfinished_chunk(
+    s: &mut TcpStream,
+    secret: Option<&Secret>,
+    within: Duration,
+) -> std::io::Result<()> {
     let mut h = Hello::new("user");
     h.features = vec![features::ERROR.into(), features::CHUNKS.into()];
     h.chunk_size = Some(4096);
-    s.write_all(&h.to_frame().to_vec())?;
-    s.set_read_timeout(Some(within))?;
-    read_until(s, MsgType::Hello)?;
+    handshake(s, h, secret, within)?;
     let cfg = corefarm_smp::BenchmarkConfig {
         input_size: 16,
         output_size: 16,

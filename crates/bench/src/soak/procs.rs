@@ -16,6 +16,10 @@ pub struct Cluster {
     server: Child,
     pub nodes_addr: String,
     pub users_addr: String,
+    /// The server's metrics endpoint (`--metrics-listen`).
+    pub metrics_addr: String,
+    /// Extra flags of every node (its secret, with authentication).
+    node_args: Vec<String>,
     /// Slot i: the running node process of that slot, if any.
     nodes: Vec<Option<Child>>,
     /// Start counter per slot, so each incarnation logs to its own file.
@@ -24,12 +28,18 @@ pub struct Cluster {
 
 impl Cluster {
     /// Starts the server (its extra flags in `server_args`) and waits for
-    /// its `listening` line.
-    pub fn start(bin: &Path, logs: &Path, server_args: &[String]) -> anyhow::Result<Cluster> {
-        let err = File::create(logs.join("server.log"))?;
+    /// its `listening` line; every node started later gets `node_args`.
+    pub fn start(
+        bin: &Path,
+        logs: &Path,
+        server_args: &[String],
+        node_args: &[String],
+    ) -> anyhow::Result<Cluster> {
+        let err = File::create(server_log(logs))?;
         let mut server = Command::new(bin)
             .args(["server", "--nodes-listen", "127.0.0.1:0"])
             .args(["--users-listen", "127.0.0.1:0"])
+            .args(["--metrics-listen", "127.0.0.1:0"])
             .args(server_args)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -56,7 +66,9 @@ impl Cluster {
                 .find_map(|w| w.strip_prefix(k))
                 .map(str::to_string)
         };
-        let (Some(nodes_addr), Some(users_addr)) = (field("nodes="), field("users=")) else {
+        let (Some(nodes_addr), Some(users_addr), Some(metrics_addr)) =
+            (field("nodes="), field("users="), field("metrics="))
+        else {
             bail!("unexpected first line from the server: {line:?}");
         };
         Ok(Cluster {
@@ -65,6 +77,8 @@ impl Cluster {
             server,
             nodes_addr,
             users_addr,
+            metrics_addr,
+            node_args: node_args.to_vec(),
             nodes: Vec::new(),
             starts: Vec::new(),
         })
@@ -90,6 +104,7 @@ impl Cluster {
         let child = Command::new(&self.bin)
             .args(["node", "--server", &self.nodes_addr])
             .args(["--name", &format!("soak-{i}")])
+            .args(&self.node_args)
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
@@ -148,6 +163,30 @@ impl Drop for Cluster {
         let _ = self.server.kill();
         let _ = self.server.wait();
     }
+}
+
+/// The server's log in the soak's log directory.
+pub fn server_log(logs: &Path) -> PathBuf {
+    logs.join("server.log")
+}
+
+/// The value of the sample `series` (name and labels, as printed) in the
+/// server's `/metrics`; `None` when the endpoint does not answer. A series
+/// not printed yet counts 0.
+pub fn metric(metrics_addr: &str, series: &str) -> Option<f64> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(metrics_addr).ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+    let mut text = String::new();
+    s.read_to_string(&mut text).ok()?;
+    let body = text.split_once("\r\n\r\n")?.1;
+    Some(
+        body.lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' '))
+            .and_then(|v| v.split_whitespace().next()?.parse().ok())
+            .unwrap_or(0.0),
+    )
 }
 
 /// Resident set size of `pid` in KiB (`VmRSS` of /proc/PID/status).

@@ -43,6 +43,8 @@ pub struct UserConfig {
     pub addr: String,
     pub result_timeout: Duration,
     pub window: usize,
+    /// The user secret, when the server runs with `--auth-file`.
+    pub secret: Option<corefarm_smp::auth::Secret>,
 }
 
 /// Runs user `u` until `stop` is set.
@@ -110,6 +112,7 @@ fn run_session(
             nodes: Some(rng.gen_range(1..=2)),
             name: Some(format!("soak-user-{u}")),
             io_timeout: Some(cfg.result_timeout),
+            secret: cfg.secret.clone(),
             ..Default::default()
         },
     )?;

@@ -31,6 +31,12 @@ pub struct SoakArgs {
     /// Seed of every random choice (printed, so a run can be replayed).
     #[arg(long)]
     seed: Option<u64>,
+    /// Run the server with an auth file (secrets made up for the run): its
+    /// nodes and users prove theirs, and the bad peers include wrong
+    /// answers to the challenge. Without it, the bad peers meet the
+    /// server's paths without authentication.
+    #[arg(long)]
+    auth: bool,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -72,11 +78,17 @@ pub fn run(a: SoakArgs) -> Result<()> {
         sharing: a.sharing.clone(),
         seed,
         progress: !a.json,
+        auth: a.auth,
     };
     if !a.json {
         eprintln!(
-            "soak: {:?} with {} nodes and {} users, a node killed every ~{:?}, {} nodes (seed {seed})",
-            a.duration, a.nodes, a.users, a.kill_every, a.sharing
+            "soak: {:?} with {} nodes and {} users, a node killed every ~{:?}, {} nodes{} (seed {seed})",
+            a.duration,
+            a.nodes,
+            a.users,
+            a.kill_every,
+            a.sharing,
+            if a.auth { ", authentication" } else { "" }
         );
     }
     crate::interrupt::kill_children_on_signal("bench soak");
