@@ -758,13 +758,13 @@ SEEDPEERS_LABELS = {
 }
 
 
-def _times(v, lo_hi=None) -> str:
+def _times(v, lo_hi=None, detail="") -> str:
+    """A ratio in bold, then the range of the per-round ratios and `detail` in one parenthesis."""
     if v is None:
         return "-"
-    txt = f"**{v:.2f}×**"
-    if lo_hi and lo_hi[0] != lo_hi[1]:
-        txt += f" (rounds {lo_hi[0]:.2f}–{lo_hi[1]:.2f}×)"
-    return txt
+    notes = [f"rounds {lo_hi[0]:.2f}–{lo_hi[1]:.2f}×"] if lo_hi and lo_hi[0] != lo_hi[1] else []
+    notes += [detail] if detail else []
+    return f"**{v:.2f}×**" + (f" ({'; '.join(notes)})" if notes else "")
 
 
 def sec_seedpeers(doc, seed):
@@ -776,9 +776,9 @@ def sec_seedpeers(doc, seed):
     delay = prm.get("processing_delay_us")
     pts = {p["key"]["variant"]: p for p in doc["points"]}
     s = pts.get("seed")
+    zero = " with `test_user`'s processing delay set to 0" if delay == 0 else ""
     lines = [f"`corefarm bench suite seedpeers -- --seed-build DIR`: the seed authors' `server`, `test_user` and "
-             f"`test_node` ({prm.get('seed_repo', 'the seed repository')}, built outside this repository"
-             f"{' with `test_user`' + chr(39) + 's processing delay set to 0' if delay == 0 else ''}) against `corefarm server` on the same ports with the same "
+             f"`test_node` ({prm.get('seed_repo', 'the seed repository')}, built outside this repository{zero}) against `corefarm server` on the same ports with the same "
              f"peers, and with corefarm's own seed-format peers; {size(prm['input_size'])} inputs, "
              f"{size(prm['output_size'])} outputs, delay "
              f"{'unknown' if delay is None else f'{delay} µs'} per input, one node. Each run starts fresh "
@@ -801,14 +801,14 @@ def sec_seedpeers(doc, seed):
         lat = r["latency_metric"]
         rows.append([
             label,
-            _times(r["throughput"], r.get("throughput_range")) + f" ({bps(mean(p, 'input_bps'))} vs "
-                                                                f"{bps(mean(s, 'input_bps'))})",
+            _times(r["throughput"], r.get("throughput_range"),
+                   f"{bps(mean(p, 'input_bps'))} vs {bps(mean(s, 'input_bps'))}"),
             f"{ms(mean(p, lat))} / {ms(mean(s, 'latency_avg_ms'))}"
             + (" (median / average)" if lat == "latency_p50_ms" else " (averages)"),
-            _times(r["cpu_per_gb"], r.get("cpu_per_gb_range")) + (
-                f" ({mean(p, 'server_cpu_s_per_gb'):.3f} vs {mean(s, 'server_cpu_s_per_gb'):.3f} CPU-s/GB)"
-                if mean(p, "server_cpu_s_per_gb") is not None and mean(s, "server_cpu_s_per_gb") is not None
-                else "")])
+            _times(r["cpu_per_gb"], r.get("cpu_per_gb_range"),
+                   f"{mean(p, 'server_cpu_s_per_gb'):.3f} vs {mean(s, 'server_cpu_s_per_gb'):.3f} CPU-s/GB"
+                   if mean(p, "server_cpu_s_per_gb") is not None and mean(s, "server_cpu_s_per_gb") is not None
+                   else "")])
     lines += [table(["peers", "corefarm / seed server, throughput", "corefarm latency / seed's",
                      "server CPU per GB forwarded, corefarm / seed's"], rows), ""]
     raw = []
