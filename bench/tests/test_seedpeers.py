@@ -143,3 +143,57 @@ def test_report_renders_the_comparison(tmp_path):
     text = "\n".join(report.sec_seedpeers(doc, {}))
     row = next(l for l in text.splitlines() if l.startswith("| corefarm's seed-format user and node"))
     assert "**1.50×**" in row and "6.000 ms / 20.0 ms" in row and "**0.50×**" in row
+
+
+def test_variants_take_turns_and_each_run_is_set_against_the_seed_run_of_its_round(tmp_path, monkeypatch):
+    calls = []
+
+    def fake_seed_run(ctx, bins, args, name):
+        calls.append(name)
+        bps = {"seed": 2e9}.get(name, 1e9 * (len(calls) % 3 + 1))
+        return {"input_bps": bps, "latency_avg_ms": 10.0, "server_cpu_s_per_gb": 0.5}, 0
+
+    def fake_own_run(ctx, args, delay):
+        calls.append("own-peers")
+        assert delay == 0, "the own peers run at the delay test_node was configured with"
+        return [{"input_bps": 3e9, "latency_avg_ms": 4.0, "latency_p50_ms": 3.0, "server_cpu_s_per_gb": 0.25}], None
+
+    monkeypatch.setattr(suite, "seed_binaries", lambda d: {n: Path(n) for n in suite.SEED_BINARIES})
+    monkeypatch.setattr(suite, "busy_ports", lambda ports=suite.SEED_PORTS: [])
+    monkeypatch.setattr(suite, "seed_peers_run", fake_seed_run)
+    monkeypatch.setattr(suite, "own_peers_run", fake_own_run)
+    monkeypatch.setattr(suite, "find_binary", lambda required=True: Path("/bin/true"))
+    assert suite.main(["seedpeers", "--out", str(tmp_path), "--no-plots", "--runs", "2", "--seed-build", "x"]) == 0
+    names = [v for v, _, _ in suite.SEEDPEERS_VARIANTS]
+    # The second round starts with the second variant.
+    assert calls == names + names[1:] + names[:1]
+    doc = json.loads((tmp_path / "seedpeers.json").read_text())
+    by = {p["key"]["variant"]: p for p in doc["points"]}
+    assert all(p["status"] == "ok" and p["runs"] == 2 for p in by.values())
+    own = by["own-peers"]["metrics"]
+    assert own["input_bps_over_seed"]["mean"] == 1.5 and own["latency_p50_over_seed_avg"]["mean"] == 0.3
+    rows = {r["variant"]: r for r in doc["params"]["table"]}
+    assert rows["own-peers"]["cpu_per_gb"] == 0.5 and doc["params"]["processing_delay_us"] == 0
+
+
+def test_ports_in_use_skip_the_experiment_and_say_which(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(suite, "seed_binaries", lambda d: {n: Path(n) for n in suite.SEED_BINARIES})
+    monkeypatch.setattr(suite, "busy_ports", lambda ports=suite.SEED_PORTS: [9999])
+    monkeypatch.setattr(suite, "find_binary", lambda required=True: Path("/bin/true"))
+    assert suite.main(["seedpeers", "--out", str(tmp_path), "--no-plots", "--seed-build", "x"]) == 0
+    assert "127.0.0.1:9999 in use by another process" in capsys.readouterr().err
+    doc = json.loads((tmp_path / "seedpeers.json").read_text())
+    assert doc["points"][0]["status"] == "skipped"
+
+
+def test_busy_ports_sees_a_listener():
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    try:
+        assert suite.busy_ports((port,)) == [port]
+    finally:
+        s.close()
+    assert suite.busy_ports((port,)) == []
