@@ -8,8 +8,9 @@ headline, forwarding, all (those eight), or one that `all` does not run:
 policies (queue/stack/credit with 919 us nodes), sharing, tls, collectives,
 direct, streams, seedpeers (the seed authors' own server, test_user and
 test_node beside corefarm's server: --seed-build DIR; without the binaries it
-prints how to build them and is skipped). --compact selects the reduced sweeps of the documented
-~25-minute full run (docs/benchmarks.md gives the exact command).
+prints how to build them and is skipped). --compact selects the reduced
+sweeps of the documented ~25-minute full run (docs/benchmarks.md gives the
+exact command).
 It drives the real `corefarm` binary ($COREFARM_BIN, else target/release/corefarm)
 as separate processes, the way the seed's Python scripts drove its programs:
 
