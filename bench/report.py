@@ -907,6 +907,8 @@ def all_verdicts(docs: dict) -> list[tuple[str, dict]]:
         out += [("headline", v) for v in suite.headline_verdicts(docs["headline"]["points"])]
     if docs.get("forwarding"):
         out += [("forwarding", v) for v in suite.forwarding_verdicts(docs["forwarding"]["points"])]
+    if docs.get("seedpeers"):
+        out += [("seedpeers", v) for v in suite.seedpeers_verdicts(docs["seedpeers"]["points"])]
     if docs.get("server"):
         cq = suite.credit_below_queue(docs["server"])
         out.append(("server", {"target": "credit never below queue on the `server` grid (beyond the noise)",

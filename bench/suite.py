@@ -1768,6 +1768,39 @@ def seedpeers_table(points: list[dict]) -> list[dict]:
     return rows
 
 
+# Targets judged from the seedpeers points.
+TARGET_SEED_CPU_RATIO = 0.5      # server CPU per GB forwarded, corefarm's seed-format peers / the seed's server
+TARGET_WINDOW_VS_FIXED = 0.95    # with the seed's peers: the adaptive window's throughput / a fixed window of 16
+
+
+def seedpeers_verdicts(points: list[dict]) -> list[dict]:
+    """The targets the seedpeers points can judge: with the seed's own test_user and test_node, the adaptive
+    window within 5 % of the fixed window of 16 in throughput at no higher latency; and with corefarm's own
+    seed-format peers, the server's CPU per GB forwarded at most half the seed server's."""
+    out = []
+    by = {p["key"]["variant"]: p["metrics"] for p in points if p["status"] == "ok"}
+    g = lambda v, k: by.get(v, {}).get(k, {}).get("mean")  # noqa: E731
+    c, f = g("credit", "input_bps"), g("credit-fixed-16", "input_bps")
+    lc, lf = g("credit", "latency_avg_ms"), g("credit-fixed-16", "latency_avg_ms")
+    if c and f and lc is not None and lf is not None:
+        r = c / f
+        out.append({"id": "seed-peers-window",
+                    "target": "the seed's test_user and test_node, delay 0: the adaptive window's throughput "
+                              f">= {TARGET_WINDOW_VS_FIXED:.2f}x a fixed window of 16's, average latency no higher",
+                    "measured": f"{human_bps(c)} vs {human_bps(f)} = {r:.2f}x; {lc:.1f} vs {lf:.1f} ms",
+                    "value": r, "met": r >= TARGET_WINDOW_VS_FIXED and lc <= lf,
+                    "ratio": max(TARGET_WINDOW_VS_FIXED / r, lc / lf if lf else 1.0)})
+    own, seed = g("own-peers", "server_cpu_s_per_gb"), g("seed", "server_cpu_s_per_gb")
+    if own is not None and seed:
+        r = own / seed
+        out.append({"id": "seed-server-cpu",
+                    "target": "delay 0, 32 KiB / 16 KiB, seed-format peers: server CPU per GB forwarded "
+                              f"<= {TARGET_SEED_CPU_RATIO}x the seed server's",
+                    "measured": f"{own:.3f} vs {seed:.3f} CPU-s/GB = {r:.2f}x", "value": r,
+                    "met": r <= TARGET_SEED_CPU_RATIO, "ratio": r / TARGET_SEED_CPU_RATIO})
+    return out
+
+
 def proc_cpu_s(pid: int) -> float:
     """utime + stime (+ reaped children's) of one process from /proc/<pid>/stat, in seconds."""
     text = Path(f"/proc/{pid}/stat").read_text()
@@ -1924,6 +1957,9 @@ def exp_seedpeers(ctx: Context) -> dict:
                 runs[variant], failed.get(variant),
                 {"server_args": args or [], "message_bytes": SEED_INPUT})
     rec.params["table"] = seedpeers_table(rec.points)
+    rec.params["verdicts"] = seedpeers_verdicts(rec.points)
+    for v in rec.params["verdicts"]:
+        log(f"seedpeers: {v['target']}: {v['measured']} -> {'MET' if v['met'] else 'MISSED'}")
     for row in rec.params["table"]:
         log("seedpeers: {variant}: throughput x{t}, latency x{l}, server CPU per GB x{c}".format(
             variant=row["variant"], **{k: "-" if row.get(n) is None else f"{row[n]:.2f}"

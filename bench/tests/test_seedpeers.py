@@ -197,3 +197,23 @@ def test_busy_ports_sees_a_listener():
     finally:
         s.close()
     assert suite.busy_ports((port,)) == []
+
+
+def test_verdicts_judge_the_window_and_the_cpu_against_the_seed():
+    def pt(variant, **m):
+        return {"key": {"variant": variant}, "status": "ok", "runs": 1,
+                "metrics": {k: suite.spread([v]) for k, v in m.items()}}
+    pts = [pt("seed", input_bps=2e9, latency_avg_ms=20.0, server_cpu_s_per_gb=0.8),
+           pt("credit", input_bps=1.9e9, latency_avg_ms=10.0, server_cpu_s_per_gb=1.0),
+           pt("credit-fixed-16", input_bps=2.0e9, latency_avg_ms=10.0, server_cpu_s_per_gb=0.6),
+           pt("own-peers", input_bps=3e9, latency_avg_ms=5.0, server_cpu_s_per_gb=0.4)]
+    v = {x["id"]: x for x in suite.seedpeers_verdicts(pts)}
+    # 0.95x the fixed window at the same latency: met, just.
+    assert v["seed-peers-window"]["met"] and v["seed-peers-window"]["value"] == pytest.approx(0.95)
+    assert v["seed-server-cpu"]["met"] and v["seed-server-cpu"]["value"] == pytest.approx(0.5)
+    # A higher latency fails the window even at the same throughput; more CPU fails the other.
+    pts[1] = pt("credit", input_bps=2.0e9, latency_avg_ms=11.0)
+    pts[3] = pt("own-peers", server_cpu_s_per_gb=0.48)
+    v = {x["id"]: x for x in suite.seedpeers_verdicts(pts)}
+    assert not v["seed-peers-window"]["met"] and not v["seed-server-cpu"]["met"]
+    assert v["seed-server-cpu"]["ratio"] == pytest.approx(1.2)
