@@ -23,11 +23,12 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
 
-ORDER = ["headline", "forwarding", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
+ORDER = ["headline", "forwarding", "seedpeers", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
          "collectives", "direct", "sharing", "streams", "soak"]
 TITLES = {
     "headline": "Headline: the user through the server, and matrix multipliers per node",
     "forwarding": "Forwarding cost and latency targets",
+    "seedpeers": "The seed's own peers: corefarm's server beside the seed's",
     "echo": "SMP echo (seed §4.2.1, figure 4.1)",
     "server": "Server, zero-delay benchmarking configuration (seed §4.2.2, figures 4.3 and 4.4)",
     "policies": "Policies when the nodes are the bottleneck (seed §4.2.2's queue-vs-stack finding)",
@@ -48,6 +49,7 @@ PLACEHOLDER = "> **TODO (reading needs full-run numbers):** "
 FIGURES = {
     "headline": ["headline_user.png"],
     "forwarding": [],
+    "seedpeers": [],
     "echo": ["fig4_1_echo.png"],
     "server": ["fig4_3_server_throughput.png", "fig4_4_server_latency.png"],
     "policies": [],
@@ -748,15 +750,95 @@ def sec_soak(doc, seed):
     return lines
 
 
+SEEDPEERS_LABELS = {
+    "own-peers": "corefarm's seed-format user and node (`bench user --legacy`, `node --no-hello`)",
+    "credit": "the seed's own `test_user` and `test_node`, default `--policy credit` (adaptive window)",
+    "queue": "the same, `--policy queue`",
+    "credit-fixed-16": "the same, `--credit 16 --credit-window fixed`",
+}
+
+
+def _times(v, lo_hi=None, detail="") -> str:
+    """A ratio in bold, then the range of the per-round ratios and `detail` in one parenthesis."""
+    if v is None:
+        return "-"
+    notes = [f"rounds {lo_hi[0]:.2f}–{lo_hi[1]:.2f}×"] if lo_hi and lo_hi[0] != lo_hi[1] else []
+    notes += [detail] if detail else []
+    return f"**{v:.2f}×**" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def sec_seedpeers(doc, seed):
+    """The seed authors' server, test_user and test_node beside corefarm's server with the same peers
+    and with its own seed-format peers: the ratios to the seed server, then each variant's figures."""
+    if not doc:
+        return []
+    prm = doc["params"]
+    delay = prm.get("processing_delay_us")
+    pts = {p["key"]["variant"]: p for p in doc["points"]}
+    s = pts.get("seed")
+    zero = " with `test_user`'s processing delay set to 0" if delay == 0 else ""
+    lines = [f"`corefarm bench suite seedpeers -- --seed-build DIR`: the seed authors' `server`, `test_user` and "
+             f"`test_node` ({prm.get('seed_repo', 'the seed repository')}, built outside this repository{zero}) against `corefarm server` on the same ports with the same "
+             f"peers, and with corefarm's own seed-format peers; {size(prm['input_size'])} inputs, "
+             f"{size(prm['output_size'])} outputs, delay "
+             f"{'unknown' if delay is None else f'{delay} µs'} per input, one node. Each run starts fresh "
+             f"processes, the variants taking turns run by run; {prm['runs']} run(s) each, `test_user` sending "
+             f"for {prm.get('seed_send_s', 10):g} s, `bench user` measuring {prm['duration_s']:g} s. Throughput is "
+             f"input processed per second; the seed's `test_user` reports its average latency only; server CPU is "
+             f"the server process's utime + stime from /proc over the measurement window, per decimal GB "
+             f"forwarded (inputs + outputs).", ""]
+    if s is None or s["status"] != "ok":
+        lines += [f"The seed server's runs: {status_cell(s) if s else 'not run'}.", ""]
+    rows = []
+    table_rows = {r["variant"]: r for r in prm.get("table", [])}
+    for variant, label in SEEDPEERS_LABELS.items():
+        p, r = pts.get(variant), table_rows.get(variant)
+        if p is None:
+            continue
+        if p["status"] != "ok" or r is None or s is None:
+            rows.append([label, status_cell(p) if p["status"] != "ok" else "-", "-", "-"])
+            continue
+        lat = r["latency_metric"]
+        rows.append([
+            label,
+            _times(r["throughput"], r.get("throughput_range"),
+                   f"{bps(mean(p, 'input_bps'))} vs {bps(mean(s, 'input_bps'))}"),
+            f"{ms(mean(p, lat))} / {ms(mean(s, 'latency_avg_ms'))}"
+            + (" (median / average)" if lat == "latency_p50_ms" else " (averages)"),
+            _times(r["cpu_per_gb"], r.get("cpu_per_gb_range"),
+                   f"{mean(p, 'server_cpu_s_per_gb'):.3f} vs {mean(s, 'server_cpu_s_per_gb'):.3f} CPU-s/GB"
+                   if mean(p, "server_cpu_s_per_gb") is not None and mean(s, "server_cpu_s_per_gb") is not None
+                   else "")])
+    lines += [table(["peers", "corefarm / seed server, throughput", "corefarm latency / seed's",
+                     "server CPU per GB forwarded, corefarm / seed's"], rows), ""]
+    raw = []
+    for p in doc["points"]:
+        k = p["key"]
+        if p["status"] != "ok":
+            raw.append([k["variant"], k["server"], k["peers"], status_cell(p)] + [""] * 6)
+            continue
+        raw.append([k["variant"], k["server"], k["peers"], with_spread(p, "input_bps", bps),
+                    bps(mean(p, "offered_input_bps")), with_spread(p, "latency_avg_ms", ms),
+                    ms(mean(p, "latency_p50_ms")) if mean(p, "latency_p50_ms") is not None else "-",
+                    f"{mean(p, 'server_cpus'):.2f}" if mean(p, "server_cpus") is not None else "-", cpu_gb(p),
+                    f"{mean(p, 'node_cpus'):.2f}" if mean(p, "node_cpus") is not None else "-"])
+    lines += ["Each variant (± half the range over runs):", "",
+              table(["variant", "server", "peers", "processed", "offered", "latency avg", "p50", "server CPUs",
+                     "server CPU-s/GB", "node CPUs"], raw)]
+    return lines
+
+
 SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
             "node": sec_node, "node-matmul": sec_node_matmul, "cluster": sec_cluster, "software": sec_software,
             "collectives": sec_collectives, "direct": sec_direct, "sharing": sec_sharing, "streams": sec_streams,
-            "soak": sec_soak}
+            "soak": sec_soak, "seedpeers": sec_seedpeers}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
     "headline": "whether the targets are met, by how much, and why.",
     "forwarding": "where the server's CPU per byte goes compared with the echo server.",
+    "seedpeers": "how corefarm's server does with the seed's own user and node against the seed's server, "
+                 "and what the policies change.",
     "echo": "where the plateau starts on this machine and how it compares with the seed's 16 Gbit/s.",
     "server": "queue vs stack vs credit at 2-4 nodes, the best message size, and whether the seed's "
               "256-512 KB optimum holds.",
@@ -825,6 +907,8 @@ def all_verdicts(docs: dict) -> list[tuple[str, dict]]:
         out += [("headline", v) for v in suite.headline_verdicts(docs["headline"]["points"])]
     if docs.get("forwarding"):
         out += [("forwarding", v) for v in suite.forwarding_verdicts(docs["forwarding"]["points"])]
+    if docs.get("seedpeers"):
+        out += [("seedpeers", v) for v in suite.seedpeers_verdicts(docs["seedpeers"]["points"])]
     if docs.get("server"):
         cq = suite.credit_below_queue(docs["server"])
         out.append(("server", {"target": "credit never below queue on the `server` grid (beyond the noise)",
@@ -876,7 +960,7 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
          "corefarm's figures on this machine beside the seeds'. Every table is generated from the committed "
          "result files (one per experiment); the short readings are bench/readings.json. Reproduce an "
          "experiment with `corefarm bench suite NAME --out bench/results` (`all` runs the seed's experiments; "
-         "`collectives`, `direct`, `sharing`, `streams`, `policies` and `tls` run alone; the soak is "
+         "`collectives`, `direct`, `sharing`, `streams`, `policies`, `tls` and `seedpeers` run alone, `seedpeers` with `-- --seed-build DIR` holding the seed authors' binaries; the soak is "
          "`corefarm bench soak --json > bench/results/soak.json`), then `python3 bench/report.py`. Compare two runs of one experiment with "
          "`corefarm bench compare OLD.json NEW.json`. Measurements made by hand, and experiments tried and "
          "dropped, are archived in [bench/manual/](../bench/manual/README.md).", ""]

@@ -4,9 +4,13 @@
     python3 bench/suite.py EXPERIMENT [--quick] [--out DIR] [--runs N] [--duration S]
 
 EXPERIMENT is one of echo, server, node, node-matmul, cluster, software,
-headline, forwarding, all (those eight), or policies (queue/stack/credit with
-919 us nodes, not in all). --compact selects the reduced sweeps of the documented
-~25-minute full run (docs/benchmarks.md gives the exact command).
+headline, forwarding, all (those eight), or one that `all` does not run:
+policies (queue/stack/credit with 919 us nodes), sharing, tls, collectives,
+direct, streams, seedpeers (the seed authors' own server, test_user and
+test_node beside corefarm's server: --seed-build DIR; without the binaries it
+prints how to build them and is skipped). --compact selects the reduced
+sweeps of the documented ~25-minute full run (docs/benchmarks.md gives the
+exact command).
 It drives the real `corefarm` binary ($COREFARM_BIN, else target/release/corefarm)
 as separate processes, the way the seed's Python scripts drove its programs:
 
@@ -347,6 +351,7 @@ class Context:
         self.max_nodes = args.max_nodes
         self.compact = getattr(args, "compact", False)
         self.headline_duration = getattr(args, "headline_duration", 5.0)
+        self.seed_build = getattr(args, "seed_build", None)
         self.seq = 0
         self.load: dict = {}
 
@@ -1588,6 +1593,396 @@ RUNNERS["streams"] = exp_streams
 EXTRA.append("streams")
 
 
+# ---------------------------------------------------------------- the seed's own peers
+
+SEED_REPO = "https://github.com/abdenourgnx/Distributed-Computing-Framework-FPGA"
+SEED_BINARIES = ("server", "test_user", "test_node")
+# The seed's server, test_node and test_user hard-code these ports (nodes, users).
+SEED_PORTS = (8888, 9999)
+# test_user's benchmarking configuration, hard-coded: 64*64*4*2-byte inputs, 64*64*4-byte outputs, one
+# input per message, 10 s of sending.
+SEED_INPUT, SEED_OUTPUT = 32768, 16384
+SEED_SEND_S = 10.0
+# (variant, corefarm server arguments or None for the seed's server, peers): one row of the comparison each.
+SEEDPEERS_VARIANTS = [
+    ("seed", None, "seed"),
+    ("credit", ["--policy", "credit"], "seed"),
+    ("queue", ["--policy", "queue"], "seed"),
+    ("credit-fixed-16", ["--policy", "credit", "--credit", "16", "--credit-window", "fixed"], "seed"),
+    ("own-peers", ["--policy", "credit"], "corefarm"),
+]
+
+
+def seed_build_instructions() -> str:
+    """How to build the seed's binaries (printed when --seed-build lacks them). The seed's code stays in a
+    scratch directory outside this repository; test_user hard-codes a processing delay of 919 us per input,
+    and the table is at delay 0, so the scratch copy is patched with one sed before building."""
+    return "\n".join([
+        "build the seed's server, test_user and test_node in a scratch directory outside this repository:",
+        "  apt-get install libboost1.81-dev libboost-system1.81-dev liburing-dev cmake g++",
+        f"  git clone {SEED_REPO} seed-src",
+        "  # test_user hard-codes a processing delay of 919 us per input; this table is at delay 0:",
+        "  sed -i 's/64\\*64\\*4, 919)/64*64*4, 0)/' seed-src/server/test_user.cpp",
+        "  cmake -S seed-src/server -B seed-build0 -DCMAKE_BUILD_TYPE=Release",
+        "  make -C seed-build0 server test_user test_node",
+        "then: corefarm bench suite seedpeers -- --seed-build seed-build0",
+        "(or python3 bench/suite.py seedpeers --seed-build seed-build0). Without the sed, the build measures "
+        "919 us per input (the harness reads the delay the node was configured with and records it).",
+    ])
+
+
+def seed_binaries(build: str | Path | None) -> dict[str, Path]:
+    """The seed's binaries in `build`; SkipExperiment (with the build instructions) when any is missing."""
+    if not build:
+        raise SkipExperiment("no --seed-build DIR given; " + seed_build_instructions())
+    d = Path(build)
+    found = {n: d / n for n in SEED_BINARIES}
+    missing = [n for n, p in found.items() if not (p.is_file() and os.access(p, os.X_OK))]
+    if missing:
+        raise SkipExperiment(f"{', '.join(missing)} not found in --seed-build {d.name}; "
+                             + seed_build_instructions())
+    return {n: p.resolve() for n, p in found.items()}
+
+
+def busy_ports(ports: tuple[int, ...] = SEED_PORTS) -> list[int]:
+    """The ports of `ports` something listens on (127.0.0.1 or the wildcard address). SO_REUSEADDR lets
+    connections in TIME_WAIT from an earlier run pass; only a listener makes the bind fail."""
+    import socket
+    busy = []
+    for port in ports:
+        s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            busy.append(port)
+        finally:
+            s.close()
+    return busy
+
+
+TEST_USER_FIELDS = {"sending_throughput": "sending_throughput", "receiving_throughput": "receiving_throughput",
+                    "latency_avg": "latency_avg_us", "latency_min": "latency_min_us",
+                    "latency_max": "latency_max_us"}
+
+
+class TestUserOutput(ValueError):
+    """test_user's output lacks a figure (it failed or was cut short)."""
+
+
+def parse_test_user(text: str) -> dict:
+    """The figures the seed's test_user prints at its end: `sending_throughput= B/s` (input bytes sent per
+    second of its 10 s sending loop), `receiving_throughput= B/s` (output bytes received per second, from
+    the start of sending until the last result), `latency_avg= us` and, indented, `latency_min= ` and
+    `latency_max= ` (us). Raises TestUserOutput naming what is missing."""
+    got = {}
+    for line in text.splitlines():
+        name, sep, value = line.strip().partition("= ")
+        if sep and name in TEST_USER_FIELDS:
+            try:
+                got[TEST_USER_FIELDS[name]] = float(value.split()[0])
+            except (ValueError, IndexError):
+                continue
+    missing = [v for v in TEST_USER_FIELDS.values() if v not in got]
+    if "Stopping receiving loop" not in text:
+        missing.insert(0, "'Stopping receiving loop'")
+    if missing:
+        raise TestUserOutput("test_user printed no " + ", ".join(missing))
+    return got
+
+
+def parse_seed_node_delay(text: str) -> int | None:
+    """The processing delay (us per input) test_node was configured with, from the configuration it prints:
+    the line after `RBF:` holds its 4 bytes (`0x97 0x03 0x00 0x00`, little-endian). None if not printed."""
+    lines = text.splitlines()
+    for i, line in enumerate(lines[:-1]):
+        if line.strip() == "RBF:":
+            try:
+                raw = bytes(int(b, 16) for b in lines[i + 1].split())
+            except ValueError:
+                return None
+            return int.from_bytes(raw[:4], "little") if len(raw) >= 4 else None
+    return None
+
+
+def test_user_metrics(fig: dict, cpu: list[dict], input_size: int = SEED_INPUT,
+                      output_size: int = SEED_OUTPUT) -> dict:
+    """One test_user run's metrics in the suite's names. Every input comes back as one output, so inputs
+    processed per second = outputs received per second, and the bytes the server forwarded per second
+    (inputs in + outputs out) are the output rate times (1 + input/output). `cpu`: the window's CpuUse-like
+    dicts (label, cpu_s, cpus), the window being test_user's receiving loop (start of sending to the last
+    result)."""
+    rx = fig["receiving_throughput"]
+    per_s = rx / output_size
+    m = {
+        "input_bps": per_s * input_size * 8, "output_bps": rx * 8,
+        "offered_input_bps": fig["sending_throughput"] * 8, "messages_per_s": per_s,
+        "latency_avg_ms": fig["latency_avg_us"] / 1e3, "latency_min_ms": fig["latency_min_us"] / 1e3,
+        "latency_max_ms": fig["latency_max_us"] / 1e3,
+        "forwarded_bytes_per_s": per_s * (input_size + output_size),
+    }
+    m.update(cpu_metrics(cpu, m["forwarded_bytes_per_s"]))
+    return m
+
+
+def _ratio(a, b):
+    return a / b if a is not None and b else None
+
+
+def pair_ratios(seed_run: dict, run: dict) -> dict:
+    """One corefarm run against the seed server's run of the same round: throughput, latency (test_user's
+    average, and corefarm's median where its user reports one) and server CPU per GB forwarded."""
+    out = {"input_bps_over_seed": _ratio(run.get("input_bps"), seed_run.get("input_bps")),
+           "latency_avg_over_seed": _ratio(run.get("latency_avg_ms"), seed_run.get("latency_avg_ms")),
+           "server_cpu_s_per_gb_over_seed": _ratio(run.get("server_cpu_s_per_gb"),
+                                                   seed_run.get("server_cpu_s_per_gb"))}
+    if run.get("latency_p50_ms") is not None:
+        out["latency_p50_over_seed_avg"] = _ratio(run["latency_p50_ms"], seed_run.get("latency_avg_ms"))
+    return {k: v for k, v in out.items() if v is not None}
+
+
+def seedpeers_table(points: list[dict]) -> list[dict]:
+    """The comparison table from the seedpeers points: for each corefarm variant, the ratios to the seed
+    server of the run means (throughput, latency, server CPU per GB), with the range of the same ratios
+    round by round (each corefarm run against the seed's run of its round)."""
+    by = {p["key"]["variant"]: p for p in points if p["status"] == "ok"}
+    seed = by.get("seed")
+    rows = []
+    for variant, _, peers in SEEDPEERS_VARIANTS[1:]:
+        p = by.get(variant)
+        if p is None or seed is None:
+            continue
+        m, s = p["metrics"], seed["metrics"]
+        g = lambda d, k: d.get(k, {}).get("mean")  # noqa: E731
+        lat = "latency_p50_ms" if g(m, "latency_p50_ms") is not None else "latency_avg_ms"
+        row = {"variant": variant, "peers": peers,
+               "throughput": _ratio(g(m, "input_bps"), g(s, "input_bps")),
+               "latency_metric": lat, "latency": _ratio(g(m, lat), g(s, "latency_avg_ms")),
+               "latency_avg": _ratio(g(m, "latency_avg_ms"), g(s, "latency_avg_ms")),
+               "cpu_per_gb": _ratio(g(m, "server_cpu_s_per_gb"), g(s, "server_cpu_s_per_gb"))}
+        for k, r in (("throughput", "input_bps_over_seed"), ("cpu_per_gb", "server_cpu_s_per_gb_over_seed"),
+                     ("latency", "latency_p50_over_seed_avg" if lat == "latency_p50_ms" else "latency_avg_over_seed")):
+            if m.get(r, {}).get("runs"):
+                row[k + "_range"] = [m[r]["min"], m[r]["max"]]
+        rows.append(row)
+    return rows
+
+
+# Targets judged from the seedpeers points.
+TARGET_SEED_CPU_RATIO = 0.5      # server CPU per GB forwarded, corefarm's seed-format peers / the seed's server
+TARGET_WINDOW_VS_FIXED = 0.95    # with the seed's peers: the adaptive window's throughput / a fixed window of 16
+
+
+def seedpeers_verdicts(points: list[dict]) -> list[dict]:
+    """The targets the seedpeers points can judge: with the seed's own test_user and test_node, the adaptive
+    window within 5 % of the fixed window of 16 in throughput at no higher latency; and with corefarm's own
+    seed-format peers, the server's CPU per GB forwarded at most half the seed server's."""
+    out = []
+    by = {p["key"]["variant"]: p["metrics"] for p in points if p["status"] == "ok"}
+    g = lambda v, k: by.get(v, {}).get(k, {}).get("mean")  # noqa: E731
+    c, f = g("credit", "input_bps"), g("credit-fixed-16", "input_bps")
+    lc, lf = g("credit", "latency_avg_ms"), g("credit-fixed-16", "latency_avg_ms")
+    if c and f and lc is not None and lf is not None:
+        r = c / f
+        out.append({"id": "seed-peers-window",
+                    "target": "the seed's test_user and test_node, delay 0: the adaptive window's throughput "
+                              f">= {TARGET_WINDOW_VS_FIXED:.2f}x a fixed window of 16's, average latency no higher",
+                    "measured": f"{human_bps(c)} vs {human_bps(f)} = {r:.2f}x; {lc:.1f} vs {lf:.1f} ms",
+                    "value": r, "met": r >= TARGET_WINDOW_VS_FIXED and lc <= lf,
+                    "ratio": max(TARGET_WINDOW_VS_FIXED / r, lc / lf if lf else 1.0)})
+    own, seed = g("own-peers", "server_cpu_s_per_gb"), g("seed", "server_cpu_s_per_gb")
+    if own is not None and seed:
+        r = own / seed
+        out.append({"id": "seed-server-cpu",
+                    "target": "delay 0, 32 KiB / 16 KiB, seed-format peers: server CPU per GB forwarded "
+                              f"<= {TARGET_SEED_CPU_RATIO}x the seed server's",
+                    "measured": f"{own:.3f} vs {seed:.3f} CPU-s/GB = {r:.2f}x", "value": r,
+                    "met": r <= TARGET_SEED_CPU_RATIO, "ratio": r / TARGET_SEED_CPU_RATIO})
+    return out
+
+
+def proc_cpu_s(pid: int) -> float:
+    """utime + stime (+ reaped children's) of one process from /proc/<pid>/stat, in seconds."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    f = text[text.rfind(")") + 1:].split()
+    # After the name: state is field 3, utime 14, stime 15, cutime 16, cstime 17.
+    return sum(int(f[i - 3]) for i in (14, 15, 16, 17)) / os.sysconf("SC_CLK_TCK")
+
+
+def wait_for(pred, timeout: float, what: str, alive=None) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if alive is not None and not alive():
+            raise RuntimeError(f"{what}: a process exited first")
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{what}: not within {timeout:.0f} s")
+        time.sleep(0.01)
+
+
+def corefarm_free_nodes(metrics_addr: str) -> int:
+    import urllib.request
+    try:
+        with urllib.request.urlopen(f"http://{metrics_addr}/status", timeout=2) as r:
+            st = json.loads(r.read())
+    except (OSError, ValueError):
+        return 0
+    return sum(1 for n in st.get("nodes", []) if n.get("state") == "free")
+
+
+def seed_peers_run(ctx: Context, bins: dict[str, Path], server_args: list[str] | None,
+                   name: str) -> tuple[dict, int | None]:
+    """One run of the seed's test_user and test_node against a fresh server on 127.0.0.1:8888/9999: the
+    seed's (`server_args` None) or `corefarm server SERVER_ARGS`. The server's and the node's CPU are
+    sampled from /proc when test_user starts its sending loop and when it has received the last result.
+    Returns (metrics, the processing delay test_node was configured with). RuntimeError on failure."""
+    busy = busy_ports()
+    if busy:
+        wait_for(lambda: not busy_ports(), 10, "ports " + ", ".join(map(str, busy)) + " still in use")
+    procs: list[Child] = []
+    try:
+        if server_args is None:
+            srv = ctx.child([str(bins["server"])], "seed-server")
+            procs.append(srv)
+            srv.wait_line("Server | User server started")
+            node = ctx.child([str(bins["test_node"])], "seed-test_node")
+            procs.append(node)
+            srv.wait_line("Server | New node connection")
+        else:
+            b = str(ctx.need_binary())
+            srv = ctx.child([b, "server", "--nodes-listen", f"127.0.0.1:{SEED_PORTS[0]}", "--users-listen",
+                             f"127.0.0.1:{SEED_PORTS[1]}", "--metrics-listen", "127.0.0.1:0", *server_args],
+                            f"server-{name}")
+            procs.append(srv)
+            fields = dict(f.split("=", 1) for f in srv.wait_line("listening").split()[1:])
+            node = ctx.child([str(bins["test_node"])], "seed-test_node")
+            procs.append(node)
+            # A node that says no hello joins the pool after the server's hello grace.
+            wait_for(lambda: corefarm_free_nodes(fields["metrics"]) >= 1, 15, "test_node joining the server",
+                     lambda: srv.alive() and node.alive())
+        user = ctx.child([str(bins["test_user"]), "0"], "seed-test_user")
+        procs.append(user)
+        user.wait_line("Start sending loop", timeout=30)
+        t0, s0, n0 = time.monotonic(), proc_cpu_s(srv.proc.pid), proc_cpu_s(node.proc.pid)
+        user.wait_line("Stopping receiving loop", timeout=SEED_SEND_S + ctx.drain + 60)
+        t1, s1, n1 = time.monotonic(), proc_cpu_s(srv.proc.pid), proc_cpu_s(node.proc.pid)
+        try:
+            user.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+        wall = t1 - t0
+        cpu = [{"label": "server", "cpu_s": s1 - s0, "cpus": (s1 - s0) / wall},
+               {"label": "nodes", "cpu_s": n1 - n0, "cpus": (n1 - n0) / wall}]
+        fig = parse_test_user(user.out_path.read_text(errors="replace"))
+        delay = parse_seed_node_delay(node.out_path.read_text(errors="replace"))
+        m = test_user_metrics(fig, cpu)
+        m["window_s"] = wall
+        return m, delay
+    except (TestUserOutput, OSError) as e:
+        raise RuntimeError(str(e)) from e
+    finally:
+        for c in reversed(procs):
+            c.kill()
+
+
+def exp_seedpeers(ctx: Context) -> dict:
+    """The seed's own peers: the seed authors' server, test_user and test_node (built outside this repository,
+    `--seed-build DIR`) beside `corefarm server` with the same test_user and test_node (policies credit,
+    queue and a fixed credit window of 16), and beside corefarm's own seed-format peers (`bench user
+    --legacy`, `node --no-hello`); delay 0, 32 KiB inputs, 16 KiB outputs, one node. Every run starts fresh
+    processes (the seed's server serves one user, then exits); the variants take turns run by run, the first
+    of a round rotating. Without the binaries the experiment prints how to build them and is skipped.
+    Not part of `all`."""
+    bins = seed_binaries(ctx.seed_build)
+    ctx.need_binary()
+    busy = busy_ports()
+    if busy:
+        raise SkipExperiment(
+            f"127.0.0.1:{' and :'.join(map(str, busy))} in use by another process; the seed's test_user and "
+            f"test_node hard-code ports {SEED_PORTS[0]} (nodes) and {SEED_PORTS[1]} (users), so both servers "
+            "must listen there: stop what listens (ss -ltnp) and run again")
+    variants = SEEDPEERS_VARIANTS
+    rec = Recorder(ctx, "seedpeers", len(variants), {
+        "input_size": SEED_INPUT, "output_size": SEED_OUTPUT, "count": 1, "nodes": 1, "runs": ctx.runs,
+        "seed_send_s": SEED_SEND_S, "duration_s": ctx.duration, "seed_repo": SEED_REPO,
+        "seed_build": repo_relative(ctx.seed_build),
+        "variants": {v: ("seed server" if a is None else "corefarm server " + " ".join(a)) + f", {p} peers"
+                     for v, a, p in variants},
+        "order": "the variants take turns run by run, the first of a round rotating; fresh processes per run",
+        "method": "seed peers: test_user 0 (10 s of sending) and one test_node on 127.0.0.1:8888/9999; "
+                  "throughput = inputs processed (outputs received x input size) per second of test_user's "
+                  "receiving loop; latency = test_user's average; server CPU = utime + stime from /proc over "
+                  "that loop, per decimal GB forwarded (inputs + outputs). corefarm's peers: bench user --legacy "
+                  "(its median beside its average) and corefarm node --no-hello on ports picked by the server"})
+    runs: dict[str, list[dict]] = {v: [] for v, _, _ in variants}
+    failed: dict[str, str] = {}
+    delay = None
+    for r in range(ctx.runs):
+        turn = r % len(variants)
+        for variant, args, peers in variants[turn:] + variants[:turn]:
+            if variant in failed:
+                continue
+            try:
+                if peers == "seed":
+                    m, d = seed_peers_run(ctx, bins, args, variant)
+                    if d is not None:
+                        if delay is not None and d != delay:
+                            raise RuntimeError(f"test_node configured with {d} us after {delay} us")
+                        delay = d
+                    runs[variant].append(m)
+                else:
+                    got, failure = own_peers_run(ctx, args, delay or 0)
+                    if failure:
+                        raise RuntimeError(failure)
+                    runs[variant] += got
+            except RuntimeError as e:
+                failed[variant] = str(e)
+                log(f"seedpeers: {variant} failed: {e}")
+                continue
+            last = runs[variant][-1]
+            log(f"seedpeers: round {r + 1}/{ctx.runs}, {variant}: {human_bps(last['input_bps'])} processed, "
+                f"latency avg {last['latency_avg_ms']:.1f} ms, server "
+                f"{last.get('server_cpu_s_per_gb', float('nan')):.3f} CPU-s/GB")
+    # Each corefarm run against the seed server's run of the same round.
+    seed_runs = runs["seed"]
+    for variant, _, _ in variants[1:]:
+        for i, run in enumerate(runs[variant]):
+            if i < len(seed_runs):
+                run.update(pair_ratios(seed_runs[i], run))
+    rec.params["processing_delay_us"] = delay
+    if delay:
+        rec.notes.append(f"test_user configured {delay} us per input, not 0: these are not the delay-0 figures "
+                         "(build test_user with the sed of the build instructions)")
+    for variant, args, peers in variants:
+        rec.add({"variant": variant, "server": "seed" if args is None else "corefarm", "peers": peers},
+                runs[variant], failed.get(variant),
+                {"server_args": args or [], "message_bytes": SEED_INPUT})
+    rec.params["table"] = seedpeers_table(rec.points)
+    rec.params["verdicts"] = seedpeers_verdicts(rec.points)
+    for v in rec.params["verdicts"]:
+        log(f"seedpeers: {v['target']}: {v['measured']} -> {'MET' if v['met'] else 'MISSED'}")
+    for row in rec.params["table"]:
+        log("seedpeers: {variant}: throughput x{t}, latency x{l}, server CPU per GB x{c}".format(
+            variant=row["variant"], **{k: "-" if row.get(n) is None else f"{row[n]:.2f}"
+                                       for k, n in (("t", "throughput"), ("l", "latency"), ("c", "cpu_per_gb"))}))
+    return rec.write()
+
+
+def own_peers_run(ctx: Context, server_args: list[str], delay_us: int) -> tuple[list[dict], str | None]:
+    """One run of corefarm's seed-format peers (`bench user --legacy`, `corefarm node --no-hello`) through a
+    fresh corefarm server, at the seed's sizes."""
+    policy = server_args[server_args.index("--policy") + 1] if "--policy" in server_args else "credit"
+    try:
+        with Cluster(ctx, policy, 1, seed_nodes=True) as cl:
+            return user_runs(ctx, cl, 1, input_size=SEED_INPUT, output_size=SEED_OUTPUT, count=1,
+                             delay_us=delay_us, drain=ctx.drain, legacy=True)
+    except RuntimeError as e:
+        return [], str(e)
+
+
+RUNNERS["seedpeers"] = exp_seedpeers
+EXTRA.append("seedpeers")
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:
@@ -1611,6 +2006,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="longest wait for --wait-load before the first experiment (s)")
     ap.add_argument("--wait-between", type=float, default=90.0,
                     help="longest wait for --wait-load between experiments (s)")
+    ap.add_argument("--seed-build", default=None,
+                    help="seedpeers: directory holding the seed's server, test_user and test_node binaries")
     ap.add_argument("--no-plots", action="store_true")
     args = ap.parse_args(argv)
     ctx = Context(args)
