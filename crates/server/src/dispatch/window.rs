@@ -30,10 +30,20 @@
 //! results over at least [`MIN_EPOCH`]. Only epochs in which the window was
 //! the limit count — the node had its whole window in flight now and then,
 //! or the user was out of credit; a user that never fills the window says
-//! nothing about it. After a failed probe the next one waits twice as many
-//! epochs (up to [`MAX_PROBE_GAP`]): a settled window spends little time on
-//! worse neighbours; a success probes again at once, a step twice as long
-//! upward, so a window far from its knee gets there in a few epochs.
+//! nothing about it.
+//!
+//! Judging: a trial is three epochs — the current window, the neighbour,
+//! the current window again. Other work on the machine comes and goes over
+//! tens of milliseconds and moves every window's rate alike; when the two
+//! bracketing epochs disagree (by more than [`SAME_CONDITIONS`] or the
+//! epochs' usual spread) the machine changed under the trial and it is
+//! dropped. Otherwise the neighbour is kept if it scores better than their
+//! mean — upward by a margin and by half the spread, since past the knee noise
+//! is all there is to read; downward on a tie, for the latency. After a
+//! failed trial the next waits twice as many epochs (up to
+//! [`MAX_PROBE_GAP`]), so a settled window spends little time on worse
+//! neighbours; a success tries again at once, twice as far, so a window far
+//! from its knee, either side, gets there in a few trials.
 
 use std::time::Duration;
 
@@ -68,7 +78,7 @@ pub const MAX_PROBE_GAP: u32 = 16;
 /// Two epochs of one window may differ by this much (log units) and still
 /// be taken for the same conditions: a trial whose reference epochs differ
 /// more saw the machine change under it, and says nothing.
-const SAME_CONDITIONS: f64 = 0.08;
+pub const SAME_CONDITIONS: f64 = 0.08;
 
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
@@ -222,7 +232,10 @@ impl Window {
                 }
                 let reference = (before + s) / 2.0;
                 let better = if up {
-                    tried > reference + UP_MARGIN
+                    // Past the knee every window delivers about the same,
+                    // so noise alone would walk the window up: a gain must
+                    // also stand out of the epochs' own spread.
+                    tried > reference + UP_MARGIN.max(self.spread / 2.0)
                 } else {
                     // Equal scores favour the smaller window.
                     tried >= reference
@@ -231,8 +244,9 @@ impl Window {
                     // Go on the same way at once, further when climbing.
                     self.gap = 0;
                     self.next_up = up;
-                    let step = to.abs_diff(self.cur);
-                    self.stride = if up { step.saturating_mul(2) } else { step };
+                    // Twice as far: a window far from its knee, either side,
+                    // gets there in a few trials.
+                    self.stride = to.abs_diff(self.cur).saturating_mul(2);
                     self.set(to, Phase::Cruise);
                 } else {
                     self.gap = (self.gap * 2).clamp(1, MAX_PROBE_GAP);

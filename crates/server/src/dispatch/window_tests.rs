@@ -345,7 +345,6 @@ fn a_noisy_machine_does_not_walk_a_seed_nodes_window_up_the_plateau() {
             // moments, each some tens of milliseconds.
             busy: 0.35,
             busy_span: 30_000.0,
-            ..QUIET
         },
     );
 }
