@@ -39,11 +39,13 @@
 //! epochs' usual spread) the machine changed under the trial and it is
 //! dropped. Otherwise the neighbour is kept if it scores better than their
 //! mean — upward by a margin and by half the spread, since past the knee noise
-//! is all there is to read; downward on a tie, for the latency. After a
-//! failed trial the next waits twice as many epochs (up to
-//! [`MAX_PROBE_GAP`]), so a settled window spends little time on worse
-//! neighbours; a success tries again at once, twice as far, so a window far
-//! from its knee, either side, gets there in a few trials.
+//! is all there is to read; downward on a tie, for the latency, but only
+//! after two trials in a row (noise wins a tie half the time, and below the
+//! knee a smaller window loses throughput). After a failed trial the next
+//! waits twice as many epochs (up to [`MAX_PROBE_GAP`]), so a settled
+//! window spends little time on worse neighbours; a success tries again at
+//! once, twice as far upward, so a window far below its knee gets there in a
+//! few trials.
 
 use std::time::Duration;
 
@@ -110,6 +112,8 @@ pub struct Window {
     spread: f64,
     /// Step of the next probe after a successful one (0: the default).
     stride: u32,
+    /// A smaller window that won one trial and must win the next.
+    doubt: Option<u32>,
     /// Epochs in cruise since the last probe, and how many to wait.
     quiet: u32,
     gap: u32,
@@ -149,6 +153,7 @@ impl Window {
             last: None,
             spread: 0.0,
             stride: 0,
+            doubt: None,
             quiet: 0,
             gap: 0,
             next_up: true,
@@ -240,15 +245,26 @@ impl Window {
                     // Equal scores favour the smaller window.
                     tried >= reference
                 };
-                if better {
-                    // Go on the same way at once, further when climbing.
+                let step = to.abs_diff(self.cur);
+                if better && !up && self.doubt != Some(to) {
+                    // A step down won once: on a tie, noise wins half the
+                    // time, and below the knee a lost message of window is
+                    // lost throughput. Try the same step again at once.
+                    self.doubt = Some(to);
+                    self.gap = 0;
+                    self.next_up = false;
+                    self.stride = step;
+                } else if better {
+                    // Go on the same way at once: twice as far up, so a
+                    // window far below its knee gets there in a few
+                    // trials; down by the same step, each one confirmed.
+                    self.doubt = None;
                     self.gap = 0;
                     self.next_up = up;
-                    // Twice as far: a window far from its knee, either side,
-                    // gets there in a few trials.
-                    self.stride = to.abs_diff(self.cur).saturating_mul(2);
+                    self.stride = if up { step.saturating_mul(2) } else { step };
                     self.set(to, Phase::Cruise);
                 } else {
+                    self.doubt = None;
                     self.gap = (self.gap * 2).clamp(1, MAX_PROBE_GAP);
                     self.next_up = !up;
                     self.stride = 0;
@@ -263,8 +279,12 @@ impl Window {
                 if self.quiet > self.gap {
                     self.quiet = 0;
                     let up = self.next_up;
+                    // Half the window up, an eighth down: a step up must
+                    // be long enough for its gain to stand out of the
+                    // spread (short ones left the window below its knee);
+                    // a step down short enough to stay near it.
                     let step = match self.stride {
-                        0 if up => (self.cur / 4).max(1),
+                        0 if up => (self.cur / 2).max(1),
                         0 => (self.cur / 8).max(1),
                         n => n,
                     };
