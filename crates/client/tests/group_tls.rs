@@ -9,8 +9,10 @@
 //! The binary is looked up as in real_server.rs; without one the tests are
 //! skipped with a notice, and fail under `COREFARM_REQUIRE_TOOLS=1` (CI).
 
+mod support;
+
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -21,31 +23,6 @@ use corefarm_client::ClientError;
 use corefarm_smp::tls::ClientTls;
 use corefarm_smp::{DType, ReduceOp};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair};
-
-fn binary() -> Option<PathBuf> {
-    let mut c: Vec<PathBuf> = Vec::new();
-    if let Some(b) = std::env::var_os("COREFARM_BIN") {
-        c.push(b.into());
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut targets = vec![root.join("target")];
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        targets.insert(0, t.into());
-    }
-    for t in targets {
-        c.push(t.join("release/corefarm"));
-        c.push(t.join("debug/corefarm"));
-    }
-    let found = c.into_iter().find(|p| p.is_file());
-    if found.is_none() {
-        let what = "no corefarm binary (cargo build -p corefarm-cli, or set COREFARM_BIN)";
-        if std::env::var("COREFARM_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
-            panic!("COREFARM_REQUIRE_TOOLS=1 but there is {what}");
-        }
-        eprintln!("SKIPPED: {what}; set COREFARM_REQUIRE_TOOLS=1 to make this a failure");
-    }
-    found
-}
 
 /// A child process killed (and reaped) when dropped.
 struct Proc(Child);
@@ -150,7 +127,7 @@ fn from_i64s(b: &[u8]) -> Vec<i64> {
 
 #[test]
 fn a_group_runs_collectives_over_tls_and_refusals_name_the_cause() {
-    let Some(bin) = binary() else { return };
+    let Some(bin) = support::binary() else { return };
     let dir = tempfile::tempdir().unwrap();
     pki(dir.path());
     let (_procs, users) = cluster(&bin, dir.path(), 2);
@@ -244,7 +221,7 @@ fn run(bin: &Path, args: &[&str]) -> std::process::Output {
 /// direct path with the reason.
 #[test]
 fn the_commands_that_open_groups_take_tls_ca() {
-    let Some(bin) = binary() else { return };
+    let Some(bin) = support::binary() else { return };
     let dir = tempfile::tempdir().unwrap();
     pki(dir.path());
     let (_procs, users) = cluster(&bin, dir.path(), 2);

@@ -4,30 +4,14 @@
 //! Without one they are skipped with a notice on a developer's machine and
 //! fail, saying what to build, under `COREFARM_REQUIRE_TOOLS=1` (CI).
 
+mod support;
+
 use std::io::{BufRead, BufReader};
-use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_client::{Client, ClientError, ClientOptions};
-
-fn binary() -> Option<PathBuf> {
-    let mut c: Vec<PathBuf> = Vec::new();
-    if let Some(b) = std::env::var_os("COREFARM_BIN") {
-        c.push(b.into());
-    }
-    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let mut targets = vec![root.join("target")];
-    if let Some(t) = std::env::var_os("CARGO_TARGET_DIR") {
-        targets.insert(0, t.into());
-    }
-    for t in targets {
-        c.push(t.join("release/corefarm"));
-        c.push(t.join("debug/corefarm"));
-    }
-    c.into_iter().find(|p| p.is_file())
-}
 
 /// `corefarm local` on OS-assigned ports; killed on drop.
 struct Cluster {
@@ -37,14 +21,7 @@ struct Cluster {
 
 impl Cluster {
     fn start(nodes: u32) -> Option<Cluster> {
-        let Some(bin) = binary() else {
-            let what = "no corefarm binary (cargo build -p corefarm-cli, or set COREFARM_BIN)";
-            if std::env::var("COREFARM_REQUIRE_TOOLS").is_ok_and(|v| v == "1") {
-                panic!("COREFARM_REQUIRE_TOOLS=1 but there is {what}");
-            }
-            eprintln!("SKIPPED: {what}; set COREFARM_REQUIRE_TOOLS=1 to make this a failure");
-            return None;
-        };
+        let bin = support::binary()?;
         let mut child = Command::new(bin)
             .args(["local", "--nodes", &nodes.to_string()])
             .args([
