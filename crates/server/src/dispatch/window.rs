@@ -35,8 +35,8 @@
 //! Judging: a trial is three epochs — the current window, the neighbour,
 //! the current window again. Other work on the machine comes and goes over
 //! tens of milliseconds and moves every window's rate alike; when the two
-//! bracketing epochs disagree (by more than [`SAME_CONDITIONS`] or the
-//! epochs' usual spread) the machine changed under the trial and it is
+//! bracketing epochs disagree (by more than [`SAME_CONDITIONS`] or twice
+//! the epochs' usual spread) the machine changed under the trial and it is
 //! dropped. Otherwise the neighbour is kept if it scores better than their
 //! mean — upward by a margin and by half the spread, since past the knee noise
 //! is all there is to read; downward on a tie, for the latency, but only
