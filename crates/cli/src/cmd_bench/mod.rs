@@ -74,7 +74,10 @@ pub struct CompareArgs {
 #[derive(Args)]
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
-    /// all (those eight), policies or sharing.
+    /// all (those eight), or one that `all` does not run: policies, sharing,
+    /// tls, collectives, direct, streams, seedpeers (the seed's own peers:
+    /// `seedpeers -- --seed-build DIR`). An experiment's own options
+    /// (`--runs`, `--duration`, …) go after `--`.
     experiment: String,
     /// A few seconds per experiment.
     #[arg(long)]
