@@ -914,6 +914,15 @@ def all_verdicts(docs: dict) -> list[tuple[str, dict]]:
         out.append(("server", {"target": "credit never below queue on the `server` grid (beyond the noise)",
                                "measured": f"below at {len(cq['below'])} of {cq['compared']} points",
                                "met": not cq["below"]}))
+        cf = suite.credit_vs_fixed(docs["server"])
+        if cf["compared"]:
+            out.append(("server", {"target": "the adaptive window within 5 % of the best fixed window at every "
+                                             "`server` grid point, at no higher median latency",
+                                   "measured": f"missed at {len(cf['misses'])} of {cf['compared']} points"
+                                   + "".join(f"; {m['nodes']} node(s) {size(m['input_size'])} × {m['count']}: "
+                                             f"×{m['ratio']:.2f} of {m['best']}, p50 ×{m['p50_ratio']:.2f}"
+                                             for m in cf["misses"][:4]),
+                                   "met": not cf["misses"]}))
     for name, f in (("collectives", collectives_verdicts), ("direct", direct_verdicts),
                     ("sharing", sharing_verdicts), ("streams", streams_verdicts), ("soak", soak_verdicts)):
         if docs.get(name):

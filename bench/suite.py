@@ -401,6 +401,16 @@ def find_binary(required: bool = True) -> Path | None:
 
 # ---------------------------------------------------------------- cluster helpers
 
+FIXED = "fixed-"
+
+
+def policy_args(policy: str) -> list[str]:
+    """The server's flags for a policy name: `fixed-N` is the credit policy with a fixed window of N."""
+    if policy.startswith(FIXED):
+        return ["--policy", "credit", "--credit", policy[len(FIXED):], "--credit-window", "fixed"]
+    return ["--policy", policy]
+
+
 class Cluster:
     """A server plus a node process with `nodes` simulated nodes; `seed_nodes` runs them in the seed's
     format (`corefarm node --no-hello`)."""
@@ -413,7 +423,7 @@ class Cluster:
         b = str(self.ctx.need_binary())
         try:
             self.server = self.ctx.child([b, "server", "--nodes-listen", "127.0.0.1:0", "--users-listen",
-                                          "127.0.0.1:0", "--policy", self.policy], f"server-{self.policy}")
+                                          "127.0.0.1:0", *policy_args(self.policy)], f"server-{self.policy}")
             line = self.server.wait_line("listening")
             fields = dict(f.split("=", 1) for f in line.split()[1:])
             self.nodes_addr, self.users_addr = fields["nodes"], fields["users"]
@@ -664,20 +674,23 @@ def exp_server(ctx: Context) -> dict:
     ctx.need_binary()
     grid = server_grid(ctx.quick, 16 << 20, ctx.compact)
     policies = ["queue", "stack", "credit"]
+    # Hello points also run the credit policy with fixed windows, which the adaptive one must match
+    # (within 5 % of the best of them, at no higher median latency than that window's).
+    fixed = [f"{FIXED}{w}" for w in FIXED_WINDOWS]
     nodes_list = [1, 2] if ctx.quick else [1, 2, 4] if ctx.compact else [1, 2, 3, 4]
     # Hello peers everywhere; seed-format peers (`bench user --legacy`, `node --no-hello`) on every node
     # count, or on 1 node only with --quick.
     seed_nodes = nodes_list[:1] if ctx.quick else nodes_list
-    planned = len(grid) * len(policies) * (len(nodes_list) + len(seed_nodes))
+    planned = len(grid) * (len(policies) * (len(nodes_list) + len(seed_nodes)) + len(fixed) * len(nodes_list))
     rec = Recorder(ctx, "server", planned,
-                   {"grid": grid, "policies": policies, "nodes": nodes_list, "seed_peer_nodes": seed_nodes,
+                   {"grid": grid, "policies": policies, "fixed_windows": fixed, "nodes": nodes_list, "seed_peer_nodes": seed_nodes,
                     "delay_us": 0, "duration_s": ctx.duration, "runs": ctx.runs,
                     "order": "side by side: at each point the policies take turns run by run, one cluster each"})
     for peers in ("hello", "seed"):
         for n in nodes_list if peers == "hello" else seed_nodes:
             # Hello points keep the keys of earlier results, so `bench compare` pairs them.
             extra = {"peers": "seed"} if peers == "seed" else {}
-            side_by_side(ctx, rec, policies, n, [
+            side_by_side(ctx, rec, policies + (fixed if peers == "hello" else []), n, [
                 ({"nodes": n, "input_size": size, "count": count, **extra},
                  dict(input_size=size, output_size=size, count=count, delay_us=0,
                       drain=ctx.drain if peers == "hello" else max(ctx.drain, 60.0), legacy=peers == "seed"))
@@ -1072,6 +1085,41 @@ def forwarding_verdicts(points: list[dict]) -> list[dict]:
                     "met": cap >= TARGET_CAPACITY and p50 <= TARGET_HEADLINE_P50_MS,
                     "ratio": max(TARGET_CAPACITY / cap if cap else float("inf"), p50 / TARGET_HEADLINE_P50_MS)})
     return out
+
+
+FIXED_WINDOWS = [4, 16, 64]
+
+
+def credit_vs_fixed(server_doc: dict) -> dict:
+    """At every point that ran fixed windows, the adaptive window (`credit`) must reach 0.95x the best fixed
+    window's mean input throughput (the 5 % is the allowance for noise) with a median latency no higher than
+    that window's beyond the noise: max(2 %, half the relative range over runs of either)."""
+    by = {}
+    for p in server_doc.get("points", []):
+        if p["status"] != "ok" or "input_bps" not in p["metrics"]:
+            continue
+        k = p["key"]
+        by.setdefault((k.get("peers", "hello"), k["nodes"], k["input_size"], k["count"]), {})[k["policy"]] = p["metrics"]
+
+    def half_range(m):
+        return (m["max"] - m["min"]) / 2 / m["mean"] if m.get("mean") else 0.0
+
+    misses, compared = [], 0
+    for (peers, n, size, count), pol in sorted(by.items()):
+        fixed = {w: m for w, m in pol.items() if w.startswith(FIXED)}
+        if "credit" not in pol or not fixed:
+            continue
+        compared += 1
+        best = max(fixed, key=lambda w: fixed[w]["input_bps"]["mean"])
+        c, f = pol["credit"], fixed[best]
+        ratio = c["input_bps"]["mean"] / f["input_bps"]["mean"]
+        lat = c["latency_p50_ms"]["mean"] / f["latency_p50_ms"]["mean"]
+        slow = ratio < 0.95
+        late = lat > 1 + max(0.02, half_range(c["latency_p50_ms"]), half_range(f["latency_p50_ms"]))
+        if slow or late:
+            misses.append({"peers": peers, "nodes": n, "input_size": size, "count": count, "best": best,
+                           "ratio": ratio, "p50_ratio": lat, "slow": slow, "late": late})
+    return {"compared": compared, "misses": misses}
 
 
 def credit_below_queue(server_doc: dict) -> dict:

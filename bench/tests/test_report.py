@@ -211,6 +211,28 @@ def test_credit_below_queue_allows_the_noise():
     assert r["compared"] == 2 and [b["peers"] for b in r["below"]] == ["seed"]
 
 
+def test_credit_vs_fixed_takes_the_best_fixed_window_and_its_latency():
+    def point(pol, bps, p50, spread=0.0):
+        p = _point({"policy": pol, "nodes": 2, "input_size": 1024, "count": 1},
+                   {"input_bps": bps, "latency_p50_ms": p50})
+        p["metrics"]["latency_p50_ms"].update(min=p50 * (1 - spread), max=p50 * (1 + spread))
+        return p
+    fixed = [point("fixed-4", 80, 1.0), point("fixed-16", 100, 3.0), point("fixed-64", 99, 9.0)]
+    ok = suite.credit_vs_fixed({"points": fixed + [point("credit", 96, 2.9), point("queue", 50, 1.0)]})
+    assert ok == {"compared": 1, "misses": []}
+    # Under 0.95x the best (fixed-16), or slower at the median beyond the noise: a miss, named.
+    slow = suite.credit_vs_fixed({"points": fixed + [point("credit", 94, 2.0)]})["misses"]
+    assert [(m["best"], m["slow"], m["late"]) for m in slow] == [("fixed-16", True, False)]
+    late = suite.credit_vs_fixed({"points": fixed + [point("credit", 100, 3.3)]})["misses"]
+    assert [(m["slow"], m["late"]) for m in late] == [(False, True)]
+    # A latency spread of ±20 % over runs is noise.
+    assert suite.credit_vs_fixed({"points": fixed + [point("credit", 100, 3.3, spread=0.2)]})["misses"] == []
+    # Points without fixed windows (seed-format peers) are not compared.
+    assert suite.credit_vs_fixed({"points": [point("credit", 1, 1.0)]})["compared"] == 0
+    assert suite.policy_args("fixed-16") == ["--policy", "credit", "--credit", "16", "--credit-window", "fixed"]
+    assert suite.policy_args("stack") == ["--policy", "stack"]
+
+
 def test_committed_document_is_generated_from_the_committed_results(tmp_path):
     """docs/benchmarks.md is bench/report.py's output for bench/results (same bytes, twice), within 600 lines."""
     root = HERE.parent.parent

@@ -147,6 +147,12 @@ pub trait Core: Send {
         CoreStats::default()
     }
 
+    /// When the node queued the job whose inputs come next (called before
+    /// `process_batch`). Only a core that emulates a board's timing needs
+    /// it (the benchmarking core starts an input when it is free and the
+    /// input is queued, as a board with a job queue does); others ignore it.
+    fn queued_at(&mut self, _at: std::time::Instant) {}
+
     /// Whether the core finishes an input in negligible time without ever
     /// blocking (the zero-delay benchmarking core): an event loop may then
     /// call it directly instead of handing it to a thread.

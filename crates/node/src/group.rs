@@ -571,6 +571,7 @@ impl Resident {
                 data: input.slice(start * isz..(start + n) * isz),
                 count: n,
                 reservation: mem,
+                queued: std::time::Instant::now(),
             };
             if !cores.workers.submit(job).await {
                 return Err(local(ErrorCode::CoreFailure, "the core handlers stopped"));

@@ -245,6 +245,7 @@ mod tests {
             data: Bytes::from_static(b"x"),
             count: 1,
             reservation: g.reserve(1).await,
+            queued: std::time::Instant::now(),
         }
     }
 

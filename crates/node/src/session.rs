@@ -473,6 +473,7 @@ impl Session<'_> {
             data: data.data,
             count: count as usize,
             reservation,
+            queued: std::time::Instant::now(),
         })
         .await
     }

@@ -364,6 +364,7 @@ fn stream(
         data: Bytes::new(),
         count: s.count,
         reservation: s.reservation,
+        queued: std::time::Instant::now(),
     };
     Some((job, kept, done))
 }
@@ -406,6 +407,7 @@ mod tests {
             data: Bytes::from(vec![1; 16 * count]),
             count,
             reservation: g.reserve(16 * count + count * shape.output_size).await,
+            queued: std::time::Instant::now(),
         }
     }
 

@@ -53,6 +53,9 @@ pub struct Job {
     pub data: Bytes,
     pub count: usize,
     pub reservation: Reservation,
+    /// When the node queued it: a core that emulates a board with a job
+    /// queue starts it then if it is free ([`Core::queued_at`]).
+    pub queued: std::time::Instant,
 }
 
 /// What the sending task writes: results from core handlers, and control
@@ -99,6 +102,7 @@ pub fn run_job(core: &mut dyn Core, job: Job, input_size: usize, output_size: us
     let mut out = BytesMut::zeroed(job.count * output_size);
     // One batch: an isolated core takes all the inputs in one round trip.
     let inputs = &job.data[..job.count * input_size];
+    core.queued_at(job.queued);
     if let Err(e) = core.process_batch(inputs, &mut out, job.count) {
         return Outgoing::Failed {
             id: job.id,

@@ -36,6 +36,7 @@ async fn job(guard: &MemoryGuard, id: u32, data: &[u8], count: usize) -> Job {
         data: Bytes::copy_from_slice(data),
         count,
         reservation: guard.reserve(data.len()).await,
+        queued: std::time::Instant::now(),
     }
 }
 

@@ -42,6 +42,7 @@ impl Session<'_> {
                     data,
                     count,
                     reservation,
+                    queued: std::time::Instant::now(),
                 })
                 .await
             }
@@ -95,6 +96,7 @@ impl Session<'_> {
                 data: c.data,
                 count: count as usize,
                 reservation,
+                queued: std::time::Instant::now(),
             };
             return self.submit(job).await;
         }
