@@ -454,9 +454,10 @@ impl Resident {
             let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let c = configure::configure(payload, &self.env.opts, self.env.limit, false, &tx)
-            .await
-            .map_err(|e| local(e.code(), e.to_string()))?;
+        let (c, _) =
+            configure::configure(payload, &self.env.opts, self.env.limit, false, &tx, None)
+                .await
+                .map_err(|e| local(e.code(), e.to_string()))?;
         tracing::info!(node = %self.env.opts.name, "group cores: {}", configure::describe(&c.cfg));
         self.cores = Some((c, rx));
         Ok(())
