@@ -304,7 +304,7 @@ impl Resident {
             }
         }
         if let Some((c, _)) = self.cores.take() {
-            let _ = tokio::task::spawn_blocking(move || c.workers.stop()).await;
+            let _ = tokio::task::spawn_blocking(move || drop(c.workers.stop())).await;
         }
     }
 
@@ -451,7 +451,7 @@ impl Resident {
 
     async fn configure(&mut self, payload: Bytes) -> Result<(), Fail> {
         if let Some((old, _)) = self.cores.take() {
-            let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
+            let _ = tokio::task::spawn_blocking(move || drop(old.workers.stop())).await;
         }
         let (tx, rx) = mpsc::unbounded_channel();
         let (c, _) =
