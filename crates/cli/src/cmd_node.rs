@@ -11,8 +11,15 @@ use crate::flags::FlagError;
 
 #[derive(Args, Clone)]
 pub struct NodeArgs {
-    /// Server node port, HOST:PORT.
-    #[arg(long, default_value = "127.0.0.1:8888")]
+    /// Server node port, HOST:PORT; or several, comma-separated (an active
+    /// server and its standbys): the node connects to the first that
+    /// answers and stays with it until that connection ends, then tries the
+    /// next address, round-robin, with back-off.
+    #[arg(
+        long,
+        default_value = "127.0.0.1:8888",
+        value_name = "HOST:PORT[,HOST:PORT...]"
+    )]
     pub server: String,
     /// File holding the node secret of a server with an auth file (mode
     /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.

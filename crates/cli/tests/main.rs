@@ -12,6 +12,7 @@ mod cluster;
 mod collectives_model;
 mod cowork;
 mod demo;
+mod failover;
 mod groups;
 mod hostile;
 mod image_cli;

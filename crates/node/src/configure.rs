@@ -91,10 +91,71 @@ impl ConfigureError {
 /// The configuration a node runs and its core handlers.
 pub struct Configured {
     pub cfg: Configuration,
+    /// SHA-256 of the configuration payload: the function's identity (the
+    /// server names functions by the same digest).
+    pub digest: [u8; 32],
     pub workers: Workers,
 }
 
-/// Parses, checks and loads a configuration.
+impl Configured {
+    /// Stops the handlers (`finish`: after the queued jobs; otherwise the
+    /// queued jobs are dropped and only the running ones finish) and keeps
+    /// the function loaded if every core came back idle (blocking: call
+    /// from `spawn_blocking`).
+    pub fn wind_down(self, finish: bool) -> Option<Kept> {
+        let cores = if finish {
+            self.workers.stop()
+        } else {
+            self.workers.abort()
+        }?;
+        Some(Kept {
+            digest: self.digest,
+            cfg: self.cfg,
+            cores,
+        })
+    }
+}
+
+/// A loaded function whose handlers stopped, its cores idle: kept from one
+/// configuration (and one server connection) to the next, so the same
+/// configuration again is answered without loading (without reprogramming
+/// a board). A different configuration drops it before it loads.
+pub struct Kept {
+    digest: [u8; 32],
+    cfg: Configuration,
+    cores: Vec<Box<dyn corefarm_cores::Core>>,
+}
+
+impl Kept {
+    /// The digest of the configuration the cores were loaded from.
+    pub fn digest(&self) -> &[u8; 32] {
+        &self.digest
+    }
+}
+
+/// Drops a kept function's cores where dropping may block (a core in a
+/// worker process waits for it to exit).
+async fn release(k: Kept) {
+    let _ = tokio::task::spawn_blocking(move || drop(k)).await;
+}
+
+/// The function's identity: SHA-256 of the configuration payload.
+pub fn digest(payload: &[u8]) -> [u8; 32] {
+    use sha2::Digest;
+    sha2::Sha256::digest(payload).into()
+}
+
+/// Whether a configuration was loaded or found already loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Loaded,
+    /// Identical (same digest) to the function the node held: its cores
+    /// were run again, nothing was loaded.
+    Reused,
+}
+
+/// Parses, checks and loads a configuration, or reuses `kept` if it holds
+/// the same one (same payload digest).
 /// `limit` is the largest payload the link carries (the node's own limit,
 /// lowered by the server's if it announced one); `any_length`: the server
 /// takes handler results of any length (hello feature `any-length`).
@@ -104,7 +165,29 @@ pub async fn configure(
     limit: u32,
     any_length: bool,
     results: &mpsc::UnboundedSender<Outgoing>,
-) -> Result<Configured, ConfigureError> {
+    kept: Option<Kept>,
+) -> Result<(Configured, Outcome), ConfigureError> {
+    let digest = digest(&payload);
+    match kept {
+        Some(k) if k.digest == digest => {
+            // The limits are the link's: another server may announce others.
+            if let Err(e) = k.cfg.check_limits(limit) {
+                release(k).await;
+                return Err(ConfigureError::Limits(e));
+            }
+            let cfg = k.cfg;
+            let engine = Engine {
+                cores: k.cores,
+                input_size: cfg.input_size as usize,
+                output_size: cfg.output_size as usize,
+            };
+            let configured = start(engine, cfg, digest, opts, limit, any_length, results).await?;
+            return Ok((configured, Outcome::Reused));
+        }
+        // Anything else held goes first: a board holds one image.
+        Some(other) => release(other).await,
+        None => {}
+    }
     if !opts.reconfigure_delay.is_zero() {
         // Emulated board programming (simulation only; zero by default).
         tokio::time::sleep(opts.reconfigure_delay).await;
@@ -132,6 +215,22 @@ pub async fn configure(
             }
         }
     };
+    let configured = start(engine, cfg, digest, opts, limit, any_length, results).await?;
+    Ok((configured, Outcome::Loaded))
+}
+
+/// Starts the handlers of `engine`, and the image's streaming handlers
+/// (loaded again even when the cores are reused: they are software, and
+/// their pool does not outlive its lane).
+async fn start(
+    engine: Engine,
+    cfg: Configuration,
+    digest: [u8; 32],
+    opts: &NodeOptions,
+    limit: u32,
+    any_length: bool,
+    results: &mpsc::UnboundedSender<Outgoing>,
+) -> Result<Configured, ConfigureError> {
     let mut workers =
         Workers::start(engine, results.clone(), &opts.name).map_err(ConfigureError::Engine)?;
     if let Some((pool, rulesets)) = handler_sets(&cfg, opts).await? {
@@ -140,7 +239,11 @@ pub async fn configure(
             .attach_spin(pool, rulesets, opts.spin, link, &opts.name)
             .map_err(ConfigureError::Lane)?;
     }
-    Ok(Configured { cfg, workers })
+    Ok(Configured {
+        cfg,
+        digest,
+        workers,
+    })
 }
 
 /// The image's streaming handler sets, loaded in a pool of
@@ -220,13 +323,13 @@ mod tests {
     async fn sizes_beyond_the_limit_are_refused_with_a_reason() {
         let (tx, _rx) = mpsc::unbounded_channel();
         let o = opts(CoreLoader::default());
-        let why = configure(bench(32, 0xFFFF_FFF0), &o, 1 << 20, false, &tx)
+        let why = configure(bench(32, 0xFFFF_FFF0), &o, 1 << 20, false, &tx, None)
             .await
             .err()
             .unwrap();
         assert!(matches!(why, ConfigureError::Limits(_)), "{why}");
         assert_eq!(why.code(), ErrorCode::ConfigurationFailed);
-        assert!(configure(bench(32, 1 << 19), &o, 1 << 20, false, &tx)
+        assert!(configure(bench(32, 1 << 19), &o, 1 << 20, false, &tx, None)
             .await
             .is_ok());
     }
@@ -239,7 +342,7 @@ mod tests {
             ..opts(CoreLoader::default())
         };
         let t0 = tokio::time::Instant::now();
-        assert!(configure(bench(32, 32), &o, 1 << 20, false, &tx)
+        assert!(configure(bench(32, 32), &o, 1 << 20, false, &tx, None)
             .await
             .is_ok());
         // Paused clock: exactly the emulated time, whatever the machine's load.
@@ -260,10 +363,17 @@ mod tests {
             }],
             bitstream: Bytes::from_static(b"image"),
         };
-        let why = configure(Bytes::from(cfg.encode_payload()), &o, 1 << 20, false, &tx)
-            .await
-            .err()
-            .unwrap();
+        let why = configure(
+            Bytes::from(cfg.encode_payload()),
+            &o,
+            1 << 20,
+            false,
+            &tx,
+            None,
+        )
+        .await
+        .err()
+        .unwrap();
         assert!(matches!(why, ConfigureError::Limits(_)), "{why}");
     }
 
@@ -284,7 +394,7 @@ mod tests {
         let o = opts(CoreLoader::new(|_, _| {
             Err(LoadError::Unsupported("no such backend".into()))
         }));
-        let why = configure(payload.clone(), &o, 1 << 20, false, &tx)
+        let why = configure(payload.clone(), &o, 1 << 20, false, &tx, None)
             .await
             .err()
             .unwrap();
@@ -300,7 +410,7 @@ mod tests {
                 description: "nothing".into(),
             })
         }));
-        let why = configure(payload, &o, 1 << 20, false, &tx)
+        let why = configure(payload, &o, 1 << 20, false, &tx, None)
             .await
             .err()
             .unwrap();

@@ -304,7 +304,7 @@ impl Resident {
             }
         }
         if let Some((c, _)) = self.cores.take() {
-            let _ = tokio::task::spawn_blocking(move || c.workers.stop()).await;
+            let _ = tokio::task::spawn_blocking(move || drop(c.workers.stop())).await;
         }
     }
 
@@ -451,12 +451,13 @@ impl Resident {
 
     async fn configure(&mut self, payload: Bytes) -> Result<(), Fail> {
         if let Some((old, _)) = self.cores.take() {
-            let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
+            let _ = tokio::task::spawn_blocking(move || drop(old.workers.stop())).await;
         }
         let (tx, rx) = mpsc::unbounded_channel();
-        let c = configure::configure(payload, &self.env.opts, self.env.limit, false, &tx)
-            .await
-            .map_err(|e| local(e.code(), e.to_string()))?;
+        let (c, _) =
+            configure::configure(payload, &self.env.opts, self.env.limit, false, &tx, None)
+                .await
+                .map_err(|e| local(e.code(), e.to_string()))?;
         tracing::info!(node = %self.env.opts.name, "group cores: {}", configure::describe(&c.cfg));
         self.cores = Some((c, rx));
         Ok(())

@@ -208,7 +208,7 @@ impl<T> ClassQueue<T> {
 
     /// Closes the queue and drops what it holds (their reservations return
     /// to the memory guard, outside the lock).
-    pub fn abort(&self) {
+    pub fn abort(&self) -> usize {
         let mut dropped = Vec::new();
         {
             let mut s = self.lock();
@@ -219,7 +219,9 @@ impl<T> ClassQueue<T> {
         }
         self.0.ready.notify_all();
         self.0.ready_async.notify_waiters();
+        let n = dropped.len();
         drop(dropped);
+        n
     }
 
     /// Jobs waiting.

@@ -46,7 +46,11 @@ use tokio_util::sync::CancellationToken;
 /// Everything a node manager needs to know to run.
 #[derive(Debug, Clone)]
 pub struct NodeOptions {
-    /// Server node port, `HOST:PORT`.
+    /// Server node port, `HOST:PORT`, or several, comma-separated (an
+    /// active server and its standbys): the node connects to the first
+    /// that answers and stays with it until that connection ends, then
+    /// tries the address after it, round-robin, with the reconnection
+    /// back-off ([`servers`]).
     pub server: String,
     /// Identity announced in the hello exchange.
     pub name: String,
@@ -154,18 +158,47 @@ impl NodeError {
     }
 }
 
+/// The addresses of a server list (`a,b`), in order; blanks around an
+/// address and empty entries are ignored. An empty list is one empty
+/// address, which fails to connect with the usual error.
+pub fn servers(list: &str) -> Vec<String> {
+    let v: Vec<String> = list
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    if v.is_empty() {
+        vec![list.trim().to_string()]
+    } else {
+        v
+    }
+}
+
 /// Runs one node manager until `stop` is cancelled (or, without
 /// `reconnect`, until its connection ends).
+///
+/// With several server addresses, every attempt after a failed connection
+/// or an ended session goes to the next address in the list (round-robin),
+/// one attempt per back-off step: a node whose active server died moves
+/// to a standby within the back-off, and belongs to the server it
+/// connected to until that connection ends. The function the node loaded
+/// is kept across reconnections (see [`session::serve`]): the same
+/// configuration from the next server is answered without loading it.
 pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeError> {
     let mut backoff = Duration::from_millis(50);
     // Bound once, on the first connection, and kept across reconnections so
     // the advertised address stays valid; every session's groups use it.
     let mut peer: Option<std::sync::Arc<peer::PeerListener>> = None;
+    let mut kept = None;
     let mut opts = opts;
+    let addrs = servers(&opts.server);
+    let mut at = 0;
     loop {
+        let server = addrs[at % addrs.len()].as_str();
         let attempt = tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            r = TcpStream::connect(&opts.server) => r,
+            r = TcpStream::connect(server) => r,
         };
         let began = tokio::time::Instant::now();
         let result = match attempt {
@@ -177,23 +210,33 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
                     tracing::info!(node = %opts.name, peer = %l.local_addr(), "peer port");
                     peer = Some(std::sync::Arc::new(l));
                 }
-                tracing::info!(node = %opts.name, server = %opts.server, "connected");
+                tracing::info!(node = %opts.name, %server, "connected");
+                let (stop, peer, kept) = (stop.clone(), peer.clone(), &mut kept);
                 match &opts.tls {
-                    None => session::run_with(stream, &opts, stop.clone(), peer.clone()).await,
-                    Some(tls) => match tls_handshake(tls, &opts.server, stream).await {
+                    None => match stream.set_nodelay(true) {
+                        Ok(()) => {
+                            let (rd, wr) = stream.into_split();
+                            session::serve(rd, wr, &opts, stop, peer, kept).await
+                        }
+                        Err(e) => Err(e.into()),
+                    },
+                    Some(tls) => match tls_handshake(tls, server, stream).await {
                         Ok(s) => {
                             let (rd, wr) = tokio::io::split(s);
-                            session::run_io_with(rd, wr, &opts, stop.clone(), peer.clone()).await
+                            session::serve(rd, wr, &opts, stop, peer, kept).await
                         }
                         Err(e) => Err(e),
                     },
                 }
             }
             Err(e) => Err(NodeError::Connect {
-                addr: opts.server.clone(),
+                addr: server.to_string(),
                 cause: e,
             }),
         };
+        // The next attempt goes to the next address, whatever happened:
+        // a server that ended the session may be the one going away.
+        at = (at + 1) % addrs.len();
         match &result {
             Ok(()) => tracing::info!(node = %opts.name, "session ended"),
             Err(e) => tracing::warn!(node = %opts.name, "session ended: {e}"),

@@ -30,6 +30,7 @@ pub struct NodeStats {
     answers: AtomicU64,
     configurations: AtomicU64,
     refused: AtomicU64,
+    reused: AtomicU64,
     direct: AtomicU64,
     config_time: AtomicHistogram,
     function: Mutex<Option<String>>,
@@ -49,6 +50,7 @@ impl Default for NodeStats {
             answers: AtomicU64::new(0),
             configurations: AtomicU64::new(0),
             refused: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
             direct: AtomicU64::new(0),
             config_time: AtomicHistogram::new(CONFIG_BOUNDS),
             function: Mutex::new(None),
@@ -116,6 +118,14 @@ impl NodeStats {
         }
     }
 
+    /// A configuration identical to the function the node held was
+    /// answered without loading (after a reconnection, say).
+    pub fn reused(&self, cfg: &Configuration) {
+        self.reused.fetch_add(1, Ordering::Relaxed);
+        *self.function.lock().expect("function lock") = Some(function_label(cfg));
+        self.cores.store(cfg.cores.len() as u32, Ordering::Relaxed);
+    }
+
     fn status(&self, name: &str) -> NodeManagerStatus {
         let jobs = self.jobs.load(Ordering::Relaxed);
         let answers = self.answers.load(Ordering::Relaxed);
@@ -130,6 +140,7 @@ impl NodeStats {
             in_flight: jobs.saturating_sub(answers),
             configurations: self.configurations.load(Ordering::Relaxed),
             configurations_refused: self.refused.load(Ordering::Relaxed),
+            configurations_reused: self.reused.load(Ordering::Relaxed),
             direct: self.direct.load(Ordering::Relaxed),
             notifications_sent: self.notes_sent.load(Ordering::Relaxed),
             notifications_dropped: self.notes_dropped.load(Ordering::Relaxed),
@@ -160,6 +171,8 @@ pub struct NodeManagerStatus {
     pub in_flight: u64,
     pub configurations: u64,
     pub configurations_refused: u64,
+    /// Configurations answered with the function already loaded.
+    pub configurations_reused: u64,
     /// Data messages of a group's direct path queued for its cores.
     pub direct: u64,
     pub notifications_sent: u64,
@@ -276,6 +289,7 @@ impl corefarm_telemetry::Endpoints for NodeEndpoints {
                 for (outcome, v) in [
                     ("loaded", s.configurations),
                     ("refused", s.configurations_refused),
+                    ("reused", s.configurations_reused),
                 ] {
                     let mut l = l.clone();
                     l.push(("outcome", outcome.into()));

@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinError;
 use tokio_util::sync::CancellationToken;
 
-use crate::configure::{self, Configured};
+use crate::configure::{self, Configured, Kept, Outcome};
 use crate::group::{GroupHandle, MemberEnv};
 use crate::guard::MemoryGuard;
 use crate::handlers::{Job, Outgoing};
@@ -87,6 +87,35 @@ where
     R: AsyncRead + ReadVectored + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
+    serve(rd, wr, opts, stop, peer, &mut None).await
+}
+
+/// [`run_io_with`] with the function the node holds from an earlier
+/// session (`kept`), which a configuration identical to it reuses; the
+/// function loaded when the session ends is left there for the next.
+///
+/// When the server goes away (the connection ends or breaks, or the
+/// sending task fails) the session's work is dropped, deterministically:
+/// the results not yet written are discarded, the queued inputs are
+/// dropped, an input a core is running finishes and its result is
+/// discarded, and the cores are kept. Nothing is finished to be delivered
+/// later: the user's session resends every unanswered input itself, and a
+/// result written on a new connection would carry an id that the new
+/// server (or the new session of the same server) matches to nothing.
+/// Only when `stop` ends the session are the queued inputs finished and
+/// their results flushed (the server is still there to take them).
+pub async fn serve<R, W>(
+    rd: R,
+    wr: W,
+    opts: &NodeOptions,
+    stop: CancellationToken,
+    peer: Option<Arc<PeerListener>>,
+    kept: &mut Option<Kept>,
+) -> Result<(), NodeError>
+where
+    R: AsyncRead + ReadVectored + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let mut reader = FrameReader::new(rd, opts.max_message);
     let (out_tx, out_rx) = mpsc::unbounded_channel::<Outgoing>();
     let negotiated = Arc::new(AtomicBool::new(false));
@@ -113,6 +142,7 @@ where
         any_length: false,
         guard: MemoryGuard::new(opts.memory_limit),
         state: None,
+        kept: kept.take(),
         sent_hello: None,
         greeted: false,
         peer: peer.clone(),
@@ -175,18 +205,52 @@ where
         }
     };
 
-    // Close the queue, let the core handlers finish (or, with no one left to
-    // send to, drop) their work, and give the sending task a moment to flush
-    // what is queued: results and a final error.
     // Leaving the group frees its buffers and closes its links.
     s.group = None;
-    let Session { out, state, .. } = s;
+    let Session {
+        out,
+        state,
+        kept: held,
+        ..
+    } = s;
     drop(out);
-    if let Some(st) = state {
-        let abort = sender_end.is_some();
-        let w = st.workers;
-        let _ = tokio::task::spawn_blocking(move || if abort { w.abort() } else { w.stop() }).await;
+    let stopping = stop.is_cancelled() && result.is_ok();
+    let server_gone =
+        !stopping && (sender_end.is_some() || matches!(result, Ok(()) | Err(NodeError::Io(_))));
+    if server_gone {
+        // The queued inputs go first (no core starts one of them from
+        // here on), then nothing more is written: the results queued for
+        // the old connection, and what the running inputs produce, are
+        // dropped with the sending task's queue.
+        if let Some(st) = &state {
+            let n = st.workers.drop_queued();
+            tracing::debug!(node = %opts.name, "server gone: {n} queued input message(s) dropped");
+        }
+        if sender_end.is_none() {
+            sender.abort();
+            sender_end = Some((&mut sender).await);
+        }
     }
+    // Stopping, the handlers finish the queued work; otherwise the queue
+    // is dropped and only the running inputs finish. Either way the cores
+    // are kept for a configuration identical to theirs.
+    *kept = match state {
+        Some(st) => tokio::task::spawn_blocking(move || st.wind_down(stopping))
+            .await
+            .ok()
+            .flatten(),
+        None => held,
+    };
+    if server_gone {
+        tracing::debug!(
+            node = %opts.name,
+            "server gone: unsent results dropped, cores kept: {}",
+            kept.is_some()
+        );
+        return result;
+    }
+    // Give the sending task a moment to flush what is queued: results and
+    // a final error.
     let end = match sender_end {
         Some(end) => end,
         None => match tokio::time::timeout(FLUSH_TIMEOUT, &mut sender).await {
@@ -229,6 +293,9 @@ struct Session<'a> {
     any_length: bool,
     guard: MemoryGuard,
     state: Option<Configured>,
+    /// The function an earlier session left loaded, until a configuration
+    /// reuses or replaces it.
+    kept: Option<Kept>,
     /// The hello exactly as sent: an authentication answer covers it.
     sent_hello: Option<Vec<u8>>,
     /// The server's hello has arrived: an error before it is a refusal.
@@ -398,18 +465,36 @@ impl Session<'_> {
                 reservation: None,
             });
         }
-        if let Some(old) = self.state.take() {
-            let _ = tokio::task::spawn_blocking(move || old.workers.stop()).await;
-        }
+        // The old handlers finish their queue first; their cores come back
+        // for a configuration identical to theirs.
+        let kept = match self.state.take() {
+            Some(old) => tokio::task::spawn_blocking(move || old.wind_down(true))
+                .await
+                .ok()
+                .flatten(),
+            None => self.kept.take(),
+        };
         let started = std::time::Instant::now();
         let (limit, any_length) = (self.limit, self.any_length);
-        let r = configure::configure(payload, self.opts, limit, any_length, &self.out).await;
+        let r = configure::configure(payload, self.opts, limit, any_length, &self.out, kept).await;
         if let Some(s) = &self.stats {
-            s.configured(r.as_ref().ok().map(|c| &c.cfg), started.elapsed());
+            match &r {
+                Ok((c, Outcome::Reused)) => s.reused(&c.cfg),
+                Ok((c, Outcome::Loaded)) => s.configured(Some(&c.cfg), started.elapsed()),
+                Err(_) => s.configured(None, started.elapsed()),
+            }
         }
         match r {
-            Ok(c) => {
-                tracing::info!(node = %self.opts.name, "configured: {}", configure::describe(&c.cfg));
+            Ok((c, outcome)) => {
+                let what = configure::describe(&c.cfg);
+                match outcome {
+                    Outcome::Loaded => tracing::info!(node = %self.opts.name, "configured: {what}"),
+                    Outcome::Reused => tracing::debug!(
+                        node = %self.opts.name,
+                        digest = %hex::encode(&c.digest[..6]),
+                        "configuration identical to the loaded one, answered without loading: {what}"
+                    ),
+                }
                 self.state = Some(c);
                 self.queue(Outgoing::Frame(
                     ConfigurationResponse { status: 0 }.to_frame(),

@@ -8,6 +8,7 @@ mod fabric_common;
 mod chunks;
 mod classes;
 mod fabric;
+mod failover;
 mod flow;
 mod group_classes;
 mod group_session;

@@ -404,7 +404,13 @@ async fn loading_waits_for_the_old_cores() {
     for id in 1..=3u32 {
         srv.data(id, inputs(id, 1, 8)).await;
     }
-    srv.send(cores(1, 8, 8).to_frame().unwrap()).await;
+    // Another image of the same shape (the same one again would be reused,
+    // not loaded).
+    let other = corefarm_smp::Configuration {
+        bitstream: bytes::Bytes::from_static(b"other scripted cores"),
+        ..cores(1, 8, 8)
+    };
+    srv.send(other.to_frame().unwrap()).await;
     // Let the three old inputs through one by one; the new cores load only
     // after the last one.
     for id in 1..=3u32 {

@@ -285,3 +285,25 @@ async fn a_group_user_that_never_opens_its_group_is_closed() {
     assert!(t0.elapsed() >= IDLE, "closed after {:?}", t0.elapsed());
     assert_eq!(srv.status.get().errors["idle"], 1);
 }
+
+/// A server that has had no node for a whole `--node-wait` (its nodes went
+/// to a standby server while it was down, say) answers a configuration at
+/// once, failed, instead of holding the user for another `--node-wait`;
+/// a freshly started one still waits that long for its nodes to connect.
+#[tokio::test(start_paused = true)]
+async fn a_server_without_nodes_for_a_node_wait_answers_at_once() {
+    let wait = Duration::from_secs(5);
+    let srv = start(ServerOptions {
+        node_wait: wait,
+        ..short()
+    })
+    .await;
+    let t0 = Instant::now();
+    let (_first, ok) = seed_user(srv.users).await;
+    assert!(!ok, "no node to configure");
+    assert!(t0.elapsed() >= wait, "waited {:?}", t0.elapsed());
+    let t1 = Instant::now();
+    let (_second, ok) = seed_user(srv.users).await;
+    assert!(!ok, "no node to configure");
+    assert!(t1.elapsed() < wait, "waited {:?}", t1.elapsed());
+}

@@ -261,10 +261,23 @@ impl<T> Default for Map<T> {
     }
 }
 
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Registry {
     nodes: Mutex<Map<NodeEntry>>,
     users: Mutex<Map<UserEntry>>,
+    /// Since when no node has been connected (the start, or the last
+    /// node's leaving); `None` while one is.
+    no_nodes_since: Mutex<Option<tokio::time::Instant>>,
+}
+
+impl Default for Registry {
+    fn default() -> Self {
+        Registry {
+            nodes: Mutex::default(),
+            users: Mutex::default(),
+            no_nodes_since: Mutex::new(Some(tokio::time::Instant::now())),
+        }
+    }
 }
 
 impl Registry {
@@ -278,6 +291,7 @@ impl Registry {
             return false;
         }
         nodes.live.insert(e.id, e);
+        *self.no_nodes_since.lock().expect("registry lock") = None;
         true
     }
 
@@ -285,8 +299,17 @@ impl Registry {
     /// it was ever added): its bytes move to the ended total.
     pub fn remove_node(&self, e: &NodeEntry) {
         let mut nodes = self.nodes.lock().expect("registry lock");
-        nodes.live.remove(&e.id);
+        if nodes.live.remove(&e.id).is_some() && nodes.live.is_empty() {
+            *self.no_nodes_since.lock().expect("registry lock") = Some(tokio::time::Instant::now());
+        }
         nodes.ended = add(nodes.ended, e.m.link.bytes());
+    }
+
+    /// How long no node has been connected (since the server started, or
+    /// since the last one left); `None` while one is.
+    pub fn without_nodes_for(&self) -> Option<std::time::Duration> {
+        let since = *self.no_nodes_since.lock().expect("registry lock");
+        since.map(|t| t.elapsed())
     }
 
     /// Nodes connected now.

@@ -83,17 +83,22 @@ impl Place {
 }
 
 /// The task of one core: until the queue closes (and is empty) or the
-/// sending task is gone. `_done` is dropped when it ends (after the core's
-/// thread, if it has one), which `Workers::stop` waits for.
+/// sending task is gone (the queue is then dropped). `done` gets the core
+/// back, idle, as the task ends, and is dropped then (after the core's
+/// thread, if it has one), which `Workers::stop` waits for; a core lost
+/// on the way (its thread panicked) is not sent.
 pub(super) async fn run(
     place: Place,
     shape: Shape,
     queue: JobQueue,
     results: mpsc::UnboundedSender<Outgoing>,
-    _done: std::sync::mpsc::Sender<()>,
+    index: usize,
+    done: std::sync::mpsc::Sender<(usize, Back)>,
 ) {
-    match place {
-        Place::Worker { core, ready } => worker(core, ready, shape, &queue, &results).await,
+    let back = match place {
+        Place::Worker { core, ready } => worker(core, ready, shape, &queue, &results)
+            .await
+            .map(Back::Core),
         Place::Task(core) => {
             while let Some(job) = queue.wait_async().await {
                 let out = run_job(
@@ -103,12 +108,26 @@ pub(super) async fn run(
                     shape.output_size,
                 );
                 if results.send(out).is_err() {
-                    return;
+                    // Nobody takes results any more: what is queued is
+                    // not worth running.
+                    queue.abort();
                 }
             }
+            Some(Back::Shared(core))
         }
-        Place::Thread(host) => host.serve(&queue).await,
+        Place::Thread(host) => host.serve(&queue).await.map(Back::Core),
+    };
+    if let Some(b) = back {
+        let _ = done.send((index, b));
     }
+}
+
+/// A core handed back by its task once the task ended with the core idle
+/// (nothing of it outstanding), so a later engine may run it again.
+pub(super) enum Back {
+    Core(Box<dyn Core>),
+    /// An instant core, still shared until the engine drops its own handle.
+    Shared(Instant),
 }
 
 /// An instant core, run by its task or by the submitting task, whichever
@@ -137,8 +156,10 @@ pub(super) fn try_lock(core: &Instant) -> Option<MutexGuard<'_, Box<dyn Core>>> 
 pub(super) struct Host {
     jobs: std::sync::mpsc::Sender<Job>,
     /// One message each time the thread runs dry; closed once it ended
-    /// (its core dropped), or if it cannot send results any more.
+    /// (its core handed back), or if it cannot send results any more.
     idle: mpsc::UnboundedReceiver<()>,
+    /// The core, once the thread ended (`Err` if it panicked).
+    back: tokio::sync::oneshot::Receiver<Box<dyn Core>>,
 }
 
 impl Host {
@@ -151,6 +172,7 @@ impl Host {
     ) -> std::io::Result<Host> {
         let (jobs, handed) = std::sync::mpsc::channel::<Job>();
         let (idle_tx, idle) = mpsc::unbounded_channel();
+        let (back_tx, back) = tokio::sync::oneshot::channel();
         std::thread::Builder::new()
             .name(name.to_string())
             .spawn(move || {
@@ -159,6 +181,7 @@ impl Host {
                     while let Some(job) = next {
                         let out = run_job(core.as_mut(), job, shape.input_size, shape.output_size);
                         if results.send(out).is_err() {
+                            queue.abort();
                             break 'serve;
                         }
                         next = queue.try_pop();
@@ -167,15 +190,16 @@ impl Host {
                         break;
                     }
                 }
-                // The core goes before the task hears of the end, so a
-                // stopped engine has dropped every core.
-                drop(core);
+                // The core is handed back (or dropped, if nobody waits)
+                // before the task hears of the end, so a stopped engine
+                // holds every core it will get back.
+                drop(back_tx.send(core));
                 drop(idle_tx);
             })?;
-        Ok(Host { jobs, idle })
+        Ok(Host { jobs, idle, back })
     }
 
-    async fn serve(mut self, queue: &JobQueue) {
+    async fn serve(mut self, queue: &JobQueue) -> Option<Box<dyn Core>> {
         while let Some(job) = queue.wait_async().await {
             if self.jobs.send(job).is_err() || self.idle.recv().await.is_none() {
                 break;
@@ -183,6 +207,7 @@ impl Host {
         }
         drop(self.jobs);
         while self.idle.recv().await.is_some() {}
+        self.back.await.ok()
     }
 }
 
@@ -234,7 +259,7 @@ async fn worker(
     shape: Shape,
     queue: &JobQueue,
     results: &mpsc::UnboundedSender<Outgoing>,
-) {
+) -> Option<Box<dyn Core>> {
     let Shape {
         input_size,
         output_size,
@@ -244,13 +269,14 @@ async fn worker(
         if order.idle() {
             match queue.wait_async().await {
                 Some(job) => order.hold(job),
-                None => return,
+                // Nothing outstanding: the core can be run again.
+                None => return Some(core),
             }
         } else {
             order.look_ahead(queue);
         }
         let job = {
-            let Some(pipe) = core.pipeline() else { return };
+            let pipe = core.pipeline()?;
             match order.step(pipe) {
                 PipeStep::Submit(job) => {
                     submit(pipe, &job, input_size);
@@ -260,7 +286,9 @@ async fn worker(
                 PipeStep::RunAlone(job) => {
                     let c = core.as_mut();
                     if !blocking(|| run_alone(c, job, input_size, output_size, results)) {
-                        return;
+                        // Nobody takes results: drop what is queued, then
+                        // collect (and drop) what is still in the pipeline.
+                        queue.abort();
                     }
                     continue;
                 }
@@ -274,7 +302,7 @@ async fn worker(
             // The pipeline is borrowed in here only: a `dyn Pipeline` held
             // across the wait below would make the task not `Send`.
             let step = {
-                let Some(pipe) = core.pipeline() else { return };
+                let pipe = core.pipeline()?;
                 if std::mem::take(&mut tick) {
                     pipe.tick();
                 }
@@ -312,7 +340,7 @@ async fn worker(
                     Err(_) => tick = true,
                 },
                 ahead = queue.wait_ahead_async(), if take => {
-                    let Some(pipe) = core.pipeline() else { return };
+                    let pipe = core.pipeline()?;
                     let fits = pipe.fits(ahead.count);
                     if let Some(job) = order.offer(ahead, fits) {
                         submit(pipe, &job, input_size);
@@ -322,7 +350,9 @@ async fn worker(
             }
         };
         if results.send(collected(job, out, outcome)).is_err() {
-            return;
+            // As above: the jobs still in the pipeline are collected and
+            // dropped, so the core is handed back idle.
+            queue.abort();
         }
     }
 }

@@ -126,8 +126,10 @@ pub struct Workers {
     instant: Vec<engine::Instant>,
     turn: usize,
     input_size: usize,
-    /// Ends (every sender dropped) once every core's task has.
-    tasks: Option<std::sync::mpsc::Receiver<()>>,
+    /// Each core's task hands its core back here as it ends; ends (every
+    /// sender dropped) once every core's task has.
+    tasks: Option<std::sync::mpsc::Receiver<(usize, engine::Back)>>,
+    cores: usize,
     output_size: usize,
     results: mpsc::UnboundedSender<Outgoing>,
     /// Streaming handlers, when the image carries handler sets.
@@ -155,7 +157,8 @@ impl Workers {
             input_size,
             output_size,
         };
-        let mut started = Vec::with_capacity(engine.cores.len());
+        let cores = engine.cores.len();
+        let mut started = Vec::with_capacity(cores);
         for (i, core) in engine.cores.into_iter().enumerate() {
             // On an error, the threads already started end as their places
             // are dropped.
@@ -169,12 +172,13 @@ impl Workers {
                 _ => None,
             })
             .collect();
-        for place in started {
+        for (i, place) in started.into_iter().enumerate() {
             runtime.spawn(engine::run(
                 place,
                 shape,
                 queue.clone(),
                 results.clone(),
+                i,
                 done.clone(),
             ));
         }
@@ -184,6 +188,7 @@ impl Workers {
             turn: 0,
             input_size,
             tasks: Some(tasks),
+            cores,
             output_size,
             results,
             spin: None,
@@ -247,34 +252,48 @@ impl Workers {
     }
 
     /// Lets the handlers finish the queued jobs, then joins them (blocking:
-    /// call from `spawn_blocking`).
-    pub fn stop(mut self) {
+    /// call from `spawn_blocking`). Returns the cores, idle and in their
+    /// order, if every one came back (see [`Workers::abort`]).
+    pub fn stop(mut self) -> Option<Vec<Box<dyn Core>>> {
         // First the lane: it may still forward messages to the cores.
         if let Some(lane) = self.spin.take() {
             lane.stop();
         }
         self.queue.close();
-        // Errs once every task has ended (none sends); a task ends after
-        // its core's thread, if it has one.
-        if let Some(tasks) = self.tasks.take() {
-            let _ = tasks.recv();
+        // The instant cores' own handles, so each comes back unshared.
+        self.instant.clear();
+        let tasks = self.tasks.take()?;
+        let mut back: Vec<Option<Box<dyn Core>>> = (0..self.cores).map(|_| None).collect();
+        // Ends once every task has ended (none sends any more); a task ends
+        // after its core's thread, if it has one.
+        while let Ok((i, core)) = tasks.recv() {
+            back[i] = match core {
+                engine::Back::Core(c) => Some(c),
+                engine::Back::Shared(c) => std::sync::Arc::try_unwrap(c)
+                    .ok()
+                    .map(|m| m.into_inner().unwrap_or_else(|p| p.into_inner())),
+            };
         }
+        back.into_iter().collect()
     }
 
     /// Drops the queued jobs (their results could not be delivered), lets
     /// each handler finish the input it is on, then joins them (blocking).
-    pub fn abort(mut self) {
+    /// The cores come back as from [`Workers::stop`]: a node keeps them
+    /// across a lost server connection, so the same function configured
+    /// again needs no loading.
+    pub fn abort(mut self) -> Option<Vec<Box<dyn Core>>> {
         if let Some(lane) = self.spin.take() {
             lane.abort();
         }
         self.drop_queued();
-        self.stop();
+        self.stop()
     }
 
-    /// Closes the input queue and drops what it holds; handlers exit once
-    /// done with their current job.
-    fn drop_queued(&self) {
-        self.queue.abort();
+    /// Closes the input queue and drops what it holds (returns how many
+    /// jobs); handlers exit once done with their current job.
+    pub fn drop_queued(&self) -> usize {
+        self.queue.abort()
     }
 }
 

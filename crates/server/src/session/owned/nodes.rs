@@ -40,10 +40,16 @@ impl Owned {
         while let Ok(Control::NodeJoined(conn)) = self.ctl_rx.try_recv() {
             self.adopt(conn);
         }
-        // Nodes that connect meanwhile are sent to us by the pool.
-        let wait = match self.waited_in_vain && self.nodes.is_empty() {
+        // Nodes that connect meanwhile are sent to us by the pool. A server
+        // that has had no node at all for a whole --node-wait (its nodes
+        // went to a standby server while it was down, say) answers at once:
+        // waiting once more would only hold the user back from a server
+        // that has nodes.
+        let node_wait = self.shared.opts.node_wait;
+        let deserted = (self.shared.registry.without_nodes_for()).is_some_and(|d| d >= node_wait);
+        let wait = match (self.waited_in_vain || deserted) && self.nodes.is_empty() {
             true => std::time::Duration::ZERO,
-            false => self.shared.opts.node_wait,
+            false => node_wait,
         };
         let deadline = Instant::now() + wait;
         while !self.enough_nodes() {
