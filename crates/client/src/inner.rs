@@ -159,7 +159,7 @@ impl Inner {
 
     /// See [`Client::wait_for_credit`](crate::Client::wait_for_credit).
     pub fn wait_for_credit(&self, class: u8, timeout: Duration) -> Result<bool> {
-        if !self.credit_mode {
+        if !self.credit_mode && self.resume.is_none() {
             return Ok(true);
         }
         // A timeout too long for the clock waits without one.
@@ -170,7 +170,7 @@ impl Inner {
             if let Some(f) = &st.failed {
                 return Err(f.to_error("while waiting for credit"));
             }
-            if st.credit > kept {
+            if !st.resuming && (!self.credit_mode || st.credit > kept) {
                 return Ok(true);
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -252,8 +252,10 @@ impl Inner {
             // While a lost server is being replaced nothing new is sent:
             // the new connection first gets the configuration and the
             // messages that were never answered.
+            // That wait is bounded by `reconnect_timeout`, not `io_timeout`,
+            // whose limit starts afresh once the server is back.
             if self.credit_mode || st.resuming {
-                let deadline = self.deadline();
+                let mut deadline = self.deadline();
                 let kept = crate::chunked::kept_credit(self.chunk_size, class);
                 while st.resuming || (self.credit_mode && st.credit <= kept) {
                     if let Some(f) = &st.failed {
@@ -264,7 +266,12 @@ impl Inner {
                     }
                     st.credit_waiters += 1;
                     self.shared.cond.notify_all();
-                    let r = self.wait(st, deadline, "waiting for credit from the server");
+                    let resuming = st.resuming;
+                    let limit = if resuming { None } else { deadline };
+                    let r = self.wait(st, limit, "waiting for credit from the server");
+                    if resuming {
+                        deadline = self.deadline();
+                    }
                     st = match r {
                         Ok(mut st) => {
                             st.credit_waiters -= 1;
@@ -425,7 +432,6 @@ impl Inner {
 
     pub fn configure(&self, cfg: &Configuration) -> Result<()> {
         let _one_at_a_time = lock(&self.configure_lock);
-        let deadline = self.deadline();
         let mut first = true;
         // One pass per connection: a server lost while this configuration
         // was on its way gets it again on the resumed connection (after the
@@ -433,8 +439,9 @@ impl Inner {
         'link: loop {
             let (losses, link) = {
                 let mut st = self.shared.lock();
+                // Bounded by `reconnect_timeout`, not `io_timeout`.
                 while st.resuming && st.failed.is_none() {
-                    st = self.wait(st, deadline, "waiting for the server to be resumed")?;
+                    st = self.wait(st, None, "waiting for the server to be resumed")?;
                 }
                 if let Some(f) = &st.failed {
                     return Err(f.to_error("before the configuration could be sent"));
@@ -448,6 +455,7 @@ impl Inner {
                 st.pending_sizes = Some((cfg.input_size, cfg.output_size));
                 (st.losses, st.link)
             };
+            let deadline = self.deadline();
             let frame = cfg.to_frame().map_err(|e| {
                 self.shared.lock().configs_unanswered -= 1;
                 ClientError::InvalidInput(e.to_string())

@@ -559,6 +559,13 @@ impl Client {
         }
     }
 
+    /// Whether the session is being resumed now: its server was lost and
+    /// a new connection is being set up (submissions wait meanwhile, for
+    /// up to `reconnect_timeout` rather than `io_timeout`).
+    pub fn resuming(&self) -> bool {
+        self.inner.shared.lock().resuming
+    }
+
     /// Times this session was resumed after losing its server.
     pub fn resumes(&self) -> u64 {
         self.inner.resume.as_ref().map_or(0, |r| r.resumes())
