@@ -534,17 +534,32 @@ impl Inner {
         }
         // One request at a time: the answer to ours is the next one.
         let _one_at_a_time = lock(&self.status_lock);
-        let (mine, losses) = {
+        let (mine, losses, link) = {
             let mut st = self.shared.lock();
+            while st.resuming && st.failed.is_none() {
+                st = self.wait(st, None, "waiting for the server to be resumed")?;
+            }
             if let Some(f) = &st.failed {
                 return Err(f.to_error("before the status request could be sent"));
             }
             st.status_sent += 1;
-            (st.status_sent, st.losses)
+            (st.status_sent, st.losses, st.link)
         };
-        let sent = write_frame(&mut *lock(&self.writer), ClusterStatus::request_frame());
+        let sent = {
+            let mut w = lock(&self.writer);
+            match self.resume.is_none()
+                || self.link.load(std::sync::atomic::Ordering::Acquire) == link
+            {
+                true => write_frame(&mut *w, ClusterStatus::request_frame()),
+                // Lost meanwhile: the wait below sees it.
+                false => Ok(()),
+            }
+        };
         if let Err(e) = sent {
-            return Err(self.write_failed(e, "while asking for the status"));
+            if self.resume.is_none() {
+                return Err(self.write_failed(e, "while asking for the status"));
+            }
+            self.lost_on_write(link);
         }
         let deadline = self.deadline();
         let mut st = self.shared.lock();

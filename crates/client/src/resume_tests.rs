@@ -336,3 +336,43 @@ fn connect_takes_the_first_address_that_answers() {
     let e = Client::connect(" , ", ClientOptions::default()).unwrap_err();
     assert!(matches!(e, ClientError::InvalidInput(_)), "{e:?}");
 }
+
+/// A configuration on its way when the server is lost is sent again on the
+/// resumed connection, after the one in force, and its caller gets the
+/// new server's answer: the session goes on with the new function.
+#[test]
+fn a_configuration_under_way_is_sent_again_after_the_one_in_force() {
+    let first: Script = Box::new(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        p.configured(0);
+        p.expect(MsgType::Configuration);
+        // Lost before answering it.
+    });
+    let second: Script = Box::new(|mut p| {
+        p.hello(&["error", "credit"], 1);
+        assert_eq!(p.configured(0), bench(16, 16), "the one in force first");
+        assert_eq!(p.configured(0), bench(32, 32), "then the one under way");
+        p.credit(1);
+        let d = p.data();
+        assert_eq!(d.data.len(), 32);
+        answer(&mut p, &d);
+        assert!(p.at_eof());
+    });
+    let (addr, srv) = fake_restarting(vec![first, second]);
+    let c = Client::connect(&addr, resuming(Duration::from_secs(20))).unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    c.configure(&bench(32, 32)).unwrap();
+    assert_eq!(c.sizes(), Some((32, 32)));
+    let data = Bytes::from(vec![7u8; 32]);
+    assert_eq!(
+        c.submit_pending(data.clone())
+            .unwrap()
+            .wait(None)
+            .unwrap()
+            .data,
+        data
+    );
+    assert_eq!(c.resumes(), 1);
+    drop(c);
+    srv.join().unwrap();
+}
