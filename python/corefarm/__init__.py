@@ -35,6 +35,7 @@ from .errors import (
     InputError,
     ProtocolError,
     ServerError,
+    ServerLostError,
     TimeoutError,
     UnsupportedError,
     UsageError,
@@ -44,7 +45,7 @@ __all__ = [
     "connect", "Client", "Output", "Pending", "Notification", "read_image_manifest", "default_core_table",
     "build_image", "inspect_image", "ImageError",
     "Error", "ConnectionError", "ConfigurationError", "TimeoutError", "ServerError",
-    "ProtocolError", "InputError", "UsageError", "UnsupportedError", "ERROR_CODES",
+    "ServerLostError", "ProtocolError", "InputError", "UsageError", "UnsupportedError", "ERROR_CODES",
     "DEFAULT_PORT", "group", "Group", "GroupError", "GroupTimeoutError",
 ]
 
@@ -427,10 +428,21 @@ def _as_bytes_view(data):
 
 def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legacy=False,
             name=None, io_timeout=None, secret=None, secret_file=None, tls_ca=None,
-            tls_server_name=None, chunks=False, chunk_size=None):
+            tls_server_name=None, chunks=False, chunk_size=None, reconnect_timeout=30.0):
     """Connects to a corefarm server.
 
-    addr: "host:port" (port defaults to 9999). nodes: how many nodes to ask
+    addr: "host:port" (port defaults to 9999), or several servers as a list
+    of such strings or one comma-separated string: the first that answers
+    is used, the others are where the session goes if that one is lost.
+    reconnect_timeout: seconds to try to resume the session after its
+    server connection broke (None: never). Resuming reconnects with
+    back-off, to the next address of the list, authenticates and
+    configures again, and sends every input not yet answered again: `map`,
+    `recv` and `Pending` callers see each result once, `map` in input
+    order. Past the limit, every waiting call raises ServerLostError, whose
+    `unanswered` says how many data messages never got their result.
+    Legacy (seed-format) sessions are never resumed; groups are not either.
+    nodes: how many nodes to ask
     for (None: all free ones). timeout: seconds for connecting and the hello
     exchange; also the default io_timeout (configuration and credit waits).
     legacy: skip the hello exchange (seed-only behaviour).
@@ -451,15 +463,24 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     chunks every message is priority 4: a `priority=` other than 4 raises
     InputError saying to connect with chunks=True.
     """
-    if ":" not in addr:
-        addr = f"{addr}:{DEFAULT_PORT}"
+    addr = _addresses(addr)
     if io_timeout is None:
         io_timeout = timeout
     return Client(_corefarm.Client(addr, legacy=legacy, nodes=nodes, name=name,
                                    connect_timeout=timeout, io_timeout=io_timeout,
                                    secret=secret, secret_file=secret_file, tls_ca=tls_ca,
                                    tls_server_name=tls_server_name, chunks=chunks,
-                                   chunk_size=chunk_size))
+                                   chunk_size=chunk_size, reconnect_timeout=reconnect_timeout))
+
+
+def _addresses(addr):
+    """"host[:port]", a list of them or a comma-separated string, as the
+    comma-separated "host:port" list the client takes."""
+    parts = addr.split(",") if isinstance(addr, str) else list(addr)
+    parts = [a.strip() for a in parts if a.strip()]
+    if not parts:
+        raise ValueError(f"no server address in {addr!r}")
+    return ",".join(a if ":" in a else f"{a}:{DEFAULT_PORT}" for a in parts)
 
 
 class Client:
@@ -797,6 +818,17 @@ class Client:
     def nodes(self):
         """Nodes the server assigned (None in legacy mode)."""
         return self._raw.nodes
+
+    @property
+    def resumes(self):
+        """Times the session was resumed after losing its server (see `connect`)."""
+        return self._raw.resumes
+
+    @property
+    def server_addr(self):
+        """The address of the server in use now: it changes when the session
+        resumes on another server of the address list."""
+        return self._raw.server_addr
 
     @property
     def warnings(self):

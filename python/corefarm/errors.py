@@ -13,6 +13,17 @@ class ConnectionError(Error, _builtins.ConnectionError):
     """Could not connect, the hello exchange failed, or the connection was lost."""
 
 
+class ServerLostError(ConnectionError):
+    """The server connection broke and no server (of the address list) took
+    the session back within `reconnect_timeout`. `unanswered` is the number
+    of data messages (one per `map` input) that never got their result."""
+
+    def __init__(self, message, unanswered=0):
+        super().__init__(message)
+        self.unanswered = unanswered
+        """Data messages sent and never answered."""
+
+
 class TimeoutError(Error, _builtins.TimeoutError):
     """A blocking call did not complete in time."""
 

@@ -57,6 +57,9 @@ fn to_py(e: ClientError) -> PyErr {
                 ClientError::InvalidInput(_) => errors.getattr("InputError")?.call1((msg,))?,
                 ClientError::Usage(_) => errors.getattr("UsageError")?.call1((msg,))?,
                 ClientError::Unsupported(_) => errors.getattr("UnsupportedError")?.call1((msg,))?,
+                ClientError::ServerLost { unanswered, .. } => errors
+                    .getattr("ServerLostError")?
+                    .call1((msg, *unanswered))?,
                 ClientError::Resolve { .. }
                 | ClientError::Connect { .. }
                 | ClientError::Handshake { .. }
@@ -360,10 +363,16 @@ impl Client {
         mut attempt: impl FnMut() -> Result<Option<T>, ClientError> + Send,
     ) -> PyResult<T> {
         const SLICE: Duration = Duration::from_millis(100);
-        let deadline = self.io_timeout.and_then(|t| Instant::now().checked_add(t));
+        let limit = || self.io_timeout.and_then(|t| Instant::now().checked_add(t));
+        let mut deadline = limit();
         loop {
             if let Some(v) = detach(py, &mut attempt).map_err(to_py)? {
                 return Ok(v);
+            }
+            // Replacing a lost server is bounded by reconnect_timeout; the
+            // io_timeout starts afresh once it is back.
+            if self.inner.resuming() {
+                deadline = limit();
             }
             let slice = deadline.map_or(SLICE, |d| {
                 d.saturating_duration_since(Instant::now()).min(SLICE)
@@ -401,7 +410,7 @@ pub(crate) fn client_tls(
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None, tls_ca=None, tls_server_name=None, chunks=false, chunk_size=None))]
+    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None, tls_ca=None, tls_server_name=None, chunks=false, chunk_size=None, reconnect_timeout=Some(30.0)))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -418,6 +427,7 @@ impl Client {
         tls_server_name: Option<String>,
         chunks: bool,
         chunk_size: Option<u32>,
+        reconnect_timeout: Option<f64>,
     ) -> PyResult<Self> {
         use corefarm_smp::auth::Secret;
         // An explicit secret, else a file, else COREFARM_SECRET / COREFARM_SECRET_FILE.
@@ -438,6 +448,7 @@ impl Client {
             io_timeout: secs(io_timeout)?,
             chunks,
             chunk_size,
+            reconnect_timeout: secs(reconnect_timeout)?,
             ..Default::default()
         };
         if let Some(m) = max_message {
@@ -658,6 +669,18 @@ impl Client {
     #[getter]
     fn addr(&self) -> String {
         self.inner.addr().to_string()
+    }
+
+    /// Times the session was resumed after losing its server.
+    #[getter]
+    fn resumes(&self) -> u64 {
+        self.inner.resumes()
+    }
+
+    /// The address of the server in use now.
+    #[getter]
+    fn server_addr(&self) -> String {
+        self.inner.server_addr()
     }
 }
 

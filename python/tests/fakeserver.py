@@ -138,3 +138,26 @@ class FakeServer:
         assert not self.thread.is_alive(), "fake server script did not finish"
         if self.error is not None:
             raise self.error
+
+
+class RestartingServer(FakeServer):
+    """Runs `scripts[k]` on the k-th connection to one address (a server
+    that restarts in place), then stops listening: later connections are
+    refused."""
+
+    def __init__(self, scripts):
+        super().__init__(list(scripts))
+
+    def _run(self, scripts):
+        try:
+            self.listener.settimeout(20)
+            for script in scripts:
+                sock, _ = self.listener.accept()
+                sock.settimeout(20)
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                with sock:
+                    script(Peer(sock))
+        except BaseException as e:  # reported by join()
+            self.error = e
+        finally:
+            self.listener.close()

@@ -379,7 +379,8 @@ def test_a_lost_connection_still_ends_the_map():
         p.data()  # and the connection ends with it unanswered
 
     srv = FakeServer(script)
-    with corefarm.connect(srv.addr) as c:
+    # Not resuming (test_resume.py covers that): the loss ends the map now.
+    with corefarm.connect(srv.addr, reconnect_timeout=None) as c:
         c.configure_benchmark(16, 16)
         it = c.map([bytes(16)] * 2, window=1, return_exceptions=True)
         assert next(it) == bytes(16)

@@ -196,6 +196,7 @@ pub fn run(o: &NodeBenchOptions, listening: impl FnOnce(SocketAddr)) -> Result<U
             session,
             initial_credit: 0,
             window: Some(o.window),
+            reconnect: None,
         },
     )?;
     if !rep.ok {

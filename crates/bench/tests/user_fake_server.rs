@@ -20,6 +20,9 @@ enum Fault {
     Drop,
     /// Answers message 3 with a damaged timestamp.
     Corrupt,
+    /// Reads 10 messages, answers the first 4 of them, and hangs up (a
+    /// server that dies mid-stream).
+    Hangup,
 }
 
 /// Serves one user connection; returns its address and the thread.
@@ -29,6 +32,20 @@ fn fake_server(fault: Fault, credit: bool, nodes: u32) -> (String, JoinHandle<()
     let h = thread::spawn(move || {
         let (s, _) = l.accept().unwrap();
         let _ = serve(s, fault, credit, nodes);
+    });
+    (addr, h)
+}
+
+/// Serves one connection per fault in turn on one address (a server that
+/// restarts in place), then stops listening.
+fn restarting_server(faults: Vec<Fault>) -> (String, JoinHandle<()>) {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    let h = thread::spawn(move || {
+        for fault in faults {
+            let (s, _) = l.accept().unwrap();
+            let _ = serve(s, fault, true, 2);
+        }
     });
     (addr, h)
 }
@@ -60,7 +77,12 @@ fn serve(s: TcpStream, fault: Fault, credit: bool, nodes: u32) -> anyhow::Result
     if hello && credit {
         write_frame(&mut w, Credit { messages: 8 }.to_frame())?;
     }
+    let mut seen = 0;
     while let Some(f) = r.read_frame()? {
+        seen += 1;
+        if fault == Fault::Hangup && seen > 10 {
+            return Ok(());
+        }
         let d = Data::parse(f.payload)?;
         let n = cfg.count_inputs(d.data.len())? as usize;
         let mut out = vec![0u8; n * b.output_size as usize];
@@ -71,7 +93,7 @@ fn serve(s: TcpStream, fault: Fault, credit: bool, nodes: u32) -> anyhow::Result
         if fault == Fault::Corrupt && d.id == 3 {
             out[2] ^= 0x40;
         }
-        if !(fault == Fault::Drop && d.id == 5) {
+        if !(fault == Fault::Drop && d.id == 5 || fault == Fault::Hangup && seen > 4) {
             write_frame(&mut w, OutFrame::data(d.id, Bytes::from(out)).unwrap())?;
         }
         if hello && credit {
@@ -192,4 +214,45 @@ fn too_few_nodes_is_an_error() {
     let e = run(&opts(addr)).unwrap_err();
     h.join().unwrap();
     assert!(e.to_string().contains("assigned 1 of the 2"), "{e}");
+}
+
+/// The server dies mid-stream and comes back on its address: the run
+/// resumes, sends the unanswered messages again, and every result arrives
+/// once; the drain does not fail for the outage, and the report counts it.
+#[test]
+fn a_run_resumes_after_the_server_restarts() {
+    let (addr, srv) = restarting_server(vec![Fault::Hangup, Fault::None]);
+    let rep = run(&UserBenchOptions {
+        reconnect_timeout: Some(Duration::from_secs(10)),
+        ..opts(addr)
+    })
+    .unwrap();
+    assert!(rep.ok, "{:?}", rep.errors);
+    assert_eq!(rep.counts.resumes, 1);
+    assert_eq!(rep.counts.missing, 0);
+    assert_eq!(rep.counts.corrupted, 0);
+    assert_eq!(rep.counts.received_messages, rep.counts.sent_messages);
+    assert!(rep.summary().contains("resumes 1"), "{}", rep.summary());
+    srv.join().unwrap();
+}
+
+/// Without resuming, the same outage ends the run with the lost server.
+#[test]
+fn without_resuming_a_lost_server_fails_the_run() {
+    let (addr, srv) = restarting_server(vec![Fault::Hangup]);
+    let rep = run(&UserBenchOptions {
+        reconnect_timeout: None,
+        ..opts(addr)
+    })
+    .unwrap();
+    assert!(!rep.ok);
+    assert_eq!(rep.counts.resumes, 0);
+    assert!(
+        rep.errors
+            .iter()
+            .any(|e| e.contains("server closed the connection")),
+        "{:?}",
+        rep.errors
+    );
+    srv.join().unwrap();
 }

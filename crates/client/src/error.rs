@@ -4,7 +4,7 @@
 use std::io;
 use std::time::Duration;
 
-use corefarm_smp::{ErrorMsg, ProtocolError};
+use corefarm_smp::{ErrorCode, ErrorMsg, ProtocolError};
 
 pub type Result<T, E = ClientError> = std::result::Result<T, E>;
 
@@ -62,6 +62,19 @@ pub enum ClientError {
     Usage(String),
     #[error("the server does not support {0}")]
     Unsupported(&'static str),
+    /// The connection to the server broke and no server took the session
+    /// back within `ClientOptions::reconnect_timeout`: `unanswered` data
+    /// messages (one per `map` input) never got their result.
+    #[error(
+        "lost the server and could not resume within {waited:?}: {unanswered} data \
+         message(s) never got their result (last attempt: {cause})"
+    )]
+    ServerLost {
+        unanswered: usize,
+        waited: Duration,
+        /// Why the last attempt to reach a server failed.
+        cause: std::sync::Arc<ClientError>,
+    },
 }
 
 impl ClientError {
@@ -76,6 +89,23 @@ impl ClientError {
     pub fn is_timeout(&self) -> bool {
         matches!(self, ClientError::Timeout { .. })
     }
+
+    /// Whether trying again, on a new connection to the same or another
+    /// server, may succeed: the server went away or could not be reached,
+    /// or it has no node for this user. A resuming client reconnects on
+    /// these and on nothing else; errors about the request itself, the
+    /// credentials or the protocol are not retryable.
+    pub fn retryable(&self) -> bool {
+        match self {
+            ClientError::Resolve { .. }
+            | ClientError::Connect { .. }
+            | ClientError::Handshake { .. }
+            | ClientError::Closed { .. }
+            | ClientError::Io { .. } => true,
+            ClientError::Server(e) => e.code() == Some(ErrorCode::NoNodes),
+            _ => false,
+        }
+    }
 }
 
 /// Why the connection stopped working, as recorded by the reader thread.
@@ -88,9 +118,20 @@ pub(crate) enum Failure {
     Protocol(ProtocolError),
     Unexpected(String),
     Server(ErrorMsg),
+    /// Resuming gave up (see [`ClientError::ServerLost`]).
+    Lost {
+        unanswered: usize,
+        waited: std::time::Duration,
+        cause: std::sync::Arc<ClientError>,
+    },
 }
 
 impl Failure {
+    /// [`ClientError::retryable`] of the error this failure becomes.
+    pub(crate) fn retryable(&self) -> bool {
+        self.to_error("").retryable()
+    }
+
     pub(crate) fn to_error(&self, during: &'static str) -> ClientError {
         match self {
             Failure::Closed => ClientError::Closed { during },
@@ -102,6 +143,15 @@ impl Failure {
             Failure::Protocol(e) => ClientError::Protocol(e.clone()),
             Failure::Unexpected(what) => ClientError::Unexpected(what.clone()),
             Failure::Server(e) => ClientError::Server(e.clone()),
+            Failure::Lost {
+                unanswered,
+                waited,
+                cause,
+            } => ClientError::ServerLost {
+                unanswered: *unanswered,
+                waited: *waited,
+                cause: cause.clone(),
+            },
         }
     }
 }

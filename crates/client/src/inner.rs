@@ -63,7 +63,14 @@ pub(crate) struct Inner {
     /// When the configuration on its way was sent, and how long accepted
     /// ones took (a moving average): when co-working expects the next.
     pub configure_timing: Mutex<ConfigureTiming>,
-    pub reader: Mutex<Option<JoinHandle<()>>>,
+    /// The reader threads: one per connection (resuming adds one each time).
+    pub reader: Mutex<Vec<JoinHandle<()>>>,
+    /// How to resume after a lost server (`None`: resuming off).
+    pub resume: Option<crate::resume::Resume>,
+    /// `State::link` of the socket in `writer`, changed with it under the
+    /// writer's lock: a write meant for a lost connection is skipped (the
+    /// resume sends that message again) instead of reaching the new one.
+    pub link: std::sync::atomic::AtomicU64,
 }
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -81,6 +88,18 @@ impl Body<'_> {
         match self {
             Body::Shared(b) => b,
             Body::Borrowed(b) => b,
+        }
+    }
+
+    /// The body kept for a resend. A shared body is kept by reference. A
+    /// borrowed one is copied: the caller's memory is only lent for the
+    /// call, and the resend may come much later. The copy is made only
+    /// while resuming is on; callers who cannot afford it pass `Bytes`,
+    /// or turn resuming off.
+    fn kept(&self) -> Bytes {
+        match self {
+            Body::Shared(b) => b.clone(),
+            Body::Borrowed(b) => Bytes::copy_from_slice(b),
         }
     }
 }
@@ -140,7 +159,7 @@ impl Inner {
 
     /// See [`Client::wait_for_credit`](crate::Client::wait_for_credit).
     pub fn wait_for_credit(&self, class: u8, timeout: Duration) -> Result<bool> {
-        if !self.credit_mode {
+        if !self.credit_mode && self.resume.is_none() {
             return Ok(true);
         }
         // A timeout too long for the clock waits without one.
@@ -151,7 +170,7 @@ impl Inner {
             if let Some(f) = &st.failed {
                 return Err(f.to_error("while waiting for credit"));
             }
-            if st.credit > kept {
+            if !st.resuming && (!self.credit_mode || st.credit > kept) {
                 return Ok(true);
             }
             let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -199,7 +218,7 @@ impl Inner {
                  agree: connect with chunks (ClientOptions::chunks; chunks=True in Python)"
             )));
         }
-        let (id, pending) = {
+        let registered = {
             let mut st = self.shared.lock();
             if let Some(f) = &st.failed {
                 return Err(f.to_error("before this data could be sent"));
@@ -230,10 +249,15 @@ impl Inner {
                     "a data message of {len} bytes exceeds the server's limit of {max} bytes"
                 )));
             }
-            if self.credit_mode {
-                let deadline = self.deadline();
+            // While a lost server is being replaced nothing new is sent:
+            // the new connection first gets the configuration and the
+            // messages that were never answered.
+            // That wait is bounded by `reconnect_timeout`, not `io_timeout`,
+            // whose limit starts afresh once the server is back.
+            if self.credit_mode || st.resuming {
+                let mut deadline = self.deadline();
                 let kept = crate::chunked::kept_credit(self.chunk_size, class);
-                while st.credit <= kept {
+                while st.resuming || (self.credit_mode && st.credit <= kept) {
                     if let Some(f) = &st.failed {
                         return Err(f.to_error("while waiting for credit"));
                     }
@@ -242,7 +266,12 @@ impl Inner {
                     }
                     st.credit_waiters += 1;
                     self.shared.cond.notify_all();
-                    let r = self.wait(st, deadline, "waiting for credit from the server");
+                    let resuming = st.resuming;
+                    let limit = if resuming { None } else { deadline };
+                    let r = self.wait(st, limit, "waiting for credit from the server");
+                    if resuming {
+                        deadline = self.deadline();
+                    }
                     st = match r {
                         Ok(mut st) => {
                             st.credit_waiters -= 1;
@@ -291,12 +320,41 @@ impl Inner {
                     Some(Pending::new(slot))
                 }
             };
-            (id, pending)
+            if let Some(k) = st.kept.as_mut() {
+                k.keep(id, class, body.kept());
+            }
+            (id, pending, st.link)
         };
-        let sent = match self.chunk_size {
-            Some(size) if class != DEFAULT_CLASS || len > size as usize => {
-                crate::chunked::send(&self.gate, id, class, body.as_slice(), size, |f| {
-                    crate::chunked::write_buf(&mut *lock(&self.writer), f)?;
+        let (id, pending, link) = registered;
+        if let Err(e) = self.write_data(id, class, body.as_slice(), link) {
+            return match self.resume {
+                // Kept: the resume sends it again.
+                Some(_) => {
+                    self.lost_on_write(link);
+                    Ok(Some((id, pending)))
+                }
+                None => Err(self.write_failed(e, "while sending data")),
+            };
+        }
+        Ok(Some((id, pending)))
+    }
+
+    /// Writes one data message, as chunks when its class or size asks for
+    /// them, to connection `link`; nothing once that one was replaced.
+    pub fn write_data(&self, id: u32, class: u8, body: &[u8], link: u64) -> io::Result<()> {
+        let writer = || {
+            let w = lock(&self.writer);
+            let current = self.resume.is_none()
+                || self.link.load(std::sync::atomic::Ordering::Acquire) == link;
+            current.then_some(w)
+        };
+        match self.chunk_size {
+            Some(size) if class != DEFAULT_CLASS || body.len() > size as usize => {
+                crate::chunked::send(&self.gate, id, class, body, size, |f| {
+                    let Some(mut w) = writer() else {
+                        return Ok(());
+                    };
+                    crate::chunked::write_buf(&mut *w, f)?;
                     self.chunks_written
                         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     Ok(())
@@ -305,14 +363,20 @@ impl Inner {
             Some(_) => {
                 // Whole, but in its turn: urgent chunks of other threads first.
                 let _turn = self.gate.turn(class);
-                write_data_borrowed(&mut *lock(&self.writer), id, body.as_slice())
+                writer().map_or(Ok(()), |mut w| write_data_borrowed(&mut *w, id, body))
             }
-            None => write_data_borrowed(&mut *lock(&self.writer), id, body.as_slice()),
-        };
-        if let Err(e) = sent {
-            return Err(self.write_failed(e, "while sending data"));
+            None => writer().map_or(Ok(()), |mut w| write_data_borrowed(&mut *w, id, body)),
         }
-        Ok(Some((id, pending)))
+    }
+
+    /// A write to connection `link` failed with resuming on: half a frame
+    /// may be on the wire, so that connection is shut, which its reader
+    /// sees and reports as lost (a newer connection is left alone).
+    pub fn lost_on_write(&self, link: u64) {
+        let w = lock(&self.writer);
+        if self.link.load(std::sync::atomic::Ordering::Acquire) == link {
+            let _ = w.shutdown(Shutdown::Both);
+        }
     }
 
     /// Waits on the state condvar until notified or `deadline`.
@@ -368,64 +432,93 @@ impl Inner {
 
     pub fn configure(&self, cfg: &Configuration) -> Result<()> {
         let _one_at_a_time = lock(&self.configure_lock);
-        {
-            let mut st = self.shared.lock();
-            if let Some(f) = &st.failed {
-                return Err(f.to_error("before the configuration could be sent"));
-            }
-            st.configs_unanswered += 1;
-            st.generation += 1;
-            st.config_reply = None;
-            st.config_errors.clear();
-            st.pending_sizes = Some((cfg.input_size, cfg.output_size));
-        }
-        let frame = cfg.to_frame().map_err(|e| {
-            self.shared.lock().configs_unanswered -= 1;
-            ClientError::InvalidInput(e.to_string())
-        })?;
-        lock(&self.configure_timing).since = Some(Instant::now());
-        let sent = write_frame(&mut *lock(&self.writer), frame);
-        if let Err(e) = sent {
-            self.shared.lock().configs_unanswered -= 1;
-            lock(&self.configure_timing).answered(false);
-            return Err(self.write_failed(e, "while sending the configuration"));
-        }
-        let deadline = self.deadline();
-        let mut st = self.shared.lock();
-        loop {
-            if let Some(r) = st.config_reply.take() {
-                lock(&self.configure_timing).answered(r.ok());
-                let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
-                return if r.ok() {
-                    st.warnings = errors.into_iter().map(|e| e.reason).collect();
-                    *lock(&self.configuration) = Some(cfg.clone());
-                    Ok(())
-                } else {
-                    let reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
-                    let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
-                    Err(ClientError::Configuration {
-                        status: Some(r.status),
-                        reason,
-                    })
-                };
-            }
-            if let Some(f) = st.failed.clone() {
-                st.configs_unanswered = 0;
-                lock(&self.configure_timing).answered(false);
-                // The server explained before it hung up: that is the error.
-                if !st.config_errors.is_empty() {
-                    let reasons: Vec<String> =
-                        st.config_errors.drain(..).map(|e| e.to_string()).collect();
-                    return Err(ClientError::Configuration {
-                        status: None,
-                        reason: Some(reasons.join("; ")),
-                    });
+        let mut first = true;
+        // One pass per connection: a server lost while this configuration
+        // was on its way gets it again on the resumed connection (after the
+        // one in force, which the resume sends first).
+        'link: loop {
+            let (losses, link) = {
+                let mut st = self.shared.lock();
+                // Bounded by `reconnect_timeout`, not `io_timeout`.
+                while st.resuming && st.failed.is_none() {
+                    st = self.wait(st, None, "waiting for the server to be resumed")?;
                 }
-                return Err(f.to_error("while waiting for the configuration response"));
+                if let Some(f) = &st.failed {
+                    return Err(f.to_error("before the configuration could be sent"));
+                }
+                st.configs_unanswered += 1;
+                if std::mem::take(&mut first) {
+                    st.generation += 1;
+                }
+                st.config_reply = None;
+                st.config_errors.clear();
+                st.pending_sizes = Some((cfg.input_size, cfg.output_size));
+                (st.losses, st.link)
+            };
+            let deadline = self.deadline();
+            let frame = cfg.to_frame().map_err(|e| {
+                self.shared.lock().configs_unanswered -= 1;
+                ClientError::InvalidInput(e.to_string())
+            })?;
+            lock(&self.configure_timing).since = Some(Instant::now());
+            let sent = {
+                let mut w = lock(&self.writer);
+                match self.resume.is_none()
+                    || self.link.load(std::sync::atomic::Ordering::Acquire) == link
+                {
+                    true => write_frame(&mut *w, frame),
+                    false => Ok(()),
+                }
+            };
+            if let Err(e) = sent {
+                if self.resume.is_none() {
+                    self.shared.lock().configs_unanswered -= 1;
+                    lock(&self.configure_timing).answered(false);
+                    return Err(self.write_failed(e, "while sending the configuration"));
+                }
+                self.lost_on_write(link);
             }
-            st = self
-                .wait(st, deadline, "waiting for the configuration response")
-                .inspect_err(|_| lock(&self.configure_timing).answered(false))?;
+            let mut st = self.shared.lock();
+            loop {
+                if st.config_reply.is_none() && st.losses != losses && st.failed.is_none() {
+                    lock(&self.configure_timing).answered(false);
+                    drop(st);
+                    continue 'link;
+                }
+                if let Some(r) = st.config_reply.take() {
+                    lock(&self.configure_timing).answered(r.ok());
+                    let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
+                    return if r.ok() {
+                        st.warnings = errors.into_iter().map(|e| e.reason).collect();
+                        *lock(&self.configuration) = Some(cfg.clone());
+                        Ok(())
+                    } else {
+                        let reasons: Vec<String> = errors.iter().map(|e| e.to_string()).collect();
+                        let reason = (!reasons.is_empty()).then(|| reasons.join("; "));
+                        Err(ClientError::Configuration {
+                            status: Some(r.status),
+                            reason,
+                        })
+                    };
+                }
+                if let Some(f) = st.failed.clone() {
+                    st.configs_unanswered = 0;
+                    lock(&self.configure_timing).answered(false);
+                    // The server explained before it hung up: that is the error.
+                    if !st.config_errors.is_empty() {
+                        let reasons: Vec<String> =
+                            st.config_errors.drain(..).map(|e| e.to_string()).collect();
+                        return Err(ClientError::Configuration {
+                            status: None,
+                            reason: Some(reasons.join("; ")),
+                        });
+                    }
+                    return Err(f.to_error("while waiting for the configuration response"));
+                }
+                st = self
+                    .wait(st, deadline, "waiting for the configuration response")
+                    .inspect_err(|_| lock(&self.configure_timing).answered(false))?;
+            }
         }
     }
 
@@ -441,26 +534,49 @@ impl Inner {
         }
         // One request at a time: the answer to ours is the next one.
         let _one_at_a_time = lock(&self.status_lock);
-        let mine = {
+        let (mine, losses, link) = {
             let mut st = self.shared.lock();
+            while st.resuming && st.failed.is_none() {
+                st = self.wait(st, None, "waiting for the server to be resumed")?;
+            }
             if let Some(f) = &st.failed {
                 return Err(f.to_error("before the status request could be sent"));
             }
             st.status_sent += 1;
-            st.status_sent
+            (st.status_sent, st.losses, st.link)
         };
-        let sent = write_frame(&mut *lock(&self.writer), ClusterStatus::request_frame());
+        let sent = {
+            let mut w = lock(&self.writer);
+            match self.resume.is_none()
+                || self.link.load(std::sync::atomic::Ordering::Acquire) == link
+            {
+                true => write_frame(&mut *w, ClusterStatus::request_frame()),
+                // Lost meanwhile: the wait below sees it.
+                false => Ok(()),
+            }
+        };
         if let Err(e) = sent {
-            return Err(self.write_failed(e, "while asking for the status"));
+            if self.resume.is_none() {
+                return Err(self.write_failed(e, "while asking for the status"));
+            }
+            self.lost_on_write(link);
         }
         let deadline = self.deadline();
         let mut st = self.shared.lock();
         loop {
             // An earlier request that timed out may still be answered first.
             if st.status_received >= mine {
-                let reply = st.status_reply.take().ok_or_else(|| {
-                    ClientError::Unexpected("a status answer went missing".into())
-                })?;
+                let reply = st
+                    .status_reply
+                    .take()
+                    .ok_or_else(|| match st.losses != losses {
+                        // Lost with its connection (which is being resumed):
+                        // asking again may succeed.
+                        true => ClientError::Closed {
+                            during: "while waiting for the status",
+                        },
+                        false => ClientError::Unexpected("a status answer went missing".into()),
+                    })?;
                 return reply.map_err(ClientError::Protocol);
             }
             if let Some(f) = &st.failed {
@@ -546,21 +662,41 @@ fn next_free_id(st: &mut State) -> u32 {
 impl Drop for Inner {
     fn drop(&mut self) {
         self.close();
-        // The reader sees end-of-stream after the shutdown and exits.
-        if let Some(h) = lock(&self.reader).take() {
-            let _ = h.join();
+        // The readers see end-of-stream after the shutdown and exit. The
+        // last handle may be dropped by a reader thread that resumed the
+        // connection: it does not wait for itself.
+        let me = std::thread::current().id();
+        for h in std::mem::take(&mut *lock(&self.reader)) {
+            if h.thread().id() != me {
+                let _ = h.join();
+            }
         }
     }
 }
 
-/// Starts the reader thread for an open connection.
+/// Starts the reader thread for connection `link`. When the connection
+/// fails, the thread resumes the session if it can (see [`crate::resume`])
+/// and otherwise fails it.
 pub(crate) fn spawn_reader(
+    inner: &Arc<Inner>,
     reader: corefarm_smp::blocking::FrameReader<crate::tls::RecvHalf>,
-    shared: Arc<Rendezvous>,
-    credit_mode: bool,
+    link: u64,
     chunks: Option<corefarm_smp::stream::Reassembler>,
-) -> io::Result<JoinHandle<()>> {
-    std::thread::Builder::new()
+) -> io::Result<()> {
+    let (shared, credit_mode) = (inner.shared.clone(), inner.credit_mode);
+    // Weak: the client closes once its user lets go, readers or not.
+    let weak = Arc::downgrade(inner);
+    let h = std::thread::Builder::new()
         .name("corefarm-client-reader".into())
-        .spawn(move || reader::run(reader, &shared, credit_mode, chunks))
+        .spawn(move || {
+            let f = reader::run(reader, &shared, credit_mode, chunks);
+            let resumed = weak
+                .upgrade()
+                .is_some_and(|inner| crate::resume::on_lost(&inner, link, &f));
+            if !resumed {
+                shared.fail(f);
+            }
+        })?;
+    lock(&inner.reader).push(h);
+    Ok(())
 }

@@ -57,6 +57,7 @@ mod map;
 mod notify;
 mod pending;
 mod reader;
+mod resume;
 pub mod tls;
 
 use std::sync::{Arc, Mutex};
@@ -117,6 +118,10 @@ pub struct ClientOptions {
     /// Largest chunk to ask for (`None`: the protocol's default, 128 KiB);
     /// the server may agree to less.
     pub chunk_size: Option<u32>,
+    /// How long to try to resume the session after its server connection
+    /// broke (`None`: never; a lost server fails the session at once). See
+    /// "Surviving a lost server" in the crate docs.
+    pub reconnect_timeout: Option<Duration>,
 }
 
 impl Default for ClientOptions {
@@ -132,6 +137,7 @@ impl Default for ClientOptions {
             tls: None,
             chunks: false,
             chunk_size: None,
+            reconnect_timeout: Some(Duration::from_secs(30)),
         }
     }
 }
@@ -191,16 +197,28 @@ impl Drop for Open {
 }
 
 impl Client {
-    /// Connects to `addr` ("host:port") and, unless `opts.legacy`, negotiates
-    /// the extensions with a hello exchange.
+    /// Connects to `addr` ("host:port", or several separated by commas:
+    /// the first that answers is used, the others are where a resumed
+    /// session goes) and, unless `opts.legacy`, negotiates the extensions
+    /// with a hello exchange.
     pub fn connect(addr: &str, opts: ClientOptions) -> Result<Client> {
         let io = |during| move |source| ClientError::Io { during, source };
-        let (mut writer, mut reader) = connect::open_link(addr, &opts)?;
-
-        let server_hello = if opts.legacy {
-            None
-        } else {
-            Some(connect::handshake(addr, &opts, &mut writer, &mut reader)?)
+        let addrs = resume::addresses(addr)?;
+        let mut tried = addrs.iter().enumerate();
+        let (index, writer, reader, server_hello) = loop {
+            let (i, a) = tried.next().expect("at least one address");
+            let linked = connect::open_link(a, &opts).and_then(|(mut w, mut r)| {
+                let hello = match opts.legacy {
+                    true => None,
+                    false => Some(connect::handshake(a, &opts, &mut w, &mut r)?),
+                };
+                Ok((w, r, hello))
+            });
+            match linked {
+                Ok((w, r, h)) => break (i, w, r, h),
+                Err(e) if i + 1 == addrs.len() => return Err(e),
+                Err(_) => {}
+            }
         };
         let credit_mode = server_hello
             .as_ref()
@@ -216,8 +234,14 @@ impl Client {
             chunked::shallow_send_buffer(writer.tcp(), size);
         }
         let shared = Arc::new(Rendezvous::default());
-        let handle = inner::spawn_reader(reader, shared.clone(), credit_mode, reassembler)
-            .map_err(io("starting the reader thread"))?;
+        // Seed-format sessions have no ids to resend under: never resumed.
+        let resume = match (opts.reconnect_timeout, &server_hello) {
+            (Some(timeout), Some(_)) => {
+                shared.lock().kept = Some(Default::default());
+                Some(resume::Resume::new(addrs, index, timeout, opts.clone()))
+            }
+            _ => None,
+        };
 
         let io_timeout = inner::IoTimeout::new(opts.io_timeout);
         let inner = Arc::new(Inner {
@@ -236,8 +260,12 @@ impl Client {
             #[cfg(feature = "cowork")]
             cowork_configuring: Default::default(),
             configure_timing: Default::default(),
-            reader: Mutex::new(Some(handle)),
+            reader: Mutex::new(Vec::new()),
+            resume,
+            link: Default::default(),
         });
+        inner::spawn_reader(&inner, reader, 0, reassembler)
+            .map_err(io("starting the reader thread"))?;
         Ok(Client {
             open: Arc::new(Open(inner.clone())),
             inner,
@@ -517,8 +545,36 @@ impl Client {
         self.inner.shared.lock().sizes
     }
 
+    /// The address (or comma-separated addresses) given to `connect`.
     pub fn addr(&self) -> &str {
         &self.inner.addr
+    }
+
+    /// The address of the server in use now (it changes when a session
+    /// is resumed on another server of the list).
+    pub fn server_addr(&self) -> String {
+        match &self.inner.resume {
+            Some(r) => r.current_addr(),
+            None => self.inner.addr.clone(),
+        }
+    }
+
+    /// Whether the session is being resumed now: its server was lost and
+    /// a new connection is being set up (submissions wait meanwhile, for
+    /// up to `reconnect_timeout` rather than `io_timeout`).
+    pub fn resuming(&self) -> bool {
+        self.inner.shared.lock().resuming
+    }
+
+    /// Times this session was resumed after losing its server.
+    pub fn resumes(&self) -> u64 {
+        self.inner.resume.as_ref().map_or(0, |r| r.resumes())
+    }
+
+    /// Results dropped because their data message had been answered
+    /// already (a message sent again after a lost server, answered twice).
+    pub fn duplicates_dropped(&self) -> u64 {
+        self.inner.shared.lock().duplicates
     }
 
     /// Closes the connection now: blocked calls in other threads return
@@ -648,6 +704,8 @@ impl Client {
     }
 }
 
+#[cfg(test)]
+mod resume_tests;
 #[cfg(test)]
 mod routing_tests;
 #[cfg(test)]

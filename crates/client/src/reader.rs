@@ -78,6 +78,17 @@ pub(crate) struct State {
     pub status_sent: u64,
     pub status_received: u64,
     pub status_reply: Option<Result<ClusterStatus, ProtocolError>>,
+    /// What a resuming client keeps to send again (`None`: resuming off).
+    pub kept: Option<crate::resume::Kept>,
+    /// The connection in use: 0 for the first, one more per resume.
+    pub link: u64,
+    /// Connections lost so far (waits that span one start over or fail).
+    pub losses: u64,
+    /// A lost connection is being replaced: new submissions and
+    /// configurations wait until it is, or until resuming gives up.
+    pub resuming: bool,
+    /// Results dropped because their id had been answered already.
+    pub duplicates: u64,
 }
 
 /// Where the reader thread and the threads using the client meet: the
@@ -126,6 +137,14 @@ impl Rendezvous {
     /// else to the `recv` queue.
     fn deliver(&self, id: u32, event: Event) {
         let mut st = self.lock();
+        // Each id is answered once, whatever a resend or a hedging server
+        // makes arrive twice.
+        if let Some(k) = st.kept.as_mut() {
+            if !k.answered(id) {
+                st.duplicates += 1;
+                return;
+            }
+        }
         if let Some(slot) = st.claims.remove(&id) {
             drop(st);
             slot.complete(match event {
@@ -150,12 +169,14 @@ impl Rendezvous {
     }
 }
 
+/// Reads until the connection fails and returns why (the caller decides
+/// between failing the session and resuming it).
 pub(crate) fn run(
     mut reader: FrameReader<crate::tls::RecvHalf>,
     shared: &Rendezvous,
     credit_mode: bool,
     mut chunks: Option<Reassembler>,
-) {
+) -> Failure {
     // Output size of the configuration in force, to count outputs per result.
     let mut output_size = shared.lock().sizes.map(|s| s.1).unwrap_or(0);
     loop {
@@ -173,12 +194,12 @@ pub(crate) fn run(
                 }
                 continue;
             }
-            Ok(None) => return shared.fail(Failure::Closed),
-            Err(ReadError::Io(e)) => return shared.fail(Failure::Io(e.kind(), e.to_string())),
-            Err(ReadError::Protocol(e)) => return shared.fail(Failure::Protocol(e)),
+            Ok(None) => return Failure::Closed,
+            Err(ReadError::Io(e)) => return Failure::Io(e.kind(), e.to_string()),
+            Err(ReadError::Protocol(e)) => return Failure::Protocol(e),
         };
         if let Err(f) = handle(frame, shared, credit_mode, &mut output_size, &mut chunks) {
-            return shared.fail(f);
+            return f;
         }
     }
 }
@@ -264,6 +285,9 @@ fn handle(
         }
         MsgType::Error => {
             let e = ErrorMsg::parse(&frame.payload).map_err(Failure::Protocol)?;
+            if crate::resume::moves_on(&shared.lock(), &e) {
+                return Err(Failure::Server(e));
+            }
             if e.id != ErrorMsg::NO_ID {
                 shared.deliver(e.id, Event::Error(e));
                 return Ok(());

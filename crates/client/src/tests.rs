@@ -408,7 +408,13 @@ fn error_without_id_fails_a_blocked_submit_and_recv() {
         );
         assert!(p.at_eof());
     });
-    let c = Arc::new(Client::connect(&addr, ClientOptions::default()).unwrap());
+    // Without resuming: a resuming client would take this no-nodes error
+    // as its cue to move to another server (resume_tests).
+    let opts = ClientOptions {
+        reconnect_timeout: None,
+        ..Default::default()
+    };
+    let c = Arc::new(Client::connect(&addr, opts).unwrap());
     c.configure(&bench(16, 16)).unwrap();
     let c2 = c.clone();
     let watcher = std::thread::spawn(move || {
@@ -826,7 +832,12 @@ fn credit_can_be_waited_for_in_slices_and_taken_without_blocking() {
         // The test saw the second try find no credit: end the session.
         go_rx.recv().unwrap();
     });
-    let c = Client::connect(&addr, ClientOptions::default()).unwrap();
+    // Not resuming, so that the server going away ends the session at once.
+    let opts = ClientOptions {
+        reconnect_timeout: None,
+        ..Default::default()
+    };
+    let c = Client::connect(&addr, opts).unwrap();
     c.configure(&bench(16, 16)).unwrap();
     assert_eq!(c.try_submit_slice_with(None, &[1; 16], 4).unwrap(), None);
     assert!(!c.wait_for_credit(4, Duration::from_millis(20)).unwrap());

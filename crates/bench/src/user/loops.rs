@@ -2,8 +2,16 @@
 
 use super::*;
 
+/// How the receiving loop ended.
+pub(super) enum Ended {
+    /// Every result is in (or the run was aborted).
+    Done,
+    /// The server connection broke, or the server has no node left for
+    /// this user; a resumable run moves to a new connection.
+    Lost(String),
+}
+
 pub(super) fn send_loop(
-    w: &mut SendHalf,
     o: &UserBenchOptions,
     credit: bool,
     t0: u64,
@@ -36,9 +44,10 @@ pub(super) fn send_loop(
         } else if now >= win.end {
             return Ok(());
         }
-        if credit {
+        // While a lost server is being replaced nothing new is sent.
+        if credit || sh.resuming.load(Ordering::Acquire) {
             let mut c = sh.credits.lock().unwrap_or_else(|p| p.into_inner());
-            while *c == 0 {
+            while (credit && *c == 0) || sh.resuming.load(Ordering::Acquire) {
                 if sh.abort.load(Ordering::Acquire) || now_ns() >= win.end {
                     return Ok(());
                 }
@@ -48,41 +57,85 @@ pub(super) fn send_loop(
                     .unwrap_or_else(|p| p.into_inner())
                     .0;
             }
-            *c -= 1;
+            if credit {
+                *c -= 1;
+            }
         }
         let ts = now_ns();
         for (i, input) in buf.chunks_exact_mut(in_size).enumerate() {
             stamp(input, ts, id, i as u32);
         }
         // Registered before the write: the result may come back before
-        // write() returns.
-        sh.inflight
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(id, InFlight { ts, count: o.count });
+        // write() returns. The connection it is meant for is read under
+        // the same lock a resume takes to replace it.
+        let gen = {
+            let mut inflight = sh.inflight.lock().unwrap_or_else(|p| p.into_inner());
+            inflight.insert(id, InFlight { ts, count: o.count });
+            sh.link_gen.load(Ordering::Acquire)
+        };
         sh.sent_msgs.fetch_add(1, Ordering::Relaxed);
         sh.sent_inputs.fetch_add(o.count as u64, Ordering::Relaxed);
         if win.contains(ts) {
             sh.window_sent_msgs.fetch_add(1, Ordering::Relaxed);
         }
-        if let Err(e) = write_data_borrowed(w, id, &buf) {
+        let written = {
+            let mut w = sh.link.lock().unwrap_or_else(|p| p.into_inner());
+            // Replaced since: the resume sends this message again.
+            match sh.link_gen.load(Ordering::Acquire) == gen {
+                true => write_data_borrowed(&mut *w, id, &buf),
+                false => Ok(()),
+            }
+        };
+        if let Err(e) = written {
             if sh.abort.load(Ordering::Acquire) {
                 return Ok(());
             }
-            return Err(e).context("writing a data message");
+            if o.reconnect_timeout.is_none() || o.legacy {
+                return Err(e).context("writing a data message");
+            }
+            // Half a frame may be out: shut the connection so that the
+            // receiver resumes, and wait until it has.
+            lost_on_write(sh, gen);
         }
         id = id.wrapping_add(1);
         k += 1;
     }
 }
 
+/// The connection `gen` failed a write: shut it (the receiver sees that
+/// and resumes) and wait until it is replaced or the run ends.
+fn lost_on_write(sh: &RunState, gen: u64) {
+    {
+        let w = sh.link.lock().unwrap_or_else(|p| p.into_inner());
+        if sh.link_gen.load(Ordering::Acquire) == gen {
+            let _ = w.shutdown(Shutdown::Both);
+        }
+    }
+    let mut c = sh.credits.lock().unwrap_or_else(|p| p.into_inner());
+    while sh.link_gen.load(Ordering::Acquire) == gen && !sh.abort.load(Ordering::Acquire) {
+        c = sh
+            .credit_cv
+            .wait_timeout(c, POLL)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+    }
+}
+
+/// Reads results until every one is in (`Ended::Done`) or, for a
+/// `resumable` run, the connection is lost (`Ended::Lost`); without
+/// resuming, a lost connection is an error.
 pub(super) fn recv_loop<R: std::io::Read>(
     r: &mut FrameReader<R>,
     o: &UserBenchOptions,
     win: Window,
     sh: &RunState,
     hist: &mut LatencyHistogram,
-) -> Result<()> {
+    resumable: bool,
+) -> Result<Ended> {
+    let lost = |why: String| match resumable {
+        true => Ok(Ended::Lost(why)),
+        false => Err(anyhow!(why)),
+    };
     let done = || {
         sh.sender_done.load(Ordering::Acquire)
             && sh
@@ -94,13 +147,16 @@ pub(super) fn recv_loop<R: std::io::Read>(
     loop {
         let f = match r.read_frame() {
             Ok(Some(f)) => f,
-            Ok(None) if done() => return Ok(()),
-            Ok(None) => bail!("the server closed the connection"),
+            Ok(None) if done() => return Ok(Ended::Done),
+            Ok(None) => return lost("the server closed the connection".into()),
             Err(e) if is_timeout(&e) => {
                 if sh.abort.load(Ordering::Acquire) || done() {
-                    return Ok(());
+                    return Ok(Ended::Done);
                 }
                 continue;
+            }
+            Err(e) if resumable && !sh.abort.load(Ordering::Acquire) => {
+                return lost(format!("reading from the server: {e}"))
             }
             Err(e) => return Err(e.into()),
         };
@@ -159,6 +215,11 @@ pub(super) fn recv_loop<R: std::io::Read>(
             MsgType::Error => {
                 let e = ErrorMsg::parse(&f.payload)
                     .map_err(|e| anyhow!("malformed error message: {e}"))?;
+                // A server left without nodes: another server may have them
+                // (the message is sent again there, not failed).
+                if resumable && e.code() == Some(corefarm_smp::ErrorCode::NoNodes) {
+                    return lost(format!("server error: {e}"));
+                }
                 if e.id == ErrorMsg::NO_ID {
                     bail!("server error: {e}");
                 }

@@ -43,11 +43,12 @@ use crate::stats::{bits_per_second, human_bps, human_size, LatencyHistogram, Lat
 
 mod loops;
 mod report;
+mod resume;
 mod state;
 #[cfg(test)]
 mod tests;
 
-use loops::{recv_loop, send_loop};
+use loops::{recv_loop, send_loop, Ended};
 use report::{build_report, print_progress, Progress};
 use state::{check_result, is_timeout, stamp, InFlight, RunState, Window};
 
@@ -58,8 +59,12 @@ const POLL: Duration = Duration::from_millis(100);
 
 #[derive(Debug, Clone)]
 pub struct UserBenchOptions {
-    /// The server's user port.
+    /// The server's user port, or several separated by commas: the first
+    /// that answers is used, the others are where a lost session resumes.
     pub server: String,
+    /// How long to try to resume the session after its server was lost
+    /// (`None`: the run fails with the server, as a seed-format one does).
+    pub reconnect_timeout: Option<Duration>,
     pub input_size: u32,
     pub output_size: u32,
     /// Simulated processing delay per input, microseconds.
@@ -100,6 +105,7 @@ impl Default for UserBenchOptions {
     fn default() -> Self {
         UserBenchOptions {
             server: "127.0.0.1:9999".into(),
+            reconnect_timeout: Some(Duration::from_secs(30)),
             input_size: 32768,
             output_size: 16384,
             delay_us: 0,
@@ -184,6 +190,9 @@ pub struct Counts {
     pub corrupted: u64,
     /// Answered with an error message.
     pub failed: u64,
+    /// Times the session was resumed after losing its server.
+    #[serde(default)]
+    pub resumes: u64,
 }
 
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
@@ -252,7 +261,7 @@ impl UserReport {
             "{} inputs of {} per message -> {} outputs, delay {} us, {}{}\n\
              throughput: in {}  out {}  ({:.0} msg/s, {:.0} inputs/s; offered {})\n\
              latency ms: avg {:.3}  min {:.3}  p50 {:.3}  p90 {:.3}  p99 {:.3}  max {:.3}  ({} samples)\n\
-             messages: sent {}  received {}  missing {}  corrupted {}  failed {}\n{}",
+             messages: sent {}  received {}  missing {}  corrupted {}  failed {}{}\n{}",
             c.count,
             human_size(c.input_size as u64),
             human_size(c.output_size as u64),
@@ -282,6 +291,10 @@ impl UserReport {
             k.missing,
             k.corrupted,
             k.failed,
+            match k.resumes {
+                0 => String::new(),
+                n => format!("  resumes {n}"),
+            },
             crate::cpu::summary(&self.cpu, (t.input_bps + t.output_bps) / 8.0)
         )
     }
@@ -293,12 +306,71 @@ impl UserReport {
 pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
     validate(o)?;
     now_ns(); // pin the epoch before any timestamp is taken
-    let addr = o
+    let addrs: Vec<String> = o
         .server
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(String::from)
+        .collect();
+    if addrs.is_empty() {
+        bail!("no server address in {:?}", o.server);
+    }
+    // The first address that answers; its failure is the error if none does.
+    let mut first_err = None;
+    let mut opened = None;
+    for (i, a) in addrs.iter().enumerate() {
+        match open_session(o, a) {
+            Ok(s) => {
+                opened = Some((i, s));
+                break;
+            }
+            Err(e) => {
+                first_err.get_or_insert(e);
+            }
+        }
+    }
+    let Some((index, (stream, reader, session, initial_credit))) = opened else {
+        return Err(first_err.expect("an address was tried"));
+    };
+    // Seed-format sessions are never resumed (docs: nothing to match a
+    // resent message's answer to on the server's side).
+    let reconnect = match (o.reconnect_timeout, o.legacy) {
+        (Some(limit), false) => {
+            let o = o.clone();
+            Some(resume::reconnector(addrs, index, limit, move |a: &str| {
+                open_session(&o, a).map(|(w, r, _, credit)| (w, r, credit))
+            }))
+        }
+        _ => None,
+    };
+    measure(
+        stream,
+        reader,
+        o,
+        Measure {
+            benchmark: "user",
+            peer: o.server.clone(),
+            session,
+            initial_credit,
+            window: None,
+            reconnect,
+        },
+    )
+}
+
+/// Connects to `addr`, runs the hello (unless legacy) and sends the
+/// benchmarking configuration: the connection, the session and the credit
+/// granted before the configuration's answer.
+fn open_session(
+    o: &UserBenchOptions,
+    server: &str,
+) -> Result<(SendHalf, FrameReader<RecvHalf>, Session, u64)> {
+    let addr = server
         .to_socket_addrs()
-        .with_context(|| format!("resolving {}", o.server))?
+        .with_context(|| format!("resolving {server}"))?
         .next()
-        .with_context(|| format!("{} resolves to no address", o.server))?;
+        .with_context(|| format!("{server} resolves to no address"))?;
     let stream = TcpStream::connect_timeout(&addr, o.connect_timeout)
         .with_context(|| format!("connecting to the server at {addr}"))?;
     stream.set_nodelay(true)?;
@@ -308,8 +380,8 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
             .context("setting --send-buffer")?;
     }
     let (stream, rd) =
-        corefarm_client::tls::split(o.tls.as_ref(), &o.server, stream, Some(o.connect_timeout))
-            .map_err(|e| anyhow::anyhow!("TLS with the server at {}: {e}", o.server))?;
+        corefarm_client::tls::split(o.tls.as_ref(), server, stream, Some(o.connect_timeout))
+            .map_err(|e| anyhow::anyhow!("TLS with the server at {server}: {e}"))?;
     stream.tcp().set_read_timeout(Some(o.connect_timeout))?;
     let mut reader = FrameReader::new(rd, DEFAULT_MAX_MESSAGE);
     let mut writer = stream.try_clone()?;
@@ -376,22 +448,11 @@ pub fn run(o: &UserBenchOptions) -> Result<UserReport> {
             t => bail!("unexpected {} message during configuration", t.name()),
         }
     }
-    measure(
-        stream,
-        reader,
-        o,
-        Measure {
-            benchmark: "user",
-            peer: o.server.clone(),
-            session,
-            initial_credit,
-            window: None,
-        },
-    )
+    Ok((stream, reader, session, initial_credit))
 }
 
 /// What differs between the users of [`measure`].
-pub(crate) struct Measure {
+pub(crate) struct Measure<R> {
     /// The report's `benchmark` field.
     pub benchmark: &'static str,
     /// The report's `server` field: who was measured.
@@ -402,6 +463,8 @@ pub(crate) struct Measure {
     /// Local bound on data messages in flight (no server credit): the sender
     /// starts with this many credits and the receiver returns one per result.
     pub window: Option<u32>,
+    /// How to resume after a lost server (`None`: a lost server ends the run).
+    pub reconnect: Option<resume::Reconnect<R>>,
 }
 
 /// The measured part of a run, on a configured connection: the sender and
@@ -410,7 +473,7 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
     stream: impl Into<SendHalf>,
     mut reader: FrameReader<R>,
     o: &UserBenchOptions,
-    m: Measure,
+    m: Measure<R>,
 ) -> Result<UserReport> {
     let Measure {
         benchmark,
@@ -418,9 +481,10 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
         session,
         initial_credit,
         window: local_window,
+        reconnect,
     } = m;
     let stream: SendHalf = stream.into();
-    let mut writer = stream.try_clone()?;
+    let writer = stream.try_clone()?;
     let initial_credit = initial_credit + local_window.map_or(0, u64::from);
     // From here on the receiver wakes up regularly to check the clock.
     stream.tcp().set_read_timeout(Some(POLL))?;
@@ -447,6 +511,10 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
         failed: AtomicU64::new(0),
         errors: Mutex::new(Vec::new()),
         local_credit: local_window.is_some(),
+        link: Mutex::new(writer),
+        link_gen: AtomicU64::new(0),
+        resuming: AtomicBool::new(false),
+        resumes: AtomicU64::new(0),
     });
     let t0 = now_ns();
     let window = Window {
@@ -460,6 +528,7 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
         t0_at + o.warmup + o.duration,
     );
 
+    let paced = session.credit || local_window.is_some();
     let (done_tx, done_rx) = mpsc::channel::<()>();
     let sender = {
         let credit = session.credit || local_window.is_some();
@@ -467,7 +536,7 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
         thread::Builder::new()
             .name("bench-send".into())
             .spawn(move || {
-                let r = send_loop(&mut writer, &o, credit, t0, window, &sh);
+                let r = send_loop(&o, credit, t0, window, &sh);
                 sh.sender_done.store(true, Ordering::Release);
                 let _ = done_tx.send(());
                 r
@@ -479,7 +548,23 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
             .name("bench-recv".into())
             .spawn(move || {
                 let mut hist = LatencyHistogram::new();
-                if let Err(e) = recv_loop(&mut reader, &o, window, &sh, &mut hist) {
+                let mut reconnect = reconnect;
+                let resumable = reconnect.is_some();
+                let paced = paced;
+                let failed = loop {
+                    match recv_loop(&mut reader, &o, window, &sh, &mut hist, resumable) {
+                        Ok(Ended::Done) => break None,
+                        Ok(Ended::Lost(why)) => match reconnect.as_mut() {
+                            Some(r) => match resume::resume(r, &o, &sh, paced) {
+                                Ok(new) => reader = new,
+                                Err(e) => break Some(e),
+                            },
+                            None => break Some(anyhow!(why)),
+                        },
+                        Err(e) => break Some(e),
+                    }
+                };
+                if let Some(e) = failed {
                     // After an abort, errors are just the socket being shut down.
                     if !sh.abort.swap(true, Ordering::AcqRel) {
                         sh.error(format!("receiving: {e:#}"));
@@ -495,11 +580,17 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
     let started = Instant::now();
     let mut last = Progress::default();
     let mut next_tick = started + Duration::from_secs(1);
-    let send_deadline = Instant::now() + o.warmup + o.duration + o.drain_timeout;
-    let drain_deadline = send_deadline; // the drain is bounded from the end of the window
+    let mut send_deadline = Instant::now() + o.warmup + o.duration + o.drain_timeout;
+    let mut drain_deadline = send_deadline; // the drain is bounded from the end of the window
     let mut sender_finished = false;
     loop {
         let now = Instant::now();
+        // Time spent replacing a lost server is not the drain's: it is
+        // bounded by the reconnect timeout, and the drain starts afresh.
+        if run.resuming.load(Ordering::Acquire) {
+            send_deadline = send_deadline.max(now + o.drain_timeout);
+            drain_deadline = drain_deadline.max(now + o.drain_timeout);
+        }
         if o.progress && now >= next_tick {
             last = print_progress(&run, last, started.elapsed());
             next_tick += Duration::from_secs(1);
@@ -535,6 +626,11 @@ pub(crate) fn measure<R: std::io::Read + Send + 'static>(
     run.credit_cv.notify_all();
     // Unblocks a sender stuck in write() and the receiver's read().
     let _ = stream.shutdown(Shutdown::Both);
+    let _ = run
+        .link
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .shutdown(Shutdown::Both);
     match sender.join() {
         Ok(Ok(())) => {}
         Ok(Err(e)) => run.error(format!("sending: {e:#}")),

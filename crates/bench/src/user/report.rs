@@ -59,6 +59,7 @@ pub(super) fn build_report(
         missing,
         corrupted: ld(&sh.corrupted),
         failed: ld(&sh.failed),
+        resumes: ld(&sh.resumes),
     };
     let msg_bytes = o.input_size as u64 * o.count as u64;
     let throughput = Throughput {

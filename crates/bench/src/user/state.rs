@@ -36,6 +36,16 @@ pub(super) struct RunState {
     /// Every result (or per-message error) returns one credit to the sender:
     /// a local window instead of server credit.
     pub(super) local_credit: bool,
+    /// The connection data is written to. A resumed session replaces it
+    /// and bumps `link_gen` (under the `inflight` lock, so that a message
+    /// is either sent again by the resume or written by the sender, never
+    /// both).
+    pub(super) link: Mutex<SendHalf>,
+    pub(super) link_gen: AtomicU64,
+    /// A lost server is being replaced: the sender waits.
+    pub(super) resuming: AtomicBool,
+    /// Sessions resumed after a lost server.
+    pub(super) resumes: AtomicU64,
 }
 
 impl RunState {

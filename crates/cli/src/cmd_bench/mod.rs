@@ -92,9 +92,16 @@ pub struct SuiteArgs {
 
 #[derive(Args)]
 pub struct UserArgs {
-    /// The server's user port.
+    /// The server's user port, or several separated by commas
+    /// (host:port,host:port): the first that answers is used, the others
+    /// are where the session resumes if that server is lost.
     #[arg(long)]
     server: String,
+    /// Seconds to try to resume the session after its server was lost
+    /// (reconnecting, configuring again and sending every unanswered
+    /// message again); 0 turns resuming off. The report counts resumes.
+    #[arg(long, default_value_t = 30.0)]
+    reconnect_timeout: f64,
     /// Bytes per input (at least 16: the timestamp the nodes echo).
     #[arg(long, default_value_t = 32768)]
     input_size: u32,
@@ -313,6 +320,10 @@ fn echo_client(c: EchoClientArgs) -> Result<()> {
 fn user_bench(a: UserArgs) -> Result<()> {
     let opts = UserBenchOptions {
         server: a.server,
+        reconnect_timeout: match a.reconnect_timeout {
+            0.0 => None,
+            t => Some(secs(t, "--reconnect-timeout")?),
+        },
         input_size: a.input_size,
         output_size: a.output_size,
         delay_us: a.delay_us,
@@ -366,6 +377,7 @@ fn node_bench(a: NodeBenchArgs) -> Result<()> {
         accept_timeout: secs(a.accept_timeout, "--accept-timeout")?,
         run: UserBenchOptions {
             server: String::new(),
+            reconnect_timeout: None,
             input_size: a.input_size,
             output_size: a.output_size.unwrap_or(a.input_size),
             delay_us: 0,
