@@ -28,6 +28,8 @@ pub mod dispatch;
 mod greeting;
 mod group;
 #[cfg(test)]
+mod hedge_tests;
+#[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
 mod idle_tests;
