@@ -2,6 +2,7 @@
 
 use std::collections::VecDeque;
 
+pub mod progress;
 mod window;
 pub use window::{Answer, Window, MAX_WINDOW, MIN_WINDOW};
 

@@ -28,6 +28,8 @@ pub mod dispatch;
 mod greeting;
 mod group;
 #[cfg(test)]
+mod hedge_tests;
+#[cfg(test)]
 mod hostile_tests;
 #[cfg(test)]
 mod idle_tests;
@@ -79,6 +81,10 @@ pub struct ServerOptions {
     pub config_timeout: Duration,
     /// How long a node with work in flight may go without returning a result.
     pub node_timeout: Duration,
+    /// Hung nodes: work late by this rule is sent again to another node,
+    /// and a node without progress takes no new work
+    /// ([`dispatch::progress`]); `None`: off.
+    pub hedge: Option<dispatch::progress::Hedge>,
     /// How long one write to a peer may make no progress.
     pub io_timeout: Duration,
     /// How long a new user waits for nodes when none (or fewer than it asked for) are free.
@@ -145,6 +151,7 @@ impl Default for ServerOptions {
             max_message: MAX_MESSAGE,
             config_timeout: CONFIG_TIMEOUT,
             node_timeout: NODE_TIMEOUT,
+            hedge: dispatch::progress::Hedge::new(HEDGE_FACTOR, HEDGE_FLOOR),
             io_timeout: IO_TIMEOUT,
             node_wait: NODE_WAIT,
             user_idle_timeout: USER_IDLE_TIMEOUT,

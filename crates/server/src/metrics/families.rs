@@ -178,6 +178,21 @@ pub fn encode(
         Counter,
     )?
     .counter(&none, s.redispatched)?;
+    let (hedged, duplicates) = m.hedges();
+    family(
+        enc,
+        "hedged",
+        "Messages late on a node that made no progress, sent again to another node.",
+        Counter,
+    )?
+    .counter(&none, hedged)?;
+    family(
+        enc,
+        "hedge_duplicates",
+        "Answers of a hedged message's second copy, dropped because the first answer won.",
+        Counter,
+    )?
+    .counter(&none, duplicates)?;
     let (relayed, dropped) = m.notifications();
     let mut f = family(
         enc,

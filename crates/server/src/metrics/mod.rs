@@ -125,6 +125,10 @@ pub struct Metrics {
     /// Handler notifications from nodes: relayed to their user, or dropped
     /// because the user did not agree `spin-notify`.
     notifications: [Padded; 2],
+    /// Late messages sent again to another node ([`crate::dispatch::progress`]).
+    hedged: Padded,
+    /// Answers of a message's second copy, dropped (the first one won).
+    hedge_duplicates: Padded,
 }
 
 impl Default for Metrics {
@@ -135,6 +139,8 @@ impl Default for Metrics {
             errors: Default::default(),
             users: Slots::new(USER_SLOTS),
             notifications: Default::default(),
+            hedged: Padded::default(),
+            hedge_duplicates: Padded::default(),
         }
     }
 }
@@ -154,6 +160,24 @@ impl Metrics {
     pub fn notifications(&self) -> (u64, u64) {
         let [r, d] = &self.notifications;
         (r.0.load(Ordering::Relaxed), d.0.load(Ordering::Relaxed))
+    }
+
+    /// A late message was sent again to another node.
+    pub fn hedged(&self) {
+        self.hedged.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The answer of a message's second copy came and was dropped.
+    pub fn hedge_duplicate(&self) {
+        self.hedge_duplicates.0.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// (hedged, duplicates dropped) so far.
+    pub fn hedges(&self) -> (u64, u64) {
+        (
+            self.hedged.0.load(Ordering::Relaxed),
+            self.hedge_duplicates.0.load(Ordering::Relaxed),
+        )
     }
 
     pub fn error(&self, kind: ErrorKind) {

@@ -187,6 +187,7 @@ fn params(shared: &ServerState) -> Params {
         credit_adaptive: o.credit_adaptive,
         credit_max_bytes: o.credit_max_bytes,
         node_wait: o.node_wait,
+        hedge: o.hedge,
         ..Params::new(o.monitor_period)
     }
 }
@@ -238,11 +239,27 @@ async fn run(
     // The tick drives Algorithm 1 (every period) and the node deadlines.
     let mut tick = tokio::time::interval(d.sched.params().period.max(Duration::from_millis(1)));
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    // The progress rule's next look; reset only when that time changes.
+    let progress = tokio::time::sleep_until(d.start);
+    tokio::pin!(progress);
+    let mut progress_at = None;
     loop {
         let mut force = false;
+        let next = d.sched.next_progress_check();
+        if next != progress_at {
+            progress_at = next;
+            if let Some(at) = next {
+                progress.as_mut().reset(d.start + at);
+            }
+        }
         tokio::select! {
             biased;
             _ = stop.cancelled() => break,
+            _ = &mut progress, if progress_at.is_some() => {
+                progress_at = None;
+                let now = d.now();
+                d.sched.check_progress(now);
+            }
             Some((id, ev)) = d.events.next(), if !d.events.is_empty() => d.on_node_event(id, ev),
             Some(Control::NodeJoined(conn)) = ctl_rx.recv() => d.adopt(conn),
             Some(c) = rx.recv() => d.on_cmd(c),
@@ -560,6 +577,26 @@ impl Driver {
                     }
                 }
                 Action::Lent { node } => self.hand_over(node),
+                Action::Hedged { from, to } => {
+                    self.shared.metrics.hedged();
+                    tracing::debug!(from, to, "late message hedged");
+                }
+                Action::Duplicate { node } => {
+                    self.shared.metrics.hedge_duplicate();
+                    tracing::debug!(node, "late duplicate dropped");
+                }
+                Action::Stalled { node, stalled } => {
+                    if let Some(c) = self.conns.get(&node) {
+                        match stalled {
+                            true => {
+                                tracing::warn!(node = %c.label(), "no progress: no new work until it answers")
+                            }
+                            false => {
+                                tracing::info!(node = %c.label(), "answered again: takes work")
+                            }
+                        }
+                    }
+                }
                 Action::Notify { user, note } => {
                     if let Some((tx, _)) = self.users.get(&user) {
                         match crate::notes::queue(&self.shared.budget, note) {

@@ -36,9 +36,6 @@ const MAX_REASONS: usize = 16;
 /// Longest reason kept, in bytes.
 const MAX_REASON_BYTES: usize = 512;
 
-/// Weight of a new service-time sample in the moving average.
-const EWMA: f64 = 0.25;
-
 #[derive(Debug)]
 pub struct Function {
     pub id: FnId,
@@ -68,12 +65,23 @@ pub struct Function {
     pub refusals: Vec<String>,
     /// Nodes lost (closed, timed out) while loading it since it last loaded.
     pub lost_loads: u32,
+    /// Its late jobs may be hedged (no streaming handler sets).
+    pub hedgeable: bool,
+    /// Hedged jobs whose two copies are both in flight.
+    pub hedged: usize,
 }
 
 impl Function {
     pub fn new(id: FnId, payload: Bytes, input_size: u32, output_size: u32) -> Self {
-        let label = corefarm_smp::Configuration::parse(payload.clone())
-            .map_or_else(|_| id.short(), |c| crate::metrics::function_label(&c));
+        let cfg = corefarm_smp::Configuration::parse(payload.clone()).ok();
+        let label = cfg
+            .as_ref()
+            .map_or_else(|| id.short(), crate::metrics::function_label);
+        // A payload that is no configuration (only the unit tests send one)
+        // carries no handler sets.
+        let hedgeable = cfg
+            .as_ref()
+            .is_none_or(|c| crate::dispatch::progress::hedgeable(&c.bitstream));
         Function {
             id,
             label,
@@ -89,16 +97,18 @@ impl Function {
             reconfigurations: 0,
             refusals: Vec::new(),
             lost_loads: 0,
+            hedgeable,
+            hedged: 0,
         }
     }
 
     /// One job of `inputs` inputs took `took` of node time.
     pub fn record_service(&mut self, took: Duration, inputs: u32) {
-        let per = took.as_secs_f64() / inputs.max(1) as f64;
-        self.service = Some(match self.service {
-            Some(s) => s + EWMA * (per - s),
-            None => per,
-        });
+        self.service = Some(crate::dispatch::progress::record_service(
+            self.service,
+            took,
+            inputs,
+        ));
         self.processed += inputs as u64;
     }
 

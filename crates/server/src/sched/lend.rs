@@ -27,7 +27,7 @@ impl Sched {
                 let wanted = s
                     .function
                     .is_some_and(|f| self.fns.get(&f).is_some_and(Function::wanted));
-                free.then_some((s.in_flight.len(), wanted, id))
+                free.then_some((s.outstanding(), wanted, id))
             })
             .collect();
         if pick.len() < n {
@@ -51,7 +51,7 @@ impl Sched {
         let done: Vec<u64> = self
             .nodes
             .iter()
-            .filter(|(_, s)| s.state == SlotState::Lending && s.in_flight.is_empty())
+            .filter(|(_, s)| s.state == SlotState::Lending && s.outstanding() == 0)
             .map(|(&id, _)| id)
             .collect();
         for node in done {

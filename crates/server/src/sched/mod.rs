@@ -28,6 +28,7 @@ mod nodes;
 mod notify;
 mod params;
 pub mod places;
+mod progress;
 pub mod queue;
 mod route;
 pub mod view;
@@ -87,6 +88,9 @@ pub struct Job {
     sent: Duration,
     /// Handler notifications of it relayed so far (`notes::within`).
     notes: u32,
+    /// Its other copy in flight (node, internal id) once it was hedged
+    /// ([`crate::dispatch::progress`]): the first answer of the two wins.
+    twin: Option<(u64, u32)>,
 }
 
 impl Job {
@@ -100,6 +104,7 @@ impl Job {
             permit: None,
             sent: Duration::ZERO,
             notes: 0,
+            twin: None,
         }
     }
 }
@@ -183,6 +188,21 @@ pub enum Action {
     Lent {
         node: u64,
     },
+    /// A late job's copy went to `to` (its first copy is on `from`).
+    Hedged {
+        from: u64,
+        to: u64,
+    },
+    /// The answer of a job's other copy came first: this one is dropped.
+    Duplicate {
+        node: u64,
+    },
+    /// A node made no progress for the stall bound (it takes no new work),
+    /// or answered again (`stalled: false`).
+    Stalled {
+        node: u64,
+        stalled: bool,
+    },
 }
 
 #[derive(Debug, Default)]
@@ -214,6 +234,10 @@ pub struct Sched {
     period_start: Duration,
     /// Since when no node has been connected (for `node_wait`).
     no_nodes_since: Option<Duration>,
+    /// Late jobs (node, internal id) waiting for a node to take their copy.
+    due: Vec<(u64, u32)>,
+    /// When the progress rule next needs a look ([`Sched::check_progress`]).
+    progress_at: Option<Duration>,
     out: Vec<Action>,
 }
 
@@ -230,6 +254,8 @@ impl Sched {
             next_internal: 0,
             period_start: Duration::ZERO,
             no_nodes_since: Some(Duration::ZERO),
+            due: Vec::new(),
+            progress_at: None,
             out: Vec::new(),
         }
     }

@@ -35,6 +35,10 @@ pub(super) struct Slot {
     pub(super) function: Option<FnId>,
     pub(super) state: SlotState,
     pub(super) in_flight: HashMap<u32, Job>,
+    /// Copies whose twin answered first: their answer is dropped when it comes.
+    pub(super) late: HashSet<u32>,
+    /// No progress for the stall bound: takes no new work until it answers.
+    pub(super) stalled: bool,
     pub(super) window: Window,
     pub(super) sent: u64,
     pub(super) written: u64,
@@ -60,7 +64,7 @@ impl Slot {
     }
 
     pub(super) fn idle(&self) -> bool {
-        self.in_flight.is_empty() && matches!(self.state, SlotState::Empty | SlotState::Ready)
+        self.outstanding() == 0 && matches!(self.state, SlotState::Empty | SlotState::Ready)
     }
 }
 
@@ -72,6 +76,8 @@ impl Sched {
                 function: None,
                 state: SlotState::Empty,
                 in_flight: HashMap::new(),
+                late: HashSet::new(),
+                stalled: false,
                 window: Window::new(self.p.credit, self.p.credit_adaptive),
                 sent: 0,
                 written: 0,
@@ -113,6 +119,11 @@ impl Sched {
         let mut moved: Vec<(u32, Job)> = slot.in_flight.into_iter().collect();
         moved.sort_by_key(|(k, _)| std::cmp::Reverse(*k));
         for (_, j) in moved {
+            if j.twin.is_some() {
+                // Its other copy is in flight elsewhere and carries on alone.
+                self.settle_twin(j.twin, false);
+                continue;
+            }
             if let Some(u) = self.users.get_mut(&j.user) {
                 u.in_flight -= 1;
             }
@@ -234,16 +245,21 @@ impl Sched {
     /// the configuration it is loading.
     /// `code`: the node's (`ErrorCode::per_input` decides what the user sees).
     pub fn on_node_error(&mut self, node: u64, id: u32, code: u32, reason: &str, now: Duration) {
+        if self.drop_late(node, id, now) {
+            return self.settle(now);
+        }
         let Some(slot) = self.nodes.get_mut(&node) else {
             return;
         };
         if let Some(j) = slot.in_flight.remove(&id) {
-            slot.last_progress = now;
+            slot.progressed(node, now, &mut self.out);
             self.out.push(Action::Answered {
                 node,
-                idle: slot.in_flight.is_empty(),
+                idle: slot.outstanding() == 0,
                 failed: true,
             });
+            // A core fails the same way on either copy: the first answer wins.
+            self.settle_twin(j.twin, true);
             if let Some(u) = self.users.get_mut(&j.user) {
                 u.in_flight -= 1;
                 let reason = format!("node {node} failed on this input: {reason}");
@@ -274,6 +290,10 @@ impl Sched {
         any_length: bool,
         now: Duration,
     ) -> Result<(), NodeBreach> {
+        if self.drop_late(node, internal, now) {
+            self.settle(now);
+            return Ok(());
+        }
         let Some(slot) = self.nodes.get_mut(&node) else {
             return Ok(());
         };
@@ -295,13 +315,13 @@ impl Sched {
         }
         self.out.push(Action::Answered {
             node,
-            idle: slot.in_flight.is_empty(),
+            idle: slot.outstanding() == 0,
             failed: false,
         });
         let started = job.sent.max(slot.busy_until);
         let took = now.saturating_sub(started);
         slot.busy_until = now;
-        slot.last_progress = now;
+        slot.progressed(node, now, &mut self.out);
         let cap =
             (self.p.credit_max_bytes / (job.data.len() as u64).max(1)).min(u32::MAX as u64) as u32;
         slot.window.on_result(Answer {
@@ -310,9 +330,16 @@ impl Sched {
             user_blocked: false,
             cap,
         });
-        if let Some(f) = f {
+        let measured = f.is_some_and(|f| {
+            let first = f.service.is_none();
             f.record_service(took, job.count);
+            first
+        });
+        if measured && !self.nodes.values().all(|s| s.outstanding() == 0) {
+            // The first measure of the function: its work in flight can be late now.
+            self.arm_progress(now);
         }
+        self.settle_twin(job.twin, true);
         if let Some(u) = self.users.get_mut(&job.user) {
             u.in_flight -= 1;
             self.out.push(Action::Result {

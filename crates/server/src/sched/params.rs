@@ -68,6 +68,10 @@ pub struct Params {
     /// new function, the rest left to Algorithm 1 (the unit tests place
     /// functions node by node).
     pub fair_share: bool,
+    /// Hung nodes: late jobs are hedged, nodes without progress take no
+    /// new work ([`crate::dispatch::progress`]); `None`: off. The driver
+    /// takes it from `--hedge-factor` and `--hedge-floor-ms`.
+    pub hedge: Option<crate::dispatch::progress::Hedge>,
 }
 
 impl Params {
@@ -85,6 +89,7 @@ impl Params {
             service_prior: Duration::from_millis(1),
             node_wait: Duration::from_secs(5),
             fair_share: true,
+            hedge: None,
         }
     }
 }

@@ -16,7 +16,7 @@ use crate::dispatch::Load;
 /// can still go to any replica, including one being loaded; a dispatched
 /// job is committed to its node. Seed 002 §5.4.7 makes the same argument
 /// for submitting many small jobs rather than a few large ones.
-const SHARED_WINDOW: u32 = 2;
+pub(super) const SHARED_WINDOW: u32 = 2;
 
 /// A function whose loading lost this many nodes in a row (closed or timed
 /// out before answering) is given up: its waiting users get a negative
@@ -279,7 +279,7 @@ impl Sched {
             .nodes
             .iter()
             .filter_map(|(&id, s)| match s.state {
-                SlotState::Draining { target } if s.in_flight.is_empty() => Some((id, target)),
+                SlotState::Draining { target } if s.outstanding() == 0 => Some((id, target)),
                 _ => None,
             })
             .collect();
@@ -299,6 +299,8 @@ impl Sched {
 
     /// Dispatches queued jobs to the replicas the policy picks.
     fn pump(&mut self, now: Duration) {
+        // Late jobs first: they are the oldest work.
+        self.place_hedges(now);
         let busy: Vec<FnId> = self
             .fns
             .values()
@@ -324,7 +326,9 @@ impl Sched {
                 let load = |id: u64| {
                     nodes
                         .get(&id)
-                        .filter(|s| s.state == SlotState::Ready && s.function == Some(fid))
+                        .filter(|s| {
+                            s.state == SlotState::Ready && s.function == Some(fid) && !s.stalled
+                        })
                         .map(|s| {
                             let mut window = s.window.get().min(SHARED_WINDOW);
                             // A busy replica queues no job that a replica
@@ -343,7 +347,7 @@ impl Sched {
                             }
                             Load {
                                 unwritten: s.sent.saturating_sub(s.written),
-                                in_flight: s.in_flight.len(),
+                                in_flight: s.outstanding(),
                                 window,
                             }
                         })
@@ -365,11 +369,12 @@ impl Sched {
                     u.in_flight += 1;
                 }
                 let slot = self.nodes.get_mut(&node).expect("picked");
-                let first = slot.in_flight.is_empty();
+                let first = slot.outstanding() == 0;
                 if first {
                     slot.last_progress = now;
                     slot.busy_until = slot.busy_until.max(now);
                 }
+                let late_at = self.p.hedge.map(|h| now + h.late_after(Duration::ZERO));
                 self.out.push(Action::Send {
                     node,
                     internal,
@@ -379,6 +384,11 @@ impl Sched {
                 });
                 slot.in_flight.insert(internal, job);
                 slot.sent += 1;
+                // No job is late before the floor; the check then looks at
+                // the measured service time.
+                if let Some(at) = late_at {
+                    self.arm_progress(at);
+                }
             }
         }
     }
@@ -396,12 +406,12 @@ impl Sched {
                 SlotState::Configuring { since, .. } if now.saturating_sub(since) > config => {
                     Some((id, format!("no configuration response within {config:?}")))
                 }
-                _ if !s.in_flight.is_empty() && now.saturating_sub(s.last_progress) > progress => {
+                _ if s.outstanding() > 0 && now.saturating_sub(s.last_progress) > progress => {
                     Some((
                         id,
                         format!(
                             "no result for {progress:?} with {} message(s) in flight",
-                            s.in_flight.len()
+                            s.outstanding()
                         ),
                     ))
                 }

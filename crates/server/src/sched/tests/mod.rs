@@ -6,6 +6,7 @@ use super::*;
 mod algorithm1;
 mod failures;
 mod groups;
+mod hedging;
 mod placement;
 mod routing;
 

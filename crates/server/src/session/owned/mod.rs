@@ -4,14 +4,18 @@
 //! - this file: the placement's state and its answers to the session;
 //! - `configure`: configuring the nodes, and why none took a configuration;
 //! - `routing`: dispatch by policy, credit windows, what nodes send back;
-//! - `nodes`: taking, adopting, losing and releasing nodes; node timeouts.
+//! - `nodes`: taking, adopting, losing and releasing nodes; node timeouts;
+//! - `progress`: late messages copied to another node, stalled nodes set
+//!   aside ([`crate::dispatch::progress`]).
 
 mod configure;
 mod nodes;
+mod progress;
 mod routing;
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -41,6 +45,9 @@ struct Pending {
     sent: Instant,
     /// Handler notifications of it relayed so far (`notes::within`).
     notes: u32,
+    /// Its other copy in flight (node, internal id) once it was hedged:
+    /// the first answer of the two wins.
+    twin: Option<(u64, u32)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +68,12 @@ struct Node {
     in_flight: HashMap<u32, Pending>,
     sent: u64,
     written: u64,
+    /// When it last answered anything, or was sent work while it had none.
     last_progress: Instant,
+    /// Copies whose twin answered first: their answer is dropped when it comes.
+    late: HashSet<u32>,
+    /// No progress for the stall bound: takes no new work until it answers.
+    stalled: bool,
 }
 
 /// What wakes an owned placement.
@@ -69,6 +81,8 @@ pub(crate) enum OwnedEvent {
     Node(u64, NodeEvent),
     /// The pool hands this user a node that joined.
     Joined(NodeConn),
+    /// The progress rule has something to decide.
+    Progress,
 }
 
 pub(crate) struct Owned {
@@ -106,6 +120,19 @@ pub(crate) struct Owned {
     refusals: configure::Refusals,
     /// Origin of the windows' clock (they time results as durations).
     clock: Instant,
+    /// The configuration's work may be hedged (no streaming handler sets).
+    hedgeable: bool,
+    /// The configuration's measured service time, seconds per input.
+    service: Option<f64>,
+    /// Late messages (node, internal id) waiting for a node to take their copy.
+    due: Vec<(u64, u32)>,
+    /// Hedged messages whose two copies are both in flight.
+    hedged: usize,
+    /// When the progress rule next needs a look, and the timer for it
+    /// (reset only when that time changes).
+    progress_at: Option<Instant>,
+    armed: Option<Instant>,
+    timer: Pin<Box<tokio::time::Sleep>>,
 }
 
 impl Owned {
@@ -132,6 +159,13 @@ impl Owned {
             next_internal: 0,
             refusals: Default::default(),
             clock: Instant::now(),
+            hedgeable: true,
+            service: None,
+            due: Vec::new(),
+            hedged: 0,
+            progress_at: None,
+            armed: None,
+            timer: Box::pin(tokio::time::sleep(std::time::Duration::ZERO)),
         }
     }
 
@@ -177,6 +211,8 @@ impl Placement for Owned {
             // Service times change with the configuration: windows start afresh.
             self.windows.clear();
         }
+        self.service = None;
+        self.hedgeable = crate::dispatch::progress::hedgeable(&cfg.bitstream);
         self.start_configuring(cfg, payload, cx);
     }
 
@@ -198,11 +234,14 @@ impl Placement for Owned {
             class: input.class,
             sent: Instant::now(),
             notes: 0,
+            twin: None,
         });
         Ok(Admitted::Placed)
     }
 
     fn pump(&mut self) {
+        // Late messages first: they are the oldest work.
+        self.place_hedges();
         self.redispatch_waiting();
     }
 
@@ -216,9 +255,16 @@ impl Placement for Owned {
     }
 
     async fn event(&mut self) -> OwnedEvent {
+        if self.progress_at != self.armed {
+            self.armed = self.progress_at;
+            if let Some(at) = self.armed {
+                self.timer.as_mut().reset(at);
+            }
+        }
         tokio::select! {
             biased;
             Some((id, ev)) = self.events.next(), if !self.events.is_empty() => OwnedEvent::Node(id, ev),
+            _ = self.timer.as_mut(), if self.armed.is_some() => OwnedEvent::Progress,
             Some(c) = self.ctl_rx.recv() => match c {
                 Control::NodeJoined(conn) => OwnedEvent::Joined(conn),
             },
@@ -231,6 +277,10 @@ impl Placement for Owned {
         match ev {
             OwnedEvent::Node(id, ev) => self.on_node_event(id, ev, cx),
             OwnedEvent::Joined(conn) => self.adopt(conn),
+            OwnedEvent::Progress => {
+                self.armed = None;
+                self.check_progress();
+            }
         }
     }
 

@@ -88,6 +88,8 @@ impl Owned {
             sent: 0,
             written: 0,
             last_progress: Instant::now(),
+            late: Default::default(),
+            stalled: false,
         };
         self.order.add(id);
         // A node joining a configured user is configured at once and joins the rotation.
@@ -113,7 +115,14 @@ impl Owned {
         if matches!(n.slot, Slot::Configuring { .. }) {
             self.refusals.reason(id, n.tx.label(), reason);
         }
-        let mut moved: Vec<(u32, Pending)> = n.in_flight.into_iter().collect();
+        let mut moved: Vec<(u32, Pending)> = Vec::with_capacity(n.in_flight.len());
+        for (k, p) in n.in_flight {
+            match p.twin {
+                // Its other copy is in flight elsewhere and carries on alone.
+                Some(_) => self.settle_twin(p.twin, false),
+                None => moved.push((k, p)),
+            }
+        }
         self.shared.metrics.node_lost(moved.len());
         moved.sort_by_key(|(k, _)| *k);
         for (_, p) in moved.into_iter().rev() {
@@ -165,7 +174,7 @@ impl Owned {
         };
         self.order.remove(id);
         let writes_done = self.shared.opts.policy == crate::Policy::Credit || n.sent == n.written;
-        let idle = n.in_flight.is_empty() && writes_done && !n.tx.is_closed();
+        let idle = n.outstanding() == 0 && writes_done && !n.tx.is_closed();
         match self.events.remove(&id) {
             Some(stream) if idle => {
                 n.tx.events = stream.into_inner();
@@ -189,7 +198,7 @@ impl Owned {
                     format!("no configuration response within {:?}", opts.config_timeout),
                 )),
                 Slot::Ready
-                    if !n.in_flight.is_empty()
+                    if n.outstanding() > 0
                         && now.duration_since(n.last_progress) > opts.node_timeout =>
                 {
                     Some((
@@ -197,7 +206,7 @@ impl Owned {
                         format!(
                             "no result for {:?} with {} message(s) in flight",
                             opts.node_timeout,
-                            n.in_flight.len()
+                            n.outstanding()
                         ),
                     ))
                 }
@@ -222,9 +231,10 @@ impl Owned {
         }
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         for id in ids {
-            let busy = self.nodes.get(&id).is_some_and(|n| {
-                !n.in_flight.is_empty() || matches!(n.slot, Slot::Configuring { .. })
-            });
+            let busy = self
+                .nodes
+                .get(&id)
+                .is_some_and(|n| n.outstanding() > 0 || matches!(n.slot, Slot::Configuring { .. }));
             if busy {
                 // Work in flight for a departed user: reset the node by closing
                 // it; its node manager reconnects with a clean state.

@@ -11,6 +11,7 @@ use corefarm_smp::{
 use tokio::time::Instant;
 
 use super::{Owned, Pending, Slot};
+use crate::dispatch::progress::record_service;
 use crate::dispatch::{Answer, Load, Window};
 use crate::nodeconn::NodeEvent;
 use crate::session::{Cx, Outcome};
@@ -24,10 +25,10 @@ impl Owned {
         let load = |id: u64| {
             nodes
                 .get(&id)
-                .filter(|n| n.slot == Slot::Ready)
+                .filter(|n| n.slot == Slot::Ready && !n.stalled)
                 .map(|n| Load {
                     unwritten: n.sent.saturating_sub(n.written),
-                    in_flight: n.in_flight.len(),
+                    in_flight: n.outstanding(),
                     window: windows.get(&id).map_or(initial, Window::get) + reserve,
                 })
         };
@@ -76,21 +77,29 @@ impl Owned {
             .sum()
     }
 
-    pub(super) fn dispatch(&mut self, mut p: Pending) {
+    pub(super) fn dispatch(&mut self, p: Pending) {
         let Some(id) = self.pick_node(true, p.class) else {
             self.redispatch.push_back(p);
             return;
         };
+        if let Err(p) = self.send_to(id, p) {
+            self.redispatch.push_back(p);
+        }
+    }
+
+    /// Sends `p` to node `id` under a new internal id, which it returns;
+    /// gives `p` back if no frame can carry it.
+    pub(super) fn send_to(&mut self, id: u64, mut p: Pending) -> Result<u32, Pending> {
         let internal = self.next_internal;
-        self.next_internal = self.next_internal.wrapping_add(1);
-        let n = self.nodes.get_mut(&id).expect("picked node exists");
         // The data arrived in a frame within --max-message, so it fits one again.
         let Ok(frame) = OutFrame::data(internal, p.data.clone()) else {
-            self.redispatch.push_back(p);
-            return;
+            return Err(p);
         };
+        self.next_internal = self.next_internal.wrapping_add(1);
+        let hedge = self.shared.opts.hedge;
+        let n = self.nodes.get_mut(&id).expect("picked node exists");
         let now = Instant::now();
-        if n.in_flight.is_empty() {
+        if n.outstanding() == 0 {
             n.last_progress = now;
         }
         p.sent = now;
@@ -108,6 +117,12 @@ impl Owned {
             n.sent += 1;
         }
         // On a failed send the node's Closed event follows and re-dispatches.
+        // Nothing is late before the floor; the rule then looks at the
+        // measured service time.
+        if let Some(h) = hedge {
+            self.arm_progress(now + h.floor);
+        }
+        Ok(internal)
     }
 
     /// The most urgent message waiting for a node, first come first served
@@ -150,6 +165,29 @@ impl Owned {
         let Some(n) = self.nodes.get_mut(&id) else {
             return;
         };
+        if !n.late.is_empty() {
+            // The answer of a copy whose twin won may come in any state,
+            // even after a new configuration was sent behind it.
+            let late = match f.ty {
+                MsgType::Data => Data::parse(f.payload.clone()).ok().map(|d| d.id),
+                MsgType::Error => ErrorMsg::parse(&f.payload).ok().map(|e| e.id),
+                MsgType::Notification => {
+                    let note = Notification::parse(f.payload.clone()).ok();
+                    // Its user heard the twin's; the answer still follows.
+                    if note.is_some_and(|n| self.nodes[&id].late.contains(&n.id)) {
+                        return;
+                    }
+                    None
+                }
+                _ => None,
+            };
+            if late.is_some_and(|l| self.drop_late(id, l)) {
+                return;
+            }
+        }
+        let Some(n) = self.nodes.get_mut(&id) else {
+            return;
+        };
         match (f.ty, n.slot) {
             (MsgType::Data, Slot::Ready) => {
                 let d = match Data::parse(f.payload) {
@@ -172,13 +210,15 @@ impl Owned {
                     return self.lose_node(id, &reason, cx);
                 }
                 let now = Instant::now();
-                n.last_progress = now;
+                // Service counts from when the node could start it.
+                let took = now.saturating_duration_since(p.sent.max(n.last_progress));
+                n.progressed(now);
                 n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                 n.tx.entry.results.fetch_add(1, Ordering::Relaxed);
                 n.tx.entry
                     .m
-                    .answered(n.in_flight.is_empty(), false, now.into_std());
-                let left = n.in_flight.len();
+                    .answered(n.outstanding() == 0, false, now.into_std());
+                let left = n.outstanding();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
                 let answer = Answer {
@@ -198,6 +238,13 @@ impl Owned {
                         now - p.sent
                     );
                 }
+                let first = self.service.is_none();
+                self.service = Some(record_service(self.service, took, p.count));
+                if first {
+                    // The first measure: work in flight can be late now.
+                    self.arm_progress(now);
+                }
+                self.settle_twin(p.twin, true);
                 cx.report(Outcome::Result {
                     id: p.user_id,
                     class: p.class,
@@ -238,13 +285,15 @@ impl Owned {
                 };
                 if let Some(p) = n.in_flight.remove(&e.id) {
                     // A core failed on this input: the user hears about it by id.
-                    n.last_progress = Instant::now();
+                    n.progressed(Instant::now());
                     n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                     let at = n.last_progress.into_std();
-                    n.tx.entry.m.answered(n.in_flight.is_empty(), true, at);
+                    n.tx.entry.m.answered(n.outstanding() == 0, true, at);
                     let reason =
                         format!("node {} failed on this input: {}", n.tx.label(), e.reason);
                     let code = ErrorCode::per_input(e.code);
+                    // A core fails the same way on either copy: the first answer wins.
+                    self.settle_twin(p.twin, true);
                     cx.report(Outcome::Failed {
                         id: p.user_id,
                         code,
