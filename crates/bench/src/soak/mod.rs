@@ -22,6 +22,8 @@
 
 mod bad;
 mod procs;
+pub mod proxy;
+pub mod schedule;
 mod users;
 
 use std::path::PathBuf;
