@@ -229,9 +229,9 @@ const REJOIN: Duration = Duration::from_secs(2);
 /// Draws the schedule for `plan` from `seed`. Node kills come as before
 /// (one every `kill_every` on average); the other kinds take turns in a
 /// shuffled order, one every `fault_every` on average, so a short campaign
-/// plays each of them. A fault whose every target is still busy with an
-/// earlier one is left out (its turn passes), so no target takes two
-/// faults at once and at most one server fault runs at a time.
+/// plays each of them. No target takes two faults at once and at most one
+/// server fault runs at a time: a fault whose every target is still busy
+/// keeps its turn for the next slot (a node kill is left out).
 pub fn draw(seed: u64, plan: &Plan) -> Vec<Fault> {
     // Its own stream: the schedule does not shift when the soak's other
     // random choices change.
@@ -291,6 +291,11 @@ pub fn draw(seed: u64, plan: &Plan) -> Vec<Fault> {
         // shift every later draw.
         let pick = rng.gen_range(0..ready.len().max(1));
         let Some(&target) = ready.get(pick) else {
+            // Its turn waits for the next slot (a kill is simply left
+            // out: another comes soon), so every kind is played each round.
+            if kind != FaultKind::NodeKill {
+                deck.push(kind);
+            }
             continue;
         };
         let busy = match kind {
