@@ -132,3 +132,28 @@ fn short_campaign_with_authentication_loses_nothing() {
         assert!(kinds.iter().any(|k| k == kind), "{kind} in {kinds:?}");
     }
 }
+
+/// The schedule is a function of the seed (and the campaign's shape): two
+/// draws with one seed print the same faults, another seed others.
+#[test]
+fn one_seed_replays_one_schedule() {
+    let draw = |seed: &str| {
+        let out = Command::new(support::BIN)
+            .args(["bench", "soak", "--duration", "10m", "--faults", "all"])
+            .args(["--seed", seed, "--schedule-only"])
+            .output()
+            .expect("running corefarm bench soak");
+        assert!(out.status.success(), "{out:?}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["seed"].as_u64().unwrap().to_string(), seed);
+        assert!(r["schedule"].as_array().unwrap().len() > 100, "{r}");
+        r
+    };
+    let a = draw("2027");
+    assert_eq!(a, draw("2027"));
+    assert_ne!(a["schedule"], draw("2028")["schedule"]);
+    let summary = a["summary"].as_str().unwrap();
+    for kind in ["node-kill", "server-failover", "user-half-open"] {
+        assert!(summary.contains(kind), "{summary}");
+    }
+}

@@ -57,6 +57,10 @@ pub struct SoakArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Only draw the fault schedule for the seed and print it (one JSON
+    /// object: seed, summary, every fault); run nothing.
+    #[arg(long)]
+    schedule_only: bool,
 }
 
 /// A `--faults` value: the whole list (given again, the last one wins).
@@ -107,6 +111,16 @@ pub fn run(a: SoakArgs) -> Result<()> {
         progress: !a.json,
         auth: a.auth,
     };
+    if a.schedule_only {
+        let faults = schedule::draw(seed, &opts.plan());
+        let out = serde_json::json!({
+            "seed": seed,
+            "summary": schedule::summary(&faults, opts.duration),
+            "schedule": faults,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
     if !a.json {
         eprintln!(
             "soak: {:?} with {} nodes and {} users, faults {} (a node killed every ~{:?}, another fault every ~{:?}), {} nodes{} (seed {seed})",
