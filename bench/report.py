@@ -737,14 +737,44 @@ def soak_verdicts(doc) -> list[dict]:
              "met": all(c["ok"] for c in checks)}] if checks else []
 
 
+SOAK_CAMPAIGN = (
+    "`corefarm bench soak` is a fault campaign on the real binaries: a server (two with a standby), node "
+    "managers and users on loopback, the in-tree fault proxy between every node or user and its server. "
+    "Fault kinds (`--faults`, comma-separated): `node-kill` (SIGKILL, restart 0.1–1.5 s later), `node-stop` "
+    "(SIGSTOP, SIGCONT 0.3–3 s later), `server-restart` (SIGKILL, the same ports again about 1 s later), "
+    "`server-failover` (SIGKILL with a standby running, nodes and users given both addresses), and on a "
+    "node's or a user's link `*-delay` (20–200 ms per chunk for 1–4 s), `*-blackhole` (nothing delivered "
+    "either way, nothing closed, for 0.3–1.5 s), `*-reset` (an RST inside an SMP frame) and `*-half-open` "
+    "(the server's side closed, the peer's held open and unanswered for 0.5–3 s). `default` is the kinds "
+    "that lose nothing today: every node kind, `user-delay` and `user-blackhole`; the server kinds, "
+    "`user-reset` and `user-half-open` wait for users that resume after a lost connection. "
+    "The schedule (kind, target, time, length of every fault) is drawn from `--seed` before the load "
+    "starts and printed with it: the same seed, duration, kinds, `--kill-every`, `--fault-every` and "
+    "cluster shape replay the same schedule (the load around it depends on timing). Checked at the end: "
+    "every result correct and exactly once, no failed session, no wait for a result or a configuration "
+    "longer than 5 s plus what the faults it overlapped (or that ended within 5 s before it) explain: a stop "
+    "or blackhole its length, a delay its length plus twice the delay, a node killed or cut off its length "
+    "plus 5 s, a server fault or a user's lost connection its length plus 30 s (the clients' reconnect "
+    "bound); a wait past its bound is named with what it waited for. Also every fault undone, no process crashed, "
+    "bad peers cut off, notifications bounded, server and node memory flat, no leaked fd, and the "
+    "cluster settled; the report counts each fault kind played, the messages, and what the proxies "
+    "carried. A two-minute campaign (two 60 s halves, with and without `--auth`) is part of the test "
+    "suite (crates/cli/tests/soak.rs)."
+)
+
+
 def sec_soak(doc, seed):
     if not doc:
         return []
     t = doc["totals"]
-    lines = [f"`corefarm bench soak` for {doc['seconds'] / 60:.0f} minutes, {doc['sharing']} mode, {doc['nodes']} "
+    played = doc.get("faults_played")
+    faults = ("faults played: " + ", ".join(f"{n} {k}" for k, n in played.items()) + "."
+              if played is not None else "this run predates the other fault kinds: node kills only.")
+    lines = [SOAK_CAMPAIGN, "",
+             f"`corefarm bench soak` for {doc['seconds'] / 60:.0f} minutes, {doc['sharing']} mode, {doc['nodes']} "
              f"nodes, {doc['users']} users, seed {doc['seed']}: sessions open and close, nodes are killed, bad peers "
              f"connect. {t['sessions']:,} sessions, {t['messages']:,} data messages ({t['inputs']:,} inputs), "
-             f"{doc['nodes_killed']} nodes killed, {doc['bad_peers_played']} bad peers.", "",
+             f"{doc['nodes_killed']} nodes killed, {doc['bad_peers_played']} bad peers; {faults}", "",
              table(["check", "held?", "detail"],
                    [[c["name"], "yes" if c["ok"] else "**no**", c.get("detail", "")] for c in doc.get("checks", [])])]
     return lines

@@ -3,4 +3,5 @@
 //! which was most of the test suite's build time.
 
 mod echo_in_process;
+mod fault_proxy;
 mod user_fake_server;

@@ -1,11 +1,14 @@
-//! The soak in its short form, 70 s twice (the suite's time budget; a
-//! 70 s soak still plays every kind of bad peer twice and kills a node
-//! more than ten times): `corefarm bench soak` runs a real server and four
-//! node processes under load, SIGKILLs and restarts nodes, lets users come
-//! and go and mixes in bad peers; it must report every result correct and
-//! exactly once, flat memory and no leaked connection. Once without
-//! authentication and once with `--auth` (the server with an auth file,
-//! and wrong answers to its challenge among the bad peers). The hour-long
+//! The fault campaign in its short form, two minutes in two halves (the
+//! suite's time budget): `corefarm bench soak` runs a real server and four
+//! node processes under load behind the in-tree fault proxy and plays
+//! every fault kind that loses nothing today (nodes SIGKILLed and
+//! SIGSTOPped, node links delayed, blackholed, reset inside a frame and
+//! left half-open, user links delayed and blackholed), drawn from a seed;
+//! users come and go and bad peers are mixed in. It must report every
+//! result correct and exactly once, no session stuck past the bound its
+//! faults explain, flat memory and no leaked connection. One half without
+//! authentication, one with `--auth` (the server with an auth file, and
+//! wrong answers to its challenge among the bad peers). The hour-long
 //! figures are in docs/benchmarks.md.
 
 use std::process::Command;
@@ -17,20 +20,25 @@ use crate::support;
 /// each measures its own load.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Runs a 70-second soak with `extra` flags; asserts what every soak must
-/// show and returns its report.
-fn short_soak(extra: &[&str]) -> serde_json::Value {
+/// The kinds played by default.
+const DEFAULT_KINDS: [&str; 8] = [
+    "node-kill",
+    "node-stop",
+    "node-delay",
+    "node-blackhole",
+    "node-reset",
+    "node-half-open",
+    "user-delay",
+    "user-blackhole",
+];
+
+/// Runs a 60-second campaign with `extra` flags; asserts what every
+/// campaign must show and returns its report.
+fn short_campaign(extra: &[&str]) -> serde_json::Value {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(support::BIN)
-        .args([
-            "bench",
-            "soak",
-            "--duration",
-            "70s",
-            "--kill-every",
-            "4s",
-            "--json",
-        ])
+        .args(["bench", "soak", "--duration", "60s"])
+        .args(["--kill-every", "4s", "--fault-every", "2s", "--json"])
         .args(extra)
         .output()
         .expect("running corefarm bench soak");
@@ -46,13 +54,34 @@ fn short_soak(extra: &[&str]) -> serde_json::Value {
         .collect();
     assert!(failed.is_empty(), "failed checks: {failed:#?}\n{text}");
     assert!(out.status.success(), "{stderr}");
-    // It did what it claims: load, kills and bad peers all happened.
+    // It did what it claims: load, every default fault kind, bad peers.
     let t = &r["totals"];
     assert!(t["results_ok"].as_u64().unwrap() > 1000, "{text}");
     assert_eq!(t["results_wrong"], 0);
-    assert!(r["nodes_killed"].as_u64().unwrap() >= 10, "{text}");
-    assert!(r["bad_peers_played"].as_u64().unwrap() >= 20, "{text}");
     assert!(t["sessions"].as_u64().unwrap() >= 20, "{text}");
+    assert!(t["messages"].as_u64().unwrap() > 1000, "{text}");
+    let kinds: Vec<&str> = r["fault_kinds"]
+        .as_array()
+        .expect("fault_kinds")
+        .iter()
+        .map(|k| k.as_str().unwrap())
+        .collect();
+    assert_eq!(kinds, DEFAULT_KINDS);
+    for kind in DEFAULT_KINDS {
+        assert!(
+            r["faults_played"][kind].as_u64().unwrap_or(0) >= 1,
+            "{kind} never played: {text}"
+        );
+    }
+    assert!(r["nodes_killed"].as_u64().unwrap() >= 5, "{text}");
+    // The proxy did reset connections inside a frame and half-open them.
+    let proxy = &r["proxy"];
+    assert!(proxy["resets"].as_u64().unwrap() >= 1, "{text}");
+    assert!(proxy["half_opened"].as_u64().unwrap() >= 1, "{text}");
+    assert!(r["stuck"].as_array().unwrap().is_empty(), "{text}");
+    // The seed's schedule is in the report, replayable.
+    assert!(r["seed"].is_u64());
+    assert!(!r["schedule"].as_array().unwrap().is_empty(), "{text}");
     // A notification-flooding node was kept and served users, and the
     // server passed on at most 256 of each message's notifications.
     assert!(r["flooded_messages"].as_u64().unwrap() > 0, "{text}");
@@ -67,7 +96,7 @@ fn short_soak(extra: &[&str]) -> serde_json::Value {
 
 /// The kinds of bad peer played, each at least once (they take turns),
 /// and none of them without anything to test.
-fn kinds(r: &serde_json::Value) -> Vec<String> {
+fn bad_kinds(r: &serde_json::Value) -> Vec<String> {
     let text = r.to_string();
     let untestable = r["bad_peers_untestable"]
         .as_object()
@@ -84,9 +113,9 @@ fn kinds(r: &serde_json::Value) -> Vec<String> {
 }
 
 #[test]
-fn short_soak_loses_nothing() {
-    let r = short_soak(&[]);
-    let kinds = kinds(&r);
+fn short_campaign_loses_nothing() {
+    let r = short_campaign(&[]);
+    let kinds = bad_kinds(&r);
     // Every kind but the wrong answers, which need a challenge.
     assert_eq!(kinds.len(), 13, "{kinds:?}");
     assert!(kinds.iter().any(|k| k == "NotificationFlood"), "{kinds:?}");
@@ -94,12 +123,37 @@ fn short_soak_loses_nothing() {
 }
 
 #[test]
-fn short_soak_with_authentication_loses_nothing() {
-    let r = short_soak(&["--auth"]);
+fn short_campaign_with_authentication_loses_nothing() {
+    let r = short_campaign(&["--auth"]);
     assert_eq!(r["auth"], true);
-    let kinds = kinds(&r);
+    let kinds = bad_kinds(&r);
     assert_eq!(kinds.len(), 14, "{kinds:?}");
     for kind in ["NotificationFlood", "WrongAuthAnswer"] {
         assert!(kinds.iter().any(|k| k == kind), "{kind} in {kinds:?}");
+    }
+}
+
+/// The schedule is a function of the seed (and the campaign's shape): two
+/// draws with one seed print the same faults, another seed others.
+#[test]
+fn one_seed_replays_one_schedule() {
+    let draw = |seed: &str| {
+        let out = Command::new(support::BIN)
+            .args(["bench", "soak", "--duration", "10m", "--faults", "all"])
+            .args(["--seed", seed, "--schedule-only"])
+            .output()
+            .expect("running corefarm bench soak");
+        assert!(out.status.success(), "{out:?}");
+        let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["seed"].as_u64().unwrap().to_string(), seed);
+        assert!(r["schedule"].as_array().unwrap().len() > 100, "{r}");
+        r
+    };
+    let a = draw("2027");
+    assert_eq!(a, draw("2027"));
+    assert_ne!(a["schedule"], draw("2028")["schedule"]);
+    let summary = a["summary"].as_str().unwrap();
+    for kind in ["node-kill", "server-failover", "user-half-open"] {
+        assert!(summary.contains(kind), "{summary}");
     }
 }

@@ -1,12 +1,17 @@
-//! `corefarm bench soak`: a real server and node managers under saturating
-//! load for a long time, with nodes SIGKILLed and restarted at random,
-//! users connecting and leaving, and bad peers mixed in. At the end it
-//! checks that every input got exactly one correct result, that the server
-//! passed on at most 256 notifications of each message a flooding node
-//! answered, that the server and a long-lived node kept their memory flat,
-//! that the server holds no more file descriptors than before the load (a
-//! leaked connection or task would keep one) and that it reports no user
-//! and every live node.
+//! `corefarm bench soak`: a fault campaign on a real server and node
+//! managers under saturating load, with users connecting and leaving and
+//! bad peers mixed in. The faults ([`schedule::FaultKind`]: nodes SIGKILLed
+//! or SIGSTOPped, servers SIGKILLed and restarted or failed over to a
+//! standby, peers' links delayed, blackholed, reset inside a frame or left
+//! half-open by the in-tree [`proxy`]) are drawn from the seed before the
+//! load starts, so a seed replays its schedule. At the end it checks that
+//! every input got exactly one correct result, that no user waited longer
+//! than the faults its wait overlapped explain, that the server passed on
+//! at most 256 notifications of each message a flooding node answered,
+//! that the server and a long-lived node kept their memory flat, that the
+//! server holds no more file descriptors than before the load (a leaked
+//! connection or task would keep one) and that it reports no user and
+//! every live node.
 //!
 //! Everything runs as separate processes of the given binary on loopback
 //! with OS-assigned ports, logs in a temporary directory (kept and named on
@@ -21,11 +26,14 @@
 //! reach; so it is an option rather than always on.
 
 mod bad;
+mod campaign;
 mod procs;
+pub mod proxy;
+pub mod schedule;
 mod users;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -35,7 +43,9 @@ use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde::Serialize;
 
+pub use campaign::ProxyTotals;
 use procs::{open_fds, rss_kib, threads, wait_until, Cluster};
+pub use schedule::{Fault, FaultKind};
 pub use users::UserTotals;
 
 #[derive(Debug, Clone)]
@@ -49,6 +59,11 @@ pub struct SoakOptions {
     pub users: u32,
     /// Mean seconds between node kills (uniform in 0.5×–1.5× of it).
     pub kill_every: Duration,
+    /// The fault kinds the campaign plays ([`FaultKind::DEFAULT`] unless
+    /// asked otherwise).
+    pub faults: Vec<FaultKind>,
+    /// Mean time between faults other than node kills.
+    pub fault_every: Duration,
     /// The server's `--sharing` mode.
     pub sharing: String,
     pub seed: u64,
@@ -56,6 +71,21 @@ pub struct SoakOptions {
     pub progress: bool,
     /// Run the server with `--auth-file`.
     pub auth: bool,
+}
+
+impl SoakOptions {
+    /// What the fault schedule is drawn for: with the seed, all it
+    /// depends on.
+    pub fn plan(&self) -> schedule::Plan {
+        schedule::Plan {
+            kinds: self.faults.clone(),
+            duration: self.duration,
+            kill_every: self.kill_every,
+            fault_every: self.fault_every,
+            nodes: self.nodes,
+            users: self.users,
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -74,6 +104,21 @@ pub struct SoakReport {
     pub auth: bool,
     pub nodes: usize,
     pub users: u32,
+    /// Servers run: 2 with a standby.
+    pub servers: usize,
+    pub fault_kinds: Vec<String>,
+    /// Faults per kind in the schedule drawn from the seed.
+    pub schedule_summary: String,
+    pub schedule: Vec<Fault>,
+    /// Faults played per kind, and left out (their target not running).
+    pub faults_played: std::collections::BTreeMap<String, u64>,
+    pub faults_skipped: std::collections::BTreeMap<String, u64>,
+    /// What the fault proxies carried and did (when links were faulted).
+    pub proxy: Option<ProxyTotals>,
+    /// Waits for a result or a configuration over a second, and those
+    /// longer than the faults they overlapped explain (the first 20).
+    pub long_waits: u64,
+    pub stuck: Vec<String>,
     pub totals: UserTotals,
     pub nodes_killed: u64,
     pub node_crashes: Vec<String>,
@@ -110,6 +155,31 @@ impl SoakReport {
             "{:.0} s: {} sessions, {} messages ({} inputs), {} results correct; {} nodes killed; {} bad peers\n",
             self.seconds, t.sessions, t.messages, t.inputs, t.results_ok, self.nodes_killed, self.bad_peers_played
         );
+        let played: Vec<String> = self
+            .faults_played
+            .iter()
+            .map(|(k, n)| format!("{n} {k}"))
+            .collect();
+        out += &format!(
+            "seed {}; faults played: {}{}\n",
+            self.seed,
+            if played.is_empty() {
+                "none".to_string()
+            } else {
+                played.join(", ")
+            },
+            if self.faults_skipped.is_empty() {
+                String::new()
+            } else {
+                format!(" (left out: {:?})", self.faults_skipped)
+            }
+        );
+        if let Some(p) = &self.proxy {
+            out += &format!(
+                "fault proxies: {} connections, {} bytes, {} reset inside a frame, {} half-open\n",
+                p.connections, p.bytes, p.resets, p.half_opened
+            );
+        }
         out += &format!(
             "server RSS {} -> {} KiB, fds {} -> {}, threads {} -> {}; node RSS {} -> {} KiB\n",
             self.server_rss_kib.0,
@@ -129,7 +199,13 @@ impl SoakReport {
                 c.detail
             );
         }
-        for e in t.errors.iter().chain(&self.bad_peer_failures).take(10) {
+        for e in t
+            .errors
+            .iter()
+            .chain(&self.stuck)
+            .chain(&self.bad_peer_failures)
+            .take(10)
+        {
             out += &format!("  {e}\n");
         }
         if let Some(l) = &self.logs {
@@ -146,6 +222,13 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         opts.nodes >= 2,
         "the soak needs at least 2 nodes (one always stays up)"
     );
+    let schedule = schedule::draw(opts.seed, &opts.plan());
+    let schedule_summary = schedule::summary(&schedule, opts.duration);
+    if opts.progress {
+        eprintln!("soak: seed {}; {schedule_summary}", opts.seed);
+    }
+    let standby = opts.faults.contains(&FaultKind::ServerFailover);
+    let proxied = opts.faults.iter().any(|k| k.is_link());
     let logdir = tempfile::Builder::new()
         .prefix("corefarm-soak-")
         .tempdir()
@@ -179,11 +262,63 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     } else {
         (None, Vec::new())
     };
-    let mut cluster = Cluster::start(&opts.bin, logdir.path(), &server_args, &node_args)?;
+    let mut cluster = Cluster::start(
+        &opts.bin,
+        logdir.path(),
+        &server_args,
+        &node_args,
+        if standby { 2 } else { 1 },
+    )?;
+    // The proxies' runtime: two threads carry every peer's bytes.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("fault-proxy")
+        .enable_all()
+        .build()
+        .context("starting the fault proxies' runtime")?;
+    let links = if proxied {
+        let parse = |a: &str| -> anyhow::Result<std::net::SocketAddr> {
+            a.parse().with_context(|| format!("server address {a:?}"))
+        };
+        let ends = cluster
+            .servers
+            .iter()
+            .map(|s| Ok((parse(&s.nodes_addr)?, parse(&s.users_addr)?)))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        Some(
+            campaign::Links::build(rt.handle(), &ends, opts.nodes, opts.users)
+                .context("starting the fault proxies")?,
+        )
+    } else {
+        None
+    };
     for i in 0..opts.nodes {
+        if let Some(l) = &links {
+            cluster.set_node_server(i, campaign::Links::addrs(&l.nodes[i]));
+        }
         cluster.start_node(i)?;
     }
-    let users_addr = cluster.users_addr.clone();
+    // The observer asks every server directly, never through a proxy.
+    let observed: Vec<String> = cluster
+        .servers
+        .iter()
+        .map(|s| s.users_addr.clone())
+        .collect();
+    let direct = observed.join(",");
+    let user_addrs: Vec<String> = (0..opts.users as usize)
+        .map(|u| match &links {
+            Some(l) => campaign::Links::addrs(&l.users[u]),
+            None => direct.clone(),
+        })
+        .collect();
+    let (bad_users, bad_nodes, bad_metrics) = {
+        let s = &cluster.servers[0];
+        (
+            s.users_addr.clone(),
+            s.nodes_addr.clone(),
+            s.metrics_addr.clone(),
+        )
+    };
     let user_secret = secrets.as_ref().map(|s| s.users.clone());
     let count_nodes = |addr: &str| -> Option<(usize, usize)> {
         let c = Client::connect(
@@ -203,35 +338,69 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         let users = s.users.iter().filter(|u| Some(u.id) != you).count();
         Some((s.nodes.len(), users))
     };
-    anyhow::ensure!(
-        wait_until(Duration::from_secs(30), || count_nodes(&users_addr)
-            .is_some_and(|(n, _)| n == opts.nodes)),
-        "the {} nodes did not all register within 30 s",
-        opts.nodes
-    );
-    let spid = cluster.server_pid();
-    let base_fds = open_fds(spid).unwrap_or(0);
-    let base_threads = threads(spid).unwrap_or(0);
+    // Nodes and users over all servers; `None` while one does not answer.
+    let census = || -> Option<(usize, usize)> {
+        observed.iter().try_fold((0, 0), |(n, u), a| {
+            let (n1, u1) = count_nodes(a)?;
+            Some((n + n1, u + u1))
+        })
+    };
+    if !wait_until(Duration::from_secs(30), || {
+        count_nodes(&observed[0]).is_some_and(|(n, _)| n == opts.nodes)
+    }) {
+        anyhow::bail!(
+            "the {} nodes did not all register within 30 s (logs kept in {})",
+            opts.nodes,
+            logdir.keep().display()
+        );
+    }
+    // Descriptors of a server holding every node, and of an idle standby.
+    let fds_of = |c: &Cluster, k: usize| c.server_pid(k).and_then(open_fds).unwrap_or(0);
+    // With a standby, nodes may end up on either server (a restarted node
+    // takes the first address that answers): the servers' sum is compared.
+    let fds_all = |c: &Cluster| (0..c.servers.len()).map(|k| fds_of(c, k)).sum::<u64>();
+    let base_fds = fds_all(&cluster);
+    let base_threads = cluster.server_pid(0).and_then(threads).unwrap_or(0);
 
     let stop = Arc::new(AtomicBool::new(false));
     let totals = Arc::new(Mutex::new(UserTotals::default()));
     let cfg = Arc::new(users::UserConfig {
-        addr: users_addr.clone(),
+        addrs: user_addrs,
         result_timeout: Duration::from_secs(30),
         window: 8,
         secret: user_secret.clone(),
+        slow: Duration::from_secs(1),
+        waits: Mutex::new(Vec::new()),
     });
-    let handles = users::spawn_users(opts.users, opts.seed, cfg, stop.clone(), totals.clone());
+    let handles = users::spawn_users(
+        opts.users,
+        opts.seed,
+        cfg.clone(),
+        stop.clone(),
+        totals.clone(),
+    );
 
-    // Node 0 is never killed: its memory is the node's figure.
+    let camp = Arc::new(campaign::Campaign {
+        cluster: Arc::new(Mutex::new(cluster)),
+        links,
+        active: AtomicUsize::new(0),
+        server_settling: Mutex::new(None),
+        played: Mutex::new(Vec::new()),
+        notes_of_killed: Mutex::new(0),
+        errors: Mutex::new(Vec::new()),
+    });
+    let cluster = camp.cluster.clone();
     let mut rng = StdRng::seed_from_u64(opts.seed);
     let start = Instant::now();
     let end = start + opts.duration;
-    let mut next_kill = start + jitter(&mut rng, opts.kill_every);
+    let player = {
+        let (camp, stop, schedule) = (camp.clone(), stop.clone(), schedule.clone());
+        std::thread::spawn(move || camp.run(&schedule, start, &stop))
+    };
     let mut next_bad = start + Duration::from_millis(500);
     let mut next_progress = start + Duration::from_secs(10);
     let mut mem_start: Option<(u64, u64)> = None;
-    let (mut killed, mut bad_played) = (0u64, 0u64);
+    let mut bad_played = 0u64;
     let mut bad_failures = Vec::new();
     let mut bad_by_kind = std::collections::BTreeMap::new();
     let mut bad_untestable = std::collections::BTreeMap::new();
@@ -240,41 +409,40 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     let mut restart_at: Vec<(Instant, usize)> = Vec::new();
     while Instant::now() < end {
         let now = Instant::now();
+        let active = camp.active.load(Ordering::Relaxed);
         if mem_start.is_none() && now >= start + opts.duration / 10 {
-            mem_start = Some((
-                rss_kib(spid).unwrap_or(0),
-                cluster.node_pid(0).and_then(rss_kib).unwrap_or(0),
-            ));
-        }
-        for (i, status) in cluster.crashed_nodes() {
-            crashes.push(format!("node {i} exited on its own: {status}"));
-            restart_at.push((now, i));
-        }
-        if now >= next_kill {
-            let live: Vec<usize> = cluster
-                .live_nodes()
-                .into_iter()
-                .filter(|&i| i != 0)
-                .collect();
-            if !live.is_empty() {
-                let i = live[rng.gen_range(0..live.len())];
-                cluster.kill_node(i);
-                killed += 1;
-                restart_at.push((now + Duration::from_millis(rng.gen_range(100..1500)), i));
+            let c = cluster.lock().unwrap();
+            if let Some(spid) = c.server_pid(active) {
+                mem_start = Some((
+                    rss_kib(spid).unwrap_or(0),
+                    c.node_pid(0).and_then(rss_kib).unwrap_or(0),
+                ));
             }
-            next_kill = now + jitter(&mut rng, opts.kill_every);
         }
-        restart_at.retain(|&(at, i)| {
-            if at <= now && cluster.dead_nodes().contains(&i) {
-                if let Err(e) = cluster.start_node(i) {
-                    crashes.push(format!("restarting node {i}: {e:#}"));
+        {
+            let mut c = cluster.lock().unwrap();
+            for (i, status) in c.crashed_nodes() {
+                crashes.push(format!("node {i} exited on its own: {status}"));
+                restart_at.push((now, i));
+            }
+            for (k, status) in c.crashed_servers() {
+                crashes.push(format!("server {k} exited on its own: {status}"));
+            }
+            restart_at.retain(|&(at, i)| {
+                if at <= now && c.dead_nodes().contains(&i) {
+                    if let Err(e) = c.start_node(i) {
+                        crashes.push(format!("restarting node {i}: {e:#}"));
+                    }
+                    false
+                } else {
+                    at > now
                 }
-                false
-            } else {
-                at > now
-            }
-        });
-        if now >= next_bad {
+            });
+        }
+        // The bad peers play against the first server while it holds the
+        // nodes, and wait out a server fault: what they check (counters,
+        // the log, a prompt answer) needs a server that stays up.
+        if now >= next_bad && active == 0 && !camp.server_settling() {
             // In turn, so a short soak plays every one.
             let playable: Vec<bad::Misbehaviour> = bad::ALL
                 .into_iter()
@@ -290,9 +458,9 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
                 _ => bad::Port::Nodes,
             };
             let target = bad::Target {
-                users: &cluster.users_addr,
-                nodes: &cluster.nodes_addr,
-                metrics: &cluster.metrics_addr,
+                users: &bad_users,
+                nodes: &bad_nodes,
+                metrics: &bad_metrics,
                 logs: logdir.path(),
                 read_timeout,
                 secrets: secrets.as_ref(),
@@ -311,62 +479,84 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         }
         if opts.progress && now >= next_progress {
             let t = totals.lock().unwrap().clone();
+            let spid = cluster.lock().unwrap().server_pid(active);
             eprintln!(
-                "soak: {:>5.0} s  sessions {}  results {}  killed {}  bad peers {}  server RSS {} KiB",
+                "soak: {:>5.0} s  sessions {}  results {}  faults {}  bad peers {}  server RSS {} KiB",
                 now.duration_since(start).as_secs_f64(),
                 t.sessions,
                 t.results_ok,
-                killed,
+                camp.played.lock().unwrap().len(),
                 bad_played,
-                rss_kib(spid).unwrap_or(0)
+                spid.and_then(rss_kib).unwrap_or(0)
             );
             next_progress = now + Duration::from_secs(10);
         }
         std::thread::sleep(Duration::from_millis(20));
     }
     stop.store(true, Ordering::Relaxed);
-    // Dead nodes come back, so in-flight work can finish everywhere.
-    for i in cluster.dead_nodes() {
-        cluster.start_node(i)?;
+    // Every fault undone (nodes continued, servers and links back) ...
+    let _ = player.join();
+    // ... and dead nodes back, so in-flight work can finish everywhere.
+    {
+        let mut c = cluster.lock().unwrap();
+        for i in c.dead_nodes() {
+            c.start_node(i)?;
+        }
     }
     for h in handles {
         let _ = h.join();
     }
     let seconds = start.elapsed().as_secs_f64();
-    let server_alive = cluster.server_alive();
+    let load_end = Instant::now();
     // Quiescent: no user left, every node back.
     let settled = wait_until(Duration::from_secs(30), || {
-        count_nodes(&users_addr).is_some_and(|(n, u)| n == opts.nodes && u == 0)
+        census().is_some_and(|(n, u)| n == opts.nodes && u == 0)
     });
-    let after = count_nodes(&users_addr);
+    let after = census();
+    // The server holding the most nodes now: its memory is the server's
+    // figure at the end.
+    let holder = (0..observed.len())
+        .max_by_key(|&k| count_nodes(&observed[k]).map_or(0, |(n, _)| n))
+        .unwrap_or(0);
+    let mut c = cluster.lock().unwrap();
+    for (k, status) in c.crashed_servers() {
+        crashes.push(format!("server {k} exited on its own: {status}"));
+    }
+    let servers_up = (0..c.servers.len()).all(|k| c.server_pid(k).is_some());
+    let spid = c.server_pid(holder);
     let (rss0, nrss0) = mem_start.unwrap_or((0, 0));
     let (rss1, nrss1) = (
-        rss_kib(spid).unwrap_or(0),
-        cluster.node_pid(0).and_then(rss_kib).unwrap_or(0),
+        spid.and_then(rss_kib).unwrap_or(0),
+        c.node_pid(0).and_then(rss_kib).unwrap_or(0),
     );
     // fds settle a moment after the users' sockets close.
     let mut fds1 = 0;
     wait_until(Duration::from_secs(10), || {
-        fds1 = open_fds(spid).unwrap_or(0);
+        fds1 = fds_all(&c);
         fds1 <= base_fds
     });
-    let threads1 = threads(spid).unwrap_or(0);
+    let threads1 = spid.and_then(threads).unwrap_or(0);
     // Every flooded message's result reached its user by now, and its
-    // notifications went before it.
-    let passed_on = ["relayed", "dropped"]
-        .map(|o| {
-            let series = format!("corefarm_notifications_total{{outcome=\"{o}\"}}");
-            procs::metric(&cluster.metrics_addr, &series)
-        })
-        .into_iter()
-        .sum::<Option<f64>>()
-        .map(|n| n as u64);
+    // notifications went before it; servers killed meanwhile counted
+    // theirs just before.
+    let passed_on = c
+        .servers
+        .iter()
+        .map(|s| campaign::notes_passed_on(&s.metrics_addr))
+        .sum::<Option<u64>>()
+        .map(|n| n + *camp.notes_of_killed.lock().unwrap());
+    drop(c);
     let t = totals.lock().unwrap().clone();
+    let played = camp.played.lock().unwrap().clone();
+    let waits = std::mem::take(&mut *cfg.waits.lock().unwrap());
+    let stuck = campaign::stuck(&waits, &played, load_end);
+    let (faults_played, faults_skipped) = camp.counts();
+    let fault_errors = camp.errors.lock().unwrap().clone();
     let flat = |a: u64, b: u64| b <= a + a / 2 + 8 * 1024;
     let mut checks = vec![
         Check {
             name: "server alive",
-            ok: server_alive,
+            ok: servers_up && !crashes.iter().any(|c| c.starts_with("server")),
             detail: String::new(),
         },
         Check {
@@ -388,8 +578,28 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
             ),
         },
         Check {
+            name: "no session stuck past its bound",
+            ok: stuck.is_empty(),
+            detail: format!(
+                "{} waits over {:?}, the longest {} ms; {} past their bound{}",
+                waits.len(),
+                cfg.slow,
+                t.max_wait_ms,
+                stuck.len(),
+                stuck
+                    .first()
+                    .map(|s| format!(", the first: {s}"))
+                    .unwrap_or_default()
+            ),
+        },
+        Check {
+            name: "faults undone",
+            ok: fault_errors.is_empty(),
+            detail: fault_errors.join("; "),
+        },
+        Check {
             name: "no node crashed",
-            ok: crashes.is_empty(),
+            ok: !crashes.iter().any(|c| c.starts_with("node")),
             detail: crashes.join("; "),
         },
         Check {
@@ -422,7 +632,10 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         Check {
             name: "no leaked connection",
             ok: fds1 <= base_fds,
-            detail: format!("server fds {base_fds} -> {fds1}"),
+            detail: format!(
+                "server fds {base_fds} -> {fds1}{}",
+                if standby { " (both servers)" } else { "" }
+            ),
         },
     ];
     checks.push(Check {
@@ -436,6 +649,10 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     } else {
         Some(logdir.keep().display().to_string())
     };
+    let proxy = camp.links.as_ref().map(campaign::Links::totals);
+    // The proxies go before their runtime, which waits on nothing.
+    drop(camp);
+    rt.shutdown_background();
     Ok(SoakReport {
         seconds,
         sharing: opts.sharing.clone(),
@@ -443,8 +660,17 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         auth: opts.auth,
         nodes: opts.nodes,
         users: opts.users,
+        servers: if standby { 2 } else { 1 },
+        fault_kinds: opts.faults.iter().map(|k| k.name().to_string()).collect(),
+        schedule_summary,
+        schedule,
+        nodes_killed: faults_played.get("node-kill").copied().unwrap_or(0),
+        faults_played,
+        faults_skipped,
+        proxy,
+        long_waits: waits.len() as u64,
+        stuck: stuck.into_iter().take(20).collect(),
         totals: t,
-        nodes_killed: killed,
         node_crashes: crashes,
         bad_peers_played: bad_played,
         bad_peers_by_kind: bad_by_kind,
@@ -504,8 +730,4 @@ fn make_secrets(
         nodes: corefarm_smp::auth::Secret::new(&node)?,
     };
     Ok((secrets, auth_file, node_file))
-}
-
-fn jitter(rng: &mut StdRng, mean: Duration) -> Duration {
-    mean.mul_f64(rng.gen_range(0.5..1.5))
 }

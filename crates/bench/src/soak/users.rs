@@ -2,10 +2,14 @@
 //! random sizes and delay, streams a random number of tagged data messages,
 //! checks every result against its input's tag, asks the server how many
 //! results it sent (a duplicate shows there), and leaves; then again.
+//! Every wait longer than [`UserConfig::slow`] (for a result, from its
+//! message's submission; for a configuration, from the connect) is kept
+//! with its times, so the campaign can hold it against the faults it
+//! overlapped.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use corefarm_client::{Client, ClientOptions, Pending};
@@ -37,14 +41,41 @@ pub struct UserTotals {
     pub unanswered_in_failed_sessions: u64,
     /// The first few session errors, verbatim.
     pub errors: Vec<String>,
+    /// The longest a user waited for a result or a configuration.
+    pub max_wait_ms: u64,
+}
+
+/// A wait longer than [`UserConfig::slow`].
+#[derive(Debug, Clone)]
+pub struct Wait {
+    pub user: u32,
+    pub session: u32,
+    /// What for: "the result of message 17", "its configuration".
+    pub what: String,
+    pub from: Instant,
+    pub to: Instant,
 }
 
 pub struct UserConfig {
-    pub addr: String,
+    /// User u's server address (a list with a standby), or its proxy's.
+    pub addrs: Vec<String>,
     pub result_timeout: Duration,
     pub window: usize,
     /// The user secret, when the server runs with `--auth-file`.
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// Waits longer than this are kept in `waits`.
+    pub slow: Duration,
+    pub waits: Mutex<Vec<Wait>>,
+}
+
+impl UserConfig {
+    fn waited(&self, s: &mut UserTotals, w: Wait) {
+        let d = w.to.duration_since(w.from);
+        s.max_wait_ms = s.max_wait_ms.max(d.as_millis() as u64);
+        if d > self.slow {
+            self.waits.lock().unwrap().push(w);
+        }
+    }
 }
 
 /// Runs user `u` until `stop` is set.
@@ -83,6 +114,7 @@ fn merge(into: &mut UserTotals, s: UserTotals) {
     into.missing += s.missing;
     into.session_errors += s.session_errors;
     into.unanswered_in_failed_sessions += s.unanswered_in_failed_sessions;
+    into.max_wait_ms = into.max_wait_ms.max(s.max_wait_ms);
     for e in s.errors {
         if into.errors.len() < 20 {
             into.errors.push(e);
@@ -106,8 +138,9 @@ fn run_session(
     stop: &AtomicBool,
     s: &mut UserTotals,
 ) -> anyhow::Result<()> {
+    let connecting = Instant::now();
     let client = Client::connect(
-        &cfg.addr,
+        &cfg.addrs[u as usize],
         ClientOptions {
             nodes: Some(rng.gen_range(1..=2)),
             name: Some(format!("soak-user-{u}")),
@@ -119,6 +152,16 @@ fn run_session(
     let input_size = [64u32, 1024, 8192, 65536][rng.gen_range(0..4)];
     let output_size = [16u32, 64, 256][rng.gen_range(0..3)];
     client.configure_benchmark(input_size, output_size, rng.gen_range(0..300))?;
+    cfg.waited(
+        s,
+        Wait {
+            user: u,
+            session,
+            what: "its configuration".into(),
+            from: connecting,
+            to: Instant::now(),
+        },
+    );
     let count = rng.gen_range(1..=4u32);
     let messages = rng.gen_range(20..200u32);
     let make = |m: u32| -> Bytes {
@@ -136,12 +179,12 @@ fn run_session(
                 data[at..at + TAG] == tag(u, session, m, i)
             })
     };
-    let mut in_flight: std::collections::VecDeque<(u32, Pending)> = Default::default();
+    let mut in_flight: std::collections::VecDeque<(u32, Instant, Pending)> = Default::default();
     let mut next = 0u32;
     while next < messages || !in_flight.is_empty() {
         while next < messages && in_flight.len() < cfg.window && !stop.load(Ordering::Relaxed) {
             match client.submit_pending(make(next)) {
-                Ok(p) => in_flight.push_back((next, p)),
+                Ok(p) => in_flight.push_back((next, Instant::now(), p)),
                 Err(e) => {
                     s.unanswered_in_failed_sessions += in_flight.len() as u64;
                     return Err(e.into());
@@ -155,10 +198,21 @@ fn run_session(
             // Finish what is in flight, send nothing more.
             next = messages;
         }
-        let Some((m, p)) = in_flight.pop_front() else {
+        let Some((m, sent, p)) = in_flight.pop_front() else {
             break;
         };
-        match p.wait(Some(cfg.result_timeout)) {
+        let r = p.wait(Some(cfg.result_timeout));
+        cfg.waited(
+            s,
+            Wait {
+                user: u,
+                session,
+                what: format!("the result of message {m}"),
+                from: sent,
+                to: Instant::now(),
+            },
+        );
+        match r {
             Ok(out) if check(m, &out.data) => s.results_ok += 1,
             Ok(_) => s.results_wrong += 1,
             Err(corefarm_client::ClientError::Timeout { .. }) => {

@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use clap::Args;
+use corefarm_bench::soak::schedule::{self, FaultKind, UnknownFault};
 use corefarm_bench::soak::{self, SoakOptions};
 
 use crate::flags::FlagError;
@@ -13,22 +14,38 @@ pub struct SoakArgs {
     /// How long the load runs, e.g. 120s, 10m, 1h.
     #[arg(long, default_value = "2m", value_parser = parse_duration)]
     duration: Duration,
-    /// Node manager processes (one is never killed; the others are
-    /// SIGKILLed and restarted at random).
+    /// Node manager processes (one is never faulted; the others are
+    /// killed, stopped and cut off at random).
     #[arg(long, default_value_t = 4)]
     nodes: usize,
     /// Concurrent users, each connecting, streaming and leaving in a loop.
     #[arg(long, default_value_t = 3)]
     users: u32,
-    /// Mean time between node kills, e.g. 5s.
+    /// Mean time between node kills, e.g. 5s (when `node-kill` is among
+    /// the faults).
     #[arg(long, default_value = "5s", value_parser = parse_duration)]
     kill_every: Duration,
+    /// The fault kinds to inject, comma-separated: node-kill, node-stop,
+    /// server-restart, server-failover, node-delay, node-blackhole,
+    /// node-reset, node-half-open, user-delay, user-blackhole, user-reset,
+    /// user-half-open; `default` for the kinds that lose nothing today
+    /// (the node kinds and user-delay, user-blackhole), `all` for every
+    /// one, `""` for none. The server kinds and user-reset,
+    /// user-half-open need users that resume after a lost connection.
+    #[arg(long, default_value = "default", value_parser = parse_faults)]
+    faults: FaultList,
+    /// Mean time between faults other than node kills, e.g. 3s; they take
+    /// turns, so every kind asked for is played once a round.
+    #[arg(long, default_value = "3s", value_parser = parse_duration)]
+    fault_every: Duration,
     /// The server's --sharing mode: `shared` (a lost replica's work waits
     /// for another; the default here) or `exclusive` (a user whose last
     /// node dies gets an error).
     #[arg(long, default_value = "shared", value_parser = ["shared", "exclusive"])]
     sharing: String,
-    /// Seed of every random choice (printed, so a run can be replayed).
+    /// Seed of every random choice (printed, so a run can be replayed):
+    /// the same seed, duration, kinds and cluster shape replay the same
+    /// fault schedule.
     #[arg(long)]
     seed: Option<u64>,
     /// Run the server with an auth file (secrets made up for the run): its
@@ -40,6 +57,18 @@ pub struct SoakArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
+    /// Only draw the fault schedule for the seed and print it (one JSON
+    /// object: seed, summary, every fault); run nothing.
+    #[arg(long)]
+    schedule_only: bool,
+}
+
+/// A `--faults` value: the whole list (given again, the last one wins).
+#[derive(Clone)]
+struct FaultList(Vec<FaultKind>);
+
+fn parse_faults(s: &str) -> Result<FaultList, UnknownFault> {
+    schedule::parse_kinds(s).map(FaultList)
 }
 
 fn parse_duration(s: &str) -> Result<Duration, FlagError> {
@@ -75,18 +104,36 @@ pub fn run(a: SoakArgs) -> Result<()> {
         nodes: a.nodes,
         users: a.users,
         kill_every: a.kill_every,
+        faults: a.faults.0.clone(),
+        fault_every: a.fault_every,
         sharing: a.sharing.clone(),
         seed,
         progress: !a.json,
         auth: a.auth,
     };
+    if a.schedule_only {
+        let faults = schedule::draw(seed, &opts.plan());
+        let out = serde_json::json!({
+            "seed": seed,
+            "summary": schedule::summary(&faults, opts.duration),
+            "schedule": faults,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+        return Ok(());
+    }
     if !a.json {
         eprintln!(
-            "soak: {:?} with {} nodes and {} users, a node killed every ~{:?}, {} nodes{} (seed {seed})",
+            "soak: {:?} with {} nodes and {} users, faults {} (a node killed every ~{:?}, another fault every ~{:?}), {} nodes{} (seed {seed})",
             a.duration,
             a.nodes,
             a.users,
+            if a.faults.0.is_empty() {
+                "none".to_string()
+            } else {
+                a.faults.0.iter().map(|k| k.name()).collect::<Vec<_>>().join(",")
+            },
             a.kill_every,
+            a.fault_every,
             a.sharing,
             if a.auth { ", authentication" } else { "" }
         );
