@@ -758,7 +758,8 @@ SOAK_CAMPAIGN = (
     "bound); a wait past its bound is named with what it waited for. Also every fault undone, no process crashed, "
     "bad peers cut off, notifications bounded, server and node memory flat, no leaked fd, and the "
     "cluster settled; the report counts each fault kind played, the messages, and what the proxies "
-    "carried. A two-minute campaign (two 60 s halves, with and without `--auth`) is part of the test "
+    "carried, and for each server fault the user-visible stall (from the kill to the first correct result "
+    "after it; `server_stalls_ms`). A two-minute campaign (two 60 s halves, with and without `--auth`) is part of the test "
     "suite (crates/cli/tests/soak.rs)."
 )
 
