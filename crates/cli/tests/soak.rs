@@ -1,7 +1,7 @@
 //! The fault campaign in its short form, two minutes in two halves (the
 //! suite's time budget): `corefarm bench soak` runs a real server and four
 //! node processes under load behind the in-tree fault proxy and plays
-//! every fault kind that loses nothing today (nodes SIGKILLed and
+//! the default fault kinds (nodes SIGKILLed and
 //! SIGSTOPped, node links delayed, blackholed, reset inside a frame and
 //! left half-open, user links delayed and blackholed), drawn from a seed;
 //! users come and go and bad peers are mixed in. It must report every

@@ -16,7 +16,7 @@ use serde::Serialize;
 use super::procs::{self, Cluster};
 use super::proxy::{LinkFault, Proxy};
 use super::schedule::{Class, Fault, FaultKind};
-use super::users::Wait;
+use super::users::{Stalls, Wait};
 
 /// Every peer's link: one proxy per server it may use, in the servers'
 /// order, so its address list is its proxies' addresses.
@@ -121,6 +121,7 @@ pub struct Campaign {
     pub notes_of_killed: Mutex<u64>,
     /// Problems undoing a fault (a node or server that would not start).
     pub errors: Mutex<Vec<String>>,
+    pub stalls: Arc<Stalls>,
 }
 
 /// How long after a server fault the bad peers keep waiting: its nodes
@@ -207,6 +208,7 @@ impl Campaign {
                 let counted = notes_passed_on(&c.servers[server].metrics_addr).unwrap_or(0);
                 *self.notes_of_killed.lock().unwrap() += counted;
                 c.kill_server(server);
+                self.stalls.begin(Instant::now());
                 // With a standby, its peers move there.
                 if c.servers.len() > 1 {
                     self.active.store(1 - server, Ordering::Relaxed);

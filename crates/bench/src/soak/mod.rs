@@ -119,6 +119,9 @@ pub struct SoakReport {
     /// longer than the faults they overlapped explain (the first 20).
     pub long_waits: u64,
     pub stuck: Vec<String>,
+    /// Per server fault, in order: milliseconds from the kill to the first
+    /// correct result a user received after it (`null`: none came).
+    pub server_stalls_ms: Vec<Option<u64>>,
     pub totals: UserTotals,
     pub nodes_killed: u64,
     pub node_crashes: Vec<String>,
@@ -174,6 +177,21 @@ impl SoakReport {
                 format!(" (left out: {:?})", self.faults_skipped)
             }
         );
+        if !self.server_stalls_ms.is_empty() {
+            let mut ms: Vec<u64> = self.server_stalls_ms.iter().flatten().copied().collect();
+            ms.sort_unstable();
+            let q = |p: f64| {
+                ms.get(((ms.len() as f64 * p).ceil() as usize).saturating_sub(1))
+                    .map_or("-".to_string(), u64::to_string)
+            };
+            out += &format!(
+                "server faults: {}, first result after the kill p50 {} ms, p99 {} ms, {} never followed by one\n",
+                self.server_stalls_ms.len(),
+                q(0.5),
+                q(0.99),
+                self.server_stalls_ms.len() - ms.len()
+            );
+        }
         if let Some(p) = &self.proxy {
             out += &format!(
                 "fault proxies: {} connections, {} bytes, {} reset inside a frame, {} half-open\n",
@@ -364,6 +382,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
 
     let stop = Arc::new(AtomicBool::new(false));
     let totals = Arc::new(Mutex::new(UserTotals::default()));
+    let stalls = Arc::new(users::Stalls::default());
     let cfg = Arc::new(users::UserConfig {
         addrs: user_addrs,
         result_timeout: Duration::from_secs(30),
@@ -371,6 +390,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         secret: user_secret.clone(),
         slow: Duration::from_secs(1),
         waits: Mutex::new(Vec::new()),
+        stalls: stalls.clone(),
     });
     let handles = users::spawn_users(
         opts.users,
@@ -388,6 +408,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         played: Mutex::new(Vec::new()),
         notes_of_killed: Mutex::new(0),
         errors: Mutex::new(Vec::new()),
+        stalls: stalls.clone(),
     });
     let cluster = camp.cluster.clone();
     let mut rng = StdRng::seed_from_u64(opts.seed);
@@ -552,6 +573,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     let stuck = campaign::stuck(&waits, &played, load_end);
     let (faults_played, faults_skipped) = camp.counts();
     let fault_errors = camp.errors.lock().unwrap().clone();
+    let server_stalls_ms = stalls.millis();
     let flat = |a: u64, b: u64| b <= a + a / 2 + 8 * 1024;
     let mut checks = vec![
         Check {
@@ -669,6 +691,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         faults_skipped,
         proxy,
         long_waits: waits.len() as u64,
+        server_stalls_ms,
         stuck: stuck.into_iter().take(20).collect(),
         totals: t,
         node_crashes: crashes,

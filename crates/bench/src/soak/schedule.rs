@@ -76,8 +76,9 @@ impl FaultKind {
     ];
 
     /// The kinds the cluster survives with nothing lost and no session
-    /// failed today; the rest need users that resume after a lost server
-    /// connection, and nodes and users that take a list of servers.
+    /// failed while users cannot resume a lost server connection; the rest
+    /// need users that resume, and nodes and users that take a list of
+    /// servers.
     pub const DEFAULT: [FaultKind; 8] = [
         FaultKind::NodeKill,
         FaultKind::NodeStop,

@@ -66,6 +66,48 @@ pub struct UserConfig {
     /// Waits longer than this are kept in `waits`.
     pub slow: Duration,
     pub waits: Mutex<Vec<Wait>>,
+    /// Server faults waiting for their first result.
+    pub stalls: Arc<Stalls>,
+}
+
+/// The user-visible stall of each server fault: from the kill to the
+/// first correct result any user received after it.
+#[derive(Debug, Default)]
+pub struct Stalls {
+    /// Faults still without a result: users look only when it is not 0.
+    open: std::sync::atomic::AtomicUsize,
+    /// (kill, first result after it).
+    pub all: Mutex<Vec<(Instant, Option<Instant>)>>,
+}
+
+impl Stalls {
+    pub fn begin(&self, at: Instant) {
+        self.all.lock().unwrap().push((at, None));
+        self.open.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn result(&self, now: Instant) {
+        if self.open.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        for s in self.all.lock().unwrap().iter_mut() {
+            if s.1.is_none() && s.0 <= now {
+                s.1 = Some(now);
+                self.open.fetch_sub(1, Ordering::SeqCst);
+            }
+        }
+    }
+
+    /// Each fault's stall in milliseconds, `None` for one no result ever
+    /// followed.
+    pub fn millis(&self) -> Vec<Option<u64>> {
+        self.all
+            .lock()
+            .unwrap()
+            .iter()
+            .map(|(a, b)| b.map(|b| b.duration_since(*a).as_millis() as u64))
+            .collect()
+    }
 }
 
 impl UserConfig {
@@ -213,7 +255,10 @@ fn run_session(
             },
         );
         match r {
-            Ok(out) if check(m, &out.data) => s.results_ok += 1,
+            Ok(out) if check(m, &out.data) => {
+                s.results_ok += 1;
+                cfg.stalls.result(Instant::now());
+            }
             Ok(_) => s.results_wrong += 1,
             Err(corefarm_client::ClientError::Timeout { .. }) => {
                 s.missing += 1 + in_flight.len() as u64;
