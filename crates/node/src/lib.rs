@@ -176,7 +176,8 @@ pub fn servers(list: &str) -> Vec<String> {
 }
 
 /// Runs one node manager until `stop` is cancelled (or, without
-/// `reconnect`, until its connection ends).
+/// `reconnect`, until its connection ends, or every address failed to
+/// answer once).
 ///
 /// With several server addresses, every attempt after a failed connection
 /// or an ended session goes to the next address in the list (round-robin),
@@ -194,6 +195,8 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
     let mut opts = opts;
     let addrs = servers(&opts.server);
     let mut at = 0;
+    // Addresses that did not answer in a row.
+    let mut unanswered = 0;
     loop {
         let server = addrs[at % addrs.len()].as_str();
         let attempt = tokio::select! {
@@ -241,7 +244,14 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
             Ok(()) => tracing::info!(node = %opts.name, "session ended"),
             Err(e) => tracing::warn!(node = %opts.name, "session ended: {e}"),
         }
-        if !opts.reconnect || stop.is_cancelled() {
+        // Without `reconnect`, one session: each address is tried once
+        // until one answers.
+        unanswered = match &result {
+            Err(NodeError::Connect { .. }) => unanswered + 1,
+            _ => 0,
+        };
+        let untried = unanswered > 0 && unanswered < addrs.len();
+        if (!opts.reconnect && !untried) || stop.is_cancelled() {
             return result;
         }
         if let Err(e) = &result {

@@ -209,3 +209,38 @@ fn server_lists_split_on_commas() {
     assert_eq!(servers("h:1, g:2,"), ["h:1", "g:2"]);
     assert_eq!(servers(""), [""]);
 }
+
+/// Without reconnecting (`--once`), the node still tries each address
+/// once until one answers, and ends with that one session.
+#[tokio::test]
+async fn a_node_that_does_not_reconnect_tries_each_address_once() {
+    let dead = {
+        let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        l.local_addr().unwrap()
+    };
+    let a = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let stop = CancellationToken::new();
+    let opts = NodeOptions {
+        server: format!("{dead},{}", a.local_addr().unwrap()),
+        peer_listen: None,
+        ..options()
+    };
+    let node = Node {
+        task: tokio::spawn(corefarm_node::run(opts, stop.clone())),
+        stop,
+    };
+    let mut on_a = accept(&a).await;
+    on_a.handshake(None).await;
+    drop(on_a);
+    node.ended().await.unwrap();
+
+    // Nobody answers: the error names the last address tried.
+    let stop = CancellationToken::new();
+    let opts = NodeOptions {
+        server: format!("{dead},{dead}"),
+        peer_listen: None,
+        ..options()
+    };
+    let e = corefarm_node::run(opts, stop).await.unwrap_err();
+    assert!(matches!(e, corefarm_node::NodeError::Connect { .. }), "{e}");
+}

@@ -379,3 +379,71 @@ async fn a_job_for_an_instant_core_never_overtakes_one_already_queued() {
     tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
     assert_eq!(ran_on.lock().unwrap().len(), 3);
 }
+
+/// The cores come back from a stop, idle and in their order, so a node can
+/// run them again: cores on threads even when nobody takes their results
+/// any more (the queued jobs are then dropped), instant cores too.
+#[tokio::test]
+async fn stopped_handlers_hand_their_cores_back() {
+    let g = MemoryGuard::new(1 << 20);
+    let (tx, rx) = mpsc::unbounded_channel();
+    drop(rx);
+    let engine = Engine {
+        cores: vec![Box::new(PlusOne::default()), Box::new(PlusOne::default())],
+        input_size: 1,
+        output_size: 1,
+    };
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    for id in 0..10u32 {
+        // Accepted or refused (the queue is dropped once a result finds
+        // nobody), never stuck.
+        let _ = w.submit(job(&g, id, &[id as u8], 1).await).await;
+    }
+    let back = tokio::task::spawn_blocking(move || w.abort())
+        .await
+        .unwrap();
+    assert_eq!(back.map(|c| c.len()), Some(2));
+    assert_eq!(g.available(), g.limit(), "every reservation released");
+
+    let b = corefarm_smp::BenchmarkConfig {
+        input_size: 16,
+        output_size: 16,
+        delay_us: 0,
+    };
+    let engine = crate::bench::BenchCore::engine(&b);
+    let n = engine.cores.len();
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    assert!(w.submit(job(&g, 1, &[0; 16], 1).await).await);
+    let back = tokio::task::spawn_blocking(move || w.stop()).await.unwrap();
+    let back = back.expect("every instant core back");
+    assert_eq!(back.len(), n);
+    assert!(back.iter().all(|c| c.instant()));
+}
+
+/// A pipelined core whose results nobody takes any more collects (and
+/// drops) what it has in its pipeline before it is handed back, so it
+/// comes back idle.
+#[tokio::test]
+async fn a_pipelined_core_comes_back_idle_when_nobody_takes_results() {
+    let g = MemoryGuard::new(1 << 20);
+    let (tx, rx) = mpsc::unbounded_channel();
+    drop(rx);
+    let most = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let (piped, mut opener) = Piped::new(&most);
+    let engine = Engine {
+        cores: vec![Box::new(piped)],
+        input_size: 1,
+        output_size: 1,
+    };
+    let mut w = Workers::start(engine, tx, "t").unwrap();
+    for id in 0..8u32 {
+        let _ = w.submit(job(&g, id, &[id as u8], 1).await).await;
+    }
+    std::io::Write::write_all(&mut opener, &[1]).unwrap();
+    let back = tokio::task::spawn_blocking(move || w.abort())
+        .await
+        .unwrap();
+    assert_eq!(back.map(|c| c.len()), Some(1));
+    assert_eq!(g.available(), g.limit(), "every reservation released");
+}
