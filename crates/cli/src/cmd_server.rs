@@ -79,6 +79,40 @@ pub(crate) fn parse_timeout(s: &str) -> Result<f64, FlagError> {
     }
 }
 
+/// `--hedge-factor`, `--hedge-floor-ms` that are neither a number in range nor `off`.
+#[derive(Debug, thiserror::Error)]
+#[error("{given:?} is not {what} (a number from 0 to {max}, or off)")]
+pub(crate) struct HedgeFlagError {
+    given: String,
+    what: &'static str,
+    max: f64,
+}
+
+/// A hedge parameter: 0 for `off` (the rule off).
+fn parse_hedge(s: &str, what: &'static str, max: f64) -> Result<f64, HedgeFlagError> {
+    let s = s.trim();
+    if s.eq_ignore_ascii_case("off") {
+        return Ok(0.0);
+    }
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && (0.0..=max).contains(&v) => Ok(v),
+        _ => Err(HedgeFlagError {
+            given: s.to_string(),
+            what,
+            max,
+        }),
+    }
+}
+
+fn parse_hedge_factor(s: &str) -> Result<f64, HedgeFlagError> {
+    parse_hedge(s, "a multiple of the service time", 1e6)
+}
+
+/// Milliseconds, at most a day.
+fn parse_hedge_floor(s: &str) -> Result<f64, HedgeFlagError> {
+    parse_hedge(s, "milliseconds", 86_400_000.0)
+}
+
 /// Server tuning; every default comes from `corefarm_server::defaults`.
 #[derive(Args, Clone)]
 pub struct ServerTuning {
@@ -116,6 +150,17 @@ pub struct ServerTuning {
     /// Seconds a node with work in flight may go without returning a result.
     #[arg(long, default_value_t = defaults::NODE_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub node_timeout: f64,
+    /// A message in flight on a node that has answered nothing for this many
+    /// times the function's measured service time (and --hedge-floor-ms) is
+    /// sent again to another node holding the function; the first answer
+    /// wins, the late one is dropped. A node silent twice as long (at least
+    /// 200 ms) gets no new work until it answers. 0 or off: neither.
+    #[arg(long, default_value_t = defaults::HEDGE_FACTOR, value_parser = parse_hedge_factor, help_heading = "Hung nodes")]
+    pub hedge_factor: f64,
+    /// The least time, in milliseconds, a message waits on a silent node
+    /// before it is sent again (see --hedge-factor). 0 or off: no hedging.
+    #[arg(long, default_value_t = defaults::HEDGE_FLOOR.as_secs_f64() * 1e3, value_parser = parse_hedge_floor, help_heading = "Hung nodes")]
+    pub hedge_floor_ms: f64,
     /// Seconds a write to a peer may make no progress before the peer is dropped.
     #[arg(long, default_value_t = defaults::IO_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub io_timeout: f64,
@@ -289,6 +334,10 @@ impl ServerTuning {
             max_message: self.max_message,
             config_timeout: Duration::from_secs_f64(self.config_timeout),
             node_timeout: Duration::from_secs_f64(self.node_timeout),
+            hedge: corefarm_server::dispatch::progress::Hedge::new(
+                self.hedge_factor,
+                Duration::from_secs_f64(self.hedge_floor_ms / 1e3),
+            ),
             io_timeout: Duration::from_secs_f64(self.io_timeout),
             node_wait: Duration::from_secs_f64(self.node_wait),
             user_idle_timeout: Duration::from_secs_f64(self.user_idle_timeout),
@@ -406,5 +455,27 @@ fn exposure_note(server: &Server, insecure_open: bool) -> String {
         "note: no --auth-file, so both ports listen on loopback only; see docs/operations.md \
          to accept other hosts"
             .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hedge_flags_take_numbers_and_off() {
+        assert_eq!(parse_hedge_factor("4").unwrap(), 4.0);
+        assert_eq!(parse_hedge_factor(" off ").unwrap(), 0.0);
+        assert_eq!(parse_hedge_floor("0").unwrap(), 0.0);
+        assert_eq!(parse_hedge_floor("12.5").unwrap(), 12.5);
+        for bad in ["-1", "nan", "inf", "fast", ""] {
+            assert!(parse_hedge_factor(bad).is_err(), "{bad}");
+        }
+        // Either at zero turns the rule off.
+        let t = |f, ms| {
+            corefarm_server::dispatch::progress::Hedge::new(f, Duration::from_secs_f64(ms / 1e3))
+        };
+        assert!(t(0.0, 50.0).is_none() && t(4.0, 0.0).is_none());
+        assert!(t(4.0, 50.0).is_some());
     }
 }

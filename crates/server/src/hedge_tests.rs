@@ -25,6 +25,7 @@ use crate::{Server, ServerOptions, Sharing};
 struct Running {
     users: SocketAddr,
     metrics: Arc<crate::metrics::Metrics>,
+    status: crate::StatusHandle,
     /// The two fake nodes' writers; what they receive comes on `frames`.
     nodes: [OwnedWriteHalf; 2],
     frames: mpsc::UnboundedReceiver<(usize, Frame)>,
@@ -80,6 +81,7 @@ async fn start(sharing: Sharing) -> Running {
     Running {
         users,
         metrics,
+        status,
         nodes: writers.try_into().map_err(|_| ()).unwrap(),
         frames,
         _stop: stop.drop_guard(),
@@ -268,5 +270,39 @@ async fn handler_work_is_not_copied() {
         let (i, _) = srv.data().await;
         assert_ne!(i, hung, "{sharing:?}: the stalled node got new work");
         assert_eq!(srv.metrics.hedges(), (0, 0));
+    }
+}
+
+/// The hung node is closed (`--node-timeout`, or it dies) after its
+/// message was copied and before the copy answered: the message is not
+/// sent a third time, and its one result comes from the copy.
+#[tokio::test(start_paused = true)]
+async fn a_lost_nodes_copied_message_is_not_sent_again() {
+    use tokio::io::AsyncWriteExt;
+    for sharing in MODES {
+        let mut srv = start(sharing).await;
+        let mut u = srv.user(sharing, &bench()).await;
+        srv.measure(&mut u, ms(0)).await;
+        u.send(OutFrame::data(2, input(2)).unwrap()).await;
+        let (hung, _) = srv.data().await;
+        let (ok, copy) = srv.data().await;
+        srv.nodes[hung].shutdown().await.unwrap();
+        while srv.status.get().nodes.len() > 1 {
+            // A poll interval, not a synchronisation: the condition is.
+            tokio::time::sleep(ms(1)).await;
+        }
+        let quiet = tokio::time::timeout(Duration::from_secs(1), srv.next()).await;
+        assert!(quiet.is_err(), "{sharing:?}: sent again: {quiet:?}");
+        srv.answer(ok, &copy).await;
+        assert_eq!(result(&mut u).await.id, 2, "{sharing:?}");
+        u.send(OutFrame::data(3, input(3)).unwrap()).await;
+        let (i, d) = srv.data().await;
+        assert_eq!((i, &d.data), (ok, &input(3)), "{sharing:?}");
+        srv.answer(i, &d).await;
+        assert_eq!(
+            result(&mut u).await.id,
+            3,
+            "{sharing:?}: no second result for 2"
+        );
     }
 }

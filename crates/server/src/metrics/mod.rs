@@ -609,6 +609,9 @@ mod tests {
         };
         m.fill(&mut s);
         assert_eq!((s.redispatched, s.errors["node_lost"]), (3, 1));
+        m.hedged();
+        m.hedged();
+        m.hedge_duplicate();
         let times = vec![(1, AtomicHistogram::new(CONFIG_BOUNDS).snapshot())];
         let mut reg = corefarm_telemetry::registry();
         let st = s.clone();
@@ -624,6 +627,8 @@ mod tests {
             r#"corefarm_nodes_connected{state="ready"} 1"#,
             r#"corefarm_errors_total{kind="node_lost"} 1"#,
             r#"corefarm_redispatched_total 3"#,
+            r#"corefarm_hedged_total 2"#,
+            r#"corefarm_hedge_duplicates_total 1"#,
             r#"corefarm_queued_messages 4"#,
             r#"corefarm_user_results_total{user="other"} 5"#,
             r#"corefarm_user_results_total{user="u0"} 1"#,
