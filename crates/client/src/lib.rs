@@ -566,7 +566,8 @@ impl Client {
         self.inner.shared.lock().resuming
     }
 
-    /// Times this session was resumed after losing its server.
+    /// Times a server took this session back after its server was lost
+    /// (counted once it accepted the configuration again).
     pub fn resumes(&self) -> u64 {
         self.inner.resume.as_ref().map_or(0, |r| r.resumes())
     }
