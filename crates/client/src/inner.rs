@@ -536,11 +536,14 @@ impl Inner {
         let _one_at_a_time = lock(&self.status_lock);
         let (mine, losses, link) = {
             let mut st = self.shared.lock();
-            while st.resuming && st.failed.is_none() {
-                st = self.wait(st, None, "waiting for the server to be resumed")?;
-            }
             if let Some(f) = &st.failed {
                 return Err(f.to_error("before the status request could be sent"));
+            }
+            // An observer asks again rather than wait out a resume.
+            if st.resuming {
+                return Err(ClientError::Closed {
+                    during: "(the session is being resumed on a new connection)",
+                });
             }
             st.status_sent += 1;
             (st.status_sent, st.losses, st.link)

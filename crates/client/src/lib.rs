@@ -37,6 +37,26 @@
 //! [`ClientError::Usage`] instead of blocking. With nothing at all in flight
 //! it waits, since another thread may be about to submit.
 //!
+//! # Surviving a lost server
+//!
+//! `connect` takes one address or several separated by commas; the first
+//! that answers is used. With [`ClientOptions::reconnect_timeout`] (30 s
+//! by default) a broken server connection does not fail the session: the
+//! client reconnects with back-off to the next address (round-robin),
+//! runs the hello and authentication again, sends the last accepted
+//! configuration again, then every data message not yet answered under its
+//! original id. Results are deduplicated by id, so `recv`, every
+//! [`Pending`] and every `map` see each result exactly once, `map` in
+//! input order; meanwhile they simply wait. A server that refuses the
+//! configuration the lost one ran (no node for this user) is passed over.
+//! When no server takes the session within the timeout, every waiter
+//! fails with [`ClientError::ServerLost`], which counts the unanswered
+//! data messages. To send a message again its body is kept until it is
+//! answered: a `Bytes` body by reference, a borrowed one (`submit_slice*`)
+//! as a copy, made only while resuming is on. Not resumed: legacy
+//! (seed-format) sessions, which have no ids to resend under, and groups
+//! and the direct path ([`group`], [`direct`]), which fail as before.
+//!
 //! # Co-working
 //!
 //! With the `cowork` feature, `Cowork` runs an image's native artifact on
@@ -566,7 +586,8 @@ impl Client {
         self.inner.shared.lock().resuming
     }
 
-    /// Times this session was resumed after losing its server.
+    /// Times a server took this session back after its server was lost
+    /// (counted once it accepted the configuration again).
     pub fn resumes(&self) -> u64 {
         self.inner.resume.as_ref().map_or(0, |r| r.resumes())
     }

@@ -245,7 +245,6 @@ fn resume(inner: &Arc<Inner>, r: &Resume) {
         next = (next + 1) % r.addrs.len();
         match attempt(inner, r, i, deadline) {
             Ok(()) => {
-                r.resumes.fetch_add(1, Ordering::Relaxed);
                 inner.shared.lock().resuming = false;
                 inner.shared.cond.notify_all();
                 return;
@@ -357,6 +356,9 @@ fn attempt(
     if let Some(cfg) = cfg {
         configure_again(inner, &cfg, link, losses, deadline).map_err(missed)?;
     }
+    // Counted once a server has taken the session, before anything it
+    // could answer is sent again.
+    r.resumes.fetch_add(1, Ordering::Relaxed);
     send_again(inner, link, losses).map_err(|error| Missed {
         error,
         configured: true,

@@ -376,3 +376,39 @@ fn a_configuration_under_way_is_sent_again_after_the_one_in_force() {
     drop(c);
     srv.join().unwrap();
 }
+
+/// A status request lost with its server fails at once, retryably (an
+/// observer asks again instead of being held); asked again once the
+/// session is resumed, it is answered by the new server.
+#[test]
+fn a_status_request_lost_with_the_server_fails_retryably() {
+    let first: Script = Box::new(|mut p| {
+        p.hello(&["error", "credit", "status"], 0);
+        p.expect(MsgType::StatusRequest);
+    });
+    let second: Script = Box::new(|mut p| {
+        p.hello(&["error", "credit", "status"], 0);
+        p.expect(MsgType::StatusRequest);
+        p.send(
+            corefarm_smp::ClusterStatus {
+                policy: "after".into(),
+                ..Default::default()
+            }
+            .to_frame(),
+        );
+        assert!(p.at_eof());
+    });
+    let (addr, srv) = fake_restarting(vec![first, second]);
+    let c = Client::connect(&addr, resuming(Duration::from_secs(20))).unwrap();
+    let e = c.status().unwrap_err();
+    assert!(
+        matches!(e, ClientError::Closed { .. }) && e.retryable(),
+        "{e:?}"
+    );
+    wait_state(&c, "the session is resumed", |st| {
+        !st.resuming && st.link == 1
+    });
+    assert_eq!(c.status().unwrap().policy, "after");
+    drop(c);
+    srv.join().unwrap();
+}
