@@ -2030,6 +2030,102 @@ def own_peers_run(ctx: Context, server_args: list[str], delay_us: int) -> tuple[
 RUNNERS["seedpeers"] = exp_seedpeers
 EXTRA.append("seedpeers")
 
+# ---------------------------------------------------------------- a hung node
+
+HANG_DELAY_US = 919
+HANG_NODES = 4
+HANG_AT_S, HANG_FOR_S = 2.0, 3.0  # into the measured window
+
+
+def counter_total(text: str, name: str) -> float:
+    """The sum of a Prometheus counter's samples in /metrics text (0 when absent)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name) and line[len(name):len(name) + 1] in (" ", "{"))
+
+
+def metric_total(metrics_addr: str, name: str) -> float:
+    """The sum of a counter's samples on a server's /metrics endpoint."""
+    import urllib.request
+    with urllib.request.urlopen(f"http://{metrics_addr}/metrics", timeout=2) as r:
+        return counter_total(r.read().decode(), name)
+
+
+def hang_run(ctx: Context, stop: bool) -> dict:
+    """One run: a server with --metrics-listen, HANG_NODES node processes of one node each, `bench user`
+    at the seed's 919 us per input; with `stop`, node 1 is SIGSTOPped HANG_AT_S into the measured window
+    and SIGCONTinued HANG_FOR_S later. Returns the user's metrics and the server's hedge counters."""
+    b = str(ctx.need_binary())
+    procs: list[Child] = []
+    try:
+        srv = ctx.child([b, "server", "--nodes-listen", "127.0.0.1:0", "--users-listen", "127.0.0.1:0",
+                         "--metrics-listen", "127.0.0.1:0"], f"hang-server-{stop}")
+        procs.append(srv)
+        fields = dict(f.split("=", 1) for f in srv.wait_line("listening").split()[1:])
+        for i in range(HANG_NODES):
+            procs.append(ctx.child([b, "node", "--server", fields["nodes"], "--name", f"n{i}"], f"hang-node{i}-{stop}"))
+        wait_for(lambda: corefarm_free_nodes(fields["metrics"]) >= HANG_NODES, 15, "nodes joining the server",
+                 lambda: all(p.alive() for p in procs))
+        warmup, duration = 1.0, HANG_AT_S + HANG_FOR_S + 1.0
+        args = [b, "bench", "user", "--server", fields["users"], "--nodes", str(HANG_NODES), "--delay-us",
+                str(HANG_DELAY_US), "--warmup", str(warmup), "--duration", str(duration), "--json"]
+        user = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)
+        node = procs[2].proc.pid
+        if stop:
+            time.sleep(warmup + HANG_AT_S)
+            os.kill(node, signal.SIGSTOP)
+            time.sleep(HANG_FOR_S)
+            os.kill(node, signal.SIGCONT)
+        out, err = user.communicate(timeout=warmup + duration + ctx.drain + 30)
+        rep = json.loads(out.strip().splitlines()[-1]) if out.strip() else None
+        if rep is None or not rep.get("ok"):
+            raise RuntimeError("; ".join((rep or {}).get("errors", [])[:3]) or err.strip()[-300:] or "failed")
+        m = user_metrics(rep)
+        # A stopped node's late copies are answered after SIGCONT: wait for the duplicates to be counted.
+        time.sleep(0.5)
+        m["hedged"] = metric_total(fields["metrics"], "corefarm_hedged_total")
+        m["hedge_duplicates"] = metric_total(fields["metrics"], "corefarm_hedge_duplicates_total")
+        capacity = 1e6 / HANG_DELAY_US
+        # Node-seconds available in the window: every node outside the hang, the others during it.
+        avail = HANG_NODES * duration - (HANG_FOR_S if stop else 0.0)
+        m["of_capacity"] = m["inputs_per_s"] * duration / (avail * capacity)
+        return m
+    finally:
+        for c in procs:
+            try:
+                os.kill(c.proc.pid, signal.SIGCONT)
+            except ProcessLookupError:
+                pass
+            c.kill()
+
+
+def exp_hang(ctx: Context) -> dict:
+    """A node that stops answering without closing (SIGSTOP) in the middle of the measured window, against
+    the same cluster without the stop, runs taking turns: the latency its in-flight inputs pay (the user's
+    worst latency against the run without it), the copies the server made and the late duplicates it
+    dropped, and the throughput against the node time the window offered. Not part of `all`."""
+    ctx.need_binary()
+    rec = Recorder(ctx, "hang", 2, {"delay_us": HANG_DELAY_US, "nodes": HANG_NODES, "stop_at_s": HANG_AT_S,
+                                    "stop_for_s": HANG_FOR_S, "runs": ctx.runs, "input_size": 32 * KIB,
+                                    "output_size": 16 * KIB})
+    runs: dict[bool, list[dict]] = {False: [], True: []}
+    failed: dict[bool, str] = {}
+    for r in range(ctx.runs):
+        for stop in ((False, True) if r % 2 == 0 else (True, False)):
+            if stop in failed:
+                continue
+            try:
+                runs[stop].append(hang_run(ctx, stop))
+            except (RuntimeError, OSError, ValueError, subprocess.TimeoutExpired) as e:
+                failed[stop] = str(e)
+    for stop in (False, True):
+        rec.add({"node": "stopped" if stop else "running"}, runs[stop], failed.get(stop))
+    return rec.write()
+
+
+RUNNERS["hang"] = exp_hang
+EXTRA.append("hang")
+
 
 # ---------------------------------------------------------------- main
 

@@ -233,6 +233,15 @@ def test_credit_vs_fixed_takes_the_best_fixed_window_and_its_latency():
     assert suite.policy_args("stack") == ["--policy", "stack"]
 
 
+def test_counter_total_sums_one_counters_samples_only():
+    text = "\n".join(["# HELP corefarm_hedged_total copies", "# TYPE corefarm_hedged_total counter",
+                      "corefarm_hedged_total 3", "corefarm_hedged_total_other 100",
+                      'corefarm_hedge_duplicates_total{mode="shared"} 2', 'corefarm_hedge_duplicates_total{mode="x"} 1.5'])
+    assert suite.counter_total(text, "corefarm_hedged_total") == 3
+    assert suite.counter_total(text, "corefarm_hedge_duplicates_total") == 3.5
+    assert suite.counter_total(text, "corefarm_absent_total") == 0
+
+
 def test_committed_document_is_generated_from_the_committed_results(tmp_path):
     """docs/benchmarks.md is bench/report.py's output for bench/results (same bytes, twice), within 600 lines."""
     root = HERE.parent.parent
