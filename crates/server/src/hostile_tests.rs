@@ -61,6 +61,9 @@ pub(crate) struct Peer {
 impl Peer {
     pub async fn connect(to: SocketAddr) -> Peer {
         let s = TcpStream::connect(to).await.unwrap();
+        // Small frames go out at once: with Nagle, one held back for a
+        // real-time ACK would stall a test whose clock is paused.
+        s.set_nodelay(true).unwrap();
         let (rd, w) = s.into_split();
         Peer {
             r: FrameReader::new(rd, u32::MAX),
