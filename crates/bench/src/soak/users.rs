@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use corefarm_client::{Client, ClientOptions, Pending};
+use corefarm_client::{Client, ClientError, ClientOptions, Pending};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
@@ -172,6 +172,28 @@ fn tag(u: u32, session: u32, msg: u32, input: u32) -> [u8; TAG] {
     t
 }
 
+/// Connects as a user program that knows its server may be restarting
+/// does: a connection that fails in a way a new attempt may cure (refused
+/// while the server is down, say) is tried again, backing off from 50 ms to
+/// 1 s, for as long as a session resumes (the client's default
+/// `reconnect_timeout`). Once connected, the client itself resumes.
+fn connect(addr: &str, opts: ClientOptions, stop: &AtomicBool) -> Result<Client, ClientError> {
+    let bound = opts.reconnect_timeout.unwrap_or_default();
+    let deadline = Instant::now() + bound;
+    let mut backoff = Duration::from_millis(50);
+    loop {
+        match Client::connect(addr, opts.clone()) {
+            Err(e)
+                if e.retryable() && Instant::now() < deadline && !stop.load(Ordering::Relaxed) =>
+            {
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(Duration::from_secs(1));
+            }
+            r => return r,
+        }
+    }
+}
+
 fn run_session(
     u: u32,
     session: u32,
@@ -181,7 +203,7 @@ fn run_session(
     s: &mut UserTotals,
 ) -> anyhow::Result<()> {
     let connecting = Instant::now();
-    let client = Client::connect(
+    let client = connect(
         &cfg.addrs[u as usize],
         ClientOptions {
             nodes: Some(rng.gen_range(1..=2)),
@@ -190,6 +212,7 @@ fn run_session(
             secret: cfg.secret.clone(),
             ..Default::default()
         },
+        stop,
     )?;
     let input_size = [64u32, 1024, 8192, 65536][rng.gen_range(0..4)];
     let output_size = [16u32, 64, 256][rng.gen_range(0..3)];
