@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
 
 ORDER = ["headline", "forwarding", "seedpeers", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
-         "collectives", "direct", "sharing", "streams", "soak"]
+         "collectives", "direct", "sharing", "streams", "hang", "soak"]
 TITLES = {
     "headline": "Headline: the user through the server, and matrix multipliers per node",
     "forwarding": "Forwarding cost and latency targets",
@@ -40,6 +40,7 @@ TITLES = {
     "direct": "A group's direct data path against the path through the server",
     "sharing": "Shared nodes (seed 002 §5.5)",
     "streams": "Streams: priority classes, head-of-line blocking, overlap",
+    "hang": "A hung node: one node SIGSTOPped under load",
     "soak": "Soak: one hour of node kills and bad peers",
 }
 # Sections shown even without a result (`suite.py all` runs them); the others appear once measured.
@@ -50,6 +51,7 @@ FIGURES = {
     "headline": ["headline_user.png"],
     "forwarding": [],
     "seedpeers": [],
+    "hang": [],
     "echo": ["fig4_1_echo.png"],
     "server": ["fig4_3_server_throughput.png", "fig4_4_server_latency.png"],
     "policies": [],
@@ -860,10 +862,51 @@ def sec_seedpeers(doc, seed):
     return lines
 
 
+def _hang_points(doc):
+    by = {p["key"]["node"]: p for p in doc["points"] if p["status"] == "ok"}
+    return by.get("running"), by.get("stopped")
+
+
+def hang_verdicts(doc) -> list[dict]:
+    """The hung-node targets: the worst latency (the stopped node's in-flight inputs) at most
+    max(50 ms, 4 x service time) above the median without the stop, and throughput at least 90 % of the
+    node time the remaining nodes offered."""
+    run, stop = _hang_points(doc)
+    if not (run and stop):
+        return []
+    service_ms = doc["params"]["delay_us"] / 1000
+    allowed = max(50.0, 4 * service_ms)
+    extra = mean(stop, "latency_max_ms") - mean(run, "latency_p50_ms")
+    frac = mean(stop, "of_capacity")
+    return [{"target": f"hung node: its inputs at most max(50 ms, 4 × service) = {allowed:.0f} ms above the median",
+             "measured": f"{extra:.1f} ms above", "met": extra <= allowed, "ratio": extra / allowed},
+            {"target": "hung node: throughput ≥ 90 % of the remaining nodes' capacity",
+             "measured": f"{100 * frac:.1f} %", "met": frac >= 0.9}]
+
+
+def sec_hang(doc, seed):
+    if not doc:
+        return []
+    prm = doc["params"]
+    lines = [f"`corefarm bench suite hang`: {prm['nodes']} node processes at {prm['delay_us']} µs per input, "
+             f"{size(prm['input_size'])} inputs; in the `stopped` runs node 1 is SIGSTOPped {prm['stop_at_s']:g} s "
+             f"into the measured window and SIGCONTinued {prm['stop_for_s']:g} s later, the `running` runs are the "
+             f"same cluster without the stop, the two taking turns, {prm['runs']} runs each (± half the range). "
+             "Throughput is against the node time the window offered (the stopped node's excluded while stopped); "
+             "the worst latency is what the stopped node's in-flight inputs paid; copies are the server's "
+             "`hedged_total`, late duplicates its `hedge_duplicates_total` (answers dropped after SIGCONT).", ""]
+    rows = [[p["key"]["node"], with_spread(p, "inputs_per_s", lambda v: f"{v:.0f}/s"),
+             f"{100 * mean(p, 'of_capacity'):.1f} %", ms(mean(p, "latency_p50_ms")), ms(mean(p, "latency_p99_ms")),
+             with_spread(p, "latency_max_ms", ms), f"{mean(p, 'hedged'):g}", f"{mean(p, 'hedge_duplicates'):g}"]
+            if p["status"] == "ok" else [p["key"]["node"], status_cell(p)] + [""] * 6 for p in doc["points"]]
+    return lines + [table(["node 1", "inputs", "of node time offered", "p50", "p99", "worst", "copies",
+                           "late duplicates"], rows)]
+
+
 SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
             "node": sec_node, "node-matmul": sec_node_matmul, "cluster": sec_cluster, "software": sec_software,
             "collectives": sec_collectives, "direct": sec_direct, "sharing": sec_sharing, "streams": sec_streams,
-            "soak": sec_soak, "seedpeers": sec_seedpeers}
+            "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
@@ -882,6 +925,7 @@ READINGS = {
     "direct": "what the direct path gains over the server's.",
     "sharing": "where shared mode and co-working gain over exclusive mode, and where they cannot.",
     "streams": "which of the streams targets hold and what limits the others.",
+    "hang": "what a hung node costs its users, against the same cluster without the hang.",
     "soak": "what the soak shows about losses and leaks.",
 }
 
@@ -955,7 +999,7 @@ def all_verdicts(docs: dict) -> list[tuple[str, dict]]:
                                              f"×{m['ratio']:.2f} of {m['best']}, p50 ×{m['p50_ratio']:.2f}"
                                              for m in cf["misses"][:4]),
                                    "met": not cf["misses"]}))
-    for name, f in (("collectives", collectives_verdicts), ("direct", direct_verdicts),
+    for name, f in (("collectives", collectives_verdicts), ("direct", direct_verdicts), ("hang", hang_verdicts),
                     ("sharing", sharing_verdicts), ("streams", streams_verdicts), ("soak", soak_verdicts)):
         if docs.get(name):
             out += [(name, v) for v in f(docs[name])]
