@@ -1,7 +1,7 @@
 //! Exclusive mode's side of the progress rule ([`crate::dispatch::progress`]):
 //! a late message gets a copy on another of the user's nodes, the first
 //! answer wins; a node without progress takes no new work until it
-//! answers. The placement's timer ([`Owned::event`]) wakes it when the
+//! answers. The placement's timer (`Owned::event`) wakes it when the
 //! rule next has something to decide.
 
 use std::sync::atomic::Ordering;
