@@ -75,6 +75,21 @@ impl FaultKind {
         FaultKind::UserHalfOpen,
     ];
 
+    /// The kinds the cluster survives with nothing lost and no session
+    /// failed while users cannot resume a lost server connection; the rest
+    /// need users that resume, and nodes and users that take a list of
+    /// servers.
+    pub const DEFAULT: [FaultKind; 8] = [
+        FaultKind::NodeKill,
+        FaultKind::NodeStop,
+        FaultKind::NodeDelay,
+        FaultKind::NodeBlackhole,
+        FaultKind::NodeReset,
+        FaultKind::NodeHalfOpen,
+        FaultKind::UserDelay,
+        FaultKind::UserBlackhole,
+    ];
+
     pub fn name(self) -> &'static str {
         match self {
             FaultKind::NodeKill => "node-kill",
@@ -158,12 +173,14 @@ impl FromStr for FaultKind {
     }
 }
 
-/// Parses a `--faults` list: kind names separated by commas, where `all`
-/// stands for every kind; an empty list means no faults. Sorted, without repeats.
+/// Parses a `--faults` list: kind names separated by commas, where
+/// `default` stands for [`FaultKind::DEFAULT`] and `all` for every kind;
+/// an empty list means no faults. Sorted, without repeats.
 pub fn parse_kinds(s: &str) -> Result<Vec<FaultKind>, UnknownFault> {
     let mut out = Vec::new();
     for w in s.split(',').map(str::trim).filter(|w| !w.is_empty()) {
         match w {
+            "default" => out.extend(FaultKind::DEFAULT),
             "all" => out.extend(FaultKind::ALL),
             w => out.push(w.parse()?),
         }
@@ -387,6 +404,7 @@ mod tests {
     #[test]
     fn kinds_parse_by_name_and_by_group() {
         assert_eq!(parse_kinds("").unwrap(), vec![]);
+        assert_eq!(parse_kinds("default").unwrap(), FaultKind::DEFAULT.to_vec());
         assert_eq!(parse_kinds("all").unwrap(), FaultKind::ALL.to_vec());
         assert_eq!(
             parse_kinds("node-stop,server-restart,node-stop").unwrap(),
