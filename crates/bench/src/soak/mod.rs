@@ -59,7 +59,7 @@ pub struct SoakOptions {
     pub users: u32,
     /// Mean seconds between node kills (uniform in 0.5×–1.5× of it).
     pub kill_every: Duration,
-    /// The fault kinds the campaign plays ([`FaultKind::ALL`] unless
+    /// The fault kinds the campaign plays ([`FaultKind::DEFAULT`] unless
     /// asked otherwise).
     pub faults: Vec<FaultKind>,
     /// Mean time between faults other than node kills.
