@@ -89,4 +89,22 @@ pub trait Bus: Send {
     fn cycles(&self, _control: u64) -> Option<u64> {
         None
     }
+
+    /// Memory that a core mastering the bus (an AXI `m_axi` port, Vitis
+    /// style) can reach, as a range of bus addresses; `None` when the bus has
+    /// none. The driver places such a core's argument buffers inside it and
+    /// moves their bytes with [`Bus::read_block`] and [`Bus::write_block`].
+    fn dma_window(&self) -> Option<DmaWindow> {
+        None
+    }
+}
+
+/// A range of bus addresses backed by memory a bus-mastering core can reach
+/// (a u-dma-buf region on a board, a host-memory model in simulation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DmaWindow {
+    /// First bus address (what the core's pointer registers hold).
+    pub base: u64,
+    /// Bytes from `base`.
+    pub len: u64,
 }
