@@ -187,7 +187,7 @@ pub fn servers(list: &str) -> Vec<String> {
 /// is kept across reconnections (see [`session::serve`]): the same
 /// configuration from the next server is answered without loading it.
 pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeError> {
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::default();
     // Bound once, on the first connection, and kept across reconnections so
     // the advertised address stays valid; every session's groups use it.
     let mut peer: Option<std::sync::Arc<peer::PeerListener>> = None;
@@ -204,6 +204,7 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
             r = TcpStream::connect(server) => r,
         };
         let began = tokio::time::Instant::now();
+        let mut answered = false;
         let result = match attempt {
             Ok(stream) => {
                 if let (None, Some(want)) = (&peer, opts.peer_listen) {
@@ -215,18 +216,19 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
                 }
                 tracing::info!(node = %opts.name, %server, "connected");
                 let (stop, peer, kept) = (stop.clone(), peer.clone(), &mut kept);
+                let answered = &mut answered;
                 match &opts.tls {
                     None => match stream.set_nodelay(true) {
                         Ok(()) => {
                             let (rd, wr) = stream.into_split();
-                            session::serve(rd, wr, &opts, stop, peer, kept).await
+                            session::serve(rd, wr, &opts, stop, peer, kept, answered).await
                         }
                         Err(e) => Err(e.into()),
                     },
                     Some(tls) => match tls_handshake(tls, server, stream).await {
                         Ok(s) => {
                             let (rd, wr) = tokio::io::split(s);
-                            session::serve(rd, wr, &opts, stop, peer, kept).await
+                            session::serve(rd, wr, &opts, stop, peer, kept, answered).await
                         }
                         Err(e) => Err(e),
                     },
@@ -260,24 +262,54 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
                 return result;
             }
         }
-        // A session that lasted resets the back-off (a restarted server is
-        // reached again at once); one that failed right away does not: a
-        // node given the wrong port, or refused, would otherwise reconnect
-        // (and log) twenty times a second for good.
-        if began.elapsed() >= SESSION_LASTED {
-            backoff = Duration::from_millis(50);
-        }
+        let wait = backoff.next(answered, began.elapsed());
         tokio::select! {
             _ = stop.cancelled() => return Ok(()),
-            _ = tokio::time::sleep(backoff) => {}
+            _ = tokio::time::sleep(wait) => {}
         }
-        backoff = (backoff * 2).min(Duration::from_secs(2));
     }
 }
 
-/// A session at least this long counts as having worked: the reconnection
-/// back-off starts again from its shortest step.
-const SESSION_LASTED: Duration = Duration::from_secs(10);
+/// How long a node waits before its next connection attempt.
+///
+/// A session with a server that answered the node's hello (or, for a
+/// seed-format server, that lasted [`Backoff::LASTED`]) starts the back-off
+/// again from its shortest step: a server that dies and is replaced is
+/// reached again at once, however often that happens. A session that failed
+/// before any answer doubles it up to [`Backoff::LONGEST`]: a node given the
+/// wrong port, or refused, would otherwise reconnect (and log) twenty times
+/// a second for good.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Backoff {
+    current: Duration,
+}
+
+impl Default for Backoff {
+    fn default() -> Self {
+        Backoff {
+            current: Backoff::SHORTEST,
+        }
+    }
+}
+
+impl Backoff {
+    const SHORTEST: Duration = Duration::from_millis(50);
+    const LONGEST: Duration = Duration::from_secs(2);
+    /// A session at least this long counts as having worked even without
+    /// a hello answer (seed-format servers send none).
+    const LASTED: Duration = Duration::from_secs(10);
+
+    /// The wait before the next attempt, after a session that got an
+    /// answer from its server (`answered`) or not, and lasted `lasted`.
+    fn next(&mut self, answered: bool, lasted: Duration) -> Duration {
+        if answered || lasted >= Backoff::LASTED {
+            self.current = Backoff::SHORTEST;
+        }
+        let wait = self.current;
+        self.current = (self.current * 2).min(Backoff::LONGEST);
+        wait
+    }
+}
 
 /// Longest time the TLS handshake with the server may take.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -347,6 +379,24 @@ pub async fn run_many(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Servers killed one after another, each having answered the node,
+    /// cost the node the shortest wait every time; refusals double it.
+    #[test]
+    fn backoff_restarts_after_an_answered_session() {
+        let mut b = Backoff::default();
+        let quick = Duration::from_millis(5);
+        let refused: Vec<u128> = (0..7).map(|_| b.next(false, quick).as_millis()).collect();
+        assert_eq!(refused, [50, 100, 200, 400, 800, 1600, 2000]);
+        // Killed 4 s after it answered: the next server is tried at once.
+        for _ in 0..5 {
+            assert_eq!(b.next(true, Duration::from_secs(4)), Backoff::SHORTEST);
+        }
+        // Unanswered but long: a seed-format server that served a while.
+        b.next(false, quick);
+        b.next(false, quick);
+        assert_eq!(b.next(false, Backoff::LASTED), Backoff::SHORTEST);
+    }
 
     /// A server that closes every connection at once (a node given the
     /// wrong port is told no more than that) is retried with a growing

@@ -87,7 +87,7 @@ where
     R: AsyncRead + ReadVectored + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    serve(rd, wr, opts, stop, peer, &mut None).await
+    serve(rd, wr, opts, stop, peer, &mut None, &mut false).await
 }
 
 /// [`run_io_with`] with the function the node holds from an earlier
@@ -104,6 +104,9 @@ where
 /// server (or the new session of the same server) matches to nothing.
 /// Only when `stop` ends the session are the queued inputs finished and
 /// their results flushed (the server is still there to take them).
+///
+/// `answered` is set when the server answered the node's hello: the
+/// session reached a live server, whatever ended it.
 pub async fn serve<R, W>(
     rd: R,
     wr: W,
@@ -111,6 +114,7 @@ pub async fn serve<R, W>(
     stop: CancellationToken,
     peer: Option<Arc<PeerListener>>,
     kept: &mut Option<Kept>,
+    answered: &mut bool,
 ) -> Result<(), NodeError>
 where
     R: AsyncRead + ReadVectored + Unpin,
@@ -211,8 +215,10 @@ where
         out,
         state,
         kept: held,
+        greeted,
         ..
     } = s;
+    *answered = greeted;
     drop(out);
     let stopping = stop.is_cancelled() && result.is_ok();
     let server_gone =

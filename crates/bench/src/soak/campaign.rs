@@ -7,7 +7,7 @@
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -116,6 +116,9 @@ pub struct Campaign {
     /// Until then, a server is down or its peers are still coming back:
     /// the bad peers wait.
     pub server_settling: Mutex<Option<Instant>>,
+    /// Server faults begun so far: a bad peer's play that a server fault
+    /// overlapped proves nothing either way.
+    pub server_faults: AtomicU64,
     pub played: Mutex<Vec<Played>>,
     /// Notifications passed on by server incarnations killed since.
     pub notes_of_killed: Mutex<u64>,
@@ -203,6 +206,7 @@ impl Campaign {
             FaultKind::ServerRestart | FaultKind::ServerFailover => {
                 *self.server_settling.lock().unwrap() =
                     Some(Instant::now() + Duration::from_secs(3600));
+                self.server_faults.fetch_add(1, Ordering::Relaxed);
                 let mut c = self.cluster.lock().unwrap();
                 server = self.active.load(Ordering::Relaxed);
                 let counted = notes_passed_on(&c.servers[server].metrics_addr).unwrap_or(0);

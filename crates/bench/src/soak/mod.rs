@@ -33,7 +33,7 @@ pub mod schedule;
 mod users;
 
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -405,6 +405,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         links,
         active: AtomicUsize::new(0),
         server_settling: Mutex::new(None),
+        server_faults: AtomicU64::new(0),
         played: Mutex::new(Vec::new()),
         notes_of_killed: Mutex::new(0),
         errors: Mutex::new(Vec::new()),
@@ -488,10 +489,18 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
                 source: play_source(bad_played),
             };
             bad_played += 1;
-            match bad::play(kind, port, &target, Duration::from_secs(8)) {
+            let faults_before = camp.server_faults.load(Ordering::Relaxed);
+            let played = bad::play(kind, port, &target, Duration::from_secs(8));
+            // A server killed while the peer played cut it off (or lost
+            // what it checks) for its own reason: not a verdict on the rule.
+            let overlapped = camp.server_faults.load(Ordering::Relaxed) != faults_before;
+            match played {
                 Ok(bad::Played::CutOff) => {}
                 Ok(bad::Played::Flooded(n)) => flooded += n,
                 Ok(bad::Played::Untestable) => {
+                    *bad_untestable.entry(format!("{kind:?}")).or_insert(0u64) += 1;
+                }
+                Err(_) if overlapped => {
                     *bad_untestable.entry(format!("{kind:?}")).or_insert(0u64) += 1;
                 }
                 Err(e) => bad_failures.push(e.to_string()),
