@@ -21,15 +21,19 @@ use crate::support;
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The kinds played by default.
-const DEFAULT_KINDS: [&str; 8] = [
+const DEFAULT_KINDS: [&str; 12] = [
     "node-kill",
     "node-stop",
+    "server-restart",
+    "server-failover",
     "node-delay",
     "node-blackhole",
     "node-reset",
     "node-half-open",
     "user-delay",
     "user-blackhole",
+    "user-reset",
+    "user-half-open",
 ];
 
 /// Runs a 60-second campaign with `extra` flags; asserts what every

@@ -306,3 +306,68 @@ async fn a_lost_nodes_copied_message_is_not_sent_again() {
         );
     }
 }
+
+/// A node slower than the other by design (an RTL simulation beside a
+/// native core) is judged by its own pace: its work is not copied though it
+/// takes many times the function's pace on the fast node.
+#[tokio::test(start_paused = true)]
+async fn a_slow_node_is_judged_by_its_own_pace() {
+    for sharing in MODES {
+        slow_node(sharing).await;
+    }
+}
+
+async fn slow_node(sharing: Sharing) {
+    let mut srv = start(sharing).await;
+    let mut u = srv.user(sharing, &bench()).await;
+    // The first message measures its node at 100 ms: that is the slow one.
+    u.send(OutFrame::data(1, input(1)).unwrap()).await;
+    let (slow, d) = srv.data().await;
+    tokio::time::sleep(ms(100)).await;
+    srv.answer(slow, &d).await;
+    assert_eq!(result(&mut u).await.id, 1);
+    // Four rounds: the slow node holds what it gets for 100 ms while the
+    // fast one answers six messages at once, one after another, so the
+    // function's pace falls to a few ms. The slow node's messages are not
+    // copied.
+    let mut id = 2;
+    for round in 0..4 {
+        let (mut held, mut fast_answers) = (Vec::new(), 0);
+        let t0 = Instant::now();
+        // Two at once: one on each node (an idle node is preferred).
+        for _ in 0..2 {
+            u.send(OutFrame::data(id, input(id)).unwrap()).await;
+            id += 1;
+        }
+        let mut sent = 2;
+        while fast_answers < 6 {
+            if sent == 0 {
+                u.send(OutFrame::data(id, input(id)).unwrap()).await;
+                id += 1;
+                sent = 1;
+            }
+            sent -= 1;
+            let (i, d) = srv.data().await;
+            if i == slow {
+                held.push(d);
+            } else {
+                srv.answer(i, &d).await;
+                fast_answers += 1;
+            }
+            assert!(id < 100, "{sharing:?}: the fast node got no work");
+        }
+        assert!(!held.is_empty(), "{sharing:?}: the slow node got no work");
+        let quiet = tokio::time::timeout_at(t0 + ms(100), srv.next()).await;
+        assert!(
+            quiet.is_err(),
+            "{sharing:?}, round {round}: copied though on its own pace: {quiet:?}"
+        );
+        for d in &held {
+            srv.answer(slow, d).await;
+        }
+        for _ in 0..fast_answers + held.len() {
+            result(&mut u).await;
+        }
+    }
+    assert_eq!(srv.metrics.hedges(), (0, 0), "{sharing:?}");
+}

@@ -115,8 +115,8 @@ pub struct Target<'a> {
     pub nodes: &'a str,
     /// The server's metrics endpoint.
     pub metrics: &'a str,
-    /// The soak's directory of logs (the server's among them).
-    pub logs: &'a Path,
+    /// The server's log.
+    pub log: &'a Path,
     /// The server's `--read-timeout` (it bounds a refusal's hold).
     pub read_timeout: Duration,
     /// With `--auth-file`: the secrets the soak's peers hold.
@@ -579,7 +579,7 @@ fn wrong_auth_answers(t: &Target, within: Duration) -> Result<Played, PlayError>
         });
     }
     // This play's address is its own: every line naming it is of this play.
-    let log = std::fs::read_to_string(procs::server_log(t.logs)).unwrap_or_default();
+    let log = std::fs::read_to_string(t.log).unwrap_or_default();
     let at = format!("={}:", t.source);
     let logged = log
         .lines()

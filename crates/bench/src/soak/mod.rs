@@ -329,14 +329,20 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
             None => direct.clone(),
         })
         .collect();
-    let (bad_users, bad_nodes, bad_metrics) = {
-        let s = &cluster.servers[0];
-        (
-            s.users_addr.clone(),
-            s.nodes_addr.clone(),
-            s.metrics_addr.clone(),
-        )
-    };
+    // Each server's ports and log, for the bad peers to play against
+    // whichever holds the nodes (a restarted server keeps its ports).
+    let bad_servers: Vec<(String, String, String, std::path::PathBuf)> = cluster
+        .servers
+        .iter()
+        .map(|s| {
+            (
+                s.users_addr.clone(),
+                s.nodes_addr.clone(),
+                s.metrics_addr.clone(),
+                s.log.clone(),
+            )
+        })
+        .collect();
     let user_secret = secrets.as_ref().map(|s| s.users.clone());
     let count_nodes = |addr: &str| -> Option<(usize, usize)> {
         let c = Client::connect(
@@ -423,6 +429,10 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     let mut next_progress = start + Duration::from_secs(10);
     let mut mem_start: Option<(u64, u64)> = None;
     let mut bad_played = 0u64;
+    // Whose turn it is among the kinds of bad peer, and how often in a row
+    // that kind found nothing to test (a flooding node given no work while
+    // users resume): it plays again, a few times, before the next kind.
+    let (mut bad_turn, mut bad_retries) = (0usize, 0u32);
     let mut bad_failures = Vec::new();
     let mut bad_by_kind = std::collections::BTreeMap::new();
     let mut bad_untestable = std::collections::BTreeMap::new();
@@ -461,17 +471,17 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
                 }
             });
         }
-        // The bad peers play against the first server while it holds the
-        // nodes, and wait out a server fault: what they check (counters,
-        // the log, a prompt answer) needs a server that stays up.
-        if now >= next_bad && active == 0 && !camp.server_settling() {
+        // The bad peers play against the server that holds the nodes, and
+        // wait out a server fault: what they check (counters, the log, a
+        // prompt answer) needs a server that stays up.
+        if now >= next_bad && !camp.server_settling() {
             // In turn, so a short soak plays every one.
             let playable: Vec<bad::Misbehaviour> = bad::ALL
                 .into_iter()
                 .filter(|k| opts.sharing.as_str() == "shared" || k.in_exclusive_mode())
                 .filter(|k| opts.auth || k.without_auth())
                 .collect();
-            let kind = playable[bad_played as usize % playable.len()];
+            let kind = playable[bad_turn % playable.len()];
             *bad_by_kind.entry(format!("{kind:?}")).or_insert(0u64) += 1;
             let ports = kind.ports();
             let port = match ports {
@@ -479,11 +489,12 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
                 _ if rng.gen_bool(0.8) => bad::Port::Users,
                 _ => bad::Port::Nodes,
             };
+            let (bad_users, bad_nodes, bad_metrics, bad_log) = &bad_servers[active];
             let target = bad::Target {
-                users: &bad_users,
-                nodes: &bad_nodes,
-                metrics: &bad_metrics,
-                logs: logdir.path(),
+                users: bad_users,
+                nodes: bad_nodes,
+                metrics: bad_metrics,
+                log: bad_log,
                 read_timeout,
                 secrets: secrets.as_ref(),
                 source: play_source(bad_played),
@@ -494,6 +505,16 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
             // A server killed while the peer played cut it off (or lost
             // what it checks) for its own reason: not a verdict on the rule.
             let overlapped = camp.server_faults.load(Ordering::Relaxed) != faults_before;
+            let untestable = match &played {
+                Ok(bad::Played::Untestable) => true,
+                Err(_) => overlapped,
+                Ok(_) => false,
+            };
+            if untestable && bad_retries < BAD_RETRIES {
+                bad_retries += 1;
+            } else {
+                (bad_turn, bad_retries) = (bad_turn + 1, 0);
+            }
             match played {
                 Ok(bad::Played::CutOff) => {}
                 Ok(bad::Played::Flooded(n)) => flooded += n,
@@ -719,6 +740,9 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         logs,
     })
 }
+
+/// Plays in a row of a kind of bad peer that found nothing to test.
+const BAD_RETRIES: u32 = 3;
 
 /// The loopback address bad peer play `n` connects from (where it
 /// matters): one of its own, never 127.0.0.1, which the soak's users and

@@ -19,7 +19,7 @@ pub struct Server {
     pub users_addr: String,
     /// The server's metrics endpoint (`--metrics-listen`).
     pub metrics_addr: String,
-    log: PathBuf,
+    pub log: PathBuf,
 }
 
 pub struct Cluster {

@@ -28,10 +28,7 @@ pub struct SoakArgs {
     /// The fault kinds to inject, comma-separated: node-kill, node-stop,
     /// server-restart, server-failover, node-delay, node-blackhole,
     /// node-reset, node-half-open, user-delay, user-blackhole, user-reset,
-    /// user-half-open; `default` for the node kinds and user-delay,
-    /// user-blackhole, `all` for every one, `""` for none. The server
-    /// kinds and user-reset, user-half-open need users that resume after
-    /// a lost server connection.
+    /// user-half-open; `default` and `all` for every one, `""` for none.
     #[arg(long, default_value = "default", value_parser = parse_faults)]
     faults: FaultList,
     /// Mean time between faults other than node kills, e.g. 3s; they take

@@ -100,6 +100,17 @@ pub fn record_service(prev: Option<f64>, took: Duration, inputs: u32) -> f64 {
     }
 }
 
+/// The expected pace of a node: the slower of its own measured service
+/// time and its function's. A node slower than its peers by design keeps
+/// its own pace; a node that stops is still judged by the function's, so a
+/// fast history does not make it late sooner than its peers would be.
+pub fn slower(node: Option<f64>, function: Option<f64>) -> Option<f64> {
+    match (node, function) {
+        (Some(a), Some(b)) => Some(a.max(b)),
+        (a, b) => a.or(b),
+    }
+}
+
 /// Whether the work of a configuration may be hedged: not when its image
 /// carries streaming handler sets (docs/images.md `handler_sets`), whose
 /// per-context memory lives on the node across messages and whose

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use corefarm_smp::{ErrorCode, NodeState};
 
 use super::{Action, FnId, Job, NodeBreach, Sched};
+use crate::dispatch::progress::record_service;
 use crate::dispatch::{Answer, Window};
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,8 +36,14 @@ pub(super) struct Slot {
     pub(super) function: Option<FnId>,
     pub(super) state: SlotState,
     pub(super) in_flight: HashMap<u32, Job>,
-    /// Copies whose twin answered first: their answer is dropped when it comes.
-    pub(super) late: HashSet<u32>,
+    /// Copies whose twin answered first, with when each was sent and its
+    /// input count: their answer is dropped when it comes, but still
+    /// measures this node's service time.
+    pub(super) late: HashMap<u32, (Duration, u32)>,
+    /// Its own service time at its function, seconds per input (every
+    /// answer, a late copy's included): a node slower than the function's
+    /// other replicas by design is judged by its own pace.
+    pub(super) service: Option<f64>,
     /// No progress for the stall bound: takes no new work until it answers.
     pub(super) stalled: bool,
     pub(super) window: Window,
@@ -76,7 +83,8 @@ impl Sched {
                 function: None,
                 state: SlotState::Empty,
                 in_flight: HashMap::new(),
-                late: HashSet::new(),
+                late: HashMap::new(),
+                service: None,
                 stalled: false,
                 window: Window::new(self.p.credit, self.p.credit_adaptive),
                 sent: 0,
@@ -156,6 +164,7 @@ impl Sched {
         let payload = func.payload.clone();
         let slot = self.nodes.get_mut(&node).expect("reconfigured node exists");
         let old = slot.function.take();
+        slot.service = None;
         if let Some(old) = old {
             if let Some(o) = self.orders.get_mut(&old) {
                 o.remove(node);
@@ -320,6 +329,7 @@ impl Sched {
         });
         let started = job.sent.max(slot.busy_until);
         let took = now.saturating_sub(started);
+        slot.service = Some(record_service(slot.service, took, job.count));
         slot.busy_until = now;
         slot.progressed(node, now, &mut self.out);
         let cap =

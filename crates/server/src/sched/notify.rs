@@ -15,7 +15,7 @@ impl Sched {
             return Ok(());
         };
         let Some(job) = slot.in_flight.get_mut(&note.id) else {
-            if slot.late.contains(&note.id) {
+            if slot.late.contains_key(&note.id) {
                 // Of a copy whose twin answered first: its user heard the twin's.
                 return Ok(());
             }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use super::route::SHARED_WINDOW;
 use super::{Action, Job, Sched, Slot, SlotState};
-use crate::dispatch::progress::{budget, expect};
+use crate::dispatch::progress::{budget, expect, record_service, slower};
 
 impl Slot {
     /// Jobs sent and not answered, copies whose twin won included: the
@@ -57,9 +57,10 @@ impl Sched {
             let Some(f) = slot.function.and_then(|f| self.fns.get(&f)) else {
                 continue;
             };
+            let service = slower(slot.service, f.service);
             let mut longest = None;
             for (&internal, job) in &slot.in_flight {
-                let Some(e) = expect(f.service, job.count) else {
+                let Some(e) = expect(service, job.count) else {
                     continue;
                 };
                 longest = longest.max(Some(e));
@@ -75,7 +76,7 @@ impl Sched {
                     soon(late);
                 }
             }
-            let Some(longest) = longest.or_else(|| expect(f.service, 1)) else {
+            let Some(longest) = longest.or_else(|| expect(service, 1)) else {
                 continue;
             };
             if !slot.stalled {
@@ -177,7 +178,7 @@ impl Sched {
             return;
         };
         if answered {
-            slot.late.insert(internal);
+            slot.late.insert(internal, (other.sent, other.count));
         } else {
             other.twin = None;
             slot.in_flight.insert(internal, other);
@@ -193,9 +194,12 @@ impl Sched {
         let Some(slot) = self.nodes.get_mut(&node) else {
             return false;
         };
-        if !slot.late.remove(&internal) {
+        let Some((sent, count)) = slot.late.remove(&internal) else {
             return false;
-        }
+        };
+        let took = now.saturating_sub(sent.max(slot.busy_until));
+        slot.service = Some(record_service(slot.service, took, count));
+        slot.busy_until = now;
         slot.progressed(node, now, &mut self.out);
         self.out.push(Action::Duplicate { node });
         self.out.push(Action::Answered {

@@ -13,7 +13,7 @@ mod nodes;
 mod progress;
 mod routing;
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -70,8 +70,15 @@ struct Node {
     written: u64,
     /// When it last answered anything, or was sent work while it had none.
     last_progress: Instant,
-    /// Copies whose twin answered first: their answer is dropped when it comes.
-    late: HashSet<u32>,
+    /// Copies whose twin answered first, with when each was sent and its
+    /// input count: their answer is dropped when it comes, but still
+    /// measures this node's service time.
+    late: HashMap<u32, (Instant, u32)>,
+    /// This node's own service time, seconds per input (every answer of
+    /// it, a late copy's included): a node slower than the others at the
+    /// same function (an RTL simulation beside native cores) is judged by
+    /// its own pace, not by theirs.
+    service: Option<f64>,
     /// No progress for the stall bound: takes no new work until it answers.
     stalled: bool,
 }
@@ -212,6 +219,9 @@ impl Placement for Owned {
             self.windows.clear();
         }
         self.service = None;
+        for n in self.nodes.values_mut() {
+            n.service = None;
+        }
         self.hedgeable = crate::dispatch::progress::hedgeable(&cfg.bitstream);
         self.start_configuring(cfg, payload, cx);
     }

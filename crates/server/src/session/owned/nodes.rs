@@ -89,6 +89,7 @@ impl Owned {
             written: 0,
             last_progress: Instant::now(),
             late: Default::default(),
+            service: None,
             stalled: false,
         };
         self.order.add(id);

@@ -10,7 +10,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use super::{Node, Owned, Pending, Slot};
-use crate::dispatch::progress::{budget, expect};
+use crate::dispatch::progress::{budget, expect, record_service, slower};
 use crate::dispatch::Window;
 
 impl Node {
@@ -61,6 +61,7 @@ impl Owned {
                 continue;
             }
             let last = at(n.last_progress);
+            let service = slower(n.service, service);
             let mut longest = None;
             for (&internal, p) in &n.in_flight {
                 let Some(e) = expect(service, p.count) else {
@@ -173,8 +174,8 @@ impl Owned {
             return;
         };
         if answered {
-            if n.in_flight.remove(&internal).is_some() {
-                n.late.insert(internal);
+            if let Some(p) = n.in_flight.remove(&internal) {
+                n.late.insert(internal, (p.sent, p.count));
             } else {
                 return;
             }
@@ -192,10 +193,12 @@ impl Owned {
         let Some(n) = self.nodes.get_mut(&node) else {
             return false;
         };
-        if !n.late.remove(&internal) {
+        let Some((sent, count)) = n.late.remove(&internal) else {
             return false;
-        }
+        };
         let now = Instant::now();
+        let took = now.saturating_duration_since(sent.max(n.last_progress));
+        n.service = Some(record_service(n.service, took, count));
         n.progressed(now);
         n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
         n.tx.entry

@@ -174,7 +174,7 @@ impl Owned {
                 MsgType::Notification => {
                     let note = Notification::parse(f.payload.clone()).ok();
                     // Its user heard the twin's; the answer still follows.
-                    if note.is_some_and(|n| self.nodes[&id].late.contains(&n.id)) {
+                    if note.is_some_and(|n| self.nodes[&id].late.contains_key(&n.id)) {
                         return;
                     }
                     None
@@ -212,6 +212,7 @@ impl Owned {
                 let now = Instant::now();
                 // Service counts from when the node could start it.
                 let took = now.saturating_duration_since(p.sent.max(n.last_progress));
+                n.service = Some(record_service(n.service, took, p.count));
                 n.progressed(now);
                 n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                 n.tx.entry.results.fetch_add(1, Ordering::Relaxed);
