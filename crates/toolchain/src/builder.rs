@@ -99,6 +99,8 @@ impl ImageBuilder {
                 offset,
                 length: bytes.len() as u64,
                 sha256: hex::encode(Sha256::digest(bytes)),
+                family: Default::default(),
+                control: None,
             });
             offset += bytes.len() as u64;
         }
