@@ -123,6 +123,26 @@ fn matmul_rtl_testbench() {
     run_testbench(&testbench("matmul/tb_matmul.cpp"), &[so.as_os_str()]);
 }
 
+fn rtl_axi(top: &str, source: &str) -> PathBuf {
+    build(BuildKind::RtlAxi { top: top.into() }, &[source])
+}
+
+/// The AXI cores: register map, results, AXI rules on the master port.
+#[test]
+fn axi_rtl_testbenches() {
+    if !require_tool(Tool::Verilator, "axi_rtl_testbenches") {
+        return;
+    }
+    let tb = testbench("tb/tb_axi.cpp");
+    for (name, top, src) in [
+        ("vadd", "vadd", "vadd/vadd_axi.v"),
+        ("matmul", "mat_mul_64x64", "matmul/matmul_axi.v"),
+    ] {
+        let so = rtl_axi(top, src);
+        run_testbench(&tb, &[name.as_ref(), so.as_os_str()]);
+    }
+}
+
 #[test]
 fn stuck_rtl_testbench() {
     if !require_tool(Tool::Verilator, "stuck_rtl_testbench") {

@@ -302,6 +302,7 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
         let so = dir.path().join("rtl.so");
         let opts = RtlOptions {
             strict: spec.strict,
+            ..RtlOptions::default()
         };
         let built = crate::build_rtl_with(sources, top, &so, opts)?;
         warnings.extend(built.warnings);

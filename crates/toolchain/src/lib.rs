@@ -35,7 +35,8 @@ pub use tools::{
     ToolchainError,
 };
 pub use verilator::{
-    build_rtl, build_rtl_with, verilator_root, RtlBuild, RtlOptions, RTL_CSR, RTL_WRAPPER,
+    build_rtl, build_rtl_with, verilator_root, RtlBuild, RtlOptions, RTL_AXI_LIBRARY,
+    RTL_AXI_WRAPPER, RTL_CSR, RTL_WRAPPER,
 };
 
 #[cfg(test)]
