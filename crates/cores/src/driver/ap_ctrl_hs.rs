@@ -435,7 +435,7 @@ pub(crate) mod tests {
             for k in 0..3u8 {
                 let mut input = vec![k, 0, 0, 0];
                 input.extend(0..13u8);
-                input.extend(std::iter::repeat_n(100, 13));
+                input.extend([100u8; 13]);
                 let mut out = vec![0u8; 13];
                 d.process(&input, &mut out).unwrap();
                 let want: Vec<u8> = (0..13u8).map(|i| i + 100 + k).collect();
