@@ -44,7 +44,9 @@ module cf_axil_ctrl #(
 );
     reg        int_done, auto_restart, gie;
     reg  [1:0] ier, isr;
-    reg [31:0] arg [0:NWORDS-1];
+    // 64 words (the whole 8-bit address space) so a word offset indexes it
+    // as is; those past NWORDS are neither written nor read.
+    reg [31:0] arg [0:63];
 
     genvar g;
     generate
