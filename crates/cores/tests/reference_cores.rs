@@ -143,6 +143,51 @@ fn axi_rtl_testbenches() {
     }
 }
 
+/// The AXI wrapper's memory model catches a master that breaks the rules
+/// (so `axi_rtl_testbenches`' "no violation" means something): the wrapper
+/// compiled against a scripted top module, no Verilator involved.
+#[test]
+fn axi_rule_checks_catch_violations() {
+    if !require_tool(Tool::Cxx, "axi_rule_checks_catch_violations") {
+        return;
+    }
+    let _g = build_lock().lock().unwrap_or_else(|e| e.into_inner());
+    let tb = cores_dir().join("tb");
+    let deps = [
+        tb.join("tb_axi_rules.cpp"),
+        tb.join("cf_tb.h"),
+        tb.join("fake_top/Vcftop.h"),
+        tb.join("fake_top/verilated.h"),
+        cores_dir().join("rtl/cf_rtl_axi_wrapper.cpp"),
+    ];
+    let key = toolchain::cache_key(&BuildKind::Native, &deps, "axi-rules").unwrap();
+    let exe = cache_dir().join(format!("tb-axi-rules-{}", &key[..16]));
+    if !exe.is_file() {
+        std::fs::create_dir_all(cache_dir()).unwrap();
+        let tmp = exe.with_extension("tmp");
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let out = Command::new(cxx)
+            .args(["-O1", "-std=c++17", "-Wall"])
+            .arg(format!("-I{}", tb.join("fake_top").display()))
+            .arg(format!("-I{}", tb.display()))
+            .arg(format!("-I{}", cores_dir().join("rtl").display()))
+            .arg(&deps[0])
+            .arg("-ldl")
+            .arg("-o")
+            .arg(&tmp)
+            .output()
+            .expect("running c++");
+        assert!(
+            out.status.success(),
+            "compiling tb_axi_rules:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&tmp, &exe).unwrap();
+    }
+    drop(_g);
+    run_testbench(&exe, &[]);
+}
+
 #[test]
 fn stuck_rtl_testbench() {
     if !require_tool(Tool::Verilator, "stuck_rtl_testbench") {
