@@ -353,6 +353,12 @@ impl Manifest {
             }
         }
         for (i, a) in self.artifacts.iter().enumerate() {
+            if a.target == FPGA_TARGET && a.family != Family::Intel {
+                return Err(ImageError::Manifest(format!(
+                    "artifact {i}: a {FPGA_TARGET} bitstream is an Intel-family core, not {}",
+                    a.family
+                )));
+            }
             if let Some(c) = &a.control {
                 c.check(self.input_size, self.output_size).map_err(|e| {
                     ImageError::Manifest(format!("artifact {i} ({}): {e}", a.target))
@@ -729,6 +735,12 @@ mod tests {
             matches!(&e, ImageError::Manifest(m) if m.contains("8 input / 8 output")),
             "{e}"
         );
+        // A Cyclone V bitstream is an Intel core.
+        let bad = image_with(&format!(
+            r#"{{"name":"x","input_size":8,"output_size":8,"cores":[],"artifacts":[{{"target":"{FPGA_TARGET}","kind":"bitstream","offset":0,"length":0,"sha256":"{}","family":"amd"}}]}}"#,
+            "0".repeat(64)
+        ));
+        assert!(matches!(Image::parse(bad), Err(ImageError::Manifest(_))));
     }
 
     #[test]

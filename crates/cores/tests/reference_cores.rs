@@ -425,6 +425,18 @@ fn amd_style_cores_match_the_intel_style_ones() {
             )
             .build()
             .unwrap();
+        // A node that runs Intel-style cores only has nothing to run in an
+        // AMD-only image, and says so.
+        let amd_only = image::configuration(amd_rtl.clone().into()).unwrap();
+        let intel_only = LoadOptions {
+            families: vec![Family::Intel],
+            isolation: Isolation::InProcess,
+            ..LoadOptions::default()
+        };
+        assert!(matches!(
+            load(&amd_only, &intel_only),
+            Err(corefarm_cores::LoadError::Unsupported(_))
+        ));
         let merged = merge_images(&[intel, amd_native.image, amd_rtl]).unwrap();
         assert_eq!(
             Image::parse(merged.clone().into())
