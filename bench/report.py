@@ -456,6 +456,35 @@ def sec_software(doc, seed):
 
 # ------------------------------------------------------------- experiments outside `all`
 
+def sec_rtl_cores(doc) -> list[str]:
+    """Both styles of the simulated matrix multiplier side by side (`corefarm bench rtl-cores`), shown in the
+    node-matmul section: a few lines, as the document has a length budget."""
+    if not doc:
+        return []
+    ok = {p["key"]["family"]: p for p in doc["points"] if p["status"] == "ok"}
+    ratio = ""
+    if "intel" in ok and "amd" in ok:
+        r = mean(ok["amd"], "cycles_per_job") / mean(ok["intel"], "cycles_per_job")
+        sp = mean(ok["amd"], "sim_cycles_per_s") / mean(ok["intel"], "sim_cycles_per_s")
+        ratio = f" AMD-style ÷ Intel-style, same run: ×{r:.3f} cycles per job, ×{sp:.2f} simulated cycles/s."
+    rows = []
+    for p in doc["points"]:
+        k = p["key"]
+        if p["status"] != "ok":
+            rows.append([f"{k['family']} `{k['protocol']}`", status_cell(p), "", "", ""])
+            continue
+        cyc, other, master = (mean(p, m) for m in ("cycles_per_job", "other_cycles", "master_busy_cycles"))
+        rows.append([f"{k['family']} `{k['protocol']}`", f"{cyc:,.0f}", f"{other:,.0f} ({other / cyc * 100:.1f} %)",
+                     f"{master:,.0f} ({master / cyc * 100:.1f} %)" if master is not None else "— (the host's writes)",
+                     with_spread(p, "sim_cycles_per_s", lambda v: f"{v / 1e6:.2f} M")])
+    return ["", "**One RTL instance per style** (`corefarm bench rtl-cores`: cores/matmul's `matmul.v`, Avalon agents "
+                "the host writes A, B into and reads C from, beside `matmul_axi.v`, Vitis `ap_ctrl_hs` with an AXI4 "
+                "master moving A, B and C itself in bursts to a memory model that withholds ready one cycle in four; "
+                "262,144 multiply-accumulate cycles per job in both, the rest is data movement and control; the AXI "
+                "master's busy cycles are its memory traffic)." + ratio, "",
+            table(["core", "cycles / job", "not multiply-accumulate", "AXI master busy", "simulated cycles / s"], rows)]
+
+
 COLL_BIG = 64 * 1024
 COLL_TARGET_OPS = ("bcast", "reduce", "allreduce")
 
@@ -967,9 +996,13 @@ def sec_compare(results: Path) -> list[str]:
     return L
 
 
+# Results shown inside another experiment's section (no section of their own).
+NESTED = ["rtl-cores"]
+
+
 def load_results(results: Path) -> dict:
     docs = {}
-    for name in ORDER:
+    for name in ORDER + NESTED:
         f = results / f"{name}.json"
         if f.exists():
             docs[name] = json.loads(f.read_text())
@@ -1074,6 +1107,8 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
             continue  # experiments outside `all` appear once they have a result
         L += [f"## {TITLES[name]}", ""]
         L += (sec_forwarding(doc, seed, docs) if name == "forwarding" else SECTIONS[name](doc, seed))
+        if name == "node-matmul":
+            L += sec_rtl_cores(docs.get("rtl-cores"))
         if doc:
             for note in doc.get("notes", []):
                 if "isolation" not in note:  # notes on points of a removed option

@@ -2127,6 +2127,45 @@ RUNNERS["hang"] = exp_hang
 EXTRA.append("hang")
 
 
+def exp_rtl_cores(ctx: Context) -> dict:
+    """The 64x64 matrix multiplier simulated as an Intel-style (Avalon) and an AMD-style (AXI, ap_ctrl_hs) core,
+    taking turns in one process (`corefarm bench rtl-cores`): cycles per job, simulated cycles per second, the
+    AXI core's memory traffic. Not part of `all` (its first run Verilates both cores)."""
+    b = str(ctx.need_binary())
+    jobs = 2 if ctx.quick else 10
+    rec = Recorder(ctx, "rtl-cores", 2, {
+        "jobs_per_round": jobs, "rounds": 2, "runs": ctx.runs,
+        "method": "`corefarm bench rtl-cores`: both cores built from cores/matmul (matmul.v, matmul_axi.v), one "
+                  "instance each, driven by corefarm's driver (Avalon CSR; ap_ctrl_hs with the buffers in the "
+                  "simulated host memory); every product checked"})
+    protocols = {"intel": "avalon_csr", "amd": "ap_ctrl_hs"}
+    if not tool_available("verilator", "VERILATOR"):
+        for fam, proto in protocols.items():
+            rec.skip({"family": fam, "protocol": proto}, "Verilator not installed")
+        return rec.write()
+    runs: dict[str, list[dict]] = {f: [] for f in protocols}
+    failure = None
+    for _ in range(ctx.runs):
+        rep, err = run_json([b, "bench", "rtl-cores", "--jobs", str(jobs), "--rounds", "2"], 1800)
+        if rep is None or err:
+            failure = err or "no report"
+            break
+        for f in rep["families"]:
+            m = {"cycles_per_job": f["cycles_per_job"], "other_cycles": f["other_cycles"],
+                 "sim_cycles_per_s": f["sim_cycles_per_s"]}
+            if f.get("master_busy_cycles") is not None:
+                m["master_busy_cycles"] = f["master_busy_cycles"]
+                m["master_busy_share"] = f["master_busy_cycles"] / f["cycles_per_job"]
+            runs[f["family"]].append(m)
+    for fam, proto in protocols.items():
+        rec.add({"family": fam, "protocol": proto}, runs[fam], failure)
+    return rec.write()
+
+
+RUNNERS["rtl-cores"] = exp_rtl_cores
+EXTRA.append("rtl-cores")
+
+
 # ---------------------------------------------------------------- main
 
 def main(argv: list[str] | None = None) -> int:

@@ -110,6 +110,20 @@ pub struct NodeTuning {
         help_heading = "Backends"
     )]
     pub backends: Vec<String>,
+    /// FPGA families whose native and RTL artifacts this node runs,
+    /// comma-separated: intel (Intel HLS cores: Avalon agent, memories in
+    /// the core) and amd (Vitis HLS cores: ap_ctrl_hs on AXI4-Lite, m_axi
+    /// pointers into host memory). An image may carry one function in both
+    /// styles; each node runs the one it supports, with the same result.
+    /// (The Cyclone V backend runs Intel cores only.)
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "intel,amd",
+        value_parser = parse_family,
+        help_heading = "Backends"
+    )]
+    pub families: Vec<corefarm_cores::image::Family>,
     /// Seconds one job may keep a core busy before the core counts as hung:
     /// the job fails with an error, the core is reset where the backend can.
     #[arg(long, default_value_t = 10.0, value_parser = NodeTuning::parse_seconds, help_heading = "Backends")]
@@ -141,6 +155,12 @@ pub struct NodeTuning {
     /// standard input, e.g. "dd of=/dev/fpga0". It must exit 0.
     #[arg(long, default_value = "fpga-manager", value_parser = NodeTuning::parse_programmer, help_heading = "FPGA backend (--backends fpga)")]
     pub fpga_programmer: corefarm_cores::fpga::Programmer,
+}
+
+fn parse_family(
+    s: &str,
+) -> Result<corefarm_cores::image::Family, corefarm_cores::image::UnknownFamily> {
+    s.parse()
 }
 
 /// `--peer-listen`: an address, or none.
@@ -182,6 +202,7 @@ impl NodeTuning {
                 native: has("native"),
                 rtl: has("rtl"),
                 fpga,
+                families: self.families.clone(),
                 driver: corefarm_cores::DriverOptions {
                     timeout: Duration::from_secs_f64(self.core_timeout),
                     ..defaults.driver

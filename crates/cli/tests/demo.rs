@@ -115,6 +115,44 @@ fn rtl_demo_verifies_every_result_and_counts_cycles() {
     );
 }
 
+/// `--family amd`: the AXI matrix multiplier (ap_ctrl_hs, the core
+/// mastering the simulated host memory) through the same cluster, every
+/// product right. The build cache is the one the cores crate's tests fill,
+/// so the suite Verilates the AXI core once.
+#[test]
+fn amd_rtl_demo_runs_the_axi_core() {
+    if !tools::available(RTL_TOOLS, "to build the RTL simulation") {
+        return;
+    }
+    let cache = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("corefarm-cache");
+    let out = demo(
+        &[
+            "--json",
+            "--target",
+            "rtl",
+            "--family",
+            "amd",
+            "--jobs",
+            "4",
+            "--nodes",
+            "1",
+            "--cores",
+            "2",
+            "--baseline-seconds",
+            "0.05",
+            "--cache-dir",
+            cache.to_str().unwrap(),
+        ],
+        &[],
+    );
+    let r = report(&out);
+    assert_all_verified(&r, 4);
+    assert_eq!((&r["target"], &r["family"]), (&"rtl".into(), &"amd".into()));
+    // The multiply-accumulates plus the core's own bursts to and from memory.
+    let cycles = r["rtl"]["cycles_per_job"].as_u64().unwrap();
+    assert!(cycles > 64 * 64 * 64 + 3 * 2048, "{r}");
+}
+
 #[test]
 fn human_report_names_the_figures() {
     if !tools::available(&[Tool::Cxx], "to build the native core") {

@@ -274,6 +274,72 @@ fn rtl_and_native_nodes_serve_one_user_correctly() {
     assert!(s.nodes.iter().all(|n| n.results > 0), "{s:#?}");
 }
 
+/// One program, both families: an image carrying the Intel-style matrix
+/// multiplier (matmul.cpp) and the AMD-style one (matmul_vitis.cpp behind
+/// its generated shim), one node accepting only Intel cores and one only
+/// AMD cores. Each loads its own artifact, both serve the one user, and
+/// every product is right: the user cannot tell which computed it.
+#[test]
+fn intel_and_amd_nodes_serve_one_program() {
+    if !tools::available(&[Tool::Cxx], "this test builds native cores") {
+        return;
+    }
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../cores/matmul");
+    let cache = toolchain::default_cache_dir();
+    let intel =
+        toolchain::cached_build(&BuildKind::Native, &[dir.join("matmul.cpp")], ENTRY, &cache)
+            .expect("build the native matrix multiplier");
+    let table = image::default_core_table(1, INPUT as u32, OUTPUT as u32).unwrap();
+    let intel = ImageBuilder::new(ENTRY, INPUT as u32, OUTPUT as u32, table)
+        .artifact(
+            image::native_target().unwrap(),
+            ArtifactKind::Native,
+            ENTRY,
+            std::fs::read(intel).unwrap(),
+        )
+        .build()
+        .unwrap();
+    let amd = toolchain::build_image(&toolchain::BuildSpec {
+        name: ENTRY.into(),
+        cores: 1,
+        hls: Some((dir.join("matmul_vitis.cpp"), ENTRY.into())),
+        family: image::Family::Amd,
+        ..toolchain::BuildSpec::default()
+    })
+    .expect("build the Vitis-style matrix multiplier");
+    let image = Bytes::from(toolchain::merge_images(&[intel, amd.image]).unwrap());
+
+    let (_srv, nodes_addr, users) = server();
+    let family_node = |name: &str, family: &str| {
+        let child = Command::new(BIN)
+            .args(["--log", "info", "node", "--server"])
+            .arg(nodes_addr.to_string())
+            .args(["--name", name, "--backends", "native", "--families", family])
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start corefarm node");
+        Logged::new(child)
+    };
+    let nodes = [family_node("intel-0", "intel"), family_node("amd-0", "amd")];
+    wait_status(users, "two named nodes", |s| {
+        s.count_nodes(NodeState::Free) == 2 && s.nodes.iter().all(|n| n.name.is_some())
+    });
+    let s = multiply(users, 2, &image, 24, 3).unwrap();
+    for n in &s.nodes {
+        assert!(n.results > 0, "{:?} served nothing: {s:#?}", n.name);
+    }
+    // Each node says which style of core it loaded.
+    for (node, family) in nodes.iter().zip(["intel", "amd"]) {
+        let log = node.log();
+        assert!(
+            log.lines()
+                .any(|l| l.contains("loaded") && l.contains(&format!(", {family}, "))),
+            "{family} node:\n{log}"
+        );
+    }
+}
+
 /// Asks the server's status as an observer (a user taking no node) until
 /// `cond` holds; the pause between questions is not the synchronisation.
 fn wait_status(

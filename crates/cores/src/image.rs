@@ -94,7 +94,179 @@ pub struct ArtifactEntry {
     pub length: u64,
     /// Lower-case hex SHA-256 of the artifact bytes.
     pub sha256: String,
+    /// Whose flow the core follows; absent in the JSON means Intel.
+    #[serde(default, skip_serializing_if = "Family::is_intel")]
+    pub family: Family,
+    /// How the node drives the core and where its data goes; absent means
+    /// the Avalon CSR of table 3.1 with the core's own input and output
+    /// memories.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<Control>,
 }
+
+/// The FPGA vendor flow a core was written for. It decides the core's
+/// interfaces (and so which artifact a node runs), never the result: an
+/// image may carry the same function in both styles.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Family {
+    /// Intel HLS / Platform Designer: Avalon agent, memories inside the core.
+    #[default]
+    Intel,
+    /// AMD Vitis HLS: AXI4-Lite `s_axi_control`, `m_axi` pointers into host memory.
+    Amd,
+}
+
+impl Family {
+    pub const ALL: [Family; 2] = [Family::Intel, Family::Amd];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Family::Intel => "intel",
+            Family::Amd => "amd",
+        }
+    }
+
+    fn is_intel(&self) -> bool {
+        *self == Family::Intel
+    }
+}
+
+impl std::fmt::Display for Family {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// Text that names no [`Family`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0:?} is not an FPGA family (intel, amd)")]
+pub struct UnknownFamily(pub String);
+
+impl std::str::FromStr for Family {
+    type Err = UnknownFamily;
+    fn from_str(s: &str) -> Result<Self, UnknownFamily> {
+        match s {
+            "intel" => Ok(Family::Intel),
+            "amd" => Ok(Family::Amd),
+            _ => Err(UnknownFamily(s.to_string())),
+        }
+    }
+}
+
+/// The register protocol between the driver and a core.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ControlProtocol {
+    /// Seed 000 table 3.1: busy, start, interrupt enable, done (64-bit words).
+    #[default]
+    AvalonCsr,
+    /// Vitis HLS `ap_ctrl_hs` on an AXI4-Lite slave (32-bit registers).
+    ApCtrlHs,
+}
+
+/// One argument of an `ap_ctrl_hs` core, in the order of its registers.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Argument {
+    /// An `m_axi` pointer the core reads: the next `size` bytes of a job's
+    /// input, placed in memory the core can reach.
+    In { name: String, size: u32 },
+    /// An `m_axi` pointer the core writes: the next `size` bytes of a job's
+    /// output.
+    Out { name: String, size: u32 },
+    /// A 32-bit scalar: `value` from the manifest, or, when absent, four
+    /// bytes (little-endian) at the head of each job's input, in argument
+    /// order before the pointer inputs.
+    Scalar {
+        name: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<u32>,
+    },
+}
+
+impl Argument {
+    pub fn name(&self) -> &str {
+        match self {
+            Argument::In { name, .. }
+            | Argument::Out { name, .. }
+            | Argument::Scalar { name, .. } => name,
+        }
+    }
+}
+
+/// A core's control protocol and argument list.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Control {
+    pub protocol: ControlProtocol,
+    /// `ap_ctrl_hs` only: the top function's arguments.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub args: Vec<Argument>,
+}
+
+impl Control {
+    /// An `ap_ctrl_hs` core with these arguments.
+    pub fn ap_ctrl_hs(args: Vec<Argument>) -> Control {
+        Control {
+            protocol: ControlProtocol::ApCtrlHs,
+            args,
+        }
+    }
+
+    /// Bytes of a job's input and output this argument list accounts for:
+    /// scalars taken from the message and the `In` buffers; the `Out` buffers.
+    pub fn sizes(&self) -> (u64, u64) {
+        let (mut i, mut o) = (0u64, 0u64);
+        for a in &self.args {
+            match a {
+                Argument::In { size, .. } => i += u64::from(*size),
+                Argument::Out { size, .. } => o += u64::from(*size),
+                Argument::Scalar { value: None, .. } => i += 4,
+                Argument::Scalar { .. } => {}
+            }
+        }
+        (i, o)
+    }
+
+    /// The argument list fits the protocol and the job sizes.
+    pub fn check(&self, input_size: u32, output_size: u32) -> Result<(), String> {
+        match self.protocol {
+            ControlProtocol::AvalonCsr if !self.args.is_empty() => Err(
+                "the avalon_csr protocol takes no argument list (its memories are the core's)"
+                    .into(),
+            ),
+            ControlProtocol::AvalonCsr => Ok(()),
+            ControlProtocol::ApCtrlHs => {
+                if self.args.len() > MAX_ARGS {
+                    return Err(format!(
+                        "{} arguments (at most {MAX_ARGS})",
+                        self.args.len()
+                    ));
+                }
+                if let Some(a) = self.args.iter().find(|a| a.name().len() > MAX_TARGET) {
+                    return Err(format!(
+                        "argument name of {} bytes (at most {MAX_TARGET})",
+                        a.name().len()
+                    ));
+                }
+                let (i, o) = self.sizes();
+                if (i, o) != (u64::from(input_size), u64::from(output_size)) {
+                    return Err(format!(
+                        "the arguments take {i} input / {o} output bytes but the image's sizes are \
+                         {input_size} / {output_size}"
+                    ));
+                }
+                if !self.args.iter().any(|a| matches!(a, Argument::Out { .. })) {
+                    return Err("no output pointer argument".into());
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Most arguments of an `ap_ctrl_hs` core.
+pub const MAX_ARGS: usize = 64;
 
 pub use crate::dtype::{DataType, Dtype, MAX_DIMS};
 
@@ -178,6 +350,19 @@ impl Manifest {
                     "{what}_type {t} is {} bytes but {what}_size is {size}",
                     t.bytes().map_or("too many".into(), |b| b.to_string())
                 )));
+            }
+        }
+        for (i, a) in self.artifacts.iter().enumerate() {
+            if a.target == FPGA_TARGET && a.family != Family::Intel {
+                return Err(ImageError::Manifest(format!(
+                    "artifact {i}: a {FPGA_TARGET} bitstream is an Intel-family core, not {}",
+                    a.family
+                )));
+            }
+            if let Some(c) = &a.control {
+                c.check(self.input_size, self.output_size).map_err(|e| {
+                    ImageError::Manifest(format!("artifact {i} ({}): {e}", a.target))
+                })?;
             }
         }
         crate::spin::manifest::check(&self.handler_sets)
@@ -343,6 +528,15 @@ impl Image {
             .position(|a| a.target == target)
     }
 
+    /// Index of the first artifact for `target` whose family is one of
+    /// `families` (an image may carry one target in both styles).
+    pub fn find_for(&self, target: &str, families: &[Family]) -> Option<usize> {
+        self.manifest
+            .artifacts
+            .iter()
+            .position(|a| a.target == target && families.contains(&a.family))
+    }
+
     /// Targets this image carries, in manifest order.
     pub fn targets(&self) -> Vec<String> {
         self.manifest
@@ -502,6 +696,51 @@ mod tests {
             let e = Image::parse(image_with(&m(t))).unwrap_err().to_string();
             assert!(e.contains(why), "{t}: {e}");
         }
+    }
+
+    #[test]
+    fn family_and_control_are_read_and_checked_against_the_sizes() {
+        let art = |extra: &str| {
+            image_with(&format!(
+                r#"{{"name":"x","input_size":20,"output_size":8,"cores":[],"artifacts":[{{"target":"rtl-x86_64-linux","kind":"rtl","entry":"vadd","offset":0,"length":0,"sha256":"{}"{extra}}}]}}"#,
+                "0".repeat(64)
+            ))
+        };
+        // Without the fields: an Intel core with the Avalon CSR.
+        let old = Image::parse(art("")).unwrap();
+        assert_eq!(old.manifest.artifacts[0].family, Family::Intel);
+        assert_eq!(old.manifest.artifacts[0].control, None);
+        assert!(!serde_json::to_string(&old.manifest)
+            .unwrap()
+            .contains("family"));
+        let args = r#"[{"kind":"scalar","name":"n"},{"kind":"in","name":"a","size":8},{"kind":"in","name":"b","size":8},{"kind":"out","name":"c","size":8},{"kind":"scalar","name":"k","value":3}]"#;
+        let amd = Image::parse(art(&format!(
+            r#","family":"amd","control":{{"protocol":"ap_ctrl_hs","args":{args}}}"#
+        )))
+        .unwrap();
+        let a = &amd.manifest.artifacts[0];
+        assert_eq!(a.family, Family::Amd);
+        let c = a.control.as_ref().unwrap();
+        assert_eq!(c.protocol, ControlProtocol::ApCtrlHs);
+        assert_eq!(c.sizes(), (20, 8));
+        assert_eq!(amd.find_for("rtl-x86_64-linux", &[Family::Intel]), None);
+        assert_eq!(amd.find_for("rtl-x86_64-linux", &Family::ALL), Some(0));
+        // Arguments that do not add up to the image's sizes.
+        let short = r#"[{"kind":"in","name":"a","size":8},{"kind":"out","name":"c","size":8}]"#;
+        let e = Image::parse(art(&format!(
+            r#","family":"amd","control":{{"protocol":"ap_ctrl_hs","args":{short}}}"#
+        )))
+        .unwrap_err();
+        assert!(
+            matches!(&e, ImageError::Manifest(m) if m.contains("8 input / 8 output")),
+            "{e}"
+        );
+        // A Cyclone V bitstream is an Intel core.
+        let bad = image_with(&format!(
+            r#"{{"name":"x","input_size":8,"output_size":8,"cores":[],"artifacts":[{{"target":"{FPGA_TARGET}","kind":"bitstream","offset":0,"length":0,"sha256":"{}","family":"amd"}}]}}"#,
+            "0".repeat(64)
+        ));
+        assert!(matches!(Image::parse(bad), Err(ImageError::Manifest(_))));
     }
 
     #[test]

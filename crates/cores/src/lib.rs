@@ -48,6 +48,9 @@ pub enum CoreError {
     /// an error reported by the worker); the message names the core.
     #[error("{0}")]
     Worker(String),
+    /// The driver cannot run this core over this bus.
+    #[error(transparent)]
+    Setup(#[from] driver::DriverError),
 }
 
 impl CoreError {
@@ -256,6 +259,10 @@ pub struct LoadOptions {
     pub fpga: Option<fpga::FpgaOptions>,
     /// Which artifact kind wins when an image carries several this node can run.
     pub prefer: Vec<ArtifactKind>,
+    /// FPGA families whose native and RTL artifacts this node runs (an
+    /// image may carry the same function as an Intel-style and an
+    /// AMD-style core; the result does not depend on which one runs).
+    pub families: Vec<image::Family>,
     /// Job timeout and poll interval of the driver. The timeout also bounds
     /// one job of an isolated core (its watchdog).
     pub driver: DriverOptions,
@@ -337,6 +344,7 @@ impl Default for LoadOptions {
                 ArtifactKind::Native,
                 ArtifactKind::Rtl,
             ],
+            families: image::Family::ALL.to_vec(),
             driver: DriverOptions::default(),
             isolation: Isolation::default(),
             worker: WorkerCommand::default(),
@@ -474,13 +482,17 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
     }
 
     for kind in &opts.prefer {
-        let target = match kind {
-            ArtifactKind::Bitstream if opts.fpga.is_some() => Some(image::FPGA_TARGET.to_string()),
-            ArtifactKind::Native if opts.native => image::native_target(),
-            ArtifactKind::Rtl if opts.rtl => image::rtl_target(),
-            _ => None,
+        let (target, families) = match kind {
+            // The Cyclone V backend runs Intel's bridge and CSR only.
+            ArtifactKind::Bitstream if opts.fpga.is_some() => (
+                Some(image::FPGA_TARGET.to_string()),
+                &[image::Family::Intel][..],
+            ),
+            ArtifactKind::Native if opts.native => (image::native_target(), &opts.families[..]),
+            ArtifactKind::Rtl if opts.rtl => (image::rtl_target(), &opts.families[..]),
+            _ => (None, &[][..]),
         };
-        let Some(idx) = target.as_deref().and_then(|t| img.find(t)) else {
+        let Some(idx) = target.as_deref().and_then(|t| img.find_for(t, families)) else {
             continue;
         };
         let a = &m.artifacts[idx];
@@ -496,9 +508,9 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
             .map_err(|e| LoadError::Invalid(e.to_string()))?;
         let isolated = opts.isolation == Isolation::Process && *kind != ArtifactKind::Bitstream;
         let cores = match kind {
-            _ if isolated => isolated_cores(*kind, &bytes, &a.entry, &m.name, cfg, opts)?,
-            ArtifactKind::Native => native_cores(&bytes, &a.entry, cfg)?,
-            ArtifactKind::Rtl => rtl_cores(&bytes, &a.entry, cfg, opts.driver)?,
+            _ if isolated => isolated_cores(*kind, &bytes, a, &m.name, cfg, opts)?,
+            ArtifactKind::Native => native_cores(&bytes, a, cfg)?,
+            ArtifactKind::Rtl => rtl_cores(&bytes, a, cfg, opts.driver)?,
             ArtifactKind::Bitstream => {
                 let f = opts.fpga.as_ref().expect("checked above");
                 return fpga::load(f, cfg, &bytes, &m.name, opts.driver);
@@ -506,11 +518,12 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
         };
         return Ok(Loaded {
             description: format!(
-                "{} × {} {} ({}, {})",
+                "{} × {} {} ({}, {}, {})",
                 cores.len(),
                 kind.name(),
                 m.name,
                 a.target,
+                a.family,
                 if isolated { "isolated" } else { "in-process" }
             ),
             cores,
@@ -528,13 +541,15 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
 /// The table only locates hardware windows; a native core has none.
 fn native_cores(
     so: &[u8],
-    entry: &str,
+    a: &image::ArtifactEntry,
     cfg: &Configuration,
 ) -> Result<Vec<Box<dyn Core>>, LoadError> {
     cfg.cores
         .iter()
         .map(|_| {
-            let lib = native::NativeLib::load(so, entry)?;
+            // An AMD-style native core is called through the shim the
+            // toolchain generated, with the same signature as any other.
+            let lib = native::NativeLib::load(so, &a.entry)?;
             let core = native::NativeCore::new(lib, cfg.input_size, cfg.output_size);
             Ok(Box::new(core) as Box<dyn Core>)
         })
@@ -545,19 +560,19 @@ fn native_cores(
 fn isolated_cores(
     kind: ArtifactKind,
     so: &[u8],
-    entry: &str,
+    a: &image::ArtifactEntry,
     name: &str,
     cfg: &Configuration,
     opts: &LoadOptions,
 ) -> Result<Vec<Box<dyn Core>>, LoadError> {
-    worker::load_cores(kind, so, entry, name, cfg, opts)
+    worker::load_cores(kind, so, &a.entry, a.control.as_ref(), name, cfg, opts)
 }
 
 #[cfg(not(target_os = "linux"))]
 fn isolated_cores(
     _: ArtifactKind,
     _: &[u8],
-    _: &str,
+    _: &image::ArtifactEntry,
     _: &str,
     _: &Configuration,
     _: &LoadOptions,
@@ -580,24 +595,33 @@ pub(crate) fn check_rtl_top(lib: &rtl::RtlLib, top: &str) -> Result<(), LoadErro
 
 fn rtl_cores(
     so: &[u8],
-    top: &str,
+    a: &image::ArtifactEntry,
     cfg: &Configuration,
     dopts: DriverOptions,
 ) -> Result<Vec<Box<dyn Core>>, LoadError> {
     let lib = std::sync::Arc::new(rtl::RtlLib::load(so)?);
-    check_rtl_top(&lib, top)?;
-    let map = std::sync::Arc::new(rtl::AddressMap::new(
+    check_rtl_top(&lib, &a.entry)?;
+    let control = a.control.as_ref();
+    let map = std::sync::Arc::new(rtl::AddressMap::with_control(
         &cfg.cores,
         cfg.input_size,
         cfg.output_size,
+        control,
     ));
     cfg.cores
         .iter()
         .enumerate()
         .map(|(i, c)| {
             let bus = rtl::RtlBus::new(lib.clone(), map.clone(), i)?;
-            let d = Driver::new(Box::new(bus), *c, cfg.input_size, cfg.output_size, dopts)
-                .map_err(|e| LoadError::Backend(e.to_string()))?;
+            let d = Driver::with_control(
+                Box::new(bus),
+                *c,
+                cfg.input_size,
+                cfg.output_size,
+                control,
+                dopts,
+            )
+            .map_err(|e| LoadError::Backend(e.to_string()))?;
             Ok(Box::new(d) as Box<dyn Core>)
         })
         .collect()

@@ -12,13 +12,20 @@ use std::time::Duration;
 
 use corefarm_smp::CoreInfo;
 
-use crate::bus::{csr, Bus, BusError};
+use crate::bus::{csr, Bus, BusError, DmaWindow};
+use crate::image::{Control, ControlProtocol};
 use crate::LoadError;
 
 /// Interface numbers of the ABI.
 pub const IFACE_CSR: u32 = 0;
 pub const IFACE_INPUT: u32 = 1;
 pub const IFACE_OUTPUT: u32 = 2;
+/// The host-memory model behind an AXI core's master port (AXI wrapper only).
+pub const IFACE_HOST: u32 = 3;
+
+/// Bus address of the host-memory model of an AXI core: above 4 GiB, so
+/// the high word of every pointer register matters.
+pub const HOST_BASE: u64 = 1 << 32;
 
 /// Most cycles one call of the wait hook simulates before handing control
 /// back to the driver (which checks its deadline between calls).
@@ -38,6 +45,11 @@ pub struct RtlLib {
     tick: unsafe extern "C" fn(Inst, u32),
     cycles: unsafe extern "C" fn(Inst) -> u64,
     irq: unsafe extern "C" fn(Inst) -> i32,
+    /// AXI wrapper only: bytes of the host-memory model behind the core's
+    /// master port, cycles with master traffic, AXI rule violations seen.
+    host_bytes: Option<unsafe extern "C" fn() -> u64>,
+    mem_cycles: Option<unsafe extern "C" fn(Inst) -> u64>,
+    axi_errors: Option<unsafe extern "C" fn(Inst) -> u64>,
 }
 
 impl RtlLib {
@@ -82,7 +94,16 @@ impl RtlLib {
                 CStr::from_ptr(p).to_string_lossy().into_owned()
             }
         };
+        macro_rules! optional {
+            ($name:literal) => {
+                // SAFETY: as above; these symbols exist in the AXI wrapper only.
+                unsafe { lib.get($name) }.ok().map(|s| *s)
+            };
+        }
         Ok(RtlLib {
+            host_bytes: optional!(b"cf_rtl_host_bytes"),
+            mem_cycles: optional!(b"cf_rtl_mem_cycles"),
+            axi_errors: optional!(b"cf_rtl_axi_errors"),
             top,
             create: sym!(b"cf_rtl_create"),
             destroy: sym!(b"cf_rtl_destroy"),
@@ -99,6 +120,15 @@ impl RtlLib {
     /// Name of the Verilog top module the object was built from.
     pub fn top(&self) -> &str {
         &self.top
+    }
+
+    /// The host memory an AXI core masters (AXI wrapper only).
+    pub fn host_window(&self) -> Option<DmaWindow> {
+        // SAFETY: plain C function without arguments.
+        self.host_bytes.map(|f| DmaWindow {
+            base: HOST_BASE,
+            len: unsafe { f() },
+        })
     }
 }
 
@@ -148,6 +178,33 @@ impl AddressMap {
         AddressMap { windows }
     }
 
+    /// [`AddressMap::new`] for cores in the protocol `control` names: an
+    /// `ap_ctrl_hs` core has only its register block on this bus (its data
+    /// lives in host memory, the bus's DMA window).
+    pub fn with_control(
+        cores: &[CoreInfo],
+        input_size: u32,
+        output_size: u32,
+        control: Option<&Control>,
+    ) -> AddressMap {
+        let Some(c) = control.filter(|c| c.protocol == ControlProtocol::ApCtrlHs) else {
+            return AddressMap::new(cores, input_size, output_size);
+        };
+        let (_, end) = crate::driver::ap_ctrl_hs::register_offsets(&c.args);
+        let mut windows: Vec<Window> = cores
+            .iter()
+            .enumerate()
+            .map(|(i, c)| Window {
+                base: c.control as u64,
+                len: end.next_multiple_of(8),
+                core: i,
+                iface: IFACE_CSR,
+            })
+            .collect();
+        windows.sort_by_key(|w| w.base);
+        AddressMap { windows }
+    }
+
     /// (core, interface, word index) of an 8-byte-aligned access of `len` bytes.
     pub fn decode(&self, addr: u64, len: usize) -> Result<(usize, u32, u32), BusError> {
         if addr % 8 != 0 {
@@ -171,6 +228,7 @@ pub struct RtlBus {
     map: Arc<AddressMap>,
     core: usize,
     inst: Inst,
+    host: Option<DmaWindow>,
 }
 
 // SAFETY: an instance is only ever used by the thread that owns this bus
@@ -186,15 +244,40 @@ impl RtlBus {
                 "cf_rtl_create returned no instance".into(),
             ));
         }
+        let host = lib.host_window();
         Ok(RtlBus {
             lib,
             map,
             core,
             inst,
+            host,
         })
     }
 
+    /// Cycles in which the core's master port was busy (requests pending
+    /// or data moving), AXI cores only.
+    pub fn mem_cycles(&self) -> Option<u64> {
+        // SAFETY: live instance.
+        self.lib.mem_cycles.map(|f| unsafe { f(self.inst) })
+    }
+
+    /// AXI rule violations the wrapper saw on the master port (valid
+    /// dropped before ready, a burst crossing 4 KiB), AXI cores only.
+    pub fn axi_errors(&self) -> Option<u64> {
+        // SAFETY: live instance.
+        self.lib.axi_errors.map(|f| unsafe { f(self.inst) })
+    }
+
     fn target(&self, addr: u64, len: usize) -> Result<(u32, u32), BusError> {
+        if let Some(h) = self.host.filter(|h| addr >= h.base) {
+            if addr % 8 != 0 {
+                return Err(BusError::Unaligned { addr });
+            }
+            if addr - h.base + len as u64 > h.len {
+                return Err(BusError::Unmapped { addr, len });
+            }
+            return Ok((IFACE_HOST, ((addr - h.base) / 8) as u32));
+        }
         let (core, iface, word) = self.map.decode(addr, len)?;
         if core != self.core {
             return Err(BusError::Other(format!(
@@ -282,14 +365,21 @@ impl Bus for RtlBus {
     fn reset(&mut self, _control: u64) -> bool {
         // SAFETY: live instance.
         unsafe { (self.lib.reset)(self.inst) };
-        // Reset clears interrupt enable, which the driver set once at creation.
-        self.word_write(IFACE_CSR, (csr::INTERRUPT_ENABLE / 8) as u32, 1, 0xff);
+        // Reset clears interrupt enable, which the Avalon driver set once at
+        // creation (the ap_ctrl_hs driver sets it on every job).
+        if self.host.is_none() {
+            self.word_write(IFACE_CSR, (csr::INTERRUPT_ENABLE / 8) as u32, 1, 0xff);
+        }
         true
     }
 
     fn cycles(&self, _control: u64) -> Option<u64> {
         // SAFETY: live instance.
         Some(unsafe { (self.lib.cycles)(self.inst) })
+    }
+
+    fn dma_window(&self) -> Option<DmaWindow> {
+        self.host
     }
 }
 

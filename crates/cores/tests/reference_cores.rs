@@ -123,6 +123,71 @@ fn matmul_rtl_testbench() {
     run_testbench(&testbench("matmul/tb_matmul.cpp"), &[so.as_os_str()]);
 }
 
+fn rtl_axi(top: &str, source: &str) -> PathBuf {
+    build(BuildKind::RtlAxi { top: top.into() }, &[source])
+}
+
+/// The AXI cores: register map, results, AXI rules on the master port.
+#[test]
+fn axi_rtl_testbenches() {
+    if !require_tool(Tool::Verilator, "axi_rtl_testbenches") {
+        return;
+    }
+    let tb = testbench("tb/tb_axi.cpp");
+    for (name, top, src) in [
+        ("vadd", "vadd", "vadd/vadd_axi.v"),
+        ("matmul", "mat_mul_64x64", "matmul/matmul_axi.v"),
+    ] {
+        let so = rtl_axi(top, src);
+        run_testbench(&tb, &[name.as_ref(), so.as_os_str()]);
+    }
+}
+
+/// The AXI wrapper's memory model catches a master that breaks the rules
+/// (so `axi_rtl_testbenches`' "no violation" means something): the wrapper
+/// compiled against a scripted top module, no Verilator involved.
+#[test]
+fn axi_rule_checks_catch_violations() {
+    if !require_tool(Tool::Cxx, "axi_rule_checks_catch_violations") {
+        return;
+    }
+    let _g = build_lock().lock().unwrap_or_else(|e| e.into_inner());
+    let tb = cores_dir().join("tb");
+    let deps = [
+        tb.join("tb_axi_rules.cpp"),
+        tb.join("cf_tb.h"),
+        tb.join("fake_top/Vcftop.h"),
+        tb.join("fake_top/verilated.h"),
+        cores_dir().join("rtl/cf_rtl_axi_wrapper.cpp"),
+    ];
+    let key = toolchain::cache_key(&BuildKind::Native, &deps, "axi-rules").unwrap();
+    let exe = cache_dir().join(format!("tb-axi-rules-{}", &key[..16]));
+    if !exe.is_file() {
+        std::fs::create_dir_all(cache_dir()).unwrap();
+        let tmp = exe.with_extension("tmp");
+        let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
+        let out = Command::new(cxx)
+            .args(["-O1", "-std=c++17", "-Wall"])
+            .arg(format!("-I{}", tb.join("fake_top").display()))
+            .arg(format!("-I{}", tb.display()))
+            .arg(format!("-I{}", cores_dir().join("rtl").display()))
+            .arg(&deps[0])
+            .arg("-ldl")
+            .arg("-o")
+            .arg(&tmp)
+            .output()
+            .expect("running c++");
+        assert!(
+            out.status.success(),
+            "compiling tb_axi_rules:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        std::fs::rename(&tmp, &exe).unwrap();
+    }
+    drop(_g);
+    run_testbench(&exe, &[]);
+}
+
 #[test]
 fn stuck_rtl_testbench() {
     if !require_tool(Tool::Verilator, "stuck_rtl_testbench") {
@@ -263,5 +328,164 @@ fn rtl_and_native_forms_agree() {
         }
         // SAFETY: `inst` came from this library's cf_rtl_create, destroyed once.
         unsafe { (sim.destroy)(inst) };
+    }
+}
+
+/// The AMD-style cores give the Intel-style cores' results through
+/// corefarm's loader: the AXI Verilog through the driver's ap_ctrl_hs path
+/// (buffers in the simulated host memory, the interrupt), in this process
+/// and in a worker process, and the Vitis C++ sources as native soft cores
+/// through their generated shims. One image carries all of them; the
+/// families a node accepts decide which one it runs.
+#[test]
+fn amd_style_cores_match_the_intel_style_ones() {
+    use corefarm_cores::image::{self, ArtifactKind, Family, Image};
+    use corefarm_cores::{load, Isolation, LoadOptions, WorkerCommand};
+    use corefarm_toolchain::{merge_images, BuildSpec, ImageBuilder};
+
+    if !require_tool(
+        Tool::Verilator,
+        "amd_style_cores_match_the_intel_style_ones",
+    ) {
+        return;
+    }
+    // (top, AXI Verilog, Intel HLS, Vitis C++, sizes, fixed scalars)
+    type Case = (
+        &'static str,
+        &'static str,
+        &'static str,
+        &'static str,
+        u32,
+        u32,
+        Vec<(String, u32)>,
+    );
+    let cases: [Case; 2] = [
+        (
+            "vadd",
+            "vadd/vadd_axi.v",
+            "vadd/vadd.cpp",
+            "vadd/vadd_vitis.cpp",
+            2048,
+            1024,
+            vec![("n".into(), 1024)],
+        ),
+        (
+            "mat_mul_64x64",
+            "matmul/matmul_axi.v",
+            "matmul/matmul.cpp",
+            "matmul/matmul_vitis.cpp",
+            32768,
+            16384,
+            vec![],
+        ),
+    ];
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed >> 12;
+        seed ^= seed << 25;
+        seed ^= seed >> 27;
+        seed.wrapping_mul(0x9e37_79b9_7f4a_7c15)
+    };
+    for (top, axi_v, intel_cpp, vitis_cpp, isz, osz, scalars) in cases {
+        let table = image::default_core_table(2, isz, osz).unwrap();
+        let amd_native = corefarm_toolchain::build_image(&BuildSpec {
+            name: top.into(),
+            cores: 2,
+            hls: Some((cores_dir().join(vitis_cpp), top.into())),
+            family: Family::Amd,
+            scalars,
+            ..BuildSpec::default()
+        })
+        .unwrap();
+        assert_eq!(
+            (
+                amd_native.manifest.input_size,
+                amd_native.manifest.output_size
+            ),
+            (isz, osz)
+        );
+        let control = amd_native.manifest.artifacts[0].control.clone();
+        let amd_rtl = ImageBuilder::new(top, isz, osz, table.clone())
+            .artifact_for(
+                image::rtl_target().unwrap(),
+                ArtifactKind::Rtl,
+                top,
+                Family::Amd,
+                control,
+                std::fs::read(rtl_axi(top, axi_v)).unwrap(),
+            )
+            .build()
+            .unwrap();
+        let intel = ImageBuilder::new(top, isz, osz, table)
+            .artifact(
+                image::native_target().unwrap(),
+                ArtifactKind::Native,
+                top,
+                std::fs::read(native(intel_cpp)).unwrap(),
+            )
+            .build()
+            .unwrap();
+        // A node that runs Intel-style cores only has nothing to run in an
+        // AMD-only image, and says so.
+        let amd_only = image::configuration(amd_rtl.clone().into()).unwrap();
+        let intel_only = LoadOptions {
+            families: vec![Family::Intel],
+            isolation: Isolation::InProcess,
+            ..LoadOptions::default()
+        };
+        assert!(matches!(
+            load(&amd_only, &intel_only),
+            Err(corefarm_cores::LoadError::Unsupported(_))
+        ));
+        let merged = merge_images(&[intel, amd_native.image, amd_rtl]).unwrap();
+        assert_eq!(
+            Image::parse(merged.clone().into())
+                .unwrap()
+                .manifest
+                .artifacts
+                .len(),
+            3
+        );
+        let cfg = image::configuration(merged.into()).unwrap();
+        let opts = |native: bool, families: &[Family], isolation| LoadOptions {
+            native,
+            rtl: !native,
+            families: families.to_vec(),
+            isolation,
+            worker: WorkerCommand::Program(env!("CARGO_BIN_EXE_corefarm-core-worker").into()),
+            ..LoadOptions::default()
+        };
+        let mut runs = Vec::new();
+        for (native, family, isolation) in [
+            (true, Family::Intel, Isolation::InProcess),
+            (true, Family::Amd, Isolation::InProcess),
+            (false, Family::Amd, Isolation::InProcess),
+            (false, Family::Amd, Isolation::Process),
+        ] {
+            let loaded = load(&cfg, &opts(native, &[family], isolation)).unwrap();
+            assert!(
+                loaded.description.contains(family.name()),
+                "{}",
+                loaded.description
+            );
+            runs.push(loaded);
+        }
+        let input: Vec<u8> = (0..isz).map(|_| next() as u8).collect();
+        let mut want = vec![0u8; osz as usize];
+        runs[0].cores[0].process(&input, &mut want).unwrap();
+        for (r, loaded) in runs.iter_mut().enumerate().skip(1) {
+            for core in loaded.cores.iter_mut() {
+                let mut out = vec![0u8; osz as usize];
+                core.process(&input, &mut out).unwrap();
+                assert!(
+                    out == want,
+                    "{top}: run {r} differs from the Intel-style core"
+                );
+            }
+        }
+        // The simulated AXI core counts its cycles, memory traffic included.
+        let cycles = runs[2].cores[1].stats().last_cycles.unwrap();
+        let compute = if top == "vadd" { 128 } else { 262_144 };
+        assert!(cycles > compute, "{top}: {cycles} cycles");
     }
 }

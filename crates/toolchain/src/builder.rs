@@ -4,7 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use corefarm_cores::image::{self, ArtifactEntry, Manifest, HEADER_LEN, MAGIC, MAX_MANIFEST};
-use corefarm_cores::image::{ArtifactKind, DataType, ImageError, VERSION};
+use corefarm_cores::image::{ArtifactKind, Control, DataType, Family, ImageError, VERSION};
 use corefarm_cores::native::NativeLib;
 use corefarm_cores::spin::HandlerSet;
 use corefarm_smp::CoreInfo;
@@ -12,7 +12,7 @@ use sha2::{Digest, Sha256};
 
 use corefarm_cores::image::Image;
 
-use crate::hls_probe::probe_hls;
+use crate::hls_probe::{probe_hls, Element, MemoryArg};
 use crate::rtl_probe::{probe_memories, top_parameters, MemoryProbe};
 use crate::sizes::{decide, Side, SizeError};
 use crate::tools::ToolchainError;
@@ -26,8 +26,19 @@ pub struct ImageBuilder {
     output_size: u32,
     types: (Option<DataType>, Option<DataType>),
     cores: Vec<CoreInfo>,
-    artifacts: Vec<(String, ArtifactKind, String, Vec<u8>)>,
+    artifacts: Vec<Pending>,
     handler_sets: Vec<HandlerSet>,
+}
+
+/// An artifact waiting to be packed.
+#[derive(Debug, Clone)]
+struct Pending {
+    target: String,
+    kind: ArtifactKind,
+    entry: String,
+    family: Family,
+    control: Option<Control>,
+    bytes: Vec<u8>,
 }
 
 impl ImageBuilder {
@@ -63,14 +74,34 @@ impl ImageBuilder {
     }
 
     pub fn artifact(
-        mut self,
+        self,
         target: impl Into<String>,
         kind: ArtifactKind,
         entry: impl Into<String>,
         bytes: Vec<u8>,
     ) -> Self {
-        self.artifacts
-            .push((target.into(), kind, entry.into(), bytes));
+        self.artifact_for(target, kind, entry, Family::Intel, None, bytes)
+    }
+
+    /// An artifact of `family` driven through `control` (`None`: the
+    /// Avalon CSR of an Intel-style core).
+    pub fn artifact_for(
+        mut self,
+        target: impl Into<String>,
+        kind: ArtifactKind,
+        entry: impl Into<String>,
+        family: Family,
+        control: Option<Control>,
+        bytes: Vec<u8>,
+    ) -> Self {
+        self.artifacts.push(Pending {
+            target: target.into(),
+            kind,
+            entry: entry.into(),
+            family,
+            control,
+            bytes,
+        });
         self
     }
 
@@ -91,16 +122,18 @@ impl ImageBuilder {
         }
         let mut offset = 0u64;
         let mut entries = Vec::with_capacity(self.artifacts.len());
-        for (target, kind, entry, bytes) in &self.artifacts {
+        for a in &self.artifacts {
             entries.push(ArtifactEntry {
-                target: target.clone(),
-                kind: *kind,
-                entry: entry.clone(),
+                target: a.target.clone(),
+                kind: a.kind,
+                entry: a.entry.clone(),
                 offset,
-                length: bytes.len() as u64,
-                sha256: hex::encode(Sha256::digest(bytes)),
+                length: a.bytes.len() as u64,
+                sha256: hex::encode(Sha256::digest(&a.bytes)),
+                family: a.family,
+                control: a.control.clone(),
             });
-            offset += bytes.len() as u64;
+            offset += a.bytes.len() as u64;
         }
         let manifest = Manifest {
             name: self.name,
@@ -125,8 +158,8 @@ impl ImageBuilder {
         out.extend_from_slice(&VERSION.to_le_bytes());
         out.extend_from_slice(&mlen.to_le_bytes());
         out.extend_from_slice(&json);
-        for (_, _, _, bytes) in &self.artifacts {
-            out.extend_from_slice(bytes);
+        for a in &self.artifacts {
+            out.extend_from_slice(&a.bytes);
         }
         Ok(out)
     }
@@ -180,6 +213,14 @@ pub struct BuildSpec {
     /// the same architectures as the native ones.
     pub handler_sets: Vec<HandlerSet>,
     pub handler_sources: Vec<PathBuf>,
+    /// The vendor flow of the HLS source and the Verilog: Intel (Avalon
+    /// agent, `hls_avalon_agent_memory_argument`s) or AMD (a Vitis HLS top
+    /// function with `m_axi` pointers; its Verilog an AXI core). An AMD
+    /// build reads the core's arguments from the C++ source.
+    pub family: Family,
+    /// AMD: values of the top function's scalar arguments, fixed in the
+    /// manifest; the scalars not named here come from each job's input.
+    pub scalars: Vec<(String, u32)>,
 }
 
 /// A built image and what the build has to say about it.
@@ -229,21 +270,71 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
         ..Side::default()
     };
     let mut warnings = Vec::new();
-    let mut artifacts = Vec::new();
+    let mut artifacts: Vec<Pending> = Vec::new();
+    let amd = spec.family == Family::Amd;
+    if amd && spec.rbf.is_some() {
+        return Err(ImageError::Build(
+            "a Cyclone V bitstream is an Intel-family artifact (--family intel)".into(),
+        )
+        .into());
+    }
+    // AMD: the Vitis top function's interface, which the native shim, the
+    // sizes and every artifact's argument list come from.
+    let vitis =
+        match (&spec.hls, amd) {
+            (Some((source, entry)), true) => {
+                let text = std::fs::read_to_string(source).map_err(|e| io("reading", source, e))?;
+                let iface = crate::vitis::parse_interface(&text, entry, &spec.scalars)
+                    .map_err(|e| BuildError::Io(format!("{}: {e}", source.display())))?;
+                let shim = dir.path().join("cf_vitis_shim.cpp");
+                let abs = std::path::absolute(source).map_err(|e| io("resolving", source, e))?;
+                std::fs::write(&shim, iface.shim(&abs)).map_err(|e| io("writing", &shim, e))?;
+                Some((iface, shim))
+            }
+            (None, true) => return Err(ImageError::Build(
+                "an AMD-family core's arguments come from its Vitis C++ top function: give --hls"
+                    .into(),
+            )
+            .into()),
+            _ => None,
+        };
+    let control = vitis.as_ref().map(|(i, _)| Control::ap_ctrl_hs(i.args()));
+    let family = spec.family;
 
     if let Some((source, entry)) = &spec.hls {
         let so = dir.path().join("native.so");
-        crate::build_native(source, &so)?;
+        let (compiled, symbol) = match &vitis {
+            Some((iface, shim)) => (shim.as_path(), iface.shim_symbol()),
+            None => (source.as_path(), entry.clone()),
+        };
+        crate::build_native(compiled, &so)?;
         // Catch a wrong --entry now rather than on every node at configuration time.
-        NativeLib::open(&so, entry)
+        NativeLib::open(&so, &symbol)
             .map_err(|e| BuildError::Io(format!("{}: {e}", source.display())))?;
-        match probe_hls(source, entry)? {
-            Ok(iface) => {
+        let probed = match &vitis {
+            Some((iface, _)) => {
+                let (i, o) = Control::ap_ctrl_hs(iface.args()).sizes();
+                let at = format!("the arguments of {entry} in {}", source.display());
+                // Several buffers (and scalars) per side: sizes, no one type.
+                let mem = |bytes: u64| MemoryArg {
+                    bytes,
+                    element: Element::Other,
+                    element_size: 0,
+                };
+                input.hls = Some((at.clone(), mem(i)));
+                output.hls = Some((at, mem(o)));
+                None
+            }
+            None => Some(probe_hls(source, entry)?),
+        };
+        match probed {
+            None => {}
+            Some(Ok(iface)) => {
                 let at = |n: &str| format!("the {n} argument of {entry} in {}", source.display());
                 input.hls = Some((at("first"), iface.input));
                 output.hls = Some((at("second"), iface.output));
             }
-            Err(why) => {
+            Some(Err(why)) => {
                 let why = format!("{}: {}", source.display(), why.0);
                 input.unknown.push(why.clone());
                 output.unknown.push(why);
@@ -265,19 +356,22 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
                 so.clone()
             } else {
                 let cross = dir.path().join(format!("native-{arch}.so"));
-                crate::build_native_for(source, &cross, Some(arch))?;
+                crate::build_native_for(compiled, &cross, Some(arch))?;
                 cross
             };
             let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
-            artifacts.push((
-                format!("native-{arch}-linux"),
-                ArtifactKind::Native,
-                entry.clone(),
+            artifacts.push(Pending {
+                target: format!("native-{arch}-linux"),
+                kind: ArtifactKind::Native,
+                entry: symbol.clone(),
+                family,
+                control: control.clone(),
                 bytes,
-            ));
+            });
         }
     }
-    if let Some((sources, top)) = &spec.verilog {
+    // An AXI core's sizes are its arguments', stated by the C++ source.
+    if let Some((sources, top)) = spec.verilog.as_ref().filter(|_| !amd) {
         let params = top_parameters(sources, top)?;
         for (side, param) in [(&mut input, "INPUT_SIZE"), (&mut output, "OUTPUT_SIZE")] {
             match params.get(param) {
@@ -300,26 +394,34 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
         let so = dir.path().join("rtl.so");
         let opts = RtlOptions {
             strict: spec.strict,
+            family,
         };
         let built = crate::build_rtl_with(sources, top, &so, opts)?;
         warnings.extend(built.warnings);
-        check_memories(&so, top, input.size, output.size, &mut warnings)?;
+        // The memory probe speaks the Avalon agents; an AXI core has none.
+        if !amd {
+            check_memories(&so, top, input.size, output.size, &mut warnings)?;
+        }
         let bytes = std::fs::read(&so).map_err(|e| io("reading", &so, e))?;
-        artifacts.push((
-            image::rtl_target().ok_or_else(no_target)?,
-            ArtifactKind::Rtl,
-            top.clone(),
+        artifacts.push(Pending {
+            target: image::rtl_target().ok_or_else(no_target)?,
+            kind: ArtifactKind::Rtl,
+            entry: top.clone(),
+            family,
+            control: control.clone(),
             bytes,
-        ));
+        });
     }
     if let Some(rbf) = &spec.rbf {
         let bytes = std::fs::read(rbf).map_err(|e| io("reading", rbf, e))?;
-        artifacts.push((
-            image::FPGA_TARGET.into(),
-            ArtifactKind::Bitstream,
-            String::new(),
+        artifacts.push(Pending {
+            target: image::FPGA_TARGET.into(),
+            kind: ArtifactKind::Bitstream,
+            entry: String::new(),
+            family,
+            control: None,
             bytes,
-        ));
+        });
     }
 
     if !spec.handler_sets.is_empty() || !spec.handler_sources.is_empty() {
@@ -332,8 +434,8 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
     let mut b = ImageBuilder::new(&spec.name, input.size, output.size, table)
         .types(input.dtype.clone(), output.dtype.clone())
         .handler_sets(spec.handler_sets.clone());
-    for (target, kind, entry, bytes) in artifacts {
-        b = b.artifact(target, kind, entry, bytes);
+    for a in artifacts {
+        b = b.artifact_for(a.target, a.kind, a.entry, a.family, a.control, a.bytes);
     }
     let image = b.build()?;
     let manifest = Image::parse(image.clone().into())?.manifest;
@@ -345,12 +447,80 @@ pub fn build_image(spec: &BuildSpec) -> Result<Built, BuildError> {
     })
 }
 
+/// Combines images of one function into one that carries all their
+/// artifacts (`corefarm image merge`), e.g. an Intel-style and an AMD-style
+/// build: each node then runs the artifact it supports. The images must
+/// agree on the sizes, the types they state, the core table and the
+/// handler sets, and no target may appear twice for one family. Signatures
+/// are not carried over (sign the merged image).
+pub fn merge_images(images: &[Vec<u8>]) -> Result<Vec<u8>, ImageError> {
+    let parsed = images
+        .iter()
+        .map(|b| Image::parse(b.clone().into()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let Some(first) = parsed.first() else {
+        return Err(ImageError::Build("no images to merge".into()));
+    };
+    let m0 = &first.manifest;
+    let mut types = (m0.input_type.clone(), m0.output_type.clone());
+    let mut seen: Vec<(String, Family)> = Vec::new();
+    let mut b = ImageBuilder::new(&m0.name, m0.input_size, m0.output_size, m0.cores.clone())
+        .handler_sets(m0.handler_sets.clone());
+    for (i, img) in parsed.iter().enumerate() {
+        let m = &img.manifest;
+        let differs = |what: &str| {
+            ImageError::Build(format!(
+                "image {i} ({:?}) differs from image 0 ({:?}) in its {what}",
+                m.name, m0.name
+            ))
+        };
+        if (m.input_size, m.output_size) != (m0.input_size, m0.output_size) {
+            return Err(differs("input/output sizes"));
+        }
+        if m.cores != m0.cores {
+            return Err(differs("core table"));
+        }
+        if m.handler_sets != m0.handler_sets {
+            return Err(differs("handler sets"));
+        }
+        for (mine, theirs) in [
+            (&mut types.0, &m.input_type),
+            (&mut types.1, &m.output_type),
+        ] {
+            match (&*mine, theirs) {
+                (Some(a), Some(b)) if a != b => return Err(differs("types")),
+                (None, Some(b)) => *mine = Some(b.clone()),
+                _ => {}
+            }
+        }
+        for (k, a) in m.artifacts.iter().enumerate() {
+            if seen.contains(&(a.target.clone(), a.family)) {
+                return Err(ImageError::Build(format!(
+                    "two {} artifacts for {} (image {i})",
+                    a.family, a.target
+                )));
+            }
+            seen.push((a.target.clone(), a.family));
+            let bytes = img.verified_artifact(k)?;
+            b = b.artifact_for(
+                &a.target,
+                a.kind,
+                &a.entry,
+                a.family,
+                a.control.clone(),
+                bytes.to_vec(),
+            );
+        }
+    }
+    b.types(types.0, types.1).build()
+}
+
 /// Compiles the handler sources for each architecture and checks, on this
 /// machine's build, that every handler set's functions exist.
 fn handler_artifacts(
     spec: &BuildSpec,
     dir: &Path,
-    artifacts: &mut Vec<(String, ArtifactKind, String, Vec<u8>)>,
+    artifacts: &mut Vec<Pending>,
 ) -> Result<(), BuildError> {
     if spec.handler_sets.is_empty() {
         return Err(ImageError::Build("handler sources but no handler sets".into()).into());
@@ -382,12 +552,14 @@ fn handler_artifacts(
         };
         let bytes = std::fs::read(&built)
             .map_err(|e| BuildError::Io(format!("reading {}: {e}", built.display())))?;
-        artifacts.push((
-            format!("spin-{arch}-linux"),
-            ArtifactKind::Native,
-            String::new(),
+        artifacts.push(Pending {
+            target: format!("spin-{arch}-linux"),
+            kind: ArtifactKind::Native,
+            entry: String::new(),
+            family: Family::Intel,
+            control: None,
             bytes,
-        ));
+        });
     }
     Ok(())
 }

@@ -10,7 +10,9 @@ use sha2::{Digest, Sha256};
 
 use crate::hls::{build_native, HLS_HEADER};
 use crate::tools::{self, io_err, ToolchainError};
-use crate::verilator::{build_rtl, RTL_CSR, RTL_WRAPPER};
+use crate::verilator::{build_rtl, build_rtl_with, RtlOptions, RTL_CSR, RTL_WRAPPER};
+use crate::verilator::{RTL_AXI_LIBRARY, RTL_AXI_WRAPPER};
+use corefarm_cores::image::Family;
 
 /// Bumped whenever flags or the build recipe change, so cached objects built
 /// by an older recipe are not reused.
@@ -23,6 +25,8 @@ pub enum BuildKind {
     Native,
     /// [`build_rtl`] with this top module.
     Rtl { top: String },
+    /// An AXI (AMD/Vitis-style) top module with the AXI wrapper.
+    RtlAxi { top: String },
 }
 
 /// Default cache directory: `$COREFARM_CACHE`, else
@@ -53,7 +57,7 @@ fn tool_versions(kind: &BuildKind) -> String {
             let cc = CC.get_or_init(|| version(tools::cc_program()));
             format!("{cxx}\n{cc}")
         }
-        BuildKind::Rtl { .. } => {
+        BuildKind::Rtl { .. } | BuildKind::RtlAxi { .. } => {
             let v = VERILATOR.get_or_init(|| version(tools::verilator_program()));
             format!("{cxx}\n{v}")
         }
@@ -86,6 +90,15 @@ pub fn cache_key(
             field(RTL_WRAPPER.as_bytes());
             field(RTL_CSR.as_bytes());
         }
+        BuildKind::RtlAxi { top } => {
+            field(b"rtl-axi");
+            field(top.as_bytes());
+            field(RTL_AXI_WRAPPER.as_bytes());
+            for (name, text) in RTL_AXI_LIBRARY {
+                field(name.as_bytes());
+                field(text.as_bytes());
+            }
+        }
     }
     field(extra_key.as_bytes());
     field(tool_versions(kind).as_bytes());
@@ -115,6 +128,7 @@ pub fn cached_build(
     let (prefix, mut name) = match kind {
         BuildKind::Native => ("native", String::new()),
         BuildKind::Rtl { top } => ("rtl", top.clone()),
+        BuildKind::RtlAxi { top } => ("rtl-axi", top.clone()),
     };
     if name.is_empty() {
         name = sources
@@ -145,6 +159,13 @@ pub fn cached_build(
             build_native(source, &path)?;
         }
         BuildKind::Rtl { top } => build_rtl(sources, top, &path)?,
+        BuildKind::RtlAxi { top } => {
+            let opts = RtlOptions {
+                family: Family::Amd,
+                ..RtlOptions::default()
+            };
+            build_rtl_with(sources, top, &path, opts)?;
+        }
     }
     Ok(path)
 }

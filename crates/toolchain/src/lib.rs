@@ -24,8 +24,11 @@ mod sizes;
 mod spin;
 mod tools;
 mod verilator;
+pub mod vitis;
 
-pub use builder::{build_image, build_native_image, BuildError, BuildSpec, Built, ImageBuilder};
+pub use builder::{
+    build_image, build_native_image, merge_images, BuildError, BuildSpec, Built, ImageBuilder,
+};
 pub use cache::{cache_key, cached_build, default_cache_dir, BuildKind};
 pub use hls::{build_native, build_native_for, ARCHES, HLS_HEADER};
 pub use sizes::SizeError;
@@ -35,7 +38,8 @@ pub use tools::{
     ToolchainError,
 };
 pub use verilator::{
-    build_rtl, build_rtl_with, verilator_root, RtlBuild, RtlOptions, RTL_CSR, RTL_WRAPPER,
+    build_rtl, build_rtl_with, verilator_root, RtlBuild, RtlOptions, RTL_AXI_LIBRARY,
+    RTL_AXI_WRAPPER, RTL_CSR, RTL_WRAPPER,
 };
 
 #[cfg(test)]

@@ -4,6 +4,8 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use corefarm_cores::image::Family;
+
 use crate::tools::{self, io_err, ToolchainError, CXX_HINT, VERILATOR_HINT};
 
 /// `cores/rtl/cf_rtl_wrapper.cpp`: RTL ABI over the Verilated top module.
@@ -11,6 +13,29 @@ pub const RTL_WRAPPER: &str = include_str!("../../../cores/rtl/cf_rtl_wrapper.cp
 /// The shared control/status register block (`cf_csr`), offered to every RTL
 /// build as a Verilog library so cores instantiate it without listing it.
 pub const RTL_CSR: &str = include_str!("../../../cores/rtl/cf_csr.v");
+/// `cores/rtl/cf_rtl_axi_wrapper.cpp`: the same ABI over an AXI (Vitis-style)
+/// top module, with the host-memory model behind its master port.
+pub const RTL_AXI_WRAPPER: &str = include_str!("../../../cores/rtl/cf_rtl_axi_wrapper.cpp");
+/// The Verilog every AXI build gets: the `ap_ctrl_hs` AXI4-Lite slave, the
+/// AXI4 master, the port list and their instantiation (file name, text).
+pub const RTL_AXI_LIBRARY: [(&str, &str); 4] = [
+    (
+        "cf_axil_ctrl.v",
+        include_str!("../../../cores/rtl/cf_axil_ctrl.v"),
+    ),
+    (
+        "cf_axi_dma.v",
+        include_str!("../../../cores/rtl/cf_axi_dma.v"),
+    ),
+    (
+        "cf_axi_ports.vh",
+        include_str!("../../../cores/rtl/cf_axi_ports.vh"),
+    ),
+    (
+        "cf_axi_instances.vh",
+        include_str!("../../../cores/rtl/cf_axi_instances.vh"),
+    ),
+];
 
 /// Verilator's root directory (`verilator --getenv VERILATOR_ROOT`).
 pub fn verilator_root() -> Result<PathBuf, ToolchainError> {
@@ -47,6 +72,10 @@ fn valid_identifier(name: &str) -> bool {
 pub struct RtlOptions {
     /// Verilator's warnings fail the build ([`ToolchainError::Lint`]).
     pub strict: bool,
+    /// The top module's port list: Intel (three Avalon agents, cores/README.md)
+    /// or AMD (an `ap_ctrl_hs` AXI4-Lite slave and an AXI4 master,
+    /// `cores/rtl/cf_axi_ports.vh`), which decides the wrapper.
+    pub family: Family,
 }
 
 /// What a successful RTL build reports.
@@ -140,8 +169,17 @@ pub fn build_rtl_with(
 
     let dir = tools::build_dir()?;
     let d = dir.path();
-    std::fs::write(d.join("cf_csr.v"), RTL_CSR).map_err(io_err("writing cf_csr.v"))?;
-    std::fs::write(d.join("cf_rtl_wrapper.cpp"), RTL_WRAPPER)
+    let axi = opts.family == Family::Amd;
+    let (wrapper, library): (&str, Vec<&str>) = if axi {
+        for (name, text) in RTL_AXI_LIBRARY {
+            std::fs::write(d.join(name), text).map_err(io_err(format!("writing {name}")))?;
+        }
+        (RTL_AXI_WRAPPER, vec!["cf_axil_ctrl.v", "cf_axi_dma.v"])
+    } else {
+        std::fs::write(d.join("cf_csr.v"), RTL_CSR).map_err(io_err("writing cf_csr.v"))?;
+        (RTL_WRAPPER, vec!["cf_csr.v"])
+    };
+    std::fs::write(d.join("cf_rtl_wrapper.cpp"), wrapper)
         .map_err(io_err("writing the RTL wrapper"))?;
     std::fs::write(
         d.join("cf_rtl_config.h"),
@@ -175,10 +213,13 @@ pub fn build_rtl_with(
         .arg("-j")
         .arg(jobs.to_string())
         .args(["-o", "cf_rtl.so"])
-        .args(sources)
-        .arg("-v")
-        .arg(d.join("cf_csr.v"))
-        .arg(d.join("cf_rtl_wrapper.cpp"));
+        // The port list and instances of AXI cores are `include`d from here.
+        .arg(format!("-I{}", d.display()))
+        .args(sources);
+    for lib in library {
+        cmd.arg("-v").arg(d.join(lib));
+    }
+    cmd.arg(d.join("cf_rtl_wrapper.cpp"));
     // Lint warnings stay on (Verilator's default set, no style warnings):
     // a truncated accumulator is a bug worth seeing before any node runs it.
     if !opts.strict {

@@ -5,6 +5,7 @@ mod classes;
 pub(crate) mod collectives;
 mod direct;
 mod hol;
+mod rtl_cores;
 mod sharing;
 mod soak;
 
@@ -56,6 +57,11 @@ pub enum BenchCmd {
     /// Poisson classes through one node's queue at loads 0.1-0.9, measured
     /// mean latency beside Cobham's formula (one JSON object).
     Classes(classes::ClassesBenchArgs),
+    /// The 64×64 matrix multiplier simulated as an Intel-style (Avalon) and
+    /// an AMD-style (AXI, ap_ctrl_hs) core, side by side: cycles per job,
+    /// simulated cycles per second, the AXI core's memory traffic (one JSON
+    /// object).
+    RtlCores(rtl_cores::RtlCoresArgs),
 }
 
 #[derive(Args)]
@@ -75,7 +81,7 @@ pub struct CompareArgs {
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
     /// all (those eight), or one that `all` does not run: policies, sharing,
-    /// tls, collectives, direct, streams, seedpeers (the seed's own peers:
+    /// tls, collectives, direct, streams, rtl-cores, seedpeers (the seed's own peers:
     /// `seedpeers -- --seed-build DIR`). An experiment's own options
     /// (`--runs`, `--duration`, …) go after `--`.
     experiment: String,
@@ -271,6 +277,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Collectives(a) => collectives::run(a),
         BenchCmd::Direct(a) => direct::run(a),
         BenchCmd::Hol(a) => hol::run(a),
+        BenchCmd::RtlCores(a) => rtl_cores::run(a),
         BenchCmd::Classes(a) => classes::run(a),
     }
 }

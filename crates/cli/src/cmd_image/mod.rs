@@ -32,6 +32,13 @@ pub enum ImageCmd {
     ///   --verilog cores/vadd/vadd.v --top vadd --cores 4 --name vadd -o vadd.cfimg
     #[command(verbatim_doc_comment)]
     Build(Box<BuildArgs>),
+    /// Combine images of one function (e.g. an Intel-style and an AMD-style
+    /// build) into one image carrying all their artifacts; each node runs
+    /// the one it supports. Sizes, types and core tables must agree.
+    ///
+    /// Example: corefarm image merge vadd-intel.cfimg vadd-amd.cfimg -o vadd.cfimg
+    #[command(verbatim_doc_comment)]
+    Merge(MergeArgs),
     /// Show an image's manifest, artifacts and checksum status.
     ///
     /// Exits with an error if any checksum fails. A file without the image
@@ -105,11 +112,32 @@ pub struct BuildArgs {
     /// Fail the build on Verilator's warnings (they are always shown).
     #[arg(long)]
     strict: bool,
+    /// The vendor flow of the sources: `intel` (HLS component with Avalon
+    /// agent memories, Verilog with the Avalon port list) or `amd` (a Vitis
+    /// HLS top function with m_axi pointers and `s_axilite port=return`,
+    /// Verilog with an AXI4-Lite slave and an AXI4 master). An AMD build
+    /// reads the arguments from the --hls source.
+    #[arg(long, default_value = "intel", value_parser = parse_family)]
+    family: image::Family,
+    /// AMD: a scalar argument's value, fixed in the image (NAME=VALUE,
+    /// repeatable); scalars not given come from each job's input.
+    #[arg(long, value_name = "NAME=VALUE", value_parser = parse_scalar)]
+    scalar: Vec<(String, u32)>,
     /// Name recorded in the manifest, shown in node logs (default: the HLS
     /// entry, else the Verilog top, else the output file's stem).
     #[arg(long)]
     name: Option<String>,
     /// Where to write the image.
+    #[arg(short = 'o', long = "output", value_name = "OUT")]
+    out: PathBuf,
+}
+
+#[derive(clap::Args)]
+pub struct MergeArgs {
+    /// The images to combine (name and core table from the first).
+    #[arg(required = true, num_args = 2..)]
+    images: Vec<PathBuf>,
+    /// Where to write the combined image.
     #[arg(short = 'o', long = "output", value_name = "OUT")]
     out: PathBuf,
 }
@@ -126,6 +154,7 @@ pub struct InspectArgs {
 pub fn run(cmd: ImageCmd) -> anyhow::Result<()> {
     match cmd {
         ImageCmd::Build(a) => build(*a),
+        ImageCmd::Merge(a) => merge(a),
         ImageCmd::Inspect(a) => inspect(a),
         ImageCmd::Keygen(a) => sign::keygen(a),
         ImageCmd::Sign(a) => sign::sign(a),
@@ -157,6 +186,35 @@ fn parse_table(s: &str) -> anyhow::Result<Vec<CoreInfo>> {
             })
         })
         .collect()
+}
+
+fn parse_family(s: &str) -> Result<image::Family, image::UnknownFamily> {
+    s.parse()
+}
+
+fn parse_scalar(s: &str) -> anyhow::Result<(String, u32)> {
+    let (name, value) = s
+        .split_once('=')
+        .context("expected NAME=VALUE, e.g. n=1024")?;
+    Ok((name.trim().to_string(), number(value.trim())?))
+}
+
+fn merge(a: MergeArgs) -> anyhow::Result<()> {
+    let images = a
+        .images
+        .iter()
+        .map(|p| std::fs::read(p).with_context(|| format!("reading {}", p.display())))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let merged = corefarm_toolchain::merge_images(&images)?;
+    std::fs::write(&a.out, &merged).with_context(|| format!("writing {}", a.out.display()))?;
+    let m = Image::parse(merged.into())?.manifest;
+    let arts: Vec<String> = m
+        .artifacts
+        .iter()
+        .map(|x| format!("{} ({})", x.target, x.family))
+        .collect();
+    eprintln!("wrote {} (artifacts: {})", a.out.display(), arts.join(", "));
+    Ok(())
 }
 
 fn build(a: BuildArgs) -> anyhow::Result<()> {
@@ -199,6 +257,8 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
             None => Vec::new(),
         },
         handler_sources: a.handler_source,
+        family: a.family,
+        scalars: a.scalar,
     };
     let built = corefarm_toolchain::build_image(&spec)?;
     for w in &built.warnings {
@@ -211,7 +271,11 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
         eprintln!("{n}");
     }
     let m = &built.manifest;
-    let targets: Vec<&str> = m.artifacts.iter().map(|x| x.target.as_str()).collect();
+    let targets: Vec<String> = m
+        .artifacts
+        .iter()
+        .map(|x| format!("{} ({})", x.target, x.family))
+        .collect();
     let n = m.cores.len();
     eprintln!(
         "wrote {} ({n} core{}; artifacts: {})",
@@ -220,6 +284,18 @@ fn build(a: BuildArgs) -> anyhow::Result<()> {
         targets.join(", ")
     );
     Ok(())
+}
+
+fn describe_arg(a: &image::Argument) -> String {
+    match a {
+        image::Argument::In { name, size } => format!("{name} (in, {size} B)"),
+        image::Argument::Out { name, size } => format!("{name} (out, {size} B)"),
+        image::Argument::Scalar {
+            name,
+            value: Some(v),
+        } => format!("{name} = {v}"),
+        image::Argument::Scalar { name, value: None } => format!("{name} (from the input)"),
+    }
 }
 
 fn inspect(a: InspectArgs) -> anyhow::Result<()> {
@@ -323,11 +399,16 @@ fn inspect(a: InspectArgs) -> anyhow::Result<()> {
                 Err(e) => format!("BAD: {e}"),
             };
             println!(
-                "  {:<22} {:<9} {:>10} bytes{entry}  {check}",
+                "  {:<22} {:<9} {:<5} {:>10} bytes{entry}  {check}",
                 x.target,
                 x.kind.name(),
+                x.family.name(),
                 x.length
             );
+            if let Some(c) = x.control.as_ref().filter(|c| !c.args.is_empty()) {
+                let args: Vec<String> = c.args.iter().map(describe_arg).collect();
+                println!("    ap_ctrl_hs arguments: {}", args.join(", "));
+            }
         }
         if !m.handler_sets.is_empty() {
             println!("handler sets: {} (docs/streams.md)", m.handler_sets.len());

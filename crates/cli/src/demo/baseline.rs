@@ -5,6 +5,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use anyhow::Result;
+use corefarm_cores::image::Family;
 use serde::Serialize;
 
 use super::workload::{check, input_for, INPUT_SIZE, OUTPUT_SIZE};
@@ -28,7 +29,7 @@ pub struct Software {
 /// adds a copy of each input and output and a hand-off to its core thread,
 /// small beside a 64×64×64 product.
 pub fn measure(native_so: &Path, seconds: f64, seed: u64) -> Result<Software> {
-    let mut core = super::load_one_core(Target::Native, native_so)?;
+    let mut core = super::load_one_core(Target::Native, Family::Intel, native_so)?;
     let inputs: Vec<Vec<u8>> = (0..8).map(|i| input_for(seed ^ 0xBA5E, i)).collect();
     let mut out = vec![0u8; OUTPUT_SIZE];
     core.process(&inputs[0], &mut out)?;

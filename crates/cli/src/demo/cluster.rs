@@ -14,6 +14,7 @@ use super::Target;
 
 pub struct ClusterSpec {
     pub target: Target,
+    pub family: corefarm_cores::image::Family,
     pub nodes: u32,
     pub cores: u32,
 }
@@ -39,7 +40,9 @@ pub fn run(
         name: "demo-node".into(),
         reconnect: false,
         // Cores in worker processes, as `corefarm node` runs them.
-        load: c.target.load_options(corefarm_cores::Isolation::Process),
+        load: c
+            .target
+            .load_options(c.family, corefarm_cores::Isolation::Process),
         ..NodeOptions::default()
     };
     let (cluster, handle) = rt.block_on(corefarm_bench::cluster::start_local(

@@ -9,6 +9,7 @@ use std::time::{Instant, SystemTime};
 
 use anyhow::{anyhow, bail, Context, Result};
 use bytes::Bytes;
+use corefarm_cores::image::{Control, Family};
 use corefarm_cores::{image, ArtifactKind};
 use corefarm_smp::Configuration;
 use corefarm_toolchain::{self as toolchain, BuildKind, ImageBuilder};
@@ -23,9 +24,16 @@ pub const ENTRY: &str = "mat_mul_64x64";
 /// from the repository's files.
 const HLS_SOURCE: &str = include_str!("../../../../cores/matmul/matmul.cpp");
 const VERILOG_SOURCE: &str = include_str!("../../../../cores/matmul/matmul.v");
+/// The AMD (Vitis) style of the same function: C++ top function and AXI core.
+const VITIS_SOURCE: &str = include_str!("../../../../cores/matmul/matmul_vitis.cpp");
+const AXI_SOURCE: &str = include_str!("../../../../cores/matmul/matmul_axi.v");
 
 /// Fails with an installation hint when a tool the demo needs does not run.
-pub fn check_tools(target: Target) -> Result<()> {
+pub fn check_tools(target: Target, family: Family) -> Result<()> {
+    let verilog = match family {
+        Family::Intel => "cores/matmul/matmul.v",
+        Family::Amd => "cores/matmul/matmul_axi.v",
+    };
     if !toolchain::cxx_available() {
         bail!(
             "corefarm demo needs a C++ compiler to build the matrix multiplier (cores/matmul/matmul.cpp) \
@@ -35,7 +43,7 @@ pub fn check_tools(target: Target) -> Result<()> {
     }
     if target == Target::Rtl && !toolchain::verilator_available() {
         bail!(
-            "corefarm demo --target rtl simulates cores/matmul/matmul.v with Verilator, but Verilator \
+            "corefarm demo --target rtl simulates {verilog} with Verilator, but Verilator \
              (or make) does not run ($VERILATOR, default `verilator`). Install Verilator 5 and make, e.g. \
              `sudo apt-get install -y verilator make`, or run the demo with --target native."
         );
@@ -52,6 +60,10 @@ pub fn default_cache_dir() -> PathBuf {
 pub struct Built {
     /// Always built: the native nodes run it and the software baseline calls it.
     pub native_so: PathBuf,
+    /// `--target native --family amd`: the Vitis source behind its shim
+    /// (in `_dir`), which the nodes run instead.
+    pub vitis_so: Option<PathBuf>,
+    _dir: Option<tempfile::TempDir>,
     /// Built for `--target rtl` only.
     pub rtl_so: Option<PathBuf>,
     pub seconds: f64,
@@ -63,7 +75,7 @@ impl Built {
     /// The object the nodes of `target` run.
     pub fn object(&self, target: Target) -> &Path {
         match target {
-            Target::Native => &self.native_so,
+            Target::Native => self.vitis_so.as_deref().unwrap_or(&self.native_so),
             Target::Rtl => self.rtl_so.as_deref().expect("built for rtl"),
         }
     }
@@ -71,7 +83,7 @@ impl Built {
 
 /// Builds (or takes from the content-hash cache) the native core, and the
 /// RTL simulation for `--target rtl`.
-pub fn build(target: Target, cache: &Path, say: &dyn Fn(&str)) -> Result<Built> {
+pub fn build(target: Target, family: Family, cache: &Path, say: &dyn Fn(&str)) -> Result<Built> {
     let started = Instant::now();
     let t0 = SystemTime::now();
     let src = tempfile::tempdir().context("creating a temporary directory")?;
@@ -92,19 +104,68 @@ pub fn build(target: Target, cache: &Path, say: &dyn Fn(&str)) -> Result<Built> 
     let mut reused = !fresh(&native_so);
     let rtl_so = if target == Target::Rtl {
         say("building the RTL simulation with Verilator (takes a minute the first time; cached)");
-        let so = toolchain::cached_build(&BuildKind::Rtl { top: ENTRY.into() }, &[v], "", cache)
-            .context("building cores/matmul/matmul.v")?;
+        let so = match family {
+            Family::Intel => {
+                toolchain::cached_build(&BuildKind::Rtl { top: ENTRY.into() }, &[v], "", cache)
+                    .context("building cores/matmul/matmul.v")?
+            }
+            Family::Amd => {
+                let axi = src.path().join("matmul_axi.v");
+                std::fs::write(&axi, AXI_SOURCE).context("writing matmul_axi.v")?;
+                let kind = BuildKind::RtlAxi { top: ENTRY.into() };
+                toolchain::cached_build(&kind, &[axi], "", cache)
+                    .context("building cores/matmul/matmul_axi.v")?
+            }
+        };
         reused &= !fresh(&so);
         Some(so)
     } else {
         None
     };
+    let (vitis_so, dir) = if target == Target::Native && family == Family::Amd {
+        say("building the Vitis-style matrix multiplier as a native soft core (c++ -O3)");
+        let (so, dir) = vitis_native(src.path())?;
+        reused = false;
+        (Some(so), Some(dir))
+    } else {
+        (None, None)
+    };
     Ok(Built {
         native_so,
+        vitis_so,
+        _dir: dir,
         rtl_so,
         seconds: started.elapsed().as_secs_f64(),
         reused,
     })
+}
+
+/// matmul_vitis.cpp built as a native soft core (its shim's symbol is the
+/// artifact's entry), in a directory that lives as long as the returned one.
+fn vitis_native(src: &Path) -> Result<(PathBuf, tempfile::TempDir)> {
+    let cpp = src.join("matmul_vitis.cpp");
+    std::fs::write(&cpp, VITIS_SOURCE).context("writing matmul_vitis.cpp")?;
+    let built = toolchain::build_image(&toolchain::BuildSpec {
+        name: ENTRY.into(),
+        cores: 1,
+        hls: Some((cpp, ENTRY.into())),
+        family: Family::Amd,
+        ..toolchain::BuildSpec::default()
+    })
+    .context("building cores/matmul/matmul_vitis.cpp")?;
+    let img = image::Image::parse(Bytes::from(built.image))?;
+    let code = img.verified_artifact(0)?;
+    let dir = tempfile::tempdir().context("creating a temporary directory")?;
+    let so = dir.path().join("matmul_vitis.so");
+    std::fs::write(&so, &code).context("writing the Vitis-style native core")?;
+    Ok((so, dir))
+}
+
+/// The argument list of the Vitis-style matrix multiplier (A, B in; C out).
+fn vitis_control() -> Result<Control> {
+    let iface = toolchain::vitis::parse_interface(VITIS_SOURCE, ENTRY, &[])
+        .map_err(|e| anyhow!("cores/matmul/matmul_vitis.cpp: {e}"))?;
+    Ok(Control::ap_ctrl_hs(iface.args()))
 }
 
 /// A configuration image of the matrix multiplier.
@@ -118,7 +179,7 @@ pub struct MatmulImage {
 
 /// An image carrying `so` as the one artifact for `target` and the default
 /// core table for `cores` cores.
-pub fn matmul_image(target: Target, so: &Path, cores: u32) -> Result<MatmulImage> {
+pub fn matmul_image(target: Target, family: Family, so: &Path, cores: u32) -> Result<MatmulImage> {
     let code = std::fs::read(so).with_context(|| format!("reading {}", so.display()))?;
     let (kind, name) = match target {
         Target::Native => (ArtifactKind::Native, image::native_target()),
@@ -131,8 +192,21 @@ pub fn matmul_image(target: Target, so: &Path, cores: u32) -> Result<MatmulImage
         )
     })?;
     let table = image::default_core_table(cores, INPUT_SIZE as u32, OUTPUT_SIZE as u32)?;
+    let (entry, control) = match family {
+        Family::Intel => (ENTRY.to_string(), None),
+        Family::Amd => {
+            let control = vitis_control()?;
+            let entry = match target {
+                Target::Native => toolchain::vitis::parse_interface(VITIS_SOURCE, ENTRY, &[])
+                    .map_err(|e| anyhow!("{e}"))?
+                    .shim_symbol(),
+                Target::Rtl => ENTRY.to_string(),
+            };
+            (entry, Some(control))
+        }
+    };
     let img = ImageBuilder::new(ENTRY, INPUT_SIZE as u32, OUTPUT_SIZE as u32, table)
-        .artifact(name, kind, ENTRY, code)
+        .artifact_for(name, kind, entry, family, control, code)
         .build()?;
     let img = Bytes::from(img);
     Ok(MatmulImage {

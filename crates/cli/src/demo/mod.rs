@@ -20,6 +20,7 @@ use std::time::Duration;
 use anyhow::{anyhow, Result};
 use clap::{Args, ValueEnum};
 use corefarm_bench::stats::bits_per_second;
+use corefarm_cores::image::Family;
 use corefarm_cores::{Core, Isolation, LoadOptions};
 use rand::Rng;
 use serde::Serialize;
@@ -49,11 +50,12 @@ impl Target {
         }
     }
 
-    /// Loading restricted to this backend.
-    fn load_options(self, isolation: Isolation) -> LoadOptions {
+    /// Loading restricted to this backend and family.
+    fn load_options(self, family: Family, isolation: Isolation) -> LoadOptions {
         LoadOptions {
             native: self == Target::Native,
             rtl: self == Target::Rtl,
+            families: vec![family],
             isolation,
             ..LoadOptions::default()
         }
@@ -65,6 +67,12 @@ pub struct DemoArgs {
     /// Which form of the matrix multiplier the nodes run.
     #[arg(long, value_enum, default_value_t = Target::Native)]
     pub target: Target,
+    /// Which vendor's style of core: intel (cores/matmul/matmul.cpp and
+    /// matmul.v: Avalon agent, memories in the core) or amd
+    /// (matmul_vitis.cpp and matmul_axi.v: Vitis ap_ctrl_hs on AXI4-Lite, the
+    /// core reading and writing host memory through its AXI4 master).
+    #[arg(long, default_value = "intel", value_parser = parse_family)]
+    pub family: Family,
     /// Node managers in the embedded cluster.
     #[arg(long, default_value_t = 2, value_parser = clap::value_parser!(u32).range(1..=64))]
     pub nodes: u32,
@@ -99,14 +107,18 @@ pub struct DemoArgs {
     pub json: bool,
 }
 
+fn parse_family(s: &str) -> Result<Family, corefarm_cores::image::UnknownFamily> {
+    s.parse()
+}
+
 /// One core of the matrix multiplier in `so`, loaded by corefarm-cores the
 /// way a node loads it (one-core image, driver, backend), in this process:
 /// the standalone figures time the function and the simulator alone.
-fn load_one_core(target: Target, so: &Path) -> Result<Box<dyn Core>> {
-    let img = image::matmul_image(target, so, 1)?;
+fn load_one_core(target: Target, family: Family, so: &Path) -> Result<Box<dyn Core>> {
+    let img = image::matmul_image(target, family, so, 1)?;
     let loaded = corefarm_cores::load(
         &img.configuration,
-        &target.load_options(Isolation::InProcess),
+        &target.load_options(family, Isolation::InProcess),
     )
     .map_err(|e| anyhow!("loading {}: {e}", so.display()))?;
     loaded
@@ -131,13 +143,18 @@ pub fn run(args: DemoArgs) -> Result<()> {
             eprintln!("{m}");
         }
     };
-    image::check_tools(args.target)?;
+    image::check_tools(args.target, args.family)?;
     let cache = args
         .cache_dir
         .clone()
         .unwrap_or_else(image::default_cache_dir);
-    let built = image::build(args.target, &cache, &say)?;
-    let img = image::matmul_image(args.target, built.object(args.target), args.cores)?;
+    let built = image::build(args.target, args.family, &cache, &say)?;
+    let img = image::matmul_image(
+        args.target,
+        args.family,
+        built.object(args.target),
+        args.cores,
+    )?;
 
     let jobs = args.jobs.unwrap_or(match args.target {
         Target::Native => 2000,
@@ -152,6 +169,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let streamed = cluster::run(
         &cluster::ClusterSpec {
             target: args.target,
+            family: args.family,
             nodes: args.nodes,
             cores: args.cores,
         },
@@ -175,7 +193,10 @@ pub fn run(args: DemoArgs) -> Result<()> {
         Some(so) => {
             say("timing one RTL instance alone");
             let (secs, elapsed) = (args.baseline_seconds, streamed.elapsed);
-            Some(rtl::measure(so, seed, secs, jobs, elapsed, instances)?)
+            let family = args.family;
+            Some(rtl::measure(
+                so, family, seed, secs, jobs, elapsed, instances,
+            )?)
         }
         None => None,
     };
@@ -184,6 +205,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     let v = streamed.verify(seed);
     let report = Report {
         target: args.target,
+        family: args.family,
         isolation: Isolation::Process.name(),
         artifact: img.artifact,
         nodes: args.nodes,

@@ -16,6 +16,8 @@ use super::Target;
 #[derive(Debug, Serialize)]
 pub struct Report {
     pub target: Target,
+    /// `intel` or `amd`: which style of core the nodes ran.
+    pub family: corefarm_cores::image::Family,
     /// Where the nodes ran their cores: "process" or "in-process".
     pub isolation: &'static str,
     pub artifact: String,
@@ -98,7 +100,7 @@ fn print_human(r: &Report) {
         r.jobs,
         r.nodes,
         r.cores_per_node,
-        r.target.name(),
+        format_args!("{} {}", r.target.name(), r.family),
         r.isolation,
         r.count
     );

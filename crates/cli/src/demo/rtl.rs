@@ -29,13 +29,14 @@ pub struct RtlFigures {
 /// `instances` instances.
 pub fn measure(
     rtl_so: &Path,
+    family: corefarm_cores::image::Family,
     seed: u64,
     seconds: f64,
     jobs: u64,
     cluster_seconds: f64,
     instances: u32,
 ) -> Result<RtlFigures> {
-    let mut core = super::load_one_core(Target::Rtl, rtl_so)?;
+    let mut core = super::load_one_core(Target::Rtl, family, rtl_so)?;
     let mut out = vec![0u8; OUTPUT_SIZE];
     let start = Instant::now();
     let mut n = 0u64;

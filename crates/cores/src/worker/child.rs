@@ -325,7 +325,13 @@ fn load(
                 input,
                 output,
             };
-            let map = Arc::new(AddressMap::new(&[core], init.input_size, init.output_size));
+            let protocol = init.control.as_ref();
+            let map = Arc::new(AddressMap::with_control(
+                &[core],
+                init.input_size,
+                init.output_size,
+                protocol,
+            ));
             let bus = Publishing {
                 inner: RtlBus::new(lib, map, 0)?,
                 control: control as u64,
@@ -335,8 +341,15 @@ fn load(
                 timeout: Duration::from_micros(init.timeout_us),
                 poll: Duration::from_micros(init.poll_us),
             };
-            let d = Driver::new(Box::new(bus), core, init.input_size, init.output_size, opts)
-                .map_err(|e| LoadError::Backend(e.to_string()))?;
+            let d = Driver::with_control(
+                Box::new(bus),
+                core,
+                init.input_size,
+                init.output_size,
+                protocol,
+                opts,
+            )
+            .map_err(|e| LoadError::Backend(e.to_string()))?;
             Ok(Box::new(d))
         }
         k => Err(LoadError::Unsupported(format!("no worker backend {k:?}"))),
@@ -389,5 +402,8 @@ impl Bus for Publishing {
     }
     fn cycles(&self, control: u64) -> Option<u64> {
         self.inner.cycles(control)
+    }
+    fn dma_window(&self) -> Option<crate::bus::DmaWindow> {
+        self.inner.dma_window()
     }
 }

@@ -36,6 +36,9 @@ pub struct Init {
     /// Kind "spin": handler threads.
     #[serde(default)]
     pub spin_threads: u32,
+    /// The core's control protocol and arguments (`None`: the Avalon CSR).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub control: Option<crate::image::Control>,
 }
 
 /// Largest chunk or output piece in one spin datagram.
@@ -279,6 +282,7 @@ mod tests {
             slots: 3,
             spin: vec![],
             spin_threads: 0,
+            control: None,
         };
         for m in [
             Msg::Init(init),

@@ -113,6 +113,7 @@ impl HandlerWorker {
             slots: 0,
             spin: sets,
             spin_threads: threads.clamp(1, 64) as u32,
+            control: None,
         };
         Self::launch(shared, init, contexts)
     }

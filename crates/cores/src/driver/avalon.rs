@@ -1,184 +1,89 @@
-//! The one job cycle of seed 000 table 3.1, run on any [`Bus`]:
+//! Seed 000 table 3.1, the Intel HLS agent's control/status registers:
 //! write the input memory, write 1 to start (0x08), wait for done (bit 0 of
 //! 0x18), read the output memory, write 1 to 0x18 to clear done.
-//!
-//! Waiting is bounded: a core that never finishes (or never becomes idle)
-//! yields [`CoreError::Timeout`] and is reset where the bus can, instead of
-//! hanging the thread that runs its jobs.
 
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use corefarm_smp::CoreInfo;
 
+use super::Driver;
 use crate::bus::{csr, Bus, BusError};
-use crate::{Core, CoreError, CoreStats};
+use crate::CoreError;
 
-/// How long one job may take and how often to poll.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DriverOptions {
-    /// Longest a core may stay busy (or fail to signal done) for one job.
-    pub timeout: Duration,
-    /// Longest single wait between two polls of the status register.
-    pub poll: Duration,
-}
-
-impl Default for DriverOptions {
-    fn default() -> Self {
-        DriverOptions {
-            timeout: Duration::from_secs(10),
-            poll: Duration::from_millis(1),
-        }
-    }
-}
-
-/// Drives one core (its three base addresses) over a bus.
-pub struct Driver {
-    bus: Box<dyn Bus>,
-    control: u64,
+/// Where the core's memories are.
+pub(super) struct Avalon {
     input: u64,
     output: u64,
-    input_size: usize,
-    output_size: usize,
-    opts: DriverOptions,
-    use_irq: bool,
-    stats: CoreStats,
 }
 
-impl From<BusError> for CoreError {
-    fn from(e: BusError) -> Self {
-        CoreError::Failed(format!("bus error: {e}"))
-    }
-}
-
-impl Driver {
-    pub fn new(
-        bus: Box<dyn Bus>,
-        core: CoreInfo,
-        input_size: u32,
-        output_size: u32,
-        opts: DriverOptions,
-    ) -> Result<Driver, CoreError> {
-        let mut d = Driver {
-            bus,
-            control: core.control as u64,
+impl Avalon {
+    pub(super) fn new(core: CoreInfo) -> Avalon {
+        Avalon {
             input: core.input as u64,
             output: core.output as u64,
-            input_size: input_size as usize,
-            output_size: output_size as usize,
-            opts,
-            use_irq: false,
-            stats: CoreStats::default(),
-        };
-        // Interrupt-driven waiting only where the bus exposes the line.
-        if d.bus.irq(d.control).is_some() {
-            d.bus.write64(d.control + csr::INTERRUPT_ENABLE, 1)?;
-            d.use_irq = true;
         }
-        Ok(d)
-    }
-
-    /// Waits until `ready` holds, polling through the bus's wait hook.
-    /// Returns false at the deadline.
-    fn wait_until(
-        &mut self,
-        deadline: Instant,
-        mut ready: impl FnMut(&mut Self) -> Result<bool, CoreError>,
-    ) -> Result<bool, CoreError> {
-        loop {
-            if ready(self)? {
-                return Ok(true);
-            }
-            let now = Instant::now();
-            if now >= deadline {
-                // One last look: the deadline may have passed while idling.
-                return ready(self);
-            }
-            self.bus.idle(self.opts.poll.min(deadline - now));
-        }
-    }
-
-    fn timed_out(&mut self, what: &str) -> CoreError {
-        self.stats.timeouts += 1;
-        let reset = self.bus.reset(self.control);
-        if reset {
-            self.stats.resets += 1;
-        }
-        tracing::warn!(
-            control = format_args!("{:#x}", self.control),
-            reset,
-            "core {what} after {:?}",
-            self.opts.timeout
-        );
-        CoreError::Timeout(self.opts.timeout)
-    }
-
-    fn run(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
-        crate::check_job_sizes(input, output, self.input_size, self.output_size)?;
-        let (c, started) = (self.control, Instant::now());
-        let deadline = started + self.opts.timeout;
-        let cycles0 = self.bus.cycles(c);
-
-        // A core still busy (previous job, power-up) cannot accept a start.
-        let idle = self.wait_until(deadline, |d| Ok(d.bus.read64(c + csr::BUSY)? & 1 == 0))?;
-        if !idle {
-            return Err(self.timed_out("stayed busy"));
-        }
-        // A stale done bit would make the wait below return at once.
-        let clear = self.wait_until(deadline, |d| {
-            if d.bus.read64(c + csr::DONE)? & 1 == 0 {
-                return Ok(true);
-            }
-            d.bus.write64(c + csr::DONE, 1)?;
-            Ok(false)
-        })?;
-        if !clear {
-            return Err(self.timed_out("kept its done bit set"));
-        }
-
-        self.bus.write_block(self.input, input)?;
-        self.bus.write64(c + csr::START, 1)?;
-        let done = self.wait_until(deadline, |d| {
-            if d.use_irq && d.bus.irq(c) == Some(false) {
-                return Ok(false);
-            }
-            Ok(d.bus.read64(c + csr::DONE)? & 1 == 1)
-        })?;
-        if !done {
-            return Err(self.timed_out("did not finish"));
-        }
-        self.bus.read_block(self.output, output)?;
-        self.bus.write64(c + csr::DONE, 1)?;
-
-        self.stats.jobs += 1;
-        self.stats.busy += started.elapsed();
-        if let (Some(a), Some(b)) = (cycles0, self.bus.cycles(c)) {
-            self.stats.last_cycles = Some(b.saturating_sub(a));
-            self.stats.cycles = Some(
-                self.stats
-                    .cycles
-                    .unwrap_or(0)
-                    .saturating_add(b.saturating_sub(a)),
-            );
-        }
-        Ok(())
     }
 }
 
-impl Core for Driver {
-    fn process(&mut self, input: &[u8], output: &mut [u8]) -> Result<(), CoreError> {
-        self.run(input, output)
+pub(super) fn enable_interrupt(bus: &mut dyn Bus, control: u64) -> Result<(), BusError> {
+    bus.write64(control + csr::INTERRUPT_ENABLE, 1)
+}
+
+pub(super) fn run(
+    d: &mut Driver,
+    deadline: Instant,
+    input: &[u8],
+    output: &mut [u8],
+) -> Result<(), CoreError> {
+    let super::Protocol::Avalon(Avalon {
+        input: in_addr,
+        output: out_addr,
+    }) = d.protocol
+    else {
+        unreachable!("called for the Avalon protocol only")
+    };
+    let c = d.control;
+    // A core still busy (previous job, power-up) cannot accept a start.
+    let idle = d.wait_until(deadline, |d| Ok(d.bus.read64(c + csr::BUSY)? & 1 == 0))?;
+    if !idle {
+        return Err(d.timed_out("stayed busy"));
+    }
+    // A stale done bit would make the wait below return at once.
+    let clear = d.wait_until(deadline, |d| {
+        if d.bus.read64(c + csr::DONE)? & 1 == 0 {
+            return Ok(true);
+        }
+        d.bus.write64(c + csr::DONE, 1)?;
+        Ok(false)
+    })?;
+    if !clear {
+        return Err(d.timed_out("kept its done bit set"));
     }
 
-    fn stats(&self) -> CoreStats {
-        self.stats.clone()
+    d.bus.write_block(in_addr, input)?;
+    d.bus.write64(c + csr::START, 1)?;
+    let done = d.wait_until(deadline, |d| {
+        if d.use_irq && d.bus.irq(c) == Some(false) {
+            return Ok(false);
+        }
+        Ok(d.bus.read64(c + csr::DONE)? & 1 == 1)
+    })?;
+    if !done {
+        return Err(d.timed_out("did not finish"));
     }
+    d.bus.read_block(out_addr, output)?;
+    d.bus.write64(c + csr::DONE, 1)?;
+    Ok(())
 }
 
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::driver::DriverOptions;
+    use crate::Core;
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
+    use std::time::Duration;
 
     /// Behaviour of the simulated core behind [`SimBus`].
     #[derive(Clone, Copy, PartialEq, Eq, Debug)]
