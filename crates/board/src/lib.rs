@@ -1,0 +1,290 @@
+//! The Linux interfaces of a real FPGA board, as a node uses them:
+//!
+//! - [`fpga_manager`]: programming a bitstream through the kernel's FPGA
+//!   manager (`/sys/class/fpga_manager/fpga0` with `/lib/firmware`), or a
+//!   device-tree overlay that names it;
+//! - [`uio`]: a core's registers (`/dev/uioN`, the size and physical
+//!   address of `maps/map0`) and its interrupt (write 1 to enable, a
+//!   blocking read returns the interrupt count);
+//! - [`udmabuf`]: memory a bus-mastering core can reach (`/dev/udmabufN`
+//!   with its `phys_addr` and `size`).
+//!
+//! Every path is taken under a [`Root`] (`/` on a board), so the tests run
+//! against a fake tree in a temporary directory ([`fake`]). Each piece is
+//! checked when it is opened, and a missing one is refused with a
+//! [`BoardError`] that names it and says what provides it, so a node
+//! started on a board it cannot use says so at start.
+//!
+//! Nothing here is asynchronous: a core's handler thread blocks in
+//! [`uio::Uio::wait`] while its core runs.
+
+pub mod fake;
+pub mod fpga_manager;
+pub mod mapping;
+pub mod udmabuf;
+pub mod uio;
+
+use std::path::{Path, PathBuf};
+
+pub use fpga_manager::{FpgaManager, Overlay};
+pub use mapping::Mapping;
+pub use udmabuf::UdmaBuf;
+pub use uio::Uio;
+
+/// The directory the board's `/sys`, `/dev` and `/lib/firmware` are under:
+/// `/` on a board, a temporary directory in tests.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Root(PathBuf);
+
+impl Default for Root {
+    fn default() -> Self {
+        Root("/".into())
+    }
+}
+
+impl Root {
+    pub fn new(dir: impl Into<PathBuf>) -> Root {
+        Root(dir.into())
+    }
+
+    /// `rel` (an absolute board path such as `/dev/uio0`) under this root.
+    pub fn path(&self, rel: impl AsRef<Path>) -> PathBuf {
+        let rel = rel.as_ref();
+        self.0.join(rel.strip_prefix("/").unwrap_or(rel))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.0
+    }
+}
+
+/// A board interface a node depends on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Piece {
+    /// The kernel's FPGA manager (`/sys/class/fpga_manager/fpgaN`).
+    FpgaManager,
+    /// The firmware directory the FPGA manager loads from (`/lib/firmware`).
+    Firmware,
+    /// The configfs device-tree overlay interface.
+    Overlay,
+    /// A UIO device (`/dev/uioN` and `/sys/class/uio/uioN`).
+    Uio,
+    /// A u-dma-buf buffer (`/dev/udmabufN` and its sysfs attributes).
+    UdmaBuf,
+}
+
+impl Piece {
+    /// What provides the piece on a board.
+    pub fn hint(self) -> &'static str {
+        match self {
+            Piece::FpgaManager => {
+                "the kernel needs CONFIG_FPGA_MGR and the board's manager driver \
+                 (Zynq-7000: CONFIG_FPGA_MGR_ZYNQ_FPGA, Zynq UltraScale+: \
+                 CONFIG_FPGA_MGR_ZYNQMP_FPGA, Cyclone V: CONFIG_FPGA_MGR_SOCFPGA)"
+            }
+            Piece::Firmware => {
+                "the FPGA manager loads bitstreams from /lib/firmware: create it, \
+                 writable by the node's user"
+            }
+            Piece::Overlay => {
+                "mount configfs (mount -t configfs none /sys/kernel/config) on a \
+                 kernel with CONFIG_OF_OVERLAY and the configfs overlay interface"
+            }
+            Piece::Uio => {
+                "give the core's device-tree node compatible = \"generic-uio\" and \
+                 load uio_pdrv_genirq with of_id=generic-uio (modprobe \
+                 uio_pdrv_genirq of_id=generic-uio); the device must be readable \
+                 and writable by the node's user"
+            }
+            Piece::UdmaBuf => {
+                "load the u-dma-buf module with a buffer (insmod u-dma-buf.ko \
+                 udmabuf0=4194304) or declare one in the device tree; the device \
+                 must be readable and writable by the node's user"
+            }
+        }
+    }
+}
+
+impl std::fmt::Display for Piece {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Piece::FpgaManager => "the FPGA manager",
+            Piece::Firmware => "the firmware directory",
+            Piece::Overlay => "the device-tree overlay interface",
+            Piece::Uio => "UIO",
+            Piece::UdmaBuf => "u-dma-buf",
+        })
+    }
+}
+
+/// Why a board interface cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum BoardError {
+    /// A file or directory of the piece does not exist.
+    #[error("{piece} is missing: {} does not exist; {}", path.display(), piece.hint())]
+    Missing { piece: Piece, path: PathBuf },
+    /// The node's user may not open it.
+    #[error("{piece}: permission denied on {}; {}", path.display(), piece.hint())]
+    Denied { piece: Piece, path: PathBuf },
+    /// Any other failure to read, write or map it.
+    #[error("{piece}: {}: {source}", path.display())]
+    Io {
+        piece: Piece,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// An attribute that does not hold what the kernel writes there.
+    #[error("{piece}: {} reads {value:?}, not a {expected}", path.display())]
+    Malformed {
+        piece: Piece,
+        path: PathBuf,
+        value: String,
+        expected: &'static str,
+    },
+    /// The FPGA manager is not operating (after programming, or at start).
+    #[error("the FPGA manager reports state {state:?}, expected \"operating\"")]
+    NotOperating { state: String },
+    /// The overlay did not apply.
+    #[error("the device-tree overlay reports status {status:?}, expected \"applied\"")]
+    OverlayNotApplied { status: String },
+    /// No UIO device carries the name asked for.
+    #[error("no UIO device is named {name:?} (there are {found:?}); {}", Piece::Uio.hint())]
+    NoUioNamed { name: String, found: Vec<String> },
+    /// A regular file standing in for a device is shorter than its map.
+    #[error("{piece}: {} is {len} bytes, its map needs {need}", path.display())]
+    TooShort {
+        piece: Piece,
+        path: PathBuf,
+        len: u64,
+        need: u64,
+    },
+    /// An access outside a mapping, or not aligned to its width.
+    #[error(
+        "access of {len} bytes at offset {offset:#x} outside a {size:#x}-byte map or unaligned"
+    )]
+    OutOfRange { offset: u64, len: u64, size: u64 },
+}
+
+pub type Result<T, E = BoardError> = std::result::Result<T, E>;
+
+impl BoardError {
+    /// The piece an I/O error on `path` concerns, classified.
+    pub(crate) fn io(piece: Piece, path: &Path, e: std::io::Error) -> BoardError {
+        let path = path.to_path_buf();
+        match e.kind() {
+            std::io::ErrorKind::NotFound => BoardError::Missing { piece, path },
+            std::io::ErrorKind::PermissionDenied => BoardError::Denied { piece, path },
+            _ => BoardError::Io {
+                piece,
+                path,
+                source: e,
+            },
+        }
+    }
+
+    /// The piece the error names, if any.
+    pub fn piece(&self) -> Option<Piece> {
+        match self {
+            BoardError::Missing { piece, .. }
+            | BoardError::Denied { piece, .. }
+            | BoardError::Io { piece, .. }
+            | BoardError::Malformed { piece, .. }
+            | BoardError::TooShort { piece, .. } => Some(*piece),
+            BoardError::NotOperating { .. } => Some(Piece::FpgaManager),
+            BoardError::OverlayNotApplied { .. } => Some(Piece::Overlay),
+            BoardError::NoUioNamed { .. } => Some(Piece::Uio),
+            BoardError::OutOfRange { .. } => None,
+        }
+    }
+}
+
+/// Reads a sysfs attribute, trimmed.
+pub(crate) fn read_attr(piece: Piece, path: &Path) -> Result<String> {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .map_err(|e| BoardError::io(piece, path, e))
+}
+
+/// Reads a numeric sysfs attribute: `0x`-hex (UIO, u-dma-buf's
+/// `phys_addr`) or decimal (u-dma-buf's `size`).
+pub(crate) fn read_number(piece: Piece, path: &Path) -> Result<u64> {
+    let s = read_attr(piece, path)?;
+    let v = match s.strip_prefix("0x").or_else(|| s.strip_prefix("0X")) {
+        Some(h) => u64::from_str_radix(h, 16),
+        None => s.parse(),
+    };
+    v.map_err(|_| BoardError::Malformed {
+        piece,
+        path: path.to_path_buf(),
+        value: s,
+        expected: "number",
+    })
+}
+
+/// Checks that `path` exists, else refuses with the missing piece.
+pub(crate) fn require(piece: Piece, path: &Path) -> Result<()> {
+    match path.try_exists() {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(BoardError::Missing {
+            piece,
+            path: path.to_path_buf(),
+        }),
+        Err(e) => Err(BoardError::io(piece, path, e)),
+    }
+}
+
+/// The system's page size (UIO maps map N at offset N pages).
+pub fn page_size() -> u64 {
+    // SAFETY: sysconf has no preconditions.
+    let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    if p > 0 {
+        p as u64
+    } else {
+        4096
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn root_joins_board_paths() {
+        let r = Root::new("/tmp/x");
+        assert_eq!(r.path("/dev/uio0"), PathBuf::from("/tmp/x/dev/uio0"));
+        assert_eq!(
+            Root::default().path("/dev/uio0"),
+            PathBuf::from("/dev/uio0")
+        );
+    }
+
+    #[test]
+    fn numbers_read_hex_and_decimal() {
+        let t = fake::TempTree::new();
+        let p = t.root().path("/a");
+        std::fs::write(&p, "0x43c00000\n").unwrap();
+        assert_eq!(read_number(Piece::Uio, &p).unwrap(), 0x43c0_0000);
+        std::fs::write(&p, "4194304\n").unwrap();
+        assert_eq!(read_number(Piece::UdmaBuf, &p).unwrap(), 4 << 20);
+        std::fs::write(&p, "lots\n").unwrap();
+        assert!(matches!(
+            read_number(Piece::UdmaBuf, &p),
+            Err(BoardError::Malformed {
+                piece: Piece::UdmaBuf,
+                ..
+            })
+        ));
+    }
+
+    #[test]
+    fn errors_name_the_piece_and_the_remedy() {
+        let e = BoardError::Missing {
+            piece: Piece::Uio,
+            path: "/dev/uio3".into(),
+        };
+        let s = e.to_string();
+        assert!(s.contains("UIO is missing: /dev/uio3"), "{s}");
+        assert!(s.contains("generic-uio"), "{s}");
+        assert_eq!(e.piece(), Some(Piece::Uio));
+    }
+}
