@@ -117,24 +117,21 @@ impl std::fmt::Display for Piece {
     }
 }
 
-/// Why a board interface cannot be used.
-#[derive(Debug, thiserror::Error)]
+/// Why a board interface cannot be used. (Display and Error by hand: the
+/// crate keeps to std, libc and memmap2, as it is cross-built for its tests.)
+#[derive(Debug)]
 pub enum BoardError {
     /// A file or directory of the piece does not exist.
-    #[error("{piece} is missing: {} does not exist; {}", path.display(), piece.hint())]
     Missing { piece: Piece, path: PathBuf },
     /// The node's user may not open it.
-    #[error("{piece}: permission denied on {}; {}", path.display(), piece.hint())]
     Denied { piece: Piece, path: PathBuf },
     /// Any other failure to read, write or map it.
-    #[error("{piece}: {}: {source}", path.display())]
     Io {
         piece: Piece,
         path: PathBuf,
         source: std::io::Error,
     },
     /// An attribute that does not hold what the kernel writes there.
-    #[error("{piece}: {} reads {value:?}, not a {expected}", path.display())]
     Malformed {
         piece: Piece,
         path: PathBuf,
@@ -142,16 +139,12 @@ pub enum BoardError {
         expected: &'static str,
     },
     /// The FPGA manager is not operating (after programming, or at start).
-    #[error("the FPGA manager reports state {state:?}, expected \"operating\"")]
     NotOperating { state: String },
     /// The overlay did not apply.
-    #[error("the device-tree overlay reports status {status:?}, expected \"applied\"")]
     OverlayNotApplied { status: String },
     /// No UIO device carries the name asked for.
-    #[error("no UIO device is named {name:?} (there are {found:?}); {}", Piece::Uio.hint())]
     NoUioNamed { name: String, found: Vec<String> },
     /// A regular file standing in for a device is shorter than its map.
-    #[error("{piece}: {} is {len} bytes, its map needs {need}", path.display())]
     TooShort {
         piece: Piece,
         path: PathBuf,
@@ -159,10 +152,77 @@ pub enum BoardError {
         need: u64,
     },
     /// An access outside a mapping, or not aligned to its width.
-    #[error(
-        "access of {len} bytes at offset {offset:#x} outside a {size:#x}-byte map or unaligned"
-    )]
     OutOfRange { offset: u64, len: u64, size: u64 },
+}
+
+impl std::fmt::Display for BoardError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            BoardError::Missing { piece, path } => write!(
+                f,
+                "{piece} is missing: {} does not exist; {}",
+                path.display(),
+                piece.hint()
+            ),
+            BoardError::Denied { piece, path } => write!(
+                f,
+                "{piece}: permission denied on {}; {}",
+                path.display(),
+                piece.hint()
+            ),
+            BoardError::Io {
+                piece,
+                path,
+                source,
+            } => write!(f, "{piece}: {}: {source}", path.display()),
+            BoardError::Malformed {
+                piece,
+                path,
+                value,
+                expected,
+            } => write!(
+                f,
+                "{piece}: {} reads {value:?}, not a {expected}",
+                path.display()
+            ),
+            BoardError::NotOperating { state } => write!(
+                f,
+                "the FPGA manager reports state {state:?}, expected \"operating\""
+            ),
+            BoardError::OverlayNotApplied { status } => write!(
+                f,
+                "the device-tree overlay reports status {status:?}, expected \"applied\""
+            ),
+            BoardError::NoUioNamed { name, found } => write!(
+                f,
+                "no UIO device is named {name:?} (there are {found:?}); {}",
+                Piece::Uio.hint()
+            ),
+            BoardError::TooShort {
+                piece,
+                path,
+                len,
+                need,
+            } => write!(
+                f,
+                "{piece}: {} is {len} bytes, its map needs {need}",
+                path.display()
+            ),
+            BoardError::OutOfRange { offset, len, size } => write!(
+                f,
+                "access of {len} bytes at offset {offset:#x} outside a {size:#x}-byte map or unaligned"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for BoardError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            BoardError::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
 }
 
 pub type Result<T, E = BoardError> = std::result::Result<T, E>;
