@@ -1,13 +1,12 @@
 //! A fake board tree for tests: sysfs attributes as regular files, regular
-//! files standing in for `/dev/uioN` and `/dev/udmabufN` maps, and one end
-//! of a socket pair standing in for a UIO interrupt. A socket pair rather
-//! than an eventfd or a pipe because the UIO descriptor is both written
-//! (enable) and read (count) as 32-bit words: an eventfd reads 64 bits, and
-//! a pipe would hand the waiter its own enables back.
+//! files standing in for `/dev/uioN` and `/dev/udmabufN` maps, and a
+//! socket standing in for a UIO interrupt. A socket rather than an eventfd
+//! or a pipe because the UIO descriptor is both written (enable) and read
+//! (count) as 32-bit words: an eventfd reads 64 bits, and a pipe would hand
+//! the waiter its own enables back.
 
 use std::io::{Read as _, Write as _};
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
+use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
@@ -42,8 +41,9 @@ impl TempTree {
         TempTree { dir }
     }
 
+    /// The tree as a [`Root::fake`].
     pub fn root(&self) -> Root {
-        Root::new(&self.dir)
+        Root::fake(&self.dir)
     }
 
     /// An FPGA manager `name` in `state`, and `/lib/firmware`.
@@ -105,57 +105,94 @@ impl Drop for TempTree {
     }
 }
 
-/// The interrupt controller's side of a stand-in UIO interrupt.
+/// The interrupt controller's side of a stand-in UIO interrupt: a socket
+/// at `/dev/uioN.irq` that [`crate::Uio::open`] connects to under a
+/// [`Root::fake`]. Each connection is one waiter, as each open of
+/// `/dev/uioN` is.
 #[derive(Debug)]
 pub struct FakeInterrupt {
-    sock: UnixStream,
+    listener: UnixListener,
+    waiters: Vec<UnixStream>,
     count: u32,
     enables: u32,
 }
 
-/// A stand-in interrupt: the descriptor for [`crate::Uio::set_interrupt`],
-/// and the side that fires it.
-pub fn interrupt() -> (OwnedFd, FakeInterrupt) {
-    let (ours, theirs) = UnixStream::pair().expect("socket pair");
-    theirs.set_nonblocking(true).expect("non-blocking socket");
-    (
-        OwnedFd::from(ours),
+impl FakeInterrupt {
+    /// The interrupt of UIO device `index` under `root`.
+    pub fn bind(root: &Root, index: u32) -> FakeInterrupt {
+        let path = root.path(format!("/dev/uio{index}.irq"));
+        std::fs::create_dir_all(path.parent().expect("in /dev")).expect("fake tree");
+        let _ = std::fs::remove_file(&path);
+        let listener = UnixListener::bind(&path).expect("interrupt socket");
+        listener.set_nonblocking(true).expect("non-blocking socket");
         FakeInterrupt {
-            sock: theirs,
+            listener,
+            waiters: Vec::new(),
             count: 0,
             enables: 0,
-        },
-    )
-}
-
-impl FakeInterrupt {
-    /// Fires the interrupt: the waiter's read returns the new count.
-    pub fn fire(&mut self) -> std::io::Result<()> {
-        // The enables the waiter wrote are read here, so that its writes
-        // never fill the socket's buffer over a long run.
-        self.enables()?;
-        self.count = self.count.wrapping_add(1);
-        self.sock.write_all(&self.count.to_ne_bytes())
+        }
     }
 
-    /// Enables written by the waiter so far.
-    pub fn enables(&mut self) -> std::io::Result<u32> {
-        let mut b = [0u8; 256];
+    /// Takes the waiters connected since the last call, and reads the
+    /// enables they wrote (so their writes never fill a socket's buffer
+    /// over a long run).
+    fn poll(&mut self) -> std::io::Result<()> {
         loop {
-            match self.sock.read(&mut b) {
-                Ok(0) => break,
-                Ok(n) => {
-                    self.enables += b[..n]
-                        .chunks(4)
-                        .filter(|w| {
-                            w.len() == 4 && u32::from_ne_bytes((*w).try_into().unwrap()) == 1
-                        })
-                        .count() as u32
+            match self.listener.accept() {
+                Ok((s, _)) => {
+                    s.set_nonblocking(true)?;
+                    self.waiters.push(s);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
                 Err(e) => return Err(e),
             }
         }
+        let mut b = [0u8; 256];
+        for w in &mut self.waiters {
+            loop {
+                match w.read(&mut b) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        self.enables += b[..n]
+                            .chunks_exact(4)
+                            .filter(|w| w == &1u32.to_ne_bytes())
+                            .count() as u32
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Fires the interrupt: every waiter's read returns the new count.
+    pub fn fire(&mut self) -> std::io::Result<()> {
+        self.fire_if(true)
+    }
+
+    /// Fires when `fire`; either way takes new waiters and their enables.
+    pub fn fire_if(&mut self, fire: bool) -> std::io::Result<()> {
+        self.poll()?;
+        if fire {
+            self.count = self.count.wrapping_add(1);
+            let c = self.count.to_ne_bytes();
+            // A waiter that went away is dropped, as the kernel drops a
+            // closed file's listener.
+            self.waiters.retain_mut(|w| w.write_all(&c).is_ok());
+        }
+        Ok(())
+    }
+
+    /// Enables written by the waiters so far.
+    pub fn enables(&mut self) -> std::io::Result<u32> {
+        self.poll()?;
         Ok(self.enables)
+    }
+
+    /// Waiters connected so far (and still there at the last fire).
+    pub fn waiters(&mut self) -> std::io::Result<usize> {
+        self.poll()?;
+        Ok(self.waiters.len())
     }
 }

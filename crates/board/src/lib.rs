@@ -32,29 +32,50 @@ pub use udmabuf::UdmaBuf;
 pub use uio::Uio;
 
 /// The directory the board's `/sys`, `/dev` and `/lib/firmware` are under:
-/// `/` on a board, a temporary directory in tests.
+/// `/` on a board, a temporary directory in tests ([`Root::fake`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Root(PathBuf);
+pub struct Root {
+    dir: PathBuf,
+    fake_interrupts: bool,
+}
 
 impl Default for Root {
     fn default() -> Self {
-        Root("/".into())
+        Root::new("/")
     }
 }
 
 impl Root {
     pub fn new(dir: impl Into<PathBuf>) -> Root {
-        Root(dir.into())
+        Root {
+            dir: dir.into(),
+            fake_interrupts: false,
+        }
+    }
+
+    /// A fake tree ([`fake::TempTree`]): a UIO device's interrupt is a
+    /// socket at `/dev/uioN.irq` ([`fake::FakeInterrupt`]), as a regular
+    /// file standing in for `/dev/uioN` can hold its map, not its interrupt.
+    pub fn fake(dir: impl Into<PathBuf>) -> Root {
+        Root {
+            dir: dir.into(),
+            fake_interrupts: true,
+        }
+    }
+
+    /// Whether interrupts are the stand-in sockets of a fake tree.
+    pub fn has_fake_interrupts(&self) -> bool {
+        self.fake_interrupts
     }
 
     /// `rel` (an absolute board path such as `/dev/uio0`) under this root.
     pub fn path(&self, rel: impl AsRef<Path>) -> PathBuf {
         let rel = rel.as_ref();
-        self.0.join(rel.strip_prefix("/").unwrap_or(rel))
+        self.dir.join(rel.strip_prefix("/").unwrap_or(rel))
     }
 
     pub fn dir(&self) -> &Path {
-        &self.0
+        &self.dir
     }
 }
 

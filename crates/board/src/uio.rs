@@ -95,9 +95,15 @@ impl Uio {
             .write(true)
             .open(&dev)
             .map_err(|e| BoardError::io(Piece::Uio, &dev, e))?;
-        let irq = file
-            .try_clone()
-            .map_err(|e| BoardError::io(Piece::Uio, &dev, e))?;
+        let irq = if root.has_fake_interrupts() {
+            let sock = dev.with_extension("irq");
+            let s = std::os::unix::net::UnixStream::connect(&sock)
+                .map_err(|e| BoardError::io(Piece::Uio, &sock, e))?;
+            File::from(OwnedFd::from(s))
+        } else {
+            file.try_clone()
+                .map_err(|e| BoardError::io(Piece::Uio, &dev, e))?
+        };
         Ok(Uio {
             index,
             name,
@@ -165,14 +171,6 @@ impl Uio {
         )
     }
 
-    /// Replaces the interrupt with a stand-in that speaks the same 32-bit
-    /// reads and writes (one end of a socket pair, see
-    /// [`crate::fake::interrupt`]): a test's regular file can hold the
-    /// map, not the interrupt.
-    pub fn set_interrupt(&mut self, fd: OwnedFd) {
-        self.irq = File::from(fd);
-    }
-
     fn irq_error(&self, e: std::io::Error) -> BoardError {
         BoardError::Io {
             piece: Piece::Uio,
@@ -237,7 +235,7 @@ impl Uio {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::fake::{interrupt, TempTree};
+    use crate::fake::{FakeInterrupt, TempTree};
 
     #[test]
     fn maps_are_read_from_sysfs_and_mapped_from_the_device() {
@@ -245,6 +243,7 @@ mod tests {
         t.uio(0, "vadd", &[(0x43c0_0000, 0x1_0000)]);
         t.uio(1, "mmult", &[(0x43c1_0000, 0x1000), (0x43d0_0000, 0x100)]);
         let r = t.root();
+        let _irq = FakeInterrupt::bind(&r, 1);
         assert_eq!(list(&r).unwrap(), [(0, "vadd".into()), (1, "mmult".into())]);
         let u = Uio::open_named(&r, "mmult").unwrap();
         assert_eq!(u.index(), 1);
@@ -298,11 +297,11 @@ mod tests {
     fn interrupts_are_enabled_and_waited_for() {
         let t = TempTree::new();
         t.uio(0, "vadd", &[(0x43c0_0000, 0x1000)]);
-        let mut u = Uio::open(&t.root(), 0).unwrap();
-        let (fd, mut fake) = interrupt();
-        u.set_interrupt(fd);
+        let mut fake = FakeInterrupt::bind(&t.root(), 0);
+        let u = Uio::open(&t.root(), 0).unwrap();
         u.enable().unwrap();
         // Nothing fired: the wait ends at its timeout.
+        fake.fire_if(false).unwrap();
         assert_eq!(u.wait(Some(Duration::from_millis(1))).unwrap(), None);
         let h = std::thread::spawn(move || {
             fake.fire().unwrap();
