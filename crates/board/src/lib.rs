@@ -165,6 +165,8 @@ pub enum BoardError {
     OverlayNotApplied { status: String },
     /// No UIO device carries the name asked for.
     NoUioNamed { name: String, found: Vec<String> },
+    /// No UIO device maps a core's registers.
+    NoUioAt { addr: u64, found: Vec<String> },
     /// A regular file standing in for a device is shorter than its map.
     TooShort {
         piece: Piece,
@@ -217,6 +219,11 @@ impl std::fmt::Display for BoardError {
             BoardError::NoUioNamed { name, found } => write!(
                 f,
                 "no UIO device is named {name:?} (there are {found:?}); {}",
+                Piece::Uio.hint()
+            ),
+            BoardError::NoUioAt { addr, found } => write!(
+                f,
+                "no UIO device maps the registers at {addr:#x} (UIO maps: {found:?}); {}",
                 Piece::Uio.hint()
             ),
             BoardError::TooShort {
@@ -273,7 +280,7 @@ impl BoardError {
             | BoardError::TooShort { piece, .. } => Some(*piece),
             BoardError::NotOperating { .. } => Some(Piece::FpgaManager),
             BoardError::OverlayNotApplied { .. } => Some(Piece::Overlay),
-            BoardError::NoUioNamed { .. } => Some(Piece::Uio),
+            BoardError::NoUioNamed { .. } | BoardError::NoUioAt { .. } => Some(Piece::Uio),
             BoardError::OutOfRange { .. } => None,
         }
     }

@@ -72,6 +72,11 @@ impl UdmaBuf {
     pub fn mapping(&self) -> &Mapping {
         &self.map
     }
+
+    /// The mapping alone (it stays valid once the device is closed).
+    pub fn into_mapping(self) -> Mapping {
+        self.map
+    }
 }
 
 #[cfg(test)]

@@ -58,37 +58,44 @@ pub fn list(root: &Root) -> Result<Vec<(u32, String)>> {
     Ok(out)
 }
 
+/// The name and maps of UIO device `index`, from sysfs; refuses a device
+/// without a `map0` (its device-tree node has no `reg`).
+pub fn info(root: &Root, index: u32) -> Result<(String, Vec<MapInfo>)> {
+    let sys = root.path(format!("/sys/class/uio/uio{index}"));
+    require(Piece::Uio, &sys)?;
+    let name = read_attr(Piece::Uio, &sys.join("name"))?;
+    let mut maps = Vec::new();
+    for m in 0.. {
+        let dir = sys.join(format!("maps/map{m}"));
+        if !dir.exists() {
+            break;
+        }
+        let offset = dir.join("offset");
+        maps.push(MapInfo {
+            index: m,
+            addr: read_number(Piece::Uio, &dir.join("addr"))?,
+            size: read_number(Piece::Uio, &dir.join("size"))?,
+            offset: if offset.exists() {
+                read_number(Piece::Uio, &offset)?
+            } else {
+                0
+            },
+        });
+    }
+    if maps.is_empty() {
+        return Err(BoardError::Missing {
+            piece: Piece::Uio,
+            path: sys.join("maps/map0"),
+        });
+    }
+    Ok((name, maps))
+}
+
 impl Uio {
-    /// Opens `/dev/uio<index>` after reading its maps from sysfs; refuses a
-    /// device without a `map0` (its device-tree node has no `reg`).
+    /// Opens `/dev/uio<index>` after reading its maps from sysfs ([`info`]).
     pub fn open(root: &Root, index: u32) -> Result<Uio> {
         let sys = root.path(format!("/sys/class/uio/uio{index}"));
-        require(Piece::Uio, &sys)?;
-        let name = read_attr(Piece::Uio, &sys.join("name"))?;
-        let mut maps = Vec::new();
-        for m in 0.. {
-            let dir = sys.join(format!("maps/map{m}"));
-            if !dir.exists() {
-                break;
-            }
-            let offset = dir.join("offset");
-            maps.push(MapInfo {
-                index: m,
-                addr: read_number(Piece::Uio, &dir.join("addr"))?,
-                size: read_number(Piece::Uio, &dir.join("size"))?,
-                offset: if offset.exists() {
-                    read_number(Piece::Uio, &offset)?
-                } else {
-                    0
-                },
-            });
-        }
-        if maps.is_empty() {
-            return Err(BoardError::Missing {
-                piece: Piece::Uio,
-                path: sys.join("maps/map0"),
-            });
-        }
+        let (name, maps) = info(root, index)?;
         let dev = root.path(format!("/dev/uio{index}"));
         let file = std::fs::OpenOptions::new()
             .read(true)
@@ -127,12 +134,23 @@ impl Uio {
         }
     }
 
-    /// Opens every UIO device under `root`.
-    pub fn open_all(root: &Root) -> Result<Vec<Uio>> {
-        list(root)?
-            .into_iter()
-            .map(|(i, _)| Uio::open(root, i))
-            .collect()
+    /// Opens the device one of whose maps covers the physical address
+    /// `addr` (a core's control registers).
+    pub fn open_covering(root: &Root, addr: u64) -> Result<Uio> {
+        let mut found = Vec::new();
+        for (i, name) in list(root)? {
+            let (_, maps) = info(root, i)?;
+            if maps
+                .iter()
+                .any(|m| addr >= m.addr && addr - m.addr < m.size)
+            {
+                return Uio::open(root, i);
+            }
+            for m in maps {
+                found.push(format!("uio{i} {name} {:#x}+{:#x}", m.addr, m.size));
+            }
+        }
+        Err(BoardError::NoUioAt { addr, found })
     }
 
     pub fn index(&self) -> u32 {
@@ -261,6 +279,14 @@ mod tests {
         m1.write32(0x10, 7).unwrap();
         assert_eq!((m0.len(), m1.read32(0x10).unwrap()), (0x1000, 7));
         assert_eq!(m0.read32(0x10).unwrap(), 0, "map 1 lies a page further");
+        assert_eq!(Uio::open_covering(&r, 0x43d0_00f8).unwrap().index(), 1);
+        match Uio::open_covering(&r, 0x43d0_0100) {
+            Err(BoardError::NoUioAt { addr, found }) => {
+                assert_eq!(addr, 0x43d0_0100);
+                assert_eq!(found.len(), 3);
+            }
+            other => panic!("{other:?}"),
+        }
     }
 
     #[test]

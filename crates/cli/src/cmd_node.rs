@@ -168,6 +168,7 @@ impl NodeTuning {
             device_offset: self.fpga_device_offset.unwrap_or(self.fpga_base),
             base: self.fpga_base,
             span: self.fpga_span,
+            interrupts: None,
         });
         let defaults = corefarm_cores::LoadOptions::default();
         NodeOptions {

@@ -77,11 +77,13 @@ impl Driver {
         Ok(d)
     }
 
-    /// Waits until `ready` holds, polling through the bus's wait hook.
+    /// Waits until `ready` holds, polling through the bus's wait hook, or
+    /// sleeping on the core's interrupt where `irq` and the bus can.
     /// Returns false at the deadline.
     fn wait_until(
         &mut self,
         deadline: Instant,
+        irq: bool,
         mut ready: impl FnMut(&mut Self) -> Result<bool, CoreError>,
     ) -> Result<bool, CoreError> {
         loop {
@@ -93,7 +95,10 @@ impl Driver {
                 // One last look: the deadline may have passed while idling.
                 return ready(self);
             }
-            self.bus.idle(self.opts.poll.min(deadline - now));
+            let left = deadline - now;
+            if !(irq && self.use_irq && self.bus.wait_irq(self.control, left)) {
+                self.bus.idle(self.opts.poll.min(left));
+            }
         }
     }
 
@@ -119,12 +124,14 @@ impl Driver {
         let cycles0 = self.bus.cycles(c);
 
         // A core still busy (previous job, power-up) cannot accept a start.
-        let idle = self.wait_until(deadline, |d| Ok(d.bus.read64(c + csr::BUSY)? & 1 == 0))?;
+        let idle = self.wait_until(deadline, false, |d| {
+            Ok(d.bus.read64(c + csr::BUSY)? & 1 == 0)
+        })?;
         if !idle {
             return Err(self.timed_out("stayed busy"));
         }
         // A stale done bit would make the wait below return at once.
-        let clear = self.wait_until(deadline, |d| {
+        let clear = self.wait_until(deadline, false, |d| {
             if d.bus.read64(c + csr::DONE)? & 1 == 0 {
                 return Ok(true);
             }
@@ -137,7 +144,7 @@ impl Driver {
 
         self.bus.write_block(self.input, input)?;
         self.bus.write64(c + csr::START, 1)?;
-        let done = self.wait_until(deadline, |d| {
+        let done = self.wait_until(deadline, true, |d| {
             if d.use_irq && d.bus.irq(c) == Some(false) {
                 return Ok(false);
             }

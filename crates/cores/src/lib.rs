@@ -30,6 +30,7 @@ pub mod signature;
 pub mod spin;
 #[cfg(target_os = "linux")]
 pub mod worker;
+pub mod zynq;
 
 use std::time::Duration;
 
@@ -86,6 +87,9 @@ pub enum LoadError {
     /// A native artifact does not export its entry symbol.
     #[error("{0}")]
     NoEntry(native::NoEntry),
+    /// A board interface (FPGA manager, UIO, u-dma-buf) is missing or failed.
+    #[error("{0}")]
+    Board(#[from] corefarm_board::BoardError),
 }
 
 impl LoadError {
@@ -254,6 +258,9 @@ pub struct LoadOptions {
     /// The Cyclone V FPGA backend; `None` (the default) disables it, and
     /// raw bitstreams and `fpga-cyclonev` artifacts are then refused.
     pub fpga: Option<fpga::FpgaOptions>,
+    /// The AMD Zynq backend; `None` (the default) disables it, and
+    /// `fpga-zynq` artifacts are then refused.
+    pub zynq: Option<zynq::ZynqOptions>,
     /// Which artifact kind wins when an image carries several this node can run.
     pub prefer: Vec<ArtifactKind>,
     /// Job timeout and poll interval of the driver. The timeout also bounds
@@ -332,6 +339,7 @@ impl Default for LoadOptions {
             native: true,
             rtl: true,
             fpga: None,
+            zynq: None,
             prefer: vec![
                 ArtifactKind::Bitstream,
                 ArtifactKind::Native,
@@ -357,6 +365,9 @@ pub fn supported_targets(opts: &LoadOptions) -> Vec<String> {
     let mut t = Vec::new();
     if opts.fpga.is_some() {
         t.push(image::FPGA_TARGET.to_string());
+    }
+    if opts.zynq.is_some() {
+        t.push(zynq::ZYNQ_TARGET.to_string());
     }
     if opts.native && native::dlopen_works() {
         t.extend(image::native_target());
@@ -442,9 +453,10 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
     check_trust(cfg, &opts.trust)?;
 
     if !image::is_image(&cfg.bitstream) {
-        return match &opts.fpga {
-            Some(f) => fpga::load(f, cfg, &cfg.bitstream, "raw bitstream", opts.driver),
-            None => Err(LoadError::Unsupported(format!(
+        return match (&opts.fpga, &opts.zynq) {
+            (Some(f), _) => fpga::load(f, cfg, &cfg.bitstream, "raw bitstream", opts.driver),
+            (None, Some(z)) => zynq::load(z, cfg, &cfg.bitstream, "raw bitstream", opts.driver),
+            (None, None) => Err(LoadError::Unsupported(format!(
                 "configuration carries a raw FPGA bitstream ({} bytes, no corefarm image magic) \
                  but this node has no FPGA backend enabled; it runs {:?}",
                 cfg.bitstream.len(),
@@ -475,6 +487,12 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
 
     for kind in &opts.prefer {
         let target = match kind {
+            // A node has one FPGA: the Zynq's bitstream where it runs one.
+            ArtifactKind::Bitstream
+                if opts.zynq.is_some() && img.find(zynq::ZYNQ_TARGET).is_some() =>
+            {
+                Some(zynq::ZYNQ_TARGET.to_string())
+            }
             ArtifactKind::Bitstream if opts.fpga.is_some() => Some(image::FPGA_TARGET.to_string()),
             ArtifactKind::Native if opts.native => image::native_target(),
             ArtifactKind::Rtl if opts.rtl => image::rtl_target(),
@@ -500,6 +518,9 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
             ArtifactKind::Native => native_cores(&bytes, &a.entry, cfg)?,
             ArtifactKind::Rtl => rtl_cores(&bytes, &a.entry, cfg, opts.driver)?,
             ArtifactKind::Bitstream => {
+                if let (zynq::ZYNQ_TARGET, Some(z)) = (a.target.as_str(), &opts.zynq) {
+                    return zynq::load(z, cfg, &bytes, &m.name, opts.driver);
+                }
                 let f = opts.fpga.as_ref().expect("checked above");
                 return fpga::load(f, cfg, &bytes, &m.name, opts.driver);
             }
