@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
 
 ORDER = ["headline", "forwarding", "seedpeers", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
-         "collectives", "direct", "sharing", "streams", "hang", "soak"]
+         "collectives", "direct", "sharing", "streams", "irq", "hang", "soak"]
 TITLES = {
     "headline": "Headline: the user through the server, and matrix multipliers per node",
     "forwarding": "Forwarding cost and latency targets",
@@ -40,6 +40,7 @@ TITLES = {
     "direct": "A group's direct data path against the path through the server",
     "sharing": "Shared nodes (seed 002 §5.5)",
     "streams": "Streams: priority classes, head-of-line blocking, overlap",
+    "irq": "FPGA cores: completion by interrupt against polling",
     "hang": "A hung node: one node SIGSTOPped under load",
     "soak": "Soak: one hour of node kills and bad peers",
 }
@@ -65,6 +66,7 @@ FIGURES = {
     "direct": ["direct_vs_server.png"],
     "sharing": ["sharing_makespan.png", "sharing_utilisation.png"],
     "streams": ["streams_model.png"],
+    "irq": [],
     "soak": [],
 }
 
@@ -904,10 +906,37 @@ def sec_hang(doc, seed):
                            "late duplicates"], rows)]
 
 
+def sec_irq(doc, seed):
+    if not doc:
+        return []
+    prm = doc["params"]
+    by = {p["key"].get("mode") or p["key"].get("summary"): p for p in doc["points"]}
+    rows = []
+    for mode, label in (("interrupt", "UIO interrupt"), ("poll", "polling")):
+        p = by.get(mode)
+        if p and p["status"] == "ok":
+            rows.append([label, with_spread(p, "cpu_us_per_job", lambda v: f"{v:.1f}"),
+                         with_spread(p, "wakeups_per_job", lambda v: f"{v:.2f}"),
+                         with_spread(p, "wall_ms_per_job", lambda v: f"{v:.3f}")])
+        else:
+            rows.append([label, "-", "-", "-"])
+    r = by.get("poll ÷ interrupt")
+    ratio = (f"Polling costs ×{mean(r, 'cpu_ratio'):.1f} the interrupt's CPU per job and ×"
+             f"{mean(r, 'wakeups_ratio'):.1f} its wake-ups (each round's two runs side by side)."
+             if r and r["status"] == "ok" else "")
+    return [f"`corefarm bench irq`: the Zynq backend on a fake board (sysfs and devfs as files, the UIO "
+            f"interrupt a socket), a thread playing a core whose jobs take {prm['job_ms']:g} ms; "
+            f"{prm['jobs']} jobs per mode and round, {prm['rounds']} rounds, the modes alternating. CPU and "
+            f"wake-ups (voluntary context switches) are the job loop's thread's, as a node's core handler; the "
+            f"thread playing the core is not counted. Polling sleeps {prm['bus_idle_us']} µs between reads of "
+            f"the done register.", "",
+            table(["completion", "CPU µs per job", "wake-ups per job", "ms per job"], rows), "", ratio]
+
+
 SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
             "node": sec_node, "node-matmul": sec_node_matmul, "cluster": sec_cluster, "software": sec_software,
             "collectives": sec_collectives, "direct": sec_direct, "sharing": sec_sharing, "streams": sec_streams,
-            "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang}
+            "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang, "irq": sec_irq}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
@@ -926,6 +955,7 @@ READINGS = {
     "direct": "what the direct path gains over the server's.",
     "sharing": "where shared mode and co-working gain over exclusive mode, and where they cannot.",
     "streams": "which of the streams targets hold and what limits the others.",
+    "irq": "what the interrupt saves per job, and what is left.",
     "hang": "what a hung node costs its users, against the same cluster without the hang.",
     "soak": "what the soak shows about losses and leaks.",
 }

@@ -344,6 +344,9 @@ pub mod fake {
     /// polling costs the driver nothing.
     const LOOK: Duration = Duration::from_micros(50);
 
+    /// How long after a job the core watches for the driver's clear.
+    const CLEAR_WATCH: Duration = Duration::from_millis(2);
+
     /// What the core did, returned by [`FakeCore::stop`].
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct Played {
@@ -410,6 +413,17 @@ pub mod fake {
                             i.fire().expect("the fake interrupt");
                             played.interrupts += 1;
                         }
+                    }
+                    // Hardware clears done the moment the driver writes
+                    // its 1: the core watches for that write closely for a
+                    // while, so that the driver's next job does not find a
+                    // done bit a real core would have cleared.
+                    let until = std::time::Instant::now() + CLEAR_WATCH;
+                    while map.read64(ctl + csr::DONE).unwrap() != 1
+                        && std::time::Instant::now() < until
+                        && !s2.load(Ordering::SeqCst)
+                    {
+                        std::thread::yield_now();
                     }
                 }
                 played

@@ -5,6 +5,7 @@ mod classes;
 pub(crate) mod collectives;
 mod direct;
 mod hol;
+mod irq;
 mod sharing;
 mod soak;
 
@@ -56,6 +57,10 @@ pub enum BenchCmd {
     /// Poisson classes through one node's queue at loads 0.1-0.9, measured
     /// mean latency beside Cobham's formula (one JSON object).
     Classes(classes::ClassesBenchArgs),
+    /// A core's completion by interrupt against polling on a fake Zynq
+    /// board: the node's CPU per job while the core runs 1 ms jobs (one
+    /// JSON object).
+    Irq(irq::IrqArgs),
 }
 
 #[derive(Args)]
@@ -272,6 +277,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Direct(a) => direct::run(a),
         BenchCmd::Hol(a) => hol::run(a),
         BenchCmd::Classes(a) => classes::run(a),
+        BenchCmd::Irq(a) => irq::run(a),
     }
 }
 
