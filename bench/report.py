@@ -907,30 +907,28 @@ def sec_hang(doc, seed):
 
 
 def sec_irq(doc, seed):
+    """One paragraph (the document keeps within its line budget): each mode's figures and their ratio."""
     if not doc:
         return []
     prm = doc["params"]
     by = {p["key"].get("mode") or p["key"].get("summary"): p for p in doc["points"]}
-    rows = []
-    for mode, label in (("interrupt", "UIO interrupt"), ("poll", "polling")):
-        p = by.get(mode)
-        if p and p["status"] == "ok":
-            rows.append([label, with_spread(p, "cpu_us_per_job", lambda v: f"{v:.1f}"),
-                         with_spread(p, "wakeups_per_job", lambda v: f"{v:.2f}"),
-                         with_spread(p, "wall_ms_per_job", lambda v: f"{v:.3f}")])
-        else:
-            rows.append([label, "-", "-", "-"])
+
+    def mode(name, label):
+        p = by.get(name)
+        if not p or p["status"] != "ok":
+            return f"{label}: -"
+        return (f"{label}: **{with_spread(p, 'cpu_us_per_job', lambda v: f'{v:.1f} µs')}** CPU, "
+                f"{with_spread(p, 'wakeups_per_job', lambda v: f'{v:.2f}')} wake-ups, "
+                f"{with_spread(p, 'wall_ms_per_job', lambda v: f'{v:.3f} ms')} per job")
     r = by.get("poll ÷ interrupt")
-    ratio = (f"Polling costs ×{mean(r, 'cpu_ratio'):.1f} the interrupt's CPU per job and ×"
-             f"{mean(r, 'wakeups_ratio'):.1f} its wake-ups (each round's two runs side by side)."
+    ratio = (f"; polling ÷ interrupt ×{mean(r, 'cpu_ratio'):.1f} CPU, ×{mean(r, 'wakeups_ratio'):.1f} wake-ups"
              if r and r["status"] == "ok" else "")
-    return [f"`corefarm bench irq`: the Zynq backend on a fake board (sysfs and devfs as files, the UIO "
-            f"interrupt a socket), a thread playing a core whose jobs take {prm['job_ms']:g} ms; "
-            f"{prm['jobs']} jobs per mode and round, {prm['rounds']} rounds, the modes alternating. CPU and "
-            f"wake-ups (voluntary context switches) are the job loop's thread's, as a node's core handler; the "
-            f"thread playing the core is not counted. Polling sleeps {prm['bus_idle_us']} µs between reads of "
-            f"the done register.", "",
-            table(["completion", "CPU µs per job", "wake-ups per job", "ms per job"], rows), "", ratio]
+    return [f"`corefarm bench irq`: the Zynq backend on a fake board (sysfs and devfs as files, the UIO interrupt "
+            f"a socket), a thread playing a core whose jobs take {prm['job_ms']:g} ms, {prm['jobs']} jobs per mode "
+            f"and round, {prm['rounds']} rounds, the modes alternating; CPU and wake-ups (voluntary context "
+            f"switches) of the job loop's thread, as a node's core handler's; polling sleeps "
+            f"{prm['bus_idle_us']} µs between reads of the done register. "
+            f"{mode('interrupt', 'UIO interrupt')}; {mode('poll', 'polling')}{ratio}."]
 
 
 SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
