@@ -362,7 +362,7 @@ pub mod fake {
 
     impl FakeCore {
         /// Plays `core` (physical addresses) in `file`, whose offset 0 is
-        /// physical address `base`: out[i] = in[i] + 1 over `size` bytes,
+        /// physical address `base`: `out[i] = in[i] + 1` over `size` bytes,
         /// `latency` per job; fires `irq` when the core's interrupt is
         /// enabled.
         pub fn start(
