@@ -82,11 +82,18 @@ pub(crate) struct UioInterrupt {
     /// the last wait ended without it (a lost interrupt costs one
     /// [`MAX_IRQ_WAIT`], not the job).
     look: bool,
+    /// The device refused a wait (a UIO device without an interrupt fails
+    /// its reads and writes with EIO): the core is polled from then on.
+    failed: bool,
 }
 
 impl UioInterrupt {
     pub(crate) fn new(uio: Uio) -> UioInterrupt {
-        UioInterrupt { uio, look: true }
+        UioInterrupt {
+            uio,
+            look: true,
+            failed: false,
+        }
     }
 
     /// [`Bus::irq`]'s level.
@@ -98,6 +105,9 @@ impl UioInterrupt {
     /// time it fires) and sleeps on it.
     pub(crate) fn wait(&mut self, timeout: Duration) -> bool {
         self.look = true;
+        if self.failed {
+            return false;
+        }
         let r = self
             .uio
             .enable()
@@ -105,10 +115,8 @@ impl UioInterrupt {
         match r {
             Ok(_) => true,
             Err(e) => {
-                tracing::warn!(
-                    "waiting on {}: {e}; polling instead",
-                    self.uio.path().display()
-                );
+                tracing::warn!("{e}; polling this core from now on");
+                self.failed = true;
                 false
             }
         }

@@ -154,6 +154,20 @@ fn an_interrupt_that_never_comes_delays_a_job_without_failing_it() {
 }
 
 #[test]
+fn an_interrupt_that_fails_leaves_the_core_polled() {
+    let t = board();
+    // The interrupt goes away once the node opened it (as a UIO device
+    // without an interrupt fails its reads and writes): the first wait
+    // fails, and the jobs go on by polling.
+    let gone = FakeInterrupt::bind(&t.root(), 0);
+    let core = play(&t, None);
+    let mut loaded = load(&raw(b"raw-bin"), &zynq(&t, true)).unwrap();
+    drop(gone);
+    run_jobs(&mut loaded, 3);
+    assert_eq!(core.stop().jobs, 3);
+}
+
+#[test]
 fn missing_pieces_are_refused_before_the_fpga_is_programmed() {
     let firmware_attr = |t: &TempTree| {
         std::fs::read_to_string(t.root().path("/sys/class/fpga_manager/fpga0/firmware")).unwrap()
