@@ -80,7 +80,7 @@ pub struct CompareArgs {
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
     /// all (those eight), or one that `all` does not run: policies, sharing,
-    /// tls, collectives, direct, streams, seedpeers (the seed's own peers:
+    /// tls, collectives, direct, streams, irq, seedpeers (the seed's own peers:
     /// `seedpeers -- --seed-build DIR`). An experiment's own options
     /// (`--runs`, `--duration`, …) go after `--`.
     experiment: String,
