@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
 
 ORDER = ["headline", "forwarding", "seedpeers", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
-         "collectives", "direct", "sharing", "streams", "hang", "soak"]
+         "collectives", "direct", "sharing", "streams", "irq", "hang", "soak"]
 TITLES = {
     "headline": "Headline: the user through the server, and matrix multipliers per node",
     "forwarding": "Forwarding cost and latency targets",
@@ -40,6 +40,7 @@ TITLES = {
     "direct": "A group's direct data path against the path through the server",
     "sharing": "Shared nodes (seed 002 §5.5)",
     "streams": "Streams: priority classes, head-of-line blocking, overlap",
+    "irq": "FPGA cores: completion by interrupt against polling",
     "hang": "A hung node: one node SIGSTOPped under load",
     "soak": "Soak: one hour of node kills and bad peers",
 }
@@ -65,6 +66,7 @@ FIGURES = {
     "direct": ["direct_vs_server.png"],
     "sharing": ["sharing_makespan.png", "sharing_utilisation.png"],
     "streams": ["streams_model.png"],
+    "irq": [],
     "soak": [],
 }
 
@@ -932,10 +934,35 @@ def sec_hang(doc, seed):
                            "late duplicates"], rows)]
 
 
+def sec_irq(doc, seed):
+    """One paragraph (the document keeps within its line budget): each mode's figures and their ratio."""
+    if not doc:
+        return []
+    prm = doc["params"]
+    by = {p["key"].get("mode") or p["key"].get("summary"): p for p in doc["points"]}
+
+    def mode(name, label):
+        p = by.get(name)
+        if not p or p["status"] != "ok":
+            return f"{label}: -"
+        return (f"{label}: **{with_spread(p, 'cpu_us_per_job', lambda v: f'{v:.1f} µs')}** CPU, "
+                f"{with_spread(p, 'wakeups_per_job', lambda v: f'{v:.2f}')} wake-ups, "
+                f"{with_spread(p, 'wall_ms_per_job', lambda v: f'{v:.3f} ms')} per job")
+    r = by.get("poll ÷ interrupt")
+    ratio = (f"; polling ÷ interrupt ×{mean(r, 'cpu_ratio'):.1f} CPU, ×{mean(r, 'wakeups_ratio'):.1f} wake-ups"
+             if r and r["status"] == "ok" else "")
+    return [f"`corefarm bench irq`: the Zynq backend on a fake board (sysfs and devfs as files, the UIO interrupt "
+            f"a socket), a thread playing a core whose jobs take {prm['job_ms']:g} ms, {prm['jobs']} jobs per mode "
+            f"and round, {prm['rounds']} rounds, the modes alternating; CPU and wake-ups (voluntary context "
+            f"switches) of the job loop's thread, as a node's core handler's; polling sleeps "
+            f"{prm['bus_idle_us']} µs between reads of the done register. "
+            f"{mode('interrupt', 'UIO interrupt')}; {mode('poll', 'polling')}{ratio}."]
+
+
 SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
             "node": sec_node, "node-matmul": sec_node_matmul, "cluster": sec_cluster, "software": sec_software,
             "collectives": sec_collectives, "direct": sec_direct, "sharing": sec_sharing, "streams": sec_streams,
-            "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang}
+            "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang, "irq": sec_irq}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
@@ -954,6 +981,7 @@ READINGS = {
     "direct": "what the direct path gains over the server's.",
     "sharing": "where shared mode and co-working gain over exclusive mode, and where they cannot.",
     "streams": "which of the streams targets hold and what limits the others.",
+    "irq": "what the interrupt saves per job, and what is left.",
     "hang": "what a hung node costs its users, against the same cluster without the hang.",
     "soak": "what the soak shows about losses and leaks.",
 }

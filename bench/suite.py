@@ -1467,6 +1467,36 @@ RUNNERS["direct"] = exp_direct
 EXTRA.append("direct")
 
 
+def exp_irq(ctx: Context) -> dict:
+    """A core's completion by interrupt against polling (`corefarm bench irq`): a fake Zynq board (sysfs and
+    devfs as files, the UIO interrupt a socket) with a thread playing a core whose jobs take 1 ms; the node's
+    job loop runs through the Zynq backend, and its thread's CPU (getrusage RUSAGE_THREAD) and voluntary
+    context switches per job are counted, the two modes alternating round by round. Not part of `all`."""
+    binary = str(ctx.need_binary())
+    jobs = 100 if ctx.quick else 1000
+    rounds = ctx.runs if ctx.quick else max(ctx.runs, 5)
+    rec = Recorder(ctx, "irq", 3, {"job_ms": 1.0, "jobs": jobs, "rounds": rounds, "driver_poll_ms": 1.0,
+                                   "bus_idle_us": 100})
+    obj, err = run_json([binary, "bench", "irq", "--jobs", str(jobs), "--rounds", str(rounds)],
+                        timeout=60 + rounds * jobs * 0.02)
+    runs = (obj or {}).get("runs", [])
+    metrics = ("cpu_us_per_job", "wakeups_per_job", "wall_ms_per_job")
+    for mode in ("interrupt", "poll"):
+        rec.add({"mode": mode}, [{k: r[k] for k in metrics} for r in runs if r["mode"] == mode],
+                None if obj else err)
+    # Each round's two runs side by side: the ratio is what the shared machine's load does not skew.
+    pairs = list(zip(runs[0::2], runs[1::2]))
+    rec.add({"summary": "poll ÷ interrupt"},
+            [{"cpu_ratio": p["cpu_us_per_job"] / i["cpu_us_per_job"],
+              "wakeups_ratio": p["wakeups_per_job"] / i["wakeups_per_job"]} for i, p in pairs],
+            None if obj else err)
+    return rec.write()
+
+
+RUNNERS["irq"] = exp_irq
+EXTRA.append("irq")
+
+
 def exp_streams(ctx: Context) -> dict:
     """Messages as streams. `model`: two priority classes (30 % urgent) through one node's
     queue (shared mode, one message in flight per node) at offered loads 0.1-0.9, Poisson arrivals and a

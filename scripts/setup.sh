@@ -79,6 +79,8 @@ fi
 [ "$job" = test ] || exit 0
 
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
+# The board crate's tests are cross-built for aarch64 (scripts/test.sh).
+rustup target add aarch64-unknown-linux-gnu >/dev/null 2>&1 || true
 
 # The Python packages for the bindings, the tests, the plots and the API reference.
 py="${PYTHON:-python3}"

@@ -40,6 +40,14 @@ RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --r
 step "cargo test (release build, overflow checks on)"
 cargo test --workspace --release
 
+step "corefarm-board's tests, cross-built for aarch64 and run under qemu-user"
+# The board interfaces (FPGA manager, UIO, u-dma-buf) run on ARM boards: one
+# small crate, std plus libc and memmap2, so this costs seconds. The sysroot
+# of the cross compiler holds the dynamic loader qemu needs.
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
+CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
+    cargo test --release -p corefarm-board --lib --target aarch64-unknown-linux-gnu
+
 export COREFARM_BIN="$CARGO_TARGET_DIR/release/corefarm"
 
 step "python package (maturin)"

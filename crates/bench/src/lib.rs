@@ -15,6 +15,8 @@
 //!   the server), with the server's CPU.
 //! - [`hol`]: head-of-line blocking of small messages behind bulk ones on
 //!   one user link, unchunked against chunked with priority classes.
+//! - [`irq`]: a core's completion by interrupt against polling: the
+//!   node's CPU per job on a fake Zynq board.
 //! - [`classes`]: priority classes against the queueing model (seed 001 §IV).
 //! - [`soak`]: hours of load on real processes with nodes killed, users
 //!   coming and going and bad peers; checks exactly-once and flat memory.
@@ -33,6 +35,7 @@ pub mod cpu;
 pub mod direct;
 pub mod echo;
 pub mod hol;
+pub mod irq;
 pub mod node;
 pub mod sharing;
 pub mod soak;

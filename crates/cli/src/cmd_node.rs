@@ -100,13 +100,15 @@ pub struct NodeTuning {
     pub peer_listen: PeerListen,
     /// Hardware-core backends this node may load, comma-separated: native
     /// (HLS C++ compiled for this CPU), rtl (Verilog simulated by Verilator),
-    /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge). The node
-    /// announces the matching targets and refuses configurations it cannot run.
+    /// fpga (Cyclone V bitstream through the HPS-to-FPGA bridge), zynq
+    /// (AMD Zynq bitstream through the FPGA manager, UIO and u-dma-buf). The
+    /// node announces the matching targets and refuses configurations it
+    /// cannot run.
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "native,rtl",
-        value_parser = ["native", "rtl", "fpga"],
+        value_parser = ["native", "rtl", "fpga", "zynq"],
         help_heading = "Backends"
     )]
     pub backends: Vec<String>,
@@ -155,6 +157,39 @@ pub struct NodeTuning {
     /// standard input, e.g. "dd of=/dev/fpga0". It must exit 0.
     #[arg(long, default_value = "fpga-manager", value_parser = NodeTuning::parse_programmer, help_heading = "FPGA backend (--backends fpga)")]
     pub fpga_programmer: corefarm_cores::fpga::Programmer,
+    /// Wait for each core's completion on its UIO interrupt (the core's irq
+    /// wired to the HPS, a generic-uio device-tree node whose reg covers the
+    /// core's CSR) instead of polling its done register.
+    #[arg(long, help_heading = "FPGA backend (--backends fpga)")]
+    pub fpga_interrupts: bool,
+    /// The FPGA manager under /sys/class/fpga_manager that programs the
+    /// Zynq's bitstream (written to /lib/firmware).
+    #[arg(
+        long,
+        default_value = "fpga0",
+        help_heading = "Zynq backend (--backends zynq)"
+    )]
+    pub zynq_fpga_manager: String,
+    /// The u-dma-buf buffer (/dev/NAME) shared out among the cores for their
+    /// m_axi arguments; `none` for designs whose cores do not master the bus.
+    #[arg(
+        long,
+        default_value = "udmabuf0",
+        help_heading = "Zynq backend (--backends zynq)"
+    )]
+    pub zynq_udmabuf: String,
+    /// Poll each core's done register instead of waiting on its UIO
+    /// interrupt.
+    #[arg(long, help_heading = "Zynq backend (--backends zynq)")]
+    pub zynq_poll: bool,
+    /// Directory the board's /sys, /dev and /lib/firmware are under, for
+    /// the zynq backend and --fpga-interrupts (a chroot; `/` on a board).
+    #[arg(
+        long,
+        default_value = "/",
+        help_heading = "Zynq backend (--backends zynq)"
+    )]
+    pub board_root: std::path::PathBuf,
 }
 
 fn parse_family(
@@ -188,6 +223,15 @@ impl NodeTuning {
             device_offset: self.fpga_device_offset.unwrap_or(self.fpga_base),
             base: self.fpga_base,
             span: self.fpga_span,
+            interrupts: self
+                .fpga_interrupts
+                .then(|| corefarm_board::Root::new(&self.board_root)),
+        });
+        let zynq = has("zynq").then(|| corefarm_cores::zynq::ZynqOptions {
+            root: corefarm_board::Root::new(&self.board_root),
+            fpga_manager: self.zynq_fpga_manager.clone(),
+            udmabuf: (self.zynq_udmabuf != "none").then(|| self.zynq_udmabuf.clone()),
+            interrupts: !self.zynq_poll,
         });
         let defaults = corefarm_cores::LoadOptions::default();
         NodeOptions {
@@ -203,6 +247,7 @@ impl NodeTuning {
                 rtl: has("rtl"),
                 fpga,
                 families: self.families.clone(),
+                zynq,
                 driver: corefarm_cores::DriverOptions {
                     timeout: Duration::from_secs_f64(self.core_timeout),
                     ..defaults.driver
@@ -270,6 +315,10 @@ pub fn run_node(args: NodeArgs) -> anyhow::Result<()> {
         if let Some(f) = &opts.load.fpga {
             f.check()
                 .map_err(|e| anyhow::anyhow!("--backends fpga: {e} (--fpga-device)"))?;
+        }
+        if let Some(z) = &opts.load.zynq {
+            z.check()
+                .map_err(|e| anyhow::anyhow!("--backends zynq: {e}"))?;
         }
         opts.secret = secret;
         opts.tls = args.tls.load()?;

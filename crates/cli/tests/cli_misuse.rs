@@ -408,3 +408,37 @@ fn a_node_with_an_fpga_device_it_cannot_open_is_refused_at_start() {
     std::fs::write(&small, [0u8; 64]).unwrap();
     node(small.to_str().unwrap(), "the bridge window needs");
 }
+
+/// `node --backends zynq` on a machine without the board's interfaces is
+/// refused at start, the missing piece named with what provides it.
+#[test]
+fn a_zynq_node_without_its_board_interfaces_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().to_str().unwrap();
+    let node = |needle: &str| {
+        let args = [
+            "node",
+            "--server",
+            "127.0.0.1:9",
+            "--backends",
+            "zynq",
+            "--board-root",
+            root,
+        ];
+        refused(&args, 1, needle)
+    };
+    let err = node("--backends zynq: the FPGA manager is missing");
+    assert!(err.contains("CONFIG_FPGA_MGR"), "{err}");
+    let mgr = dir.path().join("sys/class/fpga_manager/fpga0");
+    std::fs::create_dir_all(&mgr).unwrap();
+    std::fs::write(mgr.join("firmware"), "").unwrap();
+    std::fs::write(mgr.join("state"), "operating\n").unwrap();
+    std::fs::create_dir_all(dir.path().join("lib/firmware")).unwrap();
+    let err = node("--backends zynq: UIO is missing");
+    assert!(err.contains("generic-uio"), "{err}");
+    let uio = dir.path().join("sys/class/uio/uio0");
+    std::fs::create_dir_all(uio.join("maps/map0")).unwrap();
+    std::fs::write(uio.join("name"), "core\n").unwrap();
+    let err = node("--backends zynq: u-dma-buf is missing");
+    assert!(err.contains("insmod u-dma-buf.ko"), "{err}");
+}

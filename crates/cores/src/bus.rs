@@ -79,6 +79,16 @@ pub trait Bus: Send {
         None
     }
 
+    /// Blocks until the interrupt of the core at `control` fires or
+    /// `timeout` passes, on a bus that can sleep on the line (a UIO device's
+    /// blocking read); the driver reads the done register after it returns.
+    /// Returns false at once when the bus cannot: the driver then polls
+    /// through [`Bus::idle`]. Called only while a job runs and [`Bus::irq`]
+    /// is `Some`.
+    fn wait_irq(&mut self, _control: u64, _timeout: Duration) -> bool {
+        false
+    }
+
     /// Resets the core whose CSR is at `control`. Returns false when the bus
     /// cannot (e.g. the FPGA bridge has no per-core reset).
     fn reset(&mut self, _control: u64) -> bool {

@@ -2,9 +2,13 @@
 //! through a configurable programmer, mmap the HPS-to-FPGA bridge and run the
 //! same [`Driver`] over the mapped region with volatile accesses.
 //!
+//! Completion is polled, or awaited on each core's interrupt through UIO
+//! (the core's `irq` wired to the HPS's `f2h_irq0`, a `generic-uio` node
+//! whose `reg` covers the core's CSR): see [`FpgaOptions::interrupts`].
+//!
 //! NOTE: written against the documented interfaces (Linux FPGA manager,
-//! /dev/mem) and tested with a regular file standing in for the bridge; it
-//! has not been run on a DE10 board (docs/images.md).
+//! /dev/mem, UIO) and tested with regular files standing in for the bridge
+//! and the UIO map; it has not been run on a DE10 board (docs/images.md).
 
 use std::io::Write as _;
 use std::path::PathBuf;
@@ -16,6 +20,7 @@ use corefarm_smp::Configuration;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::bus::{Bus, BusError};
+use crate::zynq::UioInterrupt;
 use crate::{Core, Driver, DriverOptions, LoadError, Loaded};
 
 /// Placeholder replaced by the bitstream's path in a programmer command.
@@ -61,6 +66,10 @@ pub struct FpgaOptions {
     pub base: u64,
     /// Bytes of the bridge window.
     pub span: u64,
+    /// Wait for completion on each core's UIO interrupt, the UIO devices
+    /// found under this root (`/` on a board) by the physical address of
+    /// the core's CSR; `None` polls the done register.
+    pub interrupts: Option<corefarm_board::Root>,
 }
 
 impl Default for FpgaOptions {
@@ -71,6 +80,7 @@ impl Default for FpgaOptions {
             device_offset: 0xC000_0000,
             base: 0xC000_0000,
             span: 0x3C00_0000,
+            interrupts: None,
         }
     }
 }
@@ -194,6 +204,7 @@ fn bridge_offset(base: u64, span: u64, addr: u64, len: u64) -> Option<u64> {
 /// One core's view of the bridge.
 pub struct FpgaBus {
     bridge: Arc<Bridge>,
+    irq: Option<UioInterrupt>,
 }
 
 impl FpgaBus {
@@ -262,14 +273,34 @@ impl Bus for FpgaBus {
         // CPUs free for the other core handlers.
         std::thread::sleep(budget.min(Duration::from_micros(100)));
     }
+
+    fn irq(&mut self, _control: u64) -> Option<bool> {
+        self.irq.as_ref().map(UioInterrupt::level)
+    }
+
+    fn wait_irq(&mut self, _control: u64, timeout: Duration) -> bool {
+        self.irq.as_mut().is_some_and(|i| i.wait(timeout))
+    }
 }
 
 impl FpgaOptions {
     /// Opens the bridge device as a configuration would, and checks that a
     /// regular file covers the window: a node started with a device it
-    /// cannot use says so at start, not at its first configuration.
+    /// cannot use says so at start, not at its first configuration. With
+    /// interrupts, UIO must be there too (each core's device is found when a
+    /// configuration names the core).
     pub fn check(&self) -> Result<(), LoadError> {
-        open_device(self).map(drop)
+        open_device(self)?;
+        if let Some(root) = &self.interrupts {
+            if corefarm_board::uio::list(root)?.is_empty() {
+                return Err(corefarm_board::BoardError::Missing {
+                    piece: corefarm_board::Piece::Uio,
+                    path: root.path("/sys/class/uio/uio0"),
+                }
+                .into());
+            }
+        }
+        Ok(())
     }
 }
 
@@ -357,14 +388,29 @@ pub(crate) fn load(
             })?;
         }
     }
+    // Each core's interrupt, found before the FPGA is touched.
+    let mut irqs = Vec::new();
+    for c in &cfg.cores {
+        irqs.push(match &opts.interrupts {
+            Some(root) => {
+                let off = bridge_offset(opts.base, opts.span, c.control as u64, 8)
+                    .expect("checked above");
+                let uio = corefarm_board::Uio::open_covering(root, opts.base + off)?;
+                Some(UioInterrupt::new(uio))
+            }
+            None => None,
+        });
+    }
     program(&opts.programmer, bitstream)?;
     let bridge = Arc::new(map_bridge(opts)?);
     let cores = cfg
         .cores
         .iter()
-        .map(|c| {
+        .zip(irqs)
+        .map(|(c, irq)| {
             let bus = FpgaBus {
                 bridge: bridge.clone(),
+                irq,
             };
             let d = Driver::new(Box::new(bus), *c, cfg.input_size, cfg.output_size, dopts)
                 .map_err(|e| backend(e.to_string()))?;
@@ -373,9 +419,14 @@ pub(crate) fn load(
         .collect::<Result<Vec<_>, LoadError>>()?;
     Ok(Loaded {
         description: format!(
-            "{} × fpga {name} ({})",
+            "{} × fpga {name} ({}, {})",
             cores.len(),
-            crate::image::FPGA_TARGET
+            crate::image::FPGA_TARGET,
+            if opts.interrupts.is_some() {
+                "interrupts"
+            } else {
+                "polling"
+            }
         ),
         cores,
     })

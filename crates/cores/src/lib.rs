@@ -30,6 +30,7 @@ pub mod signature;
 pub mod spin;
 #[cfg(target_os = "linux")]
 pub mod worker;
+pub mod zynq;
 
 use std::time::Duration;
 
@@ -89,6 +90,9 @@ pub enum LoadError {
     /// A native artifact does not export its entry symbol.
     #[error("{0}")]
     NoEntry(native::NoEntry),
+    /// A board interface (FPGA manager, UIO, u-dma-buf) is missing or failed.
+    #[error("{0}")]
+    Board(#[from] corefarm_board::BoardError),
 }
 
 impl LoadError {
@@ -257,6 +261,9 @@ pub struct LoadOptions {
     /// The Cyclone V FPGA backend; `None` (the default) disables it, and
     /// raw bitstreams and `fpga-cyclonev` artifacts are then refused.
     pub fpga: Option<fpga::FpgaOptions>,
+    /// The AMD Zynq backend; `None` (the default) disables it, and
+    /// `fpga-zynq` artifacts are then refused.
+    pub zynq: Option<zynq::ZynqOptions>,
     /// Which artifact kind wins when an image carries several this node can run.
     pub prefer: Vec<ArtifactKind>,
     /// FPGA families whose native and RTL artifacts this node runs (an
@@ -339,6 +346,7 @@ impl Default for LoadOptions {
             native: true,
             rtl: true,
             fpga: None,
+            zynq: None,
             prefer: vec![
                 ArtifactKind::Bitstream,
                 ArtifactKind::Native,
@@ -365,6 +373,9 @@ pub fn supported_targets(opts: &LoadOptions) -> Vec<String> {
     let mut t = Vec::new();
     if opts.fpga.is_some() {
         t.push(image::FPGA_TARGET.to_string());
+    }
+    if opts.zynq.is_some() {
+        t.push(zynq::ZYNQ_TARGET.to_string());
     }
     if opts.native && native::dlopen_works() {
         t.extend(image::native_target());
@@ -450,9 +461,12 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
     check_trust(cfg, &opts.trust)?;
 
     if !image::is_image(&cfg.bitstream) {
-        return match &opts.fpga {
-            Some(f) => fpga::load(f, cfg, &cfg.bitstream, "raw bitstream", opts.driver),
-            None => Err(LoadError::Unsupported(format!(
+        return match (&opts.fpga, &opts.zynq) {
+            (Some(f), _) => fpga::load(f, cfg, &cfg.bitstream, "raw bitstream", opts.driver),
+            (None, Some(z)) => {
+                zynq::load(z, cfg, &cfg.bitstream, "raw bitstream", None, opts.driver)
+            }
+            (None, None) => Err(LoadError::Unsupported(format!(
                 "configuration carries a raw FPGA bitstream ({} bytes, no corefarm image magic) \
                  but this node has no FPGA backend enabled; it runs {:?}",
                 cfg.bitstream.len(),
@@ -483,6 +497,13 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
 
     for kind in &opts.prefer {
         let (target, families) = match kind {
+            // A node has one FPGA: the Zynq's bitstream where it runs one,
+            // with whichever control protocol its manifest names.
+            ArtifactKind::Bitstream
+                if opts.zynq.is_some() && img.find(zynq::ZYNQ_TARGET).is_some() =>
+            {
+                (Some(zynq::ZYNQ_TARGET.to_string()), &image::Family::ALL[..])
+            }
             // The Cyclone V backend runs Intel's bridge and CSR only.
             ArtifactKind::Bitstream if opts.fpga.is_some() => (
                 Some(image::FPGA_TARGET.to_string()),
@@ -512,6 +533,9 @@ pub fn load(cfg: &Configuration, opts: &LoadOptions) -> Result<Loaded, LoadError
             ArtifactKind::Native => native_cores(&bytes, a, cfg)?,
             ArtifactKind::Rtl => rtl_cores(&bytes, a, cfg, opts.driver)?,
             ArtifactKind::Bitstream => {
+                if let (zynq::ZYNQ_TARGET, Some(z)) = (a.target.as_str(), &opts.zynq) {
+                    return zynq::load(z, cfg, &bytes, &m.name, a.control.as_ref(), opts.driver);
+                }
                 let f = opts.fpga.as_ref().expect("checked above");
                 return fpga::load(f, cfg, &bytes, &m.name, opts.driver);
             }

@@ -113,6 +113,7 @@ fn fpga_opts(s: &Setup, programmer: Programmer, timeout_ms: u64) -> LoadOptions 
             device_offset: 0,
             base: BASE,
             span: SPAN,
+            interrupts: None,
         }),
         driver: DriverOptions {
             timeout: Duration::from_millis(timeout_ms),

@@ -25,3 +25,4 @@ mod spin_notify;
 mod spin_pool;
 mod spin_stream;
 mod spin_worker;
+mod zynq;

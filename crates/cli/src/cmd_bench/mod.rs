@@ -5,6 +5,7 @@ mod classes;
 pub(crate) mod collectives;
 mod direct;
 mod hol;
+mod irq;
 mod rtl_cores;
 mod sharing;
 mod soak;
@@ -62,6 +63,10 @@ pub enum BenchCmd {
     /// simulated cycles per second, the AXI core's memory traffic (one JSON
     /// object).
     RtlCores(rtl_cores::RtlCoresArgs),
+    /// A core's completion by interrupt against polling on a fake Zynq
+    /// board: the node's CPU per job while the core runs 1 ms jobs (one
+    /// JSON object).
+    Irq(irq::IrqArgs),
 }
 
 #[derive(Args)]
@@ -81,7 +86,7 @@ pub struct CompareArgs {
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
     /// all (those eight), or one that `all` does not run: policies, sharing,
-    /// tls, collectives, direct, streams, rtl-cores, seedpeers (the seed's own peers:
+    /// tls, collectives, direct, streams, rtl-cores, irq, seedpeers (the seed's own peers:
     /// `seedpeers -- --seed-build DIR`). An experiment's own options
     /// (`--runs`, `--duration`, …) go after `--`.
     experiment: String,
@@ -279,6 +284,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Hol(a) => hol::run(a),
         BenchCmd::RtlCores(a) => rtl_cores::run(a),
         BenchCmd::Classes(a) => classes::run(a),
+        BenchCmd::Irq(a) => irq::run(a),
     }
 }
 

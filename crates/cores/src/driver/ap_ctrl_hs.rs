@@ -147,7 +147,7 @@ pub(super) fn run(
 ) -> Result<(), CoreError> {
     let c = d.control;
     // Reading control also clears a done bit left from the last job.
-    let idle = d.wait_until(deadline, |d| {
+    let idle = d.wait_until(deadline, false, |d| {
         Ok(ctrl(d.bus.read64(c + reg::CTRL)?) & reg::AP_IDLE != 0)
     })?;
     if !idle {
@@ -178,7 +178,7 @@ pub(super) fn run(
     d.bus
         .write64(c + reg::CTRL, u64::from(reg::AP_START) | gie << 32)?;
 
-    let done = d.wait_until(deadline, |d| {
+    let done = d.wait_until(deadline, true, |d| {
         if d.use_irq && d.bus.irq(c) == Some(false) {
             return Ok(false);
         }

@@ -44,12 +44,14 @@ pub(super) fn run(
     };
     let c = d.control;
     // A core still busy (previous job, power-up) cannot accept a start.
-    let idle = d.wait_until(deadline, |d| Ok(d.bus.read64(c + csr::BUSY)? & 1 == 0))?;
+    let idle = d.wait_until(deadline, false, |d| {
+        Ok(d.bus.read64(c + csr::BUSY)? & 1 == 0)
+    })?;
     if !idle {
         return Err(d.timed_out("stayed busy"));
     }
     // A stale done bit would make the wait below return at once.
-    let clear = d.wait_until(deadline, |d| {
+    let clear = d.wait_until(deadline, false, |d| {
         if d.bus.read64(c + csr::DONE)? & 1 == 0 {
             return Ok(true);
         }
@@ -62,7 +64,7 @@ pub(super) fn run(
 
     d.bus.write_block(in_addr, input)?;
     d.bus.write64(c + csr::START, 1)?;
-    let done = d.wait_until(deadline, |d| {
+    let done = d.wait_until(deadline, true, |d| {
         if d.use_irq && d.bus.irq(c) == Some(false) {
             return Ok(false);
         }

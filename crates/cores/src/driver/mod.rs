@@ -131,11 +131,13 @@ impl Driver {
         })
     }
 
-    /// Waits until `ready` holds, polling through the bus's wait hook.
+    /// Waits until `ready` holds, polling through the bus's wait hook, or
+    /// sleeping on the core's interrupt where `irq` and the bus can.
     /// Returns false at the deadline.
     fn wait_until(
         &mut self,
         deadline: Instant,
+        irq: bool,
         mut ready: impl FnMut(&mut Self) -> Result<bool, CoreError>,
     ) -> Result<bool, CoreError> {
         loop {
@@ -147,7 +149,10 @@ impl Driver {
                 // One last look: the deadline may have passed while idling.
                 return ready(self);
             }
-            self.bus.idle(self.opts.poll.min(deadline - now));
+            let left = deadline - now;
+            if !(irq && self.use_irq && self.bus.wait_irq(self.control, left)) {
+                self.bus.idle(self.opts.poll.min(left));
+            }
         }
     }
 

@@ -98,6 +98,7 @@ fn run() -> Result<(), String> {
                 LoadError::Unsupported(w) => (RefusalKind::Unsupported, w),
                 LoadError::Invalid(w) => (RefusalKind::Invalid, w),
                 LoadError::Backend(w) => (RefusalKind::Backend, w),
+                e @ LoadError::Board(_) => (RefusalKind::Backend, e.to_string()),
                 // The node checks signatures before it starts a worker.
                 e @ LoadError::NoEntry(_) => (RefusalKind::Invalid, e.to_string()),
                 e @ (LoadError::Untrusted(_) | LoadError::HandlerSets(_)) => {
