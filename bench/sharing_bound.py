@@ -323,15 +323,16 @@ def _run_users(users, place):
     ev = [(a * 1e-6, k, 0) for k, (a, _) in enumerate(users)]
     heapq.heapify(ev)
     jct, ends = [], [0.0] * len(users)
+    # Events at the calls' issue times: a placement that reserves node time
+    # must see the calls in the order they are issued.
     while ev:
-        t, k, i = heapq.heappop(ev)
+        issue, k, i = heapq.heappop(ev)
         calls = users[k][1]
-        wait, f, inputs = calls[i]
-        issue = t + wait * 1e-6
+        _, f, inputs = calls[i]
         done = place(k, issue, f, inputs)
         jct.append(done - issue)
         if i + 1 < len(calls):
-            heapq.heappush(ev, (done, k, i + 1))
+            heapq.heappush(ev, (done + calls[i + 1][0] * 1e-6, k, i + 1))
         else:
             ends[k] = done
     return jct, ends
