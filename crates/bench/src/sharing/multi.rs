@@ -425,3 +425,42 @@ pub fn summary(r: &serde_json::Value) -> String {
         f("reprogrammings_per_s"),
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shortened `bursts` workload (4 users, 2 bursts each) in two
+    /// modes: every call completes and the report is sane (no timing
+    /// assertions: the machine may be busy).
+    #[test]
+    fn every_call_of_a_short_workload_completes_in_static_and_shared_modes() {
+        for variant in [Variant::Static, Variant::Shared] {
+            let o = MultiOptions {
+                workload: Workload::Bursts,
+                variant,
+                nodes: 4,
+                jobs: 2,
+                speedup: 1.0,
+                period_ms: 1,
+                reconfigure_delay_ms: 1,
+                seed: 5,
+                user_idle_timeout: Duration::from_secs(20),
+                quick: true,
+                no_backup: false,
+            };
+            let users = generate(&Workload::Bursts.shape(true), 5);
+            let calls: usize = users.iter().map(|u| u.calls.len()).sum();
+            let r = measure(&o).unwrap();
+            assert_eq!(r["calls"], calls, "{r}");
+            assert_eq!(r["jct_ms"].as_array().unwrap().len(), calls);
+            let (p50, p99) = (
+                r["jct_p50_ms"].as_f64().unwrap(),
+                r["jct_p99_ms"].as_f64().unwrap(),
+            );
+            assert!(0.0 < p50 && p50 <= p99, "{r}");
+            let u = r["utilisation"].as_f64().unwrap();
+            assert!(u > 0.0 && u <= 1.0, "{r}");
+        }
+    }
+}
