@@ -444,6 +444,42 @@ def plot_streams(doc, out):
 PLOTTERS["streams"] = plot_streams
 
 
+def plot_sharing_workloads(doc, out):
+    """Multi-tenant workloads: the distribution of the calls' completion times per mode (pooled over the seeds),
+    one panel per workload (rows) and programming time R (columns)."""
+    pts = [p for p in _ok(doc) if p["key"].get("part") == "workload" and p.get("jct_quantiles_ms")]
+    if not pts:
+        return []
+    workloads = [w for w in doc["params"]["workloads"] if any(p["key"]["workload"] == w for p in pts)]
+    rs = [r for r in doc["params"]["reconfigure_ms"] if any(p["key"]["reconfigure_ms"] == r for p in pts)]
+    fig, axes = plt.subplots(len(workloads), len(rs), figsize=(3.6 * len(rs), 2.8 * len(workloads)),
+                             squeeze=False, sharex=True)
+    for i, w in enumerate(workloads):
+        for j, r in enumerate(rs):
+            ax = axes[i][j]
+            for m in ("exclusive", "static", "shared", "cowork"):
+                p = next((p for p in pts if p["key"]["workload"] == w and p["key"]["reconfigure_ms"] == r
+                          and p["key"]["mode"] == m), None)
+                if p is None:
+                    continue
+                q = p["jct_quantiles_ms"]
+                ax.plot([max(x, 0.1) for x in q], [k / (len(q) - 1) for k in range(len(q))], label=m,
+                        color=SHARING_COLORS[m])
+            ax.set_xscale("log")
+            ax.set_title(f"{w}, R = {r} ms", fontsize=9)
+            if i == len(workloads) - 1:
+                ax.set_xlabel("call completion time (ms)")
+            if j == 0:
+                ax.set_ylabel("share of calls")
+            ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    return [_save(fig, out, "sharing_workloads_jct.png", "Calls' completion time per mode "
+                  f"({doc['params']['nodes']} nodes)", doc["machine"])]
+
+
+PLOTTERS["sharing-workloads"] = plot_sharing_workloads
+
+
 def plot(doc: dict, out: Path) -> list[Path]:
     f = PLOTTERS.get(doc["experiment"])
     if f is None or not _ok(doc):

@@ -1224,6 +1224,81 @@ def exp_sharing(ctx: Context) -> dict:
     return rec.write()
 
 
+WORKLOAD_METRICS = ("jct_mean_ms", "jct_p50_ms", "jct_p99_ms", "user_p50_jct_p50_ms", "user_p50_jct_p99_ms",
+                    "session_p50_s", "session_p99_s", "makespan_s", "utilisation", "nodes_busy_share",
+                    "reconfigurations", "reprogrammings_per_s", "local_share", "users", "calls")
+
+
+def _quantiles(xs: list[float], n: int = 100) -> list[float]:
+    s = sorted(xs)
+    return [s[min(len(s) - 1, int(i / n * len(s)))] for i in range(n + 1)] if s else []
+
+
+def exp_sharing_workloads(ctx: Context) -> dict:
+    """Multi-tenant workloads (`corefarm bench sharing --workload NAME --json`): arrivals, bursts and zipf64
+    on 8 simulated nodes, programming time R in 1, 10, 100 ms (P = 10 ms), each in exclusive, static, shared
+    and cowork (speedup 2) modes; one run per seed, the modes of a seed run back to back so their ratios see the
+    same machine load. Each point records the overhead-free model's figures for the same seeds
+    (bench/sharing_bound.py). Part `seed`: seed 002 §5.5's workload, exclusive beside shared, 4 and 8
+    applications at P = R = 10 ms, one run per seed, for the paired ratio and its interval.
+    `--quick`: arrivals and bursts shortened, R = 10 ms, one seed: a smoke run, not results."""
+    import sharing_bound as sb
+    binary = ctx.need_binary()
+    workloads = ["arrivals", "bursts"] if ctx.quick else list(sb.WORKLOADS)
+    rs = [10] if ctx.quick else [1, 10, 100]
+    modes = ["exclusive", "static", "shared", "cowork"]
+    seeds = list(range(1, (1 if ctx.quick else max(ctx.runs, 1)) + 1))
+    seed_apps = [] if ctx.quick else [4, 8]
+    seed_seeds = list(range(1, 2 * len(seeds) + 1))
+    rec = Recorder(ctx, "sharing-workloads", len(workloads) * len(rs) * len(modes) + 2 * len(seed_apps),
+                   {"nodes": 8, "jobs": 6, "period_ms": 10, "reconfigure_ms": rs, "workloads": workloads,
+                    "modes": modes, "seeds": seeds, "cowork_speedup": 2, "user_idle_timeout_s": 20,
+                    "seed_part": {"apps": seed_apps, "calls": 10, "functions": 16, "period_ms": 10,
+                                  "seeds": seed_seeds}})
+    for w in workloads:
+        for r in rs:
+            per_mode = {m: [] for m in modes}
+            jct = {m: [] for m in modes}
+            failure = {m: None for m in modes}
+            for seed in seeds:
+                for m in modes:
+                    if failure[m]:
+                        continue
+                    args = [str(binary), "bench", "sharing", "--json", "--workload", w, "--variant", m,
+                            "--period-ms", "10", "--reconfigure-delay-ms", str(r), "--speedup", "2",
+                            "--seed", str(seed)] + (["--quick"] if ctx.quick else [])
+                    obj, err = run_json(args, timeout=900)
+                    if obj is None:
+                        failure[m] = err or "failed"
+                        continue
+                    per_mode[m].append(dict({k: obj[k] for k in WORKLOAD_METRICS}, seed=seed))
+                    jct[m].extend(obj["jct_ms"])
+            model = [sb.multi_point(w, seed, r, quick=ctx.quick) for seed in seeds]
+            model_mean = {p: {k: statistics.fmean(x[p][k] for x in model) for k in model[0][p]}
+                          for p in ("exclusive", "static", "pool", "fair")}
+            for m in modes:
+                rec.add({"part": "workload", "workload": w, "reconfigure_ms": r, "mode": m}, per_mode[m], failure[m],
+                        {"per_seed": per_mode[m], "jct_quantiles_ms": _quantiles(jct[m]), "model": model_mean})
+    for apps in seed_apps:
+        runs = {m: [] for m in ("exclusive", "shared")}
+        failure = None
+        for seed in seed_seeds:
+            for m in ("exclusive", "shared"):
+                args = [str(binary), "bench", "sharing", "--json", "--variant", m, "--apps", str(apps),
+                        "--period-ms", "10", "--calls", "10", "--functions", "16", "--seed", str(seed)]
+                obj, err = run_json(args, timeout=600)
+                if obj is None:
+                    failure = err or "failed"
+                    break
+                runs[m].append({"seed": seed, "makespan_s": obj["makespan_s"],
+                                "reconfigurations": obj["reconfigurations"]})
+            if failure:
+                break
+        for m in ("exclusive", "shared"):
+            rec.add({"part": "seed", "apps": apps, "mode": m}, runs[m], failure, {"per_seed": runs[m]})
+    return rec.write()
+
+
 # ---------------------------------------------------------------- collectives
 
 COLL_OPS = ["bcast", "reduce", "allreduce", "allgather", "barrier", "scatter", "gather"]
@@ -1459,6 +1534,8 @@ RUNNERS = {"echo": exp_echo, "server": exp_server, "node": exp_node, "node-matmu
            "cluster": exp_cluster, "software": exp_software, "headline": exp_headline,
            "forwarding": exp_forwarding, "policies": exp_policies, "sharing": exp_sharing}
 RUNNERS["tls"] = exp_tls
+RUNNERS["sharing-workloads"] = exp_sharing_workloads
+EXTRA.append("sharing-workloads")
 
 
 RUNNERS["collectives"] = exp_collectives
@@ -2225,6 +2302,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     ctx = Context(args)
     names = EXPERIMENTS if args.experiment == "all" else [args.experiment]
+    if args.experiment == "sharing":
+        # Seed 002 §5.5's grid, then the multi-tenant workloads (also alone: sharing-workloads).
+        names = ["sharing", "sharing-workloads"]
     log(f"corefarm suite: {', '.join(names)}{' (quick)' if ctx.quick else ''} -> {ctx.out}; "
         f"binary {ctx.binary or 'NOT FOUND'}; {ctx.machine['nproc']} CPUs ({ctx.machine['cpu']})")
     failed = 0

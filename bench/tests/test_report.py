@@ -243,7 +243,7 @@ def test_counter_total_sums_one_counters_samples_only():
 
 
 def test_committed_document_is_generated_from_the_committed_results(tmp_path):
-    """docs/benchmarks.md is bench/report.py's output for bench/results (same bytes, twice), within 600 lines."""
+    """docs/benchmarks.md is bench/report.py's output for bench/results (same bytes, twice), within 800 lines."""
     root = HERE.parent.parent
     seed = json.loads((HERE.parent / "seed_figures.json").read_text())
     readings = json.loads((HERE.parent / "readings.json").read_text())
@@ -251,7 +251,9 @@ def test_committed_document_is_generated_from_the_committed_results(tmp_path):
     figs = tmp_path / "figures"
     first = report.render(HERE.parent / "results", out, figs, seed, readings)
     assert first == report.render(HERE.parent / "results", out, figs, seed, readings)
-    assert len(first.splitlines()) <= 600
+    # A guard on the page's length, not a figure: a section per experiment
+    # (about twenty) stays readable; detail belongs in the results files.
+    assert len(first.splitlines()) <= 800
     # Figures are linked from the committed figures directory, so render against it for the byte comparison.
     assert report.render(HERE.parent / "results", out, HERE.parent / "figures", seed, readings) == out.read_text()
 
@@ -286,3 +288,35 @@ def test_same_run_comparisons_are_summarised_per_metric(tmp_path):
     text = report.render(results, tmp_path / "b.md", tmp_path / "f", seed)
     assert "**headline**: 2 points, 1 regression(s), 0 improvement(s), threshold 5 %." in text
     assert "| input_bps | 2 | 0.900 | 0.810–1.000 | 1 | 0 |" in text
+
+
+def test_sharing_workloads_capture_and_the_seed_check():
+    model = {p: {"jct_mean_s": v, "jct_p50_s": v, "jct_p99_s": v, "makespan_s": 1.0}
+             for p, v in (("exclusive", 0.1), ("static", 0.2), ("pool", 0.08), ("fair", 0.02))}
+    pts = []
+    for mode, means in (("exclusive", (100.0, 100.0)), ("shared", (30.0, 40.0))):
+        p = _point({"part": "workload", "workload": "arrivals", "reconfigure_ms": 10, "mode": mode},
+                   {"jct_mean_ms": sum(means) / 2, "jct_p50_ms": 5.0, "jct_p99_ms": 90.0, "makespan_s": 6.0,
+                    "utilisation": 0.2, "reprogrammings_per_s": 3.0})
+        p.update(per_seed=[{"seed": s + 1, "jct_mean_ms": m} for s, m in enumerate(means)], model=model)
+        pts.append(p)
+    for mode, spans in (("exclusive", (1.0, 1.0, 1.0)), ("shared", (1.01, 1.02, 1.03))):
+        p = _point({"part": "seed", "apps": 4, "mode": mode}, {"makespan_s": sum(spans) / 3})
+        p["per_seed"] = [{"seed": s + 1, "makespan_s": m} for s, m in enumerate(spans)]
+        pts.append(p)
+    doc = {"params": {"workloads": ["arrivals"], "reconfigure_ms": [10], "seeds": [1, 2], "nodes": 8, "jobs": 6,
+                      "period_ms": 10, "user_idle_timeout_s": 20, "cowork_speedup": 2,
+                      "seed_part": {"apps": [4], "calls": 10, "functions": 16, "period_ms": 10}},
+           "points": pts}
+    [c] = report.workload_capture(doc)
+    # The model's best (fair, 20 ms) gains 80 % over its exclusive (100 ms); shared gains 65 %: 81 % of it.
+    assert abs(c["model_gain"] - 0.8) < 1e-9 and abs(c["gain"] - 0.65) < 1e-9
+    assert abs(c["capture"] - 0.65 / 0.8) < 1e-9
+    assert abs(c["paired"] - 0.65) < 1e-9 and c["half"] > 0
+    [s] = report.seed_part(doc)
+    assert abs(s["ratio"] - 1.02) < 1e-9 and abs(s["half"] - 4.30 * 0.01 / 3 ** 0.5) < 1e-9
+    [v] = report.sharing_workloads_verdicts(doc)
+    assert v["met"] and "1 of 1" in v["measured"] and "4 apps 1.020" in v["measured"]
+    short = "\n".join(report.sec_sharing_workloads_short(doc))
+    assert "| `arrivals` | 100 → 35 ms (80 %, 81 %) |" in short
+    assert "65 % (65 ± " in "\n".join(report.sec_sharing_workloads(doc, None))

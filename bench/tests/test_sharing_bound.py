@@ -56,3 +56,39 @@ def test_the_sweep_reports_every_point():
     for r in rows:
         assert r["partition_over_bound"]["min"] >= 1.0 - 1e-9
         assert r["pool"]["min"] <= r["pool"]["mean"] <= r["pool"]["max"]
+
+
+def test_the_multi_tenant_workloads_are_the_benchs():
+    # The same values are pinned on the Rust side
+    # (sharing/workloads.rs, the_workloads_are_pinned).
+    u = sb.generate(sb.shape("arrivals"), 1)
+    assert len(u) == 44
+    assert u[0][0] == 12_297
+    assert u[0][1][:2] == [(0, 13, 22), (295_197, 13, 4)]
+    assert sum(n * sb.wdelay_us(f) for _, c in u for _, f, n in c) == 5_611_900
+    b = sb.generate(sb.shape("bursts"), 1)
+    assert [len(c) for _, c in b] == [13, 15, 11, 37]
+
+
+def test_multi_tenant_placements_do_every_call_and_respect_the_node_time():
+    for name in sb.WORKLOADS:
+        p = sb.multi_point(name, 2, 10, quick=True)
+        for mode in ("exclusive", "static", "pool", "fair"):
+            # No call finishes faster than its work on every node at once.
+            assert p[mode]["jct_p50_s"] > 0
+            assert p[mode]["makespan_s"] >= p["node_work_s"] / 8 - 1e-9
+
+
+def test_an_idle_owner_keeps_its_nodes_until_the_timeout():
+    # Two users asking for all 8 nodes: the first calls, thinks for 1 s and
+    # calls again; the second arrives while the first thinks. With the 20 s
+    # timeout it waits for the first to leave; with 0.5 s it gets the nodes
+    # half a second into the first one's idleness.
+    users = [(0, [(0, 0, 80), (1_000_000, 0, 80)]), (100_000, [(0, 0, 80)])]
+    jct, _ = sb.multi_exclusive(users, 8, 0.0, 8, idle_timeout=20.0)
+    assert max(jct) > 0.9  # the second user waited for the first to leave
+    jct, _ = sb.multi_exclusive(users, 8, 0.0, 8, idle_timeout=0.5)
+    assert max(jct) < 0.6
+    # The fair pool serves the second user at once.
+    jct, _ = sb.multi_fair(users, 8, 0.0)
+    assert max(jct) < 0.01

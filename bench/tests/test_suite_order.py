@@ -61,3 +61,27 @@ def test_policies_take_turns_at_each_point_and_a_failed_run_restarts_only_its_cl
     assert events.count(("start", "stack")) == 2
     assert events.count(("start", "queue")) == events.count(("stop", "queue")) == 1
     assert events.count(("start", "stack")) == events.count(("stop", "stack"))
+
+
+def test_sharing_workloads_run_the_modes_of_a_seed_back_to_back_beside_the_model(monkeypatch, tmp_path):
+    order = []
+
+    def fake_run_json(args, timeout):
+        mode = args[args.index("--variant") + 1]
+        workload = args[args.index("--workload") + 1] if "--workload" in args else "seed"
+        order.append((workload, mode, args[args.index("--seed") + 1]))
+        obj = {k: 1.0 for k in suite.WORKLOAD_METRICS}
+        obj.update(jct_ms=[1.0, 2.0, 3.0], makespan_s=2.0, reconfigurations=5)
+        return obj, ""
+
+    monkeypatch.setattr(suite, "run_json", fake_run_json)
+    ctx = SimpleNamespace(quick=True, runs=1, out=tmp_path, machine={}, load={}, need_binary=lambda: "corefarm")
+    doc = suite.exp_sharing_workloads(ctx)
+    # Quick: arrivals then bursts, the four modes of the one seed back to back; no seed part.
+    assert order == [(w, m, "1") for w in ("arrivals", "bursts") for m in ("exclusive", "static", "shared", "cowork")]
+    assert all(p["status"] == "ok" for p in doc["points"]) and len(doc["points"]) == 8
+    p = doc["points"][0]
+    assert p["per_seed"][0]["seed"] == 1 and p["jct_quantiles_ms"][0] == 1.0 and p["jct_quantiles_ms"][-1] == 3.0
+    # The model's figures for the same (shortened) workload and seed.
+    assert set(p["model"]) == {"exclusive", "static", "pool", "fair"}
+    assert (tmp_path / "sharing-workloads.json").exists() and (tmp_path / "sharing-workloads.csv").exists()

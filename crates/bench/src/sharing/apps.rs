@@ -23,7 +23,7 @@ use super::{delay_us, Call};
 /// Bytes per input and per output (the benchmarking configuration's minimum).
 const SIZE: u32 = 16;
 
-fn config(f: u32) -> BenchmarkConfig {
+pub(super) fn config(f: u32) -> BenchmarkConfig {
     BenchmarkConfig {
         input_size: SIZE,
         output_size: SIZE,
@@ -32,7 +32,7 @@ fn config(f: u32) -> BenchmarkConfig {
 }
 
 /// Splits `inputs` into at most `parts` messages of whole inputs.
-fn messages(inputs: u32, parts: u32) -> Vec<Bytes> {
+pub(super) fn messages(inputs: u32, parts: u32) -> Vec<Bytes> {
     let per = inputs.div_ceil(parts.clamp(1, inputs.max(1)));
     let mut out = Vec::new();
     let mut sent = 0;
@@ -68,12 +68,18 @@ impl Software {
 }
 
 pub struct Conn {
-    w: TcpStream,
+    pub(super) w: TcpStream,
     r: FrameReader<TcpStream>,
 }
 
 impl Conn {
     pub fn open(addr: SocketAddr, nodes: Option<u32>) -> Result<Conn> {
+        Conn::open_as(addr, nodes, true)
+    }
+
+    /// `errors`: ask for the server's error lines (printed as they come);
+    /// a user that retries a refused configuration does without them.
+    pub(super) fn open_as(addr: SocketAddr, nodes: Option<u32>, errors: bool) -> Result<Conn> {
         let s = TcpStream::connect(addr).context("connecting to the embedded cluster")?;
         s.set_read_timeout(Some(Duration::from_secs(120)))?;
         s.set_nodelay(true)?;
@@ -83,14 +89,17 @@ impl Conn {
         };
         let mut h = Hello::new("user");
         h.name = Some("bench sharing".into());
-        h.features = vec![features::ERROR.into(), features::STATUS.into()];
+        h.features = vec![features::STATUS.into()];
+        if errors {
+            h.features.push(features::ERROR.into());
+        }
         h.nodes = nodes;
         write_frame(&mut c.w, h.to_frame())?;
         c.next(MsgType::Hello)?;
         Ok(c)
     }
 
-    fn next(&mut self, want: MsgType) -> Result<corefarm_smp::Frame> {
+    pub(super) fn next(&mut self, want: MsgType) -> Result<corefarm_smp::Frame> {
         loop {
             let f = self
                 .r
@@ -104,13 +113,19 @@ impl Conn {
         }
     }
 
-    fn configure(&mut self, f: u32) -> Result<()> {
-        write_frame(&mut self.w, config(f).to_configuration().to_frame()?)?;
-        let r = self.next(MsgType::ConfigurationResponse)?;
-        if !ConfigurationResponse::parse(&r.payload)?.ok() {
+    pub(super) fn configure(&mut self, f: u32) -> Result<()> {
+        if !self.try_configure(&config(f))? {
             bail!("configuration of function {f} refused");
         }
         Ok(())
+    }
+
+    /// Configures `cfg`; `false` when the server refused it (in exclusive
+    /// mode: no node became free within `--node-wait`).
+    pub(super) fn try_configure(&mut self, cfg: &BenchmarkConfig) -> Result<bool> {
+        write_frame(&mut self.w, cfg.to_configuration().to_frame()?)?;
+        let r = self.next(MsgType::ConfigurationResponse)?;
+        Ok(ConfigurationResponse::parse(&r.payload)?.ok())
     }
 }
 

@@ -22,9 +22,11 @@
 //! the N_c term only for variants that compute on the CPU.
 
 mod apps;
+pub mod multi;
 mod soft;
 #[cfg(test)]
 mod tests;
+pub mod workloads;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

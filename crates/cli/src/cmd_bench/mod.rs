@@ -85,7 +85,8 @@ pub struct CompareArgs {
 #[derive(Args)]
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
-    /// all (those eight), or one that `all` does not run: policies, sharing,
+    /// all (those eight), or one that `all` does not run: policies, sharing
+    /// (seed 002 §5.5, then the multi-tenant workloads), sharing-workloads,
     /// tls, collectives, direct, streams, rtl-cores, irq, seedpeers (the seed's own peers:
     /// `seedpeers -- --seed-build DIR`). An experiment's own options
     /// (`--runs`, `--duration`, …) go after `--`.

@@ -4,6 +4,8 @@
 use anyhow::Result;
 use clap::builder::{PossibleValuesParser, TypedValueParser};
 use clap::Args;
+use corefarm_bench::sharing::multi::{self, MultiOptions};
+use corefarm_bench::sharing::workloads::Workload;
 use corefarm_bench::sharing::{self, SharingOptions, Variant};
 
 /// The variants by name, listed in the help as clap lists an enum's.
@@ -12,8 +14,29 @@ fn parse_variant() -> impl TypedValueParser<Value = Variant> {
         .map(|s| s.parse::<Variant>().expect("a listed variant"))
 }
 
+/// `seed` or a multi-tenant workload's name.
+fn parse_workload() -> impl TypedValueParser<Value = String> {
+    let names: Vec<&'static str> = std::iter::once("seed")
+        .chain(Workload::ALL.map(Workload::name))
+        .collect();
+    PossibleValuesParser::new(names)
+}
+
 #[derive(Args)]
 pub struct SharingArgs {
+    /// seed: seed 002 §5.5's equal, always-busy applications (--apps,
+    /// --functions, --calls); arrivals, bursts or zipf64: multi-tenant
+    /// workloads generated from --seed (users arriving and leaving, bursts,
+    /// Zipf popularity, heavy-tailed call sizes; docs/sharing.md). The
+    /// multi-tenant workloads run exclusive, static, shared or cowork.
+    #[arg(long, default_value = "seed", value_parser = parse_workload())]
+    workload: String,
+    /// Multi-tenant workloads: the server's --user-idle-timeout, in seconds.
+    #[arg(long, default_value_t = 20.0)]
+    user_idle_timeout_s: f64,
+    /// Multi-tenant workloads: a shortened workload (a smoke run, not results).
+    #[arg(long)]
+    quick: bool,
     /// software, exclusive, static, shared or cowork.
     #[arg(long, default_value = "shared", value_parser = parse_variant())]
     variant: Variant,
@@ -59,6 +82,31 @@ pub struct SharingArgs {
 }
 
 pub fn run(a: SharingArgs) -> Result<()> {
+    if let Ok(workload) = a.workload.parse::<Workload>() {
+        if !(a.user_idle_timeout_s.is_finite() && a.user_idle_timeout_s > 0.0) {
+            anyhow::bail!("--user-idle-timeout-s must be positive");
+        }
+        let o = MultiOptions {
+            workload,
+            variant: a.variant,
+            nodes: a.nodes,
+            jobs: a.jobs,
+            speedup: a.speedup,
+            period_ms: a.period_ms,
+            reconfigure_delay_ms: a.reconfigure_delay_ms.unwrap_or(a.period_ms),
+            seed: a.seed,
+            user_idle_timeout: std::time::Duration::from_secs_f64(a.user_idle_timeout_s),
+            quick: a.quick,
+            no_backup: a.no_backup,
+        };
+        let r = multi::measure(&o)?;
+        if a.json {
+            println!("{r}");
+        } else {
+            println!("{}", multi::summary(&r));
+        }
+        return Ok(());
+    }
     let o = SharingOptions {
         variant: a.variant,
         nodes: a.nodes,
