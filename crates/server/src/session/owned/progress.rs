@@ -198,11 +198,13 @@ impl Owned {
         let now = Instant::now();
         n.progressed(now);
         n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
-        n.tx.entry
-            .m
-            .answered(n.outstanding() == 0, false, now.into_std());
-        self.shared.metrics.hedge_duplicate();
+        let node_time =
+            n.tx.entry
+                .m
+                .answered(n.outstanding() == 0, false, now.into_std());
         tracing::debug!(user = %self.peer, node = %n.tx.label(), "late duplicate dropped");
+        self.charge(node_time);
+        self.shared.metrics.hedge_duplicate();
         true
     }
 }
