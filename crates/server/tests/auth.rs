@@ -424,3 +424,53 @@ async fn the_client_names_its_user() {
         .expect("the client calls returned")
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_nodes_caps_the_nodes_a_user_holds_in_exclusive_mode() {
+    use corefarm_client::{Client, ClientOptions};
+    let mut a = AuthConfig::new(secret(USER), secret(NODE)).unwrap();
+    let limits = corefarm_server::auth::Limits {
+        max_nodes: Some(1),
+        ..Default::default()
+    };
+    a.add_user("bob", secret(ALICE), limits).unwrap();
+    let srv = start(ServerOptions {
+        auth: Some(Arc::new(a)),
+        ..opts()
+    })
+    .await;
+    let _n = [node(&srv, Some(NODE)), node(&srv, Some(NODE))];
+    srv.wait_free_nodes(2).await;
+    let users = srv.users.to_string();
+    let call = tokio::task::spawn_blocking(move || {
+        let o = || ClientOptions {
+            user: Some("bob".into()),
+            secret: Some(secret(ALICE)),
+            reconnect_timeout: None,
+            ..Default::default()
+        };
+        // Every free node asked for, one given.
+        let first = Client::connect(&users, o()).unwrap();
+        assert_eq!(first.nodes(), Some(1));
+        first.configure_benchmark(16, 16, 0).unwrap();
+        // A second session of bob's finds the limit reached, and is told so.
+        let second = Client::connect(&users, o()).unwrap();
+        assert_eq!(second.nodes(), Some(0));
+        let e = second
+            .configure_benchmark(16, 16, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_nodes = 1"), "{e}");
+        // The anonymous user takes the other node.
+        let anon = ClientOptions {
+            secret: Some(secret(USER)),
+            reconnect_timeout: None,
+            ..Default::default()
+        };
+        assert_eq!(Client::connect(&users, anon).unwrap().nodes(), Some(1));
+    });
+    tokio::time::timeout(LIMIT, call)
+        .await
+        .expect("the client calls returned")
+        .unwrap();
+}
