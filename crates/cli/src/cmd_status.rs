@@ -536,4 +536,33 @@ functions: 1
              nodes: 0\n\nusers: 0\n"
         );
     }
+
+    #[test]
+    fn accounts_are_a_table_after_the_others() {
+        let s = ClusterStatus {
+            policy: "credit".into(),
+            uptime_seconds: 61.0,
+            accounts: vec![corefarm_smp::AccountStatus {
+                user: "alice".into(),
+                weight: 3,
+                max_nodes: Some(2),
+                sessions: 4,
+                active: 1,
+                node_seconds: 12.5,
+                inputs: 900,
+                bytes_in: 1000,
+                bytes_out: 2000,
+                reconfigurations: 1.5,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let expected = "
+accounts: 1 (since the server started, 61 s ago)
+  USER   WEIGHT  MAX-NODES  MAX-QUEUED-B  SESSIONS  ACTIVE  NODE-S  INPUTS  BYTES-IN  BYTES-OUT  RECONFIGS
+  alice  3       2          -             4         1       12.500  900     1000      2000       1.50
+";
+        assert_eq!(accounts(&s), expected);
+        assert!(render(&s).ends_with(expected));
+    }
 }

@@ -318,4 +318,37 @@ mod tests {
         let late = a.of(&Arc::new(Tenant::named("late")));
         assert!(Arc::ptr_eq(&late, a.anonymous()));
     }
+
+    #[test]
+    fn metrics_label_accounts_by_user_and_sum_those_past_the_cap() {
+        let a = Arc::new(Accounts::default());
+        let alice = a.of(&Arc::new(Tenant::named("alice")));
+        alice.node_time(Duration::from_millis(2500));
+        alice.inputs(7);
+        alice.reconfigured(2);
+        // Past the label cap: these two share `other`.
+        for i in 0..crate::metrics::USER_SLOTS {
+            a.of(&Arc::new(Tenant::named(&format!("u{i:03}"))));
+        }
+        for late in ["zz1", "zz2"] {
+            a.of(&Arc::new(Tenant::named(late))).inputs(1);
+        }
+        let s = a.snapshot(|_| (0, 0));
+        let mut reg = corefarm_telemetry::registry();
+        let a2 = a.clone();
+        reg.register_collector(corefarm_telemetry::collector(move |enc| {
+            encode(enc, &a2, &s)
+        }));
+        let text = corefarm_telemetry::to_prometheus_text(&corefarm_telemetry::encode(&reg));
+        for line in [
+            r#"corefarm_account_node_seconds_total{user="alice"} 2.5"#,
+            r#"corefarm_account_inputs_total{user="alice"} 7"#,
+            r#"corefarm_account_inputs_total{user="other"} 2"#,
+            r#"corefarm_account_reconfigurations_total{user="alice"} 0.5"#,
+            r#"corefarm_account_bytes_total{user="alice",direction="in"} 0"#,
+        ] {
+            assert!(text.contains(line), "no {line} in\n{text}");
+        }
+        assert!(!text.contains("zz1"), "{text}");
+    }
 }
