@@ -428,7 +428,8 @@ def _as_bytes_view(data):
 
 def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legacy=False,
             name=None, io_timeout=None, secret=None, secret_file=None, tls_ca=None,
-            tls_server_name=None, chunks=False, chunk_size=None, reconnect_timeout=30.0):
+            tls_server_name=None, chunks=False, chunk_size=None, reconnect_timeout=30.0,
+            user=None):
     """Connects to a corefarm server.
 
     addr: "host:port" (port defaults to 9999), or several servers as a list
@@ -450,6 +451,10 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
     (docs/operations.md); without either, $COREFARM_SECRET or the file named
     by $COREFARM_SECRET_FILE is used when set. The secret never travels: the
     client answers the server's challenge with an HMAC of it.
+    user: the user (tenant) to act for, a `[users.<name>]` of the server's
+    auth file; the secret is then that user's own. Default: $COREFARM_USER
+    when set, else the anonymous tenant (the shared user secret). The
+    server keeps each user's share, limits and account by this name.
     tls_ca: path of the PEM file of the CA that signed the server's
     certificate, for a server with TLS on its user port (`--tls-cert`);
     tls_server_name: the name that certificate must carry (default: the
@@ -470,7 +475,8 @@ def connect(addr=f"127.0.0.1:{DEFAULT_PORT}", nodes=None, timeout=10.0, *, legac
                                    connect_timeout=timeout, io_timeout=io_timeout,
                                    secret=secret, secret_file=secret_file, tls_ca=tls_ca,
                                    tls_server_name=tls_server_name, chunks=chunks,
-                                   chunk_size=chunk_size, reconnect_timeout=reconnect_timeout))
+                                   chunk_size=chunk_size, reconnect_timeout=reconnect_timeout,
+                                   user=user))
 
 
 def _addresses(addr):

@@ -37,14 +37,15 @@ __all__ = ["connect", "AsyncClient"]
 
 async def connect(addr="127.0.0.1:9999", nodes=None, timeout=10.0, *, legacy=False,
                   name=None, io_timeout=None, secret=None, secret_file=None, tls_ca=None,
-                  tls_server_name=None, chunks=False, chunk_size=None, reconnect_timeout=30.0):
+                  tls_server_name=None, chunks=False, chunk_size=None, reconnect_timeout=30.0,
+                  user=None):
     """Like `corefarm.connect`, awaitable; returns an AsyncClient."""
     client = await _asyncio.to_thread(_connect_blocking, addr, nodes, timeout, legacy=legacy,
                                       name=name, io_timeout=io_timeout, secret=secret,
                                       secret_file=secret_file, tls_ca=tls_ca,
                                       tls_server_name=tls_server_name, chunks=chunks,
                                       chunk_size=chunk_size,
-                                      reconnect_timeout=reconnect_timeout)
+                                      reconnect_timeout=reconnect_timeout, user=user)
     return AsyncClient(client)
 
 

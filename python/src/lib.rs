@@ -410,7 +410,7 @@ pub(crate) fn client_tls(
 #[pymethods]
 impl Client {
     #[new]
-    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None, tls_ca=None, tls_server_name=None, chunks=false, chunk_size=None, reconnect_timeout=Some(30.0)))]
+    #[pyo3(signature = (addr, *, legacy=false, nodes=None, name=None, connect_timeout=Some(10.0), io_timeout=None, max_message=None, secret=None, secret_file=None, tls_ca=None, tls_server_name=None, chunks=false, chunk_size=None, reconnect_timeout=Some(30.0), user=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -428,8 +428,15 @@ impl Client {
         chunks: bool,
         chunk_size: Option<u32>,
         reconnect_timeout: Option<f64>,
+        user: Option<String>,
     ) -> PyResult<Self> {
         use corefarm_smp::auth::Secret;
+        // An explicit user, else COREFARM_USER; none: the anonymous tenant.
+        let user = match user {
+            Some(u) => corefarm_smp::auth::check_user_name(&u).map(|()| Some(u)),
+            None => corefarm_smp::auth::user_from_env(),
+        }
+        .map_err(|e| pyo3::exceptions::PyValueError::new_err(e.to_string()))?;
         // An explicit secret, else a file, else COREFARM_SECRET / COREFARM_SECRET_FILE.
         let secret = match secret {
             Some(s) => Some(Secret::new(&s)),
@@ -440,6 +447,7 @@ impl Client {
         let tls = client_tls(tls_ca, tls_server_name)?;
         let mut opts = ClientOptions {
             secret,
+            user,
             tls,
             legacy,
             nodes,

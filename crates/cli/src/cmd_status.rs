@@ -17,6 +17,11 @@ pub struct StatusArgs {
     /// Print the server's status answer as JSON (docs/protocol.md, type 0x14).
     #[arg(long)]
     pub json: bool,
+    /// Only what each user used since the server started (node-seconds,
+    /// inputs, bytes, reprogrammings), with its share and limits; with
+    /// --json, `{"uptime_seconds": …, "accounts": […]}`.
+    #[arg(long)]
+    pub accounting: bool,
     /// Seconds to wait for the connection and for the answer.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -24,6 +29,10 @@ pub struct StatusArgs {
     /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
     #[arg(long)]
     pub secret_file: Option<std::path::PathBuf>,
+    /// The user to connect as (`[users.<name>]` of the server's auth file).
+    /// Default: $COREFARM_USER, else the anonymous user.
+    #[arg(long, env = "COREFARM_USER", value_parser = crate::cmd_bench::user_name)]
+    pub user: Option<String>,
     #[command(flatten)]
     pub tls: crate::cmd_tls::ClientTlsArgs,
 }
@@ -36,16 +45,23 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let secret = corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
         .map_err(anyhow::Error::msg)?;
     let tls = args.tls.load()?;
-    let status = fetch_tls(
+    let status = fetch_as(
         &args.server,
         Duration::from_secs_f64(args.timeout),
-        secret,
+        (secret, args.user.clone()),
         tls,
     )?;
-    let text = if args.json {
-        serde_json::to_string_pretty(&status)? + "\n"
-    } else {
-        render(&status)
+    let text = match (args.accounting, args.json) {
+        (true, true) => {
+            let v = serde_json::json!({
+                "uptime_seconds": status.uptime_seconds,
+                "accounts": status.accounts,
+            });
+            serde_json::to_string_pretty(&v)? + "\n"
+        }
+        (true, false) => accounts(&status),
+        (false, true) => serde_json::to_string_pretty(&status)? + "\n",
+        (false, false) => render(&status),
     };
     use std::io::Write;
     match std::io::stdout().lock().write_all(text.as_bytes()) {
@@ -73,8 +89,19 @@ pub fn fetch_tls(
     secret: Option<corefarm_smp::auth::Secret>,
     tls: Option<corefarm_smp::tls::ClientTls>,
 ) -> anyhow::Result<ClusterStatus> {
+    fetch_as(server, timeout, (secret, None), tls)
+}
+
+/// [`fetch_tls`] as a named user (`[users.<name>]` of an auth file).
+pub fn fetch_as(
+    server: &str,
+    timeout: Duration,
+    (secret, user): (Option<corefarm_smp::auth::Secret>, Option<String>),
+    tls: Option<corefarm_smp::tls::ClientTls>,
+) -> anyhow::Result<ClusterStatus> {
     let opts = ClientOptions {
         secret,
+        user,
         tls,
         nodes: Some(0),
         name: Some("corefarm status".into()),
@@ -225,6 +252,54 @@ pub fn render(s: &ClusterStatus) -> String {
     if shared {
         out += &functions(s);
     }
+    if !s.accounts.is_empty() {
+        out += &accounts(s);
+    }
+    out
+}
+
+/// One line per user (tenant): its share, its limits and what its
+/// sessions used since the server started.
+pub fn accounts(s: &ClusterStatus) -> String {
+    let mut out = format!(
+        "\naccounts: {} (since the server started, {:.0} s ago)\n",
+        s.accounts.len(),
+        s.uptime_seconds
+    );
+    if s.accounts.is_empty() {
+        return out;
+    }
+    let mut rows = vec![row([
+        "USER",
+        "WEIGHT",
+        "MAX-NODES",
+        "MAX-QUEUED-B",
+        "SESSIONS",
+        "ACTIVE",
+        "NODE-S",
+        "INPUTS",
+        "BYTES-IN",
+        "BYTES-OUT",
+        "RECONFIGS",
+    ])];
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    for a in &s.accounts {
+        rows.push(vec![
+            a.user.clone(),
+            a.weight.to_string(),
+            or_dash(a.max_nodes.map(|n| n.to_string())),
+            or_dash(a.max_queued_bytes.map(|n| n.to_string())),
+            a.sessions.to_string(),
+            a.active.to_string(),
+            format!("{:.3}", a.node_seconds),
+            a.inputs.to_string(),
+            a.bytes_in.to_string(),
+            a.bytes_out.to_string(),
+            // Shared programmings are split among their users.
+            format!("{:.2}", a.reconfigurations),
+        ]);
+    }
+    out += &table(&rows);
     out
 }
 
@@ -460,5 +535,34 @@ functions: 1
             "policy queue, max message 16 bytes, up 0 s, re-dispatched 0, errors: none\n\n\
              nodes: 0\n\nusers: 0\n"
         );
+    }
+
+    #[test]
+    fn accounts_are_a_table_after_the_others() {
+        let s = ClusterStatus {
+            policy: "credit".into(),
+            uptime_seconds: 61.0,
+            accounts: vec![corefarm_smp::AccountStatus {
+                user: "alice".into(),
+                weight: 3,
+                max_nodes: Some(2),
+                sessions: 4,
+                active: 1,
+                node_seconds: 12.5,
+                inputs: 900,
+                bytes_in: 1000,
+                bytes_out: 2000,
+                reconfigurations: 1.5,
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let expected = "
+accounts: 1 (since the server started, 61 s ago)
+  USER   WEIGHT  MAX-NODES  MAX-QUEUED-B  SESSIONS  ACTIVE  NODE-S  INPUTS  BYTES-IN  BYTES-OUT  RECONFIGS
+  alice  3       2          -             4         1       12.500  900     1000      2000       1.50
+";
+        assert_eq!(accounts(&s), expected);
+        assert!(render(&s).ends_with(expected));
     }
 }

@@ -30,6 +30,10 @@ pub struct TopArgs {
     /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
     #[arg(long)]
     pub secret_file: Option<std::path::PathBuf>,
+    /// The user to connect as (`[users.<name>]` of the server's auth file).
+    /// Default: $COREFARM_USER, else the anonymous user.
+    #[arg(long, env = "COREFARM_USER", value_parser = crate::cmd_bench::user_name)]
+    pub user: Option<String>,
     #[command(flatten)]
     pub tls: crate::cmd_tls::ClientTlsArgs,
 }
@@ -39,6 +43,7 @@ struct Target {
     server: String,
     tls: Option<corefarm_smp::tls::ClientTls>,
     secret: Option<corefarm_smp::auth::Secret>,
+    user: Option<String>,
 }
 
 pub fn run(args: TopArgs) -> anyhow::Result<()> {
@@ -62,6 +67,7 @@ pub fn run(args: TopArgs) -> anyhow::Result<()> {
         tls: args.tls.load()?,
         secret: corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
             .map_err(anyhow::Error::msg)?,
+        user: args.user.clone(),
     };
     let mut client = Some(connect(&target)?);
     let mut terminal = ratatui::init();
@@ -114,6 +120,7 @@ fn connect(target: &Target) -> anyhow::Result<Client> {
     let opts = ClientOptions {
         tls: target.tls.clone(),
         secret: target.secret.clone(),
+        user: target.user.clone(),
         nodes: Some(0),
         name: Some("corefarm top".into()),
         connect_timeout: Some(t),
@@ -200,9 +207,10 @@ impl View {
     }
 
     pub fn draw(&self, f: &mut Frame) {
-        let [head, nodes, users, foot] = Layout::vertical([
+        let [head, nodes, users, accounts, foot] = Layout::vertical([
             Constraint::Length(2),
             Constraint::Fill(3),
+            Constraint::Fill(2),
             Constraint::Fill(2),
             Constraint::Length(1),
         ])
@@ -335,6 +343,7 @@ impl View {
                 .block(Block::bordered().title(" users ")),
             users,
         );
+        f.render_widget(account_table(s), accounts);
         let errors: Vec<String> = s
             .errors
             .iter()
@@ -352,6 +361,50 @@ impl View {
         );
         f.render_widget(Paragraph::new(footer), foot);
     }
+}
+
+/// Each user's (tenant's) account: its weight, its sessions open now, and
+/// its part of all node-seconds used since the server started.
+fn account_table(s: &ClusterStatus) -> Table<'static> {
+    let total: f64 = s.accounts.iter().map(|a| a.node_seconds).sum();
+    let rows = s.accounts.iter().map(|a| {
+        let part = if total > 0.0 {
+            a.node_seconds / total
+        } else {
+            0.0
+        };
+        Row::new(vec![
+            a.user.clone(),
+            a.weight.to_string(),
+            a.active.to_string(),
+            format!("{:.1}", a.node_seconds),
+            bar(part, 10),
+            a.inputs.to_string(),
+            format!("{:.1}", a.reconfigurations),
+        ])
+    });
+    let widths = [
+        Constraint::Min(12),
+        Constraint::Length(6),
+        Constraint::Length(6),
+        Constraint::Length(10),
+        Constraint::Length(17),
+        Constraint::Length(12),
+        Constraint::Length(9),
+    ];
+    let header = Row::new([
+        "USER",
+        "WEIGHT",
+        "ACTIVE",
+        "NODE-S",
+        "OF ALL NODE-S",
+        "INPUTS",
+        "RECONFIGS",
+    ])
+    .style(Style::default().add_modifier(Modifier::BOLD));
+    Table::new(rows, widths)
+        .header(header)
+        .block(Block::bordered().title(" accounts (since the server started) "))
 }
 
 /// `[█████░░░░░]  50%`: `width` cells, rounded down.

@@ -27,6 +27,7 @@ mod spin;
 mod spin_notify;
 mod spin_pool;
 mod status;
+mod tenants;
 mod tls;
 mod top;
 

@@ -84,6 +84,7 @@ pub(crate) fn handshake(
     };
     let mut hello = Hello::new("user");
     hello.name = opts.name.clone();
+    hello.user = opts.user.clone();
     // `any-length`: a streaming handler's result comes as emitted (Output::count);
     // `spin-notify`: its notifications come too (recv_notification).
     hello.features = [

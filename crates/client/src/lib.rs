@@ -124,6 +124,11 @@ pub struct ClientOptions {
     /// announces the `auth` feature and answers the server's challenge
     /// (see [`corefarm_smp::auth::Secret::from_env`] for the usual sources).
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// The user (tenant) to act for: a `[users.<name>]` of the server's
+    /// auth file, whose own secret `secret` then is. `None`: the anonymous
+    /// tenant, with the shared user secret. See
+    /// [`corefarm_smp::auth::user_from_env`] for `COREFARM_USER`.
+    pub user: Option<String>,
     /// TLS to the server's user port (the CA to trust and, optionally, the
     /// name its certificate carries); `None`: plain TCP. Groups take the
     /// same ([`group::GroupOptions::tls`]); the direct data path to the
@@ -154,6 +159,7 @@ impl Default for ClientOptions {
             connect_timeout: Some(Duration::from_secs(10)),
             io_timeout: None,
             secret: None,
+            user: None,
             tls: None,
             chunks: false,
             chunk_size: None,

@@ -9,22 +9,31 @@
 //!
 //! ```toml
 //! [users]
-//! secret = "…"   # held by user programs
+//! secret = "…"   # held by user programs that name no user (optional)
+//! [users.alice]  # a named user (tenant), with its own secret
+//! secret = "…"
+//! weight = 3                  # share of node time (default 1)
+//! max_nodes = 4               # optional
+//! max_queued_bytes = 1048576  # optional
 //! [nodes]
 //! secret = "…"   # held by node managers
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret, NONCE_LEN};
+use corefarm_smp::auth::{
+    check_user_name, AuthChallenge, AuthResponse, Secret, UserNameError, ANONYMOUS, NONCE_LEN,
+    USER_ENV,
+};
 use corefarm_smp::{
     hello::features, ConfigurationResponse, ErrorCode, ErrorMsg, Header, Hello, MsgType, OutFrame,
     ProtocolError, HEADER_LEN,
 };
+use corefarm_telemetry::bounded;
 use rand::RngCore;
 use serde::Deserialize;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -42,18 +51,102 @@ pub const LEGACY_NODE_WAIT: Duration = Duration::from_secs(2);
 /// Longest time spent telling a refused peer why.
 const REFUSAL_WAIT: Duration = Duration::from_secs(5);
 
+/// A tenant: who a user session acts for, with its share and limits.
+/// Named tenants come from `[users.<name>]`; the shared `[users] secret`
+/// (and a server without an auth file, for users that name none) is the
+/// anonymous one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant {
+    /// `None`: the anonymous tenant.
+    pub name: Option<String>,
+    pub limits: Limits,
+}
+
+impl Tenant {
+    /// The tenant of users that name none: weight 1, no limits.
+    pub fn anonymous() -> Self {
+        Tenant {
+            name: None,
+            limits: Limits::default(),
+        }
+    }
+
+    /// A named tenant with the default share and no limits.
+    pub fn named(name: &str) -> Self {
+        Tenant {
+            name: Some(name.to_string()),
+            limits: Limits::default(),
+        }
+    }
+
+    /// Its account's name: the user's, or [`ANONYMOUS`].
+    pub fn account(&self) -> &str {
+        self.name.as_deref().unwrap_or(ANONYMOUS)
+    }
+}
+
+/// A tenant's share of node time and its limits (`[users.<name>]`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Limits {
+    /// Its share of node time against other active users (shared mode).
+    #[serde(default = "one")]
+    pub weight: u32,
+    /// Most nodes its sessions hold at once.
+    #[serde(default)]
+    pub max_nodes: Option<u32>,
+    /// Most bytes of its data messages waiting in the server at once.
+    #[serde(default)]
+    pub max_queued_bytes: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            weight: 1,
+            max_nodes: None,
+            max_queued_bytes: None,
+        }
+    }
+}
+
 /// The secrets of an auth file.
 #[derive(Debug, Clone)]
 pub struct AuthConfig {
-    users: Secret,
+    /// The shared user secret: users that name none (the anonymous tenant).
+    users: Option<Secret>,
+    /// Named users, each with its own secret.
+    named: BTreeMap<String, (Secret, Arc<Tenant>)>,
     nodes: Secret,
+    anonymous: Arc<Tenant>,
 }
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
-    users: Role,
+    users: Users,
     nodes: Role,
+}
+
+/// `[users]`: the shared secret and/or `[users.<name>]` tables.
+#[derive(Deserialize)]
+struct Users {
+    #[serde(default)]
+    secret: Option<String>,
+    #[serde(flatten)]
+    named: BTreeMap<String, Named>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Named {
+    secret: String,
+    #[serde(flatten)]
+    limits: Limits,
 }
 
 #[derive(Deserialize)]
@@ -84,12 +177,21 @@ pub enum AuthFileError {
     /// A secret too weak to use; `role` is its table.
     #[error("[{role}]: {reason}")]
     BadSecret {
-        role: &'static str,
+        role: String,
         reason: corefarm_smp::auth::SecretError,
     },
     /// A user could then answer as a node and run code on every board.
     #[error("the user and node secrets must differ")]
     SameSecrets,
+    /// `[users.<name>]` with a name that cannot be a user's.
+    #[error("[users.{name}]: {reason}")]
+    BadName { name: String, reason: UserNameError },
+    /// A weight of 0 would give the user no node time at all.
+    #[error("[users.{0}]: weight must be at least 1")]
+    ZeroWeight(String),
+    /// Neither a shared `[users] secret` nor any `[users.<name>]`.
+    #[error("[users] needs a secret, or at least one [users.<name>] with its own")]
+    NoUsers,
 }
 
 impl AuthConfig {
@@ -99,7 +201,54 @@ impl AuthConfig {
         if users == nodes {
             return Err(AuthFileError::SameSecrets);
         }
-        Ok(AuthConfig { users, nodes })
+        Ok(AuthConfig {
+            users: Some(users),
+            named: BTreeMap::new(),
+            nodes,
+            anonymous: Arc::new(Tenant::anonymous()),
+        })
+    }
+
+    /// Named users only: users that name none are refused.
+    pub fn named_only(nodes: Secret) -> Self {
+        AuthConfig {
+            users: None,
+            named: BTreeMap::new(),
+            nodes,
+            anonymous: Arc::new(Tenant::anonymous()),
+        }
+    }
+
+    /// Adds (or replaces) the named user `name` with its own secret.
+    pub fn add_user(
+        &mut self,
+        name: &str,
+        secret: Secret,
+        limits: Limits,
+    ) -> Result<(), AuthFileError> {
+        let bad = |reason| AuthFileError::BadName {
+            name: name.to_string(),
+            reason,
+        };
+        check_user_name(name).map_err(bad)?;
+        if limits.weight == 0 {
+            return Err(AuthFileError::ZeroWeight(name.to_string()));
+        }
+        if secret == self.nodes {
+            return Err(AuthFileError::SameSecrets);
+        }
+        let tenant = Tenant {
+            name: Some(name.to_string()),
+            limits,
+        };
+        self.named
+            .insert(name.to_string(), (secret, Arc::new(tenant)));
+        Ok(())
+    }
+
+    /// Every named tenant, by name (their accounts exist from the start).
+    pub fn tenants(&self) -> impl Iterator<Item = &Arc<Tenant>> {
+        self.named.values().map(|(_, t)| t)
     }
 
     /// Reads `--auth-file`, refusing one that other users may read.
@@ -117,20 +266,78 @@ impl AuthConfig {
 
     pub fn parse(text: &str) -> Result<Self, AuthFileError> {
         let f: File = toml::from_str(text)?;
-        let secret = |role, text: &str| {
-            Secret::new(text).map_err(|reason| AuthFileError::BadSecret { role, reason })
+        let secret = |role: &str, text: &str| {
+            Secret::new(text).map_err(|reason| AuthFileError::BadSecret {
+                role: role.to_string(),
+                reason,
+            })
         };
-        let users = secret("users", &f.users.secret)?;
         let nodes = secret("nodes", &f.nodes.secret)?;
-        Self::new(users, nodes)
+        let mut cfg = match &f.users.secret {
+            Some(s) => Self::new(secret("users", s)?, nodes)?,
+            None if f.users.named.is_empty() => return Err(AuthFileError::NoUsers),
+            None => Self::named_only(nodes),
+        };
+        for (name, n) in f.users.named {
+            let s = secret(&format!("users.{name}"), &n.secret)?;
+            cfg.add_user(&name, s, n.limits)?;
+        }
+        Ok(cfg)
     }
 
-    fn secret(&self, port: Port) -> &Secret {
-        match port {
-            Port::Users => &self.users,
-            Port::Nodes => &self.nodes,
+    /// Checks a peer's answer to `nonce` against the secret its hello
+    /// claims: the node secret on the node port; on the user port the
+    /// named user's own (hello `user`), else the shared user secret.
+    /// Returns the tenant a user session acts for.
+    pub(crate) fn verify(
+        &self,
+        port: Port,
+        hello: &Hello,
+        payload: &[u8],
+        nonce: &[u8; NONCE_LEN],
+        answer: &AuthResponse,
+    ) -> Result<Option<Arc<Tenant>>, Denied> {
+        let want = role(port);
+        let (secret, tenant) = match (port, &hello.user) {
+            (Port::Nodes, _) => (&self.nodes, None),
+            (Port::Users, Some(name)) => match self.named.get(name) {
+                Some((s, t)) => (s, Some(t)),
+                None => return Err(Denied::UnknownUser(bounded(name).into_owned())),
+            },
+            (Port::Users, None) => match &self.users {
+                Some(s) => (s, Some(&self.anonymous)),
+                None => return Err(Denied::NamedOnly),
+            },
+        };
+        if !answer.verify(secret, nonce, want, payload) {
+            return Err(match (port, &hello.user) {
+                (Port::Users, Some(name)) => Denied::WrongUserSecret(name.clone()),
+                _ => Denied::WrongSecret(want),
+            });
         }
+        Ok(tenant.cloned())
     }
+}
+
+/// Why a peer's answer to the challenge was refused (code `unauthorized`);
+/// the text is the reason the peer is told.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Denied {
+    /// The hello names a user the auth file does not have.
+    #[error("authentication failed: unknown user {0:?}")]
+    UnknownUser(String),
+    /// The answer does not prove the named user's own secret.
+    #[error("authentication failed: the answer does not prove the secret of user {0:?}")]
+    WrongUserSecret(String),
+    /// The answer does not prove the role's shared secret (`user`/`node`).
+    #[error("authentication failed: the answer does not prove the {0} secret")]
+    WrongSecret(&'static str),
+    /// No shared user secret: every user must name itself.
+    #[error(
+        "authentication failed: this server admits named users only; name one \
+         ({USER_ENV}, --user, or `user` in the client's options)"
+    )]
+    NamedOnly,
 }
 
 fn role(port: Port) -> &'static str {
@@ -203,6 +410,24 @@ impl Refusal {
     }
 }
 
+/// A connection through the gate.
+pub(crate) struct Admitted {
+    /// The bytes already read from it.
+    pub prefix: Vec<u8>,
+    /// A user's tenant, proven by its answer; `None` for a node or a
+    /// seed-format peer (admitted with `--allow-legacy`, so anonymous).
+    pub tenant: Option<Arc<Tenant>>,
+}
+
+impl Admitted {
+    fn unnamed(prefix: Vec<u8>) -> Self {
+        Admitted {
+            prefix,
+            tenant: None,
+        }
+    }
+}
+
 /// Authenticates a new connection. `Ok(prefix)` admits it, `prefix` being
 /// the bytes already read from it; `Err` means it was refused (logged, and
 /// told why in a form the peer understands) and closed. A refusal is held
@@ -217,7 +442,7 @@ pub(crate) async fn admit(
     (cfg, throttle, metrics): (&AuthConfig, &Throttle, &crate::metrics::Metrics),
     allow_legacy: bool,
     timeout: Duration,
-) -> Result<(Stream, Vec<u8>), Refused> {
+) -> Result<(Stream, Admitted), Refused> {
     let r = tokio::time::timeout(
         timeout,
         check(&mut stream, port, cfg, allow_legacy, timeout),
@@ -234,10 +459,10 @@ pub(crate) async fn admit(
         )))
     });
     match r {
-        Ok((prefix, how)) => {
+        Ok((admitted, how)) => {
             tracing::info!(peer = %addr, "{} admitted: {how}", role(port));
             throttle.succeeded(addr.ip());
-            Ok((stream, prefix))
+            Ok((stream, admitted))
         }
         Err(Refusal {
             reason,
@@ -370,7 +595,7 @@ async fn check(
     cfg: &AuthConfig,
     allow_legacy: bool,
     timeout: Duration,
-) -> Result<(Vec<u8>, String), Refusal> {
+) -> Result<(Admitted, String), Refusal> {
     let io = |e: std::io::Error| Refusal::quiet(format!("read failed: {e}"));
     let mut hb = [0u8; HEADER_LEN];
     if port == Port::Nodes && allow_legacy {
@@ -380,7 +605,7 @@ async fn check(
         match tokio::time::timeout(LEGACY_NODE_WAIT, stream.read(&mut hb[..1])).await {
             Err(_) => {
                 let how = "seed-format node (silent), without authentication (--allow-legacy)";
-                return Ok((Vec::new(), how.into()));
+                return Ok((Admitted::unnamed(Vec::new()), how.into()));
             }
             Ok(Ok(0)) => return Err(Refusal::quiet("closed before its first message".into())),
             Ok(r) => r.map_err(io)?,
@@ -411,7 +636,7 @@ async fn check(
                 "seed-format peer (first message: {}), without authentication (--allow-legacy)",
                 header.ty.name()
             );
-            return Ok((hb.to_vec(), how));
+            return Ok((Admitted::unnamed(hb.to_vec()), how));
         }
         let reason = format!(
             "seed-format {} (first message: {}, no hello) refused: this server requires \
@@ -461,17 +686,23 @@ async fn check(
     let answer = read_response(stream, timeout)
         .await
         .map_err(|e| Refusal::hello(&hello, e.to_string()))?;
-    if !answer.verify(cfg.secret(port), &nonce, want, &payload) {
-        let reason = format!("authentication failed: the answer does not prove the {want} secret");
-        return Err(Refusal::hello(&hello, reason));
-    }
-    let how = format!(
-        "authenticated with the {want} secret (name {:?})",
-        corefarm_telemetry::bounded(hello.name.as_deref().unwrap_or(""))
-    );
+    let tenant = cfg
+        .verify(port, &hello, &payload, &nonce, &answer)
+        .map_err(|e| Refusal::hello(&hello, e.to_string()))?;
+    let how = match &tenant {
+        Some(t) if t.name.is_some() => format!(
+            "authenticated as user {:?} (name {:?})",
+            t.account(),
+            bounded(hello.name.as_deref().unwrap_or(""))
+        ),
+        _ => format!(
+            "authenticated with the {want} secret (name {:?})",
+            bounded(hello.name.as_deref().unwrap_or(""))
+        ),
+    };
     let mut prefix = hb.to_vec();
     prefix.extend_from_slice(&payload);
-    Ok((prefix, how))
+    Ok((Admitted { prefix, tenant }, how))
 }
 
 /// Why a peer's answer to the challenge could not be read; the message is
@@ -564,7 +795,7 @@ mod tests {
     fn auth_file_parses_and_refuses_bad_contents() {
         let ok = "[users]\nsecret = \"user-secret-0123456789\"\n[nodes]\nsecret = \"node-secret-0123456789\"\n";
         let c = AuthConfig::parse(ok).unwrap();
-        assert_ne!(c.secret(Port::Users), c.secret(Port::Nodes));
+        assert_ne!(c.users.as_ref(), Some(&c.nodes));
         let same = "[users]\nsecret = \"same-secret-0123456789\"\n[nodes]\nsecret = \"same-secret-0123456789\"\n";
         assert!(matches!(
             AuthConfig::parse(same),
@@ -573,7 +804,7 @@ mod tests {
         let short = "[users]\nsecret = \"short\"\n[nodes]\nsecret = \"node-secret-0123456789\"\n";
         assert!(matches!(
             AuthConfig::parse(short),
-            Err(AuthFileError::BadSecret { role: "users", .. })
+            Err(AuthFileError::BadSecret { role, .. }) if role == "users"
         ));
         assert!(matches!(
             AuthConfig::parse("[users]\nsecret = \"user-secret-0123456789\"\n"),
@@ -583,5 +814,121 @@ mod tests {
             AuthConfig::parse(&format!("{ok}[admin]\nsecret=\"x\"\n")),
             Err(AuthFileError::Toml(_))
         ));
+    }
+
+    const NODES: &str = "[nodes]\nsecret = \"node-secret-0123456789\"\n";
+
+    #[test]
+    fn named_users_parse_with_their_shares_and_limits() {
+        let text = format!(
+            "[users]\nsecret = \"user-secret-0123456789\"\n\
+             [users.alice]\nsecret = \"alice-secret-0123456789\"\nweight = 3\nmax_nodes = 2\n\
+             max_queued_bytes = 4096\n[users.bob]\nsecret = \"bob-secret-0123456789\"\n{NODES}"
+        );
+        let c = AuthConfig::parse(&text).unwrap();
+        let t: Vec<&Tenant> = c.tenants().map(|t| &**t).collect();
+        assert_eq!(t.len(), 2);
+        assert_eq!(t[0].account(), "alice");
+        let alice = Limits {
+            weight: 3,
+            max_nodes: Some(2),
+            max_queued_bytes: Some(4096),
+        };
+        assert_eq!(t[0].limits, alice);
+        assert_eq!(t[1].limits, Limits::default());
+        // Named users alone: the anonymous secret is optional.
+        let named = format!("[users.alice]\nsecret = \"alice-secret-0123456789\"\n{NODES}");
+        assert!(AuthConfig::parse(&named).unwrap().users.is_none());
+    }
+
+    #[test]
+    fn bad_named_users_are_refused_with_what_is_wrong() {
+        let parse = |users: &str| AuthConfig::parse(&format!("{users}{NODES}"));
+        assert!(matches!(parse("[users]\n"), Err(AuthFileError::NoUsers)));
+        assert!(matches!(
+            parse("[users.\"a b\"]\nsecret = \"alice-secret-0123456789\"\n"),
+            Err(AuthFileError::BadName {
+                reason: UserNameError::BadChar(_),
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse("[users.anonymous]\nsecret = \"alice-secret-0123456789\"\n"),
+            Err(AuthFileError::BadName {
+                reason: UserNameError::Reserved,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse("[users.a]\nsecret = \"alice-secret-0123456789\"\nweight = 0\n"),
+            Err(AuthFileError::ZeroWeight(n)) if n == "a"
+        ));
+        assert!(matches!(
+            parse("[users.a]\nsecret = \"node-secret-0123456789\"\n"),
+            Err(AuthFileError::SameSecrets)
+        ));
+        let e = parse("[users.a]\nsecret = \"short\"\n").unwrap_err();
+        assert!(
+            matches!(&e, AuthFileError::BadSecret { role, .. } if role == "users.a"),
+            "{e}"
+        );
+        assert!(matches!(
+            parse("[users.a]\nsecret = \"alice-secret-0123456789\"\nmax_cpus = 3\n"),
+            Err(AuthFileError::Toml(_))
+        ));
+    }
+
+    #[test]
+    fn a_named_user_proves_its_own_secret() {
+        let s = |t: &str| Secret::new(t).unwrap();
+        let mut c =
+            AuthConfig::new(s("user-secret-0123456789"), s("node-secret-0123456789")).unwrap();
+        let limits = Limits {
+            weight: 2,
+            ..Limits::default()
+        };
+        c.add_user("alice", s("alice-secret-0123456789"), limits)
+            .unwrap();
+        let nonce = [3u8; NONCE_LEN];
+        let ch = AuthChallenge { nonce };
+        let check = |user: Option<&str>, secret: &str| {
+            let mut h = Hello::new("user");
+            h.user = user.map(String::from);
+            let payload = h.encode();
+            let answer = AuthResponse::answer(&s(secret), &ch, "user", &payload);
+            c.verify(Port::Users, &h, &payload, &nonce, &answer)
+        };
+        let alice = check(Some("alice"), "alice-secret-0123456789")
+            .unwrap()
+            .unwrap();
+        assert_eq!((alice.account(), alice.limits.weight), ("alice", 2));
+        let anon = check(None, "user-secret-0123456789").unwrap().unwrap();
+        assert_eq!(anon.name, None);
+        assert_eq!(
+            check(Some("bob"), "alice-secret-0123456789"),
+            Err(Denied::UnknownUser("bob".into()))
+        );
+        assert_eq!(
+            check(Some("alice"), "user-secret-0123456789"),
+            Err(Denied::WrongUserSecret("alice".into()))
+        );
+        // Alice's secret is not the shared one.
+        assert_eq!(
+            check(None, "alice-secret-0123456789"),
+            Err(Denied::WrongSecret("user"))
+        );
+        let named_only = {
+            let mut c = AuthConfig::named_only(s("node-secret-0123456789"));
+            c.add_user("alice", s("alice-secret-0123456789"), Limits::default())
+                .unwrap();
+            c
+        };
+        let h = Hello::new("user");
+        let payload = h.encode();
+        let answer = AuthResponse::answer(&s("alice-secret-0123456789"), &ch, "user", &payload);
+        assert_eq!(
+            named_only.verify(Port::Users, &h, &payload, &nonce, &answer),
+            Err(Denied::NamedOnly)
+        );
     }
 }

@@ -13,12 +13,15 @@
 //!   (atomics written by their owners, locked only on connect/disconnect).
 //! - `limits`: refusing connections beyond `--max-users` / `--max-nodes`,
 //!   after taking back a place an idle, unconfigured user holds.
-//! - [`auth`]: `--auth-file`, the challenge every connection answers first.
+//! - [`auth`]: `--auth-file`, the challenge every connection answers first,
+//!   and the users (tenants) it names.
+//! - [`accounts`]: what each user used since the server started.
 //! - [`sched`]: shared mode (`--sharing shared`): functions, per-function
 //!   queues, Algorithm 1; one driver task owns every node.
 //! - [`tls`]: optional TLS on either port (`--tls-cert`, `--tls-key`).
 //! - [`defaults`]: every default of [`ServerOptions`], shared with the CLI.
 
+pub mod accounts;
 mod anylen;
 pub mod auth;
 mod budget;
@@ -189,6 +192,8 @@ pub(crate) struct ServerState {
     pub auth_throttle: auth::Throttle,
     /// What peers hold of unfinished messages (`--memory-budget`).
     pub budget: Arc<budget::Budget>,
+    /// What each user used since the server started.
+    pub accounts: accounts::Accounts,
     next_id: AtomicU64,
 }
 
@@ -210,6 +215,7 @@ impl ServerState {
             self.view.lock().expect("view lock").merge(&mut s);
         }
         self.metrics.fill(&mut s);
+        s.accounts = self.registry.accounts(&self.accounts);
         s
     }
 }
@@ -237,7 +243,8 @@ impl corefarm_telemetry::Endpoints for StatusHandle {
             let names = shared.registry.by_name(&shared.metrics);
             let times = shared.registry.config_times();
             let held = (shared.budget.used(), shared.budget.limit());
-            metrics::encode(enc, &shared.metrics, &s, &names, &times, held)
+            metrics::encode(enc, &shared.metrics, &s, &names, &times, held)?;
+            accounts::encode(enc, &shared.accounts, &s.accounts)
         }));
         corefarm_telemetry::encode(&reg)
     }
@@ -276,7 +283,10 @@ impl Server {
         let budget = opts
             .memory_budget
             .unwrap_or_else(|| defaults::memory_budget(opts.max_message));
+        let tenants = opts.auth.iter().flat_map(|a| a.tenants());
+        let accounts = accounts::Accounts::new(tenants);
         let shared = Arc::new(ServerState {
+            accounts,
             budget: budget::Budget::new(budget),
             opts,
             pool: pool::Pool::default(),
@@ -365,8 +375,8 @@ impl Server {
                                     let opened = open(&shared, s, addr, limits::Port::Nodes,
                                         tls.as_ref(), auth.as_deref()).await;
                                     drop(opening);
-                                    let Some((s, prefix)) = opened else { return };
-                                    start_node(&shared, s, addr, permit, kill, &prefix);
+                                    let Some((s, admitted)) = opened else { return };
+                                    start_node(&shared, s, addr, permit, kill, &admitted.prefix);
                                 });
                             }
                         }
@@ -396,14 +406,18 @@ impl Server {
                         tokio::spawn(async move {
                             let way_in = open(&shared, s, addr, limits::Port::Users,
                                 tls.as_ref(), auth.as_deref());
-                            let Some((s, prefix)) = evictable(&shared, &place, addr, way_in).await.flatten() else {
+                            let Some((s, admitted)) = evictable(&shared, &place, addr, way_in).await.flatten() else {
                                 return;
                             };
+                            let prefix = admitted.prefix;
                             place.opened();
                             tracing::info!(user = %addr, "user connected");
                             // Listed from now on, whatever it sends first.
                             let id = shared.next_id();
                             let entry = Arc::new(registry::UserEntry::new(id, addr));
+                            if let Some(t) = &admitted.tenant {
+                                entry.set_account(shared.accounts.of(t));
+                            }
                             shared.registry.add_user(entry.clone());
                             let me = (id, entry);
                             let conn = session::Conn { stream: s, peer: addr, place };
@@ -417,17 +431,17 @@ impl Server {
                                     };
                                     match first {
                                         (prefix, true) => {
-                                            let owned = session::owned::Owned::new(shared.clone(), id, addr);
+                                            let owned = session::owned::Owned::new(shared.clone(), id, addr, me.1.clone());
                                             session::run(shared, owned, conn, stop, &prefix, me).await
                                         }
                                         (prefix, false) => {
-                                            let scheduled = session::scheduled::Scheduled::new(shared.clone(), h, id);
+                                            let scheduled = session::scheduled::Scheduled::new(shared.clone(), h, me.1.clone());
                                             session::run(shared, scheduled, conn, stop, &prefix, me).await
                                         }
                                     }
                                 }
                                 None => {
-                                    let owned = session::owned::Owned::new(shared.clone(), id, addr);
+                                    let owned = session::owned::Owned::new(shared.clone(), id, addr, me.1.clone());
                                     session::run(shared, owned, conn, stop, &prefix, me).await
                                 }
                             }
@@ -479,7 +493,7 @@ async fn open(
     port: limits::Port,
     tls: Option<&tls::ServerTls>,
     auth: Option<&auth::AuthConfig>,
-) -> Option<(tls::Stream, Vec<u8>)> {
+) -> Option<(tls::Stream, auth::Admitted)> {
     let timeout = shared.opts.read_timeout;
     let way_in = async {
         let s = match tls {
@@ -493,7 +507,11 @@ async fn open(
             None => tls::Stream::Plain(s),
         };
         let Some(a) = auth else {
-            return Some((s, Vec::new()));
+            let none = auth::Admitted {
+                prefix: Vec::new(),
+                tenant: None,
+            };
+            return Some((s, none));
         };
         let gate = (a, &shared.auth_throttle, &*shared.metrics);
         auth::admit(s, addr, port, gate, shared.opts.allow_legacy, timeout)

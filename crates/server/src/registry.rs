@@ -15,9 +15,13 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
-use corefarm_smp::{ClusterStatus, LinkBytes, NodeState, NodeStatus, UserPhase, UserStatus};
+use corefarm_smp::{
+    AccountStatus, ClusterStatus, LinkBytes, NodeState, NodeStatus, UserPhase, UserStatus,
+};
+
+use crate::accounts::{Account, Accounts};
 
 use crate::metrics::{Metrics, NameTotals};
 
@@ -177,6 +181,9 @@ pub struct UserEntry {
     pub results: AtomicU64,
     /// Failures and latency for metrics (crate::metrics).
     pub m: crate::metrics::UserMetrics,
+    /// The user (tenant) it acts for; set once: at admission with an auth
+    /// file, else from its hello, else the anonymous account.
+    account: OnceLock<Arc<Account>>,
 }
 
 impl UserEntry {
@@ -191,7 +198,31 @@ impl UserEntry {
             queued: AtomicU64::new(0),
             results: AtomicU64::new(0),
             m: Default::default(),
+            account: OnceLock::new(),
         }
+    }
+
+    /// The account it acts for, unless it has one already.
+    pub fn set_account(&self, a: Arc<Account>) {
+        self.account_or(|| a);
+    }
+
+    /// Its account, `f`'s if it had none yet (its session then begins there).
+    pub fn account_or(&self, f: impl FnOnce() -> Arc<Account>) -> &Arc<Account> {
+        let mut new = false;
+        let a = self.account.get_or_init(|| {
+            new = true;
+            f()
+        });
+        if new {
+            a.session_began();
+        }
+        a
+    }
+
+    /// Its account, if it has one yet.
+    pub fn account(&self) -> Option<&Arc<Account>> {
+        self.account.get()
     }
 
     /// Its metrics label: the hello name, `anonymous` or `seed`.
@@ -232,6 +263,7 @@ impl UserEntry {
             outstanding: self.outstanding.load(Ordering::Relaxed),
             queued: self.queued.load(Ordering::Relaxed),
             results: self.results.load(Ordering::Relaxed),
+            account: self.account().map(|a| a.name().to_string()),
             ..Default::default()
         };
         self.m.fill(&mut s);
@@ -338,7 +370,40 @@ impl Registry {
         if let Some(e) = users.live.remove(&id) {
             users.ended = add(users.ended, e.m.link.bytes());
             e.m.fold();
+            if let Some(a) = e.account() {
+                a.session_ended(e.m.link.bytes());
+            }
         }
+    }
+
+    /// Nodes assigned now to sessions of `account` other than `except`
+    /// (exclusive mode: what counts against its `max_nodes`).
+    pub fn nodes_held_by(&self, account: &Arc<Account>, except: u64) -> usize {
+        let ids: std::collections::HashSet<u64> = {
+            let users = self.users.lock().expect("registry lock");
+            let mine = |u: &&Arc<UserEntry>| {
+                u.id != except && u.account().is_some_and(|a| Arc::ptr_eq(a, account))
+            };
+            users.live.values().filter(mine).map(|u| u.id).collect()
+        };
+        if ids.is_empty() {
+            return 0;
+        }
+        self.count_nodes(|n| ids.contains(&n.user.load(Ordering::Relaxed)))
+    }
+
+    /// Every account, its open sessions' bytes summed under the lock
+    /// their ends are folded under (so no byte is seen twice or missed).
+    pub fn accounts(&self, accounts: &Accounts) -> Vec<AccountStatus> {
+        let users = self.users.lock().expect("registry lock");
+        let mut live: std::collections::HashMap<*const Account, (u64, u64)> = Default::default();
+        for u in users.live.values() {
+            if let Some(a) = u.account() {
+                let b = live.entry(Arc::as_ptr(a)).or_default();
+                *b = add(*b, u.m.link.bytes());
+            }
+        }
+        accounts.snapshot(|a| live.get(&Arc::as_ptr(a)).copied().unwrap_or_default())
     }
 
     /// Results, failures and latency by user name, ended and live sessions.

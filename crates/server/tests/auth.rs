@@ -309,3 +309,168 @@ async fn peers_without_a_secret_hold_at_most_a_share_of_the_slots() {
     u.send(answer.to_frame()).await;
     assert_eq!(u.recv().await.unwrap().ty, MsgType::Hello);
 }
+
+const ALICE: &str = "alice-secret-for-tests-89ab";
+
+/// The shared user secret, and a named user `alice` of weight 3.
+fn with_alice() -> ServerOptions {
+    let mut a = AuthConfig::new(secret(USER), secret(NODE)).unwrap();
+    let limits = corefarm_server::auth::Limits {
+        weight: 3,
+        ..Default::default()
+    };
+    a.add_user("alice", secret(ALICE), limits).unwrap();
+    ServerOptions {
+        auth: Some(Arc::new(a)),
+        ..opts()
+    }
+}
+
+fn hello_as(user: &str) -> Hello {
+    let mut h = hello("user");
+    h.user = Some(user.into());
+    h
+}
+
+#[tokio::test]
+async fn a_named_user_proves_its_own_secret_and_its_session_acts_for_it() {
+    let srv = start(with_alice()).await;
+    // Alice's account exists before she ever connects.
+    assert_eq!(srv.status.get().account("alice").unwrap().sessions, 0);
+    let h = hello_as("alice");
+    let (mut u, ch) = challenged(srv.users, &h).await;
+    u.send(AuthResponse::answer(&secret(ALICE), &ch, "user", &h.encode()).to_frame())
+        .await;
+    assert_eq!(u.recv().await.unwrap().ty, MsgType::Hello);
+    let s = srv.status.get();
+    assert_eq!(s.users.len(), 1);
+    assert_eq!(s.users[0].account.as_deref(), Some("alice"));
+    let a = s.account("alice").unwrap();
+    assert_eq!((a.weight, a.sessions, a.active), (3, 1, 1));
+
+    // The shared secret still admits users that name none: the anonymous tenant.
+    let h = hello("user");
+    let (mut anon, ch) = challenged(srv.users, &h).await;
+    anon.send(AuthResponse::answer(&secret(USER), &ch, "user", &h.encode()).to_frame())
+        .await;
+    assert_eq!(anon.recv().await.unwrap().ty, MsgType::Hello);
+    assert_eq!(srv.status.get().account("anonymous").unwrap().active, 1);
+}
+
+#[tokio::test]
+async fn unknown_users_and_wrong_user_secrets_are_refused_by_name() {
+    let srv = start(with_alice()).await;
+    let h = hello_as("mallory");
+    let (mut m, ch) = challenged(srv.users, &h).await;
+    m.send(AuthResponse::answer(&secret(ALICE), &ch, "user", &h.encode()).to_frame())
+        .await;
+    let e = refused(&mut m).await;
+    assert!(e.reason.contains("unknown user \"mallory\""), "{e}");
+    // Alice with the shared secret instead of her own.
+    let h = hello_as("alice");
+    let (mut a, ch) = challenged(srv.users, &h).await;
+    a.send(AuthResponse::answer(&secret(USER), &ch, "user", &h.encode()).to_frame())
+        .await;
+    let e = refused(&mut a).await;
+    assert!(e.reason.contains("secret of user \"alice\""), "{e}");
+    // An answer made for alice's hello does not pass for another's.
+    let h = hello_as("alice");
+    let (mut b, ch) = challenged(srv.users, &h).await;
+    let forged = hello("user");
+    b.send(AuthResponse::answer(&secret(ALICE), &ch, "user", &forged.encode()).to_frame())
+        .await;
+    refused(&mut b).await;
+    let s = srv.status.get();
+    assert!(s.users.is_empty());
+    assert_eq!(s.account("alice").unwrap().sessions, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_client_names_its_user() {
+    use corefarm_client::{Client, ClientError, ClientOptions};
+    let srv = start(with_alice()).await;
+    let users = srv.users.to_string();
+    let status = srv.status.clone();
+    let call = tokio::task::spawn_blocking(move || {
+        let o = |user: &str, key: &str| ClientOptions {
+            user: Some(user.into()),
+            secret: Some(secret(key)),
+            nodes: Some(0),
+            reconnect_timeout: None,
+            ..Default::default()
+        };
+        let c = Client::connect(&users, o("alice", ALICE)).expect("alice with her secret");
+        let me = c.status().unwrap();
+        let you = me.you.and_then(|id| me.user(id)).unwrap();
+        assert_eq!(you.account.as_deref(), Some("alice"));
+        c.close();
+        for (user, key, why) in [
+            ("bob", ALICE, "unknown user \"bob\""),
+            ("alice", USER, "secret of user \"alice\""),
+        ] {
+            match Client::connect(&users, o(user, key)) {
+                Err(ClientError::Server(e)) => {
+                    assert_eq!(e.code, ErrorCode::Unauthorized as u32, "{e}");
+                    assert!(e.reason.contains(why), "{e}");
+                }
+                Err(e) => panic!("expected the server's refusal, got {e}"),
+                Ok(_) => panic!("{user} admitted with the wrong secret"),
+            }
+        }
+        assert_eq!(status.get().account("alice").unwrap().sessions, 1);
+    });
+    tokio::time::timeout(LIMIT, call)
+        .await
+        .expect("the client calls returned")
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_nodes_caps_the_nodes_a_user_holds_in_exclusive_mode() {
+    use corefarm_client::{Client, ClientOptions};
+    let mut a = AuthConfig::new(secret(USER), secret(NODE)).unwrap();
+    let limits = corefarm_server::auth::Limits {
+        max_nodes: Some(1),
+        ..Default::default()
+    };
+    a.add_user("bob", secret(ALICE), limits).unwrap();
+    let srv = start(ServerOptions {
+        auth: Some(Arc::new(a)),
+        ..opts()
+    })
+    .await;
+    let _n = [node(&srv, Some(NODE)), node(&srv, Some(NODE))];
+    srv.wait_free_nodes(2).await;
+    let users = srv.users.to_string();
+    let call = tokio::task::spawn_blocking(move || {
+        let o = || ClientOptions {
+            user: Some("bob".into()),
+            secret: Some(secret(ALICE)),
+            reconnect_timeout: None,
+            ..Default::default()
+        };
+        // Every free node asked for, one given.
+        let first = Client::connect(&users, o()).unwrap();
+        assert_eq!(first.nodes(), Some(1));
+        first.configure_benchmark(16, 16, 0).unwrap();
+        // A second session of bob's finds the limit reached, and is told so.
+        let second = Client::connect(&users, o()).unwrap();
+        assert_eq!(second.nodes(), Some(0));
+        let e = second
+            .configure_benchmark(16, 16, 0)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("max_nodes = 1"), "{e}");
+        // The anonymous user takes the other node.
+        let anon = ClientOptions {
+            secret: Some(secret(USER)),
+            reconnect_timeout: None,
+            ..Default::default()
+        };
+        assert_eq!(Client::connect(&users, anon).unwrap().nodes(), Some(1));
+    });
+    tokio::time::timeout(LIMIT, call)
+        .await
+        .expect("the client calls returned")
+        .unwrap();
+}

@@ -16,6 +16,13 @@
 //! hello, so it cannot be replayed on another connection, and a user's
 //! secret cannot produce a node's answer (the server checks each port's
 //! role against that role's own secret).
+//!
+//! A user may name itself: the hello's `user` field names a tenant of the
+//! server's auth file (`[users.<name>]`), and the answer then proves that
+//! user's own secret. Without it the peer is the anonymous tenant and
+//! proves the shared user secret. The name is inside the hello, so the
+//! answer covers it: a tag made for one user cannot be passed off as
+//! another's.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -41,6 +48,55 @@ const CONTEXT: &[u8] = b"corefarm-auth-v1\0";
 pub const SECRET_ENV: &str = "COREFARM_SECRET";
 /// Environment variable naming a file that holds a peer's secret.
 pub const SECRET_FILE_ENV: &str = "COREFARM_SECRET_FILE";
+/// Environment variable naming the user (tenant) a user program acts for.
+pub const USER_ENV: &str = "COREFARM_USER";
+
+/// Longest user name, in bytes.
+pub const MAX_USER_NAME: usize = 64;
+/// The account of users that name no tenant; no named user may take it.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// Why a user name is refused. Names become TOML keys, log fields and
+/// metrics label values, so they are kept to a small plain alphabet.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum UserNameError {
+    #[error("a user name may not be empty")]
+    Empty,
+    #[error("user name of {0} bytes; at most {MAX_USER_NAME}")]
+    TooLong(usize),
+    #[error("user name {0:?}: only letters, digits, '-', '_' and '.' are allowed")]
+    BadChar(String),
+    #[error("user name {ANONYMOUS:?} is the account of users that name none")]
+    Reserved,
+}
+
+/// Checks a user (tenant) name: 1 to [`MAX_USER_NAME`] ASCII letters,
+/// digits, `-`, `_` or `.`, and not [`ANONYMOUS`].
+pub fn check_user_name(name: &str) -> Result<(), UserNameError> {
+    if name.is_empty() {
+        return Err(UserNameError::Empty);
+    }
+    if name.len() > MAX_USER_NAME {
+        return Err(UserNameError::TooLong(name.len()));
+    }
+    let ok = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
+    if !name.chars().all(ok) {
+        let shown: String = name.chars().take(MAX_USER_NAME).collect();
+        return Err(UserNameError::BadChar(shown));
+    }
+    if name == ANONYMOUS {
+        return Err(UserNameError::Reserved);
+    }
+    Ok(())
+}
+
+/// The user named by `COREFARM_USER`, if set (and not empty).
+pub fn user_from_env() -> Result<Option<String>, UserNameError> {
+    match std::env::var(USER_ENV) {
+        Ok(n) if !n.is_empty() => check_user_name(&n).map(|()| Some(n)),
+        _ => Ok(None),
+    }
+}
 
 /// `AuthChallenge` (0x16, server → peer): the nonce.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -286,6 +342,25 @@ mod tests {
             "user",
             br#"{"version":1,"role":"user","x":1}"#
         ));
+    }
+
+    #[test]
+    fn user_names_are_plain_and_bounded() {
+        assert_eq!(check_user_name("alice.b-2_x"), Ok(()));
+        assert_eq!(check_user_name(""), Err(UserNameError::Empty));
+        assert_eq!(
+            check_user_name(&"a".repeat(65)),
+            Err(UserNameError::TooLong(65))
+        );
+        assert!(matches!(
+            check_user_name("a b"),
+            Err(UserNameError::BadChar(_))
+        ));
+        assert!(matches!(
+            check_user_name("é"),
+            Err(UserNameError::BadChar(_))
+        ));
+        assert_eq!(check_user_name(ANONYMOUS), Err(UserNameError::Reserved));
     }
 
     #[test]

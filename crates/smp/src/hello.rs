@@ -92,6 +92,11 @@ pub struct Hello {
     /// on the link, the smaller of the two.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub chunk_size: Option<u32>,
+    /// User: the tenant it acts for, a `[users.<name>]` of the server's
+    /// auth file ([`crate::auth`]); absent = the anonymous tenant. Part of
+    /// the hello, so an answer to the challenge covers it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user: Option<String>,
 }
 
 impl Hello {

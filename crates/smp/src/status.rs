@@ -46,6 +46,47 @@ pub struct ClusterStatus {
     /// Bytes read and written on each kind of link since the server started.
     #[serde(default)]
     pub bytes: LinkBytes,
+    /// What each user (tenant) used since the server started, all its
+    /// sessions together; none from servers before accounting existed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub accounts: Vec<AccountStatus>,
+}
+
+/// One user's (tenant's) account: its share and limits from the auth
+/// file, and what its sessions used since the server started.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct AccountStatus {
+    /// The user's name (`[users.<name>]`, or the hello's `user` on a
+    /// server without an auth file); `anonymous` for users that name none.
+    pub user: String,
+    /// Its share of node time against the other active users.
+    #[serde(default)]
+    pub weight: u32,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_nodes: Option<u32>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_queued_bytes: Option<u64>,
+    /// Sessions it opened, and of those open now.
+    #[serde(default)]
+    pub sessions: u64,
+    #[serde(default)]
+    pub active: u64,
+    /// Node time its messages took: a node's busy time, each stretch
+    /// between two of its answers charged to the user answered.
+    #[serde(default)]
+    pub node_seconds: f64,
+    /// Inputs of the results delivered to it.
+    #[serde(default)]
+    pub inputs: u64,
+    /// Bytes read from and written to its sessions' links.
+    #[serde(default)]
+    pub bytes_in: u64,
+    #[serde(default)]
+    pub bytes_out: u64,
+    /// Node programmings made for its work (one shared among the users of
+    /// the function loaded, so it may be a fraction).
+    #[serde(default)]
+    pub reconfigurations: f64,
 }
 
 /// One function in shared mode: a configuration payload, by digest.
@@ -200,6 +241,9 @@ pub struct UserStatus {
     /// Inputs a core failed on (answered with an error).
     #[serde(default)]
     pub failures: u64,
+    /// The user (tenant) it acts for: its [`AccountStatus::user`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub account: Option<String>,
     /// Median and 99th percentile, in seconds, of the time from the server
     /// handing a message to a node to its result (bucket estimates); in
     /// shared mode from the server admitting it, queueing included.
@@ -253,6 +297,11 @@ impl ClusterStatus {
         self.functions
             .iter()
             .find(|f| f.id.starts_with(id) || id.starts_with(&f.id))
+    }
+
+    /// A user's account by name.
+    pub fn account(&self, user: &str) -> Option<&AccountStatus> {
+        self.accounts.iter().find(|a| a.user == user)
     }
 
     /// Nodes in the given state.

@@ -97,6 +97,9 @@ pub struct UserBenchOptions {
     pub cpu_watch: Vec<crate::cpu::CpuTarget>,
     /// The user secret of a server with an auth file (docs/operations.md).
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// The user (tenant) to act for, a `[users.<name>]` of the server's
+    /// auth file; `None`: the anonymous tenant.
+    pub user: Option<String>,
     /// TLS to the user port (`--tls-ca`); `None`: plain TCP.
     pub tls: Option<corefarm_smp::tls::ClientTls>,
 }
@@ -121,6 +124,7 @@ impl Default for UserBenchOptions {
             progress: false,
             cpu_watch: Vec::new(),
             secret: None,
+            user: None,
             tls: None,
         }
     }
@@ -392,6 +396,7 @@ fn open_session(
         h.name = Some("corefarm-bench".into());
         h.features = vec![features::ERROR.into(), features::CREDIT.into()];
         h.nodes = o.nodes;
+        h.user = o.user.clone();
         if o.secret.is_some() {
             h.features.push(features::AUTH.into());
         }

@@ -163,8 +163,19 @@ pub struct UserArgs {
     /// 600). Default: $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE.
     #[arg(long)]
     secret_file: Option<std::path::PathBuf>,
+    /// The user to act for: a `[users.<name>]` of the server's auth file,
+    /// whose own secret --secret-file then holds. Default: $COREFARM_USER,
+    /// else the anonymous user (the shared user secret).
+    #[arg(long, env = "COREFARM_USER", value_parser = user_name)]
+    user: Option<String>,
     #[command(flatten)]
     tls: crate::cmd_tls::ClientTlsArgs,
+}
+
+/// `--user`: a user name as the server's auth file spells them.
+pub(crate) fn user_name(s: &str) -> Result<String, String> {
+    corefarm_smp::auth::check_user_name(s).map_err(|e| e.to_string())?;
+    Ok(s.to_string())
 }
 
 #[derive(Args)]
@@ -354,6 +365,7 @@ fn user_bench(a: UserArgs) -> Result<()> {
         cpu_watch: a.cpu_pids,
         secret: corefarm_smp::auth::Secret::from_file_or_env(a.secret_file.as_deref())
             .map_err(anyhow::Error::msg)?,
+        user: a.user,
         tls: a.tls.load()?,
     };
     let rep = user::run(&opts)?;
@@ -407,6 +419,7 @@ fn node_bench(a: NodeBenchArgs) -> Result<()> {
             progress: !(a.json || a.quiet),
             cpu_watch: Vec::new(),
             secret: None,
+            user: None,
             tls: None,
         },
     };

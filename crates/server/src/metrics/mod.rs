@@ -341,6 +341,9 @@ pub struct NodeMetrics {
     busy_ns: AtomicU64,
     /// When the node last went from idle to busy; 0 while idle.
     busy_since: AtomicU64,
+    /// Its busy time's last cut: the busy start or the last answer; 0
+    /// while idle (see [`NodeMetrics::answered`]).
+    mark: AtomicU64,
     /// Bytes read by the connection's reader, queued by the node's owner.
     pub link: LinkCounters,
     results: OwnedCounter,
@@ -359,6 +362,7 @@ impl Default for NodeMetrics {
             cores: AtomicU32::new(0),
             busy_ns: AtomicU64::new(0),
             busy_since: AtomicU64::new(0),
+            mark: AtomicU64::new(0),
             link: LinkCounters::default(),
             results: OwnedCounter::default(),
             failures: AtomicU64::new(0),
@@ -376,24 +380,36 @@ impl NodeMetrics {
             return;
         }
         if first {
-            self.busy_since.store(stamp_at(now), Ordering::Relaxed);
+            let t = stamp_at(now);
+            self.busy_since.store(t, Ordering::Relaxed);
+            self.mark.store(t, Ordering::Relaxed);
         }
     }
 
     /// A result (or, with `failed`, an error for an input) came back at
-    /// `now`; `idle` if nothing is in flight any more.
-    pub fn answered(&self, idle: bool, failed: bool, now: Instant) {
+    /// `now`; `idle` if nothing is in flight any more. Returns the busy
+    /// time since the last cut (the busy start or the previous answer):
+    /// the node time this answer's message took, which its user's account
+    /// is charged ([`crate::accounts`]). Those stretches add up to the
+    /// busy time.
+    pub fn answered(&self, idle: bool, failed: bool, now: Instant) -> Duration {
         if OFF {
-            return;
+            return Duration::ZERO;
         }
         if failed {
             self.failures.fetch_add(1, Ordering::Relaxed);
         } else {
             self.results.add(1);
         }
+        let t = stamp_at(now);
+        let last = self.mark.swap(if idle { 0 } else { t }, Ordering::Relaxed);
         if idle {
             self.stop_busy(now);
         }
+        if last == 0 {
+            return Duration::ZERO;
+        }
+        Duration::from_nanos(t.saturating_sub(last))
     }
 
     fn stop_busy(&self, now: Instant) {
@@ -423,6 +439,7 @@ impl NodeMetrics {
         }
         if matches!(s, NodeState::Free | NodeState::Assigned) {
             // A new owner: whatever was in flight is gone with the old one.
+            self.mark.store(0, Ordering::Relaxed);
             self.stop_busy(Instant::now());
             *self.function.lock().expect("function lock") = None;
             self.cores.store(0, Ordering::Relaxed);

@@ -44,6 +44,8 @@ pub enum Cmd {
     Join {
         user: u64,
         tx: mpsc::UnboundedSender<ToUser>,
+        /// Its registry entry: the account node time is charged to.
+        entry: Arc<crate::registry::UserEntry>,
     },
     Configure {
         user: u64,
@@ -192,13 +194,21 @@ fn params(shared: &ServerState) -> Params {
     }
 }
 
+/// A user's channel, its function, and its registry entry (its account).
+type UserLink = (
+    mpsc::UnboundedSender<ToUser>,
+    Option<FnId>,
+    Arc<crate::registry::UserEntry>,
+);
+
 struct Driver {
     shared: Arc<ServerState>,
     sched: Sched,
     start: Instant,
     conns: HashMap<u64, NodeConn>,
     events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
-    users: HashMap<u64, (mpsc::UnboundedSender<ToUser>, Option<FnId>)>,
+    /// Each user's channel, function and registry entry.
+    users: HashMap<u64, UserLink>,
     queues: HashMap<FnId, Arc<Places>>,
     loans: std::collections::VecDeque<Loan>,
     /// Where a [`Lent`] dropped on its way sends its nodes back.
@@ -316,9 +326,9 @@ impl Driver {
     fn on_cmd(&mut self, c: Cmd) {
         let now = self.now();
         match c {
-            Cmd::Join { user, tx } => {
+            Cmd::Join { user, tx, entry } => {
                 self.sched.user_joined(user);
-                self.users.insert(user, (tx, None));
+                self.users.insert(user, (tx, None, entry));
             }
             Cmd::Configure {
                 user,
@@ -326,6 +336,12 @@ impl Driver {
                 input_size,
                 output_size,
             } => {
+                // Its account is named by now (at admission, or at its hello
+                // or first configuration): its weight is its tenant's.
+                let account = self.users.get(&user).and_then(|u| u.2.account());
+                if let Some(a) = account {
+                    self.sched.set_weight(user, a.tenant.limits.weight);
+                }
                 let f = self
                     .sched
                     .configure(user, payload, input_size, output_size, now);
@@ -476,6 +492,18 @@ impl Driver {
         }
     }
 
+    /// A node is programmed for `function`: the programming is charged
+    /// to the function's users in equal parts.
+    fn charge_programming(&self, function: FnId) {
+        let mine = || self.users.values().filter(move |u| u.1 == Some(function));
+        let n = mine().count();
+        for u in mine() {
+            if let Some(a) = u.2.account() {
+                a.reconfigured(n);
+            }
+        }
+    }
+
     fn execute(&mut self) {
         for a in self.sched.take_actions() {
             match a {
@@ -494,6 +522,7 @@ impl Driver {
                             (crate::metrics::function_label(&cfg), cfg.cores.len())
                         });
                     c.entry.m.configuring(label, cores);
+                    self.charge_programming(function);
                     match OutFrame::new(MsgType::Configuration, payload) {
                         Ok(f) => {
                             c.send(f);
@@ -516,14 +545,23 @@ impl Driver {
                         c.send_class(f, class);
                     }
                 }
-                Action::Answered { node, idle, failed } => {
+                Action::Answered {
+                    node,
+                    idle,
+                    failed,
+                    user,
+                } => {
                     if let Some(c) = self.conns.get(&node) {
-                        c.entry.m.answered(idle, failed, Instant::now().into_std());
+                        let took = c.entry.m.answered(idle, failed, Instant::now().into_std());
+                        let entry = user.and_then(|u| self.users.get(&u)).map(|u| &u.2);
+                        if let Some(a) = entry.and_then(|e| e.account()) {
+                            a.node_time(took);
+                        }
                     }
                 }
                 Action::Configured { user, ok, errors } => {
                     tracing::debug!(user, ok, "configuration answered");
-                    let Some((tx, f)) = self.users.get(&user) else {
+                    let Some((tx, f, _)) = self.users.get(&user) else {
                         continue;
                     };
                     let queue = f
@@ -544,7 +582,7 @@ impl Driver {
                             .results
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     }
-                    if let Some((tx, _)) = self.users.get(&user) {
+                    if let Some((tx, ..)) = self.users.get(&user) {
                         let _ = tx.send(ToUser::Result {
                             id,
                             data,
@@ -559,7 +597,7 @@ impl Driver {
                     code,
                     reason,
                 } => {
-                    if let Some((tx, _)) = self.users.get(&user) {
+                    if let Some((tx, ..)) = self.users.get(&user) {
                         let _ = tx.send(ToUser::Failed { id, code, reason });
                     }
                 }
@@ -598,7 +636,7 @@ impl Driver {
                     }
                 }
                 Action::Notify { user, note } => {
-                    if let Some((tx, _)) = self.users.get(&user) {
+                    if let Some((tx, ..)) = self.users.get(&user) {
                         match crate::notes::queue(&self.shared.budget, note) {
                             Ok(q) => {
                                 let _ = tx.send(ToUser::Notification(q));

@@ -91,6 +91,8 @@ pub struct Job {
     /// Its other copy in flight (node, internal id) once it was hedged
     /// ([`crate::dispatch::progress`]): the first answer of the two wins.
     twin: Option<(u64, u32)>,
+    /// Its user's weight (its share of the function's queue), set at submit.
+    weight: u32,
 }
 
 impl Job {
@@ -105,6 +107,7 @@ impl Job {
             sent: Duration::ZERO,
             notes: 0,
             twin: None,
+            weight: 1,
         }
     }
 }
@@ -118,6 +121,9 @@ impl queue::Queued for Job {
     }
     fn class(&self) -> u8 {
         self.class
+    }
+    fn weight(&self) -> u32 {
+        self.weight
     }
 }
 
@@ -147,6 +153,9 @@ pub enum Action {
         node: u64,
         idle: bool,
         failed: bool,
+        /// Whose job it was (its account is charged the node time); `None`
+        /// for the late copy of a job already answered.
+        user: Option<u64>,
     },
     /// The answer to a user's configuration (errors go before it).
     Configured {
@@ -212,6 +221,14 @@ struct UserRec {
     /// Connected and not configured yet: it counts in the fair shares as
     /// one more user ([`Sched::user_joined`]).
     joining: bool,
+    /// Its user's (tenant's) weight; 0 is taken as 1 ([`Sched::set_weight`]).
+    weight: u32,
+}
+
+impl UserRec {
+    fn weight(&self) -> u32 {
+        self.weight.max(1)
+    }
 }
 
 /// Forgotten functions whose reconfiguration counts [`Sched`] keeps.
@@ -308,9 +325,19 @@ impl Sched {
         id
     }
 
+    /// The user's share of node time against other users, its tenant's
+    /// weight: its jobs are served that much more per round of its
+    /// function's queue, and its function's fair share of the nodes counts
+    /// it that many times. Until set, a user's weight is 1.
+    pub fn set_weight(&mut self, user: u64, weight: u32) {
+        self.users.entry(user).or_default().weight = weight;
+    }
+
     /// A data message of a configured user.
-    pub fn submit(&mut self, job: Job, now: Duration) {
-        let fid = self.users.get(&job.user).and_then(|u| u.function);
+    pub fn submit(&mut self, mut job: Job, now: Duration) {
+        let rec = self.users.get(&job.user);
+        job.weight = rec.map_or(1, UserRec::weight);
+        let fid = rec.and_then(|u| u.function);
         let Some(f) = fid.and_then(|id| self.fns.get_mut(&id)) else {
             let (user, id) = (job.user, job.id);
             let reason = "data message before a successful configuration".to_string();

@@ -266,6 +266,7 @@ impl Sched {
                 node,
                 idle: slot.outstanding() == 0,
                 failed: true,
+                user: Some(j.user),
             });
             // A core fails the same way on either copy: the first answer wins.
             self.settle_twin(j.twin, true);
@@ -326,6 +327,7 @@ impl Sched {
             node,
             idle: slot.outstanding() == 0,
             failed: false,
+            user: Some(job.user),
         });
         let started = job.sent.max(slot.busy_until);
         let took = now.saturating_sub(started);

@@ -206,6 +206,7 @@ impl Sched {
             node,
             idle: slot.outstanding() == 0,
             failed: false,
+            user: None,
         });
         true
     }

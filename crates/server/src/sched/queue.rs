@@ -2,6 +2,8 @@
 //! round-robin by bytes (Shreedhar & Varghese), so that one user's burst
 //! cannot starve another user's single message, and a user sending large
 //! messages gets no more bytes per round than one sending small ones.
+//! A user's quantum is its weight times the base quantum, so backlogged
+//! users are served bytes in the ratio of their weights.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -12,6 +14,10 @@ pub trait Queued {
     /// Priority class, 0 most urgent ([`super::classq`]).
     fn class(&self) -> u8 {
         corefarm_smp::stream::DEFAULT_CLASS
+    }
+    /// Its user's share against the other users of the queue (at least 1).
+    fn weight(&self) -> u32 {
+        1
     }
 }
 
@@ -24,6 +30,8 @@ pub struct DrrQueue<J> {
     active: VecDeque<u64>,
     per_user: HashMap<u64, VecDeque<J>>,
     deficit: HashMap<u64, u64>,
+    /// Each active user's weight, from its latest job.
+    weight: HashMap<u64, u64>,
     len: usize,
 }
 
@@ -34,6 +42,7 @@ impl<J: Queued> DrrQueue<J> {
             active: VecDeque::new(),
             per_user: HashMap::new(),
             deficit: HashMap::new(),
+            weight: HashMap::new(),
             len: 0,
         }
     }
@@ -51,9 +60,15 @@ impl<J: Queued> DrrQueue<J> {
         self.per_user.get(&user).map_or(0, VecDeque::len)
     }
 
+    /// A user's bytes per round.
+    fn quantum_of(&self, user: u64) -> u64 {
+        self.quantum * self.weight.get(&user).copied().unwrap_or(1)
+    }
+
     /// A new job at the back of its user's sub-queue.
     pub fn push(&mut self, j: J) {
         let u = j.user();
+        self.weight.insert(u, u64::from(j.weight().max(1)));
         let q = self.per_user.entry(u).or_default();
         if q.is_empty() {
             self.active.push_back(u);
@@ -66,6 +81,7 @@ impl<J: Queued> DrrQueue<J> {
     /// its user's sub-queue, so re-dispatch keeps the user's order.
     pub fn push_front(&mut self, j: J) {
         let u = j.user();
+        self.weight.insert(u, u64::from(j.weight().max(1)));
         let q = self.per_user.entry(u).or_default();
         if q.is_empty() {
             self.active.push_back(u);
@@ -83,6 +99,7 @@ impl<J: Queued> DrrQueue<J> {
     pub fn remove_user(&mut self, user: u64) -> Vec<J> {
         self.active.retain(|&u| u != user);
         self.deficit.remove(&user);
+        self.weight.remove(&user);
         let gone: Vec<J> = self.per_user.remove(&user).unwrap_or_default().into();
         self.len -= gone.len();
         gone
@@ -106,6 +123,7 @@ impl<J: Queued> DrrQueue<J> {
                     // An empty sub-queue keeps no credit (DRR): idling is not saved up.
                     self.per_user.remove(&u);
                     self.deficit.remove(&u);
+                    self.weight.remove(&u);
                     self.active.pop_front();
                 }
                 self.len -= 1;
@@ -114,7 +132,8 @@ impl<J: Queued> DrrQueue<J> {
             // The front user has had its turn: the next one gets a quantum.
             self.active.rotate_left(1);
             let next = *self.active.front().expect("non-empty");
-            *self.deficit.entry(next).or_insert(0) += self.quantum;
+            let q = self.quantum_of(next);
+            *self.deficit.entry(next).or_insert(0) += q;
             visited += 1;
             if visited > self.active.len() {
                 // A whole round served nobody (messages much larger than the
@@ -126,13 +145,14 @@ impl<J: Queued> DrrQueue<J> {
                     .map(|u| {
                         let need = self.per_user[u].front().expect("active").bytes();
                         need.saturating_sub(self.deficit.get(u).copied().unwrap_or(0))
-                            .div_ceil(self.quantum)
+                            .div_ceil(self.quantum_of(*u))
                     })
                     .min()
                     .unwrap_or(0);
                 if rounds > 1 {
-                    for u in &self.active {
-                        *self.deficit.entry(*u).or_insert(0) += (rounds - 1) * self.quantum;
+                    for &u in &self.active {
+                        let q = self.quantum_of(u);
+                        *self.deficit.entry(u).or_insert(0) += (rounds - 1) * q;
                     }
                 }
                 visited = 0;
@@ -190,6 +210,32 @@ mod tests {
         q2.push_front(J(1, 10, 99));
         let ids: Vec<u32> = std::iter::from_fn(|| q2.pop()).map(|j| j.2).collect();
         assert_eq!(ids, [99, 0, 1, 2, 3, 4]);
+    }
+
+    #[derive(Debug)]
+    struct W(u64, u32);
+    impl Queued for W {
+        fn user(&self) -> u64 {
+            self.0
+        }
+        fn bytes(&self) -> u64 {
+            10
+        }
+        fn weight(&self) -> u32 {
+            self.1
+        }
+    }
+
+    #[test]
+    fn backlogged_users_are_served_in_the_ratio_of_their_weights() {
+        let mut q = DrrQueue::new(10);
+        for _ in 0..100 {
+            q.push(W(1, 1));
+            q.push(W(2, 3));
+        }
+        let first: Vec<u64> = (0..40).map(|_| q.pop().unwrap().0).collect();
+        let ones = first.iter().filter(|&&u| u == 1).count();
+        assert_eq!(ones, 10, "{first:?}");
     }
 
     #[test]

@@ -23,11 +23,12 @@ pub(super) const SHARED_WINDOW: u32 = 2;
 /// response with the reasons, as when every node refuses it.
 pub(super) const MAX_LOST_LOADS: u32 = 3;
 
-/// A function's weight in the fair shares: its users, one if it is wanted
-/// only for its queued work, none if nobody wants it.
-fn share_weight(f: &Function) -> usize {
+/// A function's weight in the fair shares: its users' weights summed, one
+/// if it is wanted only for its queued work, none if nobody wants it.
+fn share_weight(f: &Function, users: &HashMap<u64, super::UserRec>) -> usize {
+    let weight = |u: &u64| users.get(u).map_or(1, |r| r.weight() as usize);
     match f.wanted() {
-        true => f.users.len().max(1),
+        true => f.users.iter().map(weight).sum::<usize>().max(1),
         false => 0,
     }
 }
@@ -148,14 +149,19 @@ impl Sched {
 
     /// [`Sched::fair_share`] with the users of the wanted functions counted.
     fn share_of(&self, f: FnId, users: usize) -> usize {
-        let mine = self.fns.get(&f).map_or(1, share_weight).max(1);
+        let mine = self
+            .fns
+            .get(&f)
+            .map_or(1, |f| share_weight(f, &self.users))
+            .max(1);
         (self.nodes.len() * mine / users.max(1)).max(1)
     }
 
     /// The users of the functions someone wants, and the users about to
     /// configure their first.
     fn users_of_wanted(&self) -> usize {
-        self.fns.values().map(share_weight).sum::<usize>() + self.joining
+        let w = |f| share_weight(f, &self.users);
+        self.fns.values().map(w).sum::<usize>() + self.joining
     }
 
     /// A node nobody needs, idle, that may load `f`.

@@ -104,6 +104,7 @@ impl<P: Placement> Session<P> {
                         }
                     };
                 self.conn.entry.results.fetch_add(1, Ordering::Relaxed);
+                self.account().inputs(count);
                 if let Some(rtt) = rtt {
                     let m = &self.shared.metrics;
                     self.conn.entry.m.result(m, || self.conn.entry.label(), rtt);
@@ -134,6 +135,13 @@ impl<P: Placement> Session<P> {
             Outcome::Unserved { id, code, reason } => self.send_error(id, code, reason).await,
             Outcome::End(e) => Err(e),
         }
+    }
+
+    /// The account the session acts for; a session that never named one
+    /// (a seed-format user) acts for the anonymous account.
+    pub(super) fn account(&self) -> &std::sync::Arc<crate::accounts::Account> {
+        let accounts = &self.shared.accounts;
+        self.conn.entry.account_or(|| accounts.anonymous().clone())
     }
 
     /// One data message answered (a result or a per-input error).

@@ -14,7 +14,10 @@ use corefarm_smp::{
 
 use corefarm_smp::stream::{Message, DEFAULT_CLASS};
 
+use corefarm_smp::auth::check_user_name;
+
 use super::{Admitted, Cx, Input, NextCfg, Placement, Session, SessionEnd};
+use crate::auth::Tenant;
 use crate::greeting::{self, Asked};
 use crate::intake::Refused;
 
@@ -51,6 +54,7 @@ impl<P: Placement> Session<P> {
 
     async fn on_hello(&mut self, frame: Frame) -> Result<(), SessionEnd> {
         let h = greeting::user_hello(&frame.payload).map_err(SessionEnd::HelloRefused)?;
+        self.name_account(&h)?;
         if h.has(features::GROUP) {
             // A group user takes its nodes as one group (crate::group), not
             // here; its place is no longer taken back.
@@ -102,7 +106,35 @@ impl<P: Placement> Session<P> {
         self.send_user(agreed.to_frame()).await
     }
 
+    /// The account the session acts for: proven at admission with an
+    /// auth file; else the user its hello names (nothing to prove it
+    /// against: whoever reaches a server without one is trusted), or the
+    /// anonymous account.
+    fn name_account(&self, h: &Hello) -> Result<(), SessionEnd> {
+        if self.conn.entry.account().is_some() {
+            return Ok(());
+        }
+        let accounts = &self.shared.accounts;
+        let account = match &h.user {
+            Some(name) => {
+                check_user_name(name).map_err(|e| {
+                    SessionEnd::HelloRefused(greeting::Refused {
+                        code: ErrorCode::Malformed,
+                        reason: e.to_string(),
+                        reads_errors: h.has(features::ERROR),
+                    })
+                })?;
+                accounts.of(&std::sync::Arc::new(Tenant::named(name)))
+            }
+            None => accounts.anonymous().clone(),
+        };
+        self.conn.entry.set_account(account);
+        Ok(())
+    }
+
     async fn on_configuration(&mut self, frame: Frame) -> Result<(), SessionEnd> {
+        // Named before any node works for it (a seed-format user: anonymous).
+        self.account();
         let payload = frame.payload.clone();
         let cfg = Configuration::parse(frame.payload).map_err(|e| SessionEnd::Broke {
             code: e.code(),

@@ -53,10 +53,15 @@ pub(crate) struct Scheduled {
 }
 
 impl Scheduled {
-    /// Joins the scheduler as `user`.
-    pub(crate) fn new(shared: Arc<ServerState>, sched: Handle, user: u64) -> Scheduled {
+    /// Joins the scheduler as the user of `entry`.
+    pub(crate) fn new(
+        shared: Arc<ServerState>,
+        sched: Handle,
+        entry: Arc<crate::registry::UserEntry>,
+    ) -> Scheduled {
         let (tx, rx) = mpsc::unbounded_channel();
-        sched.send(Cmd::Join { user, tx });
+        let user = entry.id;
+        sched.send(Cmd::Join { user, tx, entry });
         Scheduled {
             shared,
             sched,

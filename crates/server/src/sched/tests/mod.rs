@@ -5,6 +5,7 @@ use super::*;
 
 mod algorithm1;
 mod failures;
+mod fairness;
 mod groups;
 mod hedging;
 mod placement;

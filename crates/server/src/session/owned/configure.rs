@@ -265,6 +265,13 @@ impl Owned {
                 .collect();
             return format!("no node could be configured: {}", lines.join("; "));
         }
+        if let (Some(max), Some(a)) = (self.at_max_nodes, self.entry.account()) {
+            return format!(
+                "user {:?} is at its node limit (max_nodes = {max}): its other sessions \
+                 hold {max} node(s); end one of them or ask the operator for a larger limit",
+                a.name()
+            );
+        }
         if self.want == Some(0) {
             return "this session asked for no nodes (hello with nodes: 0), \
                     so there is no node to configure"

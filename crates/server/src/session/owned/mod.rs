@@ -96,8 +96,13 @@ pub(crate) struct Owned {
     shared: Arc<ServerState>,
     user: u64,
     peer: SocketAddr,
+    /// Its registry entry: the account its nodes' time is charged to.
+    entry: Arc<crate::registry::UserEntry>,
     /// Nodes the hello asked for.
     want: Option<u32>,
+    /// Its user's `max_nodes`, when its other sessions held them all at
+    /// hello (so this one got none; the configuration's refusal says so).
+    at_max_nodes: Option<u32>,
     /// The user agreed chunks: its urgent messages get a reserve.
     chunks: bool,
     /// The session's phase as this placement drives it: configuring from
@@ -143,13 +148,48 @@ pub(crate) struct Owned {
 }
 
 impl Owned {
-    pub(crate) fn new(shared: Arc<ServerState>, user: u64, peer: SocketAddr) -> Owned {
+    /// `want` within its user's `max_nodes`, less the nodes its user's
+    /// other sessions hold now. A user at its limit gets no node: its
+    /// configuration is refused with the limit named (nodes it holds are
+    /// in use; waiting for one of its own sessions to end is for it to
+    /// decide, by trying again).
+    fn capped(&mut self, want: Option<u32>) -> Option<u32> {
+        let Some(a) = self.entry.account() else {
+            return want;
+        };
+        let Some(max) = a.tenant.limits.max_nodes else {
+            return want;
+        };
+        let held = self.shared.registry.nodes_held_by(a, self.user) as u32;
+        let left = max.saturating_sub(held);
+        if left == 0 && want != Some(0) {
+            self.at_max_nodes = Some(max);
+        }
+        Some(want.map_or(left, |w| w.min(left)))
+    }
+
+    /// Charges its account node time (the session names the account
+    /// before its first configuration, so before any node works for it).
+    fn charge(&self, d: std::time::Duration) {
+        if let Some(a) = self.entry.account() {
+            a.node_time(d);
+        }
+    }
+
+    pub(crate) fn new(
+        shared: Arc<ServerState>,
+        user: u64,
+        peer: SocketAddr,
+        entry: Arc<crate::registry::UserEntry>,
+    ) -> Owned {
         let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
         Owned {
             shared,
             user,
             peer,
+            entry,
             want: None,
+            at_max_nodes: None,
             chunks: false,
             phase: Phase::Initial,
             output_size: 0,
@@ -199,7 +239,7 @@ impl Placement for Owned {
     const PACED_BY_READS: bool = true;
 
     async fn hello(&mut self, want: Option<u32>, chunks: bool) -> u32 {
-        self.want = want;
+        self.want = self.capped(want);
         self.chunks = chunks;
         self.take_nodes().await;
         self.nodes.len() as u32

@@ -201,11 +201,13 @@ impl Owned {
         n.service = Some(record_service(n.service, took, count));
         n.progressed(now);
         n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
-        n.tx.entry
-            .m
-            .answered(n.outstanding() == 0, false, now.into_std());
-        self.shared.metrics.hedge_duplicate();
+        let node_time =
+            n.tx.entry
+                .m
+                .answered(n.outstanding() == 0, false, now.into_std());
         tracing::debug!(user = %self.peer, node = %n.tx.label(), "late duplicate dropped");
+        self.charge(node_time);
+        self.shared.metrics.hedge_duplicate();
         true
     }
 }

@@ -216,9 +216,10 @@ impl Owned {
                 n.progressed(now);
                 n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                 n.tx.entry.results.fetch_add(1, Ordering::Relaxed);
-                n.tx.entry
-                    .m
-                    .answered(n.outstanding() == 0, false, now.into_std());
+                let node_time =
+                    n.tx.entry
+                        .m
+                        .answered(n.outstanding() == 0, false, now.into_std());
                 let left = n.outstanding();
                 let budget = self.shared.opts.credit_max_bytes / (p.data.len() as u64).max(1);
                 let cap = budget.min(u32::MAX as u64) as u32;
@@ -241,6 +242,7 @@ impl Owned {
                 }
                 let first = self.service.is_none();
                 self.service = Some(record_service(self.service, took, p.count));
+                self.charge(node_time);
                 if first {
                     // The first measure: work in flight can be late now.
                     self.arm_progress(now);
@@ -264,6 +266,9 @@ impl Owned {
                     n.slot = Slot::Ready;
                     n.tx.entry.set_state(NodeState::Ready);
                     tracing::info!(user = %self.peer, node = %n.tx.label(), "node configured");
+                    if let Some(a) = self.entry.account() {
+                        a.reconfigured(1);
+                    }
                 } else {
                     tracing::warn!(user = %self.peer, node = %n.tx.label(), "node refused the configuration");
                     self.refusals.refused(id, n.tx.label());
@@ -289,12 +294,13 @@ impl Owned {
                     n.progressed(Instant::now());
                     n.tx.entry.in_flight.fetch_sub(1, Ordering::Relaxed);
                     let at = n.last_progress.into_std();
-                    n.tx.entry.m.answered(n.outstanding() == 0, true, at);
+                    let node_time = n.tx.entry.m.answered(n.outstanding() == 0, true, at);
                     let reason =
                         format!("node {} failed on this input: {}", n.tx.label(), e.reason);
                     let code = ErrorCode::per_input(e.code);
                     // A core fails the same way on either copy: the first answer wins.
                     self.settle_twin(p.twin, true);
+                    self.charge(node_time);
                     cx.report(Outcome::Failed {
                         id: p.user_id,
                         code,

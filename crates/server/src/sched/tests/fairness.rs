@@ -1,0 +1,163 @@
+//! Weights: backlogged users share node time in the ratio of their
+//! tenants' weights, within one function's queue and across functions.
+
+use super::*;
+
+/// A fake cluster: every job takes `service` on its node, every
+/// programming 1 ms; every user keeps `BACKLOG` jobs queued; node time
+/// is credited to a job's user when its result comes.
+struct Sim {
+    s: Sched,
+    now: Duration,
+    service: Duration,
+    /// (when, node, internal id of a job, or `None` for a programming).
+    due: Vec<(Duration, u64, Option<u32>)>,
+    /// Node time by user, and since when each user is measured.
+    took: HashMap<u64, Duration>,
+    next_id: u32,
+}
+
+const BACKLOG: usize = 16;
+
+impl Sim {
+    fn new(nodes: u64, service: Duration) -> Sim {
+        let mut s = fair_sched();
+        for n in 1..=nodes {
+            s.add_node(n, ms(0));
+        }
+        let mut sim = Sim {
+            s,
+            now: ms(0),
+            service,
+            due: Vec::new(),
+            took: HashMap::new(),
+            next_id: 0,
+        };
+        sim.absorb();
+        sim
+    }
+
+    /// A user of `weight` joins, configures `function` and fills its backlog.
+    fn join(&mut self, user: u64, weight: u32, function: &str) {
+        self.s.user_joined(user);
+        self.s.set_weight(user, weight);
+        self.s.configure(user, payload(function), 8, 8, self.now);
+        for _ in 0..BACKLOG {
+            self.submit(user);
+        }
+        self.absorb();
+    }
+
+    fn submit(&mut self, user: u64) {
+        self.next_id += 1;
+        self.s.submit(job(user, self.next_id), self.now);
+    }
+
+    /// Acts on what the scheduler decided: sends finish after `service`,
+    /// programmings after 1 ms; a result credits its user and is replaced
+    /// by a new job.
+    fn absorb(&mut self) {
+        loop {
+            let actions = self.s.take_actions();
+            if actions.is_empty() {
+                return;
+            }
+            for a in actions {
+                match a {
+                    Action::Send { node, internal, .. } => {
+                        self.due
+                            .push((self.now + self.service, node, Some(internal)))
+                    }
+                    Action::Configure { node, .. } => self.due.push((self.now + ms(1), node, None)),
+                    Action::Result { user, .. } => {
+                        *self.took.entry(user).or_default() += self.service;
+                        self.submit(user);
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+
+    /// Runs until `until`, ticking every millisecond.
+    fn run(&mut self, until: Duration) {
+        while self.now < until {
+            let next_tick = self.now + ms(1);
+            self.due.sort();
+            while let Some(&(t, node, what)) = self.due.first() {
+                if t > next_tick {
+                    break;
+                }
+                self.due.remove(0);
+                self.now = t;
+                match what {
+                    Some(internal) => {
+                        let data = Bytes::from_static(&[1; 8]);
+                        self.s.on_result(node, internal, data, false, t).unwrap();
+                    }
+                    None => self.s.on_config_response(node, true, t).unwrap(),
+                }
+                self.absorb();
+                self.due.sort();
+            }
+            self.now = next_tick;
+            self.s.tick(self.now);
+            self.absorb();
+        }
+    }
+
+    fn took(&self, user: u64) -> f64 {
+        self.took
+            .get(&user)
+            .copied()
+            .unwrap_or_default()
+            .as_secs_f64()
+    }
+}
+
+/// Within ±10 % of `want`.
+fn near(got: f64, want: f64) -> bool {
+    (got - want).abs() <= 0.1 * want
+}
+
+#[test]
+fn weights_one_and_three_on_one_function_get_node_time_one_to_three() {
+    let mut sim = Sim::new(2, ms(1));
+    sim.join(1, 1, "a");
+    sim.join(2, 3, "a");
+    sim.run(Duration::from_secs(60));
+    let (a, b) = (sim.took(1), sim.took(2));
+    assert!(a + b > 100.0, "the two nodes worked {} s of 120", a + b);
+    assert!(near(b / a, 3.0), "node time {a:.2} s : {b:.2} s");
+
+    // A third user (weight 1) arrives: within a few monitoring periods
+    // (10 ms each here) it gets its share, 1 of 1 + 3 + 1.
+    sim.join(3, 1, "a");
+    sim.run(sim.now + ms(30));
+    let before: Vec<f64> = (1..=3).map(|u| sim.took(u)).collect();
+    sim.run(sim.now + Duration::from_secs(10));
+    let got: Vec<f64> = (1..=3)
+        .map(|u| sim.took(u) - before[u as usize - 1])
+        .collect();
+    let all: f64 = got.iter().sum();
+    for (u, w) in [(1, 1.0), (2, 3.0), (3, 1.0)] {
+        let share = got[u - 1] / all;
+        assert!(
+            near(share, w / 5.0),
+            "user {u}: {share:.3} of the node time, {got:?}"
+        );
+    }
+}
+
+#[test]
+fn weights_divide_the_nodes_among_users_of_different_functions() {
+    // Four nodes; user 1 (weight 1) computes "a", user 2 (weight 3) "b":
+    // both backlogged, "b" holds three nodes' worth of time for each of "a"'s.
+    let mut sim = Sim::new(4, ms(1));
+    sim.join(1, 1, "a");
+    sim.join(2, 3, "b");
+    sim.run(Duration::from_secs(60));
+    let (a, b) = (sim.took(1), sim.took(2));
+    assert!(a + b > 200.0, "the four nodes worked {} s of 240", a + b);
+    assert!(near(b / a, 3.0), "node time {a:.2} s : {b:.2} s");
+}
