@@ -47,7 +47,8 @@ pub use peer::{
     Algo, CollHeader, CollOp, DType, PeerBody, PeerFrame, PeerHeader, PeerKind, PeerMsg, ReduceOp,
 };
 pub use status::{
-    ClusterStatus, FunctionStatus, LinkBytes, NodeState, NodeStatus, UserPhase, UserStatus,
+    ClusterStatus, FunctionStatus, LinkBytes, NodeCounts, NodePage, NodeState, NodeStatus,
+    StatusQuery, UserPhase, UserStatus,
 };
 
 /// Default upper bound on a payload: large enough for any realistic bitstream
