@@ -243,7 +243,7 @@ def test_counter_total_sums_one_counters_samples_only():
 
 
 def test_committed_document_is_generated_from_the_committed_results(tmp_path):
-    """docs/benchmarks.md is bench/report.py's output for bench/results (same bytes, twice), within 600 lines."""
+    """docs/benchmarks.md is bench/report.py's output for bench/results (same bytes, twice), within 640 lines."""
     root = HERE.parent.parent
     seed = json.loads((HERE.parent / "seed_figures.json").read_text())
     readings = json.loads((HERE.parent / "readings.json").read_text())
@@ -251,7 +251,7 @@ def test_committed_document_is_generated_from_the_committed_results(tmp_path):
     figs = tmp_path / "figures"
     first = report.render(HERE.parent / "results", out, figs, seed, readings)
     assert first == report.render(HERE.parent / "results", out, figs, seed, readings)
-    assert len(first.splitlines()) <= 600
+    assert len(first.splitlines()) <= 640
     # Figures are linked from the committed figures directory, so render against it for the byte comparison.
     assert report.render(HERE.parent / "results", out, HERE.parent / "figures", seed, readings) == out.read_text()
 

@@ -5,6 +5,7 @@ mod classes;
 pub(crate) mod collectives;
 mod direct;
 mod hol;
+mod scale;
 mod sharing;
 mod soak;
 
@@ -56,6 +57,11 @@ pub enum BenchCmd {
     /// Poisson classes through one node's queue at loads 0.1-0.9, measured
     /// mean latency beside Cobham's formula (one JSON object).
     Classes(classes::ClassesBenchArgs),
+    /// The server at thousands of nodes: resident memory and CPU per node,
+    /// configuration fan-out, status and /metrics against the node count,
+    /// the shared scheduler against nodes and functions, server CPU per
+    /// event (one JSON object).
+    Scale(scale::ScaleArgs),
 }
 
 #[derive(Args)]
@@ -75,7 +81,8 @@ pub struct CompareArgs {
 pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
     /// all (those eight), or one that `all` does not run: policies, sharing,
-    /// tls, collectives, direct, streams, seedpeers (the seed's own peers:
+    /// tls, collectives, direct, streams, scale (its quick run is in
+    /// `all --quick`), seedpeers (the seed's own peers:
     /// `seedpeers -- --seed-build DIR`). An experiment's own options
     /// (`--runs`, `--duration`, …) go after `--`.
     experiment: String,
@@ -272,6 +279,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Direct(a) => direct::run(a),
         BenchCmd::Hol(a) => hol::run(a),
         BenchCmd::Classes(a) => classes::run(a),
+        BenchCmd::Scale(a) => scale::run(a),
     }
 }
 
