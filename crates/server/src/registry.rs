@@ -369,7 +369,7 @@ impl Registry {
         self.snapshot_page(None)
     }
 
-    /// [`Registry::snapshot`] with the node rows of one page only (every
+    /// The status snapshot with the node rows of one page only (every
     /// node's without one); the counts by state cover every node. One pass
     /// over the nodes, rows built only for the page, and each user's node
     /// list from one map: linear in the nodes whatever the page, where a
