@@ -478,6 +478,45 @@ def plot_sharing_workloads(doc, out):
 
 
 PLOTTERS["sharing-workloads"] = plot_sharing_workloads
+def plot_scale(doc, out):
+    """The server at scale: resident memory per node, fan-out, status and /metrics time against the
+    node count (with the control model's predictions), and the shared scheduler's costs against nodes."""
+    pts = [p for p in _ok(doc) if p["key"].get("part") == "cluster"]
+    sch = [p for p in _ok(doc) if p["key"].get("part") == "sched"]
+    if not pts:
+        return []
+    model = {(m["nodes"], m["what"]): m for m in ((doc["params"].get("model") or {}).get("points") or [])}
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(12, 3.6))
+    xs = [p["key"]["nodes"] for p in pts]
+    m = lambda p, k: p["metrics"][k]["mean"]  # noqa: E731
+    a.plot(xs, [m(p, "rss_per_node_kib") for p in pts], marker="o", ms=3, label="idle, per node")
+    a.axhline(10, ls=":", color="grey", label="target 10 KiB")
+    a.set_ylabel("server resident KiB per node")
+    b.plot(xs, [m(p, "fanout_s") for p in pts], marker="o", ms=3, label="fan-out, measured")
+    pred = [model.get((x, "fanout_s"), {}).get("predicted") for x in xs]
+    if all(v is not None for v in pred):
+        b.plot(xs, pred, ls="--", label="fan-out, model")
+    b.plot(xs, [m(p, "status_all_ms") / 1e3 for p in pts], marker="s", ms=3, label="status, every node")
+    b.plot(xs, [m(p, "status_summary_ms") / 1e3 for p in pts], marker="^", ms=3, label="status, summary")
+    b.plot(xs, [m(p, "metrics_ms") / 1e3 for p in pts], marker="v", ms=3, label="/metrics")
+    b.set_ylabel("seconds")
+    b.set_yscale("log")
+    for f in sorted({p["key"]["functions"] for p in sch}):
+        mine = sorted((p for p in sch if p["key"]["functions"] == f), key=lambda p: p["key"]["nodes"])
+        c.plot([p["key"]["nodes"] for p in mine], [m(p, "period_us") for p in mine], marker="o", ms=3,
+               label=f"period, {f} fn")
+        c.plot([p["key"]["nodes"] for p in mine], [m(p, "message_us") for p in mine], marker="x", ms=3, ls="--",
+               label=f"message, {f} fn")
+    c.set_ylabel("scheduler µs")
+    c.set_yscale("log")
+    for ax in (a, b, c):
+        ax.set_xlabel("nodes")
+        ax.set_xscale("log")
+        ax.legend(fontsize=6)
+    return [_save(fig, out, "scale.png", "One server against the node count", doc["machine"])]
+
+
+PLOTTERS["scale"] = plot_scale
 
 
 def plot(doc: dict, out: Path) -> list[Path]:

@@ -24,7 +24,7 @@ sys.path.insert(0, str(HERE))
 import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
 
 ORDER = ["headline", "forwarding", "seedpeers", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
-         "collectives", "direct", "sharing", "streams", "irq", "hang", "soak"]
+         "collectives", "direct", "sharing", "streams", "irq", "hang", "soak", "scale"]
 TITLES = {
     "headline": "Headline: the user through the server, and matrix multipliers per node",
     "forwarding": "Forwarding cost and latency targets",
@@ -43,6 +43,7 @@ TITLES = {
     "irq": "FPGA cores: completion by interrupt against polling",
     "hang": "A hung node: one node SIGSTOPped under load",
     "soak": "Soak: one hour of node kills and bad peers",
+    "scale": "One server at thousands of nodes: memory, fan-out, status and the scheduler",
 }
 # Sections shown even without a result (`suite.py all` runs them); the others appear once measured.
 ALWAYS = [n for n in ORDER if n in suite.EXPERIMENTS]
@@ -68,6 +69,7 @@ FIGURES = {
     "streams": ["streams_model.png"],
     "irq": [],
     "soak": [],
+    "scale": ["scale.png"],
 }
 
 
@@ -1120,10 +1122,91 @@ def sec_irq(doc, seed):
             f"{mode('interrupt', 'UIO interrupt')}; {mode('poll', 'polling')}{ratio}."]
 
 
+def _scale_points(doc, part):
+    return [p for p in doc["points"] if p["key"].get("part") == part and p["status"] == "ok"]
+
+
+def scale_verdicts(doc) -> list[dict]:
+    m = lambda p, k: p["metrics"][k]["mean"]  # noqa: E731
+    by = {p["key"]["nodes"]: p for p in _scale_points(doc, "cluster")}
+    out = []
+    if by:
+        top = max(by)
+        kib = m(by[top], "rss_per_node_kib")
+        out.append({"target": "≤ 10 KiB of server memory per idle node",
+                    "measured": f"{kib:.1f} KiB at {top:,} nodes", "met": kib <= 10})
+    for n, limit in ((1000, 1.0), (10000, 5.0)):
+        if n in by:
+            f = m(by[n], "fanout_s")
+            out.append({"target": f"a configuration reaches {n:,} nodes in < {limit:g} s",
+                        "measured": f"{f:.2f} s", "met": f < limit})
+    model = doc["params"].get("model")
+    if model and any(not q["calibration"] for q in model["points"]):
+        out.append({"target": "the control model within 20 % of the measurements it was not fitted on",
+                    "measured": f"worst {model['worst_error'] * 100:.0f} % (fitted on "
+                                f"{', '.join(f'{n:,}' for n in model['calibrated_on'])} nodes)",
+                    "met": model["worst_error"] <= 0.2})
+    return out
+
+
+def sec_scale(doc, seed):
+    if not doc:
+        return []
+    m = lambda p, k: p["metrics"][k]["mean"]  # noqa: E731
+    L = ["`corefarm bench scale`: one `corefarm server` process and N simulated nodes over "
+         "`corefarm node --count 2000` processes on the same 2 CPUs (the nodes' work is the machine's, the "
+         "figures are the server's own, from `/proc`). Memory per node is (resident after the join − before) / N; "
+         "the fan-out is one user given every node, from its configuration to its response; status and "
+         "`/metrics` are the best of three requests; CPU figures have the kernel's 10 ms tick as their grain.", ""]
+    rows = []
+    for p in sorted(_scale_points(doc, "cluster"), key=lambda p: p["key"]["nodes"]):
+        rows.append([f"{p['key']['nodes']:,}", f"{m(p, 'join_s'):.2f} s", f"{m(p, 'rss_idle_kib') / 1024:.1f} MiB",
+                     f"{m(p, 'rss_per_node_kib'):.1f}", f"{m(p, 'connect_cpu_us_per_node'):.0f}",
+                     f"{m(p, 'fanout_s'):.3f} s", f"{m(p, 'fanout_cpu_us_per_node'):.0f}",
+                     f"{m(p, 'status_summary_ms'):.2f} ms / {size(int(m(p, 'status_summary_bytes')))}",
+                     f"{m(p, 'status_all_ms'):.1f} ms / {size(int(m(p, 'status_all_bytes')))}",
+                     f"{m(p, 'metrics_ms'):.1f} ms / {size(int(m(p, 'metrics_bytes')))}",
+                     f"{m(p, 'load_at_start'):.1f}"])
+    L += [table(["nodes", "join", "server RSS", "KiB/node", "join CPU µs/node", "fan-out", "fan-out CPU µs/node",
+                 "status summary", "status, every node", "/metrics", "load"], rows), ""]
+    sch = _scale_points(doc, "sched")
+    if sch:
+        fns = sorted({p["key"]["functions"] for p in sch})
+        nodes = sorted({p["key"]["nodes"] for p in sch})
+        by = {(p["key"]["nodes"], p["key"]["functions"]): p for p in sch}
+        cell = lambda n, f, k: f"{m(by[(n, f)], k):.1f}" if (n, f) in by else "-"  # noqa: E731
+        L += ["The shared scheduler in process, fake clock, every function with one user and its replicas "
+              "loaded: one monitoring period that runs Algorithm 1 (µs), and one data message's decisions, "
+              "its submission and its result (µs).", "",
+              table(["nodes"] + [f"period, {f} fn" for f in fns] + [f"message, {f} fn" for f in fns],
+                    [[f"{n:,}"] + [cell(n, f, "period_us") for f in fns] + [cell(n, f, "message_us") for f in fns]
+                     for n in nodes]), ""]
+    ev = _scale_points(doc, "events")
+    if ev:
+        e = ev[0]
+        L += ["Server CPU per event on a 4-node cluster (each event kind repeated for a few seconds): "
+              f"a user session (connect, hello, status, close) {m(e, 'session_cpu_us'):.0f} µs; a group opened "
+              f"and closed {m(e, 'group_open_cpu_us'):.0f} µs; a data message through the server "
+              f"{m(e, 'message_server_cpu_us'):.1f} µs; on the direct path {m(e, 'message_direct_cpu_us'):.2f} µs.",
+              ""]
+    model = doc["params"].get("model")
+    if model:
+        whats = list(dict.fromkeys(q["what"] for q in model["points"]))
+        by = {(q["nodes"], q["what"]): q for q in model["points"]}
+        nodes = sorted({q["nodes"] for q in model["points"]})
+        cell = lambda q: (f"{q['measured']:.3g} / {q['predicted']:.3g} ({q['error'] * 100:.0f} %)"  # noqa: E731
+                          if q else "-")
+        L += ["The control model (`corefarm_model::control`) fitted on "
+              f"{' and '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured / predicted (error).", "",
+              table(["nodes"] + whats, [[f"{n:,}"] + [cell(by.get((n, w))) for w in whats] for n in nodes])]
+    return L
+
+
 SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
             "node": sec_node, "node-matmul": sec_node_matmul, "cluster": sec_cluster, "software": sec_software,
             "collectives": sec_collectives, "direct": sec_direct, "sharing": sec_sharing, "streams": sec_streams,
-            "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang, "irq": sec_irq}
+            "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang, "irq": sec_irq,
+            "scale": sec_scale}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
@@ -1145,6 +1228,7 @@ READINGS = {
     "irq": "what the interrupt saves per job, and what is left.",
     "hang": "what a hung node costs its users, against the same cluster without the hang.",
     "soak": "what the soak shows about losses and leaks.",
+    "scale": "what one server holds and spends per node, and where it stops.",
 }
 
 
@@ -1223,7 +1307,7 @@ def all_verdicts(docs: dict) -> list[tuple[str, dict]]:
                                    "met": not cf["misses"]}))
     for name, f in (("collectives", collectives_verdicts), ("direct", direct_verdicts), ("hang", hang_verdicts),
                     ("sharing", sharing_verdicts), ("sharing-workloads", sharing_workloads_verdicts),
-                    ("streams", streams_verdicts), ("soak", soak_verdicts)):
+                    ("streams", streams_verdicts), ("soak", soak_verdicts), ("scale", scale_verdicts)):
         if docs.get(name):
             out += [(name, v) for v in f(docs[name])]
     return out

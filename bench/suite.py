@@ -6,7 +6,8 @@
 EXPERIMENT is one of echo, server, node, node-matmul, cluster, software,
 headline, forwarding, all (those eight), or one that `all` does not run:
 policies (queue/stack/credit with 919 us nodes), sharing, tls, collectives,
-direct, streams, seedpeers (the seed authors' own server, test_user and
+direct, streams, scale (one server at up to 10,000 nodes; `all --quick` also
+smoke-runs it), seedpeers (the seed authors' own server, test_user and
 test_node beside corefarm's server: --seed-build DIR; without the binaries it
 prints how to build them and is skipped). --compact selects the reduced
 sweeps of the documented ~25-minute full run (docs/benchmarks.md gives the
@@ -2271,6 +2272,44 @@ def exp_rtl_cores(ctx: Context) -> dict:
 
 RUNNERS["rtl-cores"] = exp_rtl_cores
 EXTRA.append("rtl-cores")
+# ---------------------------------------------------------------- scale
+
+def exp_scale(ctx: Context) -> dict:
+    """The server at thousands of nodes (`corefarm bench scale`): one `corefarm server` and N simulated
+    nodes over `corefarm node --count 2000` processes, N in 100/1,000/3,000/10,000 (COREFARM_SCALE_NODES;
+    --quick: 50 and 200): the server's resident memory and CPU per node, a configuration's fan-out to
+    every node, status and /metrics time and size; the shared scheduler in process (Algorithm 1's period
+    and the decisions per data message) against nodes and functions; server CPU per event; the control
+    model's predictions beside the measurements. Not part of `all` (its --quick smoke run is)."""
+    binary = str(ctx.need_binary())
+    args = [binary, "bench", "scale", "--quiet"]
+    if ctx.quick:
+        args.append("--quick")
+    else:
+        nodes = _env_list("COREFARM_SCALE_NODES", [100, 1000, 3000, 10000])
+        args += ["--nodes", ",".join(map(str, nodes))]
+    rec = Recorder(ctx, "scale", 1, {"args": repo_relative_args(args[1:])})
+    obj, err = run_json(args, timeout=120 if ctx.quick else 3600)
+    if obj is None:
+        rec.add({"part": "cluster"}, [], err or "no report")
+        return rec.write()
+    rec.params.update({"nofile": obj.get("nofile"), "nproc": obj.get("nproc")})
+    rec.notes.extend(obj.get("notes") or [])
+    rec.planned = len(obj["clusters"]) + len(obj["sched"]) + 1
+    for p in obj["clusters"]:
+        m = {k: v for k, v in p.items() if k not in ("nodes",) and isinstance(v, (int, float))}
+        rec.add({"part": "cluster", "nodes": p["nodes"]}, [m])
+    for p in obj["sched"]:
+        m = {k: v for k, v in p.items() if k not in ("nodes", "functions")}
+        rec.add({"part": "sched", "nodes": p["nodes"], "functions": p["functions"]}, [m])
+    if obj.get("events"):
+        rec.add({"part": "events"}, [obj["events"]])
+    rec.params["model"] = obj.get("model")
+    return rec.write()
+
+
+RUNNERS["scale"] = exp_scale
+EXTRA.append("scale")
 
 
 # ---------------------------------------------------------------- main
@@ -2305,6 +2344,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.experiment == "sharing":
         # Seed 002 §5.5's grid, then the multi-tenant workloads (also alone: sharing-workloads).
         names = ["sharing", "sharing-workloads"]
+    if args.experiment == "all" and ctx.quick:
+        # The test suite's smoke run of the scale harness (its full run takes minutes).
+        names = names + ["scale"]
     log(f"corefarm suite: {', '.join(names)}{' (quick)' if ctx.quick else ''} -> {ctx.out}; "
         f"binary {ctx.binary or 'NOT FOUND'}; {ctx.machine['nproc']} CPUs ({ctx.machine['cpu']})")
     failed = 0

@@ -20,6 +20,9 @@
 //! - [`classes`]: priority classes against the queueing model (seed 001 §IV).
 //! - [`soak`]: hours of load on real processes with nodes killed, users
 //!   coming and going and bad peers; checks exactly-once and flat memory.
+//! - [`scale`]: the server at thousands of simulated nodes (memory, CPU,
+//!   fan-out, status and metrics per node) and the shared scheduler against
+//!   node and function counts.
 //! - [`compare`]: compares two suite result files point by point.
 //! - [`suite`]: the sweep over the seeds' parameter spaces, `bench/suite.py`
 //!   (it runs the `corefarm` binary as separate processes).
@@ -37,6 +40,7 @@ pub mod echo;
 pub mod hol;
 pub mod irq;
 pub mod node;
+pub mod scale;
 pub mod sharing;
 pub mod soak;
 pub mod stats;

@@ -239,6 +239,11 @@ pub struct ServerTuning {
     /// error and is closed, and what the message held is released.
     #[arg(long, default_value_t = defaults::MESSAGE_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub message_timeout: f64,
+    /// Connected nodes up to which /metrics has a series per node (nine
+    /// families each); with more, only totals and nodes by state, so a
+    /// large cluster's scrape stays small and its label set bounded.
+    #[arg(long, default_value_t = defaults::METRICS_NODES)]
+    pub metrics_nodes: usize,
 }
 
 /// `--memory-budget`: bytes, at least one message of the smallest
@@ -356,6 +361,7 @@ impl ServerTuning {
             node_chunk_size: self.node_chunk_size,
             memory_budget: self.memory_budget,
             message_timeout: Duration::from_secs_f64(self.message_timeout),
+            metrics_nodes: self.metrics_nodes,
         }
     }
 }

@@ -14,7 +14,8 @@ pub struct StatusArgs {
     /// Server user port, HOST:PORT.
     #[arg(long, default_value_t = format!("127.0.0.1:{}", corefarm_client::DEFAULT_USER_PORT))]
     pub server: String,
-    /// Print the server's status answer as JSON (docs/protocol.md, type 0x14).
+    /// Print the server's status answer as JSON (docs/protocol.md, type
+    /// 0x14); every node unless --limit, --offset or --state asks for a page.
     #[arg(long)]
     pub json: bool,
     /// Only what each user used since the server started (node-seconds,
@@ -22,6 +23,18 @@ pub struct StatusArgs {
     /// --json, `{"uptime_seconds": …, "accounts": […]}`.
     #[arg(long)]
     pub accounting: bool,
+    /// List every node (the table lists a page of --limit by default).
+    #[arg(long, conflicts_with_all = ["offset", "limit"])]
+    pub all: bool,
+    /// Node rows to skip (in id order, of the --state asked for).
+    #[arg(long)]
+    pub offset: Option<u64>,
+    /// Node rows to list at most; 0 gives the summary alone [default: 50].
+    #[arg(long)]
+    pub limit: Option<u64>,
+    /// List only the nodes in this state: free, assigned, configuring or ready.
+    #[arg(long, value_parser = parse_state)]
+    pub state: Option<NodeState>,
     /// Seconds to wait for the connection and for the answer.
     #[arg(long, default_value_t = 10.0)]
     pub timeout: f64,
@@ -45,11 +58,12 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     let secret = corefarm_smp::auth::Secret::from_file_or_env(args.secret_file.as_deref())
         .map_err(anyhow::Error::msg)?;
     let tls = args.tls.load()?;
-    let status = fetch_as(
+    let status = fetch_query(
         &args.server,
         Duration::from_secs_f64(args.timeout),
         (secret, args.user.clone()),
         tls,
+        &args.query(),
     )?;
     let text = match (args.accounting, args.json) {
         (true, true) => {
@@ -71,6 +85,33 @@ pub fn run(args: StatusArgs) -> anyhow::Result<()> {
     }
 }
 
+/// Table rows a page lists unless told otherwise.
+pub const DEFAULT_LIMIT: u64 = 50;
+
+impl StatusArgs {
+    /// The node rows asked for: a page by default (the summary counts every
+    /// node), every node with --all, and with --json unless a page is named
+    /// (what scripts read stays whole).
+    pub fn query(&self) -> corefarm_smp::StatusQuery {
+        let paged = self.offset.is_some() || self.limit.is_some() || self.state.is_some();
+        if self.all || (self.json && !paged) {
+            return corefarm_smp::StatusQuery::all();
+        }
+        corefarm_smp::StatusQuery {
+            nodes: Some(corefarm_smp::NodePage {
+                offset: self.offset.unwrap_or(0),
+                limit: self.limit.unwrap_or(DEFAULT_LIMIT),
+                state: self.state,
+            }),
+        }
+    }
+}
+
+fn parse_state(s: &str) -> Result<NodeState, String> {
+    serde_json::from_value(serde_json::Value::String(s.to_string()))
+        .map_err(|_| format!("{s:?}: one of free, assigned, configuring, ready"))
+}
+
 /// Connects as an observer and asks once.
 /// `secret`: the user secret of a server that has an auth file.
 #[allow(dead_code)] // kept for callers without TLS
@@ -89,15 +130,23 @@ pub fn fetch_tls(
     secret: Option<corefarm_smp::auth::Secret>,
     tls: Option<corefarm_smp::tls::ClientTls>,
 ) -> anyhow::Result<ClusterStatus> {
-    fetch_as(server, timeout, (secret, None), tls)
+    fetch_query(
+        server,
+        timeout,
+        (secret, None),
+        tls,
+        &corefarm_smp::StatusQuery::all(),
+    )
 }
 
-/// [`fetch_tls`] as a named user (`[users.<name>]` of an auth file).
-pub fn fetch_as(
+/// [`fetch_tls`] of the node rows `q` asks for, as a named user
+/// (`[users.<name>]` of an auth file) when `user` is given.
+pub fn fetch_query(
     server: &str,
     timeout: Duration,
     (secret, user): (Option<corefarm_smp::auth::Secret>, Option<String>),
     tls: Option<corefarm_smp::tls::ClientTls>,
+    q: &corefarm_smp::StatusQuery,
 ) -> anyhow::Result<ClusterStatus> {
     let opts = ClientOptions {
         secret,
@@ -112,7 +161,7 @@ pub fn fetch_as(
     // The client's error already names the address.
     let client = Client::connect(server, opts).map_err(wrong_port_hint)?;
     let status = client
-        .status()
+        .status_query(q)
         .with_context(|| format!("asking {server} for its status"))?;
     client.close();
     Ok(status)
@@ -130,6 +179,9 @@ pub(crate) fn wrong_port_hint(e: corefarm_client::ClientError) -> anyhow::Error 
         _ => e.into(),
     }
 }
+
+/// Node ids a user's row names before it says how many more it has.
+const USER_NODES: usize = 8;
 
 /// The status as a summary line and two tables. The observer's own session (`you`) is left
 /// out: it is this command.
@@ -156,8 +208,20 @@ pub fn render(s: &ClusterStatus) -> String {
         } else {
             errors.join(", ")
         },
-        s.nodes.len()
+        s.node_total()
     );
+    if let Some(c) = &s.node_counts {
+        out += &format!(
+            "  free {}, assigned {}, configuring {}, ready {}\n",
+            c.free, c.assigned, c.configuring, c.ready
+        );
+        if s.nodes.len() as u64 != c.total {
+            out += &format!(
+                "  listing {} of them (--offset, --limit, --state; --all for every node)\n",
+                s.nodes.len()
+            );
+        }
+    }
     if !s.nodes.is_empty() {
         let mut rows = vec![row([
             "ID",
@@ -219,7 +283,16 @@ pub fn render(s: &ClusterStatus) -> String {
                 (None, false) => "(seed user)".into(),
                 (None, true) => "-".into(),
             };
-            let nodes: Vec<String> = u.nodes.iter().map(|n| n.to_string()).collect();
+            // A user of thousands of nodes: the first few and how many more.
+            let mut nodes: Vec<String> = u
+                .nodes
+                .iter()
+                .take(USER_NODES)
+                .map(|n| n.to_string())
+                .collect();
+            if u.nodes.len() > USER_NODES {
+                nodes.push(format!("+{}", u.nodes.len() - USER_NODES));
+            }
             rows.push(vec![
                 u.id.to_string(),
                 u.addr.clone(),
@@ -564,5 +637,70 @@ accounts: 1 (since the server started, 61 s ago)
 ";
         assert_eq!(accounts(&s), expected);
         assert!(render(&s).ends_with(expected));
+    }
+
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: StatusArgs,
+    }
+
+    fn query(argv: &[&str]) -> corefarm_smp::StatusQuery {
+        use clap::Parser;
+        let argv = std::iter::once("status").chain(argv.iter().copied());
+        Cli::parse_from(argv).args.query()
+    }
+
+    #[test]
+    fn the_table_asks_for_a_page_and_json_for_every_node_unless_told() {
+        use corefarm_smp::{NodePage, StatusQuery};
+        let page = |offset, limit, state| StatusQuery {
+            nodes: Some(NodePage {
+                offset,
+                limit,
+                state,
+            }),
+        };
+        assert_eq!(query(&[]), page(0, DEFAULT_LIMIT, None));
+        assert_eq!(query(&["--all"]), StatusQuery::all());
+        assert_eq!(query(&["--json"]), StatusQuery::all());
+        assert_eq!(
+            query(&["--json", "--state", "ready", "--offset", "100"]),
+            page(100, DEFAULT_LIMIT, Some(NodeState::Ready))
+        );
+        assert_eq!(query(&["--limit", "0"]), page(0, 0, None));
+    }
+
+    #[test]
+    fn a_page_says_how_many_nodes_it_leaves_out() {
+        let mut counts = corefarm_smp::NodeCounts::default();
+        for _ in 0..3 {
+            counts.add(NodeState::Free);
+        }
+        counts.add(NodeState::Ready);
+        let s = ClusterStatus {
+            policy: "credit".into(),
+            nodes: vec![NodeStatus {
+                id: 4,
+                addr: "10.0.0.6:1".into(),
+                ..NodeStatus::default()
+            }],
+            users: vec![UserStatus {
+                id: 7,
+                addr: "10.0.0.9:2".into(),
+                nodes: (1..=20).collect(),
+                ..Default::default()
+            }],
+            node_counts: Some(counts),
+            ..ClusterStatus::default()
+        };
+        let text = render(&s);
+        assert!(
+            text.contains("nodes: 4\n  free 3, assigned 0, configuring 0, ready 1\n"),
+            "{text}"
+        );
+        assert!(text.contains("listing 1 of them"), "{text}");
+        // A user of many nodes: the first few and how many more.
+        assert!(text.contains("1,2,3,4,5,6,7,8,+12"), "{text}");
     }
 }

@@ -523,6 +523,10 @@ impl Inner {
     }
 
     pub fn status(&self) -> Result<ClusterStatus> {
+        self.status_query(&corefarm_smp::StatusQuery::all())
+    }
+
+    pub fn status_query(&self, q: &corefarm_smp::StatusQuery) -> Result<ClusterStatus> {
         if !self
             .server_hello
             .as_ref()
@@ -553,7 +557,7 @@ impl Inner {
             match self.resume.is_none()
                 || self.link.load(std::sync::atomic::Ordering::Acquire) == link
             {
-                true => write_frame(&mut *w, ClusterStatus::request_frame()),
+                true => write_frame(&mut *w, q.to_frame()),
                 // Lost meanwhile: the wait below sees it.
                 false => Ok(()),
             }

@@ -520,6 +520,13 @@ impl Client {
         self.inner.status()
     }
 
+    /// [`status`](Client::status) with the node rows `q` asks for (a page,
+    /// or none: the counts by state alone). A server from before pages
+    /// existed answers with every node.
+    pub fn status_query(&self, q: &corefarm_smp::StatusQuery) -> Result<ClusterStatus> {
+        self.inner.status_query(q)
+    }
+
     /// Whether the server answers [`status`](Client::status) requests.
     pub fn has_status(&self) -> bool {
         self.server_hello().is_some_and(|h| h.has(features::STATUS))

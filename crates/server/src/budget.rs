@@ -193,6 +193,12 @@ impl corefarm_smp::codec::Meter for Charge {
     fn hold(&mut self, bytes: usize) -> Result<(), ProtocolError> {
         Ok(self.set(bytes as u64)?)
     }
+
+    /// An idle link keeps no step in hand: thousands of idle nodes would
+    /// otherwise hold a step each of the budget.
+    fn idle(&mut self) {
+        self.budget.give(std::mem::take(&mut self.held));
+    }
 }
 
 #[cfg(test)]

@@ -52,6 +52,11 @@ pub const NODE_HELLO_GRACE: Duration = Duration::from_millis(250);
 /// their successors.
 pub const MAX_USERS: usize = 256;
 pub const MAX_NODES: usize = 1024;
+
+/// Nodes up to which `/metrics` has a series per node (`--metrics-nodes`):
+/// nine families per node, so 256 nodes are about 5,000 series; a larger
+/// cluster gets its totals and counts by state only.
+pub const METRICS_NODES: usize = 256;
 /// Who owns the nodes. Exclusive (the seed's behaviour) until the sharing
 /// benchmark (docs/sharing.md) shows shared to be no worse for one user.
 pub const SHARING: crate::Sharing = crate::Sharing::Exclusive;

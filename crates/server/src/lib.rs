@@ -138,6 +138,9 @@ pub struct ServerOptions {
     /// How long a user's chunked message may stay unfinished, counting only
     /// time the server waits for its chunks.
     pub message_timeout: Duration,
+    /// Connected nodes up to which `/metrics` has a series per node; past
+    /// it only totals and counts by state (the label set stays bounded).
+    pub metrics_nodes: usize,
 }
 
 impl Default for ServerOptions {
@@ -173,6 +176,7 @@ impl Default for ServerOptions {
             node_chunk_size: NODE_CHUNK_SIZE,
             memory_budget: None,
             message_timeout: MESSAGE_TIMEOUT,
+            metrics_nodes: METRICS_NODES,
         }
     }
 }
@@ -204,12 +208,17 @@ impl ServerState {
 
     /// The status extension's answer; `you` is the asking user, if any.
     pub fn status(&self, you: Option<u64>) -> ClusterStatus {
+        self.status_query(you, &corefarm_smp::StatusQuery::all())
+    }
+
+    /// [`ServerState::status`] with the node rows `q` asks for.
+    pub fn status_query(&self, you: Option<u64>, q: &corefarm_smp::StatusQuery) -> ClusterStatus {
         let mut s = ClusterStatus {
             you,
             policy: self.opts.policy.to_string(),
             max_message: self.opts.max_message,
             sharing: self.opts.sharing.to_string(),
-            ..self.registry.snapshot()
+            ..self.registry.snapshot_page(q.nodes.as_ref())
         };
         if self.opts.sharing == Sharing::Shared {
             self.view.lock().expect("view lock").merge(&mut s);
@@ -239,9 +248,19 @@ impl corefarm_telemetry::Endpoints for StatusHandle {
         let shared = self.0.clone();
         let mut reg = corefarm_telemetry::registry();
         reg.register_collector(corefarm_telemetry::collector(move |enc| {
-            let s = shared.status(None);
+            // Per-node series only up to --metrics-nodes: past it the rows
+            // are not even built (the counts by state still are).
+            let per_node = shared.registry.node_count() <= shared.opts.metrics_nodes;
+            let q = match per_node {
+                true => corefarm_smp::StatusQuery::all(),
+                false => corefarm_smp::StatusQuery::summary(),
+            };
+            let s = shared.status_query(None, &q);
             let names = shared.registry.by_name(&shared.metrics);
-            let times = shared.registry.config_times();
+            let times = match per_node {
+                true => shared.registry.config_times(),
+                false => Vec::new(),
+            };
             let held = (shared.budget.used(), shared.budget.limit());
             metrics::encode(enc, &shared.metrics, &s, &names, &times, held)?;
             accounts::encode(enc, &shared.accounts, &s.accounts)

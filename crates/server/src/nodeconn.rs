@@ -165,7 +165,8 @@ impl NodeConn {
                 let mut reader = FrameReader::new(rd, max)
                     .with_prefix(&prefix)
                     .with_read_timeout(read_timeout)
-                    .with_meter(Box::new(budget.charge()));
+                    .with_meter(Box::new(budget.charge()))
+                    .release_when_idle();
                 // Set once the node negotiated chunks: its chunked results.
                 let mut results: Option<Inbound> = None;
                 let mut errors = false;

@@ -12,13 +12,14 @@
 //! taken under the same lock counts every connection exactly once, so the
 //! totals never step back.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use corefarm_smp::{
-    AccountStatus, ClusterStatus, LinkBytes, NodeState, NodeStatus, UserPhase, UserStatus,
+    AccountStatus, ClusterStatus, LinkBytes, NodeCounts, NodePage, NodeState, NodeStatus,
+    UserPhase, UserStatus,
 };
 
 use crate::accounts::{Account, Accounts};
@@ -124,6 +125,10 @@ impl NodeEntry {
             NodeState::Free
         };
         self.set_state(state);
+    }
+
+    pub fn state(&self) -> NodeState {
+        node_state_from(self.state.load(Ordering::Relaxed))
     }
 
     pub fn set_state(&self, s: NodeState) {
@@ -423,8 +428,21 @@ impl Registry {
     }
 
     /// Everything but the server-wide fields (policy, limits, who asks).
+    #[cfg(test)]
     pub fn snapshot(&self) -> ClusterStatus {
+        self.snapshot_page(None)
+    }
+
+    /// The status snapshot with the node rows of one page only (every
+    /// node's without one); the counts by state cover every node. One pass
+    /// over the nodes, rows built only for the page, and each user's node
+    /// list from one map: linear in the nodes whatever the page, where a
+    /// row per node would make a large cluster's answer megabytes.
+    pub fn snapshot_page(&self, page: Option<&NodePage>) -> ClusterStatus {
         let mut bytes = LinkBytes::default();
+        let mut counts = NodeCounts::default();
+        let mut by_user: HashMap<u64, Vec<u64>> = HashMap::new();
+        let mut functions: HashMap<u64, String> = HashMap::new();
         let nodes: Vec<NodeStatus> = {
             let nodes = self.nodes.lock().expect("registry lock");
             (bytes.node_in, bytes.node_out) = nodes
@@ -432,7 +450,34 @@ impl Registry {
                 .values()
                 .map(|n| n.m.link.bytes())
                 .fold(nodes.ended, add);
-            nodes.live.values().map(|n| n.status()).collect()
+            let mut rows = Vec::new();
+            let mut index = 0;
+            for n in nodes.live.values() {
+                let state = n.state();
+                counts.add(state);
+                let user = n.user.load(Ordering::Relaxed);
+                if user != 0 {
+                    by_user.entry(user).or_default().push(n.id);
+                    // Its nodes are configured alike: theirs is its function.
+                    if let std::collections::hash_map::Entry::Vacant(e) = functions.entry(user) {
+                        if let Some(f) = n.m.function() {
+                            e.insert(f);
+                        }
+                    }
+                }
+                let listed = match page {
+                    None => true,
+                    Some(p) if p.state.is_none_or(|s| s == state) => {
+                        index += 1;
+                        p.holds(index - 1)
+                    }
+                    Some(_) => false,
+                };
+                if listed {
+                    rows.push(n.status());
+                }
+            }
+            rows
         };
         let users = self.users.lock().expect("registry lock");
         (bytes.user_in, bytes.user_out) = users
@@ -444,10 +489,8 @@ impl Registry {
             .live
             .values()
             .map(|u| {
-                let mine = nodes.iter().filter(|n| n.user == Some(u.id));
-                let mut s = u.status(mine.clone().map(|n| n.id).collect());
-                // Its nodes are configured alike: theirs is its function.
-                s.function = mine.filter_map(|n| n.function.clone()).next();
+                let mut s = u.status(by_user.remove(&u.id).unwrap_or_default());
+                s.function = functions.remove(&u.id);
                 s
             })
             .collect();
@@ -455,6 +498,7 @@ impl Registry {
             nodes,
             users,
             bytes,
+            node_counts: Some(counts),
             ..ClusterStatus::default()
         }
     }

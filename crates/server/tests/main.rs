@@ -22,5 +22,6 @@ mod nodes;
 mod notify;
 mod sharing;
 mod status;
+mod status_pages;
 mod timeouts;
 mod tls;

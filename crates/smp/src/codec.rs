@@ -59,6 +59,10 @@ pub const METERED_RESERVE: usize = 4 << 20;
 pub trait Meter: Send + Sync + std::fmt::Debug {
     /// The reader now holds `bytes` of unfinished frames.
     fn hold(&mut self, bytes: usize) -> Result<(), ProtocolError>;
+
+    /// The reader holds nothing and waits for its peer: whatever a meter
+    /// keeps in hand to spare the shared count small changes goes back.
+    fn idle(&mut self) {}
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -273,6 +277,8 @@ pub struct FrameReader<R> {
     run: run::Ahead,
     /// See [`FrameReader::with_meter`].
     meter: Option<Box<dyn Meter>>,
+    /// See [`FrameReader::release_when_idle`].
+    release_idle: bool,
 }
 
 impl<R: AsyncRead + Unpin> FrameReader<R> {
@@ -287,7 +293,19 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
             after_placed: false,
             run: run::Ahead::default(),
             meter: None,
+            release_idle: false,
         }
+    }
+
+    /// Between frames, a [`FrameReader::read_with`] on a TCP socket with
+    /// nothing to read waits for the socket without a read buffer (and
+    /// tells the meter it holds nothing): an idle peer then costs no
+    /// buffer, where a server with thousands of idle node links would
+    /// otherwise keep a read buffer each. A busy link keeps its buffer: it
+    /// is released only when a read finds nothing.
+    pub fn release_when_idle(mut self) -> Self {
+        self.release_idle = true;
+        self
     }
 
     /// Reports the bytes of unfinished frames this reader holds to `m` as
@@ -486,10 +504,50 @@ impl<R: AsyncRead + Unpin> FrameReader<R> {
     where
         R: ReadVectored,
     {
+        self.wait_idle().await?;
         match p {
             Some(p) => self.read_placing(p).await,
             None => Ok(self.read_frame().await?.map(Read::Frame)),
         }
+    }
+
+    /// [`FrameReader::release_when_idle`]: at a frame boundary with nothing
+    /// buffered, one read; if the socket has nothing, the buffer goes and
+    /// the wait is for readiness alone. Cancel-safe: nothing is read during
+    /// the wait, and what the read took stays in the buffer.
+    async fn wait_idle(&mut self) -> Result<(), ReadError>
+    where
+        R: ReadVectored,
+    {
+        let boundary = self.dec.buffered() == 0 && self.placing.is_none();
+        if !self.release_idle || !boundary || !self.run.chunks.is_empty() {
+            return Ok(());
+        }
+        let Some(tcp) = self.inner.tcp() else {
+            return Ok(());
+        };
+        loop {
+            // Reserves what a read at a frame boundary takes.
+            self.dec.decode()?;
+            let limit = self.dec.read_limit();
+            match tcp.try_read_buf(&mut (&mut self.dec.buf).limit(limit)) {
+                // Bytes, or the end of the stream: the frame read takes them.
+                Ok(_) => break,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.dec.buf = BytesMut::new();
+                    if let Some(m) = &mut self.meter {
+                        m.idle();
+                    }
+                    tcp.readable().await?;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        if self.dec.buffered() > 0 {
+            self.waiting_since = None;
+            self.metered()?;
+        }
+        Ok(())
     }
 
     fn decode(&mut self) -> Result<Option<Frame>, ProtocolError> {

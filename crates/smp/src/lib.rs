@@ -47,8 +47,8 @@ pub use peer::{
     Algo, CollHeader, CollOp, DType, PeerBody, PeerFrame, PeerHeader, PeerKind, PeerMsg, ReduceOp,
 };
 pub use status::{
-    AccountStatus, ClusterStatus, FunctionStatus, LinkBytes, NodeState, NodeStatus, UserPhase,
-    UserStatus,
+    AccountStatus, ClusterStatus, FunctionStatus, LinkBytes, NodeCounts, NodePage, NodeState,
+    NodeStatus, StatusQuery, UserPhase, UserStatus,
 };
 
 /// Default upper bound on a payload: large enough for any realistic bitstream

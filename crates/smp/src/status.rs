@@ -46,6 +46,11 @@ pub struct ClusterStatus {
     /// Bytes read and written on each kind of link since the server started.
     #[serde(default)]
     pub bytes: LinkBytes,
+    /// Every connected node counted by state, whatever `nodes` lists (a
+    /// request may ask for one page of them, [`StatusQuery`]); none from
+    /// servers before pages existed, whose `nodes` lists every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_counts: Option<NodeCounts>,
     /// What each user (tenant) used since the server started, all its
     /// sessions together; none from servers before accounting existed.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
@@ -88,6 +93,113 @@ pub struct AccountStatus {
     #[serde(default)]
     pub reconfigurations: f64,
 }
+
+/// Connected nodes by state: the summary a large cluster's status gives
+/// without a row per node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodeCounts {
+    #[serde(default)]
+    pub total: u64,
+    #[serde(default)]
+    pub free: u64,
+    #[serde(default)]
+    pub assigned: u64,
+    #[serde(default)]
+    pub configuring: u64,
+    #[serde(default)]
+    pub ready: u64,
+}
+
+impl NodeCounts {
+    pub fn get(&self, s: NodeState) -> u64 {
+        match s {
+            NodeState::Free => self.free,
+            NodeState::Assigned => self.assigned,
+            NodeState::Configuring => self.configuring,
+            NodeState::Ready => self.ready,
+        }
+    }
+
+    pub fn add(&mut self, s: NodeState) {
+        self.total += 1;
+        *match s {
+            NodeState::Free => &mut self.free,
+            NodeState::Assigned => &mut self.assigned,
+            NodeState::Configuring => &mut self.configuring,
+            NodeState::Ready => &mut self.ready,
+        } += 1;
+    }
+}
+
+/// What a status request asks for (its payload, JSON; an empty payload
+/// asks for every node, as before pages existed). A server of tens of
+/// thousands of nodes answers a page in the time and size of a small one.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StatusQuery {
+    /// Which node rows to list: `None` every node.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nodes: Option<NodePage>,
+}
+
+/// A page of node rows in id order: those in `state` (all when `None`),
+/// `limit` of them from the `offset`-th on (`limit` 0: none, the summary
+/// alone).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct NodePage {
+    #[serde(default)]
+    pub offset: u64,
+    #[serde(default)]
+    pub limit: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state: Option<NodeState>,
+}
+
+impl NodePage {
+    /// Whether the `index`-th node of the page's state (counted from 0) is on it.
+    pub fn holds(&self, index: u64) -> bool {
+        index >= self.offset && index - self.offset < self.limit
+    }
+}
+
+impl StatusQuery {
+    /// Every node (the empty request).
+    pub fn all() -> Self {
+        StatusQuery::default()
+    }
+
+    /// The summary and no node rows.
+    pub fn summary() -> Self {
+        StatusQuery {
+            nodes: Some(NodePage::default()),
+        }
+    }
+
+    /// A request's payload: empty asks for everything.
+    pub fn decode(payload: &[u8]) -> Result<Self, ProtocolError> {
+        if payload.is_empty() {
+            return Ok(StatusQuery::all());
+        }
+        if payload.len() > MAX_QUERY || !crate::hello::is_json_object(payload) {
+            return Err(ProtocolError::BadStatus(
+                "a status request's payload is a small JSON object".into(),
+            ));
+        }
+        serde_json::from_slice(payload).map_err(|e| ProtocolError::BadStatus(e.to_string()))
+    }
+
+    /// The request frame: empty for [`StatusQuery::all`], so that servers
+    /// from before pages existed answer it too.
+    pub fn to_frame(&self) -> OutFrame {
+        let payload = match self.nodes {
+            None => Bytes::new(),
+            Some(_) => Bytes::from(serde_json::to_vec(self).expect("query serialises")),
+        };
+        OutFrame::small(MsgType::StatusRequest, &[], payload)
+    }
+}
+
+/// Largest status request payload a server reads.
+pub const MAX_QUERY: usize = 1024;
 
 /// One function in shared mode: a configuration payload, by digest.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -304,9 +416,19 @@ impl ClusterStatus {
         self.accounts.iter().find(|a| a.user == user)
     }
 
-    /// Nodes in the given state.
+    /// Nodes in the given state: from the counts where the server sent
+    /// them (its `nodes` may be one page), else the rows.
     pub fn count_nodes(&self, state: NodeState) -> usize {
+        if let Some(c) = &self.node_counts {
+            return c.get(state) as usize;
+        }
         self.nodes.iter().filter(|n| n.state == state).count()
+    }
+
+    /// Connected nodes: from the counts where the server sent them.
+    pub fn node_total(&self) -> usize {
+        self.node_counts
+            .map_or(self.nodes.len(), |c| c.total as usize)
     }
 }
 
@@ -356,6 +478,50 @@ mod tests {
         let e = ClusterStatus::decode(br#"[3,"queue",1024,[],[]]"#).unwrap_err();
         assert_eq!(e.kind(), "bad_status");
         assert!(ClusterStatus::decode(b"{").is_err());
+    }
+
+    #[test]
+    fn queries_round_trip_and_the_full_one_is_the_empty_request() {
+        assert_eq!(
+            StatusQuery::all().to_frame().to_vec(),
+            ClusterStatus::request_frame().to_vec()
+        );
+        assert_eq!(StatusQuery::decode(&[]).unwrap(), StatusQuery::all());
+        let q = StatusQuery {
+            nodes: Some(NodePage {
+                offset: 20,
+                limit: 10,
+                state: Some(NodeState::Ready),
+            }),
+        };
+        let frame = q.to_frame().to_vec();
+        assert_eq!(StatusQuery::decode(&frame[8..]).unwrap(), q);
+        let page = q.nodes.unwrap();
+        assert!(!page.holds(19) && page.holds(20) && page.holds(29) && !page.holds(30));
+        assert!(
+            !NodePage::default().holds(0),
+            "limit 0 is the summary alone"
+        );
+        assert_eq!(
+            StatusQuery::decode(b"[1]").unwrap_err().kind(),
+            "bad_status"
+        );
+        let long = format!("{{\"x\":\"{}\"}}", "a".repeat(MAX_QUERY));
+        assert!(StatusQuery::decode(long.as_bytes()).is_err());
+    }
+
+    #[test]
+    fn counts_say_how_many_nodes_a_page_leaves_out() {
+        let mut c = NodeCounts::default();
+        for s in [NodeState::Free, NodeState::Free, NodeState::Ready] {
+            c.add(s);
+        }
+        let s = ClusterStatus {
+            node_counts: Some(c),
+            ..Default::default()
+        };
+        assert_eq!((s.node_total(), s.count_nodes(NodeState::Free)), (3, 2));
+        assert_eq!(s.count_nodes(NodeState::Ready), 1);
     }
 
     #[test]

@@ -7,6 +7,7 @@ mod direct;
 mod hol;
 mod irq;
 mod rtl_cores;
+mod scale;
 mod sharing;
 mod soak;
 
@@ -67,6 +68,11 @@ pub enum BenchCmd {
     /// board: the node's CPU per job while the core runs 1 ms jobs (one
     /// JSON object).
     Irq(irq::IrqArgs),
+    /// The server at thousands of nodes: resident memory and CPU per node,
+    /// configuration fan-out, status and /metrics against the node count,
+    /// the shared scheduler against nodes and functions, server CPU per
+    /// event (one JSON object).
+    Scale(scale::ScaleArgs),
 }
 
 #[derive(Args)]
@@ -87,7 +93,8 @@ pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
     /// all (those eight), or one that `all` does not run: policies, sharing
     /// (seed 002 §5.5, then the multi-tenant workloads), sharing-workloads,
-    /// tls, collectives, direct, streams, rtl-cores, irq, seedpeers (the seed's own peers:
+    /// tls, collectives, direct, streams, rtl-cores, irq, scale (its quick run
+    /// is in `all --quick`), seedpeers (the seed's own peers:
     /// `seedpeers -- --seed-build DIR`). An experiment's own options
     /// (`--runs`, `--duration`, …) go after `--`.
     experiment: String,
@@ -297,6 +304,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::RtlCores(a) => rtl_cores::run(a),
         BenchCmd::Classes(a) => classes::run(a),
         BenchCmd::Irq(a) => irq::run(a),
+        BenchCmd::Scale(a) => scale::run(a),
     }
 }
 

@@ -52,6 +52,13 @@ pub fn encode(
     ] {
         f.gauge(&vec![("state", name.into())], s.count_nodes(st) as i64)?;
     }
+    family(
+        enc,
+        "node_series",
+        "Nodes with a series of their own in the node_* families (none past --metrics-nodes).",
+        Gauge,
+    )?
+    .gauge(&none, s.nodes.len() as i64)?;
     let nodes: Vec<(Labels, &NodeStatus)> = s
         .nodes
         .iter()
@@ -120,8 +127,11 @@ pub fn encode(
         "From sending a configuration to the node's positive response.",
         Histogram,
     )?;
+    // By id: a search per node would make the scrape quadratic.
+    let times: std::collections::HashMap<u64, &corefarm_telemetry::HistogramSnapshot> =
+        config_times.iter().map(|(id, h)| (*id, h)).collect();
     for (l, n) in &nodes {
-        if let Some((_, h)) = config_times.iter().find(|(id, _)| *id == n.id) {
+        if let Some(h) = times.get(&n.id) {
             f.histogram(l, h)?;
         }
     }

@@ -455,6 +455,11 @@ impl NodeMetrics {
         ns as f64 / 1e9
     }
 
+    /// What the node is configured for, if anything.
+    pub fn function(&self) -> Option<String> {
+        self.function.lock().expect("function lock").clone()
+    }
+
     pub fn fill(&self, s: &mut NodeStatus) {
         s.function = self.function.lock().expect("function lock").clone();
         s.cores = self.cores.load(Ordering::Relaxed);

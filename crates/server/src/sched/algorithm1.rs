@@ -27,16 +27,74 @@
 //!    programming is slow therefore keep their replicas instead of trading
 //!    them every period.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
-use super::{FnId, Sched, SlotState};
+use super::{FnId, Sched, Slot, SlotState};
+
+/// Replicas per function, counted once per period and kept up to date as
+/// the period's decisions move nodes: without it every ρ would count a
+/// function's replicas over all nodes, and a period over N nodes would cost
+/// N² (seconds at ten thousand nodes, for a period of milliseconds).
+#[derive(Default)]
+struct Held {
+    /// Nodes serving, loading or drained for each function.
+    promised: HashMap<FnId, usize>,
+    /// Nodes serving it now (Ready).
+    ready: HashMap<FnId, usize>,
+}
+
+/// What a slot counts for: (promised to, ready for).
+type Counted = (Option<FnId>, Option<FnId>);
+
+fn counted(s: &Slot) -> Counted {
+    let ready = match s.state {
+        SlotState::Ready => s.function,
+        _ => None,
+    };
+    (s.promised_to(), ready)
+}
+
+impl Held {
+    fn of(s: &Sched) -> Held {
+        let mut h = Held::default();
+        for slot in s.nodes.values() {
+            h.count(counted(slot), 1);
+        }
+        h
+    }
+
+    fn count(&mut self, (promised, ready): Counted, add: isize) {
+        for (map, f) in [(&mut self.promised, promised), (&mut self.ready, ready)] {
+            if let Some(f) = f {
+                let n = map.entry(f).or_default();
+                *n = n.saturating_add_signed(add);
+            }
+        }
+    }
+
+    /// A node's slot changed from `before` to `after`.
+    fn moved(&mut self, before: Counted, after: Counted) {
+        self.count(before, -1);
+        self.count(after, 1);
+    }
+
+    fn promised(&self, f: FnId) -> usize {
+        self.promised.get(&f).copied().unwrap_or(0)
+    }
+
+    fn ready(&self, f: FnId) -> usize {
+        self.ready.get(&f).copied().unwrap_or(0)
+    }
+}
 
 impl Sched {
-    /// One monitoring period ended.
+    /// One monitoring period ended. Linear in the nodes and functions,
+    /// plus a sort of the idle nodes: O(n log n) per period.
     pub(super) fn monitor(&mut self, now: Duration) {
         let prior = self.p.service_prior;
         let period = self.p.period.as_secs_f64().max(1e-9);
-        let mut in_flight: std::collections::HashMap<FnId, u64> = Default::default();
+        let mut in_flight: HashMap<FnId, u64> = Default::default();
         for s in self.nodes.values() {
             if let Some(f) = s.function {
                 *in_flight.entry(f).or_default() +=
@@ -46,126 +104,152 @@ impl Sched {
         for f in self.fns.values_mut() {
             f.close_period(in_flight.get(&f.id).copied().unwrap_or(0), prior);
         }
-        self.serve_requests(now, period);
-        self.replicate(now, period);
+        let mut held = Held::of(self);
+        self.serve_requests(now, period, &mut held);
+        self.replicate(now, period, &mut held);
     }
 
     /// Load per replica: the fraction of the period each replica would be busy.
-    fn rho(&self, f: FnId, period: f64) -> f64 {
+    fn rho(&self, f: FnId, period: f64, held: &Held) -> f64 {
         let demand = self.fns.get(&f).map_or(0.0, |f| f.demand);
-        demand / (self.replicas_or_loading(f).max(1) as f64 * period)
+        demand / (held.promised(f).max(1) as f64 * period)
     }
 
     /// The node's own load: its function's ρ, 0 when it holds none.
-    fn own_rho(&self, node: u64, period: f64) -> f64 {
+    fn own_rho(&self, node: u64, period: f64, held: &Held) -> f64 {
         self.nodes[&node]
             .function
-            .map_or(0.0, |f| self.rho(f, period))
+            .map_or(0.0, |f| self.rho(f, period, held))
     }
 
     pub(super) fn reconfig_time(&self, node: u64) -> Duration {
         self.nodes[&node].reconfig.unwrap_or(self.p.period)
     }
 
+    /// [`Sched::reconfigure`], keeping `held` counted.
+    fn reconfigure_held(&mut self, node: u64, f: FnId, now: Duration, held: &mut Held) {
+        let before = counted(&self.nodes[&node]);
+        self.reconfigure(node, f, now);
+        if let Some(s) = self.nodes.get(&node) {
+            held.moved(before, counted(s));
+        }
+    }
+
+    /// The node passing `keep` with the lowest own ρ (the first such in id
+    /// order among equals).
+    fn lowest_rho(
+        &self,
+        period: f64,
+        held: &Held,
+        keep: impl Fn(u64, &Slot) -> bool,
+    ) -> Option<u64> {
+        self.nodes
+            .iter()
+            .filter(|(&id, s)| keep(id, s))
+            .map(|(&id, _)| (self.own_rho(id, period, held), id))
+            .min_by(|a, b| a.0.total_cmp(&b.0))
+            .map(|(_, id)| id)
+    }
+
     /// Step 1: functions that have no replica and are needed.
-    fn serve_requests(&mut self, now: Duration, period: f64) {
+    fn serve_requests(&mut self, now: Duration, period: f64, held: &mut Held) {
         let mut wanting: Vec<(Duration, FnId)> = self
             .fns
             .values()
             .filter(|f| !f.waiting.is_empty() || !f.queue.is_empty())
             .filter(|f| f.lost_loads < super::route::MAX_LOST_LOADS)
             .filter_map(|f| f.requested.map(|t| (t, f.id)))
-            .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
+            .filter(|&(_, id)| held.promised(id) == 0)
             .collect();
+        if wanting.is_empty() {
+            return;
+        }
         wanting.sort();
+        // The slowest node's reprogramming bounds how long a function
+        // without a replica waits before it may take a busy one's.
+        let slowest = self
+            .nodes
+            .keys()
+            .map(|&n| self.reconfig_time(n))
+            .max()
+            .unwrap_or_default();
         for (since, f) in wanting {
-            let usable = |s: &super::Slot| !s.refused.contains(&f);
-            let by_rho = |mut v: Vec<u64>, me: &Sched| {
-                v.sort_by(|a, b| me.own_rho(*a, period).total_cmp(&me.own_rho(*b, period)));
-                v.first().copied()
-            };
-            let idle: Vec<u64> = self
-                .nodes
-                .iter()
-                .filter(|(&id, s)| {
-                    s.idle() && usable(s) && self.own_rho(id, period) < self.p.c_reconfig
-                })
-                .map(|(&id, _)| id)
-                .collect();
-            if let Some(node) = by_rho(idle, self) {
-                self.reconfigure(node, f, now);
+            let usable = |s: &Slot| !s.refused.contains(&f);
+            let c_reconfig = self.p.c_reconfig;
+            let idle = self.lowest_rho(period, held, |id, s| {
+                s.idle() && usable(s) && self.own_rho(id, period, held) < c_reconfig
+            });
+            if let Some(node) = idle {
+                self.reconfigure_held(node, f, now, held);
                 continue;
             }
-            let ready = |s: &super::Slot| s.state == SlotState::Ready && usable(s);
-            let spare: Vec<u64> = self
-                .nodes
-                .iter()
-                .filter(|(_, s)| ready(s) && s.function.is_some_and(|g| self.replicas(g) > 1))
-                .map(|(&id, _)| id)
-                .collect();
-            let victim = by_rho(spare, self).or_else(|| {
-                let r = self
-                    .nodes
-                    .keys()
-                    .map(|&n| self.reconfig_time(n))
-                    .max()
-                    .unwrap_or_default();
-                let limit = self.p.max_wait.max(r * 10);
-                if now.saturating_sub(since) < limit {
-                    return None;
-                }
-                let any: Vec<u64> = self
-                    .nodes
-                    .iter()
-                    .filter(|(_, s)| ready(s))
-                    .map(|(&id, _)| id)
-                    .collect();
-                by_rho(any, self)
-            });
+            let ready = |s: &Slot| s.state == SlotState::Ready && usable(s);
+            let victim = self
+                .lowest_rho(period, held, |_, s| {
+                    ready(s) && s.function.is_some_and(|g| held.ready(g) > 1)
+                })
+                .or_else(|| {
+                    let limit = self.p.max_wait.max(slowest * 10);
+                    if now.saturating_sub(since) < limit {
+                        return None;
+                    }
+                    self.lowest_rho(period, held, |_, s| ready(s))
+                });
             if let Some(node) = victim {
                 tracing::debug!(node, function = %f, "draining a node for a function without a replica");
-                self.nodes.get_mut(&node).expect("listed").state =
-                    SlotState::Draining { target: f };
+                let slot = self.nodes.get_mut(&node).expect("listed");
+                let before = counted(slot);
+                slot.state = SlotState::Draining { target: f };
+                held.moved(before, counted(slot));
             }
         }
     }
 
-    /// Step 2: replicate the most loaded function onto idle, lightly used nodes.
-    fn replicate(&mut self, now: Duration, period: f64) {
-        let mut idle: Vec<u64> = self
+    /// Step 2: replicate the most loaded function onto idle, lightly used
+    /// nodes. The functions worth a replica (ρ above C_REPLICATE) are kept
+    /// in order of ρ, so each idle node looks at the first it may load
+    /// instead of at every function.
+    fn replicate(&mut self, now: Duration, period: f64, held: &mut Held) {
+        let mut idle: Vec<(f64, u64)> = self
             .nodes
             .iter()
             .filter(|(_, s)| s.idle())
-            .map(|(&id, _)| id)
+            .map(|(&id, _)| (self.own_rho(id, period, held), id))
             .collect();
-        idle.sort_by(|a, b| {
-            self.own_rho(*a, period)
-                .total_cmp(&self.own_rho(*b, period))
-        });
-        for node in idle {
+        idle.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let c_replicate = self.p.c_replicate;
+        let hot_entry = |me: &Sched, held: &Held, f: FnId| {
+            let rho = me.rho(f, period, held);
+            (held.promised(f) > 0 && rho > c_replicate).then_some((rho, f))
+        };
+        let mut hot: Vec<(f64, FnId)> = self
+            .fns
+            .keys()
+            .filter_map(|&f| hot_entry(self, held, f))
+            .collect();
+        let by_rho = |hot: &mut Vec<(f64, FnId)>| hot.sort_by(|a, b| b.0.total_cmp(&a.0));
+        by_rho(&mut hot);
+        for (_, node) in idle {
+            if hot.is_empty() {
+                break;
+            }
             let own = self.nodes[&node].function;
-            let own_rho = self.own_rho(node, period);
+            let own_rho = self.own_rho(node, period, held);
             if own_rho >= self.p.c_reconfig {
                 continue;
             }
-            let best = self
-                .fns
-                .keys()
-                .filter(|&&f| Some(f) != own && !self.nodes[&node].refused.contains(&f))
-                .filter(|&&f| self.replicas_or_loading(f) > 0)
-                .map(|&f| (self.rho(f, period), f))
-                .max_by(|a, b| a.0.total_cmp(&b.0));
-            let Some((rho_h, h)) = best else { continue };
-            if rho_h <= self.p.c_replicate {
-                continue;
-            }
+            let refused = &self.nodes[&node].refused;
+            let best = hot
+                .iter()
+                .find(|(_, f)| Some(*f) != own && !refused.contains(f))
+                .copied();
+            let Some((_, h)) = best else { continue };
             let r = self.reconfig_time(node).as_secs_f64();
             let horizon = self.p.horizon.as_secs_f64();
-            let n_h = self.replicas_or_loading(h) as f64;
+            let n_h = held.promised(h) as f64;
             let rate = self.fns[&h].demand / period;
             let gain = (rate - n_h).clamp(0.0, 1.0) * (horizon - r).max(0.0);
-            let sole =
-                own.is_some_and(|g| self.replicas_or_loading(g) == 1 && self.fns[&g].wanted());
+            let sole = own.is_some_and(|g| held.promised(g) == 1 && self.fns[&g].wanted());
             // The only replica of a function someone uses is lent only once
             // it has been idle for a whole period: a user between two calls,
             // or whose function was just loaded, would otherwise lose it at
@@ -176,7 +260,15 @@ impl Sched {
             let cost = r + if sole { r + own_rho * horizon } else { 0.0 };
             if gain > cost {
                 tracing::debug!(node, function = %h, gain, cost, "replicating");
-                self.reconfigure(node, h, now);
+                self.reconfigure_held(node, h, now, held);
+                // The two functions whose replicas changed move in the order.
+                for f in [Some(h), own].into_iter().flatten() {
+                    hot.retain(|&(_, g)| g != f);
+                    if self.fns.contains_key(&f) {
+                        hot.extend(hot_entry(self, held, f));
+                    }
+                }
+                by_rho(&mut hot);
             } else {
                 tracing::trace!(node, function = %h, gain, cost, "replication not worth its reprogramming");
             }

@@ -45,7 +45,10 @@ impl<P: Placement> Session<P> {
             Asked::Data => self.on_data(frame).await,
             Asked::Chunk => self.on_chunk(frame).await,
             Asked::Status => {
-                let status = self.shared.status(Some(self.conn.user));
+                // A query that does not parse is answered in full, as the
+                // empty request is: the status is read-only.
+                let q = corefarm_smp::StatusQuery::decode(&frame.payload).unwrap_or_default();
+                let status = self.shared.status_query(Some(self.conn.user), &q);
                 self.send_user(status.to_frame()).await
             }
             Asked::Refused(code, reason) => Err(SessionEnd::Broke { code, reason }),

@@ -610,3 +610,61 @@ async fn write_frame_is_byte_exact() {
     .unwrap();
     assert_eq!(out, [3, 0, 0, 0, 6, 0, 0, 0, 4, 3, 2, 1, b'x', b'y']);
 }
+
+/// A meter that records what it was told.
+#[derive(Debug, Clone, Default)]
+struct Recorded(std::sync::Arc<std::sync::Mutex<Vec<Option<usize>>>>);
+
+impl Meter for Recorded {
+    fn hold(&mut self, bytes: usize) -> Result<(), ProtocolError> {
+        self.0.lock().unwrap().push(Some(bytes));
+        Ok(())
+    }
+    fn idle(&mut self) {
+        self.0.lock().unwrap().push(None);
+    }
+}
+
+/// An idle link waits without a read buffer, and tells its meter so; the
+/// frames around the wait arrive whole and in order.
+#[tokio::test]
+async fn an_idle_reader_holds_no_buffer_between_frames() {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut a = tokio::net::TcpStream::connect(l.local_addr().unwrap())
+        .await
+        .unwrap();
+    let (b, _) = l.accept().await.unwrap();
+    let meter = Recorded::default();
+    let mut r = FrameReader::new(b, 1 << 20)
+        .with_meter(Box::new(meter.clone()))
+        .release_when_idle();
+    let none: Option<&mut crate::stream::Reassembler> = None;
+    // Nothing sent yet: the read waits, and holds no buffer meanwhile.
+    let waiting = tokio::time::timeout(Duration::from_millis(50), r.read_with(none)).await;
+    assert!(waiting.is_err(), "nothing was sent");
+    assert_eq!(r.dec.buf.capacity(), 0, "no buffer while idle");
+    assert_eq!(*meter.0.lock().unwrap(), [None]);
+    for id in 1..=2u32 {
+        write_frame(
+            &mut a,
+            OutFrame::data(id, Bytes::from(vec![7; 3000])).unwrap(),
+        )
+        .await
+        .unwrap();
+        let none: Option<&mut crate::stream::Reassembler> = None;
+        let Read::Frame(f) = r.read_with(none).await.unwrap().unwrap() else {
+            panic!("a frame")
+        };
+        assert_eq!(
+            (&f.payload[..4], f.payload.len()),
+            (&id.to_le_bytes()[..], 3004)
+        );
+    }
+    let none: Option<&mut crate::stream::Reassembler> = None;
+    let waiting = tokio::time::timeout(Duration::from_millis(50), r.read_with(none)).await;
+    assert!(waiting.is_err());
+    assert_eq!(r.dec.buf.capacity(), 0, "released again once idle");
+    drop(a);
+    let none: Option<&mut crate::stream::Reassembler> = None;
+    assert!(r.read_with(none).await.unwrap().is_none(), "a clean end");
+}
