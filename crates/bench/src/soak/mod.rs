@@ -521,7 +521,12 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
                 Ok(bad::Played::Untestable) => {
                     *bad_untestable.entry(format!("{kind:?}")).or_insert(0u64) += 1;
                 }
-                Err(_) if overlapped => {
+                Err(e) if overlapped => {
+                    // What a flooding node answered before a server fault
+                    // cut it off was passed on too: it counts toward the bound.
+                    if let bad::PlayError::NodeDropped { answered, .. } = e {
+                        flooded += answered;
+                    }
                     *bad_untestable.entry(format!("{kind:?}")).or_insert(0u64) += 1;
                 }
                 Err(e) => bad_failures.push(e.to_string()),
