@@ -247,10 +247,13 @@ fn without_resuming_a_lost_server_fails_the_run() {
     .unwrap();
     assert!(!rep.ok);
     assert_eq!(rep.counts.resumes, 0);
+    // The fake server hangs up with the client's next messages unread, so
+    // the client hears a close or, when they arrived first, a reset: both
+    // are the lost server.
     assert!(
-        rep.errors
-            .iter()
-            .any(|e| e.contains("server closed the connection")),
+        rep.errors.iter().any(|e| {
+            e.contains("server closed the connection") || e.contains("Connection reset by peer")
+        }),
         "{:?}",
         rep.errors
     );
