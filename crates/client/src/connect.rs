@@ -72,9 +72,12 @@ pub(crate) fn open_link(
     Ok((writer, FrameReader::new(reader, opts.max_message)))
 }
 
+/// `moves_on`: the client has other addresses to resume on, so a server
+/// without nodes may refuse its first configuration at once.
 pub(crate) fn handshake(
     addr: &str,
     opts: &ClientOptions,
+    moves_on: bool,
     writer: &mut SendHalf,
     reader: &mut FrameReader<RecvHalf>,
 ) -> Result<Hello> {
@@ -102,6 +105,9 @@ pub(crate) fn handshake(
     hello.max_message = Some(opts.max_message);
     if opts.secret.is_some() {
         hello.features.push(features::AUTH.into());
+    }
+    if moves_on {
+        hello.features.push(features::MOVES_ON.into());
     }
     if opts.chunks {
         hello.features.push(features::CHUNKS.into());

@@ -433,6 +433,7 @@ impl Inner {
     pub fn configure(&self, cfg: &Configuration) -> Result<()> {
         let _one_at_a_time = lock(&self.configure_lock);
         let mut first = true;
+        let mut moves = crate::resume::Moves::default();
         // One pass per connection: a server lost while this configuration
         // was on its way gets it again on the resumed connection (after the
         // one in force, which the resume sends first).
@@ -488,6 +489,13 @@ impl Inner {
                 if let Some(r) = st.config_reply.take() {
                     lock(&self.configure_timing).answered(r.ok());
                     let errors: Vec<ErrorMsg> = st.config_errors.drain(..).collect();
+                    if !r.ok() {
+                        drop(st);
+                        if crate::resume::move_on_without_nodes(self, link, &errors, &mut moves) {
+                            continue 'link;
+                        }
+                        st = self.shared.lock();
+                    }
                     return if r.ok() {
                         st.warnings = errors.into_iter().map(|e| e.reason).collect();
                         *lock(&self.configuration) = Some(cfg.clone());

@@ -230,13 +230,15 @@ impl Client {
     pub fn connect(addr: &str, opts: ClientOptions) -> Result<Client> {
         let io = |during| move |source| ClientError::Io { during, source };
         let addrs = resume::addresses(addr)?;
+        // Only a resuming client with somewhere else to go moves on.
+        let moves_on = addrs.len() > 1 && opts.reconnect_timeout.is_some();
         let mut tried = addrs.iter().enumerate();
         let (index, writer, reader, server_hello) = loop {
             let (i, a) = tried.next().expect("at least one address");
             let linked = connect::open_link(a, &opts).and_then(|(mut w, mut r)| {
                 let hello = match opts.legacy {
                     true => None,
-                    false => Some(connect::handshake(a, &opts, &mut w, &mut r)?),
+                    false => Some(connect::handshake(a, &opts, moves_on, &mut w, &mut r)?),
                 };
                 Ok((w, r, hello))
             });

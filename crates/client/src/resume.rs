@@ -171,6 +171,75 @@ pub(crate) fn moves_on(st: &State, e: &ErrorMsg) -> bool {
         && (e.id != ErrorMsg::NO_ID || st.configs_unanswered == 0)
 }
 
+/// A first configuration that a server refused at once because no node
+/// is connected to it (`moves-on`; after a failover, a restarted server
+/// holds none): the client leaves that server for its next address, as a
+/// resumed session does, until `reconnect_timeout` after the first
+/// refusal. After each round of every address it pauses, doubling, so
+/// servers that all lack nodes are not hammered. Returns
+/// whether the caller should send its configuration again.
+pub(crate) fn move_on_without_nodes(
+    inner: &Inner,
+    link: u64,
+    errors: &[ErrorMsg],
+    moves: &mut Moves,
+) -> bool {
+    let Some(r) = &inner.resume else {
+        return false;
+    };
+    if r.addrs.len() < 2 || !errors.iter().any(|e| e.code() == Some(ErrorCode::NoNodes)) {
+        return false;
+    }
+    let since = *moves.since.get_or_insert_with(Instant::now);
+    let Some(left) = r
+        .timeout
+        .checked_sub(since.elapsed())
+        .filter(|l| !l.is_zero())
+    else {
+        return false;
+    };
+    moves.count += 1;
+    if moves.count.is_multiple_of(r.addrs.len()) {
+        let until = Instant::now() + moves.backoff.min(left);
+        let mut st = inner.shared.lock();
+        while st.failed.is_none() {
+            let Some(wait) = until
+                .checked_duration_since(Instant::now())
+                .filter(|w| !w.is_zero())
+            else {
+                break;
+            };
+            st = inner
+                .shared
+                .cond
+                .wait_timeout(st, wait)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        moves.backoff = (moves.backoff * 2).min(MAX_BACKOFF);
+    }
+    inner.lost_on_write(link);
+    true
+}
+
+/// How far one configuration has moved on from servers without nodes.
+#[derive(Debug)]
+pub(crate) struct Moves {
+    since: Option<Instant>,
+    count: usize,
+    backoff: Duration,
+}
+
+impl Default for Moves {
+    fn default() -> Self {
+        Moves {
+            since: None,
+            count: 0,
+            backoff: FIRST_BACKOFF,
+        }
+    }
+}
+
 /// Called by the reader of connection `link` when it ends with `f`.
 /// Returns false when the session is not resumed (resuming off, a failure
 /// that a new connection would not cure, or the client closing): the
@@ -309,7 +378,9 @@ fn attempt(
         opts.connect_timeout = Some(opts.connect_timeout.map_or(left, |t| t.min(left)));
     }
     let (mut writer, mut reader) = crate::connect::open_link(addr, &opts).map_err(missed)?;
-    let hello = crate::connect::handshake(addr, &opts, &mut writer, &mut reader).map_err(missed)?;
+    let moves_on = r.addrs.len() > 1;
+    let hello = crate::connect::handshake(addr, &opts, moves_on, &mut writer, &mut reader)
+        .map_err(missed)?;
     let chunk_size = Some(&hello)
         .filter(|h| h.has(features::CHUNKS))
         .and_then(|h| h.chunk_size)

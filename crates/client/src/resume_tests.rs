@@ -280,6 +280,82 @@ fn a_server_without_nodes_is_passed_over_for_the_next_address() {
     }
 }
 
+/// A server without nodes refuses a first configuration at once
+/// (no-nodes) to a client that said it can go elsewhere (`moves-on`, sent
+/// only with several addresses): the client configures on its next
+/// address instead of failing, and the second round through both servers
+/// finds the nodes the first missed.
+#[test]
+fn a_first_configuration_refused_for_want_of_nodes_moves_on() {
+    let no_nodes = |tx: mpsc::Sender<Hello>| -> Script {
+        Box::new(move |mut p| {
+            let h = p.hello(&["error", "credit", "moves-on"], 0);
+            p.expect(MsgType::Configuration);
+            p.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::NoNodes, "no node").to_frame());
+            p.send(
+                ConfigurationResponse {
+                    status: ConfigurationResponse::FAILED,
+                }
+                .to_frame(),
+            );
+            assert!(p.at_eof(), "the client leaves a server without nodes");
+            tx.send(h).unwrap();
+        })
+    };
+    let (tx, rx) = mpsc::channel();
+    let serves: Script = Box::new(|mut p| {
+        p.hello(&["error", "credit", "moves-on"], 1);
+        p.configured(0);
+        p.credit(8);
+        let d = p.data();
+        answer(&mut p, &d);
+        assert!(p.at_eof());
+    });
+    // A refuses, B refuses, then A (its nodes back) serves.
+    let (addr_a, srv_a) = fake_restarting(vec![no_nodes(tx.clone()), serves]);
+    let (addr_b, srv_b) = fake_restarting(vec![no_nodes(tx)]);
+    let c = Client::connect(
+        &format!("{addr_a},{addr_b}"),
+        resuming(Duration::from_secs(20)),
+    )
+    .unwrap();
+    c.configure(&bench(16, 16)).unwrap();
+    for h in [rx.recv().unwrap(), rx.recv().unwrap()] {
+        assert!(h.has("moves-on"), "{:?}", h.features);
+    }
+    let out: Vec<Bytes> = c.map([input(7)], 4).collect::<Result<_>>().unwrap();
+    assert_eq!(out, [input(7)]);
+    assert_eq!(c.server_addr(), addr_a);
+    drop(c);
+    for s in [srv_a, srv_b] {
+        s.join().unwrap();
+    }
+}
+
+/// With one address the client has nowhere else to go: it does not say
+/// `moves-on`, and a failed configuration is the caller's error.
+#[test]
+fn one_address_does_not_move_on() {
+    let only: Script = Box::new(|mut p| {
+        let h = p.hello(&["error", "credit"], 0);
+        assert!(!h.has("moves-on"), "{:?}", h.features);
+        p.expect(MsgType::Configuration);
+        p.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::NoNodes, "no node").to_frame());
+        p.send(
+            ConfigurationResponse {
+                status: ConfigurationResponse::FAILED,
+            }
+            .to_frame(),
+        );
+    });
+    let (addr, srv) = fake_restarting(vec![only]);
+    let c = Client::connect(&addr, resuming(Duration::from_secs(20))).unwrap();
+    let e = c.configure(&bench(16, 16)).unwrap_err();
+    assert!(matches!(e, ClientError::Configuration { .. }), "{e:?}");
+    drop(c);
+    srv.join().unwrap();
+}
+
 /// A server that loses its last node says so per message (no-nodes): a
 /// resuming client takes that as its cue to move to the next address,
 /// and the message is answered there, not failed.

@@ -307,3 +307,67 @@ async fn a_server_without_nodes_for_a_node_wait_answers_at_once() {
     assert!(!ok, "no node to configure");
     assert!(t1.elapsed() < wait, "waited {:?}", t1.elapsed());
 }
+
+/// A user that can go to another server (`moves-on`) is told at once that
+/// no node is connected, in both sharing modes, with the session still
+/// open and unconfigured; without it, a freshly started server holds the
+/// configuration for `--node-wait` (its nodes may still be connecting).
+#[tokio::test(start_paused = true)]
+async fn a_user_with_other_servers_hears_at_once_that_no_node_is_connected() {
+    for sharing in MODES {
+        let wait = Duration::from_secs(5);
+        let srv = start(ServerOptions {
+            node_wait: wait,
+            sharing,
+            ..short()
+        })
+        .await;
+        let t0 = Instant::now();
+        let mut p = Peer::connect(srv.users).await;
+        let mut h = Hello::new("user");
+        h.features = vec![features::ERROR.into(), features::MOVES_ON.into()];
+        p.send(h.to_frame()).await;
+        let reply = Hello::decode(&p.recv().await.unwrap().payload).unwrap();
+        assert!(
+            reply.has(features::MOVES_ON),
+            "{sharing:?}: {:?}",
+            reply.features
+        );
+        p.send(bench()).await;
+        let f = p.recv().await.unwrap();
+        assert_eq!(f.ty, MsgType::Error, "{sharing:?}: {}", f.ty.name());
+        let e = corefarm_smp::ErrorMsg::parse(&f.payload).unwrap();
+        assert_eq!(e.code(), Some(ErrorCode::NoNodes), "{sharing:?}: {e}");
+        let f = p.recv().await.unwrap();
+        assert_eq!(f.ty, MsgType::ConfigurationResponse, "{}", f.ty.name());
+        assert_eq!(f.payload[0], ConfigurationResponse::FAILED);
+        assert_eq!(t0.elapsed(), Duration::ZERO, "{sharing:?}: not held: {e}");
+
+        // Still unconfigured: with a node now, the same session configures.
+        let node = echo_node(srv.nodes).await;
+        nodes_in_pool(&srv, 1).await;
+        p.send(bench()).await;
+        let f = p.recv().await.unwrap();
+        assert_eq!(f.ty, MsgType::ConfigurationResponse, "{}", f.ty.name());
+        assert_eq!(f.payload[0], ConfigurationResponse::OK, "{sharing:?}");
+        node.abort();
+
+        let t1 = Instant::now();
+        let (_seed, ok) = seed_user(
+            start(ServerOptions {
+                node_wait: wait,
+                sharing,
+                ..short()
+            })
+            .await
+            .users,
+        )
+        .await;
+        assert!(!ok, "no node to configure");
+        assert!(
+            t1.elapsed() >= wait,
+            "{sharing:?}: waited {:?}",
+            t1.elapsed()
+        );
+    }
+}

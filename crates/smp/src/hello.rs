@@ -59,6 +59,14 @@ pub mod features {
     /// [`crate::notify`]); those of a data message come before its result
     /// or error. Node → server and server → user only.
     pub const SPIN_NOTIFY: &str = "spin-notify";
+    /// The user has other servers in its address list and moves to the
+    /// next one when this server cannot serve it: a first configuration
+    /// that arrives while no node at all is connected is refused at once
+    /// (an `Error` with code `NoNodes`, then a failed configuration
+    /// response) rather than held for the server's `--node-wait`. After a
+    /// failover, a server restarted without nodes would otherwise hold every
+    /// new session that reaches it first. User ↔ server only.
+    pub const MOVES_ON: &str = "moves-on";
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]

@@ -400,6 +400,11 @@ fn open_session(
         if o.secret.is_some() {
             h.features.push(features::AUTH.into());
         }
+        // With other servers to resume on, a server without nodes answers
+        // at once, and the next address is tried.
+        if o.reconnect_timeout.is_some() && o.server.contains(',') {
+            h.features.push(features::MOVES_ON.into());
+        }
         corefarm_smp::blocking::write_frame(&mut writer, h.to_frame())?;
         let mut f = handshake_frame(&mut reader, "the server's hello")?;
         if let (MsgType::AuthChallenge, Some(secret)) = (f.ty, &o.secret) {

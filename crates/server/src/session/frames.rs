@@ -103,7 +103,8 @@ impl<P: Placement> Session<P> {
         self.conn.entry.set_hello(h.name.as_deref());
         // `nodes: 0` asks for none: an observer (e.g. `corefarm status`)
         // must not take nodes away from the users that compute.
-        agreed.nodes = Some(self.placement.hello(h.nodes, chunked).await);
+        let moves_on = agreed.has(features::MOVES_ON);
+        agreed.nodes = Some(self.placement.hello(h.nodes, chunked, moves_on).await);
         // The user was waiting on the placement, not idle.
         self.last_activity = tokio::time::Instant::now();
         self.send_user(agreed.to_frame()).await
@@ -159,6 +160,7 @@ impl<P: Placement> Session<P> {
             match verdict {
                 // Configuring, the place is no longer taken back.
                 Ok(()) if !self.place.hold() => Err(self.evicted()),
+                Ok(()) if self.elsewhere() => self.refuse_without_nodes().await,
                 Ok(()) => self.start_configuring(cfg, payload, true).await,
                 Err(e) => self.refuse_configuration(e).await,
             }
@@ -208,6 +210,23 @@ impl<P: Placement> Session<P> {
         );
         tracing::warn!(user = %self.conn.peer, "{reason}");
         self.send_error(ErrorMsg::NO_ID, e.code(), reason).await?;
+        self.send_response(false).await
+    }
+
+    /// A user that can go to another server (`moves-on`) is not held
+    /// for `--node-wait` by a server with no node at all: another server
+    /// in its list may hold the nodes (this one restarted after a failover).
+    fn elsewhere(&self) -> bool {
+        self.conn.agreed(features::MOVES_ON) && self.shared.registry.node_count() == 0
+    }
+
+    /// Tells a `moves-on` user at once that no node is connected; the
+    /// session stays unconfigured, so it may still configure here.
+    async fn refuse_without_nodes(&mut self) -> Result<(), SessionEnd> {
+        tracing::info!(user = %self.conn.peer, "no node is connected: the user moves on");
+        let reason = "no node is connected to the server (the user has other servers to try)";
+        self.send_error(ErrorMsg::NO_ID, ErrorCode::NoNodes, reason)
+            .await?;
         self.send_response(false).await
     }
 

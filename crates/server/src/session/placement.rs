@@ -109,9 +109,15 @@ pub(crate) trait Placement: Send {
     const PACED_BY_READS: bool;
 
     /// A hello asking for `want` nodes (`Some(0)`: none, an observer);
-    /// `chunks`: the user agreed chunks. Returns the node count the
-    /// hello's answer names.
-    fn hello(&mut self, want: Option<u32>, chunks: bool) -> impl Future<Output = u32> + Send;
+    /// `chunks`: the user agreed chunks; `moves_on`: it agreed `moves-on`
+    /// (it has other servers, so it is not held waiting for nodes while
+    /// none is connected). Returns the node count the hello's answer names.
+    fn hello(
+        &mut self,
+        want: Option<u32>,
+        chunks: bool,
+        moves_on: bool,
+    ) -> impl Future<Output = u32> + Send;
 
     /// A configuration checked by the session, to apply; `first` when the
     /// session was unconfigured (else it replaces the previous one, with no

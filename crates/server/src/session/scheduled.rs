@@ -179,12 +179,13 @@ impl Placement for Scheduled {
         features::QUEUE_FULL,
         features::ANY_LENGTH,
         features::SPIN_NOTIFY,
+        features::MOVES_ON,
     ];
 
     /// A full function queue, not the socket buffer, paces a user here.
     const PACED_BY_READS: bool = false;
 
-    async fn hello(&mut self, want: Option<u32>, _chunks: bool) -> u32 {
+    async fn hello(&mut self, want: Option<u32>, _chunks: bool, _moves_on: bool) -> u32 {
         // Nodes are shared: every connected node may serve this user. An
         // observer (`nodes: 0`, e.g. `corefarm status`) is told it has none.
         match want {

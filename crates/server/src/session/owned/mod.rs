@@ -126,6 +126,8 @@ pub(crate) struct Owned {
     /// free, so a user is not made to wait `--node-wait` twice (at hello,
     /// then at its configuration) for the same answer.
     waited_in_vain: bool,
+    /// The user agreed `moves-on`: it has other servers to go to.
+    moves_on: bool,
     redispatch: VecDeque<Pending>,
     next_internal: u32,
     /// Reasons nodes gave for refusing the current configuration.
@@ -202,6 +204,7 @@ impl Owned {
             ctl_rx,
             registered: false,
             waited_in_vain: false,
+            moves_on: false,
             redispatch: VecDeque::new(),
             next_internal: 0,
             refusals: Default::default(),
@@ -234,13 +237,15 @@ impl Placement for Owned {
         features::STATUS,
         features::ANY_LENGTH,
         features::SPIN_NOTIFY,
+        features::MOVES_ON,
     ];
 
     const PACED_BY_READS: bool = true;
 
-    async fn hello(&mut self, want: Option<u32>, chunks: bool) -> u32 {
+    async fn hello(&mut self, want: Option<u32>, chunks: bool, moves_on: bool) -> u32 {
         self.want = self.capped(want);
         self.chunks = chunks;
+        self.moves_on = moves_on;
         self.take_nodes().await;
         self.nodes.len() as u32
     }

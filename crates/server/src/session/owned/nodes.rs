@@ -47,7 +47,10 @@ impl Owned {
         // that has nodes.
         let node_wait = self.shared.opts.node_wait;
         let deserted = (self.shared.registry.without_nodes_for()).is_some_and(|d| d >= node_wait);
-        let wait = match (self.waited_in_vain || deserted) && self.nodes.is_empty() {
+        // A user with other servers to go to is not held by one without
+        // any node (restarted after its nodes went to a standby, say).
+        let elsewhere = self.moves_on && self.shared.registry.node_count() == 0;
+        let wait = match (self.waited_in_vain || deserted || elsewhere) && self.nodes.is_empty() {
             true => std::time::Duration::ZERO,
             false => node_wait,
         };
