@@ -150,15 +150,17 @@ pub struct ServerTuning {
     /// Seconds a node with work in flight may go without returning a result.
     #[arg(long, default_value_t = defaults::NODE_TIMEOUT.as_secs_f64(), value_parser = parse_timeout)]
     pub node_timeout: f64,
-    /// A message in flight on a node that has answered nothing for this many
-    /// times the function's measured service time (and --hedge-floor-ms) is
-    /// sent again to another node holding the function; the first answer
-    /// wins, the late one is dropped. A node silent twice as long (at least
-    /// 200 ms) gets no new work until it answers. 0 or off: neither.
+    /// The most a node that answers nothing may add to a message's latency,
+    /// in times the function's measured service time (and at least
+    /// --hedge-floor-ms): two service times before that bound, the message
+    /// is sent again to another node holding the function, so the copy's
+    /// answer lands within it; the first answer wins, the late one is
+    /// dropped. A node silent for twice the bound (at least 200 ms) gets no
+    /// new work until it answers. 0 or off: neither.
     #[arg(long, default_value_t = defaults::HEDGE_FACTOR, value_parser = parse_hedge_factor, help_heading = "Hung nodes")]
     pub hedge_factor: f64,
-    /// The least time, in milliseconds, a message waits on a silent node
-    /// before it is sent again (see --hedge-factor). 0 or off: no hedging.
+    /// The least bound, in milliseconds, on what a silent node may add to a
+    /// message's latency (see --hedge-factor). 0 or off: no hedging.
     #[arg(long, default_value_t = defaults::HEDGE_FLOOR.as_secs_f64() * 1e3, value_parser = parse_hedge_floor, help_heading = "Hung nodes")]
     pub hedge_floor_ms: f64,
     /// Seconds a write to a peer may make no progress before the peer is dropped.

@@ -21,11 +21,12 @@ pub const CREDIT_MAX_BYTES: u64 = 32 << 20;
 pub const MAX_MESSAGE: u32 = corefarm_smp::DEFAULT_MAX_MESSAGE;
 pub const CONFIG_TIMEOUT: Duration = Duration::from_secs(30);
 pub const NODE_TIMEOUT: Duration = Duration::from_secs(60);
-/// Work in flight on a node that made no progress for this many times its
-/// measured service time is sent again to another node (`--hedge-factor`).
+/// A node that makes no progress may add at most this many times the
+/// work's measured service time to its latency: a copy goes to another
+/// node in time to land within it (`--hedge-factor`).
 pub const HEDGE_FACTOR: f64 = 4.0;
-/// ...and never before this (`--hedge-floor-ms`): above a round trip and a
-/// scheduling hiccup, far under `NODE_TIMEOUT`.
+/// ...and never less than this (`--hedge-floor-ms`): above a round trip
+/// and a scheduling hiccup, far under `NODE_TIMEOUT`.
 pub const HEDGE_FLOOR: Duration = Duration::from_millis(50);
 pub const IO_TIMEOUT: Duration = Duration::from_secs(60);
 pub const NODE_WAIT: Duration = Duration::from_secs(5);

@@ -3,9 +3,10 @@
 //!
 //! A node's progress clock is when it last returned anything (a result or
 //! an error for an input), or when work was sent to it while it had none.
-//! An input in flight on it is *late* once
-//! `now − max(sent, last progress) > max(factor × expected service, floor)`:
-//! counting from the node's last progress as well as from the send, an
+//! An input in flight on it is *late* once `now − max(sent, last progress)`
+//! exceeds its bound, `max(factor × expected service, floor)`, less two
+//! expected services (see [`Hedge::late_after`]), so that its copy's answer
+//! lands within the bound: counting from the node's last progress as well as from the send, an
 //! input queued behind others on a busy node is not late while the node
 //! keeps answering, and every input of a node that stopped answering is.
 //! (A hung job on one core of an otherwise answering node is the node's
@@ -54,16 +55,34 @@ impl Hedge {
         (factor > 0.0 && !floor.is_zero()).then_some(Hedge { factor, floor })
     }
 
-    /// How long work expected to take `expect` may go without progress.
-    pub fn late_after(&self, expect: Duration) -> Duration {
+    /// The most a hung node may add to the latency of work expected to
+    /// take `expect`: `factor × expect`, at least `floor`.
+    pub fn bound(&self, expect: Duration) -> Duration {
         expect.mul_f64(self.factor).max(self.floor)
     }
 
+    /// How long work expected to take `expect` may go without progress:
+    /// its [`bound`](Self::bound) less what its copy will take — its own
+    /// service and about one job ahead of it on the replica that takes it
+    /// (a credit window keeps about one queued) — so that the copy's result
+    /// lands within the bound, not a copy's latency after it; never less
+    /// than half the bound.
+    pub fn late_after(&self, expect: Duration) -> Duration {
+        let bound = self.bound(expect);
+        bound.saturating_sub(expect * 2).max(bound / 2)
+    }
+
+    /// The soonest any work can be late (half the floor, see
+    /// [`late_after`](Self::late_after)): when to look first after a send.
+    pub fn earliest(&self) -> Duration {
+        self.floor / 2
+    }
+
     /// How long a node with work may go without any progress before it is
-    /// stalled: twice the hedge bound of its longest work, at least
+    /// stalled: twice the bound of its longest work, at least
     /// [`STALL_FLOOR`], so its inputs are hedged before it is set aside.
     pub fn stall_after(&self, expect: Duration) -> Duration {
-        (self.late_after(expect) * 2).max(STALL_FLOOR)
+        (self.bound(expect) * 2).max(STALL_FLOOR)
     }
 
     /// When an input sent at `sent`, expected to take `expect`, on a node
@@ -153,12 +172,17 @@ mod tests {
     #[test]
     fn the_bound_is_a_multiple_of_the_service_time_with_a_floor() {
         let h = Hedge::new(4.0, ms(50)).unwrap();
-        assert_eq!(h.late_after(ms(1)), ms(50));
-        assert_eq!(h.late_after(ms(20)), ms(80));
+        assert_eq!(h.bound(ms(1)), ms(50));
+        assert_eq!(h.bound(ms(20)), ms(80));
+        // The copy's own service and one job ahead of it fit in the bound.
+        assert_eq!(h.late_after(ms(1)), ms(48));
+        assert_eq!(h.late_after(ms(20)), ms(40));
+        assert_eq!(h.late_after(ms(40)), ms(80));
+        assert_eq!(h.late_after(Duration::ZERO), ms(50));
         assert_eq!(h.stall_after(ms(1)), ms(200));
         assert_eq!(h.stall_after(ms(40)), ms(320));
         // Counted from the later of the send and the node's last progress.
-        assert_eq!(h.late_at(ms(10), ms(30), ms(1)), ms(80));
+        assert_eq!(h.late_at(ms(10), ms(30), ms(1)), ms(78));
         assert_eq!(Hedge::new(0.0, ms(50)), None);
         assert_eq!(Hedge::new(4.0, Duration::ZERO), None);
         assert_eq!(expect(None, 3), None);

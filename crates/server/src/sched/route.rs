@@ -380,7 +380,7 @@ impl Sched {
                     slot.last_progress = now;
                     slot.busy_until = slot.busy_until.max(now);
                 }
-                let late_at = self.p.hedge.map(|h| now + h.late_after(Duration::ZERO));
+                let late_at = self.p.hedge.map(|h| now + h.earliest());
                 self.out.push(Action::Send {
                     node,
                     internal,

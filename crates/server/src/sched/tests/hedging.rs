@@ -72,13 +72,14 @@ fn a_late_job_is_copied_at_the_bound_and_the_first_answer_wins() {
     let sent = sends(&s.take_actions());
     let (hung, internal) = sent[0];
     let ok = other(hung);
-    // 2 ms of service: the bound is the 50 ms floor, from the send.
+    // 2 ms of service: the bound is the 50 ms floor, from the send, and
+    // the copy goes two services (4 ms) before it.
     s.check_progress(ms(21));
     assert!(sends(&s.take_actions()).is_empty());
-    assert_eq!(s.next_progress_check(), Some(ms(70)));
-    s.check_progress(ms(69));
-    assert!(sends(&s.take_actions()).is_empty(), "not late before 70 ms");
-    s.check_progress(ms(70));
+    assert_eq!(s.next_progress_check(), Some(ms(66)));
+    s.check_progress(ms(65));
+    assert!(sends(&s.take_actions()).is_empty(), "not late before 66 ms");
+    s.check_progress(ms(66));
     let a = s.take_actions();
     assert_eq!(hedged(&a), [(hung, ok)]);
     let copy = sends(&a);
@@ -133,7 +134,8 @@ fn no_copy_below_the_bound_nor_before_a_measure() {
     s.check_progress(ms(10_000));
     assert!(sends(&s.take_actions()).is_empty());
 
-    // 20 ms per input: late after 80 ms, not after the 50 ms floor.
+    // 20 ms per input: the bound is 80 ms (4 ×, above the 50 ms floor),
+    // so late after 40 ms (the bound less two services), not 30 ms.
     let mut s = hedging(2, 2);
     measure(&mut s, 100, ms(20));
     s.submit(job(1, 101), ms(40));
@@ -141,10 +143,10 @@ fn no_copy_below_the_bound_nor_before_a_measure() {
     let at = s.next_progress_check().expect("armed");
     s.check_progress(at);
     assert!(sends(&s.take_actions()).is_empty(), "{at:?}");
-    assert_eq!(s.next_progress_check(), Some(ms(120)));
-    s.check_progress(ms(119));
+    assert_eq!(s.next_progress_check(), Some(ms(80)));
+    s.check_progress(ms(79));
     assert!(sends(&s.take_actions()).is_empty());
-    s.check_progress(ms(120));
+    s.check_progress(ms(80));
     assert_eq!(hedged(&s.take_actions()).len(), 1);
 }
 

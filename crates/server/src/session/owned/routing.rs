@@ -117,10 +117,10 @@ impl Owned {
             n.sent += 1;
         }
         // On a failed send the node's Closed event follows and re-dispatches.
-        // Nothing is late before the floor; the rule then looks at the
-        // measured service time.
+        // Nothing is late before half the floor; the rule then looks at
+        // the measured service time.
         if let Some(h) = hedge {
-            self.arm_progress(now + h.floor);
+            self.arm_progress(now + h.earliest());
         }
         Ok(internal)
     }
