@@ -93,8 +93,8 @@ pub struct SuiteArgs {
     /// echo, server, node, node-matmul, cluster, software, headline, forwarding,
     /// all (those eight), or one that `all` does not run: policies, sharing
     /// (seed 002 §5.5, then the multi-tenant workloads), sharing-workloads,
-    /// tls, collectives, direct, streams, rtl-cores, irq, scale (its quick run
-    /// is in `all --quick`), seedpeers (the seed's own peers:
+    /// tls, collectives, direct, streams, rtl-cores, irq, hang (a node
+    /// SIGSTOPped under load), scale (its quick run is in `all --quick`), seedpeers (the seed's own peers:
     /// `seedpeers -- --seed-build DIR`). An experiment's own options
     /// (`--runs`, `--duration`, …) go after `--`.
     experiment: String,
