@@ -7,7 +7,8 @@
 //! The board interfaces themselves are `corefarm_board`'s.
 //!
 //! NOTE: written against the documented kernel interfaces and tested
-//! against a fake sysfs/devfs tree with a thread playing the core; it has
+//! against a fake sysfs/devfs tree with a thread playing the core (an
+//! Avalon CSR one, or a Vitis `ap_ctrl_hs` one mastering the buffer); it has
 //! not been run on a Zynq board (docs/operations.md).
 
 use std::sync::Arc;
@@ -353,6 +354,8 @@ pub mod fake {
     use corefarm_smp::CoreInfo;
 
     use crate::bus::csr;
+    use crate::driver::ap_ctrl_hs::{reg, register_offsets};
+    use crate::image::Argument;
 
     /// Bits the core puts beside done, so that it can tell the driver's
     /// write-1-to-clear (which stores a plain 1 in a file) from its own.
@@ -467,6 +470,214 @@ pub mod fake {
     }
 
     impl Drop for FakeCore {
+        fn drop(&mut self) {
+            self.halt();
+        }
+    }
+
+    /// What a Vitis-style core saw when it was started: the registers as the
+    /// driver left them, for checks against the `s_axi_control` map.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Started {
+        /// The control word (0x00) as written: `ap_start` alone.
+        pub ctrl: u32,
+        /// Global interrupt enable (0x04).
+        pub gie: u32,
+        /// IP interrupt enable (0x08).
+        pub ier: u32,
+        /// The argument registers from 0x10 to the end of the argument
+        /// block, a word each (reserved words included).
+        pub args: Vec<u32>,
+    }
+
+    /// What a [`FakeAxiCore`] did, returned by [`FakeAxiCore::stop`].
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct AxiPlayed {
+        pub jobs: u64,
+        pub interrupts: u64,
+        /// Writes that toggled a status bit (0x0C) off.
+        pub status_clears: u64,
+        /// Each job's registers at its start.
+        pub started: Vec<Started>,
+        /// Jobs whose pointer registers named memory outside the buffer.
+        pub bad_pointers: u64,
+    }
+
+    /// A thread playing a Vitis HLS `ap_ctrl_hs` core in the regular files
+    /// standing in for its UIO register map and the u-dma-buf buffer, as
+    /// the hardware behaves: it sees `ap_start`, reads its `m_axi` pointer
+    /// arguments from the argument registers, reads its inputs from the
+    /// buffer at those bus addresses, writes its output there, sets
+    /// `ap_done`/`ap_idle`/`ap_ready`, sets the status bits the driver
+    /// enabled (0x0C, toggled off by the driver's write of 1) and raises its
+    /// interrupt while the global enable is on and a status bit is set.
+    /// On completion every output buffer gets `out[i] = Σ in[i] + k`, over
+    /// the input buffers in order and the first scalar `k`.
+    ///
+    /// A file cannot clear `ap_done` on a read; the driver's next write of
+    /// `ap_start` replaces it, which is all the driver relies on.
+    pub struct FakeAxiCore {
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<AxiPlayed>>,
+    }
+
+    /// Bit the core keeps beside the status bits it set itself, so that it
+    /// tells the driver's toggling write (a plain 1 in the file) from them.
+    const STATUS_TAG: u32 = 1 << 31;
+
+    fn map_file(file: &Path, piece: Piece) -> Mapping {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(file)
+            .expect("a fake board file");
+        let len = f.metadata().expect("its length").len();
+        Mapping::new(piece, &f, file, 0, len).expect("a fake board file")
+    }
+
+    impl FakeAxiCore {
+        /// Plays a core whose registers are at offset 0 of `regs` and
+        /// whose arguments are `args`; the buffer `dma` holds bus addresses
+        /// from `dma_base`. Each job takes `latency`.
+        pub fn start(
+            regs: &Path,
+            dma: &Path,
+            dma_base: u64,
+            args: Vec<Argument>,
+            latency: Duration,
+            mut irq: Option<FakeInterrupt>,
+        ) -> FakeAxiCore {
+            let regs = map_file(regs, Piece::Uio);
+            let mem = map_file(dma, Piece::UdmaBuf);
+            let stop = Arc::new(AtomicBool::new(false));
+            let s2 = stop.clone();
+            let (offsets, end) = register_offsets(&args);
+            let thread = std::thread::spawn(move || {
+                let mut played = AxiPlayed::default();
+                regs.write32(reg::CTRL, reg::AP_IDLE).unwrap();
+                // Status bits as the core holds them, and as it last wrote
+                // the register (tagged when set).
+                let mut isr = 0u32;
+                let mut line_enables = 0u32;
+                let r = |o: u64| regs.read32(o).unwrap();
+                let tagged = |v: u32| if v == 0 { 0 } else { v | STATUS_TAG };
+                // Takes the driver's write to the status register, if any:
+                // each 1 toggles its bit. Returns whether a bit went off.
+                let status_write = |isr: &mut u32| {
+                    let now = r(reg::ISR);
+                    if now == tagged(*isr) {
+                        return false;
+                    }
+                    let before = *isr;
+                    *isr ^= now & (reg::INT_DONE | reg::INT_READY);
+                    regs.write32(reg::ISR, tagged(*isr)).unwrap();
+                    before & !*isr != 0
+                };
+                while !s2.load(Ordering::SeqCst) {
+                    // The enables first: the driver's status write before
+                    // an enable it sent is then in the file too, so a line
+                    // the driver lowered does not fire again.
+                    let enables = match &mut irq {
+                        Some(i) => i.enables().expect("the fake interrupt"),
+                        None => 0,
+                    };
+                    played.status_clears += u64::from(status_write(&mut isr));
+                    if let Some(i) = &mut irq {
+                        // A level interrupt: it fires on an enable while the
+                        // line is high (the kernel masks it as it fires).
+                        if r(reg::GIE) & 1 == 1 && isr != 0 && enables > line_enables {
+                            i.fire().expect("the fake interrupt");
+                            line_enables = enables;
+                            played.interrupts += 1;
+                        }
+                    }
+                    let ctrl = r(reg::CTRL);
+                    if ctrl & reg::AP_START == 0 {
+                        std::thread::sleep(LOOK);
+                        continue;
+                    }
+                    let words = ((end - reg::ARGS) / 4) as usize;
+                    played.started.push(Started {
+                        ctrl,
+                        gie: r(reg::GIE),
+                        ier: r(reg::IER),
+                        args: (0..words as u64).map(|w| r(reg::ARGS + 4 * w)).collect(),
+                    });
+                    // Busy: start held, not idle.
+                    regs.write32(reg::CTRL, reg::AP_START).unwrap();
+                    std::thread::sleep(latency);
+                    let ptr = |o: u64| u64::from(r(o)) | u64::from(r(o + 4)) << 32;
+                    let mut ins = Vec::new();
+                    let mut outs = Vec::new();
+                    let mut k = None;
+                    for (a, &o) in args.iter().zip(&offsets) {
+                        match a {
+                            Argument::In { size, .. } => ins.push((ptr(o), *size as usize)),
+                            Argument::Out { size, .. } => outs.push((ptr(o), *size as usize)),
+                            Argument::Scalar { .. } => {
+                                k.get_or_insert(r(o) as u8);
+                            }
+                        }
+                    }
+                    let inside = |(a, n): &(u64, usize)| {
+                        *a >= dma_base && a - dma_base + *n as u64 <= mem.len()
+                    };
+                    if ins.iter().chain(&outs).all(inside) {
+                        let data: Vec<Vec<u8>> = ins
+                            .iter()
+                            .map(|&(a, n)| {
+                                let mut b = vec![0u8; n];
+                                mem.read_bytes(a - dma_base, &mut b).unwrap();
+                                b
+                            })
+                            .collect();
+                        for &(a, n) in &outs {
+                            let out: Vec<u8> = (0..n)
+                                .map(|i| {
+                                    data.iter()
+                                        .filter_map(|d| d.get(i))
+                                        .fold(k.unwrap_or(0), |s, b| s.wrapping_add(*b))
+                                })
+                                .collect();
+                            mem.write_bytes(a - dma_base, &out).unwrap();
+                        }
+                    } else {
+                        played.bad_pointers += 1;
+                    }
+                    // The status bits the driver enabled, then done.
+                    played.status_clears += u64::from(status_write(&mut isr));
+                    isr |= r(reg::IER) & (reg::INT_DONE | reg::INT_READY);
+                    regs.write32(reg::ISR, tagged(isr)).unwrap();
+                    regs.write32(reg::CTRL, reg::AP_DONE | reg::AP_IDLE | reg::AP_READY)
+                        .unwrap();
+                    played.jobs += 1;
+                }
+                // The driver's last write is in the file whether or not
+                // the loop came round to it.
+                played.status_clears += u64::from(status_write(&mut isr));
+                played
+            });
+            FakeAxiCore {
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        /// Stops the core; what it did.
+        pub fn stop(mut self) -> AxiPlayed {
+            self.halt()
+        }
+
+        fn halt(&mut self) -> AxiPlayed {
+            self.stop.store(true, Ordering::SeqCst);
+            self.thread
+                .take()
+                .map(|t| t.join().expect("the fake core"))
+                .unwrap_or_default()
+        }
+    }
+
+    impl Drop for FakeAxiCore {
         fn drop(&mut self) {
             self.halt();
         }
