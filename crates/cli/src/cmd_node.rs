@@ -117,7 +117,10 @@ pub struct NodeTuning {
     /// the core) and amd (Vitis HLS cores: ap_ctrl_hs on AXI4-Lite, m_axi
     /// pointers into host memory). An image may carry one function in both
     /// styles; each node runs the one it supports, with the same result.
-    /// (The Cyclone V backend runs Intel cores only.)
+    /// A node running one family announces its native and RTL targets for
+    /// it (rtl-x86_64-linux:amd), so the server sends it only images
+    /// carrying an artifact of that family. (The Cyclone V backend runs
+    /// Intel cores only; the Zynq backend either style.)
     #[arg(
         long,
         value_delimiter = ',',
