@@ -24,11 +24,15 @@ pub fn qualified(target: &str, family: &str) -> String {
     format!("{target}{FAMILY_SEPARATOR}{family}")
 }
 
-/// Why a node is not sent a configuration.
+/// Why a node is not sent a configuration: in the words of a node that
+/// refuses an image for want of an artifact it runs.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("it runs none of the image's targets: the image carries {carried:?}, the node runs {announced:?}")]
+#[error("image {name:?} carries artifacts for {carried:?} but this node runs {announced:?}")]
 pub struct Unfit {
-    /// The image's artifacts, each as a qualified target.
+    /// The image's name.
+    pub name: String,
+    /// The image's artifacts' targets, qualified for families other than
+    /// the default.
     pub carried: Vec<String>,
     /// The node's announced targets.
     pub announced: Vec<String>,
@@ -37,7 +41,10 @@ pub struct Unfit {
 /// The targets and families of a configuration image's artifacts, read
 /// from its manifest once per configuration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Carried(Vec<(String, String)>);
+pub struct Carried {
+    name: String,
+    artifacts: Vec<(String, String)>,
+}
 
 impl Carried {
     /// The artifacts of the image in a configuration's bitstream field;
@@ -50,6 +57,8 @@ impl Carried {
         const HEADER: usize = 16;
         #[derive(Deserialize)]
         struct Manifest {
+            #[serde(default)]
+            name: String,
             artifacts: Vec<Artifact>,
         }
         #[derive(Deserialize)]
@@ -64,15 +73,17 @@ impl Carried {
         let len = u32::from_le_bytes(bitstream[12..HEADER].try_into().expect("4 bytes")) as usize;
         let manifest = bitstream.get(HEADER..HEADER.checked_add(len)?)?;
         let m: Manifest = serde_json::from_slice(manifest).ok()?;
-        Some(Carried(
-            m.artifacts
+        Some(Carried {
+            name: m.name,
+            artifacts: m
+                .artifacts
                 .into_iter()
                 .map(|a| {
                     let f = a.family.unwrap_or_else(|| DEFAULT_FAMILY.to_string());
                     (a.target, f)
                 })
                 .collect(),
-        ))
+        })
     }
 
     /// Whether a node that announced `announced` runs one of the
@@ -89,11 +100,22 @@ impl Carried {
                         .is_some_and(|(at, af)| at == t && af == f)
             })
         };
-        if self.0.iter().any(|(t, f)| runs(t, f)) {
+        if self.artifacts.iter().any(|(t, f)| runs(t, f)) {
             return Ok(());
         }
+        let mut carried: Vec<String> = Vec::new();
+        for (t, f) in &self.artifacts {
+            let c = match f == DEFAULT_FAMILY {
+                true => t.clone(),
+                false => qualified(t, f),
+            };
+            if !carried.contains(&c) {
+                carried.push(c);
+            }
+        }
         Err(Unfit {
-            carried: self.0.iter().map(|(t, f)| qualified(t, f)).collect(),
+            name: self.name.clone(),
+            carried,
             announced: announced.to_vec(),
         })
     }
@@ -143,9 +165,15 @@ mod tests {
         assert_eq!(
             amd.fits(&intel_only),
             Err(Unfit {
+                name: "x".into(),
                 carried: announced(&["rtl-x86_64-linux:amd"]),
                 announced: intel_only.clone(),
             })
+        );
+        // In the words of a node refusing it.
+        assert_eq!(
+            intel.fits(&amd_only).unwrap_err().to_string(),
+            r#"image "x" carries artifacts for ["rtl-x86_64-linux"] but this node runs ["rtl-x86_64-linux:amd"]"#
         );
         assert!(intel.fits(&amd_only).is_err());
         // Another target altogether.
