@@ -11,10 +11,11 @@
 //! Avalon CSR one, or a Vitis `ap_ctrl_hs` one mastering the buffer); it has
 //! not been run on a Zynq board (docs/operations.md).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corefarm_board::{uio, BoardError, FpgaManager, Mapping, Piece, Root, UdmaBuf, Uio};
+use corefarm_board::{uio, BoardError, FpgaManager, Mapping, Overlay, Piece, Root, UdmaBuf, Uio};
 use corefarm_smp::Configuration;
 
 use crate::bus::{Bus, BusError, DmaWindow};
@@ -44,6 +45,12 @@ pub struct ZynqOptions {
     pub udmabuf: Option<String>,
     /// Wait for completion on the UIO interrupt (else poll the registers).
     pub interrupts: bool,
+    /// A device-tree overlay (`.dtbo`) applied through configfs for each
+    /// configuration: its `firmware-name` names [`FIRMWARE_NAME`], and it
+    /// adds the cores' UIO devices and the buffer. Without the configfs
+    /// interface on the board, the FPGA manager programs the bitstream and
+    /// the devices must be in the base device tree.
+    pub overlay: Option<PathBuf>,
 }
 
 impl Default for ZynqOptions {
@@ -53,6 +60,7 @@ impl Default for ZynqOptions {
             fpga_manager: "fpga0".into(),
             udmabuf: Some("udmabuf0".into()),
             interrupts: true,
+            overlay: None,
         }
     }
 }
@@ -60,18 +68,59 @@ impl Default for ZynqOptions {
 impl ZynqOptions {
     /// Opens every piece a configuration would need but the cores' own UIO
     /// devices: a node started on a board that lacks one says so at start.
-    pub fn check(&self) -> Result<(), BoardError> {
-        FpgaManager::open(&self.root, &self.fpga_manager)?;
+    pub fn check(&self) -> Result<(), LoadError> {
+        if let Programming::Overlay { .. } = self.programming()? {
+            // The overlay adds the devices: they need not be there yet.
+            return Ok(());
+        }
         if uio::list(&self.root)?.is_empty() {
             return Err(BoardError::Missing {
                 piece: Piece::Uio,
                 path: self.root.path("/sys/class/uio/uio0"),
-            });
+            }
+            .into());
         }
         if let Some(b) = &self.udmabuf {
             UdmaBuf::open_named(&self.root, b)?;
         }
         Ok(())
+    }
+}
+
+/// The configfs directory of the overlay this backend applies.
+pub const OVERLAY_NAME: &str = "corefarm";
+
+/// The file (in the firmware directory) the overlay is applied from.
+pub const OVERLAY_FILE: &str = "corefarm.dtbo";
+
+/// How a configuration's bitstream gets into the FPGA.
+enum Programming {
+    Manager(FpgaManager),
+    Overlay { overlay: Overlay, dtbo: Vec<u8> },
+}
+
+impl ZynqOptions {
+    /// The overlay where one is given and the board has configfs
+    /// overlays, else the FPGA manager.
+    fn programming(&self) -> Result<Programming, LoadError> {
+        if let Some(path) = &self.overlay {
+            match Overlay::open(&self.root, OVERLAY_NAME) {
+                Ok(overlay) => {
+                    let dtbo = std::fs::read(path).map_err(|e| {
+                        LoadError::Backend(format!("the overlay {}: {e}", path.display()))
+                    })?;
+                    return Ok(Programming::Overlay { overlay, dtbo });
+                }
+                Err(e) if e.piece() == Some(Piece::Overlay) => {
+                    tracing::warn!("{e}; programming through the FPGA manager instead");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Programming::Manager(FpgaManager::open(
+            &self.root,
+            &self.fpga_manager,
+        )?))
     }
 }
 
@@ -236,12 +285,10 @@ fn dma_share(base: u64, len: u64, i: usize, n: usize) -> Option<DmaWindow> {
     })
 }
 
-/// The buses of `cfg`'s cores, every piece opened and mapped, and the
-/// FPGA manager to program: nothing on the board is touched yet, so a
-/// device tree without a core's UIO device is refused with the FPGA as it
-/// was.
-fn open(opts: &ZynqOptions, cfg: &Configuration) -> Result<(FpgaManager, Vec<ZynqBus>), LoadError> {
-    let mgr = FpgaManager::open(&opts.root, &opts.fpga_manager)?;
+/// The buses of `cfg`'s cores, every piece opened and mapped: with the FPGA
+/// manager nothing on the board is touched yet, so a device tree without a
+/// core's UIO device is refused with the FPGA as it was.
+fn open(opts: &ZynqOptions, cfg: &Configuration) -> Result<Vec<ZynqBus>, LoadError> {
     let uios = cfg
         .cores
         .iter()
@@ -290,7 +337,7 @@ fn open(opts: &ZynqOptions, cfg: &Configuration) -> Result<(FpgaManager, Vec<Zyn
             irq: opts.interrupts.then(|| UioInterrupt::new(u)),
         })
         .collect();
-    Ok((mgr, buses))
+    Ok(buses)
 }
 
 pub(crate) fn load(
@@ -301,8 +348,25 @@ pub(crate) fn load(
     control: Option<&crate::image::Control>,
     dopts: DriverOptions,
 ) -> Result<Loaded, LoadError> {
-    let (mgr, buses) = open(opts, cfg)?;
-    mgr.program(FIRMWARE_NAME, bitstream)?;
+    let buses = match opts.programming()? {
+        Programming::Manager(mgr) => {
+            let buses = open(opts, cfg)?;
+            mgr.program(FIRMWARE_NAME, bitstream)?;
+            buses
+        }
+        Programming::Overlay { overlay, dtbo } => {
+            // The previous configuration's overlay goes first (with its
+            // devices); this one adds the cores' devices, so they are
+            // opened once it is applied.
+            if overlay.is_applied() {
+                overlay.remove()?;
+            }
+            overlay.apply_with_bitstream(FIRMWARE_NAME, bitstream, OVERLAY_FILE, &dtbo)?;
+            open(opts, cfg).inspect_err(|_| {
+                let _ = overlay.remove();
+            })?
+        }
+    };
     let cores = cfg
         .cores
         .iter()
@@ -720,7 +784,7 @@ mod tests {
             root: t.root(),
             ..ZynqOptions::default()
         };
-        let (_, mut buses) = open(&opts, &cfg(vec![core(0x43c1_0000), core(0x43c0_0000)])).unwrap();
+        let mut buses = open(&opts, &cfg(vec![core(0x43c1_0000), core(0x43c0_0000)])).unwrap();
         let w = buses[1].dma_window().unwrap();
         assert_eq!(
             w,

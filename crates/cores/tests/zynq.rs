@@ -204,7 +204,10 @@ fn missing_pieces_are_refused_before_the_fpga_is_programmed() {
         root: t.root(),
         ..ZynqOptions::default()
     };
-    let piece = |o: &ZynqOptions| o.check().unwrap_err().piece();
+    let piece = |o: &ZynqOptions| match o.check() {
+        Err(LoadError::Board(e)) => e.piece(),
+        other => panic!("{other:?}"),
+    };
     assert_eq!(piece(&opts), Some(Piece::FpgaManager));
     t.fpga_manager("fpga0", "operating");
     assert_eq!(piece(&opts), Some(Piece::Uio));
@@ -406,4 +409,52 @@ fn a_vitis_core_runs_on_the_zynq_by_interrupt_and_by_polling() {
 #[test]
 fn vitis_cores_share_the_buffer_and_each_waits_on_its_own_interrupt() {
     run_vitis(2, true);
+}
+
+#[test]
+fn an_overlay_programs_the_bitstream_where_the_board_has_configfs() {
+    let t = board();
+    t.configfs();
+    let r = t.root();
+    let dtbo = r.path("/design.dtbo");
+    std::fs::write(&dtbo, b"dtbo").unwrap();
+    let mut opts = zynq(&t, true);
+    opts.zynq.as_mut().unwrap().overlay = Some(dtbo);
+    let overlay = r.path("/sys/kernel/config/device-tree/overlays/corefarm");
+    let manager_attr = r.path("/sys/class/fpga_manager/fpga0/firmware");
+    let core = play(&t, Some(FakeInterrupt::bind(&r, 0)));
+    for bits in [&b"first-bin"[..], b"second-bin"] {
+        let mut cfg = raw(b"");
+        cfg.bitstream = Bytes::from_static(bits);
+        let mut loaded = load(&cfg, &opts).unwrap();
+        run_jobs(&mut loaded, 1);
+        // The bitstream where the overlay's firmware-name finds it, the
+        // overlay applied from the firmware directory; a new overlay
+        // directory each time (the last one's marker is gone).
+        assert_eq!(
+            std::fs::read(r.path("/lib/firmware/corefarm.bin")).unwrap(),
+            bits
+        );
+        assert_eq!(
+            std::fs::read(r.path("/lib/firmware/corefarm.dtbo")).unwrap(),
+            b"dtbo"
+        );
+        assert_eq!(
+            std::fs::read_to_string(overlay.join("path")).unwrap(),
+            "corefarm.dtbo"
+        );
+        assert!(!overlay.join("marker").exists());
+        std::fs::write(overlay.join("marker"), "").unwrap();
+        assert_eq!(std::fs::read_to_string(&manager_attr).unwrap(), "");
+    }
+    // A board without the configfs interface: the FPGA manager.
+    std::fs::remove_dir_all(r.path("/sys/kernel/config")).unwrap();
+    opts.zynq.as_ref().unwrap().check().unwrap();
+    let mut loaded = load(&raw(b"manager-bin"), &opts).unwrap();
+    run_jobs(&mut loaded, 1);
+    assert_eq!(
+        std::fs::read_to_string(&manager_attr).unwrap(),
+        "corefarm.bin"
+    );
+    assert_eq!(core.stop().jobs, 3);
 }
