@@ -55,6 +55,14 @@ impl TempTree {
         std::fs::create_dir_all(self.root().path("/lib/firmware")).expect("fake tree");
     }
 
+    /// The configfs overlay interface, empty, and `/lib/firmware`: an
+    /// overlay directory the node creates there reports `applied`.
+    pub fn configfs(&self) {
+        std::fs::create_dir_all(self.root().path("/sys/kernel/config/device-tree/overlays"))
+            .expect("fake tree");
+        std::fs::create_dir_all(self.root().path("/lib/firmware")).expect("fake tree");
+    }
+
     /// The configfs overlay directory `name` whose status reads `status`.
     pub fn overlays(&self, name: &str, status: &str) {
         let d = self

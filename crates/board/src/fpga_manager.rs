@@ -79,6 +79,10 @@ impl FpgaManager {
 pub struct Overlay {
     dir: PathBuf,
     firmware_dir: PathBuf,
+    /// Under a [`Root::fake`] tree, plain directories play configfs: the
+    /// overlay's directory is removed with its attributes, and one the
+    /// node creates reports `applied`, as the kernel's would.
+    fake: bool,
 }
 
 impl Overlay {
@@ -91,7 +95,29 @@ impl Overlay {
         Ok(Overlay {
             dir: overlays.join(name),
             firmware_dir,
+            fake: root.has_fake_interrupts(),
         })
+    }
+
+    /// Whether the overlay is applied now (a previous configuration's).
+    pub fn is_applied(&self) -> bool {
+        read_attr(Piece::Overlay, &self.dir.join("status")).is_ok_and(|s| s == "applied")
+    }
+
+    /// Writes `bitstream` to the firmware directory as `bitstream_name`
+    /// (the name the overlay's `firmware-name` gives), then applies `dtbo`
+    /// ([`Overlay::apply`]): the kernel programs the FPGA and adds the
+    /// overlay's devices.
+    pub fn apply_with_bitstream(
+        &self,
+        bitstream_name: &str,
+        bitstream: &[u8],
+        file_name: &str,
+        dtbo: &[u8],
+    ) -> Result<()> {
+        let fw = self.firmware_dir.join(bitstream_name);
+        std::fs::write(&fw, bitstream).map_err(|e| BoardError::io(Piece::Firmware, &fw, e))?;
+        self.apply(file_name, dtbo)
     }
 
     /// Applies `dtbo` (which names the bitstream in `firmware-name`; the
@@ -104,6 +130,11 @@ impl Overlay {
         if !self.dir.exists() {
             std::fs::create_dir(&self.dir)
                 .map_err(|e| BoardError::io(Piece::Overlay, &self.dir, e))?;
+            if self.fake {
+                let status = self.dir.join("status");
+                std::fs::write(&status, "applied\n")
+                    .map_err(|e| BoardError::io(Piece::Overlay, &status, e))?;
+            }
         }
         let path = self.dir.join("path");
         std::fs::write(&path, file_name).map_err(|e| BoardError::io(Piece::Overlay, &path, e))?;
@@ -116,7 +147,11 @@ impl Overlay {
 
     /// Removes the overlay (and the devices it added).
     pub fn remove(&self) -> Result<()> {
-        match std::fs::remove_dir(&self.dir) {
+        let r = match self.fake {
+            true => std::fs::remove_dir_all(&self.dir),
+            false => std::fs::remove_dir(&self.dir),
+        };
+        match r {
             Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
                 Err(BoardError::io(Piece::Overlay, &self.dir, e))
             }

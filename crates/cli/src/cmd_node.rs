@@ -117,7 +117,10 @@ pub struct NodeTuning {
     /// the core) and amd (Vitis HLS cores: ap_ctrl_hs on AXI4-Lite, m_axi
     /// pointers into host memory). An image may carry one function in both
     /// styles; each node runs the one it supports, with the same result.
-    /// (The Cyclone V backend runs Intel cores only.)
+    /// A node running one family announces its native and RTL targets for
+    /// it (rtl-x86_64-linux:amd), so the server sends it only images
+    /// carrying an artifact of that family. (The Cyclone V backend runs
+    /// Intel cores only; the Zynq backend either style.)
     #[arg(
         long,
         value_delimiter = ',',
@@ -182,6 +185,13 @@ pub struct NodeTuning {
     /// interrupt.
     #[arg(long, help_heading = "Zynq backend (--backends zynq)")]
     pub zynq_poll: bool,
+    /// A device-tree overlay (.dtbo) applied through configfs for each
+    /// configuration, instead of the FPGA manager: its firmware-name is
+    /// corefarm.bin, and it adds the cores' UIO devices and the u-dma-buf
+    /// buffer. On a board without configfs overlays the FPGA manager
+    /// programs the bitstream (with a warning).
+    #[arg(long, help_heading = "Zynq backend (--backends zynq)")]
+    pub zynq_overlay: Option<std::path::PathBuf>,
     /// Directory the board's /sys, /dev and /lib/firmware are under, for
     /// the zynq backend and --fpga-interrupts (a chroot; `/` on a board).
     #[arg(
@@ -232,6 +242,7 @@ impl NodeTuning {
             fpga_manager: self.zynq_fpga_manager.clone(),
             udmabuf: (self.zynq_udmabuf != "none").then(|| self.zynq_udmabuf.clone()),
             interrupts: !self.zynq_poll,
+            overlay: self.zynq_overlay.clone(),
         });
         let defaults = corefarm_cores::LoadOptions::default();
         NodeOptions {

@@ -368,7 +368,10 @@ pub struct Loaded {
     pub description: String,
 }
 
-/// Configuration targets this node can run.
+/// Configuration targets this node can run, as its hello announces them
+/// ([`corefarm_smp::targets`]): a Cyclone V bitstream is Intel-style, a
+/// Zynq's runs either style, native and RTL artifacts run in the families
+/// of [`LoadOptions::families`].
 pub fn supported_targets(opts: &LoadOptions) -> Vec<String> {
     let mut t = Vec::new();
     if opts.fpga.is_some() {
@@ -377,11 +380,27 @@ pub fn supported_targets(opts: &LoadOptions) -> Vec<String> {
     if opts.zynq.is_some() {
         t.push(zynq::ZYNQ_TARGET.to_string());
     }
+    // Native and RTL artifacts of the families the node runs: the target
+    // alone for every family, else once per family, qualified.
+    let every = image::Family::ALL.iter().all(|f| opts.families.contains(f));
+    let mut soft = |target: Option<String>| {
+        let Some(target) = target else { return };
+        if every {
+            t.push(target);
+        } else {
+            t.extend(
+                image::Family::ALL
+                    .iter()
+                    .filter(|f| opts.families.contains(f))
+                    .map(|f| corefarm_smp::targets::qualified(&target, f.name())),
+            );
+        }
+    };
     if opts.native && native::dlopen_works() {
-        t.extend(image::native_target());
+        soft(image::native_target());
     }
     if opts.rtl && native::dlopen_works() {
-        t.extend(image::rtl_target());
+        soft(image::rtl_target());
     }
     t
 }
@@ -673,6 +692,39 @@ mod tests {
         assert!(none.is_empty());
         let default = supported_targets(&LoadOptions::default());
         assert!(!default.iter().any(|t| t == image::FPGA_TARGET));
+    }
+
+    #[test]
+    fn a_node_running_one_family_announces_its_soft_targets_for_it() {
+        let (Some(n), Some(r)) = (image::native_target(), image::rtl_target()) else {
+            return;
+        };
+        if !native::dlopen_works() {
+            return;
+        }
+        let amd = supported_targets(&LoadOptions {
+            families: vec![image::Family::Amd],
+            fpga: Some(fpga::FpgaOptions::default()),
+            ..LoadOptions::default()
+        });
+        // The Cyclone V runs Intel cores whatever the flag says.
+        assert_eq!(
+            amd,
+            [
+                image::FPGA_TARGET.to_string(),
+                format!("{n}:amd"),
+                format!("{r}:amd")
+            ]
+        );
+        let intel = supported_targets(&LoadOptions {
+            families: vec![image::Family::Intel],
+            rtl: false,
+            ..LoadOptions::default()
+        });
+        assert_eq!(intel, [format!("{n}:intel")]);
+        // Both families: the targets alone, as a node before families did.
+        let both = supported_targets(&LoadOptions::default());
+        assert_eq!(both, [n, r]);
     }
 
     #[test]

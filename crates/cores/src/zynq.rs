@@ -7,13 +7,15 @@
 //! The board interfaces themselves are `corefarm_board`'s.
 //!
 //! NOTE: written against the documented kernel interfaces and tested
-//! against a fake sysfs/devfs tree with a thread playing the core; it has
+//! against a fake sysfs/devfs tree with a thread playing the core (an
+//! Avalon CSR one, or a Vitis `ap_ctrl_hs` one mastering the buffer); it has
 //! not been run on a Zynq board (docs/operations.md).
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use corefarm_board::{uio, BoardError, FpgaManager, Mapping, Piece, Root, UdmaBuf, Uio};
+use corefarm_board::{uio, BoardError, FpgaManager, Mapping, Overlay, Piece, Root, UdmaBuf, Uio};
 use corefarm_smp::Configuration;
 
 use crate::bus::{Bus, BusError, DmaWindow};
@@ -43,6 +45,12 @@ pub struct ZynqOptions {
     pub udmabuf: Option<String>,
     /// Wait for completion on the UIO interrupt (else poll the registers).
     pub interrupts: bool,
+    /// A device-tree overlay (`.dtbo`) applied through configfs for each
+    /// configuration: its `firmware-name` names [`FIRMWARE_NAME`], and it
+    /// adds the cores' UIO devices and the buffer. Without the configfs
+    /// interface on the board, the FPGA manager programs the bitstream and
+    /// the devices must be in the base device tree.
+    pub overlay: Option<PathBuf>,
 }
 
 impl Default for ZynqOptions {
@@ -52,6 +60,7 @@ impl Default for ZynqOptions {
             fpga_manager: "fpga0".into(),
             udmabuf: Some("udmabuf0".into()),
             interrupts: true,
+            overlay: None,
         }
     }
 }
@@ -59,18 +68,59 @@ impl Default for ZynqOptions {
 impl ZynqOptions {
     /// Opens every piece a configuration would need but the cores' own UIO
     /// devices: a node started on a board that lacks one says so at start.
-    pub fn check(&self) -> Result<(), BoardError> {
-        FpgaManager::open(&self.root, &self.fpga_manager)?;
+    pub fn check(&self) -> Result<(), LoadError> {
+        if let Programming::Overlay { .. } = self.programming()? {
+            // The overlay adds the devices: they need not be there yet.
+            return Ok(());
+        }
         if uio::list(&self.root)?.is_empty() {
             return Err(BoardError::Missing {
                 piece: Piece::Uio,
                 path: self.root.path("/sys/class/uio/uio0"),
-            });
+            }
+            .into());
         }
         if let Some(b) = &self.udmabuf {
             UdmaBuf::open_named(&self.root, b)?;
         }
         Ok(())
+    }
+}
+
+/// The configfs directory of the overlay this backend applies.
+pub const OVERLAY_NAME: &str = "corefarm";
+
+/// The file (in the firmware directory) the overlay is applied from.
+pub const OVERLAY_FILE: &str = "corefarm.dtbo";
+
+/// How a configuration's bitstream gets into the FPGA.
+enum Programming {
+    Manager(FpgaManager),
+    Overlay { overlay: Overlay, dtbo: Vec<u8> },
+}
+
+impl ZynqOptions {
+    /// The overlay where one is given and the board has configfs
+    /// overlays, else the FPGA manager.
+    fn programming(&self) -> Result<Programming, LoadError> {
+        if let Some(path) = &self.overlay {
+            match Overlay::open(&self.root, OVERLAY_NAME) {
+                Ok(overlay) => {
+                    let dtbo = std::fs::read(path).map_err(|e| {
+                        LoadError::Backend(format!("the overlay {}: {e}", path.display()))
+                    })?;
+                    return Ok(Programming::Overlay { overlay, dtbo });
+                }
+                Err(e) if e.piece() == Some(Piece::Overlay) => {
+                    tracing::warn!("{e}; programming through the FPGA manager instead");
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(Programming::Manager(FpgaManager::open(
+            &self.root,
+            &self.fpga_manager,
+        )?))
     }
 }
 
@@ -235,12 +285,10 @@ fn dma_share(base: u64, len: u64, i: usize, n: usize) -> Option<DmaWindow> {
     })
 }
 
-/// The buses of `cfg`'s cores, every piece opened and mapped, and the
-/// FPGA manager to program: nothing on the board is touched yet, so a
-/// device tree without a core's UIO device is refused with the FPGA as it
-/// was.
-fn open(opts: &ZynqOptions, cfg: &Configuration) -> Result<(FpgaManager, Vec<ZynqBus>), LoadError> {
-    let mgr = FpgaManager::open(&opts.root, &opts.fpga_manager)?;
+/// The buses of `cfg`'s cores, every piece opened and mapped: with the FPGA
+/// manager nothing on the board is touched yet, so a device tree without a
+/// core's UIO device is refused with the FPGA as it was.
+fn open(opts: &ZynqOptions, cfg: &Configuration) -> Result<Vec<ZynqBus>, LoadError> {
     let uios = cfg
         .cores
         .iter()
@@ -289,7 +337,7 @@ fn open(opts: &ZynqOptions, cfg: &Configuration) -> Result<(FpgaManager, Vec<Zyn
             irq: opts.interrupts.then(|| UioInterrupt::new(u)),
         })
         .collect();
-    Ok((mgr, buses))
+    Ok(buses)
 }
 
 pub(crate) fn load(
@@ -300,8 +348,25 @@ pub(crate) fn load(
     control: Option<&crate::image::Control>,
     dopts: DriverOptions,
 ) -> Result<Loaded, LoadError> {
-    let (mgr, buses) = open(opts, cfg)?;
-    mgr.program(FIRMWARE_NAME, bitstream)?;
+    let buses = match opts.programming()? {
+        Programming::Manager(mgr) => {
+            let buses = open(opts, cfg)?;
+            mgr.program(FIRMWARE_NAME, bitstream)?;
+            buses
+        }
+        Programming::Overlay { overlay, dtbo } => {
+            // The previous configuration's overlay goes first (with its
+            // devices); this one adds the cores' devices, so they are
+            // opened once it is applied.
+            if overlay.is_applied() {
+                overlay.remove()?;
+            }
+            overlay.apply_with_bitstream(FIRMWARE_NAME, bitstream, OVERLAY_FILE, &dtbo)?;
+            open(opts, cfg).inspect_err(|_| {
+                let _ = overlay.remove();
+            })?
+        }
+    };
     let cores = cfg
         .cores
         .iter()
@@ -353,6 +418,8 @@ pub mod fake {
     use corefarm_smp::CoreInfo;
 
     use crate::bus::csr;
+    use crate::driver::ap_ctrl_hs::{reg, register_offsets};
+    use crate::image::Argument;
 
     /// Bits the core puts beside done, so that it can tell the driver's
     /// write-1-to-clear (which stores a plain 1 in a file) from its own.
@@ -471,6 +538,214 @@ pub mod fake {
             self.halt();
         }
     }
+
+    /// What a Vitis-style core saw when it was started: the registers as the
+    /// driver left them, for checks against the `s_axi_control` map.
+    #[derive(Debug, Clone, PartialEq, Eq)]
+    pub struct Started {
+        /// The control word (0x00) as written: `ap_start` alone.
+        pub ctrl: u32,
+        /// Global interrupt enable (0x04).
+        pub gie: u32,
+        /// IP interrupt enable (0x08).
+        pub ier: u32,
+        /// The argument registers from 0x10 to the end of the argument
+        /// block, a word each (reserved words included).
+        pub args: Vec<u32>,
+    }
+
+    /// What a [`FakeAxiCore`] did, returned by [`FakeAxiCore::stop`].
+    #[derive(Debug, Clone, Default, PartialEq, Eq)]
+    pub struct AxiPlayed {
+        pub jobs: u64,
+        pub interrupts: u64,
+        /// Writes that toggled a status bit (0x0C) off.
+        pub status_clears: u64,
+        /// Each job's registers at its start.
+        pub started: Vec<Started>,
+        /// Jobs whose pointer registers named memory outside the buffer.
+        pub bad_pointers: u64,
+    }
+
+    /// A thread playing a Vitis HLS `ap_ctrl_hs` core in the regular files
+    /// standing in for its UIO register map and the u-dma-buf buffer, as
+    /// the hardware behaves: it sees `ap_start`, reads its `m_axi` pointer
+    /// arguments from the argument registers, reads its inputs from the
+    /// buffer at those bus addresses, writes its output there, sets
+    /// `ap_done`/`ap_idle`/`ap_ready`, sets the status bits the driver
+    /// enabled (0x0C, toggled off by the driver's write of 1) and raises its
+    /// interrupt while the global enable is on and a status bit is set.
+    /// On completion every output buffer gets `out[i] = Σ in[i] + k`, over
+    /// the input buffers in order and the first scalar `k`.
+    ///
+    /// A file cannot clear `ap_done` on a read; the driver's next write of
+    /// `ap_start` replaces it, which is all the driver relies on.
+    pub struct FakeAxiCore {
+        stop: Arc<AtomicBool>,
+        thread: Option<JoinHandle<AxiPlayed>>,
+    }
+
+    /// Bit the core keeps beside the status bits it set itself, so that it
+    /// tells the driver's toggling write (a plain 1 in the file) from them.
+    const STATUS_TAG: u32 = 1 << 31;
+
+    fn map_file(file: &Path, piece: Piece) -> Mapping {
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(file)
+            .expect("a fake board file");
+        let len = f.metadata().expect("its length").len();
+        Mapping::new(piece, &f, file, 0, len).expect("a fake board file")
+    }
+
+    impl FakeAxiCore {
+        /// Plays a core whose registers are at offset 0 of `regs` and
+        /// whose arguments are `args`; the buffer `dma` holds bus addresses
+        /// from `dma_base`. Each job takes `latency`.
+        pub fn start(
+            regs: &Path,
+            dma: &Path,
+            dma_base: u64,
+            args: Vec<Argument>,
+            latency: Duration,
+            mut irq: Option<FakeInterrupt>,
+        ) -> FakeAxiCore {
+            let regs = map_file(regs, Piece::Uio);
+            let mem = map_file(dma, Piece::UdmaBuf);
+            let stop = Arc::new(AtomicBool::new(false));
+            let s2 = stop.clone();
+            let (offsets, end) = register_offsets(&args);
+            let thread = std::thread::spawn(move || {
+                let mut played = AxiPlayed::default();
+                regs.write32(reg::CTRL, reg::AP_IDLE).unwrap();
+                // Status bits as the core holds them, and as it last wrote
+                // the register (tagged when set).
+                let mut isr = 0u32;
+                let mut line_enables = 0u32;
+                let r = |o: u64| regs.read32(o).unwrap();
+                let tagged = |v: u32| if v == 0 { 0 } else { v | STATUS_TAG };
+                // Takes the driver's write to the status register, if any:
+                // each 1 toggles its bit. Returns whether a bit went off.
+                let status_write = |isr: &mut u32| {
+                    let now = r(reg::ISR);
+                    if now == tagged(*isr) {
+                        return false;
+                    }
+                    let before = *isr;
+                    *isr ^= now & (reg::INT_DONE | reg::INT_READY);
+                    regs.write32(reg::ISR, tagged(*isr)).unwrap();
+                    before & !*isr != 0
+                };
+                while !s2.load(Ordering::SeqCst) {
+                    // The enables first: the driver's status write before
+                    // an enable it sent is then in the file too, so a line
+                    // the driver lowered does not fire again.
+                    let enables = match &mut irq {
+                        Some(i) => i.enables().expect("the fake interrupt"),
+                        None => 0,
+                    };
+                    played.status_clears += u64::from(status_write(&mut isr));
+                    if let Some(i) = &mut irq {
+                        // A level interrupt: it fires on an enable while the
+                        // line is high (the kernel masks it as it fires).
+                        if r(reg::GIE) & 1 == 1 && isr != 0 && enables > line_enables {
+                            i.fire().expect("the fake interrupt");
+                            line_enables = enables;
+                            played.interrupts += 1;
+                        }
+                    }
+                    let ctrl = r(reg::CTRL);
+                    if ctrl & reg::AP_START == 0 {
+                        std::thread::sleep(LOOK);
+                        continue;
+                    }
+                    let words = ((end - reg::ARGS) / 4) as usize;
+                    played.started.push(Started {
+                        ctrl,
+                        gie: r(reg::GIE),
+                        ier: r(reg::IER),
+                        args: (0..words as u64).map(|w| r(reg::ARGS + 4 * w)).collect(),
+                    });
+                    // Busy: start held, not idle.
+                    regs.write32(reg::CTRL, reg::AP_START).unwrap();
+                    std::thread::sleep(latency);
+                    let ptr = |o: u64| u64::from(r(o)) | u64::from(r(o + 4)) << 32;
+                    let mut ins = Vec::new();
+                    let mut outs = Vec::new();
+                    let mut k = None;
+                    for (a, &o) in args.iter().zip(&offsets) {
+                        match a {
+                            Argument::In { size, .. } => ins.push((ptr(o), *size as usize)),
+                            Argument::Out { size, .. } => outs.push((ptr(o), *size as usize)),
+                            Argument::Scalar { .. } => {
+                                k.get_or_insert(r(o) as u8);
+                            }
+                        }
+                    }
+                    let inside = |(a, n): &(u64, usize)| {
+                        *a >= dma_base && a - dma_base + *n as u64 <= mem.len()
+                    };
+                    if ins.iter().chain(&outs).all(inside) {
+                        let data: Vec<Vec<u8>> = ins
+                            .iter()
+                            .map(|&(a, n)| {
+                                let mut b = vec![0u8; n];
+                                mem.read_bytes(a - dma_base, &mut b).unwrap();
+                                b
+                            })
+                            .collect();
+                        for &(a, n) in &outs {
+                            let out: Vec<u8> = (0..n)
+                                .map(|i| {
+                                    data.iter()
+                                        .filter_map(|d| d.get(i))
+                                        .fold(k.unwrap_or(0), |s, b| s.wrapping_add(*b))
+                                })
+                                .collect();
+                            mem.write_bytes(a - dma_base, &out).unwrap();
+                        }
+                    } else {
+                        played.bad_pointers += 1;
+                    }
+                    // The status bits the driver enabled, then done.
+                    played.status_clears += u64::from(status_write(&mut isr));
+                    isr |= r(reg::IER) & (reg::INT_DONE | reg::INT_READY);
+                    regs.write32(reg::ISR, tagged(isr)).unwrap();
+                    regs.write32(reg::CTRL, reg::AP_DONE | reg::AP_IDLE | reg::AP_READY)
+                        .unwrap();
+                    played.jobs += 1;
+                }
+                // The driver's last write is in the file whether or not
+                // the loop came round to it.
+                played.status_clears += u64::from(status_write(&mut isr));
+                played
+            });
+            FakeAxiCore {
+                stop,
+                thread: Some(thread),
+            }
+        }
+
+        /// Stops the core; what it did.
+        pub fn stop(mut self) -> AxiPlayed {
+            self.halt()
+        }
+
+        fn halt(&mut self) -> AxiPlayed {
+            self.stop.store(true, Ordering::SeqCst);
+            self.thread
+                .take()
+                .map(|t| t.join().expect("the fake core"))
+                .unwrap_or_default()
+        }
+    }
+
+    impl Drop for FakeAxiCore {
+        fn drop(&mut self) {
+            self.halt();
+        }
+    }
 }
 
 #[cfg(test)]
@@ -509,7 +784,7 @@ mod tests {
             root: t.root(),
             ..ZynqOptions::default()
         };
-        let (_, mut buses) = open(&opts, &cfg(vec![core(0x43c1_0000), core(0x43c0_0000)])).unwrap();
+        let mut buses = open(&opts, &cfg(vec![core(0x43c1_0000), core(0x43c0_0000)])).unwrap();
         let w = buses[1].dma_window().unwrap();
         assert_eq!(
             w,

@@ -1,7 +1,8 @@
 //! The Zynq backend, and the Cyclone V backend's interrupts, against a fake
 //! board tree: sysfs attributes as files, a regular file standing in for
 //! each UIO map and the u-dma-buf buffer, a socket for each UIO interrupt,
-//! and a thread playing the core behind them (`zynq::fake::FakeCore`).
+//! and a thread playing the core behind them (`zynq::fake::FakeCore` for
+//! an Avalon CSR core, `FakeAxiCore` for a Vitis `ap_ctrl_hs` one).
 
 use std::time::Duration;
 
@@ -9,8 +10,8 @@ use bytes::Bytes;
 use corefarm_board::fake::{FakeInterrupt, TempTree};
 use corefarm_board::{BoardError, Piece};
 use corefarm_cores::fpga::{FpgaOptions, Programmer};
-use corefarm_cores::image::{self, ArtifactKind};
-use corefarm_cores::zynq::fake::{FakeCore, Played};
+use corefarm_cores::image::{self, Argument, ArtifactKind, Control, Family};
+use corefarm_cores::zynq::fake::{FakeAxiCore, FakeCore, Played};
 use corefarm_cores::zynq::{ZynqOptions, ZYNQ_TARGET};
 use corefarm_cores::{load, DriverOptions, LoadError, LoadOptions, Loaded};
 use corefarm_smp::{Configuration, CoreInfo};
@@ -203,7 +204,10 @@ fn missing_pieces_are_refused_before_the_fpga_is_programmed() {
         root: t.root(),
         ..ZynqOptions::default()
     };
-    let piece = |o: &ZynqOptions| o.check().unwrap_err().piece();
+    let piece = |o: &ZynqOptions| match o.check() {
+        Err(LoadError::Board(e)) => e.piece(),
+        other => panic!("{other:?}"),
+    };
     assert_eq!(piece(&opts), Some(Piece::FpgaManager));
     t.fpga_manager("fpga0", "operating");
     assert_eq!(piece(&opts), Some(Piece::Uio));
@@ -270,4 +274,187 @@ fn the_cyclone_v_bridge_waits_on_its_uio_interrupt() {
             interrupts: 4
         }
     );
+}
+
+/// Where the u-dma-buf buffer of [`board`] lies on the bus.
+const DMA: u64 = 0x3f00_0000;
+
+/// A Vitis vadd: `c[i] = a[i] + b[i] + k`, `k` from each message, `n` from
+/// the manifest.
+fn vadd_args() -> Vec<Argument> {
+    let ptr = |name: &str, input: bool| match input {
+        true => Argument::In {
+            name: name.into(),
+            size: SIZE as u32,
+        },
+        false => Argument::Out {
+            name: name.into(),
+            size: SIZE as u32,
+        },
+    };
+    vec![
+        ptr("a", true),
+        ptr("b", true),
+        ptr("c", false),
+        Argument::Scalar {
+            name: "k".into(),
+            value: None,
+        },
+        Argument::Scalar {
+            name: "n".into(),
+            value: Some(SIZE as u32),
+        },
+    ]
+}
+
+fn vitis_image(cores: Vec<CoreInfo>) -> Configuration {
+    let img = ImageBuilder::new("vadd", 4 + 2 * SIZE as u32, SIZE as u32, cores)
+        .artifact_for(
+            ZYNQ_TARGET,
+            ArtifactKind::Bitstream,
+            "",
+            Family::Amd,
+            Some(Control::ap_ctrl_hs(vadd_args())),
+            b"vadd-bin".to_vec(),
+        )
+        .build()
+        .unwrap();
+    image::configuration(Bytes::from(img)).unwrap()
+}
+
+/// `n` Vitis vadd cores, each behind its own UIO device and interrupt,
+/// sharing the u-dma-buf buffer; jobs go to them in turn. Checks the
+/// results, and the registers each core found at each start.
+fn run_vitis(n: usize, interrupts: bool) {
+    let t = board();
+    let regs = |i: usize| REGS + 0x1_0000 * i as u64;
+    let table: Vec<CoreInfo> = (0..n)
+        .map(|i| CoreInfo {
+            control: regs(i) as u32,
+            input: CORE.input + 0x1_0000 * i as u32,
+            output: CORE.output + 0x1_0000 * i as u32,
+        })
+        .collect();
+    let played: Vec<FakeAxiCore> = (0..n)
+        .map(|i| {
+            if i > 0 {
+                t.uio(i as u32, "corefarm-core", &[(regs(i), 0x1_0000)]);
+            }
+            let irq = FakeInterrupt::bind(&t.root(), i as u32);
+            FakeAxiCore::start(
+                &t.root().path(format!("/dev/uio{i}")),
+                &t.root().path("/dev/udmabuf0"),
+                DMA,
+                vadd_args(),
+                Duration::from_millis(1),
+                Some(irq),
+            )
+        })
+        .collect();
+    let mut loaded = load(&vitis_image(table), &zynq(&t, interrupts)).unwrap();
+    const JOBS: u8 = 3;
+    for k in 0..JOBS {
+        for (c, core) in loaded.cores.iter_mut().enumerate() {
+            let a: Vec<u8> = (0..SIZE as u8)
+                .map(|i| i.wrapping_mul(5).wrapping_add(c as u8))
+                .collect();
+            let b: Vec<u8> = (0..SIZE as u8).map(|i| 200 - i).collect();
+            let input = [&[k, 0, 0, 0][..], &a, &b].concat();
+            let mut out = vec![0u8; SIZE];
+            core.process(&input, &mut out).unwrap();
+            let want: Vec<u8> = (0..SIZE)
+                .map(|i| a[i].wrapping_add(b[i]).wrapping_add(k))
+                .collect();
+            assert_eq!(out, want, "core {c} job {k}, interrupts {interrupts}");
+        }
+    }
+    // The buffer in equal parts of whole pages, one per core.
+    let share = (1u64 << 20) / n as u64;
+    for (c, core) in played.into_iter().enumerate() {
+        let played = core.stop();
+        assert_eq!(played.bad_pointers, 0);
+        assert_eq!(played.jobs, u64::from(JOBS));
+        // One interrupt per job and its status bit toggled off each time;
+        // none of either when polling.
+        let per_job = u64::from(interrupts) * u64::from(JOBS);
+        assert_eq!(
+            (played.interrupts, played.status_clears),
+            (per_job, per_job),
+            "core {c}, interrupts {interrupts}"
+        );
+        let base = (DMA + c as u64 * share) as u32;
+        let (a, b, out) = (base, base + 0x1000, base + 0x2000);
+        for (k, s) in played.started.iter().enumerate() {
+            // ap_start alone (no auto_restart); the global and the ap_done
+            // enables with interrupts, neither without.
+            assert_eq!(s.ctrl, 1);
+            assert_eq!((s.gie, s.ier), (interrupts.into(), interrupts.into()));
+            // From 0x10: a, b, c as low word, high word, reserved; k and n
+            // as value, reserved.
+            assert_eq!(
+                s.args,
+                [a, 0, 0, b, 0, 0, out, 0, 0, k as u32, 0, SIZE as u32, 0],
+                "core {c} job {k}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_vitis_core_runs_on_the_zynq_by_interrupt_and_by_polling() {
+    run_vitis(1, true);
+    run_vitis(1, false);
+}
+
+#[test]
+fn vitis_cores_share_the_buffer_and_each_waits_on_its_own_interrupt() {
+    run_vitis(2, true);
+}
+
+#[test]
+fn an_overlay_programs_the_bitstream_where_the_board_has_configfs() {
+    let t = board();
+    t.configfs();
+    let r = t.root();
+    let dtbo = r.path("/design.dtbo");
+    std::fs::write(&dtbo, b"dtbo").unwrap();
+    let mut opts = zynq(&t, true);
+    opts.zynq.as_mut().unwrap().overlay = Some(dtbo);
+    let overlay = r.path("/sys/kernel/config/device-tree/overlays/corefarm");
+    let manager_attr = r.path("/sys/class/fpga_manager/fpga0/firmware");
+    let core = play(&t, Some(FakeInterrupt::bind(&r, 0)));
+    for bits in [&b"first-bin"[..], b"second-bin"] {
+        let mut cfg = raw(b"");
+        cfg.bitstream = Bytes::from_static(bits);
+        let mut loaded = load(&cfg, &opts).unwrap();
+        run_jobs(&mut loaded, 1);
+        // The bitstream where the overlay's firmware-name finds it, the
+        // overlay applied from the firmware directory; a new overlay
+        // directory each time (the last one's marker is gone).
+        assert_eq!(
+            std::fs::read(r.path("/lib/firmware/corefarm.bin")).unwrap(),
+            bits
+        );
+        assert_eq!(
+            std::fs::read(r.path("/lib/firmware/corefarm.dtbo")).unwrap(),
+            b"dtbo"
+        );
+        assert_eq!(
+            std::fs::read_to_string(overlay.join("path")).unwrap(),
+            "corefarm.dtbo"
+        );
+        assert!(!overlay.join("marker").exists());
+        std::fs::write(overlay.join("marker"), "").unwrap();
+        assert_eq!(std::fs::read_to_string(&manager_attr).unwrap(), "");
+    }
+    // A board without the configfs interface: the FPGA manager.
+    std::fs::remove_dir_all(r.path("/sys/kernel/config")).unwrap();
+    opts.zynq.as_ref().unwrap().check().unwrap();
+    let mut loaded = load(&raw(b"manager-bin"), &opts).unwrap();
+    run_jobs(&mut loaded, 1);
+    assert_eq!(
+        std::fs::read_to_string(&manager_attr).unwrap(),
+        "corefarm.bin"
+    );
+    assert_eq!(core.stop().jobs, 3);
 }

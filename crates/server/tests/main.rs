@@ -23,5 +23,6 @@ mod notify;
 mod sharing;
 mod status;
 mod status_pages;
+mod targets;
 mod timeouts;
 mod tls;

@@ -86,7 +86,9 @@ pub struct Hello {
     /// Server: how many nodes it assigned.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub nodes: Option<u32>,
-    /// Node: configuration targets it can run (see the image format).
+    /// Node: configuration targets it can run (see the image format), each
+    /// qualified by family (`rtl-x86_64-linux:amd`) where the node runs some
+    /// FPGA families' cores only ([`crate::targets`]).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub targets: Vec<String>,
     /// Server: the largest payload it accepts.

@@ -32,6 +32,7 @@ pub mod peer;
 pub mod priority;
 pub mod status;
 pub mod stream;
+pub mod targets;
 pub mod tls;
 
 pub use error::{ErrorCode, ProtocolError};

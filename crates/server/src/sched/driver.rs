@@ -505,6 +505,7 @@ impl Driver {
     }
 
     fn execute(&mut self) {
+        let mut unfit = Vec::new();
         for a in self.sched.take_actions() {
             match a {
                 Action::Configure {
@@ -515,6 +516,10 @@ impl Driver {
                     let Some(c) = self.conns.get(&node) else {
                         continue;
                     };
+                    if let Some(why) = unfit_for(c, &payload) {
+                        unfit.push((node, why));
+                        continue;
+                    }
                     // Its reconfigurations and their duration count in its
                     // metrics from here to its response, as in exclusive mode.
                     let (label, cores) = corefarm_smp::Configuration::parse(payload.clone())
@@ -653,7 +658,37 @@ impl Driver {
                 }
             }
         }
+        self.refuse_unfit(unfit);
     }
+
+    /// Nodes the scheduler chose for a configuration whose image they
+    /// cannot run (their hello's targets) are not sent it: each refuses it
+    /// at once, with the reason, and the scheduler never offers it to that
+    /// node again.
+    fn refuse_unfit(&mut self, unfit: Vec<(u64, String)>) {
+        if unfit.is_empty() {
+            return;
+        }
+        let now = self.now();
+        for (node, why) in unfit {
+            let code = ErrorCode::ConfigurationFailed as u32;
+            self.sched
+                .on_node_error(node, ErrorMsg::NO_ID, code, &why, now);
+            // Never a breach: the node is configuring this function.
+            let _ = self.sched.on_config_response(node, false, now);
+        }
+        self.execute();
+    }
+}
+
+/// Why the node on `c` is not sent `payload`, a configuration: it
+/// announced targets, none of which its image's artifacts are for.
+fn unfit_for(c: &NodeConn, payload: &Bytes) -> Option<String> {
+    let cfg = corefarm_smp::Configuration::parse(payload.clone()).ok()?;
+    let carried = corefarm_smp::targets::Carried::of(&cfg.bitstream)?;
+    let why = carried.fits(&c.entry.info().targets).err()?;
+    tracing::info!(node = %c.label(), "node not configured: {why}");
+    Some(why.to_string())
 }
 
 trait CloseWith {

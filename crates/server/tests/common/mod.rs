@@ -145,10 +145,22 @@ pub struct FakeNode {
 impl FakeNode {
     /// Connects a node with a hello naming it `name`; `tag` marks its results.
     pub async fn spawn(addr: SocketAddr, name: &str, tag: u8, behaviour: Behaviour) -> FakeNode {
+        FakeNode::spawn_with_targets(addr, name, tag, behaviour, &[]).await
+    }
+
+    /// [`FakeNode::spawn`] announcing `targets` in its hello.
+    pub async fn spawn_with_targets(
+        addr: SocketAddr,
+        name: &str,
+        tag: u8,
+        behaviour: Behaviour,
+        targets: &[&str],
+    ) -> FakeNode {
         let s = TcpStream::connect(addr).await.expect("connect node port");
         let (rd, mut w) = s.into_split();
         let mut hello = Hello::new("node");
         hello.name = Some(name.into());
+        hello.targets = targets.iter().map(|t| t.to_string()).collect();
         hello.features = vec![features::ERROR.into()];
         if matches!(behaviour, Behaviour::Notify | Behaviour::NotifyUnknownId) {
             hello.features.push(features::SPIN_NOTIFY.into());

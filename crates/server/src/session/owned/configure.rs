@@ -6,6 +6,7 @@
 //! which nodes refused the previous one, since the next may suit them.
 
 use bytes::Bytes;
+use corefarm_smp::targets::Carried;
 use corefarm_smp::{
     ClusterStatus, Configuration, ErrorCode, ErrorMsg, MsgType, NodeState, OutFrame,
     UserPhase as Phase,
@@ -13,6 +14,7 @@ use corefarm_smp::{
 use tokio::time::Instant;
 
 use super::{Owned, Slot};
+use crate::nodeconn::NodeConn;
 use crate::session::{Cx, Outcome, SessionEnd};
 
 /// Node labels listed in one line of a refusal; the rest are counted.
@@ -159,9 +161,14 @@ impl Owned {
         let (function, cores) = (crate::metrics::function_label(cfg), cfg.cores.len());
         self.output_size = cfg.output_size;
         self.cfg_frame = Some(frame.clone());
+        self.carried = Carried::of(&cfg.bitstream);
         let deadline = Instant::now() + self.shared.opts.config_timeout;
         let ids: Vec<u64> = self.nodes.keys().copied().collect();
         for id in ids {
+            if let Some(why) = self.unfit(&self.nodes[&id].tx) {
+                self.refuse_unfit(id, &why);
+                continue;
+            }
             let n = self.nodes.get_mut(&id).expect("listed");
             if n.tx.send(frame.clone()) {
                 n.sent += 1;
@@ -175,6 +182,31 @@ impl Owned {
             }
         }
         self.finish_configuring_if_done(cx);
+    }
+
+    /// Why `conn` is not sent the current configuration: it announced
+    /// targets, none of which the image's artifacts are for.
+    pub(super) fn unfit(&self, conn: &NodeConn) -> Option<String> {
+        let c = self.carried.as_ref()?;
+        c.fits(&conn.entry.info().targets)
+            .err()
+            .map(|e| e.to_string())
+    }
+
+    /// A node not sent the configuration counts as having refused it: it
+    /// goes back to the pool, never offered to this user again for it.
+    fn refuse_unfit(&mut self, id: u64, why: &str) {
+        let Some(n) = self.nodes.get(&id) else {
+            return;
+        };
+        tracing::info!(user = %self.peer, node = %n.tx.label(), "node not configured: {why}");
+        self.refusals.reason(id, n.tx.label(), why);
+        let user = self.user;
+        self.shared.pool.update(user, |w| {
+            w.refused.insert(id);
+            w.have = w.have.saturating_sub(1);
+        });
+        self.release_node(id);
     }
 
     /// Once no node is still configuring: success if at least one took the

@@ -112,6 +112,9 @@ pub(crate) struct Owned {
     /// Output size of the configuration: a result's expected length.
     output_size: u32,
     cfg_frame: Option<OutFrame>,
+    /// The targets of the configuration's image: a node that announced
+    /// none of them is not sent it.
+    carried: Option<corefarm_smp::targets::Carried>,
     nodes: HashMap<u64, Node>,
     order: Order,
     /// Credit policy: each node's adaptive window (by node id; kept apart
@@ -196,6 +199,7 @@ impl Owned {
             phase: Phase::Initial,
             output_size: 0,
             cfg_frame: None,
+            carried: None,
             nodes: HashMap::new(),
             order: Order::default(),
             windows: HashMap::new(),

@@ -78,6 +78,17 @@ impl Owned {
         if conn.is_closed() {
             return;
         }
+        if let Some(why) = self.cfg_frame.as_ref().and(self.unfit(&conn)) {
+            // It could only refuse the configuration: back to the pool.
+            tracing::info!(user = %self.peer, node = %conn.label(), "node not taken: {why}");
+            let (user, id) = (self.user, conn.id);
+            self.shared.pool.update(user, |w| {
+                w.refused.insert(id);
+                w.have = w.have.saturating_sub(1);
+            });
+            self.shared.pool.add(conn);
+            return;
+        }
         let events = std::mem::replace(&mut conn.events, mpsc::unbounded_channel().1);
         self.events
             .insert(conn.id, UnboundedReceiverStream::new(events));
