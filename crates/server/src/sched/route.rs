@@ -26,7 +26,7 @@ pub(super) const MAX_LOST_LOADS: u32 = 3;
 /// A function's weight in the fair shares, in [`super::queue::WEIGHT_UNIT`]s:
 /// its sessions' shares of their tenants' weights summed, one if it is
 /// wanted only for its queued work, none if nobody wants it.
-fn share_weight(s: &Sched, f: &Function) -> u128 {
+pub(super) fn share_weight(s: &Sched, f: &Function) -> u128 {
     const ONE: u64 = super::queue::WEIGHT_UNIT;
     let weight = |u: &u64| s.users.get(u).map_or(ONE, |r| s.units(r));
     match (f.wanted(), f.users.is_empty()) {
