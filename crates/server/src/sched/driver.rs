@@ -342,6 +342,7 @@ impl Driver {
                 if let Some(a) = account {
                     let (name, w) = (a.tenant.name.as_deref(), a.tenant.limits.weight);
                     self.sched.set_tenant(user, name, w);
+                    self.sched.set_max_nodes(user, a.tenant.limits.max_nodes);
                 }
                 let f = self
                     .sched

@@ -228,6 +228,8 @@ struct UserRec {
     /// Its tenant's name, when its sessions share its weight
     /// ([`Sched::set_tenant`]); `None`: a tenant of its own.
     tenant: Option<Arc<str>>,
+    /// Its tenant's `max_nodes`: most nodes running the tenant's work at once.
+    max_nodes: Option<u32>,
 }
 
 impl UserRec {
@@ -370,6 +372,40 @@ impl Sched {
         if let Some(name) = name {
             *self.tenants.entry(Arc::from(name)).or_default() += 1;
         }
+    }
+
+    /// The tenant's `max_nodes` for its session `user`: its jobs go only
+    /// to nodes already running the tenant's work once that many do.
+    pub fn set_max_nodes(&mut self, user: u64, max: Option<u32>) {
+        self.users.entry(user).or_default().max_nodes = max;
+    }
+
+    /// Sessions of `f` held off `node` by their tenant's `max_nodes`: the
+    /// tenant's work runs on that many other nodes already. Nothing to
+    /// count unless a user of `f` has the limit; then the nodes' work in
+    /// flight is scanned once per such session.
+    pub(super) fn held_off(&self, f: &Function, node: u64) -> Vec<u64> {
+        let mut off = Vec::new();
+        for &u in &f.users {
+            let Some(rec) = self.users.get(&u) else {
+                continue;
+            };
+            let Some(max) = rec.max_nodes else { continue };
+            let mine = |v: u64| {
+                v == u
+                    || rec.tenant.is_some()
+                        && self.users.get(&v).is_some_and(|r| r.tenant == rec.tenant)
+            };
+            let running = |s: &Slot| s.in_flight.values().any(|j| mine(j.user));
+            if self.nodes.get(&node).is_some_and(running) {
+                continue;
+            }
+            let on = self.nodes.values().filter(|s| running(s)).count();
+            if on >= max as usize {
+                off.push(u);
+            }
+        }
+        off
     }
 
     /// A session's share in [`queue::WEIGHT_UNIT`]s: its tenant's weight

@@ -114,6 +114,33 @@ impl<J: Queued> DrrQueue<J> {
         gone
     }
 
+    /// Whether a user not in `except` has a job queued.
+    pub fn has_other_than(&self, except: &[u64]) -> bool {
+        self.active.iter().any(|u| !except.contains(u))
+    }
+
+    /// [`DrrQueue::pop`] among the users not in `except` (held off for
+    /// now: `max_nodes`). Those keep their place and deficit: they are
+    /// first in the round again when they may be served.
+    pub fn pop_except(&mut self, except: &[u64]) -> Option<J> {
+        if except.is_empty() {
+            return self.pop();
+        }
+        let mut held = Vec::new();
+        self.active.retain(|u| match except.contains(u) {
+            true => {
+                held.push(*u);
+                false
+            }
+            false => true,
+        });
+        let j = self.pop();
+        for u in held.into_iter().rev() {
+            self.active.push_front(u);
+        }
+        j
+    }
+
     /// The next job by deficit round-robin.
     pub fn pop(&mut self) -> Option<J> {
         let mut visited = 0;
@@ -245,6 +272,21 @@ mod tests {
         let first: Vec<u64> = (0..40).map(|_| q.pop().unwrap().0).collect();
         let ones = first.iter().filter(|&&u| u == 1).count();
         assert_eq!(ones, 10, "{first:?}");
+    }
+
+    #[test]
+    fn users_held_off_keep_their_jobs_and_their_turn() {
+        let mut q = DrrQueue::new(10);
+        for i in 0..3 {
+            q.push(J(1, 10, i));
+            q.push(J(2, 10, i));
+        }
+        assert!(q.has_other_than(&[1]) && !q.has_other_than(&[1, 2]));
+        assert_eq!(q.pop_except(&[1, 2]).map(|j| j.0), None);
+        let held: Vec<u64> = (0..3).map(|_| q.pop_except(&[1]).unwrap().0).collect();
+        assert_eq!(held, [2, 2, 2]);
+        let rest: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|j| j.2).collect();
+        assert_eq!((rest, q.len()), (vec![0, 1, 2], 0));
     }
 
     #[test]

@@ -365,7 +365,14 @@ impl Sched {
                 let Some(node) = order.pick(policy, load) else {
                     break;
                 };
-                let Some(mut job) = self.fns.get_mut(&fid).and_then(|f| f.queue.pop()) else {
+                // Sessions whose tenant is at its `max_nodes` wait for its nodes.
+                let off = self.fns.get(&fid).map(|f| self.held_off(f, node));
+                let off = off.unwrap_or_default();
+                let Some(mut job) = self
+                    .fns
+                    .get_mut(&fid)
+                    .and_then(|f| f.queue.pop_except(&off))
+                else {
                     break;
                 };
                 job.permit = None;
