@@ -30,7 +30,7 @@
 //! **Weights.** Where a node goes to one function rather than another —
 //! which hot function an idle node replicates, which node is drained for a
 //! function without a replica — functions are ranked by ρ × the mean
-//! weight of their users' sessions ([`Held::weight`]): of two functions
+//! weight of their users' sessions (`Held::weight`): of two functions
 //! equally loaded, a weight-3 user's gets a node before a weight-1 user's,
 //! so under contention it ends with about three times the replicas. The
 //! thresholds (C_RECONFIG, C_REPLICATE) and the gain and cost stay in
