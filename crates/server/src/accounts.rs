@@ -17,6 +17,11 @@
 //!   its own nodes; in shared mode one programming is shared equally by the
 //!   users of the function loaded.
 //!
+//! - queued bytes: of its inputs accepted and not yet answered (queued or
+//!   in flight), all its sessions together, held within its
+//!   `max_queued_bytes` ([`Account::try_queue`]); a session waiting for
+//!   room waits on [`Account::room`].
+//!
 //! Charges are relaxed atomic adds on the account, one per answer; a
 //! snapshot reads them when someone asks (`status`, `/metrics`).
 
@@ -24,6 +29,9 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::sync::futures::Notified;
+use tokio::sync::Notify;
 
 use corefarm_smp::auth::ANONYMOUS;
 use corefarm_smp::AccountStatus;
@@ -57,6 +65,11 @@ pub struct Account {
     ended_bytes: Mutex<(u64, u64)>,
     sessions: AtomicU64,
     active: AtomicU64,
+    /// Bytes of its inputs accepted and not yet answered, all its sessions
+    /// together (`max_queued_bytes`).
+    queued_bytes: AtomicU64,
+    /// Woken when `queued_bytes` falls: its sessions waiting for room.
+    room: Notify,
 }
 
 impl Account {
@@ -70,6 +83,8 @@ impl Account {
             ended_bytes: Mutex::new((0, 0)),
             sessions: AtomicU64::new(0),
             active: AtomicU64::new(0),
+            queued_bytes: AtomicU64::new(0),
+            room: Notify::new(),
         }
     }
 
@@ -92,6 +107,37 @@ impl Account {
     pub fn reconfigured(&self, shares: usize) {
         let part = MILLI / shares.max(1) as u64;
         self.reconfig_milli.fetch_add(part, Ordering::Relaxed);
+    }
+
+    /// Its `max_queued_bytes`.
+    pub fn queue_limit(&self) -> Option<u64> {
+        self.tenant.limits.max_queued_bytes
+    }
+
+    /// Takes `len` bytes of its queue if they fit within `max` with what
+    /// its sessions have queued; `false` leaves the queue as it was.
+    pub fn try_queue(&self, len: u64, max: u64) -> bool {
+        self.queued_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |q| {
+                q.checked_add(len).filter(|&n| n <= max)
+            })
+            .is_ok()
+    }
+
+    /// `len` bytes taken by [`Account::try_queue`] were answered (or their
+    /// session ended): its waiting sessions may find room now.
+    pub fn unqueue(&self, len: u64) {
+        if len == 0 {
+            return;
+        }
+        self.queued_bytes.fetch_sub(len, Ordering::AcqRel);
+        self.room.notify_waiters();
+    }
+
+    /// Resolves at the next [`Account::unqueue`] after this call, polled
+    /// or not: made before a session checks for room, it misses none.
+    pub fn room(&self) -> Notified<'_> {
+        self.room.notified()
     }
 
     /// A session of this user began.
@@ -125,6 +171,7 @@ impl Account {
             bytes_in: ended.0 + live.0,
             bytes_out: ended.1 + live.1,
             reconfigurations: self.reconfig_milli.load(Ordering::Relaxed) as f64 / MILLI as f64,
+            queued_bytes: self.queued_bytes.load(Ordering::Relaxed),
         }
     }
 }

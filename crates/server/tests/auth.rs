@@ -474,3 +474,81 @@ async fn max_nodes_caps_the_nodes_a_user_holds_in_exclusive_mode() {
         .expect("the client calls returned")
         .unwrap();
 }
+
+/// `max_queued_bytes` (3000 here), in either sharing mode: an input that
+/// alone exceeds it is refused by id with the limit named, and the session
+/// goes on; one that fits only once earlier inputs are answered is read
+/// but not queued, and nothing more is read, until an answer makes room.
+/// The runtime has one thread, so once the status shows the input read,
+/// the session has decided what to do with it.
+#[tokio::test]
+async fn max_queued_bytes_holds_a_users_unanswered_inputs_within_the_limit() {
+    use common::{Behaviour, FakeNode};
+    use corefarm_server::Sharing;
+    const MAX: u64 = 3000;
+    for sharing in [Sharing::Exclusive, Sharing::Shared] {
+        let mut a = AuthConfig::new(secret(USER), secret(NODE)).unwrap();
+        let limits = corefarm_server::auth::Limits {
+            max_queued_bytes: Some(MAX),
+            ..Default::default()
+        };
+        a.add_user("alice", secret(ALICE), limits).unwrap();
+        let srv = start(ServerOptions {
+            auth: Some(Arc::new(a)),
+            sharing,
+            ..opts()
+        })
+        .await;
+        let mut node =
+            FakeNode::spawn_with(srv.nodes, "holder", 1, Behaviour::Hold, Some(secret(NODE))).await;
+        srv.wait_free_nodes(1).await;
+        let h = hello_as("alice");
+        let (mut u, ch) = challenged(srv.users, &h).await;
+        u.send(AuthResponse::answer(&secret(ALICE), &ch, "user", &h.encode()).to_frame())
+            .await;
+        assert_eq!(u.recv().await.unwrap().ty, MsgType::Hello);
+        assert_eq!(u.configure(&bench(2048, 16)).await.0, 0, "{sharing:?}");
+        let data = |id: u32, inputs: usize| {
+            let d = Data {
+                id,
+                data: vec![id as u8; inputs * 2048].into(),
+            };
+            d.to_frame().unwrap()
+        };
+
+        // Two inputs of 2 KiB could never be queued: refused by id.
+        u.send(data(1, 2)).await;
+        let e = u.expect_error().await.expect("a refusal");
+        assert_eq!((e.id, e.code), (1, ErrorCode::TooLarge as u32), "{e}");
+        assert!(
+            e.reason
+                .contains("4096 bytes exceed the max_queued_bytes of user \"alice\" (3000 bytes)"),
+            "{e}"
+        );
+        let alice = |s: &corefarm_smp::ClusterStatus| s.account("alice").unwrap().clone();
+        let before = alice(&srv.status.get()).bytes_in;
+
+        // 2 KiB go to the node, which holds them; 2 KiB more would pass
+        // the limit: read, and held until the first are answered.
+        u.send(data(2, 1)).await;
+        u.send(data(3, 1)).await;
+        let wire = 2 * (corefarm_smp::HEADER_LEN as u64 + 4 + 2048);
+        let s = srv
+            .wait_status("both inputs read", |s| alice(s).bytes_in >= before + wire)
+            .await;
+        assert_eq!(alice(&s).queued_bytes, 2048, "{sharing:?}");
+        assert_eq!(s.users[0].outstanding, 1, "{sharing:?}: {s:#?}");
+
+        // The node answers: room for the held input, which follows.
+        node.release();
+        let mut got = Vec::new();
+        while got.len() < 2 {
+            let f = u.recv_skip_credit().await.expect("results");
+            assert_eq!(f.ty, MsgType::Data, "{sharing:?}: {f:?}");
+            got.push(Data::parse(f.payload).unwrap().id);
+        }
+        assert_eq!(got, [2, 3], "{sharing:?}");
+        let s = srv.status.get();
+        assert_eq!(alice(&s).queued_bytes, 0, "{sharing:?}");
+    }
+}

@@ -92,6 +92,10 @@ pub struct AccountStatus {
     /// the function loaded, so it may be a fraction).
     #[serde(default)]
     pub reconfigurations: f64,
+    /// Bytes of its inputs accepted and not yet answered now, all its
+    /// sessions together (what `max_queued_bytes` bounds).
+    #[serde(default)]
+    pub queued_bytes: u64,
 }
 
 /// Connected nodes by state: the summary a large cluster's status gives

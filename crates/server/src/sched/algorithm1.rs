@@ -26,6 +26,15 @@
 //!    work waiting meanwhile). Two functions alternating on a board whose
 //!    programming is slow therefore keep their replicas instead of trading
 //!    them every period.
+//!
+//! **Weights.** Where a node goes to one function rather than another —
+//! which hot function an idle node replicates, which node is drained for a
+//! function without a replica — functions are ranked by ρ × the mean
+//! weight of their users' sessions (`Held::weight`): of two functions
+//! equally loaded, a weight-3 user's gets a node before a weight-1 user's,
+//! so under contention it ends with about three times the replicas. The
+//! thresholds (C_RECONFIG, C_REPLICATE) and the gain and cost stay in
+//! plain load and time: a weight orders claims, it does not make work.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -42,6 +51,9 @@ struct Held {
     promised: HashMap<FnId, usize>,
     /// Nodes serving it now (Ready).
     ready: HashMap<FnId, usize>,
+    /// Each function's users' mean weight (1 for none), counted once per
+    /// period: see [`Held::weight`].
+    weight: HashMap<FnId, f64>,
 }
 
 /// What a slot counts for: (promised to, ready for).
@@ -61,7 +73,19 @@ impl Held {
         for slot in s.nodes.values() {
             h.count(counted(slot), 1);
         }
+        let unit = super::queue::WEIGHT_UNIT as f64;
+        for f in s.fns.values().filter(|f| !f.users.is_empty()) {
+            let mean = super::route::share_weight(s, f) as f64 / (unit * f.users.len() as f64);
+            h.weight.insert(f.id, mean);
+        }
         h
+    }
+
+    /// `f`'s users' mean weight, per session (a user's weight is split
+    /// among its sessions, whose demand adds up): what its ρ is multiplied
+    /// by where functions compete for a node.
+    fn weight(&self, f: FnId) -> f64 {
+        self.weight.get(&f).copied().unwrap_or(1.0)
     }
 
     fn count(&mut self, (promised, ready): Counted, add: isize) {
@@ -122,6 +146,18 @@ impl Sched {
             .map_or(0.0, |f| self.rho(f, period, held))
     }
 
+    /// ρ × its users' weight: the rank of `f`'s claim on a node.
+    fn claim(&self, f: FnId, period: f64, held: &Held) -> f64 {
+        self.rho(f, period, held) * held.weight(f)
+    }
+
+    /// The node's own function's claim, 0 when it holds none.
+    fn own_claim(&self, node: u64, period: f64, held: &Held) -> f64 {
+        self.nodes[&node]
+            .function
+            .map_or(0.0, |f| self.claim(f, period, held))
+    }
+
     pub(super) fn reconfig_time(&self, node: u64) -> Duration {
         self.nodes[&node].reconfig.unwrap_or(self.p.period)
     }
@@ -135,8 +171,8 @@ impl Sched {
         }
     }
 
-    /// The node passing `keep` with the lowest own ρ (the first such in id
-    /// order among equals).
+    /// The node passing `keep` whose function has the weakest claim
+    /// ([`Sched::own_claim`]; the first such in id order among equals).
     fn lowest_rho(
         &self,
         period: f64,
@@ -146,7 +182,7 @@ impl Sched {
         self.nodes
             .iter()
             .filter(|(&id, s)| keep(id, s))
-            .map(|(&id, _)| (self.own_rho(id, period, held), id))
+            .map(|(&id, _)| (self.own_claim(id, period, held), id))
             .min_by(|a, b| a.0.total_cmp(&b.0))
             .map(|(_, id)| id)
     }
@@ -214,13 +250,15 @@ impl Sched {
             .nodes
             .iter()
             .filter(|(_, s)| s.idle())
-            .map(|(&id, _)| (self.own_rho(id, period, held), id))
+            .map(|(&id, _)| (self.own_claim(id, period, held), id))
             .collect();
         idle.sort_by(|a, b| a.0.total_cmp(&b.0));
         let c_replicate = self.p.c_replicate;
+        // Worth a replica by its load; ranked by its claim.
         let hot_entry = |me: &Sched, held: &Held, f: FnId| {
             let rho = me.rho(f, period, held);
-            (held.promised(f) > 0 && rho > c_replicate).then_some((rho, f))
+            let claim = me.claim(f, period, held);
+            (held.promised(f) > 0 && rho > c_replicate).then_some((claim, f))
         };
         let mut hot: Vec<(f64, FnId)> = self
             .fns

@@ -75,6 +75,19 @@ impl<J: Queued> ClassDrr<J> {
         gone
     }
 
+    /// [`ClassDrr::pop`] among the users not in `except`
+    /// ([`DrrQueue::pop_except`]).
+    pub fn pop_except(&mut self, except: &[u64]) -> Option<J> {
+        if except.is_empty() {
+            return self.pop();
+        }
+        let classes = &self.classes;
+        let c = self.picker.pick(|c| classes[c].has_other_than(except))?;
+        let j = self.classes[c].pop_except(except)?;
+        self.len -= 1;
+        Some(j)
+    }
+
     pub fn pop(&mut self) -> Option<J> {
         let classes = &self.classes;
         let c = self.picker.pick(|c| !classes[c].is_empty())?;

@@ -340,7 +340,9 @@ impl Driver {
                 // or first configuration): its weight is its tenant's.
                 let account = self.users.get(&user).and_then(|u| u.2.account());
                 if let Some(a) = account {
-                    self.sched.set_weight(user, a.tenant.limits.weight);
+                    let (name, w) = (a.tenant.name.as_deref(), a.tenant.limits.weight);
+                    self.sched.set_tenant(user, name, w);
+                    self.sched.set_max_nodes(user, a.tenant.limits.max_nodes);
                 }
                 let f = self
                     .sched

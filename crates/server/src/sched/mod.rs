@@ -34,6 +34,7 @@ mod route;
 pub mod view;
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -91,8 +92,9 @@ pub struct Job {
     /// Its other copy in flight (node, internal id) once it was hedged
     /// ([`crate::dispatch::progress`]): the first answer of the two wins.
     twin: Option<(u64, u32)>,
-    /// Its user's weight (its share of the function's queue), set at submit.
-    weight: u32,
+    /// Its session's share of the function's queue, set at submit, in
+    /// [`queue::WEIGHT_UNIT`]s ([`Sched::units`]).
+    weight: u64,
 }
 
 impl Job {
@@ -107,7 +109,7 @@ impl Job {
             sent: Duration::ZERO,
             notes: 0,
             twin: None,
-            weight: 1,
+            weight: queue::WEIGHT_UNIT,
         }
     }
 }
@@ -122,7 +124,7 @@ impl queue::Queued for Job {
     fn class(&self) -> u8 {
         self.class
     }
-    fn weight(&self) -> u32 {
+    fn weight(&self) -> u64 {
         self.weight
     }
 }
@@ -223,11 +225,26 @@ struct UserRec {
     joining: bool,
     /// Its user's (tenant's) weight; 0 is taken as 1 ([`Sched::set_weight`]).
     weight: u32,
+    /// Its tenant's name, when its sessions share its weight
+    /// ([`Sched::set_tenant`]); `None`: a tenant of its own.
+    tenant: Option<Arc<str>>,
+    /// Its tenant's `max_nodes`: most nodes running the tenant's work at once.
+    max_nodes: Option<u32>,
 }
 
 impl UserRec {
     fn weight(&self) -> u32 {
         self.weight.max(1)
+    }
+}
+
+/// One session of `tenant` fewer.
+fn forget_session(tenants: &mut HashMap<Arc<str>, u32>, tenant: &Arc<str>) {
+    if let Some(n) = tenants.get_mut(tenant) {
+        *n -= 1;
+        if *n == 0 {
+            tenants.remove(tenant);
+        }
     }
 }
 
@@ -240,6 +257,8 @@ pub struct Sched {
     nodes: BTreeMap<u64, Slot>,
     orders: HashMap<FnId, Order>,
     users: HashMap<u64, UserRec>,
+    /// Sessions of each named tenant among `users`: they share its weight.
+    tenants: HashMap<Arc<str>, u32>,
     /// Users with `joining` set, counted here because the fair shares are
     /// computed after every event.
     joining: usize,
@@ -266,6 +285,7 @@ impl Sched {
             nodes: BTreeMap::new(),
             orders: HashMap::new(),
             users: HashMap::new(),
+            tenants: HashMap::new(),
             joining: 0,
             forgotten: HashMap::new(),
             next_internal: 0,
@@ -333,10 +353,76 @@ impl Sched {
         self.users.entry(user).or_default().weight = weight;
     }
 
+    /// [`Sched::set_weight`] for a session of the named tenant `name`:
+    /// the tenant's sessions share its weight equally, so two sessions of
+    /// one user together weigh what one would. A session that names no
+    /// user (`None`) weighs as a tenant of its own: the shared secret may
+    /// be held by many people, whose programs should not shrink each
+    /// other's share by opening sessions.
+    pub fn set_tenant(&mut self, user: u64, name: Option<&str>, weight: u32) {
+        let rec = self.users.entry(user).or_default();
+        rec.weight = weight;
+        if rec.tenant.as_deref() == name {
+            return;
+        }
+        let old = std::mem::replace(&mut rec.tenant, name.map(Arc::from));
+        if let Some(old) = old {
+            forget_session(&mut self.tenants, &old);
+        }
+        if let Some(name) = name {
+            *self.tenants.entry(Arc::from(name)).or_default() += 1;
+        }
+    }
+
+    /// The tenant's `max_nodes` for its session `user`: its jobs go only
+    /// to nodes already running the tenant's work once that many do.
+    pub fn set_max_nodes(&mut self, user: u64, max: Option<u32>) {
+        self.users.entry(user).or_default().max_nodes = max;
+    }
+
+    /// Sessions of `f` held off `node` by their tenant's `max_nodes`: the
+    /// tenant's work runs on that many other nodes already. Nothing to
+    /// count unless a user of `f` has the limit; then the nodes' work in
+    /// flight is scanned once per such session.
+    pub(super) fn held_off(&self, f: &Function, node: u64) -> Vec<u64> {
+        let mut off = Vec::new();
+        for &u in &f.users {
+            let Some(rec) = self.users.get(&u) else {
+                continue;
+            };
+            let Some(max) = rec.max_nodes else { continue };
+            let mine = |v: u64| {
+                v == u
+                    || rec.tenant.is_some()
+                        && self.users.get(&v).is_some_and(|r| r.tenant == rec.tenant)
+            };
+            let running = |s: &Slot| s.in_flight.values().any(|j| mine(j.user));
+            if self.nodes.get(&node).is_some_and(running) {
+                continue;
+            }
+            let on = self.nodes.values().filter(|s| running(s)).count();
+            if on >= max as usize {
+                off.push(u);
+            }
+        }
+        off
+    }
+
+    /// A session's share in [`queue::WEIGHT_UNIT`]s: its tenant's weight
+    /// divided among the tenant's sessions.
+    fn units(&self, rec: &UserRec) -> u64 {
+        let n = rec
+            .tenant
+            .as_ref()
+            .and_then(|t| self.tenants.get(t))
+            .map_or(1, |&n| u64::from(n.max(1)));
+        u64::from(rec.weight()) * queue::WEIGHT_UNIT / n
+    }
+
     /// A data message of a configured user.
     pub fn submit(&mut self, mut job: Job, now: Duration) {
         let rec = self.users.get(&job.user);
-        job.weight = rec.map_or(1, UserRec::weight);
+        job.weight = rec.map_or(queue::WEIGHT_UNIT, |r| self.units(r));
         let fid = rec.and_then(|u| u.function);
         let Some(f) = fid.and_then(|id| self.fns.get_mut(&id)) else {
             let (user, id) = (job.user, job.id);
@@ -381,8 +467,13 @@ impl Sched {
     /// will be discarded.
     pub fn user_gone(&mut self, user: u64, now: Duration) {
         self.leave_function(user);
-        if self.users.remove(&user).is_some_and(|u| u.joining) {
-            self.joining -= 1;
+        if let Some(rec) = self.users.remove(&user) {
+            if rec.joining {
+                self.joining -= 1;
+            }
+            if let Some(t) = rec.tenant {
+                forget_session(&mut self.tenants, &t);
+            }
         }
         self.settle(now);
     }

@@ -3,9 +3,15 @@
 //! cannot starve another user's single message, and a user sending large
 //! messages gets no more bytes per round than one sending small ones.
 //! A user's quantum is its weight times the base quantum, so backlogged
-//! users are served bytes in the ratio of their weights.
+//! users are served bytes in the ratio of their weights. Weights are in
+//! [`WEIGHT_UNIT`]s: a tenant's weight split among its sessions stays
+//! whole.
 
 use std::collections::{HashMap, VecDeque};
+
+/// A weight of 1 (a tenant of weight `w` with `n` sessions gives each
+/// `w × WEIGHT_UNIT / n`): divisible by every count of sessions up to 16.
+pub const WEIGHT_UNIT: u64 = 720_720;
 
 /// Something that can wait in a queue: its owner and its size in bytes.
 pub trait Queued {
@@ -15,9 +21,10 @@ pub trait Queued {
     fn class(&self) -> u8 {
         corefarm_smp::stream::DEFAULT_CLASS
     }
-    /// Its user's share against the other users of the queue (at least 1).
-    fn weight(&self) -> u32 {
-        1
+    /// Its user's share against the other users of the queue, in
+    /// [`WEIGHT_UNIT`]s (at least 1).
+    fn weight(&self) -> u64 {
+        WEIGHT_UNIT
     }
 }
 
@@ -30,7 +37,7 @@ pub struct DrrQueue<J> {
     active: VecDeque<u64>,
     per_user: HashMap<u64, VecDeque<J>>,
     deficit: HashMap<u64, u64>,
-    /// Each active user's weight, from its latest job.
+    /// Each active user's weight, from its latest job, in [`WEIGHT_UNIT`]s.
     weight: HashMap<u64, u64>,
     len: usize,
 }
@@ -62,13 +69,15 @@ impl<J: Queued> DrrQueue<J> {
 
     /// A user's bytes per round.
     fn quantum_of(&self, user: u64) -> u64 {
-        self.quantum * self.weight.get(&user).copied().unwrap_or(1)
+        let w = self.weight.get(&user).copied().unwrap_or(WEIGHT_UNIT);
+        let q = u128::from(self.quantum) * u128::from(w) / u128::from(WEIGHT_UNIT);
+        u64::try_from(q).unwrap_or(u64::MAX).max(1)
     }
 
     /// A new job at the back of its user's sub-queue.
     pub fn push(&mut self, j: J) {
         let u = j.user();
-        self.weight.insert(u, u64::from(j.weight().max(1)));
+        self.weight.insert(u, j.weight().max(1));
         let q = self.per_user.entry(u).or_default();
         if q.is_empty() {
             self.active.push_back(u);
@@ -81,7 +90,7 @@ impl<J: Queued> DrrQueue<J> {
     /// its user's sub-queue, so re-dispatch keeps the user's order.
     pub fn push_front(&mut self, j: J) {
         let u = j.user();
-        self.weight.insert(u, u64::from(j.weight().max(1)));
+        self.weight.insert(u, j.weight().max(1));
         let q = self.per_user.entry(u).or_default();
         if q.is_empty() {
             self.active.push_back(u);
@@ -103,6 +112,33 @@ impl<J: Queued> DrrQueue<J> {
         let gone: Vec<J> = self.per_user.remove(&user).unwrap_or_default().into();
         self.len -= gone.len();
         gone
+    }
+
+    /// Whether a user not in `except` has a job queued.
+    pub fn has_other_than(&self, except: &[u64]) -> bool {
+        self.active.iter().any(|u| !except.contains(u))
+    }
+
+    /// [`DrrQueue::pop`] among the users not in `except` (held off for
+    /// now: `max_nodes`). Those keep their place and deficit: they are
+    /// first in the round again when they may be served.
+    pub fn pop_except(&mut self, except: &[u64]) -> Option<J> {
+        if except.is_empty() {
+            return self.pop();
+        }
+        let mut held = Vec::new();
+        self.active.retain(|u| match except.contains(u) {
+            true => {
+                held.push(*u);
+                false
+            }
+            false => true,
+        });
+        let j = self.pop();
+        for u in held.into_iter().rev() {
+            self.active.push_front(u);
+        }
+        j
     }
 
     /// The next job by deficit round-robin.
@@ -213,7 +249,7 @@ mod tests {
     }
 
     #[derive(Debug)]
-    struct W(u64, u32);
+    struct W(u64, u64);
     impl Queued for W {
         fn user(&self) -> u64 {
             self.0
@@ -221,8 +257,8 @@ mod tests {
         fn bytes(&self) -> u64 {
             10
         }
-        fn weight(&self) -> u32 {
-            self.1
+        fn weight(&self) -> u64 {
+            self.1 * WEIGHT_UNIT
         }
     }
 
@@ -236,6 +272,21 @@ mod tests {
         let first: Vec<u64> = (0..40).map(|_| q.pop().unwrap().0).collect();
         let ones = first.iter().filter(|&&u| u == 1).count();
         assert_eq!(ones, 10, "{first:?}");
+    }
+
+    #[test]
+    fn users_held_off_keep_their_jobs_and_their_turn() {
+        let mut q = DrrQueue::new(10);
+        for i in 0..3 {
+            q.push(J(1, 10, i));
+            q.push(J(2, 10, i));
+        }
+        assert!(q.has_other_than(&[1]) && !q.has_other_than(&[1, 2]));
+        assert_eq!(q.pop_except(&[1, 2]).map(|j| j.0), None);
+        let held: Vec<u64> = (0..3).map(|_| q.pop_except(&[1]).unwrap().0).collect();
+        assert_eq!(held, [2, 2, 2]);
+        let rest: Vec<u32> = std::iter::from_fn(|| q.pop()).map(|j| j.2).collect();
+        assert_eq!((rest, q.len()), (vec![0, 1, 2], 0));
     }
 
     #[test]

@@ -23,13 +23,16 @@ pub(super) const SHARED_WINDOW: u32 = 2;
 /// response with the reasons, as when every node refuses it.
 pub(super) const MAX_LOST_LOADS: u32 = 3;
 
-/// A function's weight in the fair shares: its users' weights summed, one
-/// if it is wanted only for its queued work, none if nobody wants it.
-fn share_weight(f: &Function, users: &HashMap<u64, super::UserRec>) -> usize {
-    let weight = |u: &u64| users.get(u).map_or(1, |r| r.weight() as usize);
-    match f.wanted() {
-        true => f.users.iter().map(weight).sum::<usize>().max(1),
-        false => 0,
+/// A function's weight in the fair shares, in [`super::queue::WEIGHT_UNIT`]s:
+/// its sessions' shares of their tenants' weights summed, one if it is
+/// wanted only for its queued work, none if nobody wants it.
+pub(super) fn share_weight(s: &Sched, f: &Function) -> u128 {
+    const ONE: u64 = super::queue::WEIGHT_UNIT;
+    let weight = |u: &u64| s.users.get(u).map_or(ONE, |r| s.units(r));
+    match (f.wanted(), f.users.is_empty()) {
+        (false, _) => 0,
+        (true, true) => u128::from(ONE),
+        (true, false) => f.users.iter().map(|u| u128::from(weight(u))).sum(),
     }
 }
 
@@ -148,20 +151,18 @@ impl Sched {
     }
 
     /// [`Sched::fair_share`] with the users of the wanted functions counted.
-    fn share_of(&self, f: FnId, users: usize) -> usize {
-        let mine = self
-            .fns
-            .get(&f)
-            .map_or(1, |f| share_weight(f, &self.users))
-            .max(1);
-        (self.nodes.len() * mine / users.max(1)).max(1)
+    fn share_of(&self, f: FnId, users: u128) -> usize {
+        let mine = self.fns.get(&f).map_or(1, |f| share_weight(self, f)).max(1);
+        let share = self.nodes.len() as u128 * mine / users.max(1);
+        usize::try_from(share).unwrap_or(usize::MAX).max(1)
     }
 
     /// The users of the functions someone wants, and the users about to
     /// configure their first.
-    fn users_of_wanted(&self) -> usize {
-        let w = |f| share_weight(f, &self.users);
-        self.fns.values().map(w).sum::<usize>() + self.joining
+    fn users_of_wanted(&self) -> u128 {
+        let w = |f| share_weight(self, f);
+        let joining = self.joining as u128 * u128::from(super::queue::WEIGHT_UNIT);
+        self.fns.values().map(w).sum::<u128>() + joining
     }
 
     /// A node nobody needs, idle, that may load `f`.
@@ -364,7 +365,14 @@ impl Sched {
                 let Some(node) = order.pick(policy, load) else {
                     break;
                 };
-                let Some(mut job) = self.fns.get_mut(&fid).and_then(|f| f.queue.pop()) else {
+                // Sessions whose tenant is at its `max_nodes` wait for its nodes.
+                let off = self.fns.get(&fid).map(|f| self.held_off(f, node));
+                let off = off.unwrap_or_default();
+                let Some(mut job) = self
+                    .fns
+                    .get_mut(&fid)
+                    .and_then(|f| f.queue.pop_except(&off))
+                else {
                     break;
                 };
                 job.permit = None;

@@ -17,7 +17,9 @@ impl<P: Placement> Session<P> {
             return Ok(());
         }
         self.placement.pump();
-        let drained = self.outstanding == 0 && self.results_waiting() == 0;
+        self.place_held().await?;
+        let held = self.quota.held.is_some();
+        let drained = self.outstanding == 0 && self.results_waiting() == 0 && !held;
         if drained {
             if let Some(next) = self.next_cfg.take() {
                 return match next {
@@ -33,7 +35,8 @@ impl<P: Placement> Session<P> {
             let window = self.placement.credit_window();
             // A result still waiting to go out counts as outstanding: credit
             // must not let a user that does not read pile up results here.
-            let used = self.outstanding + self.credit + self.results_waiting();
+            // So does an input held for room in the user's queued bytes.
+            let used = self.outstanding + self.credit + self.results_waiting() + u64::from(held);
             if used < window {
                 let grant = (window - used) as u32;
                 self.credit += grant as u64;
@@ -109,7 +112,7 @@ impl<P: Placement> Session<P> {
                     let m = &self.shared.metrics;
                     self.conn.entry.m.result(m, || self.conn.entry.label(), rtt);
                 }
-                self.answered();
+                self.answered(id);
                 self.send_result(id, class, data).await
             }
             Outcome::Failed { id, code, reason } => self.input_failure(id, code, reason).await,
@@ -145,7 +148,8 @@ impl<P: Placement> Session<P> {
     }
 
     /// One data message answered (a result or a per-input error).
-    fn answered(&mut self) {
+    fn answered(&mut self, id: u32) {
+        self.quota.answered(id);
         self.outstanding = self.outstanding.saturating_sub(1);
         self.last_activity = Instant::now();
     }
@@ -161,7 +165,7 @@ impl<P: Placement> Session<P> {
         code: ErrorCode,
         reason: String,
     ) -> Result<(), SessionEnd> {
-        self.answered();
+        self.answered(id);
         self.conn
             .entry
             .m
@@ -192,6 +196,7 @@ impl<P: Placement> Session<P> {
         }
         let limit = self.shared.opts.user_idle_timeout;
         let busy = self.outstanding > 0
+            || self.quota.held.is_some()
             || self.results_waiting() > 0
             || self.next_cfg.is_some()
             || self.conn.phase == Phase::Configuring;

@@ -303,13 +303,68 @@ impl<P: Placement> Session<P> {
                 return Err(SessionEnd::BadInput { id, code, reason })
             }
         };
-        let id = d.id;
         let input = Input {
-            id,
+            id: d.id,
             data: d.data,
             count,
             class,
         };
+        if let Some(max) = self.account().queue_limit() {
+            let len = input.data.len() as u64;
+            if len > max {
+                return self.over_quota(input.id, len, max).await;
+            }
+            let account = self.account().clone();
+            if !self.quota.take(&account, input.id, len, max) {
+                // Waits for room; nothing more is read meanwhile.
+                self.quota.held = Some(input);
+                return Ok(());
+            }
+        }
+        self.place(input).await
+    }
+
+    /// An input held for room in its user's `max_queued_bytes`, placed
+    /// once it fits and the placement can take it.
+    pub(super) async fn place_held(&mut self) -> Result<(), SessionEnd> {
+        let Some(input) = &self.quota.held else {
+            return Ok(());
+        };
+        let (id, len) = (input.id, input.data.len() as u64);
+        let view = self.view();
+        if !self.placement.ready_for_data(&view) {
+            return Ok(());
+        }
+        let account = self.account().clone();
+        let max = account.queue_limit().unwrap_or(u64::MAX);
+        if !self.quota.take(&account, id, len, max) {
+            return Ok(());
+        }
+        let input = self.quota.held.take().expect("checked above");
+        self.place(input).await
+    }
+
+    /// An input larger than its user's `max_queued_bytes`: it could never
+    /// be taken, so it is refused by id (its credit comes back with the
+    /// next grant); a user that cannot hear errors by id ends its session.
+    async fn over_quota(&mut self, id: u32, len: u64, max: u64) -> Result<(), SessionEnd> {
+        let reason = format!(
+            "data id {id}: {len} bytes exceed the max_queued_bytes of user {:?} ({max} bytes)",
+            self.account().name()
+        );
+        if self.conn.agreed(features::ERROR) {
+            return self.send_error(id, ErrorCode::TooLarge, reason).await;
+        }
+        Err(SessionEnd::BadInput {
+            id,
+            code: ErrorCode::TooLarge,
+            reason,
+        })
+    }
+
+    /// Hands an accepted input to the placement.
+    async fn place(&mut self, input: Input) -> Result<(), SessionEnd> {
+        let id = input.id;
         let queue_full = self.conn.agreed(features::QUEUE_FULL);
         let mut cx = Cx {
             out: &mut self.outbox,
@@ -321,6 +376,8 @@ impl<P: Placement> Session<P> {
                 self.deliver().await
             }
             Admitted::QueueFull(full) => {
+                // The user's again: no longer queued.
+                self.quota.answered(id);
                 let why = format!("{full}; send it again later");
                 // Sent even without the error feature: queue-full asked for it.
                 self.send_user(ErrorMsg::new(id, ErrorCode::QueueFull, why).to_frame())

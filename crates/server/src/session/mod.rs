@@ -27,6 +27,7 @@ mod end;
 mod frames;
 pub(crate) mod owned;
 mod placement;
+mod quota;
 pub(crate) mod scheduled;
 
 use std::collections::VecDeque;
@@ -84,6 +85,8 @@ pub(crate) struct Session<P: Placement> {
     spoke: bool,
     /// Handler notifications dropped: the user did not agree `spin-notify`.
     notes_dropped: crate::notes::Dropped,
+    /// What the session took of its user's `max_queued_bytes`.
+    quota: quota::Quota,
 }
 
 /// Removes the user from the registry however the task ends.
@@ -141,6 +144,7 @@ pub(crate) async fn run<P: Placement>(
         place,
         spoke: false,
         notes_dropped: Default::default(),
+        quota: Default::default(),
     };
     let mut end = s.main_loop(&stop).await;
     if let SessionEnd::Group = end {
@@ -167,10 +171,21 @@ impl<P: Placement> Session<P> {
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let evicted = self.place.evicted().clone();
         loop {
+            // Made before `pump` looks for room for a held input, so an
+            // answer to another of the user's sessions in between wakes it.
+            let waiting = self.quota.waiting_on(|| self.account().clone());
+            let room = waiting.as_deref().map(crate::accounts::Account::room);
+            let room = async {
+                match room {
+                    Some(r) => r.await,
+                    None => std::future::pending().await,
+                }
+            };
             if let Err(e) = self.pump().await {
                 return e;
             }
             self.publish();
+            let held = self.quota.held.is_some();
             let read_user = self.wants_user_input();
             let unflushed = self.unflushed();
             let out = self.conn.out.clone();
@@ -181,6 +196,8 @@ impl<P: Placement> Session<P> {
                 _ = evicted.cancelled() => return self.evicted(),
                 ev = self.placement.event() => self.on_placement(ev).await,
                 _ = tick.tick() => self.on_tick().await,
+                // Another answer to the user: room for the held input, maybe.
+                _ = room, if held => Ok(()),
                 // After the placement's events, so a result that just
                 // arrived competes by class for the next chunk; before user
                 // input, so reads do not hold results back while the socket
@@ -246,7 +263,9 @@ impl<P: Placement> Session<P> {
             Phase::Configuring => false,
             Phase::Routing => {
                 let view = self.view();
-                self.next_cfg.is_none() && self.placement.ready_for_data(&view)
+                self.next_cfg.is_none()
+                    && self.quota.held.is_none()
+                    && self.placement.ready_for_data(&view)
             }
         }
     }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use corefarm_server::{Server, ServerOptions, StatusHandle};
+use corefarm_smp::auth::{AuthChallenge, AuthResponse, Secret};
 use corefarm_smp::codec::{write_frame, FrameReader};
 use corefarm_smp::{
     hello::features, BenchmarkConfig, ClusterStatus, Configuration, ConfigurationResponse, Credit,
@@ -145,7 +146,7 @@ pub struct FakeNode {
 impl FakeNode {
     /// Connects a node with a hello naming it `name`; `tag` marks its results.
     pub async fn spawn(addr: SocketAddr, name: &str, tag: u8, behaviour: Behaviour) -> FakeNode {
-        FakeNode::spawn_with_targets(addr, name, tag, behaviour, &[]).await
+        FakeNode::spawn_full(addr, name, tag, behaviour, &[], None).await
     }
 
     /// [`FakeNode::spawn`] announcing `targets` in its hello.
@@ -156,6 +157,29 @@ impl FakeNode {
         behaviour: Behaviour,
         targets: &[&str],
     ) -> FakeNode {
+        FakeNode::spawn_full(addr, name, tag, behaviour, targets, None).await
+    }
+
+    /// Like [`FakeNode::spawn`], answering the server's challenge with
+    /// `secret` (a server with an auth file).
+    pub async fn spawn_with(
+        addr: SocketAddr,
+        name: &str,
+        tag: u8,
+        behaviour: Behaviour,
+        secret: Option<Secret>,
+    ) -> FakeNode {
+        FakeNode::spawn_full(addr, name, tag, behaviour, &[], secret).await
+    }
+
+    async fn spawn_full(
+        addr: SocketAddr,
+        name: &str,
+        tag: u8,
+        behaviour: Behaviour,
+        targets: &[&str],
+        secret: Option<Secret>,
+    ) -> FakeNode {
         let s = TcpStream::connect(addr).await.expect("connect node port");
         let (rd, mut w) = s.into_split();
         let mut hello = Hello::new("node");
@@ -165,10 +189,14 @@ impl FakeNode {
         if matches!(behaviour, Behaviour::Notify | Behaviour::NotifyUnknownId) {
             hello.features.push(features::SPIN_NOTIFY.into());
         }
+        if secret.is_some() {
+            hello.features.push(features::AUTH.into());
+        }
+        let auth = secret.map(|s| (s, hello.encode()));
         write_frame(&mut w, hello.to_frame()).await.unwrap();
         let (cfg_tx, configs) = mpsc::unbounded_channel();
         let (release, released) = oneshot::channel();
-        let task = tokio::spawn(node_loop(rd, w, tag, behaviour, cfg_tx, released));
+        let task = tokio::spawn(node_loop(rd, w, tag, behaviour, cfg_tx, released, auth));
         FakeNode {
             configs,
             release: Some(release),
@@ -199,6 +227,7 @@ async fn node_loop(
     behaviour: Behaviour,
     cfg_tx: mpsc::UnboundedSender<Configuration>,
     mut released: oneshot::Receiver<()>,
+    auth: Option<(Secret, Vec<u8>)>,
 ) {
     let mut r = FrameReader::new(rd, 1 << 30);
     if behaviour == Behaviour::TrickleHeader {
@@ -222,6 +251,12 @@ async fn node_loop(
         };
         let Ok(Some(f)) = f else { return };
         match f.ty {
+            MsgType::AuthChallenge => {
+                let (secret, hello) = auth.as_ref().expect("challenged without a secret");
+                let ch = AuthChallenge::parse(&f.payload).unwrap();
+                let a = AuthResponse::answer(secret, &ch, "node", hello);
+                let _ = write_frame(&mut w, a.to_frame()).await;
+            }
             MsgType::Hello => {
                 notify = Hello::decode(&f.payload)
                     .unwrap()

@@ -197,3 +197,59 @@ fn a_function_that_comes_back_keeps_counting_its_reconfigurations() {
     configure(&mut s, 10, "a", ms(4), ms(1));
     assert_eq!(count(&s, "a"), Some(2));
 }
+
+#[test]
+fn under_contention_a_heavier_users_function_gets_more_replicas() {
+    // Four nodes, no fair share: Algorithm 1 alone moves replicas. "c"
+    // (user 12) was spread over all four and is done; then user 10
+    // (weight 1) asks for "a" and user 11 (weight 3) for "b", with the
+    // same backlog. At the period's end each takes one of "c"'s idle
+    // nodes (functions without a replica first), and "c"'s last two go to
+    // "b", whose claim (ρ × weight) is the heavier before and after one
+    // replica more. Without weights they would split two and two.
+    let mut s = sched();
+    for n in 1..=4 {
+        s.add_node(n, ms(0));
+    }
+    s.set_weight(10, 1);
+    s.set_weight(11, 3);
+    configure(&mut s, 12, "c", ms(0), ms(1));
+    for id in 0..40 {
+        s.submit(job(12, id), ms(2));
+    }
+    // Each millisecond: programmings asked for the millisecond before are
+    // done, every job sent takes 1 ms, and periods end every 10 ms.
+    let step = |s: &mut Sched, now: u64, sent: &mut Vec<(u64, u32)>, loading: &mut Vec<u64>| {
+        let a = s.take_actions();
+        sent.extend(sends(&a));
+        for n in loading.drain(..) {
+            s.on_config_response(n, true, ms(now)).unwrap();
+            sent.extend(sends(&s.take_actions()));
+        }
+        loading.extend(configures(&a).into_iter().map(|c| c.0));
+        let batch = std::mem::take(sent);
+        let a = answer(s, &batch, ms(now));
+        sent.extend(sends(&a));
+        loading.extend(configures(&a).into_iter().map(|c| c.0));
+        if now.is_multiple_of(10) {
+            s.tick(ms(now));
+        }
+    };
+    let (mut sent, mut loading) = (Vec::new(), Vec::new());
+    for now in 3..=40 {
+        step(&mut s, now, &mut sent, &mut loading);
+    }
+    let c = FnId::of(&payload("c"));
+    assert_eq!(s.replicas(c), 4);
+    s.configure(10, payload("a"), 8, 8, ms(40));
+    s.configure(11, payload("b"), 8, 8, ms(40));
+    for id in 0..400 {
+        s.submit(job(10, id), ms(40));
+        s.submit(job(11, id), ms(40));
+    }
+    for now in 41..=60 {
+        step(&mut s, now, &mut sent, &mut loading);
+    }
+    let (a, b) = (FnId::of(&payload("a")), FnId::of(&payload("b")));
+    assert_eq!((s.replicas(a), s.replicas(b), s.replicas(c)), (1, 3, 0));
+}

@@ -39,8 +39,13 @@ impl Sim {
 
     /// A user of `weight` joins, configures `function` and fills its backlog.
     fn join(&mut self, user: u64, weight: u32, function: &str) {
+        self.join_as(user, None, weight, function);
+    }
+
+    /// [`Sim::join`] for a session `user` of the tenant `tenant`.
+    fn join_as(&mut self, user: u64, tenant: Option<&str>, weight: u32, function: &str) {
         self.s.user_joined(user);
-        self.s.set_weight(user, weight);
+        self.s.set_tenant(user, tenant, weight);
         self.s.configure(user, payload(function), 8, 8, self.now);
         for _ in 0..BACKLOG {
             self.submit(user);
@@ -160,4 +165,42 @@ fn weights_divide_the_nodes_among_users_of_different_functions() {
     let (a, b) = (sim.took(1), sim.took(2));
     assert!(a + b > 200.0, "the four nodes worked {} s of 240", a + b);
     assert!(near(b / a, 3.0), "node time {a:.2} s : {b:.2} s");
+}
+
+#[test]
+fn a_users_two_sessions_share_its_weight_within_a_queue() {
+    // Sessions 1 and 2 are alice's, 3 is bob's, all on "a", all weight 1:
+    // alice's two together get what bob's one gets.
+    let mut sim = Sim::new(2, ms(1));
+    sim.join_as(1, Some("alice"), 1, "a");
+    sim.join_as(2, Some("alice"), 1, "a");
+    sim.join_as(3, Some("bob"), 1, "a");
+    sim.run(Duration::from_secs(10));
+    let (alice, bob) = (sim.took(1) + sim.took(2), sim.took(3));
+    assert!(
+        near(alice / bob, 1.0),
+        "node time {alice:.2} s : {bob:.2} s"
+    );
+    assert!(near(sim.took(1) / sim.took(2), 1.0));
+}
+
+#[test]
+fn a_users_sessions_on_two_functions_share_its_weight_across_functions() {
+    // Four nodes: alice (weight 1) computes "a" and "b" in two sessions,
+    // bob (weight 1) "c": "c" is worth two nodes, "a" and "b" one each.
+    let mut sim = Sim::new(4, ms(1));
+    sim.join_as(1, Some("alice"), 1, "a");
+    sim.join_as(2, Some("alice"), 1, "b");
+    sim.join_as(3, Some("bob"), 1, "c");
+    sim.run(Duration::from_secs(10));
+    let (alice, bob) = (sim.took(1) + sim.took(2), sim.took(3));
+    assert!(
+        alice + bob > 30.0,
+        "the four nodes worked {} s of 40",
+        alice + bob
+    );
+    assert!(
+        near(alice / bob, 1.0),
+        "node time {alice:.2} s : {bob:.2} s"
+    );
 }

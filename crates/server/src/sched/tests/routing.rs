@@ -223,3 +223,42 @@ fn a_busy_replica_leaves_a_short_queue_to_replicas_about_to_load() {
         assert_eq!(nodes.len(), 2, "{later:?}");
     }
 }
+
+#[test]
+fn max_nodes_keeps_a_tenants_work_on_that_many_nodes_at_once() {
+    // Three nodes hold "a". Bob (max_nodes = 1) has two sessions on it:
+    // however many jobs they queue, they run on one node at a time; carol,
+    // without a limit, takes the others meanwhile.
+    let mut s = fair_sched_with_a(3);
+    s.take_actions();
+    for user in [10, 11] {
+        s.set_tenant(user, Some("bob"), 1);
+        s.set_max_nodes(user, Some(1));
+        s.configure(user, payload("a"), 8, 8, ms(2));
+    }
+    s.take_actions();
+    for id in 0..6 {
+        s.submit(job(10, id), ms(3));
+        s.submit(job(11, 100 + id), ms(3));
+    }
+    let sent = sends(&s.take_actions());
+    let bobs: std::collections::BTreeSet<u64> = sent.iter().map(|&(n, _)| n).collect();
+    assert_eq!(bobs.len(), 1, "bob's work on {bobs:?}: {sent:?}");
+    s.set_tenant(12, Some("carol"), 1);
+    s.configure(12, payload("a"), 8, 8, ms(4));
+    s.take_actions();
+    for id in 0..6 {
+        s.submit(job(12, 200 + id), ms(4));
+    }
+    let carol: std::collections::BTreeSet<u64> =
+        sends(&s.take_actions()).iter().map(|&(n, _)| n).collect();
+    assert_eq!(carol.len(), 2, "carol's work on {carol:?}");
+    assert!(carol.is_disjoint(&bobs));
+    // As bob's node answers, bob's next jobs follow on it, and only there.
+    let a = answer(&mut s, &sent, ms(5));
+    let next: Vec<(u64, u32)> = sends(&a);
+    assert!(
+        !next.is_empty() && next.iter().all(|(n, _)| bobs.contains(n)),
+        "{next:?}"
+    );
+}
