@@ -8,7 +8,7 @@ use std::time::Duration;
 use super::function::Function;
 use corefarm_smp::ErrorCode;
 
-use super::{Action, FnId, Sched, Slot, SlotState};
+use super::{Action, FnId, Sched, SlotState};
 use crate::dispatch::Load;
 
 /// Shared mode: at most this many messages in flight per replica, whatever
@@ -49,7 +49,7 @@ impl Sched {
     /// loading it lost `MAX_LOST_LOADS` nodes in a row.
     fn unloadable(&self, f: &Function) -> bool {
         f.lost_loads >= MAX_LOST_LOADS
-            || (!self.nodes.is_empty() && self.nodes.values().all(|s| s.refused.contains(&f.id)))
+            || (!self.nodes.is_empty() && self.ix.refused(f.id) == self.nodes.len())
     }
 
     /// Users of a function no node can load hear it: those waiting for
@@ -57,13 +57,8 @@ impl Sched {
     /// data queued for it while no replica is left (its last one lost) fails
     /// with them, instead of waiting for a replica that cannot come.
     fn fail_refused(&mut self) {
-        let ids: Vec<FnId> = self
-            .fns
-            .values()
-            .filter(|f| !f.waiting.is_empty() || !f.queue.is_empty())
-            .filter(|f| self.unloadable(f) && self.replicas_or_loading(f.id) == 0)
-            .map(|f| f.id)
-            .collect();
+        let mut ids = self.pending(false);
+        ids.retain(|id| self.unloadable(&self.fns[id]) && self.replicas_or_loading(*id) == 0);
         for id in ids {
             let f = self.fns.get_mut(&id).expect("listed");
             let reason = match f.refusals.is_empty() {
@@ -105,13 +100,10 @@ impl Sched {
     /// nodes at once: waiting for Algorithm 1's period would leave the user
     /// idle while other functions keep replicas beyond their share.
     fn place(&mut self, now: Duration) {
-        let mut wanting: Vec<(Duration, FnId)> = self
-            .fns
-            .values()
-            .filter(|f| f.lost_loads < MAX_LOST_LOADS)
-            .filter_map(|f| f.requested.map(|t| (t, f.id)))
-            .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
-            .collect();
+        let mut wanting = self.requested();
+        wanting.retain(|&(_, id)| {
+            self.fns[&id].lost_loads < MAX_LOST_LOADS && self.replicas_or_loading(id) == 0
+        });
         wanting.sort();
         // A fair share of the nodes is loaded together with the first
         // replica. Loading only one would make the user wait for it (the
@@ -164,17 +156,20 @@ impl Sched {
         self.fns.values().map(w).sum::<usize>() + self.joining
     }
 
-    /// A node nobody needs, idle, that may load `f`.
+    /// A node nobody needs, idle, that may load `f`: the first by id.
     fn spare_for(&self, f: FnId) -> Option<u64> {
-        self.nodes
-            .iter()
-            .find(|(_, s)| {
-                s.idle()
-                    && !s.refused.contains(&f)
-                    && s.function
-                        .is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted))
+        let unwanted =
+            |g: Option<FnId>| g.is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted));
+        self.ix
+            .idle()
+            .filter(|&(g, _)| unwanted(g))
+            .filter_map(|(_, nodes)| {
+                nodes
+                    .iter()
+                    .copied()
+                    .find(|n| !self.nodes[n].refused.contains(&f))
             })
-            .map(|(&id, _)| id)
+            .min()
     }
 
     /// A replica `f` may take from a function holding more than its fair
@@ -186,19 +181,18 @@ impl Sched {
         // Counted once per call, not per node: this runs after every event
         // while some function's queue waits.
         let users = self.users_of_wanted();
-        let mut held: HashMap<FnId, usize> = HashMap::new();
-        for g in self.nodes.values().filter_map(Slot::promised_to) {
-            *held.entry(g).or_default() += 1;
-        }
-        self.nodes
-            .iter()
-            .filter(|(_, s)| s.state == SlotState::Ready && !s.refused.contains(&f))
-            .filter_map(|(&id, s)| {
-                let g = s.function.filter(|&g| g != f)?;
-                let n = held.get(&g).copied().unwrap_or(0);
-                if n <= self.share_of(g, users) {
+        // Only the replicas of functions above their share are looked at.
+        let above = self.fns.keys().copied().filter(|&g| {
+            g != f && self.ix.promised(g) > 0 && self.ix.promised(g) > self.share_of(g, users)
+        });
+        above
+            .flat_map(|g| self.ix.members(g).map(move |id| (g, id)))
+            .filter_map(|(g, id)| {
+                let s = &self.nodes[&id];
+                if s.state != SlotState::Ready || s.function != Some(g) || s.refused.contains(&f) {
                     return None;
                 }
+                let n = self.ix.promised(g);
                 let service = self.fns.get(&g)?.service_or(self.p.service_prior);
                 let inputs: u64 = s.in_flight.values().map(|j| j.count as u64).sum();
                 let done = now.saturating_sub(s.busy_until).as_secs_f64();
@@ -216,7 +210,10 @@ impl Sched {
         let slot = self.nodes.get_mut(&node).expect("listed");
         match slot.in_flight.is_empty() {
             true => self.reconfigure(node, f, now),
-            false => slot.state = SlotState::Draining { target: f },
+            false => {
+                slot.state = SlotState::Draining { target: f };
+                self.reindex(node);
+            }
         }
     }
 
@@ -230,10 +227,9 @@ impl Sched {
     /// the rest.
     fn spread(&mut self, now: Duration) {
         let mut waiting: Vec<(usize, FnId)> = self
-            .fns
-            .values()
-            .filter(|f| !f.queue.is_empty())
-            .map(|f| (f.queue.len(), f.id))
+            .pending(true)
+            .into_iter()
+            .map(|f| (self.fns[&f].queue.len(), f))
             .collect();
         waiting.sort_by_key(|w| std::cmp::Reverse(w.0));
         for (queued, f) in waiting {
@@ -241,16 +237,8 @@ impl Sched {
             let func = &self.fns[&f];
             let work = func.queue.iter().map(|j| j.count as f64).sum::<f64>()
                 * func.service_or(self.p.service_prior);
-            let mut loading = self
-                .nodes
-                .values()
-                .filter(|s| match s.state {
-                    SlotState::Configuring { target, .. } | SlotState::Draining { target } => {
-                        target == f
-                    }
-                    _ => false,
-                })
-                .count();
+            // Promised to it and not serving it: loading or drained for it.
+            let mut loading = self.ix.promised(f) - self.ix.ready(f);
             while loading < queued {
                 let replicas = self.replicas_or_loading(f);
                 // A spare node is free now; one taken from another
@@ -282,11 +270,15 @@ impl Sched {
 
     fn finish_drains(&mut self, now: Duration) {
         let done: Vec<(u64, FnId)> = self
-            .nodes
+            .ix
+            .draining()
             .iter()
-            .filter_map(|(&id, s)| match s.state {
-                SlotState::Draining { target } if s.outstanding() == 0 => Some((id, target)),
-                _ => None,
+            .filter_map(|id| {
+                let s = &self.nodes[id];
+                match s.state {
+                    SlotState::Draining { target } if s.outstanding() == 0 => Some((*id, target)),
+                    _ => None,
+                }
             })
             .collect();
         for (node, target) in done {
@@ -299,6 +291,7 @@ impl Sched {
                 self.reconfigure(node, target, now);
             } else {
                 self.nodes.get_mut(&node).expect("listed").state = SlotState::Ready;
+                self.reindex(node);
             }
         }
     }
@@ -307,21 +300,13 @@ impl Sched {
     fn pump(&mut self, now: Duration) {
         // Late jobs first: they are the oldest work.
         self.place_hedges(now);
-        let busy: Vec<FnId> = self
-            .fns
-            .values()
-            .filter(|f| !f.queue.is_empty())
-            .map(|f| f.id)
-            .collect();
-        for fid in busy {
+        for fid in self.pending(true) {
             // When this function's loading replicas will take work.
             let loading: Vec<Duration> = self
-                .nodes
-                .iter()
-                .filter_map(|(&id, s)| match s.state {
-                    SlotState::Configuring { target, since } if target == fid => {
-                        Some(since + self.reconfig_time(id))
-                    }
+                .ix
+                .configuring(fid)
+                .filter_map(|id| match self.nodes[&id].state {
+                    SlotState::Configuring { since, .. } => Some(since + self.reconfig_time(id)),
                     _ => None,
                 })
                 .collect();
@@ -358,10 +343,12 @@ impl Sched {
                             }
                         })
                 };
-                let Some(order) = self.orders.get_mut(&fid) else {
-                    break;
+                // Without replicas loading, the load is the indexed one.
+                let picked = match loading.is_empty() {
+                    true => self.ix.pick(fid, policy),
+                    false => self.ix.pick_by(fid, policy, load),
                 };
-                let Some(node) = order.pick(policy, load) else {
+                let Some(node) = picked else {
                     break;
                 };
                 let Some(mut job) = self.fns.get_mut(&fid).and_then(|f| f.queue.pop()) else {
@@ -390,6 +377,7 @@ impl Sched {
                 });
                 slot.in_flight.insert(internal, job);
                 slot.sent += 1;
+                self.reindex(node);
                 // No job is late before the floor; the check then looks at
                 // the measured service time.
                 if let Some(at) = late_at {
@@ -406,9 +394,14 @@ impl Sched {
         config: Duration,
         progress: Duration,
     ) -> Vec<(u64, String)> {
-        self.nodes
-            .iter()
-            .filter_map(|(&id, s)| match s.state {
+        // Only nodes being loaded or with work can be past a deadline.
+        let mut look: Vec<u64> = self.ix.busy().iter().copied().collect();
+        look.extend(self.ix.loading());
+        look.sort_unstable();
+        look.dedup();
+        look.into_iter()
+            .map(|id| (id, &self.nodes[&id]))
+            .filter_map(|(id, s)| match s.state {
                 SlotState::Configuring { since, .. } if now.saturating_sub(since) > config => {
                     Some((id, format!("no configuration response within {config:?}")))
                 }
