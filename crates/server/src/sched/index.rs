@@ -299,6 +299,11 @@ impl Index {
         self.promised.get(&f).copied().unwrap_or(0)
     }
 
+    /// Every function with nodes promised to it, and how many.
+    pub(super) fn promised_all(&self) -> impl Iterator<Item = (FnId, usize)> + '_ {
+        self.promised.iter().map(|(&f, &n)| (f, n))
+    }
+
     pub(super) fn ready(&self, f: FnId) -> usize {
         self.ready.get(&f).copied().unwrap_or(0)
     }

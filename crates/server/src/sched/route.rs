@@ -112,9 +112,15 @@ impl Sched {
         // exclusive mode programs all of a user's nodes at once. Spare
         // nodes hold nothing anyone wants: this costs only their own idle
         // time.
+        if wanting.is_empty() {
+            return;
+        }
+        // Counted once: placing and draining change no function's weight.
+        let users = self.users_of_wanted();
+        let mut above = None;
         for (_, f) in wanting {
             let fair = match self.p.fair_share {
-                true => self.fair_share(f),
+                true => self.share_of(f, users),
                 false => 1,
             };
             let mut placed = 0;
@@ -122,24 +128,22 @@ impl Sched {
                 let Some(node) = self.spare_for(f) else { break };
                 self.reconfigure(node, f, now);
                 placed += 1;
+                above = None;
             }
             if placed == 0 && self.p.fair_share {
-                if let Some((node, _)) = self.surplus_for(f, now) {
+                let a = above.get_or_insert_with(|| self.above_share(users));
+                if let Some((node, _)) = self.surplus_for(f, now, a) {
                     self.drain_for(node, f, now);
+                    above = None;
                 }
             }
         }
     }
 
     /// `f`'s fair share of the nodes: as many as exclusive mode would give
-    /// its users, the nodes split evenly over the users of the functions
-    /// someone wants (a function wanted only for its queued work counts as
-    /// one user) and the users still to configure; at least one.
-    fn fair_share(&self, f: FnId) -> usize {
-        self.share_of(f, self.users_of_wanted())
-    }
-
-    /// [`Sched::fair_share`] with the users of the wanted functions counted.
+    /// its users, the nodes split evenly over `users`, the users of the
+    /// functions someone wants (a function wanted only for its queued work
+    /// counts as one user) and the users still to configure; at least one.
     fn share_of(&self, f: FnId, users: usize) -> usize {
         let mine = self
             .fns
@@ -172,27 +176,33 @@ impl Sched {
             .min()
     }
 
+    /// The functions holding more nodes than their fair share (of
+    /// `users`), with how many they hold: those [`Sched::surplus_for`] may
+    /// take a node from. Linear in the functions that hold nodes; counted
+    /// once per round of placements and again after each move.
+    fn above_share(&self, users: usize) -> Vec<(FnId, usize)> {
+        self.ix
+            .promised_all()
+            .filter(|&(g, n)| n > self.share_of(g, users))
+            .collect()
+    }
+
     /// A replica `f` may take from a function holding more than its fair
-    /// share, and how long until its work in flight is done (from its
-    /// function's measured service time): the one idle first, then one of
-    /// the function with the most. Moving a node from above a fair share to
-    /// below one cannot make the two functions trade it back.
-    fn surplus_for(&self, f: FnId, now: Duration) -> Option<(u64, f64)> {
-        // Counted once per call, not per node: this runs after every event
-        // while some function's queue waits.
-        let users = self.users_of_wanted();
-        // Only the replicas of functions above their share are looked at.
-        let above = self.fns.keys().copied().filter(|&g| {
-            g != f && self.ix.promised(g) > 0 && self.ix.promised(g) > self.share_of(g, users)
-        });
+    /// share (`above`, from [`Sched::above_share`]), and how long until its
+    /// work in flight is done (from its function's measured service time):
+    /// the one idle first, then one of the function with the most. Moving a
+    /// node from above a fair share to below one cannot make the two
+    /// functions trade it back.
+    fn surplus_for(&self, f: FnId, now: Duration, above: &[(FnId, usize)]) -> Option<(u64, f64)> {
         above
-            .flat_map(|g| self.ix.members(g).map(move |id| (g, id)))
-            .filter_map(|(g, id)| {
+            .iter()
+            .filter(|&&(g, _)| g != f)
+            .flat_map(|&(g, n)| self.ix.members(g).map(move |id| (g, n, id)))
+            .filter_map(|(g, n, id)| {
                 let s = &self.nodes[&id];
                 if s.state != SlotState::Ready || s.function != Some(g) || s.refused.contains(&f) {
                     return None;
                 }
-                let n = self.ix.promised(g);
                 let service = self.fns.get(&g)?.service_or(self.p.service_prior);
                 let inputs: u64 = s.in_flight.values().map(|j| j.count as u64).sum();
                 let done = now.saturating_sub(s.busy_until).as_secs_f64();
@@ -232,8 +242,14 @@ impl Sched {
             .map(|f| (self.fns[&f].queue.len(), f))
             .collect();
         waiting.sort_by_key(|w| std::cmp::Reverse(w.0));
+        if waiting.is_empty() {
+            return;
+        }
+        // Counted once: placing and draining change no function's weight.
+        let users = self.users_of_wanted();
+        let mut above = None;
         for (queued, f) in waiting {
-            let fair = self.fair_share(f);
+            let fair = self.share_of(f, users);
             let func = &self.fns[&f];
             let work = func.queue.iter().map(|j| j.count as f64).sum::<f64>()
                 * func.service_or(self.p.service_prior);
@@ -246,7 +262,8 @@ impl Sched {
                 let node = match self.spare_for(f) {
                     Some(n) => Some((n, None)),
                     None if self.p.fair_share && replicas < fair => {
-                        self.surplus_for(f, now).map(|(n, left)| (n, Some(left)))
+                        let a = above.get_or_insert_with(|| self.above_share(users));
+                        self.surplus_for(f, now, a).map(|(n, left)| (n, Some(left)))
                     }
                     None => None,
                 };
@@ -263,6 +280,7 @@ impl Sched {
                     Some(_) => self.drain_for(node, f, now),
                     None => self.reconfigure(node, f, now),
                 }
+                above = None;
                 loading += 1;
             }
         }
