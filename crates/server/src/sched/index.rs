@@ -340,6 +340,11 @@ impl Index {
         self.idle.iter().map(|(&f, s)| (f, s))
     }
 
+    /// Idle nodes holding `f` (`None`: nothing), by id.
+    pub(super) fn idle_holding(&self, f: Option<FnId>) -> impl Iterator<Item = u64> + '_ {
+        self.idle.get(&f).into_iter().flatten().copied()
+    }
+
     /// `f`'s replicas in the rotation, by id.
     pub(super) fn members(&self, f: FnId) -> impl Iterator<Item = u64> + '_ {
         self.rotations

@@ -117,7 +117,7 @@ impl Sched {
         }
         // Counted once: placing and draining change no function's weight.
         let users = self.users_of_wanted();
-        let mut above = None;
+        let (mut above, mut spare) = (None, None);
         for (_, f) in wanting {
             let fair = match self.p.fair_share {
                 true => self.share_of(f, users),
@@ -125,16 +125,19 @@ impl Sched {
             };
             let mut placed = 0;
             for _ in 0..fair {
-                let Some(node) = self.spare_for(f) else { break };
+                let sets = spare.get_or_insert_with(|| self.spare_sets());
+                let Some(node) = self.spare_for(f, sets) else {
+                    break;
+                };
                 self.reconfigure(node, f, now);
                 placed += 1;
-                above = None;
+                (above, spare) = (None, None);
             }
             if placed == 0 && self.p.fair_share {
                 let a = above.get_or_insert_with(|| self.above_share(users));
                 if let Some((node, _)) = self.surplus_for(f, now, a) {
                     self.drain_for(node, f, now);
-                    above = None;
+                    (above, spare) = (None, None);
                 }
             }
         }
@@ -160,17 +163,27 @@ impl Sched {
         self.fns.values().map(w).sum::<usize>() + self.joining
     }
 
-    /// A node nobody needs, idle, that may load `f`: the first by id.
-    fn spare_for(&self, f: FnId) -> Option<u64> {
+    /// The functions held by idle nodes that nobody needs (`None`: nodes
+    /// holding none): where [`Sched::spare_for`] looks. Linear in the
+    /// functions held by idle nodes; counted once per round of placements
+    /// and again after each.
+    fn spare_sets(&self) -> Vec<Option<FnId>> {
         let unwanted =
             |g: Option<FnId>| g.is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted));
         self.ix
             .idle()
-            .filter(|&(g, _)| unwanted(g))
-            .filter_map(|(_, nodes)| {
-                nodes
-                    .iter()
-                    .copied()
+            .map(|(g, _)| g)
+            .filter(|&g| unwanted(g))
+            .collect()
+    }
+
+    /// A node nobody needs, idle, that may load `f`: the first by id of
+    /// the nodes in `sets` (from [`Sched::spare_sets`]).
+    fn spare_for(&self, f: FnId, sets: &[Option<FnId>]) -> Option<u64> {
+        sets.iter()
+            .filter_map(|&g| {
+                self.ix
+                    .idle_holding(g)
                     .find(|n| !self.nodes[n].refused.contains(&f))
             })
             .min()
@@ -247,7 +260,7 @@ impl Sched {
         }
         // Counted once: placing and draining change no function's weight.
         let users = self.users_of_wanted();
-        let mut above = None;
+        let (mut above, mut spare) = (None, None);
         for (queued, f) in waiting {
             let fair = self.share_of(f, users);
             let func = &self.fns[&f];
@@ -259,7 +272,8 @@ impl Sched {
                 let replicas = self.replicas_or_loading(f);
                 // A spare node is free now; one taken from another
                 // function once its work in flight is done.
-                let node = match self.spare_for(f) {
+                let sets = spare.get_or_insert_with(|| self.spare_sets());
+                let node = match self.spare_for(f, sets) {
                     Some(n) => Some((n, None)),
                     None if self.p.fair_share && replicas < fair => {
                         let a = above.get_or_insert_with(|| self.above_share(users));
@@ -280,7 +294,7 @@ impl Sched {
                     Some(_) => self.drain_for(node, f, now),
                     None => self.reconfigure(node, f, now),
                 }
-                above = None;
+                (above, spare) = (None, None);
                 loading += 1;
             }
         }
