@@ -100,6 +100,19 @@ impl Sched {
     /// nodes at once: waiting for Algorithm 1's period would leave the user
     /// idle while other functions keep replicas beyond their share.
     fn place(&mut self, now: Duration) {
+        if self.ix.requested.is_empty() {
+            return;
+        }
+        // Counted once: placing and draining change no function's weight.
+        let users = self.users_of_wanted();
+        let spare = self.spare_sets();
+        let above = self.above_share(users);
+        // No spare node and none to take: nothing can be placed, however
+        // many functions wait (more functions than nodes).
+        if spare.is_empty() && (above.is_empty() || !self.p.fair_share) {
+            return;
+        }
+        let (mut spare, mut above) = (Some(spare), Some(above));
         let mut wanting = self.requested();
         wanting.retain(|&(_, id)| {
             self.fns[&id].lost_loads < MAX_LOST_LOADS && self.replicas_or_loading(id) == 0
@@ -112,12 +125,6 @@ impl Sched {
         // exclusive mode programs all of a user's nodes at once. Spare
         // nodes hold nothing anyone wants: this costs only their own idle
         // time.
-        if wanting.is_empty() {
-            return;
-        }
-        // Counted once: placing and draining change no function's weight.
-        let users = self.users_of_wanted();
-        let (mut above, mut spare) = (None, None);
         for (_, f) in wanting {
             let fair = match self.p.fair_share {
                 true => self.share_of(f, users),
