@@ -100,7 +100,11 @@ impl Sched {
     /// nodes at once: waiting for Algorithm 1's period would leave the user
     /// idle while other functions keep replicas beyond their share.
     fn place(&mut self, now: Duration) {
-        if self.ix.requested.is_empty() {
+        let mut wanting = self.requested();
+        wanting.retain(|&(_, id)| {
+            self.fns[&id].lost_loads < MAX_LOST_LOADS && self.replicas_or_loading(id) == 0
+        });
+        if wanting.is_empty() {
             return;
         }
         // Counted once: placing and draining change no function's weight.
@@ -113,10 +117,6 @@ impl Sched {
             return;
         }
         let (mut spare, mut above) = (Some(spare), Some(above));
-        let mut wanting = self.requested();
-        wanting.retain(|&(_, id)| {
-            self.fns[&id].lost_loads < MAX_LOST_LOADS && self.replicas_or_loading(id) == 0
-        });
         wanting.sort();
         // A fair share of the nodes is loaded together with the first
         // replica. Loading only one would make the user wait for it (the
