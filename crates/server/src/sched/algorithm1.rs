@@ -237,6 +237,7 @@ impl Sched {
                 let before = counted(slot);
                 slot.state = SlotState::Draining { target: f };
                 held.moved(before, counted(slot));
+                self.reindex(node);
             }
         }
     }

@@ -37,9 +37,10 @@ impl Sched {
         for &(_, _, id) in &pick[..n] {
             let s = self.nodes.get_mut(&id).expect("picked");
             s.state = SlotState::Lending;
-            if let Some(o) = s.function.and_then(|f| self.orders.get_mut(&f)) {
-                o.remove(id);
+            if let Some(f) = s.function {
+                self.ix.rotation_remove(f, id);
             }
+            self.reindex(id);
         }
         self.settle(now);
         true
@@ -49,10 +50,11 @@ impl Sched {
     /// queued for their function waits for, or loads, another replica.
     pub(super) fn finish_lends(&mut self, now: Duration) {
         let done: Vec<u64> = self
-            .nodes
+            .ix
+            .lending()
             .iter()
-            .filter(|(_, s)| s.state == SlotState::Lending && s.outstanding() == 0)
-            .map(|(&id, _)| id)
+            .copied()
+            .filter(|id| self.nodes[id].outstanding() == 0)
             .collect();
         for node in done {
             self.detach(node, now);
@@ -62,9 +64,6 @@ impl Sched {
 
     /// Nodes promised to groups and still finishing work.
     pub fn lending(&self) -> usize {
-        self.nodes
-            .values()
-            .filter(|s| s.state == SlotState::Lending)
-            .count()
+        self.ix.lending().len()
     }
 }

@@ -23,6 +23,7 @@ pub mod classq;
 pub mod driver;
 pub mod first;
 pub mod function;
+mod index;
 mod lend;
 mod nodes;
 mod notify;
@@ -40,7 +41,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use corefarm_smp::{ErrorCode, NodeState};
 
-use crate::dispatch::Order;
 pub use function::FnId;
 use function::Function;
 use nodes::{Slot, SlotState};
@@ -255,7 +255,8 @@ pub struct Sched {
     p: Params,
     fns: HashMap<FnId, Function>,
     nodes: BTreeMap<u64, Slot>,
-    orders: HashMap<FnId, Order>,
+    /// The slots indexed, so that each event costs O(log n) in the nodes.
+    ix: index::Index,
     users: HashMap<u64, UserRec>,
     /// Sessions of each named tenant among `users`: they share its weight.
     tenants: HashMap<Arc<str>, u32>,
@@ -283,7 +284,7 @@ impl Sched {
             p,
             fns: HashMap::new(),
             nodes: BTreeMap::new(),
-            orders: HashMap::new(),
+            ix: index::Index::default(),
             users: HashMap::new(),
             tenants: HashMap::new(),
             joining: 0,
@@ -340,6 +341,8 @@ impl Sched {
             let f = self.fns.get_mut(&id).expect("inserted");
             f.waiting.push(user);
             f.requested.get_or_insert(now);
+            self.note_pending(id);
+            self.note_requested(id);
         }
         self.settle(now);
         id
@@ -437,12 +440,14 @@ impl Sched {
         };
         f.queue.push(job);
         let id = f.id;
+        self.note_pending(id);
         if self.replicas(id) == 0 {
             self.fns
                 .get_mut(&id)
                 .expect("exists")
                 .requested
                 .get_or_insert(now);
+            self.note_requested(id);
         }
         self.settle(now);
     }
@@ -491,10 +496,7 @@ impl Sched {
     }
 
     fn forget_if_unused(&mut self, id: FnId) {
-        let held = self.nodes.values().any(|s| {
-            s.function == Some(id)
-                || matches!(s.state, SlotState::Configuring { target, .. } if target == id)
-        });
+        let held = self.ix.held(id);
         if !held && self.fns.get(&id).is_some_and(|f| !f.wanted()) {
             if let Some(f) = self.fns.remove(&id).filter(|f| f.reconfigurations > 0) {
                 if self.forgotten.len() >= FORGOTTEN_MAX {
@@ -504,24 +506,18 @@ impl Sched {
                 }
                 self.forgotten.insert(id, f.reconfigurations);
             }
-            self.orders.remove(&id);
+            self.ix.rotation_forget(id);
         }
     }
 
     /// Replicas of a function that take work now.
     pub fn replicas(&self, id: FnId) -> usize {
-        self.nodes
-            .values()
-            .filter(|s| s.function == Some(id) && s.state == SlotState::Ready)
-            .count()
+        self.ix.ready(id)
     }
 
     /// Replicas plus nodes being configured for it.
     fn replicas_or_loading(&self, id: FnId) -> usize {
-        self.nodes
-            .values()
-            .filter(|s| s.promised_to() == Some(id))
-            .count()
+        self.ix.promised(id)
     }
 
     /// Periodic work: Algorithm 1 once per period, users left without any node.

@@ -95,6 +95,7 @@ impl Sched {
                 refused: HashSet::new(),
             },
         );
+        self.reindex(node);
         self.no_nodes_since = None;
         self.settle(now);
     }
@@ -111,6 +112,10 @@ impl Sched {
         let Some(slot) = self.nodes.remove(&node) else {
             return;
         };
+        self.reindex(node);
+        for &f in &slot.refused {
+            self.ix.refusal(f, false);
+        }
         if let SlotState::Configuring { target, .. } = slot.state {
             if let Some(f) = self.fns.get_mut(&target) {
                 // A configuration that kills or hangs nodes must not be
@@ -120,9 +125,7 @@ impl Sched {
             }
         }
         if let Some(f) = slot.function {
-            if let Some(o) = self.orders.get_mut(&f) {
-                o.remove(node);
-            }
+            self.ix.rotation_remove(f, node);
         }
         let mut moved: Vec<(u32, Job)> = slot.in_flight.into_iter().collect();
         moved.sort_by_key(|(k, _)| std::cmp::Reverse(*k));
@@ -140,6 +143,8 @@ impl Sched {
                 .get_mut(&slot.function.expect("in flight implies a function"))
             {
                 f.queue.push_front(j);
+                let id = f.id;
+                self.note_pending(id);
             }
         }
         if let Some(f) = slot.function {
@@ -147,6 +152,7 @@ impl Sched {
                 if let Some(func) = self.fns.get_mut(&f).filter(|f| f.wanted()) {
                     // Its users still want it: load it elsewhere.
                     func.requested.get_or_insert(now);
+                    self.note_requested(f);
                 }
             }
         }
@@ -166,9 +172,7 @@ impl Sched {
         let old = slot.function.take();
         slot.service = None;
         if let Some(old) = old {
-            if let Some(o) = self.orders.get_mut(&old) {
-                o.remove(node);
-            }
+            self.ix.rotation_remove(old, node);
         }
         slot.state = SlotState::Configuring {
             target: f,
@@ -177,6 +181,7 @@ impl Sched {
         // Service times change with the function: the window starts afresh.
         slot.window = Window::new(self.p.credit, self.p.credit_adaptive);
         slot.sent += 1;
+        self.reindex(node);
         // A function nobody uses any more, whose last replica this was, is
         // forgotten (the soak showed one kept per configuration otherwise).
         if let Some(old) = old.filter(|&o| o != f) {
@@ -215,7 +220,7 @@ impl Sched {
         if ok {
             slot.state = SlotState::Ready;
             slot.function = Some(target);
-            self.orders.entry(target).or_default().add(node);
+            self.ix.rotation_add(target, node);
             self.out.push(Action::State {
                 node,
                 state: NodeState::Ready,
@@ -235,7 +240,9 @@ impl Sched {
             }
         } else {
             slot.state = SlotState::Empty;
-            slot.refused.insert(target);
+            if slot.refused.insert(target) {
+                self.ix.refusal(target, true);
+            }
             self.out.push(Action::State {
                 node,
                 state: NodeState::Free,
@@ -246,6 +253,7 @@ impl Sched {
                 }
             }
         }
+        self.reindex(node);
         self.settle(now);
         Ok(())
     }
@@ -262,6 +270,8 @@ impl Sched {
         };
         if let Some(j) = slot.in_flight.remove(&id) {
             slot.progressed(node, now, &mut self.out);
+            self.reindex(node);
+            let slot = &self.nodes[&node];
             self.out.push(Action::Answered {
                 node,
                 idle: slot.outstanding() == 0,
@@ -347,7 +357,8 @@ impl Sched {
             f.record_service(took, job.count);
             first
         });
-        if measured && !self.nodes.values().all(|s| s.outstanding() == 0) {
+        self.reindex(node);
+        if measured && !self.ix.busy().is_empty() {
             // The first measure of the function: its work in flight can be late now.
             self.arm_progress(now);
         }
@@ -371,6 +382,7 @@ impl Sched {
     pub fn on_written(&mut self, node: u64, count: u64, now: Duration) {
         if let Some(s) = self.nodes.get_mut(&node) {
             s.written += count;
+            self.reindex(node);
         }
         self.settle(now);
     }

@@ -50,10 +50,11 @@ impl Sched {
         let Some(rule) = self.p.hedge else { return };
         let mut next: Option<Duration> = None;
         let mut soon = |t: Duration| next = Some(next.map_or(t, |n: Duration| n.min(t)));
-        for (&node, slot) in self.nodes.iter_mut() {
-            if slot.outstanding() == 0 {
-                continue;
-            }
+        // Only nodes with work in flight can be late or stalled.
+        let busy: Vec<u64> = self.ix.busy().iter().copied().collect();
+        let mut changed = Vec::new();
+        for node in busy {
+            let slot = self.nodes.get_mut(&node).expect("indexed");
             let Some(f) = slot.function.and_then(|f| self.fns.get(&f)) else {
                 continue;
             };
@@ -83,6 +84,7 @@ impl Sched {
                 let at = slot.last_progress + rule.stall_after(longest);
                 if now >= at {
                     slot.stalled = true;
+                    changed.push(node);
                     self.out.push(Action::Stalled {
                         node,
                         stalled: true,
@@ -92,6 +94,7 @@ impl Sched {
                 }
             }
         }
+        changed.into_iter().for_each(|n| self.reindex(n));
         self.progress_at = next;
         self.settle(now);
     }
@@ -115,10 +118,14 @@ impl Sched {
             let Some(f) = self.fns.get(&fid) else {
                 continue;
             };
+            // Its function's replicas by id (every node serving it is one).
             let replicas = || {
-                self.nodes.iter().filter(move |(_, s)| {
-                    s.state == SlotState::Ready && s.function == Some(fid) && !s.stalled
-                })
+                self.ix
+                    .members(fid)
+                    .map(|id| (id, &self.nodes[&id]))
+                    .filter(move |(_, s)| {
+                        s.state == SlotState::Ready && s.function == Some(fid) && !s.stalled
+                    })
             };
             let window = |s: &Slot| s.window.get().clamp(1, SHARED_WINDOW);
             if f.hedged >= budget(replicas().map(|(_, s)| window(s))) {
@@ -126,9 +133,9 @@ impl Sched {
                 continue;
             }
             let target = replicas()
-                .filter(|&(&id, s)| id != from && s.outstanding() < window(s) as usize)
+                .filter(|&(id, s)| id != from && s.outstanding() < window(s) as usize)
                 .min_by_key(|(_, s)| s.outstanding())
-                .map(|(&id, _)| id);
+                .map(|(id, _)| id);
             let Some(to) = target else {
                 self.due.push((from, internal));
                 continue;
@@ -154,6 +161,7 @@ impl Sched {
             }
             slot.in_flight.insert(copy_id, copy);
             slot.sent += 1;
+            self.reindex(to);
             tracing::debug!(from, to, "late job hedged");
             self.out.push(Action::Hedged { from, to });
             self.out.push(Action::Send {
@@ -186,6 +194,7 @@ impl Sched {
         if let Some(f) = slot.function.and_then(|f| self.fns.get_mut(&f)) {
             f.hedged = f.hedged.saturating_sub(1);
         }
+        self.reindex(node);
     }
 
     /// An answer to a copy whose twin answered first: dropped and counted.
@@ -208,6 +217,7 @@ impl Sched {
             failed: false,
             user: None,
         });
+        self.reindex(node);
         true
     }
 }

@@ -2,13 +2,12 @@
 //! functions go onto spare nodes, drained nodes are reprogrammed, and queued
 //! jobs go to the replicas the dispatch policy picks.
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use super::function::Function;
 use corefarm_smp::ErrorCode;
 
-use super::{Action, FnId, Sched, Slot, SlotState};
+use super::{Action, FnId, Sched, SlotState};
 use crate::dispatch::Load;
 
 /// Shared mode: at most this many messages in flight per replica, whatever
@@ -52,7 +51,7 @@ impl Sched {
     /// loading it lost `MAX_LOST_LOADS` nodes in a row.
     fn unloadable(&self, f: &Function) -> bool {
         f.lost_loads >= MAX_LOST_LOADS
-            || (!self.nodes.is_empty() && self.nodes.values().all(|s| s.refused.contains(&f.id)))
+            || (!self.nodes.is_empty() && self.ix.refused(f.id) == self.nodes.len())
     }
 
     /// Users of a function no node can load hear it: those waiting for
@@ -60,13 +59,8 @@ impl Sched {
     /// data queued for it while no replica is left (its last one lost) fails
     /// with them, instead of waiting for a replica that cannot come.
     fn fail_refused(&mut self) {
-        let ids: Vec<FnId> = self
-            .fns
-            .values()
-            .filter(|f| !f.waiting.is_empty() || !f.queue.is_empty())
-            .filter(|f| self.unloadable(f) && self.replicas_or_loading(f.id) == 0)
-            .map(|f| f.id)
-            .collect();
+        let mut ids = self.pending(false);
+        ids.retain(|id| self.unloadable(&self.fns[id]) && self.replicas_or_loading(*id) == 0);
         for id in ids {
             let f = self.fns.get_mut(&id).expect("listed");
             let reason = match f.refusals.is_empty() {
@@ -108,13 +102,23 @@ impl Sched {
     /// nodes at once: waiting for Algorithm 1's period would leave the user
     /// idle while other functions keep replicas beyond their share.
     fn place(&mut self, now: Duration) {
-        let mut wanting: Vec<(Duration, FnId)> = self
-            .fns
-            .values()
-            .filter(|f| f.lost_loads < MAX_LOST_LOADS)
-            .filter_map(|f| f.requested.map(|t| (t, f.id)))
-            .filter(|&(_, id)| self.replicas_or_loading(id) == 0)
-            .collect();
+        let mut wanting = self.requested();
+        wanting.retain(|&(_, id)| {
+            self.fns[&id].lost_loads < MAX_LOST_LOADS && self.replicas_or_loading(id) == 0
+        });
+        if wanting.is_empty() {
+            return;
+        }
+        // Counted once: placing and draining change no function's weight.
+        let users = self.users_of_wanted();
+        let spare = self.spare_sets();
+        let above = self.above_share(users);
+        // No spare node and none to take: nothing can be placed, however
+        // many functions wait (more functions than nodes).
+        if spare.is_empty() && (above.is_empty() || !self.p.fair_share) {
+            return;
+        }
+        let (mut spare, mut above) = (Some(spare), Some(above));
         wanting.sort();
         // A fair share of the nodes is loaded together with the first
         // replica. Loading only one would make the user wait for it (the
@@ -125,32 +129,34 @@ impl Sched {
         // time.
         for (_, f) in wanting {
             let fair = match self.p.fair_share {
-                true => self.fair_share(f),
+                true => self.share_of(f, users),
                 false => 1,
             };
             let mut placed = 0;
             for _ in 0..fair {
-                let Some(node) = self.spare_for(f) else { break };
+                let sets = spare.get_or_insert_with(|| self.spare_sets());
+                let Some(node) = self.spare_for(f, sets) else {
+                    break;
+                };
                 self.reconfigure(node, f, now);
                 placed += 1;
+                (above, spare) = (None, None);
             }
             if placed == 0 && self.p.fair_share {
-                if let Some((node, _)) = self.surplus_for(f, now) {
+                let a = above.get_or_insert_with(|| self.above_share(users));
+                if let Some((node, _)) = self.surplus_for(f, now, a) {
                     self.drain_for(node, f, now);
+                    (above, spare) = (None, None);
                 }
             }
         }
     }
 
     /// `f`'s fair share of the nodes: as many as exclusive mode would give
-    /// its users, the nodes split evenly over the users of the functions
-    /// someone wants (a function wanted only for its queued work counts as
-    /// one user) and the users still to configure; at least one.
-    fn fair_share(&self, f: FnId) -> usize {
-        self.share_of(f, self.users_of_wanted())
-    }
-
-    /// [`Sched::fair_share`] with the users of the wanted functions counted.
+    /// its users, the nodes split over `users` (the weights of the users
+    /// of the functions someone wants — a function wanted only for its
+    /// queued work counts as one user — and of the users still to
+    /// configure) by weight; at least one.
     fn share_of(&self, f: FnId, users: u128) -> usize {
         let mine = self.fns.get(&f).map_or(1, |f| share_weight(self, f)).max(1);
         let share = self.nodes.len() as u128 * mine / users.max(1);
@@ -165,39 +171,57 @@ impl Sched {
         self.fns.values().map(w).sum::<u128>() + joining
     }
 
-    /// A node nobody needs, idle, that may load `f`.
-    fn spare_for(&self, f: FnId) -> Option<u64> {
-        self.nodes
-            .iter()
-            .find(|(_, s)| {
-                s.idle()
-                    && !s.refused.contains(&f)
-                    && s.function
-                        .is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted))
+    /// The functions held by idle nodes that nobody needs (`None`: nodes
+    /// holding none): where [`Sched::spare_for`] looks. Linear in the
+    /// functions held by idle nodes; counted once per round of placements
+    /// and again after each.
+    fn spare_sets(&self) -> Vec<Option<FnId>> {
+        let unwanted =
+            |g: Option<FnId>| g.is_none_or(|g| !self.fns.get(&g).is_some_and(Function::wanted));
+        self.ix
+            .idle()
+            .map(|(g, _)| g)
+            .filter(|&g| unwanted(g))
+            .collect()
+    }
+
+    /// A node nobody needs, idle, that may load `f`: the first by id of
+    /// the nodes in `sets` (from [`Sched::spare_sets`]).
+    fn spare_for(&self, f: FnId, sets: &[Option<FnId>]) -> Option<u64> {
+        sets.iter()
+            .filter_map(|&g| {
+                self.ix
+                    .idle_holding(g)
+                    .find(|n| !self.nodes[n].refused.contains(&f))
             })
-            .map(|(&id, _)| id)
+            .min()
+    }
+
+    /// The functions holding more nodes than their fair share (of
+    /// `users`), with how many they hold: those [`Sched::surplus_for`] may
+    /// take a node from. Linear in the functions that hold nodes; counted
+    /// once per round of placements and again after each move.
+    fn above_share(&self, users: u128) -> Vec<(FnId, usize)> {
+        self.ix
+            .promised_all()
+            .filter(|&(g, n)| n > self.share_of(g, users))
+            .collect()
     }
 
     /// A replica `f` may take from a function holding more than its fair
-    /// share, and how long until its work in flight is done (from its
-    /// function's measured service time): the one idle first, then one of
-    /// the function with the most. Moving a node from above a fair share to
-    /// below one cannot make the two functions trade it back.
-    fn surplus_for(&self, f: FnId, now: Duration) -> Option<(u64, f64)> {
-        // Counted once per call, not per node: this runs after every event
-        // while some function's queue waits.
-        let users = self.users_of_wanted();
-        let mut held: HashMap<FnId, usize> = HashMap::new();
-        for g in self.nodes.values().filter_map(Slot::promised_to) {
-            *held.entry(g).or_default() += 1;
-        }
-        self.nodes
+    /// share (`above`, from [`Sched::above_share`]), and how long until its
+    /// work in flight is done (from its function's measured service time):
+    /// the one idle first, then one of the function with the most. Moving a
+    /// node from above a fair share to below one cannot make the two
+    /// functions trade it back.
+    fn surplus_for(&self, f: FnId, now: Duration, above: &[(FnId, usize)]) -> Option<(u64, f64)> {
+        above
             .iter()
-            .filter(|(_, s)| s.state == SlotState::Ready && !s.refused.contains(&f))
-            .filter_map(|(&id, s)| {
-                let g = s.function.filter(|&g| g != f)?;
-                let n = held.get(&g).copied().unwrap_or(0);
-                if n <= self.share_of(g, users) {
+            .filter(|&&(g, _)| g != f)
+            .flat_map(|&(g, n)| self.ix.members(g).map(move |id| (g, n, id)))
+            .filter_map(|(g, n, id)| {
+                let s = &self.nodes[&id];
+                if s.state != SlotState::Ready || s.function != Some(g) || s.refused.contains(&f) {
                     return None;
                 }
                 let service = self.fns.get(&g)?.service_or(self.p.service_prior);
@@ -217,7 +241,10 @@ impl Sched {
         let slot = self.nodes.get_mut(&node).expect("listed");
         match slot.in_flight.is_empty() {
             true => self.reconfigure(node, f, now),
-            false => slot.state = SlotState::Draining { target: f },
+            false => {
+                slot.state = SlotState::Draining { target: f };
+                self.reindex(node);
+            }
         }
     }
 
@@ -231,35 +258,34 @@ impl Sched {
     /// the rest.
     fn spread(&mut self, now: Duration) {
         let mut waiting: Vec<(usize, FnId)> = self
-            .fns
-            .values()
-            .filter(|f| !f.queue.is_empty())
-            .map(|f| (f.queue.len(), f.id))
+            .pending(true)
+            .into_iter()
+            .map(|f| (self.fns[&f].queue.len(), f))
             .collect();
         waiting.sort_by_key(|w| std::cmp::Reverse(w.0));
+        if waiting.is_empty() {
+            return;
+        }
+        // Counted once: placing and draining change no function's weight.
+        let users = self.users_of_wanted();
+        let (mut above, mut spare) = (None, None);
         for (queued, f) in waiting {
-            let fair = self.fair_share(f);
+            let fair = self.share_of(f, users);
             let func = &self.fns[&f];
             let work = func.queue.iter().map(|j| j.count as f64).sum::<f64>()
                 * func.service_or(self.p.service_prior);
-            let mut loading = self
-                .nodes
-                .values()
-                .filter(|s| match s.state {
-                    SlotState::Configuring { target, .. } | SlotState::Draining { target } => {
-                        target == f
-                    }
-                    _ => false,
-                })
-                .count();
+            // Promised to it and not serving it: loading or drained for it.
+            let mut loading = self.ix.promised(f) - self.ix.ready(f);
             while loading < queued {
                 let replicas = self.replicas_or_loading(f);
                 // A spare node is free now; one taken from another
                 // function once its work in flight is done.
-                let node = match self.spare_for(f) {
+                let sets = spare.get_or_insert_with(|| self.spare_sets());
+                let node = match self.spare_for(f, sets) {
                     Some(n) => Some((n, None)),
                     None if self.p.fair_share && replicas < fair => {
-                        self.surplus_for(f, now).map(|(n, left)| (n, Some(left)))
+                        let a = above.get_or_insert_with(|| self.above_share(users));
+                        self.surplus_for(f, now, a).map(|(n, left)| (n, Some(left)))
                     }
                     None => None,
                 };
@@ -276,6 +302,7 @@ impl Sched {
                     Some(_) => self.drain_for(node, f, now),
                     None => self.reconfigure(node, f, now),
                 }
+                (above, spare) = (None, None);
                 loading += 1;
             }
         }
@@ -283,11 +310,15 @@ impl Sched {
 
     fn finish_drains(&mut self, now: Duration) {
         let done: Vec<(u64, FnId)> = self
-            .nodes
+            .ix
+            .draining()
             .iter()
-            .filter_map(|(&id, s)| match s.state {
-                SlotState::Draining { target } if s.outstanding() == 0 => Some((id, target)),
-                _ => None,
+            .filter_map(|id| {
+                let s = &self.nodes[id];
+                match s.state {
+                    SlotState::Draining { target } if s.outstanding() == 0 => Some((*id, target)),
+                    _ => None,
+                }
             })
             .collect();
         for (node, target) in done {
@@ -300,6 +331,7 @@ impl Sched {
                 self.reconfigure(node, target, now);
             } else {
                 self.nodes.get_mut(&node).expect("listed").state = SlotState::Ready;
+                self.reindex(node);
             }
         }
     }
@@ -308,21 +340,13 @@ impl Sched {
     fn pump(&mut self, now: Duration) {
         // Late jobs first: they are the oldest work.
         self.place_hedges(now);
-        let busy: Vec<FnId> = self
-            .fns
-            .values()
-            .filter(|f| !f.queue.is_empty())
-            .map(|f| f.id)
-            .collect();
-        for fid in busy {
+        for fid in self.pending(true) {
             // When this function's loading replicas will take work.
             let loading: Vec<Duration> = self
-                .nodes
-                .iter()
-                .filter_map(|(&id, s)| match s.state {
-                    SlotState::Configuring { target, since } if target == fid => {
-                        Some(since + self.reconfig_time(id))
-                    }
+                .ix
+                .configuring(fid)
+                .filter_map(|id| match self.nodes[&id].state {
+                    SlotState::Configuring { since, .. } => Some(since + self.reconfig_time(id)),
                     _ => None,
                 })
                 .collect();
@@ -359,10 +383,12 @@ impl Sched {
                             }
                         })
                 };
-                let Some(order) = self.orders.get_mut(&fid) else {
-                    break;
+                // Without replicas loading, the load is the indexed one.
+                let picked = match loading.is_empty() {
+                    true => self.ix.pick(fid, policy),
+                    false => self.ix.pick_by(fid, policy, load),
                 };
-                let Some(node) = order.pick(policy, load) else {
+                let Some(node) = picked else {
                     break;
                 };
                 // Sessions whose tenant is at its `max_nodes` wait for its nodes.
@@ -398,6 +424,7 @@ impl Sched {
                 });
                 slot.in_flight.insert(internal, job);
                 slot.sent += 1;
+                self.reindex(node);
                 // No job is late before the floor; the check then looks at
                 // the measured service time.
                 if let Some(at) = late_at {
@@ -414,9 +441,14 @@ impl Sched {
         config: Duration,
         progress: Duration,
     ) -> Vec<(u64, String)> {
-        self.nodes
-            .iter()
-            .filter_map(|(&id, s)| match s.state {
+        // Only nodes being loaded or with work can be past a deadline.
+        let mut look: Vec<u64> = self.ix.busy().iter().copied().collect();
+        look.extend(self.ix.loading());
+        look.sort_unstable();
+        look.dedup();
+        look.into_iter()
+            .map(|id| (id, &self.nodes[&id]))
+            .filter_map(|(id, s)| match s.state {
                 SlotState::Configuring { since, .. } if now.saturating_sub(since) > config => {
                     Some((id, format!("no configuration response within {config:?}")))
                 }

@@ -8,6 +8,7 @@ mod failures;
 mod fairness;
 mod groups;
 mod hedging;
+mod index;
 mod placement;
 mod routing;
 
