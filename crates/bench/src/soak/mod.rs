@@ -428,6 +428,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     let mut next_bad = start + Duration::from_millis(500);
     let mut next_progress = start + Duration::from_secs(10);
     let mut mem_start: Option<(u64, u64)> = None;
+    let (mut mem_seen, mut next_mem) = ((0u64, 0u64), start);
     let mut bad_played = 0u64;
     // Whose turn it is among the kinds of bad peer, and how often in a row
     // that kind found nothing to test (a flooding node given no work while
@@ -442,13 +443,22 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     while Instant::now() < end {
         let now = Instant::now();
         let active = camp.active.load(Ordering::Relaxed);
-        if mem_start.is_none() && now >= start + opts.duration / 10 {
+        // The baseline is the most the active server (and node 0) used in
+        // the run's first tenth, sampled every second: with server faults
+        // the server at the end is another process than any one sample's,
+        // and one freshly restarted is smaller than one at work.
+        if mem_start.is_none() && now >= next_mem {
             let c = cluster.lock().unwrap();
             if let Some(spid) = c.server_pid(active) {
-                mem_start = Some((
+                let (s, n) = (
                     rss_kib(spid).unwrap_or(0),
                     c.node_pid(0).and_then(rss_kib).unwrap_or(0),
-                ));
+                );
+                mem_seen = (mem_seen.0.max(s), mem_seen.1.max(n));
+            }
+            next_mem = now + Duration::from_secs(1);
+            if now >= start + opts.duration / 10 && mem_seen.0 > 0 {
+                mem_start = Some(mem_seen);
             }
         }
         {

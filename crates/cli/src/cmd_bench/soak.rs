@@ -105,7 +105,8 @@ pub fn run(a: SoakArgs) -> Result<()> {
         fault_every: a.fault_every,
         sharing: a.sharing.clone(),
         seed,
-        progress: !a.json,
+        // On stderr, so `--json` (on stdout) keeps it: an hour is long to wait blind.
+        progress: true,
         auth: a.auth,
     };
     if a.schedule_only {
