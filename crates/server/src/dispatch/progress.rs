@@ -3,12 +3,15 @@
 //!
 //! A node's progress clock is when it last returned anything (a result or
 //! an error for an input), or when work was sent to it while it had none.
-//! An input in flight on it is *late* once `now − max(sent, last progress)`
-//! exceeds its bound, `max(factor × expected service, floor)`, less two
-//! expected services (see [`Hedge::late_after`]), so that its copy's answer
-//! lands within the bound: counting from the node's last progress as well as from the send, an
-//! input queued behind others on a busy node is not late while the node
-//! keeps answering, and every input of a node that stopped answering is.
+//! An input in flight on it is *late* once it was sent longer ago than its
+//! bound, `max(factor × expected service, floor)`, less two expected
+//! services (see [`Hedge::late_after`]), so that its copy's answer lands
+//! within the bound — and the node has also been silent for half that
+//! ([`Hedge::late_at`]). Counting from the send, an input queued on the
+//! node before it stopped pays the bound, not the bound plus its wait in
+//! that queue; asking for the node's silence too, an input queued behind
+//! others on a busy node is not late while the node keeps answering, and
+//! every input of a node that stopped answering is.
 //! (A hung job on one core of an otherwise answering node is the node's
 //! worker watchdog's to fail, not this rule's.) A late input is sent again
 //! to another node that holds the function — speculative re-dispatch: the
@@ -86,9 +89,13 @@ impl Hedge {
     }
 
     /// When an input sent at `sent`, expected to take `expect`, on a node
-    /// whose last progress was at `last`, becomes late.
+    /// whose last progress was at `last`, becomes late: once it has waited
+    /// [`late_after`](Self::late_after) since its send and the node has
+    /// been silent for half that (far longer than a working node's gap
+    /// between answers, at four service times or more).
     pub fn late_at(&self, sent: Duration, last: Duration, expect: Duration) -> Duration {
-        sent.max(last) + self.late_after(expect)
+        let after = self.late_after(expect);
+        (sent + after).max(last + after / 2)
     }
 }
 
@@ -182,7 +189,12 @@ mod tests {
         assert_eq!(h.stall_after(ms(1)), ms(200));
         assert_eq!(h.stall_after(ms(40)), ms(320));
         // Counted from the later of the send and the node's last progress.
-        assert_eq!(h.late_at(ms(10), ms(30), ms(1)), ms(78));
+        // From the send, once the node has been silent for half of it...
+        assert_eq!(h.late_at(ms(10), ms(30), ms(1)), ms(58));
+        assert_eq!(h.late_at(ms(30), ms(10), ms(1)), ms(78));
+        // ...so an input queued behind others on a node that keeps
+        // answering (last progress just now) is not late yet.
+        assert_eq!(h.late_at(ms(10), ms(100), ms(1)), ms(124));
         assert_eq!(Hedge::new(0.0, ms(50)), None);
         assert_eq!(Hedge::new(4.0, Duration::ZERO), None);
         assert_eq!(expect(None, 3), None);
