@@ -357,6 +357,10 @@ impl IsolatedCore {
                     w.timeout = Duration::ZERO;
                     continue;
                 }
+                // A worker that died with requests unread leaves a reset on
+                // our end, reported before the datagrams still queued (its
+                // fault report among them) and cleared once reported.
+                Err(rustix::io::Errno::CONNRESET) => continue,
                 Err(_) => return Err(Lost::Closed),
             }
         }

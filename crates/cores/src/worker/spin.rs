@@ -464,6 +464,11 @@ impl HandlerWorker {
                     return Msg::decode(&self.buf[..n.min(self.buf.len())]).map_err(|_| false)
                 }
                 Err(rustix::io::Errno::AGAIN | rustix::io::Errno::INTR) => continue,
+                // A worker that died with pieces of the message unread
+                // leaves a reset on our end, which Linux reports before the
+                // datagrams still queued (its fault report among them) and
+                // clears once reported: read on to those, then to the end.
+                Err(rustix::io::Errno::CONNRESET) => continue,
                 Err(_) => return Err(false),
             }
         }
