@@ -200,22 +200,7 @@ pub(crate) fn move_on_without_nodes(
     };
     moves.count += 1;
     if moves.count.is_multiple_of(r.addrs.len()) {
-        let until = Instant::now() + moves.backoff.min(left);
-        let mut st = inner.shared.lock();
-        while st.failed.is_none() {
-            let Some(wait) = until
-                .checked_duration_since(Instant::now())
-                .filter(|w| !w.is_zero())
-            else {
-                break;
-            };
-            st = inner
-                .shared
-                .cond
-                .wait_timeout(st, wait)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
+        pause(inner, moves.backoff.min(left));
         moves.backoff = (moves.backoff * 2).min(MAX_BACKOFF);
     }
     inner.lost_on_write(link);
@@ -331,23 +316,26 @@ fn resume(inner: &Arc<Inner>, r: &Resume) {
             return give_up(inner, since, last);
         }
         // The pause ends early only when the client fails (or closes).
-        let pause = left.map_or(backoff, |l| l.min(backoff));
-        let until = Instant::now() + pause;
-        let mut st = inner.shared.lock();
-        while st.failed.is_none() {
-            let left = until.saturating_duration_since(Instant::now());
-            if left.is_zero() {
-                break;
-            }
-            st = inner
-                .shared
-                .cond
-                .wait_timeout(st, left)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
-        }
-        drop(st);
+        pause(inner, left.map_or(backoff, |l| l.min(backoff)));
         backoff = (backoff * 2).min(MAX_BACKOFF);
+    }
+}
+
+/// Waits `length`, or less if the client fails (or closes) meanwhile.
+fn pause(inner: &Inner, length: Duration) {
+    let until = Instant::now() + length;
+    let mut st = inner.shared.lock();
+    while st.failed.is_none() {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        st = inner
+            .shared
+            .cond
+            .wait_timeout(st, left)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
     }
 }
 
