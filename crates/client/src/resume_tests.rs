@@ -285,19 +285,24 @@ fn a_server_without_nodes_is_passed_over_for_the_next_address() {
 /// only with several addresses): the client configures on its next
 /// address instead of failing, and the second round through both servers
 /// finds the nodes the first missed.
+/// A server without nodes answering a configuration at once (`moves-on`).
+fn refuse_for_want_of_nodes(p: &mut Peer) {
+    p.expect(MsgType::Configuration);
+    p.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::NoNodes, "no node").to_frame());
+    p.send(
+        ConfigurationResponse {
+            status: ConfigurationResponse::FAILED,
+        }
+        .to_frame(),
+    );
+}
+
 #[test]
 fn a_first_configuration_refused_for_want_of_nodes_moves_on() {
     let no_nodes = |tx: mpsc::Sender<Hello>| -> Script {
         Box::new(move |mut p| {
             let h = p.hello(&["error", "credit", "moves-on"], 0);
-            p.expect(MsgType::Configuration);
-            p.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::NoNodes, "no node").to_frame());
-            p.send(
-                ConfigurationResponse {
-                    status: ConfigurationResponse::FAILED,
-                }
-                .to_frame(),
-            );
+            refuse_for_want_of_nodes(&mut p);
             assert!(p.at_eof(), "the client leaves a server without nodes");
             tx.send(h).unwrap();
         })
@@ -339,14 +344,7 @@ fn one_address_does_not_move_on() {
     let only: Script = Box::new(|mut p| {
         let h = p.hello(&["error", "credit"], 0);
         assert!(!h.has("moves-on"), "{:?}", h.features);
-        p.expect(MsgType::Configuration);
-        p.send(ErrorMsg::new(ErrorMsg::NO_ID, ErrorCode::NoNodes, "no node").to_frame());
-        p.send(
-            ConfigurationResponse {
-                status: ConfigurationResponse::FAILED,
-            }
-            .to_frame(),
-        );
+        refuse_for_want_of_nodes(&mut p);
     });
     let (addr, srv) = fake_restarting(vec![only]);
     let c = Client::connect(&addr, resuming(Duration::from_secs(20))).unwrap();
