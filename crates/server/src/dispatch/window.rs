@@ -32,6 +32,15 @@
 //! or the user was out of credit; a user that never fills the window says
 //! nothing about it.
 //!
+//! Starting: a new window doubles after every epoch whose rate grew by at
+//! least [`STARTUP_GROWTH`] over the best before it, as BBR's start-up
+//! doubles its rate while the delivery rate keeps up: below the knee a
+//! doubled window doubles the rate, far beyond any epoch's noise, so the
+//! climb needs no bracketing trials. The first epoch that grows less ends
+//! it at the best-scoring window it measured, and trials take over. A
+//! window that began far below its knee (large messages, where a trial's
+//! three epochs take a second) otherwise spent a short session there.
+//!
 //! Judging: a trial is three epochs — the current window, the neighbour,
 //! the current window again. Other work on the machine comes and goes over
 //! tens of milliseconds and moves every window's rate alike; when the two
@@ -82,8 +91,23 @@ pub const MAX_PROBE_GAP: u32 = 16;
 /// more saw the machine change under it, and says nothing.
 pub const SAME_CONDITIONS: f64 = 0.08;
 
+/// A start-up epoch must beat the best rate before it by this factor for
+/// the window to double again: a doubling below the knee brings about 2×,
+/// one past it about 1×, and one epoch's noise stays well inside 1.25×.
+pub const STARTUP_GROWTH: f64 = 1.25;
+
+/// Windows a start-up remembers (it doubles from 1 to [`MAX_WINDOW`]).
+const STARTUP_STEPS: usize = 9;
+
 #[derive(Debug, Clone, Copy, PartialEq)]
 enum Phase {
+    /// Doubling while the rate keeps up; `seen` holds the epochs measured
+    /// so far as (window, score), and `best` the best ln rate among them.
+    Startup {
+        seen: [(u32, f64); STARTUP_STEPS],
+        n: usize,
+        best: f64,
+    },
     /// At the window that last scored best; probes after `gap` epochs.
     Cruise,
     /// Trying `cur` instead of `from`; `before` is `from`'s last epoch.
@@ -112,6 +136,8 @@ pub struct Window {
     spread: f64,
     /// Step of the next probe after a successful one (0: the default).
     stride: u32,
+    /// Trials upward won in a row.
+    ups: u32,
     /// A smaller window that won one trial and must win the next.
     doubt: Option<u32>,
     /// Epochs in cruise since the last probe, and how many to wait.
@@ -148,11 +174,16 @@ impl Window {
         Window {
             cur,
             adaptive,
-            // A new window has no measure yet: it climbs from the start.
-            phase: Phase::Cruise,
+            // A new window has no measure yet: it doubles while that pays.
+            phase: Phase::Startup {
+                seen: [(0, 0.0); STARTUP_STEPS],
+                n: 0,
+                best: f64::NEG_INFINITY,
+            },
             last: None,
             spread: 0.0,
             stride: 0,
+            ups: 0,
             doubt: None,
             quiet: 0,
             gap: 0,
@@ -205,7 +236,47 @@ impl Window {
         self.results = 0;
         self.limited = 0;
         if limited {
-            self.judge(score(rate, self.cur), cap);
+            if let Phase::Startup { .. } = self.phase {
+                self.start_up(rate, cap);
+            } else {
+                self.judge(score(rate, self.cur), cap);
+            }
+        }
+    }
+
+    /// One start-up epoch at `cur` delivered `rate`: double again while
+    /// the rate keeps up, else settle on the best-scoring window seen.
+    fn start_up(&mut self, rate: f64, cap: u32) {
+        let Phase::Startup {
+            mut seen,
+            mut n,
+            best,
+        } = self.phase
+        else {
+            return;
+        };
+        let lr = rate.max(f64::MIN_POSITIVE).ln();
+        if n < STARTUP_STEPS {
+            seen[n] = (self.cur, score(rate, self.cur));
+            n += 1;
+        }
+        let next = self.cur.saturating_mul(2).min(cap);
+        if lr >= best + STARTUP_GROWTH.ln() && next > self.cur && n < STARTUP_STEPS {
+            self.set(next, Phase::Startup { seen, n, best: lr });
+            return;
+        }
+        let (w, s) = seen[..n]
+            .iter()
+            .copied()
+            .max_by(|a, b| a.1.total_cmp(&b.1))
+            .expect("one epoch at least");
+        // Trials go on from there, at once and downward first: the
+        // doubling that ended it was up already.
+        self.gap = 0;
+        self.next_up = false;
+        self.set(w, Phase::Cruise);
+        if w == self.cur {
+            self.last = Some(s);
         }
     }
 
@@ -213,6 +284,8 @@ impl Window {
     fn judge(&mut self, s: f64, cap: u32) {
         let floor = MIN_WINDOW.min(cap);
         match self.phase {
+            // Start-up epochs go to `start_up`.
+            Phase::Startup { .. } => {}
             Phase::Probe { from, before, up } => {
                 let phase = Phase::Verify {
                     to: self.cur,
@@ -251,19 +324,28 @@ impl Window {
                     // time, and below the knee a lost message of window is
                     // lost throughput. Try the same step again at once.
                     self.doubt = Some(to);
+                    self.ups = 0;
                     self.gap = 0;
                     self.next_up = false;
                     self.stride = step;
                 } else if better {
-                    // Go on the same way at once: twice as far up, so a
-                    // window far below its knee gets there in a few
-                    // trials; down by the same step, each one confirmed.
+                    // Go on the same way at once; up twice as far from the
+                    // second win in a row (conditions that changed since
+                    // the start-up), once only by the same step: on a
+                    // plateau a lucky win is as likely up as down, and
+                    // growing steps after each one walked the window up
+                    // to its cap. Down by the same step, each confirmed.
                     self.doubt = None;
                     self.gap = 0;
                     self.next_up = up;
-                    self.stride = if up { step.saturating_mul(2) } else { step };
+                    self.ups = if up { self.ups + 1 } else { 0 };
+                    self.stride = match self.ups {
+                        2.. => step.saturating_mul(2),
+                        _ => step,
+                    };
                     self.set(to, Phase::Cruise);
                 } else {
+                    self.ups = 0;
                     self.doubt = None;
                     self.gap = (self.gap * 2).clamp(1, MAX_PROBE_GAP);
                     self.next_up = !up;
@@ -279,12 +361,12 @@ impl Window {
                 if self.quiet > self.gap {
                     self.quiet = 0;
                     let up = self.next_up;
-                    // Half the window up, an eighth down: a step up must
-                    // be long enough for its gain to stand out of the
-                    // spread (short ones left the window below its knee);
-                    // a step down short enough to stay near it.
+                    // A quarter of the window up, an eighth down: a step
+                    // up must be long enough for its gain to stand out of
+                    // the spread; a step down short enough to stay near
+                    // the knee. The start-up brought the window near it.
                     let step = match self.stride {
-                        0 if up => (self.cur / 2).max(1),
+                        0 if up => (self.cur / 4).max(1),
                         0 => (self.cur / 8).max(1),
                         n => n,
                     };

@@ -54,7 +54,12 @@ impl Rng {
 /// Runs `w` against `path` for `secs` simulated seconds with a user that
 /// always has a message waiting; returns the second half's delivered rate
 /// (messages per second), median round trip (µs) and the windows held.
-fn run(path: Path, mut w: Window, secs: f64, seed: u64) -> (f64, f64, Vec<u32>) {
+fn run(path: Path, w: Window, secs: f64, seed: u64) -> (f64, f64, Vec<u32>) {
+    run_from(path, w, secs, secs / 2.0, seed)
+}
+
+/// As [`run`], measuring from `from` simulated seconds on.
+fn run_from(path: Path, mut w: Window, secs: f64, from: f64, seed: u64) -> (f64, f64, Vec<u32>) {
     let us = |t: f64| Duration::from_nanos((t * 1000.0) as u64);
     let mut rng = Rng(seed.max(1));
     let mut vary = |t: f64, now: f64| {
@@ -95,7 +100,7 @@ fn run(path: Path, mut w: Window, secs: f64, seed: u64) -> (f64, f64, Vec<u32>) 
         flight.push(Reverse(((back * 1000.0) as u64, (now * 1000.0) as u64)));
     };
     let end = secs * 1e6;
-    let half = end / 2.0;
+    let half = from * 1e6;
     let (mut done, mut rtts, mut held) = (0u64, Vec::new(), Vec::new());
     for _ in 0..w.get() {
         dispatch(0.0, &mut flight);
@@ -130,7 +135,7 @@ fn run(path: Path, mut w: Window, secs: f64, seed: u64) -> (f64, f64, Vec<u32>) 
     }
     rtts.sort_unstable();
     let p50 = rtts.get(rtts.len() / 2).copied().unwrap_or(0) as f64 / 1000.0;
-    (done as f64 / (secs / 2.0), p50, held)
+    (done as f64 / (secs - from), p50, held)
 }
 
 /// The fixed windows a benchmark would try.
@@ -279,6 +284,39 @@ fn a_noisy_machine_does_not_walk_the_window_away() {
         },
     );
     assert!(w <= 3, "window {w}");
+}
+
+#[test]
+fn a_window_far_below_its_knee_gets_there_within_a_short_session() {
+    // Large messages: a result every few milliseconds, so an epoch takes
+    // a tenth of a second, and a round trip holds about seventeen of them
+    // where the window starts at four. A session measured from its first
+    // second on must see the knee's throughput; climbing by bracketed
+    // trials, three epochs each, the window was still below it.
+    let path = Path {
+        send: 2000.0,
+        work: 50.0,
+        reply: 1000.0,
+        turn: 30_000.0,
+        jitter: 0.5,
+        stall_p: 0.05,
+        stall: 20_000.0,
+        ..QUIET
+    };
+    for seed in [1u64, 7, 42] {
+        let best = GRID
+            .iter()
+            .map(|&n| run_from(path, Window::new(n, false), 2.0, 1.0, seed).0)
+            .fold(0.0, f64::max);
+        let (rate, _, held) = run_from(path, Window::new(4, true), 2.0, 1.0, seed);
+        assert!(
+            rate >= 0.9 * best,
+            "seed {seed}: {rate:.0}/s against the best fixed window's {best:.0}/s, \
+             windows {:?}..{:?}",
+            held.first(),
+            held.last()
+        );
+    }
 }
 
 #[test]
