@@ -36,7 +36,7 @@ _SIZE = {"i8": 1, "u8": 1, "i16": 2, "u16": 2, "i32": 4, "u32": 4, "f32": 4, "i6
 
 
 def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, name=None, model=None,
-          secret=None, secret_file=None, *, tls_ca=None, tls_server_name=None):
+          secret=None, secret_file=None, *, tls_ca=None, tls_server_name=None, user=None):
     """Opens a group of `nodes` nodes (all or none, held until closed).
 
     `topology`: "mesh", "ring", "tree" or "torus:<cols>"; `timeout`: seconds
@@ -46,7 +46,10 @@ def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, n
     path: that file (ValueError if it is not a valid calibration); False:
     none (seed 003's stage count decides). `secret` / `secret_file`: the
     user secret of a server with an auth file, as for `connect` (default:
-    $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE).
+    $COREFARM_SECRET, or the file $COREFARM_SECRET_FILE). `user`: the user
+    the server's auth file names with that secret, as for `connect`
+    (default: $COREFARM_USER; none: the anonymous tenant); its node limit
+    bounds the group and the group's node time goes to its account.
 
     `tls_ca` / `tls_server_name`: TLS to a server with TLS on its user port,
     as for `connect`: the PEM file of the CA that signed the server's
@@ -65,7 +68,7 @@ def group(address, nodes, topology="mesh", timeout=10.0, connect_timeout=30.0, n
     ca = None if tls_ca is None else _fspath(tls_ca)
     raw = _corefarm.RawGroup.open(address, nodes, topology, timeout, connect_timeout, name,
                                   path, model is False, secret, sfile, tls_ca=ca,
-                                  tls_server_name=tls_server_name)
+                                  tls_server_name=tls_server_name, user=user)
     return Group(raw)
 
 

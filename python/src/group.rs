@@ -118,7 +118,7 @@ impl RawGroup {
 #[pymethods]
 impl RawGroup {
     #[staticmethod]
-    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None, model=None, no_model=false, secret=None, secret_file=None, tls_ca=None, tls_server_name=None))]
+    #[pyo3(signature = (addr, nodes, topology, timeout, connect_timeout, name=None, model=None, no_model=false, secret=None, secret_file=None, tls_ca=None, tls_server_name=None, user=None))]
     #[allow(clippy::too_many_arguments)]
     fn open(
         py: Python<'_>,
@@ -134,8 +134,15 @@ impl RawGroup {
         secret_file: Option<std::path::PathBuf>,
         tls_ca: Option<std::path::PathBuf>,
         tls_server_name: Option<String>,
+        user: Option<String>,
     ) -> PyResult<RawGroup> {
         use corefarm_smp::auth::Secret;
+        // As `connect`: an explicit user, else COREFARM_USER.
+        let user = match user {
+            Some(u) => corefarm_smp::auth::check_user_name(&u).map(|()| Some(u)),
+            None => corefarm_smp::auth::user_from_env(),
+        }
+        .map_err(|e| PyValueError::new_err(e.to_string()))?;
         // As `connect`: an explicit secret, else a file, else the environment.
         let secret = match secret {
             Some(s) => Some(Secret::new(&s)),
@@ -145,12 +152,20 @@ impl RawGroup {
         .map_err(|e| PyValueError::new_err(e.to_string()))?;
         let secs = crate::duration;
         let mut o = GroupOptions::new(nodes);
-        (o.topology, o.timeout, o.connect_timeout, o.name, o.secret) = (
+        (
+            o.topology,
+            o.timeout,
+            o.connect_timeout,
+            o.name,
+            o.secret,
+            o.user,
+        ) = (
             topology,
             secs(timeout)?,
             secs(connect_timeout)?,
             name,
             secret,
+            user,
         );
         // As `connect`: the CA and name, or plain TCP.
         o.tls = crate::client_tls(tls_ca, tls_server_name)?;

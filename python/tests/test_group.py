@@ -280,3 +280,9 @@ def test_direct_map_takes_any_array_as_bytes(cluster):
         inputs.append(np.arange(8, dtype=np.float32).reshape(2, 4))
         outs = g.direct_map(inputs, window=2)
         assert [o[:16] for o in outs] == [a.tobytes()[:16] for a in inputs]
+
+
+def test_a_group_names_its_user_and_a_bad_name_is_refused_before_connecting():
+    # Checked before any connection: the address is never dialled.
+    with pytest.raises(ValueError, match="user name"):
+        corefarm.group("127.0.0.1:1", 1, user="not a name!")

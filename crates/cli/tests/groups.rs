@@ -169,3 +169,89 @@ fn direct_path_with_four_node_processes_survives_a_killed_one() {
     assert!(e.to_string().contains("d1@"), "names the node: {e}");
     procs.clear();
 }
+
+/// A named user's group: its node limit bounds the group before any node
+/// is taken (refused with the limit named), and the node time the group
+/// held its members is charged to the user's account.
+#[test]
+fn a_named_users_group_is_bounded_by_its_limit_and_charged_to_its_account() {
+    use corefarm_client::group::GroupError;
+    use corefarm_client::ClientError;
+    use corefarm_smp::auth::Secret;
+    use corefarm_smp::{AccountStatus, ErrorCode};
+    use std::os::unix::fs::PermissionsExt;
+
+    const CAROL: &str = "carol-secret-for-the-group-test";
+    const NODES: &str = "node-secret-for-the-group-test";
+    let dir = tempfile::tempdir().unwrap();
+    let private = |name: &str, text: &str| {
+        let p = dir.path().join(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+        p
+    };
+    let auth = private(
+        "auth.toml",
+        &format!(
+            "[users.carol]\nsecret = \"{CAROL}\"\nmax_nodes = 1\n[nodes]\nsecret = \"{NODES}\"\n"
+        ),
+    );
+    let node_secret = private("node.secret", NODES);
+    let (_server, nodes, users) =
+        support::server(&["--node-wait", "20", "--auth-file", auth.to_str().unwrap()]);
+    let _members: Vec<Proc> = ["a", "b"]
+        .iter()
+        .map(|name| {
+            Proc(
+                Command::new(BIN)
+                    .args(["node", "--server", &nodes.to_string(), "--name", name])
+                    .args(["--peer-listen", "127.0.0.1:0", "--secret-file"])
+                    .arg(&node_secret)
+                    .env_remove("COREFARM_SECRET")
+                    .env_remove("COREFARM_SECRET_FILE")
+                    .stderr(Stdio::null())
+                    .spawn()
+                    .expect("start corefarm node"),
+            )
+        })
+        .collect();
+    let users = users.to_string();
+    let opts = |n: u32| {
+        let mut o = GroupOptions::new(n);
+        o.model = None;
+        o.secret = Some(Secret::new(CAROL).unwrap());
+        o.user = Some("carol".into());
+        o
+    };
+    match Group::open(&users, opts(2)) {
+        Err(GroupError::Client(ClientError::Server(e))) => {
+            assert_eq!(e.code(), Some(ErrorCode::NoNodes), "{e:?}");
+            assert!(e.reason.contains("max_nodes = 1"), "{}", e.reason);
+        }
+        other => panic!("a group beyond the limit: {:?}", other.map(|g| g.size())),
+    }
+    let mut g = Group::open(&users, opts(1)).expect("a group within the limit");
+    assert_eq!(g.size(), 1);
+    // A command answered by the member: the group has held it a while.
+    g.barrier(Algorithm::Auto).expect("barrier");
+    g.close().expect("close");
+    let out = Command::new(BIN)
+        .args(["status", "--accounting", "--json", "--server", &users])
+        .args(["--user", "carol", "--secret-file"])
+        .arg(private("carol.secret", CAROL))
+        .env_remove("COREFARM_USER")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let accounts: Vec<AccountStatus> = serde_json::from_value(v["accounts"].clone()).unwrap();
+    let carol = accounts
+        .iter()
+        .find(|a| a.user == "carol")
+        .expect("carol's account");
+    assert!(carol.node_seconds > 0.0, "{carol:?}");
+}

@@ -153,6 +153,11 @@ pub struct GroupOptions {
     /// The user secret, for a server with an auth file (as
     /// [`crate::ClientOptions::secret`]).
     pub secret: Option<corefarm_smp::auth::Secret>,
+    /// The user named in the server's auth file whose secret `secret` is,
+    /// as [`crate::ClientOptions::user`]: its node limit bounds the group,
+    /// and the group's node time goes to its account. `None`: the
+    /// anonymous tenant (the shared user secret).
+    pub user: Option<String>,
     /// TLS to the server's user port, as [`crate::ClientOptions::tls`]
     /// (the CA to trust and, optionally, the name its certificate
     /// carries); `None`: plain TCP. The group's commands, and the data
@@ -172,6 +177,7 @@ impl GroupOptions {
             max_message: corefarm_smp::DEFAULT_MAX_MESSAGE,
             model: Calibration::load_default().map(Arc::new),
             secret: None,
+            user: None,
             tls: None,
         }
     }
@@ -287,6 +293,7 @@ impl Group {
         let (mut writer, mut reader) = crate::connect::open_link(addr, &link)?;
         let mut hello = Hello::new("user");
         hello.name = opts.name.clone();
+        hello.user = opts.user.clone();
         hello.features = [features::ERROR, features::GROUP, features::GROUP_PRIORITY]
             .map(String::from)
             .to_vec();

@@ -32,6 +32,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{StreamExt, StreamMap};
 use tokio_util::sync::CancellationToken;
 
+use crate::accounts::Account;
 use crate::nodeconn::{NodeConn, NodeEvent};
 use crate::sink::{Sent, Sink};
 use crate::userconn::USER_QUEUE;
@@ -85,12 +86,17 @@ struct Live {
     /// Collectives relayed to each rank: a member blamed for missing a call
     /// it was never sent is not at fault, the user is ([`Session::user_at_fault`]).
     collectives: Vec<u64>,
+    /// When its members were taken: a group holds them whole until it
+    /// closes, and its user's account is charged that node time.
+    opened: Instant,
 }
 
 /// Serves a group user from its hello on, until it leaves or `stop`.
+/// `account`: the user's (tenant's), when the server names users.
 pub(crate) async fn serve(
     shared: &Arc<ServerState>,
     user: u64,
+    account: Option<Arc<Account>>,
     reader: &mut FrameReader<ReadHalf>,
     out: &Arc<Sink>,
     stop: &CancellationToken,
@@ -98,6 +104,7 @@ pub(crate) async fn serve(
     let mut s = Session {
         shared: shared.clone(),
         user,
+        account,
         out: out.clone(),
         live: None,
     };
@@ -114,6 +121,7 @@ pub(crate) async fn serve(
 struct Session {
     shared: Arc<ServerState>,
     user: u64,
+    account: Option<Arc<Account>>,
     out: Arc<Sink>,
     live: Option<Live>,
 }
@@ -289,7 +297,27 @@ impl Session {
 
     /// Claims the nodes (waiting up to `--node-wait` for enough free ones),
     /// has them join, and answers `opened`.
+    /// The user's `max_nodes` less the nodes its other sessions hold, if
+    /// that is fewer than `n`: a group takes all its members or none.
+    fn over_limit(&self, n: u32) -> Option<String> {
+        let a = self.account.as_ref()?;
+        let max = a.tenant.limits.max_nodes?;
+        let held = self.shared.registry.nodes_held_by(a, self.user) as u32;
+        let left = max.saturating_sub(held);
+        (n > left).then(|| {
+            format!(
+                "a group of {n} nodes: user {:?} is at its node limit (max_nodes = {max}, \
+                 {held} held by its other sessions); ask for at most {left}, end one of \
+                 them, or ask the operator for a larger limit",
+                a.name()
+            )
+        })
+    }
+
     async fn open(&mut self, n: u32, topology: String) -> End {
+        if let Some(reason) = self.over_limit(n) {
+            return self.fail(ErrorCode::NoNodes, reason).await;
+        }
         let wait = self.shared.opts.node_wait;
         let began = Instant::now();
         let (deadline, grace) = (began + wait, wait.min(RETURN_GRACE));
@@ -374,6 +402,7 @@ impl Session {
             pending: HashMap::new(),
             lost: Vec::new(),
             collectives: vec![0; n as usize],
+            opened: Instant::now(),
         });
         tracing::info!(
             user = self.user,
@@ -591,6 +620,9 @@ impl Session {
             return;
         };
         let dirty = failed || !live.pending.is_empty();
+        if let Some(a) = &self.account {
+            a.node_time(live.opened.elapsed() * live.members.len() as u32);
+        }
         let mut back = Vec::new();
         for (r, mut m) in live.members.into_iter().enumerate() {
             m.conn.send(GroupCtl::Leave { group: live.id }.to_frame());

@@ -77,7 +77,8 @@ pub struct AccountStatus {
     #[serde(default)]
     pub active: u64,
     /// Node time its messages took: a node's busy time, each stretch
-    /// between two of its answers charged to the user answered.
+    /// between two of its answers charged to the user answered; and its
+    /// groups' members for as long as each group held them.
     #[serde(default)]
     pub node_seconds: f64,
     /// Inputs of the results delivered to it.

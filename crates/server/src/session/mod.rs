@@ -152,7 +152,10 @@ pub(crate) async fn run<P: Placement>(
         // written it before its next wait: the group code takes over first.
         s.flush_writes();
         let (shared, conn) = (&s.shared, &mut s.conn);
-        end = match crate::group::serve(shared, user, &mut conn.reader, &conn.out, &stop).await {
+        let account = conn.entry.account().cloned();
+        end = match crate::group::serve(shared, user, account, &mut conn.reader, &conn.out, &stop)
+            .await
+        {
             Ok(()) => SessionEnd::Closed,
             Err(e) => SessionEnd::GroupEnded(e),
         };
