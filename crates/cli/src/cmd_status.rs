@@ -197,8 +197,16 @@ pub fn render(s: &ClusterStatus) -> String {
         .filter(|(_, v)| **v > 0)
         .map(|(k, v)| format!("{k} {v}"))
         .collect();
+    // Only once it happened: a late message copied to a second node.
+    let hedged = match s.hedged {
+        0 => String::new(),
+        n => format!(
+            ", hedged {n} ({} second answers dropped)",
+            s.hedge_duplicates
+        ),
+    };
     let mut out = format!(
-        "policy {}{sharing}, max message {} bytes, up {:.0} s, re-dispatched {}, errors: {}\n\nnodes: {}\n",
+        "policy {}{sharing}, max message {} bytes, up {:.0} s, re-dispatched {}{hedged}, errors: {}\n\nnodes: {}\n",
         s.policy,
         s.max_message,
         s.uptime_seconds,
@@ -521,11 +529,13 @@ mod tests {
             ],
             uptime_seconds: 61.2,
             redispatched: 3,
+            hedged: 5,
+            hedge_duplicates: 4,
             errors: [("node_lost".to_string(), 1), ("refused".to_string(), 0)].into(),
             ..Default::default()
         };
         let expected = "\
-policy credit, max message 1024 bytes, up 61 s, re-dispatched 3, errors: node_lost 1
+policy credit, max message 1024 bytes, up 61 s, re-dispatched 3, hedged 5 (4 second answers dropped), errors: node_lost 1
 
 nodes: 2
   ID  NODE               STATE  FUNCTION  CORES  USER  IN-FLIGHT  RESULTS  TOTAL  FAILED  BUSY-S

@@ -351,8 +351,9 @@ impl View {
             .map(|(k, v)| format!("{k} {v}"))
             .collect();
         let footer = format!(
-            "re-dispatched {}  errors: {}",
+            "re-dispatched {}  hedged {}  errors: {}",
             s.redispatched,
+            s.hedged,
             if errors.is_empty() {
                 "none".into()
             } else {

@@ -39,6 +39,12 @@ pub struct ClusterStatus {
     /// Data messages moved to another node after their node was lost.
     #[serde(default)]
     pub redispatched: u64,
+    /// Late messages copied to a second node (hedging), and the answers of
+    /// such copies dropped because the other copy answered first.
+    #[serde(default)]
+    pub hedged: u64,
+    #[serde(default)]
+    pub hedge_duplicates: u64,
     /// Errors since the server started, by kind (`node_lost`,
     /// `core_failure`, `configuration_failed`, `user_error`, `refused`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]

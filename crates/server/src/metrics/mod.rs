@@ -221,6 +221,7 @@ impl Metrics {
     pub fn fill(&self, s: &mut ClusterStatus) {
         s.uptime_seconds = self.started.elapsed().as_secs_f64();
         s.redispatched = self.redispatched.0.load(Ordering::Relaxed);
+        (s.hedged, s.hedge_duplicates) = self.hedges();
         s.errors = ERROR_KINDS
             .iter()
             .map(|(name, k)| {
@@ -634,6 +635,8 @@ mod tests {
         m.hedged();
         m.hedged();
         m.hedge_duplicate();
+        m.fill(&mut s);
+        assert_eq!((s.hedged, s.hedge_duplicates), (2, 1));
         let times = vec![(1, AtomicHistogram::new(CONFIG_BOUNDS).snapshot())];
         let mut reg = corefarm_telemetry::registry();
         let st = s.clone();
