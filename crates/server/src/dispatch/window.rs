@@ -136,8 +136,6 @@ pub struct Window {
     spread: f64,
     /// Step of the next probe after a successful one (0: the default).
     stride: u32,
-    /// Trials upward won in a row.
-    ups: u32,
     /// A smaller window that won one trial and must win the next.
     doubt: Option<u32>,
     /// Epochs in cruise since the last probe, and how many to wait.
@@ -183,7 +181,6 @@ impl Window {
             last: None,
             spread: 0.0,
             stride: 0,
-            ups: 0,
             doubt: None,
             quiet: 0,
             gap: 0,
@@ -324,28 +321,19 @@ impl Window {
                     // time, and below the knee a lost message of window is
                     // lost throughput. Try the same step again at once.
                     self.doubt = Some(to);
-                    self.ups = 0;
                     self.gap = 0;
                     self.next_up = false;
                     self.stride = step;
                 } else if better {
-                    // Go on the same way at once; up twice as far from the
-                    // second win in a row (conditions that changed since
-                    // the start-up), once only by the same step: on a
-                    // plateau a lucky win is as likely up as down, and
-                    // growing steps after each one walked the window up
-                    // to its cap. Down by the same step, each confirmed.
+                    // Go on the same way at once: twice as far up, so a
+                    // window far below its knee gets there in a few
+                    // trials; down by the same step, each one confirmed.
                     self.doubt = None;
                     self.gap = 0;
                     self.next_up = up;
-                    self.ups = if up { self.ups + 1 } else { 0 };
-                    self.stride = match self.ups {
-                        2.. => step.saturating_mul(2),
-                        _ => step,
-                    };
+                    self.stride = if up { step.saturating_mul(2) } else { step };
                     self.set(to, Phase::Cruise);
                 } else {
-                    self.ups = 0;
                     self.doubt = None;
                     self.gap = (self.gap * 2).clamp(1, MAX_PROBE_GAP);
                     self.next_up = !up;
@@ -361,12 +349,12 @@ impl Window {
                 if self.quiet > self.gap {
                     self.quiet = 0;
                     let up = self.next_up;
-                    // A quarter of the window up, an eighth down: a step
-                    // up must be long enough for its gain to stand out of
-                    // the spread; a step down short enough to stay near
-                    // the knee. The start-up brought the window near it.
+                    // Half the window up, an eighth down: a step up must
+                    // be long enough for its gain to stand out of the
+                    // spread (short ones left the window below its knee);
+                    // a step down short enough to stay near it.
                     let step = match self.stride {
-                        0 if up => (self.cur / 4).max(1),
+                        0 if up => (self.cur / 2).max(1),
                         0 => (self.cur / 8).max(1),
                         n => n,
                     };
