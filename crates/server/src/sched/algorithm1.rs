@@ -30,7 +30,7 @@
 //! **Weights.** Where a node goes to one function rather than another —
 //! which hot function an idle node replicates, which node is drained for a
 //! function without a replica — functions are ranked by ρ × the mean
-//! weight of their users' sessions (`Held::weight`): of two functions
+//! weight of their active users' sessions (`Held::weight`): of two functions
 //! equally loaded, a weight-3 user's gets a node before a weight-1 user's,
 //! so under contention it ends with about three times the replicas. The
 //! thresholds (C_RECONFIG, C_REPLICATE) and the gain and cost stay in
@@ -51,8 +51,8 @@ struct Held {
     promised: HashMap<FnId, usize>,
     /// Nodes serving it now (Ready).
     ready: HashMap<FnId, usize>,
-    /// Each function's users' mean weight (1 for none), counted once per
-    /// period: see [`Held::weight`].
+    /// Each function's active users' mean weight (1 for none), counted
+    /// once per period: see [`Held::weight`].
     weight: HashMap<FnId, f64>,
 }
 
@@ -74,14 +74,16 @@ impl Held {
             h.count(counted(slot), 1);
         }
         let unit = super::queue::WEIGHT_UNIT as f64;
-        for f in s.fns.values().filter(|f| !f.users.is_empty()) {
-            let mean = super::route::share_weight(s, f) as f64 / (unit * f.users.len() as f64);
-            h.weight.insert(f.id, mean);
+        for f in s.fns.values() {
+            let (w, n) = s.active_weight(f);
+            if n > 0 {
+                h.weight.insert(f.id, w as f64 / (unit * n as f64));
+            }
         }
         h
     }
 
-    /// `f`'s users' mean weight, per session (a user's weight is split
+    /// `f`'s active users' mean weight, per session (a user's weight is split
     /// among its sessions, whose demand adds up): what its ρ is multiplied
     /// by where functions compete for a node.
     fn weight(&self, f: FnId) -> f64 {

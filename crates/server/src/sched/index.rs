@@ -359,6 +359,7 @@ impl Sched {
     pub(super) fn reindex(&mut self, node: u64) {
         let key = self.nodes.get(&node).map(Key::of);
         self.ix.set(node, key);
+        self.track_limits(node);
     }
 
     /// Work was queued for `f`, or a user waits for it.

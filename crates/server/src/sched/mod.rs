@@ -17,7 +17,10 @@
 //! - [`first`]: which session a user gets (group users are lent nodes).
 //! - `nodes`: a node's slot and the events a node causes.
 //! - `lend`: nodes promised to groups leave once their work is done.
+//! - `active`: which users count in the fair shares (work now or lately).
+//! - `limits`: a tenant's `max_nodes`, from a count of the nodes it uses.
 
+mod active;
 pub mod algorithm1;
 pub mod classq;
 pub mod driver;
@@ -25,6 +28,7 @@ pub mod first;
 pub mod function;
 mod index;
 mod lend;
+mod limits;
 mod nodes;
 mod notify;
 mod params;
@@ -230,11 +234,23 @@ struct UserRec {
     tenant: Option<Arc<str>>,
     /// Its tenant's `max_nodes`: most nodes running the tenant's work at once.
     max_nodes: Option<u32>,
+    /// While it counts in its function's fair share ([`active`]): when
+    /// its activity is looked at next (its entry in `Sched::expiry`).
+    active_until: Option<Duration>,
+    /// When it last had work: submitted, configured, answered, or seen
+    /// with work queued or in flight.
+    last_busy: Duration,
 }
 
 impl UserRec {
     fn weight(&self) -> u32 {
         self.weight.max(1)
+    }
+
+    /// One of its jobs was answered (or failed) at `now`.
+    fn answered(&mut self, now: Duration) {
+        self.in_flight -= 1;
+        self.last_busy = self.last_busy.max(now);
     }
 }
 
@@ -263,6 +279,14 @@ pub struct Sched {
     /// Users with `joining` set, counted here because the fair shares are
     /// computed after every event.
     joining: usize,
+    /// Active users by when their activity is looked at next ([`active`]).
+    expiry: std::collections::BTreeSet<(Duration, u64)>,
+    /// The nodes' programming time, a moving average over every node's
+    /// configuration responses: how long a user stays active after its
+    /// work ([`Sched::active_window`]).
+    programming: Option<Duration>,
+    /// Nodes running the work of tenants with a `max_nodes` ([`limits`]).
+    limits: limits::Limits,
     /// Reconfigurations of functions no user wants and no node holds, so
     /// that the status keeps counting from there when one comes back (the
     /// same payload is the same function); at most [`FORGOTTEN_MAX`].
@@ -288,6 +312,9 @@ impl Sched {
             users: HashMap::new(),
             tenants: HashMap::new(),
             joining: 0,
+            expiry: Default::default(),
+            programming: None,
+            limits: Default::default(),
             forgotten: HashMap::new(),
             next_internal: 0,
             period_start: Duration::ZERO,
@@ -331,6 +358,8 @@ impl Sched {
             f
         });
         f.users.insert(user);
+        // A configuration announces work: the user counts in the shares.
+        self.note_busy(user, now);
         if self.replicas(id) > 0 {
             self.out.push(Action::Configured {
                 user,
@@ -380,35 +409,9 @@ impl Sched {
     /// The tenant's `max_nodes` for its session `user`: its jobs go only
     /// to nodes already running the tenant's work once that many do.
     pub fn set_max_nodes(&mut self, user: u64, max: Option<u32>) {
-        self.users.entry(user).or_default().max_nodes = max;
-    }
-
-    /// Sessions of `f` held off `node` by their tenant's `max_nodes`: the
-    /// tenant's work runs on that many other nodes already. Nothing to
-    /// count unless a user of `f` has the limit; then the nodes' work in
-    /// flight is scanned once per such session.
-    pub(super) fn held_off(&self, f: &Function, node: u64) -> Vec<u64> {
-        let mut off = Vec::new();
-        for &u in &f.users {
-            let Some(rec) = self.users.get(&u) else {
-                continue;
-            };
-            let Some(max) = rec.max_nodes else { continue };
-            let mine = |v: u64| {
-                v == u
-                    || rec.tenant.is_some()
-                        && self.users.get(&v).is_some_and(|r| r.tenant == rec.tenant)
-            };
-            let running = |s: &Slot| s.in_flight.values().any(|j| mine(j.user));
-            if self.nodes.get(&node).is_some_and(running) {
-                continue;
-            }
-            let on = self.nodes.values().filter(|s| running(s)).count();
-            if on >= max as usize {
-                off.push(u);
-            }
-        }
-        off
+        let rec = self.users.entry(user).or_default();
+        let had = std::mem::replace(&mut rec.max_nodes, max).is_some();
+        self.limits.limited(had, max.is_some());
     }
 
     /// A session's share in [`queue::WEIGHT_UNIT`]s: its tenant's weight
@@ -438,9 +441,11 @@ impl Sched {
             });
             return;
         };
+        let user = job.user;
         f.queue.push(job);
         let id = f.id;
         self.note_pending(id);
+        self.note_busy(user, now);
         if self.replicas(id) == 0 {
             self.fns
                 .get_mut(&id)
@@ -476,6 +481,11 @@ impl Sched {
             if rec.joining {
                 self.joining -= 1;
             }
+            if let Some(at) = rec.active_until {
+                self.expiry.remove(&(at, user));
+            }
+            self.limits.limited(rec.max_nodes.is_some(), false);
+            self.forget_limited(user, &rec);
             if let Some(t) = rec.tenant {
                 forget_session(&mut self.tenants, &t);
             }
@@ -520,8 +530,10 @@ impl Sched {
         self.ix.promised(id)
     }
 
-    /// Periodic work: Algorithm 1 once per period, users left without any node.
+    /// Periodic work: users without work lately leave the fair shares,
+    /// Algorithm 1 once per period, users left without any node.
     pub fn tick(&mut self, now: Duration) {
+        self.expire_active(now);
         if now.saturating_sub(self.period_start) >= self.p.period {
             self.period_start = now;
             self.monitor(now);

@@ -254,6 +254,7 @@ impl Sched {
             }
         }
         self.reindex(node);
+        self.note_programming(took);
         self.settle(now);
         Ok(())
     }
@@ -281,7 +282,7 @@ impl Sched {
             // A core fails the same way on either copy: the first answer wins.
             self.settle_twin(j.twin, true);
             if let Some(u) = self.users.get_mut(&j.user) {
-                u.in_flight -= 1;
+                u.answered(now);
                 let reason = format!("node {node} failed on this input: {reason}");
                 self.out.push(Action::Failed {
                     user: j.user,
@@ -364,7 +365,7 @@ impl Sched {
         }
         self.settle_twin(job.twin, true);
         if let Some(u) = self.users.get_mut(&job.user) {
-            u.in_flight -= 1;
+            u.answered(now);
             self.out.push(Action::Result {
                 node,
                 user: job.user,

@@ -132,8 +132,11 @@ impl Sched {
                 self.due.push((from, internal));
                 continue;
             }
+            // A copy counts against its tenant's `max_nodes` as the job does.
+            let user = job.user;
             let target = replicas()
                 .filter(|&(id, s)| id != from && s.outstanding() < window(s) as usize)
+                .filter(|&(id, _)| self.may_run(user, id))
                 .min_by_key(|(_, s)| s.outstanding())
                 .map(|(id, _)| id);
             let Some(to) = target else {

@@ -23,15 +23,14 @@ pub(super) const SHARED_WINDOW: u32 = 2;
 pub(super) const MAX_LOST_LOADS: u32 = 3;
 
 /// A function's weight in the fair shares, in [`super::queue::WEIGHT_UNIT`]s:
-/// its sessions' shares of their tenants' weights summed, one if it is
-/// wanted only for its queued work, none if nobody wants it.
+/// its active sessions' shares of their tenants' weights summed (a session
+/// with work now or lately: [`super::active`]), one if it is wanted only
+/// for its queued work, none if nobody wants it or its users are idle.
 pub(super) fn share_weight(s: &Sched, f: &Function) -> u128 {
-    const ONE: u64 = super::queue::WEIGHT_UNIT;
-    let weight = |u: &u64| s.users.get(u).map_or(ONE, |r| s.units(r));
     match (f.wanted(), f.users.is_empty()) {
         (false, _) => 0,
-        (true, true) => u128::from(ONE),
-        (true, false) => f.users.iter().map(|u| u128::from(weight(u))).sum(),
+        (true, true) => u128::from(super::queue::WEIGHT_UNIT),
+        (true, false) => s.active_weight(f).0,
     }
 }
 
@@ -153,18 +152,18 @@ impl Sched {
     }
 
     /// `f`'s fair share of the nodes: as many as exclusive mode would give
-    /// its users, the nodes split over `users` (the weights of the users
-    /// of the functions someone wants — a function wanted only for its
-    /// queued work counts as one user — and of the users still to
-    /// configure) by weight; at least one.
+    /// its users if only the active ones held nodes, the nodes split over
+    /// `users` (the weights of the active users of the functions someone
+    /// wants — a function wanted only for its queued work counts as one
+    /// user — and of the users still to configure) by weight; at least one.
     fn share_of(&self, f: FnId, users: u128) -> usize {
         let mine = self.fns.get(&f).map_or(1, |f| share_weight(self, f)).max(1);
         let share = self.nodes.len() as u128 * mine / users.max(1);
         usize::try_from(share).unwrap_or(usize::MAX).max(1)
     }
 
-    /// The users of the functions someone wants, and the users about to
-    /// configure their first.
+    /// The active users of the functions someone wants, and the users
+    /// about to configure their first.
     fn users_of_wanted(&self) -> u128 {
         let w = |f| share_weight(self, f);
         let joining = self.joining as u128 * u128::from(super::queue::WEIGHT_UNIT);
@@ -391,14 +390,9 @@ impl Sched {
                 let Some(node) = picked else {
                     break;
                 };
-                // Sessions whose tenant is at its `max_nodes` wait for its nodes.
-                let off = self.fns.get(&fid).map(|f| self.held_off(f, node));
-                let off = off.unwrap_or_default();
-                let Some(mut job) = self
-                    .fns
-                    .get_mut(&fid)
-                    .and_then(|f| f.queue.pop_except(&off))
-                else {
+                // A session whose tenant is at its `max_nodes` is served
+                // only by a node its tenant already uses.
+                let Some((node, mut job)) = self.next_job(fid, node) else {
                     break;
                 };
                 job.permit = None;

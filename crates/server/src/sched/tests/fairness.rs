@@ -204,3 +204,115 @@ fn a_users_sessions_on_two_functions_share_its_weight_across_functions() {
         "node time {alice:.2} s : {bob:.2} s"
     );
 }
+
+/// Four nodes programmed in `took`; users 1 ("a") and 2 ("b") configured
+/// at 0 ms, two nodes each (their fair shares); each runs one job, answered
+/// at 5 ms after the programming. Returns the scheduler and the time.
+fn two_users_after_one_call(took: Duration) -> (Sched, Duration) {
+    let mut s = fair_sched();
+    for n in 1..=4 {
+        s.add_node(n, ms(0));
+    }
+    for user in [1, 2] {
+        s.user_joined(user);
+        s.set_tenant(user, None, 1);
+    }
+    for (user, name) in [(1, "a"), (2, "b")] {
+        s.configure(user, payload(name), 8, 8, ms(0));
+    }
+    let loading = configures(&s.take_actions());
+    assert_eq!(loading.len(), 4, "two nodes each: {loading:?}");
+    for (n, _) in loading {
+        s.on_config_response(n, true, took).unwrap();
+    }
+    s.take_actions();
+    s.submit(job(1, 0), took);
+    s.submit(job(2, 0), took);
+    let sent = sends(&s.take_actions());
+    assert_eq!(sent.len(), 2);
+    let now = took + ms(5);
+    answer(&mut s, &sent, now);
+    (s, now)
+}
+
+/// Ticks every millisecond from `from` to `to` (the driver ticks every
+/// period; finer here so the test does not depend on where ticks fall).
+fn tick_until(s: &mut Sched, from: Duration, to: Duration) {
+    let mut t = from;
+    while t < to {
+        t += ms(1);
+        s.tick(t);
+    }
+    s.take_actions();
+}
+
+/// A backlog of "a" (user 1): twenty 10-input jobs.
+fn backlog(s: &mut Sched, now: Duration) -> Vec<(u64, Bytes)> {
+    for id in 1..=20 {
+        s.submit(Job::new(1, id, Bytes::from_static(&[0; 8]), 10), now);
+    }
+    configures(&s.take_actions())
+}
+
+/// Replicas of `name`, loaded or loading.
+fn promised(s: &Sched, name: &str) -> usize {
+    s.replicas_or_loading(FnId::of(&payload(name)))
+}
+
+/// The fair shares divide the nodes among the users with work: a user
+/// idle for longer than its window (one monitoring period, 10 ms here,
+/// where nodes program in 1 ms) counts no more, so a backlog of another
+/// user's takes its idle nodes at once, down to the one replica an idle
+/// function keeps; the idle user's next work takes its share back.
+#[test]
+fn an_idle_users_nodes_go_to_a_user_with_work() {
+    let (mut s, now) = two_users_after_one_call(ms(1));
+    tick_until(&mut s, now, now + ms(30));
+    let now = now + ms(30);
+    let moved = backlog(&mut s, now);
+    assert_eq!(moved.len(), 1, "one of \"b\"'s two nodes: {moved:?}");
+    assert_eq!(moved[0].1, payload("a"));
+    assert_eq!((promised(&s, "a"), promised(&s, "b")), (3, 1));
+    // "b"'s user is back: its function's share is two nodes again.
+    s.on_config_response(moved[0].0, true, now + ms(1)).unwrap();
+    s.take_actions();
+    for id in 1..=20 {
+        s.submit(
+            Job::new(2, id, Bytes::from_static(&[0; 8]), 10),
+            now + ms(2),
+        );
+    }
+    s.take_actions();
+    assert_eq!(promised(&s, "b"), 2, "a node of \"a\" drained for \"b\"");
+}
+
+/// A user that pauses for less than a node's programming time keeps its
+/// share: moving its nodes away and back would cost two programmings. Its
+/// window is the nodes' measured programming time (50 ms here), not the
+/// period (10 ms).
+#[test]
+fn a_user_pausing_for_less_than_a_programming_keeps_its_share() {
+    // (user 2's pause, "b"'s nodes that go to "a"'s backlog)
+    for (pause, moved) in [(30, 0), (60, 1)] {
+        let (mut s, now) = two_users_after_one_call(ms(50));
+        tick_until(&mut s, now, now + ms(pause));
+        let c = backlog(&mut s, now + ms(pause));
+        assert_eq!(c.len(), moved, "user 2 paused {pause} ms: {c:?}");
+        assert_eq!(promised(&s, "b"), 2 - moved);
+    }
+}
+
+/// Algorithm 1 ranks functions by their active users' weights: an idle
+/// weight-3 user's function gets no claim from its weight.
+#[test]
+fn a_function_of_idle_users_weighs_nothing_in_the_shares() {
+    let (mut s, now) = two_users_after_one_call(ms(1));
+    s.set_tenant(2, None, 3);
+    let b = FnId::of(&payload("b"));
+    let w = |s: &Sched| route::share_weight(s, &s.fns[&b]);
+    assert_eq!(w(&s), 3 * u128::from(queue::WEIGHT_UNIT), "active");
+    tick_until(&mut s, now, now + ms(30));
+    assert_eq!(w(&s), 0, "idle past its window");
+    s.submit(job(2, 7), now + ms(30));
+    assert_eq!(w(&s), 3 * u128::from(queue::WEIGHT_UNIT), "active again");
+}

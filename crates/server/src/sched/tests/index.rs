@@ -42,6 +42,12 @@ fn run(seed: u64, steps: usize, p: Params) {
                         next_user += 1;
                         users.push(next_user);
                         s.user_joined(next_user);
+                        // Every third session is limited, some as one tenant.
+                        if next_user.is_multiple_of(3) {
+                            let tenant = next_user.is_multiple_of(2).then_some("t");
+                            s.set_tenant(next_user, tenant, 1);
+                            s.set_max_nodes(next_user, Some(1 + next_user as u32 % 2));
+                        }
                         next_user
                     }
                     false if users.is_empty() => continue,
@@ -109,7 +115,10 @@ fn run(seed: u64, steps: usize, p: Params) {
         // Nodes that left take their unanswered work with them.
         configuring.retain(|n| s.nodes.contains_key(n));
         sent.retain(|(n, _)| s.nodes.contains_key(n));
-        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.check_index()));
+        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.check_index();
+            s.check_limits();
+        }));
         assert!(checked.is_ok(), "seed {seed}, step {step}");
     }
 }

@@ -204,3 +204,86 @@ fn a_busy_node_is_drained_for_a_backlog_only_if_it_would_come_in_time() {
         assert_eq!(draining, moved, "{jobs} jobs of {inputs} input(s)");
     }
 }
+
+/// Two messages in flight per node (fixed), nodes 1..=`nodes` holding "a"
+/// (user 1's), optionally with the default hedge rule.
+fn limited(nodes: u64, hedge: Option<crate::dispatch::progress::Hedge>) -> Sched {
+    let mut s = Sched::new(Params {
+        credit: 2,
+        fair_share: true,
+        hedge,
+        ..sched().p
+    });
+    for n in 1..=nodes {
+        s.add_node(n, ms(0));
+    }
+    s.configure(1, payload("a"), 8, 8, ms(0));
+    for (n, _) in configures(&s.take_actions()) {
+        s.on_config_response(n, true, ms(1)).unwrap();
+    }
+    s.take_actions();
+    s
+}
+
+/// A tenant at its `max_nodes` is served by a node it already uses when
+/// that one has room, although the dispatch policy's pick (the least
+/// loaded replica) is another: it does not wait for the next event.
+#[test]
+fn a_tenant_at_its_limit_is_served_by_a_node_it_already_uses() {
+    let mut s = limited(2, None);
+    s.set_max_nodes(2, Some(1));
+    s.configure(2, payload("a"), 8, 8, ms(2));
+    s.take_actions();
+    s.submit(job(2, 0), ms(3));
+    let first = sends(&s.take_actions());
+    assert_eq!(first.len(), 1);
+    let own = first[0].0;
+    // The other node is idle, so the policy picks it; the job goes to
+    // the tenant's own, which has room for a second.
+    s.submit(job(2, 1), ms(3));
+    let second = sends(&s.take_actions());
+    assert_eq!(second.len(), 1, "the second job waited");
+    assert_eq!(second[0].0, own);
+    // A third finds its node full: it waits for it, not for the other.
+    s.submit(job(2, 2), ms(3));
+    assert!(sends(&s.take_actions()).is_empty());
+    let next = sends(&answer(&mut s, &first, ms(4)));
+    assert_eq!(next.len(), 1);
+    assert_eq!(next[0].0, own);
+}
+
+/// A late job's copy counts against its tenant's `max_nodes` as the job
+/// does: it goes to a node the tenant already uses, never to a third.
+#[test]
+fn a_hedged_copy_stays_on_the_nodes_its_tenant_may_use() {
+    let mut s = limited(3, crate::dispatch::progress::Hedge::new(4.0, ms(50)));
+    // "a" measured at 2 ms per input.
+    s.submit(job(1, 100), ms(10));
+    let sent = sends(&s.take_actions());
+    answer(&mut s, &sent, ms(12));
+    s.set_max_nodes(2, Some(2));
+    s.configure(2, payload("a"), 8, 8, ms(12));
+    s.take_actions();
+    s.submit(job(2, 0), ms(20));
+    s.submit(job(2, 1), ms(20));
+    let own: std::collections::BTreeSet<u64> =
+        sends(&s.take_actions()).iter().map(|&(n, _)| n).collect();
+    assert_eq!(own.len(), 2, "its two jobs on two nodes: {own:?}");
+    // Both are late at the 50 ms floor; the third node is idle.
+    s.check_progress(ms(80));
+    let to: Vec<u64> = hedges(&s.take_actions());
+    assert!(!to.is_empty(), "a late job is copied");
+    assert!(
+        to.iter().all(|n| own.contains(n)),
+        "copies to {to:?}, own {own:?}"
+    );
+}
+
+fn hedges(a: &[Action]) -> Vec<u64> {
+    a.iter()
+        .filter_map(|a| match a {
+            Action::Hedged { to, .. } => Some(*to),
+            _ => None,
+        })
+        .collect()
+}
