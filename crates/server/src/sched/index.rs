@@ -143,6 +143,25 @@ pub(super) struct Index {
     pub(super) pending: HashSet<FnId>,
     /// Functions that may be requested (a superset, as `pending`).
     pub(super) requested: HashSet<FnId>,
+    /// Functions that may have queued work and a replica serving them (a
+    /// superset): the only ones [`Sched::pump`] can dispatch for.
+    pub(super) dispatchable: HashSet<FnId>,
+    /// Functions given work or a waiting user since the refusal check last
+    /// looked ([`Sched::refusal_candidates`]).
+    pub(super) fresh: HashSet<FnId>,
+    /// Every pending function needs the refusal check: nodes moved, came
+    /// or left since it last looked.
+    pub(super) recheck: bool,
+    /// Whether no node can move to another function (no spare node, none
+    /// above its function's fair share), while nothing placement depends
+    /// on changed; `None`: to be counted ([`Sched::placement_changed`]).
+    pub(super) dry: Option<bool>,
+    /// Tests: Algorithm 1's step 1 as the scan of every node per function.
+    #[cfg(test)]
+    pub(super) scan_serve: bool,
+    /// Tests: placement always runs, as if something had changed.
+    #[cfg(test)]
+    pub(super) always_place: bool,
 }
 
 impl Index {
@@ -207,6 +226,17 @@ impl Index {
         let before = self.keys.get(&node).copied();
         if before == now {
             return;
+        }
+        // What placement and the refusal check count changes only when a
+        // node comes, leaves, or is promised to or serves another function:
+        // not with a data message.
+        let promised = |k: Option<Key>| k.map(|k| (k.promised_to(), k.ready_for()));
+        if before.is_none() || now.is_none() || promised(before) != promised(now) {
+            self.dry = None;
+            self.recheck = true;
+            if let Some(f) = now.and_then(|k| k.ready_for()) {
+                self.dispatchable.insert(f);
+            }
         }
         self.rotation_entries(node, before.and_then(|k| k.serving()), false);
         if let Some(k) = before {
@@ -359,11 +389,38 @@ impl Sched {
     pub(super) fn reindex(&mut self, node: u64) {
         let key = self.nodes.get(&node).map(Key::of);
         self.ix.set(node, key);
+        // An idle node holding nothing anyone wants is a spare one.
+        if let Some(k) = key.filter(Key::idle) {
+            let wanted = |f| {
+                self.fns
+                    .get(&f)
+                    .is_some_and(super::function::Function::wanted)
+            };
+            if !k.function.is_some_and(wanted) {
+                self.placement_changed();
+            }
+        }
+    }
+
+    /// Something placement depends on changed: its count of spare nodes
+    /// and of functions above their fair share is redone at the next
+    /// event. Called where the nodes' functions, the users or their
+    /// weights change; any change to how a function's fair share is
+    /// counted (`route::share_weight`) must call it too.
+    pub(super) fn placement_changed(&mut self) {
+        self.ix.dry = None;
+        self.ix.recheck = true;
     }
 
     /// Work was queued for `f`, or a user waits for it.
     pub(super) fn note_pending(&mut self, f: FnId) {
         self.ix.pending.insert(f);
+        self.ix.fresh.insert(f);
+        self.ix.dispatchable.insert(f);
+        // A function wanted only for its queued work weighs in the fair shares.
+        if self.fns.get(&f).is_some_and(|f| f.users.is_empty()) {
+            self.placement_changed();
+        }
     }
 
     /// `f` asked for a replica.
@@ -379,12 +436,53 @@ impl Sched {
             fns.get(id)
                 .is_some_and(|f| !f.queue.is_empty() || !f.waiting.is_empty())
         });
-        self.ix
+        let mut ids: Vec<FnId> = self
+            .ix
             .pending
             .iter()
             .copied()
             .filter(|id| !queued || !fns[id].queue.is_empty())
-            .collect()
+            .collect();
+        // By id: the order the functions are served in does not depend
+        // on a hash.
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The functions that may dispatch queued work now: queued work and a
+    /// ready replica, by id; dropping from the index those without.
+    pub(super) fn dispatchable(&mut self) -> Vec<FnId> {
+        let (fns, ready) = (&self.fns, &self.ix.ready);
+        self.ix.dispatchable.retain(|id| {
+            fns.get(id).is_some_and(|f| !f.queue.is_empty()) && ready.contains_key(id)
+        });
+        let mut ids: Vec<FnId> = self.ix.dispatchable.iter().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The pending functions the refusal check must look at: all after
+    /// nodes moved, else those given work or a waiting user since it last
+    /// looked (nothing else makes a function unloadable); by id.
+    pub(super) fn refusal_candidates(&mut self) -> Vec<FnId> {
+        let mut ids = match std::mem::take(&mut self.ix.recheck) {
+            true => self.pending(false),
+            false => {
+                let fns = &self.fns;
+                self.ix
+                    .fresh
+                    .iter()
+                    .copied()
+                    .filter(|id| {
+                        fns.get(id)
+                            .is_some_and(|f| !f.queue.is_empty() || !f.waiting.is_empty())
+                    })
+                    .collect()
+            }
+        };
+        self.ix.fresh.clear();
+        ids.sort_unstable();
+        ids
     }
 
     /// The requested functions, dropping from the index those that are not.
