@@ -149,8 +149,8 @@ pub(super) struct Index {
     /// Functions given work or a waiting user since the refusal check last
     /// looked ([`Sched::refusal_candidates`]).
     pub(super) fresh: HashSet<FnId>,
-    /// Every pending function needs the refusal check: nodes moved, came
-    /// or left since it last looked.
+    /// Every pending function needs the refusal check: nodes came or left
+    /// since it last looked.
     pub(super) recheck: bool,
     /// Whether no node can move to another function (no spare node, none
     /// above its function's fair share), while nothing placement depends
@@ -159,7 +159,8 @@ pub(super) struct Index {
     /// Tests: Algorithm 1's step 1 as the scan of every node per function.
     #[cfg(test)]
     pub(super) scan_serve: bool,
-    /// Tests: placement always runs, as if something had changed.
+    /// Tests: placement and the refusal check always run in full, as if
+    /// everything had changed.
     #[cfg(test)]
     pub(super) always_place: bool,
 }
@@ -228,15 +229,21 @@ impl Index {
             return;
         }
         // What placement and the refusal check count changes only when a
-        // node comes, leaves, or is promised to or serves another function:
-        // not with a data message.
-        let promised = |k: Option<Key>| k.map(|k| (k.promised_to(), k.ready_for()));
-        if before.is_none() || now.is_none() || promised(before) != promised(now) {
+        // node comes, leaves, or is promised to another function: not with
+        // a data message, nor when a node finishes loading.
+        let promised = |k: Option<Key>| k.and_then(|k| k.promised_to());
+        if before.is_none() || now.is_none() {
             self.dry = None;
             self.recheck = true;
-            if let Some(f) = now.and_then(|k| k.ready_for()) {
-                self.dispatchable.insert(f);
-            }
+        } else if promised(before) != promised(now) {
+            self.dry = None;
+            // Only these two may have lost their last replica.
+            self.fresh.extend(promised(before));
+            self.fresh.extend(promised(now));
+        }
+        let ready = |k: Option<Key>| k.and_then(|k| k.ready_for());
+        if let Some(f) = ready(now).filter(|&f| ready(before) != Some(f)) {
+            self.dispatchable.insert(f);
         }
         self.rotation_entries(node, before.and_then(|k| k.serving()), false);
         if let Some(k) = before {
@@ -319,6 +326,8 @@ impl Index {
     /// A connected node refused `f` (`add`), or one that had left.
     pub(super) fn refusal(&mut self, f: FnId, add: bool) {
         count(&mut self.refused, Some(f), add);
+        // Refused by every node now, perhaps.
+        self.fresh.insert(f);
     }
 
     pub(super) fn refused(&self, f: FnId) -> usize {
@@ -397,7 +406,7 @@ impl Sched {
                     .is_some_and(super::function::Function::wanted)
             };
             if !k.function.is_some_and(wanted) {
-                self.placement_changed();
+                self.ix.dry = None;
             }
         }
     }
@@ -461,10 +470,15 @@ impl Sched {
         ids
     }
 
-    /// The pending functions the refusal check must look at: all after
-    /// nodes moved, else those given work or a waiting user since it last
-    /// looked (nothing else makes a function unloadable); by id.
+    /// The pending functions the refusal check must look at: all after a
+    /// node came or left, else those given work or a waiting user, refused
+    /// by a node or losing a node since it last looked (nothing else makes
+    /// a function unloadable); by id.
     pub(super) fn refusal_candidates(&mut self) -> Vec<FnId> {
+        #[cfg(test)]
+        if self.ix.always_place {
+            self.ix.recheck = true;
+        }
         let mut ids = match std::mem::take(&mut self.ix.recheck) {
             true => self.pending(false),
             false => {

@@ -2,8 +2,9 @@
 //! replace: two schedulers take the same random events, one with the
 //! reference computation switched on, and their actions must be equal
 //! after every event. Algorithm 1's ranked candidates against a scan of
-//! every node per function; placement skipped while nothing it depends on
-//! changed against placement after every event.
+//! every node per function; placement and the check for functions no node
+//! can load skipped while nothing they depend on changed, against both
+//! after every event.
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
@@ -37,7 +38,9 @@ fn lockstep(
     let mut s = Sched::new(p);
     let mut now = ms(0);
     let mut next_node = 1u64;
-    let mut configuring: Vec<u64> = Vec::new();
+    // Nodes asked to load a function, and whether it is one most refuse.
+    let mut configuring: Vec<(u64, bool)> = Vec::new();
+    let refused_mostly = [payload("i"), payload("j")];
     let mut sent: Vec<(u64, u32)> = Vec::new();
     let names = ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"];
     let mut users: Vec<u64> = Vec::new();
@@ -101,8 +104,8 @@ fn lockstep(
             }
             50..=64 => {
                 if !configuring.is_empty() {
-                    let n = configuring.swap_remove(rng.gen_range(0..configuring.len()));
-                    let ok = rng.gen_range(0..6) > 0;
+                    let (n, bad) = configuring.swap_remove(rng.gen_range(0..configuring.len()));
+                    let ok = rng.gen_range(0..6) > if bad { 4 } else { 0 };
                     let at = now + ms(rng.gen_range(0..30));
                     both(&mut |x| {
                         let _ = x.on_config_response(n, ok, at);
@@ -137,12 +140,14 @@ fn lockstep(
         }
         for a in b {
             match a {
-                Action::Configure { node, .. } => configuring.push(node),
+                Action::Configure { node, payload, .. } => {
+                    configuring.push((node, refused_mostly.contains(&payload)))
+                }
                 Action::Send { node, internal, .. } => sent.push((node, internal)),
                 _ => {}
             }
         }
-        configuring.retain(|n| s.nodes.contains_key(n));
+        configuring.retain(|(n, _)| s.nodes.contains_key(n));
         sent.retain(|(n, _)| s.nodes.contains_key(n));
     }
     None
