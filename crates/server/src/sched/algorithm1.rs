@@ -204,11 +204,11 @@ impl Sched {
     }
 
     /// Step 1: functions that have no replica and are needed, oldest
-    /// request first. Each takes the node [`Sched::lowest_rho`] would pick
-    /// — an idle node of a lightly loaded function, else a replica of a
-    /// function with several, else (after the wait) any ready node — from
-    /// [`Candidates`] ranked once per period: O((F + N) log N) instead of
-    /// a scan of every node per function.
+    /// request first. Each takes the node a scan would pick (the lowest
+    /// claim, then the lowest id) — an idle node of a lightly loaded
+    /// function, else a replica of a function with several, else (after
+    /// the wait) any ready node — from [`Candidates`] ranked once per
+    /// period: O((F + N) log N) instead of a scan of every node per function.
     fn serve_requests(&mut self, now: Duration, period: f64, held: &mut Held) {
         #[cfg(test)]
         if self.ix.scan_serve {
