@@ -730,7 +730,15 @@ pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option
     // The join's fixed part is the observer's polling while the nodes
     // come, not a cost of a node: only the slope is a connection's.
     let (join_fixed, cpu_connect) = line(&join_cpu)?;
-    let (cpu_idle_base, cpu_idle_node) = line(&idle_cpus)?;
+    // An idle node's own cost can be below what the window resolves (the
+    // server's timers dominate): a falling line is the mean and no slope.
+    let (cpu_idle_base, cpu_idle_node) = match line(&idle_cpus)? {
+        (_, slope) if slope < 0.0 => {
+            let mean = cal.iter().map(|p| idle_cpus(p)).sum::<f64>() / cal.len() as f64;
+            (mean, 0.0)
+        }
+        fitted => fitted,
+    };
     let ev = ev.cloned().unwrap_or_default();
     let costs = ControlCosts {
         mem_base,
