@@ -1159,14 +1159,19 @@ def sec_scale(doc, seed):
          "`corefarm node --count 2000` processes on the same 2 CPUs (the nodes' work is the machine's, the "
          "figures are the server's own, from `/proc`). Memory per node is (resident after the join − before) / N; "
          "the fan-out is one user given every node, from its configuration to its response; status and "
-         "`/metrics` are the best of three requests; CPU figures have the kernel's 10 ms tick as their grain.", ""]
+         "`/metrics` are the best of three requests; "
+         + ("CPU figures are the server threads' time on a CPU (`/proc/<pid>/task/*/schedstat`, nanoseconds), "
+            "the fan-out and a full status request's CPU the mean of a few."
+            if any("status_all_cpu_ms" in p["metrics"] for p in _scale_points(doc, "cluster"))
+            else "CPU figures have the kernel's 10 ms tick as their grain."), ""]
     rows = []
     for p in sorted(_scale_points(doc, "cluster"), key=lambda p: p["key"]["nodes"]):
         rows.append([f"{p['key']['nodes']:,}", f"{m(p, 'join_s'):.2f} s", f"{m(p, 'rss_idle_kib') / 1024:.1f} MiB",
                      f"{m(p, 'rss_per_node_kib'):.1f}", f"{m(p, 'connect_cpu_us_per_node'):.0f}",
                      f"{m(p, 'fanout_s'):.3f} s", f"{m(p, 'fanout_cpu_us_per_node'):.0f}",
                      f"{m(p, 'status_summary_ms'):.2f} ms / {size(int(m(p, 'status_summary_bytes')))}",
-                     f"{m(p, 'status_all_ms'):.1f} ms / {size(int(m(p, 'status_all_bytes')))}",
+                     f"{m(p, 'status_all_ms'):.1f} ms / {size(int(m(p, 'status_all_bytes')))}"
+                     + (f", CPU {m(p, 'status_all_cpu_ms'):.1f} ms" if 'status_all_cpu_ms' in p["metrics"] else ""),
                      f"{m(p, 'metrics_ms'):.1f} ms / {size(int(m(p, 'metrics_bytes')))}",
                      f"{m(p, 'load_at_start'):.1f}"])
     L += [table(["nodes", "join", "server RSS", "KiB/node", "join CPU µs/node", "fan-out", "fan-out CPU µs/node",
@@ -1206,9 +1211,20 @@ def sec_scale(doc, seed):
         nodes = sorted({q["nodes"] for q in model["points"]})
         cell = lambda q: (f"{q['measured']:.3g} / {q['predicted']:.3g} ({q['error'] * 100:.0f} %)"  # noqa: E731
                           if q else "-")
+        c = model["costs"]
+        if "cpu_status" in c:
+            L += ["Server CPU per event from the fitted model: a node's connection "
+                  f"{c['cpu_connect'] * 1e6:.0f} µs; a configuration {c['cpu_config'] * 1e6:.0f} µs + "
+                  f"{c['cpu_config_node'] * 1e6:.0f} µs per node it reaches; an idle node "
+                  f"{c['cpu_idle_node'] * 1e6:.2f} µs per second (nodes send no heartbeat); a status request "
+                  f"listing every node {c['cpu_status'] * 1e6:.0f} µs + {c['cpu_status_node'] * 1e6:.2f} µs per node.",
+                  ""]
         L += ["The control model (`corefarm_model::control`) fitted on "
-              f"{' and '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured / predicted (error).", "",
-              table(["nodes"] + whats, [[f"{n:,}"] + [cell(by.get((n, w))) for w in whats] for n in nodes])]
+              f"{' and '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured / predicted (error); "
+              "`*` marks the sizes it was fitted on, the others are its validation.", "",
+              table(["nodes"] + whats,
+                    [[f"{n:,}" + ("*" if n in model["calibrated_on"] else "")] + [cell(by.get((n, w))) for w in whats]
+                     for n in nodes])]
     return L
 
 

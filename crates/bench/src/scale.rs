@@ -8,6 +8,9 @@
 //! Every figure is the server's own (its resident memory and CPU time from
 //! `/proc`): the simulated nodes run beside it on the same CPUs, which the
 //! report states; per-node figures are differences over the same server.
+//! CPU time is each server thread's time on a CPU in nanoseconds
+//! (`schedstat`), not `utime + stime`, which move in the kernel's 10 ms
+//! ticks: coarser than most events measured here.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
@@ -48,6 +51,9 @@ pub struct ScaleOptions {
     /// Per-event costs on a small cluster (group open, data via the
     /// server and the direct path): seconds of load per event kind; 0 skips.
     pub event_seconds: f64,
+    /// Configurations fanned out to every node per cluster size (their
+    /// mean is reported), and full status requests timed.
+    pub repeats: usize,
     /// Progress on stderr.
     pub progress: bool,
 }
@@ -67,10 +73,12 @@ pub struct ClusterPoint {
     pub rss_per_node_kib: f64,
     /// Server CPU over the idle window, per node and second.
     pub idle_cpu_us_per_node_s: f64,
-    /// One user given every node: its configuration to its response.
+    /// One user given every node: its configuration to its response
+    /// (the mean of `fanouts`, each a different configuration).
     pub fanout_s: f64,
     /// Server CPU over the configuration, per node.
     pub fanout_cpu_us_per_node: f64,
+    pub fanouts: usize,
     /// Hello to the server's answer for the user taking every node.
     pub take_s: f64,
     pub rss_configured_kib: u64,
@@ -83,6 +91,8 @@ pub struct ClusterPoint {
     /// A status request for every node (the empty request).
     pub status_all_ms: f64,
     pub status_all_bytes: usize,
+    /// Server CPU per status request for every node (mean of `repeats`).
+    pub status_all_cpu_ms: f64,
     /// `GET /metrics`.
     pub metrics_ms: f64,
     pub metrics_bytes: usize,
@@ -304,8 +314,26 @@ pub fn rss_kib(pid: u32) -> Result<u64> {
         .context("no VmRSS")
 }
 
-/// CPU seconds of a process so far.
-fn cpu_s(pid: u32) -> Result<f64> {
+/// CPU seconds of a process so far: its threads' time on a CPU, in
+/// nanoseconds (the first field of each `/proc/<pid>/task/<tid>/schedstat`);
+/// `utime + stime` in clock ticks where the kernel keeps no schedstat. A
+/// thread that exits takes its time with it: the server's runtime threads
+/// live as long as it does.
+pub fn cpu_s(pid: u32) -> Result<f64> {
+    let mut ns = 0u64;
+    let mut read = false;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task"))?.flatten() {
+        let first = std::fs::read_to_string(t.path().join("schedstat"))
+            .ok()
+            .and_then(|s| s.split_whitespace().next()?.parse::<u64>().ok());
+        if let Some(v) = first {
+            ns += v;
+            read = true;
+        }
+    }
+    if read {
+        return Ok(ns as f64 * 1e-9);
+    }
     let t = tree_ticks(pid)?;
     Ok((t.user + t.sys) as f64 / ticks_per_s())
 }
@@ -422,6 +450,12 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
     };
     let (status_page_ms, status_page_bytes) = time_status(&obs, &page)?;
     let (status_all_ms, status_all_bytes) = time_status(&obs, &StatusQuery::all())?;
+    let repeats = o.repeats.max(1);
+    let c0 = cpu_s(srv.pid)?;
+    for _ in 0..repeats {
+        obs.status_query(&StatusQuery::all())?;
+    }
+    let status_all_cpu_ms = (cpu_s(srv.pid)? - c0) * 1e3 / repeats as f64;
     let (metrics_ms, metrics_bytes) = time_metrics(&srv.metrics)?;
 
     // One user given every node, then its configuration.
@@ -440,11 +474,16 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
     if got < n {
         bail!("the user was given {got} of {n} nodes");
     }
-    let c0 = cpu_s(srv.pid)?;
-    let t = Instant::now();
-    user.configure_benchmark(16, 16, 0)?;
-    let fanout_s = t.elapsed().as_secs_f64();
-    let fanout_cpu = cpu_s(srv.pid)? - c0;
+    // Each a new configuration (its delay), so every node is programmed
+    // again.
+    let (mut fanout_s, mut fanout_cpu) = (0.0, 0.0);
+    for i in 0..repeats {
+        let c0 = cpu_s(srv.pid)?;
+        let t = Instant::now();
+        user.configure_benchmark(16, 16, i as u32)?;
+        fanout_s += t.elapsed().as_secs_f64() / repeats as f64;
+        fanout_cpu += (cpu_s(srv.pid)? - c0) / repeats as f64;
+    }
     let rss_configured = rss_kib(srv.pid)?;
     user.close();
     obs.close();
@@ -459,6 +498,7 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
         idle_cpu_us_per_node_s: idle_cpu * 1e6 / (n as f64 * idle_wall),
         fanout_s,
         fanout_cpu_us_per_node: fanout_cpu * 1e6 / n as f64,
+        fanouts: repeats,
         take_s,
         rss_configured_kib: rss_configured,
         status_summary_ms,
@@ -467,6 +507,7 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
         status_page_bytes,
         status_all_ms,
         status_all_bytes,
+        status_all_cpu_ms,
         metrics_ms,
         metrics_bytes,
         load_at_start,
@@ -665,8 +706,9 @@ fn answer(s: &mut Sched, now: Duration, sent: &mut Vec<(u64, u32)>) {
 }
 
 /// Calibrates the control model on the two smallest clusters (memory,
-/// fan-out time and CPU as lines in the node count; connect CPU per node
-/// their mean) and the per-event costs, and predicts every cluster.
+/// fan-out time, and the server CPU of joining, configuring, idling and
+/// full status requests, each as a line in the node count) and the
+/// per-event costs, and predicts every cluster.
 pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option<ModelCheck> {
     let mut sorted: Vec<&ClusterPoint> = clusters.iter().collect();
     sorted.sort_by_key(|p| p.nodes);
@@ -678,21 +720,32 @@ pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option
                 .collect::<Vec<_>>(),
         )
     };
+    let join_cpu = |p: &ClusterPoint| p.connect_cpu_us_per_node * 1e-6 * p.nodes as f64;
+    let idle_cpus = |p: &ClusterPoint| p.idle_cpu_us_per_node_s * 1e-6 * p.nodes as f64;
+    let fanout_cpu = |p: &ClusterPoint| p.fanout_cpu_us_per_node * 1e-6 * p.nodes as f64;
     let (mem_base, mem_per_node) = line(&|p| p.rss_idle_kib as f64 * 1024.0)?;
     let (fanout_fixed, fanout_per_node) = line(&|p| p.fanout_s)?;
-    let (cpu_config, cpu_config_node) =
-        line(&|p| p.fanout_cpu_us_per_node * 1e-6 * p.nodes as f64)?;
-    let (status_fixed, cpu_status_node) = line(&|p| p.status_all_ms * 1e-3)?;
-    let cpu_connect =
-        cal.iter().map(|p| p.connect_cpu_us_per_node).sum::<f64>() * 1e-6 / cal.len() as f64;
-    let cpu_idle_node =
-        cal.iter().map(|p| p.idle_cpu_us_per_node_s).sum::<f64>() * 1e-6 / cal.len() as f64;
+    let (cpu_config, cpu_config_node) = line(&fanout_cpu)?;
+    let (cpu_status, cpu_status_node) = line(&|p| p.status_all_cpu_ms * 1e-3)?;
+    // The join's fixed part is the observer's polling while the nodes
+    // come, not a cost of a node: only the slope is a connection's.
+    let (join_fixed, cpu_connect) = line(&join_cpu)?;
+    // An idle node's own cost can be below what the window resolves (the
+    // server's timers dominate): a falling line is the mean and no slope.
+    let (cpu_idle_base, cpu_idle_node) = match line(&idle_cpus)? {
+        (_, slope) if slope < 0.0 => {
+            let mean = cal.iter().map(|p| idle_cpus(p)).sum::<f64>() / cal.len() as f64;
+            (mean, 0.0)
+        }
+        fitted => fitted,
+    };
     let ev = ev.cloned().unwrap_or_default();
     let costs = ControlCosts {
         mem_base,
         mem_per_node,
         mem_per_user: 0.0,
         cpu_connect,
+        cpu_idle_base,
         cpu_idle_node,
         cpu_config,
         cpu_config_node,
@@ -700,6 +753,7 @@ pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option
         cpu_group_open: ev.group_open_cpu_us * 1e-6,
         cpu_message_server: ev.message_server_cpu_us * 1e-6,
         cpu_message_direct: ev.message_direct_cpu_us * 1e-6,
+        cpu_status,
         cpu_status_node,
         fanout_fixed,
         fanout_per_node,
@@ -709,6 +763,10 @@ pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option
     for p in &sorted {
         let n = p.nodes as f64;
         let calibration = calibrated_on.contains(&p.nodes);
+        let idle = costs.predict(&corefarm_model::control::ControlLoad {
+            nodes: n,
+            ..Default::default()
+        });
         for (what, measured, predicted) in [
             (
                 "memory_mib",
@@ -716,20 +774,17 @@ pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option
                 (costs.mem_base + costs.mem_per_node * n) / (1 << 20) as f64,
             ),
             ("fanout_s", p.fanout_s, costs.fanout_s(n)),
-            (
-                "fanout_cpu_s",
-                p.fanout_cpu_us_per_node * 1e-6 * n,
-                costs.config_cpu_s(n),
-            ),
+            ("fanout_cpu_s", fanout_cpu(p), costs.config_cpu_s(n)),
             (
                 "join_cpu_s",
-                p.connect_cpu_us_per_node * 1e-6 * n,
-                costs.cpu_connect * n,
+                join_cpu(p),
+                join_fixed + costs.cpu_connect * n,
             ),
+            ("idle_cpus", idle_cpus(p), idle.cpus),
             (
-                "status_all_s",
-                p.status_all_ms * 1e-3,
-                status_fixed + costs.cpu_status_node * n,
+                "status_all_cpu_s",
+                p.status_all_cpu_ms * 1e-3,
+                costs.status_cpu_s(n),
             ),
         ] {
             points.push(Predicted {

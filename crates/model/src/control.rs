@@ -34,7 +34,11 @@ pub struct ControlCosts {
     pub mem_per_user: f64,
     /// CPU seconds per node connection (accept, hello, registration).
     pub cpu_connect: f64,
-    /// CPU seconds per second per idle node (timers, keep-alives).
+    /// CPU seconds per second of a server with no work (its timers).
+    #[serde(default)]
+    pub cpu_idle_base: f64,
+    /// CPU seconds per second per idle node (timers, keep-alives: the
+    /// nodes send no heartbeat; a node's only reports are its answers).
     pub cpu_idle_node: f64,
     /// CPU seconds per configuration, fixed part.
     pub cpu_config: f64,
@@ -48,6 +52,9 @@ pub struct ControlCosts {
     pub cpu_message_server: f64,
     /// Server CPU seconds per data message on the direct path.
     pub cpu_message_direct: f64,
+    /// CPU seconds per status request or scrape listing every node, fixed part.
+    #[serde(default)]
+    pub cpu_status: f64,
     /// CPU seconds per node per status request or scrape listing every node.
     pub cpu_status_node: f64,
     /// Wall seconds of a configuration's fan-out, fixed part.
@@ -95,14 +102,15 @@ impl ControlCosts {
     pub fn predict(&self, l: &ControlLoad) -> ControlPrediction {
         let memory_bytes =
             self.mem_base + self.mem_per_node * l.nodes + self.mem_per_user * l.users;
-        let cpus = self.cpu_idle_node * l.nodes
+        let cpus = self.cpu_idle_base
+            + self.cpu_idle_node * l.nodes
             + l.connects_per_s * self.cpu_connect
             + l.configs_per_s * (self.cpu_config + self.cpu_config_node * l.nodes_per_config)
             + l.sessions_per_s * self.cpu_session
             + l.group_opens_per_s * self.cpu_group_open
             + l.messages_server_per_s * self.cpu_message_server
             + l.messages_direct_per_s * self.cpu_message_direct
-            + l.full_status_per_s * self.cpu_status_node * l.nodes;
+            + l.full_status_per_s * self.status_cpu_s(l.nodes);
         ControlPrediction {
             memory_bytes,
             cpus,
@@ -113,6 +121,11 @@ impl ControlCosts {
     /// Wall seconds for a configuration to reach `nodes` nodes and be answered.
     pub fn fanout_s(&self, nodes: f64) -> f64 {
         self.fanout_fixed + self.fanout_per_node * nodes
+    }
+
+    /// CPU seconds of one status request or scrape listing `nodes` nodes.
+    pub fn status_cpu_s(&self, nodes: f64) -> f64 {
+        self.cpu_status + self.cpu_status_node * nodes
     }
 
     /// CPU seconds of one configuration fanned out to `nodes` nodes.
@@ -138,11 +151,20 @@ impl ControlCosts {
             users: users_per_node,
             ..*per_node
         };
+        // What does not grow with the nodes: the idle server, and each
+        // status request's fixed part (its rate does grow).
+        let fixed = ControlCosts {
+            cpu_idle_base: 0.0,
+            cpu_status: 0.0,
+            ..*self
+        };
+        let per_request = per_node.full_status_per_s * self.cpu_status;
+        let cpus = (cpus - self.cpu_idle_base).max(0.0);
         // Both are linear in N with these rates: cost(N) = N · cost(1),
         // except the full-status term, which is N² (every node per request,
         // requests in proportion to the nodes).
-        let p = self.predict(&one);
-        let cpu_bound = match p.cpus {
+        let p = fixed.predict(&one);
+        let cpu_bound = match p.cpus + per_request {
             c if c > 0.0 && per_node.full_status_per_s > 0.0 => {
                 // a·N + b·N² = cpus, with b the full-status part.
                 let b = per_node.full_status_per_s * self.cpu_status_node;
@@ -197,6 +219,7 @@ mod tests {
             mem_per_node: 8e3,
             mem_per_user: 100e3,
             cpu_connect: 50e-6,
+            cpu_idle_base: 0.0,
             cpu_idle_node: 0.0,
             cpu_config: 1e-3,
             cpu_config_node: 20e-6,
@@ -204,6 +227,7 @@ mod tests {
             cpu_group_open: 1e-3,
             cpu_message_server: 10e-6,
             cpu_message_direct: 0.0,
+            cpu_status: 0.0,
             cpu_status_node: 2e-6,
             fanout_fixed: 5e-3,
             fanout_per_node: 40e-6,
@@ -260,6 +284,36 @@ mod tests {
         let at = |n: f64| per * n + 1e-3 * 2e-6 * n * n;
         assert!(relative_error(at(n), 1.0) < 1e-9, "{n}");
         assert!(n < cpu_only);
+    }
+
+    #[test]
+    fn the_idle_server_and_a_status_requests_fixed_part_do_not_grow_with_the_nodes() {
+        let c = ControlCosts {
+            cpu_idle_base: 0.01,
+            cpu_status: 1e-3,
+            ..costs()
+        };
+        let l = ControlLoad {
+            nodes: 1000.0,
+            full_status_per_s: 2.0,
+            ..Default::default()
+        };
+        // 10 ms idle, 2 × (1 ms + 1,000 × 2 µs).
+        assert!((c.predict(&l).cpus - (0.01 + 2.0 * 3e-3)).abs() < 1e-12);
+        let per_node = ControlLoad {
+            full_status_per_s: 1e-3,
+            ..Default::default()
+        };
+        let n = c.max_nodes(&per_node, 0.0, 1.0, f64::INFINITY);
+        let at = |n: f64| {
+            c.predict(&ControlLoad {
+                nodes: n,
+                full_status_per_s: 1e-3 * n,
+                ..Default::default()
+            })
+            .cpus
+        };
+        assert!(relative_error(at(n), 1.0) < 1e-9, "{n}");
     }
 
     #[test]

@@ -33,6 +33,13 @@ pub struct ScaleArgs {
     /// data via the server and direct); 0 skips them.
     #[arg(long, default_value_t = 2.0)]
     event_seconds: f64,
+    /// Configurations fanned out to every node, and full status requests,
+    /// per cluster size (their mean is reported).
+    #[arg(long, default_value_t = 3)]
+    repeats: usize,
+    /// Only the scheduler in process: no server, no nodes, no events.
+    #[arg(long)]
+    sched_only: bool,
     /// Small sizes for a smoke run (a few seconds): 50 and 200 nodes,
     /// the scheduler to 1,000 nodes and 100 functions, 0.5 s per event.
     #[arg(long)]
@@ -60,6 +67,7 @@ pub fn run(a: ScaleArgs) -> Result<()> {
         sched_messages: a.sched_messages,
         sched_periods: a.sched_periods,
         event_seconds: a.event_seconds,
+        repeats: a.repeats,
         progress: !a.quiet,
     };
     if a.quick {
@@ -70,6 +78,11 @@ pub fn run(a: ScaleArgs) -> Result<()> {
         o.sched_messages = 500;
         o.sched_periods = 5;
         o.event_seconds = 0.5;
+        o.repeats = 1;
+    }
+    if a.sched_only {
+        o.nodes.clear();
+        o.event_seconds = 0.0;
     }
     crate::interrupt::kill_children_on_signal("bench scale");
     let rep = scale::run(&o)?;

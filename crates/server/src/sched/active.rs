@@ -52,6 +52,8 @@ impl Sched {
             let at = now + window;
             rec.active_until = Some(at);
             self.expiry.insert((at, user));
+            // Its function's weight in the fair shares grew.
+            self.placement_changed();
         }
     }
 
@@ -88,6 +90,7 @@ impl Sched {
             } else {
                 tracing::trace!(user, "no work lately: out of the fair shares");
                 rec.active_until = None;
+                self.placement_changed();
             }
         }
     }

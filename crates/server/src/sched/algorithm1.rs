@@ -39,6 +39,7 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use super::ranked::Ranked;
 use super::{FnId, Sched, Slot, SlotState};
 
 /// Replicas per function, counted once per period and kept up to date as
@@ -114,6 +115,18 @@ impl Held {
     }
 }
 
+/// Step 1's candidates for functions without a replica, by the function
+/// their nodes hold, ranked by its claim ([`Sched::claim`]).
+#[derive(Default)]
+struct Candidates {
+    /// Idle nodes whose function's load is below C_RECONFIG.
+    idle: Ranked,
+    /// Ready nodes of functions with more than one ready replica.
+    shared: Ranked,
+    /// Every ready node: taken from once a function has waited long enough.
+    ready: Ranked,
+}
+
 impl Sched {
     /// One monitoring period ended. Linear in the nodes and functions,
     /// plus a sort of the idle nodes: O(n log n) per period.
@@ -174,7 +187,10 @@ impl Sched {
     }
 
     /// The node passing `keep` whose function has the weakest claim
-    /// ([`Sched::own_claim`]; the first such in id order among equals).
+    /// ([`Sched::own_claim`]; the first such in id order among equals): a
+    /// scan of every node, what [`Sched::serve_requests`] decided per
+    /// function before its candidates were ranked; the tests compare the two.
+    #[cfg(test)]
     fn lowest_rho(
         &self,
         period: f64,
@@ -189,8 +205,52 @@ impl Sched {
             .map(|(_, id)| id)
     }
 
-    /// Step 1: functions that have no replica and are needed.
+    /// Step 1: functions that have no replica and are needed, oldest
+    /// request first. Each takes the node a scan would pick (the lowest
+    /// claim, then the lowest id) — an idle node of a lightly loaded
+    /// function, else a replica of a function with several, else (after
+    /// the wait) any ready node — from [`Candidates`] ranked once per
+    /// period: O((F + N) log N) instead of a scan of every node per function.
     fn serve_requests(&mut self, now: Duration, period: f64, held: &mut Held) {
+        #[cfg(test)]
+        if self.ix.scan_serve {
+            return self.serve_requests_scan(now, period, held);
+        }
+        let wanting = self.wanting(held);
+        if wanting.is_empty() {
+            return;
+        }
+        let limit = self.p.max_wait.max(self.slowest_reconfig() * 10);
+        let mut c = self.candidates(period, held);
+        for (since, f) in wanting {
+            let waited = now.saturating_sub(since) >= limit;
+            // Candidates only leave (a function without a replica holds no
+            // node), and those waiting later have waited less: no function
+            // after this one can take a node either.
+            if c.idle.is_empty() && c.shared.is_empty() && (!waited || c.ready.is_empty()) {
+                break;
+            }
+            let nodes = &self.nodes;
+            let usable = |n: u64| !nodes[&n].refused.contains(&f);
+            if let Some((g, node)) = c.idle.lowest(usable) {
+                self.reconfigure_held(node, f, now, held);
+                self.candidate_moved(&mut c, node, g, f, period, held);
+                continue;
+            }
+            let victim = c
+                .shared
+                .lowest(usable)
+                .or_else(|| waited.then(|| c.ready.lowest(usable)).flatten());
+            if let Some((g, node)) = victim {
+                self.drain_held(node, f, held);
+                self.candidate_moved(&mut c, node, g, f, period, held);
+            }
+        }
+    }
+
+    /// The functions step 1 serves: requested, with waiting users or
+    /// queued work, not given up, without a node promised; oldest first.
+    fn wanting(&self, held: &Held) -> Vec<(Duration, FnId)> {
         let mut wanting: Vec<(Duration, FnId)> = self
             .fns
             .values()
@@ -199,18 +259,90 @@ impl Sched {
             .filter_map(|f| f.requested.map(|t| (t, f.id)))
             .filter(|&(_, id)| held.promised(id) == 0)
             .collect();
-        if wanting.is_empty() {
-            return;
-        }
         wanting.sort();
-        // The slowest node's reprogramming bounds how long a function
-        // without a replica waits before it may take a busy one's.
-        let slowest = self
-            .nodes
+        wanting
+    }
+
+    /// The slowest node's reprogramming bounds how long a function
+    /// without a replica waits before it may take a busy one's.
+    fn slowest_reconfig(&self) -> Duration {
+        self.nodes
             .keys()
             .map(|&n| self.reconfig_time(n))
             .max()
-            .unwrap_or_default();
+            .unwrap_or_default()
+    }
+
+    /// `node` takes no new work and loads `f` once idle, `held` kept counted.
+    fn drain_held(&mut self, node: u64, f: FnId, held: &mut Held) {
+        tracing::debug!(node, function = %f, "draining a node for a function without a replica");
+        let slot = self.nodes.get_mut(&node).expect("listed");
+        let before = counted(slot);
+        slot.state = SlotState::Draining { target: f };
+        held.moved(before, counted(slot));
+        self.reindex(node);
+    }
+
+    /// Step 1's candidates, every node in its group and every group ranked.
+    fn candidates(&self, period: f64, held: &Held) -> Candidates {
+        let mut c = Candidates::default();
+        for (&id, s) in &self.nodes {
+            if s.idle() {
+                c.idle.add(s.function, id);
+            }
+            if s.state == SlotState::Ready {
+                c.shared.add(s.function, id);
+                c.ready.add(s.function, id);
+            }
+        }
+        let mut groups = c.idle.groups();
+        groups.extend(c.ready.groups());
+        for g in groups {
+            self.rank_candidates(&mut c, g, period, held);
+        }
+        c
+    }
+
+    /// Ranks the group of nodes holding `g` by its claim, in each list it
+    /// qualifies for.
+    fn rank_candidates(&self, c: &mut Candidates, g: Option<FnId>, period: f64, held: &Held) {
+        let claim = g.map_or(0.0, |f| self.claim(f, period, held));
+        let rho = g.map_or(0.0, |f| self.rho(f, period, held));
+        c.idle.rank(g, (rho < self.p.c_reconfig).then_some(claim));
+        c.shared
+            .rank(g, g.filter(|&f| held.ready(f) > 1).map(|_| claim));
+        c.ready.rank(g, Some(claim));
+    }
+
+    /// `node`, of the group holding `g`, was given to `f`: it is no
+    /// candidate any more, and the claims of `g` and `f` changed with
+    /// their replica counts (no other function's did).
+    fn candidate_moved(
+        &self,
+        c: &mut Candidates,
+        node: u64,
+        g: Option<FnId>,
+        f: FnId,
+        period: f64,
+        held: &Held,
+    ) {
+        for list in [&mut c.idle, &mut c.shared, &mut c.ready] {
+            list.remove(g, node);
+        }
+        for h in [g, Some(f)] {
+            self.rank_candidates(c, h, period, held);
+        }
+    }
+
+    /// Step 1 as a scan of every node per function (what it was): the
+    /// reference the ranked candidates are tested against.
+    #[cfg(test)]
+    fn serve_requests_scan(&mut self, now: Duration, period: f64, held: &mut Held) {
+        let wanting = self.wanting(held);
+        if wanting.is_empty() {
+            return;
+        }
+        let slowest = self.slowest_reconfig();
         for (since, f) in wanting {
             let usable = |s: &Slot| !s.refused.contains(&f);
             let c_reconfig = self.p.c_reconfig;
@@ -234,12 +366,7 @@ impl Sched {
                     self.lowest_rho(period, held, |_, s| ready(s))
                 });
             if let Some(node) = victim {
-                tracing::debug!(node, function = %f, "draining a node for a function without a replica");
-                let slot = self.nodes.get_mut(&node).expect("listed");
-                let before = counted(slot);
-                slot.state = SlotState::Draining { target: f };
-                held.moved(before, counted(slot));
-                self.reindex(node);
+                self.drain_held(node, f, held);
             }
         }
     }

@@ -143,6 +143,26 @@ pub(super) struct Index {
     pub(super) pending: HashSet<FnId>,
     /// Functions that may be requested (a superset, as `pending`).
     pub(super) requested: HashSet<FnId>,
+    /// Functions that may have queued work and a replica serving them (a
+    /// superset): the only ones [`Sched::pump`] can dispatch for.
+    pub(super) dispatchable: HashSet<FnId>,
+    /// Functions given work or a waiting user since the refusal check last
+    /// looked ([`Sched::refusal_candidates`]).
+    pub(super) fresh: HashSet<FnId>,
+    /// Every pending function needs the refusal check: nodes came or left
+    /// since it last looked.
+    pub(super) recheck: bool,
+    /// Whether no node can move to another function (no spare node, none
+    /// above its function's fair share), while nothing placement depends
+    /// on changed; `None`: to be counted ([`Sched::placement_changed`]).
+    pub(super) dry: Option<bool>,
+    /// Tests: Algorithm 1's step 1 as the scan of every node per function.
+    #[cfg(test)]
+    pub(super) scan_serve: bool,
+    /// Tests: placement and the refusal check always run in full, as if
+    /// everything had changed.
+    #[cfg(test)]
+    pub(super) always_place: bool,
 }
 
 impl Index {
@@ -207,6 +227,23 @@ impl Index {
         let before = self.keys.get(&node).copied();
         if before == now {
             return;
+        }
+        // What placement and the refusal check count changes only when a
+        // node comes, leaves, or is promised to another function: not with
+        // a data message, nor when a node finishes loading.
+        let promised = |k: Option<Key>| k.and_then(|k| k.promised_to());
+        if before.is_none() || now.is_none() {
+            self.dry = None;
+            self.recheck = true;
+        } else if promised(before) != promised(now) {
+            self.dry = None;
+            // Only these two may have lost their last replica.
+            self.fresh.extend(promised(before));
+            self.fresh.extend(promised(now));
+        }
+        let ready = |k: Option<Key>| k.and_then(|k| k.ready_for());
+        if let Some(f) = ready(now).filter(|&f| ready(before) != Some(f)) {
+            self.dispatchable.insert(f);
         }
         self.rotation_entries(node, before.and_then(|k| k.serving()), false);
         if let Some(k) = before {
@@ -289,6 +326,8 @@ impl Index {
     /// A connected node refused `f` (`add`), or one that had left.
     pub(super) fn refusal(&mut self, f: FnId, add: bool) {
         count(&mut self.refused, Some(f), add);
+        // Refused by every node now, perhaps.
+        self.fresh.insert(f);
     }
 
     pub(super) fn refused(&self, f: FnId) -> usize {
@@ -360,11 +399,38 @@ impl Sched {
         let key = self.nodes.get(&node).map(Key::of);
         self.ix.set(node, key);
         self.track_limits(node);
+        // An idle node holding nothing anyone wants is a spare one.
+        if let Some(k) = key.filter(Key::idle) {
+            let wanted = |f| {
+                self.fns
+                    .get(&f)
+                    .is_some_and(super::function::Function::wanted)
+            };
+            if !k.function.is_some_and(wanted) {
+                self.ix.dry = None;
+            }
+        }
+    }
+
+    /// Something placement depends on changed: its count of spare nodes
+    /// and of functions above their fair share is redone at the next
+    /// event. Called where the nodes' functions, the users or their
+    /// weights change; any change to how a function's fair share is
+    /// counted (`route::share_weight`) must call it too.
+    pub(super) fn placement_changed(&mut self) {
+        self.ix.dry = None;
+        self.ix.recheck = true;
     }
 
     /// Work was queued for `f`, or a user waits for it.
     pub(super) fn note_pending(&mut self, f: FnId) {
         self.ix.pending.insert(f);
+        self.ix.fresh.insert(f);
+        self.ix.dispatchable.insert(f);
+        // A function wanted only for its queued work weighs in the fair shares.
+        if self.fns.get(&f).is_some_and(|f| f.users.is_empty()) {
+            self.placement_changed();
+        }
     }
 
     /// `f` asked for a replica.
@@ -380,12 +446,58 @@ impl Sched {
             fns.get(id)
                 .is_some_and(|f| !f.queue.is_empty() || !f.waiting.is_empty())
         });
-        self.ix
+        let mut ids: Vec<FnId> = self
+            .ix
             .pending
             .iter()
             .copied()
             .filter(|id| !queued || !fns[id].queue.is_empty())
-            .collect()
+            .collect();
+        // By id: the order the functions are served in does not depend
+        // on a hash.
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The functions that may dispatch queued work now: queued work and a
+    /// ready replica, by id; dropping from the index those without.
+    pub(super) fn dispatchable(&mut self) -> Vec<FnId> {
+        let (fns, ready) = (&self.fns, &self.ix.ready);
+        self.ix.dispatchable.retain(|id| {
+            fns.get(id).is_some_and(|f| !f.queue.is_empty()) && ready.contains_key(id)
+        });
+        let mut ids: Vec<FnId> = self.ix.dispatchable.iter().copied().collect();
+        ids.sort_unstable();
+        ids
+    }
+
+    /// The pending functions the refusal check must look at: all after a
+    /// node came or left, else those given work or a waiting user, refused
+    /// by a node or losing a node since it last looked (nothing else makes
+    /// a function unloadable); by id.
+    pub(super) fn refusal_candidates(&mut self) -> Vec<FnId> {
+        #[cfg(test)]
+        if self.ix.always_place {
+            self.ix.recheck = true;
+        }
+        let mut ids = match std::mem::take(&mut self.ix.recheck) {
+            true => self.pending(false),
+            false => {
+                let fns = &self.fns;
+                self.ix
+                    .fresh
+                    .iter()
+                    .copied()
+                    .filter(|id| {
+                        fns.get(id)
+                            .is_some_and(|f| !f.queue.is_empty() || !f.waiting.is_empty())
+                    })
+                    .collect()
+            }
+        };
+        self.ix.fresh.clear();
+        ids.sort_unstable();
+        ids
     }
 
     /// The requested functions, dropping from the index those that are not.

@@ -35,6 +35,7 @@ mod params;
 pub mod places;
 mod progress;
 pub mod queue;
+mod ranked;
 mod route;
 pub mod view;
 
@@ -345,6 +346,7 @@ impl Sched {
         now: Duration,
     ) -> FnId {
         let id = FnId::of(&payload);
+        self.placement_changed();
         self.leave_function(user);
         let rec = self.users.entry(user).or_default();
         rec.function = Some(id);
@@ -382,6 +384,7 @@ impl Sched {
     /// function's queue, and its function's fair share of the nodes counts
     /// it that many times. Until set, a user's weight is 1.
     pub fn set_weight(&mut self, user: u64, weight: u32) {
+        self.placement_changed();
         self.users.entry(user).or_default().weight = weight;
     }
 
@@ -392,6 +395,7 @@ impl Sched {
     /// be held by many people, whose programs should not shrink each
     /// other's share by opening sessions.
     pub fn set_tenant(&mut self, user: u64, name: Option<&str>, weight: u32) {
+        self.placement_changed();
         let rec = self.users.entry(user).or_default();
         rec.weight = weight;
         if rec.tenant.as_deref() == name {
@@ -464,6 +468,7 @@ impl Sched {
     /// (seed 002's workload at P = 100 ms: each of the others then waited
     /// one reprogramming more for its first function).
     pub fn user_joined(&mut self, user: u64) {
+        self.placement_changed();
         if let std::collections::hash_map::Entry::Vacant(e) = self.users.entry(user) {
             e.insert(UserRec {
                 joining: true,
@@ -476,6 +481,7 @@ impl Sched {
     /// The user left: its queued work is dropped, results still in flight
     /// will be discarded.
     pub fn user_gone(&mut self, user: u64, now: Duration) {
+        self.placement_changed();
         self.leave_function(user);
         if let Some(rec) = self.users.remove(&user) {
             if rec.joining {

@@ -58,7 +58,7 @@ impl Sched {
     /// data queued for it while no replica is left (its last one lost) fails
     /// with them, instead of waiting for a replica that cannot come.
     fn fail_refused(&mut self) {
-        let mut ids = self.pending(false);
+        let mut ids = self.refusal_candidates();
         ids.retain(|id| self.unloadable(&self.fns[id]) && self.replicas_or_loading(*id) == 0);
         for id in ids {
             let f = self.fns.get_mut(&id).expect("listed");
@@ -91,6 +91,7 @@ impl Sched {
                 });
             }
             self.forget_if_unused(id);
+            self.placement_changed();
         }
     }
 
@@ -101,6 +102,9 @@ impl Sched {
     /// nodes at once: waiting for Algorithm 1's period would leave the user
     /// idle while other functions keep replicas beyond their share.
     fn place(&mut self, now: Duration) {
+        if self.dry() {
+            return;
+        }
         let mut wanting = self.requested();
         wanting.retain(|&(_, id)| {
             self.fns[&id].lost_loads < MAX_LOST_LOADS && self.replicas_or_loading(id) == 0
@@ -233,6 +237,25 @@ impl Sched {
             .map(|(left, _, id)| (id, left.as_secs_f64()))
     }
 
+    /// No node can move to another function: none is spare, and none
+    /// is above its function's fair share (or fair shares are off), so
+    /// [`Sched::place`] and [`Sched::spread`] have nothing to do. Counted
+    /// again only after [`Sched::placement_changed`]: with more functions
+    /// waiting than nodes, an event then costs no count of the functions.
+    fn dry(&mut self) -> bool {
+        #[cfg(test)]
+        if self.ix.always_place {
+            return false;
+        }
+        if let Some(dry) = self.ix.dry {
+            return dry;
+        }
+        let dry = self.spare_sets().is_empty()
+            && (!self.p.fair_share || self.above_share(self.users_of_wanted()).is_empty());
+        self.ix.dry = Some(dry);
+        dry
+    }
+
     /// `node` loads `f` now if idle; otherwise it takes no new work and
     /// loads `f` once its work is done (`finish_drains`).
     fn drain_for(&mut self, node: u64, f: FnId, now: Duration) {
@@ -256,6 +279,9 @@ impl Sched {
     /// functions holding more than theirs. Algorithm 1 then decides about
     /// the rest.
     fn spread(&mut self, now: Duration) {
+        if self.dry() {
+            return;
+        }
         let mut waiting: Vec<(usize, FnId)> = self
             .pending(true)
             .into_iter()
@@ -339,7 +365,7 @@ impl Sched {
     fn pump(&mut self, now: Duration) {
         // Late jobs first: they are the oldest work.
         self.place_hedges(now);
-        for fid in self.pending(true) {
+        for fid in self.dispatchable() {
             // When this function's loading replicas will take work.
             let loading: Vec<Duration> = self
                 .ix
@@ -395,6 +421,15 @@ impl Sched {
                 let Some((node, mut job)) = self.next_job(fid, node) else {
                     break;
                 };
+                // A function wanted only for its queued work is not any
+                // more once that is dispatched: its idle nodes are spare.
+                if self
+                    .fns
+                    .get(&fid)
+                    .is_some_and(|f| f.users.is_empty() && f.queue.is_empty())
+                {
+                    self.placement_changed();
+                }
                 job.permit = None;
                 job.sent = now;
                 let internal = self.next_internal;
@@ -486,6 +521,7 @@ impl Sched {
             }
             f.requested = None;
         }
+        self.placement_changed();
         let ids: Vec<FnId> = self.fns.keys().copied().collect();
         ids.into_iter().for_each(|id| self.forget_if_unused(id));
         self.no_nodes_since = Some(now);

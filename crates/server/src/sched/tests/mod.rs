@@ -10,6 +10,7 @@ mod groups;
 mod hedging;
 mod index;
 mod placement;
+mod reference;
 mod routing;
 
 fn ms(n: u64) -> Duration {
