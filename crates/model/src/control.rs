@@ -184,8 +184,20 @@ impl ControlCosts {
 }
 
 /// A straight line `y = a + b·x` through measured points by least squares
-/// (at least two distinct `x`); `None` otherwise.
+/// (at least two distinct `x`); `None` otherwise. A cost has no negative
+/// fixed part: where the free fit's `a` comes out below zero (noise in a
+/// small point), the line goes through the origin instead.
 pub fn fit_line(points: &[(f64, f64)]) -> Option<(f64, f64)> {
+    let (a, b) = fit_free(points)?;
+    if a >= 0.0 {
+        return Some((a, b));
+    }
+    let sxx: f64 = points.iter().map(|p| p.0 * p.0).sum();
+    let sxy: f64 = points.iter().map(|p| p.0 * p.1).sum();
+    Some((0.0, sxy / sxx))
+}
+
+fn fit_free(points: &[(f64, f64)]) -> Option<(f64, f64)> {
     let n = points.len() as f64;
     if points.len() < 2 {
         return None;
@@ -212,6 +224,16 @@ pub fn relative_error(predicted: f64, measured: f64) -> f64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_fitted_cost_has_no_negative_fixed_part() {
+        let (a, b) = fit_line(&[(100.0, 3.0), (1000.0, 21.0)]).unwrap();
+        assert!((a - 1.0).abs() < 1e-9 && (b - 0.02).abs() < 1e-12);
+        // The free fit would be -3.9 + 0.069 x.
+        let (a, b) = fit_line(&[(100.0, 3.0), (1000.0, 65.0)]).unwrap();
+        assert_eq!(a, 0.0);
+        assert!((b - 65_300.0 / 1_010_000.0).abs() < 1e-12);
+    }
 
     fn costs() -> ControlCosts {
         ControlCosts {
