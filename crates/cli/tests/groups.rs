@@ -178,18 +178,12 @@ fn a_named_users_group_is_bounded_by_its_limit_and_charged_to_its_account() {
     use corefarm_client::group::GroupError;
     use corefarm_client::ClientError;
     use corefarm_smp::auth::Secret;
-    use corefarm_smp::{AccountStatus, ErrorCode};
-    use std::os::unix::fs::PermissionsExt;
+    use corefarm_smp::ErrorCode;
 
     const CAROL: &str = "carol-secret-for-the-group-test";
     const NODES: &str = "node-secret-for-the-group-test";
     let dir = tempfile::tempdir().unwrap();
-    let private = |name: &str, text: &str| {
-        let p = dir.path().join(name);
-        std::fs::write(&p, text).unwrap();
-        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-        p
-    };
+    let private = |name: &str, text: &str| support::private(dir.path(), name, text);
     let auth = private(
         "auth.toml",
         &format!(
@@ -235,20 +229,7 @@ fn a_named_users_group_is_bounded_by_its_limit_and_charged_to_its_account() {
     // A command answered by the member: the group has held it a while.
     g.barrier(Algorithm::Auto).expect("barrier");
     g.close().expect("close");
-    let out = Command::new(BIN)
-        .args(["status", "--accounting", "--json", "--server", &users])
-        .args(["--user", "carol", "--secret-file"])
-        .arg(private("carol.secret", CAROL))
-        .env_remove("COREFARM_USER")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let accounts: Vec<AccountStatus> = serde_json::from_value(v["accounts"].clone()).unwrap();
+    let (_, accounts) = support::accounting(&users, "carol", &private("carol.secret", CAROL));
     let carol = accounts
         .iter()
         .find(|a| a.user == "carol")

@@ -3,27 +3,19 @@
 //! per-user accounting read with `corefarm status --accounting --json`.
 //! Waits are on process exit and the server's status, never on sleeps.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::Duration;
 
-use corefarm_smp::{AccountStatus, ClusterStatus};
+use corefarm_smp::ClusterStatus;
 
 use crate::support;
-use support::{Proc, BIN};
+use support::{accounting, private, Proc, BIN};
 
 const LIMIT: Duration = Duration::from_secs(60);
 const ALICE: &str = "alice-secret-for-the-binary-test";
 const BOB: &str = "bob-secret-for-the-binary-test";
 const NODE: &str = "node-secret-for-the-binary-test";
-
-fn private(dir: &Path, name: &str, text: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let p = dir.join(name);
-    std::fs::write(&p, text).unwrap();
-    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
-    p
-}
 
 fn node(nodes: &str, name: &str, secret: &Path) -> Proc {
     Proc(
@@ -36,25 +28,6 @@ fn node(nodes: &str, name: &str, secret: &Path) -> Proc {
             .spawn()
             .expect("start corefarm node"),
     )
-}
-
-/// `corefarm status --accounting --json` as `user`.
-fn accounting(users: &str, user: &str, secret: &Path) -> (f64, Vec<AccountStatus>) {
-    let out = Command::new(BIN)
-        .args(["status", "--accounting", "--json", "--server", users])
-        .args(["--user", user, "--secret-file"])
-        .arg(secret)
-        .env_remove("COREFARM_USER")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-    let accounts = serde_json::from_value(v["accounts"].clone()).unwrap();
-    (v["uptime_seconds"].as_f64().unwrap(), accounts)
 }
 
 /// `corefarm status --json` as `user`.

@@ -191,3 +191,35 @@ pub fn poll_until<T: std::fmt::Debug>(
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+/// A file only its owner may read (a secret, an auth file).
+pub fn private(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o600)).unwrap();
+    p
+}
+
+/// `corefarm status --accounting --json` as `user`.
+pub fn accounting(
+    users: &str,
+    user: &str,
+    secret: &Path,
+) -> (f64, Vec<corefarm_smp::AccountStatus>) {
+    let out = Command::new(BIN)
+        .args(["status", "--accounting", "--json", "--server", users])
+        .args(["--user", user, "--secret-file"])
+        .arg(secret)
+        .env_remove("COREFARM_USER")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let accounts = serde_json::from_value(v["accounts"].clone()).unwrap();
+    (v["uptime_seconds"].as_f64().unwrap(), accounts)
+}
