@@ -14,7 +14,7 @@ pub const USERS_LISTEN_AUTH: &str = "0.0.0.0:9999";
 pub const POLICY: Policy = Policy::Credit;
 /// Credit policy: data messages in flight per node.
 pub const CREDIT: u32 = 4;
-/// Credit policy: per-node windows adapt (start at `CREDIT`).
+/// Credit policy: the window adapts (start at `CREDIT`).
 pub const CREDIT_ADAPTIVE: bool = true;
 /// Credit policy: an adaptive window's byte budget per node.
 pub const CREDIT_MAX_BYTES: u64 = 32 << 20;

@@ -70,8 +70,8 @@ pub struct ServerOptions {
     /// Credit policy: data messages in flight per node; the starting point
     /// of the adaptive window, or the window itself when it is fixed.
     pub credit: u32,
-    /// Credit policy: adapt each node's window to keep it busy with the
-    /// least data waiting (see [`dispatch::Window`]).
+    /// Credit policy: adapt the window (one for all of a session's nodes)
+    /// to keep them busy with the least data waiting (see [`dispatch::Window`]).
     pub credit_adaptive: bool,
     /// Credit policy: bytes of data messages an adaptive window may hold
     /// in flight per node (at least one message).

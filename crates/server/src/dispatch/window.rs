@@ -1,5 +1,9 @@
-//! The credit policy's per-node window: how many messages a node may have
-//! in flight, found by measuring what each window delivers.
+//! The credit policy's window: how many messages a node may have in
+//! flight, found by measuring what each window delivers. A user session's
+//! nodes all hold the same window, judged on their results together (an
+//! epoch needs each node's share of results): windows of their own competed
+//! for what the nodes share — the user's link, the server's CPU — and one
+//! node's window grew by taking its neighbours' share of it.
 //!
 //! Whatever the node's rhythm — a corefarm node that pipelines reading,
 //! computing and writing, or a seed node that reads one message, works,
@@ -123,7 +127,8 @@ enum Phase {
     },
 }
 
-/// One node's window (credit policy).
+/// The window of a session's nodes (credit policy); the shared scheduler
+/// keeps one per node.
 #[derive(Debug, Clone)]
 pub struct Window {
     cur: u32,
@@ -143,6 +148,8 @@ pub struct Window {
     gap: u32,
     /// The next probe goes up (else down); alternates while both fail.
     next_up: bool,
+    /// Nodes whose results feed the epochs (each holds `cur` in flight).
+    nodes: u32,
     /// Results still to skip before the epoch starts counting.
     skip: u32,
     /// The epoch so far: first result's time, results, and those the
@@ -164,6 +171,8 @@ pub struct Answer {
     pub user_blocked: bool,
     /// Largest window allowed now (the byte budget over the message size).
     pub cap: u32,
+    /// Nodes sharing the window: their results together make the epochs.
+    pub nodes: u32,
 }
 
 impl Window {
@@ -185,6 +194,7 @@ impl Window {
             quiet: 0,
             gap: 0,
             next_up: true,
+            nodes: 1,
             skip: cur,
             start: None,
             results: 0,
@@ -203,6 +213,14 @@ impl Window {
             return;
         }
         let cap = a.cap.clamp(1, MAX_WINDOW);
+        let nodes = a.nodes.max(1);
+        if nodes != self.nodes {
+            // A node came or went: the rate changes with it, not with the
+            // window; the epoch starts afresh once the pipeline has refilled.
+            self.nodes = nodes;
+            self.set(self.cur, self.phase);
+            return;
+        }
         if self.cur > cap {
             // The budget shrank under the window: obey it, measure afresh.
             self.set(cap, Phase::Cruise);
@@ -221,7 +239,10 @@ impl Window {
             self.limited += 1;
         }
         let span = a.at.saturating_sub(start);
-        if self.results < MIN_EPOCH_RESULTS.max(2 * self.cur) || span < MIN_EPOCH {
+        let needed = MIN_EPOCH_RESULTS
+            .max(2 * self.cur)
+            .saturating_mul(self.nodes);
+        if self.results < needed || span < MIN_EPOCH {
             return;
         }
         // Full at least once every two windows' worth of results: bursts up
@@ -386,7 +407,7 @@ impl Window {
 
     fn set(&mut self, to: u32, phase: Phase) {
         // The messages in flight still follow the old window for a while.
-        self.skip = self.cur.max(to);
+        self.skip = self.cur.max(to).saturating_mul(self.nodes);
         if to != self.cur {
             // Consecutive epochs of one window only.
             self.last = None;

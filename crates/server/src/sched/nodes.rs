@@ -352,6 +352,7 @@ impl Sched {
             left: slot.in_flight.len(),
             user_blocked: false,
             cap,
+            nodes: 1,
         });
         let measured = f.is_some_and(|f| {
             let first = f.service.is_none();

@@ -117,9 +117,12 @@ pub(crate) struct Owned {
     carried: Option<corefarm_smp::targets::Carried>,
     nodes: HashMap<u64, Node>,
     order: Order,
-    /// Credit policy: each node's adaptive window (by node id; kept apart
-    /// from [`Node`] so that taking and losing nodes need not know of it).
-    windows: HashMap<u64, Window>,
+    /// Credit policy: the window every node of the session holds. One for
+    /// all, judged on their results together: windows of their own competed
+    /// for whatever the nodes share (the user's link, the server's CPU) —
+    /// a node whose window grew took its neighbours' share, its own rate
+    /// rose with it, and the windows drifted apart.
+    window: Window,
     events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
     /// Nodes the pool hands to this user after it registered.
     ctl_tx: mpsc::UnboundedSender<Control>,
@@ -188,6 +191,7 @@ impl Owned {
         entry: Arc<crate::registry::UserEntry>,
     ) -> Owned {
         let (ctl_tx, ctl_rx) = mpsc::unbounded_channel::<Control>();
+        let window = Window::new(shared.opts.credit, shared.opts.credit_adaptive);
         Owned {
             shared,
             user,
@@ -202,7 +206,7 @@ impl Owned {
             carried: None,
             nodes: HashMap::new(),
             order: Order::default(),
-            windows: HashMap::new(),
+            window,
             events: StreamMap::new(),
             ctl_tx,
             ctl_rx,
@@ -265,7 +269,8 @@ impl Placement for Owned {
             self.take_nodes().await;
         } else {
             // Service times change with the configuration: windows start afresh.
-            self.windows.clear();
+            let opts = &self.shared.opts;
+            self.window = Window::new(opts.credit, opts.credit_adaptive);
         }
         self.service = None;
         for n in self.nodes.values_mut() {

@@ -11,7 +11,6 @@ use tokio::time::Instant;
 
 use super::{Node, Owned, Pending, Slot};
 use crate::dispatch::progress::{budget, expect, record_service, slower};
-use crate::dispatch::Window;
 
 impl Node {
     /// Messages sent and not answered, copies whose twin won included:
@@ -110,7 +109,6 @@ impl Owned {
         if self.due.is_empty() {
             return;
         }
-        let initial = self.shared.opts.credit.max(1);
         let due = std::mem::take(&mut self.due);
         for (from, internal) in due {
             let Some(p) = self
@@ -121,8 +119,8 @@ impl Owned {
             else {
                 continue;
             };
-            let windows = &self.windows;
-            let window = |id: &u64| windows.get(id).map_or(initial, Window::get).max(1);
+            let w = self.window.get().max(1);
+            let window = |_: &u64| w;
             let takers = self
                 .nodes
                 .iter()

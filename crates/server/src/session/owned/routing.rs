@@ -12,15 +12,15 @@ use tokio::time::Instant;
 
 use super::{Owned, Pending, Slot};
 use crate::dispatch::progress::record_service;
-use crate::dispatch::{Answer, Load, Window};
+use crate::dispatch::{Answer, Load};
 use crate::nodeconn::NodeEvent;
 use crate::session::{Cx, Outcome};
 
 impl Owned {
     pub(super) fn pick_node(&mut self, commit: bool, class: u8) -> Option<u64> {
         let policy = self.shared.opts.policy;
-        let (nodes, windows) = (&self.nodes, &self.windows);
-        let initial = self.shared.opts.credit.max(1);
+        let nodes = &self.nodes;
+        let window = self.window.get();
         let reserve = self.urgent_reserve(class);
         let load = |id: u64| {
             nodes
@@ -29,7 +29,7 @@ impl Owned {
                 .map(|n| Load {
                     unwritten: n.sent.saturating_sub(n.written),
                     in_flight: n.outstanding(),
-                    window: windows.get(&id).map_or(initial, Window::get) + reserve,
+                    window: window + reserve,
                 })
         };
         if commit {
@@ -58,23 +58,11 @@ impl Owned {
             .unwrap_or(DEFAULT_CLASS)
     }
 
-    /// The node's credit window, created on first use.
-    fn window(&mut self, id: u64) -> &mut Window {
-        let opts = &self.shared.opts;
-        self.windows
-            .entry(id)
-            .or_insert_with(|| Window::new(opts.credit, opts.credit_adaptive))
-    }
-
     /// Sum of the ready nodes' windows: what a credit-aware user may have
     /// outstanding unless `--user-window` fixes it.
     pub(super) fn user_window(&self) -> u64 {
-        let initial = self.shared.opts.credit.max(1);
-        self.nodes
-            .iter()
-            .filter(|(_, n)| n.slot == Slot::Ready)
-            .map(|(id, _)| self.windows.get(id).map_or(initial, Window::get) as u64)
-            .sum()
+        let ready = self.nodes.values().filter(|n| n.slot == Slot::Ready);
+        ready.count() as u64 * self.window.get() as u64
     }
 
     pub(super) fn dispatch(&mut self, p: Pending) {
@@ -153,15 +141,13 @@ impl Owned {
                     n.written += count;
                 }
             }
-            NodeEvent::Closed(reason) => {
-                self.windows.remove(&id);
-                self.lose_node(id, &reason, cx)
-            }
+            NodeEvent::Closed(reason) => self.lose_node(id, &reason, cx),
             NodeEvent::Frame(f, _permit) => self.on_node_frame(id, f, cx),
         }
     }
 
     fn on_node_frame(&mut self, id: u64, f: Frame, cx: &mut Cx<'_>) {
+        let held = self.nodes.len().min(u32::MAX as usize) as u32;
         let Some(n) = self.nodes.get_mut(&id) else {
             return;
         };
@@ -228,8 +214,9 @@ impl Owned {
                     left,
                     user_blocked: cx.credit_blocked,
                     cap,
+                    nodes: held,
                 };
-                let w = self.window(id);
+                let w = &mut self.window;
                 let before = w.get();
                 w.on_result(answer);
                 if w.get() != before {
