@@ -1094,7 +1094,9 @@ FIXED_WINDOWS = [4, 16, 64]
 def credit_vs_fixed(server_doc: dict) -> dict:
     """At every point that ran fixed windows, the adaptive window (`credit`) must reach 0.95x the best fixed
     window's mean input throughput (the 5 % is the allowance for noise) with a median latency no higher than
-    that window's beyond the noise: max(2 %, half the relative range over runs of either)."""
+    that window's beyond the noise: max(2 %, half the relative range over runs of either). A miss is also
+    marked `dominated` when some fixed window delivered at least as much at a lower median latency: the
+    window chose worse on both counts, not a different trade (more throughput for more latency)."""
     by = {}
     for p in server_doc.get("points", []):
         if p["status"] != "ok" or "input_bps" not in p["metrics"]:
@@ -1118,8 +1120,11 @@ def credit_vs_fixed(server_doc: dict) -> dict:
         slow = ratio < 0.95
         late = lat > 1 + max(0.02, half_range(c["latency_p50_ms"]), half_range(f["latency_p50_ms"]))
         if slow or late:
+            beaten = [w for w, m in fixed.items() if m["input_bps"]["mean"] >= c["input_bps"]["mean"]
+                      and m["latency_p50_ms"]["mean"] < c["latency_p50_ms"]["mean"]]
             misses.append({"peers": peers, "nodes": n, "input_size": size, "count": count, "best": best,
-                           "ratio": ratio, "p50_ratio": lat, "slow": slow, "late": late})
+                           "ratio": ratio, "p50_ratio": lat, "slow": slow, "late": late,
+                           "dominated": bool(beaten)})
     return {"compared": compared, "misses": misses}
 
 

@@ -224,7 +224,10 @@ def test_credit_vs_fixed_takes_the_best_fixed_window_and_its_latency():
     slow = suite.credit_vs_fixed({"points": fixed + [point("credit", 94, 2.0)]})["misses"]
     assert [(m["best"], m["slow"], m["late"]) for m in slow] == [("fixed-16", True, False)]
     late = suite.credit_vs_fixed({"points": fixed + [point("credit", 100, 3.3)]})["misses"]
-    assert [(m["slow"], m["late"]) for m in late] == [(False, True)]
+    assert [(m["slow"], m["late"], m["dominated"]) for m in late] == [(False, True, True)]
+    # More throughput than any fixed window for more latency: a miss, but a different trade.
+    more = suite.credit_vs_fixed({"points": fixed + [point("credit", 110, 3.3)]})["misses"]
+    assert [(m["late"], m["dominated"]) for m in more] == [(True, False)]
     # A latency spread of ±20 % over runs is noise.
     assert suite.credit_vs_fixed({"points": fixed + [point("credit", 100, 3.3, spread=0.2)]})["misses"] == []
     # Points without fixed windows (seed-format peers) are not compared.
