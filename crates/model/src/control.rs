@@ -11,7 +11,7 @@
 //!
 //! - memory: `base + per_node·N + per_user·U`;
 //! - CPU (CPUs kept busy): `idle_per_node·N + Σ rate_e · cost_e`, where a
-//!   configuration costs `per_config + k·(per_config_node + per_config_node_log·ln k)`
+//!   configuration costs `per_config + k·(per_config_node + per_config_node_log·ln(k/k₀))`
 //!   for `k` nodes and a status or scrape `per_status_node·N`;
 //! - a configuration's fan-out time: `fanout_fixed + fanout_per_node·k`
 //!   (the server sends to and hears from each node in turn; the nodes
@@ -45,12 +45,16 @@ pub struct ControlCosts {
     /// CPU seconds per node a configuration is fanned out to.
     pub cpu_config_node: f64,
     /// CPU seconds per node a configuration is fanned out to, per unit of
-    /// `ln k` for `k` nodes: the session that fans out waits on every node
-    /// it holds, and each wake-up looks over them (a scan per event,
+    /// `ln(k/k₀)` for `k` nodes: the session that fans out waits on every
+    /// node it holds, and each wake-up looks over them (a scan per event,
     /// spread over the answers that arrived together), so a node's share
     /// grows with the session's size; fitted, not derived.
     #[serde(default)]
     pub cpu_config_node_log: f64,
+    /// `k₀`: the size from which that part grows (the smallest measured;
+    /// below it a node's share is `cpu_config_node`). At most 1 means `ln k`.
+    #[serde(default)]
+    pub cpu_config_log_from: f64,
     /// CPU seconds per user session (connect, hello, close).
     pub cpu_session: f64,
     /// CPU seconds per group opened and closed.
@@ -137,7 +141,8 @@ impl ControlCosts {
 
     /// CPU seconds of one configuration fanned out to `nodes` nodes.
     pub fn config_cpu_s(&self, nodes: f64) -> f64 {
-        self.cpu_config + nodes * (self.cpu_config_node + self.cpu_config_node_log * ln1(nodes))
+        let grow = ln1(nodes / self.cpu_config_log_from.max(1.0));
+        self.cpu_config + nodes * (self.cpu_config_node + self.cpu_config_node_log * grow)
     }
 
     /// The most nodes one server holds with `cpus` CPUs and `memory`
@@ -240,7 +245,7 @@ impl Spread {
 /// as a large one's: the model is judged by its relative error). Several
 /// samples per size carry their spread into the fit. `None` without rows
 /// or when the features cannot be fitted.
-pub fn fit_costs(samples: &[(f64, f64)], features: &[fn(f64) -> f64]) -> Option<Vec<f64>> {
+pub fn fit_costs(samples: &[(f64, f64)], features: &[&dyn Fn(f64) -> f64]) -> Option<Vec<f64>> {
     let rows: Vec<Vec<f64>> = samples
         .iter()
         .map(|&(x, _)| features.iter().map(|f| f(x)).collect())
@@ -395,7 +400,7 @@ mod tests {
                 samples.push((x, truth(x) * (1.0 + e)));
             }
         }
-        let f: [fn(f64) -> f64; 3] = [|_| 1.0, |x| x, |x| x * ln1(x)];
+        let f: [&dyn Fn(f64) -> f64; 3] = [&|_| 1.0, &|x| x, &|x| x * ln1(x)];
         let b = fit_costs(&samples, &f).unwrap();
         assert!(relative_error(b[1], 3.0) < 0.05, "{b:?}");
         assert!(relative_error(b[2], 0.5) < 0.05, "{b:?}");
@@ -467,6 +472,7 @@ mod tests {
             cpu_config: 1e-3,
             cpu_config_node: 20e-6,
             cpu_config_node_log: 0.0,
+            cpu_config_log_from: 0.0,
             cpu_session: 200e-6,
             cpu_group_open: 1e-3,
             cpu_message_server: 10e-6,
@@ -500,6 +506,16 @@ mod tests {
         );
         assert!((p.fanout_s - 0.045).abs() < 1e-12);
         assert!((c.config_cpu_s(1000.0) - 0.021).abs() < 1e-12);
+        // A per-node part growing with ln(k/100): none at 100 nodes or below.
+        let g = ControlCosts {
+            cpu_config_node_log: 5e-6,
+            cpu_config_log_from: 100.0,
+            ..c
+        };
+        assert_eq!(g.config_cpu_s(100.0), c.config_cpu_s(100.0));
+        assert_eq!(g.config_cpu_s(50.0), c.config_cpu_s(50.0));
+        let want = c.config_cpu_s(1000.0) + 1000.0 * 5e-6 * 10f64.ln();
+        assert!((g.config_cpu_s(1000.0) - want).abs() < 1e-12);
     }
 
     #[test]
