@@ -1158,7 +1158,10 @@ def sec_scale(doc, seed):
     L = ["`corefarm bench scale`: one `corefarm server` process and N simulated nodes over "
          "`corefarm node --count 2000` processes on the same 2 CPUs (the nodes' work is the machine's, the "
          "figures are the server's own, from `/proc`). Memory per node is (resident after the join − before) / N; "
-         "the fan-out is one user given every node, from its configuration to its response; status and "
+         "the fan-out is one user given every node, from its configuration to its response"
+         + (" (a configuration replacing the last, mean ± stdev of the samples; the first, to empty nodes, beside it)"
+            if any("first_fanout_s" in p["metrics"] for p in _scale_points(doc, "cluster")) else "")
+         + "; status and "
          "`/metrics` are the best of three requests; "
          + ("CPU figures are the server threads' time on a CPU (`/proc/<pid>/task/*/schedstat`, nanoseconds), "
             "the fan-out and a full status request's CPU the mean of a few."
@@ -1168,7 +1171,12 @@ def sec_scale(doc, seed):
     for p in sorted(_scale_points(doc, "cluster"), key=lambda p: p["key"]["nodes"]):
         rows.append([f"{p['key']['nodes']:,}", f"{m(p, 'join_s'):.2f} s", f"{m(p, 'rss_idle_kib') / 1024:.1f} MiB",
                      f"{m(p, 'rss_per_node_kib'):.1f}", f"{m(p, 'connect_cpu_us_per_node'):.0f}",
-                     f"{m(p, 'fanout_s'):.3f} s", f"{m(p, 'fanout_cpu_us_per_node'):.0f}",
+                     f"{m(p, 'fanout_s'):.3f} s"
+                     + (f" ± {p['metrics']['fanout_s']['stdev']:.3f} (first {m(p, 'first_fanout_s'):.3f} s)"
+                        if "first_fanout_s" in p["metrics"] else ""),
+                     f"{m(p, 'fanout_cpu_us_per_node'):.0f}"
+                     + (f" (first {m(p, 'first_fanout_cpu_us_per_node'):.0f})"
+                        if "first_fanout_cpu_us_per_node" in p["metrics"] else ""),
                      f"{m(p, 'status_summary_ms'):.2f} ms / {size(int(m(p, 'status_summary_bytes')))}",
                      f"{m(p, 'status_all_ms'):.1f} ms / {size(int(m(p, 'status_all_bytes')))}"
                      + (f", CPU {m(p, 'status_all_cpu_ms'):.1f} ms" if 'status_all_cpu_ms' in p["metrics"] else ""),
@@ -1209,19 +1217,39 @@ def sec_scale(doc, seed):
         whats = list(dict.fromkeys(q["what"] for q in model["points"]))
         by = {(q["nodes"], q["what"]): q for q in model["points"]}
         nodes = sorted({q["nodes"] for q in model["points"]})
-        cell = lambda q: (f"{q['measured']:.3g} / {q['predicted']:.3g} ({q['error'] * 100:.0f} %)"  # noqa: E731
-                          if q else "-")
+        def cell(q):
+            if not q:
+                return "-"
+            sp = q.get("spread") or {}
+            pm = f" ± {sp['stdev']:.2g}" if sp.get("samples", 0) > 1 else ""
+            err = f"{q['error'] * 100:.0f} %"
+            if q.get("resolution"):
+                err += f", {q['judged_error'] * 100:.0f} % beyond ±{q['resolution']:.2g}"
+            return f"{q['measured']:.3g}{pm} / {q['predicted']:.3g} ({err})"
         c = model["costs"]
         if "cpu_status" in c:
             L += ["Server CPU per event from the fitted model: a node's connection "
                   f"{c['cpu_connect'] * 1e6:.0f} µs; a configuration {c['cpu_config'] * 1e6:.0f} µs + "
-                  f"{c['cpu_config_node'] * 1e6:.0f} µs per node it reaches; an idle node "
+                  f"{c['cpu_config_node'] * 1e6:.0f} µs per node it reaches"
+                  + (f" (+ {c['cpu_config_node_log'] * 1e6:.1f} µs × ln k per node for k nodes: the fanning session "
+                     "looks over its nodes at each wake-up)" if c.get("cpu_config_node_log") else "")
+                  + "; an idle node "
                   f"{c['cpu_idle_node'] * 1e6:.2f} µs per second (nodes send no heartbeat); a status request "
                   f"listing every node {c['cpu_status'] * 1e6:.0f} µs + {c['cpu_status_node'] * 1e6:.2f} µs per node.",
                   ""]
-        L += ["The control model (`corefarm_model::control`) fitted on "
-              f"{' and '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured / predicted (error); "
-              "`*` marks the sizes it was fitted on, the others are its validation.", "",
+        if "idle_resolution" in model:
+            head = ("The control model (`corefarm_model::control`) fitted on every sample at "
+                    f"{', '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured mean (± sample stdev) / "
+                    "predicted (error); `*` marks the sizes it was fitted on, the others are its validation. "
+                    "The idle server's CPU is at its measurement's floor: one mean of it resolves "
+                    f"±{model['idle_resolution'] * 1e3:.2f} ms/s, and a per-node part below "
+                    f"{model['idle_node_resolution'] * 1e9:.0f} ns/s per node is not told from none; it is judged "
+                    "by its error beyond that resolution (the worst error below is so judged).")
+        else:
+            head = ("The control model (`corefarm_model::control`) fitted on "
+                    f"{' and '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured / predicted (error); "
+                    "`*` marks the sizes it was fitted on, the others are its validation.")
+        L += [head, "",
               table(["nodes"] + whats,
                     [[f"{n:,}" + ("*" if n in model["calibrated_on"] else "")] + [cell(by.get((n, w))) for w in whats]
                      for n in nodes])]

@@ -2281,18 +2281,20 @@ EXTRA.append("rtl-cores")
 
 def exp_scale(ctx: Context) -> dict:
     """The server at thousands of nodes (`corefarm bench scale`): one `corefarm server` and N simulated
-    nodes over `corefarm node --count 2000` processes, N in 100/1,000/3,000/10,000 (COREFARM_SCALE_NODES;
-    --quick: 50 and 200): the server's resident memory and CPU per node, a configuration's fan-out to
+    nodes over `corefarm node --count 2000` processes, N in 100/300/1,000/3,000/10,000 (COREFARM_SCALE_NODES;
+    --quick: 50 and 200), each measured several times in one cluster (COREFARM_SCALE_REPEATS, default 5):
+    the server's resident memory and CPU per node, a configuration's fan-out to
     every node, status and /metrics time and size; the shared scheduler in process (Algorithm 1's period
     and the decisions per data message) against nodes and functions; server CPU per event; the control
-    model's predictions beside the measurements. Not part of `all` (its --quick smoke run is)."""
+    model, fitted over the samples up to 1,000 nodes, beside the measurements above. Not part of `all` (its --quick smoke run is)."""
     binary = str(ctx.need_binary())
     args = [binary, "bench", "scale", "--quiet"]
     if ctx.quick:
         args.append("--quick")
     else:
-        nodes = _env_list("COREFARM_SCALE_NODES", [100, 1000, 3000, 10000])
+        nodes = _env_list("COREFARM_SCALE_NODES", [100, 300, 1000, 3000, 10000])
         args += ["--nodes", ",".join(map(str, nodes))]
+        args += ["--repeats", os.environ.get("COREFARM_SCALE_REPEATS", "5")]
     rec = Recorder(ctx, "scale", 1, {"args": repo_relative_args(args[1:])})
     obj, err = run_json(args, timeout=120 if ctx.quick else 3600)
     if obj is None:
@@ -2302,8 +2304,17 @@ def exp_scale(ctx: Context) -> dict:
     rec.notes.extend(obj.get("notes") or [])
     rec.planned = len(obj["clusters"]) + len(obj["sched"]) + 1
     for p in obj["clusters"]:
+        # The repeated measurements as runs (their mean, min, max, stdev); what a cluster measures
+        # once (its join, memory before and after, status and /metrics times) in the first run only.
         m = {k: v for k, v in p.items() if k not in ("nodes",) and isinstance(v, (int, float))}
-        rec.add({"part": "cluster", "nodes": p["nodes"]}, [m])
+        n = p["nodes"]
+        runs = [{"idle_cpus": s["idle_cpus"], "idle_cpu_us_per_node_s": s["idle_cpus"] * 1e6 / n,
+                 "memory_mib": s["memory_mib"], "status_all_cpu_ms": s["status_all_cpu_s"] * 1e3,
+                 "fanout_s": s["fanout_s"], "fanout_cpu_us_per_node": s["fanout_cpu_s"] * 1e6 / n}
+                for s in p.get("samples") or []]
+        if runs:
+            runs[0] = {**m, **runs[0]}
+        rec.add({"part": "cluster", "nodes": n}, runs or [m])
     for p in obj["sched"]:
         m = {k: v for k, v in p.items() if k not in ("nodes", "functions")}
         rec.add({"part": "sched", "nodes": p["nodes"], "functions": p["functions"]}, [m])

@@ -26,7 +26,9 @@ use corefarm_smp::{BenchmarkConfig, StatusQuery};
 use serde::Serialize;
 
 use crate::cpu::{ticks_per_s, tree_ticks};
-use corefarm_model::control::{fit_line, relative_error, ControlCosts};
+use corefarm_model::control::{
+    fit_costs, fit_floor, judged_error, ln1, relative_error, ControlCosts, ControlLoad, Spread,
+};
 
 /// What to measure.
 #[derive(Debug, Clone)]
@@ -51,9 +53,14 @@ pub struct ScaleOptions {
     /// Per-event costs on a small cluster (group open, data via the
     /// server and the direct path): seconds of load per event kind; 0 skips.
     pub event_seconds: f64,
-    /// Configurations fanned out to every node per cluster size (their
-    /// mean is reported), and full status requests timed.
+    /// Samples per cluster size, all in one cluster (starting 10,000 nodes
+    /// costs far more than measuring them again): idle windows, full status
+    /// requests and configurations fanned out to every node, each this
+    /// many times; the means are the point's figures, `samples` their spread.
     pub repeats: usize,
+    /// The model is calibrated on the sizes up to this many nodes (on the
+    /// two smallest when fewer than two are) and validated on the others.
+    pub calibrate_max: usize,
     /// Progress on stderr.
     pub progress: bool,
 }
@@ -74,11 +81,16 @@ pub struct ClusterPoint {
     /// Server CPU over the idle window, per node and second.
     pub idle_cpu_us_per_node_s: f64,
     /// One user given every node: its configuration to its response
-    /// (the mean of `fanouts`, each a different configuration).
+    /// (the mean of `fanouts`, each a different configuration replacing
+    /// the last).
     pub fanout_s: f64,
     /// Server CPU over the configuration, per node.
     pub fanout_cpu_us_per_node: f64,
     pub fanouts: usize,
+    /// The first configuration, to nodes with none (not in the samples
+    /// above, which each replace one): wall seconds, server CPU per node.
+    pub first_fanout_s: f64,
+    pub first_fanout_cpu_us_per_node: f64,
     /// Hello to the server's answer for the user taking every node.
     pub take_s: f64,
     pub rss_configured_kib: u64,
@@ -98,6 +110,23 @@ pub struct ClusterPoint {
     pub metrics_bytes: usize,
     /// 1-minute load average when the point started (others' work included).
     pub load_at_start: f64,
+    /// Each repeated measurement (the figures above are their means).
+    pub samples: Vec<ClusterSample>,
+}
+
+/// One repetition of a cluster point's repeated measurements, in the
+/// model's units.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct ClusterSample {
+    /// Server CPUs kept busy over one idle window.
+    pub idle_cpus: f64,
+    /// Resident MiB at the end of that window.
+    pub memory_mib: f64,
+    /// Server CPU seconds of one status request for every node.
+    pub status_all_cpu_s: f64,
+    /// One configuration fanned out to every node: wall and server CPU seconds.
+    pub fanout_s: f64,
+    pub fanout_cpu_s: f64,
 }
 
 /// One scheduler point: `nodes` nodes, `functions` functions with one
@@ -155,11 +184,20 @@ pub struct ScaleReport {
 pub struct Predicted {
     pub nodes: usize,
     pub what: &'static str,
+    /// The mean of the samples.
     pub measured: f64,
     pub predicted: f64,
+    /// |predicted − measured| / measured.
     pub error: f64,
     /// Measured at a size the model was calibrated on.
     pub calibration: bool,
+    /// The samples' spread (one sample for the join's CPU).
+    pub spread: Spread,
+    /// What the measurement resolves (0 unless the figure is at its floor).
+    pub resolution: f64,
+    /// The error beyond the resolution, relative
+    /// ([`corefarm_model::control::judged_error`]): what the point is judged by.
+    pub judged_error: f64,
 }
 
 /// The control model's check against the measurements.
@@ -169,8 +207,12 @@ pub struct ModelCheck {
     /// The sizes the costs were fitted on.
     pub calibrated_on: Vec<usize>,
     pub points: Vec<Predicted>,
-    /// Largest error at a size the model was not calibrated on.
+    /// Largest judged error at a size the model was not calibrated on.
     pub worst_error: f64,
+    /// The idle server's CPU: what one mean of it resolves (CPUs) and the
+    /// largest per-node part the samples cannot tell from none (CPUs per node).
+    pub idle_resolution: f64,
+    pub idle_node_resolution: f64,
 }
 
 /// Raises this process's soft RLIMIT_NOFILE to its hard limit (children
@@ -238,7 +280,7 @@ pub fn run(o: &ScaleOptions) -> Result<ScaleReport> {
         say(o, "per-event costs");
         rep.events = Some(event_costs(o)?);
     }
-    rep.model = model_check(&rep.clusters, rep.events.as_ref());
+    rep.model = model_check(&rep.clusters, rep.events.as_ref(), o.calibrate_max);
     for &n in &o.sched_nodes {
         for &f in &o.sched_functions {
             say(o, format!("scheduler: {n} nodes, {f} functions"));
@@ -432,14 +474,19 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
     }
     let join_s = t0.elapsed().as_secs_f64();
     let cpu1 = cpu_s(srv.pid)?;
-    // Settled: what an idle cluster costs.
+    // Settled: what an idle cluster costs, then status requests for every
+    // node, each measured `repeats` times in this one cluster.
     std::thread::sleep(Duration::from_millis(500));
+    let repeats = o.repeats.max(1);
+    let mut samples = vec![ClusterSample::default(); repeats];
+    for smp in samples.iter_mut() {
+        let c0 = cpu_s(srv.pid)?;
+        let w0 = Instant::now();
+        std::thread::sleep(Duration::from_secs_f64(o.idle));
+        smp.idle_cpus = (cpu_s(srv.pid)? - c0) / w0.elapsed().as_secs_f64();
+        smp.memory_mib = rss_kib(srv.pid)? as f64 / 1024.0;
+    }
     let rss_idle = rss_kib(srv.pid)?;
-    let c0 = cpu_s(srv.pid)?;
-    let w0 = Instant::now();
-    std::thread::sleep(Duration::from_secs_f64(o.idle));
-    let idle_cpu = cpu_s(srv.pid)? - c0;
-    let idle_wall = w0.elapsed().as_secs_f64();
     let (status_summary_ms, status_summary_bytes) = time_status(&obs, &StatusQuery::summary())?;
     let page = StatusQuery {
         nodes: Some(corefarm_smp::NodePage {
@@ -450,12 +497,11 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
     };
     let (status_page_ms, status_page_bytes) = time_status(&obs, &page)?;
     let (status_all_ms, status_all_bytes) = time_status(&obs, &StatusQuery::all())?;
-    let repeats = o.repeats.max(1);
-    let c0 = cpu_s(srv.pid)?;
-    for _ in 0..repeats {
+    for smp in samples.iter_mut() {
+        let c0 = cpu_s(srv.pid)?;
         obs.status_query(&StatusQuery::all())?;
+        smp.status_all_cpu_s = cpu_s(srv.pid)? - c0;
     }
-    let status_all_cpu_ms = (cpu_s(srv.pid)? - c0) * 1e3 / repeats as f64;
     let (metrics_ms, metrics_bytes) = time_metrics(&srv.metrics)?;
 
     // One user given every node, then its configuration.
@@ -474,16 +520,28 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
     if got < n {
         bail!("the user was given {got} of {n} nodes");
     }
-    // Each a new configuration (its delay), so every node is programmed
-    // again.
-    let (mut fanout_s, mut fanout_cpu) = (0.0, 0.0);
-    for i in 0..repeats {
+    // The first configuration finds the nodes empty (nothing to replace):
+    // another event than the samples, each a new configuration (its delay)
+    // replacing the last on every node.
+    let c0 = cpu_s(srv.pid)?;
+    let t = Instant::now();
+    user.configure_benchmark(16, 16, 0)?;
+    let first_fanout_s = t.elapsed().as_secs_f64();
+    let first_fanout_cpu = cpu_s(srv.pid)? - c0;
+    for (i, smp) in samples.iter_mut().enumerate() {
         let c0 = cpu_s(srv.pid)?;
         let t = Instant::now();
-        user.configure_benchmark(16, 16, i as u32)?;
-        fanout_s += t.elapsed().as_secs_f64() / repeats as f64;
-        fanout_cpu += (cpu_s(srv.pid)? - c0) / repeats as f64;
+        user.configure_benchmark(16, 16, 1 + i as u32)?;
+        smp.fanout_s = t.elapsed().as_secs_f64();
+        smp.fanout_cpu_s = cpu_s(srv.pid)? - c0;
     }
+    let mean = |f: fn(&ClusterSample) -> f64| samples.iter().map(f).sum::<f64>() / repeats as f64;
+    let (idle_cpus, fanout_s, fanout_cpu) = (
+        mean(|s| s.idle_cpus),
+        mean(|s| s.fanout_s),
+        mean(|s| s.fanout_cpu_s),
+    );
+    let status_all_cpu_ms = mean(|s| s.status_all_cpu_s) * 1e3;
     let rss_configured = rss_kib(srv.pid)?;
     user.close();
     obs.close();
@@ -495,10 +553,12 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
         rss_base_kib: rss_base,
         rss_idle_kib: rss_idle,
         rss_per_node_kib: (rss_idle as f64 - rss_base as f64) / n as f64,
-        idle_cpu_us_per_node_s: idle_cpu * 1e6 / (n as f64 * idle_wall),
+        idle_cpu_us_per_node_s: idle_cpus * 1e6 / n as f64,
         fanout_s,
         fanout_cpu_us_per_node: fanout_cpu * 1e6 / n as f64,
         fanouts: repeats,
+        first_fanout_s,
+        first_fanout_cpu_us_per_node: first_fanout_cpu * 1e6 / n as f64,
         take_s,
         rss_configured_kib: rss_configured,
         status_summary_ms,
@@ -511,6 +571,7 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
         metrics_ms,
         metrics_bytes,
         load_at_start,
+        samples,
     })
 }
 
@@ -714,50 +775,70 @@ fn answer(s: &mut Sched, now: Duration, sent: &mut Vec<(u64, u32)>) {
     }
 }
 
-/// Calibrates the control model on the two smallest clusters (memory,
-/// fan-out time, and the server CPU of joining, configuring, idling and
-/// full status requests, each as a line in the node count) and the
-/// per-event costs, and predicts every cluster.
-pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option<ModelCheck> {
+/// Calibrates the control model on the clusters up to `calibrate_max`
+/// nodes (the two smallest when fewer than two are) and the per-event
+/// costs, and predicts every cluster. Each cost is fitted over every sample
+/// at the calibration sizes ([`fit_costs`]: non-negative, relative least
+/// squares): memory, fan-out time and a status request's CPU as lines in
+/// the node count; a configuration's CPU with a per-node part growing with
+/// `ln N` (the fanning session looks over its nodes per wake-up); the
+/// idle server's CPU as a figure at its floor ([`fit_floor`]), judged with
+/// its resolution. The join's CPU is one sample per size (a cluster joins
+/// once).
+pub fn model_check(
+    clusters: &[ClusterPoint],
+    ev: Option<&EventCosts>,
+    calibrate_max: usize,
+) -> Option<ModelCheck> {
     let mut sorted: Vec<&ClusterPoint> = clusters.iter().collect();
     sorted.sort_by_key(|p| p.nodes);
-    let cal = &sorted[..sorted.len().min(2)];
-    let line = |f: &dyn Fn(&ClusterPoint) -> f64| {
-        fit_line(
-            &cal.iter()
-                .map(|p| (p.nodes as f64, f(p)))
-                .collect::<Vec<_>>(),
-        )
+    let mut cal: Vec<&ClusterPoint> = sorted
+        .iter()
+        .copied()
+        .filter(|p| p.nodes <= calibrate_max)
+        .collect();
+    if cal.len() < 2 {
+        cal = sorted.iter().copied().take(2).collect();
+    }
+    let at = |f: fn(&ClusterSample) -> f64| -> Vec<(f64, f64)> {
+        cal.iter()
+            .flat_map(|p| p.samples.iter().map(move |s| (p.nodes as f64, f(s))))
+            .collect()
+    };
+    let one = |_: f64| 1.0;
+    let lin = |x: f64| x;
+    // The per-node part's growth is measured from the smallest size up.
+    let from = cal[0].nodes as f64;
+    let nlog = move |x: f64| x * ln1(x / from);
+    let line = |pts: &[(f64, f64)]| -> Option<(f64, f64)> {
+        let b = fit_costs(pts, &[&one, &lin])?;
+        Some((b[0], b[1]))
     };
     let join_cpu = |p: &ClusterPoint| p.connect_cpu_us_per_node * 1e-6 * p.nodes as f64;
-    let idle_cpus = |p: &ClusterPoint| p.idle_cpu_us_per_node_s * 1e-6 * p.nodes as f64;
-    let fanout_cpu = |p: &ClusterPoint| p.fanout_cpu_us_per_node * 1e-6 * p.nodes as f64;
-    let (mem_base, mem_per_node) = line(&|p| p.rss_idle_kib as f64 * 1024.0)?;
-    let (fanout_fixed, fanout_per_node) = line(&|p| p.fanout_s)?;
-    let (cpu_config, cpu_config_node) = line(&fanout_cpu)?;
-    let (cpu_status, cpu_status_node) = line(&|p| p.status_all_cpu_ms * 1e-3)?;
+    let (mem_base, mem_per_node) = line(&at(|s| s.memory_mib * (1 << 20) as f64))?;
+    let (fanout_fixed, fanout_per_node) = line(&at(|s| s.fanout_s))?;
+    let cfg = fit_costs(&at(|s| s.fanout_cpu_s), &[&one, &lin, &nlog])?;
+    let (cpu_status, cpu_status_node) = line(&at(|s| s.status_all_cpu_s))?;
     // The join's fixed part is the observer's polling while the nodes
     // come, not a cost of a node: only the slope is a connection's.
-    let (join_fixed, cpu_connect) = line(&join_cpu)?;
-    // An idle node's own cost can be below what the window resolves (the
-    // server's timers dominate): a falling line is the mean and no slope.
-    let (cpu_idle_base, cpu_idle_node) = match line(&idle_cpus)? {
-        (_, slope) if slope < 0.0 => {
-            let mean = cal.iter().map(|p| idle_cpus(p)).sum::<f64>() / cal.len() as f64;
-            (mean, 0.0)
-        }
-        fitted => fitted,
-    };
+    let (join_fixed, cpu_connect) = line(
+        &cal.iter()
+            .map(|p| (p.nodes as f64, join_cpu(p)))
+            .collect::<Vec<_>>(),
+    )?;
+    let idle = fit_floor(&at(|s| s.idle_cpus))?;
     let ev = ev.cloned().unwrap_or_default();
     let costs = ControlCosts {
         mem_base,
         mem_per_node,
         mem_per_user: 0.0,
         cpu_connect,
-        cpu_idle_base,
-        cpu_idle_node,
-        cpu_config,
-        cpu_config_node,
+        cpu_idle_base: idle.base,
+        cpu_idle_node: idle.slope,
+        cpu_config: cfg[0],
+        cpu_config_node: cfg[1],
+        cpu_config_node_log: cfg[2],
+        cpu_config_log_from: from,
         cpu_session: ev.session_cpu_us * 1e-6,
         cpu_group_open: ev.group_open_cpu_us * 1e-6,
         cpu_message_server: ev.message_server_cpu_us * 1e-6,
@@ -772,30 +853,47 @@ pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option
     for p in &sorted {
         let n = p.nodes as f64;
         let calibration = calibrated_on.contains(&p.nodes);
-        let idle = costs.predict(&corefarm_model::control::ControlLoad {
+        let of = |f: fn(&ClusterSample) -> f64| {
+            Spread::of(&p.samples.iter().map(f).collect::<Vec<_>>()).unwrap_or_default()
+        };
+        let idle_now = costs.predict(&ControlLoad {
             nodes: n,
             ..Default::default()
         });
-        for (what, measured, predicted) in [
+        for (what, spread, predicted, resolution) in [
             (
                 "memory_mib",
-                p.rss_idle_kib as f64 / 1024.0,
+                of(|s| s.memory_mib),
                 (costs.mem_base + costs.mem_per_node * n) / (1 << 20) as f64,
+                0.0,
             ),
-            ("fanout_s", p.fanout_s, costs.fanout_s(n)),
-            ("fanout_cpu_s", fanout_cpu(p), costs.config_cpu_s(n)),
+            ("fanout_s", of(|s| s.fanout_s), costs.fanout_s(n), 0.0),
+            (
+                "fanout_cpu_s",
+                of(|s| s.fanout_cpu_s),
+                costs.config_cpu_s(n),
+                0.0,
+            ),
             (
                 "join_cpu_s",
-                join_cpu(p),
+                Spread::of(&[join_cpu(p)]).unwrap_or_default(),
                 join_fixed + costs.cpu_connect * n,
+                0.0,
             ),
-            ("idle_cpus", idle_cpus(p), idle.cpus),
+            (
+                "idle_cpus",
+                of(|s| s.idle_cpus),
+                idle_now.cpus,
+                idle.resolution,
+            ),
             (
                 "status_all_cpu_s",
-                p.status_all_cpu_ms * 1e-3,
+                of(|s| s.status_all_cpu_s),
                 costs.status_cpu_s(n),
+                0.0,
             ),
         ] {
+            let measured = spread.mean;
             points.push(Predicted {
                 nodes: p.nodes,
                 what,
@@ -803,19 +901,24 @@ pub fn model_check(clusters: &[ClusterPoint], ev: Option<&EventCosts>) -> Option
                 predicted,
                 error: relative_error(predicted, measured),
                 calibration,
+                spread,
+                resolution,
+                judged_error: judged_error(predicted, measured, resolution),
             });
         }
     }
     let worst_error = points
         .iter()
         .filter(|p| !p.calibration)
-        .map(|p| p.error)
+        .map(|p| p.judged_error)
         .fold(0.0, f64::max);
     Some(ModelCheck {
         costs,
         calibrated_on,
         points,
         worst_error,
+        idle_resolution: idle.resolution,
+        idle_node_resolution: idle.slope_resolution,
     })
 }
 
@@ -847,5 +950,58 @@ impl ScaleReport {
             );
         }
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Clusters whose samples follow known costs, the idle CPU the same
+    /// at every size within its noise: the model is fitted on the sizes up
+    /// to 1,000 nodes, validated on 3,000 and 10,000 within their error,
+    /// and the idle figure keeps no per-node slope.
+    #[test]
+    fn the_model_is_fitted_on_every_sample_up_to_the_calibration_size() {
+        let noise = [-0.02, 0.0, 0.02];
+        let idle = [1.7e-3, 2.0e-3, 1.8e-3];
+        let cluster = |n: usize| {
+            let x = n as f64;
+            ClusterPoint {
+                nodes: n,
+                connect_cpu_us_per_node: 50.0 + 1e4 / x,
+                samples: noise
+                    .iter()
+                    .zip(idle)
+                    .map(|(e, idle_cpus)| ClusterSample {
+                        idle_cpus,
+                        memory_mib: (16.0 + 0.01 * x) * (1.0 + e),
+                        status_all_cpu_s: 2e-6 * x * (1.0 + e),
+                        fanout_s: (5e-3 + 3e-4 * x) * (1.0 + e),
+                        fanout_cpu_s: (1e-3 + x * (20e-6 + 5e-6 * ln1(x))) * (1.0 + e),
+                    })
+                    .collect(),
+                ..Default::default()
+            }
+        };
+        let clusters: Vec<ClusterPoint> = [10_000, 100, 300, 1000, 3000]
+            .into_iter()
+            .map(cluster)
+            .collect();
+        let m = model_check(&clusters, None, 1000).unwrap();
+        assert_eq!(m.calibrated_on, vec![100, 300, 1000]);
+        assert_eq!(m.costs.cpu_idle_node, 0.0);
+        assert!(m.idle_resolution > 0.0);
+        assert!(m.worst_error < 0.02, "{m:#?}");
+        let fan = m
+            .points
+            .iter()
+            .find(|p| p.nodes == 10_000 && p.what == "fanout_cpu_s")
+            .unwrap();
+        assert!(!fan.calibration && fan.spread.samples == 3 && fan.spread.stdev > 0.0);
+        // With two sizes only, both calibrate.
+        let m = model_check(&[cluster(50), cluster(200)], None, 1000).unwrap();
+        assert_eq!(m.calibrated_on, vec![50, 200]);
+        assert!(m.points.iter().all(|p| p.calibration));
     }
 }

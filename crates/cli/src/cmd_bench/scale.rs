@@ -9,7 +9,7 @@ use corefarm_bench::scale::{self, ScaleOptions};
 #[derive(Args)]
 pub struct ScaleArgs {
     /// Cluster sizes, comma-separated (one server each).
-    #[arg(long, value_delimiter = ',', default_value = "100,1000,3000,10000")]
+    #[arg(long, value_delimiter = ',', default_value = "100,300,1000,3000,10000")]
     nodes: Vec<usize>,
     /// Simulated nodes per `corefarm node` process.
     #[arg(long, default_value_t = 2000)]
@@ -33,10 +33,15 @@ pub struct ScaleArgs {
     /// data via the server and direct); 0 skips them.
     #[arg(long, default_value_t = 2.0)]
     event_seconds: f64,
-    /// Configurations fanned out to every node, and full status requests,
-    /// per cluster size (their mean is reported).
-    #[arg(long, default_value_t = 3)]
+    /// Samples per cluster size, in one cluster: idle windows, full status
+    /// requests and configurations fanned out to every node (their mean,
+    /// and their spread beside it).
+    #[arg(long, default_value_t = 5)]
     repeats: usize,
+    /// The model is calibrated on the sizes up to this many nodes and
+    /// validated on the larger ones.
+    #[arg(long, default_value_t = 1000)]
+    calibrate_max: usize,
     /// Only the scheduler in process: no server, no nodes, no events.
     #[arg(long)]
     sched_only: bool,
@@ -68,17 +73,20 @@ pub fn run(a: ScaleArgs) -> Result<()> {
         sched_periods: a.sched_periods,
         event_seconds: a.event_seconds,
         repeats: a.repeats,
+        calibrate_max: a.calibrate_max,
         progress: !a.quiet,
     };
     if a.quick {
         o.nodes = vec![50, 200];
-        o.idle = 0.5;
+        // Two samples of a quarter second: the idle time of one of half a
+        // second, and the floor fit has its spread.
+        o.idle = 0.25;
         o.sched_nodes = vec![100, 1000];
         o.sched_functions = vec![1, 100];
         o.sched_messages = 500;
         o.sched_periods = 5;
         o.event_seconds = 0.5;
-        o.repeats = 1;
+        o.repeats = 2;
     }
     if a.sched_only {
         o.nodes.clear();
