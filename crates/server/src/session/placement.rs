@@ -169,7 +169,7 @@ pub(crate) trait Placement: Send {
 
     /// Frames queued to nodes and not written yet.
     fn unflushed(&self) -> bool;
-    fn flush(&self);
+    fn flush(&mut self);
 
     /// The session has ended: give back what it held.
     fn finish(&mut self);

@@ -316,7 +316,7 @@ impl Placement for Scheduled {
         false
     }
 
-    fn flush(&self) {}
+    fn flush(&mut self) {}
 
     fn finish(&mut self) {}
 }

@@ -81,6 +81,8 @@ struct Node {
     service: Option<f64>,
     /// No progress for the stall bound: takes no new work until it answers.
     stalled: bool,
+    /// In [`Owned::unflushed_nodes`].
+    queued: bool,
 }
 
 /// What wakes an owned placement.
@@ -123,6 +125,10 @@ pub(crate) struct Owned {
     /// a node whose window grew took its neighbours' share, its own rate
     /// rose with it, and the windows drifted apart.
     window: Window,
+    /// Nodes with frames queued since the last flush: the session waits
+    /// after every wake-up, and looking through all of its nodes each time
+    /// cost a pass over thousands of them per event.
+    unflushed_nodes: Vec<u64>,
     events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
     /// Nodes the pool hands to this user after it registered.
     ctl_tx: mpsc::UnboundedSender<Control>,
@@ -207,6 +213,7 @@ impl Owned {
             nodes: HashMap::new(),
             order: Order::default(),
             window,
+            unflushed_nodes: Vec::new(),
             events: StreamMap::new(),
             ctl_tx,
             ctl_rx,
@@ -366,12 +373,15 @@ impl Placement for Owned {
     }
 
     fn unflushed(&self) -> bool {
-        self.nodes.values().any(|n| n.tx.unflushed())
+        !self.unflushed_nodes.is_empty()
     }
 
-    fn flush(&self) {
-        for n in self.nodes.values() {
-            n.tx.flush();
+    fn flush(&mut self) {
+        for id in self.unflushed_nodes.drain(..) {
+            if let Some(n) = self.nodes.get_mut(&id) {
+                n.queued = false;
+                n.tx.flush();
+            }
         }
     }
 

@@ -105,6 +105,7 @@ impl Owned {
             late: Default::default(),
             service: None,
             stalled: false,
+            queued: false,
         };
         self.order.add(id);
         // A node joining a configured user is configured at once and joins the rotation.

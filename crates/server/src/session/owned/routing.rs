@@ -103,6 +103,10 @@ impl Owned {
         // chunks go out between a bulk one's.
         if n.tx.queue_class(frame, class) {
             n.sent += 1;
+            if !n.queued {
+                n.queued = true;
+                self.unflushed_nodes.push(id);
+            }
         }
         // On a failed send the node's Closed event follows and re-dispatches.
         // Nothing is late before half the floor; the rule then looks at
