@@ -29,7 +29,9 @@ use corefarm_smp::{ErrorCode, ErrorMsg, Frame, MsgType, OutFrame, ProtocolError}
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tokio_stream::{StreamExt, StreamMap};
+use tokio_stream::StreamExt;
+
+use crate::events::EventMap;
 use tokio_util::sync::CancellationToken;
 
 use crate::accounts::Account;
@@ -77,7 +79,7 @@ struct Member {
 struct Live {
     id: u32,
     members: Vec<Member>,
-    events: StreamMap<u32, UnboundedReceiverStream<NodeEvent>>,
+    events: EventMap<u32, UnboundedReceiverStream<NodeEvent>>,
     /// Commands relayed and not yet answered by every rank they target.
     pending: HashMap<u32, (String, BTreeSet<u32>)>,
     /// Members lost while no command waited for them: the next command
@@ -369,7 +371,7 @@ impl Session {
         let token = rand::random::<u64>();
         let mut members = Vec::new();
         let mut list = Vec::new();
-        let mut events = StreamMap::new();
+        let mut events = EventMap::new();
         for (r, mut conn) in conns.into_iter().enumerate() {
             let info = conn.entry.info();
             let ev = std::mem::replace(&mut conn.events, mpsc::unbounded_channel().1);

@@ -28,6 +28,7 @@ mod budget;
 mod chunked;
 pub mod defaults;
 pub mod dispatch;
+mod events;
 mod greeting;
 mod group;
 #[cfg(test)]

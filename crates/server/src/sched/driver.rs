@@ -31,7 +31,9 @@ use tokio::sync::{mpsc, oneshot};
 use super::places::Places;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tokio_stream::{StreamExt, StreamMap};
+use tokio_stream::StreamExt;
+
+use crate::events::EventMap;
 use tokio_util::sync::CancellationToken;
 
 use super::{Action, FnId, Job, NodeBreach, Params, Sched};
@@ -206,7 +208,7 @@ struct Driver {
     sched: Sched,
     start: Instant,
     conns: HashMap<u64, NodeConn>,
-    events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
+    events: EventMap<u64, UnboundedReceiverStream<NodeEvent>>,
     /// Each user's channel, function and registry entry.
     users: HashMap<u64, UserLink>,
     queues: HashMap<FnId, Arc<Places>>,
@@ -235,7 +237,7 @@ async fn run(
         sched: Sched::new(params(&shared)),
         start: Instant::now(),
         conns: HashMap::new(),
-        events: StreamMap::new(),
+        events: EventMap::new(),
         users: HashMap::new(),
         queues: HashMap::new(),
         loans: Default::default(),

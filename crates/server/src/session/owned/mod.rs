@@ -24,7 +24,9 @@ use corefarm_smp::{hello::features, Configuration, OutFrame, UserPhase as Phase}
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use tokio_stream::{StreamExt, StreamMap};
+use tokio_stream::StreamExt;
+
+use crate::events::EventMap;
 
 use super::{Admitted, Cx, Input, Placement, SessionEnd, View};
 use crate::dispatch::{Order, Window};
@@ -129,7 +131,7 @@ pub(crate) struct Owned {
     /// after every wake-up, and looking through all of its nodes each time
     /// cost a pass over thousands of them per event.
     unflushed_nodes: Vec<u64>,
-    events: StreamMap<u64, UnboundedReceiverStream<NodeEvent>>,
+    events: EventMap<u64, UnboundedReceiverStream<NodeEvent>>,
     /// Nodes the pool hands to this user after it registered.
     ctl_tx: mpsc::UnboundedSender<Control>,
     ctl_rx: mpsc::UnboundedReceiver<Control>,
@@ -214,7 +216,7 @@ impl Owned {
             order: Order::default(),
             window,
             unflushed_nodes: Vec::new(),
-            events: StreamMap::new(),
+            events: EventMap::new(),
             ctl_tx,
             ctl_rx,
             registered: false,
