@@ -172,6 +172,9 @@ impl Owned {
             let n = self.nodes.get_mut(&id).expect("listed");
             if n.tx.send(frame.clone()) {
                 n.sent += 1;
+                if n.slot == Slot::Ready {
+                    self.ready -= 1;
+                }
                 n.slot = Slot::Configuring { deadline };
                 n.tx.entry.m.configuring(function.clone(), cores);
                 n.tx.entry.set_state(NodeState::Configuring);

@@ -120,6 +120,9 @@ pub(crate) struct Owned {
     /// none of them is not sent it.
     carried: Option<corefarm_smp::targets::Carried>,
     nodes: HashMap<u64, Node>,
+    /// Nodes in `nodes` whose slot is Ready: the user's credit is the
+    /// window times their number, asked after every event.
+    ready: usize,
     order: Order,
     /// Credit policy: the window every node of the session holds. One for
     /// all, judged on their results together: windows of their own competed
@@ -213,6 +216,7 @@ impl Owned {
             cfg_frame: None,
             carried: None,
             nodes: HashMap::new(),
+            ready: 0,
             order: Order::default(),
             window,
             unflushed_nodes: Vec::new(),

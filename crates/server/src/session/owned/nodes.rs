@@ -170,8 +170,17 @@ impl Owned {
         }
     }
 
-    pub(super) fn drop_node(&mut self, id: u64, reason: &str) -> Option<Node> {
+    /// Takes node `id` out of the session's table.
+    fn remove_node(&mut self, id: u64) -> Option<Node> {
         let n = self.nodes.remove(&id)?;
+        if n.slot == Slot::Ready {
+            self.ready -= 1;
+        }
+        Some(n)
+    }
+
+    pub(super) fn drop_node(&mut self, id: u64, reason: &str) -> Option<Node> {
+        let n = self.remove_node(id)?;
         self.order.remove(id);
         self.events.remove(&id);
         tracing::warn!(user = %self.peer, node = %n.tx.label(), "node dropped: {reason}");
@@ -185,7 +194,7 @@ impl Owned {
 
     /// Returns a healthy, idle node to the pool.
     pub(super) fn release_node(&mut self, id: u64) {
-        let Some(mut n) = self.nodes.remove(&id) else {
+        let Some(mut n) = self.remove_node(id) else {
             return;
         };
         self.order.remove(id);
@@ -254,7 +263,7 @@ impl Owned {
             if busy {
                 // Work in flight for a departed user: reset the node by closing
                 // it; its node manager reconnects with a clean state.
-                if let Some(n) = self.nodes.remove(&id) {
+                if let Some(n) = self.remove_node(id) {
                     n.tx.close();
                 }
             } else {

@@ -61,8 +61,7 @@ impl Owned {
     /// Sum of the ready nodes' windows: what a credit-aware user may have
     /// outstanding unless `--user-window` fixes it.
     pub(super) fn user_window(&self) -> u64 {
-        let ready = self.nodes.values().filter(|n| n.slot == Slot::Ready);
-        ready.count() as u64 * self.window.get() as u64
+        self.ready as u64 * self.window.get() as u64
     }
 
     pub(super) fn dispatch(&mut self, p: Pending) {
@@ -255,6 +254,7 @@ impl Owned {
                     .unwrap_or(false);
                 if ok {
                     n.slot = Slot::Ready;
+                    self.ready += 1;
                     n.tx.entry.set_state(NodeState::Ready);
                     tracing::info!(user = %self.peer, node = %n.tx.label(), "node configured");
                     if let Some(a) = self.entry.account() {
