@@ -141,16 +141,28 @@ impl Sched {
                 let Some(node) = self.spare_for(f, sets) else {
                     break;
                 };
+                tracing::debug!(node, function = %f, "a new function on a spare node");
                 self.reconfigure(node, f, now);
                 placed += 1;
                 (above, spare) = (None, None);
             }
-            if placed == 0 && self.p.fair_share {
+            // The rest of the share from functions holding more than
+            // theirs, for the same reason: taking one node and leaving the
+            // rest to the queued work made each call of a burst on a new
+            // function wait for a second programming. The first node may
+            // be drained; the others only if idle now, so no function's
+            // work in flight is held up for work that may be small.
+            while self.p.fair_share && placed < fair {
                 let a = above.get_or_insert_with(|| self.above_share(users));
-                if let Some((node, _)) = self.surplus_for(f, now, a) {
-                    self.drain_for(node, f, now);
-                    (above, spare) = (None, None);
+                let Some((node, left)) = self.surplus_for(f, now, a) else {
+                    break;
+                };
+                if placed > 0 && (left > 0.0 || !self.nodes[&node].in_flight.is_empty()) {
+                    break;
                 }
+                self.drain_for(node, f, now);
+                placed += 1;
+                (above, spare) = (None, None);
             }
         }
     }
@@ -214,7 +226,8 @@ impl Sched {
     /// A replica `f` may take from a function holding more than its fair
     /// share (`above`, from [`Sched::above_share`]), and how long until its
     /// work in flight is done (from its function's measured service time):
-    /// the one idle first, then one of the function with the most. Moving a
+    /// the one idle first (one with no work in flight before one whose work
+    /// should be done by now), then one of the function with the most. Moving a
     /// node from above a fair share to below one cannot make the two
     /// functions trade it back.
     fn surplus_for(&self, f: FnId, now: Duration, above: &[(FnId, usize)]) -> Option<(u64, f64)> {
@@ -231,10 +244,16 @@ impl Sched {
                 let inputs: u64 = s.in_flight.values().map(|j| j.count as u64).sum();
                 let done = now.saturating_sub(s.busy_until).as_secs_f64();
                 let left = (inputs as f64 * service - done).max(0.0);
-                Some((Duration::from_secs_f64(left), std::cmp::Reverse(n), id))
+                let busy = !s.in_flight.is_empty();
+                Some((
+                    Duration::from_secs_f64(left),
+                    busy,
+                    std::cmp::Reverse(n),
+                    id,
+                ))
             })
             .min()
-            .map(|(left, _, id)| (id, left.as_secs_f64()))
+            .map(|(left, _, _, id)| (id, left.as_secs_f64()))
     }
 
     /// No node can move to another function: none is spare, and none
@@ -325,7 +344,10 @@ impl Sched {
                 }
                 match drain {
                     Some(_) => self.drain_for(node, f, now),
-                    None => self.reconfigure(node, f, now),
+                    None => {
+                        tracing::debug!(node, function = %f, queued, "queued work on a spare node");
+                        self.reconfigure(node, f, now)
+                    }
                 }
                 (above, spare) = (None, None);
                 loading += 1;
@@ -353,6 +375,7 @@ impl Sched {
                 f.wanted() && (self.replicas_or_loading(target) == 1 || !f.queue.is_empty())
             });
             if needed {
+                tracing::debug!(node, function = %target, "a drained node loads its next function");
                 self.reconfigure(node, target, now);
             } else {
                 self.nodes.get_mut(&node).expect("listed").state = SlotState::Ready;
