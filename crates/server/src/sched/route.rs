@@ -200,6 +200,30 @@ impl Sched {
             .collect()
     }
 
+    /// The spare nodes in `sets` (from [`Sched::spare_sets`]).
+    fn spare_count(&self, sets: &[Option<FnId>]) -> usize {
+        sets.iter().map(|&g| self.ix.idle_holding(g).count()).sum()
+    }
+
+    /// Nodes owed to fair shares: what the functions of active users (or
+    /// with queued work) lack of their shares, plus a share for each user
+    /// still to configure. Linear in the functions; counted only when a
+    /// function would borrow a spare node beyond its share.
+    fn owed(&self, users: u128) -> usize {
+        let unit = u128::from(super::queue::WEIGHT_UNIT);
+        let joining = self.nodes.len() as u128 * unit / users.max(1);
+        let joining = self.joining * usize::try_from(joining).unwrap_or(usize::MAX).max(1);
+        self.fns
+            .values()
+            .filter(|g| share_weight(self, g) > 0)
+            .map(|g| {
+                self.share_of(g.id, users)
+                    .saturating_sub(self.ix.promised(g.id))
+            })
+            .sum::<usize>()
+            + joining
+    }
+
     /// A node nobody needs, idle, that may load `f`: the first by id of
     /// the nodes in `sets` (from [`Sched::spare_sets`]).
     fn spare_for(&self, f: FnId, sets: &[Option<FnId>]) -> Option<u64> {
@@ -312,7 +336,7 @@ impl Sched {
         }
         // Counted once: placing and draining change no function's weight.
         let users = self.users_of_wanted();
-        let (mut above, mut spare) = (None, None);
+        let (mut above, mut spare, mut owed) = (None, None, None);
         for (queued, f) in waiting {
             let fair = self.share_of(f, users);
             let func = &self.fns[&f];
@@ -325,7 +349,17 @@ impl Sched {
                 // A spare node is free now; one taken from another
                 // function once its work in flight is done.
                 let sets = spare.get_or_insert_with(|| self.spare_sets());
+                // Beyond its fair share, a function borrows only the spare
+                // nodes no other function's share is owed: borrowed ones
+                // would be drained back from it as soon as the owed
+                // function has work, one programming more for each.
+                let borrow = |me: &Self, owed: &mut Option<usize>| {
+                    !me.p.fair_share
+                        || replicas < fair
+                        || me.spare_count(sets) > *owed.get_or_insert_with(|| me.owed(users))
+                };
                 let node = match self.spare_for(f, sets) {
+                    Some(_) if !borrow(self, &mut owed) => None,
                     Some(n) => Some((n, None)),
                     None if self.p.fair_share && replicas < fair => {
                         let a = above.get_or_insert_with(|| self.above_share(users));
@@ -349,7 +383,7 @@ impl Sched {
                         self.reconfigure(node, f, now)
                     }
                 }
-                (above, spare) = (None, None);
+                (above, spare, owed) = (None, None, None);
                 loading += 1;
             }
         }
