@@ -141,16 +141,28 @@ impl Sched {
                 let Some(node) = self.spare_for(f, sets) else {
                     break;
                 };
+                tracing::debug!(node, function = %f, "a new function on a spare node");
                 self.reconfigure(node, f, now);
                 placed += 1;
                 (above, spare) = (None, None);
             }
-            if placed == 0 && self.p.fair_share {
+            // The rest of the share from functions holding more than
+            // theirs, for the same reason: taking one node and leaving the
+            // rest to the queued work made each call of a burst on a new
+            // function wait for a second programming. The first node may
+            // be drained; the others only if idle now, so no function's
+            // work in flight is held up for work that may be small.
+            while self.p.fair_share && placed < fair {
                 let a = above.get_or_insert_with(|| self.above_share(users));
-                if let Some((node, _)) = self.surplus_for(f, now, a) {
-                    self.drain_for(node, f, now);
-                    (above, spare) = (None, None);
+                let Some((node, left)) = self.surplus_for(f, now, a) else {
+                    break;
+                };
+                if placed > 0 && (left > 0.0 || !self.nodes[&node].in_flight.is_empty()) {
+                    break;
                 }
+                self.drain_for(node, f, now);
+                placed += 1;
+                (above, spare) = (None, None);
             }
         }
     }
@@ -188,6 +200,30 @@ impl Sched {
             .collect()
     }
 
+    /// The spare nodes in `sets` (from [`Sched::spare_sets`]).
+    fn spare_count(&self, sets: &[Option<FnId>]) -> usize {
+        sets.iter().map(|&g| self.ix.idle_holding(g).count()).sum()
+    }
+
+    /// Nodes owed to fair shares: what the functions of active users (or
+    /// with queued work) lack of their shares, plus a share for each user
+    /// still to configure. Linear in the functions; counted only when a
+    /// function would borrow a spare node beyond its share.
+    fn owed(&self, users: u128) -> usize {
+        let unit = u128::from(super::queue::WEIGHT_UNIT);
+        let joining = self.nodes.len() as u128 * unit / users.max(1);
+        let joining = self.joining * usize::try_from(joining).unwrap_or(usize::MAX).max(1);
+        self.fns
+            .values()
+            .filter(|g| share_weight(self, g) > 0)
+            .map(|g| {
+                self.share_of(g.id, users)
+                    .saturating_sub(self.ix.promised(g.id))
+            })
+            .sum::<usize>()
+            + joining
+    }
+
     /// A node nobody needs, idle, that may load `f`: the first by id of
     /// the nodes in `sets` (from [`Sched::spare_sets`]).
     fn spare_for(&self, f: FnId, sets: &[Option<FnId>]) -> Option<u64> {
@@ -214,7 +250,8 @@ impl Sched {
     /// A replica `f` may take from a function holding more than its fair
     /// share (`above`, from [`Sched::above_share`]), and how long until its
     /// work in flight is done (from its function's measured service time):
-    /// the one idle first, then one of the function with the most. Moving a
+    /// the one idle first (one with no work in flight before one whose work
+    /// should be done by now), then one of the function with the most. Moving a
     /// node from above a fair share to below one cannot make the two
     /// functions trade it back.
     fn surplus_for(&self, f: FnId, now: Duration, above: &[(FnId, usize)]) -> Option<(u64, f64)> {
@@ -231,10 +268,16 @@ impl Sched {
                 let inputs: u64 = s.in_flight.values().map(|j| j.count as u64).sum();
                 let done = now.saturating_sub(s.busy_until).as_secs_f64();
                 let left = (inputs as f64 * service - done).max(0.0);
-                Some((Duration::from_secs_f64(left), std::cmp::Reverse(n), id))
+                let busy = !s.in_flight.is_empty();
+                Some((
+                    Duration::from_secs_f64(left),
+                    busy,
+                    std::cmp::Reverse(n),
+                    id,
+                ))
             })
             .min()
-            .map(|(left, _, id)| (id, left.as_secs_f64()))
+            .map(|(left, _, _, id)| (id, left.as_secs_f64()))
     }
 
     /// No node can move to another function: none is spare, and none
@@ -293,7 +336,7 @@ impl Sched {
         }
         // Counted once: placing and draining change no function's weight.
         let users = self.users_of_wanted();
-        let (mut above, mut spare) = (None, None);
+        let (mut above, mut spare, mut owed) = (None, None, None);
         for (queued, f) in waiting {
             let fair = self.share_of(f, users);
             let func = &self.fns[&f];
@@ -306,7 +349,17 @@ impl Sched {
                 // A spare node is free now; one taken from another
                 // function once its work in flight is done.
                 let sets = spare.get_or_insert_with(|| self.spare_sets());
+                // Beyond its fair share, a function borrows only the spare
+                // nodes no other function's share is owed: borrowed ones
+                // would be drained back from it as soon as the owed
+                // function has work, one programming more for each.
+                let borrow = |me: &Self, owed: &mut Option<usize>| {
+                    !me.p.fair_share
+                        || replicas < fair
+                        || me.spare_count(sets) > *owed.get_or_insert_with(|| me.owed(users))
+                };
                 let node = match self.spare_for(f, sets) {
+                    Some(_) if !borrow(self, &mut owed) => None,
                     Some(n) => Some((n, None)),
                     None if self.p.fair_share && replicas < fair => {
                         let a = above.get_or_insert_with(|| self.above_share(users));
@@ -325,9 +378,12 @@ impl Sched {
                 }
                 match drain {
                     Some(_) => self.drain_for(node, f, now),
-                    None => self.reconfigure(node, f, now),
+                    None => {
+                        tracing::debug!(node, function = %f, queued, "queued work on a spare node");
+                        self.reconfigure(node, f, now)
+                    }
                 }
-                (above, spare) = (None, None);
+                (above, spare, owed) = (None, None, None);
                 loading += 1;
             }
         }
@@ -353,6 +409,7 @@ impl Sched {
                 f.wanted() && (self.replicas_or_loading(target) == 1 || !f.queue.is_empty())
             });
             if needed {
+                tracing::debug!(node, function = %target, "a drained node loads its next function");
                 self.reconfigure(node, target, now);
             } else {
                 self.nodes.get_mut(&node).expect("listed").state = SlotState::Ready;

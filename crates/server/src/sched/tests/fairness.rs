@@ -316,3 +316,91 @@ fn a_function_of_idle_users_weighs_nothing_in_the_shares() {
     s.submit(job(2, 7), now + ms(30));
     assert_eq!(w(&s), 3 * u128::from(queue::WEIGHT_UNIT), "active again");
 }
+
+/// A burst on a new function while the other users are off takes the
+/// function's whole share at configure time: the spare nodes and the idle
+/// nodes of functions holding more than their share, as exclusive mode
+/// programs all of a user's nodes at once. Taking the spare nodes only
+/// (or one drained node) left the rest to the queued work, so each call of
+/// the burst waited for a second programming. With the other users active,
+/// their functions hold their shares and keep them.
+#[test]
+fn a_new_function_takes_its_share_at_once_from_idle_functions() {
+    // (others idle, nodes "e" is loaded on, nodes "b", "c", "d" keep)
+    for (idle, took, kept) in [(true, 5, 1), (false, 2, 2)] {
+        let mut s = fair_sched();
+        for n in 1..=8 {
+            s.add_node(n, ms(0));
+        }
+        for user in 1..=4 {
+            s.user_joined(user);
+            s.set_tenant(user, None, 1);
+        }
+        for (user, name) in [(1, "a"), (2, "b"), (3, "c"), (4, "d")] {
+            s.configure(user, payload(name), 8, 8, ms(0));
+        }
+        let loading = configures(&s.take_actions());
+        assert_eq!(loading.len(), 8, "two nodes each: {loading:?}");
+        for (n, _) in loading {
+            s.on_config_response(n, true, ms(1)).unwrap();
+        }
+        s.take_actions();
+        let mut now = ms(1);
+        if idle {
+            tick_until(&mut s, now, now + ms(30));
+            now += ms(30);
+        }
+        s.configure(1, payload("e"), 8, 8, now);
+        let c = configures(&s.take_actions());
+        assert_eq!(c.len(), took, "others idle: {idle}: {c:?}");
+        assert!(c.iter().all(|(_, p)| *p == payload("e")));
+        for name in ["b", "c", "d"] {
+            assert_eq!(promised(&s, name), kept, "{name}, others idle: {idle}");
+        }
+    }
+}
+
+/// Seed 002's equal, always-busy users: a function at its fair share with
+/// a backlog does not borrow the spare nodes another active function's
+/// share is owed. Borrowed, they were drained back as soon as that
+/// function's users sent work: two programmings per node where exclusive
+/// mode makes one, for no gain.
+#[test]
+fn a_backlog_at_its_share_leaves_spare_nodes_owed_to_another_share() {
+    let mut s = fair_sched();
+    for n in 1..=6 {
+        s.add_node(n, ms(0));
+    }
+    for user in 1..=3 {
+        s.user_joined(user);
+        s.set_tenant(user, None, 1);
+    }
+    for (user, name) in [(1, "a"), (2, "b"), (3, "c")] {
+        s.configure(user, payload(name), 8, 8, ms(0));
+    }
+    let loading = configures(&s.take_actions());
+    assert_eq!(loading.len(), 6, "two nodes each: {loading:?}");
+    for (n, _) in loading {
+        s.on_config_response(n, true, ms(1)).unwrap();
+    }
+    s.take_actions();
+    // User 3 joins "b": "c"'s two nodes are spare, "b"'s share is four.
+    s.configure(3, payload("b"), 8, 8, ms(2));
+    assert_eq!(configures(&s.take_actions()), vec![], "no work yet");
+    let mut programmed = backlog(&mut s, ms(2));
+    assert_eq!(
+        promised(&s, "a"),
+        2,
+        "\"a\" keeps its share: {programmed:?}"
+    );
+    for id in 1..=20 {
+        s.submit(Job::new(3, id, Bytes::from_static(&[0; 8]), 10), ms(3));
+    }
+    programmed.extend(configures(&s.take_actions()));
+    assert_eq!((promised(&s, "a"), promised(&s, "b")), (2, 4));
+    assert_eq!(
+        programmed.len(),
+        2,
+        "one programming per node moved: {programmed:?}"
+    );
+}
