@@ -1230,10 +1230,7 @@ def sec_scale(doc, seed):
         if "cpu_status" in c:
             L += ["Server CPU per event from the fitted model: a node's connection "
                   f"{c['cpu_connect'] * 1e6:.0f} µs; a configuration {c['cpu_config'] * 1e6:.0f} µs + "
-                  f"{c['cpu_config_node'] * 1e6:.0f} µs per node it reaches"
-                  + (f" (+ {c['cpu_config_node_log'] * 1e6:.1f} µs × ln k per node for k nodes: the fanning session "
-                     "looks over its nodes at each wake-up)" if c.get("cpu_config_node_log") else "")
-                  + "; an idle node "
+                  f"{c['cpu_config_node'] * 1e6:.0f} µs per node it reaches; an idle node "
                   f"{c['cpu_idle_node'] * 1e6:.2f} µs per second (nodes send no heartbeat); a status request "
                   f"listing every node {c['cpu_status'] * 1e6:.0f} µs + {c['cpu_status_node'] * 1e6:.2f} µs per node.",
                   ""]

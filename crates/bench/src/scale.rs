@@ -27,7 +27,7 @@ use serde::Serialize;
 
 use crate::cpu::{ticks_per_s, tree_ticks};
 use corefarm_model::control::{
-    fit_costs, fit_floor, judged_error, ln1, relative_error, ControlCosts, ControlLoad, Spread,
+    fit_costs, fit_floor, judged_error, relative_error, ControlCosts, ControlLoad, Spread,
 };
 
 /// What to measure.
@@ -779,10 +779,8 @@ fn answer(s: &mut Sched, now: Duration, sent: &mut Vec<(u64, u32)>) {
 /// nodes (the two smallest when fewer than two are) and the per-event
 /// costs, and predicts every cluster. Each cost is fitted over every sample
 /// at the calibration sizes ([`fit_costs`]: non-negative, relative least
-/// squares): memory, fan-out time and a status request's CPU as lines in
-/// the node count; a configuration's CPU with a per-node part growing with
-/// `ln N` (the fanning session looks over its nodes per wake-up); the
-/// idle server's CPU as a figure at its floor ([`fit_floor`]), judged with
+/// squares): memory, fan-out time, a configuration's and a status
+/// request's CPU as lines in the node count; the idle server's CPU as a figure at its floor ([`fit_floor`]), judged with
 /// its resolution. The join's CPU is one sample per size (a cluster joins
 /// once).
 pub fn model_check(
@@ -807,9 +805,6 @@ pub fn model_check(
     };
     let one = |_: f64| 1.0;
     let lin = |x: f64| x;
-    // The per-node part's growth is measured from the smallest size up.
-    let from = cal[0].nodes as f64;
-    let nlog = move |x: f64| x * ln1(x / from);
     let line = |pts: &[(f64, f64)]| -> Option<(f64, f64)> {
         let b = fit_costs(pts, &[&one, &lin])?;
         Some((b[0], b[1]))
@@ -817,7 +812,7 @@ pub fn model_check(
     let join_cpu = |p: &ClusterPoint| p.connect_cpu_us_per_node * 1e-6 * p.nodes as f64;
     let (mem_base, mem_per_node) = line(&at(|s| s.memory_mib * (1 << 20) as f64))?;
     let (fanout_fixed, fanout_per_node) = line(&at(|s| s.fanout_s))?;
-    let cfg = fit_costs(&at(|s| s.fanout_cpu_s), &[&one, &lin, &nlog])?;
+    let (cpu_config, cpu_config_node) = line(&at(|s| s.fanout_cpu_s))?;
     let (cpu_status, cpu_status_node) = line(&at(|s| s.status_all_cpu_s))?;
     // The join's fixed part is the observer's polling while the nodes
     // come, not a cost of a node: only the slope is a connection's.
@@ -835,10 +830,8 @@ pub fn model_check(
         cpu_connect,
         cpu_idle_base: idle.base,
         cpu_idle_node: idle.slope,
-        cpu_config: cfg[0],
-        cpu_config_node: cfg[1],
-        cpu_config_node_log: cfg[2],
-        cpu_config_log_from: from,
+        cpu_config,
+        cpu_config_node,
         cpu_session: ev.session_cpu_us * 1e-6,
         cpu_group_open: ev.group_open_cpu_us * 1e-6,
         cpu_message_server: ev.message_server_cpu_us * 1e-6,
@@ -978,7 +971,7 @@ mod tests {
                         memory_mib: (16.0 + 0.01 * x) * (1.0 + e),
                         status_all_cpu_s: 2e-6 * x * (1.0 + e),
                         fanout_s: (5e-3 + 3e-4 * x) * (1.0 + e),
-                        fanout_cpu_s: (1e-3 + x * (20e-6 + 5e-6 * ln1(x))) * (1.0 + e),
+                        fanout_cpu_s: (1e-3 + x * 20e-6) * (1.0 + e),
                     })
                     .collect(),
                 ..Default::default()

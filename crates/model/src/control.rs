@@ -44,17 +44,6 @@ pub struct ControlCosts {
     pub cpu_config: f64,
     /// CPU seconds per node a configuration is fanned out to.
     pub cpu_config_node: f64,
-    /// CPU seconds per node a configuration is fanned out to, per unit of
-    /// `ln(k/k₀)` for `k` nodes: the session that fans out waits on every
-    /// node it holds, and each wake-up looks over them (a scan per event,
-    /// spread over the answers that arrived together), so a node's share
-    /// grows with the session's size; fitted, not derived.
-    #[serde(default)]
-    pub cpu_config_node_log: f64,
-    /// `k₀`: the size from which that part grows (the smallest measured;
-    /// below it a node's share is `cpu_config_node`). At most 1 means `ln k`.
-    #[serde(default)]
-    pub cpu_config_log_from: f64,
     /// CPU seconds per user session (connect, hello, close).
     pub cpu_session: f64,
     /// CPU seconds per group opened and closed.
@@ -141,8 +130,7 @@ impl ControlCosts {
 
     /// CPU seconds of one configuration fanned out to `nodes` nodes.
     pub fn config_cpu_s(&self, nodes: f64) -> f64 {
-        let grow = ln1(nodes / self.cpu_config_log_from.max(1.0));
-        self.cpu_config + nodes * (self.cpu_config_node + self.cpu_config_node_log * grow)
+        self.cpu_config + nodes * self.cpu_config_node
     }
 
     /// The most nodes one server holds with `cpus` CPUs and `memory`
@@ -471,8 +459,6 @@ mod tests {
             cpu_idle_node: 0.0,
             cpu_config: 1e-3,
             cpu_config_node: 20e-6,
-            cpu_config_node_log: 0.0,
-            cpu_config_log_from: 0.0,
             cpu_session: 200e-6,
             cpu_group_open: 1e-3,
             cpu_message_server: 10e-6,
@@ -506,16 +492,6 @@ mod tests {
         );
         assert!((p.fanout_s - 0.045).abs() < 1e-12);
         assert!((c.config_cpu_s(1000.0) - 0.021).abs() < 1e-12);
-        // A per-node part growing with ln(k/100): none at 100 nodes or below.
-        let g = ControlCosts {
-            cpu_config_node_log: 5e-6,
-            cpu_config_log_from: 100.0,
-            ..c
-        };
-        assert_eq!(g.config_cpu_s(100.0), c.config_cpu_s(100.0));
-        assert_eq!(g.config_cpu_s(50.0), c.config_cpu_s(50.0));
-        let want = c.config_cpu_s(1000.0) + 1000.0 * 5e-6 * 10f64.ln();
-        assert!((g.config_cpu_s(1000.0) - want).abs() < 1e-12);
     }
 
     #[test]
