@@ -32,19 +32,7 @@ fn node(nodes: &str, name: &str, secret: &Path) -> Proc {
 
 /// `corefarm status --json` as `user`.
 fn status(users: &str, user: &str, secret: &Path) -> ClusterStatus {
-    let out = Command::new(BIN)
-        .args(["status", "--json", "--server", users, "--user", user])
-        .arg("--secret-file")
-        .arg(secret)
-        .env_remove("COREFARM_USER")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).unwrap()
+    serde_json::from_value(support::status_json(users, user, secret, &[])).unwrap()
 }
 
 /// `corefarm bench user` as `user` for a short run, one node's worth.

@@ -201,14 +201,12 @@ pub fn private(dir: &Path, name: &str, text: &str) -> std::path::PathBuf {
     p
 }
 
-/// `corefarm status --accounting --json` as `user`.
-pub fn accounting(
-    users: &str,
-    user: &str,
-    secret: &Path,
-) -> (f64, Vec<corefarm_smp::AccountStatus>) {
+/// `corefarm status --json` with `extra` as named user `user`, its answer
+/// as JSON (the environment's user left out).
+pub fn status_json(users: &str, user: &str, secret: &Path, extra: &[&str]) -> serde_json::Value {
     let out = Command::new(BIN)
-        .args(["status", "--accounting", "--json", "--server", users])
+        .args(["status", "--json", "--server", users])
+        .args(extra)
         .args(["--user", user, "--secret-file"])
         .arg(secret)
         .env_remove("COREFARM_USER")
@@ -219,7 +217,16 @@ pub fn accounting(
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// `corefarm status --accounting --json` as `user`.
+pub fn accounting(
+    users: &str,
+    user: &str,
+    secret: &Path,
+) -> (f64, Vec<corefarm_smp::AccountStatus>) {
+    let v = status_json(users, user, secret, &["--accounting"]);
     let accounts = serde_json::from_value(v["accounts"].clone()).unwrap();
     (v["uptime_seconds"].as_f64().unwrap(), accounts)
 }
