@@ -220,18 +220,44 @@ fn watch_overruns(sock: &OwnedFd, calls: Arc<Calls>) -> Result<(), String> {
         .map_err(|e| format!("cannot start the watch thread: {e}"))
 }
 
-extern "C" fn on_fault(_sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
-    // Async-signal-safe: a const thread-local read and send(2). The
-    // default action was restored (SA_RESETHAND): returning re-runs the
-    // faulting instruction (or abort() re-raises), which ends the process.
-    let running = RUNNING.with(|r| r.get());
-    if running != 0 {
-        let ctx = (running >> 8) - 1;
-        let mut b = [b'X', 0, 0, 0, 0, (running & 0xff) as u8];
-        b[1..5].copy_from_slice(&ctx.to_le_bytes());
-        // SAFETY: send(2) is async-signal-safe; the buffer is on the stack.
-        unsafe { libc::send(FD_CONTROL, b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL) };
+/// The first fault's report: 0 none yet, 1 being sent, 2 sent.
+static REPORT: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+extern "C" fn on_fault(sig: libc::c_int, _info: *mut libc::siginfo_t, _ctx: *mut libc::c_void) {
+    use std::sync::atomic::Ordering;
+    // Async-signal-safe: a const thread-local read, atomics, send(2),
+    // sched_yield(2) and signal(2). The first thread to fault reports it;
+    // one faulting beside it (a message's pieces run on several threads)
+    // waits until that report is sent: the default action it restores
+    // would end the process with the report unsent.
+    if REPORT
+        .compare_exchange(0, 1, Ordering::AcqRel, Ordering::Acquire)
+        .is_ok()
+    {
+        let running = RUNNING.with(|r| r.get());
+        if running != 0 {
+            let ctx = (running >> 8) - 1;
+            let mut b = [b'X', 0, 0, 0, 0, (running & 0xff) as u8];
+            b[1..5].copy_from_slice(&ctx.to_le_bytes());
+            // SAFETY: send(2) is async-signal-safe; the buffer is on the stack.
+            unsafe { libc::send(FD_CONTROL, b.as_ptr().cast(), b.len(), libc::MSG_NOSIGNAL) };
+        }
+        REPORT.store(2, Ordering::Release);
+    } else {
+        // Bounded: a report stuck in a full socket must not hold the
+        // process alive past the host's deadline.
+        for _ in 0..1_000_000 {
+            if REPORT.load(Ordering::Acquire) == 2 {
+                break;
+            }
+            // SAFETY: a plain syscall without memory arguments.
+            unsafe { libc::sched_yield() };
+        }
     }
+    // Returning re-runs the faulting instruction (or abort() re-raises)
+    // under the default action, which ends the process.
+    // SAFETY: signal(2) restoring the default is async-signal-safe.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
 }
 
 /// Installs [`on_fault`] for the signals a bad handler raises. Pool
@@ -243,7 +269,9 @@ fn report_faults() -> Result<(), String> {
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_fault as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO | libc::SA_RESETHAND;
+        // Not SA_RESETHAND: a second thread faulting while the first
+        // reports must reach the handler too (see on_fault).
+        sa.sa_flags = libc::SA_SIGINFO;
         libc::sigemptyset(&mut sa.sa_mask);
         for sig in [
             libc::SIGSEGV,
