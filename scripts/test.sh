@@ -9,10 +9,7 @@ cd "$root"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # Every test runs: a missing compiler, Verilator or binary is a failure, not a skip.
 export COREFARM_REQUIRE_TOOLS=1
-# The Rust user program of examples/saxpy is built and run too.
-export COREFARM_EXAMPLE_RUST=1
-# One target dir for the workspace and that standalone example, so the
-# example reuses the workspace's compiled dependencies.
+# Where the binaries the later steps run are built.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
 start=$SECONDS
 # Each step says how long the run has taken so far: the suite must fit CI's budget.

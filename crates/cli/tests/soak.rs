@@ -1,24 +1,20 @@
-//! The fault campaign in its short form, two minutes in two halves (the
-//! suite's time budget): `corefarm bench soak` runs a real server and four
-//! node processes under load behind the in-tree fault proxy and plays
-//! the default fault kinds (nodes SIGKILLed and
-//! SIGSTOPped, node links delayed, blackholed, reset inside a frame and
-//! left half-open, user links delayed and blackholed), drawn from a seed;
-//! users come and go and bad peers are mixed in. It must report every
-//! result correct and exactly once, no session stuck past the bound its
-//! faults explain, flat memory and no leaked connection. One half without
-//! authentication, one with `--auth` (the server with an auth file, and
-//! wrong answers to its challenge among the bad peers). The hour-long
-//! figures are in docs/benchmarks.md.
+//! The fault campaign in its short form, one minute (the suite's time
+//! budget): `corefarm bench soak` runs a real server and four node
+//! processes under load behind the in-tree fault proxy and plays the
+//! default fault kinds (nodes SIGKILLed and SIGSTOPped, node links delayed,
+//! blackholed, reset inside a frame and left half-open, user links delayed
+//! and blackholed), drawn from a seed; users come and go and bad peers are
+//! mixed in. It must report every result correct and exactly once, no
+//! session stuck past the bound its faults explain, flat memory and no
+//! leaked connection. The server runs with `--auth`: its users answer a
+//! challenge, so the bad peers include wrong answers besides every kind a
+//! server without authentication meets (a second campaign without it found
+//! nothing this one does not, and cost the suite another minute). The
+//! hour-long figures are in docs/benchmarks.md.
 
 use std::process::Command;
-use std::sync::Mutex;
 
 use crate::support;
-
-/// One soak at a time: two at once would share the machine's CPUs, and
-/// each measures its own load.
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// The kinds played by default.
 const DEFAULT_KINDS: [&str; 12] = [
@@ -39,7 +35,6 @@ const DEFAULT_KINDS: [&str; 12] = [
 /// Runs a 60-second campaign with `extra` flags; asserts what every
 /// campaign must show and returns its report.
 fn short_campaign(extra: &[&str]) -> serde_json::Value {
-    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let out = Command::new(support::BIN)
         .args(["bench", "soak", "--duration", "60s"])
         .args(["--kill-every", "4s", "--fault-every", "2s", "--json"])
@@ -121,20 +116,11 @@ fn bad_kinds(r: &serde_json::Value) -> Vec<String> {
 }
 
 #[test]
-fn short_campaign_loses_nothing() {
-    let r = short_campaign(&[]);
-    let kinds = bad_kinds(&r);
-    // Every kind but the wrong answers, which need a challenge.
-    assert_eq!(kinds.len(), 13, "{kinds:?}");
-    assert!(kinds.iter().any(|k| k == "NotificationFlood"), "{kinds:?}");
-    assert!(!kinds.iter().any(|k| k == "WrongAuthAnswer"), "{kinds:?}");
-}
-
-#[test]
 fn short_campaign_with_authentication_loses_nothing() {
     let r = short_campaign(&["--auth"]);
     assert_eq!(r["auth"], true);
     let kinds = bad_kinds(&r);
+    // Every kind of bad peer, the wrong answers to the challenge included.
     assert_eq!(kinds.len(), 14, "{kinds:?}");
     for kind in ["NotificationFlood", "WrongAuthAnswer"] {
         assert!(kinds.iter().any(|k| k == kind), "{kind} in {kinds:?}");
