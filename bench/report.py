@@ -1164,7 +1164,10 @@ def sec_scale(doc, seed):
          + "; status and "
          "`/metrics` are the best of three requests; "
          + ("CPU figures are the server threads' time on a CPU (`/proc/<pid>/task/*/schedstat`, nanoseconds), "
-            "the fan-out and a full status request's CPU the mean of a few."
+            "the fan-out and a full status request's CPU the mean of a few"
+            + ("; beside the fan-out, the CPU the simulated nodes spent over it (they share the server's two CPUs, "
+               "so they, not the server, set its wall time here)."
+               if any("fanout_nodes_cpu_s" in p["metrics"] for p in _scale_points(doc, "cluster")) else ".")
             if any("status_all_cpu_ms" in p["metrics"] for p in _scale_points(doc, "cluster"))
             else "CPU figures have the kernel's 10 ms tick as their grain."), ""]
     rows = []
@@ -1173,7 +1176,9 @@ def sec_scale(doc, seed):
                      f"{m(p, 'rss_per_node_kib'):.1f}", f"{m(p, 'connect_cpu_us_per_node'):.0f}",
                      f"{m(p, 'fanout_s'):.3f} s"
                      + (f" ± {p['metrics']['fanout_s']['stdev']:.3f} (first {m(p, 'first_fanout_s'):.3f} s)"
-                        if "first_fanout_s" in p["metrics"] else ""),
+                        if "first_fanout_s" in p["metrics"] else "")
+                     + (f"; nodes' CPU {m(p, 'fanout_nodes_cpu_s'):.2f} s"
+                        if "fanout_nodes_cpu_s" in p["metrics"] else ""),
                      f"{m(p, 'fanout_cpu_us_per_node'):.0f}"
                      + (f" (first {m(p, 'first_fanout_cpu_us_per_node'):.0f})"
                         if "first_fanout_cpu_us_per_node" in p["metrics"] else ""),
@@ -1221,7 +1226,10 @@ def sec_scale(doc, seed):
             if not q:
                 return "-"
             sp = q.get("spread") or {}
-            pm = f" ± {sp['stdev']:.2g}" if sp.get("samples", 0) > 1 else ""
+            if "median" in sp:
+                pm = f" ({sp['min']:.2g}–{sp['max']:.2g})" if sp.get("samples", 0) > 1 else ""
+            else:
+                pm = f" ± {sp['stdev']:.2g}" if sp.get("samples", 0) > 1 else ""
             err = f"{q['error'] * 100:.0f} %"
             if q.get("resolution"):
                 err += f", {q['judged_error'] * 100:.0f} % beyond ±{q['resolution']:.2g}"
@@ -1234,10 +1242,16 @@ def sec_scale(doc, seed):
                   f"{c['cpu_idle_node'] * 1e6:.2f} µs per second (nodes send no heartbeat); a status request "
                   f"listing every node {c['cpu_status'] * 1e6:.0f} µs + {c['cpu_status_node'] * 1e6:.2f} µs per node.",
                   ""]
+        medians = any("median" in (q.get("spread") or {}) for q in model["points"])
         if "idle_resolution" in model:
-            head = ("The control model (`corefarm_model::control`) fitted on every sample at "
-                    f"{', '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured mean (± sample stdev) / "
+            head = ("The control model (`corefarm_model::control`) fitted on "
+                    + ("the median of the samples" if medians else "every sample") + " at "
+                    f"{', '.join(f'{n:,}' for n in model['calibrated_on'])} nodes: measured "
+                    + ("median (the samples' range)" if medians else "mean (± sample stdev)") + " / "
                     "predicted (error); `*` marks the sizes it was fitted on, the others are its validation. "
+                    + ("A sample's window can hold other work (the simulated nodes share the CPUs): it moves one "
+                       "sample by several times and the mean with it, not the median. " if medians else "")
+                    + 
                     "The idle server's CPU is at its measurement's floor: one mean of it resolves "
                     f"±{model['idle_resolution'] * 1e3:.2f} ms/s, and a per-node part below "
                     f"{model['idle_node_resolution'] * 1e9:.0f} ns/s per node is not told from none; it is judged "

@@ -193,10 +193,16 @@ pub fn ln1(x: f64) -> f64 {
     }
 }
 
-/// The mean and spread of repeated measurements of one figure.
+/// The median, mean and spread of repeated measurements of one figure.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct Spread {
     pub samples: usize,
+    /// What the model is fitted to and judged by: a sample's window can
+    /// also hold work that is not the event's (a burst of the simulated
+    /// nodes that share the machine, another process), which moves one
+    /// sample by several times and the mean with it, not the median.
+    #[serde(default)]
+    pub median: f64,
     pub mean: f64,
     pub min: f64,
     pub max: f64,
@@ -217,8 +223,16 @@ impl Spread {
         } else {
             0.0
         };
+        let mut sorted = xs.to_vec();
+        sorted.sort_by(f64::total_cmp);
+        let mid = sorted.len() / 2;
+        let median = match sorted.len() % 2 {
+            1 => sorted[mid],
+            _ => (sorted[mid - 1] + sorted[mid]) / 2.0,
+        };
         Some(Spread {
             samples: xs.len(),
+            median,
             mean,
             min: xs.iter().copied().fold(f64::INFINITY, f64::min),
             max: xs.iter().copied().fold(f64::NEG_INFINITY, f64::max),
@@ -368,9 +382,12 @@ mod tests {
     }
 
     #[test]
-    fn a_spread_is_the_mean_min_max_and_sample_stdev() {
-        let s = Spread::of(&[1.0, 2.0, 3.0, 6.0]).unwrap();
+    fn a_spread_is_the_median_mean_min_max_and_sample_stdev() {
+        let s = Spread::of(&[6.0, 1.0, 3.0, 2.0]).unwrap();
         assert_eq!((s.samples, s.mean, s.min, s.max), (4, 3.0, 1.0, 6.0));
+        assert_eq!(s.median, 2.5);
+        // One sample far out moves the mean, not the median.
+        assert_eq!(Spread::of(&[1.0, 9.0, 1.2, 1.1, 1.3]).unwrap().median, 1.2);
         assert!((s.stdev - (14.0f64 / 3.0).sqrt()).abs() < 1e-12);
         assert_eq!(Spread::of(&[5.0]).unwrap().stdev, 0.0);
         assert!(Spread::of(&[]).is_none());
