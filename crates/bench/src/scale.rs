@@ -127,6 +127,10 @@ pub struct ClusterSample {
     /// One configuration fanned out to every node: wall and server CPU seconds.
     pub fanout_s: f64,
     pub fanout_cpu_s: f64,
+    /// Server CPU seconds of every node joining (the first sample is the
+    /// cluster's first join; the others, every node leaving and joining
+    /// again).
+    pub join_cpu_s: f64,
     /// The simulated nodes' CPU seconds over that fan-out: on this machine
     /// they share the server's CPUs, so the wall time is at least
     /// (server + nodes) / CPUs, which a cluster of real nodes would not pay.
@@ -436,17 +440,19 @@ fn time_metrics(addr: &str) -> Result<(f64, usize)> {
     Ok((best, bytes))
 }
 
-fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
-    let mut procs = Procs(Vec::new());
-    let load_at_start = load_1m();
-    let srv = spawn_server(o, n + 16, &mut procs)?;
-    let obs = observer(&srv.users)?;
-    let rss_base = rss_kib(srv.pid)?;
+/// Starts `n` simulated nodes and waits for the server to count them all
+/// free: the wall seconds and the server's CPU seconds that took.
+fn join_nodes(
+    o: &ScaleOptions,
+    srv: &ServerProc,
+    obs: &Client,
+    n: usize,
+    procs: &mut Procs,
+) -> Result<(f64, f64)> {
     let cpu0 = cpu_s(srv.pid)?;
     let t0 = Instant::now();
     let per = o.per_process.max(1);
-    let processes = n.div_ceil(per);
-    for i in 0..processes {
+    for i in 0..n.div_ceil(per) {
         let count = per.min(n - i * per);
         let child = Command::new(&o.program)
             .args([
@@ -480,8 +486,35 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
         // join time within a tenth).
         std::thread::sleep(t0.elapsed().div_f64(10.0).max(Duration::from_millis(20)));
     }
-    let join_s = t0.elapsed().as_secs_f64();
-    let cpu1 = cpu_s(srv.pid)?;
+    Ok((t0.elapsed().as_secs_f64(), cpu_s(srv.pid)? - cpu0))
+}
+
+/// Stops the simulated nodes (every process but the server's) and waits
+/// for the server to count none.
+fn leave_nodes(srv: &ServerProc, obs: &Client, procs: &mut Procs) -> Result<()> {
+    for c in procs.0.iter_mut().filter(|c| c.id() != srv.pid) {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+    procs.0.retain(|c| c.id() == srv.pid);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while obs.status_query(&StatusQuery::summary())?.node_total() > 0 {
+        if Instant::now() > deadline {
+            bail!("the server still counts nodes that were stopped");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(())
+}
+
+fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
+    let mut procs = Procs(Vec::new());
+    let load_at_start = load_1m();
+    let srv = spawn_server(o, n + 16, &mut procs)?;
+    let obs = observer(&srv.users)?;
+    let rss_base = rss_kib(srv.pid)?;
+    let processes = n.div_ceil(o.per_process.max(1));
+    let (join_s, join_cpu) = join_nodes(o, &srv, &obs, n, &mut procs)?;
     // Settled: what an idle cluster costs, then status requests for every
     // node, each measured `repeats` times in this one cluster.
     std::thread::sleep(Duration::from_millis(500));
@@ -571,12 +604,19 @@ fn cluster_point(o: &ScaleOptions, n: usize) -> Result<ClusterPoint> {
     let status_all_cpu_ms = mean(|s| s.status_all_cpu_s) * 1e3;
     let rss_configured = rss_kib(srv.pid)?;
     user.close();
+    // The join, once per cluster above, is sampled too: the nodes leave
+    // and join again, `repeats` joins in all.
+    samples[0].join_cpu_s = join_cpu;
+    for smp in samples.iter_mut().skip(1) {
+        leave_nodes(&srv, &obs, &mut procs)?;
+        smp.join_cpu_s = join_nodes(o, &srv, &obs, n, &mut procs)?.1;
+    }
     obs.close();
     Ok(ClusterPoint {
         nodes: n,
         node_processes: processes,
         join_s,
-        connect_cpu_us_per_node: (cpu1 - cpu0) * 1e6 / n as f64,
+        connect_cpu_us_per_node: samples[0].join_cpu_s * 1e6 / n as f64,
         rss_base_kib: rss_base,
         rss_idle_kib: rss_idle,
         rss_per_node_kib: (rss_idle as f64 - rss_base as f64) / n as f64,
@@ -809,8 +849,7 @@ fn answer(s: &mut Sched, now: Duration, sent: &mut Vec<(u64, u32)>) {
 /// relative least squares) and judged by the median at every size:
 /// memory, fan-out time, a configuration's and a status request's CPU as
 /// lines in the node count; the idle server's CPU as a figure at its floor
-/// ([`fit_floor`], over every sample), judged with its resolution. The
-/// join's CPU is one sample per size (a cluster joins once).
+/// ([`fit_floor`], over every sample), judged with its resolution.
 pub fn model_check(
     clusters: &[ClusterPoint],
     ev: Option<&EventCosts>,
@@ -845,18 +884,13 @@ pub fn model_check(
         let b = fit_costs(pts, &[&one, &lin])?;
         Some((b[0], b[1]))
     };
-    let join_cpu = |p: &ClusterPoint| p.connect_cpu_us_per_node * 1e-6 * p.nodes as f64;
     let (mem_base, mem_per_node) = line(&at(|s| s.memory_mib * (1 << 20) as f64))?;
     let (fanout_fixed, fanout_per_node) = line(&at(|s| s.fanout_s))?;
     let (cpu_config, cpu_config_node) = line(&at(|s| s.fanout_cpu_s))?;
     let (cpu_status, cpu_status_node) = line(&at(|s| s.status_all_cpu_s))?;
     // The join's fixed part is the observer's polling while the nodes
     // come, not a cost of a node: only the slope is a connection's.
-    let (join_fixed, cpu_connect) = line(
-        &cal.iter()
-            .map(|p| (p.nodes as f64, join_cpu(p)))
-            .collect::<Vec<_>>(),
-    )?;
+    let (join_fixed, cpu_connect) = line(&at(|s| s.join_cpu_s))?;
     // The floor's resolution comes from the spread of every sample.
     let idle = fit_floor(&every(|s| s.idle_cpus))?;
     let ev = ev.cloned().unwrap_or_default();
@@ -906,7 +940,7 @@ pub fn model_check(
             ),
             (
                 "join_cpu_s",
-                Spread::of(&[join_cpu(p)]).unwrap_or_default(),
+                of(|s| s.join_cpu_s),
                 join_fixed + costs.cpu_connect * n,
                 0.0,
             ),
@@ -1001,7 +1035,6 @@ mod tests {
             let x = n as f64;
             ClusterPoint {
                 nodes: n,
-                connect_cpu_us_per_node: 50.0 + 1e4 / x,
                 samples: noise
                     .iter()
                     .zip(idle)
@@ -1014,6 +1047,7 @@ mod tests {
                             status_all_cpu_s: 2e-6 * x * (1.0 + e) * k,
                             fanout_s: (5e-3 + 3e-4 * x) * (1.0 + e) * k,
                             fanout_cpu_s: (1e-3 + x * 20e-6) * (1.0 + e) * k,
+                            join_cpu_s: (1e-2 + x * 50e-6) * (1.0 + e) * k,
                             fanout_nodes_cpu_s: 0.0,
                         }
                     })

@@ -43,7 +43,11 @@
 //! climb needs no bracketing trials. The first epoch that grows less ends
 //! it at the best-scoring window it measured, and trials take over. A
 //! window that began far below its knee (large messages, where a trial's
-//! three epochs take a second) otherwise spent a short session there.
+//! three epochs take a second) otherwise spent a short session there. A
+//! start-up still doubling when the byte budget caps it stays at the cap
+//! and waits the longest before a trial: the half window was just measured
+//! to lose, and the trials downward it began with at once cost large
+//! messages a tenth of their throughput over a short session.
 //!
 //! Judging: a trial is three epochs — the current window, the neighbour,
 //! the current window again. Other work on the machine comes and goes over
@@ -279,8 +283,22 @@ impl Window {
             n += 1;
         }
         let next = self.cur.saturating_mul(2).min(cap);
-        if lr >= best + STARTUP_GROWTH.ln() && next > self.cur && n < STARTUP_STEPS {
+        let grew = lr >= best + STARTUP_GROWTH.ln();
+        if grew && next > self.cur && n < STARTUP_STEPS {
             self.set(next, Phase::Startup { seen, n, best: lr });
+            return;
+        }
+        if grew && next == self.cur && n >= 2 {
+            // Still doubling its rate when the byte budget stopped it: the
+            // cap, not the knee, ended the start-up, and the window below
+            // was just measured delivering less than 1 / STARTUP_GROWTH of
+            // this one. Trials downward would only lose throughput (with
+            // large messages a trial's epochs take a good part of a
+            // second), and upward is the cap: wait the longest before one.
+            self.gap = MAX_PROBE_GAP;
+            self.next_up = false;
+            self.set(self.cur, Phase::Cruise);
+            self.last = Some(score(rate, self.cur));
             return;
         }
         let (w, s) = seen[..n]
