@@ -1158,9 +1158,6 @@ def sec_scale(doc, seed):
     L = ["`corefarm bench scale`: one `corefarm server` process and N simulated nodes over "
          "`corefarm node --count 2000` processes on the same 2 CPUs (the nodes' work is the machine's, the "
          "figures are the server's own, from `/proc`). Memory per node is (resident after the join − before) / N; "
-         + ("a join's CPU is the mean over the samples' joins (the nodes leave and join again; the cluster's first "
-            "join beside it); " if any("join_cpu_us_per_node" in p["metrics"] for p in _scale_points(doc, "cluster"))
-            else "")
          + 
          "the fan-out is one user given every node, from its configuration to its response"
          + (" (a configuration replacing the last, mean ± stdev of the samples; the first, to empty nodes, beside it)"
@@ -1178,8 +1175,7 @@ def sec_scale(doc, seed):
     for p in sorted(_scale_points(doc, "cluster"), key=lambda p: p["key"]["nodes"]):
         rows.append([f"{p['key']['nodes']:,}", f"{m(p, 'join_s'):.2f} s", f"{m(p, 'rss_idle_kib') / 1024:.1f} MiB",
                      f"{m(p, 'rss_per_node_kib'):.1f}",
-                     (f"{m(p, 'join_cpu_us_per_node'):.0f} (first {m(p, 'connect_cpu_us_per_node'):.0f})"
-                      if "join_cpu_us_per_node" in p["metrics"] else f"{m(p, 'connect_cpu_us_per_node'):.0f}"),
+                     f"{m(p, 'connect_cpu_us_per_node'):.0f}",
                      f"{m(p, 'fanout_s'):.3f} s"
                      + (f" ± {p['metrics']['fanout_s']['stdev']:.3f} (first {m(p, 'first_fanout_s'):.3f} s)"
                         if "first_fanout_s" in p["metrics"] else "")

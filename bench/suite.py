@@ -2311,8 +2311,7 @@ def exp_scale(ctx: Context) -> dict:
         runs = [{"idle_cpus": s["idle_cpus"], "idle_cpu_us_per_node_s": s["idle_cpus"] * 1e6 / n,
                  "memory_mib": s["memory_mib"], "status_all_cpu_ms": s["status_all_cpu_s"] * 1e3,
                  "fanout_s": s["fanout_s"], "fanout_cpu_us_per_node": s["fanout_cpu_s"] * 1e6 / n,
-                 "fanout_nodes_cpu_s": s.get("fanout_nodes_cpu_s", 0.0),
-                 "join_cpu_us_per_node": s.get("join_cpu_s", 0.0) * 1e6 / n}
+                 "fanout_nodes_cpu_s": s.get("fanout_nodes_cpu_s", 0.0)}
                 for s in p.get("samples") or []]
         if runs:
             runs[0] = {**m, **runs[0]}
