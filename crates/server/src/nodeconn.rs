@@ -71,6 +71,9 @@ struct Slot {
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        // Out of the free pool first, so that a node no longer in the
+        // registry holds no socket either.
+        self.shared.pool.forget(self.entry.id);
         self.shared.registry.remove_node(&self.entry);
     }
 }

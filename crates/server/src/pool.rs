@@ -61,7 +61,33 @@ impl Pool {
             }
         }
         conn.entry.assign(None);
-        g.free.push(conn);
+        // One that closed on its way here would hold its socket until the
+        // next take: the hook below has already run for it.
+        if !conn.is_closed() {
+            g.free.push(conn);
+        }
+    }
+
+    /// A node's connection ended: if it was free, let it go now. A free
+    /// node is otherwise only pruned when nodes are next taken, and its
+    /// socket stays open until then: 10,000 nodes that restarted held
+    /// 10,000 descriptors, and their second join stopped at the file limit.
+    pub fn forget(&self, id: u64) {
+        let gone = {
+            let mut g = self.inner.lock().expect("pool lock");
+            g.free
+                .iter()
+                .position(|c| c.id == id)
+                .map(|i| g.free.remove(i))
+        };
+        // Dropped outside the lock.
+        drop(gone);
+    }
+
+    /// Free nodes held, closed ones included (tests).
+    #[cfg(test)]
+    pub fn held(&self) -> usize {
+        self.inner.lock().expect("pool lock").free.len()
     }
 
     /// Takes up to `want` free nodes for a registered user and counts them
