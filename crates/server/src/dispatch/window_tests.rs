@@ -299,6 +299,19 @@ fn a_noisy_machine_does_not_walk_the_window_away() {
     assert!(w <= 3, "window {w}");
 }
 
+/// Large messages on a loaded machine: a result every few milliseconds,
+/// a round trip of about seventeen of them.
+const LARGE: Path = Path {
+    send: 2000.0,
+    work: 50.0,
+    reply: 1000.0,
+    turn: 30_000.0,
+    jitter: 0.5,
+    stall_p: 0.05,
+    stall: 20_000.0,
+    ..QUIET
+};
+
 #[test]
 fn a_window_far_below_its_knee_gets_there_within_a_short_session() {
     // Large messages: a result every few milliseconds, so an epoch takes
@@ -306,16 +319,7 @@ fn a_window_far_below_its_knee_gets_there_within_a_short_session() {
     // where the window starts at four. A session measured from its first
     // second on must see the knee's throughput; climbing by bracketed
     // trials, three epochs each, the window was still below it.
-    let path = Path {
-        send: 2000.0,
-        work: 50.0,
-        reply: 1000.0,
-        turn: 30_000.0,
-        jitter: 0.5,
-        stall_p: 0.05,
-        stall: 20_000.0,
-        ..QUIET
-    };
+    let path = LARGE;
     for seed in [1u64, 7, 42] {
         let best = GRID
             .iter()
@@ -338,16 +342,7 @@ fn a_start_up_stopped_by_the_byte_budget_stays_at_the_cap() {
     // knee: the window doubles 4, 8, 16 and must hold 16 — each doubling
     // doubled the rate, so a smaller window only loses. Trials downward
     // from the cap at once held it below for a third of this session.
-    let path = Path {
-        send: 2000.0,
-        work: 50.0,
-        reply: 1000.0,
-        turn: 30_000.0,
-        jitter: 0.5,
-        stall_p: 0.05,
-        stall: 20_000.0,
-        ..QUIET
-    };
+    let path = LARGE;
     for seed in [1u64, 7, 42] {
         let (fixed, _, _) = run_capped(path, Window::new(16, false), 3.0, 1.0, seed, 16);
         let (rate, _, held) = run_capped(path, Window::new(4, true), 3.0, 1.0, seed, 16);
