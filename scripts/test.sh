@@ -9,8 +9,10 @@ cd "$root"
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # Every test runs: a missing compiler, Verilator or binary is a failure, not a skip.
 export COREFARM_REQUIRE_TOOLS=1
-# Where the binaries the later steps run are built.
+# Where the binaries the later steps run are built, and with which profile:
+# `suite` is release at opt-level 1 (see Cargo.toml), a shorter build.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target}"
+export COREFARM_PROFILE=suite
 start=$SECONDS
 # Each step says how long the run has taken so far: the suite must fit CI's budget.
 step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) "$*" >&2; }
@@ -34,8 +36,8 @@ step "cargo doc -D warnings (broken, ambiguous or private intra-doc links, stray
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --release
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --release --document-private-items
 
-step "cargo test (release build, overflow checks on)"
-cargo test --workspace --release
+step "cargo test (profile suite: release at opt-level 1, overflow checks on)"
+cargo test --workspace --profile "$COREFARM_PROFILE"
 
 step "corefarm-board's tests, cross-built for aarch64 and run under qemu-user"
 # The board interfaces (FPGA manager, UIO, u-dma-buf) run on ARM boards: one
@@ -43,9 +45,9 @@ step "corefarm-board's tests, cross-built for aarch64 and run under qemu-user"
 # of the cross compiler holds the dynamic loader qemu needs.
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_LINKER=aarch64-linux-gnu-gcc \
 CARGO_TARGET_AARCH64_UNKNOWN_LINUX_GNU_RUNNER="qemu-aarch64 -L /usr/aarch64-linux-gnu" \
-    cargo test --release -p corefarm-board --lib --target aarch64-unknown-linux-gnu
+    cargo test --profile "$COREFARM_PROFILE" -p corefarm-board --lib --target aarch64-unknown-linux-gnu
 
-export COREFARM_BIN="$CARGO_TARGET_DIR/release/corefarm"
+export COREFARM_BIN="$CARGO_TARGET_DIR/$COREFARM_PROFILE/corefarm"
 
 step "python package (maturin)"
 bash python/build.sh

@@ -207,10 +207,12 @@ def test_rust_user_program(corefarm_bin, image):
     # The program is a member of the workspace, and cargo test builds its
     # binary (its package has an integration test) with the features the
     # rest of the workspace's test build resolved: after the suite's own
-    # `cargo test --release`, this finds everything built. `cargo build -p`
-    # would resolve other features and build the dependencies again.
-    sh("cargo", "test", "--release", "--workspace", "--no-run", "--quiet")
+    # `cargo test` (its profile: $COREFARM_PROFILE), this finds everything
+    # built. `cargo build -p` would resolve other features and build the
+    # dependencies again.
+    profile = os.environ.get("COREFARM_PROFILE", "release")
+    sh("cargo", "test", "--profile", profile, "--workspace", "--no-run", "--quiet")
     target = pathlib.Path(os.environ.get("CARGO_TARGET_DIR") or ROOT / "target")
     with Local(corefarm_bin, 2) as c:
-        out = sh(target / "release" / "saxpy-user", c.users, image)
+        out = sh(target / profile / "saxpy-user", c.users, image)
         assert "4000 inputs on 2 nodes: all results correct" in out
