@@ -1,6 +1,7 @@
 //! The client against the real `corefarm` binary (`corefarm local`: a server
 //! and simulated nodes in one process). The binary is looked up at
-//! $COREFARM_BIN, $CARGO_TARGET_DIR/{release,debug} and target/{release,debug}.
+//! $COREFARM_BIN, the one built beside the test, then $CARGO_TARGET_DIR or
+//! target/{release,debug}.
 //! Without one they are skipped with a notice on a developer's machine and
 //! fail, saying what to build, under `COREFARM_REQUIRE_TOOLS=1` (CI).
 

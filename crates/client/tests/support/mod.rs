@@ -3,13 +3,22 @@
 
 use std::path::PathBuf;
 
-/// The `corefarm` binary: $COREFARM_BIN, else this workspace's target
-/// directory. Missing, it is a failure under `COREFARM_REQUIRE_TOOLS=1`
-/// (the test suite's setting) and a reported skip otherwise.
+/// The `corefarm` binary: $COREFARM_BIN, else the one built beside this
+/// test (`cargo test --workspace` builds it in the same profile's
+/// directory), else this workspace's release or debug build. Missing, it
+/// is a failure under `COREFARM_REQUIRE_TOOLS=1` (the test suite's
+/// setting) and a reported skip otherwise.
 pub fn binary() -> Option<PathBuf> {
     let mut c: Vec<PathBuf> = Vec::new();
     if let Some(b) = std::env::var_os("COREFARM_BIN") {
         c.push(b.into());
+    }
+    // This test runs from <target>/<profile>/deps/.
+    if let Some(profile) = std::env::current_exe()
+        .ok()
+        .and_then(|e| e.parent()?.parent().map(|p| p.to_path_buf()))
+    {
+        c.push(profile.join("corefarm"));
     }
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
     let mut targets = vec![root.join("target")];

@@ -47,7 +47,8 @@
 //! start-up still doubling when the byte budget caps it stays at the cap
 //! and waits the longest before a trial: the half window was just measured
 //! to lose, and the trials downward it began with at once cost large
-//! messages a tenth of their throughput over a short session.
+//! messages a tenth of their throughput over a short session. So does a
+//! window that starts at the cap (messages of megabytes).
 //!
 //! Judging: a trial is three epochs — the current window, the neighbour,
 //! the current window again. Other work on the machine comes and goes over
@@ -288,13 +289,15 @@ impl Window {
             self.set(next, Phase::Startup { seen, n, best: lr });
             return;
         }
-        if grew && next == self.cur && n >= 2 {
-            // Still doubling its rate when the byte budget stopped it: the
-            // cap, not the knee, ended the start-up, and the window below
-            // was just measured delivering less than 1 / STARTUP_GROWTH of
-            // this one. Trials downward would only lose throughput (with
-            // large messages a trial's epochs take a good part of a
-            // second), and upward is the cap: wait the longest before one.
+        if grew && next == self.cur {
+            // Still doubling its rate when the byte budget stopped it (or
+            // starting at the budget: messages of megabytes): the cap, not
+            // the knee, ended the start-up, and the window below was just
+            // measured delivering less than 1 / STARTUP_GROWTH of this one,
+            // or never measured. Trials downward would likely lose
+            // throughput (with messages this large a trial's epochs take a
+            // good part of a second each), and upward is the cap: wait the
+            // longest before one.
             self.gap = MAX_PROBE_GAP;
             self.next_up = false;
             self.set(self.cur, Phase::Cruise);
