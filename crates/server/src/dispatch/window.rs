@@ -255,6 +255,14 @@ impl Window {
         let limited = 2 * self.cur as u64 * self.limited as u64 >= self.results as u64;
         // Results after the first, over the time since it.
         let rate = (self.results - 1) as f64 / span.as_secs_f64();
+        tracing::trace!(
+            window = self.cur,
+            results = self.results,
+            span_us = span.as_micros() as u64,
+            rate = rate as u64,
+            limited,
+            "credit window epoch"
+        );
         self.start = None;
         self.results = 0;
         self.limited = 0;
