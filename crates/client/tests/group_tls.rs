@@ -9,7 +9,7 @@
 //! The binary is looked up as in real_server.rs; without one the tests are
 //! skipped with a notice, and fail under `COREFARM_REQUIRE_TOOLS=1` (CI).
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -5,7 +5,7 @@
 //! Without one they are skipped with a notice on a developer's machine and
 //! fail, saying what to build, under `COREFARM_REQUIRE_TOOLS=1` (CI).
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};

@@ -5,7 +5,7 @@
 //! and the `map` ends with every result correct and in its place. The
 //! binary is found as in real_server.rs.
 
-mod support;
+use crate::support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
