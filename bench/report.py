@@ -958,8 +958,9 @@ SOAK_CAMPAIGN = (
     "the end is another process, and a freshly restarted one is smaller than one at work), no leaked fd, and the "
     "cluster settled; the report counts each fault kind played, the messages, and what the proxies "
     "carried, and for each server fault the user-visible stall (from the kill to the first correct result "
-    "after it; `server_stalls_ms`). A two-minute campaign (two 60 s halves, with and without `--auth`) is part of the test "
-    "suite (crates/cli/tests/soak.rs)."
+    "after it; `server_stalls_ms`). The servers' and nodes' logs are kept in the directory the report names "
+    "(`logs`), at the level `--cluster-log` gives (warn by default). A one-minute campaign with `--auth` is part of the "
+    "test suite (crates/cli/tests/soak.rs)."
 )
 
 

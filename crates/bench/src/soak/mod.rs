@@ -71,6 +71,8 @@ pub struct SoakOptions {
     pub progress: bool,
     /// Run the server with `--auth-file`.
     pub auth: bool,
+    /// The log filter of the servers and node managers it starts.
+    pub cluster_log: String,
 }
 
 impl SoakOptions {
@@ -267,7 +269,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
         "--node-wait",
         "30",
         "--log",
-        "warn",
+        &opts.cluster_log,
         "--sharing",
         opts.sharing.as_str(),
     ]
@@ -280,6 +282,7 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
     } else {
         (None, Vec::new())
     };
+    let node_args = [node_args, vec!["--log".into(), opts.cluster_log.clone()]].concat();
     let mut cluster = Cluster::start(
         &opts.bin,
         logdir.path(),
@@ -640,8 +643,15 @@ pub fn run(opts: &SoakOptions) -> anyhow::Result<SoakReport> {
             name: "no failed session",
             ok: t.session_errors == 0,
             detail: format!(
-                "{} failed sessions ({} messages unanswered, the user told)",
-                t.session_errors, t.unanswered_in_failed_sessions
+                "{} failed sessions ({} messages unanswered, the user told){}",
+                t.session_errors,
+                t.unanswered_in_failed_sessions,
+                // The first error here too: a failing test prints the
+                // failed checks in full, the report maybe cut short.
+                t.errors
+                    .first()
+                    .map(|e| format!(", the first: {e}"))
+                    .unwrap_or_default()
             ),
         },
         Check {

@@ -51,6 +51,11 @@ pub struct SoakArgs {
     /// server's paths without authentication.
     #[arg(long)]
     auth: bool,
+    /// The log filter of the servers and node managers the soak starts,
+    /// e.g. "info,corefarm_server::sched=debug"; their logs are in the
+    /// log directory the report names.
+    #[arg(long, default_value = "warn")]
+    cluster_log: String,
     /// Print the report as one JSON object.
     #[arg(long)]
     json: bool,
@@ -108,6 +113,7 @@ pub fn run(a: SoakArgs) -> Result<()> {
         // On stderr, so `--json` (on stdout) keeps it: an hour is long to wait blind.
         progress: true,
         auth: a.auth,
+        cluster_log: a.cluster_log.clone(),
     };
     if a.schedule_only {
         let faults = schedule::draw(seed, &opts.plan());

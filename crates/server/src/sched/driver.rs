@@ -54,6 +54,8 @@ pub enum Cmd {
         payload: Bytes,
         input_size: u32,
         output_size: u32,
+        /// The user agreed `moves-on` ([`crate::sched::Sched::set_moves_on`]).
+        moves_on: bool,
     },
     Data(Job),
     Leave {
@@ -337,7 +339,9 @@ impl Driver {
                 payload,
                 input_size,
                 output_size,
+                moves_on,
             } => {
+                self.sched.set_moves_on(user, moves_on);
                 // Its account is named by now (at admission, or at its hello
                 // or first configuration): its weight is its tenant's.
                 let account = self.users.get(&user).and_then(|u| u.2.account());

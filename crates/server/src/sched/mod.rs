@@ -241,6 +241,8 @@ struct UserRec {
     /// When it last had work: submitted, configured, answered, or seen
     /// with work queued or in flight.
     last_busy: Duration,
+    /// It has other servers to go to (`moves-on`): see [`Sched::set_moves_on`].
+    moves_on: bool,
 }
 
 impl UserRec {
@@ -374,6 +376,7 @@ impl Sched {
             f.requested.get_or_insert(now);
             self.note_pending(id);
             self.note_requested(id);
+            self.release_movers();
         }
         self.settle(now);
         id
@@ -418,6 +421,57 @@ impl Sched {
         self.limits.limited(had, max.is_some());
     }
 
+    /// The user agreed `moves-on`: it has other servers to go to. While
+    /// no node is connected here, its work is failed at once with
+    /// `no-nodes` instead of waiting `node_wait` for one, so that it
+    /// resumes on a server that has nodes (a standby that kept them, say).
+    pub fn set_moves_on(&mut self, user: u64, on: bool) {
+        self.users.entry(user).or_default().moves_on = on;
+    }
+
+    /// With no node connected, fails the queued work and the waiting
+    /// configurations of the users that can go elsewhere
+    /// ([`Sched::set_moves_on`]); the others wait `node_wait` as before.
+    fn release_movers(&mut self) {
+        if !self.nodes.is_empty() {
+            return;
+        }
+        let reason = "no node is connected to this server any more: \
+                      the session moves to another server";
+        let users = &mut self.users;
+        let mut released = false;
+        for f in self.fns.values_mut() {
+            let movers: Vec<u64> = f
+                .users
+                .iter()
+                .copied()
+                .filter(|u| users.get(u).is_some_and(|r| r.moves_on))
+                .collect();
+            for user in movers {
+                released = true;
+                if f.waiting.contains(&user) {
+                    f.waiting.retain(|&u| u != user);
+                    self.out.push(Action::Configured {
+                        user,
+                        ok: false,
+                        errors: vec![reason.into()],
+                    });
+                }
+                for j in f.queue.remove_user(user) {
+                    self.out.push(Action::Failed {
+                        user,
+                        id: j.id,
+                        code: ErrorCode::NoNodes,
+                        reason: reason.into(),
+                    });
+                }
+            }
+        }
+        if released {
+            self.placement_changed();
+        }
+    }
+
     /// A session's share in [`queue::WEIGHT_UNIT`]s: its tenant's weight
     /// divided among the tenant's sessions.
     fn units(&self, rec: &UserRec) -> u64 {
@@ -448,6 +502,11 @@ impl Sched {
         let user = job.user;
         f.queue.push(job);
         let id = f.id;
+        if self.nodes.is_empty() && self.users.get(&user).is_some_and(|r| r.moves_on) {
+            // Nothing here to run it: a user with other servers goes now.
+            self.release_movers();
+            return;
+        }
         self.note_pending(id);
         self.note_busy(user, now);
         if self.replicas(id) == 0 {

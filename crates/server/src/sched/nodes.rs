@@ -161,6 +161,7 @@ impl Sched {
         }
         if self.nodes.is_empty() {
             self.no_nodes_since = Some(now);
+            self.release_movers();
         }
     }
 

@@ -50,6 +50,8 @@ pub(crate) struct Scheduled {
     /// the scheduler does not report a node round trip. Owned by the
     /// session's task, so the per-user figures take no lock.
     admitted: HashMap<u32, Instant>,
+    /// The user agreed `moves-on` in its hello.
+    moves_on: bool,
 }
 
 impl Scheduled {
@@ -71,6 +73,7 @@ impl Scheduled {
             waiting: (0..corefarm_smp::stream::CLASSES).map(|_| None).collect(),
             blocked: None,
             admitted: HashMap::new(),
+            moves_on: false,
         }
     }
 
@@ -185,7 +188,8 @@ impl Placement for Scheduled {
     /// A full function queue, not the socket buffer, paces a user here.
     const PACED_BY_READS: bool = false;
 
-    async fn hello(&mut self, want: Option<u32>, _chunks: bool, _moves_on: bool) -> u32 {
+    async fn hello(&mut self, want: Option<u32>, _chunks: bool, moves_on: bool) -> u32 {
+        self.moves_on = moves_on;
         // Nodes are shared: every connected node may serve this user. An
         // observer (`nodes: 0`, e.g. `corefarm status`) is told it has none.
         match want {
@@ -207,6 +211,7 @@ impl Placement for Scheduled {
             payload,
             input_size: cfg.input_size,
             output_size: cfg.output_size,
+            moves_on: self.moves_on,
         });
     }
 

@@ -140,3 +140,56 @@ fn a_function_that_loses_every_node_loading_it_is_not_loaded_again() {
     assert_eq!(loads, route::MAX_LOST_LOADS as usize);
     assert_eq!(failed, 5, "the queued jobs fail once it is given up");
 }
+
+#[test]
+fn a_user_with_other_servers_is_released_at_once_when_the_last_node_leaves() {
+    // Users 10 and 11 share node 1; only 10 agreed `moves-on`. Node 1 is
+    // lost with work of both in flight and queued: 10's fails at once with
+    // `no-nodes` (it resumes on a server that has nodes), 11's waits
+    // `node_wait` for a node as before.
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.set_moves_on(10, true);
+    configure(&mut s, 10, "x", ms(0), ms(1));
+    configure(&mut s, 11, "x", ms(1), ms(1));
+    for i in 0..20 {
+        s.submit(job(10, i), ms(2));
+        s.submit(job(11, i), ms(2));
+    }
+    assert!(!sends(&s.take_actions()).is_empty());
+    s.remove_node(1, ms(3));
+    let a = s.take_actions();
+    let failed = failures(&a);
+    assert_eq!(
+        failed.iter().map(|f| (f.0, f.1)).collect::<Vec<_>>(),
+        (0..20).map(|i| (10, i)).collect::<Vec<_>>(),
+        "every job of the mover, in flight or queued, fails once: {a:?}"
+    );
+    let codes: Vec<_> = a
+        .iter()
+        .filter_map(|a| match a {
+            Action::Failed { code, .. } => Some(*code),
+            _ => None,
+        })
+        .collect();
+    assert!(codes.iter().all(|&c| c == ErrorCode::NoNodes), "{codes:?}");
+    // Its next message, sent before it learnt, fails the same way.
+    s.submit(job(10, 20), ms(4));
+    assert_eq!(failures(&s.take_actions()).len(), 1);
+    // The other user's work is still there for a node that connects.
+    s.tick(ms(1000));
+    assert!(failures(&s.take_actions()).is_empty());
+    s.add_node(2, ms(1001));
+    let a = s.take_actions();
+    let n = configures(&a)
+        .first()
+        .map(|c| c.0)
+        .expect("node 2 loads it");
+    s.on_config_response(n, true, ms(1002)).unwrap();
+    let sent = sends(&s.take_actions());
+    let done = results(&answer(&mut s, &sent, ms(1003)));
+    assert!(
+        !done.is_empty() && done.iter().all(|r| r.0 == 11),
+        "{done:?}"
+    );
+}
