@@ -96,6 +96,8 @@ def spread(values: list[float]) -> dict:
         "min": min(values),
         "max": max(values),
         "stdev": statistics.stdev(values) if len(values) > 1 else 0.0,
+        # In run order, so that a target judged run by run can be.
+        "values": list(values),
     }
 
 
@@ -940,12 +942,12 @@ def exp_headline(ctx: Context) -> dict:
 
 def headline_verdicts(points: list[dict]) -> list[dict]:
     """Whether the headline targets are met, from the headline points."""
-    def get(part, metric, peers="hello", **key):
+    def get(part, metric, peers="hello", stat="mean", **key):
         for p in points:
             k = p["key"]
             if (k.get("part") == part and k.get("peers", "hello") == peers
                     and all(k.get(a) == v for a, v in key.items()) and p["status"] == "ok"):
-                return p["metrics"].get(metric, {}).get("mean")
+                return p["metrics"].get(metric, {}).get(stat)
         return None
     out = []
     t = get("user", "input_bps", policy="credit", nodes=1, delay_us=0)
@@ -966,8 +968,18 @@ def headline_verdicts(points: list[dict]) -> list[dict]:
     ips = get("user", "inputs_per_s", policy="credit", nodes=4, delay_us=919)
     if ips is not None and p50 is not None:
         cap = ips / (4 * 1e6 / 919)
-        out.append({"target": "delay 919 us, 4 nodes (credit): >= 99 % of node capacity with median <= 2.0 ms", "measured": f"{cap * 100:.2f} % of capacity, p50 {p50:.3f} ms",
-                    "met": cap >= TARGET_CAPACITY and p50 <= TARGET_HEADLINE_P50_MS,
+        # Run by run: met when at least four runs in five are (results recorded before runs were kept one by
+        # one are judged on their mean).
+        caps = [v / (4 * 1e6 / 919) for v in get("user", "inputs_per_s", stat="values", policy="credit", nodes=4,
+                                                 delay_us=919) or []]
+        p50s = get("user", "latency_p50_ms", stat="values", policy="credit", nodes=4, delay_us=919) or []
+        ok = [c >= TARGET_CAPACITY and m <= TARGET_HEADLINE_P50_MS for c, m in zip(caps, p50s)]
+        runs = f"; {sum(ok)} of {len(ok)} runs" if ok else ""
+        met = (sum(ok) >= math.ceil(HEADLINE_RUNS_SHARE * len(ok)) if ok
+               else cap >= TARGET_CAPACITY and p50 <= TARGET_HEADLINE_P50_MS)
+        out.append({"target": "delay 919 us, 4 nodes (credit): >= 99 % of node capacity with median <= 2.0 ms "
+                              "(in 4 of 5 runs)",
+                    "measured": f"{cap * 100:.2f} % of capacity, p50 {p50:.3f} ms{runs}", "met": met,
                     "ratio": max(TARGET_CAPACITY / cap if cap else float("inf"), p50 / TARGET_HEADLINE_P50_MS)})
     sp50 = get("user", "latency_p50_ms", peers="seed", policy="credit", nodes=4, delay_us=919)
     if sp50 is not None:
@@ -987,6 +999,7 @@ TARGET_CPU_RATIO = 1.3          # server CPU-s per GB forwarded / echo server CP
 TARGET_SEED_P50_MS = 10.0       # seed-format user, 919 us, 4 nodes
 TARGET_CAPACITY = 0.99          # hello user, credit, 919 us, 4 nodes: fraction of the nodes' capacity ...
 TARGET_HEADLINE_P50_MS = 2.0    # ... with this median
+HEADLINE_RUNS_SHARE = 0.8       # ... in this share of the runs at least (4 of 5)
 FWD_SIZE = 32 * KIB
 
 
