@@ -23,7 +23,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 import suite  # noqa: E402  (the targets and their checks are defined once, in the suite)
 
-ORDER = ["headline", "forwarding", "seedpeers", "echo", "server", "policies", "node", "node-matmul", "cluster", "software",
+ORDER = ["headline", "forwarding", "seedpeers", "echo", "server", "window", "policies", "node", "node-matmul", "cluster", "software",
          "collectives", "direct", "sharing", "streams", "irq", "hang", "soak", "scale"]
 TITLES = {
     "headline": "Headline: the user through the server, and matrix multipliers per node",
@@ -31,6 +31,7 @@ TITLES = {
     "seedpeers": "The seed's own peers: corefarm's server beside the seed's",
     "echo": "SMP echo (seed §4.2.1, figure 4.1)",
     "server": "Server, zero-delay benchmarking configuration (seed §4.2.2, figures 4.3 and 4.4)",
+    "window": "The adaptive window against fixed ones, runs long enough to judge",
     "policies": "Policies when the nodes are the bottleneck (seed §4.2.2's queue-vs-stack finding)",
     "node": "Load-free node manager, isolated (seed §4.2.3, figure 4.5)",
     "node-matmul": "Node with matrix-multiplier cores (seed §4.4.1, figure 4.10)",
@@ -57,6 +58,7 @@ FIGURES = {
     "echo": ["fig4_1_echo.png"],
     "server": ["fig4_3_server_throughput.png", "fig4_4_server_latency.png"],
     "policies": [],
+    "window": [],
     "node": ["fig4_5_node.png"],
     "node-matmul": ["fig4_10_node_matmul.png"],
     "cluster": ["fig4_11_cluster_throughput_count1.png", "fig4_12_cluster_latency_count1.png",
@@ -1270,14 +1272,60 @@ def sec_scale(doc, seed):
     return L
 
 
+def sec_window(doc, seed):
+    """The adaptive window against each fixed window, point by point, with the verdict of each point."""
+    if not doc:
+        return []
+    prm = doc["params"]
+    durs = ", ".join(f"{size(int(k.split('x')[0]) * int(k.split('x')[1]))} {d:g} s"
+                     for k, d in prm.get("durations_s", {}).items())
+    lines = [f"`python3 bench/suite.py window`: the hello points of the compact `server` grid (delay 0, output "
+             f"size = input size) under the adaptive window (`credit`) and fixed windows of "
+             f"{', '.join(p[len(suite.FIXED):] for p in prm['policies'] if p.startswith(suite.FIXED))}, "
+             f"taking turns run by run, {prm['runs']} run(s) each; each run measures a duration from its message "
+             f"size, so that large messages are judged on enough of them ({durs}). A point is met when the adaptive "
+             f"window delivers at least 0.95× the best fixed window's mean input throughput at a median latency "
+             f"no higher than that window's beyond the noise (`suite.credit_vs_fixed`, as for the `server` grid).",
+             ""]
+    v = suite.credit_vs_fixed(doc)
+    missed = {(m["nodes"], m["input_size"], m["count"]): m for m in v["misses"]}
+    by = {}
+    for p in doc["points"]:
+        k = p["key"]
+        by.setdefault((k["nodes"], k["input_size"], k["count"]), {})[k["policy"]] = p
+    rows = []
+    for (n, sz, count), pol in sorted(by.items()):
+        c = pol.get("credit")
+        fixed = {w: p for w, p in pol.items() if w.startswith(suite.FIXED) and p["status"] == "ok"}
+        if c is None or c["status"] != "ok" or not fixed:
+            rows.append([str(n), f"{size(sz)} × {count}", status_cell(c) if c else "-", "", "", "", "", "-"])
+            continue
+        best = max(fixed, key=lambda w: mean(fixed[w], "input_bps"))
+        f = fixed[best]
+        msgs = mean(c, "messages_per_s") * prm["durations_s"].get(f"{sz}x{count}", 0)
+        m = missed.get((n, sz, count))
+        verdict = "yes" if m is None else ("**no**, " + ", ".join(
+            w for w, on in (("slower", m["slow"]), ("later", m["late"]), ("beaten on both", m["dominated"])) if on))
+        rows.append([str(n), f"{size(sz)} × {count}",
+                     f"{with_spread(c, 'input_bps', bps)}, p50 {ms(mean(c, 'latency_p50_ms'))}",
+                     f"{best[len(suite.FIXED):]}: {with_spread(f, 'input_bps', bps)}, p50 {ms(mean(f, 'latency_p50_ms'))}",
+                     f"×{mean(c, 'input_bps') / mean(f, 'input_bps'):.2f}",
+                     f"×{mean(c, 'latency_p50_ms') / mean(f, 'latency_p50_ms'):.2f}", f"{msgs:,.0f}", verdict])
+    lines += [f"Met at {v['compared'] - len(v['misses'])} of {v['compared']} points (± half the range over runs):",
+              "", table(["nodes", "message", "adaptive", "best fixed window", "throughput", "p50",
+                         "messages a run (adaptive)", "met?"], rows)]
+    return lines
+
+
 SECTIONS = {"headline": sec_headline, "policies": sec_policies, "echo": sec_echo, "server": sec_server,
             "node": sec_node, "node-matmul": sec_node_matmul, "cluster": sec_cluster, "software": sec_software,
             "collectives": sec_collectives, "direct": sec_direct, "sharing": sec_sharing, "streams": sec_streams,
             "soak": sec_soak, "seedpeers": sec_seedpeers, "hang": sec_hang, "irq": sec_irq,
-            "scale": sec_scale}
+            "scale": sec_scale, "window": sec_window}
 
 READINGS = {
     "policies": "queue vs stack vs credit when every node is busy.",
+    "window": "where the adaptive window falls short of the best fixed one, and why.",
     "headline": "whether the targets are met, by how much, and why.",
     "forwarding": "where the server's CPU per byte goes compared with the echo server.",
     "seedpeers": "how corefarm's server does with the seed's own user and node against the seed's server, "
@@ -1375,6 +1423,14 @@ def all_verdicts(docs: dict) -> list[tuple[str, dict]]:
                                              f"×{m['ratio']:.2f} of {m['best']}, p50 ×{m['p50_ratio']:.2f}"
                                              for m in cf["misses"][:4]),
                                    "met": not cf["misses"]}))
+    if docs.get("window"):
+        cf = suite.credit_vs_fixed(docs["window"])
+        out.append(("window", {"target": "the adaptive window within 5 % of the best fixed window at every point, "
+                                         "at no higher median latency (runs long enough to judge)",
+                               "measured": f"missed at {len(cf['misses'])} of {cf['compared']} points "
+                               f"({sum(m['dominated'] for m in cf['misses'])} of them beaten on throughput "
+                               "and latency by one fixed window)",
+                               "met": cf["compared"] > 0 and not cf["misses"]}))
     for name, f in (("collectives", collectives_verdicts), ("direct", direct_verdicts), ("hang", hang_verdicts),
                     ("sharing", sharing_verdicts), ("sharing-workloads", sharing_workloads_verdicts),
                     ("streams", streams_verdicts), ("soak", soak_verdicts), ("scale", scale_verdicts)):
@@ -1422,7 +1478,7 @@ def render(results: Path, out: Path, figures: Path, seed: dict, readings: dict |
          "corefarm's figures on this machine beside the seeds'. Every table is generated from the committed "
          "result files (one per experiment); the short readings are bench/readings.json. Reproduce an "
          "experiment with `corefarm bench suite NAME --out bench/results` (`all` runs the seed's experiments; "
-         "`collectives`, `direct`, `sharing`, `streams`, `policies`, `tls` and `seedpeers` run alone, `seedpeers` with `-- --seed-build DIR` holding the seed authors' binaries; the soak is "
+         "`collectives`, `direct`, `sharing`, `streams`, `policies`, `tls`, `window` and `seedpeers` run alone, `seedpeers` with `-- --seed-build DIR` holding the seed authors' binaries; the soak is "
          "`corefarm bench soak --json > bench/results/soak.json`), then `python3 bench/report.py`. Compare two runs of one experiment with "
          "`corefarm bench compare OLD.json NEW.json`. Measurements made by hand, and experiments tried and "
          "dropped, are archived in [bench/manual/](../bench/manual/README.md).", ""]

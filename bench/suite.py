@@ -6,7 +6,8 @@
 EXPERIMENT is one of echo, server, node, node-matmul, cluster, software,
 headline, forwarding, all (those eight), or one that `all` does not run:
 policies (queue/stack/credit with 919 us nodes), sharing, tls, collectives,
-direct, streams, scale (one server at up to 10,000 nodes; `all --quick` also
+direct, streams, window (the adaptive window against fixed ones, runs as long
+as each message size needs), scale (one server at up to 10,000 nodes; `all --quick` also
 smoke-runs it), seedpeers (the seed authors' own server, test_user and
 test_node beside corefarm's server: --seed-build DIR; without the binaries it
 prints how to build them and is skipped). --compact selects the reduced
@@ -2155,6 +2156,60 @@ def own_peers_run(ctx: Context, server_args: list[str], delay_us: int) -> tuple[
 
 RUNNERS["seedpeers"] = exp_seedpeers
 EXTRA.append("seedpeers")
+
+# ---------------------------------------------------------------- the adaptive window against fixed ones
+
+# Messages a run of the `window` experiment should carry at least, at the throughput assumed for its
+# duration, and the bounds of that duration.
+WINDOW_MESSAGES = 2000
+WINDOW_ASSUMED_BYTES_PER_S = 4e8
+WINDOW_MAX_DURATION = 10.0
+WINDOW_SHORTEST = 2.0
+
+
+def window_duration(message_bytes: int, shortest: float) -> float:
+    """A run long enough to judge a window by: about WINDOW_MESSAGES messages at the throughput large
+    messages reach here, at least `shortest`, at most WINDOW_MAX_DURATION (8 MiB messages then carry
+    several hundred; at 2 s a point the grid's large messages carried a few hundred and two runs of one
+    fixed window differed by more than the 5 % judged)."""
+    want = WINDOW_MESSAGES * message_bytes / WINDOW_ASSUMED_BYTES_PER_S
+    return round(min(WINDOW_MAX_DURATION, max(shortest, want)), 1)
+
+
+def exp_window(ctx: Context) -> dict:
+    """The adaptive window (`credit`) against fixed windows of 4, 16 and 64 at the hello points of the
+    compact `server` grid, with a duration per point from its message size and the windows taking turns
+    run by run: the `server` grid's own comparison, measured long enough to resolve 5 %. Not part of
+    `all`."""
+    ctx.need_binary()
+    grid = server_grid(ctx.quick, 16 << 20, compact=True)
+    nodes_list = [1, 2] if ctx.quick else [1, 2, 4]
+    policies = ["credit"] + [f"{FIXED}{w}" for w in FIXED_WINDOWS]
+    durations = {(size, count): ctx.duration if ctx.quick else window_duration(size * count, WINDOW_SHORTEST)
+                 for size, count in grid}
+    rec = Recorder(ctx, "window", len(grid) * len(nodes_list) * len(policies),
+                   {"grid": grid, "policies": policies, "nodes": nodes_list, "delay_us": 0, "runs": ctx.runs,
+                    "durations_s": {f"{s}x{c}": d for (s, c), d in durations.items()},
+                    "order": "side by side: at each point the windows take turns run by run, one cluster each"})
+    saved = ctx.duration
+    try:
+        for n in nodes_list:
+            for d in sorted(set(durations.values())):
+                ctx.duration = d
+                side_by_side(ctx, rec, policies, n, [
+                    ({"nodes": n, "input_size": size, "count": count},
+                     dict(input_size=size, output_size=size, count=count, delay_us=0, drain=ctx.drain))
+                    for size, count in grid if durations[(size, count)] == d])
+    finally:
+        ctx.duration = saved
+    doc = rec.write()
+    v = credit_vs_fixed(doc)
+    log(f"window: the adaptive window missed at {len(v['misses'])} of {v['compared']} points")
+    return doc
+
+
+RUNNERS["window"] = exp_window
+EXTRA.append("window")
 
 # ---------------------------------------------------------------- a hung node
 

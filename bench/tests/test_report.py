@@ -344,3 +344,24 @@ def test_sharing_workloads_capture_and_the_seed_check():
     short = "\n".join(report.sec_sharing_workloads_short(doc))
     assert "| `arrivals` | 100 → 35 ms (80 %, 81 %) |" in short
     assert "65 % (65 ± " in "\n".join(report.sec_sharing_workloads(doc, None))
+
+
+def test_window_section_and_verdict_judge_each_point_against_its_best_fixed_window(tmp_path):
+    def pt(policy, size, bps, p50, mps):
+        p = _point({"policy": policy, "nodes": 1, "input_size": size, "count": 1},
+                   {"input_bps": bps, "latency_p50_ms": p50, "messages_per_s": mps})
+        return p
+    doc = {"experiment": "window", "params": {"policies": ["credit", "fixed-4", "fixed-16"], "runs": 3,
+                                              "durations_s": {"16x1": 2.0, "8388608x1": 10.0}},
+           "points": [pt("credit", 16, 0.97e9, 1.0, 1000.0), pt("fixed-4", 16, 0.5e9, 0.5, 500.0),
+                      pt("fixed-16", 16, 1.0e9, 1.0, 1000.0),
+                      pt("credit", 8 << 20, 0.8e9, 9.0, 12.0), pt("fixed-4", 8 << 20, 1.0e9, 8.0, 15.0),
+                      pt("fixed-16", 8 << 20, 0.9e9, 30.0, 14.0)]}
+    text = "\n".join(report.sec_window(doc, {}))
+    assert "Met at 1 of 2 points" in text
+    row16 = next(l for l in text.splitlines() if l.startswith("| 1 | 16 B"))
+    assert "16: " in row16 and "×0.97" in row16 and row16.endswith("| 2,000 | yes |")
+    row8 = next(l for l in text.splitlines() if l.startswith("| 1 | 8 MiB"))
+    assert "4: " in row8 and "×0.80" in row8 and "**no**, slower, later, beaten on both" in row8
+    (v,) = [v for name, v in report.all_verdicts({"window": doc}) if name == "window"]
+    assert v["met"] is False and "missed at 1 of 2 points" in v["measured"]
