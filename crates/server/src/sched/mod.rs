@@ -448,9 +448,15 @@ impl Sched {
                 .filter(|u| users.get(u).is_some_and(|r| r.moves_on))
                 .collect();
             for user in movers {
-                released = true;
                 if f.waiting.contains(&user) {
+                    released = true;
+                    // Refused, as `fail_without_nodes` refuses it: the
+                    // user is no longer configured for it.
                     f.waiting.retain(|&u| u != user);
+                    f.users.remove(&user);
+                    if let Some(u) = users.get_mut(&user) {
+                        u.function = None;
+                    }
                     self.out.push(Action::Configured {
                         user,
                         ok: false,
@@ -458,6 +464,7 @@ impl Sched {
                     });
                 }
                 for j in f.queue.remove_user(user) {
+                    released = true;
                     self.out.push(Action::Failed {
                         user,
                         id: j.id,
@@ -469,6 +476,8 @@ impl Sched {
         }
         if released {
             self.placement_changed();
+            let ids: Vec<FnId> = self.fns.keys().copied().collect();
+            ids.into_iter().for_each(|id| self.forget_if_unused(id));
         }
     }
 

@@ -193,3 +193,22 @@ fn a_user_with_other_servers_is_released_at_once_when_the_last_node_leaves() {
         "{done:?}"
     );
 }
+
+#[test]
+fn a_user_with_other_servers_loading_on_the_last_node_is_refused_when_it_leaves() {
+    // Both users' configurations wait for node 1 to load their function;
+    // node 1 dies first. The mover (10) is refused at once, the other (11)
+    // waits `node_wait` for a node.
+    let mut s = sched();
+    s.add_node(1, ms(0));
+    s.set_moves_on(10, true);
+    s.configure(10, payload("x"), 8, 8, ms(0));
+    s.configure(11, payload("x"), 8, 8, ms(0));
+    assert_eq!(configures(&s.take_actions()).len(), 1);
+    s.remove_node(1, ms(1));
+    assert_eq!(answers(&s.take_actions()), [(10, false)]);
+    s.tick(ms(1000));
+    assert!(answers(&s.take_actions()).is_empty());
+    s.tick(ms(5001));
+    assert_eq!(answers(&s.take_actions()), [(11, false)]);
+}
