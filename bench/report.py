@@ -950,7 +950,7 @@ SOAK_CAMPAIGN = (
     "starts and printed with it: the same seed, duration, kinds, `--kill-every`, `--fault-every` and "
     "cluster shape replay the same schedule (the load around it depends on timing); `--schedule-only` "
     "prints a seed's schedule without running it. Checked at the end: "
-    "every result correct and exactly once, no failed session, no wait for a result or a configuration "
+    "every result correct and exactly once, no failed session, no wait for a result, a configuration or credit "
     "longer than 5 s plus what the faults it overlapped (or that ended within 5 s before it) explain: a stop "
     "or blackhole its length, a delay its length plus twice the delay, a node killed or cut off its length "
     "plus 5 s, a server fault or a user's lost connection its length plus 30 s (the clients' reconnect "

@@ -117,7 +117,7 @@ pub struct SoakReport {
     pub faults_skipped: std::collections::BTreeMap<String, u64>,
     /// What the fault proxies carried and did (when links were faulted).
     pub proxy: Option<ProxyTotals>,
-    /// Waits for a result or a configuration over a second, and those
+    /// Waits for a result, a configuration or credit over a second, and those
     /// longer than the faults they overlapped explain (the first 20).
     pub long_waits: u64,
     pub stuck: Vec<String>,

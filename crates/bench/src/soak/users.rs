@@ -41,7 +41,7 @@ pub struct UserTotals {
     pub unanswered_in_failed_sessions: u64,
     /// The first few session errors, verbatim.
     pub errors: Vec<String>,
-    /// The longest a user waited for a result or a configuration.
+    /// The longest a user waited for a result, a configuration or credit.
     pub max_wait_ms: u64,
 }
 
@@ -248,7 +248,21 @@ fn run_session(
     let mut next = 0u32;
     while next < messages || !in_flight.is_empty() {
         while next < messages && in_flight.len() < cfg.window && !stop.load(Ordering::Relaxed) {
-            match client.submit_pending(make(next)) {
+            // A submission waits for the server's credit: a session held
+            // there is as stuck as one waiting for a result.
+            let submitting = Instant::now();
+            let r = client.submit_pending(make(next));
+            cfg.waited(
+                s,
+                Wait {
+                    user: u,
+                    session,
+                    what: format!("credit to send message {next}"),
+                    from: submitting,
+                    to: Instant::now(),
+                },
+            );
+            match r {
                 Ok(p) => in_flight.push_back((next, Instant::now(), p)),
                 Err(e) => {
                     s.unanswered_in_failed_sessions += in_flight.len() as u64;
