@@ -376,7 +376,6 @@ impl Sched {
             f.requested.get_or_insert(now);
             self.note_pending(id);
             self.note_requested(id);
-            self.release_movers();
         }
         self.settle(now);
         id
@@ -429,16 +428,19 @@ impl Sched {
         self.users.entry(user).or_default().moves_on = on;
     }
 
-    /// With no node connected, fails the queued work and the waiting
-    /// configurations of the users that can go elsewhere
-    /// ([`Sched::set_moves_on`]); the others wait `node_wait` as before.
+    /// With no node connected, fails the queued work of the users that can
+    /// go elsewhere ([`Sched::set_moves_on`]); the others wait `node_wait`
+    /// as before. A configuration still waiting is left to wait: refused
+    /// here it would fail a first configuration (a client moves on only
+    /// from a `no-nodes` answer, which a refused configuration is not),
+    /// and a node killed and restarted is usually back within the wait.
     fn release_movers(&mut self) {
         if !self.nodes.is_empty() {
             return;
         }
         let reason = "no node is connected to this server any more: \
                       the session moves to another server";
-        let users = &mut self.users;
+        let users = &self.users;
         let mut released = false;
         for f in self.fns.values_mut() {
             let movers: Vec<u64> = f
@@ -448,21 +450,6 @@ impl Sched {
                 .filter(|u| users.get(u).is_some_and(|r| r.moves_on))
                 .collect();
             for user in movers {
-                if f.waiting.contains(&user) {
-                    released = true;
-                    // Refused, as `fail_without_nodes` refuses it: the
-                    // user is no longer configured for it.
-                    f.waiting.retain(|&u| u != user);
-                    f.users.remove(&user);
-                    if let Some(u) = users.get_mut(&user) {
-                        u.function = None;
-                    }
-                    self.out.push(Action::Configured {
-                        user,
-                        ok: false,
-                        errors: vec![reason.into()],
-                    });
-                }
                 for j in f.queue.remove_user(user) {
                     released = true;
                     self.out.push(Action::Failed {
