@@ -461,10 +461,9 @@ impl Sched {
                 }
             }
         }
+        // The released users keep their functions: nothing to forget.
         if released {
             self.placement_changed();
-            let ids: Vec<FnId> = self.fns.keys().copied().collect();
-            ids.into_iter().for_each(|id| self.forget_if_unused(id));
         }
     }
 
