@@ -42,28 +42,31 @@
 //! doubled window doubles the rate, far beyond any epoch's noise, so the
 //! climb needs no bracketing trials. The first epoch that grows less ends
 //! it at the best-scoring window it measured, and trials take over. A
-//! window that began far below its knee (large messages, where a trial's
-//! three epochs take a second) otherwise spent a short session there. A
+//! window that began far below its knee (large messages, where one trial
+//! takes seconds) otherwise spent a short session there. A
 //! start-up still doubling when the byte budget caps it stays at the cap
 //! and waits the longest before a trial: the half window was just measured
 //! to lose, and the trials downward it began with at once cost large
 //! messages a tenth of their throughput over a short session. So does a
 //! window that starts at the cap (messages of megabytes).
 //!
-//! Judging: a trial is three epochs — the current window, the neighbour,
-//! the current window again. Other work on the machine comes and goes over
-//! tens of milliseconds and moves every window's rate alike; when the two
-//! bracketing epochs disagree (by more than [`SAME_CONDITIONS`] or twice
-//! the epochs' usual spread) the machine changed under the trial and it is
-//! dropped. Otherwise the neighbour is kept if it scores better than their
-//! mean — upward by a margin and by half the spread, since past the knee noise
-//! is all there is to read; downward on a tie, for the latency, but only
-//! after two trials in a row (noise wins a tie half the time, and below the
-//! knee a smaller window loses throughput). After a failed trial the next
-//! waits twice as many epochs (up to [`MAX_PROBE_GAP`]), so a settled
-//! window spends little time on worse neighbours; a success tries again at
-//! once, twice as far upward, so a window far below its knee gets there in a
-//! few trials.
+//! Judging: a trial alternates epochs of the neighbour and of the current
+//! window, current first and last, and scores each neighbour epoch against
+//! the mean of the current window's epochs on either side of it. Other work
+//! on the machine comes and goes over tens of milliseconds and moves every
+//! window's rate alike: the bracketing cancels such drift, and a pair whose
+//! two bracketing epochs disagree (by more than [`SAME_CONDITIONS`] or
+//! twice the epochs' usual spread) saw the machine change under it and is
+//! left out. One epoch's noise on a loaded machine is as large as the gain a
+//! trial looks for (two consecutive epochs of one window differ by a tenth
+//! or more), so the verdict goes on the pairs' mean: as soon as it stands
+//! [`CONFIDENCE`] standard errors clear of the bar, else after
+//! [`MAX_PAIRS`]. Upward the bar is a margin, since every wrong step up
+//! costs latency; downward a tie is enough, for the latency. After a failed
+//! trial the next waits twice as many epochs (up to [`MAX_PROBE_GAP`]), so
+//! a settled window spends little time on worse neighbours; a success tries
+//! again at once, twice as far upward, so a window far below its knee gets
+//! there in a few trials.
 
 use std::time::Duration;
 
@@ -85,6 +88,17 @@ pub const LATENCY_WEIGHT: f64 = 0.15;
 /// A probe upward must beat its reference by this much (log units): every
 /// wrong step up costs latency.
 const UP_MARGIN: f64 = 0.01;
+
+/// Pairs of epochs (the tried window's, then the current one's) a trial
+/// measures before a verdict on their mean, and how few may end it early
+/// when their mean stands [`CONFIDENCE`] standard errors clear.
+const MAX_PAIRS: u32 = 4;
+const MIN_PAIRS: u32 = 2;
+const CONFIDENCE: f64 = 2.0;
+
+/// Pairs a trial may leave out (their bracketing epochs disagreed) before
+/// it is given up for later.
+const MAX_DROPPED_PAIRS: u32 = 2;
 
 /// Results an epoch needs at least, whatever the window.
 pub const MIN_EPOCH_RESULTS: u32 = 16;
@@ -119,16 +133,18 @@ enum Phase {
     },
     /// At the window that last scored best; probes after `gap` epochs.
     Cruise,
-    /// Trying `cur` instead of `from`; `before` is `from`'s last epoch.
-    Probe { from: u32, before: f64, up: bool },
-    /// Back at `cur` for one epoch after trying `to` (score `tried`):
-    /// the epochs before and after bracket the trial, so a machine that
-    /// got busier or quieter meanwhile is seen, not read as the window.
-    Verify {
+    /// A trial of `to` against `from`, epochs of each taking turns: at
+    /// `to` while `at_to`, else back at `from`. `before` is `from`'s epoch
+    /// before the one at `to`, `tried` that one's score; `pairs` holds the
+    /// differences measured so far.
+    Trial {
+        from: u32,
         to: u32,
+        up: bool,
+        at_to: bool,
         before: f64,
         tried: f64,
-        up: bool,
+        pairs: Pairs,
     },
 }
 
@@ -146,8 +162,6 @@ pub struct Window {
     spread: f64,
     /// Step of the next probe after a successful one (0: the default).
     stride: u32,
-    /// A smaller window that won one trial and must win the next.
-    doubt: Option<u32>,
     /// Epochs in cruise since the last probe, and how many to wait.
     quiet: u32,
     gap: u32,
@@ -195,7 +209,6 @@ impl Window {
             last: None,
             spread: 0.0,
             stride: 0,
-            doubt: None,
             quiet: 0,
             gap: 0,
             next_up: true,
@@ -333,58 +346,74 @@ impl Window {
         match self.phase {
             // Start-up epochs go to `start_up`.
             Phase::Startup { .. } => {}
-            Phase::Probe { from, before, up } => {
-                let phase = Phase::Verify {
-                    to: self.cur,
+            Phase::Trial {
+                from,
+                to,
+                up,
+                at_to: true,
+                before,
+                pairs,
+                ..
+            } => {
+                let phase = Phase::Trial {
+                    from,
+                    to,
+                    up,
+                    at_to: false,
                     before,
                     tried: s,
-                    up,
+                    pairs,
                 };
                 self.set(from, phase);
             }
-            Phase::Verify {
+            Phase::Trial {
+                from,
                 to,
+                up,
+                at_to: false,
                 before,
                 tried,
-                up,
+                mut pairs,
             } => {
+                if (s - before).abs() > SAME_CONDITIONS.max(2.0 * self.spread) {
+                    // The machine changed under this pair: it says nothing.
+                    pairs.dropped += 1;
+                } else {
+                    pairs.add(tried - (before + s) / 2.0);
+                }
+                let Some(better) = pairs.verdict(up) else {
+                    if pairs.dropped > MAX_DROPPED_PAIRS {
+                        // Conditions keep changing: try again later.
+                        self.phase = Phase::Cruise;
+                        self.quiet = 0;
+                        self.last = Some(s);
+                        return;
+                    }
+                    let phase = Phase::Trial {
+                        from,
+                        to,
+                        up,
+                        at_to: true,
+                        before: s,
+                        tried,
+                        pairs,
+                    };
+                    self.set(to, phase);
+                    return;
+                };
                 self.phase = Phase::Cruise;
                 self.quiet = 0;
                 self.last = Some(s);
-                if (s - before).abs() > SAME_CONDITIONS.max(2.0 * self.spread) {
-                    // Conditions changed during the trial: try again later.
-                    return;
-                }
-                let reference = (before + s) / 2.0;
-                let better = if up {
-                    // Past the knee every window delivers about the same,
-                    // so noise alone would walk the window up: a gain must
-                    // also stand out of the epochs' own spread.
-                    tried > reference + UP_MARGIN.max(self.spread / 2.0)
-                } else {
-                    // Equal scores favour the smaller window.
-                    tried >= reference
-                };
                 let step = to.abs_diff(self.cur);
-                if better && !up && self.doubt != Some(to) {
-                    // A step down won once: on a tie, noise wins half the
-                    // time, and below the knee a lost message of window is
-                    // lost throughput. Try the same step again at once.
-                    self.doubt = Some(to);
-                    self.gap = 0;
-                    self.next_up = false;
-                    self.stride = step;
-                } else if better {
+                if better {
                     // Go on the same way at once: twice as far up, so a
                     // window far below its knee gets there in a few
-                    // trials; down by the same step, each one confirmed.
-                    self.doubt = None;
+                    // trials; down by the same step.
                     self.gap = 0;
                     self.next_up = up;
                     self.stride = if up { step.saturating_mul(2) } else { step };
                     self.set(to, Phase::Cruise);
                 } else {
-                    self.doubt = None;
                     self.gap = (self.gap * 2).clamp(1, MAX_PROBE_GAP);
                     self.next_up = !up;
                     self.stride = 0;
@@ -429,8 +458,16 @@ impl Window {
         if to == self.cur {
             return false;
         }
-        let from = self.cur;
-        self.set(to, Phase::Probe { from, before, up });
+        let phase = Phase::Trial {
+            from: self.cur,
+            to,
+            up,
+            at_to: true,
+            before,
+            tried: 0.0,
+            pairs: Pairs::default(),
+        };
+        self.set(to, phase);
         true
     }
 
@@ -449,6 +486,52 @@ impl Window {
         self.start = None;
         self.results = 0;
         self.limited = 0;
+    }
+}
+
+/// A trial's differences so far: each is the score of an epoch at the
+/// tried window less the mean of the current window's epochs on either
+/// side of it, so that a machine drifting slower or faster over the trial
+/// cancels out.
+#[derive(Debug, Clone, Copy, PartialEq, Default)]
+struct Pairs {
+    n: u32,
+    sum: f64,
+    sum_sq: f64,
+    /// Pairs whose bracketing epochs disagreed, left out.
+    dropped: u32,
+}
+
+impl Pairs {
+    fn add(&mut self, d: f64) {
+        self.n += 1;
+        self.sum += d;
+        self.sum_sq += d * d;
+    }
+
+    /// Whether the tried window is better: once the mean difference
+    /// stands [`CONFIDENCE`] standard errors clear of the bar, or after
+    /// [`MAX_PAIRS`] on the mean alone. Upward the bar is a margin (every
+    /// wrong step up costs latency); downward a tie is enough, for the
+    /// latency. `None`: measure another pair.
+    fn verdict(&self, up: bool) -> Option<bool> {
+        if self.n < MIN_PAIRS {
+            return None;
+        }
+        let n = self.n as f64;
+        let mean = self.sum / n;
+        let var = ((self.sum_sq - n * mean * mean) / (n - 1.0)).max(0.0);
+        let se = (var / n).sqrt();
+        let bar = if up { UP_MARGIN } else { 0.0 };
+        if mean - CONFIDENCE * se > bar {
+            Some(true)
+        } else if mean + CONFIDENCE * se < bar {
+            Some(false)
+        } else if self.n >= MAX_PAIRS {
+            Some(if up { mean > bar } else { mean >= bar })
+        } else {
+            None
+        }
     }
 }
 

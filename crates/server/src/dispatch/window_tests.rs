@@ -362,9 +362,11 @@ fn a_start_up_stopped_by_the_byte_budget_stays_at_the_cap() {
     // knee: the window doubles 4, 8, 16 and must hold 16 — each doubling
     // doubled the rate, so a smaller window only loses. Trials downward
     // from the cap at once held it below for a third of this session.
-    // At the cap for 0.78-0.95 of results here (0.69 with trials at
-    // once): a trial comes only after the longest wait.
-    holds_the_cap(16, 0.75, 0.98);
+    // At the cap for 0.72-0.78 of results here (0.69 with trials at
+    // once), 0.985 of the fixed window's rate: a trial comes only after
+    // the longest wait, and spends half of its four pairs of epochs one
+    // step below.
+    holds_the_cap(16, 0.7, 0.98);
 }
 
 #[test]
