@@ -365,3 +365,31 @@ def test_window_section_and_verdict_judge_each_point_against_its_best_fixed_wind
     assert "4: " in row8 and "×0.80" in row8 and "**no**, slower, later, beaten on both" in row8
     (v,) = [v for name, v in report.all_verdicts({"window": doc}) if name == "window"]
     assert v["met"] is False and "missed at 1 of 2 points" in v["measured"]
+    assert "Control" not in text and "copy" not in v["measured"]
+
+
+def test_the_window_control_arm_is_judged_by_the_adaptive_windows_rule():
+    def pt(policy, size, bps, p50):
+        return _point({"policy": policy, "nodes": 1, "input_size": size, "count": 1},
+                      {"input_bps": bps, "latency_p50_ms": p50, "messages_per_s": 1000.0})
+    control = suite.WINDOW_CONTROL
+    assert control == "copy-of-fixed-64"
+    assert suite.policy_args(control) == suite.policy_args("fixed-64")
+    doc = {"experiment": "window",
+           "params": {"policies": ["credit", "fixed-16", "fixed-64", control], "runs": 3,
+                      "durations_s": {"16x1": 2.0, "1024x1": 2.0}},
+           # 16 B: the twin is the best fixed window and its copy reads 0.90x of it, a miss by noise
+           # alone; 1 KiB: the fixed window of 16 is best, and the copy is judged against it too.
+           "points": [pt("credit", 16, 1.0e9, 1.0), pt("fixed-16", 16, 0.8e9, 0.5),
+                      pt("fixed-64", 16, 1.0e9, 1.0), pt(control, 16, 0.9e9, 1.0),
+                      pt("credit", 1024, 1.0e9, 1.0), pt("fixed-16", 1024, 1.0e9, 1.0),
+                      pt("fixed-64", 1024, 0.9e9, 4.0), pt(control, 1024, 0.97e9, 4.0)]}
+    # The copy is not a fixed window of its own: the best fixed window is chosen among the others.
+    assert suite.credit_vs_fixed(doc)["misses"] == []
+    cv = suite.credit_vs_fixed(doc, control)
+    assert [(m["input_size"], m["best"], m["slow"], m["late"]) for m in cv["misses"]] == [
+        (16, "fixed-64", True, False), (1024, "fixed-16", False, True)]
+    text = "\n".join(report.sec_window(doc, {}))
+    assert "meets the target at 0 of 2 points, and at 0 of the 1 where its twin was the best" in text
+    (v,) = [v for name, v in report.all_verdicts({"window": doc}) if name == "window"]
+    assert v["met"] is True and "a second copy of fixed-64 missed at 2" in v["measured"]
