@@ -37,7 +37,35 @@ RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --r
 RUSTDOCFLAGS="${RUSTDOCFLAGS:-} -D warnings" cargo doc --workspace --no-deps --release --document-private-items
 
 step "cargo test (profile suite: release at opt-level 1, overflow checks on)"
-cargo test --workspace --profile "$COREFARM_PROFILE"
+# The soak campaign is one test that lasts a minute of wall time on a
+# fraction of the CPUs: it runs beside the others rather than after them.
+# Cargo holds its build directory while tests run, so the campaign's test
+# binary runs by itself (from its package's directory, as cargo would),
+# its path read from cargo's messages, in its own process group.
+soak_test=soak::short_campaign_with_authentication_loses_nothing
+cli_tests="$(cargo test --workspace --profile "$COREFARM_PROFILE" --no-run --message-format=json-render-diagnostics |
+    python3 -c 'import json, sys
+for line in sys.stdin:
+    m = json.loads(line)
+    if m.get("reason") == "compiler-artifact" and m["target"]["name"] == "cli" and m["profile"]["test"]:
+        print(m["executable"])')"
+soak_log="$CARGO_TARGET_DIR/soak-test.log"
+(cd crates/cli && exec setsid -w "$cli_tests" --exact "$soak_test") >"$soak_log" 2>&1 &
+soak=$!
+trap 'kill -- -"$soak" 2>/dev/null || true' EXIT
+cargo test --workspace --profile "$COREFARM_PROFILE" -- --skip "$soak_test"
+soak_rc=0
+wait "$soak" || soak_rc=$?
+trap - EXIT
+cat "$soak_log"
+if [ "$soak_rc" -ne 0 ]; then
+    echo "the soak campaign test failed (exit status $soak_rc)" >&2
+    exit "$soak_rc"
+fi
+if ! grep -q "test result: ok. 1 passed" "$soak_log"; then
+    echo "the soak campaign test ($soak_test) did not run: renamed? update scripts/test.sh" >&2
+    exit 1
+fi
 
 step "corefarm-board's tests, cross-built for aarch64 and run under qemu-user"
 # The board interfaces (FPGA manager, UIO, u-dma-buf) run on ARM boards: one
