@@ -13,9 +13,8 @@ use crate::flags::FlagError;
 pub struct NodeArgs {
     /// Server node port, HOST:PORT; or several, comma-separated (an active
     /// server and its standbys): the node connects to the first that
-    /// answers and stays with it until that connection ends; then the same
-    /// server again if it had answered (a broken link is not a lost
-    /// server), else the next address, round-robin, with back-off.
+    /// answers and stays with it until that connection ends, then tries the
+    /// next address, round-robin, with back-off.
     #[arg(
         long,
         default_value = "127.0.0.1:8888",

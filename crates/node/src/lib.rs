@@ -179,14 +179,10 @@ pub fn servers(list: &str) -> Vec<String> {
 /// `reconnect`, until its connection ends, or every address failed to
 /// answer once).
 ///
-/// With several server addresses, every attempt after a failed connection,
-/// or after a session the server never answered, goes to the next address
-/// in the list (round-robin), one attempt per back-off step. After a
-/// session the server answered, the same address comes first again: a link
-/// that broke (a reset, a half-open connection) does not move the node off
-/// a live server — which split a cluster between a server and its standby
-/// — while a server that died refuses the attempt, and the node moves to
-/// the standby one back-off step later. A node belongs to the server it
+/// With several server addresses, every attempt after a failed connection
+/// or an ended session goes to the next address in the list (round-robin),
+/// one attempt per back-off step: a node whose active server died moves
+/// to a standby within the back-off, and belongs to the server it
 /// connected to until that connection ends. The function the node loaded
 /// is kept across reconnections (see [`session::serve`]): the same
 /// configuration from the next server is answered without loading it.
@@ -243,13 +239,9 @@ pub async fn run(opts: NodeOptions, stop: CancellationToken) -> Result<(), NodeE
                 cause: e,
             }),
         };
-        // A server that answered is tried again first: if it is the one
-        // going away, the attempt is refused and the next one moves on. One
-        // that never answered (refused, hung, not a corefarm server) is
-        // left for the next address.
-        if !answered {
-            at = (at + 1) % addrs.len();
-        }
+        // The next attempt goes to the next address, whatever happened:
+        // a server that ended the session may be the one going away.
+        at = (at + 1) % addrs.len();
         match &result {
             Ok(()) => tracing::info!(node = %opts.name, "session ended"),
             Err(e) => tracing::warn!(node = %opts.name, "session ended: {e}"),
