@@ -1801,7 +1801,7 @@ def seed_build_instructions() -> str:
     and the table is at delay 0, so the scratch copy is patched with one sed before building."""
     return "\n".join([
         "build the seed's server, test_user and test_node in a scratch directory outside this repository:",
-        "  apt-get install libboost1.81-dev libboost-system1.81-dev liburing-dev cmake g++",
+        "  apt-get install libboost1.81-dev libboost-system1.81-dev libboost-coroutine1.81-dev liburing-dev cmake g++",
         f"  git clone {SEED_REPO} seed-src",
         "  # test_user hard-codes a processing delay of 919 us per input; this table is at delay 0:",
         "  sed -i 's/64\\*64\\*4, 919)/64*64*4, 0)/' seed-src/server/test_user.cpp",
