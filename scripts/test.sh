@@ -16,6 +16,19 @@ export COREFARM_PROFILE=suite
 start=$SECONDS
 # Each step says how long the run has taken so far: the suite must fit CI's budget.
 step() { printf '\n==> [%dm%02ds] %s\n' $(((SECONDS - start) / 60)) $(((SECONDS - start) % 60)) "$*" >&2; }
+# A job run beside the others in its own process group (started with
+# setsid -w, its PID in $1, killed by the EXIT trap if the script fails
+# first): waits for it, prints its log ($2), and fails as it did, naming it ($3).
+finish() {
+    local rc=0
+    wait "$1" || rc=$?
+    trap - EXIT
+    cat "$2"
+    if [ "$rc" -ne 0 ]; then
+        echo "$3 failed (exit status $rc)" >&2
+        exit "$rc"
+    fi
+}
 
 step "installing prerequisites"
 bash scripts/setup.sh test
@@ -54,14 +67,7 @@ soak_log="$CARGO_TARGET_DIR/soak-test.log"
 soak=$!
 trap 'kill -- -"$soak" 2>/dev/null || true' EXIT
 cargo test --workspace --profile "$COREFARM_PROFILE" -- --skip "$soak_test"
-soak_rc=0
-wait "$soak" || soak_rc=$?
-trap - EXIT
-cat "$soak_log"
-if [ "$soak_rc" -ne 0 ]; then
-    echo "the soak campaign test failed (exit status $soak_rc)" >&2
-    exit "$soak_rc"
-fi
+finish "$soak" "$soak_log" "the soak campaign test"
 if ! grep -q "test result: ok. 1 passed" "$soak_log"; then
     echo "the soak campaign test ($soak_test) did not run: renamed? update scripts/test.sh" >&2
     exit 1
@@ -94,13 +100,6 @@ step "Python API reference (pdoc: a warning or an undocumented public name fails
 python3 python/docs/build.py "$root/target/python-docs"
 
 step "benchmark suite, quick mode (its output)"
-quick_rc=0
-wait "$quick" || quick_rc=$?
-trap - EXIT
-cat "$quick_log"
-if [ "$quick_rc" -ne 0 ]; then
-    echo "the benchmark suite failed (exit status $quick_rc)" >&2
-    exit "$quick_rc"
-fi
+finish "$quick" "$quick_log" "the benchmark suite"
 
 step "all tests passed"
