@@ -1318,9 +1318,14 @@ def sec_window(doc, seed):
     return lines
 
 
+def control_arm(doc) -> str | None:
+    """The window experiment's control arm (a copy of a fixed window), if it ran one."""
+    return next((p for p in doc["params"].get("policies", []) if p.startswith(suite.COPY)), None)
+
+
 def control_missed(doc) -> str:
     """The control arm's misses, for a verdict: how much of a miss count the rule's own noise explains."""
-    control = next((p for p in doc["params"].get("policies", []) if p.startswith(suite.COPY)), None)
+    control = control_arm(doc)
     if control is None:
         return ""
     cv = suite.credit_vs_fixed(doc, control)
@@ -1329,7 +1334,7 @@ def control_missed(doc) -> str:
 
 def window_control(doc) -> list[str]:
     """What the window rule makes of the control arm: a second cluster running one of the fixed windows."""
-    control = next((p for p in doc["params"].get("policies", []) if p.startswith(suite.COPY)), None)
+    control = control_arm(doc)
     if control is None:
         return []
     twin = control[len(suite.COPY):]

@@ -1113,11 +1113,11 @@ FIXED_WINDOWS = [4, 16, 64]
 
 def credit_vs_fixed(server_doc: dict, arm: str = "credit") -> dict:
     """At every point that ran fixed windows, the adaptive window (`arm`: `credit`, or a control arm judged by
-    the same rule) must reach 0.95x the best fixed
-    window's mean input throughput (the 5 % is the allowance for noise) with a median latency no higher than
-    that window's beyond the noise: max(2 %, half the relative range over runs of either). A miss is also
-    marked `dominated` when some fixed window delivered at least as much at a lower median latency: the
-    window chose worse on both counts, not a different trade (more throughput for more latency)."""
+    the same rule) must reach 0.95x the best fixed window's mean input throughput (the 5 % is the allowance
+    for noise) with a median latency no higher than that window's beyond the noise: max(2 %, half the relative
+    range over runs of either). A miss is also marked `dominated` when some fixed window delivered at least as
+    much at a lower median latency: the window chose worse on both counts, not a different trade (more
+    throughput for more latency)."""
     by = {}
     for p in server_doc.get("points", []):
         if p["status"] != "ok" or "input_bps" not in p["metrics"]:
